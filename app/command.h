@@ -1,0 +1,28 @@
+// The `ssdtrain` binary's verbs. Each verb lives in its own app/<verb>_cmd.cc,
+// registers its subcommand and flags on the CLI11 app, and returns the function
+// that runs it. Errors reach the user through ReportError: one line on stderr
+// naming the file, field and what was expected, and a non-zero exit.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "traces/status.h"
+
+namespace ssdtrain::app {
+
+using RunFn = std::function<int()>;
+
+struct Verb {
+  CLI::App* command = nullptr;
+  RunFn run;
+};
+
+Verb AddTraceCommand(CLI::App& app);
+
+// Prints "ssdtrain <verb>: error: <message>" to stderr and returns the exit code (1).
+int ReportError(const std::string& verb, const Status& status);
+
+}  // namespace ssdtrain::app

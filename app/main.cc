@@ -1,0 +1,34 @@
+// ssdtrain: plan activation offloading to NVMe SSDs, replay the plan, compare.
+#include <exception>
+#include <iostream>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "app/command.h"
+
+int main(int argc, char** argv) {
+  using namespace ssdtrain::app;
+  CLI::App app{"ssdtrain: plan and run activation offloading to NVMe SSDs for LLM training"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "ssdtrain 0.1.0");
+  std::vector<Verb> verbs;
+  verbs.push_back(AddTraceCommand(app));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (const Verb& verb : verbs) {
+    if (verb.command->parsed()) {
+      try {
+        return verb.run();
+      } catch (const std::exception& e) {
+        std::cerr << "ssdtrain " << verb.command->get_name() << ": internal error: " << e.what()
+                  << "\n";
+        return 1;
+      }
+    }
+  }
+  return 1;
+}

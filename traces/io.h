@@ -1,0 +1,25 @@
+// Reading and writing traces and other JSON documents: JSON, or CBOR when the
+// file name ends in ".cbor". Writes go to a temporary file renamed into place,
+// so a failed write never leaves a partial output file.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "traces/status.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::traces {
+
+nlohmann::json ToJson(const Trace& trace);
+// Parses and validates. `source` names the file in messages.
+Result<Trace> TraceFromJson(const nlohmann::json& j, const std::string& source);
+Result<Trace> ReadTrace(const std::string& path);
+Status WriteTrace(const Trace& trace, const std::string& path);
+
+// Any JSON document, by extension (.cbor is CBOR, anything else JSON text).
+Result<nlohmann::json> ReadJsonFile(const std::string& path);
+Status WriteJsonFile(const nlohmann::json& j, const std::string& path);
+
+}  // namespace ssdtrain::traces

@@ -1,0 +1,87 @@
+// A plan: an overlay on a trace that says, for each saved tensor, whether it is
+// kept on the device, offloaded to SSD or host memory, or recomputed; when its
+// offload starts and when it is prefetched; and where it lives on disk. Also the
+// training layout the planner chose (micro-batch, pipeline, parallelism) and,
+// when the simulator made it, the prediction.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "traces/status.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::traces {
+
+inline constexpr std::string_view kPlanFormatName = "ssdtrain-plan";
+inline constexpr int kPlanFormatVersion = 1;
+
+enum class TensorAction { kKeep, kOffloadSsd, kOffloadHost, kRecompute };
+std::string_view ToString(TensorAction v);  // keep, offload-ssd, offload-host, recompute
+std::optional<TensorAction> ParseTensorAction(std::string_view s);
+
+// One saved tensor's placement. Tensors a plan does not list are kept.
+struct Placement {
+  TensorId tensor = 0;
+  TensorAction action = TensorAction::kKeep;
+  // Offload: the write starts when the producer op ends; the device copy is
+  // evicted when the write lands. The read-back is issued when op
+  // `prefetch_before` starts (kNoOp: on demand, when the first backward consumer
+  // needs it).
+  OpId prefetch_before = kNoOp;
+  // offload-ssd only: a relative file name inside the offload directory (no "..",
+  // no absolute path), which SSD directory (stripe index), and the byte offset.
+  std::string file;
+  int device = 0;
+  int64_t offset = 0;
+};
+
+// Figures a simulation predicts or a replay measures; both files carry this.
+struct StepMetrics {
+  int64_t step_time_ns = 0;
+  double tokens_per_s = 0;
+  double tflops_per_gpu = 0;
+  int64_t peak_gpu_bytes = 0;         // a replay calls it peak_device_bytes
+  int64_t peak_activation_bytes = 0;
+  int64_t ssd_bytes_written = 0;
+  int64_t ssd_bytes_read = 0;
+  double required_ssd_write_GBps = 0;  // write rate that would hide every write
+  int64_t exposed_io_ns = 0;           // stall time the offload I/O adds
+  double ssd_lifetime_days = 0;        // rated endurance at this write rate, 24/7
+};
+
+struct Plan {
+  std::string policy;  // keep, recompute-full, recompute-selective, offload-host, offload-ssd, ssdtrain, optimal
+  std::string model;
+  uint64_t trace_fingerprint = 0;
+  int64_t micro_batch = 1;
+  int64_t seq_len = 0;
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t dp = 1;
+  int64_t num_micro_batches = 1;
+  std::string schedule = "1f1b";  // 1f1b or gpipe
+  int64_t memory_budget_bytes = 0;  // 0: no budget
+  std::vector<Placement> placements;
+  std::optional<StepMetrics> prediction;
+  nlohmann::json extra = nlohmann::json::object();  // planner details (search, ROK curve)
+};
+
+nlohmann::json ToJson(const StepMetrics& m);
+Result<StepMetrics> StepMetricsFromJson(const nlohmann::json& j, const std::string& where);
+nlohmann::json ToJson(const Plan& plan);
+// `source` names the file in messages.
+Result<Plan> PlanFromJson(const nlohmann::json& j, const std::string& source);
+Result<Plan> ReadPlan(const std::string& path);
+Status WritePlan(const Plan& plan, const std::string& path);
+
+// Checks a plan against its trace: fingerprint, known tensor ids, actions only on
+// saved offloadable tensors, file names that stay inside the offload directory.
+Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& source);
+
+}  // namespace ssdtrain::traces

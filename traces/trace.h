@@ -1,0 +1,147 @@
+// The operator trace: one training step of one micro-batch (or one pipeline
+// stage of it). The contract between the simulator and the executor; the
+// written spec is traces/FORMAT.md.
+//
+// Units: time in nanoseconds, sizes in bytes, work in floating-point operations.
+// Ids are row indices: tensors[i].id == i and ops[i].id == i, and ids are never
+// reused (one row per tensor lifetime). Ops are listed in issue order on the
+// compute stream: every op comes after the producers of its inputs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ssdtrain::traces {
+
+inline constexpr std::string_view kTraceFormatName = "ssdtrain-trace";
+inline constexpr int kTraceFormatVersion = 1;
+
+using TensorId = int64_t;
+using OpId = int64_t;
+inline constexpr OpId kNoOp = -1;
+// Layer index used for everything outside the transformer blocks (embedding, head, loss).
+inline constexpr int kNoLayer = -1;
+
+enum class DType { kFp16, kBf16, kFp32, kUint8, kInt32, kInt64 };
+enum class TensorKind { kActivation, kWeight, kGradient, kWorkspace, kOptimizerState, kInput };
+enum class OpKind {
+  kGemm,         // a (batched) matrix product; Op::gemm holds its dims
+  kAttention,    // a fused (flash) attention kernel; flops counted, no gemm dims
+  kElementwise,  // memory-bound: add, gelu, swiglu, rotary, bias, ...
+  kNorm,         // layernorm / rmsnorm
+  kSoftmax,
+  kDropout,
+  kEmbedding,
+  kLoss,
+  kCollective,   // tensor-parallel all-reduce / all-gather / reduce-scatter
+  kSend,         // pipeline activation send to the next stage
+  kRecv,         // pipeline activation receive from the previous stage
+  kOptimizer,
+};
+enum class Phase { kForward, kBackward, kOptimizer };
+enum class EdgeKind { kOrder, kSync };
+
+std::string_view ToString(DType v);
+std::string_view ToString(TensorKind v);
+std::string_view ToString(OpKind v);
+std::string_view ToString(Phase v);
+std::string_view ToString(EdgeKind v);
+std::optional<DType> ParseDType(std::string_view s);
+std::optional<TensorKind> ParseTensorKind(std::string_view s);
+std::optional<OpKind> ParseOpKind(std::string_view s);
+std::optional<Phase> ParsePhase(std::string_view s);
+std::optional<EdgeKind> ParseEdgeKind(std::string_view s);
+// Bytes per element: 2 for fp16/bf16, 4 for fp32/int32, 1 for uint8, 8 for int64.
+int64_t DTypeSize(DType v);
+
+struct Tensor {
+  TensorId id = 0;
+  std::string name;
+  int64_t bytes = 0;
+  DType dtype = DType::kFp16;
+  std::vector<int64_t> shape;
+  TensorKind kind = TensorKind::kActivation;
+  OpId producer = kNoOp;         // kNoOp for weights and step inputs
+  std::vector<OpId> consumers;   // in issue order
+  bool saved_for_backward = false;
+  std::optional<TensorId> alias_of;  // a view: shares the storage of that tensor
+  int layer = kNoLayer;
+  int micro_batch = 0;
+  bool offloadable = false;
+};
+
+struct GemmDims {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  bool operator==(const GemmDims&) const = default;
+};
+
+struct Op {
+  OpId id = 0;
+  std::string name;
+  OpKind kind = OpKind::kElementwise;
+  Phase phase = Phase::kForward;
+  int layer = kNoLayer;
+  int micro_batch = 0;
+  int stage = 0;
+  int stream = 0;  // 0 is the compute stream
+  std::vector<TensorId> inputs;
+  std::vector<TensorId> outputs;
+  int64_t flops = 0;
+  int64_t bytes_read = 0;
+  int64_t bytes_written = 0;
+  std::optional<GemmDims> gemm;
+  std::optional<int64_t> measured_ns;  // a measured duration, when one is known
+};
+
+// An ordering or cross-stream sync dependency. Data dependencies are not listed:
+// they follow from the tensors' producer and consumers.
+struct Edge {
+  OpId from = 0;
+  OpId to = 0;
+  EdgeKind kind = EdgeKind::kOrder;
+};
+
+struct Header {
+  std::string model;   // the config's name, e.g. "gpt-1.3b"
+  std::string family;  // gpt, bert, t5, llama
+  int64_t hidden = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t layers = 0;  // transformer blocks in the whole model
+  int64_t ffn_hidden = 0;
+  int64_t vocab = 0;
+  int64_t seq_len = 0;
+  int64_t micro_batch = 0;
+  int64_t tp = 1;
+  bool sequence_parallel = false;
+  int64_t pp = 1;
+  int64_t stage = 0;        // this trace's pipeline stage
+  int64_t first_layer = 0;  // blocks [first_layer, first_layer + stage_layers) live here
+  int64_t stage_layers = 0;
+  std::string dtype = "fp16";
+  std::string attention = "standard";  // standard or flash
+  std::string time_unit = "ns";
+  std::string size_unit = "bytes";
+};
+
+struct Trace {
+  Header header;
+  std::vector<Tensor> tensors;
+  std::vector<Op> ops;
+  std::vector<Edge> edges;
+
+  const Tensor& tensor(TensorId id) const { return tensors[static_cast<size_t>(id)]; }
+  const Op& op(OpId id) const { return ops[static_cast<size_t>(id)]; }
+  // The tensor whose storage `id` uses: itself, or the root of its alias_of chain.
+  TensorId StorageOf(TensorId id) const;
+};
+
+// A stable 64-bit fingerprint of the trace's structure (header dims, tensor ids,
+// bytes, producers, op ids and kinds). A plan records it so that the executor can
+// refuse a plan made for another trace.
+uint64_t Fingerprint(const Trace& trace);
+
+}  // namespace ssdtrain::traces
