@@ -3,9 +3,8 @@
 // so a failed write never leaves a partial output file.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "traces/status.h"
 #include "traces/trace.h"

@@ -6,12 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "traces/status.h"
 #include "traces/trace.h"
@@ -46,7 +45,7 @@ struct StepMetrics {
   int64_t step_time_ns = 0;
   double tokens_per_s = 0;
   double tflops_per_gpu = 0;
-  int64_t peak_gpu_bytes = 0;         // a replay calls it peak_device_bytes
+  int64_t peak_gpu_bytes = 0;  // a replay calls it peak_device_bytes
   int64_t peak_activation_bytes = 0;
   int64_t ssd_bytes_written = 0;
   int64_t ssd_bytes_read = 0;
@@ -56,7 +55,8 @@ struct StepMetrics {
 };
 
 struct Plan {
-  std::string policy;  // keep, recompute-full, recompute-selective, offload-host, offload-ssd, ssdtrain, optimal
+  std::string policy;  // keep, recompute-full, recompute-selective, offload-host, offload-ssd,
+                       // ssdtrain, optimal
   std::string model;
   uint64_t trace_fingerprint = 0;
   int64_t micro_batch = 1;
@@ -65,7 +65,7 @@ struct Plan {
   int64_t pp = 1;
   int64_t dp = 1;
   int64_t num_micro_batches = 1;
-  std::string schedule = "1f1b";  // 1f1b or gpipe
+  std::string schedule = "1f1b";    // 1f1b or gpipe
   int64_t memory_budget_bytes = 0;  // 0: no budget
   std::vector<Placement> placements;
   std::optional<StepMetrics> prediction;

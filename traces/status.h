@@ -17,19 +17,21 @@ class Status {
  public:
   enum class Code {
     kOk = 0,
-    kInvalidArgument,  // bad user input: a config, a trace, a flag
-    kNotFound,         // a file or an id that does not exist
-    kIoError,          // a failed read or write; message names the file and errno
-    kCorruption,       // data read back does not match what was written
-    kResourceExhausted,  // out of device memory, disk space or staging buffers
+    kInvalidArgument,     // bad user input: a config, a trace, a flag
+    kNotFound,            // a file or an id that does not exist
+    kIoError,             // a failed read or write; message names the file and errno
+    kCorruption,          // data read back does not match what was written
+    kResourceExhausted,   // out of device memory, disk space or staging buffers
     kFailedPrecondition,  // inputs that do not fit together (a plan for another trace)
-    kUnavailable,      // a backend or feature this machine does not have
-    kInternal,         // a broken invariant that reached the user
+    kUnavailable,         // a backend or feature this machine does not have
+    kInternal,            // a broken invariant that reached the user
   };
 
   Status() = default;
   static Status Ok() { return Status(); }
-  static Status InvalidArgument(std::string msg) { return Status(Code::kInvalidArgument, std::move(msg)); }
+  static Status InvalidArgument(std::string msg) {
+    return Status(Code::kInvalidArgument, std::move(msg));
+  }
   static Status NotFound(std::string msg) { return Status(Code::kNotFound, std::move(msg)); }
   static Status IoError(std::string msg) { return Status(Code::kIoError, std::move(msg)); }
   static Status Corruption(std::string msg) { return Status(Code::kCorruption, std::move(msg)); }
@@ -70,7 +72,7 @@ const char* CodeName(Status::Code code);
 template <typename T>
 class Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
 
   bool ok() const { return value_.has_value(); }
@@ -94,15 +96,15 @@ class Result {
 #define SSDTRAIN_CONCAT(a, b) SSDTRAIN_CONCAT_INNER(a, b)
 
 // Returns the status from the enclosing function when it is not OK.
-#define SSDTRAIN_RETURN_IF_ERROR(expr)              \
-  do {                                              \
-    ::ssdtrain::Status ssdtrain_status_ = (expr);   \
+#define SSDTRAIN_RETURN_IF_ERROR(expr)                   \
+  do {                                                   \
+    ::ssdtrain::Status ssdtrain_status_ = (expr);        \
     if (!ssdtrain_status_.ok()) return ssdtrain_status_; \
   } while (0)
 
 // Declares `lhs` from a Result-returning expression, or returns its status.
-#define SSDTRAIN_ASSIGN_OR_RETURN(lhs, expr)                                 \
-  auto SSDTRAIN_CONCAT(ssdtrain_result_, __LINE__) = (expr);                 \
-  if (!SSDTRAIN_CONCAT(ssdtrain_result_, __LINE__).ok())                     \
-    return SSDTRAIN_CONCAT(ssdtrain_result_, __LINE__).status();             \
+#define SSDTRAIN_ASSIGN_OR_RETURN(lhs, expr)                     \
+  auto SSDTRAIN_CONCAT(ssdtrain_result_, __LINE__) = (expr);     \
+  if (!SSDTRAIN_CONCAT(ssdtrain_result_, __LINE__).ok())         \
+    return SSDTRAIN_CONCAT(ssdtrain_result_, __LINE__).status(); \
   lhs = std::move(SSDTRAIN_CONCAT(ssdtrain_result_, __LINE__)).value()

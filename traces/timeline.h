@@ -3,10 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "traces/status.h"
 #include "traces/trace.h"
@@ -21,8 +20,8 @@ struct Span {
   Lane lane = Lane::kCompute;
   int64_t start_ns = 0;
   int64_t end_ns = 0;
-  OpId op = kNoOp;          // set for compute spans
-  TensorId tensor = -1;     // set for copy and I/O spans
+  OpId op = kNoOp;       // set for compute spans
+  TensorId tensor = -1;  // set for copy and I/O spans
   int micro_batch = 0;
   int stage = 0;
   std::string name;

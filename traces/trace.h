@@ -36,9 +36,9 @@ enum class OpKind {
   kDropout,
   kEmbedding,
   kLoss,
-  kCollective,   // tensor-parallel all-reduce / all-gather / reduce-scatter
-  kSend,         // pipeline activation send to the next stage
-  kRecv,         // pipeline activation receive from the previous stage
+  kCollective,  // tensor-parallel all-reduce / all-gather / reduce-scatter
+  kSend,        // pipeline activation send to the next stage
+  kRecv,        // pipeline activation receive from the previous stage
   kOptimizer,
 };
 enum class Phase { kForward, kBackward, kOptimizer };
@@ -64,8 +64,8 @@ struct Tensor {
   DType dtype = DType::kFp16;
   std::vector<int64_t> shape;
   TensorKind kind = TensorKind::kActivation;
-  OpId producer = kNoOp;         // kNoOp for weights and step inputs
-  std::vector<OpId> consumers;   // in issue order
+  OpId producer = kNoOp;        // kNoOp for weights and step inputs
+  std::vector<OpId> consumers;  // in issue order
   bool saved_for_backward = false;
   std::optional<TensorId> alias_of;  // a view: shares the storage of that tensor
   int layer = kNoLayer;

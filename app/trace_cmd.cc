@@ -1,0 +1,124 @@
+// ssdtrain trace: model config -> operator trace (JSON or CBOR), with a summary.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+
+#include "app/command.h"
+#include "models/build_trace.h"
+#include "models/model_config.h"
+#include "traces/io.h"
+#include "traces/summary.h"
+
+namespace ssdtrain::app {
+namespace {
+
+struct TraceOptions {
+  std::string model;
+  std::string output;
+  int64_t stage = 0;
+  bool summary = false;
+  models::ConfigOverrides overrides;
+};
+
+std::string HumanBytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
+  if (b >= 1e6) return fmt::format("{:.2f} MB", b / 1e6);
+  if (b >= 1e3) return fmt::format("{:.2f} kB", b / 1e3);
+  return fmt::format("{} B", bytes);
+}
+
+std::string HumanFlops(int64_t flops) {
+  const double f = static_cast<double>(flops);
+  if (f >= 1e12) return fmt::format("{:.2f} TFLOP", f / 1e12);
+  if (f >= 1e9) return fmt::format("{:.2f} GFLOP", f / 1e9);
+  return fmt::format("{:.2f} MFLOP", f / 1e6);
+}
+
+void PrintSummary(const traces::Trace& trace, std::ostream& out) {
+  const traces::Header& h = trace.header;
+  const traces::TraceSummary s = traces::Summarize(trace);
+  out << fmt::format(
+      "{} ({}): h={} a={} layers={} s={} b={} tp={}{} pp={} stage={} dtype={} attention={}\n",
+      h.model, h.family, h.hidden, h.heads, h.layers, h.seq_len, h.micro_batch, h.tp,
+      h.sequence_parallel ? "+sp" : "", h.pp, h.stage, h.dtype, h.attention);
+  out << fmt::format("{} ops, {} tensors, weights {}\n\n", trace.ops.size(), s.tensors,
+                     HumanBytes(s.weight_bytes));
+  out << fmt::format("{:>6} {:>6} {:>12} {:>12} {:>14} {:>14} {:>10}\n", "layer", "ops", "saved",
+                     "offloadable", "fwd FLOPs", "bwd FLOPs", "bytes/FLOP");
+  auto row = [&](const std::string& name, const traces::LayerSummary& l) {
+    const double per_flop = l.forward_flops > 0 ? static_cast<double>(l.saved_bytes) /
+                                                      static_cast<double>(l.forward_flops)
+                                                : 0.0;
+    out << fmt::format("{:>6} {:>6} {:>12} {:>12} {:>14} {:>14} {:>10.2e}\n", name, l.ops,
+                       HumanBytes(l.saved_bytes), HumanBytes(l.offloadable_bytes),
+                       HumanFlops(l.forward_flops), HumanFlops(l.backward_flops), per_flop);
+  };
+  for (const traces::LayerSummary& l : s.layers) {
+    row(l.layer == traces::kNoLayer ? "other" : std::to_string(l.layer), l);
+  }
+  row("total", s.total);
+  out << "\nbytes/FLOP: saved activation bytes per forward FLOP (what offloading must move per "
+         "unit of compute)\n";
+}
+
+int Run(const TraceOptions& o) {
+  Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
+  if (!config.ok()) return ReportError("trace", config.status());
+  Result<models::ModelConfig> applied = models::ApplyOverrides(*config, o.overrides, o.model);
+  if (!applied.ok()) return ReportError("trace", applied.status());
+  if (o.stage < 0 || o.stage >= applied->pp) {
+    return ReportError(
+        "trace", Status::InvalidArgument(fmt::format(
+                     "--stage: expected 0 <= stage < pp ({}), got {}", applied->pp, o.stage)));
+  }
+  Result<traces::Trace> trace = models::BuildTrace(*applied, o.stage);
+  if (!trace.ok()) return ReportError("trace", trace.status());
+  if (!o.output.empty()) {
+    Status s = traces::WriteTrace(*trace, o.output);
+    if (!s.ok()) return ReportError("trace", s);
+    std::cerr << fmt::format("wrote {} ({} ops, {} tensors)\n", o.output, trace->ops.size(),
+                             trace->tensors.size());
+  }
+  if (o.summary || o.output.empty()) PrintSummary(*trace, std::cout);
+  return 0;
+}
+
+}  // namespace
+
+Verb AddTraceCommand(CLI::App& app) {
+  auto o = std::make_shared<TraceOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "trace", "Build the operator trace of one training step from a model config");
+  cmd->add_option("--model", o->model, "Model config JSON (configs/models/*.json)")->required();
+  cmd->add_option("-o,--output", o->output, "Output trace (.json, or .cbor for CBOR)");
+  cmd->add_flag("--summary", o->summary,
+                "Print a per-layer table (also printed when no -o is given)");
+  cmd->add_option("--stage", o->stage, "Pipeline stage to trace (default 0)");
+  cmd->add_option_function<int64_t>(
+      "--micro-batch", [o](int64_t v) { o->overrides.micro_batch = v; },
+      "Micro-batch size (overrides the config)");
+  cmd->add_option_function<int64_t>(
+      "--seq-len", [o](int64_t v) { o->overrides.seq_len = v; },
+      "Sequence length (overrides the config)");
+  cmd->add_option_function<int64_t>(
+      "--tp", [o](int64_t v) { o->overrides.tp = v; },
+      "Tensor-parallel degree (overrides the config)");
+  cmd->add_flag_function(
+      "--sequence-parallel", [o](int64_t) { o->overrides.sequence_parallel = true; },
+      "Use sequence parallelism with tensor parallelism");
+  cmd->add_option_function<int64_t>(
+      "--pp", [o](int64_t v) { o->overrides.pp = v; },
+      "Pipeline-parallel degree (overrides the config)");
+  cmd->add_option_function<std::string>(
+         "--attention", [o](const std::string& v) { o->overrides.attention = v; },
+         "standard or flash")
+      ->check(CLI::IsMember({"standard", "flash"}));
+  cmd->add_option_function<std::string>(
+         "--dtype", [o](const std::string& v) { o->overrides.dtype = v; }, "fp16, bf16 or fp32")
+      ->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
+  return Verb{cmd, [o] { return Run(*o); }};
+}
+
+}  // namespace ssdtrain::app

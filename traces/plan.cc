@@ -1,0 +1,287 @@
+#include "traces/plan.h"
+
+#include <array>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <unordered_map>
+
+#include "traces/detail/json_fields.h"
+#include "traces/io.h"
+
+namespace ssdtrain::traces {
+namespace {
+
+using detail::JsonPath;
+using detail::ObjectReader;
+using nlohmann::json;
+
+constexpr std::array<std::pair<TensorAction, std::string_view>, 4> kActionNames{
+    {{TensorAction::kKeep, "keep"},
+     {TensorAction::kOffloadSsd, "offload-ssd"},
+     {TensorAction::kOffloadHost, "offload-host"},
+     {TensorAction::kRecompute, "recompute"}}};
+
+std::string HexFingerprint(uint64_t v) {
+  char buf[2 + 16 + 1];
+  std::snprintf(buf, sizeof(buf), "0x%016" PRIx64, v);
+  return buf;
+}
+
+Result<uint64_t> ParseFingerprint(const ObjectReader& r, const std::string& field) {
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string s, r.String(field));
+  if (s.size() != 18 || s.rfind("0x", 0) != 0 ||
+      s.find_first_not_of("0123456789abcdef", 2) != std::string::npos) {
+    return r.At(field).Error("expected a 64-bit hex string like \"0x0123456789abcdef\", got \"" +
+                             s + "\"");
+  }
+  return std::stoull(s.substr(2), nullptr, 16);
+}
+
+Result<Placement> ParsePlacement(const json& j, const JsonPath& at) {
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Make(j, at));
+  Placement p;
+  SSDTRAIN_ASSIGN_OR_RETURN(p.tensor, r.Int("tensor"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string action, r.String("action"));
+  std::optional<TensorAction> a = ParseTensorAction(action);
+  if (!a) {
+    return r.At("action").Error("unknown value \"" + action +
+                                "\"; expected keep, offload-ssd, offload-host or recompute");
+  }
+  p.action = *a;
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> prefetch, r.OptionalInt("prefetch_before"));
+  p.prefetch_before = prefetch.value_or(kNoOp);
+  SSDTRAIN_ASSIGN_OR_RETURN(p.file, r.StringOr("file", ""));
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t device, r.IntOr("device", 0));
+  p.device = static_cast<int>(device);
+  SSDTRAIN_ASSIGN_OR_RETURN(p.offset, r.IntOr("offset", 0));
+  SSDTRAIN_RETURN_IF_ERROR(r.CheckNoUnknown());
+  return p;
+}
+
+// A relative path that stays inside its directory: no "..", not absolute, not empty.
+bool StaysInside(const std::string& file) {
+  if (file.empty()) return false;
+  std::filesystem::path p(file);
+  if (p.is_absolute() || p.has_root_name() || p.has_root_directory()) return false;
+  for (const auto& part : p) {
+    if (part == "..") return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string_view ToString(TensorAction v) {
+  for (const auto& [value, name] : kActionNames) {
+    if (value == v) return name;
+  }
+  return "?";
+}
+
+std::optional<TensorAction> ParseTensorAction(std::string_view s) {
+  for (const auto& [value, name] : kActionNames) {
+    if (name == s) return value;
+  }
+  return std::nullopt;
+}
+
+json ToJson(const StepMetrics& m) {
+  return json{{"step_time_ns", m.step_time_ns},
+              {"tokens_per_s", m.tokens_per_s},
+              {"tflops_per_gpu", m.tflops_per_gpu},
+              {"peak_gpu_bytes", m.peak_gpu_bytes},
+              {"peak_activation_bytes", m.peak_activation_bytes},
+              {"ssd_bytes_written", m.ssd_bytes_written},
+              {"ssd_bytes_read", m.ssd_bytes_read},
+              {"required_ssd_write_GBps", m.required_ssd_write_GBps},
+              {"exposed_io_ns", m.exposed_io_ns},
+              {"ssd_lifetime_days", m.ssd_lifetime_days}};
+}
+
+Result<StepMetrics> StepMetricsFromJson(const json& j, const std::string& where) {
+  // `where` is "<file>" or "<file>: <path>"; split once for JsonPath.
+  const size_t colon = where.find(": ");
+  JsonPath at = colon == std::string::npos
+                    ? JsonPath(where, "")
+                    : JsonPath(where.substr(0, colon), where.substr(colon + 2));
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Make(j, at));
+  StepMetrics m;
+  SSDTRAIN_ASSIGN_OR_RETURN(m.step_time_ns, r.Int("step_time_ns"));
+  SSDTRAIN_ASSIGN_OR_RETURN(m.tokens_per_s, r.NumberOr("tokens_per_s", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(m.tflops_per_gpu, r.NumberOr("tflops_per_gpu", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(m.peak_gpu_bytes, r.IntOr("peak_gpu_bytes", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(m.peak_activation_bytes, r.IntOr("peak_activation_bytes", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(m.ssd_bytes_written, r.IntOr("ssd_bytes_written", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(m.ssd_bytes_read, r.IntOr("ssd_bytes_read", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(m.required_ssd_write_GBps, r.NumberOr("required_ssd_write_GBps", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(m.exposed_io_ns, r.IntOr("exposed_io_ns", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(m.ssd_lifetime_days, r.NumberOr("ssd_lifetime_days", 0));
+  // Other fields (per-lane busy time, per-op spans) belong to the file's other readers.
+  return m;
+}
+
+json ToJson(const Plan& plan) {
+  json placements = json::array();
+  for (const Placement& p : plan.placements) {
+    json row{{"tensor", p.tensor}, {"action", ToString(p.action)}};
+    row["prefetch_before"] = p.prefetch_before == kNoOp ? json(nullptr) : json(p.prefetch_before);
+    if (p.action == TensorAction::kOffloadSsd) {
+      row["file"] = p.file;
+      row["device"] = p.device;
+      row["offset"] = p.offset;
+    }
+    placements.push_back(std::move(row));
+  }
+  json j{{"format", kPlanFormatName},
+         {"version", kPlanFormatVersion},
+         {"policy", plan.policy},
+         {"model", plan.model},
+         {"trace_fingerprint", HexFingerprint(plan.trace_fingerprint)},
+         {"micro_batch", plan.micro_batch},
+         {"seq_len", plan.seq_len},
+         {"tp", plan.tp},
+         {"pp", plan.pp},
+         {"dp", plan.dp},
+         {"num_micro_batches", plan.num_micro_batches},
+         {"schedule", plan.schedule},
+         {"memory_budget_bytes", plan.memory_budget_bytes},
+         {"placements", std::move(placements)},
+         {"extra", plan.extra}};
+  if (plan.prediction) j["prediction"] = ToJson(*plan.prediction);
+  return j;
+}
+
+Result<Plan> PlanFromJson(const json& j, const std::string& source) {
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Make(j, JsonPath(source, "")));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string format, r.String("format"));
+  if (format != kPlanFormatName) {
+    return r.At("format").Error("expected \"" + std::string(kPlanFormatName) + "\", got \"" +
+                                format + "\"");
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t version, r.Int("version"));
+  if (version != kPlanFormatVersion) {
+    return r.At("version").Error("unsupported version " + std::to_string(version) +
+                                 "; this build reads version " +
+                                 std::to_string(kPlanFormatVersion));
+  }
+  Plan plan;
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.policy, r.String("policy"));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.model, r.String("model"));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.trace_fingerprint, ParseFingerprint(r, "trace_fingerprint"));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.micro_batch, r.IntOr("micro_batch", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.seq_len, r.IntOr("seq_len", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.tp, r.IntOr("tp", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.pp, r.IntOr("pp", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.dp, r.IntOr("dp", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.num_micro_batches, r.IntOr("num_micro_batches", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.schedule, r.StringOr("schedule", "1f1b"));
+  if (plan.schedule != "1f1b" && plan.schedule != "gpipe") {
+    return r.At("schedule")
+        .Error("unknown value \"" + plan.schedule + "\"; expected 1f1b or gpipe");
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.memory_budget_bytes, r.IntOr("memory_budget_bytes", 0));
+  for (auto [field, value] : {std::pair{"micro_batch", plan.micro_batch}, std::pair{"tp", plan.tp},
+                              std::pair{"pp", plan.pp}, std::pair{"dp", plan.dp},
+                              std::pair{"num_micro_batches", plan.num_micro_batches}}) {
+    if (value <= 0)
+      return r.At(field).Error("expected a positive integer, got " + std::to_string(value));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(const json* rows, r.Value("placements"));
+  if (!rows->is_array()) {
+    return r.At("placements").Error("expected an array, got " + detail::TypeName(*rows));
+  }
+  plan.placements.reserve(rows->size());
+  for (size_t i = 0; i < rows->size(); ++i) {
+    SSDTRAIN_ASSIGN_OR_RETURN(Placement p, ParsePlacement((*rows)[i], r.At("placements").Index(i)));
+    plan.placements.push_back(std::move(p));
+  }
+  if (r.Has("prediction")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(const json* pred, r.Value("prediction"));
+    SSDTRAIN_ASSIGN_OR_RETURN(StepMetrics m, StepMetricsFromJson(*pred, source + ": prediction"));
+    plan.prediction = m;
+  } else {
+    r.Skip("prediction");
+  }
+  if (r.Has("extra")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(const json* extra, r.Value("extra"));
+    plan.extra = *extra;
+  } else {
+    r.Skip("extra");
+  }
+  SSDTRAIN_RETURN_IF_ERROR(r.CheckNoUnknown());
+  return plan;
+}
+
+Result<Plan> ReadPlan(const std::string& path) {
+  SSDTRAIN_ASSIGN_OR_RETURN(json j, ReadJsonFile(path));
+  return PlanFromJson(j, path);
+}
+
+Status WritePlan(const Plan& plan, const std::string& path) {
+  return WriteJsonFile(ToJson(plan), path);
+}
+
+Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& source) {
+  if (plan.model != trace.header.model) {
+    return Status::FailedPrecondition(source + ": model: the plan is for \"" + plan.model +
+                                      "\" but the trace is of \"" + trace.header.model + "\"");
+  }
+  const uint64_t fp = Fingerprint(trace);
+  if (plan.trace_fingerprint != fp) {
+    return Status::FailedPrecondition(
+        source + ": trace_fingerprint: " + HexFingerprint(plan.trace_fingerprint) +
+        " does not match the trace's " + HexFingerprint(fp) +
+        " (the plan was made for another trace: other micro-batch, sequence length or "
+        "parallelism)");
+  }
+  const auto n_tensors = static_cast<int64_t>(trace.tensors.size());
+  const auto n_ops = static_cast<int64_t>(trace.ops.size());
+  std::unordered_map<TensorId, size_t> seen;
+  for (size_t i = 0; i < plan.placements.size(); ++i) {
+    const Placement& p = plan.placements[i];
+    const std::string at = source + ": placements[" + std::to_string(i) + "]";
+    if (p.tensor < 0 || p.tensor >= n_tensors) {
+      return Status::FailedPrecondition(at + ".tensor: tensor " + std::to_string(p.tensor) +
+                                        " does not exist in the trace");
+    }
+    if (auto [it, fresh] = seen.emplace(p.tensor, i); !fresh) {
+      return Status::InvalidArgument(at + ".tensor: tensor " + std::to_string(p.tensor) +
+                                     " is already placed by placements[" +
+                                     std::to_string(it->second) + "]");
+    }
+    const Tensor& t = trace.tensor(p.tensor);
+    if (p.action != TensorAction::kKeep && !t.saved_for_backward) {
+      return Status::InvalidArgument(at + ".action: tensor " + std::to_string(t.id) + " (" +
+                                     t.name +
+                                     ") is not saved for backward; only saved tensors can be " +
+                                     std::string(ToString(p.action)));
+    }
+    if ((p.action == TensorAction::kOffloadSsd || p.action == TensorAction::kOffloadHost) &&
+        !t.offloadable) {
+      return Status::InvalidArgument(at + ".action: tensor " + std::to_string(t.id) + " (" +
+                                     t.name + ") is not offloadable");
+    }
+    if (p.action == TensorAction::kRecompute && t.producer == kNoOp) {
+      return Status::InvalidArgument(at + ".action: tensor " + std::to_string(t.id) +
+                                     " has no producer op to recompute it with");
+    }
+    if (p.prefetch_before != kNoOp && (p.prefetch_before < 0 || p.prefetch_before >= n_ops)) {
+      return Status::InvalidArgument(at + ".prefetch_before: op " +
+                                     std::to_string(p.prefetch_before) + " does not exist");
+    }
+    if (p.action == TensorAction::kOffloadSsd) {
+      if (!StaysInside(p.file)) {
+        return Status::InvalidArgument(at + ".file: \"" + p.file +
+                                       "\" must be a relative name inside the offload directory "
+                                       "(no \"..\", not absolute, not empty)");
+      }
+      if (p.offset < 0 || p.device < 0) {
+        return Status::InvalidArgument(at + ": offset and device must not be negative");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ssdtrain::traces

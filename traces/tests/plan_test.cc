@@ -1,0 +1,98 @@
+#include "traces/plan.h"
+
+#include <gtest/gtest.h>
+
+#include "traces/tests/small_trace.h"
+#include "traces/timeline.h"
+
+namespace ssdtrain::traces {
+namespace {
+
+Plan SmallPlan(const Trace& t) {
+  Plan p;
+  p.policy = "offload-ssd";
+  p.model = t.header.model;
+  p.trace_fingerprint = Fingerprint(t);
+  p.placements.push_back(Placement{2, TensorAction::kOffloadSsd, 4, "t2.bin", 0, 0});
+  StepMetrics m;
+  m.step_time_ns = 12345;
+  m.ssd_bytes_written = 128;
+  p.prediction = m;
+  return p;
+}
+
+TEST(Plan, JsonRoundTripIsExact) {
+  const Trace t = testing::SmallTrace();
+  const nlohmann::json j = ToJson(SmallPlan(t));
+  Result<Plan> back = PlanFromJson(j, "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(ToJson(*back), j);
+  EXPECT_TRUE(ValidatePlan(*back, t, "p.json").ok());
+}
+
+TEST(Plan, RefusesPlanForAnotherTrace) {
+  Trace t = testing::SmallTrace();
+  Plan p = SmallPlan(t);
+  t.tensors[2].bytes *= 2;  // another micro-batch: same model name, other sizes
+  t.tensors[2].shape[0] *= 2;
+  Status s = ValidatePlan(p, t, "p.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("p.json: trace_fingerprint:"), std::string::npos) << s.message();
+}
+
+TEST(Plan, RefusesFileOutsideTheOffloadDirectory) {
+  const Trace t = testing::SmallTrace();
+  for (const char* name : {"../escape.bin", "/etc/passwd", "a/../../b", ""}) {
+    Plan p = SmallPlan(t);
+    p.placements[0].file = name;
+    Status s = ValidatePlan(p, t, "p.json");
+    ASSERT_FALSE(s.ok()) << name;
+    EXPECT_NE(s.message().find("placements[0].file"), std::string::npos) << s.message();
+  }
+}
+
+TEST(Plan, RefusesUnknownTensorAndUnsavedTensor) {
+  const Trace t = testing::SmallTrace();
+  Plan p = SmallPlan(t);
+  p.placements[0].tensor = 99;
+  EXPECT_EQ(ValidatePlan(p, t, "p.json").message(),
+            "p.json: placements[0].tensor: tensor 99 does not exist in the trace");
+  p.placements[0].tensor = 4;  // the loss output: not saved for backward
+  EXPECT_NE(ValidatePlan(p, t, "p.json").message().find("is not saved for backward"),
+            std::string::npos);
+}
+
+TEST(Plan, RejectsBadActionWithPath) {
+  nlohmann::json j = ToJson(SmallPlan(testing::SmallTrace()));
+  j["placements"][0]["action"] = "teleport";
+  Result<Plan> r = PlanFromJson(j, "p.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "p.json: placements[0].action: unknown value \"teleport\"; expected keep, offload-ssd, "
+            "offload-host or recompute");
+}
+
+TEST(Timeline, ChromeTraceHasCompleteEventsInMicroseconds) {
+  Timeline tl;
+  tl.spans.push_back(Span{Lane::kCompute, 1000, 3000, 0, -1, 0, 0, "fc"});
+  tl.spans.push_back(Span{Lane::kSsdWrite, 3000, 9000, kNoOp, 2, 0, 0, "write a"});
+  tl.memory.push_back(CounterSample{0, 1 << 20, 0});
+  nlohmann::json c = ToChromeTrace(tl, "sim");
+  int complete = 0;
+  for (const auto& e : c["traceEvents"]) {
+    if (e["ph"] == "X") {
+      ++complete;
+      if (e["name"] == "fc") {
+        EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 1.0);  // 1000 ns = 1 µs
+        EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 2.0);
+      }
+    }
+  }
+  EXPECT_EQ(complete, 2);
+  Result<Timeline> back = TimelineFromJson(ToJson(tl), "tl.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(ToJson(*back), ToJson(tl));
+}
+
+}  // namespace
+}  // namespace ssdtrain::traces

@@ -1,0 +1,82 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "traces/io.h"
+#include "traces/tests/small_trace.h"
+#include "traces/validate.h"
+
+namespace ssdtrain::traces {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("ssdtrain-traces-test-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+TEST(TraceIo, SmallTraceIsValid) { EXPECT_TRUE(Validate(testing::SmallTrace(), "small").ok()); }
+
+TEST(TraceIo, JsonRoundTripIsExact) {
+  const Trace t = testing::SmallTrace();
+  const nlohmann::json j = ToJson(t);
+  Result<Trace> back = TraceFromJson(j, "mem");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(ToJson(*back), j);
+  EXPECT_EQ(Fingerprint(*back), Fingerprint(t));
+}
+
+TEST(TraceIo, FileRoundTripJsonCborJsonIsUnchanged) {
+  TempDir dir;
+  const Trace t = testing::SmallTrace();
+  ASSERT_TRUE(WriteTrace(t, dir.File("a.json")).ok());
+  Result<Trace> a = ReadTrace(dir.File("a.json"));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(WriteTrace(*a, dir.File("b.cbor")).ok());
+  Result<Trace> b = ReadTrace(dir.File("b.cbor"));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE(WriteTrace(*b, dir.File("c.json")).ok());
+  std::ifstream fa(dir.File("a.json")), fc(dir.File("c.json"));
+  std::string sa((std::istreambuf_iterator<char>(fa)), {}),
+      sc((std::istreambuf_iterator<char>(fc)), {});
+  EXPECT_EQ(sa, sc);
+  // CBOR is smaller than JSON text for the same trace.
+  EXPECT_LT(fs::file_size(dir.File("b.cbor")), fs::file_size(dir.File("a.json")));
+}
+
+TEST(TraceIo, MissingFileNamesThePath) {
+  Result<Trace> r = ReadTrace("/nonexistent/trace.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("/nonexistent/trace.json"), std::string::npos);
+}
+
+TEST(TraceIo, NotJsonNamesTheFile) {
+  TempDir dir;
+  std::ofstream(dir.File("bad.json")) << "{ not json";
+  Result<Trace> r = ReadTrace(dir.File("bad.json"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("bad.json: not valid JSON"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(TraceIo, WriteToMissingDirectoryFailsAndLeavesNothing) {
+  Status s = WriteTrace(testing::SmallTrace(), "/nonexistent-dir/x.json");
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(fs::exists("/nonexistent-dir"));
+}
+
+}  // namespace
+}  // namespace ssdtrain::traces

@@ -1,0 +1,147 @@
+#include "traces/trace.h"
+
+#include <array>
+#include <utility>
+
+namespace ssdtrain::traces {
+namespace {
+
+template <typename E, size_t N>
+using NameTable = std::array<std::pair<E, std::string_view>, N>;
+
+constexpr NameTable<DType, 6> kDTypeNames{{{DType::kFp16, "fp16"},
+                                           {DType::kBf16, "bf16"},
+                                           {DType::kFp32, "fp32"},
+                                           {DType::kUint8, "uint8"},
+                                           {DType::kInt32, "int32"},
+                                           {DType::kInt64, "int64"}}};
+constexpr NameTable<TensorKind, 6> kTensorKindNames{
+    {{TensorKind::kActivation, "activation"},
+     {TensorKind::kWeight, "weight"},
+     {TensorKind::kGradient, "gradient"},
+     {TensorKind::kWorkspace, "workspace"},
+     {TensorKind::kOptimizerState, "optimizer_state"},
+     {TensorKind::kInput, "input"}}};
+constexpr NameTable<OpKind, 12> kOpKindNames{{{OpKind::kGemm, "gemm"},
+                                              {OpKind::kAttention, "attention"},
+                                              {OpKind::kElementwise, "elementwise"},
+                                              {OpKind::kNorm, "norm"},
+                                              {OpKind::kSoftmax, "softmax"},
+                                              {OpKind::kDropout, "dropout"},
+                                              {OpKind::kEmbedding, "embedding"},
+                                              {OpKind::kLoss, "loss"},
+                                              {OpKind::kCollective, "collective"},
+                                              {OpKind::kSend, "send"},
+                                              {OpKind::kRecv, "recv"},
+                                              {OpKind::kOptimizer, "optimizer"}}};
+constexpr NameTable<Phase, 3> kPhaseNames{{{Phase::kForward, "forward"},
+                                           {Phase::kBackward, "backward"},
+                                           {Phase::kOptimizer, "optimizer"}}};
+constexpr NameTable<EdgeKind, 2> kEdgeKindNames{
+    {{EdgeKind::kOrder, "order"}, {EdgeKind::kSync, "sync"}}};
+
+template <typename E, size_t N>
+std::string_view NameOf(const NameTable<E, N>& table, E v) {
+  for (const auto& [value, name] : table) {
+    if (value == v) return name;
+  }
+  return "?";
+}
+
+template <typename E, size_t N>
+std::optional<E> Parse(const NameTable<E, N>& table, std::string_view s) {
+  for (const auto& [value, name] : table) {
+    if (name == s) return value;
+  }
+  return std::nullopt;
+}
+
+// FNV-1a, 64 bit: stable across platforms and runs.
+class Fnv1a {
+ public:
+  void Add(int64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      hash_ ^= static_cast<uint64_t>(v >> (8 * i)) & 0xffu;
+      hash_ *= kPrime;
+    }
+  }
+  void Add(std::string_view s) {
+    for (char c : s) {
+      hash_ ^= static_cast<unsigned char>(c);
+      hash_ *= kPrime;
+    }
+    Add(static_cast<int64_t>(s.size()));
+  }
+  uint64_t value() const { return hash_; }
+
+ private:
+  static constexpr uint64_t kOffsetBasis = 0xcbf29ce484222325ull;
+  static constexpr uint64_t kPrime = 0x100000001b3ull;
+  uint64_t hash_ = kOffsetBasis;
+};
+
+}  // namespace
+
+std::string_view ToString(DType v) { return NameOf(kDTypeNames, v); }
+std::string_view ToString(TensorKind v) { return NameOf(kTensorKindNames, v); }
+std::string_view ToString(OpKind v) { return NameOf(kOpKindNames, v); }
+std::string_view ToString(Phase v) { return NameOf(kPhaseNames, v); }
+std::string_view ToString(EdgeKind v) { return NameOf(kEdgeKindNames, v); }
+std::optional<DType> ParseDType(std::string_view s) { return Parse(kDTypeNames, s); }
+std::optional<TensorKind> ParseTensorKind(std::string_view s) { return Parse(kTensorKindNames, s); }
+std::optional<OpKind> ParseOpKind(std::string_view s) { return Parse(kOpKindNames, s); }
+std::optional<Phase> ParsePhase(std::string_view s) { return Parse(kPhaseNames, s); }
+std::optional<EdgeKind> ParseEdgeKind(std::string_view s) { return Parse(kEdgeKindNames, s); }
+
+int64_t DTypeSize(DType v) {
+  switch (v) {
+    case DType::kFp16:
+    case DType::kBf16:
+      return 2;
+    case DType::kFp32:
+    case DType::kInt32:
+      return 4;
+    case DType::kUint8:
+      return 1;
+    case DType::kInt64:
+      return 8;
+  }
+  return 1;
+}
+
+TensorId Trace::StorageOf(TensorId id) const {
+  // Validation rejects alias cycles, so the chain ends.
+  while (tensor(id).alias_of.has_value()) id = *tensor(id).alias_of;
+  return id;
+}
+
+uint64_t Fingerprint(const Trace& trace) {
+  Fnv1a h;
+  const Header& hd = trace.header;
+  h.Add(hd.model);
+  h.Add(hd.family);
+  for (int64_t v : {hd.hidden, hd.heads, hd.kv_heads, hd.layers, hd.ffn_hidden, hd.vocab,
+                    hd.seq_len, hd.micro_batch, hd.tp, hd.pp, hd.stage, hd.first_layer,
+                    hd.stage_layers, static_cast<int64_t>(hd.sequence_parallel)}) {
+    h.Add(v);
+  }
+  h.Add(hd.dtype);
+  h.Add(hd.attention);
+  h.Add(static_cast<int64_t>(trace.tensors.size()));
+  for (const Tensor& t : trace.tensors) {
+    h.Add(t.bytes);
+    h.Add(t.producer);
+    h.Add(t.alias_of.value_or(-1));
+    h.Add(static_cast<int64_t>(t.kind));
+  }
+  h.Add(static_cast<int64_t>(trace.ops.size()));
+  for (const Op& op : trace.ops) {
+    h.Add(static_cast<int64_t>(op.kind));
+    h.Add(static_cast<int64_t>(op.phase));
+    h.Add(static_cast<int64_t>(op.inputs.size()));
+    h.Add(static_cast<int64_t>(op.outputs.size()));
+  }
+  return h.value();
+}
+
+}  // namespace ssdtrain::traces
