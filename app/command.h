@@ -4,10 +4,9 @@
 // naming the file, field and what was expected, and a non-zero exit.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "traces/status.h"
 
@@ -21,6 +20,7 @@ struct Verb {
 };
 
 Verb AddTraceCommand(CLI::App& app);
+Verb AddDemoCommand(CLI::App& app);
 
 // Prints "ssdtrain <verb>: error: <message>" to stderr and returns the exit code (1).
 int ReportError(const std::string& verb, const Status& status);

@@ -1,9 +1,8 @@
 // ssdtrain: plan activation offloading to NVMe SSDs, replay the plan, compare.
+#include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "app/command.h"
 
@@ -14,6 +13,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "ssdtrain 0.1.0");
   std::vector<Verb> verbs;
   verbs.push_back(AddTraceCommand(app));
+  verbs.push_back(AddDemoCommand(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs ssdtrain's build and test dependencies from Debian 12's packages,
+# only what is missing. Idempotent; needs root (or sudo) when something is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  nlohmann-json3-dev libeigen3-dev liburing-dev libcli11-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  fio
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "ssdtrain: installing ${missing[*]}" >&2
+sudo_cmd=()
+if [[ $(id -u) != 0 ]]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+# Refresh the package lists once per day at most (or when they were never fetched).
+stamp=/var/lib/apt/periodic/ssdtrain-update-stamp
+if [[ ! -f $stamp ]] || [[ -n $(find "$stamp" -mmin +1440 2>/dev/null) ]]; then
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" mkdir -p "$(dirname "$stamp")"
+  "${sudo_cmd[@]}" touch "$stamp"
+fi
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
