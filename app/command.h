@@ -21,6 +21,7 @@ struct Verb {
 
 Verb AddTraceCommand(CLI::App& app);
 Verb AddDemoCommand(CLI::App& app);
+Verb AddCompareCommand(CLI::App& app);
 
 // Prints "ssdtrain <verb>: error: <message>" to stderr and returns the exit code (1).
 int ReportError(const std::string& verb, const Status& status);

@@ -24,10 +24,11 @@ int Run(const DemoOptions& o) {
   Result<traces::Trace> trace = models::BuildTrace(*config, 0);
   if (!trace.ok()) return ReportError("demo", trace.status());
   const traces::TraceSummary s = traces::Summarize(*trace);
-  std::cout << fmt::format("{}: {} ops, {} tensors, {:.1f} MB saved for backward, {:.2f} GFLOP forward\n",
-                           trace->header.model, trace->ops.size(), trace->tensors.size(),
-                           static_cast<double>(s.total.saved_bytes) / 1e6,
-                           static_cast<double>(s.total.forward_flops) / 1e9);
+  std::cout << fmt::format(
+      "{}: {} ops, {} tensors, {:.1f} MB saved for backward, {:.2f} GFLOP forward\n",
+      trace->header.model, trace->ops.size(), trace->tensors.size(),
+      static_cast<double>(s.total.saved_bytes) / 1e6,
+      static_cast<double>(s.total.forward_flops) / 1e9);
   return 0;
 }
 

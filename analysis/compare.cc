@@ -1,0 +1,123 @@
+#include "analysis/compare.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <unordered_map>
+
+namespace ssdtrain::analysis {
+namespace {
+
+constexpr const char* kLanes[] = {"compute", "d2h", "h2d", "ssd_write", "ssd_read"};
+
+std::string Fmt(double v, const std::string& unit) {
+  if (unit == "ns") return fmt::format("{:.3f} ms", v / 1e6);
+  if (unit == "bytes") return fmt::format("{:.1f} MiB", v / (1024.0 * 1024.0));
+  return fmt::format("{:.3g}", v);
+}
+
+std::string FmtError(double e) {
+  if (std::isinf(e)) return "n/a";
+  return fmt::format("{:+.1f}%", 100.0 * e);
+}
+
+}  // namespace
+
+double RelativeError(double predicted, double measured) {
+  if (measured == 0) return predicted == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return (predicted - measured) / measured;
+}
+
+Result<Comparison> Compare(const traces::StepReport& p, const traces::StepReport& m, size_t worst) {
+  if (p.kind != "prediction" || m.kind != "run") {
+    return Status::InvalidArgument(
+        fmt::format("expected a prediction and a measured run, got a {} and a {} (pass --predicted "
+                    "from `ssdtrain "
+                    "simulate` and --measured from `ssdtrain replay`)",
+                    p.kind, m.kind));
+  }
+  if (p.model != m.model || p.trace_fingerprint != m.trace_fingerprint) {
+    return Status::FailedPrecondition(
+        fmt::format("the prediction and the run describe different traces (prediction: {} "
+                    "fingerprint 0x{:016x}; run: {} "
+                    "fingerprint 0x{:016x}); simulate and replay the same trace",
+                    p.model, p.trace_fingerprint, m.model, m.trace_fingerprint));
+  }
+  Comparison c;
+  c.model = m.model;
+  c.policy = m.policy.empty() ? p.policy : m.policy;
+  auto add = [&](std::string name, std::string unit, double pv, double mv) {
+    c.metrics.push_back(MetricRow{std::move(name), std::move(unit), pv, mv, RelativeError(pv, mv)});
+  };
+  add("step_time", "ns", static_cast<double>(p.metrics.step_time_ns),
+      static_cast<double>(m.metrics.step_time_ns));
+  for (const char* lane : kLanes) {
+    auto pi = p.lane_busy_ns.find(lane);
+    auto mi = m.lane_busy_ns.find(lane);
+    if (pi == p.lane_busy_ns.end() && mi == m.lane_busy_ns.end()) continue;
+    add(std::string("busy.") + lane, "ns",
+        pi == p.lane_busy_ns.end() ? 0.0 : static_cast<double>(pi->second),
+        mi == m.lane_busy_ns.end() ? 0.0 : static_cast<double>(mi->second));
+  }
+  add("exposed_io", "ns", static_cast<double>(p.metrics.exposed_io_ns),
+      static_cast<double>(m.metrics.exposed_io_ns));
+  add("peak_device_memory", "bytes", static_cast<double>(p.metrics.peak_gpu_bytes),
+      static_cast<double>(m.metrics.peak_gpu_bytes));
+  add("peak_activation_memory", "bytes", static_cast<double>(p.metrics.peak_activation_bytes),
+      static_cast<double>(m.metrics.peak_activation_bytes));
+  add("ssd_bytes_written", "bytes", static_cast<double>(p.metrics.ssd_bytes_written),
+      static_cast<double>(m.metrics.ssd_bytes_written));
+  add("ssd_bytes_read", "bytes", static_cast<double>(p.metrics.ssd_bytes_read),
+      static_cast<double>(m.metrics.ssd_bytes_read));
+
+  std::unordered_map<traces::OpId, int64_t> predicted;
+  for (const traces::OpTiming& t : p.ops) predicted[t.op] = t.end_ns - t.start_ns;
+  for (const traces::OpTiming& t : m.ops) {
+    auto it = predicted.find(t.op);
+    if (it == predicted.end()) continue;
+    const int64_t measured = t.end_ns - t.start_ns;
+    c.worst_ops.push_back(
+        OpErrorRow{t.op, it->second, measured, std::llabs(it->second - measured)});
+  }
+  std::stable_sort(
+      c.worst_ops.begin(), c.worst_ops.end(),
+      [](const OpErrorRow& a, const OpErrorRow& b) { return a.abs_error_ns > b.abs_error_ns; });
+  if (c.worst_ops.size() > worst) c.worst_ops.resize(worst);
+  return c;
+}
+
+void PrintComparison(const Comparison& c, std::ostream& out) {
+  out << fmt::format("{} ({})\n", c.model, c.policy.empty() ? "plan" : c.policy);
+  out << fmt::format("{:<24} {:>14} {:>14} {:>9}\n", "", "predicted", "measured", "error");
+  for (const MetricRow& r : c.metrics) {
+    out << fmt::format("{:<24} {:>14} {:>14} {:>9}\n", r.name, Fmt(r.predicted, r.unit),
+                       Fmt(r.measured, r.unit), FmtError(r.relative_error));
+  }
+  if (!c.worst_ops.empty()) {
+    out << fmt::format("\nops with the largest absolute error\n{:>8} {:>14} {:>14} {:>14}\n", "op",
+                       "predicted", "measured", "abs error");
+    for (const OpErrorRow& r : c.worst_ops) {
+      out << fmt::format("{:>8} {:>11.3f} ms {:>11.3f} ms {:>11.3f} ms\n", r.op,
+                         r.predicted_ns / 1e6, r.measured_ns / 1e6, r.abs_error_ns / 1e6);
+    }
+  }
+}
+
+void WriteCsv(const Comparison& c, std::ostream& out) {
+  out << "kind,name,unit,predicted,measured,relative_error\n";
+  for (const MetricRow& r : c.metrics) {
+    out << fmt::format(
+        "metric,{},{},{},{},{}\n", r.name, r.unit, r.predicted, r.measured,
+        std::isinf(r.relative_error) ? std::string("") : fmt::format("{}", r.relative_error));
+  }
+  for (const OpErrorRow& r : c.worst_ops) {
+    out << fmt::format(
+        "op,{},ns,{},{},{}\n", r.op, r.predicted_ns, r.measured_ns,
+        RelativeError(static_cast<double>(r.predicted_ns), static_cast<double>(r.measured_ns)));
+  }
+}
+
+}  // namespace ssdtrain::analysis

@@ -1,0 +1,73 @@
+#include "analysis/compare.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace ssdtrain::analysis {
+namespace {
+
+traces::StepReport Report(std::string kind, int64_t step_ns) {
+  traces::StepReport r;
+  r.kind = std::move(kind);
+  r.model = "tiny-gpt";
+  r.trace_fingerprint = 0x1234;
+  r.metrics.step_time_ns = step_ns;
+  r.lane_busy_ns["compute"] = step_ns;
+  r.ops = {{0, 0, 100}, {1, 100, 400}, {2, 400, step_ns}};
+  return r;
+}
+
+TEST(Compare, RelativeErrorIsAgainstMeasured) {
+  // predicted 110 ms, measured 100 ms: +10%.
+  Result<Comparison> c = Compare(Report("prediction", 110'000'000), Report("run", 100'000'000));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->metrics[0].name, "step_time");
+  EXPECT_NEAR(c->metrics[0].relative_error, 0.10, 1e-12);
+}
+
+TEST(Compare, WorstOpsSortedByAbsoluteError) {
+  traces::StepReport p = Report("prediction", 1000);
+  traces::StepReport m = Report("run", 1000);
+  m.ops[1].end_ns = 700;  // op 1: predicted 300 ns, measured 600 ns -> error 300
+  m.ops[0].end_ns = 150;  // op 0: predicted 100, measured 150 -> error 50
+  Result<Comparison> c = Compare(p, m, 2);
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->worst_ops.size(), 2u);
+  EXPECT_EQ(c->worst_ops[0].op, 1);
+  EXPECT_EQ(c->worst_ops[0].abs_error_ns, 300);
+}
+
+TEST(Compare, RefusesDifferentTraces) {
+  traces::StepReport m = Report("run", 1000);
+  m.trace_fingerprint = 0x9999;
+  Result<Comparison> c = Compare(Report("prediction", 1000), m);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("different traces"), std::string::npos);
+}
+
+TEST(Compare, RefusesTwoPredictions) {
+  EXPECT_FALSE(Compare(Report("prediction", 1), Report("prediction", 1)).ok());
+}
+
+TEST(Compare, ReportJsonRoundTrip) {
+  traces::StepReport r = Report("run", 5000);
+  r.verified = true;
+  Result<traces::StepReport> back = traces::StepReportFromJson(traces::ToJson(r), "run.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(traces::ToJson(*back), traces::ToJson(r));
+}
+
+TEST(Compare, CsvHasHeaderAndOneLinePerRow) {
+  Result<Comparison> c = Compare(Report("prediction", 1000), Report("run", 1000));
+  ASSERT_TRUE(c.ok());
+  std::ostringstream out;
+  WriteCsv(*c, out);
+  const std::string csv = out.str();
+  EXPECT_EQ(csv.rfind("kind,name,unit,predicted,measured,relative_error\n", 0), 0u);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'),
+            1 + static_cast<long>(c->metrics.size() + c->worst_ops.size()));
+}
+
+}  // namespace
+}  // namespace ssdtrain::analysis

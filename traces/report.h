@@ -1,0 +1,50 @@
+// A step report: what `ssdtrain simulate`/`plan` predict and what `ssdtrain
+// replay` measures, in one JSON shape keyed by the trace's op ids, so that
+// `ssdtrain compare` can diff the two. The StepMetrics fields sit at the top
+// level of the document (step_time_ns, peak_gpu_bytes, ...); a measured run also
+// writes peak_device_bytes (= peak_gpu_bytes), backend, steps and verified.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "traces/plan.h"
+#include "traces/status.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::traces {
+
+inline constexpr std::string_view kReportFormatName = "ssdtrain-report";
+inline constexpr int kReportFormatVersion = 1;
+
+struct OpTiming {
+  OpId op = kNoOp;
+  int64_t start_ns = 0;  // from the start of the step
+  int64_t end_ns = 0;
+};
+
+struct StepReport {
+  std::string kind;  // "prediction" or "run"
+  std::string model;
+  uint64_t trace_fingerprint = 0;
+  std::string policy;
+  std::string source;  // the hardware config (prediction) or backend description (run)
+  StepMetrics metrics;
+  // Busy time per timeline lane ("compute", "d2h", "h2d", "ssd_write", "ssd_read").
+  std::map<std::string, int64_t> lane_busy_ns;
+  std::vector<OpTiming> ops;     // one step, in op order
+  int64_t steps = 1;             // measured steps the medians come from
+  std::optional<bool> verified;  // runs with --verify
+  nlohmann::json extra = nlohmann::json::object();
+};
+
+nlohmann::json ToJson(const StepReport& r);
+Result<StepReport> StepReportFromJson(const nlohmann::json& j, const std::string& source);
+Result<StepReport> ReadStepReport(const std::string& path);
+Status WriteStepReport(const StepReport& r, const std::string& path);
+
+}  // namespace ssdtrain::traces
