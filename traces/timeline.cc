@@ -47,7 +47,8 @@ json ToJson(const Timeline& t) {
                          {"tensor", s.tensor < 0 ? json(nullptr) : json(s.tensor)},
                          {"micro_batch", s.micro_batch},
                          {"stage", s.stage},
-                         {"name", s.name}});
+                         {"name", s.name},
+                         {"bytes", s.bytes}});
   }
   json memory = json::array();
   for (const CounterSample& c : t.memory) {
@@ -83,6 +84,7 @@ Result<Timeline> TimelineFromJson(const json& j, const std::string& source) {
     SSDTRAIN_ASSIGN_OR_RETURN(int64_t stage, s.IntOr("stage", 0));
     span.stage = static_cast<int>(stage);
     SSDTRAIN_ASSIGN_OR_RETURN(span.name, s.StringOr("name", ""));
+    SSDTRAIN_ASSIGN_OR_RETURN(span.bytes, s.IntOr("bytes", 0));
     t.spans.push_back(std::move(span));
   }
   if (r.Has("memory")) {
@@ -122,6 +124,7 @@ json ToChromeTrace(const Timeline& t, const std::string& process_name) {
     json args{{"micro_batch", s.micro_batch}};
     if (s.op != kNoOp) args["op"] = s.op;
     if (s.tensor >= 0) args["tensor"] = s.tensor;
+    if (s.bytes > 0) args["bytes"] = s.bytes;
     events.push_back(json{{"name", s.name.empty() ? std::string(ToString(s.lane)) : s.name},
                           {"ph", "X"},
                           {"pid", kPid},
