@@ -20,6 +20,8 @@ models::ModelConfig Gpt175b() {
   Result<models::ModelConfig> c =
       models::LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/gpt-175b.json");
   if (!c.ok()) throw std::runtime_error(c.status().ToString());
+  // The whole model in one trace: all 96 blocks (the config's pp would split them into stages).
+  c->pp = 1;
   return *c;
 }
 

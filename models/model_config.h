@@ -1,34 +1,41 @@
 // Model configs (configs/models/*.json) and the options that override them.
+//
+// Read this header first, then build_trace.h. A config file is one JSON object
+// whose fields mirror ModelConfig field for field; unknown fields are rejected.
+// Every error is a Status whose message names the file, the field and what was
+// expected: "configs/models/x.json: heads: 12 does not divide hidden 1000".
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "traces/status.h"
 
 namespace ssdtrain::models {
 
 // Mirrors the JSON config field for field. Sizes are element counts.
+// Required fields: name, family, hidden, heads, layers, vocab, seq_len (and
+// encoder_layers for t5); every other field has the default shown.
 struct ModelConfig {
-  std::string name;              // "gpt-1.3b"
-  std::string family;            // gpt, bert, t5, llama
-  int64_t hidden = 0;            // h
-  int64_t heads = 0;             // a
-  int64_t kv_heads = 0;          // grouped-query attention; 0 means = heads
-  int64_t layers = 0;            // transformer blocks (for t5: encoder + decoder)
-  int64_t encoder_layers = 0;    // t5 only; decoder_layers = layers - encoder_layers
-  int64_t ffn_hidden = 0;        // 0 means 4h (gpt, bert, t5)
-  int64_t vocab = 0;
-  int64_t seq_len = 0;           // s
-  int64_t micro_batch = 1;       // b
-  int64_t tp = 1;                // tensor-parallel degree t
-  bool sequence_parallel = false;
-  int64_t pp = 1;                // pipeline stages
+  std::string name;                // "gpt-1.3b"; equals the file's stem
+  std::string family;              // gpt, bert, t5, llama
+  int64_t hidden = 0;              // h (model width)
+  int64_t heads = 0;               // a (query heads)
+  int64_t kv_heads = 0;            // grouped-query attention; 0 means = heads
+  int64_t head_dim = 0;            // per-head width; 0 means hidden / heads (T5-11B: 128)
+  int64_t layers = 0;              // transformer blocks (for t5: encoder + decoder)
+  int64_t encoder_layers = 0;      // t5 only; decoder_layers = layers - encoder_layers
+  int64_t ffn_hidden = 0;          // 0 means 4h
+  int64_t vocab = 0;               // tokens; padded to a multiple of 128·tp as Megatron-LM does
+  int64_t seq_len = 0;             // s (tokens per sample; t5: encoder and decoder alike)
+  int64_t micro_batch = 1;         // b (samples per micro-batch)
+  int64_t tp = 1;                  // tensor-parallel degree t
+  bool sequence_parallel = false;  // Megatron sequence parallelism (no effect when tp = 1)
+  int64_t pp = 1;                  // pipeline stages; must divide layers
   std::string attention = "standard";  // standard or flash
-  std::string dtype = "fp16";          // fp16, bf16, fp32
+  std::string dtype = "fp16";          // activations and weights: fp16, bf16, fp32
 };
 
 // Command-line overrides; unset fields keep the config's value.
@@ -38,13 +45,27 @@ struct ConfigOverrides {
   std::optional<std::string> attention, dtype;
 };
 
+// Parses one config object (types, required and unknown fields) and validates it.
 // `source` names the file in messages ("configs/models/x.json: hidden: ...").
 Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::string& source);
+// Reads, parses and validates a config file; its "name" must equal the file's stem.
 Result<ModelConfig> LoadModelConfig(const std::string& path);
+// The config as JSON, every field written (ModelConfigFromJson reads it back equal).
 nlohmann::json ToJson(const ModelConfig& c);
-// Applies overrides, then checks consistency (heads divide hidden, tp divides
-// heads, pp divides layers, positive sizes, known family/attention/dtype).
-Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o, const std::string& source);
+// Applies overrides, then checks consistency with ValidateConfig.
+Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
+                                   const std::string& source);
+// Positive sizes; known family/attention/dtype; heads divide hidden (unless
+// head_dim is set); kv_heads divide heads; tp divides heads, kv_heads, ffn_hidden
+// (and seq_len with sequence parallelism); pp divides layers; t5 has
+// 0 < encoder_layers < layers; only llama has kv_heads other than heads.
 Status ValidateConfig(const ModelConfig& c, const std::string& source);
+
+// Derived sizes with the defaults resolved (kv_heads 0 -> heads, and so on).
+int64_t KvHeads(const ModelConfig& c);
+int64_t HeadDim(const ModelConfig& c);
+int64_t FfnHidden(const ModelConfig& c);
+// vocab rounded up to a multiple of 128·tp (Megatron-LM's --make-vocab-size-divisible-by).
+int64_t PaddedVocab(const ModelConfig& c);
 
 }  // namespace ssdtrain::models

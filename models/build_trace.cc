@@ -1,0 +1,38 @@
+#include "models/build_trace.h"
+
+#include "models/detail/stacks.h"
+
+namespace ssdtrain::models {
+
+Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
+  const std::string source = "model " + config.name;
+  SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(config, source));
+  if (stage < 0 || stage >= config.pp) {
+    return Status::InvalidArgument(source + ": stage: " + std::to_string(stage) +
+                                   " is out of range for pp " + std::to_string(config.pp) +
+                                   " (expected 0 <= stage < pp)");
+  }
+  traces::Header h;
+  h.model = config.name;
+  h.family = config.family;
+  h.hidden = config.hidden;
+  h.heads = config.heads;
+  h.kv_heads = KvHeads(config);
+  h.layers = config.layers;
+  h.ffn_hidden = FfnHidden(config);
+  h.vocab = config.vocab;
+  h.seq_len = config.seq_len;
+  h.micro_batch = config.micro_batch;
+  h.tp = config.tp;
+  h.sequence_parallel = config.sequence_parallel && config.tp > 1;
+  h.pp = config.pp;
+  h.stage = stage;
+  h.stage_layers = config.layers / config.pp;
+  h.first_layer = stage * h.stage_layers;
+  h.dtype = config.dtype;
+  h.attention = config.attention;
+  if (config.family == "t5") return detail::BuildEncoderDecoder(config, h);
+  return detail::BuildSingleStack(config, h);
+}
+
+}  // namespace ssdtrain::models

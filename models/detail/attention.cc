@@ -1,0 +1,112 @@
+#include "models/detail/attention.h"
+
+#include "models/detail/costs.h"
+
+namespace ssdtrain::models::detail {
+namespace {
+
+// Query heads per key/value head.
+int64_t Group(const Dims& d) { return d.heads / d.kv_heads; }
+
+// The running bias gradient: this layer's reduction over the batch plus the
+// previous layers' sum, in one op.
+std::vector<TensorId> BiasGradInputs(TensorId source, const TensorId* g_bias) {
+  std::vector<TensorId> inputs = {source};
+  if (*g_bias != kNoTensor) inputs.push_back(*g_bias);
+  return inputs;
+}
+
+}  // namespace
+
+TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const std::string& name,
+                          TensorId q, TensorId k, TensorId v, TensorId bias, AttentionState* st) {
+  st->name = name;
+  st->q = q;
+  st->k = k;
+  st->v = v;
+  st->bias = bias;
+  const int64_t batch = d.b * d.kv_heads;
+  const int64_t rows = Group(d) * d.s;
+  std::vector<TensorId> qk_inputs = {q, k};
+  if (bias != kNoTensor) qk_inputs.push_back(bias);
+  if (d.flash) {
+    const TensorId ctx = b.Activation(name + ".ctx", d.Full(d.heads * d.d), d.act);
+    st->lse = b.Activation(name + ".lse", {d.b, d.heads, d.s}, DType::kFp32);
+    st->ctx = ctx;
+    std::vector<TensorId> inputs = {q, k, v};
+    if (bias != kNoTensor) inputs.push_back(bias);
+    // Two s×s×d products per head: QKᵀ and P·V.
+    b.Op(name + ".flash", OpKind::kAttention, inputs, {ctx, st->lse},
+         2 * 2 * d.b * d.heads * d.s * d.s * d.d);
+    return ctx;
+  }
+  const std::vector<int64_t> scores_shape = {d.b, d.heads, d.s, d.s};
+  const TensorId scores = b.Activation(name + ".scores", scores_shape, d.act);
+  b.Gemm(name + ".qk", qk_inputs, {scores}, {.m = rows, .n = d.s, .k = d.d, .batch = batch});
+  st->probs = b.Activation(name + ".probs", scores_shape, d.act);
+  int64_t softmax_flops = kSoftmaxFlops * Elements(scores_shape);
+  b.Op(name + ".softmax", OpKind::kSoftmax, {scores}, {st->probs}, softmax_flops);
+  st->dropped = st->probs;
+  if (dropout) {
+    st->dropped = b.Activation(name + ".probs_dropped", scores_shape, d.act);
+    st->mask = b.Activation(name + ".dropout_mask", scores_shape, DType::kUint8);
+    b.Op(name + ".dropout", OpKind::kDropout, {st->probs}, {st->dropped, st->mask},
+         kDropoutFlops * Elements(scores_shape));
+  }
+  const TensorId ctx = b.Activation(name + ".ctx", d.Full(d.heads * d.d), d.act);
+  b.Gemm(name + ".av", {st->dropped, v}, {ctx}, {.m = rows, .n = d.d, .k = d.s, .batch = batch});
+  return ctx;
+}
+
+AttentionGrads AttentionBackward(TraceBuilder& b, const Dims& d, const AttentionState& st,
+                                 TensorId g_ctx, TensorId* g_bias) {
+  AttentionGrads g;
+  const std::string& name = st.name;
+  g.q = b.Gradient(name + ".q.grad", b.shape(st.q), d.act);
+  g.k = b.Gradient(name + ".k.grad", b.shape(st.k), d.act);
+  g.v = b.Gradient(name + ".v.grad", b.shape(st.v), d.act);
+  const std::vector<int64_t> bias_shape = {d.heads, d.s, d.s};
+  if (d.flash) {
+    std::vector<TensorId> inputs = {st.q, st.k, st.v, st.ctx, st.lse, g_ctx};
+    std::vector<TensorId> outputs = {g.q, g.k, g.v};
+    if (st.bias != kNoTensor) {
+      inputs.push_back(st.bias);
+      if (*g_bias != kNoTensor) inputs.push_back(*g_bias);
+      *g_bias = b.Gradient(name + ".bias.grad", bias_shape, d.act);
+      outputs.push_back(*g_bias);
+    }
+    b.Op(name + ".flash.bwd", OpKind::kAttention, inputs, outputs,
+         2 * 2 * d.b * d.heads * d.s * d.s * d.d * kFlashBackwardNum / kFlashBackwardDen);
+    return g;
+  }
+  const int64_t batch = d.b * d.kv_heads;
+  const int64_t rows = Group(d) * d.s;
+  const std::vector<int64_t> scores_shape = {d.b, d.heads, d.s, d.s};
+  const int64_t n_scores = Elements(scores_shape);
+  const TensorId g_dropped = b.Gradient(name + ".probs_dropped.grad", scores_shape, d.act);
+  b.Gemm(name + ".av.dgrad_probs", {g_ctx, st.v}, {g_dropped},
+         {.m = rows, .n = d.s, .k = d.d, .batch = batch});
+  b.Gemm(name + ".av.dgrad_v", {st.dropped, g_ctx}, {g.v},
+         {.m = d.s, .n = d.d, .k = rows, .batch = batch});
+  TensorId g_probs = g_dropped;
+  if (st.mask != kNoTensor) {
+    g_probs = b.Gradient(name + ".probs.grad", scores_shape, d.act);
+    b.Op(name + ".dropout.bwd", OpKind::kDropout, {st.mask, g_dropped}, {g_probs},
+         kBackwardFactor * kDropoutFlops * n_scores);
+  }
+  const TensorId g_scores = b.Gradient(name + ".scores.grad", scores_shape, d.act);
+  b.Op(name + ".softmax.bwd", OpKind::kSoftmax, {st.probs, g_probs}, {g_scores},
+       kBackwardFactor * kSoftmaxFlops * n_scores);
+  if (st.bias != kNoTensor) {
+    const std::vector<TensorId> inputs = BiasGradInputs(g_scores, g_bias);
+    *g_bias = b.Gradient(name + ".bias.grad", bias_shape, d.act);
+    b.Op(name + ".bias.grad_sum", OpKind::kElementwise, inputs, {*g_bias}, kAddFlops * n_scores);
+  }
+  b.Gemm(name + ".qk.dgrad_q", {g_scores, st.k}, {g.q},
+         {.m = rows, .n = d.d, .k = d.s, .batch = batch});
+  b.Gemm(name + ".qk.dgrad_k", {g_scores, st.q}, {g.k},
+         {.m = d.s, .n = d.d, .k = rows, .batch = batch});
+  return g;
+}
+
+}  // namespace ssdtrain::models::detail

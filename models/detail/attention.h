@@ -1,0 +1,39 @@
+// The attention core between the QKV projections and the output projection:
+// standard (QKᵀ gemm, fused scale-mask-softmax, dropout, attention·V gemm) or a
+// fused FlashAttention kernel. Grouped-query attention runs as batched gemms over
+// the key/value heads (each K/V head serves heads/kv_heads query heads), so K and V
+// are never expanded.
+#pragma once
+
+#include <string>
+
+#include "models/detail/dims.h"
+#include "models/detail/trace_builder.h"
+
+namespace ssdtrain::models::detail {
+
+struct AttentionState {
+  std::string name;
+  TensorId q = kNoTensor, k = kNoTensor, v = kNoTensor;  // read by backward
+  TensorId bias = kNoTensor;     // T5's relative position bias [heads, s, s], or none
+  TensorId probs = kNoTensor;    // standard: softmax output
+  TensorId mask = kNoTensor;     // standard with dropout: uint8 dropout mask
+  TensorId dropped = kNoTensor;  // standard: what the attention·V gemm read
+  TensorId ctx = kNoTensor;      // flash: the output, saved by the kernel's backward
+  TensorId lse = kNoTensor;      // flash: fp32 log-sum-exp per query row
+};
+
+struct AttentionGrads {
+  TensorId q = kNoTensor, k = kNoTensor, v = kNoTensor;
+};
+
+// q: [s, b, heads·d]; k, v: [s, b, kv_heads·d] (this rank's heads). Returns the
+// context [s, b, heads·d].
+TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const std::string& name,
+                          TensorId q, TensorId k, TensorId v, TensorId bias, AttentionState* st);
+// `*g_bias` is the running gradient of the relative position bias: read and
+// replaced when the attention has a bias.
+AttentionGrads AttentionBackward(TraceBuilder& b, const Dims& d, const AttentionState& st,
+                                 TensorId g_ctx, TensorId* g_bias);
+
+}  // namespace ssdtrain::models::detail

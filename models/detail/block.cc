@@ -1,0 +1,187 @@
+#include "models/detail/block.h"
+
+#include "models/detail/costs.h"
+
+namespace ssdtrain::models::detail {
+namespace {
+
+TensorId ResidualForward(TraceBuilder& b, const Dims& d, const BlockStyle& style,
+                         const std::string& name, TensorId y, TensorId x, ResidualState* st) {
+  st->name = name;
+  const TensorId out = b.Activation(name + ".out", d.Stream(), d.act);
+  const int64_t n = Elements(d.Stream());
+  if (!style.dropout) {
+    b.Op(name + ".residual_add", OpKind::kElementwise, {y, x}, {out}, kAddFlops * n);
+    return out;
+  }
+  std::vector<TensorId> inputs = {y};
+  if (style.bias) {
+    st->bias = b.Weight(name + ".bias", {d.h}, d.act);
+    inputs.push_back(st->bias);
+  }
+  inputs.push_back(x);
+  st->mask = b.Activation(name + ".dropout_mask", d.Stream(), DType::kUint8);
+  // Megatron's fused bias-dropout-add: bias add, dropout, residual add.
+  b.Op(name + ".dropout_add", OpKind::kDropout, inputs, {out, st->mask},
+       (kDropoutFlops + 2 * kAddFlops) * n);
+  return out;
+}
+
+// Returns the gradient of the branch output y; the residual's gradient is g_out itself.
+TensorId ResidualBackward(TraceBuilder& b, const Dims& d, const ResidualState& st, TensorId g_out) {
+  if (st.mask == kNoTensor) return g_out;
+  std::vector<TensorId> inputs = {st.mask, g_out};
+  const TensorId g_y = b.Gradient(st.name + ".branch.grad", d.Stream(), d.act);
+  std::vector<TensorId> outputs = {g_y};
+  if (st.bias != kNoTensor) outputs.push_back(b.WeightGrad(st.bias, inputs));
+  b.Op(st.name + ".dropout_add.bwd", OpKind::kDropout, inputs, outputs,
+       kBackwardFactor * kDropoutFlops * Elements(d.Stream()));
+  return g_y;
+}
+
+TensorId SelfAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
+                              TensorId rel_bias, AttentionSublayer* st) {
+  const TensorId ln = NormForward(b, d, style.norm, "ln1", x, &st->norm);
+  const int64_t q_width = d.heads * d.d;
+  const int64_t kv_width = d.kv_heads * d.d;
+  const TensorId qkv = b.Activation("qkv.out", d.Full(q_width + 2 * kv_width), d.act);
+  TensorId q = b.View("q", qkv, d.Full(q_width));
+  TensorId k = b.View("k", qkv, d.Full(kv_width));
+  const TensorId v = b.View("v", qkv, d.Full(kv_width));
+  st->q = ColumnForward(b, d, "qkv", ln, d.h, q_width + 2 * kv_width, {qkv, q, k, v}, style.bias);
+  st->rotary = style.rotary;
+  if (style.rotary) {
+    st->q_pre = q;
+    st->k_pre = k;
+    q = b.Activation("q_rot", d.Full(q_width), d.act);
+    k = b.Activation("k_rot", d.Full(kv_width), d.act);
+    b.Op("rotary", OpKind::kElementwise, {st->q_pre, st->k_pre}, {q, k},
+         kRotaryFlops * d.s * d.b * (q_width + kv_width));
+  }
+  const TensorId ctx = AttentionForward(b, d, style.dropout, "attn", q, k, v, rel_bias, &st->core);
+  TensorId y = kNoTensor;
+  st->proj = RowForward(b, d, "proj", ctx, q_width, d.h, &y);
+  return ResidualForward(b, d, style, "attn_out", y, x, &st->residual);
+}
+
+TensorId CrossAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
+                               TensorId encoder_out, AttentionSublayer* st) {
+  const TensorId ln = NormForward(b, d, style.norm, "ln_cross", x, &st->norm);
+  const int64_t q_width = d.heads * d.d;
+  const int64_t kv_width = d.kv_heads * d.d;
+  const TensorId q = b.Activation("cross_q.out", d.Full(q_width), d.act);
+  st->q = ColumnForward(b, d, "cross_q", ln, d.h, q_width, {q}, style.bias);
+  const TensorId kv = b.Activation("cross_kv.out", d.Full(2 * kv_width), d.act);
+  const TensorId k = b.View("cross_k", kv, d.Full(kv_width));
+  const TensorId v = b.View("cross_v", kv, d.Full(kv_width));
+  st->kv = ColumnForward(b, d, "cross_kv", encoder_out, d.h, 2 * kv_width, {kv, k, v}, style.bias);
+  const TensorId ctx =
+      AttentionForward(b, d, style.dropout, "cross_attn", q, k, v, kNoTensor, &st->core);
+  TensorId y = kNoTensor;
+  st->proj = RowForward(b, d, "cross_proj", ctx, q_width, d.h, &y);
+  return ResidualForward(b, d, style, "cross_out", y, x, &st->residual);
+}
+
+TensorId MlpForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
+                    MlpSublayer* st) {
+  const TensorId ln = NormForward(b, d, style.norm, "ln2", x, &st->norm);
+  st->kind = style.mlp;
+  const int64_t fc1_width = style.mlp == MlpKind::kSwiglu ? 2 * d.ffn : d.ffn;
+  const TensorId f1 = b.Activation("fc1.out", d.Full(fc1_width), d.act);
+  st->fc1 = ColumnForward(b, d, "fc1", ln, d.h, fc1_width, {f1}, style.bias);
+  const TensorId a = b.Activation("act.out", d.Full(d.ffn), d.act);
+  const int64_t n = d.s * d.b * d.ffn;
+  switch (style.mlp) {
+    case MlpKind::kGelu:
+      b.Op("gelu", OpKind::kElementwise, {f1}, {a}, kGeluFlops * n);
+      st->act_saved = f1;
+      break;
+    case MlpKind::kRelu:
+      b.Op("relu", OpKind::kElementwise, {f1}, {a}, kReluFlops * n);
+      st->act_saved = a;  // ReLU's backward needs only where its output is positive
+      break;
+    case MlpKind::kSwiglu:
+      b.Op("swiglu", OpKind::kElementwise, {f1}, {a}, kSwigluFlops * n);
+      st->act_saved = f1;
+      break;
+  }
+  TensorId y = kNoTensor;
+  st->fc2 = RowForward(b, d, "fc2", a, d.ffn, d.h, &y);
+  return ResidualForward(b, d, style, "mlp_out", y, x, &st->residual);
+}
+
+TensorId AttentionSublayerBackward(TraceBuilder& b, const Dims& d, const AttentionSublayer& st,
+                                   bool cross, TensorId g_out, TensorId* g_rel_bias,
+                                   TensorId* g_encoder_out) {
+  const TensorId g_y = ResidualBackward(b, d, st.residual, g_out);
+  const TensorId g_ctx = RowBackward(b, d, st.proj, g_y);
+  AttentionGrads g = AttentionBackward(b, d, st.core, g_ctx, g_rel_bias);
+  if (st.rotary) {
+    const TensorId g_q = b.Gradient("q.grad", b.shape(st.q_pre), d.act);
+    const TensorId g_k = b.Gradient("k.grad", b.shape(st.k_pre), d.act);
+    b.Op("rotary.bwd", OpKind::kElementwise, {g.q, g.k}, {g_q, g_k},
+         kRotaryFlops * (Elements(b.shape(g_q)) + Elements(b.shape(g_k))));
+    g.q = g_q;
+    g.k = g_k;
+  }
+  TensorId g_ln = kNoTensor;
+  if (cross) {
+    const TensorId g_enc = ColumnBackward(b, d, st.kv, {g.k, g.v});
+    *g_encoder_out = AccumulateGrad(b, "encoder_out.grad_sum", *g_encoder_out, g_enc);
+    g_ln = ColumnBackward(b, d, st.q, {g.q});
+  } else {
+    g_ln = ColumnBackward(b, d, st.q, {g.q, g.k, g.v});
+  }
+  return NormBackward(b, d, st.norm, g_ln, g_out);
+}
+
+TensorId MlpBackward(TraceBuilder& b, const Dims& d, const MlpSublayer& st, TensorId g_out) {
+  const TensorId g_y = ResidualBackward(b, d, st.residual, g_out);
+  const TensorId g_a = RowBackward(b, d, st.fc2, g_y);
+  const TensorId g_f1 = b.Gradient("fc1.out.grad", d.Full(st.fc1.out), d.act);
+  const int64_t n = d.s * d.b * d.ffn;
+  switch (st.kind) {
+    case MlpKind::kGelu:
+      b.Op("gelu.bwd", OpKind::kElementwise, {st.act_saved, g_a}, {g_f1},
+           kBackwardFactor * kGeluFlops * n);
+      break;
+    case MlpKind::kRelu:
+      b.Op("relu.bwd", OpKind::kElementwise, {st.act_saved, g_a}, {g_f1},
+           kBackwardFactor * kReluFlops * n);
+      break;
+    case MlpKind::kSwiglu:
+      b.Op("swiglu.bwd", OpKind::kElementwise, {st.act_saved, g_a}, {g_f1},
+           kBackwardFactor * kSwigluFlops * n);
+      break;
+  }
+  const TensorId g_ln = ColumnBackward(b, d, st.fc1, {g_f1});
+  return NormBackward(b, d, st.norm, g_ln, g_out);
+}
+
+}  // namespace
+
+TensorId AccumulateGrad(TraceBuilder& b, const std::string& name, TensorId sum, TensorId part) {
+  if (sum == kNoTensor) return part;
+  const TensorId out = b.Gradient(name, b.shape(part), b.tensor(part).dtype);
+  b.Op(name, OpKind::kElementwise, {sum, part}, {out}, kAddFlops * Elements(b.shape(part)));
+  return out;
+}
+
+TensorId BlockForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
+                      TensorId rel_bias, TensorId encoder_out, BlockState* st) {
+  TensorId h = SelfAttentionForward(b, d, style, x, rel_bias, &st->self);
+  st->has_cross = encoder_out != kNoTensor;
+  if (st->has_cross) h = CrossAttentionForward(b, d, style, h, encoder_out, &st->cross);
+  return MlpForward(b, d, style, h, &st->mlp);
+}
+
+TensorId BlockBackward(TraceBuilder& b, const Dims& d, const BlockState& st, TensorId g_out,
+                       TensorId* g_rel_bias, TensorId* g_encoder_out) {
+  TensorId g = MlpBackward(b, d, st.mlp, g_out);
+  if (st.has_cross) {
+    g = AttentionSublayerBackward(b, d, st.cross, /*cross=*/true, g, g_rel_bias, g_encoder_out);
+  }
+  return AttentionSublayerBackward(b, d, st.self, /*cross=*/false, g, g_rel_bias, g_encoder_out);
+}
+
+}  // namespace ssdtrain::models::detail

@@ -1,0 +1,66 @@
+// One transformer block (forward and backward) in Megatron-LM's pre-norm layout:
+// x → norm → QKV → [rotary] → attention → projection → [dropout] + x
+//   → [norm → Q, KV(encoder output) → attention → projection → [dropout] + ·]  (T5 decoder)
+//   → norm → fc1 → GELU | ReLU | SwiGLU → fc2 → [dropout] + ·
+// The forward records in BlockState what its backward reads; the backward emits
+// its ops in reverse, each reading the saved tensors it needs and the incoming
+// gradient.
+#pragma once
+
+#include "models/detail/attention.h"
+#include "models/detail/dims.h"
+#include "models/detail/linear.h"
+#include "models/detail/norm.h"
+#include "models/detail/trace_builder.h"
+
+namespace ssdtrain::models::detail {
+
+// "Projection output [+ bias] → dropout → + residual", or a plain residual add.
+struct ResidualState {
+  std::string name;
+  TensorId bias = kNoTensor;  // the row-parallel layer's bias (a weight), or none
+  TensorId mask = kNoTensor;  // uint8 dropout mask, or none
+};
+
+struct AttentionSublayer {
+  NormState norm;
+  LinearState q;   // self-attention: the fused QKV layer; cross-attention: Q only
+  LinearState kv;  // cross-attention only: K and V from the encoder output
+  bool rotary = false;
+  TensorId q_pre = kNoTensor, k_pre = kNoTensor;  // rotary inputs (views of the QKV output)
+  AttentionState core;
+  LinearState proj;
+  ResidualState residual;
+};
+
+struct MlpSublayer {
+  NormState norm;
+  LinearState fc1;
+  MlpKind kind = MlpKind::kGelu;
+  TensorId act_saved = kNoTensor;  // what the activation's backward reads
+  LinearState fc2;
+  ResidualState residual;
+};
+
+struct BlockState {
+  AttentionSublayer self;
+  bool has_cross = false;
+  AttentionSublayer cross;
+  MlpSublayer mlp;
+};
+
+// x: the residual stream [s_local, b, h]. `rel_bias`: T5's position bias for the
+// self-attention, or kNoTensor. `encoder_out`: the encoder's output for a T5
+// decoder block (adds cross-attention), or kNoTensor. Returns the block output.
+TensorId BlockForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
+                      TensorId rel_bias, TensorId encoder_out, BlockState* st);
+// Returns the gradient of the block input. `*g_rel_bias` and `*g_encoder_out` are
+// running sums over the blocks, read and replaced where the block uses them.
+TensorId BlockBackward(TraceBuilder& b, const Dims& d, const BlockState& st, TensorId g_out,
+                       TensorId* g_rel_bias, TensorId* g_encoder_out);
+
+// A gradient reaching a tensor that several blocks read: the first one is kept,
+// later ones are added to it by one elementwise op. Returns the running sum.
+TensorId AccumulateGrad(TraceBuilder& b, const std::string& name, TensorId sum, TensorId part);
+
+}  // namespace ssdtrain::models::detail

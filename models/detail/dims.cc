@@ -1,0 +1,40 @@
+#include "models/detail/dims.h"
+
+namespace ssdtrain::models::detail {
+
+Dims MakeDims(const ModelConfig& c) {
+  Dims d;
+  d.s = c.seq_len;
+  d.b = c.micro_batch;
+  d.h = c.hidden;
+  d.t = c.tp;
+  d.sp = c.sequence_parallel && c.tp > 1;
+  d.s_local = d.sp ? c.seq_len / c.tp : c.seq_len;
+  d.heads = c.heads / c.tp;
+  d.kv_heads = KvHeads(c) / c.tp;
+  d.d = HeadDim(c);
+  d.ffn = FfnHidden(c) / c.tp;
+  d.vocab = PaddedVocab(c) / c.tp;
+  d.flash = c.attention == "flash";
+  d.act = *traces::ParseDType(c.dtype);
+  return d;
+}
+
+BlockStyle StyleFor(const std::string& family) {
+  BlockStyle s;
+  if (family == "t5") {
+    s.norm = NormKind::kRmsNorm;
+    s.mlp = MlpKind::kRelu;
+    s.bias = false;
+    s.rel_bias = true;
+  } else if (family == "llama") {
+    s.norm = NormKind::kRmsNorm;
+    s.mlp = MlpKind::kSwiglu;
+    s.dropout = false;
+    s.bias = false;
+    s.rotary = true;
+  }
+  return s;
+}
+
+}  // namespace ssdtrain::models::detail

@@ -1,0 +1,48 @@
+// Per-rank sizes and the block style of one model, derived once from its config.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/model_config.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::models::detail {
+
+enum class NormKind { kLayerNorm, kRmsNorm };
+enum class MlpKind { kGelu, kRelu, kSwiglu };
+
+// What a family's transformer block is made of.
+struct BlockStyle {
+  NormKind norm = NormKind::kLayerNorm;
+  MlpKind mlp = MlpKind::kGelu;
+  bool dropout = true;    // attention-probability, post-projection and post-MLP dropout
+  bool bias = true;       // linear layers carry biases
+  bool rotary = false;    // rotary position embedding on q and k
+  bool rel_bias = false;  // T5 relative position bias added to the attention scores
+};
+
+// Sizes seen by one tensor-parallel rank. Element counts unless named otherwise.
+struct Dims {
+  int64_t s = 0;         // sequence length
+  int64_t b = 0;         // micro-batch
+  int64_t h = 0;         // hidden
+  int64_t t = 1;         // tensor-parallel degree
+  bool sp = false;       // sequence parallelism in effect (requested and t > 1)
+  int64_t s_local = 0;   // rows of the residual stream on this rank: s / t with sp, else s
+  int64_t heads = 0;     // query heads on this rank (a / t)
+  int64_t kv_heads = 0;  // key/value heads on this rank
+  int64_t d = 0;         // head dim
+  int64_t ffn = 0;       // MLP width on this rank
+  int64_t vocab = 0;     // padded vocabulary rows on this rank
+  bool flash = false;
+  traces::DType act = traces::DType::kFp16;  // activations, weights and gradients
+
+  std::vector<int64_t> Stream() const { return {s_local, b, h}; }  // residual stream
+  std::vector<int64_t> Full(int64_t width) const { return {s, b, width}; }
+};
+
+Dims MakeDims(const ModelConfig& c);
+BlockStyle StyleFor(const std::string& family);
+
+}  // namespace ssdtrain::models::detail

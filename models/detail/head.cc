@@ -1,0 +1,63 @@
+#include "models/detail/head.h"
+
+#include "models/detail/costs.h"
+
+namespace ssdtrain::models::detail {
+
+void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transform, TensorId x,
+                 TensorId word, HeadState* st) {
+  TensorId z = NormForward(b, d, norm, "final_norm", x, &st->final_norm);
+  st->mlm_transform = mlm_transform;
+  if (mlm_transform) {
+    // Megatron's BertLMHead: a dense h×h layer replicated on every rank, GELU,
+    // LayerNorm; with SP the sequence is gathered first.
+    if (d.sp) z = AllGatherSeq(b, d, "mlm.in_gathered", z, TensorKind::kActivation);
+    st->dense_in = z;
+    st->dense_w = b.Weight("mlm.dense.weight", {d.h, d.h}, d.act);
+    st->dense_b = b.Weight("mlm.dense.bias", {d.h}, d.act);
+    st->gelu_in = b.Activation("mlm.dense.out", d.Full(d.h), d.act);
+    b.Gemm("mlm.dense", {z, st->dense_w, st->dense_b}, {st->gelu_in},
+           {.m = d.s * d.b, .n = d.h, .k = d.h, .batch = 1});
+    const TensorId a = b.Activation("mlm.gelu.out", d.Full(d.h), d.act);
+    b.Op("mlm.gelu", OpKind::kElementwise, {st->gelu_in}, {a}, kGeluFlops * d.s * d.b * d.h);
+    z = NormForward(b, d, NormKind::kLayerNorm, "mlm.norm", a, &st->mlm_norm);
+  }
+  st->logits = b.Activation("logits", d.Full(d.vocab), d.act);
+  if (word == kNoTensor) word = b.Weight("output.weight", {d.vocab, d.h}, d.act);
+  st->logits_layer = ColumnForward(b, d, "lm_head", z, d.h, d.vocab, {st->logits},
+                                   /*with_bias=*/false, word, /*replicated_input=*/mlm_transform);
+  st->labels = b.Input("labels", {d.b, d.s}, DType::kInt64);
+  const TensorId loss = b.Activation("loss", {1}, DType::kFp32);
+  b.Op("loss", OpKind::kLoss, {st->logits, st->labels}, {loss},
+       kLossFlops * Elements(b.shape(st->logits)));
+}
+
+TensorId HeadBackward(TraceBuilder& b, const Dims& d, const HeadState& st) {
+  const TensorId g_logits = b.Gradient("logits.grad", b.shape(st.logits), d.act);
+  b.Op("loss.bwd", OpKind::kLoss, {st.logits, st.labels}, {g_logits},
+       kBackwardFactor * kLossFlops * Elements(b.shape(st.logits)));
+  TensorId g = ColumnBackward(b, d, st.logits_layer, {g_logits});
+  if (st.mlm_transform) {
+    g = NormBackward(b, d, st.mlm_norm, g, kNoTensor);
+    const TensorId g_gelu_in = b.Gradient("mlm.dense.out.grad", d.Full(d.h), d.act);
+    b.Op("mlm.gelu.bwd", OpKind::kElementwise, {st.gelu_in, g}, {g_gelu_in},
+         kBackwardFactor * kGeluFlops * d.s * d.b * d.h);
+    const TensorId g_in = b.Gradient("mlm.dense.in.grad", d.Full(d.h), d.act);
+    b.Gemm("mlm.dense.dgrad", {g_gelu_in, st.dense_w}, {g_in},
+           {.m = d.s * d.b, .n = d.h, .k = d.h, .batch = 1});
+    std::vector<TensorId> inputs = {st.dense_in, g_gelu_in};
+    const TensorId g_w = b.WeightGrad(st.dense_w, inputs);
+    const TensorId g_b = b.WeightGrad(st.dense_b, inputs);
+    b.Gemm("mlm.dense.wgrad", inputs, {g_w, g_b}, {.m = d.h, .n = d.h, .k = d.s * d.b, .batch = 1});
+    g = g_in;
+    if (d.sp) {
+      // Every rank holds the whole gradient; each keeps its own rows.
+      const TensorId shard = b.Gradient("mlm.in.grad_shard", d.Stream(), d.act);
+      b.Op("mlm.in.grad_split", OpKind::kElementwise, {g}, {shard}, 0);
+      g = shard;
+    }
+  }
+  return NormBackward(b, d, st.final_norm, g, kNoTensor);
+}
+
+}  // namespace ssdtrain::models::detail

@@ -1,0 +1,30 @@
+// The language-model head and loss on the last stage: final norm, (BERT: the MLM
+// transform dense → GELU → LayerNorm), vocabulary-parallel logits, softmax
+// cross-entropy. Logits and loss stay on the GPU (never offloadable).
+#pragma once
+
+#include "models/detail/dims.h"
+#include "models/detail/linear.h"
+#include "models/detail/norm.h"
+#include "models/detail/trace_builder.h"
+
+namespace ssdtrain::models::detail {
+
+struct HeadState {
+  NormState final_norm;
+  bool mlm_transform = false;  // BERT
+  TensorId dense_in = kNoTensor, dense_w = kNoTensor, dense_b = kNoTensor;
+  TensorId gelu_in = kNoTensor;
+  NormState mlm_norm;
+  LinearState logits_layer;
+  TensorId logits = kNoTensor, labels = kNoTensor;
+};
+
+// x: the last block's output [s_local, b, h]. `word`: the tied word table, or
+// kNoTensor for an untied output layer (Llama).
+void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transform, TensorId x,
+                 TensorId word, HeadState* st);
+// Returns the gradient of x.
+TensorId HeadBackward(TraceBuilder& b, const Dims& d, const HeadState& st);
+
+}  // namespace ssdtrain::models::detail

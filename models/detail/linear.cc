@@ -1,0 +1,131 @@
+#include "models/detail/linear.h"
+
+#include "models/detail/costs.h"
+
+namespace ssdtrain::models::detail {
+namespace {
+
+TensorId Make(TraceBuilder& b, const std::string& name, std::vector<int64_t> shape, DType dtype,
+              TensorKind kind) {
+  switch (kind) {
+    case TensorKind::kGradient:
+      return b.Gradient(name, std::move(shape), dtype);
+    case TensorKind::kWorkspace:
+      return b.Workspace(name, std::move(shape), dtype);
+    default:
+      return b.Activation(name, std::move(shape), dtype);
+  }
+}
+
+// Sums from t ranks: (t - 1) / t of the elements are added on each rank.
+int64_t ReduceFlops(const Dims& d, int64_t elements) { return elements * (d.t - 1) / d.t; }
+
+}  // namespace
+
+TensorId AllGatherSeq(TraceBuilder& b, const Dims& d, const std::string& name, TensorId shard,
+                      TensorKind kind) {
+  std::vector<int64_t> shape = b.shape(shard);
+  shape[0] *= d.t;
+  const TensorId full = Make(b, name, std::move(shape), b.tensor(shard).dtype, kind);
+  b.Op(name + ".all_gather", OpKind::kCollective, {shard}, {full}, 0);
+  return full;
+}
+
+TensorId ReduceScatterSeq(TraceBuilder& b, const Dims& d, const std::string& name, TensorId full,
+                          TensorKind kind) {
+  std::vector<int64_t> shape = b.shape(full);
+  shape[0] /= d.t;
+  const TensorId shard = Make(b, name, std::move(shape), b.tensor(full).dtype, kind);
+  b.Op(name + ".reduce_scatter", OpKind::kCollective, {full}, {shard},
+       ReduceFlops(d, Elements(b.shape(full))));
+  return shard;
+}
+
+TensorId AllReduce(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x) {
+  const TensorId out = b.View(name, x, b.shape(x));
+  b.Op(name + ".all_reduce", OpKind::kCollective, {x}, {out}, ReduceFlops(d, Elements(b.shape(x))));
+  return out;
+}
+
+LinearState ColumnForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x,
+                          int64_t in, int64_t out, const std::vector<TensorId>& outputs,
+                          bool with_bias, TensorId weight, bool replicated_input) {
+  LinearState st;
+  st.name = name;
+  st.saved_input = x;
+  st.in = in;
+  st.out = out;
+  st.weight = weight != kNoTensor ? weight : b.Weight(name + ".weight", {out, in}, d.act);
+  if (with_bias) st.bias = b.Weight(name + ".bias", {out}, d.act);
+  st.gathered = d.sp && !replicated_input;
+  TensorId gemm_in = x;
+  if (st.gathered) gemm_in = AllGatherSeq(b, d, name + ".in_gathered", x, TensorKind::kActivation);
+  std::vector<TensorId> inputs = {gemm_in, st.weight};
+  if (with_bias) inputs.push_back(st.bias);
+  b.Gemm(name, inputs, outputs, {.m = d.s * d.b, .n = out, .k = in, .batch = 1});
+  return st;
+}
+
+TensorId ColumnBackward(TraceBuilder& b, const Dims& d, const LinearState& st,
+                        const std::vector<TensorId>& g_outputs) {
+  // Megatron issues the input all-gather for the weight gradient first, then the
+  // data gradient, its collective, and the weight gradient.
+  TensorId wgrad_in = st.saved_input;
+  if (st.gathered) {
+    wgrad_in =
+        AllGatherSeq(b, d, st.name + ".in_regathered", st.saved_input, TensorKind::kWorkspace);
+  }
+  const TensorId g_in = b.Gradient(st.name + ".in.grad", d.Full(st.in), d.act);
+  std::vector<TensorId> dgrad_inputs = g_outputs;
+  dgrad_inputs.push_back(st.weight);
+  b.Gemm(st.name + ".dgrad", dgrad_inputs, {g_in},
+         {.m = d.s * d.b, .n = st.in, .k = st.out, .batch = 1});
+  TensorId g_x = g_in;
+  if (st.gathered) {
+    g_x = ReduceScatterSeq(b, d, st.name + ".in.grad_shard", g_in, TensorKind::kGradient);
+  } else if (d.t > 1) {
+    g_x = AllReduce(b, d, st.name + ".in.grad_reduced", g_in);
+  }
+  std::vector<TensorId> wgrad_inputs = {wgrad_in};
+  wgrad_inputs.insert(wgrad_inputs.end(), g_outputs.begin(), g_outputs.end());
+  std::vector<TensorId> wgrad_outputs = {b.WeightGrad(st.weight, wgrad_inputs)};
+  if (st.bias != kNoTensor) wgrad_outputs.push_back(b.WeightGrad(st.bias, wgrad_inputs));
+  b.Gemm(st.name + ".wgrad", wgrad_inputs, wgrad_outputs,
+         {.m = st.out, .n = st.in, .k = d.s * d.b, .batch = 1});
+  return g_x;
+}
+
+LinearState RowForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x,
+                       int64_t in, int64_t out, TensorId* output) {
+  LinearState st;
+  st.name = name;
+  st.saved_input = x;
+  st.in = in;
+  st.out = out;
+  st.weight = b.Weight(name + ".weight", {out, in}, d.act);
+  const TensorId partial = b.Activation(name + ".out", d.Full(out), d.act);
+  b.Gemm(name, {x, st.weight}, {partial}, {.m = d.s * d.b, .n = out, .k = in, .batch = 1});
+  *output = partial;
+  if (d.sp) {
+    *output = ReduceScatterSeq(b, d, name + ".out_shard", partial, TensorKind::kActivation);
+  } else if (d.t > 1) {
+    *output = AllReduce(b, d, name + ".out_reduced", partial);
+  }
+  return st;
+}
+
+TensorId RowBackward(TraceBuilder& b, const Dims& d, const LinearState& st, TensorId g_output) {
+  TensorId g_full = g_output;
+  if (d.sp)
+    g_full = AllGatherSeq(b, d, st.name + ".out.grad_full", g_output, TensorKind::kGradient);
+  const TensorId g_in = b.Gradient(st.name + ".in.grad", d.Full(st.in), d.act);
+  b.Gemm(st.name + ".dgrad", {g_full, st.weight}, {g_in},
+         {.m = d.s * d.b, .n = st.in, .k = st.out, .batch = 1});
+  std::vector<TensorId> wgrad_inputs = {st.saved_input, g_full};
+  const TensorId g_w = b.WeightGrad(st.weight, wgrad_inputs);
+  b.Gemm(st.name + ".wgrad", wgrad_inputs, {g_w},
+         {.m = st.out, .n = st.in, .k = d.s * d.b, .batch = 1});
+  return g_in;
+}
+
+}  // namespace ssdtrain::models::detail

@@ -1,0 +1,59 @@
+// Megatron-LM tensor-parallel linear layers and the collectives around them.
+//
+// Column-parallel (QKV, fc1, the vocabulary head): the weight's output rows are
+// split across ranks; without sequence parallelism the input is replicated and
+// the input gradient is all-reduced; with it the input is all-gathered before the
+// gemm (and again in backward for the weight gradient) and the input gradient is
+// reduce-scattered. Row-parallel (projection, fc2): the input columns are split;
+// the output is all-reduced (or reduce-scattered with sequence parallelism) and
+// in backward the output gradient is all-gathered with sequence parallelism.
+// With t = 1 no collective is emitted.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/detail/dims.h"
+#include "models/detail/trace_builder.h"
+
+namespace ssdtrain::models::detail {
+
+// What a linear layer's backward needs from its forward.
+struct LinearState {
+  std::string name;
+  TensorId saved_input = kNoTensor;  // the input the weight gradient reads (a shard with SP)
+  TensorId weight = kNoTensor;       // [out, in] on this rank
+  TensorId bias = kNoTensor;         // [out], or kNoTensor
+  int64_t in = 0;                    // gemm k in forward
+  int64_t out = 0;                   // gemm n in forward
+  bool gathered = false;             // column-parallel with SP: input all-gathered first
+};
+
+// Collectives over the tensor-parallel group. Each adds one kCollective op.
+TensorId AllGatherSeq(TraceBuilder& b, const Dims& d, const std::string& name, TensorId shard,
+                      TensorKind kind);
+TensorId ReduceScatterSeq(TraceBuilder& b, const Dims& d, const std::string& name, TensorId full,
+                          TensorKind kind);
+// In place: the result is a view of `x`.
+TensorId AllReduce(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x);
+
+// `outputs` are made by the caller: the [s, b, out] result first, then any views of it.
+// `weight` reuses an existing weight (a tied embedding) when not kNoTensor.
+// `replicated_input`: x is already [s, b, in] on every rank (no gather even with
+// SP), and its gradient is all-reduced.
+LinearState ColumnForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x,
+                          int64_t in, int64_t out, const std::vector<TensorId>& outputs,
+                          bool with_bias, TensorId weight = kNoTensor,
+                          bool replicated_input = false);
+// `g_outputs`: gradients of the outputs the forward consumers read (the views, or
+// the result itself). Returns the input's gradient in the input's layout.
+TensorId ColumnBackward(TraceBuilder& b, const Dims& d, const LinearState& st,
+                        const std::vector<TensorId>& g_outputs);
+
+// x is [s, b, in] on this rank. Returns the [s_local, b, out] output after the
+// collective; the bias (if any) is added by the caller's dropout-add.
+LinearState RowForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x,
+                       int64_t in, int64_t out, TensorId* output);
+TensorId RowBackward(TraceBuilder& b, const Dims& d, const LinearState& st, TensorId g_output);
+
+}  // namespace ssdtrain::models::detail

@@ -1,0 +1,25 @@
+// LayerNorm / RMSNorm forward and backward. The backward reads the norm's input
+// (saved) and its weight; it may fold in a residual gradient, as a fused
+// "norm backward + add" kernel does, so the residual branch needs no extra op.
+#pragma once
+
+#include <string>
+
+#include "models/detail/dims.h"
+#include "models/detail/trace_builder.h"
+
+namespace ssdtrain::models::detail {
+
+struct NormState {
+  std::string name;
+  TensorId input = kNoTensor;
+  TensorId weight = kNoTensor;  // LayerNorm: [2, h] (scale and shift); RMSNorm: [h]
+};
+
+TensorId NormForward(TraceBuilder& b, const Dims& d, NormKind kind, const std::string& name,
+                     TensorId x, NormState* st);
+// Returns the input's gradient (plus `g_residual` when it is not kNoTensor).
+TensorId NormBackward(TraceBuilder& b, const Dims& d, const NormState& st, TensorId g_output,
+                      TensorId g_residual);
+
+}  // namespace ssdtrain::models::detail

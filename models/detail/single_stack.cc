@@ -1,0 +1,65 @@
+#include <vector>
+
+#include "models/detail/block.h"
+#include "models/detail/embedding.h"
+#include "models/detail/head.h"
+#include "models/detail/pipeline.h"
+#include "models/detail/stacks.h"
+
+namespace ssdtrain::models::detail {
+
+traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& header) {
+  const Dims d = MakeDims(c);
+  const BlockStyle style = StyleFor(c.family);
+  const bool first = header.stage == 0;
+  const bool last = header.stage == header.pp - 1;
+  const int lo = static_cast<int>(header.first_layer);
+  const int hi = lo + static_cast<int>(header.stage_layers);
+  const size_t n = static_cast<size_t>(hi - lo);
+  TraceBuilder b(header, kTensorsPerBlock * n + kOutsideBlocks, kOpsPerBlock * n + kOutsideBlocks);
+
+  EmbeddingOptions emb;
+  emb.learned_positions = c.family != "llama";
+  emb.token_types = c.family == "bert";
+  emb.norm = c.family == "bert";
+  emb.dropout = style.dropout;
+  // GPT and BERT tie the output layer to the word embeddings; with pp > 1 the last
+  // stage keeps its own copy, as Megatron-LM does.
+  const bool tied = c.family != "llama";
+
+  b.SetPhase(Phase::kForward);
+  EmbeddingState embedding;
+  TensorId x = first ? EmbeddingForward(b, d, emb, "embedding", kNoTensor, &embedding)
+                     : Recv(b, "stage_input", d.Stream(), d.act, TensorKind::kActivation);
+  std::vector<BlockState> blocks(n);
+  for (int l = lo; l < hi; ++l) {
+    b.SetLayer(l);
+    x = BlockForward(b, d, style, x, kNoTensor, kNoTensor, &blocks[static_cast<size_t>(l - lo)]);
+  }
+  b.SetLayer(traces::kNoLayer);
+  HeadState head;
+  if (last) {
+    const TensorId word = tied && first ? embedding.word : kNoTensor;
+    HeadForward(b, d, style.norm, c.family == "bert", x, word, &head);
+  } else {
+    Send(b, "stage_output", x);
+  }
+
+  b.SetPhase(Phase::kBackward);
+  TensorId g = last ? HeadBackward(b, d, head)
+                    : Recv(b, "stage_output.grad", d.Stream(), d.act, TensorKind::kGradient);
+  TensorId no_bias = kNoTensor, no_encoder = kNoTensor;
+  for (int l = hi - 1; l >= lo; --l) {
+    b.SetLayer(l);
+    g = BlockBackward(b, d, blocks[static_cast<size_t>(l - lo)], g, &no_bias, &no_encoder);
+  }
+  b.SetLayer(traces::kNoLayer);
+  if (first) {
+    EmbeddingBackward(b, d, embedding, g);
+  } else {
+    Send(b, "stage_input.grad", g);
+  }
+  return b.Finish();
+}
+
+}  // namespace ssdtrain::models::detail

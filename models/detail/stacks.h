@@ -1,0 +1,23 @@
+// The family builders: one pipeline stage of one training step. The header
+// (filled by BuildTrace) names the stage and its layer range.
+#pragma once
+
+#include "models/model_config.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::models::detail {
+
+// GPT (causal decoder), BERT (encoder, MLM head) and Llama (RMSNorm, SwiGLU, rotary,
+// grouped-query attention, untied output layer): one stack of identical blocks.
+traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& header);
+
+// T5: encoder blocks [0, encoder_layers), then decoder blocks with cross-attention
+// over the encoder output, both stacks in one layer numbering.
+traces::Trace BuildEncoderDecoder(const ModelConfig& c, const traces::Header& header);
+
+// Capacity hints for the builder's vectors (a few blocks' worth more than needed).
+inline constexpr size_t kTensorsPerBlock = 160;
+inline constexpr size_t kOpsPerBlock = 120;
+inline constexpr size_t kOutsideBlocks = 200;
+
+}  // namespace ssdtrain::models::detail

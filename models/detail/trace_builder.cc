@@ -1,0 +1,215 @@
+#include "models/detail/trace_builder.h"
+
+#include <cassert>
+#include <utility>
+
+namespace ssdtrain::models::detail {
+namespace {
+
+// GCC 12 warns (-Wrestrict, a known false positive) on "L" + std::to_string(...).
+std::string LayerPrefix(int layer) {
+  std::string prefix(1, 'L');
+  prefix.append(std::to_string(layer));
+  prefix.push_back('.');
+  return prefix;
+}
+
+}  // namespace
+
+TraceBuilder::TraceBuilder(traces::Header header, size_t expected_tensors, size_t expected_ops)
+    : header_(std::move(header)) {
+  trace_.header = header_;
+  trace_.tensors.reserve(expected_tensors);
+  trace_.ops.reserve(expected_ops);
+  last_grad_.reserve(expected_tensors);
+  grad_count_.reserve(expected_tensors);
+}
+
+std::string TraceBuilder::Prefixed(const std::string& name) const {
+  if (layer_ == traces::kNoLayer) return name;
+  std::string out = LayerPrefix(layer_);
+  out.append(name);
+  return out;
+}
+
+TensorId TraceBuilder::AddTensor(const std::string& name, std::vector<int64_t> shape, DType dtype,
+                                 TensorKind kind) {
+  traces::Tensor t;
+  t.id = static_cast<TensorId>(trace_.tensors.size());
+  t.name = Prefixed(name);
+  int64_t elements = 1;
+  for (int64_t d : shape) elements *= d;
+  t.bytes = elements * traces::DTypeSize(dtype);
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.kind = kind;
+  t.layer = layer_;
+  trace_.tensors.push_back(std::move(t));
+  last_grad_.push_back(kNoTensor);
+  grad_count_.push_back(0);
+  return trace_.tensors.back().id;
+}
+
+TensorId TraceBuilder::Activation(const std::string& name, std::vector<int64_t> shape,
+                                  DType dtype) {
+  return AddTensor(name, std::move(shape), dtype, TensorKind::kActivation);
+}
+
+TensorId TraceBuilder::Workspace(const std::string& name, std::vector<int64_t> shape, DType dtype) {
+  return AddTensor(name, std::move(shape), dtype, TensorKind::kWorkspace);
+}
+
+TensorId TraceBuilder::Gradient(const std::string& name, std::vector<int64_t> shape, DType dtype) {
+  return AddTensor(name, std::move(shape), dtype, TensorKind::kGradient);
+}
+
+TensorId TraceBuilder::Input(const std::string& name, std::vector<int64_t> shape, DType dtype) {
+  return AddTensor(name, std::move(shape), dtype, TensorKind::kInput);
+}
+
+TensorId TraceBuilder::Weight(const std::string& name, std::vector<int64_t> shape, DType dtype) {
+  const TensorId id = AddTensor(name, std::move(shape), dtype, TensorKind::kWeight);
+  weights_.push_back(id);
+  return id;
+}
+
+TensorId TraceBuilder::View(const std::string& name, TensorId root, std::vector<int64_t> shape) {
+  const traces::Tensor& r = tensor(root);
+  const TensorId id = AddTensor(name, std::move(shape), r.dtype, r.kind);
+  trace_.tensors[Index(id)].alias_of = root;
+  return id;
+}
+
+OpId TraceBuilder::Op(const std::string& name, OpKind kind, const std::vector<TensorId>& inputs,
+                      const std::vector<TensorId>& outputs, int64_t flops,
+                      std::optional<GemmDims> gemm) {
+  traces::Op op;
+  op.id = static_cast<OpId>(trace_.ops.size());
+  op.name = Prefixed(name);
+  op.kind = kind;
+  op.phase = phase_;
+  op.layer = layer_;
+  op.stage = static_cast<int>(header_.stage);
+  op.inputs = inputs;
+  op.outputs = outputs;
+  op.flops = flops;
+  op.gemm = gemm;
+  for (TensorId in : inputs) {
+    traces::Tensor& t = trace_.tensors[Index(in)];
+    assert((t.consumers.empty() || t.consumers.back() != op.id) && "input listed twice");
+    t.consumers.push_back(op.id);
+    op.bytes_read += t.bytes;
+  }
+  for (TensorId out : outputs) {
+    traces::Tensor& t = trace_.tensors[Index(out)];
+    assert(t.producer == traces::kNoOp && "a tensor has one producer");
+    t.producer = op.id;
+    bool view_of_sibling = false;
+    if (t.alias_of) {
+      for (TensorId other : outputs) view_of_sibling |= other == *t.alias_of;
+    }
+    if (!view_of_sibling) op.bytes_written += t.bytes;
+  }
+  trace_.ops.push_back(std::move(op));
+  return trace_.ops.back().id;
+}
+
+OpId TraceBuilder::Gemm(const std::string& name, const std::vector<TensorId>& inputs,
+                        const std::vector<TensorId>& outputs, GemmDims dims) {
+  const int64_t flops = 2 * dims.m * dims.n * dims.k * dims.batch;
+  return Op(name, OpKind::kGemm, inputs, outputs, flops, dims);
+}
+
+TensorId TraceBuilder::WeightGrad(TensorId weight, std::vector<TensorId>& inputs) {
+  const traces::Tensor& w = tensor(weight);
+  const TensorId previous = last_grad_[Index(weight)];
+  if (previous != kNoTensor) inputs.push_back(previous);
+  // The gradient belongs to the weight's layer, whatever layer is being built.
+  const int saved_layer = layer_;
+  layer_ = w.layer;
+  std::string name = w.name;
+  const std::string prefix = LayerPrefix(w.layer);
+  if (w.layer != traces::kNoLayer && name.rfind(prefix, 0) == 0) name.erase(0, prefix.size());
+  // A later partial sum of the same weight's gradient is named "<weight>.grad+<n>".
+  std::string grad_name = name + ".grad";
+  if (previous != kNoTensor) {
+    grad_name.push_back('+');
+    grad_name.append(std::to_string(++grad_count_[Index(weight)]));
+  }
+  const TensorId g = Gradient(grad_name, w.shape, w.dtype);
+  layer_ = saved_layer;
+  last_grad_[Index(weight)] = g;
+  return g;
+}
+
+void TraceBuilder::AddOptimizerOps() {
+  const DType state_dtype = DType::kFp32;
+  const int64_t words = header_.dtype == "fp32" ? kAdamStateWordsFp32 : kAdamStateWordsMixed;
+  // Group the weights by layer (kNoLayer first), keeping creation order inside a group.
+  int max_layer = traces::kNoLayer;
+  for (TensorId w : weights_) max_layer = std::max(max_layer, tensor(w).layer);
+  std::vector<std::vector<TensorId>> groups(static_cast<size_t>(max_layer + 2));
+  for (TensorId w : weights_) groups[static_cast<size_t>(tensor(w).layer + 1)].push_back(w);
+  phase_ = Phase::kOptimizer;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].empty()) continue;
+    layer_ = static_cast<int>(g) - 1;
+    int64_t params = 0;
+    int64_t weight_bytes = 0;
+    std::vector<TensorId> inputs = groups[g];
+    for (TensorId w : groups[g]) {
+      int64_t elements = 1;
+      for (int64_t d : tensor(w).shape) elements *= d;
+      params += elements;
+      weight_bytes += tensor(w).bytes;
+      if (last_grad_[Index(w)] != kNoTensor) inputs.push_back(last_grad_[Index(w)]);
+    }
+    const TensorId state =
+        AddTensor("adam_state", {words * params}, state_dtype, TensorKind::kOptimizerState);
+    inputs.push_back(state);
+    const OpId id = Op("adam", OpKind::kOptimizer, inputs, {}, kAdamFlopsPerParam * params);
+    // Updates the weights and its state in place.
+    op(id).bytes_written = weight_bytes + tensor(state).bytes;
+  }
+}
+
+traces::Trace TraceBuilder::Finish() {
+  AddOptimizerOps();
+  auto& tensors = trace_.tensors;
+  // saved_for_backward: every tensor made before the backward pass that a backward
+  // op reads, and the storage root of each such view.
+  for (const traces::Op& op : trace_.ops) {
+    if (op.phase != Phase::kBackward) continue;
+    for (TensorId in : op.inputs) {
+      traces::Tensor& t = tensors[Index(in)];
+      if (t.kind == TensorKind::kGradient || t.kind == TensorKind::kWorkspace) continue;
+      if (t.producer != traces::kNoOp && trace_.ops[Index(t.producer)].phase != Phase::kForward) {
+        continue;
+      }
+      t.saved_for_backward = true;
+      tensors[Index(trace_.StorageOf(in))].saved_for_backward = true;
+    }
+  }
+  // A saved activation's storage belongs to the layer of the first forward op that
+  // reads it (or a saved view of it): the block input counts in the block that saves it.
+  std::vector<int> storage_layer(tensors.size(), traces::kNoLayer - 1);
+  constexpr int kUnassigned = traces::kNoLayer - 1;
+  for (const traces::Op& op : trace_.ops) {
+    if (op.phase != Phase::kForward) break;
+    for (TensorId in : op.inputs) {
+      const traces::Tensor& t = tensors[Index(in)];
+      if (t.kind != TensorKind::kActivation || !t.saved_for_backward) continue;
+      const size_t root = Index(trace_.StorageOf(in));
+      if (storage_layer[root] == kUnassigned) storage_layer[root] = op.layer;
+    }
+  }
+  for (traces::Tensor& t : tensors) {
+    if (t.kind != TensorKind::kActivation || !t.saved_for_backward) continue;
+    const size_t root = Index(trace_.StorageOf(t.id));
+    if (storage_layer[root] != kUnassigned) t.layer = storage_layer[root];
+    t.offloadable = t.layer != traces::kNoLayer && tensors[root].bytes >= kMinOffloadBytes;
+  }
+  return std::move(trace_);
+}
+
+}  // namespace ssdtrain::models::detail

@@ -1,0 +1,96 @@
+// TraceBuilder: appends tensors and ops to a trace in issue order and keeps the
+// producer/consumer tables consistent, so the family builders only describe the
+// model. Linear time: every call is O(its inputs and outputs).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "traces/trace.h"
+
+namespace ssdtrain::models::detail {
+
+using traces::DType;
+using traces::GemmDims;
+using traces::OpId;
+using traces::OpKind;
+using traces::Phase;
+using traces::TensorId;
+using traces::TensorKind;
+
+inline constexpr TensorId kNoTensor = -1;
+
+// Saved activations smaller than this are never offloadable: one such I/O costs
+// more in request overhead than the memory it frees (see models/README.md).
+inline constexpr int64_t kMinOffloadBytes = 64 * 1024;
+// Adam with fp32 master weights: master copy, first and second moments (3 × 4 bytes
+// per parameter); without mixed precision the weights are the master copy.
+inline constexpr int64_t kAdamStateWordsMixed = 3;
+inline constexpr int64_t kAdamStateWordsFp32 = 2;
+// Floating-point operations of one Adam update per parameter (moments, bias
+// correction, sqrt, divide, weight decay, update).
+inline constexpr int64_t kAdamFlopsPerParam = 12;
+
+class TraceBuilder {
+ public:
+  TraceBuilder(traces::Header header, size_t expected_tensors, size_t expected_ops);
+
+  // Context applied to the tensors and ops created next.
+  void SetLayer(int layer) { layer_ = layer; }
+  void SetPhase(Phase phase) { phase_ = phase; }
+  int layer() const { return layer_; }
+  int stage() const { return static_cast<int>(header_.stage); }
+
+  // Tensors. Names get the prefix "L<layer>." inside blocks. Bytes follow shape × dtype.
+  TensorId Activation(const std::string& name, std::vector<int64_t> shape, DType dtype);
+  TensorId Workspace(const std::string& name, std::vector<int64_t> shape, DType dtype);
+  TensorId Gradient(const std::string& name, std::vector<int64_t> shape, DType dtype);
+  TensorId Input(const std::string& name, std::vector<int64_t> shape, DType dtype);
+  // A parameter of the current layer: no producer, updated by that layer's optimizer op.
+  TensorId Weight(const std::string& name, std::vector<int64_t> shape, DType dtype);
+  // A view sharing `root`'s storage (alias_of); the op that produces root lists it too.
+  TensorId View(const std::string& name, TensorId root, std::vector<int64_t> shape);
+
+  // Appends an op in the current phase and layer. bytes_read sums the inputs;
+  // bytes_written sums the outputs, except views of another output (no new bytes).
+  // An input must not be listed twice.
+  OpId Op(const std::string& name, OpKind kind, const std::vector<TensorId>& inputs,
+          const std::vector<TensorId>& outputs, int64_t flops,
+          std::optional<GemmDims> gemm = std::nullopt);
+  // A gemm op: flops 2·m·n·k·batch.
+  OpId Gemm(const std::string& name, const std::vector<TensorId>& inputs,
+            const std::vector<TensorId>& outputs, GemmDims dims);
+
+  // The gradient of `weight` that the next backward op writes. Gradients of a
+  // weight used several times accumulate: the previous partial gradient, if any,
+  // is appended to `inputs` and the new tensor replaces it as the weight's gradient.
+  TensorId WeightGrad(TensorId weight, std::vector<TensorId>& inputs);
+
+  const traces::Tensor& tensor(TensorId id) const { return trace_.tensors[Index(id)]; }
+  traces::Op& op(OpId id) { return trace_.ops[Index(id)]; }
+  const std::vector<int64_t>& shape(TensorId id) const { return tensor(id).shape; }
+
+  // Adds one optimizer op per layer's weights (in layer order, the non-block
+  // weights first) and applies the trace-wide rules: saved_for_backward, the
+  // `layer` of activations, offloadable. The builder is spent afterwards.
+  traces::Trace Finish();
+
+ private:
+  static size_t Index(int64_t id) { return static_cast<size_t>(id); }
+  TensorId AddTensor(const std::string& name, std::vector<int64_t> shape, DType dtype,
+                     TensorKind kind);
+  std::string Prefixed(const std::string& name) const;
+  void AddOptimizerOps();
+
+  traces::Header header_;
+  traces::Trace trace_;
+  int layer_ = traces::kNoLayer;
+  Phase phase_ = Phase::kForward;
+  std::vector<TensorId> weights_;    // in creation order
+  std::vector<TensorId> last_grad_;  // per tensor id: the weight's current gradient
+  std::vector<int> grad_count_;      // per tensor id: partial gradients made after the first
+};
+
+}  // namespace ssdtrain::models::detail

@@ -1,0 +1,218 @@
+#include "models/model_config.h"
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+
+#include "traces/detail/json_fields.h"
+
+namespace ssdtrain::models {
+namespace {
+
+using traces::detail::JsonPath;
+using traces::detail::ObjectReader;
+
+constexpr std::array<std::string_view, 4> kFamilies = {"gpt", "bert", "t5", "llama"};
+constexpr std::array<std::string_view, 2> kAttentions = {"standard", "flash"};
+constexpr std::array<std::string_view, 3> kDTypes = {"fp16", "bf16", "fp32"};
+// Megatron-LM pads the vocabulary to a multiple of this times tp (--make-vocab-size-divisible-by).
+constexpr int64_t kVocabPadding = 128;
+
+template <size_t N>
+bool OneOf(const std::array<std::string_view, N>& names, const std::string& v) {
+  for (std::string_view n : names) {
+    if (n == v) return true;
+  }
+  return false;
+}
+
+template <size_t N>
+std::string List(const std::array<std::string_view, N>& names) {
+  std::string out;
+  for (size_t i = 0; i < N; ++i) {
+    if (i > 0) out += i + 1 == N ? " or " : ", ";
+    out += names[i];
+  }
+  return out;
+}
+
+Status Bad(const std::string& source, const std::string& field, const std::string& what) {
+  return Status::InvalidArgument(source + ": " + field + ": " + what);
+}
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+int64_t KvHeads(const ModelConfig& c) { return c.kv_heads == 0 ? c.heads : c.kv_heads; }
+int64_t HeadDim(const ModelConfig& c) {
+  return c.head_dim != 0 ? c.head_dim : (c.heads > 0 ? c.hidden / c.heads : 0);
+}
+int64_t FfnHidden(const ModelConfig& c) { return c.ffn_hidden == 0 ? 4 * c.hidden : c.ffn_hidden; }
+int64_t PaddedVocab(const ModelConfig& c) {
+  const int64_t multiple = kVocabPadding * c.tp;
+  return (c.vocab + multiple - 1) / multiple * multiple;
+}
+
+Status ValidateConfig(const ModelConfig& c, const std::string& source) {
+  if (c.name.empty()) return Bad(source, "name", "expected a non-empty string");
+  if (!OneOf(kFamilies, c.family)) {
+    return Bad(source, "family",
+               "unknown family \"" + c.family + "\", expected " + List(kFamilies));
+  }
+  if (!OneOf(kAttentions, c.attention)) {
+    return Bad(source, "attention",
+               "unknown attention \"" + c.attention + "\", expected " + List(kAttentions));
+  }
+  if (!OneOf(kDTypes, c.dtype)) {
+    return Bad(source, "dtype", "unknown dtype \"" + c.dtype + "\", expected " + List(kDTypes));
+  }
+  const std::pair<const char*, int64_t> positive[] = {
+      {"hidden", c.hidden},   {"heads", c.heads},
+      {"layers", c.layers},   {"vocab", c.vocab},
+      {"seq_len", c.seq_len}, {"micro_batch", c.micro_batch},
+      {"tp", c.tp},           {"pp", c.pp}};
+  for (const auto& [field, value] : positive) {
+    if (value <= 0) return Bad(source, field, "expected a positive integer, got " + Str(value));
+  }
+  const std::pair<const char*, int64_t> non_negative[] = {{"kv_heads", c.kv_heads},
+                                                          {"head_dim", c.head_dim},
+                                                          {"encoder_layers", c.encoder_layers},
+                                                          {"ffn_hidden", c.ffn_hidden}};
+  for (const auto& [field, value] : non_negative) {
+    if (value < 0) {
+      return Bad(source, field,
+                 "expected a non-negative integer (0 means the default), got " + Str(value));
+    }
+  }
+  if (c.head_dim == 0 && c.hidden % c.heads != 0) {
+    return Bad(source, "heads", Str(c.heads) + " does not divide hidden " + Str(c.hidden));
+  }
+  const int64_t kv = KvHeads(c);
+  if (c.heads % kv != 0) {
+    return Bad(source, "kv_heads", Str(kv) + " does not divide heads " + Str(c.heads));
+  }
+  if (kv != c.heads && c.family != "llama") {
+    return Bad(source, "kv_heads",
+               "grouped-query attention (kv_heads " + Str(kv) + " != heads " + Str(c.heads) +
+                   ") is only modelled for the llama family, not " + c.family);
+  }
+  if (c.heads % c.tp != 0) {
+    return Bad(source, "tp", Str(c.tp) + " does not divide heads " + Str(c.heads));
+  }
+  if (kv % c.tp != 0) {
+    return Bad(source, "tp", Str(c.tp) + " does not divide kv_heads " + Str(kv));
+  }
+  if (FfnHidden(c) % c.tp != 0) {
+    return Bad(source, "tp", Str(c.tp) + " does not divide ffn_hidden " + Str(FfnHidden(c)));
+  }
+  if (c.sequence_parallel && c.tp > 1 && c.seq_len % c.tp != 0) {
+    return Bad(source, "seq_len",
+               Str(c.seq_len) + " is not divisible by tp " + Str(c.tp) +
+                   " (sequence parallelism splits the sequence across tensor-parallel ranks)");
+  }
+  if (c.layers % c.pp != 0) {
+    return Bad(source, "pp",
+               "layers " + Str(c.layers) + " are not divisible by pp " + Str(c.pp) +
+                   " (each stage holds layers / pp blocks)");
+  }
+  if (c.family == "t5") {
+    if (c.encoder_layers <= 0 || c.encoder_layers >= c.layers) {
+      return Bad(source, "encoder_layers",
+                 "t5 needs 0 < encoder_layers < layers (" + Str(c.layers) + "), got " +
+                     Str(c.encoder_layers));
+    }
+  } else if (c.encoder_layers != 0) {
+    return Bad(
+        source, "encoder_layers",
+        "only the t5 family has encoder_layers, got " + Str(c.encoder_layers) + " for " + c.family);
+  }
+  return Status::Ok();
+}
+
+Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::string& source) {
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Make(j, JsonPath(source, "")));
+  ModelConfig c;
+  SSDTRAIN_ASSIGN_OR_RETURN(c.name, r.String("name"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.family, r.String("family"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.hidden, r.Int("hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.heads, r.Int("heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.kv_heads, r.IntOr("kv_heads", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.head_dim, r.IntOr("head_dim", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.layers, r.Int("layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.encoder_layers, r.IntOr("encoder_layers", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.ffn_hidden, r.IntOr("ffn_hidden", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.vocab, r.Int("vocab"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.seq_len, r.Int("seq_len"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.micro_batch, r.IntOr("micro_batch", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.tp, r.IntOr("tp", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.sequence_parallel, r.BoolOr("sequence_parallel", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.pp, r.IntOr("pp", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.attention, r.StringOr("attention", "standard"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.dtype, r.StringOr("dtype", "fp16"));
+  SSDTRAIN_RETURN_IF_ERROR(r.CheckNoUnknown());
+  SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source));
+  return c;
+}
+
+Result<ModelConfig> LoadModelConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return Status::NotFound(path + ": no such file");
+    return Status::IoError(path + ": cannot open for reading");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Status::IoError(path + ": read failed");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    return Status::InvalidArgument(path + ": not valid JSON: " + e.what());
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(ModelConfig c, ModelConfigFromJson(j, path));
+  const std::string stem = std::filesystem::path(path).stem().string();
+  if (c.name != stem) {
+    return Bad(path, "name",
+               "\"" + c.name + "\" does not match the file name (expected \"" + stem + "\")");
+  }
+  return c;
+}
+
+nlohmann::json ToJson(const ModelConfig& c) {
+  return nlohmann::json{{"name", c.name},
+                        {"family", c.family},
+                        {"hidden", c.hidden},
+                        {"heads", c.heads},
+                        {"kv_heads", c.kv_heads},
+                        {"head_dim", c.head_dim},
+                        {"layers", c.layers},
+                        {"encoder_layers", c.encoder_layers},
+                        {"ffn_hidden", c.ffn_hidden},
+                        {"vocab", c.vocab},
+                        {"seq_len", c.seq_len},
+                        {"micro_batch", c.micro_batch},
+                        {"tp", c.tp},
+                        {"sequence_parallel", c.sequence_parallel},
+                        {"pp", c.pp},
+                        {"attention", c.attention},
+                        {"dtype", c.dtype}};
+}
+
+Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
+                                   const std::string& source) {
+  if (o.micro_batch) c.micro_batch = *o.micro_batch;
+  if (o.seq_len) c.seq_len = *o.seq_len;
+  if (o.tp) c.tp = *o.tp;
+  if (o.pp) c.pp = *o.pp;
+  if (o.sequence_parallel) c.sequence_parallel = *o.sequence_parallel;
+  if (o.attention) c.attention = *o.attention;
+  if (o.dtype) c.dtype = *o.dtype;
+  SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source));
+  return c;
+}
+
+}  // namespace ssdtrain::models

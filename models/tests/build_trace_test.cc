@@ -1,0 +1,242 @@
+// Trace-wide invariants of BuildTrace: phases and order, weights and optimizer,
+// tensor-parallel collectives, pipeline stages, offloadable and layer rules.
+#include "models/build_trace.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "models/tests/test_configs.h"
+#include "models/tests/trace_stats.h"
+
+namespace ssdtrain::models {
+namespace {
+
+using testing::Gpt;
+using testing::MustBuild;
+using traces::OpKind;
+using traces::Phase;
+using traces::TensorKind;
+
+int Count(const traces::Trace& tr, OpKind kind, Phase phase, int layer) {
+  int n = 0;
+  for (const traces::Op& op : tr.ops)
+    n += op.kind == kind && op.phase == phase && op.layer == layer;
+  return n;
+}
+
+TEST(BuildTrace, PhasesComeInOrderAndBackwardWalksLayersInReverse) {
+  const traces::Trace tr = MustBuild(Gpt(2, 256, 512, 8, 1));
+  int phase_rank = 0;
+  int last_backward_layer = 1 << 30;
+  for (const traces::Op& op : tr.ops) {
+    const int rank = static_cast<int>(op.phase);
+    EXPECT_GE(rank, phase_rank) << op.name << " comes after a later phase";
+    phase_rank = rank;
+    EXPECT_EQ(op.micro_batch, 0);
+    if (op.phase == Phase::kBackward && op.layer != traces::kNoLayer) {
+      EXPECT_LE(op.layer, last_backward_layer) << op.name;
+      last_backward_layer = op.layer;
+    }
+  }
+  EXPECT_EQ(last_backward_layer, 0);
+}
+
+TEST(BuildTrace, WeightsHaveNoProducerAndOneGradientEachForTheOptimizer) {
+  const traces::Trace tr = MustBuild(Gpt(2, 256, 512, 8, 2, true));
+  std::set<int> optimizer_layers;
+  for (const traces::Op& op : tr.ops) {
+    if (op.phase != Phase::kOptimizer) continue;
+    EXPECT_EQ(op.kind, OpKind::kOptimizer);
+    optimizer_layers.insert(op.layer);
+  }
+  // One optimizer op for the embedding/head weights and one per block.
+  EXPECT_EQ(optimizer_layers, (std::set<int>{-1, 0, 1, 2}));
+  for (const traces::Tensor& t : tr.tensors) {
+    if (t.kind != TensorKind::kWeight) continue;
+    EXPECT_EQ(t.producer, traces::kNoOp) << t.name;
+    EXPECT_FALSE(t.offloadable) << t.name;
+    ASSERT_FALSE(t.consumers.empty()) << t.name;
+    const traces::Op& last = tr.op(t.consumers.back());
+    EXPECT_EQ(last.phase, Phase::kOptimizer) << t.name;
+    // The optimizer reads exactly one gradient of this weight's shape, produced
+    // in backward.
+    int grads = 0;
+    for (traces::TensorId in : last.inputs) {
+      const traces::Tensor& g = tr.tensor(in);
+      if (g.kind == TensorKind::kGradient && g.name == t.name + ".grad") ++grads;
+      if (g.kind == TensorKind::kGradient && g.name.rfind(t.name + ".grad+", 0) == 0) ++grads;
+    }
+    EXPECT_EQ(grads, 1) << t.name;
+  }
+}
+
+TEST(BuildTrace, TiedEmbeddingGradientAccumulatesHeadThenEmbedding) {
+  const traces::Trace tr = MustBuild(Gpt(2, 256, 512, 8, 1));
+  // lm_head.wgrad writes word_embeddings.grad; embedding.bwd reads it and writes
+  // word_embeddings.grad+1, which the optimizer reads.
+  std::map<std::string, const traces::Tensor*> by_name;
+  for (const traces::Tensor& t : tr.tensors) by_name[t.name] = &t;
+  ASSERT_TRUE(by_name.count("word_embeddings.grad+1"));
+  const traces::Tensor& partial = *by_name.at("word_embeddings.grad");
+  EXPECT_EQ(tr.op(partial.producer).name, "lm_head.wgrad");
+  EXPECT_EQ(tr.op(partial.consumers.at(0)).name, "embedding.bwd");
+}
+
+TEST(BuildTrace, NoTensorParallelismMeansNoCollectives) {
+  const traces::Trace tr = MustBuild(Gpt(2, 256, 512, 8, 1));
+  for (const traces::Op& op : tr.ops) EXPECT_NE(op.kind, OpKind::kCollective) << op.name;
+}
+
+TEST(BuildTrace, TensorParallelAllReducesAfterProjectionAndFc2) {
+  // b 2, s 256, h 512: each forward all-reduce moves s·b·h·2 = 524288 bytes.
+  const traces::Trace tr = MustBuild(Gpt(2, 256, 512, 8, 2));
+  std::vector<std::string> names;
+  for (const traces::Op& op : tr.ops) {
+    if (op.kind != OpKind::kCollective || op.phase != Phase::kForward || op.layer != 1) continue;
+    names.push_back(op.name);
+    EXPECT_EQ(op.bytes_read, 256 * 2 * 512 * 2) << op.name;
+    // In place: the output is a view of the input.
+    EXPECT_EQ(tr.tensor(op.outputs.at(0)).alias_of, op.inputs.at(0));
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"L1.proj.out_reduced.all_reduce",
+                                             "L1.fc2.out_reduced.all_reduce"}));
+  // Backward: the input gradients of QKV and fc1 are all-reduced.
+  EXPECT_EQ(Count(tr, OpKind::kCollective, Phase::kBackward, 1), 2);
+}
+
+TEST(BuildTrace, SequenceParallelGathersBeforeColumnAndScattersAfterRowLayers) {
+  const traces::Trace tr = MustBuild(Gpt(2, 256, 512, 8, 4, true));
+  std::vector<std::string> names;
+  for (const traces::Op& op : tr.ops) {
+    if (op.kind == OpKind::kCollective && op.phase == Phase::kForward && op.layer == 1) {
+      names.push_back(op.name);
+    }
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "L1.qkv.in_gathered.all_gather", "L1.proj.out_shard.reduce_scatter",
+                       "L1.fc1.in_gathered.all_gather", "L1.fc2.out_shard.reduce_scatter"}));
+  // Backward: re-gather for each column layer's weight gradient, reduce-scatter its
+  // input gradient, all-gather each row layer's output gradient: 6 per block.
+  EXPECT_EQ(Count(tr, OpKind::kCollective, Phase::kBackward, 1), 6);
+}
+
+TEST(BuildTrace, PipelineStagesSplitLayersAndMeetAtSendRecv) {
+  ModelConfig c = Gpt(2, 256, 512, 8, 1);
+  c.layers = 8;
+  c.pp = 4;
+  for (int64_t stage = 0; stage < 4; ++stage) {
+    const traces::Trace tr = MustBuild(c, stage);
+    EXPECT_EQ(tr.header.first_layer, 2 * stage);
+    EXPECT_EQ(tr.header.stage_layers, 2);
+    std::set<int> layers;
+    int embeddings = 0, losses = 0, sends = 0, recvs = 0;
+    for (const traces::Op& op : tr.ops) {
+      EXPECT_EQ(op.stage, stage);
+      if (op.layer >= 0) layers.insert(op.layer);
+      embeddings += op.kind == OpKind::kEmbedding && op.phase == Phase::kForward;
+      losses += op.kind == OpKind::kLoss && op.phase == Phase::kForward;
+      sends += op.kind == OpKind::kSend;
+      recvs += op.kind == OpKind::kRecv;
+    }
+    EXPECT_EQ(layers,
+              (std::set<int>{static_cast<int>(2 * stage), static_cast<int>(2 * stage + 1)}));
+    EXPECT_EQ(embeddings, stage == 0 ? 1 : 0);
+    EXPECT_EQ(losses, stage == 3 ? 1 : 0);
+    // Inner boundaries: forward activation one way, its gradient the other.
+    const int boundaries = (stage > 0) + (stage < 3);
+    EXPECT_EQ(sends, boundaries);
+    EXPECT_EQ(recvs, boundaries);
+  }
+}
+
+TEST(BuildTrace, SavedActivationsAreOffloadableUnlessTinyOrOutsideBlocks) {
+  const traces::Trace tr = MustBuild(Gpt(2, 256, 512, 8, 1));
+  int offloadable = 0;
+  for (const traces::Tensor& t : tr.tensors) {
+    if (t.offloadable) {
+      ++offloadable;
+      EXPECT_EQ(t.kind, TensorKind::kActivation) << t.name;
+      EXPECT_TRUE(t.saved_for_backward) << t.name;
+      EXPECT_GE(t.layer, 0) << t.name;
+      EXPECT_GE(tr.tensor(tr.StorageOf(t.id)).bytes, 64 * 1024) << t.name;
+    }
+    if (t.name == "logits" || t.name == "loss" || t.name == "labels") {
+      EXPECT_FALSE(t.offloadable) << t.name;
+    }
+    if (t.kind == TensorKind::kGradient) {
+      EXPECT_FALSE(t.saved_for_backward) << t.name;
+    }
+  }
+  EXPECT_GT(offloadable, 0);
+  // The tokens are read by the embedding's backward, so they are saved, but never offloaded.
+  for (const traces::Tensor& t : tr.tensors) {
+    if (t.name == "embedding.tokens") {
+      EXPECT_TRUE(t.saved_for_backward);
+      EXPECT_FALSE(t.offloadable);
+    }
+  }
+}
+
+TEST(BuildTrace, BlockInputCountsInTheBlockThatSavesIt) {
+  const traces::Trace tr = MustBuild(Gpt(2, 256, 512, 8, 1));
+  for (const traces::Tensor& t : tr.tensors) {
+    // The embedding's output is layer 0's LayerNorm input; layer 0's output is layer 1's.
+    if (t.name == "embedding.dropped") {
+      EXPECT_EQ(t.layer, 0);
+    }
+    if (t.name == "L0.mlp_out.out") {
+      EXPECT_EQ(t.layer, 1);
+    }
+    // The last block's output is saved by the final norm, outside the blocks.
+    if (t.name == "L2.mlp_out.out") {
+      EXPECT_EQ(t.layer, traces::kNoLayer);
+    }
+  }
+}
+
+TEST(BuildTrace, EveryBackwardOpReadsAnIncomingGradient) {
+  const traces::Trace tr = MustBuild(Gpt(2, 256, 512, 8, 2, true, "flash"));
+  for (const traces::Op& op : tr.ops) {
+    if (op.phase != Phase::kBackward || op.kind == OpKind::kRecv) continue;
+    if (op.name == "loss.bwd") continue;  // the loss gradient is the constant 1
+    bool reads_grad = false;
+    for (traces::TensorId in : op.inputs) {
+      const TensorKind k = tr.tensor(in).kind;
+      reads_grad |= k == TensorKind::kGradient;
+      // The sequence-parallel re-gather of a saved input feeds a weight gradient.
+      reads_grad |= k == TensorKind::kWorkspace;
+    }
+    EXPECT_TRUE(reads_grad || op.kind == OpKind::kCollective) << op.name;
+  }
+}
+
+TEST(BuildTrace, RejectsAStageOutsideThePipeline) {
+  ModelConfig c = Gpt(2, 256, 512, 8, 1);
+  const Result<traces::Trace> r = BuildTrace(c, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "model gpt-test: stage: 1 is out of range for pp 1 (expected 0 <= stage < pp)");
+}
+
+TEST(BuildTrace, RejectsAnInvalidConfig) {
+  ModelConfig c = Gpt(2, 256, 512, 8, 3);
+  const Result<traces::Trace> r = BuildTrace(c, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "model gpt-test: tp: 3 does not divide heads 8");
+}
+
+TEST(BuildTrace, Gpt175bTracesAllNinetySixLayers) {
+  ModelConfig c = Gpt(1, 2048, 12288, 96, 8, true);
+  c.layers = 96;
+  c.vocab = 50257;
+  const traces::Trace tr = MustBuild(c);
+  EXPECT_EQ(tr.header.stage_layers, 96);
+  // Per block with SP: s·b·h·(34/8 + 5·96·2048/(12288·8)) = s·b·h·14.25.
+  const double expected = 2048.0 * 12288 * 14.25;
+  EXPECT_NEAR(testing::StatsOf(tr, 50).saved_bytes / expected, 1.0, 0.02);
+}
+
+}  // namespace
+}  // namespace ssdtrain::models

@@ -1,0 +1,209 @@
+// Config parsing and validation: each class of bad input gets a message naming
+// the file, the field and what was expected.
+#include "models/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace ssdtrain::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kValid = R"({
+  "name": "x", "family": "gpt", "hidden": 1024, "heads": 16, "layers": 4,
+  "vocab": 1000, "seq_len": 512
+})";
+
+// Writes `text` to <tmp>/<stem>.json and returns the path.
+std::string WriteConfig(const std::string& stem, const std::string& text) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "models_config_test";
+  fs::create_directories(dir);
+  const fs::path p = dir / (stem + ".json");
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+// Parses kValid with one field replaced (or removed when `value` is empty).
+Status WithField(const std::string& field, const std::string& value) {
+  nlohmann::json j = nlohmann::json::parse(kValid);
+  if (value.empty()) {
+    j.erase(field);
+  } else {
+    j[field] = nlohmann::json::parse(value);
+  }
+  return ModelConfigFromJson(j, "configs/models/x.json").status();
+}
+
+TEST(ModelConfig, ValidConfigGetsDefaults) {
+  const Result<ModelConfig> c = LoadModelConfig(WriteConfig("x", kValid));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->micro_batch, 1);
+  EXPECT_EQ(c->tp, 1);
+  EXPECT_EQ(c->pp, 1);
+  EXPECT_EQ(c->attention, "standard");
+  EXPECT_EQ(c->dtype, "fp16");
+  EXPECT_EQ(KvHeads(*c), 16);
+  EXPECT_EQ(HeadDim(*c), 64);
+  EXPECT_EQ(FfnHidden(*c), 4096);
+  EXPECT_EQ(PaddedVocab(*c), 1024);  // 1000 rounded up to a multiple of 128·tp
+}
+
+TEST(ModelConfig, ToJsonReadsBackEqual) {
+  const Result<ModelConfig> c = ModelConfigFromJson(nlohmann::json::parse(kValid), "x.json");
+  ASSERT_TRUE(c.ok());
+  const Result<ModelConfig> again = ModelConfigFromJson(ToJson(*c), "x.json");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(ToJson(*again), ToJson(*c));
+}
+
+TEST(ModelConfig, NotJsonNamesTheFile) {
+  const std::string path = WriteConfig("broken", "{ \"name\": ");
+  const Status s = LoadModelConfig(path).status();
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind(path + ": not valid JSON", 0), 0u) << s.message();
+}
+
+TEST(ModelConfig, MissingFileIsNotFound) {
+  const Status s = LoadModelConfig("/nonexistent/dir/x.json").status();
+  EXPECT_EQ(s.code(), Status::Code::kNotFound);
+  EXPECT_EQ(s.message(), "/nonexistent/dir/x.json: no such file");
+}
+
+TEST(ModelConfig, NotAnObject) {
+  EXPECT_EQ(ModelConfigFromJson(nlohmann::json::array(), "x.json").status().message(),
+            "x.json: expected an object, got array");
+}
+
+TEST(ModelConfig, MissingField) {
+  EXPECT_EQ(WithField("hidden", "").message(),
+            "configs/models/x.json: hidden: missing required field");
+}
+
+TEST(ModelConfig, WrongType) {
+  EXPECT_EQ(WithField("hidden", "\"big\"").message(),
+            "configs/models/x.json: hidden: expected an integer, got string");
+  EXPECT_EQ(WithField("seq_len", "512.5").message(),
+            "configs/models/x.json: seq_len: expected an integer, got number");
+  EXPECT_EQ(WithField("sequence_parallel", "1").message(),
+            "configs/models/x.json: sequence_parallel: expected true or false, got integer");
+  EXPECT_EQ(WithField("family", "3").message(),
+            "configs/models/x.json: family: expected a string, got integer");
+}
+
+TEST(ModelConfig, ZeroOrNegativeSizes) {
+  EXPECT_EQ(WithField("hidden", "0").message(),
+            "configs/models/x.json: hidden: expected a positive integer, got 0");
+  EXPECT_EQ(WithField("micro_batch", "-2").message(),
+            "configs/models/x.json: micro_batch: expected a positive integer, got -2");
+  EXPECT_EQ(WithField("ffn_hidden", "-1").message(),
+            "configs/models/x.json: ffn_hidden: expected a non-negative integer (0 means the "
+            "default), got -1");
+}
+
+TEST(ModelConfig, HeadsMustDivideHidden) {
+  nlohmann::json j = nlohmann::json::parse(kValid);
+  j["hidden"] = 1000;
+  j["heads"] = 12;
+  EXPECT_EQ(ModelConfigFromJson(j, "configs/models/x.json").status().message(),
+            "configs/models/x.json: heads: 12 does not divide hidden 1000");
+  // An explicit head_dim lifts the rule (T5-11B: 128 heads of 128 on hidden 1024).
+  j["head_dim"] = 80;
+  EXPECT_TRUE(ModelConfigFromJson(j, "x.json").ok());
+}
+
+TEST(ModelConfig, TpMustDivideHeadsAndKvHeads) {
+  EXPECT_EQ(WithField("tp", "3").message(),
+            "configs/models/x.json: tp: 3 does not divide heads 16");
+  nlohmann::json j = nlohmann::json::parse(kValid);
+  j["family"] = "llama";
+  j["kv_heads"] = 2;
+  j["tp"] = 4;
+  EXPECT_EQ(ModelConfigFromJson(j, "x.json").status().message(),
+            "x.json: tp: 4 does not divide kv_heads 2");
+  j["kv_heads"] = 3;
+  j["tp"] = 1;
+  EXPECT_EQ(ModelConfigFromJson(j, "x.json").status().message(),
+            "x.json: kv_heads: 3 does not divide heads 16");
+}
+
+TEST(ModelConfig, GroupedQueryAttentionIsLlamaOnly) {
+  EXPECT_EQ(WithField("kv_heads", "4").message(),
+            "configs/models/x.json: kv_heads: grouped-query attention (kv_heads 4 != heads 16) "
+            "is only modelled for the llama family, not gpt");
+}
+
+TEST(ModelConfig, LayersMustBeDivisibleByPp) {
+  EXPECT_EQ(WithField("pp", "3").message(),
+            "configs/models/x.json: pp: layers 4 are not divisible by pp 3 (each stage holds "
+            "layers / pp blocks)");
+}
+
+TEST(ModelConfig, SequenceParallelNeedsSeqLenDivisibleByTp) {
+  nlohmann::json j = nlohmann::json::parse(kValid);
+  j["tp"] = 4;
+  j["sequence_parallel"] = true;
+  j["seq_len"] = 510;
+  EXPECT_EQ(ModelConfigFromJson(j, "x.json").status().message(),
+            "x.json: seq_len: 510 is not divisible by tp 4 (sequence parallelism splits the "
+            "sequence across tensor-parallel ranks)");
+}
+
+TEST(ModelConfig, UnknownEnumValues) {
+  EXPECT_EQ(WithField("family", "\"mamba\"").message(),
+            "configs/models/x.json: family: unknown family \"mamba\", expected gpt, bert, t5 or "
+            "llama");
+  EXPECT_EQ(WithField("attention", "\"sparse\"").message(),
+            "configs/models/x.json: attention: unknown attention \"sparse\", expected standard "
+            "or flash");
+  EXPECT_EQ(WithField("dtype", "\"fp8\"").message(),
+            "configs/models/x.json: dtype: unknown dtype \"fp8\", expected fp16, bf16 or fp32");
+}
+
+TEST(ModelConfig, UnknownFieldIsRejectedByName) {
+  EXPECT_EQ(WithField("hiden", "1024").message(), "configs/models/x.json: hiden: unknown field");
+}
+
+TEST(ModelConfig, T5NeedsEncoderLayersAndOthersMustNotHaveThem) {
+  EXPECT_EQ(WithField("family", "\"t5\"").message(),
+            "configs/models/x.json: encoder_layers: t5 needs 0 < encoder_layers < layers (4), "
+            "got 0");
+  EXPECT_EQ(WithField("encoder_layers", "2").message(),
+            "configs/models/x.json: encoder_layers: only the t5 family has encoder_layers, got 2 "
+            "for gpt");
+}
+
+TEST(ModelConfig, NameMustMatchTheFileStem) {
+  const std::string path = WriteConfig("y", kValid);
+  EXPECT_EQ(LoadModelConfig(path).status().message(),
+            path + ": name: \"x\" does not match the file name (expected \"y\")");
+}
+
+TEST(ModelConfig, OverridesApplyAndAreValidated) {
+  const Result<ModelConfig> c = ModelConfigFromJson(nlohmann::json::parse(kValid), "x.json");
+  ASSERT_TRUE(c.ok());
+  ConfigOverrides o;
+  o.micro_batch = 8;
+  o.tp = 4;
+  o.sequence_parallel = true;
+  o.attention = "flash";
+  o.dtype = "bf16";
+  const Result<ModelConfig> r = ApplyOverrides(*c, o, "x.json");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->micro_batch, 8);
+  EXPECT_EQ(r->tp, 4);
+  EXPECT_TRUE(r->sequence_parallel);
+  EXPECT_EQ(r->attention, "flash");
+  EXPECT_EQ(r->dtype, "bf16");
+  EXPECT_EQ(r->seq_len, 512);  // not overridden
+  ConfigOverrides bad;
+  bad.pp = 3;
+  EXPECT_EQ(ApplyOverrides(*c, bad, "x.json --pp 3").status().message(),
+            "x.json --pp 3: pp: layers 4 are not divisible by pp 3 (each stage holds layers / pp "
+            "blocks)");
+}
+
+}  // namespace
+}  // namespace ssdtrain::models
