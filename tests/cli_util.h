@@ -1,0 +1,34 @@
+// Runs the built `ssdtrain` binary from tests, capturing exit status and output.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace ssdtrain::testing {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+inline std::string SsdtrainBinary() { return std::string(SSDTRAIN_BINARY_DIR) + "/app/ssdtrain"; }
+inline std::string SourceDir() { return SSDTRAIN_SOURCE_DIR; }
+
+// `args` is appended to the binary's path as shell words.
+inline CliResult RunSsdtrain(const std::string& args) {
+  CliResult r;
+  const std::string cmd = SsdtrainBinary() + " " + args + " 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace ssdtrain::testing

@@ -1,0 +1,133 @@
+// End to end: `ssdtrain trace` on the shipped configs, round trips through
+// JSON and CBOR, and the CLI's handling of bad input.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "models/build_trace.h"
+#include "models/model_config.h"
+#include "tests/cli_util.h"
+#include "traces/io.h"
+#include "traces/validate.h"
+
+namespace ssdtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::RunSsdtrain;
+using testing::SourceDir;
+
+class TraceCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ssdtrain-cli-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string File(const std::string& name) const { return (dir_ / name).string(); }
+  std::string Write(const std::string& name, const std::string& text) const {
+    std::ofstream(File(name)) << text;
+    return File(name);
+  }
+  fs::path dir_;
+};
+
+// Every shipped config traces (all stages), and its trace survives
+// JSON -> CBOR -> JSON byte for byte.
+TEST_F(TraceCli, EveryConfigRoundTripsJsonCborJson) {
+  int configs = 0;
+  for (const auto& entry : fs::directory_iterator(SourceDir() + "/configs/models")) {
+    if (entry.path().extension() != ".json") continue;
+    ++configs;
+    Result<models::ModelConfig> c = models::LoadModelConfig(entry.path().string());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    Result<traces::Trace> t = models::BuildTrace(*c, 0);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    ASSERT_TRUE(traces::WriteTrace(*t, File("a.json")).ok());
+    Result<traces::Trace> a = traces::ReadTrace(File("a.json"));
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(traces::WriteTrace(*a, File("b.cbor")).ok());
+    Result<traces::Trace> b = traces::ReadTrace(File("b.cbor"));
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ASSERT_TRUE(traces::WriteTrace(*b, File("c.json")).ok());
+    std::ifstream fa(File("a.json")), fc(File("c.json"));
+    const std::string sa((std::istreambuf_iterator<char>(fa)), {});
+    const std::string sc((std::istreambuf_iterator<char>(fc)), {});
+    EXPECT_EQ(sa, sc) << entry.path();
+    EXPECT_EQ(traces::Fingerprint(*b), traces::Fingerprint(*t)) << entry.path();
+  }
+  EXPECT_GE(configs, 20);
+}
+
+TEST_F(TraceCli, WritesAValidTraceAndPrintsTheSummary) {
+  testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() + "/configs/models/tiny-gpt.json --summary -o " +
+                                     File("t.cbor"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("total"), std::string::npos) << r.output;
+  Result<traces::Trace> t = traces::ReadTrace(File("t.cbor"));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->header.model, "tiny-gpt");
+}
+
+TEST_F(TraceCli, FlagsOverrideTheConfig) {
+  testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() +
+                                     "/configs/models/gpt-1.3b.json --micro-batch 2 --seq-len 512 --tp 2 "
+                                     "--sequence-parallel --attention flash --dtype bf16 -o " +
+                                     File("t.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Result<traces::Trace> t = traces::ReadTrace(File("t.json"));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->header.micro_batch, 2);
+  EXPECT_EQ(t->header.seq_len, 512);
+  EXPECT_EQ(t->header.tp, 2);
+  EXPECT_TRUE(t->header.sequence_parallel);
+  EXPECT_EQ(t->header.attention, "flash");
+  EXPECT_EQ(t->header.dtype, "bf16");
+}
+
+// Bad input: one line naming the file and field, exit 1, no output file.
+TEST_F(TraceCli, InconsistentFlagFailsCleanly) {
+  testing::CliResult r =
+      RunSsdtrain("trace --model " + SourceDir() + "/configs/models/gpt-1.3b.json --tp 5 -o " + File("t.json"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("tp: 5 does not divide heads 16"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(File("t.json")));
+}
+
+TEST_F(TraceCli, MalformedConfigNamesFileAndField) {
+  const std::string cfg = Write("bad.json", R"({"name": "bad", "family": "gpt", "hidden": "big"})");
+  testing::CliResult r = RunSsdtrain("trace --model " + cfg + " -o " + File("t.json"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find(cfg), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("hidden"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("terminate"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(File("t.json")));
+}
+
+TEST_F(TraceCli, MissingConfigFails) {
+  testing::CliResult r = RunSsdtrain("trace --model " + File("nope.json"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("nope.json"), std::string::npos) << r.output;
+}
+
+TEST_F(TraceCli, UnwritableOutputFailsWithoutPartialFile) {
+  testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() + "/configs/models/tiny-gpt.json -o " +
+                                     File("no-such-dir/t.json"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("no-such-dir/t.json"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
+TEST_F(TraceCli, UnknownFlagValueIsRejected) {
+  testing::CliResult r =
+      RunSsdtrain("trace --model " + SourceDir() + "/configs/models/tiny-gpt.json --attention sparse");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--attention"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ssdtrain
