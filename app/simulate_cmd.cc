@@ -1,0 +1,59 @@
+// ssdtrain simulate: trace + plan + hardware -> predicted step metrics and timeline.
+#include <iostream>
+
+#include "app/command.h"
+#include "sim/hardware.h"
+#include "sim/simulate.h"
+#include "traces/io.h"
+#include "traces/plan.h"
+#include "traces/timeline.h"
+
+namespace ssdtrain::app {
+namespace {
+
+struct SimulateCmdOptions {
+  std::string trace, plan, hardware, output, timeline;
+};
+
+int RunSimulate(const SimulateCmdOptions& o) {
+  Result<traces::Trace> trace = traces::ReadTrace(o.trace);
+  if (!trace.ok()) return ReportError("simulate", trace.status());
+  Result<traces::Plan> plan = traces::ReadPlan(o.plan);
+  if (!plan.ok()) return ReportError("simulate", plan.status());
+  Status valid = traces::ValidatePlan(*plan, *trace, o.plan);
+  if (!valid.ok()) return ReportError("simulate", valid);
+  Result<sim::HardwareOptions> hw = sim::LoadHardware(o.hardware);
+  if (!hw.ok()) return ReportError("simulate", hw.status());
+  sim::SimulateOptions so;
+  so.record_timeline = !o.timeline.empty();
+  Result<sim::Prediction> p = sim::Simulate(*trace, *plan, *hw, so);
+  if (!p.ok()) return ReportError("simulate", p.status());
+  Status w = traces::WriteJsonFile(sim::PredictionToJson(*p), o.output);
+  if (!w.ok()) return ReportError("simulate", w);
+  if (!o.timeline.empty()) {
+    w = traces::WriteJsonFile(traces::ToChromeTrace(p->timeline, "ssdtrain simulate"), o.timeline);
+    if (!w.ok()) return ReportError("simulate", w);
+  }
+  const traces::StepMetrics& m = p->metrics;
+  std::cout << "step " << static_cast<double>(m.step_time_ns) / 1e6 << " ms, " << m.tokens_per_s
+            << " tokens/s, peak GPU " << static_cast<double>(m.peak_gpu_bytes) / (1 << 30)
+            << " GiB, activations " << static_cast<double>(m.peak_activation_bytes) / (1 << 30)
+            << " GiB, exposed I/O " << static_cast<double>(m.exposed_io_ns) / 1e6 << " ms\n";
+  return 0;
+}
+
+}  // namespace
+
+Verb AddSimulateCommand(CLI::App& app) {
+  auto o = std::make_shared<SimulateCmdOptions>();
+  CLI::App* cmd = app.add_subcommand("simulate", "Simulate a plan on a hardware model");
+  cmd->add_option("--trace", o->trace, "trace file (.json or .cbor)")->required();
+  cmd->add_option("--plan", o->plan, "plan file")->required();
+  cmd->add_option("--hardware", o->hardware, "hardware config (configs/hardware/*.json)")
+      ->required();
+  cmd->add_option("-o,--output", o->output, "prediction JSON to write")->required();
+  cmd->add_option("--timeline", o->timeline, "Chrome/Perfetto trace of the simulated step");
+  return Verb{cmd, [o] { return RunSimulate(*o); }};
+}
+
+}  // namespace ssdtrain::app

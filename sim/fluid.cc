@@ -1,0 +1,146 @@
+#include "sim/fluid.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace ssdtrain::sim {
+
+FluidNetwork::ResourceId FluidNetwork::AddResource(std::string name, int max_active) {
+  resources_.push_back(Resource{std::move(name), max_active, 0, 0, Time()});
+  return static_cast<ResourceId>(resources_.size() - 1);
+}
+
+FluidNetwork::FlowId FluidNetwork::Start(Bytes bytes, std::vector<Demand> demands, Time latency,
+                                         std::function<void()> on_done) {
+  for (const Demand& d : demands) {
+    assert(d.resource >= 0 && static_cast<size_t>(d.resource) < resources_.size());
+    assert(d.rate.value > 0 && "a flow's rate on a resource must be positive");
+    (void)d;
+  }
+  Flow flow;
+  flow.remaining = bytes.value;
+  flow.demands = std::move(demands);
+  flow.latency = latency;
+  flow.on_done = std::move(on_done);
+  flows_.push_back(std::move(flow));
+  const FlowId id = static_cast<FlowId>(flows_.size() - 1);
+  waiting_.push_back(id);
+  AdmitWaiting();
+  return id;
+}
+
+bool FluidNetwork::Cancel(FlowId id) {
+  Flow& flow = flows_[static_cast<size_t>(id)];
+  if (flow.admitted || flow.cancelled) return false;
+  flow.cancelled = true;
+  waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
+  return true;
+}
+
+bool FluidNetwork::CanAdmit(const Flow& flow) const {
+  for (const Demand& d : flow.demands) {
+    const Resource& r = resources_[static_cast<size_t>(d.resource)];
+    if (r.max_active > 0 && r.admitted >= r.max_active) return false;
+  }
+  return true;
+}
+
+void FluidNetwork::AdmitWaiting() {
+  // FIFO without overtaking per resource: a flow blocked on a full resource
+  // also blocks later flows that need that resource.
+  std::vector<bool> blocked(resources_.size(), false);
+  std::vector<FlowId> still_waiting;
+  for (FlowId id : waiting_) {
+    Flow& flow = flows_[static_cast<size_t>(id)];
+    bool admit = CanAdmit(flow);
+    for (const Demand& d : flow.demands) admit = admit && !blocked[static_cast<size_t>(d.resource)];
+    if (!admit) {
+      for (const Demand& d : flow.demands) blocked[static_cast<size_t>(d.resource)] = true;
+      still_waiting.push_back(id);
+      continue;
+    }
+    flow.admitted = true;
+    for (const Demand& d : flow.demands) ++resources_[static_cast<size_t>(d.resource)].admitted;
+    const Status s = engine_.Schedule(flow.latency, [this, id] { BeginMoving(id); });
+    assert(s.ok());
+    (void)s;
+  }
+  waiting_ = std::move(still_waiting);
+}
+
+void FluidNetwork::BeginMoving(FlowId id) {
+  Advance();
+  Flow& flow = flows_[static_cast<size_t>(id)];
+  flow.moving = true;
+  flow.begin = engine_.Now();
+  for (const Demand& d : flow.demands) ++resources_[static_cast<size_t>(d.resource)].moving;
+  moving_.insert(std::upper_bound(moving_.begin(), moving_.end(), id), id);
+  Reschedule();
+}
+
+void FluidNetwork::Advance() {
+  const Time now = engine_.Now();
+  const Time dt = now - last_update_;
+  if (dt > Time()) {
+    for (FlowId id : moving_) {
+      Flow& flow = flows_[static_cast<size_t>(id)];
+      flow.remaining = std::max<int64_t>(0, flow.remaining - BytesMoved(flow.rate, dt).value);
+    }
+    for (Resource& r : resources_) {
+      if (r.moving > 0) r.busy += dt;
+    }
+  }
+  last_update_ = now;
+}
+
+void FluidNetwork::Reschedule() {
+  ++generation_;
+  Time next = Time::Max();
+  for (FlowId id : moving_) {
+    Flow& flow = flows_[static_cast<size_t>(id)];
+    int64_t rate = INT64_MAX;
+    for (const Demand& d : flow.demands) {
+      const int n = resources_[static_cast<size_t>(d.resource)].moving;
+      rate = std::min(rate, std::max<int64_t>(1, d.rate.value / n));
+    }
+    flow.rate = BytesPerSec{rate};
+    next = std::min(next, TransferTime(Bytes{flow.remaining}, flow.rate));
+  }
+  if (moving_.empty()) return;
+  const uint64_t generation = generation_;
+  const Status s = engine_.Schedule(next, [this, generation] { OnCompletion(generation); });
+  assert(s.ok());
+  (void)s;
+}
+
+void FluidNetwork::OnCompletion(uint64_t generation) {
+  if (generation != generation_) return;  // rates changed since this was scheduled
+  Advance();
+  std::vector<FlowId> finished;
+  std::vector<FlowId> still_moving;
+  for (FlowId id : moving_) {
+    (flows_[static_cast<size_t>(id)].remaining == 0 ? finished : still_moving).push_back(id);
+  }
+  assert(!finished.empty() && "a completion event found no finished flow");
+  moving_ = std::move(still_moving);
+  for (FlowId id : finished) {
+    Flow& flow = flows_[static_cast<size_t>(id)];
+    flow.moving = false;
+    flow.done = true;
+    flow.rate = BytesPerSec{0};
+    for (const Demand& d : flow.demands) {
+      Resource& r = resources_[static_cast<size_t>(d.resource)];
+      --r.moving;
+      --r.admitted;
+    }
+  }
+  AdmitWaiting();
+  Reschedule();
+  for (FlowId id : finished) {
+    // Move the callback out first: it may start flows, which can grow flows_.
+    std::function<void()> done = std::move(flows_[static_cast<size_t>(id)].on_done);
+    if (done) done();
+  }
+}
+
+}  // namespace ssdtrain::sim

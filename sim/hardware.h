@@ -1,0 +1,136 @@
+// The hardware model: configs/hardware/*.json, parsed into options structs that
+// mirror the JSON field for field (LevelDB options.h's habit). Every field has
+// its unit in its name or comment and a default; a missing optional field
+// keeps its default, a present field with a bad value is an error naming the
+// file and the field ("configs/hardware/x.json: storage.drive.write_GBps: must
+// be > 0, got 0"). sim/README.md documents the format and cites the figures.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "traces/status.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::sim {
+
+// One point of an efficiency curve: at `size` (FLOPs for compute-bound kinds,
+// bytes for memory-bound kinds) the kernel reaches `efficiency` of peak.
+// Between points the efficiency is interpolated linearly in log(size); outside
+// them it is clamped to the nearest point (Calculon's efficiency tables).
+struct EfficiencyPoint {
+  double size = 0;
+  double efficiency = 1;  // (0, 1]
+};
+
+struct GpuOptions {
+  std::string name;
+  double peak_tflops_fp16 = 0;  // dense tensor-core TFLOP/s (1e12)
+  double peak_tflops_bf16 = 0;  // 0: same as fp16
+  double peak_tflops_fp32 = 0;  // 0: fp16 / 16
+  double clock_scale = 1.0;     // fraction of boost clock the SMs run at, (0, 1]
+  double memory_GBps = 0;       // HBM bandwidth, 1e9 B/s
+  double memory_GiB = 0;        // capacity, 2^30 bytes
+  double reserved_GiB = 0;      // taken by the runtime, allocator slack and workspaces
+  double op_overhead_us = 0;    // launch/dispatch cost added to every op
+  // Per-kind efficiency curves; keys are "gemm", "attention" (by FLOPs) and
+  // "memory" (memory-bound kinds, by bytes moved). Missing: efficiency 1.
+  std::vector<EfficiencyPoint> gemm_efficiency;
+  std::vector<EfficiencyPoint> attention_efficiency;
+  std::vector<EfficiencyPoint> memory_efficiency;
+};
+
+struct HostLinkOptions {
+  int pcie_gen = 4;
+  int lanes = 16;
+  double d2h_GBps = 0;  // measured device-to-host, 1e9 B/s; 0: derived from gen and lanes
+  double h2d_GBps = 0;  // measured host-to-device; 0: derived from gen and lanes
+  double latency_us = 0;
+};
+
+struct HostMemoryOptions {
+  double GiB = 0;             // host memory per GPU available for offload
+  double pinned_GiB = 0;      // pinned (page-locked) budget per GPU: offload-host's capacity
+  double bandwidth_GBps = 0;  // host DRAM bandwidth per GPU that staging copies share
+};
+
+struct DriveOptions {
+  std::string model;
+  double read_GBps = 0;
+  double write_GBps = 0;
+  double read_latency_us = 0;
+  double write_latency_us = 0;
+  int queue_depth = 32;       // requests in flight per drive
+  double request_KiB = 1024;  // request size the offload engine issues
+  double capacity_TB = 0;     // 1e12 bytes
+  double endurance_TBW = 0;   // rated TB written; 0: dwpd × capacity × 365 × warranty_years
+  double dwpd = 0;
+  double warranty_years = 5;
+};
+
+struct StorageOptions {
+  // One RAID0 array per GPU slot: GPU g uses arrays[g % arrays.size()]. Each
+  // entry is the number of drives in that array.
+  std::vector<int> arrays_drives;
+  int gpus_per_array = 1;  // GPUs sharing one array; its bandwidth is split among them
+  DriveOptions drive;
+  bool gds = false;              // GPUDirect Storage; false: bounce through pinned host memory
+  int max_inflight_tensors = 2;  // tensors the offload engine has in flight per direction
+};
+
+struct InterconnectOptions {
+  double tp_GBps = 0;  // intra-node per-GPU bandwidth for tensor-parallel collectives (NVLink)
+  double pp_GBps = 0;  // between pipeline stages
+  double dp_GBps = 0;  // per-GPU bandwidth of the data-parallel gradient all-reduce; 0: pp_GBps
+  double latency_us = 0;
+};
+
+// One measured op time (the executor's calibration writes these). A gemm entry
+// matches ops of kind gemm with equal dims and dtype; any other entry matches
+// ops of its kind by bytes moved (bytes_read + bytes_written), interpolated
+// linearly between the two nearest entries of that kind, the smallest entry's
+// time below its range, and scaled with bytes beyond the largest.
+struct MeasuredOpTime {
+  traces::OpKind kind = traces::OpKind::kGemm;
+  std::optional<traces::GemmDims> gemm;
+  std::string dtype;  // gemm only; empty matches any
+  int64_t bytes = 0;
+  int64_t ns = 0;
+};
+
+struct HardwareOptions {
+  std::string name;
+  std::string description;
+  int gpus_per_node = 1;
+  GpuOptions gpu;
+  HostLinkOptions host_link;
+  HostMemoryOptions host_memory;
+  StorageOptions storage;
+  InterconnectOptions interconnect;
+  std::vector<MeasuredOpTime> measured_op_times;
+};
+
+// `source` names the file in messages.
+Result<HardwareOptions> HardwareFromJson(const nlohmann::json& j, const std::string& source);
+Result<HardwareOptions> LoadHardware(const std::string& path);
+nlohmann::json ToJson(const HardwareOptions& hw);
+
+// Derived figures, in simulator units.
+double PcieGBps(int gen, int lanes);                // usable per direction, ~ 0.85 of raw
+int64_t GpuMemoryBytes(const HardwareOptions& hw);  // capacity minus reserve
+int64_t HostPinnedBytes(const HardwareOptions& hw);
+// The storage array GPU `gpu` writes to: drives, aggregate GB/s and endurance.
+struct ArrayFigures {
+  int drives = 0;
+  double read_GBps = 0;
+  double write_GBps = 0;
+  double endurance_TBW = 0;
+};
+ArrayFigures ArrayFor(const HardwareOptions& hw, int gpu);
+// The slowest array (the planner plans for the worst GPU).
+int SlowestArray(const HardwareOptions& hw);
+
+}  // namespace ssdtrain::sim

@@ -1,0 +1,106 @@
+#include "sim/op_cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ssdtrain::sim {
+namespace {
+
+constexpr double kTera = 1e12;
+constexpr double kGiga = 1e9;
+
+int64_t CeilNs(double seconds) { return static_cast<int64_t>(std::ceil(seconds * 1e9)); }
+
+}  // namespace
+
+double Efficiency(const std::vector<EfficiencyPoint>& curve, double size) {
+  if (curve.empty()) return 1.0;
+  if (size <= curve.front().size) return curve.front().efficiency;
+  if (size >= curve.back().size) return curve.back().efficiency;
+  for (size_t i = 1; i < curve.size(); ++i) {
+    if (size <= curve[i].size) {
+      const double x0 = std::log(curve[i - 1].size), x1 = std::log(curve[i].size);
+      const double f = (std::log(size) - x0) / (x1 - x0);
+      return curve[i - 1].efficiency + f * (curve[i].efficiency - curve[i - 1].efficiency);
+    }
+  }
+  return curve.back().efficiency;
+}
+
+OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
+                         bool use_trace_measurements)
+    : hw_(hw), tp_(tp), use_trace_measurements_(use_trace_measurements) {
+  double tflops = hw.gpu.peak_tflops_fp16;
+  if (dtype == "bf16") tflops = hw.gpu.peak_tflops_bf16;
+  if (dtype == "fp32") tflops = hw.gpu.peak_tflops_fp32;
+  peak_flops_ = tflops * kTera * hw.gpu.clock_scale;
+  for (const MeasuredOpTime& m : hw.measured_op_times) {
+    if (m.gemm) {
+      if (!m.dtype.empty() && m.dtype != dtype) continue;
+      gemm_times_[{m.gemm->m, m.gemm->n, m.gemm->k, m.gemm->batch}] = m.ns;
+    } else {
+      bytes_times_[m.kind].emplace_back(m.bytes, m.ns);
+    }
+  }
+  for (auto& [kind, v] : bytes_times_) std::sort(v.begin(), v.end());
+}
+
+int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
+  using traces::OpKind;
+  const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
+  const double mem_bw = hw_.gpu.memory_GBps * kGiga;
+  const int64_t overhead = CeilNs(hw_.gpu.op_overhead_us * 1e-6);
+  switch (op.kind) {
+    case OpKind::kSend:
+    case OpKind::kRecv:
+      return 0;
+    case OpKind::kCollective: {
+      if (tp_ <= 1) return 0;
+      const double ring = 2.0 * static_cast<double>(tp_ - 1) / static_cast<double>(tp_);
+      return CeilNs(ring * bytes / (hw_.interconnect.tp_GBps * kGiga) +
+                    hw_.interconnect.latency_us * 1e-6) +
+             overhead;
+    }
+    case OpKind::kGemm:
+    case OpKind::kAttention: {
+      const auto& curve =
+          op.kind == OpKind::kGemm ? hw_.gpu.gemm_efficiency : hw_.gpu.attention_efficiency;
+      const double flops = static_cast<double>(op.flops);
+      const double compute = flops / (peak_flops_ * Efficiency(curve, flops));
+      return CeilNs(std::max(compute, bytes / mem_bw)) + overhead;
+    }
+    default: {
+      const double eff = Efficiency(hw_.gpu.memory_efficiency, bytes);
+      const double compute = static_cast<double>(op.flops) / peak_flops_;
+      return CeilNs(std::max(compute, bytes / (mem_bw * eff))) + overhead;
+    }
+  }
+}
+
+int64_t OpCostModel::OpTimeNs(const traces::Op& op) const {
+  if (use_trace_measurements_ && op.measured_ns) return *op.measured_ns;
+  if (op.kind == traces::OpKind::kGemm && op.gemm) {
+    auto it = gemm_times_.find({op.gemm->m, op.gemm->n, op.gemm->k, op.gemm->batch});
+    if (it != gemm_times_.end()) return it->second;
+  } else if (auto it = bytes_times_.find(op.kind); it != bytes_times_.end()) {
+    const auto& v = it->second;
+    const int64_t b = op.bytes_read + op.bytes_written;
+    if (b <= v.front().first) return v.front().second;
+    if (b >= v.back().first) {
+      // Beyond the largest measurement, scale with bytes (memory-bound).
+      return v.back().first > 0 ? static_cast<int64_t>(std::ceil(
+                                      static_cast<double>(v.back().second) *
+                                      static_cast<double>(b) / static_cast<double>(v.back().first)))
+                                : v.back().second;
+    }
+    auto hi = std::lower_bound(v.begin(), v.end(), std::make_pair(b, int64_t{0}));
+    auto lo = hi - 1;
+    const double f =
+        static_cast<double>(b - lo->first) / static_cast<double>(hi->first - lo->first);
+    return static_cast<int64_t>(std::ceil(static_cast<double>(lo->second) +
+                                          f * static_cast<double>(hi->second - lo->second)));
+  }
+  return RooflineNs(op);
+}
+
+}  // namespace ssdtrain::sim

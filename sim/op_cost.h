@@ -1,0 +1,50 @@
+// How long one op of a trace takes on the hardware model, in nanoseconds.
+// In order of preference: the op's own measured_ns (when the options allow it),
+// an entry of the hardware's measured op-time table, then a roofline estimate:
+//   gemm, attention:  max(flops / (peak[dtype] · clock_scale · eff(flops)),
+//                         bytes / memory_bw)
+//   memory-bound kinds: bytes / (memory_bw · eff(bytes))
+//   collective:  ring all-reduce over the tensor-parallel group,
+//                2·(t−1)/t · bytes / tp_GBps + latency (0 when t = 1)
+//   send, recv:  0 here (the pipeline schedule models activation sends)
+// plus op_overhead_us for every op that does work. Durations round up to whole ns.
+//
+// Thread-safety: const methods are safe to call concurrently.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "sim/hardware.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::sim {
+
+class OpCostModel {
+ public:
+  // `tp` is the tensor-parallel degree collectives run over; `dtype` the
+  // trace's compute dtype ("fp16", "bf16", "fp32").
+  OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
+              bool use_trace_measurements = true);
+
+  int64_t OpTimeNs(const traces::Op& op) const;
+  // The roofline estimate alone (no measurements).
+  int64_t RooflineNs(const traces::Op& op) const;
+
+ private:
+  using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t>;
+  const HardwareOptions& hw_;
+  int64_t tp_;
+  double peak_flops_;  // FLOP/s at the configured clock
+  bool use_trace_measurements_;
+  std::map<GemmKey, int64_t> gemm_times_;
+  std::map<traces::OpKind, std::vector<std::pair<int64_t, int64_t>>> bytes_times_;  // sorted
+};
+
+// Efficiency at `size` on `curve` (log-linear interpolation, clamped; 1 when empty).
+double Efficiency(const std::vector<EfficiencyPoint>& curve, double size);
+
+}  // namespace ssdtrain::sim

@@ -1,0 +1,57 @@
+// The planner's search: micro-batch size, pipeline depth, tensor-parallel
+// degree (up to one node's GPUs) and policy, for the highest predicted
+// throughput that fits in GPU memory; the remaining factor of the GPU count is
+// data parallelism.
+//
+// Branch and bound: for each layout a cheap analytic bound (compute-only step
+// time from the cost model in the closed-form pipeline, plus the all-reduce;
+// static memory) orders the layouts and prunes those that cannot fit or cannot
+// beat the best simulated plan so far; only the rest are simulated, each under
+// every requested policy.
+//
+// The caller supplies the traces (sim does not depend on models): a provider
+// called with (micro_batch, tp, pp, stage). Calls are memoised per argument set.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/hardware.h"
+#include "sim/simulate.h"
+#include "traces/plan.h"
+#include "traces/status.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::sim {
+
+using TraceProvider = std::function<Result<traces::Trace>(int64_t micro_batch, int64_t tp,
+                                                          int64_t pp, int64_t stage)>;
+
+struct PlannerOptions {
+  int64_t gpus = 1;
+  std::string policy = "auto";         // a policy name, or auto: every fixed policy and optimal
+  int64_t memory_budget_bytes = 0;     // 0: the GPU's capacity
+  std::optional<int64_t> micro_batch;  // fixed micro-batch; else 1, 2, 4, ... up to 16
+  int64_t global_batch = 0;            // sequences per step; 0: micro_batch · dp · 2·pp
+  int64_t layers = 0;                  // the model's blocks (pp must divide it)
+  int64_t heads = 0;                   // tp must divide it
+  std::function<void(const std::string&)> progress;  // one line per event; may be empty
+};
+
+struct PlannerResult {
+  bool fits = false;  // false: `plan` is the lowest-memory plan found
+  traces::Plan plan;  // with prediction set
+  Prediction prediction;
+  int64_t over_budget_bytes = 0;  // when !fits: peak minus budget
+  int64_t layouts = 0, simulated_layouts = 0, simulations = 0;
+  nlohmann::json rok = nlohmann::json::array();  // best layout: per policy memory vs step time
+};
+
+Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOptions& hw,
+                                 const PlannerOptions& options);
+
+}  // namespace ssdtrain::sim

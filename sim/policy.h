@@ -1,0 +1,72 @@
+// Policies: each turns a trace (one stage, one micro-batch) into a plan that
+// says, per saved tensor, keep / offload-ssd / offload-host / recompute.
+//
+//   keep                 nothing moves
+//   recompute-full       layerwise checkpointing: every saved activation of a
+//                        block except its input is rebuilt in backward
+//   recompute-selective  Megatron's selective recompute: the attention core
+//                        (scores, softmax, attention dropout) is rebuilt
+//   offload-host         every candidate to pinned host memory, up to the
+//                        pinned budget (the rest kept)
+//   offload-ssd          every candidate to SSD
+//   ssdtrain             the paper's adaptive rule (sim/README.md): offload the
+//                        first layers, keep the layers from the first one whose
+//                        offload cannot finish in time at the write bandwidth
+//   optimal              per tensor, chosen jointly under the memory budget by
+//                        simulation, with time-aware prefetch (optimal_policy.h)
+//
+// Candidates for offload: saved-for-backward, offloadable activations inside a
+// transformer block (parameters, the embedding, LM head and loss are never
+// moved), at least `min_offload_bytes`. Offloaded tensors of fixed policies are
+// prefetched with an order-based lookahead: when backward of layer L +
+// lookahead begins (the paper's "next two modules").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/hardware.h"
+#include "traces/plan.h"
+#include "traces/status.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::sim {
+
+inline constexpr std::string_view kFixedPolicies[] = {
+    "keep", "recompute-full", "recompute-selective", "offload-host", "offload-ssd", "ssdtrain"};
+
+struct PolicyOptions {
+  int64_t min_offload_bytes = 1 << 20;  // smaller tensors stay on the device
+  int prefetch_lookahead_layers = 2;
+  int gpu = -1;  // storage array the plan targets; -1: the slowest
+};
+
+// A plan for `trace` under a fixed policy. The layout fields (micro_batch, tp,
+// pp, dp, num_micro_batches, schedule, memory budget) are copied from `base`;
+// policy, model, fingerprint and placements are filled in.
+Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace& trace,
+                                   const HardwareOptions& hw, const traces::Plan& base,
+                                   const PolicyOptions& options = {});
+
+// The tensors a policy may move: one representative saved tensor per storage.
+std::vector<traces::TensorId> OffloadCandidates(const traces::Trace& trace,
+                                                const PolicyOptions& options);
+
+// Order-based prefetch point for a tensor of layer `layer`: the first backward
+// op of layer + lookahead (or of the highest layer below it that has one).
+traces::OpId LookaheadPrefetchOp(const traces::Trace& trace, int layer, int lookahead);
+
+// The adaptive rule's answer: the first layer that is kept (layers below it are
+// offloaded). Exposed for tests.
+int AdaptiveFirstKeptLayer(const traces::Trace& trace, const HardwareOptions& hw,
+                           const PolicyOptions& options);
+
+// The offload file name a policy gives tensor `t`: "t<id>.bin".
+std::string OffloadFileName(traces::TensorId t);
+
+// A plan template: layout from the trace header; dp and micro-batch count 1.
+traces::Plan BasePlan(const traces::Trace& trace);
+
+}  // namespace ssdtrain::sim

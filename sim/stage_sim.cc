@@ -1,0 +1,618 @@
+#include "sim/stage_sim.h"
+
+#include <algorithm>
+#include <cassert>
+#include <memory>
+
+#include "sim/engine.h"
+#include "sim/fluid.h"
+#include "sim/op_cost.h"
+
+namespace ssdtrain::sim {
+namespace {
+
+using traces::OpId;
+using traces::Phase;
+using traces::TensorAction;
+using traces::TensorId;
+using traces::TensorKind;
+
+constexpr double kGiga = 1e9;
+constexpr double kKiB = 1024;
+
+enum class WriteState { kNone, kQueued, kStaged, kLanded, kDropped };
+enum class ReadState { kNone, kMoving, kDone };
+
+struct Storage {
+  TensorId root = 0;
+  int64_t bytes = 0;
+  bool persistent = false;
+  bool activation = false;
+  bool saved = false;
+  TensorAction action = TensorAction::kKeep;
+  OpId producer = traces::kNoOp;
+  OpId prefetch_before = traces::kNoOp;
+  int pending = 0;          // consumer ops (of any member) not yet run
+  int pending_forward = 0;  // forward-phase ones among them
+  // Dynamic state.
+  bool resident = false;
+  bool pinned = false;      // forwarded: stays on the device until its last use
+  bool recomputed = false;  // re-materialized by recompute at least once
+  bool held = false;        // rebuilt for a recompute that has not started yet
+  WriteState write = WriteState::kNone;
+  ReadState read = ReadState::kNone;
+  FluidNetwork::FlowId write_flow = -1;
+  FluidNetwork::FlowId stage_flow = -1;  // bounce: pinned -> SSD
+};
+
+struct WorkItem {
+  OpId op = 0;
+  bool recompute = false;
+};
+
+class StageSimulator {
+ public:
+  StageSimulator(const traces::Trace& trace, const traces::Plan& plan, const HardwareOptions& hw,
+                 const StageSimOptions& options)
+      : trace_(trace),
+        plan_(plan),
+        hw_(hw),
+        options_(options),
+        cost_(hw, std::max<int64_t>(1, trace.header.tp), trace.header.dtype,
+              options.use_trace_measurements),
+        net_(engine_) {}
+
+  Result<StageResult> Run();
+
+ private:
+  Status BuildStorages();
+  void SetUpResources();
+  void TryIssue();
+  void StartItem(const WorkItem& item);
+  void EndItem(const WorkItem& item, int64_t start);
+  void Allocate(Storage& s);
+  void Free(Storage& s);
+  void MaybeRelease(Storage& s);
+  void Forward(Storage& s);
+  void StartOffload(size_t sid);
+  void StartRead(size_t sid);
+  void OnReadDone(size_t sid, int64_t start);
+  void Sample();
+  void AddSpan(traces::Lane lane, int64_t start, int64_t end, OpId op, TensorId tensor,
+               const std::string& name);
+  size_t StorageOf(TensorId t) const { return storage_index_[static_cast<size_t>(t)]; }
+  std::vector<size_t> UniqueStorages(const std::vector<TensorId>& tensors) const;
+  int64_t Now() const { return engine_.Now().ns(); }
+
+  const traces::Trace& trace_;
+  const traces::Plan& plan_;
+  const HardwareOptions& hw_;
+  const StageSimOptions& options_;
+  OpCostModel cost_;
+  Engine engine_;
+  FluidNetwork net_;
+  Status error_;
+
+  std::vector<Storage> storages_;
+  std::vector<size_t> storage_index_;             // tensor id -> storage
+  std::vector<std::vector<size_t>> prefetch_at_;  // op id -> storages to prefetch
+  std::vector<std::vector<size_t>> op_inputs_;    // op id -> unique input storages
+  std::vector<std::vector<size_t>> op_outputs_;   // op id -> unique output storages
+
+  FluidNetwork::ResourceId d2h_ = 0, h2d_ = 0, host_mem_ = 0, ssd_ = 0;
+  BytesPerSec d2h_rate_, h2d_rate_, host_rate_, ssd_read_rate_, ssd_write_rate_;
+  Time pcie_latency_, ssd_read_latency_, ssd_write_latency_;
+
+  size_t next_op_ = 0;
+  std::vector<WorkItem> recompute_stack_;
+  bool busy_ = false;
+  int64_t wait_start_ = -1;
+  int64_t device_bytes_ = 0, activation_bytes_ = 0, host_bytes_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> lane_intervals_[6];
+  StageResult result_;
+};
+
+std::vector<size_t> StageSimulator::UniqueStorages(const std::vector<TensorId>& tensors) const {
+  std::vector<size_t> out;
+  for (TensorId t : tensors) {
+    const size_t s = StorageOf(t);
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  }
+  return out;
+}
+
+Status StageSimulator::BuildStorages() {
+  const size_t n = trace_.tensors.size();
+  storage_index_.assign(n, 0);
+  std::vector<int64_t> root_to_storage(n, -1);
+  for (size_t t = 0; t < n; ++t) {
+    const TensorId root = trace_.StorageOf(static_cast<TensorId>(t));
+    if (root < 0 || static_cast<size_t>(root) >= n) {
+      return Status::InvalidArgument("tensors[" + std::to_string(t) + "]: alias chain is broken");
+    }
+    if (root_to_storage[static_cast<size_t>(root)] < 0) {
+      const traces::Tensor& r = trace_.tensor(root);
+      Storage s;
+      s.root = root;
+      s.bytes = r.bytes;
+      s.producer = r.producer;
+      s.persistent = r.producer == traces::kNoOp || r.kind == TensorKind::kWeight ||
+                     r.kind == TensorKind::kGradient || r.kind == TensorKind::kOptimizerState;
+      s.activation = r.kind == TensorKind::kActivation;
+      root_to_storage[static_cast<size_t>(root)] = static_cast<int64_t>(storages_.size());
+      storages_.push_back(s);
+    }
+    storage_index_[t] = static_cast<size_t>(root_to_storage[static_cast<size_t>(root)]);
+    if (trace_.tensors[t].saved_for_backward) storages_[storage_index_[t]].saved = true;
+  }
+  // Placements: the root's wins, else the lowest listed alias (dedup).
+  std::vector<bool> decided_by_root(storages_.size(), false), decided(storages_.size(), false);
+  std::vector<const traces::Placement*> chosen(storages_.size(), nullptr);
+  for (const traces::Placement& p : plan_.placements) {
+    if (p.tensor < 0 || static_cast<size_t>(p.tensor) >= n) {
+      return Status::InvalidArgument("plan placement names tensor " + std::to_string(p.tensor) +
+                                     ", which the trace does not have");
+    }
+    const size_t s = StorageOf(p.tensor);
+    const bool is_root = storages_[s].root == p.tensor;
+    if (decided_by_root[s]) continue;
+    if (is_root || !decided[s] || p.tensor < chosen[s]->tensor) {
+      chosen[s] = &p;
+      decided[s] = true;
+      decided_by_root[s] = is_root;
+    }
+  }
+  prefetch_at_.assign(trace_.ops.size(), {});
+  for (size_t s = 0; s < storages_.size(); ++s) {
+    if (!chosen[s] || storages_[s].persistent) continue;
+    Storage& st = storages_[s];
+    st.action = chosen[s]->action;
+    if (st.action == TensorAction::kRecompute && st.producer == traces::kNoOp) {
+      st.action = TensorAction::kKeep;
+    }
+    const OpId pf = chosen[s]->prefetch_before;
+    if (pf != traces::kNoOp &&
+        (st.action == TensorAction::kOffloadSsd || st.action == TensorAction::kOffloadHost)) {
+      if (pf < 0 || static_cast<size_t>(pf) >= trace_.ops.size()) {
+        return Status::InvalidArgument(
+            "plan placement for tensor " + std::to_string(chosen[s]->tensor) +
+            ": prefetch_before names op " + std::to_string(pf) + ", which the trace does not have");
+      }
+      st.prefetch_before = pf;
+      prefetch_at_[static_cast<size_t>(pf)].push_back(s);
+    }
+  }
+  op_inputs_.resize(trace_.ops.size());
+  op_outputs_.resize(trace_.ops.size());
+  for (const traces::Op& op : trace_.ops) {
+    op_inputs_[static_cast<size_t>(op.id)] = UniqueStorages(op.inputs);
+    op_outputs_[static_cast<size_t>(op.id)] = UniqueStorages(op.outputs);
+    for (size_t s : op_inputs_[static_cast<size_t>(op.id)]) {
+      ++storages_[s].pending;
+      if (op.phase == Phase::kForward) ++storages_[s].pending_forward;
+    }
+  }
+  for (const Storage& s : storages_) {
+    if (s.persistent) result_.static_bytes += s.bytes;
+    if (s.activation && s.saved && s.action == TensorAction::kKeep) {
+      result_.kept_activation_bytes += s.bytes;
+    }
+  }
+  return Status::Ok();
+}
+
+void StageSimulator::SetUpResources() {
+  const ArrayFigures array = ArrayFor(hw_, options_.gpu);
+  const DriveOptions& d = hw_.storage.drive;
+  const int cap = hw_.storage.max_inflight_tensors;
+  d2h_ = net_.AddResource("pcie_d2h", cap);
+  h2d_ = net_.AddResource("pcie_h2d", cap);
+  host_mem_ = net_.AddResource("host_memory");
+  ssd_ = net_.AddResource("ssd_array");
+  d2h_rate_ = GBps(hw_.host_link.d2h_GBps);
+  h2d_rate_ = GBps(hw_.host_link.h2d_GBps);
+  host_rate_ = GBps(hw_.host_memory.bandwidth_GBps);
+  // Little's law caps an array at drives · queue_depth · request / latency.
+  auto capped = [&](double gbps, double latency_us) {
+    double rate = gbps * kGiga;
+    if (latency_us > 0) {
+      const double little =
+          array.drives * d.queue_depth * d.request_KiB * kKiB / (latency_us * 1e-6);
+      rate = std::min(rate, little);
+    }
+    return BytesPerSec{std::max<int64_t>(1, static_cast<int64_t>(rate))};
+  };
+  ssd_read_rate_ = capped(array.read_GBps, d.read_latency_us);
+  ssd_write_rate_ = capped(array.write_GBps, d.write_latency_us);
+  pcie_latency_ = Time::Ns(static_cast<int64_t>(hw_.host_link.latency_us * 1000));
+  ssd_read_latency_ = Time::Ns(static_cast<int64_t>(d.read_latency_us * 1000));
+  ssd_write_latency_ = Time::Ns(static_cast<int64_t>(d.write_latency_us * 1000));
+}
+
+void StageSimulator::Sample() {
+  result_.peak_gpu_bytes = std::max(result_.peak_gpu_bytes, device_bytes_);
+  result_.peak_activation_bytes = std::max(result_.peak_activation_bytes, activation_bytes_);
+  result_.peak_host_bytes = std::max(result_.peak_host_bytes, host_bytes_);
+  if (!options_.record_timeline) return;
+  auto& mem = result_.timeline.memory;
+  const int64_t t = Now() + options_.time_offset_ns;
+  if (!mem.empty() && mem.back().time_ns == t) {
+    mem.back().device_bytes = device_bytes_;
+    mem.back().activation_bytes = activation_bytes_;
+  } else {
+    mem.push_back(traces::CounterSample{t, device_bytes_, activation_bytes_});
+  }
+}
+
+void StageSimulator::AddSpan(traces::Lane lane, int64_t start, int64_t end, OpId op,
+                             TensorId tensor, const std::string& name) {
+  lane_intervals_[static_cast<int>(lane)].emplace_back(start, end);
+  if (!options_.record_timeline) return;
+  traces::Span span;
+  span.lane = lane;
+  span.start_ns = start + options_.time_offset_ns;
+  span.end_ns = end + options_.time_offset_ns;
+  span.op = op;
+  span.tensor = tensor;
+  span.stage = static_cast<int>(trace_.header.stage);
+  span.name = name;
+  if (op != traces::kNoOp) span.micro_batch = trace_.op(op).micro_batch;
+  if (tensor >= 0) span.micro_batch = trace_.tensor(tensor).micro_batch;
+  result_.timeline.spans.push_back(std::move(span));
+}
+
+void StageSimulator::Allocate(Storage& s) {
+  if (s.resident) return;
+  s.resident = true;
+  device_bytes_ += s.bytes;
+  if (s.activation) activation_bytes_ += s.bytes;
+  Sample();
+}
+
+void StageSimulator::Free(Storage& s) {
+  if (!s.resident) return;
+  s.resident = false;
+  if (s.pending == 0) s.read = ReadState::kNone;  // a later recompute may read it again
+  device_bytes_ -= s.bytes;
+  if (s.activation) activation_bytes_ -= s.bytes;
+  Sample();
+}
+
+void StageSimulator::MaybeRelease(Storage& s) {
+  if (!s.resident || s.persistent || s.held) return;
+  if (s.pending == 0) {
+    if (s.write == WriteState::kQueued && net_.Cancel(s.write_flow)) {
+      s.write = WriteState::kDropped;
+      ++result_.dropped_writes;
+    }
+    Free(s);
+    return;
+  }
+  if (s.pinned || s.pending_forward > 0) return;
+  const bool offloaded =
+      s.action == TensorAction::kOffloadSsd || s.action == TensorAction::kOffloadHost;
+  if (offloaded && (s.write == WriteState::kStaged || s.write == WriteState::kLanded) &&
+      s.read == ReadState::kNone) {
+    Free(s);  // evicted: the data is off the device
+  } else if (s.action == TensorAction::kRecompute && !s.recomputed) {
+    Free(s);  // dropped: rebuilt before its first backward use
+  }
+}
+
+// Backward asks for a storage that is still on the device: serve it from there.
+void StageSimulator::Forward(Storage& s) {
+  if (s.pinned) return;
+  s.pinned = true;
+  ++result_.forwarded_storages;
+  if (s.write == WriteState::kQueued && net_.Cancel(s.write_flow)) {
+    s.write = WriteState::kDropped;
+    ++result_.dropped_writes;
+  }
+  if (s.write == WriteState::kStaged && s.stage_flow >= 0 && net_.Cancel(s.stage_flow)) {
+    s.write = WriteState::kDropped;
+    ++result_.dropped_writes;
+    host_bytes_ -= s.bytes;
+    Sample();
+  }
+}
+
+void StageSimulator::StartOffload(size_t sid) {
+  Storage& s = storages_[sid];
+  s.write = WriteState::kQueued;
+  const TensorId t = s.root;
+  if (s.action == TensorAction::kOffloadSsd && hw_.storage.gds) {
+    auto flow = std::make_shared<FluidNetwork::FlowId>(-1);
+    *flow = net_.Start(Bytes{s.bytes}, {{d2h_, d2h_rate_}, {ssd_, ssd_write_rate_}},
+                       ssd_write_latency_, [this, sid, flow, t] {
+                         Storage& st = storages_[sid];
+                         const int64_t begin = net_.BeginTime(*flow).ns();
+                         const std::string& name = trace_.tensor(t).name;
+                         AddSpan(traces::Lane::kDeviceToHost, begin, Now(), traces::kNoOp, t, name);
+                         AddSpan(traces::Lane::kSsdWrite, begin, Now(), traces::kNoOp, t, name);
+                         result_.ssd_bytes_written += st.bytes;
+                         st.write = WriteState::kLanded;
+                         MaybeRelease(st);
+                       });
+    s.write_flow = *flow;
+    return;
+  }
+  auto flow = std::make_shared<FluidNetwork::FlowId>(-1);
+  *flow = net_.Start(Bytes{s.bytes}, {{d2h_, d2h_rate_}, {host_mem_, host_rate_}}, pcie_latency_,
+                     [this, sid, flow, t] {
+                       Storage& st = storages_[sid];
+                       AddSpan(traces::Lane::kDeviceToHost, net_.BeginTime(*flow).ns(), Now(),
+                               traces::kNoOp, t, trace_.tensor(t).name);
+                       host_bytes_ += st.bytes;
+                       Sample();
+                       if (st.action == TensorAction::kOffloadHost) {
+                         st.write = WriteState::kLanded;
+                         result_.host_bytes_written += st.bytes;
+                         MaybeRelease(st);
+                         return;
+                       }
+                       // Bounce: the pinned copy goes on to the SSD, unless forwarding drops it
+                       // first.
+                       st.write = WriteState::kStaged;
+                       auto ssd_flow = std::make_shared<FluidNetwork::FlowId>(-1);
+                       *ssd_flow = net_.Start(
+                           Bytes{st.bytes}, {{host_mem_, host_rate_}, {ssd_, ssd_write_rate_}},
+                           ssd_write_latency_, [this, sid, ssd_flow, t] {
+                             Storage& x = storages_[sid];
+                             AddSpan(traces::Lane::kSsdWrite, net_.BeginTime(*ssd_flow).ns(), Now(),
+                                     traces::kNoOp, t, trace_.tensor(t).name);
+                             result_.ssd_bytes_written += x.bytes;
+                             host_bytes_ -= x.bytes;
+                             Sample();
+                             x.write = WriteState::kLanded;
+                           });
+                       st.stage_flow = *ssd_flow;
+                       MaybeRelease(st);
+                     });
+  s.write_flow = *flow;
+}
+
+void StageSimulator::OnReadDone(size_t sid, int64_t start) {
+  Storage& s = storages_[sid];
+  s.read = ReadState::kDone;
+  const TensorId t = s.root;
+  const traces::Lane lane =
+      s.action == TensorAction::kOffloadHost ? traces::Lane::kHostToDevice : traces::Lane::kSsdRead;
+  if (lane == traces::Lane::kSsdRead) {
+    AddSpan(lane, start, Now(), traces::kNoOp, t, trace_.tensor(t).name);
+  }
+  TryIssue();
+}
+
+void StageSimulator::StartRead(size_t sid) {
+  Storage& s = storages_[sid];
+  if (s.read == ReadState::kMoving || s.resident) return;
+  s.read = ReadState::kMoving;
+  Allocate(s);  // the destination buffer
+  const int64_t bytes = s.bytes;
+  const TensorId t = s.root;
+  // Host-resident data (offload-host, or a bounce copy still staged in pinned
+  // memory) needs only the host-to-device copy.
+  const bool from_host = s.action == TensorAction::kOffloadHost || s.write == WriteState::kStaged;
+  auto h2d = [this, sid, bytes, t](int64_t read_start) {
+    auto flow = std::make_shared<FluidNetwork::FlowId>(-1);
+    *flow = net_.Start(Bytes{bytes}, {{h2d_, h2d_rate_}, {host_mem_, host_rate_}}, pcie_latency_,
+                       [this, sid, flow, t, read_start] {
+                         AddSpan(traces::Lane::kHostToDevice, net_.BeginTime(*flow).ns(), Now(),
+                                 traces::kNoOp, t, trace_.tensor(t).name);
+                         OnReadDone(sid, read_start);
+                       });
+  };
+  if (from_host) {
+    if (s.action == TensorAction::kOffloadHost) result_.host_bytes_read += bytes;
+    h2d(Now());
+    return;
+  }
+  auto flow = std::make_shared<FluidNetwork::FlowId>(-1);
+  if (hw_.storage.gds) {
+    *flow = net_.Start(Bytes{bytes}, {{ssd_, ssd_read_rate_}, {h2d_, h2d_rate_}}, ssd_read_latency_,
+                       [this, sid, flow, bytes, t] {
+                         result_.ssd_bytes_read += bytes;
+                         const int64_t begin = net_.BeginTime(*flow).ns();
+                         AddSpan(traces::Lane::kHostToDevice, begin, Now(), traces::kNoOp, t,
+                                 trace_.tensor(t).name);
+                         OnReadDone(sid, begin);
+                       });
+    return;
+  }
+  *flow = net_.Start(Bytes{bytes}, {{ssd_, ssd_read_rate_}, {host_mem_, host_rate_}},
+                     ssd_read_latency_, [this, flow, bytes, h2d] {
+                       result_.ssd_bytes_read += bytes;
+                       h2d(net_.BeginTime(*flow).ns());
+                     });
+}
+
+void StageSimulator::TryIssue() {
+  while (!busy_ && error_.ok()) {
+    WorkItem item;
+    if (!recompute_stack_.empty()) {
+      item = recompute_stack_.back();
+    } else if (next_op_ < trace_.ops.size()) {
+      item = WorkItem{static_cast<OpId>(next_op_), false};
+    } else {
+      return;
+    }
+    const size_t op_index = static_cast<size_t>(item.op);
+    if (item.recompute) {
+      // Skip a recompute whose outputs another recompute already rebuilt.
+      bool needed = false;
+      for (size_t s : op_outputs_[op_index]) needed = needed || !storages_[s].resident;
+      if (!needed) {
+        recompute_stack_.pop_back();
+        continue;
+      }
+    }
+    // Issue the prefetches this op triggers (regular ops only).
+    if (!item.recompute && wait_start_ < 0) {
+      for (size_t s : prefetch_at_[op_index]) {
+        Storage& st = storages_[s];
+        if (st.resident) {
+          Forward(st);
+        } else if (st.pending > 0) {
+          StartRead(s);
+        }
+      }
+    }
+    bool waiting = false;
+    bool pushed = false;
+    for (size_t sid : op_inputs_[op_index]) {
+      Storage& s = storages_[sid];
+      if (s.resident) {
+        if (s.read == ReadState::kMoving) {
+          waiting = true;
+        } else if (trace_.op(item.op).phase != Phase::kForward &&
+                   (s.action == TensorAction::kOffloadSsd ||
+                    s.action == TensorAction::kOffloadHost) &&
+                   s.read == ReadState::kNone) {
+          Forward(s);
+        }
+        continue;
+      }
+      if ((s.action == TensorAction::kOffloadSsd || s.action == TensorAction::kOffloadHost) &&
+          s.write != WriteState::kNone && s.write != WriteState::kDropped) {
+        StartRead(sid);  // on demand
+        waiting = true;
+        continue;
+      }
+      if (s.producer == traces::kNoOp) {
+        error_ = Status::Internal("op " + std::to_string(item.op) + " needs tensor " +
+                                  std::to_string(s.root) + ", which is gone and has no producer");
+        return;
+      }
+      if (recompute_stack_.size() > trace_.ops.size()) {
+        error_ =
+            Status::Internal("recompute chain does not terminate at op " + std::to_string(item.op));
+        return;
+      }
+      s.held = true;
+      recompute_stack_.push_back(WorkItem{s.producer, true});
+      pushed = true;
+      break;
+    }
+    if (pushed) continue;
+    if (waiting) {
+      if (wait_start_ < 0) wait_start_ = Now();
+      return;
+    }
+    if (wait_start_ >= 0) {
+      result_.exposed_io_ns += Now() - wait_start_;
+      wait_start_ = -1;
+    }
+    if (item.recompute) recompute_stack_.pop_back();
+    StartItem(item);
+  }
+}
+
+void StageSimulator::StartItem(const WorkItem& item) {
+  busy_ = true;
+  const traces::Op& op = trace_.op(item.op);
+  const int64_t start = Now();
+  for (size_t sid : op_inputs_[static_cast<size_t>(item.op)]) storages_[sid].held = false;
+  for (size_t sid : op_outputs_[static_cast<size_t>(item.op)]) {
+    Storage& s = storages_[sid];
+    if (s.persistent || s.resident) continue;
+    if (item.recompute) s.recomputed = true;
+    Allocate(s);
+  }
+  const int64_t duration = cost_.OpTimeNs(op);
+  const Status status =
+      engine_.Schedule(Time::Ns(duration), [this, item, start] { EndItem(item, start); });
+  if (!status.ok()) error_ = status;
+}
+
+void StageSimulator::EndItem(const WorkItem& item, int64_t start) {
+  busy_ = false;
+  const traces::Op& op = trace_.op(item.op);
+  const size_t index = static_cast<size_t>(item.op);
+  const int64_t end = Now();
+  AddSpan(traces::Lane::kCompute, start, end, item.op, -1,
+          item.recompute ? "recompute:" + op.name : op.name);
+  result_.compute_busy_ns += end - start;
+  if (item.recompute) {
+    result_.recompute_ns += end - start;
+  } else {
+    OpTiming& timing = result_.ops[index];
+    timing.start_ns = start;
+    timing.end_ns = end;
+    result_.model_flops += op.flops;
+    result_.compute_end_ns = end;
+    if (op.phase == Phase::kForward) {
+      result_.forward_end_ns = end;
+      result_.forward_compute_ns += end - start;
+    }
+    if (op.phase == Phase::kBackward && result_.backward_start_ns == 0) {
+      result_.backward_start_ns = start;
+    }
+    if (op.phase == Phase::kOptimizer) result_.optimizer_ns += end - start;
+    for (size_t sid : op_inputs_[index]) {
+      Storage& s = storages_[sid];
+      --s.pending;
+      if (op.phase == Phase::kForward) --s.pending_forward;
+    }
+    ++next_op_;
+  }
+  for (size_t sid : op_outputs_[index]) {
+    Storage& s = storages_[sid];
+    const bool offload =
+        s.action == TensorAction::kOffloadSsd || s.action == TensorAction::kOffloadHost;
+    if (!item.recompute && offload && s.write == WriteState::kNone && s.producer == item.op &&
+        s.pending > 0) {
+      StartOffload(sid);
+    }
+    MaybeRelease(s);
+  }
+  for (size_t sid : op_inputs_[index]) MaybeRelease(storages_[sid]);
+  TryIssue();
+}
+
+Result<StageResult> StageSimulator::Run() {
+  SSDTRAIN_RETURN_IF_ERROR(BuildStorages());
+  SetUpResources();
+  result_.ops.assign(trace_.ops.size(), OpTiming{});
+  for (Storage& s : storages_) {
+    if (s.persistent) Allocate(s);
+  }
+  TryIssue();
+  engine_.Run();
+  SSDTRAIN_RETURN_IF_ERROR(error_);
+  if (next_op_ != trace_.ops.size()) {
+    return Status::Internal("simulation stopped at op " + std::to_string(next_op_) + " of " +
+                            std::to_string(trace_.ops.size()));
+  }
+  result_.step_ns = Now();
+  result_.exposed_io_ns += result_.step_ns - result_.compute_end_ns;
+  static constexpr traces::Lane kLanes[] = {traces::Lane::kCompute, traces::Lane::kDeviceToHost,
+                                            traces::Lane::kHostToDevice, traces::Lane::kSsdWrite,
+                                            traces::Lane::kSsdRead};
+  for (traces::Lane lane : kLanes) {
+    auto& v = lane_intervals_[static_cast<int>(lane)];
+    std::sort(v.begin(), v.end());
+    int64_t busy = 0, cur_start = -1, cur_end = -1;
+    for (const auto& [a, b] : v) {
+      if (a > cur_end) {
+        busy += cur_end - cur_start;
+        cur_start = a;
+        cur_end = b;
+      } else {
+        cur_end = std::max(cur_end, b);
+      }
+    }
+    busy += cur_end - cur_start;
+    result_.lane_busy_ns[std::string(traces::ToString(lane))] = busy;
+  }
+  return std::move(result_);
+}
+
+}  // namespace
+
+Result<StageResult> SimulateStage(const traces::Trace& trace, const traces::Plan& plan,
+                                  const HardwareOptions& hw, const StageSimOptions& options) {
+  StageSimulator sim(trace, plan, hw, options);
+  return sim.Run();
+}
+
+}  // namespace ssdtrain::sim

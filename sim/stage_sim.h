@@ -1,0 +1,86 @@
+// Simulates one micro-batch of one pipeline stage under a plan: the trace's
+// ops run in order on the compute stream; offloaded tensors are copied off the
+// device after their producer and read back for backward; recomputed tensors
+// are rebuilt by re-running their producers before their first backward use.
+//
+// The model, step by step (sim/README.md has the long form):
+// - Memory: weights, gradients, optimizer state and step inputs are resident
+//   all step. Any other storage (a tensor and its aliases) is allocated when its
+//   producer starts and freed when its last consumer ends.
+// - Offload (offload-ssd, offload-host): when the producer ends, a write starts
+//   (GDS: one flow over PCIe d2h and the SSD array; bounce: PCIe d2h into pinned
+//   memory, then pinned memory to SSD; host: PCIe d2h only). Each direction has
+//   at most `max_inflight_tensors` tensors admitted; the rest queue FIFO. The
+//   device copy is evicted once the data has left the device and every forward
+//   consumer has run.
+// - Read-back: issued when op `prefetch_before` starts, or on demand by the
+//   first consumer that finds the tensor gone; the consumer waits for it, and
+//   that wait is exposed I/O. The destination is allocated when the read starts.
+// - Forwarding: a tensor still resident when backward asks for it is served
+//   from the device (no read) and no longer evicted; if its write has not been
+//   admitted yet, the write is dropped and never reaches the SSD.
+// - Deduplication: actions apply to storages; a storage saved under several
+//   tensor ids (aliases) is written and read once. The root's placement wins,
+//   else the lowest listed alias.
+// - Recompute: a consumer that needs a dropped tensor first re-runs its
+//   producer (recursively for that op's dropped inputs, reading offloaded ones).
+//
+// Thread-safety: a pure function of its inputs; safe to call concurrently.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/hardware.h"
+#include "traces/plan.h"
+#include "traces/status.h"
+#include "traces/timeline.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::sim {
+
+struct StageSimOptions {
+  int gpu = 0;                  // GPU slot: picks the storage array (hardware.storage.arrays)
+  bool record_timeline = true;  // spans and memory samples in StageResult::timeline
+  bool use_trace_measurements = true;  // prefer ops' measured_ns over the cost model
+  int64_t time_offset_ns = 0;          // added to every timeline time (pipeline placement)
+};
+
+struct OpTiming {
+  int64_t start_ns = -1;  // -1: never ran
+  int64_t end_ns = -1;
+};
+
+struct StageResult {
+  int64_t step_ns = 0;             // until the last op and the last transfer end
+  int64_t compute_end_ns = 0;      // end of the last op
+  int64_t forward_end_ns = 0;      // end of the last forward op
+  int64_t backward_start_ns = 0;   // start of the first backward op
+  int64_t optimizer_ns = 0;        // duration of the optimizer phase
+  int64_t forward_compute_ns = 0;  // sum of forward op durations
+  int64_t compute_busy_ns = 0;     // sum of all op durations, recompute included
+  int64_t recompute_ns = 0;
+  int64_t exposed_io_ns = 0;  // compute waiting on reads + I/O after the last op
+  int64_t peak_gpu_bytes = 0;
+  int64_t peak_activation_bytes = 0;
+  int64_t static_bytes = 0;           // resident all step (weights, grads, optimizer state)
+  int64_t kept_activation_bytes = 0;  // saved activations the plan keeps on the device
+  int64_t ssd_bytes_written = 0;
+  int64_t ssd_bytes_read = 0;
+  int64_t host_bytes_written = 0;  // offload-host traffic
+  int64_t host_bytes_read = 0;
+  int64_t peak_host_bytes = 0;  // offload-host copies plus bounce staging
+  int64_t forwarded_storages = 0;
+  int64_t dropped_writes = 0;
+  int64_t model_flops = 0;                      // FLOPs of the trace's ops, recompute excluded
+  std::vector<OpTiming> ops;                    // by op id
+  std::map<std::string, int64_t> lane_busy_ns;  // compute, d2h, h2d, ssd_read, ssd_write
+  traces::Timeline timeline;
+};
+
+Result<StageResult> SimulateStage(const traces::Trace& trace, const traces::Plan& plan,
+                                  const HardwareOptions& hw, const StageSimOptions& options = {});
+
+}  // namespace ssdtrain::sim

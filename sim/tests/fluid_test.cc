@@ -1,0 +1,97 @@
+#include "sim/fluid.h"
+
+#include <gtest/gtest.h>
+
+#include "sim/engine.h"
+
+namespace ssdtrain::sim {
+namespace {
+
+constexpr BytesPerSec k32GBps{32'000'000'000};
+
+TEST(FluidNetwork, TwoEqualTransfersShareTheLinkHalfAndHalf) {
+  // Two 16 GB flows on a 32 GB/s link get 16 GB/s each: both end at 1 s
+  // (alone, one would take 0.5 s).
+  Engine engine;
+  FluidNetwork net(engine);
+  const auto link = net.AddResource("pcie");
+  int64_t a_end = 0, b_end = 0;
+  const auto a = net.Start(Bytes{16'000'000'000}, {{link, k32GBps}}, Time(),
+                           [&] { a_end = engine.Now().ns(); });
+  net.Start(Bytes{16'000'000'000}, {{link, k32GBps}}, Time(), [&] { b_end = engine.Now().ns(); });
+  engine.Step();  // a begins
+  engine.Step();  // b begins
+  EXPECT_EQ(net.CurrentRate(a).value, 16'000'000'000);
+  engine.Run();
+  EXPECT_EQ(a_end, 1'000'000'000);
+  EXPECT_EQ(b_end, 1'000'000'000);
+}
+
+TEST(FluidNetwork, RatesAreReDividedWhenAFlowStartsAndEnds) {
+  // A: 32 GB from t=0; B: 8 GB from t=0.5 s. A alone moves 16 GB by 0.5 s;
+  // then both at 16 GB/s: B's 8 GB take 0.5 s (ends 1.0 s), A moves 8 GB more;
+  // A's last 8 GB alone at 32 GB/s take 0.25 s: A ends at 1.25 s.
+  Engine engine;
+  FluidNetwork net(engine);
+  const auto link = net.AddResource("pcie");
+  int64_t a_end = 0, b_end = 0;
+  net.Start(Bytes{32'000'000'000}, {{link, k32GBps}}, Time(), [&] { a_end = engine.Now().ns(); });
+  ASSERT_TRUE(engine
+                  .Schedule(Time::Ms(500),
+                            [&] {
+                              net.Start(Bytes{8'000'000'000}, {{link, k32GBps}}, Time(),
+                                        [&] { b_end = engine.Now().ns(); });
+                            })
+                  .ok());
+  engine.Run();
+  EXPECT_EQ(b_end, 1'000'000'000);
+  EXPECT_EQ(a_end, 1'250'000'000);
+  EXPECT_EQ(net.BusyTime(link).ns(), 1'250'000'000);
+}
+
+TEST(FluidNetwork, FlowMovesAtItsSlowestResourceShare) {
+  // PCIe 32 GB/s and an SSD writing at 4 GB/s: one 4 GB write takes 1 s.
+  Engine engine;
+  FluidNetwork net(engine);
+  const auto pcie = net.AddResource("pcie");
+  const auto ssd = net.AddResource("ssd");
+  int64_t end = 0;
+  net.Start(Bytes{4'000'000'000}, {{pcie, k32GBps}, {ssd, BytesPerSec{4'000'000'000}}}, Time(),
+            [&] { end = engine.Now().ns(); });
+  engine.Run();
+  EXPECT_EQ(end, 1'000'000'000);
+}
+
+TEST(FluidNetwork, AdmissionCapQueuesFifoAndQueuedFlowsCanBeCancelled) {
+  // Cap 1: the second 1 GB flow starts after the first (1 GB/s each): ends at
+  // 2 s; the third is cancelled while queued and never runs.
+  Engine engine;
+  FluidNetwork net(engine);
+  const auto ssd = net.AddResource("ssd", 1);
+  const BytesPerSec rate{1'000'000'000};
+  int64_t first = 0, second = 0;
+  bool third_ran = false;
+  net.Start(Bytes{1'000'000'000}, {{ssd, rate}}, Time(), [&] { first = engine.Now().ns(); });
+  net.Start(Bytes{1'000'000'000}, {{ssd, rate}}, Time(), [&] { second = engine.Now().ns(); });
+  const auto third = net.Start(Bytes{1}, {{ssd, rate}}, Time(), [&] { third_ran = true; });
+  EXPECT_TRUE(net.Cancel(third));
+  engine.Run();
+  EXPECT_EQ(first, 1'000'000'000);
+  EXPECT_EQ(second, 2'000'000'000);
+  EXPECT_FALSE(third_ran);
+}
+
+TEST(FluidNetwork, LatencyDelaysTheFirstByte) {
+  // 10 µs latency + 1 MB at 1 GB/s (1 ms) = 1.01 ms.
+  Engine engine;
+  FluidNetwork net(engine);
+  const auto ssd = net.AddResource("ssd");
+  int64_t end = 0;
+  net.Start(Bytes{1'000'000}, {{ssd, BytesPerSec{1'000'000'000}}}, Time::Us(10),
+            [&] { end = engine.Now().ns(); });
+  engine.Run();
+  EXPECT_EQ(end, 1'010'000);
+}
+
+}  // namespace
+}  // namespace ssdtrain::sim

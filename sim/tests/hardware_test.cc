@@ -1,0 +1,80 @@
+#include "sim/hardware.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "sim/op_cost.h"
+
+namespace ssdtrain::sim {
+namespace {
+
+std::string Config(const std::string& name) {
+  return std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/" + name + ".json";
+}
+
+TEST(Hardware, EveryShippedConfigLoads) {
+  for (const char* name :
+       {"a100-pcie-ssdtrain-paper", "h100-sxm-4x-gen5-nvme", "h100-sxm-8x-gen5-nvme",
+        "h200-sxm-4x-gen5-nvme", "h200-sxm-8x-gen5-nvme", "cpu-local"}) {
+    auto hw = LoadHardware(Config(name));
+    ASSERT_TRUE(hw.ok()) << hw.status().message();
+    EXPECT_EQ(hw->name, name);
+    // Round trip through ToJson.
+    auto again = HardwareFromJson(ToJson(*hw), "roundtrip");
+    ASSERT_TRUE(again.ok()) << again.status().message();
+    EXPECT_EQ(ToJson(*again).dump(), ToJson(*hw).dump());
+  }
+}
+
+TEST(Hardware, PaperSetupHasArraysOfFourAndThree) {
+  auto hw = LoadHardware(Config("a100-pcie-ssdtrain-paper"));
+  ASSERT_TRUE(hw.ok());
+  EXPECT_EQ(ArrayFor(*hw, 0).drives, 4);
+  EXPECT_EQ(ArrayFor(*hw, 1).drives, 3);
+  EXPECT_EQ(SlowestArray(*hw), 1);
+}
+
+TEST(Hardware, ZeroBandwidthIsRejectedNamingFileAndField) {
+  auto hw = LoadHardware(Config("a100-pcie-ssdtrain-paper"));
+  ASSERT_TRUE(hw.ok());
+  nlohmann::json j = ToJson(*hw);
+  j["storage"]["drive"]["write_GBps"] = 0;
+  auto bad = HardwareFromJson(j, "x.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "x.json: storage.drive.write_GBps: must be > 0, got 0");
+}
+
+TEST(Hardware, UnknownFieldsAndMissingSectionsAreErrors) {
+  auto hw = LoadHardware(Config("cpu-local"));
+  ASSERT_TRUE(hw.ok());
+  nlohmann::json j = ToJson(*hw);
+  j["gpu"]["memory_gib"] = 1;
+  EXPECT_EQ(HardwareFromJson(j, "x.json").status().message(),
+            "x.json: gpu.memory_gib: unknown field");
+  j = ToJson(*hw);
+  j.erase("storage");
+  EXPECT_EQ(HardwareFromJson(j, "x.json").status().message(),
+            "x.json: storage: missing (expected an object)");
+}
+
+TEST(OpCost, RooflineAndMeasuredTable) {
+  auto hw = LoadHardware(Config("cpu-local"));
+  ASSERT_TRUE(hw.ok());
+  traces::Op gemm;
+  gemm.kind = traces::OpKind::kGemm;
+  gemm.flops = 4'700'000'000;  // 4.7 GFLOP at 47 GFLOP/s, efficiency 1: 0.1 s + 2 µs
+  gemm.gemm = traces::GemmDims{1000, 1000, 2350, 1};
+  OpCostModel model(*hw, 1, "fp32");
+  EXPECT_EQ(model.OpTimeNs(gemm), 100'000'000 + 2'000);
+  MeasuredOpTime m;
+  m.kind = traces::OpKind::kGemm;
+  m.gemm = traces::GemmDims{1000, 1000, 2350, 1};
+  m.ns = 12345;
+  hw->measured_op_times.push_back(m);
+  OpCostModel measured(*hw, 1, "fp32");
+  EXPECT_EQ(measured.OpTimeNs(gemm), 12345);
+}
+
+}  // namespace
+}  // namespace ssdtrain::sim

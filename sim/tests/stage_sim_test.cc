@@ -1,0 +1,164 @@
+#include "sim/stage_sim.h"
+
+#include <gtest/gtest.h>
+
+#include "sim/policy.h"
+#include "sim/simulate.h"
+#include "sim/tests/test_traces.h"
+
+namespace ssdtrain::sim {
+namespace {
+
+using testing::ChainTrace;
+using testing::TestHardware;
+using traces::Placement;
+using traces::TensorAction;
+
+traces::Plan PlanWith(const traces::Trace& trace, std::vector<Placement> placements) {
+  traces::Plan plan = BasePlan(trace);
+  plan.policy = "test";
+  plan.placements = std::move(placements);
+  return plan;
+}
+
+TEST(StageSim, ComputeOnlyStepIsTheSumOfOpTimes) {
+  // 4 forward ops of 100 ns and 4 backward ops of 200 ns, nothing moved: 1200 ns.
+  const traces::Trace trace = ChainTrace(4, 1000, 100, 200);
+  auto r = SimulateStage(trace, PlanWith(trace, {}), TestHardware(1, 1, 10));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->step_ns, 1200);
+  EXPECT_EQ(r->compute_busy_ns, 1200);
+  EXPECT_EQ(r->exposed_io_ns, 0);
+  // Peak: weight 1000 + input 1000 + all four 1000-byte activations = 6000.
+  EXPECT_EQ(r->peak_gpu_bytes, 6000);
+  EXPECT_EQ(r->peak_activation_bytes, 4000);
+}
+
+TEST(StageSim, ReadBoundStepIsBytesOverReadBandwidth) {
+  // act0 (1 GB) is offloaded and read back when bwd1 starts. fwd0 = 1 µs;
+  // fwd1 = 2 s lets the 1 GB write at 1 GB/s land; the read at 2 GB/s takes
+  // 0.5 s, so bwd0 waits: step = 1000 + 2e9 + 0.5e9 + 1000 ns, and the exposed
+  // I/O is the read minus bwd1's 1000 ns.
+  const traces::Trace trace = ChainTrace(2, 1'000'000'000, 0, 1000);
+  traces::Trace t = trace;
+  t.ops[0].measured_ns = 1000;
+  t.ops[1].measured_ns = 2'000'000'000;
+  const traces::OpId bwd1 = 2;
+  auto r =
+      SimulateStage(t, PlanWith(t, {Placement{2, TensorAction::kOffloadSsd, bwd1, "a.bin", 0, 0}}),
+                    TestHardware(1, 2, 100));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->step_ns, 2'500'002'000);
+  EXPECT_EQ(r->exposed_io_ns, 499'999'000);
+  EXPECT_EQ(r->ssd_bytes_written, 1'000'000'000);
+  EXPECT_EQ(r->ssd_bytes_read, 1'000'000'000);
+}
+
+TEST(StageSim, WriteBoundStepIsBytesOverWriteBandwidth) {
+  // One 10 GB activation written at 1 GB/s after a 1000 ns forward: the step
+  // ends when the write lands, 1000 + 10 s (backward forwards it from the device).
+  traces::Trace t = ChainTrace(1, 10'000'000'000, 1000, 1000);
+  auto r = SimulateStage(
+      t, PlanWith(t, {Placement{2, TensorAction::kOffloadSsd, traces::kNoOp, "a.bin", 0, 0}}),
+      TestHardware(1, 1, 100));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->step_ns, 1000 + 10'000'000'000);
+  EXPECT_EQ(r->forwarded_storages, 1);
+  EXPECT_EQ(r->ssd_bytes_read, 0);
+}
+
+TEST(StageSim, ForwardingDropsWritesThatHaveNotStarted) {
+  // max_inflight_tensors = 1 and a slow SSD: act1's write queues behind act0's
+  // and backward of layer 1 asks for act1 first, so its write is dropped.
+  traces::Trace t = ChainTrace(2, 1'000'000'000, 1000, 1000);
+  HardwareOptions hw = TestHardware(1, 1, 100);
+  hw.storage.max_inflight_tensors = 1;
+  auto plan = PlanWith(t, {Placement{2, TensorAction::kOffloadSsd, traces::kNoOp, "a", 0, 0},
+                           Placement{3, TensorAction::kOffloadSsd, traces::kNoOp, "b", 0, 0}});
+  auto r = SimulateStage(t, plan, hw);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->dropped_writes, 1);
+  EXPECT_EQ(r->ssd_bytes_written, 1'000'000'000);  // act0 only
+}
+
+TEST(StageSim, SharedStorageIsWrittenOnce) {
+  // act0 has a view saved too; both are placed for offload, one write happens.
+  traces::Trace t = ChainTrace(2, 1'000'000, 1'000'000, 1000);
+  traces::Tensor view = t.tensors[2];
+  view.id = static_cast<traces::TensorId>(t.tensors.size());
+  view.name = "act0_view";
+  view.alias_of = 2;
+  view.consumers = {2};  // read by bwd1 as well
+  t.tensors.push_back(view);
+  t.ops[2].inputs.push_back(view.id);
+  auto plan =
+      PlanWith(t, {Placement{2, TensorAction::kOffloadSsd, traces::kNoOp, "a", 0, 0},
+                   Placement{view.id, TensorAction::kOffloadSsd, traces::kNoOp, "v", 0, 0}});
+  auto r = SimulateStage(t, plan, TestHardware(10, 10, 100));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->ssd_bytes_written, 1'000'000);
+}
+
+TEST(StageSim, RecomputeRerunsTheProducerBeforeBackward) {
+  // act1 recomputed: its producer fwd1 (100 ns) runs again: 2·100 + 2·200 + 100.
+  traces::Trace t = ChainTrace(2, 1000, 100, 200);
+  auto r = SimulateStage(
+      t, PlanWith(t, {Placement{3, TensorAction::kRecompute, traces::kNoOp, "", 0, 0}}),
+      TestHardware(1, 1, 10));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->step_ns, 700);
+  EXPECT_EQ(r->recompute_ns, 100);
+}
+
+TEST(StageSim, OffloadNeverRaisesPeakMemory) {
+  const traces::Trace trace = ChainTrace(6, 1'000'000'000, 50'000'000, 100'000'000);
+  const HardwareOptions hw = TestHardware(4, 8, 20);
+  auto keep = SimulateStage(trace, PlanWith(trace, {}), hw);
+  ASSERT_TRUE(keep.ok());
+  for (std::string_view policy : kFixedPolicies) {
+    auto plan = MakeFixedPlan(policy, trace, hw, BasePlan(trace));
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    auto r = SimulateStage(trace, *plan, hw);
+    ASSERT_TRUE(r.ok()) << policy << ": " << r.status().message();
+    EXPECT_LE(r->peak_gpu_bytes, keep->peak_gpu_bytes) << policy;
+  }
+}
+
+TEST(StageSim, UnlimitedSsdBandwidthMatchesKeepStepTime) {
+  // 1e9 GB/s everywhere: every transfer takes about a nanosecond and is hidden.
+  const traces::Trace trace = ChainTrace(4, 1'000'000'000, 100, 200);
+  const HardwareOptions hw = TestHardware(1e9, 1e9, 1e9);
+  auto keep = Simulate(trace, BasePlan(trace), hw);
+  auto plan = MakeFixedPlan("offload-ssd", trace, hw, BasePlan(trace));
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->placements.size(), 4u);
+  auto ssd = Simulate(trace, *plan, hw);
+  ASSERT_TRUE(keep.ok() && ssd.ok());
+  EXPECT_EQ(ssd->metrics.step_time_ns, keep->metrics.step_time_ns);
+  EXPECT_GT(ssd->metrics.ssd_bytes_written, 0);
+  EXPECT_LT(ssd->metrics.peak_activation_bytes, keep->metrics.peak_activation_bytes);
+}
+
+TEST(StageSim, SameInputsGiveByteIdenticalJson) {
+  const traces::Trace trace = ChainTrace(6, 1'000'000'000, 50'000'000, 100'000'000);
+  const HardwareOptions hw = TestHardware(4, 8, 20);
+  auto plan = MakeFixedPlan("offload-ssd", trace, hw, BasePlan(trace));
+  ASSERT_TRUE(plan.ok());
+  auto a = Simulate(trace, *plan, hw);
+  auto b = Simulate(trace, *plan, hw);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(PredictionToJson(*a).dump(), PredictionToJson(*b).dump());
+  EXPECT_EQ(traces::ToJson(a->timeline).dump(), traces::ToJson(b->timeline).dump());
+}
+
+TEST(Simulate, EnduranceFollowsTbwOverWriteRate) {
+  // Write-bound: 10 GB per 10 s step = 1 GB/s; 1000 TBW / (86.4 · 1) = 11.574 days.
+  traces::Trace t = ChainTrace(1, 10'000'000'000, 1000, 1000);
+  auto plan = PlanWith(t, {Placement{2, TensorAction::kOffloadSsd, traces::kNoOp, "a", 0, 0}});
+  auto r = Simulate(t, plan, TestHardware(1, 1, 100));
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->metrics.ssd_lifetime_days, 1000 / 86.4, 1e-3);
+}
+
+}  // namespace
+}  // namespace ssdtrain::sim
