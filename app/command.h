@@ -20,8 +20,13 @@ struct Verb {
 };
 
 Verb AddTraceCommand(CLI::App& app);
+Verb AddBenchIoCommand(CLI::App& app);
 Verb AddDemoCommand(CLI::App& app);
 Verb AddCompareCommand(CLI::App& app);
+Verb AddCalibrateCommand(CLI::App& app);
+Verb AddReplayCommand(CLI::App& app);
+Verb AddPlanCommand(CLI::App& app);
+Verb AddSimulateCommand(CLI::App& app);
 
 // Prints "ssdtrain <verb>: error: <message>" to stderr and returns the exit code (1).
 int ReportError(const std::string& verb, const Status& status);

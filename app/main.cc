@@ -13,8 +13,13 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "ssdtrain 0.1.0");
   std::vector<Verb> verbs;
   verbs.push_back(AddTraceCommand(app));
+  verbs.push_back(AddBenchIoCommand(app));
   verbs.push_back(AddDemoCommand(app));
   verbs.push_back(AddCompareCommand(app));
+  verbs.push_back(AddCalibrateCommand(app));
+  verbs.push_back(AddReplayCommand(app));
+  verbs.push_back(AddPlanCommand(app));
+  verbs.push_back(AddSimulateCommand(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,273 @@
+#include "exec/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "exec/bench_io.h"
+#include "exec/offload_engine.h"
+#include "exec/replay.h"
+
+namespace ssdtrain::exec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// GEMM shapes: squares, and transformer projections (tokens x out x in) at a few widths.
+constexpr int64_t kSquareSides[] = {128, 256, 512, 1024, 2048};
+constexpr int64_t kTokens = 1024;
+constexpr int64_t kWidths[] = {256, 512, 1024};
+// Memory-bound passes: bytes moved (half read, half written).
+constexpr int64_t kMemoryBytes[] = {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20,
+                                    int64_t{64} << 20, int64_t{256} << 20};
+constexpr int64_t kCopyBytes = int64_t{64} << 20;
+constexpr int64_t kLatencyBytes = 4096;  // one O_DIRECT block
+constexpr int kLatencyProbes = 7;
+constexpr int kOpTimingSteps = 2;  // measured keep-everything steps per trace, after a warm-up
+
+int64_t Median(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+int64_t ElapsedNs(Clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count();
+}
+
+// A one-op trace: inputs and outputs sized for `op`, so that the device can run it.
+traces::Trace OneOpTrace(traces::Op op, std::vector<int64_t> input_bytes, std::vector<int64_t> output_bytes) {
+  traces::Trace t;
+  t.header.model = "calibration";
+  t.header.hidden = t.header.heads = t.header.layers = t.header.seq_len = t.header.micro_batch = 1;
+  op.id = 0;
+  op.inputs.clear();
+  op.outputs.clear();
+  auto add = [&](int64_t bytes, bool input) {
+    traces::Tensor x;
+    x.id = static_cast<traces::TensorId>(t.tensors.size());
+    x.bytes = bytes;
+    x.dtype = traces::DType::kFp32;
+    if (input) {
+      x.consumers = {0};
+      op.inputs.push_back(x.id);
+    } else {
+      x.producer = 0;
+      op.outputs.push_back(x.id);
+    }
+    t.tensors.push_back(x);
+  };
+  for (int64_t b : input_bytes) add(b, true);
+  for (int64_t b : output_bytes) add(b, false);
+  t.ops.push_back(std::move(op));
+  return t;
+}
+
+// Runs the trace's single op `repeats` times after one warm-up; returns the median.
+Result<int64_t> TimeOneOp(Device& device, const traces::Trace& t, int repeats) {
+  SSDTRAIN_RETURN_IF_ERROR(device.ReserveWorkspace(t).status());
+  std::vector<DeviceBuffer> ins, outs;
+  Status status = Status::Ok();
+  auto release = [&] {
+    for (DeviceBuffer& b : ins) device.Free(b);
+    for (DeviceBuffer& b : outs) device.Free(b);
+  };
+  for (traces::TensorId id : t.ops[0].inputs) {
+    Result<DeviceBuffer> b = device.Allocate(t.tensor(id).bytes);
+    if (!b.ok()) return release(), b.status();
+    ins.push_back(*b);
+  }
+  for (traces::TensorId id : t.ops[0].outputs) {
+    Result<DeviceBuffer> b = device.Allocate(t.tensor(id).bytes);
+    if (!b.ok()) return release(), b.status();
+    outs.push_back(*b);
+  }
+  OpBuffers buffers{ins, outs, traces::DType::kFp32};
+  std::vector<int64_t> times;
+  for (int r = 0; r <= repeats && status.ok(); ++r) {
+    const auto start = Clock::now();
+    status = device.RunOpAsync(t.ops[0], buffers);
+    if (status.ok()) status = device.Synchronize(Stream::kCompute);
+    if (r > 0) times.push_back(ElapsedNs(start));  // r == 0 warms up
+  }
+  release();
+  if (!status.ok()) return status;
+  return Median(times);
+}
+
+Status MeasureGemms(Device& device, const CalibrationOptions& o, Calibration* out) {
+  std::vector<traces::GemmDims> shapes;
+  for (int64_t s : kSquareSides) shapes.push_back({s, s, s, 1});
+  for (int64_t h : kWidths) {
+    shapes.push_back({kTokens, 3 * h, h, 1});
+    shapes.push_back({kTokens, 4 * h, h, 1});
+    shapes.push_back({kTokens, h, 4 * h, 1});
+  }
+  for (const traces::GemmDims& d : shapes) {
+    traces::Op op;
+    op.kind = traces::OpKind::kGemm;
+    op.gemm = d;
+    op.flops = 2 * d.m * d.n * d.k * d.batch;
+    op.bytes_read = (d.m * d.k + d.k * d.n) * 4;
+    op.bytes_written = d.m * d.n * 4;
+    traces::Trace t = OneOpTrace(op, {d.m * d.k * 4, d.k * d.n * 4}, {d.m * d.n * 4});
+    Result<int64_t> ns = TimeOneOp(device, t, o.repeats);
+    if (!ns.ok()) return ns.status().WithPrefix("GEMM " + std::to_string(d.m) + "x" + std::to_string(d.n) + "x" +
+                                                std::to_string(d.k));
+    out->gemm.push_back(GemmSample{d, op.flops, *ns});
+  }
+  return Status::Ok();
+}
+
+Status MeasureMemory(Device& device, const CalibrationOptions& o, Calibration* out) {
+  for (int64_t bytes : kMemoryBytes) {
+    traces::Op op;
+    op.kind = traces::OpKind::kElementwise;
+    op.bytes_read = bytes / 2;
+    op.bytes_written = bytes / 2;
+    traces::Trace t = OneOpTrace(op, {bytes / 2}, {bytes / 2});
+    Result<int64_t> ns = TimeOneOp(device, t, o.repeats);
+    if (!ns.ok()) return ns.status().WithPrefix("memory-bound pass of " + std::to_string(bytes) + " bytes");
+    out->memory.push_back(BandwidthSample{bytes, *ns});
+  }
+  return Status::Ok();
+}
+
+Status MeasureCopies(Device& device, const CalibrationOptions& o, Calibration* out) {
+  Result<DeviceBuffer> buf = device.Allocate(kCopyBytes);
+  if (!buf.ok()) return buf.status().WithPrefix("copy benchmark");
+  void* host = std::aligned_alloc(4096, kCopyBytes);
+  if (host == nullptr) {
+    device.Free(*buf);
+    return Status::ResourceExhausted("copy benchmark: cannot allocate 64 MiB of host memory");
+  }
+  std::fill_n(static_cast<char*>(host), kCopyBytes, 1);
+  Status status = device.RegisterHostMemory(host, kCopyBytes);
+  std::vector<int64_t> d2h, h2d;
+  for (int r = 0; r <= o.repeats && status.ok(); ++r) {
+    auto start = Clock::now();
+    status = device.CopyToHostAsync(host, *buf, 0, kCopyBytes);
+    if (status.ok()) status = device.Synchronize(Stream::kDeviceToHost);
+    if (r > 0) d2h.push_back(ElapsedNs(start));
+    if (!status.ok()) break;
+    start = Clock::now();
+    status = device.CopyToDeviceAsync(*buf, 0, host, kCopyBytes);
+    if (status.ok()) status = device.Synchronize(Stream::kHostToDevice);
+    if (r > 0) h2d.push_back(ElapsedNs(start));
+  }
+  device.UnregisterHostMemory(host).ok();
+  std::free(host);
+  device.Free(*buf);
+  if (!status.ok()) return status.WithPrefix("copy benchmark");
+  out->d2h_GBps = static_cast<double>(kCopyBytes) / static_cast<double>(Median(d2h));
+  out->h2d_GBps = static_cast<double>(kCopyBytes) / static_cast<double>(Median(h2d));
+  return Status::Ok();
+}
+
+Status MeasureSsd(const CalibrationOptions& o, Calibration* out) {
+  BenchIoOptions b;
+  b.dir = o.dir;
+  b.block_size = o.block_size;
+  b.queue_depth = o.queue_depth;
+  b.size = o.io_bytes;
+  Result<BenchIoResult> r = RunBenchIo(b);
+  if (!r.ok()) return r.status().WithPrefix("SSD bandwidth");
+  out->io_backend = r->backend;
+  out->direct_io = r->direct_io;
+  out->ssd_write_GBps = r->write_GBps();
+  out->ssd_read_GBps = r->read_GBps();
+
+  OffloadOptions eo;
+  eo.dirs = {o.dir};
+  eo.block_size = o.block_size;
+  eo.queue_depth = o.queue_depth;
+  eo.staging_bytes = kLatencyBytes;
+  eo.warn = [](std::string_view) {};  // bench-io above already warned about fallbacks
+  Result<std::unique_ptr<OffloadEngine>> engine = OffloadEngine::Create(eo);
+  if (!engine.ok()) return engine.status().WithPrefix("SSD latency");
+  void* block = std::aligned_alloc(4096, kLatencyBytes);
+  std::fill_n(static_cast<char*>(block), kLatencyBytes, 7);
+  std::vector<int64_t> writes, reads;
+  Status status = Status::Ok();
+  for (int i = 0; i < kLatencyProbes && status.ok(); ++i) {
+    TensorKey key{i, "", 0, 0};
+    auto start = Clock::now();
+    status = (*engine)->Write(key, block, kLatencyBytes);
+    writes.push_back(ElapsedNs(start));
+    if (!status.ok()) break;
+    start = Clock::now();
+    status = (*engine)->Read(key, block, kLatencyBytes);
+    reads.push_back(ElapsedNs(start));
+    if (status.ok()) status = (*engine)->Remove(i);
+  }
+  std::free(block);
+  if (!status.ok()) return status.WithPrefix("SSD latency");
+  out->ssd_write_latency_us = static_cast<double>(Median(writes)) / 1e3;
+  out->ssd_read_latency_us = static_cast<double>(Median(reads)) / 1e3;
+  return Status::Ok();
+}
+
+// Times every op of each trace in a keep-everything replay and folds ops of the
+// same kind and shape into one sample (the median over layers).
+Status MeasureTraceOps(const CalibrationOptions& o, Calibration* out) {
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, std::string, int64_t>;
+  std::map<Key, std::vector<int64_t>> times;
+  std::map<Key, OpSample> samples;
+  for (const traces::Trace& trace : o.traces) {
+    if (o.progress) o.progress("timing the ops of " + trace.header.model + " (keep-everything replay)");
+    ReplayOptions ro;
+    ro.dir = o.dir;
+    ro.backend = o.backend;
+    ro.steps = kOpTimingSteps;
+    ro.device_memory_bytes = o.device.capacity_bytes;
+    ro.cpu_compute_threads = o.device.cpu_compute_threads;
+    ro.block_size = o.block_size;
+    ro.queue_depth = o.queue_depth;
+    Result<ReplayResult> r = Replay(trace, KeepAllPlan(trace), ro, "calibration keep plan");
+    if (!r.ok()) return r.status().WithPrefix("timing the ops of " + trace.header.model);
+    for (const OpTime& t : r->ops) {
+      const traces::Op& op = trace.op(t.op);
+      const traces::GemmDims g = op.gemm.value_or(traces::GemmDims{0, 0, 0, 0});
+      const std::string dtype =
+          op.outputs.empty() ? trace.header.dtype : std::string(traces::ToString(trace.tensor(op.outputs[0]).dtype));
+      const int64_t bytes = op.bytes_read + op.bytes_written;
+      const Key key{static_cast<int>(op.kind), g.m, g.n, g.k, g.batch, dtype, op.gemm ? 0 : bytes};
+      times[key].push_back(t.end_ns - t.start_ns);
+      samples[key] = OpSample{op.kind, op.gemm, dtype, bytes, 0};
+    }
+  }
+  for (auto& [key, sample] : samples) {
+    sample.ns = Median(times[key]);
+    out->ops.push_back(sample);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Calibration> Calibrate(const CalibrationOptions& o) {
+  if (o.repeats < 1) return Status::InvalidArgument("calibrate: repeats must be at least 1");
+  Calibration out;
+  std::string picked;
+  Result<std::unique_ptr<Device>> device = MakeDevice(o.backend, o.device, &picked);
+  if (!device.ok()) return device.status();
+  out.backend = std::string((*device)->kind());
+  out.device = (*device)->Describe();
+  out.device_capacity_bytes = (*device)->capacity_bytes();
+  if (o.progress) o.progress("device: " + picked);
+  if (o.progress) o.progress("GEMM throughput over " + std::to_string(std::size(kSquareSides) + 3 * std::size(kWidths)) + " shapes");
+  SSDTRAIN_RETURN_IF_ERROR(MeasureGemms(**device, o, &out));
+  if (o.progress) o.progress("memory-bound op bandwidth");
+  SSDTRAIN_RETURN_IF_ERROR(MeasureMemory(**device, o, &out));
+  if (o.progress) o.progress("copy bandwidth device <-> staging");
+  SSDTRAIN_RETURN_IF_ERROR(MeasureCopies(**device, o, &out));
+  device->reset();  // the op timing below makes its own device
+  if (o.progress) o.progress("SSD path through the offload engine in " + o.dir);
+  SSDTRAIN_RETURN_IF_ERROR(MeasureSsd(o, &out));
+  SSDTRAIN_RETURN_IF_ERROR(MeasureTraceOps(o, &out));
+  return out;
+}
+
+}  // namespace ssdtrain::exec

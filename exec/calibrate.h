@@ -1,0 +1,76 @@
+// Calibration: measures the machine the executor runs on — GEMM throughput over
+// a range of shapes, memory-bound op bandwidth, copy bandwidth each way between
+// device memory and staging buffers, the SSD path's bandwidth and latency
+// through the offload engine — and, for given traces, every op's time at its
+// real shape. `ssdtrain calibrate` turns the result into a hardware config the
+// simulator reads (exec never includes sim: the app joins the two).
+//
+// Thread-safety: one call at a time; it owns the device it creates.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "exec/device.h"
+#include "exec/io_backend.h"
+#include "traces/status.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::exec {
+
+struct CalibrationOptions {
+  std::string dir;  // offload directory for the SSD measurements (must exist)
+  BackendChoice backend = BackendChoice::kAuto;
+  DeviceOptions device;
+  int64_t block_size = int64_t{4} << 20;  // engine request size, bytes (what replay uses)
+  int queue_depth = 32;                   // engine requests in flight
+  int64_t io_bytes = int64_t{512} << 20;  // bytes written then read for the bandwidth figure
+  int repeats = 3;                        // timed runs per measurement; the median is kept
+  // Traces whose ops are timed one by one at their real shapes (keep-everything
+  // replay, one warm-up step); empty: none.
+  std::vector<traces::Trace> traces;
+  std::function<void(const std::string&)> progress;  // one line per stage; nullptr: silent
+};
+
+struct GemmSample {
+  traces::GemmDims dims;
+  int64_t flops = 0;
+  int64_t ns = 0;  // median
+};
+
+struct BandwidthSample {
+  int64_t bytes = 0;  // moved (read + written)
+  int64_t ns = 0;     // median
+};
+
+struct OpSample {
+  traces::OpKind kind = traces::OpKind::kGemm;
+  std::optional<traces::GemmDims> gemm;
+  std::string dtype;  // of the op's first output
+  int64_t bytes = 0;  // bytes_read + bytes_written
+  int64_t ns = 0;     // median over the ops of the same kind and shape
+};
+
+struct Calibration {
+  std::string backend;  // "cpu" or "cuda"
+  std::string device;   // Device::Describe()
+  int64_t device_capacity_bytes = 0;
+  std::vector<GemmSample> gemm;
+  std::vector<BandwidthSample> memory;  // memory-bound passes
+  double d2h_GBps = 0;
+  double h2d_GBps = 0;
+  std::string io_backend;
+  bool direct_io = true;
+  double ssd_write_GBps = 0;
+  double ssd_read_GBps = 0;
+  double ssd_write_latency_us = 0;  // one 4 KiB request, median
+  double ssd_read_latency_us = 0;
+  std::vector<OpSample> ops;
+};
+
+Result<Calibration> Calibrate(const CalibrationOptions& options);
+
+}  // namespace ssdtrain::exec

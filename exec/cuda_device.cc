@@ -1,0 +1,375 @@
+#include "exec/cuda_device.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "exec/cuda_error.h"
+#include "exec/detail/cuda_kernels.h"
+#include "exec/detail/format_bytes.h"
+#include "exec/detail/range_allocator.h"
+
+namespace ssdtrain::exec {
+namespace {
+
+// cudaMalloc's own alignment; also what the uint4 kernels need.
+constexpr int64_t kAlignment = 256;
+// Left free when the capacity is "the GPU's free memory": cuBLAS workspaces
+// and the context's own allocations live outside the arena.
+constexpr int64_t kFreeMemoryMargin = int64_t{1} << 30;
+// Side of the GEMM that stands in for a fused attention kernel (FLOPs only).
+constexpr int64_t kAttentionGemmSide = 256;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+class CudaEvent final : public Event {
+ public:
+  CudaEvent(cudaEvent_t event, cudaEvent_t epoch, int64_t epoch_host_ns)
+      : event_(event), epoch_(epoch), epoch_host_ns_(epoch_host_ns) {}
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  Status Synchronize() override {
+    SSDTRAIN_CUDA_TRY(cudaEventSynchronize(event_));
+    return Status::Ok();
+  }
+  bool Query() override { return cudaEventQuery(event_) == cudaSuccess; }
+  Result<int64_t> TimeNs() override {
+    float ms = 0;
+    SSDTRAIN_CUDA_TRY(cudaEventElapsedTime(&ms, epoch_, event_));
+    return epoch_host_ns_ + static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+  }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_;
+  cudaEvent_t epoch_;
+  int64_t epoch_host_ns_;
+};
+
+cudaDataType_t CudaType(traces::DType dtype) {
+  switch (dtype) {
+    case traces::DType::kBf16:
+      return CUDA_R_16BF;
+    case traces::DType::kFp32:
+      return CUDA_R_32F;
+    default:
+      return CUDA_R_16F;
+  }
+}
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(const DeviceOptions& options) : options_(options), ranges_(0, kAlignment) {}
+  ~CudaDevice() override {
+    if (compute_ != nullptr) cudaDeviceSynchronize();
+    if (blas_ != nullptr) cublasDestroy(blas_);
+    for (cudaStream_t s : {compute_, d2h_, h2d_}) {
+      if (s != nullptr) cudaStreamDestroy(s);
+    }
+    if (epoch_ != nullptr) cudaEventDestroy(epoch_);
+    if (sink_ != nullptr) cudaFree(sink_);
+    if (base_ != nullptr) cudaFree(base_);
+  }
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  Status Init() {
+    SSDTRAIN_CUDA_TRY(cudaSetDevice(options_.cuda_device_index));
+    cudaDeviceProp prop{};
+    SSDTRAIN_CUDA_TRY(cudaGetDeviceProperties(&prop, options_.cuda_device_index));
+    name_ = prop.name;
+    size_t free_bytes = 0, total_bytes = 0;
+    SSDTRAIN_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const int64_t usable = static_cast<int64_t>(free_bytes) - kFreeMemoryMargin;
+    capacity_ = options_.capacity_bytes > 0 ? options_.capacity_bytes : usable;
+    if (capacity_ > usable) {
+      return Status::ResourceExhausted(
+          "device memory of " + detail::FormatBytes(capacity_) + " asked for, but " + name_ +
+          " has " + detail::FormatBytes(static_cast<int64_t>(free_bytes)) +
+          " free (less a 1 GiB margin); lower --device-memory");
+    }
+    capacity_ = capacity_ / kAlignment * kAlignment;
+    void* base = nullptr;
+    SSDTRAIN_CUDA_TRY(cudaMalloc(&base, static_cast<size_t>(capacity_)));
+    base_ = static_cast<uint8_t*>(base);
+    ranges_ = detail::RangeAllocator(capacity_, kAlignment);
+    SSDTRAIN_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&sink_), 2 * sizeof(*sink_)));
+    SSDTRAIN_CUDA_TRY(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+    SSDTRAIN_CUDA_TRY(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
+    SSDTRAIN_CUDA_TRY(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
+    SSDTRAIN_CUDA_TRY(cublasCreate(&blas_));
+    SSDTRAIN_CUDA_TRY(cublasSetStream(blas_, compute_));
+    SSDTRAIN_CUDA_TRY(cudaEventCreate(&epoch_));
+    SSDTRAIN_CUDA_TRY(cudaEventRecord(epoch_, compute_));
+    SSDTRAIN_CUDA_TRY(cudaEventSynchronize(epoch_));
+    epoch_host_ns_ = NowNs();
+    return Status::Ok();
+  }
+
+  std::string Describe() const override {
+    return "cuda:" + std::to_string(options_.cuda_device_index) + " " + name_ + " (arena " +
+           detail::FormatBytes(capacity_) + ", cuBLAS, host-bounce SSD path)";
+  }
+  std::string_view kind() const override { return "cuda"; }
+
+  Result<DeviceBuffer> Allocate(int64_t bytes) override {
+    if (bytes <= 0) {
+      return Status::InvalidArgument("device allocation of " + std::to_string(bytes) + " bytes");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    std::optional<int64_t> offset = ranges_.Allocate(bytes);
+    if (!offset) {
+      return Status::ResourceExhausted(
+          "GPU arena out of memory: allocating " + detail::FormatBytes(ranges_.Rounded(bytes)) +
+          " with " + detail::FormatBytes(ranges_.used()) + " in use of a " +
+          detail::FormatBytes(capacity_) + " capacity (largest free block " +
+          detail::FormatBytes(ranges_.largest_free()) + ")");
+    }
+    peak_ = std::max(peak_, ranges_.used());
+    return DeviceBuffer{base_ + *offset, bytes};
+  }
+  void Free(DeviceBuffer buffer) override {
+    if (!buffer.valid()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    ranges_.Free(static_cast<uint8_t*>(buffer.ptr) - base_, buffer.bytes);
+  }
+  int64_t capacity_bytes() const override { return capacity_; }
+  int64_t used_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ranges_.used();
+  }
+  int64_t peak_bytes() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_;
+  }
+  void ResetPeak() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    peak_ = ranges_.used();
+  }
+
+  Result<int64_t> ReserveWorkspace(const traces::Trace& trace) override {
+    int64_t bytes = 0;
+    for (const traces::Op& op : trace.ops) {
+      int64_t elems = 0;
+      if (op.gemm) {
+        elems = op.gemm->m * op.gemm->k + op.gemm->k * op.gemm->n + op.gemm->m * op.gemm->n;
+      } else if (op.kind == traces::OpKind::kAttention && op.flops > 0) {
+        elems = 3 * kAttentionGemmSide * kAttentionGemmSide;
+      }
+      bytes = std::max(bytes, elems * static_cast<int64_t>(sizeof(float)));
+    }
+    if (bytes <= workspace_.bytes) return workspace_.bytes;
+    SSDTRAIN_RETURN_IF_ERROR(Synchronize(Stream::kCompute));
+    Free(workspace_);
+    workspace_ = {};
+    auto buffer = Allocate(bytes);
+    if (!buffer.ok()) return buffer.status().WithPrefix("GEMM workspace");
+    workspace_ = *buffer;
+    SSDTRAIN_CUDA_TRY(cudaMemsetAsync(workspace_.ptr, 0, static_cast<size_t>(bytes), compute_));
+    return workspace_.bytes;
+  }
+
+  Status RunOpAsync(const traces::Op& op, const OpBuffers& buffers) override {
+    if (buffers.inputs.size() != op.inputs.size() || buffers.outputs.size() != op.outputs.size()) {
+      return Status::InvalidArgument("op " + std::to_string(op.id) + " (" + op.name +
+                                     "): buffer count does not match its inputs and outputs");
+    }
+    if (op.gemm) {
+      return Gemm(op.gemm->m, op.gemm->n, op.gemm->k, op.gemm->batch, buffers);
+    }
+    if (op.kind == traces::OpKind::kAttention && op.flops > 0) {
+      const int64_t s = kAttentionGemmSide;
+      SSDTRAIN_RETURN_IF_ERROR(TouchRead(buffers.inputs, op.bytes_read));
+      OpBuffers none{{}, {}, buffers.dtype};
+      SSDTRAIN_RETURN_IF_ERROR(
+          Gemm(s, s, s, std::max<int64_t>(1, op.flops / (2 * s * s * s)), none));
+      return TouchWrite(buffers.outputs, op.bytes_written);
+    }
+    SSDTRAIN_RETURN_IF_ERROR(TouchRead(buffers.inputs, op.bytes_read));
+    return TouchWrite(buffers.outputs, op.bytes_written);
+  }
+
+  Status FillPatternAsync(DeviceBuffer buffer, uint64_t seed, Stream stream) override {
+    SSDTRAIN_CUDA_TRY(detail::LaunchFillPattern(buffer.ptr, buffer.bytes, seed, get(stream)));
+    return Status::Ok();
+  }
+  Status CheckPattern(DeviceBuffer buffer, uint64_t seed, Stream stream) override {
+    const unsigned long long none = static_cast<unsigned long long>(buffer.bytes);
+    cudaStream_t s = get(stream);
+    SSDTRAIN_CUDA_TRY(cudaMemcpyAsync(sink_ + 1, &none, sizeof(none), cudaMemcpyHostToDevice, s));
+    SSDTRAIN_CUDA_TRY(detail::LaunchCheckPattern(buffer.ptr, buffer.bytes, seed, sink_ + 1, s));
+    unsigned long long first = 0;
+    SSDTRAIN_CUDA_TRY(cudaMemcpyAsync(&first, sink_ + 1, sizeof(first), cudaMemcpyDeviceToHost, s));
+    SSDTRAIN_CUDA_TRY(cudaStreamSynchronize(s));
+    if (first != none) {
+      return Status::Corruption("pattern mismatch at byte " + std::to_string(first) + " of " +
+                                std::to_string(buffer.bytes) + " (seed " + std::to_string(seed) +
+                                ")");
+    }
+    return Status::Ok();
+  }
+
+  Status CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset,
+                         int64_t bytes) override {
+    if (offset < 0 || bytes < 0 || offset + bytes > src.bytes) {
+      return Status::InvalidArgument("device-to-host copy outside its device buffer");
+    }
+    SSDTRAIN_CUDA_TRY(cudaMemcpyAsync(host_dst, static_cast<const uint8_t*>(src.ptr) + offset,
+                                      static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, d2h_));
+    return Status::Ok();
+  }
+  Status CopyToDeviceAsync(DeviceBuffer dst, int64_t offset, const void* host_src,
+                           int64_t bytes) override {
+    if (offset < 0 || bytes < 0 || offset + bytes > dst.bytes) {
+      return Status::InvalidArgument("host-to-device copy outside its device buffer");
+    }
+    SSDTRAIN_CUDA_TRY(cudaMemcpyAsync(static_cast<uint8_t*>(dst.ptr) + offset, host_src,
+                                      static_cast<size_t>(bytes), cudaMemcpyHostToDevice, h2d_));
+    return Status::Ok();
+  }
+  Status RegisterHostMemory(void* ptr, int64_t bytes) override {
+    SSDTRAIN_CUDA_TRY(cudaHostRegister(ptr, static_cast<size_t>(bytes), cudaHostRegisterDefault));
+    return Status::Ok();
+  }
+  Status UnregisterHostMemory(void* ptr) override {
+    SSDTRAIN_CUDA_TRY(cudaHostUnregister(ptr));
+    return Status::Ok();
+  }
+
+  Result<std::unique_ptr<Event>> CreateEvent() override {
+    cudaEvent_t e = nullptr;
+    SSDTRAIN_CUDA_TRY(cudaEventCreate(&e));
+    return std::unique_ptr<Event>(std::make_unique<CudaEvent>(e, epoch_, epoch_host_ns_));
+  }
+  Status Record(Event& event, Stream stream) override {
+    SSDTRAIN_CUDA_TRY(cudaEventRecord(static_cast<CudaEvent&>(event).get(), get(stream)));
+    return Status::Ok();
+  }
+  Status Wait(Stream stream, Event& event) override {
+    SSDTRAIN_CUDA_TRY(cudaStreamWaitEvent(get(stream), static_cast<CudaEvent&>(event).get(), 0));
+    return Status::Ok();
+  }
+  Status Synchronize(Stream stream) override {
+    SSDTRAIN_CUDA_TRY(cudaStreamSynchronize(get(stream)));
+    return Status::Ok();
+  }
+
+ private:
+  cudaStream_t get(Stream s) const {
+    return s == Stream::kCompute ? compute_ : s == Stream::kDeviceToHost ? d2h_ : h2d_;
+  }
+
+  // An operand: the buffer itself when it holds `batch` matrices of `elems`
+  // elements, else the workspace at `ws_offset` with stride 0.
+  struct Operand {
+    void* ptr;
+    long long stride;
+  };
+  Operand Pick(const std::span<const DeviceBuffer>& buffers, size_t i, int64_t elems,
+               int64_t batch, int64_t elt, int64_t ws_offset) const {
+    if (i < buffers.size() && buffers[i].bytes >= elems * batch * elt) {
+      return {buffers[i].ptr, static_cast<long long>(elems)};
+    }
+    return {static_cast<uint8_t*>(workspace_.ptr) + ws_offset * elt, 0};
+  }
+
+  Status Gemm(int64_t m, int64_t n, int64_t k, int64_t batch, const OpBuffers& buffers) {
+    if ((m * k + k * n + m * n) * static_cast<int64_t>(sizeof(float)) > workspace_.bytes) {
+      return Status::FailedPrecondition("GEMM needs a larger workspace: call ReserveWorkspace");
+    }
+    const cudaDataType_t type = CudaType(buffers.dtype);
+    const int64_t elt = traces::DTypeSize(buffers.dtype == traces::DType::kBf16 ||
+                                                  buffers.dtype == traces::DType::kFp32
+                                              ? buffers.dtype
+                                              : traces::DType::kFp16);
+    const Operand a = Pick(buffers.inputs, 0, m * k, batch, elt, 0);
+    const Operand b = Pick(buffers.inputs, 1, k * n, batch, elt, m * k);
+    const Operand c = Pick(buffers.outputs, 0, m * n, batch, elt, m * k + k * n);
+    const float alpha = 1.0f, beta = 0.0f;
+    SSDTRAIN_CUDA_TRY(cublasGemmStridedBatchedEx(
+        blas_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
+        static_cast<int>(k), &alpha, a.ptr, type, static_cast<int>(m), a.stride, b.ptr, type,
+        static_cast<int>(k), b.stride, &beta, c.ptr, type, static_cast<int>(m), c.stride,
+        static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return Status::Ok();
+  }
+
+  Status TouchRead(std::span<const DeviceBuffer> buffers, int64_t bytes) {
+    int64_t total = 0;
+    for (const DeviceBuffer& b : buffers) total += b.bytes;
+    while (total > 0 && bytes > 0) {
+      for (const DeviceBuffer& b : buffers) {
+        const int64_t n = std::min(bytes, b.bytes);
+        SSDTRAIN_CUDA_TRY(detail::LaunchTouchRead(b.ptr, n, sink_, compute_));
+        bytes -= n;
+        if (bytes <= 0) break;
+      }
+    }
+    return Status::Ok();
+  }
+  Status TouchWrite(std::span<const DeviceBuffer> buffers, int64_t bytes) {
+    int64_t total = 0;
+    for (const DeviceBuffer& b : buffers) total += b.bytes;
+    while (total > 0 && bytes > 0) {
+      for (const DeviceBuffer& b : buffers) {
+        const int64_t n = std::min(bytes, b.bytes);
+        SSDTRAIN_CUDA_TRY(cudaMemsetAsync(b.ptr, 0x5a, static_cast<size_t>(n), compute_));
+        bytes -= n;
+        if (bytes <= 0) break;
+      }
+    }
+    return Status::Ok();
+  }
+
+  DeviceOptions options_;
+  std::string name_;
+  int64_t capacity_ = 0;
+  mutable std::mutex mu_;
+  detail::RangeAllocator ranges_;  // guarded by mu_
+  int64_t peak_ = 0;               // guarded by mu_
+  uint8_t* base_ = nullptr;
+  DeviceBuffer workspace_;
+  unsigned long long* sink_ = nullptr;  // [0]: read sink, [1]: first pattern mismatch
+  cudaStream_t compute_ = nullptr, d2h_ = nullptr, h2d_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cudaEvent_t epoch_ = nullptr;
+  int64_t epoch_host_ns_ = 0;
+};
+
+}  // namespace
+
+bool CudaAvailable(std::string* why_not) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear it
+    if (why_not != nullptr) *why_not = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
+    return false;
+  }
+  if (count == 0) {
+    if (why_not != nullptr) *why_not = "no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+Result<std::unique_ptr<Device>> MakeCudaDevice(const DeviceOptions& options) {
+  std::string why_not;
+  if (!CudaAvailable(&why_not)) return Status::Unavailable("no usable GPU: " + why_not);
+  auto device = std::make_unique<CudaDevice>(options);
+  SSDTRAIN_RETURN_IF_ERROR(device->Init());
+  return std::unique_ptr<Device>(std::move(device));
+}
+
+}  // namespace ssdtrain::exec

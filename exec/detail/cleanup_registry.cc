@@ -1,0 +1,96 @@
+#include "exec/detail/cleanup_registry.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+namespace ssdtrain::exec::detail {
+namespace {
+
+struct Slot {
+  std::atomic<int> state{0};  // 0 free, 1 being written, 2 live
+  char path[PATH_MAX];
+};
+
+Slot g_slots[kMaxCleanupDirs];
+struct sigaction g_previous_int;
+struct sigaction g_previous_term;
+std::once_flag g_install_once;
+
+void OnSignal(int sig) {
+  for (Slot& slot : g_slots) {
+    if (slot.state.load(std::memory_order_acquire) == 2) RemoveDirSignalSafe(slot.path);
+  }
+  ::sigaction(sig, sig == SIGINT ? &g_previous_int : &g_previous_term, nullptr);
+  ::raise(sig);
+}
+
+void InstallHandlers() {
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESETHAND;
+  ::sigaction(SIGINT, &action, &g_previous_int);
+  ::sigaction(SIGTERM, &action, &g_previous_term);
+}
+
+}  // namespace
+
+int RegisterCleanupDir(const std::string& dir) {
+  if (dir.size() + 1 > sizeof(Slot::path)) return -1;
+  std::call_once(g_install_once, InstallHandlers);
+  for (int i = 0; i < kMaxCleanupDirs; ++i) {
+    int expected = 0;
+    if (g_slots[i].state.compare_exchange_strong(expected, 1)) {
+      std::memcpy(g_slots[i].path, dir.c_str(), dir.size() + 1);
+      g_slots[i].state.store(2, std::memory_order_release);
+      return i;
+    }
+  }
+  return -1;
+}
+
+void UnregisterCleanupDir(int slot) {
+  if (slot >= 0 && slot < kMaxCleanupDirs) g_slots[slot].state.store(0, std::memory_order_release);
+}
+
+bool RemoveDirSignalSafe(const char* dir) {
+  const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  bool ok = true;
+  // Large enough for a few hundred entries per call; loops until the end.
+  alignas(8) char buf[8192];
+  while (true) {
+    const long n = ::syscall(SYS_getdents64, fd, buf, sizeof(buf));
+    if (n <= 0) {
+      ok = ok && n == 0;
+      break;
+    }
+    for (long pos = 0; pos < n;) {
+      struct LinuxDirent64 {
+        ino64_t d_ino;
+        off64_t d_off;
+        unsigned short d_reclen;
+        unsigned char d_type;
+        char d_name[1];
+      };
+      const auto* entry = reinterpret_cast<const LinuxDirent64*>(buf + pos);
+      pos += entry->d_reclen;
+      const char* name = entry->d_name;
+      if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
+      if (::unlinkat(fd, name, 0) != 0) ok = false;
+    }
+  }
+  ::close(fd);
+  if (::rmdir(dir) != 0) ok = false;
+  return ok;
+}
+
+}  // namespace ssdtrain::exec::detail

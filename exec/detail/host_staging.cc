@@ -1,0 +1,63 @@
+#include "exec/detail/host_staging.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "exec/detail/format_bytes.h"
+
+namespace ssdtrain::exec::detail {
+
+Result<std::unique_ptr<HostStaging>> HostStaging::Create(Device& device, int64_t bytes) {
+  void* p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return Status::ResourceExhausted("host staging memory of " + FormatBytes(bytes) +
+                                     ": mmap failed: " + std::strerror(errno));
+  }
+  Status registered = device.RegisterHostMemory(p, bytes);
+  if (!registered.ok()) {
+    munmap(p, static_cast<size_t>(bytes));
+    return registered.WithPrefix("pinning host staging memory");
+  }
+  return std::unique_ptr<HostStaging>(new HostStaging(device, static_cast<uint8_t*>(p), bytes));
+}
+
+HostStaging::~HostStaging() {
+  device_.UnregisterHostMemory(base_);
+  munmap(base_, static_cast<size_t>(capacity_));
+}
+
+Result<StagingPiece> HostStaging::Acquire(int64_t bytes) {
+  if (ranges_.Rounded(bytes) > capacity_) {
+    return Status::ResourceExhausted("a tensor of " + FormatBytes(bytes) +
+                                     " does not fit in the host staging memory of " +
+                                     FormatBytes(capacity_) + "; raise --staging-memory");
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (aborted_) return Status::ResourceExhausted("host staging: the run is stopping");
+    if (auto offset = ranges_.Allocate(bytes)) return StagingPiece{base_ + *offset, bytes};
+    cv_.wait(lock);
+  }
+}
+
+void HostStaging::Release(StagingPiece piece) {
+  if (piece.data == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ranges_.Free(piece.data - base_, piece.bytes);
+  }
+  cv_.notify_all();
+}
+
+void HostStaging::Abort() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_ = true;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace ssdtrain::exec::detail

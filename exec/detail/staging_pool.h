@@ -1,0 +1,61 @@
+// The engine's page-aligned staging memory: `slots` bounce blocks of
+// `slot_bytes` each (one per request in flight, for unaligned buffers and
+// tails), then a lease region handed out in page multiples by AcquireStaging.
+// Registered with the backend as slots + 1 fixed buffers: index i < slots is
+// bounce block i, index `slots` is the whole lease region.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "traces/status.h"
+
+namespace ssdtrain::exec::detail {
+
+class StagingPool {
+ public:
+  // Maps the memory (anonymous, page-aligned). lease_bytes may be 0.
+  static Result<std::unique_ptr<StagingPool>> Create(int slots, int64_t slot_bytes,
+                                                     int64_t lease_bytes);
+  ~StagingPool();
+  StagingPool(const StagingPool&) = delete;
+  StagingPool& operator=(const StagingPool&) = delete;
+
+  std::vector<iovec> RegistrationIovecs() const;
+
+  // Bounce blocks: used only by the engine's I/O thread (not thread-safe).
+  int num_slots() const { return slots_; }
+  char* slot(int i) const { return base_ + static_cast<int64_t>(i) * slot_bytes_; }
+
+  // Fixed-buffer index of the registered buffer holding [p, p + n), or -1.
+  int FixedIndexOf(const void* p, int64_t n) const;
+  bool InLeaseRegion(const void* p, int64_t n) const;
+
+  // Lease region (thread-safe). Acquire blocks until `bytes` (rounded up to the
+  // page) are free in one piece, or fails when they never can be or after Close.
+  Result<char*> Acquire(int64_t bytes, int64_t* capacity);
+  void Release(void* p, int64_t capacity);
+  // Wakes and fails every blocked and later Acquire with `why`.
+  void Close(const Status& why);
+
+ private:
+  StagingPool() = default;
+  char* base_ = nullptr;
+  int64_t total_bytes_ = 0;
+  int slots_ = 0;
+  int64_t slot_bytes_ = 0;
+  char* lease_base_ = nullptr;
+  int64_t lease_bytes_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int64_t, int64_t> free_;  // offset in lease region -> length, coalesced
+  Status closed_;
+};
+
+}  // namespace ssdtrain::exec::detail

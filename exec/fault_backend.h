@@ -1,0 +1,67 @@
+// The fault-injecting backend: wraps a real backend and, at chosen requests,
+// fails them (EIO, ENOSPC), makes them short, answers -EAGAIN, or refuses
+// O_DIRECT opens. With no rules it is a pass-through (and runs the conformance
+// suite like any other backend). LevelDB's fault-injection Env, for io_uring.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "exec/io_backend.h"
+
+namespace ssdtrain::exec {
+
+enum class FaultKind {
+  kEio,     // completes with -EIO; nothing is transferred
+  kEnospc,  // completes with -ENOSPC; nothing is transferred
+  kEagain,  // completes with -EAGAIN; nothing is transferred (the engine must resubmit)
+  kShort,   // transfers only the first half of the request, rounded down to
+            // kFaultShortAlign bytes (requests of at most kFaultShortAlign bytes
+            // are passed through untouched and not counted as injected)
+};
+
+// Short transfers stay multiples of 4096 bytes so that the continuation is
+// still valid O_DIRECT (real short O_DIRECT transfers end on a block boundary).
+inline constexpr int64_t kFaultShortAlign = 4096;
+
+// Fires on the `nth` (0-based) submitted request of direction `op`, counting
+// every submission including the engine's resubmissions; `count` consecutive
+// matching requests from there (default 1).
+struct FaultRule {
+  IoOp op = IoOp::kWrite;
+  int64_t nth = 0;
+  FaultKind kind = FaultKind::kEio;
+  int64_t count = 1;
+};
+
+struct FaultOptions {
+  std::vector<FaultRule> rules;
+  // OpenFile with O_DIRECT fails with EINVAL, as tmpfs or an overlay file system may.
+  bool refuse_direct = false;
+};
+
+class FaultBackend : public IoBackend {
+ public:
+  FaultBackend(std::unique_ptr<IoBackend> inner, FaultOptions options);
+  ~FaultBackend() override;
+
+  std::string Name() const override;
+  Status RegisterBuffers(std::span<const iovec> buffers) override;
+  int OpenFile(int dir_fd, const char* name, int flags, int mode) override;
+  Status Submit(std::span<const IoRequest> requests) override;
+  Result<int> Reap(std::span<IoCompletion> out, int min_complete, int64_t timeout_ns) override;
+  void Notify() override;
+
+  // How many faults have fired so far (thread-safe), so a test can check that
+  // the fault it asked for really happened.
+  int64_t injected() const { return injected_.load(); }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<int64_t> injected_{0};
+};
+
+}  // namespace ssdtrain::exec

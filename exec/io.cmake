@@ -1,0 +1,32 @@
+# The I/O half of ssdtrain::exec: I/O backends, the offload engine, bench-io.
+list(APPEND SSDTRAIN_EXEC_IO_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/io_backend.cc
+  ${CMAKE_CURRENT_LIST_DIR}/uring_backend.cc
+  ${CMAKE_CURRENT_LIST_DIR}/posix_backend.cc
+  ${CMAKE_CURRENT_LIST_DIR}/fault_backend.cc
+  ${CMAKE_CURRENT_LIST_DIR}/checksum.cc
+  ${CMAKE_CURRENT_LIST_DIR}/offload_engine.cc
+  ${CMAKE_CURRENT_LIST_DIR}/staging_lease.cc
+  ${CMAKE_CURRENT_LIST_DIR}/file_names.cc
+  ${CMAKE_CURRENT_LIST_DIR}/detail/cleanup_registry.cc
+  ${CMAKE_CURRENT_LIST_DIR}/detail/staging_pool.cc
+  ${CMAKE_CURRENT_LIST_DIR}/bench_io.cc
+)
+
+function(ssdtrain_exec_tests)
+  ssdtrain_test(exec_io_checksum_test
+    SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_checksum_test.cc
+    DEPS ssdtrain::exec)
+  ssdtrain_test(exec_io_backend_test
+    SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_backend_test.cc
+            ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_test_util.cc
+    DEPS ssdtrain::exec)
+  ssdtrain_test(exec_io_engine_test
+    SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_engine_test.cc
+            ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_test_util.cc
+    DEPS ssdtrain::exec)
+  ssdtrain_test(exec_io_fault_test
+    SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_fault_test.cc
+            ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_test_util.cc
+    DEPS ssdtrain::exec)
+endfunction()

@@ -1,0 +1,113 @@
+// Replay: runs a trace under a plan on a device (CPU or CUDA) with the offload
+// engine's SSD files, and measures it. See exec/README.md ("Runtime").
+//
+// Per step, ops are issued in trace order on the compute stream. Each
+// offload-ssd storage is copied out (D2H) after its producer and written by the
+// engine; once the write lands and every forward consumer has been issued its
+// device copy is evicted; it is read and copied back (H2D) at the op its
+// placement names (prefetch_before) or before its first backward consumer,
+// unless it is still resident (forwarding: see exec/tensor_cache.h).
+// Recompute storages are freed after their last forward consumer and
+// re-produced by running their producer op again (recursively, for inputs that
+// are gone too) before their first backward consumer. Kept storages stay.
+// Every storage is freed after its last consumer. Step 0 is a warm-up; the
+// reported step time is the median of the others.
+//
+// Before anything runs (no device, no file): the plan is checked against the
+// trace (traces::ValidatePlan: fingerprint, ids, actions), its file names
+// against the offload directory (CheckPlanFileNames: no "..", no absolute
+// paths, no symlinks), and the plan's planned peak device memory against the
+// capacity. Any later failure (I/O, checksum, out of device memory) stops the
+// run, and the engine removes its files.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "exec/device.h"
+#include "exec/io_backend.h"
+#include "exec/tensor_cache.h"
+#include "traces/plan.h"
+#include "traces/status.h"
+#include "traces/timeline.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::exec {
+
+struct ReplayOptions {
+  std::string dir;                                // offload directory (must exist)
+  BackendChoice backend = BackendChoice::kAuto;   // device backend
+  int steps = 3;                                  // measured steps, after one warm-up step
+  double ssd_bandwidth_GBps = 0;                  // cap on the SSD path (10^9 B/s); 0: none
+  bool verify = false;                            // fill and check patterns (slower)
+  int64_t device_memory_bytes = int64_t{4} << 30;  // CPU arena; CUDA: 0 = GPU free memory
+  int cpu_compute_threads = 1;                    // Eigen threads (CPU backend)
+  int64_t staging_bytes = int64_t{256} << 20;     // pinned host staging for D2H/H2D
+  BackendKind io_backend = BackendKind::kAuto;    // io_uring or posix
+  int64_t block_size = int64_t{4} << 20;          // engine request size, bytes
+  int queue_depth = 32;                           // engine requests in flight
+  // How many ops the issue thread may run ahead of the compute stream (>= 1).
+  // Forwarding and eviction are decided when an op is issued, as SSDTrain's
+  // hooks decide when PyTorch issues it; an unbounded lead would issue the
+  // whole forward pass before its first write starts, and forward everything.
+  int max_ops_ahead = 2;
+  // After each op, wait until every queued write has landed (and evict). Slow;
+  // makes the memory figures deterministic: evictions then land where
+  // planned_peak_* assumes they do.
+  bool wait_for_writes = false;
+  // One line per step on the caller's terminal; nullptr: silent.
+  std::function<void(const std::string&)> progress;
+  // Tests: an I/O backend to use instead of io_backend (e.g. a FaultBackend).
+  std::function<std::unique_ptr<IoBackend>()> make_io_backend;
+};
+
+struct LaneBusy {
+  int64_t compute_ns = 0, d2h_ns = 0, h2d_ns = 0, ssd_write_ns = 0, ssd_read_ns = 0;
+};
+
+struct OpTime {
+  traces::OpId op = 0;
+  int64_t start_ns = 0;  // from the start of the step
+  int64_t end_ns = 0;
+};
+
+struct ReplayResult {
+  std::string backend;       // "cpu" or "cuda"
+  std::string device;        // Device::Describe()
+  std::string io_backend;    // the engine's backend name
+  int steps = 0;             // measured steps (warm-up excluded)
+  std::vector<int64_t> step_times_ns;  // every step, warm-up first
+  traces::StepMetrics metrics;  // step_time_ns (median), peaks, SSD bytes per step, exposed I/O
+  int64_t planned_peak_activation_bytes = 0;  // evictions landing at once (lifetimes.h)
+  int64_t planned_peak_device_bytes = 0;
+  int64_t plan_offloaded_bytes = 0;  // unique offload-ssd bytes per step
+  int64_t workspace_bytes = 0;
+  CacheStats cache;                  // the last step's
+  LaneBusy busy;                     // the last step's
+  std::vector<OpTime> ops;           // the last step's, in trace order
+  bool verify = false;
+  bool verified = false;             // verify on and every checked tensor matched
+  int64_t tensors_checked = 0;       // per step
+  traces::Timeline timeline;         // the last step's, times from its start
+};
+
+// Runs the replay. `plan_source` names the plan file in messages.
+Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan,
+                            const ReplayOptions& options, const std::string& plan_source);
+
+// The run file: traces::ToJson(StepMetrics) fields, with peak_gpu_bytes named
+// peak_device_bytes, plus backend, steps, ops, lanes, cache figures, verified.
+nlohmann::json ToJson(const ReplayResult& r);
+
+// A plan that offloads every saved, offloadable activation to the SSD, one file
+// per storage, prefetched when backward reaches the next layer (on demand for
+// the last layer): for tests, and for replays without a planner.
+traces::Plan OffloadAllPlan(const traces::Trace& trace);
+// A plan that keeps everything.
+traces::Plan KeepAllPlan(const traces::Trace& trace);
+
+}  // namespace ssdtrain::exec

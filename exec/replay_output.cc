@@ -1,0 +1,92 @@
+// The run file (ToJson(ReplayResult)) and the built-in plans.
+#include "exec/replay.h"
+
+#include <cstdio>
+#include <set>
+
+namespace ssdtrain::exec {
+
+nlohmann::json ToJson(const ReplayResult& r) {
+  nlohmann::json j = traces::ToJson(r.metrics);
+  j.erase("peak_gpu_bytes");
+  j["peak_device_bytes"] = r.metrics.peak_gpu_bytes;
+  j["backend"] = r.backend;
+  j["device"] = r.device;
+  j["io_backend"] = r.io_backend;
+  j["steps"] = r.steps;
+  j["step_times_ns"] = r.step_times_ns;  // warm-up first
+  j["planned_peak_activation_bytes"] = r.planned_peak_activation_bytes;
+  j["planned_peak_device_bytes"] = r.planned_peak_device_bytes;
+  j["plan_offloaded_bytes"] = r.plan_offloaded_bytes;
+  j["workspace_bytes"] = r.workspace_bytes;
+  j["cache"] = {{"writes", r.cache.writes},
+                {"bytes_written", r.cache.bytes_written},
+                {"writes_dropped", r.cache.writes_dropped},
+                {"bytes_write_dropped", r.cache.bytes_write_dropped},
+                {"forwarded", r.cache.forwarded},
+                {"bytes_forwarded", r.cache.bytes_forwarded},
+                {"reads", r.cache.reads},
+                {"bytes_read", r.cache.bytes_read},
+                {"evictions", r.cache.evictions},
+                {"bytes_evicted", r.cache.bytes_evicted}};
+  j["lane_busy_ns"] = {{"compute", r.busy.compute_ns},
+                       {"d2h", r.busy.d2h_ns},
+                       {"h2d", r.busy.h2d_ns},
+                       {"ssd_write", r.busy.ssd_write_ns},
+                       {"ssd_read", r.busy.ssd_read_ns}};
+  nlohmann::json ops = nlohmann::json::object();
+  for (const OpTime& t : r.ops) {
+    ops[std::to_string(t.op)] = {{"start_ns", t.start_ns}, {"end_ns", t.end_ns}};
+  }
+  j["ops"] = std::move(ops);
+  j["verify"] = r.verify;
+  j["verified"] = r.verified;
+  j["tensors_checked"] = r.tensors_checked;
+  return j;
+}
+
+namespace {
+traces::Plan BasePlan(const traces::Trace& trace, std::string policy) {
+  traces::Plan plan;
+  plan.policy = std::move(policy);
+  plan.model = trace.header.model;
+  plan.trace_fingerprint = traces::Fingerprint(trace);
+  plan.micro_batch = trace.header.micro_batch;
+  plan.seq_len = trace.header.seq_len;
+  plan.tp = trace.header.tp;
+  plan.pp = trace.header.pp;
+  return plan;
+}
+}  // namespace
+
+traces::Plan KeepAllPlan(const traces::Trace& trace) { return BasePlan(trace, "keep"); }
+
+traces::Plan OffloadAllPlan(const traces::Trace& trace) {
+  traces::Plan plan = BasePlan(trace, "offload-ssd");
+  std::set<traces::TensorId> storages;  // one placement per storage (dedup)
+  for (const traces::Tensor& t : trace.tensors) {
+    if (!t.saved_for_backward || !t.offloadable || t.kind != traces::TensorKind::kActivation ||
+        !storages.insert(trace.StorageOf(t.id)).second) {
+      continue;
+    }
+    traces::Placement p;
+    p.tensor = t.id;
+    p.action = traces::TensorAction::kOffloadSsd;
+    // Prefetch one layer ahead, as SSDTrain does: when backward starts on the
+    // layer after this one. The last layer's tensors are fetched on demand.
+    for (const traces::Op& op : trace.ops) {
+      if (op.phase == traces::Phase::kBackward && t.layer != traces::kNoLayer &&
+          op.layer == t.layer + 1) {
+        p.prefetch_before = op.id;
+        break;
+      }
+    }
+    char name[32];
+    std::snprintf(name, sizeof(name), "t%lld.bin", static_cast<long long>(t.id));
+    p.file = name;  // (std::string concatenation trips GCC 12's -Wrestrict here)
+    plan.placements.push_back(p);
+  }
+  return plan;
+}
+
+}  // namespace ssdtrain::exec

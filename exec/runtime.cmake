@@ -1,0 +1,32 @@
+# The runtime half of ssdtrain::exec: device backends, tensor cache, replay.
+# Included by exec/CMakeLists.txt, which builds one library from these lists.
+list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/detail/stream_worker.cc
+  ${CMAKE_CURRENT_LIST_DIR}/detail/host_staging.cc
+  ${CMAKE_CURRENT_LIST_DIR}/detail/lifetimes.cc
+  ${CMAKE_CURRENT_LIST_DIR}/device.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu_device.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tensor_cache.cc
+  ${CMAKE_CURRENT_LIST_DIR}/replay.cc
+  ${CMAKE_CURRENT_LIST_DIR}/replay_output.cc
+)
+if(NOT SSDTRAIN_HAVE_CUDA)
+  list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_unavailable.cc)
+endif()
+list(APPEND SSDTRAIN_EXEC_CUDA_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_device.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_kernels.cu
+)
+
+function(ssdtrain_exec_runtime_tests)
+  set(dir ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests)
+  ssdtrain_test(exec_device_test
+    SOURCES ${dir}/device_conformance_test.cc
+    DEPS ssdtrain::exec)
+  ssdtrain_test(exec_tensor_cache_test
+    SOURCES ${dir}/tensor_cache_test.cc
+    DEPS ssdtrain::exec)
+  ssdtrain_test(exec_replay_test
+    SOURCES ${dir}/replay_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
+    DEPS ssdtrain::exec ssdtrain::models)
+endfunction()

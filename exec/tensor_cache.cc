@@ -1,0 +1,145 @@
+#include "exec/tensor_cache.h"
+
+namespace ssdtrain::exec {
+
+TensorCache::TensorCache(const traces::Trace& trace, const traces::Plan& plan) : trace_(trace) {
+  for (const traces::Placement& p : plan.placements) {
+    const traces::TensorId storage = trace.StorageOf(p.tensor);
+    // Dedup: a tensor and its views share one placement, the first listed.
+    if (!placements_.emplace(storage, &p).second) continue;
+    if (p.action != traces::TensorAction::kOffloadSsd) continue;
+    Entry& e = entries_[storage];
+    e.placement = &p;
+    e.bytes = trace.tensor(storage).bytes;
+    if (p.prefetch_before != traces::kNoOp) prefetch_at_[p.prefetch_before].push_back(storage);
+  }
+}
+
+const traces::Placement* TensorCache::PlacementOf(traces::TensorId storage) const {
+  auto it = placements_.find(storage);
+  return it == placements_.end() ? nullptr : it->second;
+}
+
+traces::TensorAction TensorCache::ActionOf(traces::TensorId storage) const {
+  const traces::Placement* p = PlacementOf(storage);
+  return p == nullptr ? traces::TensorAction::kKeep : p->action;
+}
+
+const std::vector<traces::TensorId>& TensorCache::PrefetchesAt(traces::OpId op) const {
+  static const std::vector<traces::TensorId> kNone;
+  auto it = prefetch_at_.find(op);
+  return it == prefetch_at_.end() ? kNone : it->second;
+}
+
+TensorCache::Entry* TensorCache::Find(traces::TensorId storage) {
+  auto it = entries_.find(storage);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+const TensorCache::Entry* TensorCache::Find(traces::TensorId storage) const {
+  auto it = entries_.find(storage);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+bool TensorCache::OnProduced(traces::TensorId storage) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry* e = Find(storage);
+  if (e == nullptr || e->state != State::kNone) return false;
+  e->state = State::kWriteQueued;
+  return true;
+}
+
+bool TensorCache::BeginWrite(traces::TensorId storage) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry* e = Find(storage);
+  if (e == nullptr || e->state != State::kWriteQueued) return false;
+  if (e->claimed) {
+    // Forwarding: backward already has it from memory; the write is dropped.
+    e->state = State::kBack;
+    ++stats_.writes_dropped;
+    stats_.bytes_write_dropped += e->bytes;
+    return false;
+  }
+  e->state = State::kWriting;
+  ++stats_.writes;
+  stats_.bytes_written += e->bytes;
+  return true;
+}
+
+bool TensorCache::OnWriteLanded(traces::TensorId storage) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry* e = Find(storage);
+  if (e == nullptr || e->state != State::kWriting) return false;
+  e->state = e->claimed ? State::kBack : State::kWritten;
+  if (e->state == State::kWritten && e->forward_done) {
+    e->state = State::kEvicted;
+    ++stats_.evictions;
+    stats_.bytes_evicted += e->bytes;
+    return true;
+  }
+  return false;
+}
+
+bool TensorCache::OnForwardUsesIssued(traces::TensorId storage) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry* e = Find(storage);
+  if (e == nullptr) return false;
+  e->forward_done = true;
+  if (e->state == State::kWritten && !e->claimed) {
+    e->state = State::kEvicted;
+    ++stats_.evictions;
+    stats_.bytes_evicted += e->bytes;
+    return true;
+  }
+  return false;
+}
+
+BackwardSource TensorCache::ClaimForBackward(traces::TensorId storage) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry* e = Find(storage);
+  if (e == nullptr) {
+    return ActionOf(storage) == traces::TensorAction::kRecompute ? BackwardSource::kRecompute
+                                                                 : BackwardSource::kResident;
+  }
+  if (e->claimed) return BackwardSource::kResident;
+  e->claimed = true;
+  switch (e->state) {
+    case State::kEvicted:
+      e->state = State::kReading;
+      ++stats_.reads;
+      stats_.bytes_read += e->bytes;
+      return BackwardSource::kRead;
+    case State::kResident:
+    case State::kWriteQueued:  // BeginWrite will drop it
+    case State::kWriting:      // lands, but is not evicted
+    case State::kWritten:
+      ++stats_.forwarded;
+      stats_.bytes_forwarded += e->bytes;
+      if (e->state == State::kWritten) e->state = State::kBack;
+      return BackwardSource::kForwarded;
+    default:
+      return BackwardSource::kResident;
+  }
+}
+
+void TensorCache::OnReadLanded(traces::TensorId storage) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Entry* e = Find(storage); e != nullptr && e->state == State::kReading) e->state = State::kBack;
+}
+
+bool TensorCache::WritePending(traces::TensorId storage) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Entry* e = Find(storage);
+  return e != nullptr && (e->state == State::kWriteQueued || e->state == State::kWriting);
+}
+
+void TensorCache::ResetStep() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [storage, e] : entries_) e = Entry{e.placement, e.bytes};
+}
+
+CacheStats TensorCache::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace ssdtrain::exec

@@ -1,0 +1,106 @@
+// The tensor cache: which saved tensors go to the SSD, when their device copy
+// may go, and how backward gets them back. Bookkeeping only: it owns no memory
+// and does no I/O; the replay (exec/replay.h) asks it what to do and tells it
+// what happened. Techniques from SSDTrain (arXiv 2408.10013, section 3):
+//
+// - Deduplication: state is kept per storage (traces::Trace::StorageOf), so a
+//   tensor saved by several ops, or a view of it (alias_of), is written once.
+// - Forwarding: when backward asks for a storage still on the device, it is
+//   served from there: a write not yet started is dropped; a write in flight
+//   completes but the copy is no longer evicted. Nothing is read back.
+// - Eviction after the write lands, once every forward consumer has been issued.
+// - Prefetch: the read is issued when op Placement::prefetch_before is issued,
+//   or on demand before the first backward consumer when it is kNoOp.
+//
+// Thread-safety: every method may be called from any thread (one mutex).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "traces/plan.h"
+#include "traces/status.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::exec {
+
+// What backward must do to have a storage on the device.
+enum class BackwardSource {
+  kResident,   // never left (kept, or not saved, or not offloaded)
+  kForwarded,  // offloaded but still resident: served from memory (forwarding)
+  kRead,       // evicted: read it back from the SSD
+  kRecompute,  // recompute: re-run its producer
+};
+
+struct CacheStats {
+  int64_t writes = 0;                // storages whose write was started
+  int64_t bytes_written = 0;         // their bytes
+  int64_t writes_dropped = 0;        // writes dropped by forwarding before they started
+  int64_t bytes_write_dropped = 0;
+  int64_t forwarded = 0;             // backward requests served from memory
+  int64_t bytes_forwarded = 0;
+  int64_t reads = 0;                 // storages read back
+  int64_t bytes_read = 0;
+  int64_t evictions = 0;
+  int64_t bytes_evicted = 0;
+};
+
+class TensorCache {
+ public:
+  // `plan` must have passed traces::ValidatePlan against `trace`. Both must
+  // outlive the cache.
+  TensorCache(const traces::Trace& trace, const traces::Plan& plan);
+
+  // The storage a tensor id lives in, and that storage's placement (nullptr: keep).
+  traces::TensorId StorageOf(traces::TensorId t) const { return trace_.StorageOf(t); }
+  const traces::Placement* PlacementOf(traces::TensorId storage) const;
+  traces::TensorAction ActionOf(traces::TensorId storage) const;
+  // Offload-ssd storages whose read the plan issues at op `op` (prefetch_before == op).
+  const std::vector<traces::TensorId>& PrefetchesAt(traces::OpId op) const;
+
+  // Forward: the producer of `storage` was issued. True exactly once per
+  // storage per step for an offload-ssd storage: queue its write.
+  bool OnProduced(traces::TensorId storage);
+  // The writer is about to start the write. False: dropped (backward already
+  // claimed it); the writer releases its staging and skips the write.
+  bool BeginWrite(traces::TensorId storage);
+  // The write landed. True: evict now (no forward use pending, not claimed).
+  bool OnWriteLanded(traces::TensorId storage);
+  // The last forward consumer of `storage` was issued. True: evict now.
+  bool OnForwardUsesIssued(traces::TensorId storage);
+  // Backward needs `storage` (a prefetch point or its first backward consumer).
+  // Idempotent within a step: later calls return kResident once it is back.
+  BackwardSource ClaimForBackward(traces::TensorId storage);
+  // The read of `storage` was copied back to the device.
+  void OnReadLanded(traces::TensorId storage);
+  // True when the write is in flight or queued but not landed/dropped (the
+  // replay waits for these before a step ends).
+  bool WritePending(traces::TensorId storage) const;
+
+  // Starts a new step: every storage back to "not produced".
+  void ResetStep();
+  CacheStats stats() const;
+
+ private:
+  enum class State { kNone, kResident, kWriteQueued, kWriting, kWritten, kEvicted, kReading, kBack };
+  struct Entry {
+    const traces::Placement* placement = nullptr;
+    int64_t bytes = 0;
+    State state = State::kNone;
+    bool forward_done = false;
+    bool claimed = false;
+  };
+  Entry* Find(traces::TensorId storage);
+  const Entry* Find(traces::TensorId storage) const;
+
+  const traces::Trace& trace_;
+  mutable std::mutex mu_;
+  std::unordered_map<traces::TensorId, Entry> entries_;  // offload-ssd storages only
+  std::unordered_map<traces::TensorId, const traces::Placement*> placements_;
+  std::unordered_map<traces::OpId, std::vector<traces::TensorId>> prefetch_at_;
+  CacheStats stats_;
+};
+
+}  // namespace ssdtrain::exec

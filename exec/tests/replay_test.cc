@@ -1,0 +1,157 @@
+// End-to-end replays of the tiny GPT on the CPU backend with real offload files.
+#include "exec/replay.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "exec/fault_backend.h"
+#include "exec/tests/io_test_util.h"
+#include "exec/tests/replay_test_util.h"
+
+namespace ssdtrain::exec {
+namespace {
+
+using testing::CpuOptions;
+using testing::ListTree;
+using testing::OffloadedStorageBytes;
+using testing::TempDir;
+using testing::TinyGptTrace;
+
+TEST(Replay, OffloadReplayVerifiesAndWritesEachOffloadedByteOnce) {
+  const traces::Trace trace = TinyGptTrace();
+  const traces::Plan plan = OffloadAllPlan(trace);
+  const int64_t offloaded = OffloadedStorageBytes(trace, plan);
+  ASSERT_GT(offloaded, 0);
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  o.verify = true;
+  auto r = Replay(trace, plan, o, "offload-all");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->verified);
+  EXPECT_GT(r->tensors_checked, 0);
+  EXPECT_EQ(r->plan_offloaded_bytes, offloaded);
+  // Dedup: every offloaded storage is written once, unless forwarding dropped
+  // its write: written + dropped = the plan's unique offloaded bytes.
+  EXPECT_EQ(r->metrics.ssd_bytes_written + r->cache.bytes_write_dropped, offloaded);
+  // Only what was not forwarded is read back: read = offloaded - forwarded.
+  EXPECT_EQ(r->metrics.ssd_bytes_read, offloaded - r->cache.bytes_forwarded);
+  EXPECT_GT(r->metrics.ssd_bytes_read, 0);
+  // The engine removed its files.
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
+TEST(Replay, OffloadLowersPeakActivationsByWhatThePlanSays) {
+  // With every write waited for, evictions land where the plan's accounting
+  // puts them, so the measured peaks equal the planned ones exactly and the
+  // reduction against keep-everything is the planned one.
+  const traces::Trace trace = TinyGptTrace(/*micro_batch=*/1, /*seq_len=*/128);
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  o.wait_for_writes = true;
+  auto keep = Replay(trace, KeepAllPlan(trace), o, "keep");
+  ASSERT_TRUE(keep.ok()) << keep.status().ToString();
+  auto offload = Replay(trace, OffloadAllPlan(trace), o, "offload-all");
+  ASSERT_TRUE(offload.ok()) << offload.status().ToString();
+  EXPECT_EQ(keep->metrics.peak_activation_bytes, keep->planned_peak_activation_bytes);
+  EXPECT_EQ(offload->metrics.peak_activation_bytes, offload->planned_peak_activation_bytes);
+  const int64_t planned_saving =
+      keep->planned_peak_activation_bytes - offload->planned_peak_activation_bytes;
+  EXPECT_GT(planned_saving, keep->planned_peak_activation_bytes / 2);
+  EXPECT_EQ(keep->metrics.peak_activation_bytes - offload->metrics.peak_activation_bytes,
+            planned_saving);
+  EXPECT_EQ(offload->cache.bytes_forwarded, 0);  // everything was evicted in time
+  EXPECT_EQ(offload->metrics.ssd_bytes_read, offload->plan_offloaded_bytes);
+}
+
+TEST(Replay, RecomputedTensorsAreReproducedAndVerify) {
+  // Recompute every saved activation of layer 1: its producers run again in
+  // backward (one "recompute" span each) and the re-produced bytes match.
+  const traces::Trace trace = TinyGptTrace(1, 128);
+  traces::Plan plan = KeepAllPlan(trace);
+  plan.policy = "recompute-layer-1";
+  int recomputed = 0;
+  for (const traces::Tensor& t : trace.tensors) {
+    if (t.layer == 1 && t.saved_for_backward && t.offloadable && !t.alias_of) {
+      traces::Placement p;
+      p.tensor = t.id;
+      p.action = traces::TensorAction::kRecompute;
+      plan.placements.push_back(p);
+      ++recomputed;
+    }
+  }
+  ASSERT_GT(recomputed, 0);
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  o.verify = true;
+  auto r = Replay(trace, plan, o, "recompute plan");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->verified);
+  int spans = 0;
+  for (const traces::Span& s : r->timeline.spans) spans += s.name.rfind("recompute ", 0) == 0;
+  EXPECT_GE(spans, 1);
+  EXPECT_EQ(r->metrics.ssd_bytes_written, 0);
+}
+
+TEST(Replay, ArenaTooSmallStopsBeforeAnyFileAndSaysWhatIsNeeded) {
+  const traces::Trace trace = TinyGptTrace(1, 128);
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  o.device_memory_bytes = int64_t{8} << 20;  // the weights alone are 15 MB
+  auto r = Replay(trace, OffloadAllPlan(trace), o, "offload-all");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("needs at least"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("--device-memory"), std::string::npos);
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
+TEST(Replay, PlanForAnotherTraceIsRefusedBeforeAnythingRuns) {
+  const traces::Trace trace = TinyGptTrace(1, 128);
+  traces::Plan plan = OffloadAllPlan(trace);
+  plan.trace_fingerprint ^= 1;
+  TempDir dir;
+  auto r = Replay(trace, plan, CpuOptions(dir.path()), "other.plan.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("other.plan.json"), std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
+TEST(Replay, PlanFileNameEscapingTheDirectoryIsRefused) {
+  const traces::Trace trace = TinyGptTrace(1, 128);
+  traces::Plan plan = OffloadAllPlan(trace);
+  ASSERT_FALSE(plan.placements.empty());
+  plan.placements[0].file = "../escape.bin";
+  TempDir dir;
+  const std::string inner = dir.Sub("offload");
+  auto r = Replay(trace, plan, CpuOptions(inner), "evil.plan.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("escape.bin"), std::string::npos) << r.status().message();
+  EXPECT_TRUE(ListTree(dir.path()) == std::vector<std::string>{"offload"});
+}
+
+TEST(Replay, WriteErrorStopsTheRunAndLeavesNoFiles) {
+  // The third write request fails with EIO: the run stops with an I/O error
+  // naming what failed, and the engine removes every file.
+  const traces::Trace trace = TinyGptTrace(1, 128);
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  auto fault = std::make_shared<FaultBackend*>(nullptr);
+  o.make_io_backend = [fault]() -> std::unique_ptr<IoBackend> {
+    auto inner = MakeIoBackend(BackendKind::kPosix, 32, nullptr);
+    FaultOptions f;
+    f.rules.push_back({IoOp::kWrite, 2, FaultKind::kEio, 1});
+    auto backend = std::make_unique<FaultBackend>(std::move(*inner), f);
+    *fault = backend.get();
+    return backend;
+  };
+  auto r = Replay(trace, OffloadAllPlan(trace), o, "offload-all");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kIoError) << r.status().ToString();
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
+}  // namespace
+}  // namespace ssdtrain::exec

@@ -1,0 +1,46 @@
+#include "exec/tests/replay_test_util.h"
+
+#include <set>
+#include <stdexcept>
+
+#include "models/build_trace.h"
+#include "models/model_config.h"
+
+namespace ssdtrain::exec::testing {
+
+traces::Trace TinyGptTrace(int64_t micro_batch, int64_t seq_len) {
+  const std::string path = std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-gpt.json";
+  auto config = models::LoadModelConfig(path);
+  if (!config.ok()) throw std::runtime_error(config.status().ToString());
+  models::ConfigOverrides o;
+  if (micro_batch > 0) o.micro_batch = micro_batch;
+  if (seq_len > 0) o.seq_len = seq_len;
+  auto applied = models::ApplyOverrides(*config, o, path);
+  if (!applied.ok()) throw std::runtime_error(applied.status().ToString());
+  auto trace = models::BuildTrace(*applied);
+  if (!trace.ok()) throw std::runtime_error(trace.status().ToString());
+  return std::move(*trace);
+}
+
+ReplayOptions CpuOptions(const std::string& dir) {
+  ReplayOptions o;
+  o.dir = dir;
+  o.backend = BackendChoice::kCpu;
+  o.steps = 1;
+  o.device_memory_bytes = int64_t{1} << 30;
+  o.staging_bytes = int64_t{64} << 20;
+  return o;
+}
+
+int64_t OffloadedStorageBytes(const traces::Trace& trace, const traces::Plan& plan) {
+  std::set<traces::TensorId> storages;
+  int64_t bytes = 0;
+  for (const traces::Placement& p : plan.placements) {
+    if (p.action != traces::TensorAction::kOffloadSsd) continue;
+    const traces::TensorId s = trace.StorageOf(p.tensor);
+    if (storages.insert(s).second) bytes += trace.tensor(s).bytes;
+  }
+  return bytes;
+}
+
+}  // namespace ssdtrain::exec::testing

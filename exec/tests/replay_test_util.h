@@ -1,0 +1,21 @@
+// Shared by the replay tests: the tiny GPT's trace and replay options for a
+// temporary offload directory.
+#pragma once
+
+#include "exec/replay.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::exec::testing {
+
+// configs/models/tiny-gpt.json (h=256, 4 layers, s=256, b=4, fp32), with
+// `micro_batch` and `seq_len` overrides when positive (smaller = faster tests).
+traces::Trace TinyGptTrace(int64_t micro_batch = 0, int64_t seq_len = 0);
+
+// CPU backend, one measured step after the warm-up, files under `dir`.
+ReplayOptions CpuOptions(const std::string& dir);
+
+// Unique bytes of the storages a plan offloads to the SSD (what one step must
+// write, counting a tensor and its views once).
+int64_t OffloadedStorageBytes(const traces::Trace& trace, const traces::Plan& plan);
+
+}  // namespace ssdtrain::exec::testing

@@ -1,0 +1,137 @@
+// The tensor cache's bookkeeping: dedup, forwarding, eviction, prefetch points.
+#include "exec/tensor_cache.h"
+
+#include <gtest/gtest.h>
+
+namespace ssdtrain::exec {
+namespace {
+
+using traces::TensorAction;
+
+// op0 (fwd) makes t1 (1000 B) and its view t2; op1 (fwd) makes t3 (500 B);
+// op2 (bwd) and op3 (bwd) read them back.
+traces::Trace SmallTrace() {
+  traces::Trace trace;
+  auto tensor = [&](int64_t bytes, traces::OpId producer) {
+    traces::Tensor t;
+    t.id = static_cast<traces::TensorId>(trace.tensors.size());
+    t.bytes = bytes;
+    t.producer = producer;
+    t.saved_for_backward = true;
+    t.offloadable = true;
+    trace.tensors.push_back(t);
+    return t.id;
+  };
+  tensor(100, traces::kNoOp);  // t0: the step input
+  tensor(1000, 0);             // t1
+  tensor(1000, 0);             // t2: a view of t1
+  trace.tensors[2].alias_of = 1;
+  tensor(500, 1);  // t3
+  for (int i = 0; i < 4; ++i) {
+    traces::Op op;
+    op.id = i;
+    op.phase = i < 2 ? traces::Phase::kForward : traces::Phase::kBackward;
+    trace.ops.push_back(op);
+  }
+  return trace;
+}
+
+traces::Plan PlanFor(std::vector<std::pair<traces::TensorId, TensorAction>> actions,
+                     traces::OpId prefetch_before = traces::kNoOp) {
+  traces::Plan plan;
+  for (auto [t, a] : actions) {
+    traces::Placement p;
+    p.tensor = t;
+    p.action = a;
+    p.prefetch_before = prefetch_before;
+    plan.placements.push_back(p);
+  }
+  return plan;
+}
+
+TEST(TensorCache, ATensorAndItsViewAreWrittenOnce) {
+  // t1 and its view t2 both offloaded: one storage, one write of 1000 bytes.
+  const traces::Trace trace = SmallTrace();
+  const traces::Plan plan =
+      PlanFor({{1, TensorAction::kOffloadSsd}, {2, TensorAction::kOffloadSsd}});
+  TensorCache cache(trace, plan);
+  EXPECT_EQ(cache.StorageOf(2), 1);
+  EXPECT_TRUE(cache.OnProduced(cache.StorageOf(1)));
+  EXPECT_FALSE(cache.OnProduced(cache.StorageOf(2)));
+  EXPECT_TRUE(cache.BeginWrite(1));
+  EXPECT_EQ(cache.stats().writes, 1);
+  EXPECT_EQ(cache.stats().bytes_written, 1000);
+}
+
+TEST(TensorCache, ForwardingDropsAWriteNotYetStarted) {
+  // Backward asks for t3 before its write started: served from memory, the
+  // write is dropped, nothing is read.
+  const traces::Trace trace = SmallTrace();
+  TensorCache cache(trace, PlanFor({{3, TensorAction::kOffloadSsd}}));
+  ASSERT_TRUE(cache.OnProduced(3));
+  EXPECT_EQ(cache.ClaimForBackward(3), BackwardSource::kForwarded);
+  EXPECT_TRUE(cache.WritePending(3));
+  EXPECT_FALSE(cache.BeginWrite(3));
+  EXPECT_FALSE(cache.WritePending(3));
+  const CacheStats s = cache.stats();
+  EXPECT_EQ(s.writes, 0);
+  EXPECT_EQ(s.writes_dropped, 1);
+  EXPECT_EQ(s.bytes_write_dropped, 500);
+  EXPECT_EQ(s.bytes_forwarded, 500);
+  EXPECT_EQ(s.bytes_read, 0);
+}
+
+TEST(TensorCache, AWriteInFlightWhenBackwardAsksIsNotEvicted) {
+  const traces::Trace trace = SmallTrace();
+  TensorCache cache(trace, PlanFor({{3, TensorAction::kOffloadSsd}}));
+  ASSERT_TRUE(cache.OnProduced(3));
+  ASSERT_TRUE(cache.BeginWrite(3));
+  EXPECT_FALSE(cache.OnForwardUsesIssued(3));  // not landed yet
+  EXPECT_EQ(cache.ClaimForBackward(3), BackwardSource::kForwarded);
+  EXPECT_FALSE(cache.OnWriteLanded(3));  // claimed: stays resident
+  EXPECT_EQ(cache.stats().evictions, 0);
+  EXPECT_EQ(cache.stats().bytes_written, 500);  // the write itself completed
+}
+
+TEST(TensorCache, EvictionWaitsForTheWriteAndTheLastForwardUse) {
+  const traces::Trace trace = SmallTrace();
+  TensorCache cache(trace, PlanFor({{1, TensorAction::kOffloadSsd}}));
+  // Write lands first: eviction waits for the forward uses.
+  ASSERT_TRUE(cache.OnProduced(1));
+  ASSERT_TRUE(cache.BeginWrite(1));
+  EXPECT_FALSE(cache.OnWriteLanded(1));
+  EXPECT_TRUE(cache.OnForwardUsesIssued(1));
+  // Evicted: backward reads it, once.
+  EXPECT_EQ(cache.ClaimForBackward(1), BackwardSource::kRead);
+  EXPECT_EQ(cache.ClaimForBackward(1), BackwardSource::kResident);
+  cache.OnReadLanded(1);
+  EXPECT_EQ(cache.stats().bytes_read, 1000);
+  // Next step, the other order: forward uses first, then the write lands.
+  cache.ResetStep();
+  ASSERT_TRUE(cache.OnProduced(1));
+  ASSERT_TRUE(cache.BeginWrite(1));
+  EXPECT_FALSE(cache.OnForwardUsesIssued(1));
+  EXPECT_TRUE(cache.OnWriteLanded(1));
+  EXPECT_EQ(cache.stats().evictions, 2);
+}
+
+TEST(TensorCache, PrefetchPointsComeFromThePlan) {
+  const traces::Trace trace = SmallTrace();
+  TensorCache cache(trace, PlanFor({{3, TensorAction::kOffloadSsd}}, /*prefetch_before=*/2));
+  ASSERT_EQ(cache.PrefetchesAt(2).size(), 1u);
+  EXPECT_EQ(cache.PrefetchesAt(2)[0], 3);
+  EXPECT_TRUE(cache.PrefetchesAt(3).empty());
+}
+
+TEST(TensorCache, KeptAndRecomputedStoragesAreNeverWritten) {
+  const traces::Trace trace = SmallTrace();
+  TensorCache cache(trace, PlanFor({{1, TensorAction::kKeep}, {3, TensorAction::kRecompute}}));
+  EXPECT_FALSE(cache.OnProduced(1));
+  EXPECT_FALSE(cache.OnProduced(3));
+  EXPECT_EQ(cache.ClaimForBackward(1), BackwardSource::kResident);
+  EXPECT_EQ(cache.ClaimForBackward(3), BackwardSource::kRecompute);
+  EXPECT_EQ(cache.ActionOf(0), TensorAction::kKeep);  // not listed: kept
+}
+
+}  // namespace
+}  // namespace ssdtrain::exec
