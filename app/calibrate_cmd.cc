@@ -8,6 +8,7 @@
 #include <iostream>
 #include <memory>
 
+#include "app/calibration.h"
 #include "app/command.h"
 #include "exec/calibrate.h"
 #include "models/build_trace.h"
@@ -35,91 +36,13 @@ struct CalibrateOptions {
   int repeats = 3;
 };
 
-std::string Today() {
-  const std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&now));
-  return buf;
-}
-
-// Efficiency points (size, achieved / peak), one per distinct size, sorted.
-std::vector<sim::EfficiencyPoint> Curve(std::vector<std::pair<double, double>> size_rate, double peak) {
-  std::sort(size_rate.begin(), size_rate.end());
-  std::vector<sim::EfficiencyPoint> out;
-  for (const auto& [size, rate] : size_rate) {
-    const double eff = std::clamp(rate / peak, 1e-3, 1.0);
-    if (!out.empty() && out.back().size == size) {
-      out.back().efficiency = std::max(out.back().efficiency, eff);
-    } else {
-      out.push_back(sim::EfficiencyPoint{size, eff});
-    }
-  }
-  return out;
-}
-
-// Folds the measurements into the base hardware description.
-sim::HardwareOptions Apply(sim::HardwareOptions hw, const exec::Calibration& c, const CalibrateOptions& o) {
-  char host[256] = "this-machine";
-  ::gethostname(host, sizeof(host) - 1);
-  hw.name = "calibrated";
-  hw.description = fmt::format("Measured by `ssdtrain calibrate` on {} ({}) on {}, from {}; device: {}", host,
-                               c.backend, Today(), o.base, c.device);
-  // GEMM: peak is the best rate seen (GFLOP/s = FLOPs per ns); the curve is by FLOPs.
-  double peak = 0;
-  std::vector<std::pair<double, double>> gemm;
-  for (const exec::GemmSample& s : c.gemm) {
-    const double rate = static_cast<double>(s.flops) / static_cast<double>(s.ns);
-    peak = std::max(peak, rate);
-    gemm.emplace_back(static_cast<double>(s.flops), rate);
-  }
-  if (peak > 0) {
-    hw.gpu.peak_tflops_fp32 = peak / 1e3;
-    if (c.backend == "cpu") {  // the CPU backend runs every dtype in fp32
-      hw.gpu.peak_tflops_fp16 = hw.gpu.peak_tflops_fp32;
-      hw.gpu.peak_tflops_bf16 = hw.gpu.peak_tflops_fp32;
-      hw.gpu.gemm_efficiency = Curve(gemm, peak);
-      hw.gpu.attention_efficiency = hw.gpu.gemm_efficiency;
-    }
-  }
-  double mem_peak = 0;
-  std::vector<std::pair<double, double>> mem;
-  for (const exec::BandwidthSample& s : c.memory) {
-    const double rate = static_cast<double>(s.bytes) / static_cast<double>(s.ns);  // GB/s
-    mem_peak = std::max(mem_peak, rate);
-    mem.emplace_back(static_cast<double>(s.bytes), rate);
-  }
-  if (mem_peak > 0) {
-    hw.gpu.memory_GBps = mem_peak;
-    hw.gpu.memory_efficiency = Curve(mem, mem_peak);
-  }
-  hw.gpu.memory_GiB = static_cast<double>(c.device_capacity_bytes) / kBytesPerGiB;
-  hw.gpu.reserved_GiB = 0;
-  hw.host_link.d2h_GBps = c.d2h_GBps;
-  hw.host_link.h2d_GBps = c.h2d_GBps;
-  hw.storage.arrays_drives = {1};
-  hw.storage.gpus_per_array = 1;
-  hw.storage.gds = false;
-  hw.storage.drive.model = fmt::format("{} ({}, {})", o.dir, c.io_backend, c.direct_io ? "O_DIRECT" : "buffered");
-  hw.storage.drive.read_GBps = c.ssd_read_GBps;
-  hw.storage.drive.write_GBps = c.ssd_write_GBps;
-  hw.storage.drive.read_latency_us = c.ssd_read_latency_us;
-  hw.storage.drive.write_latency_us = c.ssd_write_latency_us;
-  hw.storage.drive.queue_depth = o.queue_depth;
-  hw.storage.drive.request_KiB = static_cast<double>(o.block_size) / 1024.0;
-  hw.measured_op_times.clear();
-  for (const exec::OpSample& s : c.ops) {
-    hw.measured_op_times.push_back(sim::MeasuredOpTime{s.kind, s.gemm, s.gemm ? s.dtype : "", s.bytes, s.ns});
-  }
-  return hw;
-}
-
 int Run(const CalibrateOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   Result<sim::HardwareOptions> base = sim::LoadHardware(o.base);
   if (!base.ok()) return ReportError("calibrate", base.status());
   exec::CalibrationOptions co;
   co.dir = o.dir;
-  co.backend = o.backend == "cpu" ? exec::BackendChoice::kCpu
+  co.backend = o.backend == "cpu"    ? exec::BackendChoice::kCpu
                : o.backend == "cuda" ? exec::BackendChoice::kCuda
                                      : exec::BackendChoice::kAuto;
   co.device.capacity_bytes = static_cast<int64_t>(o.device_memory_GiB * kBytesPerGiB);
@@ -140,20 +63,25 @@ int Run(const CalibrateOptions& o) {
     co.traces.push_back(std::move(*t));
   }
   co.progress = [start](const std::string& line) {
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::cerr << fmt::format("calibrate [{:5.1f} s] {}\n", s, line);
   };
   Result<exec::Calibration> c = exec::Calibrate(co);
   if (!c.ok()) return ReportError("calibrate", c.status());
-  const sim::HardwareOptions hw = Apply(*base, *c, o);
+  const sim::HardwareOptions hw =
+      ApplyCalibration(*base, *c, CalibrationSettings{o.dir, o.base, o.block_size, o.queue_depth});
   Status s = traces::WriteJsonFile(sim::ToJson(hw), o.output);
   if (!s.ok()) return ReportError("calibrate", s);
   std::cout << fmt::format(
-      "GEMM peak {:.1f} GFLOP/s, memory {:.1f} GB/s, copies {:.1f} GB/s d2h / {:.1f} GB/s h2d, SSD {:.2f} GB/s "
-      "write / {:.2f} GB/s read ({:.0f} / {:.0f} us latency, {}), {} measured op shapes\nwrote {}\n",
-      hw.gpu.peak_tflops_fp32 * 1e3, hw.gpu.memory_GBps, hw.host_link.d2h_GBps, hw.host_link.h2d_GBps,
-      hw.storage.drive.write_GBps, hw.storage.drive.read_GBps, hw.storage.drive.write_latency_us,
-      hw.storage.drive.read_latency_us, c->io_backend, hw.measured_op_times.size(), o.output);
+      "GEMM peak {:.1f} GFLOP/s, memory {:.1f} GB/s, copies {:.1f} GB/s d2h / {:.1f} GB/s h2d, SSD "
+      "{:.2f} GB/s "
+      "write / {:.2f} GB/s read ({:.0f} / {:.0f} us latency, {}), {} measured op shapes\nwrote "
+      "{}\n",
+      hw.gpu.peak_tflops_fp32 * 1e3, hw.gpu.memory_GBps, hw.host_link.d2h_GBps,
+      hw.host_link.h2d_GBps, hw.storage.drive.write_GBps, hw.storage.drive.read_GBps,
+      hw.storage.drive.write_latency_us, hw.storage.drive.read_latency_us, c->io_backend,
+      hw.measured_op_times.size(), o.output);
   return 0;
 }
 
@@ -161,15 +89,20 @@ int Run(const CalibrateOptions& o) {
 
 Verb AddCalibrateCommand(CLI::App& app) {
   auto o = std::make_shared<CalibrateOptions>();
-  CLI::App* cmd = app.add_subcommand("calibrate", "Measure this machine and write a hardware config for the simulator");
-  cmd->add_option("--dir", o->dir, "Offload directory on the disk to measure (must exist)")->required();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate", "Measure this machine and write a hardware config for the simulator");
+  cmd->add_option("--dir", o->dir, "Offload directory on the disk to measure (must exist)")
+      ->required();
   cmd->add_option("--backend", o->backend, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Hardware config to write")->required();
-  cmd->add_option("--base", o->base, "Hardware config whose unmeasured fields are kept")->capture_default_str();
-  cmd->add_option("--model", o->models, "Model config whose ops to time at their real shapes (repeatable)");
-  cmd->add_option("--trace", o->traces, "Trace whose ops to time at their real shapes (repeatable)");
+  cmd->add_option("--base", o->base, "Hardware config whose unmeasured fields are kept")
+      ->capture_default_str();
+  cmd->add_option("--model", o->models,
+                  "Model config whose ops to time at their real shapes (repeatable)");
+  cmd->add_option("--trace", o->traces,
+                  "Trace whose ops to time at their real shapes (repeatable)");
   cmd->add_option("--device-memory", o->device_memory_GiB, "Device memory (CPU arena) in GiB")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

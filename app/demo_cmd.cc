@@ -1,44 +1,336 @@
-// ssdtrain demo: the main job on the embedded default model.
+// ssdtrain demo: the main job end to end on the default small model —
+// calibrate this machine (cached), plan under a memory budget that forces
+// offloading, replay keep-everything, full recomputation, the paper's adaptive
+// SSD offload and the chosen plan with verification, compare each with its
+// prediction, and print one table.
 #include <fmt/format.h>
+#include <stdlib.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
+#include "analysis/compare.h"
+#include "app/calibration.h"
 #include "app/command.h"
+#include "app/reports.h"
+#include "exec/calibrate.h"
+#include "exec/replay.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
-#include "traces/summary.h"
+#include "sim/hardware.h"
+#include "sim/optimal_policy.h"
+#include "sim/policy.h"
+#include "sim/simulate.h"
+#include "traces/io.h"
 
 namespace ssdtrain::app {
 namespace {
 
+namespace fs = std::filesystem;
+
 constexpr const char* kDefaultModel = SSDTRAIN_SOURCE_DIR "/configs/models/tiny-gpt.json";
+constexpr const char* kBaseHardware = SSDTRAIN_SOURCE_DIR "/configs/hardware/cpu-local.json";
+constexpr const char* kPlotScript = SSDTRAIN_SOURCE_DIR "/analysis/plots.py";
+// The budget the planner gets: keep-everything's peak minus this share of its
+// activation peak — below what full recomputation alone reaches (it keeps each
+// block's input, about a quarter), so that the plan has to offload.
+constexpr double kBudgetActivationCut = 0.75;
 
 struct DemoOptions {
   std::string model = kDefaultModel;
+  std::string dir;     // offload directory; empty: a fresh one under $TMPDIR or /var/tmp
+  std::string report;  // report folder; empty: ./ssdtrain-report-<time>
+  std::string backend = "auto";
+  int steps = 3;
+  bool recalibrate = false;
 };
 
-int Run(const DemoOptions& o) {
-  Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
-  if (!config.ok()) return ReportError("demo", config.status());
-  Result<traces::Trace> trace = models::BuildTrace(*config, 0);
-  if (!trace.ok()) return ReportError("demo", trace.status());
-  const traces::TraceSummary s = traces::Summarize(*trace);
-  std::cout << fmt::format(
-      "{}: {} ops, {} tensors, {:.1f} MB saved for backward, {:.2f} GFLOP forward\n",
-      trace->header.model, trace->ops.size(), trace->tensors.size(),
-      static_cast<double>(s.total.saved_bytes) / 1e6,
-      static_cast<double>(s.total.forward_flops) / 1e9);
-  return 0;
+struct Row {
+  std::string policy;
+  traces::StepReport predicted;
+  traces::StepReport measured;
+  bool verified = false;
+};
+
+std::string Stamp() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", std::localtime(&now));
+  return buf;
 }
+
+fs::path CacheDir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0')
+    return fs::path(x) / "ssdtrain";
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0')
+    return fs::path(h) / ".cache" / "ssdtrain";
+  return fs::temp_directory_path() / "ssdtrain-cache";
+}
+
+exec::BackendChoice Backend(const std::string& s) {
+  return s == "cpu"    ? exec::BackendChoice::kCpu
+         : s == "cuda" ? exec::BackendChoice::kCuda
+                       : exec::BackendChoice::kAuto;
+}
+
+// An offload directory that is removed when the demo ends, also on error.
+class ScratchDir {
+ public:
+  static Result<std::unique_ptr<ScratchDir>> Make(const std::string& given) {
+    if (!given.empty()) {
+      if (!fs::is_directory(given)) return Status::NotFound("--dir " + given + ": not a directory");
+      return std::make_unique<ScratchDir>(given, false);
+    }
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/var/tmp") + "/ssdtrain-demo-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      return Status::IoError(pattern + ": cannot create a temporary offload directory (set --dir)");
+    }
+    return std::make_unique<ScratchDir>(pattern, true);
+  }
+  ScratchDir(std::string path, bool owned) : path_(std::move(path)), owned_(owned) {}
+  ~ScratchDir() {
+    std::error_code ec;
+    if (owned_) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool owned_;
+};
+
+class Demo {
+ public:
+  explicit Demo(const DemoOptions& o) : o_(o), start_(std::chrono::steady_clock::now()) {}
+
+  int Run() {
+    Status s = RunAll();
+    if (!s.ok()) return ReportError("demo", s);
+    return 0;
+  }
+
+ private:
+  void Progress(const std::string& line) const {
+    const double sec =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::cerr << fmt::format("demo [{:6.1f} s] {}\n", sec, line);
+  }
+
+  Status RunAll() {
+    report_ =
+        o_.report.empty() ? fs::absolute("ssdtrain-report-" + Stamp()) : fs::absolute(o_.report);
+    std::error_code ec;
+    fs::create_directories(report_, ec);
+    if (ec)
+      return Status::IoError(report_.string() + ": cannot create the report folder (" +
+                             ec.message() + ")");
+    SSDTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> scratch, ScratchDir::Make(o_.dir));
+    dir_ = scratch->path();
+
+    SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig config, models::LoadModelConfig(o_.model));
+    SSDTRAIN_ASSIGN_OR_RETURN(trace_, models::BuildTrace(config, 0));
+    SSDTRAIN_RETURN_IF_ERROR(traces::WriteTrace(trace_, File("trace.json")));
+    Progress(fmt::format("traced {}: {} ops, {} tensors", trace_.header.model, trace_.ops.size(),
+                         trace_.tensors.size()));
+
+    SSDTRAIN_ASSIGN_OR_RETURN(hw_, Calibration());
+    SSDTRAIN_RETURN_IF_ERROR(traces::WriteJsonFile(sim::ToJson(hw_), File("hardware.json")));
+
+    // Plans: keep and full recompute, then the planner under a budget keep does not fit.
+    const traces::Plan base = sim::BasePlan(trace_);
+    SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan keep, sim::MakeFixedPlan("keep", trace_, hw_, base));
+    SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan recompute,
+                              sim::MakeFixedPlan("recompute-full", trace_, hw_, base));
+    SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan adaptive,
+                              sim::MakeFixedPlan("ssdtrain", trace_, hw_, base));
+    SSDTRAIN_ASSIGN_OR_RETURN(sim::Prediction keep_pred, sim::Simulate(trace_, keep, hw_));
+    const int64_t budget =
+        keep_pred.metrics.peak_gpu_bytes -
+        static_cast<int64_t>(kBudgetActivationCut *
+                             static_cast<double>(keep_pred.metrics.peak_activation_bytes));
+    Progress(fmt::format("planning under a {:.1f} MiB budget (keep-everything peaks at {:.1f} MiB)",
+                         budget / 1048576.0, keep_pred.metrics.peak_gpu_bytes / 1048576.0));
+    SSDTRAIN_ASSIGN_OR_RETURN(sim::OptimalResult best,
+                              sim::MakeOptimalPlan(trace_, hw_, base, budget));
+    Progress(fmt::format("planner: {} simulations, started from {}", best.simulations,
+                         best.best_fixed_policy));
+
+    std::vector<Row> rows;
+    for (traces::Plan* plan : {&keep, &recompute, &adaptive, &best.plan}) {
+      SSDTRAIN_ASSIGN_OR_RETURN(Row row, RunPolicy(*plan));
+      rows.push_back(std::move(row));
+    }
+    PrintTable(rows, budget);
+    Plots(rows);
+    std::cout << "\nreport folder: " << report_.string() << "\n";
+    return Status::Ok();
+  }
+
+  std::string File(const std::string& name) const { return (report_ / name).string(); }
+
+  Result<sim::HardwareOptions> Calibration() {
+    const fs::path cache =
+        CacheDir() / fmt::format("calibration-{}-{}.json", o_.backend, trace_.header.model);
+    if (!o_.recalibrate && fs::exists(cache)) {
+      Result<sim::HardwareOptions> hw = sim::LoadHardware(cache.string());
+      if (hw.ok()) {
+        Progress("calibration: using " + cache.string() + " (--recalibrate to measure again)");
+        return hw;
+      }
+      Progress("calibration cache unreadable (" + hw.status().message() + "); measuring again");
+    }
+    SSDTRAIN_ASSIGN_OR_RETURN(sim::HardwareOptions base, sim::LoadHardware(kBaseHardware));
+    exec::CalibrationOptions co;
+    co.dir = dir_;
+    co.backend = Backend(o_.backend);
+    co.traces = {trace_};
+    co.progress = [this](const std::string& line) { Progress("calibrate: " + line); };
+    SSDTRAIN_ASSIGN_OR_RETURN(exec::Calibration c, exec::Calibrate(co));
+    sim::HardwareOptions hw = ApplyCalibration(
+        base, c, CalibrationSettings{dir_, kBaseHardware, co.block_size, co.queue_depth});
+    std::error_code ec;
+    fs::create_directories(cache.parent_path(), ec);
+    Status saved = traces::WriteJsonFile(sim::ToJson(hw), cache.string());
+    if (!saved.ok()) Progress("could not cache the calibration: " + saved.message());
+    return hw;
+  }
+
+  Result<Row> RunPolicy(const traces::Plan& plan) {
+    Row row;
+    row.policy = plan.policy;
+    SSDTRAIN_RETURN_IF_ERROR(traces::WritePlan(plan, File("plan-" + plan.policy + ".json")));
+    SSDTRAIN_ASSIGN_OR_RETURN(sim::Prediction pred, sim::Simulate(trace_, plan, hw_));
+    row.predicted = PredictionReport(pred, trace_, plan, hw_);
+    SSDTRAIN_RETURN_IF_ERROR(
+        traces::WriteStepReport(row.predicted, File("predicted-" + plan.policy + ".json")));
+    SSDTRAIN_RETURN_IF_ERROR(
+        traces::WriteJsonFile(traces::ToChromeTrace(pred.timeline, "predicted " + plan.policy),
+                              File("timeline-predicted-" + plan.policy + ".json")));
+
+    exec::ReplayOptions ro;
+    ro.dir = dir_;
+    ro.backend = Backend(o_.backend);
+    ro.device_memory_bytes = static_cast<int64_t>(hw_.gpu.memory_GiB * 1024 * 1024 * 1024);
+    // Verification fills and checks every tensor, which costs time: one verified
+    // replay proves the bytes, a second, unverified one is the measurement.
+    ro.steps = 1;
+    ro.verify = true;
+    Progress(fmt::format("replaying {} with --verify", plan.policy));
+    SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayResult checked,
+                              exec::Replay(trace_, plan, ro, "plan-" + plan.policy));
+    row.verified = checked.verified;
+    ro.steps = o_.steps;
+    ro.verify = false;
+    ro.progress = [this](const std::string& line) { Progress("  " + line); };
+    Progress(fmt::format("replaying {} for {} measured steps", plan.policy, o_.steps));
+    SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayResult run,
+                              exec::Replay(trace_, plan, ro, "plan-" + plan.policy));
+    row.measured = RunReport(run, trace_, plan);
+    row.measured.verified = row.verified;
+    SSDTRAIN_RETURN_IF_ERROR(
+        traces::WriteStepReport(row.measured, File("measured-" + plan.policy + ".json")));
+    SSDTRAIN_RETURN_IF_ERROR(
+        traces::WriteJsonFile(traces::ToChromeTrace(run.timeline, "measured " + plan.policy),
+                              File("timeline-measured-" + plan.policy + ".json")));
+    SSDTRAIN_ASSIGN_OR_RETURN(analysis::Comparison cmp,
+                              analysis::Compare(row.predicted, row.measured));
+    std::ofstream csv(File("compare-" + plan.policy + ".csv"));
+    analysis::WriteCsv(cmp, csv);
+    return row;
+  }
+
+  void PrintTable(const std::vector<Row>& rows, int64_t budget) const {
+    std::cout << fmt::format("\n{} on {} — planner budget {:.1f} MiB\n", trace_.header.model,
+                             hw_.gpu.name, budget / 1048576.0);
+    std::cout << fmt::format("{:<16} {:>12} {:>12} {:>8} {:>14} {:>14} {:>10}\n", "policy",
+                             "predicted", "measured", "error", "activation pk", "SSD written",
+                             "verified");
+    for (const Row& r : rows) {
+      const double err =
+          analysis::RelativeError(static_cast<double>(r.predicted.metrics.step_time_ns),
+                                  static_cast<double>(r.measured.metrics.step_time_ns));
+      std::cout << fmt::format(
+          "{:<16} {:>9.1f} ms {:>9.1f} ms {:>+7.1f}% {:>10.1f} MiB {:>10.1f} MiB {:>10}\n",
+          r.policy, r.predicted.metrics.step_time_ns / 1e6, r.measured.metrics.step_time_ns / 1e6,
+          100 * err, r.measured.metrics.peak_activation_bytes / 1048576.0,
+          r.measured.metrics.ssd_bytes_written / 1048576.0, r.verified ? "yes" : "NO");
+    }
+  }
+
+  void Plots(const std::vector<Row>& rows) const {
+    if (std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
+      Progress(
+          "plots skipped: /usr/bin/python3 with matplotlib not found (apt-get install "
+          "python3-matplotlib)");
+      return;
+    }
+    std::string memory = "", rok = "";
+    for (const Row& r : rows) {
+      const std::string p = r.policy;
+      memory += fmt::format(" '{}={}'", p, File("timeline-measured-" + p + ".json"));
+      rok += fmt::format(" '{}' '{}'", File("predicted-" + p + ".json"),
+                         File("measured-" + p + ".json"));
+      RunPlot(fmt::format("timelines --predicted '{}' --measured '{}' -o '{}'",
+                          File("timeline-predicted-" + p + ".json"),
+                          File("timeline-measured-" + p + ".json"),
+                          File("timelines-" + p + ".png")));
+    }
+    RunPlot("memory" + memory + " -o '" + File("memory.png") + "'");
+    RunPlot("rok" + rok + " -o '" + File("rok.png") + "'");
+    // SSD bandwidth of the row that wrote the most.
+    std::string chosen = rows.back().policy;
+    int64_t most = 0;
+    for (const Row& r : rows) {
+      if (r.measured.metrics.ssd_bytes_written > most) {
+        most = r.measured.metrics.ssd_bytes_written;
+        chosen = r.policy;
+      }
+    }
+    if (most == 0) return;
+    RunPlot(fmt::format("bandwidth --timeline '{}' --write-GBps {} --read-GBps {} -o '{}'",
+                        File("timeline-measured-" + chosen + ".json"), hw_.storage.drive.write_GBps,
+                        hw_.storage.drive.read_GBps, File("ssd-bandwidth.png")));
+  }
+
+  void RunPlot(const std::string& args) const {
+    const std::string cmd = std::string("/usr/bin/python3 '") + kPlotScript + "' " + args;
+    if (std::system(cmd.c_str()) != 0) Progress("plot failed: " + cmd);
+  }
+
+  DemoOptions o_;
+  std::chrono::steady_clock::time_point start_;
+  fs::path report_;
+  std::string dir_;
+  traces::Trace trace_;
+  sim::HardwareOptions hw_;
+};
 
 }  // namespace
 
 Verb AddDemoCommand(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
-  CLI::App* cmd = app.add_subcommand("demo", "Run the main job on the default small model");
+  CLI::App* cmd = app.add_subcommand(
+      "demo", "The main job: calibrate, plan, replay keep / recompute / the plan, compare, report");
   cmd->add_option("--model", o->model, "Model config JSON")->capture_default_str();
-  return Verb{cmd, [o] { return Run(*o); }};
+  cmd->add_option("--dir", o->dir,
+                  "Offload directory (default: a temporary one under $TMPDIR or /var/tmp)");
+  cmd->add_option("--report", o->report, "Report folder (default: ./ssdtrain-report-<time>)");
+  cmd->add_option("--backend", o->backend, "auto, cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--steps", o->steps, "Measured steps per replay")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_flag("--recalibrate", o->recalibrate,
+                "Measure the machine again instead of using the cached calibration");
+  return Verb{cmd, [o] { return Demo(*o).Run(); }};
 }
 
 }  // namespace ssdtrain::app

@@ -38,7 +38,8 @@ int64_t ElapsedNs(Clock::time_point since) {
 }
 
 // A one-op trace: inputs and outputs sized for `op`, so that the device can run it.
-traces::Trace OneOpTrace(traces::Op op, std::vector<int64_t> input_bytes, std::vector<int64_t> output_bytes) {
+traces::Trace OneOpTrace(traces::Op op, std::vector<int64_t> input_bytes,
+                         std::vector<int64_t> output_bytes) {
   traces::Trace t;
   t.header.model = "calibration";
   t.header.hidden = t.header.heads = t.header.layers = t.header.seq_len = t.header.micro_batch = 1;
@@ -114,8 +115,9 @@ Status MeasureGemms(Device& device, const CalibrationOptions& o, Calibration* ou
     op.bytes_written = d.m * d.n * 4;
     traces::Trace t = OneOpTrace(op, {d.m * d.k * 4, d.k * d.n * 4}, {d.m * d.n * 4});
     Result<int64_t> ns = TimeOneOp(device, t, o.repeats);
-    if (!ns.ok()) return ns.status().WithPrefix("GEMM " + std::to_string(d.m) + "x" + std::to_string(d.n) + "x" +
-                                                std::to_string(d.k));
+    if (!ns.ok())
+      return ns.status().WithPrefix("GEMM " + std::to_string(d.m) + "x" + std::to_string(d.n) +
+                                    "x" + std::to_string(d.k));
     out->gemm.push_back(GemmSample{d, op.flops, *ns});
   }
   return Status::Ok();
@@ -129,7 +131,8 @@ Status MeasureMemory(Device& device, const CalibrationOptions& o, Calibration* o
     op.bytes_written = bytes / 2;
     traces::Trace t = OneOpTrace(op, {bytes / 2}, {bytes / 2});
     Result<int64_t> ns = TimeOneOp(device, t, o.repeats);
-    if (!ns.ok()) return ns.status().WithPrefix("memory-bound pass of " + std::to_string(bytes) + " bytes");
+    if (!ns.ok())
+      return ns.status().WithPrefix("memory-bound pass of " + std::to_string(bytes) + " bytes");
     out->memory.push_back(BandwidthSample{bytes, *ns});
   }
   return Status::Ok();
@@ -216,7 +219,8 @@ Status MeasureTraceOps(const CalibrationOptions& o, Calibration* out) {
   std::map<Key, std::vector<int64_t>> times;
   std::map<Key, OpSample> samples;
   for (const traces::Trace& trace : o.traces) {
-    if (o.progress) o.progress("timing the ops of " + trace.header.model + " (keep-everything replay)");
+    if (o.progress)
+      o.progress("timing the ops of " + trace.header.model + " (keep-everything replay)");
     ReplayOptions ro;
     ro.dir = o.dir;
     ro.backend = o.backend;
@@ -231,7 +235,8 @@ Status MeasureTraceOps(const CalibrationOptions& o, Calibration* out) {
       const traces::Op& op = trace.op(t.op);
       const traces::GemmDims g = op.gemm.value_or(traces::GemmDims{0, 0, 0, 0});
       const std::string dtype =
-          op.outputs.empty() ? trace.header.dtype : std::string(traces::ToString(trace.tensor(op.outputs[0]).dtype));
+          op.outputs.empty() ? trace.header.dtype
+                             : std::string(traces::ToString(trace.tensor(op.outputs[0]).dtype));
       const int64_t bytes = op.bytes_read + op.bytes_written;
       const Key key{static_cast<int>(op.kind), g.m, g.n, g.k, g.batch, dtype, op.gemm ? 0 : bytes};
       times[key].push_back(t.end_ns - t.start_ns);
@@ -257,7 +262,9 @@ Result<Calibration> Calibrate(const CalibrationOptions& o) {
   out.device = (*device)->Describe();
   out.device_capacity_bytes = (*device)->capacity_bytes();
   if (o.progress) o.progress("device: " + picked);
-  if (o.progress) o.progress("GEMM throughput over " + std::to_string(std::size(kSquareSides) + 3 * std::size(kWidths)) + " shapes");
+  if (o.progress)
+    o.progress("GEMM throughput over " +
+               std::to_string(std::size(kSquareSides) + 3 * std::size(kWidths)) + " shapes");
   SSDTRAIN_RETURN_IF_ERROR(MeasureGemms(**device, o, &out));
   if (o.progress) o.progress("memory-bound op bandwidth");
   SSDTRAIN_RETURN_IF_ERROR(MeasureMemory(**device, o, &out));

@@ -1,0 +1,100 @@
+#include "app/calibration.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
+#include <utility>
+#include <vector>
+
+namespace ssdtrain::app {
+namespace {
+
+constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string Today() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+// Efficiency points (size, achieved / peak), one per distinct size, sorted.
+std::vector<sim::EfficiencyPoint> Curve(std::vector<std::pair<double, double>> size_rate,
+                                        double peak) {
+  std::sort(size_rate.begin(), size_rate.end());
+  std::vector<sim::EfficiencyPoint> out;
+  for (const auto& [size, rate] : size_rate) {
+    const double eff = std::clamp(rate / peak, 1e-3, 1.0);
+    if (!out.empty() && out.back().size == size) {
+      out.back().efficiency = std::max(out.back().efficiency, eff);
+    } else {
+      out.push_back(sim::EfficiencyPoint{size, eff});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+sim::HardwareOptions ApplyCalibration(sim::HardwareOptions hw, const exec::Calibration& c,
+                                      const CalibrationSettings& o) {
+  char host[256] = "this-machine";
+  ::gethostname(host, sizeof(host) - 1);
+  hw.name = "calibrated";
+  hw.description =
+      fmt::format("Measured by `ssdtrain calibrate` on {} ({}) on {}, from {}; device: {}", host,
+                  c.backend, Today(), o.base, c.device);
+  // GEMM: peak is the best rate seen (GFLOP/s = FLOPs per ns); the curve is by FLOPs.
+  double peak = 0;
+  std::vector<std::pair<double, double>> gemm;
+  for (const exec::GemmSample& s : c.gemm) {
+    const double rate = static_cast<double>(s.flops) / static_cast<double>(s.ns);
+    peak = std::max(peak, rate);
+    gemm.emplace_back(static_cast<double>(s.flops), rate);
+  }
+  if (peak > 0) {
+    hw.gpu.peak_tflops_fp32 = peak / 1e3;
+    if (c.backend == "cpu") {  // the CPU backend runs every dtype in fp32
+      hw.gpu.peak_tflops_fp16 = hw.gpu.peak_tflops_fp32;
+      hw.gpu.peak_tflops_bf16 = hw.gpu.peak_tflops_fp32;
+      hw.gpu.gemm_efficiency = Curve(gemm, peak);
+      hw.gpu.attention_efficiency = hw.gpu.gemm_efficiency;
+    }
+  }
+  double mem_peak = 0;
+  std::vector<std::pair<double, double>> mem;
+  for (const exec::BandwidthSample& s : c.memory) {
+    const double rate = static_cast<double>(s.bytes) / static_cast<double>(s.ns);  // GB/s
+    mem_peak = std::max(mem_peak, rate);
+    mem.emplace_back(static_cast<double>(s.bytes), rate);
+  }
+  if (mem_peak > 0) {
+    hw.gpu.memory_GBps = mem_peak;
+    hw.gpu.memory_efficiency = Curve(mem, mem_peak);
+  }
+  hw.gpu.memory_GiB = static_cast<double>(c.device_capacity_bytes) / kBytesPerGiB;
+  hw.gpu.reserved_GiB = 0;
+  hw.host_link.d2h_GBps = c.d2h_GBps;
+  hw.host_link.h2d_GBps = c.h2d_GBps;
+  hw.storage.arrays_drives = {1};
+  hw.storage.gpus_per_array = 1;
+  hw.storage.gds = false;
+  hw.storage.drive.model =
+      fmt::format("{} ({}, {})", o.dir, c.io_backend, c.direct_io ? "O_DIRECT" : "buffered");
+  hw.storage.drive.read_GBps = c.ssd_read_GBps;
+  hw.storage.drive.write_GBps = c.ssd_write_GBps;
+  hw.storage.drive.read_latency_us = c.ssd_read_latency_us;
+  hw.storage.drive.write_latency_us = c.ssd_write_latency_us;
+  hw.storage.drive.queue_depth = o.queue_depth;
+  hw.storage.drive.request_KiB = static_cast<double>(o.block_size) / 1024.0;
+  hw.measured_op_times.clear();
+  for (const exec::OpSample& s : c.ops) {
+    hw.measured_op_times.push_back(
+        sim::MeasuredOpTime{s.kind, s.gemm, s.gemm ? s.dtype : "", s.bytes, s.ns});
+  }
+  return hw;
+}
+
+}  // namespace ssdtrain::app

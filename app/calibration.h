@@ -1,0 +1,26 @@
+// Turning the executor's measurements (exec/calibrate.h) into a hardware
+// config for the simulator (sim/hardware.h): the app is where the two meet.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "exec/calibrate.h"
+#include "sim/hardware.h"
+
+namespace ssdtrain::app {
+
+struct CalibrationSettings {
+  std::string dir;   // where the SSD path was measured
+  std::string base;  // the hardware config whose unmeasured fields are kept
+  int64_t block_size = int64_t{4} << 20;
+  int queue_depth = 32;
+};
+
+// Folds the measurements into `base`: GEMM peak and efficiency curve, memory
+// bandwidth, copy bandwidth, one storage array of one drive at the measured
+// rates, and the measured op times.
+sim::HardwareOptions ApplyCalibration(sim::HardwareOptions base, const exec::Calibration& c,
+                                      const CalibrationSettings& settings);
+
+}  // namespace ssdtrain::app

@@ -1,0 +1,52 @@
+#include "app/reports.h"
+
+namespace ssdtrain::app {
+
+traces::StepReport PredictionReport(const sim::Prediction& p, const traces::Trace& trace,
+                                    const traces::Plan& plan, const sim::HardwareOptions& hw) {
+  traces::StepReport r;
+  r.kind = "prediction";
+  r.model = trace.header.model;
+  r.trace_fingerprint = traces::Fingerprint(trace);
+  r.policy = plan.policy;
+  r.source = hw.name;
+  r.metrics = p.metrics;
+  r.lane_busy_ns = p.lane_busy_ns;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    if (p.ops[i].start_ns < 0) continue;
+    r.ops.push_back(
+        traces::OpTiming{static_cast<traces::OpId>(i), p.ops[i].start_ns, p.ops[i].end_ns});
+  }
+  r.extra = sim::PredictionToJson(p).value("details", nlohmann::json::object());
+  return r;
+}
+
+traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace& trace,
+                             const traces::Plan& plan) {
+  traces::StepReport r;
+  r.kind = "run";
+  r.model = trace.header.model;
+  r.trace_fingerprint = traces::Fingerprint(trace);
+  r.policy = plan.policy;
+  r.source = run.device;
+  r.metrics = run.metrics;
+  r.lane_busy_ns = {{"compute", run.busy.compute_ns},
+                    {"d2h", run.busy.d2h_ns},
+                    {"h2d", run.busy.h2d_ns},
+                    {"ssd_write", run.busy.ssd_write_ns},
+                    {"ssd_read", run.busy.ssd_read_ns}};
+  for (const exec::OpTime& t : run.ops)
+    r.ops.push_back(traces::OpTiming{t.op, t.start_ns, t.end_ns});
+  r.steps = run.steps;
+  if (run.verify) r.verified = run.verified;
+  // The executor's own figures (cache, step times, plan checks) ride along.
+  nlohmann::json j = exec::ToJson(run);
+  for (const char* key : {"backend", "io_backend", "step_times_ns", "planned_peak_activation_bytes",
+                          "planned_peak_device_bytes", "plan_offloaded_bytes", "workspace_bytes",
+                          "cache", "tensors_checked"}) {
+    if (j.contains(key)) r.extra[key] = j[key];
+  }
+  return r;
+}
+
+}  // namespace ssdtrain::app
