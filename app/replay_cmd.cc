@@ -37,10 +37,12 @@ int Run(const ReplayFlags& f) {
   auto backend = ParseBackend(f.backend);
   if (!backend.ok()) return ReportError("replay", backend.status());
   auto io_backend = exec::ParseBackendKind(f.io_backend);
-  if (!io_backend.ok()) return ReportError("replay", io_backend.status().WithPrefix("--io-backend"));
+  if (!io_backend.ok())
+    return ReportError("replay", io_backend.status().WithPrefix("--io-backend"));
   if (f.plan.empty() == f.policy.empty()) {
-    return ReportError("replay", Status::InvalidArgument(
-                                     "give exactly one of --plan FILE or --policy keep|offload-all"));
+    return ReportError(
+        "replay",
+        Status::InvalidArgument("give exactly one of --plan FILE or --policy keep|offload-all"));
   }
   auto trace = traces::ReadTrace(f.trace);
   if (!trace.ok()) return ReportError("replay", trace.status());
@@ -57,8 +59,9 @@ int Run(const ReplayFlags& f) {
     plan = exec::OffloadAllPlan(*trace);
     plan_source = "--policy offload-all";
   } else {
-    return ReportError("replay", Status::InvalidArgument(
-                                     "--policy: expected keep or offload-all, got \"" + f.policy + "\""));
+    return ReportError("replay",
+                       Status::InvalidArgument("--policy: expected keep or offload-all, got \"" +
+                                               f.policy + "\""));
   }
   exec::ReplayOptions o;
   o.dir = f.dir;
@@ -77,8 +80,8 @@ int Run(const ReplayFlags& f) {
   if (!written.ok()) return ReportError("replay", written);
   if (!f.timeline.empty()) {
     written = traces::WriteJsonFile(
-        traces::ToChromeTrace(result->timeline, "replay " + trace->header.model + " (" +
-                                                    result->backend + ")"),
+        traces::ToChromeTrace(result->timeline,
+                              "replay " + trace->header.model + " (" + result->backend + ")"),
         f.timeline);
     if (!written.ok()) return ReportError("replay", written);
   }
@@ -105,7 +108,8 @@ Verb AddReplayCommand(CLI::App& app) {
                   "Instead of --plan: a built-in plan, keep or offload-all (every saved "
                   "offloadable activation to the SSD)");
   cmd->add_option("--dir", flags->dir, "Offload directory (on the SSD)")->required();
-  cmd->add_option("--backend", flags->backend, "Device: auto (CUDA when a GPU is usable), cpu, cuda")
+  cmd->add_option("--backend", flags->backend,
+                  "Device: auto (CUDA when a GPU is usable), cpu, cuda")
       ->capture_default_str();
   cmd->add_option("--steps", flags->steps, "Measured steps, after one warm-up step")
       ->capture_default_str()
@@ -127,7 +131,8 @@ Verb AddReplayCommand(CLI::App& app) {
                   "Eigen threads of the CPU backend (1 leaves a core to copies and I/O)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--io-backend", flags->io_backend, "auto, io_uring or posix")->capture_default_str();
+  cmd->add_option("--io-backend", flags->io_backend, "auto, io_uring or posix")
+      ->capture_default_str();
   cmd->add_option("-o,--output", flags->output, "Run file (JSON)")->required();
   cmd->add_option("--timeline", flags->timeline, "Chrome/Perfetto trace of the last step");
   return {cmd, [flags] { return Run(*flags); }};

@@ -8,6 +8,8 @@
 //   build-rt/bench/replay_bench --dir /var/tmp [--backend cpu|cuda] [--ssd-bandwidth GBps]
 //
 // --dir must be on the disk to measure (not tmpfs). Default: $TMPDIR or /var/tmp.
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -15,8 +17,6 @@
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "exec/replay.h"
 #include "models/build_trace.h"
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
       Flags().dir = value();
     } else if (a == "--backend") {
       const std::string b = value();
-      Flags().backend = b == "cuda" ? exec::BackendChoice::kCuda
+      Flags().backend = b == "cuda"   ? exec::BackendChoice::kCuda
                         : b == "auto" ? exec::BackendChoice::kAuto
                                       : exec::BackendChoice::kCpu;
     } else if (a == "--ssd-bandwidth") {

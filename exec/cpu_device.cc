@@ -1,17 +1,16 @@
 #include "exec/cpu_device.h"
 
+#include <sys/mman.h>
+
+#include <Eigen/Core>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
-
-#include <sys/mman.h>
-
-#include <Eigen/Core>
 
 #include "exec/detail/format_bytes.h"
 
@@ -66,7 +65,8 @@ class CpuEvent final : public Event {
   }
   Result<int64_t> TimeNs() override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (completed_ < armed_) return Status::FailedPrecondition("event time read before it completed");
+    if (completed_ < armed_)
+      return Status::FailedPrecondition("event time read before it completed");
     if (!status_.ok()) return status_;
     return time_ns_;
   }
@@ -125,10 +125,10 @@ void TouchWrite(std::span<const DeviceBuffer> buffers, int64_t bytes, uint64_t s
 
 Status CheckRange(const DeviceBuffer& b, int64_t offset, int64_t bytes, const char* what) {
   if (!b.valid() || offset < 0 || bytes < 0 || offset + bytes > b.bytes) {
-    return Status::InvalidArgument(std::string(what) + ": range [" + std::to_string(offset) +
-                                   ", " + std::to_string(offset + bytes) +
-                                   ") is outside the device buffer of " +
-                                   std::to_string(b.bytes) + " bytes");
+    return Status::InvalidArgument(std::string(what) + ": range [" + std::to_string(offset) + ", " +
+                                   std::to_string(offset + bytes) +
+                                   ") is outside the device buffer of " + std::to_string(b.bytes) +
+                                   " bytes");
   }
   return Status::Ok();
 }
@@ -164,9 +164,8 @@ CpuDevice::~CpuDevice() {
 }
 
 std::string CpuDevice::Describe() const {
-  return "cpu (arena " + detail::FormatBytes(capacity_) + ", " +
-         std::to_string(compute_threads_) + " Eigen thread" + (compute_threads_ == 1 ? "" : "s") +
-         ", fp32 compute)";
+  return "cpu (arena " + detail::FormatBytes(capacity_) + ", " + std::to_string(compute_threads_) +
+         " Eigen thread" + (compute_threads_ == 1 ? "" : "s") + ", fp32 compute)";
 }
 
 Result<DeviceBuffer> CpuDevice::Allocate(int64_t bytes) {
@@ -235,8 +234,8 @@ Result<int64_t> CpuDevice::ReserveWorkspace(const traces::Trace& trace) {
 Status CpuDevice::RunGemm(int64_t m, int64_t n, int64_t k, int64_t batch, int64_t bytes_read,
                           const OpBuffers& buffers) {
   if (m * k + k * n + m * n > workspace_.floats) {
-    return Status::FailedPrecondition("GEMM " + std::to_string(m) + "x" + std::to_string(n) +
-                                      "x" + std::to_string(k) +
+    return Status::FailedPrecondition("GEMM " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                                      std::to_string(k) +
                                       " needs a larger workspace: call ReserveWorkspace first");
   }
   float* base = static_cast<float*>(workspace_.buffer.ptr);
@@ -256,9 +255,8 @@ Status CpuDevice::RunGemm(int64_t m, int64_t n, int64_t k, int64_t batch, int64_
         const int64_t col = t * per;
         const int64_t cols = std::min(per, n - col);
         if (cols <= 0) break;
-        threads.emplace_back([&, col, cols] {
-          c.middleCols(col, cols).noalias() = a * b.middleCols(col, cols);
-        });
+        threads.emplace_back(
+            [&, col, cols] { c.middleCols(col, cols).noalias() = a * b.middleCols(col, cols); });
       }
       for (auto& th : threads) th.join();
     }
@@ -277,11 +275,11 @@ Status CpuDevice::RunGemm(int64_t m, int64_t n, int64_t k, int64_t batch, int64_
 
 Status CpuDevice::RunOpAsync(const traces::Op& op, const OpBuffers& buffers) {
   if (buffers.inputs.size() != op.inputs.size() || buffers.outputs.size() != op.outputs.size()) {
-    return Status::InvalidArgument("op " + std::to_string(op.id) + " (" + op.name + "): " +
-                                   std::to_string(buffers.inputs.size()) + " input and " +
-                                   std::to_string(buffers.outputs.size()) +
-                                   " output buffers for " + std::to_string(op.inputs.size()) +
-                                   " inputs and " + std::to_string(op.outputs.size()) + " outputs");
+    return Status::InvalidArgument("op " + std::to_string(op.id) + " (" + op.name +
+                                   "): " + std::to_string(buffers.inputs.size()) + " input and " +
+                                   std::to_string(buffers.outputs.size()) + " output buffers for " +
+                                   std::to_string(op.inputs.size()) + " inputs and " +
+                                   std::to_string(op.outputs.size()) + " outputs");
   }
   // The buffer lists are copied: the caller's spans need not outlive the call.
   std::vector<DeviceBuffer> ins(buffers.inputs.begin(), buffers.inputs.end());
@@ -341,11 +339,11 @@ Status CpuDevice::CheckPattern(DeviceBuffer buffer, uint64_t seed, Stream stream
   return Status::Ok();
 }
 
-Status CpuDevice::CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset,
-                                  int64_t bytes) {
+Status CpuDevice::CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset, int64_t bytes) {
   SSDTRAIN_RETURN_IF_ERROR(CheckRange(src, offset, bytes, "device-to-host copy"));
   d2h_->Enqueue([=]() -> Status {
-    std::memcpy(host_dst, static_cast<const uint8_t*>(src.ptr) + offset, static_cast<size_t>(bytes));
+    std::memcpy(host_dst, static_cast<const uint8_t*>(src.ptr) + offset,
+                static_cast<size_t>(bytes));
     return Status::Ok();
   });
   return Status::Ok();
@@ -369,7 +367,8 @@ Status CpuDevice::Record(Event& event, Stream stream) {
   auto& e = static_cast<CpuEvent&>(event);
   const uint64_t number = e.Arm();
   detail::StreamWorker& w = worker(stream);
-  w.Enqueue([&e, &w, number]() -> Status {
+  w.Enqueue(
+      [&e, &w, number]() -> Status {
         e.Complete(number, w.error());
         return Status::Ok();
       },

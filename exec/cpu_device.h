@@ -56,8 +56,7 @@ class CpuDevice final : public Device {
   Status FillPatternAsync(DeviceBuffer buffer, uint64_t seed, Stream stream) override;
   Status CheckPattern(DeviceBuffer buffer, uint64_t seed, Stream stream) override;
 
-  Status CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset,
-                         int64_t bytes) override;
+  Status CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset, int64_t bytes) override;
   Status CopyToDeviceAsync(DeviceBuffer dst, int64_t offset, const void* host_src,
                            int64_t bytes) override;
   Status RegisterHostMemory(void*, int64_t) override { return Status::Ok(); }

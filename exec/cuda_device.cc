@@ -1,13 +1,13 @@
 #include "exec/cuda_device.h"
 
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <optional>
 #include <vector>
-
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
 
 #include "exec/cuda_error.h"
 #include "exec/detail/cuda_kernels.h"
@@ -94,10 +94,10 @@ class CudaDevice final : public Device {
     const int64_t usable = static_cast<int64_t>(free_bytes) - kFreeMemoryMargin;
     capacity_ = options_.capacity_bytes > 0 ? options_.capacity_bytes : usable;
     if (capacity_ > usable) {
-      return Status::ResourceExhausted(
-          "device memory of " + detail::FormatBytes(capacity_) + " asked for, but " + name_ +
-          " has " + detail::FormatBytes(static_cast<int64_t>(free_bytes)) +
-          " free (less a 1 GiB margin); lower --device-memory");
+      return Status::ResourceExhausted("device memory of " + detail::FormatBytes(capacity_) +
+                                       " asked for, but " + name_ + " has " +
+                                       detail::FormatBytes(static_cast<int64_t>(free_bytes)) +
+                                       " free (less a 1 GiB margin); lower --device-memory");
     }
     capacity_ = capacity_ / kAlignment * kAlignment;
     void* base = nullptr;
@@ -220,8 +220,7 @@ class CudaDevice final : public Device {
     return Status::Ok();
   }
 
-  Status CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset,
-                         int64_t bytes) override {
+  Status CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset, int64_t bytes) override {
     if (offset < 0 || bytes < 0 || offset + bytes > src.bytes) {
       return Status::InvalidArgument("device-to-host copy outside its device buffer");
     }
@@ -276,8 +275,8 @@ class CudaDevice final : public Device {
     void* ptr;
     long long stride;
   };
-  Operand Pick(const std::span<const DeviceBuffer>& buffers, size_t i, int64_t elems,
-               int64_t batch, int64_t elt, int64_t ws_offset) const {
+  Operand Pick(const std::span<const DeviceBuffer>& buffers, size_t i, int64_t elems, int64_t batch,
+               int64_t elt, int64_t ws_offset) const {
     if (i < buffers.size() && buffers[i].bytes >= elems * batch * elt) {
       return {buffers[i].ptr, static_cast<long long>(elems)};
     }
@@ -354,7 +353,8 @@ bool CudaAvailable(std::string* why_not) {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear it
-    if (why_not != nullptr) *why_not = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
+    if (why_not != nullptr)
+      *why_not = std::string(cudaGetErrorName(err)) + ": " + cudaGetErrorString(err);
     return false;
   }
   if (count == 0) {

@@ -3,10 +3,10 @@
 // Included only by the CUDA backend's own files.
 #pragma once
 
-#include <string>
-
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+
+#include <string>
 
 #include "traces/status.h"
 
@@ -14,10 +14,10 @@ namespace ssdtrain::exec::detail {
 
 inline Status CudaStatus(cudaError_t err, const char* call, const char* file, int line) {
   if (err == cudaSuccess) return Status::Ok();
-  const Status::Code code = err == cudaErrorMemoryAllocation ? Status::Code::kResourceExhausted
-                                                             : Status::Code::kInternal;
-  std::string msg = std::string(call) + " failed at " + file + ":" + std::to_string(line) +
-                    ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
+  const Status::Code code =
+      err == cudaErrorMemoryAllocation ? Status::Code::kResourceExhausted : Status::Code::kInternal;
+  std::string msg = std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
+                    cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
   return code == Status::Code::kResourceExhausted ? Status::ResourceExhausted(std::move(msg))
                                                   : Status::Internal(std::move(msg));
 }
@@ -32,9 +32,9 @@ inline Status CudaStatus(cublasStatus_t err, const char* call, const char* file,
 }  // namespace ssdtrain::exec::detail
 
 // Returns a Status from the enclosing function when a CUDA or cuBLAS call fails.
-#define SSDTRAIN_CUDA_TRY(call)                                                            \
-  do {                                                                                     \
-    ::ssdtrain::Status ssdtrain_cuda_status_ =                                             \
-        ::ssdtrain::exec::detail::CudaStatus((call), #call, __FILE__, __LINE__);           \
-    if (!ssdtrain_cuda_status_.ok()) return ssdtrain_cuda_status_;                         \
+#define SSDTRAIN_CUDA_TRY(call)                                                  \
+  do {                                                                           \
+    ::ssdtrain::Status ssdtrain_cuda_status_ =                                   \
+        ::ssdtrain::exec::detail::CudaStatus((call), #call, __FILE__, __LINE__); \
+    if (!ssdtrain_cuda_status_.ok()) return ssdtrain_cuda_status_;               \
   } while (0)

@@ -4,7 +4,8 @@
 namespace ssdtrain::exec {
 
 bool CudaAvailable(std::string* why_not) {
-  if (why_not != nullptr) *why_not = "this build has no CUDA backend (configure with -DSSDTRAIN_CUDA=ON)";
+  if (why_not != nullptr)
+    *why_not = "this build has no CUDA backend (configure with -DSSDTRAIN_CUDA=ON)";
   return false;
 }
 

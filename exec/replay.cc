@@ -242,6 +242,10 @@ class Replayer {
   // Allocates storage `s`, waiting for in-flight writes to land and evict when
   // the device is full. Marks `stalled` when it had to wait.
   Status Materialize(TensorId s, const traces::Op& op, bool* stalled) {
+    if (life(s).bytes <= 0) {  // an empty tensor needs no memory
+      slot(s).resident = true;
+      return Status::Ok();
+    }
     while (true) {
       DrainEvictions();
       auto buffer = device_.Allocate(life(s).bytes);
@@ -389,6 +393,7 @@ class Replayer {
     SSDTRAIN_RETURN_IF_ERROR(device_.RunOpAsync(op, OpBuffers{ins, outs, dtype}));
     if (options_.verify) {
       for (TensorId s : fill) {
+        if (!slot(s).buffer.valid()) continue;
         SSDTRAIN_RETURN_IF_ERROR(
             device_.FillPatternAsync(slot(s).buffer, Seed(s, step_), Stream::kCompute));
       }
@@ -422,7 +427,7 @@ class Replayer {
       touched.push_back(s);
       if (op.phase != traces::Phase::kForward) {
         SSDTRAIN_RETURN_IF_ERROR(Need(s, op, &io_dependent, &temporaries));
-        if (options_.verify && !slot(s).checked && !life(s).persistent) {
+        if (options_.verify && !slot(s).checked && !life(s).persistent && slot(s).buffer.valid()) {
           slot(s).checked = true;
           ++checked_;
           Status ok = device_.CheckPattern(slot(s).buffer, Seed(s, step_), Stream::kCompute);
@@ -460,7 +465,9 @@ class Replayer {
     }
     SSDTRAIN_RETURN_IF_ERROR(Run(op, ins, outs, fill, /*recompute=*/false, io_dependent));
     for (TensorId s : produced) {
-      if (cache_.OnProduced(s)) SSDTRAIN_RETURN_IF_ERROR(QueueOffload(s, op));
+      if (cache_.OnProduced(s) && life(s).bytes > 0) {
+        SSDTRAIN_RETURN_IF_ERROR(QueueOffload(s, op));
+      }
     }
     for (TensorId s : temporaries) Release(s);
     if (options_.wait_for_writes) {
@@ -500,8 +507,7 @@ class Replayer {
     SSDTRAIN_RETURN_IF_ERROR(
         device_.Wait(Stream::kDeviceToHost, *op_end_[static_cast<size_t>(op.id)]));
     SSDTRAIN_RETURN_IF_ERROR(device_.Record(*sl.d2h_start, Stream::kDeviceToHost));
-    SSDTRAIN_RETURN_IF_ERROR(
-        device_.CopyToHostAsync(sl.staging.data, sl.buffer, 0, life(s).bytes));
+    SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(sl.staging.data, sl.buffer, 0, life(s).bytes));
     SSDTRAIN_RETURN_IF_ERROR(device_.Record(*sl.d2h_end, Stream::kDeviceToHost));
     sl.copied_out = true;
     {
@@ -531,8 +537,8 @@ class Replayer {
       bool started = false;
       if (st.ok() && cache_.BeginWrite(job.storage)) {
         sl.write_begin_ns = NowNs();
-        auto ticket = engine_.WriteAsync(KeyOf(job.storage), sl.staging.data,
-                                         life(job.storage).bytes);
+        auto ticket =
+            engine_.WriteAsync(KeyOf(job.storage), sl.staging.data, life(job.storage).bytes);
         if (ticket.ok()) {
           started = true;
           job.ticket = ticket->id;
@@ -671,13 +677,15 @@ class Replayer {
       if (sl.copied_out) {
         SSDTRAIN_ASSIGN_OR_RETURN(int64_t a, sl.d2h_start->TimeNs());
         SSDTRAIN_ASSIGN_OR_RETURN(int64_t b, sl.d2h_end->TimeNs());
-        tl.spans.push_back({traces::Lane::kDeviceToHost, a - t0, b - t0, traces::kNoOp, id, 0, 0, name});
+        tl.spans.push_back(
+            {traces::Lane::kDeviceToHost, a - t0, b - t0, traces::kNoOp, id, 0, 0, name});
         lanes[1].emplace_back(a - t0, b - t0);
       }
       if (sl.copied_in) {
         SSDTRAIN_ASSIGN_OR_RETURN(int64_t a, sl.h2d_start->TimeNs());
         SSDTRAIN_ASSIGN_OR_RETURN(int64_t b, sl.h2d_end->TimeNs());
-        tl.spans.push_back({traces::Lane::kHostToDevice, a - t0, b - t0, traces::kNoOp, id, 0, 0, name});
+        tl.spans.push_back(
+            {traces::Lane::kHostToDevice, a - t0, b - t0, traces::kNoOp, id, 0, 0, name});
         lanes[2].emplace_back(a - t0, b - t0);
       }
       if (sl.wrote) {
@@ -691,8 +699,8 @@ class Replayer {
         lanes[4].emplace_back(sl.read_begin_ns - t0, sl.read_end_ns - t0);
       }
     }
-    record.busy = {BusyTime(lanes[0]), BusyTime(lanes[1]), BusyTime(lanes[2]),
-                   BusyTime(lanes[3]), BusyTime(lanes[4])};
+    record.busy = {BusyTime(lanes[0]), BusyTime(lanes[1]), BusyTime(lanes[2]), BusyTime(lanes[3]),
+                   BusyTime(lanes[4])};
     return Status::Ok();
   }
 
@@ -733,8 +741,9 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
   SSDTRAIN_RETURN_IF_ERROR(CheckPlanFileNames(plan, plan_source));
   for (const traces::Placement& p : plan.placements) {
     if (p.action == traces::TensorAction::kOffloadSsd && !p.file.empty()) {
-      SSDTRAIN_RETURN_IF_ERROR(CheckOffloadFileName(p.file, options.dir)
-                                   .WithPrefix(plan_source + ": tensor " + std::to_string(p.tensor)));
+      SSDTRAIN_RETURN_IF_ERROR(
+          CheckOffloadFileName(p.file, options.dir)
+              .WithPrefix(plan_source + ": tensor " + std::to_string(p.tensor)));
     }
     if (p.action == traces::TensorAction::kOffloadHost) {
       return Status::Unavailable(plan_source + ": tensor " + std::to_string(p.tensor) +
@@ -770,11 +779,13 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
   engine_options.bandwidth_cap_bytes_per_s = options.ssd_bandwidth_GBps * 1e9;
   std::unique_ptr<OffloadEngine> engine;
   if (options.make_io_backend) {
-    SSDTRAIN_ASSIGN_OR_RETURN(engine, OffloadEngine::Create(engine_options, options.make_io_backend()));
+    SSDTRAIN_ASSIGN_OR_RETURN(engine,
+                              OffloadEngine::Create(engine_options, options.make_io_backend()));
   } else {
     SSDTRAIN_ASSIGN_OR_RETURN(engine, OffloadEngine::Create(engine_options));
   }
-  SSDTRAIN_ASSIGN_OR_RETURN(auto staging, detail::HostStaging::Create(*device, options.staging_bytes));
+  SSDTRAIN_ASSIGN_OR_RETURN(auto staging,
+                            detail::HostStaging::Create(*device, options.staging_bytes));
   TensorCache cache(trace, plan);
 
   ReplayResult result;

@@ -23,10 +23,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "exec/device.h"
 #include "exec/io_backend.h"
@@ -39,17 +38,17 @@
 namespace ssdtrain::exec {
 
 struct ReplayOptions {
-  std::string dir;                                // offload directory (must exist)
-  BackendChoice backend = BackendChoice::kAuto;   // device backend
-  int steps = 3;                                  // measured steps, after one warm-up step
-  double ssd_bandwidth_GBps = 0;                  // cap on the SSD path (10^9 B/s); 0: none
-  bool verify = false;                            // fill and check patterns (slower)
+  std::string dir;                                 // offload directory (must exist)
+  BackendChoice backend = BackendChoice::kAuto;    // device backend
+  int steps = 3;                                   // measured steps, after one warm-up step
+  double ssd_bandwidth_GBps = 0;                   // cap on the SSD path (10^9 B/s); 0: none
+  bool verify = false;                             // fill and check patterns (slower)
   int64_t device_memory_bytes = int64_t{4} << 30;  // CPU arena; CUDA: 0 = GPU free memory
-  int cpu_compute_threads = 1;                    // Eigen threads (CPU backend)
-  int64_t staging_bytes = int64_t{256} << 20;     // pinned host staging for D2H/H2D
-  BackendKind io_backend = BackendKind::kAuto;    // io_uring or posix
-  int64_t block_size = int64_t{4} << 20;          // engine request size, bytes
-  int queue_depth = 32;                           // engine requests in flight
+  int cpu_compute_threads = 1;                     // Eigen threads (CPU backend)
+  int64_t staging_bytes = int64_t{256} << 20;      // pinned host staging for D2H/H2D
+  BackendKind io_backend = BackendKind::kAuto;     // io_uring or posix
+  int64_t block_size = int64_t{4} << 20;           // engine request size, bytes
+  int queue_depth = 32;                            // engine requests in flight
   // How many ops the issue thread may run ahead of the compute stream (>= 1).
   // Forwarding and eviction are decided when an op is issued, as SSDTrain's
   // hooks decide when PyTorch issues it; an unbounded lead would issue the
@@ -76,23 +75,23 @@ struct OpTime {
 };
 
 struct ReplayResult {
-  std::string backend;       // "cpu" or "cuda"
-  std::string device;        // Device::Describe()
-  std::string io_backend;    // the engine's backend name
-  int steps = 0;             // measured steps (warm-up excluded)
+  std::string backend;                 // "cpu" or "cuda"
+  std::string device;                  // Device::Describe()
+  std::string io_backend;              // the engine's backend name
+  int steps = 0;                       // measured steps (warm-up excluded)
   std::vector<int64_t> step_times_ns;  // every step, warm-up first
   traces::StepMetrics metrics;  // step_time_ns (median), peaks, SSD bytes per step, exposed I/O
   int64_t planned_peak_activation_bytes = 0;  // evictions landing at once (lifetimes.h)
   int64_t planned_peak_device_bytes = 0;
   int64_t plan_offloaded_bytes = 0;  // unique offload-ssd bytes per step
   int64_t workspace_bytes = 0;
-  CacheStats cache;                  // the last step's
-  LaneBusy busy;                     // the last step's
-  std::vector<OpTime> ops;           // the last step's, in trace order
+  CacheStats cache;         // the last step's
+  LaneBusy busy;            // the last step's
+  std::vector<OpTime> ops;  // the last step's, in trace order
   bool verify = false;
-  bool verified = false;             // verify on and every checked tensor matched
-  int64_t tensors_checked = 0;       // per step
-  traces::Timeline timeline;         // the last step's, times from its start
+  bool verified = false;        // verify on and every checked tensor matched
+  int64_t tensors_checked = 0;  // per step
+  traces::Timeline timeline;    // the last step's, times from its start
 };
 
 // Runs the replay. `plan_source` names the plan file in messages.

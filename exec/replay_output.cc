@@ -1,8 +1,8 @@
 // The run file (ToJson(ReplayResult)) and the built-in plans.
-#include "exec/replay.h"
-
 #include <cstdio>
 #include <set>
+
+#include "exec/replay.h"
 
 namespace ssdtrain::exec {
 

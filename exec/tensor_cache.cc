@@ -123,7 +123,8 @@ BackwardSource TensorCache::ClaimForBackward(traces::TensorId storage) {
 
 void TensorCache::OnReadLanded(traces::TensorId storage) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (Entry* e = Find(storage); e != nullptr && e->state == State::kReading) e->state = State::kBack;
+  if (Entry* e = Find(storage); e != nullptr && e->state == State::kReading)
+    e->state = State::kBack;
 }
 
 bool TensorCache::WritePending(traces::TensorId storage) const {

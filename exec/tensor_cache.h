@@ -35,13 +35,13 @@ enum class BackwardSource {
 };
 
 struct CacheStats {
-  int64_t writes = 0;                // storages whose write was started
-  int64_t bytes_written = 0;         // their bytes
-  int64_t writes_dropped = 0;        // writes dropped by forwarding before they started
+  int64_t writes = 0;          // storages whose write was started
+  int64_t bytes_written = 0;   // their bytes
+  int64_t writes_dropped = 0;  // writes dropped by forwarding before they started
   int64_t bytes_write_dropped = 0;
-  int64_t forwarded = 0;             // backward requests served from memory
+  int64_t forwarded = 0;  // backward requests served from memory
   int64_t bytes_forwarded = 0;
-  int64_t reads = 0;                 // storages read back
+  int64_t reads = 0;  // storages read back
   int64_t bytes_read = 0;
   int64_t evictions = 0;
   int64_t bytes_evicted = 0;
@@ -84,7 +84,16 @@ class TensorCache {
   CacheStats stats() const;
 
  private:
-  enum class State { kNone, kResident, kWriteQueued, kWriting, kWritten, kEvicted, kReading, kBack };
+  enum class State {
+    kNone,
+    kResident,
+    kWriteQueued,
+    kWriting,
+    kWritten,
+    kEvicted,
+    kReading,
+    kBack
+  };
   struct Entry {
     const traces::Placement* placement = nullptr;
     int64_t bytes = 0;

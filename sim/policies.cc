@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <climits>
 #include <map>
+#include <string>
 
 #include "sim/op_cost.h"
 #include "sim/policy.h"
@@ -63,13 +65,11 @@ bool InAttentionCore(const traces::Trace& trace, const traces::Tensor& t) {
   return false;
 }
 
-Placement Offload(const traces::Trace& trace, TensorId t, TensorAction action,
-                  const PolicyOptions& options) {
+Placement Offload(const std::vector<traces::OpId>& prefetch, TensorId t, TensorAction action) {
   Placement p;
   p.tensor = t;
   p.action = action;
-  p.prefetch_before =
-      LookaheadPrefetchOp(trace, trace.tensor(t).layer, options.prefetch_lookahead_layers);
+  p.prefetch_before = prefetch[static_cast<size_t>(t)];
   if (action == TensorAction::kOffloadSsd) p.file = OffloadFileName(t);
   return p;
 }
@@ -99,23 +99,79 @@ std::vector<TensorId> OffloadCandidates(const traces::Trace& trace, const Policy
   return Representatives(trace, options.min_offload_bytes);
 }
 
-traces::OpId LookaheadPrefetchOp(const traces::Trace& trace, int layer, int lookahead) {
-  std::map<int, traces::OpId> first_backward;
-  traces::OpId first_any = traces::kNoOp;
+std::vector<traces::OpId> LookaheadPrefetchOps(const traces::Trace& trace, int lookahead) {
+  // Modules, as FlashTrain hooks them: Megatron's leaf nn.Modules are the
+  // linear layers, the attention core and the norms; elementwise functions
+  // (GeLU, bias-dropout-add) are fused into them. A backward op belongs to the
+  // forward op whose name prefixes its own ("L2.fc2" -> "L2.fc2.dgrad",
+  // "L2.fc2.wgrad"); the module of a forward elementwise op is the previous
+  // module-kind forward op. `modules` holds, in backward order, the first
+  // backward op of each module that consumes saved activations.
+  std::map<std::string, int> module_of_forward;  // forward op name -> module index
+  int module = -1;
+  for (const traces::Op& op : trace.ops) {
+    if (op.phase != Phase::kForward) continue;
+    if (op.kind == OpKind::kGemm || op.kind == OpKind::kAttention || op.kind == OpKind::kNorm ||
+        module < 0) {
+      ++module;
+    }
+    module_of_forward[op.name] = module;
+  }
+  auto module_of = [&](const traces::Op& op) {
+    std::string name = op.name;
+    while (true) {
+      const size_t dot = name.rfind('.');
+      if (dot == std::string::npos) return -1 - static_cast<int>(op.id);  // its own module
+      name.resize(dot);
+      auto it = module_of_forward.find(name);
+      if (it != module_of_forward.end()) return it->second;
+    }
+  };
+  std::vector<traces::OpId> modules;
+  int last_module = INT32_MIN;
   for (const traces::Op& op : trace.ops) {
     if (op.phase != Phase::kBackward) continue;
-    if (first_any == traces::kNoOp) first_any = op.id;
-    if (op.layer != traces::kNoLayer && !first_backward.count(op.layer)) {
-      first_backward[op.layer] = op.id;
+    bool saved = false;
+    for (TensorId in : op.inputs) {
+      const traces::Tensor& x = trace.tensor(in);
+      saved = saved || (x.saved_for_backward && x.kind == traces::TensorKind::kActivation);
+    }
+    if (!saved) continue;
+    const int m = module_of(op);
+    if (m != last_module) modules.push_back(op.id);
+    last_module = m;
+  }
+  // First backward consumer per storage root.
+  const size_t n = trace.tensors.size();
+  std::vector<traces::OpId> first(n, traces::kNoOp);
+  for (const traces::Tensor& x : trace.tensors) {
+    const auto root = static_cast<size_t>(trace.StorageOf(x.id));
+    for (traces::OpId c : x.consumers) {
+      if (trace.op(c).phase == Phase::kBackward &&
+          (first[root] == traces::kNoOp || c < first[root])) {
+        first[root] = c;
+      }
     }
   }
-  // The highest layer <= layer + lookahead that has backward ops.
-  auto it = first_backward.upper_bound(layer + lookahead);
-  if (it == first_backward.begin()) return first_any;
-  --it;
-  if (it->first == layer + lookahead) return it->second;
-  // Fewer than `lookahead` layers above: prefetch when backward begins.
-  return first_any;
+  std::vector<traces::OpId> out(n, traces::kNoOp);
+  for (size_t t = 0; t < n; ++t) {
+    const traces::OpId f = first[static_cast<size_t>(trace.StorageOf(static_cast<TensorId>(t)))];
+    if (f == traces::kNoOp) continue;
+    if (modules.empty()) {
+      out[t] = f;
+      continue;
+    }
+    // The module holding f: the last module start at or before it.
+    const auto index =
+        static_cast<int64_t>(std::upper_bound(modules.begin(), modules.end(), f) - modules.begin()) -
+        1;
+    out[t] = modules[static_cast<size_t>(std::max<int64_t>(0, index - lookahead))];
+  }
+  return out;
+}
+
+traces::OpId LookaheadPrefetchOp(const traces::Trace& trace, TensorId t, int lookahead) {
+  return LookaheadPrefetchOps(trace, lookahead)[static_cast<size_t>(t)];
 }
 
 int AdaptiveFirstKeptLayer(const traces::Trace& trace, const HardwareOptions& hw,
@@ -176,9 +232,11 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
     return plan;
   }
   const std::vector<TensorId> candidates = Representatives(trace, options.min_offload_bytes);
+  const std::vector<traces::OpId> prefetch =
+      LookaheadPrefetchOps(trace, options.prefetch_lookahead_modules);
   if (policy == "offload-ssd") {
     for (TensorId t : candidates) {
-      plan.placements.push_back(Offload(trace, t, TensorAction::kOffloadSsd, options));
+      plan.placements.push_back(Offload(prefetch, t, TensorAction::kOffloadSsd));
     }
     return plan;
   }
@@ -188,7 +246,7 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
       const int64_t bytes = trace.tensor(trace.StorageOf(t)).bytes;
       if (bytes > budget) break;  // in forward order: the earliest layers go to the host
       budget -= bytes;
-      plan.placements.push_back(Offload(trace, t, TensorAction::kOffloadHost, options));
+      plan.placements.push_back(Offload(prefetch, t, TensorAction::kOffloadHost));
     }
     return plan;
   }
@@ -196,7 +254,7 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
     const int first_kept = AdaptiveFirstKeptLayer(trace, hw, options);
     for (TensorId t : candidates) {
       if (trace.tensor(t).layer >= first_kept) continue;
-      plan.placements.push_back(Offload(trace, t, TensorAction::kOffloadSsd, options));
+      plan.placements.push_back(Offload(prefetch, t, TensorAction::kOffloadSsd));
     }
     return plan;
   }

@@ -18,8 +18,10 @@
 // Candidates for offload: saved-for-backward, offloadable activations inside a
 // transformer block (parameters, the embedding, LM head and loss are never
 // moved), at least `min_offload_bytes`. Offloaded tensors of fixed policies are
-// prefetched with an order-based lookahead: when backward of layer L +
-// lookahead begins (the paper's "next two modules").
+// prefetched with SSDTrain's order-based lookahead (FlashTrain tensor_cache.py,
+// prefetch_num_leaves_per_chunk = 2: "the next two modules"): a module is a
+// backward op that consumes saved activations; when module i begins, the
+// tensors of modules i+1 .. i+lookahead are read.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +41,7 @@ inline constexpr std::string_view kFixedPolicies[] = {
 
 struct PolicyOptions {
   int64_t min_offload_bytes = 1 << 20;  // smaller tensors stay on the device
-  int prefetch_lookahead_layers = 2;
+  int prefetch_lookahead_modules = 2;
   int gpu = -1;  // storage array the plan targets; -1: the slowest
 };
 
@@ -54,9 +56,13 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
 std::vector<traces::TensorId> OffloadCandidates(const traces::Trace& trace,
                                                 const PolicyOptions& options);
 
-// Order-based prefetch point for a tensor of layer `layer`: the first backward
-// op of layer + lookahead (or of the highest layer below it that has one).
-traces::OpId LookaheadPrefetchOp(const traces::Trace& trace, int layer, int lookahead);
+// Order-based prefetch point for saved tensor `t`: among the backward ops that
+// consume saved activations ("modules"), in order, the one `lookahead` places
+// before t's first backward consumer (the first module when fewer precede it).
+// kNoOp when t has no backward consumer.
+traces::OpId LookaheadPrefetchOp(const traces::Trace& trace, traces::TensorId t, int lookahead);
+// The same for every tensor id at once (kNoOp where none).
+std::vector<traces::OpId> LookaheadPrefetchOps(const traces::Trace& trace, int lookahead);
 
 // The adaptive rule's answer: the first layer that is kept (layers below it are
 // offloaded). Exposed for tests.

@@ -2,9 +2,9 @@
 // enqueues on `stream` and returns the launch error.
 #pragma once
 
-#include <cstdint>
-
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace ssdtrain::exec::detail {
 

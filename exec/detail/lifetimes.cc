@@ -88,7 +88,8 @@ PlannedPeaks ComputePlannedPeaks(const traces::Trace& trace, const traces::Plan&
       if (life.last_use == op.id) {
         remove(s);
       } else if (life.last_forward_use == op.id && op.phase == traces::Phase::kForward &&
-                 (a == traces::TensorAction::kOffloadSsd || a == traces::TensorAction::kRecompute)) {
+                 (a == traces::TensorAction::kOffloadSsd ||
+                  a == traces::TensorAction::kRecompute)) {
         remove(s);  // written and evicted at once / dropped until recomputed
       }
     }

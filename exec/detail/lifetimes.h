@@ -14,9 +14,9 @@
 namespace ssdtrain::exec::detail {
 
 struct StorageLife {
-  bool is_root = false;       // tensors[id] is its own storage
-  bool persistent = false;    // no producer: a weight or step input, alive all run
-  bool activation = false;    // TensorKind::kActivation
+  bool is_root = false;     // tensors[id] is its own storage
+  bool persistent = false;  // no producer: a weight or step input, alive all run
+  bool activation = false;  // TensorKind::kActivation
   int64_t bytes = 0;
   traces::OpId producer = traces::kNoOp;
   traces::OpId last_use = traces::kNoOp;          // last op touching it (producer included)

@@ -14,12 +14,13 @@ namespace ssdtrain::exec::detail {
 
 class RangeAllocator {
  public:
-  RangeAllocator(int64_t capacity, int64_t alignment)
-      : capacity_(capacity), alignment_(alignment) {
+  RangeAllocator(int64_t capacity, int64_t alignment) : capacity_(capacity), alignment_(alignment) {
     if (capacity_ > 0) free_[0] = capacity_;
   }
 
-  int64_t Rounded(int64_t bytes) const { return (bytes + alignment_ - 1) / alignment_ * alignment_; }
+  int64_t Rounded(int64_t bytes) const {
+    return (bytes + alignment_ - 1) / alignment_ * alignment_;
+  }
 
   // The offset of a free range of Rounded(bytes), or nullopt when none is large enough.
   std::optional<int64_t> Allocate(int64_t bytes) {

@@ -1,11 +1,11 @@
 // One conformance suite for every device backend: CPU always, CUDA when this
 // build has it and a GPU is present (otherwise skipped with the reason).
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "exec/cuda_device.h"
 #include "exec/device.h"

@@ -1,9 +1,9 @@
 // End-to-end replays of the tiny GPT on the CPU backend with real offload files.
 #include "exec/replay.h"
 
-#include <filesystem>
-
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "exec/fault_backend.h"
 #include "exec/tests/io_test_util.h"
@@ -101,8 +101,7 @@ TEST(Replay, ArenaTooSmallStopsBeforeAnyFileAndSaysWhatIsNeeded) {
   auto r = Replay(trace, OffloadAllPlan(trace), o, "offload-all");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kResourceExhausted);
-  EXPECT_NE(r.status().message().find("needs at least"), std::string::npos)
-      << r.status().message();
+  EXPECT_NE(r.status().message().find("needs at least"), std::string::npos) << r.status().message();
   EXPECT_NE(r.status().message().find("--device-memory"), std::string::npos);
   EXPECT_TRUE(ListTree(dir.path()).empty());
 }
