@@ -7,10 +7,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -48,6 +50,9 @@ struct DemoOptions {
   std::string backend = "auto";
   int steps = 3;
   bool recalibrate = false;
+  double ssd_bandwidth_GBps = 0;  // cap on the SSD path, replayed and simulated; 0: none
+  std::string summary;            // also write the table as JSON here
+  bool plots = true;
 };
 
 struct Row {
@@ -141,6 +146,12 @@ class Demo {
                          trace_.tensors.size()));
 
     SSDTRAIN_ASSIGN_OR_RETURN(hw_, Calibration());
+    if (o_.ssd_bandwidth_GBps > 0) {
+      // The replay caps the SSD path with a token bucket; the simulator sees the same drive.
+      hw_.storage.drive.write_GBps = std::min(hw_.storage.drive.write_GBps, o_.ssd_bandwidth_GBps);
+      hw_.storage.drive.read_GBps = std::min(hw_.storage.drive.read_GBps, o_.ssd_bandwidth_GBps);
+      Progress(fmt::format("SSD path capped at {:.3f} GB/s", o_.ssd_bandwidth_GBps));
+    }
     SSDTRAIN_RETURN_IF_ERROR(traces::WriteJsonFile(sim::ToJson(hw_), File("hardware.json")));
 
     // Plans: keep and full recompute, then the planner under a budget keep does not fit.
@@ -168,7 +179,8 @@ class Demo {
       rows.push_back(std::move(row));
     }
     PrintTable(rows, budget);
-    Plots(rows);
+    if (!o_.summary.empty()) SSDTRAIN_RETURN_IF_ERROR(WriteSummary(rows, budget));
+    if (o_.plots) Plots(rows);
     std::cout << "\nreport folder: " << report_.string() << "\n";
     return Status::Ok();
   }
@@ -207,7 +219,7 @@ class Demo {
     row.policy = plan.policy;
     SSDTRAIN_RETURN_IF_ERROR(traces::WritePlan(plan, File("plan-" + plan.policy + ".json")));
     SSDTRAIN_ASSIGN_OR_RETURN(sim::Prediction pred, sim::Simulate(trace_, plan, hw_));
-    row.predicted = PredictionReport(pred, trace_, plan, hw_);
+    row.predicted = sim::PredictionReport(pred, trace_, plan, hw_);
     SSDTRAIN_RETURN_IF_ERROR(
         traces::WriteStepReport(row.predicted, File("predicted-" + plan.policy + ".json")));
     SSDTRAIN_RETURN_IF_ERROR(
@@ -222,6 +234,7 @@ class Demo {
     // replay proves the bytes, a second, unverified one is the measurement.
     ro.steps = 1;
     ro.verify = true;
+    ro.ssd_bandwidth_GBps = o_.ssd_bandwidth_GBps;
     Progress(fmt::format("replaying {} with --verify", plan.policy));
     SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayResult checked,
                               exec::Replay(trace_, plan, ro, "plan-" + plan.policy));
@@ -262,6 +275,28 @@ class Demo {
           100 * err, r.measured.metrics.peak_activation_bytes / 1048576.0,
           r.measured.metrics.ssd_bytes_written / 1048576.0, r.verified ? "yes" : "NO");
     }
+  }
+
+  Status WriteSummary(const std::vector<Row>& rows, int64_t budget) const {
+    nlohmann::json out{{"model", trace_.header.model},
+                       {"ssd_bandwidth_GBps", o_.ssd_bandwidth_GBps},
+                       {"budget_bytes", budget},
+                       {"report", report_.string()},
+                       {"rows", nlohmann::json::array()}};
+    for (const Row& r : rows) {
+      out["rows"].push_back(
+          {{"policy", r.policy},
+           {"predicted_step_ns", r.predicted.metrics.step_time_ns},
+           {"measured_step_ns", r.measured.metrics.step_time_ns},
+           {"step_times_ns", r.measured.extra.value("step_times_ns", nlohmann::json::array())},
+           {"error", analysis::RelativeError(static_cast<double>(r.predicted.metrics.step_time_ns),
+                                             static_cast<double>(r.measured.metrics.step_time_ns))},
+           {"peak_activation_bytes", r.measured.metrics.peak_activation_bytes},
+           {"predicted_peak_activation_bytes", r.predicted.metrics.peak_activation_bytes},
+           {"ssd_bytes_written", r.measured.metrics.ssd_bytes_written},
+           {"verified", r.verified}});
+    }
+    return traces::WriteJsonFile(out, o_.summary);
   }
 
   void Plots(const std::vector<Row>& rows) const {
@@ -328,6 +363,11 @@ Verb AddDemoCommand(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "Measured steps per replay")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--ssd-bandwidth", o->ssd_bandwidth_GBps,
+                  "Cap the SSD path at this many GB/s in the replays and the simulation (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--summary", o->summary, "Also write the table as JSON to this file");
+  cmd->add_flag("!--no-plots", o->plots, "Skip the plots");
   cmd->add_flag("--recalibrate", o->recalibrate,
                 "Measure the machine again instead of using the cached calibration");
   return Verb{cmd, [o] { return Demo(*o).Run(); }};

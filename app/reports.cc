@@ -2,25 +2,6 @@
 
 namespace ssdtrain::app {
 
-traces::StepReport PredictionReport(const sim::Prediction& p, const traces::Trace& trace,
-                                    const traces::Plan& plan, const sim::HardwareOptions& hw) {
-  traces::StepReport r;
-  r.kind = "prediction";
-  r.model = trace.header.model;
-  r.trace_fingerprint = traces::Fingerprint(trace);
-  r.policy = plan.policy;
-  r.source = hw.name;
-  r.metrics = p.metrics;
-  r.lane_busy_ns = p.lane_busy_ns;
-  for (size_t i = 0; i < p.ops.size(); ++i) {
-    if (p.ops[i].start_ns < 0) continue;
-    r.ops.push_back(
-        traces::OpTiming{static_cast<traces::OpId>(i), p.ops[i].start_ns, p.ops[i].end_ns});
-  }
-  r.extra = sim::PredictionToJson(p).value("details", nlohmann::json::object());
-  return r;
-}
-
 traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace& trace,
                              const traces::Plan& plan) {
   traces::StepReport r;

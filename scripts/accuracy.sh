@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Simulator accuracy on the CPU backend: for each model, runs `ssdtrain demo`
+# (calibrate, plan, replay keep / recompute-full / ssdtrain / optimal, compare)
+# without and with an SSD bandwidth cap low enough to make I/O the bottleneck,
+# then prints every configuration's predicted and measured step time and checks
+# the median and worst relative error.
+#
+#   scripts/accuracy.sh [--bin B] [--out DIR] [--models "tiny-gpt small-gpt"] [--cap GBps]
+#                       [--median-max 0.05] [--worst-max 0.10]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin=$root/build/app/ssdtrain out="" models="tiny-gpt small-gpt" cap=0.15 median_max=0.05 worst_max=0.10 steps=3
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --bin) bin=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --models) models=$2; shift 2 ;;
+    --cap) cap=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --median-max) median_max=$2; shift 2 ;;
+    --worst-max) worst_max=$2; shift 2 ;;
+    *) echo "accuracy: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+[[ -x $bin ]] || { echo "accuracy: $bin is not built" >&2; exit 2; }
+out=${out:-$(mktemp -d "${TMPDIR:-/tmp}/ssdtrain-accuracy-XXXXXX")}
+mkdir -p "$out"
+# A private calibration cache, so that the run measures this machine now.
+export XDG_CACHE_HOME=$out/cache
+summaries=()
+for m in $models; do
+  for c in 0 "$cap"; do
+    s=$out/summary-$m-cap$c.json
+    echo "accuracy: $m, SSD cap ${c} GB/s (0: none)" >&2
+    "$bin" demo --model "$root/configs/models/$m.json" --ssd-bandwidth "$c" --steps "$steps" \
+      --report "$out/report-$m-cap$c" --summary "$s" --no-plots >"$out/demo-$m-cap$c.txt" 2>"$out/demo-$m-cap$c.log" ||
+      { cat "$out/demo-$m-cap$c.log" >&2; exit 1; }
+    summaries+=("$s")
+  done
+done
+/usr/bin/python3 - "$median_max" "$worst_max" "${summaries[@]}" <<'PY'
+import json, statistics, sys
+median_max, worst_max = float(sys.argv[1]), float(sys.argv[2])
+rows = []
+for path in sys.argv[3:]:
+    s = json.load(open(path))
+    for r in s["rows"]:
+        rows.append((s["model"], s["ssd_bandwidth_GBps"], r))
+print(f"{'model':<10} {'SSD cap':>8} {'policy':<16} {'predicted':>11} {'measured':>11} {'error':>8} {'verified':>8}")
+errors = []
+for model, cap, r in rows:
+    e = r["error"]
+    errors.append(abs(e))
+    capname = f"{cap:g} GB/s" if cap else "none"
+    print(f"{model:<10} {capname:>8} {r['policy']:<16} {r['predicted_step_ns']/1e6:>8.1f} ms {r['measured_step_ns']/1e6:>8.1f} ms "
+          f"{100*e:>+7.1f}% {str(r['verified']):>8}")
+med, worst = statistics.median(errors), max(errors)
+print(f"{len(errors)} configurations: median |error| {100*med:.1f}% (limit {100*median_max:.0f}%), "
+      f"worst {100*worst:.1f}% (limit {100*worst_max:.0f}%)")
+ok = med <= median_max and worst <= worst_max and all(r["verified"] for _, _, r in rows)
+print("accuracy: " + ("PASS" if ok else "FAIL"))
+sys.exit(0 if ok else 1)
+PY
