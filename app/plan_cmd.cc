@@ -11,6 +11,7 @@
 #include "sim/simulate.h"
 #include "traces/io.h"
 #include "traces/plan.h"
+#include "traces/report.h"
 #include "traces/timeline.h"
 
 namespace ssdtrain::app {
@@ -22,9 +23,12 @@ struct PlanCmdOptions {
   std::string model, hardware, output, timeline, policy = "auto";
   int64_t gpus = 1;
   double memory_budget_GiB = 0;
+  std::string prediction;
   int64_t micro_batch = 0;
+  int64_t seq_len = 0;
   int64_t global_batch = 0;
   bool rok = false;
+  bool no_host_offload = false;
 };
 
 int RunPlan(const PlanCmdOptions& o) {
@@ -34,6 +38,12 @@ int RunPlan(const PlanCmdOptions& o) {
   if (!hw.ok()) return ReportError("plan", hw.status());
   if (o.memory_budget_GiB < 0) {
     return ReportError("plan", Status::InvalidArgument("--memory-budget: must be >= 0 GiB"));
+  }
+  if (o.seq_len > 0) {
+    models::ConfigOverrides ov;
+    ov.seq_len = o.seq_len;
+    config = models::ApplyOverrides(*config, ov, o.model);
+    if (!config.ok()) return ReportError("plan", config.status());
   }
   const models::ModelConfig base = *config;
   std::string model_path = o.model;
@@ -52,34 +62,62 @@ int RunPlan(const PlanCmdOptions& o) {
   po.memory_budget_bytes = static_cast<int64_t>(o.memory_budget_GiB * kGiB);
   if (o.micro_batch > 0) po.micro_batch = o.micro_batch;
   po.global_batch = o.global_batch;
+  po.allow_host_offload = !o.no_host_offload;
   po.layers = base.layers;
   po.heads = base.heads;
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
   Result<sim::PlannerResult> r = sim::SearchPlan(provider, *hw, po);
   if (!r.ok()) return ReportError("plan", r.status());
   if (!r->fits) {
-    std::cerr << fmt::format(
-        "ssdtrain plan: error: {} does not fit on {} under any policy: the best plan still "
-        "needs {:.2f} GiB more than the {:.2f} GiB budget per GPU\n",
-        base.name, hw->name, static_cast<double>(r->over_budget_bytes) / kGiB,
+    const double budget_GiB =
         static_cast<double>(po.memory_budget_bytes > 0 ? po.memory_budget_bytes
                                                        : sim::GpuMemoryBytes(*hw)) /
-            kGiB);
+        kGiB;
+    if (r->simulations == 0) {
+      std::cerr << fmt::format(
+          "ssdtrain plan: error: {} does not fit on {} GPUs of {}: the weights, gradients and "
+          "optimizer state alone need {:.3f} GiB per GPU at the best layout, {:.3f} GiB more than "
+          "the {:.3f} GiB budget\n",
+          base.name, o.gpus, hw->name,
+          budget_GiB + static_cast<double>(r->over_budget_bytes) / kGiB,
+          static_cast<double>(r->over_budget_bytes) / kGiB, budget_GiB);
+      return 1;
+    }
+    std::cerr << fmt::format(
+        "ssdtrain plan: error: {} does not fit on {} GPUs of {} under any policy: the "
+        "lowest-memory plan found ({}, micro-batch {}, tp {}, pp {}) needs {:.3f} GiB per GPU, "
+        "{:.3f} GiB more than the {:.3f} GiB budget\n",
+        base.name, o.gpus, hw->name, r->plan.policy, r->plan.micro_batch, r->plan.tp, r->plan.pp,
+        static_cast<double>(r->prediction.metrics.peak_gpu_bytes) / kGiB,
+        static_cast<double>(r->over_budget_bytes) / kGiB, budget_GiB);
     return 1;
   }
   traces::Plan plan = r->plan;
+  models::ConfigOverrides chosen;
+  chosen.micro_batch = plan.micro_batch;
+  chosen.tp = plan.tp;
+  chosen.pp = plan.pp;
+  Result<models::ModelConfig> chosen_config = models::ApplyOverrides(base, chosen, o.model);
+  if (!chosen_config.ok()) return ReportError("plan", chosen_config.status());
+  Result<traces::Trace> stage0 = models::BuildTrace(*chosen_config, 0);
+  if (!stage0.ok()) return ReportError("plan", stage0.status());
+  const traces::StepReport report = sim::PredictionReport(r->prediction, *stage0, plan, *hw);
   plan.extra["search"] = {{"layouts", r->layouts},
                           {"simulated_layouts", r->simulated_layouts},
                           {"simulations", r->simulations},
                           {"hardware", hw->name}};
   plan.extra["rok"] = r->rok;
-  plan.extra["prediction_details"] = sim::PredictionToJson(r->prediction)["details"];
+  plan.extra["prediction_report"] = traces::ToJson(report);
   Status w = traces::WritePlan(plan, o.output);
   if (!w.ok()) return ReportError("plan", w);
+  if (!o.prediction.empty()) {
+    w = traces::WriteStepReport(report, o.prediction);
+    if (!w.ok()) return ReportError("plan", w);
+  }
   const traces::StepMetrics& m = r->prediction.metrics;
   std::cout << fmt::format(
       "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {} ({} micro-batches): step {:.1f} "
-      "ms, {:.0f} tokens/s, {:.1f} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} GiB), "
+      "ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} GiB), "
       "SSD writes {:.2f} GB/step\n",
       base.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp, plan.pp, plan.dp,
       plan.num_micro_batches, static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s,
@@ -98,19 +136,15 @@ int RunPlan(const PlanCmdOptions& o) {
     }
   }
   if (!o.timeline.empty()) {
-    models::ConfigOverrides ov;
-    ov.micro_batch = plan.micro_batch;
-    ov.tp = plan.tp;
-    ov.pp = plan.pp;
-    Result<models::ModelConfig> c = models::ApplyOverrides(base, ov, o.model);
-    if (!c.ok()) return ReportError("plan", c.status());
-    Result<traces::Trace> t = models::BuildTrace(*c, 0);
-    if (!t.ok()) return ReportError("plan", t.status());
-    Result<sim::Prediction> p = sim::Simulate(*t, plan, *hw);
+    Result<sim::Prediction> p = sim::Simulate(*stage0, plan, *hw);
     if (!p.ok()) return ReportError("plan", p.status());
     w = traces::WriteJsonFile(traces::ToChromeTrace(p->timeline, "ssdtrain plan"), o.timeline);
     if (!w.ok()) return ReportError("plan", w);
   }
+  std::cout << fmt::format(
+      "trace for this plan: ssdtrain trace --model {} --micro-batch {} --seq-len {} --tp {} "
+      "--pp {}\n",
+      o.model, plan.micro_batch, chosen_config->seq_len, plan.tp, plan.pp);
   return 0;
 }
 
@@ -132,11 +166,18 @@ Verb AddPlanCommand(CLI::App& app) {
   cmd->add_option("--memory-budget", o->memory_budget_GiB,
                   "GPU memory budget in GiB (default: "
                   "the GPU's capacity)");
-  cmd->add_option("--micro-batch", o->micro_batch, "fix the micro-batch size");
+  cmd->add_option("--micro-batch", o->micro_batch, "fix the micro-batch size (default: search)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len", o->seq_len, "sequence length (overrides the model config)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--global-batch", o->global_batch, "sequences per step");
   cmd->add_option("-o,--output", o->output, "plan JSON to write")->required();
   cmd->add_option("--timeline", o->timeline, "Chrome/Perfetto trace of the predicted step");
+  cmd->add_option("--prediction", o->prediction,
+                  "step report of the prediction (ssdtrain-report, for ssdtrain compare)");
   cmd->add_flag("--rok", o->rok, "print the recompute-offload-keep curve");
+  cmd->add_flag("--no-host-offload", o->no_host_offload,
+                "no offload-host placements (for `ssdtrain replay`, which offloads to SSD only)");
   return Verb{cmd, [o] { return RunPlan(*o); }};
 }
 

@@ -6,6 +6,7 @@
 #include "sim/simulate.h"
 #include "traces/io.h"
 #include "traces/plan.h"
+#include "traces/report.h"
 #include "traces/timeline.h"
 
 namespace ssdtrain::app {
@@ -28,7 +29,7 @@ int RunSimulate(const SimulateCmdOptions& o) {
   so.record_timeline = !o.timeline.empty();
   Result<sim::Prediction> p = sim::Simulate(*trace, *plan, *hw, so);
   if (!p.ok()) return ReportError("simulate", p.status());
-  Status w = traces::WriteJsonFile(sim::PredictionToJson(*p), o.output);
+  Status w = traces::WriteStepReport(sim::PredictionReport(*p, *trace, *plan, *hw), o.output);
   if (!w.ok()) return ReportError("simulate", w);
   if (!o.timeline.empty()) {
     w = traces::WriteJsonFile(traces::ToChromeTrace(p->timeline, "ssdtrain simulate"), o.timeline);
@@ -51,7 +52,9 @@ Verb AddSimulateCommand(CLI::App& app) {
   cmd->add_option("--plan", o->plan, "plan file")->required();
   cmd->add_option("--hardware", o->hardware, "hardware config (configs/hardware/*.json)")
       ->required();
-  cmd->add_option("-o,--output", o->output, "prediction JSON to write")->required();
+  cmd->add_option("-o,--output", o->output,
+                  "prediction to write: an ssdtrain-report step report (kind prediction)")
+      ->required();
   cmd->add_option("--timeline", o->timeline, "Chrome/Perfetto trace of the simulated step");
   return Verb{cmd, [o] { return RunSimulate(*o); }};
 }

@@ -11,9 +11,11 @@
 // is reported by the next Synchronize or Event::Synchronize of that stream
 // (CUDA's sticky error), never dropped.
 //
-// Thread-safety: one host thread issues work to a Device (the replay's issue
-// thread); Allocate/Free, used_bytes and peak_bytes may be called from any
-// thread. Events may be waited on from any thread.
+// Thread-safety: each stream is driven by one host thread at a time;
+// different streams may be driven from different threads (the replay issues
+// compute and D2H work from its issue thread and H2D copies from its read
+// thread). Allocate/Free, used_bytes and peak_bytes may be called from any
+// thread. Events may be recorded, waited on and queried from any thread.
 #pragma once
 
 #include <cstdint>

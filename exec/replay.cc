@@ -769,6 +769,16 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
   SSDTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
                             MakeDevice(options.backend, device_options, &picked));
   if (options.progress) options.progress("backend " + picked);
+  // The GEMM workspace counts too; still no file exists.
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t workspace, device->ReserveWorkspace(trace));
+  if (planned.device_bytes + workspace > device->capacity_bytes()) {
+    return Status::ResourceExhausted(
+        "the plan needs at least " + detail::FormatBytes(planned.device_bytes + workspace) +
+        " of device memory (" + detail::FormatBytes(planned.activation_bytes) +
+        " of it activations, " + detail::FormatBytes(workspace) +
+        " GEMM workspace), more than the " + detail::FormatBytes(device->capacity_bytes()) +
+        " given; raise --device-memory or offload more");
+  }
 
   OffloadOptions engine_options;
   engine_options.dirs = {options.dir};

@@ -103,8 +103,8 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
 nlohmann::json ToJson(const ReplayResult& r);
 
 // A plan that offloads every saved, offloadable activation to the SSD, one file
-// per storage, prefetched when backward reaches the next layer (on demand for
-// the last layer): for tests, and for replays without a planner.
+// per storage, prefetched when backward reaches the next layer (the last
+// layer's when backward starts): for tests, and for replays without a planner.
 traces::Plan OffloadAllPlan(const traces::Trace& trace);
 // A plan that keeps everything.
 traces::Plan KeepAllPlan(const traces::Trace& trace);

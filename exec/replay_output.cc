@@ -73,14 +73,17 @@ traces::Plan OffloadAllPlan(const traces::Trace& trace) {
     p.tensor = t.id;
     p.action = traces::TensorAction::kOffloadSsd;
     // Prefetch one layer ahead, as SSDTrain does: when backward starts on the
-    // layer after this one. The last layer's tensors are fetched on demand.
+    // layer after this one; the last layer's when backward starts.
+    traces::OpId first_backward = traces::kNoOp;
     for (const traces::Op& op : trace.ops) {
-      if (op.phase == traces::Phase::kBackward && t.layer != traces::kNoLayer &&
-          op.layer == t.layer + 1) {
+      if (op.phase != traces::Phase::kBackward) continue;
+      if (first_backward == traces::kNoOp) first_backward = op.id;
+      if (t.layer != traces::kNoLayer && op.layer == t.layer + 1) {
         p.prefetch_before = op.id;
         break;
       }
     }
+    if (p.prefetch_before == traces::kNoOp) p.prefetch_before = first_backward;
     char name[32];
     std::snprintf(name, sizeof(name), "t%lld.bin", static_cast<long long>(t.id));
     p.file = name;  // (std::string concatenation trips GCC 12's -Wrestrict here)

@@ -5,6 +5,7 @@
 #include <memory>
 #include <tuple>
 
+#include "sim/detail/tensor_roles.h"
 #include "sim/op_cost.h"
 #include "sim/optimal_policy.h"
 #include "sim/pipeline.h"
@@ -49,8 +50,16 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
   const int64_t budget =
       options.memory_budget_bytes > 0 ? options.memory_budget_bytes : GpuMemoryBytes(hw);
   std::vector<std::string> policies;
+  if (!options.allow_host_offload && options.policy == "offload-host") {
+    return Status::InvalidArgument(
+        "--policy offload-host: host offload is excluded (--no-host-offload)");
+  }
+  PolicyOptions policy_options;
+  policy_options.allow_host_offload = options.allow_host_offload;
   if (options.policy == "auto") {
-    for (std::string_view p : kFixedPolicies) policies.emplace_back(p);
+    for (std::string_view p : kFixedPolicies) {
+      if (p != "offload-host" || options.allow_host_offload) policies.emplace_back(p);
+    }
     policies.emplace_back("optimal");
   } else {
     policies.push_back(options.policy);
@@ -99,11 +108,11 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
     }
     for (const traces::Tensor& x : t->tensors) {
       if (x.alias_of) continue;
-      if (x.kind == traces::TensorKind::kWeight || x.kind == traces::TensorKind::kGradient ||
-          x.kind == traces::TensorKind::kOptimizerState) {
+      if (x.kind == traces::TensorKind::kWeight || x.kind == traces::TensorKind::kOptimizerState ||
+          detail::IsWeightGradient(*t, x)) {
         static_bytes += x.bytes;
       }
-      if (x.kind == traces::TensorKind::kGradient) grads += x.bytes;
+      if (detail::IsWeightGradient(*t, x)) grads += x.bytes;
     }
     min_static = std::min(min_static, static_bytes);
     if (static_bytes > budget) continue;
@@ -144,13 +153,16 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
     for (const std::string& policy : policies) {
       traces::Plan plan, last_plan;
       if (policy == "optimal") {
-        SSDTRAIN_ASSIGN_OR_RETURN(OptimalResult opt, MakeOptimalPlan(*first, hw, base, budget));
+        SSDTRAIN_ASSIGN_OR_RETURN(OptimalResult opt,
+                                  MakeOptimalPlan(*first, hw, base, budget, policy_options));
         out.simulations += opt.simulations;
         plan = std::move(opt.plan);
-        SSDTRAIN_ASSIGN_OR_RETURN(last_plan, MakeFixedPlan(opt.best_fixed_policy, *last, hw, base));
+        SSDTRAIN_ASSIGN_OR_RETURN(
+            last_plan, MakeFixedPlan(opt.best_fixed_policy, *last, hw, base, policy_options));
       } else {
-        SSDTRAIN_ASSIGN_OR_RETURN(plan, MakeFixedPlan(policy, *first, hw, base));
-        SSDTRAIN_ASSIGN_OR_RETURN(last_plan, MakeFixedPlan(policy, *last, hw, base));
+        SSDTRAIN_ASSIGN_OR_RETURN(plan, MakeFixedPlan(policy, *first, hw, base, policy_options));
+        SSDTRAIN_ASSIGN_OR_RETURN(last_plan,
+                                  MakeFixedPlan(policy, *last, hw, base, policy_options));
       }
       std::vector<StageInput> stages{{first, &plan}};
       if (l.pp > 1) stages.push_back({last, &last_plan});

@@ -39,6 +39,7 @@ struct PlannerOptions {
   int64_t global_batch = 0;            // sequences per step; 0: micro_batch · dp · 2·pp
   int64_t layers = 0;                  // the model's blocks (pp must divide it)
   int64_t heads = 0;                   // tp must divide it
+  bool allow_host_offload = true;      // false: auto skips offload-host; optimal never uses host
   std::function<void(const std::string&)> progress;  // one line per event; may be empty
 };
 

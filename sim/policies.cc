@@ -162,9 +162,9 @@ std::vector<traces::OpId> LookaheadPrefetchOps(const traces::Trace& trace, int l
       continue;
     }
     // The module holding f: the last module start at or before it.
-    const auto index =
-        static_cast<int64_t>(std::upper_bound(modules.begin(), modules.end(), f) - modules.begin()) -
-        1;
+    const auto index = static_cast<int64_t>(std::upper_bound(modules.begin(), modules.end(), f) -
+                                            modules.begin()) -
+                       1;
     out[t] = modules[static_cast<size_t>(std::max<int64_t>(0, index - lookahead))];
   }
   return out;
@@ -241,7 +241,7 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
     return plan;
   }
   if (policy == "offload-host") {
-    int64_t budget = HostPinnedBytes(hw);
+    int64_t budget = options.allow_host_offload ? HostPinnedBytes(hw) : 0;
     for (TensorId t : candidates) {
       const int64_t bytes = trace.tensor(trace.StorageOf(t)).bytes;
       if (bytes > budget) break;  // in forward order: the earliest layers go to the host

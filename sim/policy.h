@@ -43,6 +43,10 @@ struct PolicyOptions {
   int64_t min_offload_bytes = 1 << 20;  // smaller tensors stay on the device
   int prefetch_lookahead_modules = 2;
   int gpu = -1;  // storage array the plan targets; -1: the slowest
+  // false: no offload-host placements (offload-host places nothing, the
+  // optimizer never moves a tensor to host memory), for executors without a
+  // host-offload path (`ssdtrain replay` today).
+  bool allow_host_offload = true;
 };
 
 // A plan for `trace` under a fixed policy. The layout fields (micro_batch, tp,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/detail/tensor_roles.h"
 #include "sim/pipeline.h"
 
 namespace ssdtrain::sim {
@@ -17,7 +18,7 @@ int64_t GradientBytes(const traces::Trace& trace) {
   int64_t grads = 0, weights = 0;
   for (const traces::Tensor& t : trace.tensors) {
     if (t.alias_of) continue;
-    if (t.kind == traces::TensorKind::kGradient) grads += t.bytes;
+    if (detail::IsWeightGradient(trace, t)) grads += t.bytes;
     if (t.kind == traces::TensorKind::kWeight) weights += t.bytes;
   }
   return grads > 0 ? grads : weights;
@@ -136,6 +137,8 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   }
   out.lane_busy_ns = results[0].lane_busy_ns;
   for (auto& [lane, ns] : out.lane_busy_ns) ns *= m;
+  // The optimizer runs once per step, not once per micro-batch.
+  out.lane_busy_ns["compute"] -= (m - 1) * results[0].optimizer_ns;
   out.ops = results[0].ops;
   out.forwarded_storages = results[0].forwarded_storages;
   out.dropped_writes = results[0].dropped_writes;
@@ -176,6 +179,28 @@ nlohmann::json PredictionToJson(const Prediction& p) {
                   {"recompute_ns_per_micro_batch", p.recompute_ns},
                   {"peak_host_bytes", p.peak_host_bytes}};
   return j;
+}
+
+traces::StepReport PredictionReport(const Prediction& p, const traces::Trace& trace,
+                                    const traces::Plan& plan, const HardwareOptions& hw) {
+  traces::StepReport r;
+  r.kind = "prediction";
+  r.model = trace.header.model;
+  r.trace_fingerprint = traces::Fingerprint(trace);
+  r.policy = plan.policy;
+  r.source = hw.name;
+  r.metrics = p.metrics;
+  for (const char* lane : {"compute", "d2h", "h2d", "ssd_write", "ssd_read"}) {
+    auto it = p.lane_busy_ns.find(lane);
+    r.lane_busy_ns[lane] = it == p.lane_busy_ns.end() ? 0 : it->second;
+  }
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    if (p.ops[i].start_ns < 0) continue;
+    r.ops.push_back(
+        traces::OpTiming{static_cast<traces::OpId>(i), p.ops[i].start_ns, p.ops[i].end_ns});
+  }
+  r.extra["details"] = PredictionToJson(p)["details"];
+  return r;
 }
 
 }  // namespace ssdtrain::sim

@@ -22,6 +22,7 @@
 #include "sim/hardware.h"
 #include "sim/stage_sim.h"
 #include "traces/plan.h"
+#include "traces/report.h"
 #include "traces/status.h"
 #include "traces/timeline.h"
 #include "traces/trace.h"
@@ -66,5 +67,14 @@ Result<Prediction> Simulate(const traces::Trace& trace, const traces::Plan& plan
 // "ops" ([{op, start_ns, end_ns}] for stage 0's first micro-batch) and
 // "details" (pipeline, all-reduce, bubble, forwarding, recompute).
 nlohmann::json PredictionToJson(const Prediction& p);
+
+// The prediction as a step report (traces/report.h), the shape `ssdtrain
+// compare` reads against an executor run: kind "prediction", the trace's model
+// and fingerprint, the plan's policy, source = the hardware config's name, the
+// step metrics, lane_busy_ns (compute, d2h, h2d, ssd_write, ssd_read) and the
+// predicted start/end of every op of stage 0's first micro-batch (ops that did
+// not run are left out). "details" (PredictionToJson's) goes into `extra`.
+traces::StepReport PredictionReport(const Prediction& p, const traces::Trace& trace,
+                                    const traces::Plan& plan, const HardwareOptions& hw);
 
 }  // namespace ssdtrain::sim

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <memory>
 
+#include "sim/detail/tensor_roles.h"
 #include "sim/engine.h"
 #include "sim/fluid.h"
 #include "sim/op_cost.h"
@@ -136,8 +137,7 @@ Status StageSimulator::BuildStorages() {
       s.root = root;
       s.bytes = r.bytes;
       s.producer = r.producer;
-      s.persistent = r.producer == traces::kNoOp || r.kind == TensorKind::kWeight ||
-                     r.kind == TensorKind::kGradient || r.kind == TensorKind::kOptimizerState;
+      s.persistent = detail::IsPersistent(trace_, r);
       s.activation = r.kind == TensorKind::kActivation;
       root_to_storage[static_cast<size_t>(root)] = static_cast<int64_t>(storages_.size());
       storages_.push_back(s);

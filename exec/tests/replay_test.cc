@@ -64,6 +64,29 @@ TEST(Replay, OffloadLowersPeakActivationsByWhatThePlanSays) {
   EXPECT_EQ(offload->metrics.ssd_bytes_read, offload->plan_offloaded_bytes);
 }
 
+TEST(Replay, TensorsClaimedBeforeEvictionAreForwardedNotRead) {
+  // Every placement's prefetch point is the op right after its producer, so
+  // backward claims each tensor while it is still resident: all of it is
+  // forwarded (served from memory), nothing is read back, and every write is
+  // either dropped before it started or completed without an eviction.
+  const traces::Trace trace = TinyGptTrace(1, 128);
+  traces::Plan plan = OffloadAllPlan(trace);
+  for (traces::Placement& p : plan.placements) {
+    p.prefetch_before = trace.tensor(p.tensor).producer + 1;
+  }
+  const int64_t offloaded = OffloadedStorageBytes(trace, plan);
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  o.verify = true;
+  auto r = Replay(trace, plan, o, "forward-everything");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->verified);
+  EXPECT_EQ(r->cache.bytes_forwarded, offloaded);
+  EXPECT_EQ(r->metrics.ssd_bytes_read, 0);
+  EXPECT_EQ(r->cache.evictions, 0);
+  EXPECT_EQ(r->metrics.ssd_bytes_written + r->cache.bytes_write_dropped, offloaded);
+}
+
 TEST(Replay, RecomputedTensorsAreReproducedAndVerify) {
   // Recompute every saved activation of layer 1: its producers run again in
   // backward (one "recompute" span each) and the re-produced bytes match.

@@ -160,5 +160,48 @@ TEST(Simulate, EnduranceFollowsTbwOverWriteRate) {
   EXPECT_NEAR(r->metrics.ssd_lifetime_days, 1000 / 86.4, 1e-3);
 }
 
+TEST(StageSim, ActivationGradientsAreTransientWeightGradientsPersist) {
+  // fwd: x(1000, saved) = f(w); bwd1: g_x(5000, activation gradient) from x;
+  // bwd0: wg(100, weight gradient) from g_x; adam reads wg. g_x lives only
+  // from bwd1 to bwd0, so after bwd0 the device holds w + wg + the input:
+  // peak = w 1000 + input 1000 + x 1000 + g_x 5000 + wg 100 = 8100 while
+  // bwd1 runs, and 2100 at the end (x and g_x freed). Were g_x kept all step
+  // (as a weight gradient), static would be 7100 and the end 7100.
+  using traces::OpKind;
+  using traces::Phase;
+  using traces::TensorKind;
+  testing::TraceBuilder b;
+  const auto w = b.Tensor("w", 1000, TensorKind::kWeight, 0, false, false);
+  const auto in = b.Tensor("input", 1000, TensorKind::kInput, traces::kNoLayer, false, false);
+  const auto x = b.Tensor("x", 1000, TensorKind::kActivation, 0, true, true);
+  const auto gx = b.Tensor("x.grad", 5000, TensorKind::kGradient, 0, false, false);
+  const auto wg = b.Tensor("w.grad", 100, TensorKind::kGradient, 0, false, false);
+  b.Op("fwd", OpKind::kGemm, Phase::kForward, 0, {in, w}, {x}, 10);
+  b.Op("bwd1", OpKind::kGemm, Phase::kBackward, 0, {x, w}, {gx}, 10);
+  b.Op("bwd0", OpKind::kGemm, Phase::kBackward, 0, {gx, in}, {wg}, 10);
+  b.Op("adam", OpKind::kOptimizer, Phase::kOptimizer, 0, {wg, w}, {}, 10);
+  traces::Trace t = std::move(b.trace());
+  t.header.layers = 1;
+  auto r = SimulateStage(t, PlanWith(t, {}), TestHardware(1, 1, 10));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->static_bytes, 1000 + 1000 + 100);  // w, input, w.grad
+  EXPECT_EQ(r->peak_gpu_bytes, 8100);
+  ASSERT_FALSE(r->timeline.memory.empty());
+  EXPECT_EQ(r->timeline.memory.back().device_bytes, 2100);
+}
+
+TEST(Policies, OrderBasedPrefetchLooksTwoModulesAhead) {
+  // ChainTrace(4): tensors w, input, act0..act3 (ids 0..5); backward modules
+  // in order bwd3, bwd2, bwd1, bwd0 (ops 4..7). act0 is first needed by bwd0
+  // (op 7): two modules earlier is bwd2 (op 5); act1 by bwd1 (op 6) -> bwd3
+  // (op 4); act2 and act3 have fewer than two modules before theirs -> bwd3.
+  const traces::Trace t = ChainTrace(4, 1000, 100, 200);
+  EXPECT_EQ(LookaheadPrefetchOp(t, 2, 2), 5);
+  EXPECT_EQ(LookaheadPrefetchOp(t, 3, 2), 4);
+  EXPECT_EQ(LookaheadPrefetchOp(t, 4, 2), 4);
+  EXPECT_EQ(LookaheadPrefetchOp(t, 5, 2), 4);
+  EXPECT_EQ(LookaheadPrefetchOp(t, 2, 0), 7);  // lookahead 0: at the consumer itself
+}
+
 }  // namespace
 }  // namespace ssdtrain::sim

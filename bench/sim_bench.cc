@@ -1,0 +1,128 @@
+// Simulator speed (issue 3): the event engine must process at least 5 million
+// events per second on one core, and `ssdtrain plan` for GPT-175B on 1024 GPUs
+// (every micro-batch size, pipeline depth, tensor-parallel degree and policy,
+// optimal included) must finish in under 2 seconds.
+//
+//   build/bench/sim_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "models/build_trace.h"
+#include "models/model_config.h"
+#include "sim/engine.h"
+#include "sim/event_queue.h"
+#include "sim/hardware.h"
+#include "sim/planner.h"
+#include "sim/policy.h"
+#include "sim/simulate.h"
+
+namespace {
+
+using namespace ssdtrain;
+
+// `chains` independent event chains, each rescheduling itself with a delay
+// that varies per chain, so the heap holds `chains` events at all times.
+template <typename Queue>
+void BM_EngineEvents(benchmark::State& state) {
+  const int64_t chains = state.range(0);
+  constexpr int64_t kEventsPerRun = 1'000'000;
+  int64_t total = 0;
+  for (auto _ : state) {
+    sim::Engine engine(std::make_unique<Queue>());
+    int64_t remaining = kEventsPerRun;
+    std::function<void(int64_t)> fire = [&](int64_t chain) {
+      if (--remaining < chains) return;
+      (void)engine.Schedule(sim::Time::Ns(1 + (chain * 7919) % 1000),
+                            [&fire, chain] { fire(chain); });
+    };
+    for (int64_t c = 0; c < chains; ++c) {
+      (void)engine.Schedule(sim::Time::Ns(c), [&fire, c] { fire(c); });
+    }
+    engine.Run();
+    total += static_cast<int64_t>(engine.events_processed());
+  }
+  state.counters["events_per_s"] =
+      benchmark::Counter(static_cast<double>(total), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_EngineEvents<sim::HeapEventQueue>)->Arg(16)->Arg(1024)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EngineEvents<sim::MapEventQueue>)->Arg(1024)->Unit(benchmark::kMillisecond);
+
+models::ModelConfig LoadModel(const std::string& name) {
+  Result<models::ModelConfig> c = models::LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) +
+                                                          "/configs/models/" + name + ".json");
+  if (!c.ok()) throw std::runtime_error(c.status().ToString());
+  return *c;
+}
+
+sim::HardwareOptions LoadHw(const std::string& name) {
+  Result<sim::HardwareOptions> hw =
+      sim::LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/" + name + ".json");
+  if (!hw.ok()) throw std::runtime_error(hw.status().ToString());
+  return *hw;
+}
+
+// One whole-step simulation of a paper model under SSD offload (the planner's
+// inner loop), with the engine's event count as a rate.
+void BM_SimulatePaperGptOffload(benchmark::State& state) {
+  const models::ModelConfig config = LoadModel("ssdtrain-gpt-h8192-l4");
+  const sim::HardwareOptions hw = LoadHw("a100-pcie-ssdtrain-paper");
+  Result<traces::Trace> trace = models::BuildTrace(config, 0);
+  if (!trace.ok()) throw std::runtime_error(trace.status().ToString());
+  Result<traces::Plan> plan = sim::MakeFixedPlan("ssdtrain", *trace, hw, sim::BasePlan(*trace));
+  if (!plan.ok()) throw std::runtime_error(plan.status().ToString());
+  sim::SimulateOptions so;
+  so.record_timeline = false;
+  for (auto _ : state) {
+    Result<sim::Prediction> p = sim::Simulate(*trace, *plan, hw, so);
+    if (!p.ok()) {
+      state.SkipWithError(p.status().ToString().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(p->metrics.step_time_ns);
+  }
+}
+BENCHMARK(BM_SimulatePaperGptOffload)->Unit(benchmark::kMicrosecond);
+
+// What `ssdtrain plan --model gpt-175b.json --hardware h100-sxm-8x-gen5-nvme.json
+// --gpus 1024` does, tracing included (a fresh trace cache every iteration).
+void BM_PlanGpt175bOn1024Gpus(benchmark::State& state) {
+  const models::ModelConfig base = LoadModel("gpt-175b");
+  const sim::HardwareOptions hw = LoadHw("h100-sxm-8x-gen5-nvme");
+  int64_t simulations = 0, simulated_layouts = 0, layouts = 0;
+  for (auto _ : state) {
+    sim::TraceProvider provider = [&base](int64_t mb, int64_t tp, int64_t pp,
+                                          int64_t stage) -> Result<traces::Trace> {
+      models::ConfigOverrides ov;
+      ov.micro_batch = mb;
+      ov.tp = tp;
+      ov.pp = pp;
+      SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c,
+                                models::ApplyOverrides(base, ov, "gpt-175b"));
+      return models::BuildTrace(c, stage);
+    };
+    sim::PlannerOptions po;
+    po.gpus = 1024;
+    po.layers = base.layers;
+    po.heads = base.heads;
+    Result<sim::PlannerResult> r = sim::SearchPlan(provider, hw, po);
+    if (!r.ok() || !r->fits) {
+      state.SkipWithError(r.ok() ? "no plan fits" : r.status().ToString().c_str());
+      return;
+    }
+    simulations = r->simulations;
+    simulated_layouts = r->simulated_layouts;
+    layouts = r->layouts;
+    benchmark::DoNotOptimize(r->prediction.metrics.step_time_ns);
+  }
+  state.counters["layouts"] = static_cast<double>(layouts);
+  state.counters["simulated_layouts"] = static_cast<double>(simulated_layouts);
+  state.counters["simulations"] = static_cast<double>(simulations);
+}
+BENCHMARK(BM_PlanGpt175bOn1024Gpus)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
