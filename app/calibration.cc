@@ -89,6 +89,7 @@ sim::HardwareOptions ApplyCalibration(sim::HardwareOptions hw, const exec::Calib
   hw.storage.drive.write_latency_us = c.ssd_write_latency_us;
   hw.storage.drive.queue_depth = o.queue_depth;
   hw.storage.drive.request_KiB = static_cast<double>(o.block_size) / 1024.0;
+  if (c.op_overhead_us > 0) hw.gpu.op_overhead_us = c.op_overhead_us;
   hw.measured_op_times.clear();
   for (const exec::OpSample& s : c.ops) {
     hw.measured_op_times.push_back(

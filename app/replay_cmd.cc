@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "app/command.h"
+#include "app/reports.h"
 #include "exec/replay.h"
 #include "traces/io.h"
 #include "traces/plan.h"
@@ -76,7 +77,7 @@ int Run(const ReplayFlags& f) {
   o.progress = [](const std::string& line) { std::cerr << "replay: " << line << "\n"; };
   auto result = exec::Replay(*trace, plan, o, plan_source);
   if (!result.ok()) return ReportError("replay", result.status());
-  Status written = traces::WriteJsonFile(exec::ToJson(*result), f.output);
+  Status written = traces::WriteStepReport(RunReport(*result, *trace, plan), f.output);
   if (!written.ok()) return ReportError("replay", written);
   if (!f.timeline.empty()) {
     written = traces::WriteJsonFile(

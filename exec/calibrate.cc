@@ -218,6 +218,7 @@ Status MeasureTraceOps(const CalibrationOptions& o, Calibration* out) {
   using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, std::string, int64_t>;
   std::map<Key, std::vector<int64_t>> times;
   std::map<Key, OpSample> samples;
+  std::vector<int64_t> overheads;
   for (const traces::Trace& trace : o.traces) {
     if (o.progress)
       o.progress("timing the ops of " + trace.header.model + " (keep-everything replay)");
@@ -231,6 +232,11 @@ Status MeasureTraceOps(const CalibrationOptions& o, Calibration* out) {
     ro.queue_depth = o.queue_depth;
     Result<ReplayResult> r = Replay(trace, KeepAllPlan(trace), ro, "calibration keep plan");
     if (!r.ok()) return r.status().WithPrefix("timing the ops of " + trace.header.model);
+    int64_t busy = 0;
+    for (const OpTime& t : r->ops) busy += t.end_ns - t.start_ns;
+    if (!r->ops.empty() && r->metrics.step_time_ns > busy) {
+      overheads.push_back((r->metrics.step_time_ns - busy) / static_cast<int64_t>(r->ops.size()));
+    }
     for (const OpTime& t : r->ops) {
       const traces::Op& op = trace.op(t.op);
       const traces::GemmDims g = op.gemm.value_or(traces::GemmDims{0, 0, 0, 0});
@@ -247,6 +253,7 @@ Status MeasureTraceOps(const CalibrationOptions& o, Calibration* out) {
     sample.ns = Median(times[key]);
     out->ops.push_back(sample);
   }
+  if (!overheads.empty()) out->op_overhead_us = static_cast<double>(Median(overheads)) / 1e3;
   return Status::Ok();
 }
 

@@ -69,6 +69,9 @@ struct Calibration {
   double ssd_write_latency_us = 0;  // one 4 KiB request, median
   double ssd_read_latency_us = 0;
   std::vector<OpSample> ops;
+  // Host-side cost per op that the op times do not contain (issuing, event
+  // waits): (step time − Σ op times) / ops of the keep-everything replays.
+  double op_overhead_us = 0;
 };
 
 Result<Calibration> Calibrate(const CalibrationOptions& options);

@@ -4,7 +4,7 @@
 #   scripts/run-notebook.sh [BINARY] [OUTPUT_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin=${1:-$root/build/app/ssdtrain}
+bin=$(realpath "${1:-$root/build/app/ssdtrain}")
 out=${2:-$(mktemp -d "${TMPDIR:-/tmp}/ssdtrain-notebook-XXXXXX")}
 mkdir -p "$out"
 export SSDTRAIN_BIN=$bin SSDTRAIN_NOTEBOOK_OUT=$out SSDTRAIN_SOURCE_DIR=$root

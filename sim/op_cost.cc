@@ -78,6 +78,13 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
 }
 
 int64_t OpCostModel::OpTimeNs(const traces::Op& op) const {
+  // Measured times are the ops' own durations; the per-op issue overhead comes on top.
+  const int64_t overhead = CeilNs(hw_.gpu.op_overhead_us * 1e-6);
+  const int64_t measured = MeasuredNs(op);
+  return measured >= 0 ? measured + overhead : RooflineNs(op);
+}
+
+int64_t OpCostModel::MeasuredNs(const traces::Op& op) const {
   if (use_trace_measurements_ && op.measured_ns) return *op.measured_ns;
   if (op.kind == traces::OpKind::kGemm && op.gemm) {
     auto it = gemm_times_.find({op.gemm->m, op.gemm->n, op.gemm->k, op.gemm->batch});
@@ -100,7 +107,7 @@ int64_t OpCostModel::OpTimeNs(const traces::Op& op) const {
     return static_cast<int64_t>(std::ceil(static_cast<double>(lo->second) +
                                           f * static_cast<double>(hi->second - lo->second)));
   }
-  return RooflineNs(op);
+  return -1;
 }
 
 }  // namespace ssdtrain::sim

@@ -30,11 +30,15 @@ class OpCostModel {
   OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
               bool use_trace_measurements = true);
 
+  // A measured time (the trace's measured_ns, or the hardware's measured op
+  // table) plus the per-op overhead, else the roofline estimate.
   int64_t OpTimeNs(const traces::Op& op) const;
   // The roofline estimate alone (no measurements).
   int64_t RooflineNs(const traces::Op& op) const;
 
  private:
+  // The measured duration of `op`, or -1 when none matches.
+  int64_t MeasuredNs(const traces::Op& op) const;
   using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t>;
   const HardwareOptions& hw_;
   int64_t tp_;
