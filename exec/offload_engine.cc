@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -21,7 +22,6 @@
 #include "exec/detail/cleanup_registry.h"
 #include "exec/detail/errno_text.h"
 #include "exec/detail/staging_pool.h"
-#include "exec/detail/token_bucket.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -33,9 +33,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kMaxStagingBytes = int64_t{1} << 30;
 // The largest single request io_uring and pread/pwrite take in one go (uint32 len).
 constexpr int64_t kMaxBlockSize = int64_t{1} << 30;
-// The token bucket may run ahead by this long at the capped rate, so a burst
-// of small requests is not throttled one by one.
-constexpr double kBucketBurstSeconds = 0.005;
 // Distinguishes run directories of several engines in one process.
 std::atomic<int> g_run_counter{0};
 
@@ -103,7 +100,8 @@ struct OffloadEngine::Impl {
     bool bounced = false;
     int buf_index = -1;
     int64_t offset = 0;
-    uint32_t crc = 0;  // write: computed; read: expected
+    uint32_t crc = 0;        // write: computed; read: expected
+    int64_t release_ns = 0;  // bandwidth cap: not completed before this time (steady clock)
   };
 
   OffloadOptions options;
@@ -133,7 +131,13 @@ struct OffloadEngine::Impl {
   std::vector<Request> requests;
   int dir_in_flight[2] = {0, 0};
   int64_t busy_since[2] = {0, 0};
-  detail::TokenBucket bucket{0, 0};
+  // Bandwidth cap (OffloadOptions::bandwidth_cap_bytes_per_s): each direction is
+  // a link of that rate. A request is due when the link has moved its bytes after
+  // the requests before it: release = max(now, link_free) + len / rate. Its
+  // completion is held back until then, so a fast disk behaves like a slower one
+  // for throughput and for the latency of each transfer.
+  int64_t link_free_ns[2] = {0, 0};  // [read, write]
+  std::vector<size_t> held;          // completed slots waiting for their release time
 
   ~Impl() {
     {
@@ -193,9 +197,6 @@ struct OffloadEngine::Impl {
       }
     }
     requests.resize(static_cast<size_t>(options.queue_depth));
-    bucket = detail::TokenBucket(options.bandwidth_cap_bytes_per_s,
-                                 std::max(static_cast<double>(options.block_size),
-                                          options.bandwidth_cap_bytes_per_s * kBucketBurstSeconds));
     io_thread = std::thread([this] { IoLoop(); });
     return Status::Ok();
   }
@@ -681,11 +682,8 @@ struct OffloadEngine::Impl {
           cv.notify_all();
           return;
         }
-        // Take blocks while slots are free (and the bucket allows).
+        // Take blocks while slots are free.
         while (failed.ok() && !stopping && !queue.empty() && !free_slots.empty()) {
-          wait_ns = bucket.WaitNs();
-          if (wait_ns > 0) break;
-          wait_ns = -1;
           Job* job = queue.front();
           const int64_t block = job->next_block++;
           if (job->next_block == job->blocks) queue.pop_front();
@@ -696,7 +694,7 @@ struct OffloadEngine::Impl {
           stats.requests++;
           lock.unlock();
           Prepare(s, job, block);
-          bucket.Take(requests[s].len);
+          ScheduleRelease(s, job->op);
           SetBusy(job->op, +1);
           batch.push_back(ToIoRequest(requests[s], s));
           lock.lock();
@@ -712,6 +710,7 @@ struct OffloadEngine::Impl {
           continue;
         }
       }
+      ReleaseHeld(&free_slots, &wait_ns);
       Result<int> n = backend->Reap(done, 1, wait_ns);
       if (!n.ok()) {
         // The ring itself failed: nothing can be reaped any more. Fail everything,
@@ -750,6 +749,10 @@ struct OffloadEngine::Impl {
         if (error.ok() && failed_already && requests[s].done < requests[s].len) {
           error = Status::IoError("cancelled after an earlier failure");
         }
+        if (error.ok() && !failed_already && requests[s].release_ns > NowNs()) {
+          held.push_back(s);  // the capped link has not moved these bytes yet
+          continue;
+        }
         FinishRequest(s, error, &free_slots);
       }
       if (!batch.empty()) {
@@ -764,6 +767,38 @@ struct OffloadEngine::Impl {
   }
 
   // Retires slot `s` with `error` (OK: its block is done and checked).
+  // Bandwidth cap: the time request `s` may complete (0: uncapped).
+  void ScheduleRelease(size_t s, IoOp op) {
+    requests[s].release_ns = 0;
+    const double rate = options.bandwidth_cap_bytes_per_s;
+    if (rate <= 0) return;
+    int64_t& link = link_free_ns[op == IoOp::kWrite ? 1 : 0];
+    const int64_t start = std::max(NowNs(), link);
+    link =
+        start + static_cast<int64_t>(std::ceil(static_cast<double>(requests[s].len) / rate * 1e9));
+    requests[s].release_ns = link;
+  }
+
+  // Finishes held completions whose release time has come; sets `wait_ns` to
+  // the time until the next one (keeping a shorter wait already set).
+  void ReleaseHeld(std::vector<size_t>* free_slots, int64_t* wait_ns) {
+    if (held.empty()) return;
+    const int64_t now = NowNs();
+    int64_t next = -1;
+    std::vector<size_t> still;
+    for (size_t s : held) {
+      if (requests[s].release_ns <= now) {
+        FinishRequest(s, Status::Ok(), free_slots);
+      } else {
+        still.push_back(s);
+        const int64_t left = requests[s].release_ns - now;
+        next = next < 0 ? left : std::min(next, left);
+      }
+    }
+    held.swap(still);
+    if (next >= 0 && (*wait_ns < 0 || next < *wait_ns)) *wait_ns = next;
+  }
+
   void FinishRequest(size_t s, const Status& error, std::vector<size_t>* free_slots) {
     Request& r = requests[s];
     Job& job = *r.job;

@@ -71,7 +71,11 @@ struct OffloadOptions {
   bool direct_io = true;         // O_DIRECT; falls back to buffered with one warning where refused
   bool register_buffers = true;  // fixed buffers; falls back with one warning where refused
   bool preallocate = true;       // fallocate each extent before writing (early ENOSPC, like fio)
-  double bandwidth_cap_bytes_per_s = 0;  // token bucket on the SSD path, both directions; 0: none
+  // Cap on the SSD path, bytes/s per direction: reads and writes each behave like a
+  // link of this rate (a request completes no earlier than its bytes could cross
+  // it after the requests before it), so a fast disk stands in for a slower
+  // array. 0: none.
+  double bandwidth_cap_bytes_per_s = 0;
   WarnFn warn;                           // nullptr: DefaultWarn (stderr)
 };
 

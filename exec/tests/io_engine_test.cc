@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -36,7 +37,8 @@ constexpr int kDepth = 8;
 
 class OffloadEngineConformance : public ::testing::TestWithParam<std::string> {
  protected:
-  std::unique_ptr<OffloadEngine> Make(std::vector<std::string> dirs, int64_t staging = 1 << 20) {
+  std::unique_ptr<OffloadEngine> Make(std::vector<std::string> dirs, int64_t staging = 1 << 20,
+                                      double cap_bytes_per_s = 0) {
     Result<std::unique_ptr<IoBackend>> b =
         GetParam() == "posix" ? MakePosixBackend(kDepth) : MakeUringBackend(kDepth);
     if (!b.ok()) return nullptr;
@@ -49,6 +51,7 @@ class OffloadEngineConformance : public ::testing::TestWithParam<std::string> {
     o.block_size = kBlock;
     o.queue_depth = kDepth;
     o.staging_bytes = staging;
+    o.bandwidth_cap_bytes_per_s = cap_bytes_per_s;
     o.warn = [this](std::string_view w) { warnings_.emplace_back(w); };
     auto e = OffloadEngine::Create(std::move(o), std::move(backend));
     EXPECT_TRUE(e.ok()) << e.status().ToString();
@@ -62,6 +65,31 @@ class OffloadEngineConformance : public ::testing::TestWithParam<std::string> {
 #define MAKE_OR_SKIP(var, ...)  \
   auto var = Make(__VA_ARGS__); \
   if (var == nullptr) GTEST_SKIP() << GetParam() << " unavailable here"
+
+// A cap of 20 MB/s makes each direction a 20 MB/s link: 2 MiB (2,097,152 bytes,
+// 32 extents of 64 KiB) cannot complete in under 2,097,152 / 2e7 s = 104.9 ms,
+// however fast the disk; and the bytes still round-trip.
+TEST_P(OffloadEngineConformance, BandwidthCapHoldsEachDirectionToItsRate) {
+  constexpr double kCap = 20e6;
+  constexpr int64_t kBytes = int64_t{2} << 20;
+  constexpr int64_t kMinNs = static_cast<int64_t>(kBytes / kCap * 1e9);
+  MAKE_OR_SKIP(engine, {tmp_.path()}, 1 << 20, kCap);
+  const std::vector<char> data = RandomBytes(kBytes, 7);
+  std::vector<char> back(kBytes);
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(engine->Write(Key(1), data.data(), kBytes).ok());
+  const int64_t write_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
+  start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(engine->Read(Key(1), back.data(), kBytes).ok());
+  const int64_t read_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
+  EXPECT_GE(write_ns, kMinNs);
+  EXPECT_GE(read_ns, kMinNs);
+  EXPECT_EQ(back, data);
+}
 
 TEST_P(OffloadEngineConformance, RoundTripsOddSizesExactly) {
   // Sizes around the 4096 alignment and the 64 KiB block: 1, 4095, 4097,
