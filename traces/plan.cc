@@ -1,8 +1,6 @@
 #include "traces/plan.h"
 
 #include <array>
-#include <cinttypes>
-#include <cstdio>
 #include <filesystem>
 #include <unordered_map>
 
@@ -22,20 +20,14 @@ constexpr std::array<std::pair<TensorAction, std::string_view>, 4> kActionNames{
      {TensorAction::kOffloadHost, "offload-host"},
      {TensorAction::kRecompute, "recompute"}}};
 
-std::string HexFingerprint(uint64_t v) {
-  char buf[2 + 16 + 1];
-  std::snprintf(buf, sizeof(buf), "0x%016" PRIx64, v);
-  return buf;
-}
-
 Result<uint64_t> ParseFingerprint(const ObjectReader& r, const std::string& field) {
   SSDTRAIN_ASSIGN_OR_RETURN(std::string s, r.String(field));
-  if (s.size() != 18 || s.rfind("0x", 0) != 0 ||
-      s.find_first_not_of("0123456789abcdef", 2) != std::string::npos) {
+  std::optional<uint64_t> v = ParseFingerprintHex(s);
+  if (!v) {
     return r.At(field).Error("expected a 64-bit hex string like \"0x0123456789abcdef\", got \"" +
                              s + "\"");
   }
-  return std::stoull(s.substr(2), nullptr, 16);
+  return *v;
 }
 
 Result<Placement> ParsePlacement(const json& j, const JsonPath& at) {
@@ -137,7 +129,7 @@ json ToJson(const Plan& plan) {
          {"version", kPlanFormatVersion},
          {"policy", plan.policy},
          {"model", plan.model},
-         {"trace_fingerprint", HexFingerprint(plan.trace_fingerprint)},
+         {"trace_fingerprint", FingerprintHex(plan.trace_fingerprint)},
          {"micro_batch", plan.micro_batch},
          {"seq_len", plan.seq_len},
          {"tp", plan.tp},
@@ -230,8 +222,8 @@ Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& sou
   const uint64_t fp = Fingerprint(trace);
   if (plan.trace_fingerprint != fp) {
     return Status::FailedPrecondition(
-        source + ": trace_fingerprint: " + HexFingerprint(plan.trace_fingerprint) +
-        " does not match the trace's " + HexFingerprint(fp) +
+        source + ": trace_fingerprint: " + FingerprintHex(plan.trace_fingerprint) +
+        " does not match the trace's " + FingerprintHex(fp) +
         " (the plan was made for another trace: other micro-batch, sequence length or "
         "parallelism)");
   }

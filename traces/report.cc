@@ -1,8 +1,5 @@
 #include "traces/report.h"
 
-#include <cinttypes>
-#include <cstdio>
-
 #include "traces/detail/json_fields.h"
 #include "traces/io.h"
 
@@ -13,12 +10,6 @@ using detail::JsonPath;
 using detail::ObjectReader;
 using nlohmann::json;
 
-std::string Hex(uint64_t v) {
-  char buf[2 + 16 + 1];
-  std::snprintf(buf, sizeof(buf), "0x%016" PRIx64, v);
-  return buf;
-}
-
 }  // namespace
 
 json ToJson(const StepReport& r) {
@@ -27,7 +18,7 @@ json ToJson(const StepReport& r) {
   j["version"] = kReportFormatVersion;
   j["kind"] = r.kind;
   j["model"] = r.model;
-  j["trace_fingerprint"] = Hex(r.trace_fingerprint);
+  j["trace_fingerprint"] = FingerprintHex(r.trace_fingerprint);
   j["policy"] = r.policy;
   j["source"] = r.source;
   j["peak_device_bytes"] = r.metrics.peak_gpu_bytes;
@@ -60,11 +51,10 @@ Result<StepReport> StepReportFromJson(const json& j, const std::string& source) 
   }
   SSDTRAIN_ASSIGN_OR_RETURN(out.model, r.String("model"));
   SSDTRAIN_ASSIGN_OR_RETURN(std::string fp, r.String("trace_fingerprint"));
-  if (fp.size() != 18 || fp.rfind("0x", 0) != 0 ||
-      fp.find_first_not_of("0123456789abcdef", 2) != std::string::npos) {
+  std::optional<uint64_t> fingerprint = ParseFingerprintHex(fp);
+  if (!fingerprint)
     return r.At("trace_fingerprint").Error("expected a 64-bit hex string, got \"" + fp + "\"");
-  }
-  out.trace_fingerprint = std::stoull(fp.substr(2), nullptr, 16);
+  out.trace_fingerprint = *fingerprint;
   SSDTRAIN_ASSIGN_OR_RETURN(out.policy, r.StringOr("policy", ""));
   SSDTRAIN_ASSIGN_OR_RETURN(out.source, r.StringOr("source", ""));
   SSDTRAIN_ASSIGN_OR_RETURN(out.metrics, StepMetricsFromJson(j, source));

@@ -25,7 +25,7 @@ struct Span {
   int micro_batch = 0;
   int stage = 0;
   std::string name;
-  int64_t bytes = 0;        // bytes moved, for copy and I/O spans (0 when unknown)
+  int64_t bytes = 0;  // bytes moved, for copy and I/O spans (0 when unknown)
 };
 
 struct CounterSample {

@@ -144,4 +144,22 @@ uint64_t Fingerprint(const Trace& trace) {
   return h.value();
 }
 
+std::string FingerprintHex(uint64_t fingerprint) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out = "0x";
+  for (int shift = 60; shift >= 0; shift -= 4) out += kDigits[(fingerprint >> shift) & 0xf];
+  return out;
+}
+
+std::optional<uint64_t> ParseFingerprintHex(std::string_view s) {
+  if (s.size() != 18 || s.substr(0, 2) != "0x") return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s.substr(2)) {
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return std::nullopt;
+    v = v << 4 | static_cast<uint64_t>(d);
+  }
+  return v;
+}
+
 }  // namespace ssdtrain::traces

@@ -143,5 +143,9 @@ struct Trace {
 // bytes, producers, op ids and kinds). A plan records it so that the executor can
 // refuse a plan made for another trace.
 uint64_t Fingerprint(const Trace& trace);
+// "0x" and 16 lowercase hex digits: how plans and step reports write a fingerprint.
+std::string FingerprintHex(uint64_t fingerprint);
+// The inverse; nullopt unless `s` has exactly that shape.
+std::optional<uint64_t> ParseFingerprintHex(std::string_view s);
 
 }  // namespace ssdtrain::traces
