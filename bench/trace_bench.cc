@@ -3,10 +3,10 @@
 //
 //   build/bench/trace_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 #include "models/build_trace.h"
 #include "models/model_config.h"
@@ -49,9 +49,10 @@ void BM_ReadGpt175bTrace(benchmark::State& state) {
     state.SkipWithError(t.status().ToString().c_str());
     return;
   }
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("ssdtrain-bench-" + std::to_string(::getpid()) + (cbor ? ".cbor" : ".json")))
-                               .string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() /
+       ("ssdtrain-bench-" + std::to_string(::getpid()) + (cbor ? ".cbor" : ".json")))
+          .string();
   if (Status s = traces::WriteTrace(*t, path); !s.ok()) {
     state.SkipWithError(s.ToString().c_str());
     return;

@@ -76,7 +76,7 @@ struct OffloadOptions {
   // it after the requests before it), so a fast disk stands in for a slower
   // array. 0: none.
   double bandwidth_cap_bytes_per_s = 0;
-  WarnFn warn;                           // nullptr: DefaultWarn (stderr)
+  WarnFn warn;  // nullptr: DefaultWarn (stderr)
 };
 
 // Which tensor, and where it goes. `file` empty: "t<tensor>.bin" at offset 0.

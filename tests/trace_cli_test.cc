@@ -64,8 +64,9 @@ TEST_F(TraceCli, EveryConfigRoundTripsJsonCborJson) {
 }
 
 TEST_F(TraceCli, WritesAValidTraceAndPrintsTheSummary) {
-  testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() + "/configs/models/tiny-gpt.json --summary -o " +
-                                     File("t.cbor"));
+  testing::CliResult r =
+      RunSsdtrain("trace --model " + SourceDir() + "/configs/models/tiny-gpt.json --summary -o " +
+                  File("t.cbor"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("total"), std::string::npos) << r.output;
   Result<traces::Trace> t = traces::ReadTrace(File("t.cbor"));
@@ -74,10 +75,11 @@ TEST_F(TraceCli, WritesAValidTraceAndPrintsTheSummary) {
 }
 
 TEST_F(TraceCli, FlagsOverrideTheConfig) {
-  testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() +
-                                     "/configs/models/gpt-1.3b.json --micro-batch 2 --seq-len 512 --tp 2 "
-                                     "--sequence-parallel --attention flash --dtype bf16 -o " +
-                                     File("t.json"));
+  testing::CliResult r =
+      RunSsdtrain("trace --model " + SourceDir() +
+                  "/configs/models/gpt-1.3b.json --micro-batch 2 --seq-len 512 --tp 2 "
+                  "--sequence-parallel --attention flash --dtype bf16 -o " +
+                  File("t.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   Result<traces::Trace> t = traces::ReadTrace(File("t.json"));
   ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -91,8 +93,8 @@ TEST_F(TraceCli, FlagsOverrideTheConfig) {
 
 // Bad input: one line naming the file and field, exit 1, no output file.
 TEST_F(TraceCli, InconsistentFlagFailsCleanly) {
-  testing::CliResult r =
-      RunSsdtrain("trace --model " + SourceDir() + "/configs/models/gpt-1.3b.json --tp 5 -o " + File("t.json"));
+  testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() +
+                                     "/configs/models/gpt-1.3b.json --tp 5 -o " + File("t.json"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("tp: 5 does not divide heads 16"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(File("t.json")));
@@ -115,16 +117,17 @@ TEST_F(TraceCli, MissingConfigFails) {
 }
 
 TEST_F(TraceCli, UnwritableOutputFailsWithoutPartialFile) {
-  testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() + "/configs/models/tiny-gpt.json -o " +
-                                     File("no-such-dir/t.json"));
+  testing::CliResult r =
+      RunSsdtrain("trace --model " + SourceDir() + "/configs/models/tiny-gpt.json -o " +
+                  File("no-such-dir/t.json"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("no-such-dir/t.json"), std::string::npos) << r.output;
   EXPECT_TRUE(fs::is_empty(dir_));
 }
 
 TEST_F(TraceCli, UnknownFlagValueIsRejected) {
-  testing::CliResult r =
-      RunSsdtrain("trace --model " + SourceDir() + "/configs/models/tiny-gpt.json --attention sparse");
+  testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() +
+                                     "/configs/models/tiny-gpt.json --attention sparse");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--attention"), std::string::npos) << r.output;
 }
