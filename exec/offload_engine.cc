@@ -749,7 +749,8 @@ struct OffloadEngine::Impl {
         if (error.ok() && failed_already && requests[s].done < requests[s].len) {
           error = Status::IoError("cancelled after an earlier failure");
         }
-        if (error.ok() && !failed_already && requests[s].release_ns > NowNs()) {
+        if (error.ok() && !failed_already && requests[s].release_ns > 0 &&
+            requests[s].release_ns > NowNs()) {
           held.push_back(s);  // the capped link has not moved these bytes yet
           continue;
         }
@@ -785,17 +786,17 @@ struct OffloadEngine::Impl {
     if (held.empty()) return;
     const int64_t now = NowNs();
     int64_t next = -1;
-    std::vector<size_t> still;
+    size_t kept = 0;
     for (size_t s : held) {
       if (requests[s].release_ns <= now) {
         FinishRequest(s, Status::Ok(), free_slots);
       } else {
-        still.push_back(s);
+        held[kept++] = s;  // in place: this runs on every pass of the I/O loop
         const int64_t left = requests[s].release_ns - now;
         next = next < 0 ? left : std::min(next, left);
       }
     }
-    held.swap(still);
+    held.resize(kept);
     if (next >= 0 && (*wait_ns < 0 || next < *wait_ns)) *wait_ns = next;
   }
 

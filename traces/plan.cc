@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <unordered_map>
 
+#include "traces/detail/enum_names.h"
 #include "traces/detail/json_fields.h"
 #include "traces/io.h"
 
@@ -14,7 +15,7 @@ using detail::JsonPath;
 using detail::ObjectReader;
 using nlohmann::json;
 
-constexpr std::array<std::pair<TensorAction, std::string_view>, 4> kActionNames{
+constexpr detail::NameTable<TensorAction, 4> kActionNames{
     {{TensorAction::kKeep, "keep"},
      {TensorAction::kOffloadSsd, "offload-ssd"},
      {TensorAction::kOffloadHost, "offload-host"},
@@ -64,18 +65,10 @@ bool StaysInside(const std::string& file) {
 
 }  // namespace
 
-std::string_view ToString(TensorAction v) {
-  for (const auto& [value, name] : kActionNames) {
-    if (value == v) return name;
-  }
-  return "?";
-}
+std::string_view ToString(TensorAction v) { return detail::NameOf(kActionNames, v); }
 
 std::optional<TensorAction> ParseTensorAction(std::string_view s) {
-  for (const auto& [value, name] : kActionNames) {
-    if (name == s) return value;
-  }
-  return std::nullopt;
+  return detail::ParseName(kActionNames, s);
 }
 
 json ToJson(const StepMetrics& m) {

@@ -3,6 +3,7 @@
 #include <array>
 #include <map>
 
+#include "traces/detail/enum_names.h"
 #include "traces/detail/json_fields.h"
 
 namespace ssdtrain::traces {
@@ -12,30 +13,19 @@ using detail::JsonPath;
 using detail::ObjectReader;
 using nlohmann::json;
 
-constexpr std::array<std::pair<Lane, std::string_view>, 6> kLaneNames{
-    {{Lane::kCompute, "compute"},
-     {Lane::kDeviceToHost, "d2h"},
-     {Lane::kHostToDevice, "h2d"},
-     {Lane::kSsdWrite, "ssd_write"},
-     {Lane::kSsdRead, "ssd_read"},
-     {Lane::kNetwork, "network"}}};
+constexpr detail::NameTable<Lane, 6> kLaneNames{{{Lane::kCompute, "compute"},
+                                                 {Lane::kDeviceToHost, "d2h"},
+                                                 {Lane::kHostToDevice, "h2d"},
+                                                 {Lane::kSsdWrite, "ssd_write"},
+                                                 {Lane::kSsdRead, "ssd_read"},
+                                                 {Lane::kNetwork, "network"}}};
 constexpr double kNsPerUs = 1000.0;
 
-std::optional<Lane> ParseLane(std::string_view s) {
-  for (const auto& [lane, name] : kLaneNames) {
-    if (name == s) return lane;
-  }
-  return std::nullopt;
-}
+std::optional<Lane> ParseLane(std::string_view s) { return detail::ParseName(kLaneNames, s); }
 
 }  // namespace
 
-std::string_view ToString(Lane v) {
-  for (const auto& [lane, name] : kLaneNames) {
-    if (lane == v) return name;
-  }
-  return "?";
-}
+std::string_view ToString(Lane v) { return detail::NameOf(kLaneNames, v); }
 
 json ToJson(const Timeline& t) {
   json spans = json::array();

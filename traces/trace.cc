@@ -3,11 +3,13 @@
 #include <array>
 #include <utility>
 
+#include "traces/detail/enum_names.h"
+
 namespace ssdtrain::traces {
 namespace {
 
-template <typename E, size_t N>
-using NameTable = std::array<std::pair<E, std::string_view>, N>;
+using detail::NameOf;
+using detail::NameTable;
 
 constexpr NameTable<DType, 6> kDTypeNames{{{DType::kFp16, "fp16"},
                                            {DType::kBf16, "bf16"},
@@ -40,22 +42,6 @@ constexpr NameTable<Phase, 3> kPhaseNames{{{Phase::kForward, "forward"},
 constexpr NameTable<EdgeKind, 2> kEdgeKindNames{
     {{EdgeKind::kOrder, "order"}, {EdgeKind::kSync, "sync"}}};
 
-template <typename E, size_t N>
-std::string_view NameOf(const NameTable<E, N>& table, E v) {
-  for (const auto& [value, name] : table) {
-    if (value == v) return name;
-  }
-  return "?";
-}
-
-template <typename E, size_t N>
-std::optional<E> Parse(const NameTable<E, N>& table, std::string_view s) {
-  for (const auto& [value, name] : table) {
-    if (name == s) return value;
-  }
-  return std::nullopt;
-}
-
 // FNV-1a, 64 bit: stable across platforms and runs.
 class Fnv1a {
  public:
@@ -87,11 +73,15 @@ std::string_view ToString(TensorKind v) { return NameOf(kTensorKindNames, v); }
 std::string_view ToString(OpKind v) { return NameOf(kOpKindNames, v); }
 std::string_view ToString(Phase v) { return NameOf(kPhaseNames, v); }
 std::string_view ToString(EdgeKind v) { return NameOf(kEdgeKindNames, v); }
-std::optional<DType> ParseDType(std::string_view s) { return Parse(kDTypeNames, s); }
-std::optional<TensorKind> ParseTensorKind(std::string_view s) { return Parse(kTensorKindNames, s); }
-std::optional<OpKind> ParseOpKind(std::string_view s) { return Parse(kOpKindNames, s); }
-std::optional<Phase> ParsePhase(std::string_view s) { return Parse(kPhaseNames, s); }
-std::optional<EdgeKind> ParseEdgeKind(std::string_view s) { return Parse(kEdgeKindNames, s); }
+std::optional<DType> ParseDType(std::string_view s) { return detail::ParseName(kDTypeNames, s); }
+std::optional<TensorKind> ParseTensorKind(std::string_view s) {
+  return detail::ParseName(kTensorKindNames, s);
+}
+std::optional<OpKind> ParseOpKind(std::string_view s) { return detail::ParseName(kOpKindNames, s); }
+std::optional<Phase> ParsePhase(std::string_view s) { return detail::ParseName(kPhaseNames, s); }
+std::optional<EdgeKind> ParseEdgeKind(std::string_view s) {
+  return detail::ParseName(kEdgeKindNames, s);
+}
 
 int64_t DTypeSize(DType v) {
   switch (v) {
