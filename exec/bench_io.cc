@@ -5,6 +5,7 @@
 #include <deque>
 #include <vector>
 
+#include "exec/device.h"
 #include "exec/offload_engine.h"
 
 namespace ssdtrain::exec {
@@ -17,6 +18,18 @@ constexpr const char* kBenchFile = "bench-io.bin";
 
 int64_t Ns(Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
+// Makes every 4 KiB sector of block `index` unique before it is written (as
+// fio's default scramble_buffers does), so that a disk or host that
+// deduplicates or caches repeated content sees no repeats: the slots are
+// reused every queue_depth blocks. One store per sector, so the cost stays out
+// of the measurement.
+void StampBlock(void* data, int64_t bytes, int64_t index) {
+  auto* words = static_cast<uint64_t*>(data);
+  for (int64_t sector = 0; sector * 4096 < bytes; ++sector) {
+    words[sector * 512] = PatternWord(static_cast<uint64_t>(index), static_cast<uint64_t>(sector));
+  }
 }
 
 // Runs one direction: block i is tensor i at offset i*block_size, from staging
@@ -32,6 +45,7 @@ Status RunPhase(OffloadEngine& engine, IoOp op, const BenchIoOptions& o, int64_t
       outstanding.pop_front();
     }
     const int64_t bytes = std::min(o.block_size, o.size - i * o.block_size);
+    if (op == IoOp::kWrite) StampBlock(slots[slot].data(), bytes, i);
     TensorKey key{i, kBenchFile, 0, i * o.block_size};
     Result<Ticket> t = op == IoOp::kWrite ? engine.WriteAsync(key, slots[slot].data(), bytes)
                                           : engine.ReadAsync(key, slots[slot].data(), bytes);
@@ -64,10 +78,11 @@ Result<BenchIoResult> RunBenchIo(const BenchIoOptions& o) {
   std::vector<StagingLease> slots;
   for (int i = 0; i < o.queue_depth; ++i) {
     SSDTRAIN_ASSIGN_OR_RETURN(StagingLease lease, engine->AcquireStaging(o.block_size));
-    // Distinct, non-zero contents per slot (fio writes random-ish buffers too).
+    // Pseudo-random contents per slot (fio fills its buffers randomly too);
+    // StampBlock then makes every block written distinct.
     auto* words = static_cast<uint64_t*>(lease.data());
     for (int64_t w = 0; w < o.block_size / 8; ++w) {
-      words[w] = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(w + 1 + i * o.block_size);
+      words[w] = PatternWord(~static_cast<uint64_t>(i), static_cast<uint64_t>(w));
     }
     slots.push_back(std::move(lease));
   }
