@@ -22,6 +22,7 @@ struct ReplayFlags {
   double device_memory_GiB = 4;
   double staging_MiB = 256;
   int cpu_threads = 1;
+  bool no_cpu_pin = false;
   bool verify = false;
 };
 
@@ -72,6 +73,7 @@ int Run(const ReplayFlags& f) {
   o.verify = f.verify;
   o.device_memory_bytes = GiB(f.device_memory_GiB);
   o.cpu_compute_threads = f.cpu_threads;
+  o.cpu_pin_threads = !f.no_cpu_pin;
   o.staging_bytes = static_cast<int64_t>(std::llround(f.staging_MiB * 1024 * 1024));
   o.io_backend = *io_backend;
   o.progress = [](const std::string& line) { std::cerr << "replay: " << line << "\n"; };
@@ -132,6 +134,9 @@ Verb AddReplayCommand(CLI::App& app) {
                   "Eigen threads of the CPU backend (1 leaves a core to copies and I/O)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--no-cpu-pin", flags->no_cpu_pin,
+                "CPU backend: let the scheduler place the compute and copy/I/O threads "
+                "(default: compute on the first CPUs, the rest on the others)");
   cmd->add_option("--io-backend", flags->io_backend, "auto, io_uring or posix")
       ->capture_default_str();
   cmd->add_option("-o,--output", flags->output, "Run file (JSON)")->required();

@@ -228,6 +228,7 @@ Status MeasureTraceOps(const CalibrationOptions& o, Calibration* out) {
     ro.steps = kOpTimingSteps;
     ro.device_memory_bytes = o.device.capacity_bytes;
     ro.cpu_compute_threads = o.device.cpu_compute_threads;
+    ro.cpu_pin_threads = o.device.cpu_pin_threads;
     ro.block_size = o.block_size;
     ro.queue_depth = o.queue_depth;
     Result<ReplayResult> r = Replay(trace, KeepAllPlan(trace), ro, "calibration keep plan");

@@ -152,6 +152,36 @@ CpuDevice::CpuDevice(const DeviceOptions& options)
   } else {
     base_ = static_cast<uint8_t*>(p);
   }
+  if (options.cpu_pin_threads) cores_ = detail::SplitCores(detail::AllowedCpus(), compute_threads_);
+  if (!cores_.compute.empty()) {
+    // Each worker pins itself (GEMM helper threads inherit the compute mask).
+    // A failure is reported here, not made the stream's sticky error.
+    Status results[3];
+    auto pin = [](std::vector<int> cpus, Status* out) {
+      return [cpus = std::move(cpus), out] {
+        *out = detail::PinCurrentThread(cpus);
+        return Status::Ok();
+      };
+    };
+    compute_->Enqueue(pin(cores_.compute, &results[0]));
+    d2h_->Enqueue(pin(cores_.helpers, &results[1]));
+    h2d_->Enqueue(pin(cores_.helpers, &results[2]));
+    (void)compute_->Synchronize();
+    (void)d2h_->Synchronize();
+    (void)h2d_->Synchronize();
+    Status pinned;
+    for (const Status& r : results) {
+      if (pinned.ok()) pinned = r;
+    }
+    if (pinned.ok()) {
+      pin_note_ = ", compute on CPU " + detail::FormatCpus(cores_.compute) + ", copies on CPU " +
+                  detail::FormatCpus(cores_.helpers);
+    } else {
+      // Not fatal (a container may forbid it), but said: the run is unpinned.
+      pin_note_ = ", threads not pinned (" + pinned.message() + ")";
+      cores_ = {};
+    }
+  }
 }
 
 CpuDevice::~CpuDevice() {
@@ -165,7 +195,7 @@ CpuDevice::~CpuDevice() {
 
 std::string CpuDevice::Describe() const {
   return "cpu (arena " + detail::FormatBytes(capacity_) + ", " + std::to_string(compute_threads_) +
-         " Eigen thread" + (compute_threads_ == 1 ? "" : "s") + ", fp32 compute)";
+         " Eigen thread" + (compute_threads_ == 1 ? "" : "s") + pin_note_ + ", fp32 compute)";
 }
 
 Result<DeviceBuffer> CpuDevice::Allocate(int64_t bytes) {

@@ -20,13 +20,18 @@
 // - Eigen runs on `cpu_compute_threads` threads (default 1, so that the copy and
 //   I/O threads keep the other core of a 2-core machine); more threads split
 //   each GEMM's columns.
+// - With `cpu_pin_threads` and more CPUs than compute threads, the compute
+//   stream runs on the first allowed CPUs and the copy streams on the rest;
+//   helper_cpus() names the rest, for the replay's I/O threads.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "exec/detail/cpu_affinity.h"
 #include "exec/detail/range_allocator.h"
 #include "exec/detail/stream_worker.h"
 #include "exec/device.h"
@@ -42,6 +47,7 @@ class CpuDevice final : public Device {
 
   std::string Describe() const override;
   std::string_view kind() const override { return "cpu"; }
+  std::vector<int> helper_cpus() const override { return cores_.helpers; }
 
   Result<DeviceBuffer> Allocate(int64_t bytes) override;
   void Free(DeviceBuffer buffer) override;
@@ -78,6 +84,8 @@ class CpuDevice final : public Device {
 
   const int64_t capacity_;
   const int compute_threads_;
+  detail::CoreSplit cores_;  // empty when the threads are not pinned
+  std::string pin_note_;     // for Describe()
   std::atomic<int64_t> used_{0};
   std::atomic<int64_t> peak_{0};
   std::mutex alloc_mu_;

@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "traces/status.h"
 #include "traces/trace.h"
@@ -73,6 +74,9 @@ class Device {
   // "cpu (arena 2.0 GiB, 1 Eigen thread)" or "cuda:0 NVIDIA H200 (...)".
   virtual std::string Describe() const = 0;
   virtual std::string_view kind() const = 0;  // "cpu" or "cuda"
+  // CPUs that host-side helper threads (I/O, staging) should run on so that
+  // they stay off the device's own cores; empty: no preference (a GPU).
+  virtual std::vector<int> helper_cpus() const { return {}; }
 
   // Memory. Allocate fails with ResourceExhausted (naming the request, what is
   // in use and the capacity) when the capacity would be exceeded, as a GPU's
@@ -143,6 +147,10 @@ struct DeviceOptions {
   // Eigen threads for CPU GEMMs. Default 1: the copy and I/O threads need the
   // other core of a small machine to overlap with compute.
   int cpu_compute_threads = 1;
+  // Pin the CPU backend's compute stream to the first `cpu_compute_threads`
+  // allowed CPUs and its copy streams to the rest (when there is a rest), as a
+  // GPU's copy engines are not its SMs. See exec/detail/cpu_affinity.h.
+  bool cpu_pin_threads = true;
   int cuda_device_index = 0;
 };
 

@@ -110,6 +110,7 @@ struct OffloadEngine::Impl {
   std::unique_ptr<detail::StagingPool> pool;
   std::unique_ptr<IoBackend> backend;
   bool registered = false;
+  int external_index = -1;  // fixed-buffer index of options.external_staging
   std::vector<Dir> dirs;
   std::vector<std::string> run_dir_paths;
   std::thread io_thread;
@@ -186,8 +187,19 @@ struct OffloadEngine::Impl {
     SSDTRAIN_ASSIGN_OR_RETURN(pool,
                               detail::StagingPool::Create(options.queue_depth, options.block_size,
                                                           options.staging_bytes));
+    if (options.external_staging.iov_len > 0 &&
+        (reinterpret_cast<uintptr_t>(options.external_staging.iov_base) % kDirectIoAlign != 0 ||
+         options.external_staging.iov_len % kDirectIoAlign != 0)) {
+      return Status::InvalidArgument(
+          "external staging memory must be aligned to and a multiple of " +
+          std::to_string(kDirectIoAlign) + " bytes");
+    }
     if (options.register_buffers) {
-      const std::vector<iovec> iov = pool->RegistrationIovecs();
+      std::vector<iovec> iov = pool->RegistrationIovecs();
+      if (options.external_staging.iov_len > 0) {
+        external_index = static_cast<int>(iov.size());
+        iov.push_back(options.external_staging);
+      }
       Status s = backend->RegisterBuffers(iov);
       if (s.ok()) {
         registered = true;
@@ -597,6 +609,12 @@ struct OffloadEngine::Impl {
     return io;
   }
 
+  bool InExternal(const char* p, int64_t n) const {
+    const auto* base = static_cast<const char*>(options.external_staging.iov_base);
+    return base != nullptr && p >= base &&
+           p + n <= base + static_cast<int64_t>(options.external_staging.iov_len);
+  }
+
   // Prepares slot `s` for the job's next block: chooses the memory (zero-copy
   // when possible, else the slot's bounce block), copies and checksums writes.
   void Prepare(size_t s, Job* job, int64_t block) {
@@ -611,11 +629,16 @@ struct OffloadEngine::Impl {
     r.offset = job->file_offset + start;
     char* user = job->buf + start;
     const bool in_lease = pool->InLeaseRegion(user, r.len);
+    const bool in_external = InExternal(user, r.len);
     const bool aligned =
         reinterpret_cast<uintptr_t>(user) % kDirectIoAlign == 0 && r.payload == r.len;
-    r.bounced = !in_lease && !aligned;
+    r.bounced = !in_lease &&
+                !(in_external && reinterpret_cast<uintptr_t>(user) % kDirectIoAlign == 0) &&
+                !aligned;
     r.io_buf = r.bounced ? pool->slot(static_cast<int>(s)) : user;
-    r.buf_index = registered ? pool->FixedIndexOf(r.io_buf, r.len) : -1;
+    r.buf_index = !registered                 ? -1
+                  : in_external && !r.bounced ? external_index
+                                              : pool->FixedIndexOf(r.io_buf, r.len);
     r.crc = job->crcs[static_cast<size_t>(block)];
     if (job->op == IoOp::kWrite) {
       if (r.bounced) std::memcpy(r.io_buf, user, static_cast<size_t>(r.payload));

@@ -38,6 +38,8 @@
 // check has run). Each ticket must be waited for exactly once (by one thread).
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -77,6 +79,13 @@ struct OffloadOptions {
   // array. 0: none.
   double bandwidth_cap_bytes_per_s = 0;
   WarnFn warn;  // nullptr: DefaultWarn (stderr)
+  // Caller-owned, page-aligned host memory that the runtime copies tensors
+  // through (the replay's pinned staging region): registered as one more fixed
+  // buffer, so requests on it skip the kernel's per-request page pinning, and
+  // used without a bounce copy. The caller hands it out in kDirectIoAlign
+  // multiples, so the engine may read or write the padding after a buffer's end
+  // up to the next kDirectIoAlign boundary. Must outlive the engine. Empty: none.
+  iovec external_staging{nullptr, 0};
 };
 
 // Which tensor, and where it goes. `file` empty: "t<tensor>.bin" at offset 0.

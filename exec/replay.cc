@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "exec/detail/cpu_affinity.h"
 #include "exec/detail/format_bytes.h"
 #include "exec/detail/host_staging.h"
 #include "exec/detail/lifetimes.h"
@@ -765,6 +766,7 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
   DeviceOptions device_options;
   device_options.capacity_bytes = options.device_memory_bytes;
   device_options.cpu_compute_threads = options.cpu_compute_threads;
+  device_options.cpu_pin_threads = options.cpu_pin_threads;
   std::string picked;
   SSDTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
                             MakeDevice(options.backend, device_options, &picked));
@@ -786,16 +788,25 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
   engine_options.block_size = options.block_size;
   engine_options.queue_depth = options.queue_depth;
   engine_options.staging_bytes = 0;  // the replay brings its own pinned staging
-  engine_options.bandwidth_cap_bytes_per_s = options.ssd_bandwidth_GBps * 1e9;
-  std::unique_ptr<OffloadEngine> engine;
-  if (options.make_io_backend) {
-    SSDTRAIN_ASSIGN_OR_RETURN(engine,
-                              OffloadEngine::Create(engine_options, options.make_io_backend()));
-  } else {
-    SSDTRAIN_ASSIGN_OR_RETURN(engine, OffloadEngine::Create(engine_options));
-  }
   SSDTRAIN_ASSIGN_OR_RETURN(auto staging,
                             detail::HostStaging::Create(*device, options.staging_bytes));
+  engine_options.external_staging = {staging->base(), static_cast<size_t>(staging->capacity())};
+  engine_options.bandwidth_cap_bytes_per_s = options.ssd_bandwidth_GBps * 1e9;
+  std::unique_ptr<OffloadEngine> engine;
+  {
+    // Threads made while this lives (the engine's I/O thread here, the
+    // replayer's submit / complete / read threads below) inherit its mask: on
+    // the CPU backend, the CPUs the compute stream does not use. This thread,
+    // which issues the ops, stays where it was: it is on the critical path and
+    // must not queue behind copies and checksums.
+    detail::ScopedThreadAffinity helper_affinity(device->helper_cpus());
+    if (options.make_io_backend) {
+      SSDTRAIN_ASSIGN_OR_RETURN(engine,
+                                OffloadEngine::Create(engine_options, options.make_io_backend()));
+    } else {
+      SSDTRAIN_ASSIGN_OR_RETURN(engine, OffloadEngine::Create(engine_options));
+    }
+  }
   TensorCache cache(trace, plan);
 
   ReplayResult result;
@@ -809,7 +820,10 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
   result.verify = options.verify;
 
   Replayer replayer(trace, options, *device, *engine, *staging, cache, lives);
-  SSDTRAIN_RETURN_IF_ERROR(replayer.Init());
+  {
+    detail::ScopedThreadAffinity helper_affinity(device->helper_cpus());
+    SSDTRAIN_RETURN_IF_ERROR(replayer.Init());
+  }
   result.workspace_bytes = replayer.workspace_bytes();
   std::vector<int64_t> measured, exposed;
   int64_t total_flops = 0;

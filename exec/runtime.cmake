@@ -2,6 +2,7 @@
 # Included by exec/CMakeLists.txt, which builds one library from these lists.
 list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/detail/stream_worker.cc
+  ${CMAKE_CURRENT_LIST_DIR}/detail/cpu_affinity.cc
   ${CMAKE_CURRENT_LIST_DIR}/detail/host_staging.cc
   ${CMAKE_CURRENT_LIST_DIR}/detail/lifetimes.cc
   ${CMAKE_CURRENT_LIST_DIR}/device.cc
@@ -22,6 +23,9 @@ function(ssdtrain_exec_runtime_tests)
   set(dir ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests)
   ssdtrain_test(exec_device_test
     SOURCES ${dir}/device_conformance_test.cc
+    DEPS ssdtrain::exec)
+  ssdtrain_test(exec_cpu_affinity_test
+    SOURCES ${dir}/cpu_affinity_test.cc
     DEPS ssdtrain::exec)
   ssdtrain_test(exec_tensor_cache_test
     SOURCES ${dir}/tensor_cache_test.cc

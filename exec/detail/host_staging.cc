@@ -10,6 +10,7 @@
 namespace ssdtrain::exec::detail {
 
 Result<std::unique_ptr<HostStaging>> HostStaging::Create(Device& device, int64_t bytes) {
+  bytes = (bytes + 4095) / 4096 * 4096;  // whole pages: the engine registers the region
   void* p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {

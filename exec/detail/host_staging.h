@@ -37,6 +37,8 @@ class HostStaging {
   // Wakes and fails every blocked Acquire (the run is stopping on an error).
   void Abort();
   int64_t capacity() const { return capacity_; }
+  // The whole region (for the offload engine to register as a fixed buffer).
+  void* base() const { return base_; }
 
  private:
   HostStaging(Device& device, uint8_t* base, int64_t capacity)
