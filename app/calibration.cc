@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "exec/replay.h"
+
 namespace ssdtrain::app {
 namespace {
 
@@ -90,6 +92,9 @@ sim::HardwareOptions ApplyCalibration(sim::HardwareOptions hw, const exec::Calib
   hw.storage.drive.queue_depth = o.queue_depth;
   hw.storage.drive.request_KiB = static_cast<double>(o.block_size) / 1024.0;
   if (c.op_overhead_us > 0) hw.gpu.op_overhead_us = c.op_overhead_us;
+  // The executor issues op i when op i - max_ops_ahead has finished, and the
+  // prefetches op i triggers with it.
+  hw.gpu.issue_ahead_ops = exec::ReplayOptions{}.max_ops_ahead;
   hw.measured_op_times.clear();
   for (const exec::OpSample& s : c.ops) {
     hw.measured_op_times.push_back(

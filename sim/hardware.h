@@ -36,6 +36,11 @@ struct GpuOptions {
   double memory_GiB = 0;        // capacity, 2^30 bytes
   double reserved_GiB = 0;      // taken by the runtime, allocator slack and workspaces
   double op_overhead_us = 0;    // launch/dispatch cost added to every op
+  // How far the host runs ahead of the device: op i is issued, and the
+  // prefetches it triggers start, once op i - issue_ahead_ops has finished.
+  // 1 (default): each op when the one before it ends. ssdtrain's executor
+  // uses 2 (ReplayOptions::max_ops_ahead), which `calibrate` records.
+  int issue_ahead_ops = 1;
   // Per-kind efficiency curves; keys are "gemm", "attention" (by FLOPs) and
   // "memory" (memory-bound kinds, by bytes moved). Missing: efficiency 1.
   std::vector<EfficiencyPoint> gemm_efficiency;

@@ -70,6 +70,8 @@ class StageSimulator {
   void SetUpResources();
   void TryIssue();
   void StartItem(const WorkItem& item);
+  // Issues the prefetches of every op up to `upto` not yet issued.
+  void FirePrefetches(size_t upto);
   void EndItem(const WorkItem& item, int64_t start);
   void Allocate(Storage& s);
   void Free(Storage& s);
@@ -105,6 +107,7 @@ class StageSimulator {
   Time pcie_latency_, ssd_read_latency_, ssd_write_latency_;
 
   size_t next_op_ = 0;
+  size_t prefetched_upto_ = 0;  // ops below this have had their prefetches issued
   std::vector<WorkItem> recompute_stack_;
   bool busy_ = false;
   int64_t wait_start_ = -1;
@@ -446,17 +449,9 @@ void StageSimulator::TryIssue() {
         continue;
       }
     }
-    // Issue the prefetches this op triggers (regular ops only).
-    if (!item.recompute && wait_start_ < 0) {
-      for (size_t s : prefetch_at_[op_index]) {
-        Storage& st = storages_[s];
-        if (st.resident) {
-          Forward(st);
-        } else if (st.pending > 0) {
-          StartRead(s);
-        }
-      }
-    }
+    // Issue the prefetches this op triggers (regular ops only), if the run-ahead
+    // has not issued them already (StartItem).
+    if (!item.recompute) FirePrefetches(op_index);
     bool waiting = false;
     bool pushed = false;
     for (size_t sid : op_inputs_[op_index]) {
@@ -507,10 +502,32 @@ void StageSimulator::TryIssue() {
   }
 }
 
+void StageSimulator::FirePrefetches(size_t upto) {
+  if (trace_.ops.empty()) return;
+  upto = std::min(upto, trace_.ops.size() - 1);
+  for (; prefetched_upto_ <= upto; ++prefetched_upto_) {
+    for (size_t s : prefetch_at_[prefetched_upto_]) {
+      Storage& st = storages_[s];
+      if (st.resident) {
+        Forward(st);
+      } else if (st.pending > 0) {
+        StartRead(s);
+      }
+    }
+  }
+}
+
 void StageSimulator::StartItem(const WorkItem& item) {
   busy_ = true;
   const traces::Op& op = trace_.op(item.op);
   const int64_t start = Now();
+  // The host issues op i once op i - issue_ahead_ops has finished: when this
+  // op starts, the ops up to issue_ahead_ops - 1 places after it are issued,
+  // and their prefetches start now.
+  if (!item.recompute) {
+    FirePrefetches(static_cast<size_t>(item.op) +
+                   static_cast<size_t>(std::max(1, hw_.gpu.issue_ahead_ops) - 1));
+  }
   for (size_t sid : op_inputs_[static_cast<size_t>(item.op)]) storages_[sid].held = false;
   for (size_t sid : op_outputs_[static_cast<size_t>(item.op)]) {
     Storage& s = storages_[sid];

@@ -45,6 +45,22 @@ TEST(Hardware, ZeroBandwidthIsRejectedNamingFileAndField) {
   EXPECT_EQ(bad.status().message(), "x.json: storage.drive.write_GBps: must be > 0, got 0");
 }
 
+TEST(Hardware, IssueAheadDefaultsToOneAndMustBePositive) {
+  auto hw = LoadHardware(Config("cpu-local"));
+  ASSERT_TRUE(hw.ok());
+  EXPECT_EQ(hw->gpu.issue_ahead_ops, 1);
+  nlohmann::json j = ToJson(*hw);
+  j["gpu"]["issue_ahead_ops"] = 3;
+  auto three = HardwareFromJson(j, "x.json");
+  ASSERT_TRUE(three.ok()) << three.status().message();
+  EXPECT_EQ(three->gpu.issue_ahead_ops, 3);
+  j["gpu"]["issue_ahead_ops"] = 0;
+  auto bad = HardwareFromJson(j, "x.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("x.json: gpu.issue_ahead_ops"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(Hardware, UnknownFieldsAndMissingSectionsAreErrors) {
   auto hw = LoadHardware(Config("cpu-local"));
   ASSERT_TRUE(hw.ok());

@@ -54,6 +54,30 @@ TEST(StageSim, ReadBoundStepIsBytesOverReadBandwidth) {
   EXPECT_EQ(r->ssd_bytes_read, 1'000'000'000);
 }
 
+TEST(StageSim, IssueAheadStartsPrefetchesThatManyOpsEarlier) {
+  // act0 (1 GB, written during the 2 s fwd1) is prefetched for bwd0. With
+  // issue_ahead_ops 1 the read starts when bwd0 is issued, after bwd1 ends,
+  // and all 0.5 s of it is exposed; with 2 it starts with bwd1 (issued when
+  // bwd2 ends), so bwd1's 0.3 s hides that much of it.
+  traces::Trace t = ChainTrace(3, 1'000'000'000, 1000, 1000);
+  t.ops[1].measured_ns = 2'000'000'000;  // fwd1
+  t.ops[4].measured_ns = 300'000'000;    // bwd1
+  const traces::OpId bwd0 = 5;
+  const traces::Plan plan =
+      PlanWith(t, {Placement{2, TensorAction::kOffloadSsd, bwd0, "a.bin", 0, 0}});
+  HardwareOptions hw = TestHardware(1, 2, 100);
+  hw.gpu.issue_ahead_ops = 1;
+  auto one = SimulateStage(t, plan, hw);
+  hw.gpu.issue_ahead_ops = 2;
+  auto two = SimulateStage(t, plan, hw);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  ASSERT_TRUE(two.ok()) << two.status().message();
+  EXPECT_EQ(one->exposed_io_ns, 500'000'000);
+  EXPECT_EQ(two->exposed_io_ns, 200'000'000);
+  EXPECT_EQ(one->step_ns - two->step_ns, 300'000'000);
+  EXPECT_EQ(two->ssd_bytes_read, 1'000'000'000);
+}
+
 TEST(StageSim, WriteBoundStepIsBytesOverWriteBandwidth) {
   // One 10 GB activation written at 1 GB/s after a 1000 ns forward: the step
   // ends when the write lands, 1000 + 10 s (backward forwards it from the device).
