@@ -26,7 +26,7 @@ constexpr int64_t kMemoryBytes[] = {int64_t{1} << 20, int64_t{4} << 20, int64_t{
 constexpr int64_t kCopyBytes = int64_t{64} << 20;
 constexpr int64_t kLatencyBytes = 4096;  // one O_DIRECT block
 constexpr int kLatencyProbes = 7;
-constexpr int kOpTimingSteps = 2;  // measured keep-everything steps per trace, after a warm-up
+constexpr int kOpTimingSteps = 4;  // measured keep-everything steps per trace, after a warm-up
 
 int64_t Median(std::vector<int64_t> v) {
   std::sort(v.begin(), v.end());
@@ -233,21 +233,28 @@ Status MeasureTraceOps(const CalibrationOptions& o, Calibration* out) {
     ro.queue_depth = o.queue_depth;
     Result<ReplayResult> r = Replay(trace, KeepAllPlan(trace), ro, "calibration keep plan");
     if (!r.ok()) return r.status().WithPrefix("timing the ops of " + trace.header.model);
-    int64_t busy = 0;
-    for (const OpTime& t : r->ops) busy += t.end_ns - t.start_ns;
-    if (!r->ops.empty() && r->metrics.step_time_ns > busy) {
-      overheads.push_back((r->metrics.step_time_ns - busy) / static_cast<int64_t>(r->ops.size()));
-    }
-    for (const OpTime& t : r->ops) {
-      const traces::Op& op = trace.op(t.op);
-      const traces::GemmDims g = op.gemm.value_or(traces::GemmDims{0, 0, 0, 0});
-      const std::string dtype =
-          op.outputs.empty() ? trace.header.dtype
-                             : std::string(traces::ToString(trace.tensor(op.outputs[0]).dtype));
-      const int64_t bytes = op.bytes_read + op.bytes_written;
-      const Key key{static_cast<int>(op.kind), g.m, g.n, g.k, g.batch, dtype, op.gemm ? 0 : bytes};
-      times[key].push_back(t.end_ns - t.start_ns);
-      samples[key] = OpSample{op.kind, op.gemm, dtype, bytes, 0};
+    // Every measured step's ops, pooled: an op's time is the median over its
+    // layers and the steps, the overhead the median over the steps.
+    for (size_t i = 0; i < r->measured_step_ops.size(); ++i) {
+      const std::vector<OpTime>& ops = r->measured_step_ops[i];
+      const int64_t step_ns = r->step_times_ns[i + 1];  // [0] is the warm-up
+      int64_t busy = 0;
+      for (const OpTime& t : ops) busy += t.end_ns - t.start_ns;
+      if (!ops.empty() && step_ns > busy) {
+        overheads.push_back((step_ns - busy) / static_cast<int64_t>(ops.size()));
+      }
+      for (const OpTime& t : ops) {
+        const traces::Op& op = trace.op(t.op);
+        const traces::GemmDims g = op.gemm.value_or(traces::GemmDims{0, 0, 0, 0});
+        const std::string dtype =
+            op.outputs.empty() ? trace.header.dtype
+                               : std::string(traces::ToString(trace.tensor(op.outputs[0]).dtype));
+        const int64_t bytes = op.bytes_read + op.bytes_written;
+        const Key key{static_cast<int>(op.kind), g.m, g.n, g.k, g.batch, dtype,
+                      op.gemm ? 0 : bytes};
+        times[key].push_back(t.end_ns - t.start_ns);
+        samples[key] = OpSample{op.kind, op.gemm, dtype, bytes, 0};
+      }
     }
   }
   for (auto& [key, sample] : samples) {

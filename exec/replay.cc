@@ -850,6 +850,7 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
     }
     result.cache = delta;
     result.busy = record->busy;
+    if (step > 0) result.measured_step_ops.push_back(record->ops);
     result.ops = std::move(record->ops);
     result.timeline = std::move(record->timeline);
     result.tensors_checked = record->checked;

@@ -89,6 +89,10 @@ struct ReplayResult {
   CacheStats cache;         // the last step's
   LaneBusy busy;            // the last step's
   std::vector<OpTime> ops;  // the last step's, in trace order
+  // Every measured step's op times (warm-up excluded), step by step; `ops` is
+  // the last entry. Calibration pools them, so that one slow step does not
+  // set an op's time.
+  std::vector<std::vector<OpTime>> measured_step_ops;
   bool verify = false;
   bool verified = false;        // verify on and every checked tensor matched
   int64_t tensors_checked = 0;  // per step
