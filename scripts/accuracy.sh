@@ -38,7 +38,9 @@ done
 [[ -x $bin ]] || { echo "accuracy: $bin is not built" >&2; exit 2; }
 out=${out:-$(mktemp -d "${TMPDIR:-/tmp}/ssdtrain-accuracy-XXXXXX")}
 mkdir -p "$out"
-# A private calibration cache, so that the run measures this machine now.
+# A private calibration cache, emptied first, so that the run measures this
+# machine now (the ctest registration reuses one --out folder).
+rm -rf "$out/cache"
 export XDG_CACHE_HOME=$out/cache
 summaries=()
 for m in $models; do
