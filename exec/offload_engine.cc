@@ -630,11 +630,11 @@ struct OffloadEngine::Impl {
     char* user = job->buf + start;
     const bool in_lease = pool->InLeaseRegion(user, r.len);
     const bool in_external = InExternal(user, r.len);
-    const bool aligned =
-        reinterpret_cast<uintptr_t>(user) % kDirectIoAlign == 0 && r.payload == r.len;
-    r.bounced = !in_lease &&
-                !(in_external && reinterpret_cast<uintptr_t>(user) % kDirectIoAlign == 0) &&
-                !aligned;
+    const bool aligned_start = reinterpret_cast<uintptr_t>(user) % kDirectIoAlign == 0;
+    // In place when O_DIRECT can take the memory as it is: an aligned start,
+    // and whole pages, or the padding up to the page owned by us (the lease
+    // region) or by the caller's external staging.
+    r.bounced = !(aligned_start && (in_lease || in_external || r.payload == r.len));
     r.io_buf = r.bounced ? pool->slot(static_cast<int>(s)) : user;
     r.buf_index = !registered                 ? -1
                   : in_external && !r.bounced ? external_index
