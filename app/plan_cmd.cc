@@ -177,7 +177,7 @@ Verb AddPlanCommand(CLI::App& app) {
                   "step report of the prediction (ssdtrain-report, for ssdtrain compare)");
   cmd->add_flag("--rok", o->rok, "print the recompute-offload-keep curve");
   cmd->add_flag("--no-host-offload", o->no_host_offload,
-                "no offload-host placements (for `ssdtrain replay`, which offloads to SSD only)");
+                "no offload-host placements (keep pinned host memory out of the plan)");
   return Verb{cmd, [o] { return RunPlan(*o); }};
 }
 

@@ -91,10 +91,15 @@ int Run(const ReplayFlags& f) {
   const auto& m = result->metrics;
   std::cout << fmt::format(
       "{} on {}: step {:.3f} ms (median of {}), peak device {:.1f} MiB, peak activations "
-      "{:.1f} MiB, SSD wrote {:.1f} MiB read {:.1f} MiB, exposed I/O {:.3f} ms{}\n",
+      "{:.1f} MiB, SSD wrote {:.1f} MiB read {:.1f} MiB{}, exposed I/O {:.3f} ms{}\n",
       trace->header.model, result->backend, m.step_time_ns / 1e6, result->steps,
       m.peak_gpu_bytes / 1048576.0, m.peak_activation_bytes / 1048576.0,
-      m.ssd_bytes_written / 1048576.0, m.ssd_bytes_read / 1048576.0, m.exposed_io_ns / 1e6,
+      m.ssd_bytes_written / 1048576.0, m.ssd_bytes_read / 1048576.0,
+      result->cache.bytes_to_host == 0 ? ""
+                                       : fmt::format(", host copies {:.1f} MiB out {:.1f} MiB back",
+                                                     result->cache.bytes_to_host / 1048576.0,
+                                                     result->cache.bytes_from_host / 1048576.0),
+      m.exposed_io_ns / 1e6,
       result->verify ? fmt::format(", verified {} tensors", result->tensors_checked) : "");
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "exec/detail/cpu_affinity.h"
 #include "exec/detail/format_bytes.h"
@@ -42,7 +43,11 @@ CacheStats operator-(const CacheStats& a, const CacheStats& b) {
           a.reads - b.reads,
           a.bytes_read - b.bytes_read,
           a.evictions - b.evictions,
-          a.bytes_evicted - b.bytes_evicted};
+          a.bytes_evicted - b.bytes_evicted,
+          a.host_copies - b.host_copies,
+          a.bytes_to_host - b.bytes_to_host,
+          a.host_restores - b.host_restores,
+          a.bytes_from_host - b.bytes_from_host};
 }
 
 // Sum of the union of [start, end) intervals.
@@ -64,9 +69,12 @@ int64_t BusyTime(std::vector<std::pair<int64_t, int64_t>> spans) {
 
 class Replayer {
  public:
+  // `host_memory` holds the offload-host copies at `host_offsets` (null when
+  // the plan has none).
   Replayer(const traces::Trace& trace, const ReplayOptions& options, Device& device,
            OffloadEngine& engine, detail::HostStaging& staging, TensorCache& cache,
-           const std::vector<detail::StorageLife>& lives)
+           const std::vector<detail::StorageLife>& lives, detail::HostStaging* host_memory,
+           std::unordered_map<TensorId, int64_t> host_offsets)
       : trace_(trace),
         options_(options),
         device_(device),
@@ -74,6 +82,8 @@ class Replayer {
         staging_(staging),
         cache_(cache),
         lives_(lives),
+        host_memory_(host_memory == nullptr ? nullptr : static_cast<uint8_t*>(host_memory->base())),
+        host_offsets_(std::move(host_offsets)),
         slots_(trace.tensors.size()) {}
 
   ~Replayer() {
@@ -188,6 +198,12 @@ class Replayer {
   };
 
   Slot& slot(TensorId s) { return slots_[static_cast<size_t>(s)]; }
+  bool Host(TensorId s) const { return cache_.ActionOf(s) == traces::TensorAction::kOffloadHost; }
+  // An offload-host storage's place in host memory: fixed for the run, so the
+  // copies never wait for space and never fragment it.
+  detail::StagingPiece HostCopy(TensorId s) const {
+    return {host_memory_ + host_offsets_.at(s), life(s).bytes};
+  }
   const detail::StorageLife& life(TensorId s) const { return lives_[static_cast<size_t>(s)]; }
 
   TensorKey KeyOf(TensorId s) const {
@@ -283,17 +299,23 @@ class Replayer {
     }
     // The H2D copy may reuse memory compute has just freed: order it after.
     SSDTRAIN_RETURN_IF_ERROR(device_.Record(*sl.h2d_ready, Stream::kCompute));
-    SSDTRAIN_ASSIGN_OR_RETURN(sl.staging, staging_.Acquire(life(s).bytes));
     sl.read_begin_ns = NowNs();
-    auto ticket = engine_.ReadAsync(KeyOf(s), sl.staging.data, life(s).bytes);
-    if (!ticket.ok()) {
-      staging_.Release(sl.staging);
-      return ticket.status();
+    uint64_t ticket_id = 0;
+    if (Host(s)) {
+      sl.staging = HostCopy(s);  // the copy back reads it where it stayed
+    } else {
+      SSDTRAIN_ASSIGN_OR_RETURN(sl.staging, staging_.Acquire(life(s).bytes));
+      auto ticket = engine_.ReadAsync(KeyOf(s), sl.staging.data, life(s).bytes);
+      if (!ticket.ok()) {
+        staging_.Release(sl.staging);
+        return ticket.status();
+      }
+      ticket_id = ticket->id;
     }
     sl.read_issued = true;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      reads_.push_back({s, ticket->id});
+      reads_.push_back({s, ticket_id});
     }
     cv_.notify_all();
     return Status::Ok();
@@ -486,7 +508,8 @@ class Replayer {
         // else: the write's landing evicts it (the cache says so then).
       } else if (op.phase == traces::Phase::kForward && l.last_forward_use == op.id) {
         const traces::TensorAction action = cache_.ActionOf(s);
-        if (action == traces::TensorAction::kOffloadSsd) {
+        if (action == traces::TensorAction::kOffloadSsd ||
+            action == traces::TensorAction::kOffloadHost) {
           if (cache_.OnForwardUsesIssued(s)) Release(s);
         } else if (action == traces::TensorAction::kRecompute) {
           Release(s);
@@ -504,7 +527,11 @@ class Replayer {
         SSDTRAIN_ASSIGN_OR_RETURN(*e, device_.CreateEvent());
       }
     }
-    SSDTRAIN_ASSIGN_OR_RETURN(sl.staging, staging_.Acquire(life(s).bytes));
+    if (Host(s)) {
+      sl.staging = HostCopy(s);
+    } else {
+      SSDTRAIN_ASSIGN_OR_RETURN(sl.staging, staging_.Acquire(life(s).bytes));
+    }
     SSDTRAIN_RETURN_IF_ERROR(
         device_.Wait(Stream::kDeviceToHost, *op_end_[static_cast<size_t>(op.id)]));
     SSDTRAIN_RETURN_IF_ERROR(device_.Record(*sl.d2h_start, Stream::kDeviceToHost));
@@ -535,6 +562,20 @@ class Replayer {
       }
       Slot& sl = slot(job.storage);
       Status st = sl.d2h_end->Synchronize();
+      if (Host(job.storage)) {
+        // offload-host: the copy is the write; it stays in host memory.
+        const bool evict =
+            st.ok() && cache_.BeginWrite(job.storage) && cache_.OnWriteLanded(job.storage);
+        if (!st.ok())
+          Fail(st.WithPrefix("copying tensor " + std::to_string(job.storage) + " to host memory"));
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (evict) evictions_.push_back(job.storage);
+          --pending_writes_;
+        }
+        cv_.notify_all();
+        continue;
+      }
       bool started = false;
       if (st.ok() && cache_.BeginWrite(job.storage)) {
         sl.write_begin_ns = NowNs();
@@ -602,7 +643,8 @@ class Replayer {
         reads_.pop_front();
       }
       Slot& sl = slot(job.storage);
-      Status st = engine_.Wait(Ticket{job.ticket});
+      const bool host = Host(job.storage);
+      Status st = host ? Status::Ok() : engine_.Wait(Ticket{job.ticket});
       sl.read_end_ns = NowNs();
       if (st.ok()) st = device_.Wait(Stream::kHostToDevice, *sl.h2d_ready);
       if (st.ok()) st = device_.Record(*sl.h2d_start, Stream::kHostToDevice);
@@ -611,7 +653,7 @@ class Replayer {
       }
       if (st.ok()) st = device_.Record(*sl.h2d_end, Stream::kHostToDevice);
       if (st.ok()) st = sl.h2d_end->Synchronize();
-      staging_.Release(sl.staging);
+      if (!host) staging_.Release(sl.staging);
       if (st.ok()) {
         cache_.OnReadLanded(job.storage);
         sl.copied_in = true;
@@ -694,7 +736,7 @@ class Replayer {
                             traces::kNoOp, id, 0, 0, name});
         lanes[3].emplace_back(sl.write_begin_ns - t0, sl.write_end_ns - t0);
       }
-      if (sl.read_done && sl.read_status.ok()) {
+      if (sl.read_done && sl.read_status.ok() && !Host(id)) {
         tl.spans.push_back({traces::Lane::kSsdRead, sl.read_begin_ns - t0, sl.read_end_ns - t0,
                             traces::kNoOp, id, 0, 0, name});
         lanes[4].emplace_back(sl.read_begin_ns - t0, sl.read_end_ns - t0);
@@ -712,6 +754,8 @@ class Replayer {
   detail::HostStaging& staging_;
   TensorCache& cache_;
   const std::vector<detail::StorageLife>& lives_;
+  uint8_t* const host_memory_;
+  const std::unordered_map<TensorId, int64_t> host_offsets_;
   std::vector<Slot> slots_;
   std::vector<std::unique_ptr<Event>> op_start_, op_end_;
   std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> recompute_events_;
@@ -745,10 +789,6 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
       SSDTRAIN_RETURN_IF_ERROR(
           CheckOffloadFileName(p.file, options.dir)
               .WithPrefix(plan_source + ": tensor " + std::to_string(p.tensor)));
-    }
-    if (p.action == traces::TensorAction::kOffloadHost) {
-      return Status::Unavailable(plan_source + ": tensor " + std::to_string(p.tensor) +
-                                 ": offload-host is not supported by replay yet; use offload-ssd");
     }
   }
   if (options.steps < 1) return Status::InvalidArgument("--steps must be at least 1");
@@ -808,6 +848,25 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
     }
   }
   TensorCache cache(trace, plan);
+  // offload-host copies: one pinned region, each storage at a fixed offset.
+  std::unordered_map<TensorId, int64_t> host_offsets;
+  int64_t host_bytes = 0;
+  for (size_t t = 0; t < trace.tensors.size(); ++t) {
+    const TensorId s = static_cast<TensorId>(t);
+    if (trace.StorageOf(s) != s || cache.ActionOf(s) != traces::TensorAction::kOffloadHost)
+      continue;
+    host_offsets[s] = host_bytes;
+    host_bytes += (trace.tensor(s).bytes + kDirectIoAlign - 1) / kDirectIoAlign * kDirectIoAlign;
+  }
+  std::unique_ptr<detail::HostStaging> host_memory;
+  if (host_bytes > 0) {
+    auto made = detail::HostStaging::Create(*device, host_bytes);
+    if (!made.ok()) {
+      return made.status().WithPrefix("host memory for the plan's offload-host tensors (" +
+                                      detail::FormatBytes(host_bytes) + ")");
+    }
+    host_memory = std::move(*made);
+  }
 
   ReplayResult result;
   result.backend = std::string(device->kind());
@@ -817,9 +876,11 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
   result.planned_peak_activation_bytes = planned.activation_bytes;
   result.planned_peak_device_bytes = planned.device_bytes;
   result.plan_offloaded_bytes = planned.offloaded_bytes;
+  result.plan_host_bytes = planned.host_bytes;
   result.verify = options.verify;
 
-  Replayer replayer(trace, options, *device, *engine, *staging, cache, lives);
+  Replayer replayer(trace, options, *device, *engine, *staging, cache, lives, host_memory.get(),
+                    std::move(host_offsets));
   {
     detail::ScopedThreadAffinity helper_affinity(device->helper_cpus());
     SSDTRAIN_RETURN_IF_ERROR(replayer.Init());
@@ -855,12 +916,16 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
     result.timeline = std::move(record->timeline);
     result.tensors_checked = record->checked;
     if (options.progress) {
-      char line[200];
+      char line[300];
+      const std::string host = delta.bytes_to_host == 0
+                                   ? ""
+                                   : ", to host " + detail::FormatBytes(delta.bytes_to_host) +
+                                         ", back " + detail::FormatBytes(delta.bytes_from_host);
       std::snprintf(line, sizeof(line),
-                    "step %d/%d%s: %.3f ms, wrote %s, read %s, forwarded %s, exposed I/O %.3f ms",
+                    "step %d/%d%s: %.3f ms, wrote %s, read %s%s, forwarded %s, exposed I/O %.3f ms",
                     step, options.steps, step == 0 ? " (warm-up)" : "", record->time_ns / 1e6,
                     detail::FormatBytes(delta.bytes_written).c_str(),
-                    detail::FormatBytes(delta.bytes_read).c_str(),
+                    detail::FormatBytes(delta.bytes_read).c_str(), host.c_str(),
                     detail::FormatBytes(delta.bytes_forwarded).c_str(),
                     record->exposed_io_ns / 1e6);
       options.progress(line);

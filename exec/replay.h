@@ -85,6 +85,7 @@ struct ReplayResult {
   int64_t planned_peak_activation_bytes = 0;  // evictions landing at once (lifetimes.h)
   int64_t planned_peak_device_bytes = 0;
   int64_t plan_offloaded_bytes = 0;  // unique offload-ssd bytes per step
+  int64_t plan_host_bytes = 0;       // unique offload-host bytes per step (pinned host memory)
   int64_t workspace_bytes = 0;
   CacheStats cache;         // the last step's
   LaneBusy busy;            // the last step's

@@ -18,6 +18,7 @@ nlohmann::json ToJson(const ReplayResult& r) {
   j["planned_peak_activation_bytes"] = r.planned_peak_activation_bytes;
   j["planned_peak_device_bytes"] = r.planned_peak_device_bytes;
   j["plan_offloaded_bytes"] = r.plan_offloaded_bytes;
+  j["plan_host_bytes"] = r.plan_host_bytes;
   j["workspace_bytes"] = r.workspace_bytes;
   j["cache"] = {{"writes", r.cache.writes},
                 {"bytes_written", r.cache.bytes_written},
@@ -28,7 +29,11 @@ nlohmann::json ToJson(const ReplayResult& r) {
                 {"reads", r.cache.reads},
                 {"bytes_read", r.cache.bytes_read},
                 {"evictions", r.cache.evictions},
-                {"bytes_evicted", r.cache.bytes_evicted}};
+                {"bytes_evicted", r.cache.bytes_evicted},
+                {"host_copies", r.cache.host_copies},
+                {"bytes_to_host", r.cache.bytes_to_host},
+                {"host_restores", r.cache.host_restores},
+                {"bytes_from_host", r.cache.bytes_from_host}};
   j["lane_busy_ns"] = {{"compute", r.busy.compute_ns},
                        {"d2h", r.busy.d2h_ns},
                        {"h2d", r.busy.h2d_ns},

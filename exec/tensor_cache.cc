@@ -7,10 +7,14 @@ TensorCache::TensorCache(const traces::Trace& trace, const traces::Plan& plan) :
     const traces::TensorId storage = trace.StorageOf(p.tensor);
     // Dedup: a tensor and its views share one placement, the first listed.
     if (!placements_.emplace(storage, &p).second) continue;
-    if (p.action != traces::TensorAction::kOffloadSsd) continue;
+    if (p.action != traces::TensorAction::kOffloadSsd &&
+        p.action != traces::TensorAction::kOffloadHost) {
+      continue;
+    }
     Entry& e = entries_[storage];
     e.placement = &p;
     e.bytes = trace.tensor(storage).bytes;
+    e.host = p.action == traces::TensorAction::kOffloadHost;
     if (p.prefetch_before != traces::kNoOp) prefetch_at_[p.prefetch_before].push_back(storage);
   }
 }
@@ -60,8 +64,8 @@ bool TensorCache::BeginWrite(traces::TensorId storage) {
     return false;
   }
   e->state = State::kWriting;
-  ++stats_.writes;
-  stats_.bytes_written += e->bytes;
+  ++(e->host ? stats_.host_copies : stats_.writes);
+  (e->host ? stats_.bytes_to_host : stats_.bytes_written) += e->bytes;
   return true;
 }
 
@@ -105,8 +109,8 @@ BackwardSource TensorCache::ClaimForBackward(traces::TensorId storage) {
   switch (e->state) {
     case State::kEvicted:
       e->state = State::kReading;
-      ++stats_.reads;
-      stats_.bytes_read += e->bytes;
+      ++(e->host ? stats_.host_restores : stats_.reads);
+      (e->host ? stats_.bytes_from_host : stats_.bytes_read) += e->bytes;
       return BackwardSource::kRead;
     case State::kResident:
     case State::kWriteQueued:  // BeginWrite will drop it
@@ -135,7 +139,9 @@ bool TensorCache::WritePending(traces::TensorId storage) const {
 
 void TensorCache::ResetStep() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [storage, e] : entries_) e = Entry{e.placement, e.bytes};
+  for (auto& [storage, e] : entries_) {
+    e = Entry{.placement = e.placement, .bytes = e.bytes, .host = e.host};
+  }
 }
 
 CacheStats TensorCache::stats() const {

@@ -1,5 +1,8 @@
-// The tensor cache: which saved tensors go to the SSD, when their device copy
-// may go, and how backward gets them back. Bookkeeping only: it owns no memory
+// The tensor cache: which saved tensors go to the SSD (or to pinned host
+// memory, for offload-host), when their device copy may go, and how backward
+// gets them back. Both offload actions share one state machine; for
+// offload-host the "write" is the device-to-host copy and the "read" the copy
+// back. Bookkeeping only: it owns no memory
 // and does no I/O; the replay (exec/replay.h) asks it what to do and tells it
 // what happened. Techniques from SSDTrain (arXiv 2408.10013, section 3):
 //
@@ -30,7 +33,7 @@ namespace ssdtrain::exec {
 enum class BackwardSource {
   kResident,   // never left (kept, or not saved, or not offloaded)
   kForwarded,  // offloaded but still resident: served from memory (forwarding)
-  kRead,       // evicted: read it back from the SSD
+  kRead,       // evicted: read it back from the SSD (or copy it back from the host)
   kRecompute,  // recompute: re-run its producer
 };
 
@@ -45,6 +48,12 @@ struct CacheStats {
   int64_t bytes_read = 0;
   int64_t evictions = 0;
   int64_t bytes_evicted = 0;
+  // offload-host: copies kept in host memory and copies back. The SSD figures
+  // above (writes, reads) do not include these.
+  int64_t host_copies = 0;
+  int64_t bytes_to_host = 0;
+  int64_t host_restores = 0;
+  int64_t bytes_from_host = 0;
 };
 
 class TensorCache {
@@ -57,11 +66,11 @@ class TensorCache {
   traces::TensorId StorageOf(traces::TensorId t) const { return trace_.StorageOf(t); }
   const traces::Placement* PlacementOf(traces::TensorId storage) const;
   traces::TensorAction ActionOf(traces::TensorId storage) const;
-  // Offload-ssd storages whose read the plan issues at op `op` (prefetch_before == op).
+  // Offloaded storages whose read the plan issues at op `op` (prefetch_before == op).
   const std::vector<traces::TensorId>& PrefetchesAt(traces::OpId op) const;
 
   // Forward: the producer of `storage` was issued. True exactly once per
-  // storage per step for an offload-ssd storage: queue its write.
+  // storage per step for an offloaded storage: queue its write (or host copy).
   bool OnProduced(traces::TensorId storage);
   // The writer is about to start the write. False: dropped (backward already
   // claimed it); the writer releases its staging and skips the write.
@@ -100,13 +109,14 @@ class TensorCache {
     State state = State::kNone;
     bool forward_done = false;
     bool claimed = false;
+    bool host = false;  // offload-host
   };
   Entry* Find(traces::TensorId storage);
   const Entry* Find(traces::TensorId storage) const;
 
   const traces::Trace& trace_;
   mutable std::mutex mu_;
-  std::unordered_map<traces::TensorId, Entry> entries_;  // offload-ssd storages only
+  std::unordered_map<traces::TensorId, Entry> entries_;  // offloaded storages only
   std::unordered_map<traces::TensorId, const traces::Placement*> placements_;
   std::unordered_map<traces::OpId, std::vector<traces::TensorId>> prefetch_at_;
   CacheStats stats_;

@@ -62,13 +62,17 @@ PlannedPeaks ComputePlannedPeaks(const traces::Trace& trace, const traces::Plan&
     total -= lives[static_cast<size_t>(s)].bytes;
     if (lives[static_cast<size_t>(s)].activation) activation -= lives[static_cast<size_t>(s)].bytes;
   };
+  auto offloaded = [](traces::TensorAction a) {
+    return a == traces::TensorAction::kOffloadSsd || a == traces::TensorAction::kOffloadHost;
+  };
   for (const auto& [s, p] : placements) {
     if (p->action == traces::TensorAction::kOffloadSsd) peaks.offloaded_bytes += lives[s].bytes;
+    if (p->action == traces::TensorAction::kOffloadHost) peaks.host_bytes += lives[s].bytes;
   }
   for (const traces::Op& op : trace.ops) {
     // Reads at their prefetch point; everything the op touches is resident.
     for (const auto& [s, p] : placements) {
-      if (p->action == traces::TensorAction::kOffloadSsd && p->prefetch_before == op.id) add(s);
+      if (offloaded(p->action) && p->prefetch_before == op.id) add(s);
     }
     std::set<traces::TensorId> touched;
     for (traces::TensorId t : op.inputs) touched.insert(trace.StorageOf(t));
@@ -88,9 +92,8 @@ PlannedPeaks ComputePlannedPeaks(const traces::Trace& trace, const traces::Plan&
       if (life.last_use == op.id) {
         remove(s);
       } else if (life.last_forward_use == op.id && op.phase == traces::Phase::kForward &&
-                 (a == traces::TensorAction::kOffloadSsd ||
-                  a == traces::TensorAction::kRecompute)) {
-        remove(s);  // written and evicted at once / dropped until recomputed
+                 (offloaded(a) || a == traces::TensorAction::kRecompute)) {
+        remove(s);  // copied out and evicted at once / dropped until recomputed
       }
     }
   }

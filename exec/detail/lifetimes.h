@@ -31,6 +31,7 @@ struct PlannedPeaks {
   int64_t activation_bytes = 0;  // peak resident activation storages
   int64_t device_bytes = 0;      // that moment's total, persistent storages included
   int64_t offloaded_bytes = 0;   // unique offload-ssd storage bytes (written once per step)
+  int64_t host_bytes = 0;        // unique offload-host storage bytes (held in host memory)
 };
 PlannedPeaks ComputePlannedPeaks(const traces::Trace& trace, const traces::Plan& plan,
                                  const std::vector<StorageLife>& lives);

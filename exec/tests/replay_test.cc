@@ -64,6 +64,71 @@ TEST(Replay, OffloadLowersPeakActivationsByWhatThePlanSays) {
   EXPECT_EQ(offload->metrics.ssd_bytes_read, offload->plan_offloaded_bytes);
 }
 
+// OffloadAllPlan with every placement (or every other one) sent to host memory.
+traces::Plan HostPlan(const traces::Trace& trace, bool every_other) {
+  traces::Plan plan = OffloadAllPlan(trace);
+  plan.policy = every_other ? "offload-mixed" : "offload-host";
+  for (size_t i = 0; i < plan.placements.size(); ++i) {
+    if (every_other && i % 2 == 1) continue;
+    plan.placements[i].action = traces::TensorAction::kOffloadHost;
+    plan.placements[i].file.clear();
+  }
+  return plan;
+}
+
+TEST(Replay, HostOffloadVerifiesTouchesNoFileAndLowersPeakAsPlanned) {
+  // offload-host: copied out after the producer, evicted, copied back at the
+  // prefetch point. Same peaks as the SSD plan (same points), no SSD bytes.
+  const traces::Trace trace = TinyGptTrace(1, 128);
+  const traces::Plan plan = HostPlan(trace, /*every_other=*/false);
+  const int64_t offloaded = OffloadedStorageBytes(trace, plan);
+  ASSERT_GT(offloaded, 0);
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  o.verify = true;
+  o.wait_for_writes = true;
+  auto host = Replay(trace, plan, o, "offload-host");
+  ASSERT_TRUE(host.ok()) << host.status().ToString();
+  EXPECT_TRUE(host->verified);
+  EXPECT_GT(host->tensors_checked, 0);
+  EXPECT_EQ(host->metrics.ssd_bytes_written, 0);
+  EXPECT_EQ(host->metrics.ssd_bytes_read, 0);
+  EXPECT_EQ(host->cache.bytes_to_host + host->cache.bytes_write_dropped, offloaded);
+  EXPECT_EQ(host->cache.bytes_from_host, offloaded - host->cache.bytes_forwarded);
+  EXPECT_GT(host->cache.bytes_from_host, 0);
+  EXPECT_EQ(host->metrics.peak_activation_bytes, host->planned_peak_activation_bytes);
+  auto ssd = Replay(trace, OffloadAllPlan(trace), o, "offload-all");
+  ASSERT_TRUE(ssd.ok()) << ssd.status().ToString();
+  EXPECT_EQ(host->metrics.peak_activation_bytes, ssd->metrics.peak_activation_bytes);
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
+TEST(Replay, MixedHostAndSsdOffloadVerifies) {
+  const traces::Trace trace = TinyGptTrace();
+  const traces::Plan plan = HostPlan(trace, /*every_other=*/true);
+  traces::Plan ssd_only = plan;
+  std::erase_if(ssd_only.placements, [](const traces::Placement& p) {
+    return p.action != traces::TensorAction::kOffloadSsd;
+  });
+  traces::Plan host_only = plan;
+  std::erase_if(host_only.placements, [](const traces::Placement& p) {
+    return p.action != traces::TensorAction::kOffloadHost;
+  });
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  o.verify = true;
+  auto r = Replay(trace, plan, o, "offload-mixed");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->verified);
+  EXPECT_EQ(r->metrics.ssd_bytes_written + r->cache.bytes_write_dropped + r->cache.bytes_to_host,
+            OffloadedStorageBytes(trace, plan));
+  EXPECT_GT(r->metrics.ssd_bytes_written, 0);
+  EXPECT_GT(r->cache.bytes_to_host, 0);
+  EXPECT_LE(r->metrics.ssd_bytes_written, OffloadedStorageBytes(trace, ssd_only));
+  EXPECT_LE(r->cache.bytes_to_host, OffloadedStorageBytes(trace, host_only));
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
 TEST(Replay, TensorsClaimedBeforeEvictionAreForwardedNotRead) {
   // Every placement's prefetch point is the op right after its producer, so
   // backward claims each tensor while it is still resident: all of it is

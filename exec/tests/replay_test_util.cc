@@ -36,7 +36,10 @@ int64_t OffloadedStorageBytes(const traces::Trace& trace, const traces::Plan& pl
   std::set<traces::TensorId> storages;
   int64_t bytes = 0;
   for (const traces::Placement& p : plan.placements) {
-    if (p.action != traces::TensorAction::kOffloadSsd) continue;
+    if (p.action != traces::TensorAction::kOffloadSsd &&
+        p.action != traces::TensorAction::kOffloadHost) {
+      continue;
+    }
     const traces::TensorId s = trace.StorageOf(p.tensor);
     if (storages.insert(s).second) bytes += trace.tensor(s).bytes;
   }

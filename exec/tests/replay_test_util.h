@@ -14,8 +14,8 @@ traces::Trace TinyGptTrace(int64_t micro_batch = 0, int64_t seq_len = 0);
 // CPU backend, one measured step after the warm-up, files under `dir`.
 ReplayOptions CpuOptions(const std::string& dir);
 
-// Unique bytes of the storages a plan offloads to the SSD (what one step must
-// write, counting a tensor and its views once).
+// Unique bytes of the storages a plan offloads, to the SSD or to host memory
+// (what one step must copy out, counting a tensor and its views once).
 int64_t OffloadedStorageBytes(const traces::Trace& trace, const traces::Plan& plan);
 
 }  // namespace ssdtrain::exec::testing
