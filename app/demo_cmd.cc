@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -46,6 +47,9 @@ constexpr double kBudgetActivationCut = 0.75;
 // written by an older build is not used (2: issue_ahead_ops, op times pooled
 // over four steps).
 constexpr int kCalibrationCacheVersion = 2;
+// Keep's |error| beyond which the demo calibrates once more (when keep itself
+// was steady: its two measurements closer than this).
+constexpr double kRecalibrateAt = 0.10;
 
 struct DemoOptions {
   std::string model = kDefaultModel;
@@ -66,6 +70,12 @@ struct Row {
   traces::StepReport measured;
   std::optional<bool> verified;  // empty: not checked (--no-verify)
 };
+
+// |a - b| relative to the smaller: how far apart two measurements of one plan are.
+double Drift(int64_t a, int64_t b) {
+  const int64_t lo = std::min(a, b);
+  return lo > 0 ? static_cast<double>(std::max(a, b) - lo) / static_cast<double>(lo) : 0.0;
+}
 
 std::string Stamp() {
   const std::time_t now = std::time(nullptr);
@@ -151,12 +161,7 @@ class Demo {
                          trace_.tensors.size()));
 
     SSDTRAIN_ASSIGN_OR_RETURN(hw_, Calibration());
-    if (o_.ssd_bandwidth_GBps > 0) {
-      // The replay caps the SSD path with a token bucket; the simulator sees the same drive.
-      hw_.storage.drive.write_GBps = std::min(hw_.storage.drive.write_GBps, o_.ssd_bandwidth_GBps);
-      hw_.storage.drive.read_GBps = std::min(hw_.storage.drive.read_GBps, o_.ssd_bandwidth_GBps);
-      Progress(fmt::format("SSD path capped at {:.3f} GB/s", o_.ssd_bandwidth_GBps));
-    }
+    ApplySsdCap();
     SSDTRAIN_RETURN_IF_ERROR(traces::WriteJsonFile(sim::ToJson(hw_), File("hardware.json")));
 
     // Plans: keep and full recompute, then the planner under a budget keep does not fit.
@@ -179,9 +184,38 @@ class Demo {
                          best.best_fixed_policy));
 
     std::vector<Row> rows;
-    for (traces::Plan* plan : {&keep, &recompute, &adaptive, &best.plan}) {
+    const std::vector<const traces::Plan*> plans = {&keep, &recompute, &adaptive, &best.plan};
+    for (const traces::Plan* plan : plans) {
       SSDTRAIN_ASSIGN_OR_RETURN(Row row, RunPolicy(*plan));
       rows.push_back(std::move(row));
+    }
+    // Keep once more, last: how far the machine's own speed moved while the
+    // table was measured. Errors of that size are noise, not the simulator.
+    SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayResult keep_again, TimedReplay(keep));
+    keep_again_ns_ = keep_again.metrics.step_time_ns;
+    // Keep's prediction is the calibrated op times summed, so keep far off its
+    // prediction while keep itself held steady means the calibration caught the
+    // machine at another speed (a cache from another day; a build that had just
+    // finished). Measure it once more, now, and predict again; the plans stay.
+    if (std::abs(KeepError(rows)) > kRecalibrateAt &&
+        Drift(rows.front().measured.metrics.step_time_ns, keep_again_ns_) < kRecalibrateAt) {
+      Progress(fmt::format(
+          "keep measured {:+.1f}% off its prediction from {}: calibrating again and predicting "
+          "again",
+          100 * KeepError(rows), calibration_source_));
+      recalibrated_from_ = calibration_source_;
+      const bool was = o_.recalibrate;
+      o_.recalibrate = true;
+      Result<sim::HardwareOptions> hw = Calibration();
+      o_.recalibrate = was;
+      if (!hw.ok()) return hw.status();
+      hw_ = *std::move(hw);
+      ApplySsdCap();
+      SSDTRAIN_RETURN_IF_ERROR(traces::WriteJsonFile(sim::ToJson(hw_), File("hardware.json")));
+      for (size_t i = 0; i < rows.size(); ++i) {
+        SSDTRAIN_RETURN_IF_ERROR(Predict(*plans[i], &rows[i]));
+        SSDTRAIN_RETURN_IF_ERROR(WriteComparison(rows[i]));
+      }
     }
     PrintTable(rows, budget);
     if (!o_.summary.empty()) SSDTRAIN_RETURN_IF_ERROR(WriteSummary(rows, budget));
@@ -192,6 +226,20 @@ class Demo {
 
   std::string File(const std::string& name) const { return (report_ / name).string(); }
 
+  void ApplySsdCap() {
+    if (o_.ssd_bandwidth_GBps <= 0) return;
+    // The replay holds each direction of the SSD path to this rate; the
+    // simulator is given the same drive.
+    hw_.storage.drive.write_GBps = std::min(hw_.storage.drive.write_GBps, o_.ssd_bandwidth_GBps);
+    hw_.storage.drive.read_GBps = std::min(hw_.storage.drive.read_GBps, o_.ssd_bandwidth_GBps);
+    Progress(fmt::format("SSD path capped at {:.3f} GB/s", o_.ssd_bandwidth_GBps));
+  }
+
+  static double KeepError(const std::vector<Row>& rows) {
+    return analysis::RelativeError(static_cast<double>(rows.front().predicted.metrics.step_time_ns),
+                                   static_cast<double>(rows.front().measured.metrics.step_time_ns));
+  }
+
   Result<sim::HardwareOptions> Calibration() {
     const fs::path cache =
         CacheDir() / fmt::format("calibration-v{}-{}-{}.json", kCalibrationCacheVersion, o_.backend,
@@ -200,6 +248,7 @@ class Demo {
       Result<sim::HardwareOptions> hw = sim::LoadHardware(cache.string());
       if (hw.ok()) {
         Progress("calibration: using " + cache.string() + " (--recalibrate to measure again)");
+        calibration_source_ = "the cached calibration " + cache.string();
         return hw;
       }
       Progress("calibration cache unreadable (" + hw.status().message() + "); measuring again");
@@ -217,6 +266,7 @@ class Demo {
     fs::create_directories(cache.parent_path(), ec);
     Status saved = traces::WriteJsonFile(sim::ToJson(hw), cache.string());
     if (!saved.ok()) Progress("could not cache the calibration: " + saved.message());
+    calibration_source_ = "the calibration of this run";
     return hw;
   }
 
@@ -224,22 +274,11 @@ class Demo {
     Row row;
     row.policy = plan.policy;
     SSDTRAIN_RETURN_IF_ERROR(traces::WritePlan(plan, File("plan-" + plan.policy + ".json")));
-    SSDTRAIN_ASSIGN_OR_RETURN(sim::Prediction pred, sim::Simulate(trace_, plan, hw_));
-    row.predicted = sim::PredictionReport(pred, trace_, plan, hw_);
-    SSDTRAIN_RETURN_IF_ERROR(
-        traces::WriteStepReport(row.predicted, File("predicted-" + plan.policy + ".json")));
-    SSDTRAIN_RETURN_IF_ERROR(
-        traces::WriteJsonFile(traces::ToChromeTrace(pred.timeline, "predicted " + plan.policy),
-                              File("timeline-predicted-" + plan.policy + ".json")));
-
-    exec::ReplayOptions ro;
-    ro.dir = dir_;
-    ro.backend = Backend(o_.backend);
-    ro.device_memory_bytes = static_cast<int64_t>(hw_.gpu.memory_GiB * 1024 * 1024 * 1024);
+    SSDTRAIN_RETURN_IF_ERROR(Predict(plan, &row));
     // Verification fills and checks every tensor, which costs time: one verified
     // replay proves the bytes, a second, unverified one is the measurement.
-    ro.ssd_bandwidth_GBps = o_.ssd_bandwidth_GBps;
     if (o_.verify) {
+      exec::ReplayOptions ro = ReplayOptions();
       ro.steps = 1;
       ro.verify = true;
       Progress(fmt::format("replaying {} with --verify", plan.policy));
@@ -247,12 +286,7 @@ class Demo {
                                 exec::Replay(trace_, plan, ro, "plan-" + plan.policy));
       row.verified = checked.verified;
     }
-    ro.steps = o_.steps;
-    ro.verify = false;
-    ro.progress = [this](const std::string& line) { Progress("  " + line); };
-    Progress(fmt::format("replaying {} for {} measured steps", plan.policy, o_.steps));
-    SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayResult run,
-                              exec::Replay(trace_, plan, ro, "plan-" + plan.policy));
+    SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayResult run, TimedReplay(plan));
     row.measured = RunReport(run, trace_, plan);
     row.measured.verified = row.verified;
     SSDTRAIN_RETURN_IF_ERROR(
@@ -260,11 +294,44 @@ class Demo {
     SSDTRAIN_RETURN_IF_ERROR(
         traces::WriteJsonFile(traces::ToChromeTrace(run.timeline, "measured " + plan.policy),
                               File("timeline-measured-" + plan.policy + ".json")));
+    SSDTRAIN_RETURN_IF_ERROR(WriteComparison(row));
+    return row;
+  }
+
+  // The row's prediction under hw_, and its files.
+  Status Predict(const traces::Plan& plan, Row* row) const {
+    SSDTRAIN_ASSIGN_OR_RETURN(sim::Prediction pred, sim::Simulate(trace_, plan, hw_));
+    row->predicted = sim::PredictionReport(pred, trace_, plan, hw_);
+    SSDTRAIN_RETURN_IF_ERROR(
+        traces::WriteStepReport(row->predicted, File("predicted-" + plan.policy + ".json")));
+    return traces::WriteJsonFile(traces::ToChromeTrace(pred.timeline, "predicted " + plan.policy),
+                                 File("timeline-predicted-" + plan.policy + ".json"));
+  }
+
+  Status WriteComparison(const Row& row) const {
     SSDTRAIN_ASSIGN_OR_RETURN(analysis::Comparison cmp,
                               analysis::Compare(row.predicted, row.measured));
-    std::ofstream csv(File("compare-" + plan.policy + ".csv"));
+    std::ofstream csv(File("compare-" + row.policy + ".csv"));
     analysis::WriteCsv(cmp, csv);
-    return row;
+    return Status::Ok();
+  }
+
+  exec::ReplayOptions ReplayOptions() const {
+    exec::ReplayOptions ro;
+    ro.dir = dir_;
+    ro.backend = Backend(o_.backend);
+    ro.device_memory_bytes = static_cast<int64_t>(hw_.gpu.memory_GiB * 1024 * 1024 * 1024);
+    ro.ssd_bandwidth_GBps = o_.ssd_bandwidth_GBps;
+    return ro;
+  }
+
+  // The measurement: o_.steps steps after a warm-up, unverified.
+  Result<exec::ReplayResult> TimedReplay(const traces::Plan& plan) {
+    exec::ReplayOptions ro = ReplayOptions();
+    ro.steps = o_.steps;
+    ro.progress = [this](const std::string& line) { Progress("  " + line); };
+    Progress(fmt::format("replaying {} for {} measured steps", plan.policy, o_.steps));
+    return exec::Replay(trace_, plan, ro, "plan-" + plan.policy);
   }
 
   void PrintTable(const std::vector<Row>& rows, int64_t budget) const {
@@ -286,12 +353,27 @@ class Demo {
           : *r.verified ? "yes"
                         : "NO");
     }
+    const int64_t keep_first = rows.front().measured.metrics.step_time_ns;
+    std::cout << fmt::format(
+        "keep measured again at the end: {:.1f} ms against {:.1f} ms first ({:.1f}% apart): "
+        "this machine's own drift during the run; errors of that size are noise\n",
+        keep_again_ns_ / 1e6, keep_first / 1e6, 100 * Drift(keep_first, keep_again_ns_));
+    if (!recalibrated_from_.empty()) {
+      std::cout << fmt::format(
+          "predictions from a second calibration: keep had measured more than {:.0f}% off the "
+          "prediction from {}\n",
+          100 * kRecalibrateAt, recalibrated_from_);
+    }
   }
 
   Status WriteSummary(const std::vector<Row>& rows, int64_t budget) const {
+    const int64_t keep_first = rows.front().measured.metrics.step_time_ns;
     nlohmann::json out{{"model", trace_.header.model},
                        {"ssd_bandwidth_GBps", o_.ssd_bandwidth_GBps},
                        {"budget_bytes", budget},
+                       {"keep_again_step_ns", keep_again_ns_},
+                       {"drift", Drift(keep_first, keep_again_ns_)},
+                       {"recalibrated", !recalibrated_from_.empty()},
                        {"report", report_.string()},
                        {"rows", nlohmann::json::array()}};
     for (const Row& r : rows) {
@@ -356,6 +438,9 @@ class Demo {
   std::string dir_;
   traces::Trace trace_;
   sim::HardwareOptions hw_;
+  int64_t keep_again_ns_ = 0;       // keep's step time measured once more after the table
+  std::string calibration_source_;  // for messages: cached (which file) or measured now
+  std::string recalibrated_from_;   // set when the first calibration was replaced
 };
 
 }  // namespace

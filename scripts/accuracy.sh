@@ -59,6 +59,9 @@ median_max, worst_max = float(sys.argv[1]), float(sys.argv[2])
 rows = []
 for path in sys.argv[3:]:
     s = json.load(open(path))
+    if s.get("recalibrated"):
+        print(f"note: {s['model']} (SSD cap {s['ssd_bandwidth_GBps']:g}): the demo calibrated twice "
+              "(keep was more than 10% off the first calibration's prediction)")
     for r in s["rows"]:
         rows.append((s["model"], s["ssd_bandwidth_GBps"], r))
 print(f"{'model':<10} {'SSD cap':>8} {'policy':<16} {'predicted':>11} {'measured':>11} {'error':>8} {'verified':>8}")
