@@ -232,7 +232,9 @@ class Demo {
     // simulator is given the same drive.
     hw_.storage.drive.write_GBps = std::min(hw_.storage.drive.write_GBps, o_.ssd_bandwidth_GBps);
     hw_.storage.drive.read_GBps = std::min(hw_.storage.drive.read_GBps, o_.ssd_bandwidth_GBps);
-    Progress(fmt::format("SSD path capped at {:.3f} GB/s", o_.ssd_bandwidth_GBps));
+    if (recalibrated_from_.empty()) {
+      Progress(fmt::format("SSD path capped at {:.3f} GB/s", o_.ssd_bandwidth_GBps));
+    }
   }
 
   static double KeepError(const std::vector<Row>& rows) {
