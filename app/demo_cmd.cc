@@ -160,7 +160,7 @@ class Demo {
     Progress(fmt::format("traced {}: {} ops, {} tensors", trace_.header.model, trace_.ops.size(),
                          trace_.tensors.size()));
 
-    SSDTRAIN_ASSIGN_OR_RETURN(hw_, Calibration());
+    SSDTRAIN_ASSIGN_OR_RETURN(hw_, Calibration(/*measure=*/o_.recalibrate));
     ApplySsdCap();
     SSDTRAIN_RETURN_IF_ERROR(traces::WriteJsonFile(sim::ToJson(hw_), File("hardware.json")));
 
@@ -204,12 +204,7 @@ class Demo {
           "again",
           100 * KeepError(rows), calibration_source_));
       recalibrated_from_ = calibration_source_;
-      const bool was = o_.recalibrate;
-      o_.recalibrate = true;
-      Result<sim::HardwareOptions> hw = Calibration();
-      o_.recalibrate = was;
-      if (!hw.ok()) return hw.status();
-      hw_ = *std::move(hw);
+      SSDTRAIN_ASSIGN_OR_RETURN(hw_, Calibration(/*measure=*/true));
       ApplySsdCap();
       SSDTRAIN_RETURN_IF_ERROR(traces::WriteJsonFile(sim::ToJson(hw_), File("hardware.json")));
       for (size_t i = 0; i < rows.size(); ++i) {
@@ -242,11 +237,13 @@ class Demo {
                                    static_cast<double>(rows.front().measured.metrics.step_time_ns));
   }
 
-  Result<sim::HardwareOptions> Calibration() {
+  // The cached calibration for this backend and model, or (`measure`, or no
+  // usable cache) a new one, cached for next time.
+  Result<sim::HardwareOptions> Calibration(bool measure) {
     const fs::path cache =
         CacheDir() / fmt::format("calibration-v{}-{}-{}.json", kCalibrationCacheVersion, o_.backend,
                                  trace_.header.model);
-    if (!o_.recalibrate && fs::exists(cache)) {
+    if (!measure && fs::exists(cache)) {
       Result<sim::HardwareOptions> hw = sim::LoadHardware(cache.string());
       if (hw.ok()) {
         Progress("calibration: using " + cache.string() + " (--recalibrate to measure again)");
@@ -434,7 +431,7 @@ class Demo {
     if (std::system(cmd.c_str()) != 0) Progress("plot failed: " + cmd);
   }
 
-  DemoOptions o_;
+  const DemoOptions o_;
   std::chrono::steady_clock::time_point start_;
   fs::path report_;
   std::string dir_;

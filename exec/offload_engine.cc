@@ -21,10 +21,13 @@
 #include "exec/checksum.h"
 #include "exec/detail/cleanup_registry.h"
 #include "exec/detail/errno_text.h"
+#include "exec/detail/round_up.h"
 #include "exec/detail/staging_pool.h"
 
 namespace ssdtrain::exec {
 namespace {
+
+using detail::RoundUp;
 
 using detail::ErrnoText;
 using Clock = std::chrono::steady_clock;
@@ -35,8 +38,6 @@ constexpr int64_t kMaxStagingBytes = int64_t{1} << 30;
 constexpr int64_t kMaxBlockSize = int64_t{1} << 30;
 // Distinguishes run directories of several engines in one process.
 std::atomic<int> g_run_counter{0};
-
-int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())

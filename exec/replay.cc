@@ -13,6 +13,7 @@
 #include "exec/detail/format_bytes.h"
 #include "exec/detail/host_staging.h"
 #include "exec/detail/lifetimes.h"
+#include "exec/detail/round_up.h"
 #include "exec/offload_engine.h"
 
 namespace ssdtrain::exec {
@@ -856,7 +857,7 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
     if (trace.StorageOf(s) != s || cache.ActionOf(s) != traces::TensorAction::kOffloadHost)
       continue;
     host_offsets[s] = host_bytes;
-    host_bytes += (trace.tensor(s).bytes + kDirectIoAlign - 1) / kDirectIoAlign * kDirectIoAlign;
+    host_bytes += detail::RoundUp(trace.tensor(s).bytes, kDirectIoAlign);
   }
   std::unique_ptr<detail::HostStaging> host_memory;
   if (host_bytes > 0) {

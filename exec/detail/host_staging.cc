@@ -6,11 +6,12 @@
 #include <cstring>
 
 #include "exec/detail/format_bytes.h"
+#include "exec/detail/round_up.h"
 
 namespace ssdtrain::exec::detail {
 
 Result<std::unique_ptr<HostStaging>> HostStaging::Create(Device& device, int64_t bytes) {
-  bytes = (bytes + 4095) / 4096 * 4096;  // whole pages: the engine registers the region
+  bytes = RoundUp(bytes, 4096);  // whole pages: the engine registers the region
   void* p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {

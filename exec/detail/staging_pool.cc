@@ -5,13 +5,12 @@
 #include <cerrno>
 
 #include "exec/detail/errno_text.h"
+#include "exec/detail/round_up.h"
 
 namespace ssdtrain::exec::detail {
 namespace {
 
 constexpr int64_t kPage = 4096;
-
-int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 
