@@ -56,7 +56,12 @@ struct DemoOptions {
   std::string dir;     // offload directory; empty: a fresh one under $TMPDIR or /var/tmp
   std::string report;  // report folder; empty: ./ssdtrain-report-<time>
   std::string backend = "auto";
-  int steps = 3;
+  int steps = 2;
+  // Each policy is replayed this many times, in rounds (keep, recompute, ...,
+  // keep, recompute, ...), and the replay with the median step time is the
+  // measurement: a slow minute of a shared machine then lands on one round of
+  // every policy instead of on all rounds of one.
+  int rounds = 3;
   bool recalibrate = false;
   double ssd_bandwidth_GBps = 0;  // cap on the SSD path, replayed and simulated; 0: none
   std::string summary;            // also write the table as JSON here
@@ -67,8 +72,9 @@ struct DemoOptions {
 struct Row {
   std::string policy;
   traces::StepReport predicted;
-  traces::StepReport measured;
-  std::optional<bool> verified;  // empty: not checked (--no-verify)
+  traces::StepReport measured;    // the round with the median step time
+  std::vector<int64_t> round_ns;  // each round's step time, in order
+  std::optional<bool> verified;   // empty: not checked (--no-verify)
 };
 
 // |a - b| relative to the smaller: how far apart two measurements of one plan are.
@@ -186,24 +192,44 @@ class Demo {
     std::vector<Row> rows;
     const std::vector<const traces::Plan*> plans = {&keep, &recompute, &adaptive, &best.plan};
     for (const traces::Plan* plan : plans) {
-      SSDTRAIN_ASSIGN_OR_RETURN(Row row, RunPolicy(*plan));
+      SSDTRAIN_ASSIGN_OR_RETURN(Row row, StartRow(*plan));
       rows.push_back(std::move(row));
     }
-    // Keep once more, last: how far the machine's own speed moved while the
-    // table was measured. Errors of that size are noise, not the simulator.
-    SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayResult keep_again, TimedReplay(keep));
-    keep_again_ns_ = keep_again.metrics.step_time_ns;
+    std::vector<std::vector<exec::ReplayResult>> runs(plans.size());
+    for (int round = 0; round < o_.rounds; ++round) {
+      for (size_t i = 0; i < plans.size(); ++i) {
+        SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayResult run, TimedReplay(*plans[i], round));
+        rows[i].round_ns.push_back(run.metrics.step_time_ns);
+        runs[i].push_back(std::move(run));
+      }
+    }
+    for (size_t i = 0; i < plans.size(); ++i) {
+      SSDTRAIN_RETURN_IF_ERROR(FinishRow(*plans[i], MedianRun(runs[i]), &rows[i]));
+    }
+    runs.clear();
+    // How far the machine's own speed moved while the table was measured:
+    // keep's rounds, or with one round keep once more, last. Errors of that
+    // size are noise, not the simulator.
+    if (o_.rounds > 1) {
+      const auto [lo, hi] =
+          std::minmax_element(rows.front().round_ns.begin(), rows.front().round_ns.end());
+      keep_drift_ = Drift(*lo, *hi);
+    } else {
+      SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayResult keep_again, TimedReplay(keep, 1));
+      keep_again_ns_ = keep_again.metrics.step_time_ns;
+      keep_drift_ = Drift(rows.front().measured.metrics.step_time_ns, keep_again_ns_);
+    }
     // Keep's prediction is the calibrated op times summed, so keep far off its
     // prediction while keep itself held steady means the calibration caught the
     // machine at another speed (a cache from another day; a build that had just
     // finished). Measure it once more, now, and predict again; the plans stay.
-    if (std::abs(KeepError(rows)) > kRecalibrateAt &&
-        Drift(rows.front().measured.metrics.step_time_ns, keep_again_ns_) < kRecalibrateAt) {
+    if (std::abs(KeepError(rows)) > kRecalibrateAt && keep_drift_ < kRecalibrateAt) {
       Progress(fmt::format(
           "keep measured {:+.1f}% off its prediction from {}: calibrating again and predicting "
           "again",
           100 * KeepError(rows), calibration_source_));
       recalibrated_from_ = calibration_source_;
+      device_.reset();  // calibration makes its own (on CUDA, both would not fit)
       SSDTRAIN_ASSIGN_OR_RETURN(hw_, Calibration(/*measure=*/true));
       ApplySsdCap();
       SSDTRAIN_RETURN_IF_ERROR(traces::WriteJsonFile(sim::ToJson(hw_), File("hardware.json")));
@@ -269,15 +295,16 @@ class Demo {
     return hw;
   }
 
-  Result<Row> RunPolicy(const traces::Plan& plan) {
+  // A row with its plan and prediction written, verified unless --no-verify.
+  Result<Row> StartRow(const traces::Plan& plan) {
     Row row;
     row.policy = plan.policy;
     SSDTRAIN_RETURN_IF_ERROR(traces::WritePlan(plan, File("plan-" + plan.policy + ".json")));
     SSDTRAIN_RETURN_IF_ERROR(Predict(plan, &row));
     // Verification fills and checks every tensor, which costs time: one verified
-    // replay proves the bytes, a second, unverified one is the measurement.
+    // replay proves the bytes, the unverified ones after it are the measurement.
     if (o_.verify) {
-      exec::ReplayOptions ro = ReplayOptions();
+      SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayOptions ro, ReplayOptions());
       ro.steps = 1;
       ro.verify = true;
       Progress(fmt::format("replaying {} with --verify", plan.policy));
@@ -285,16 +312,31 @@ class Demo {
                                 exec::Replay(trace_, plan, ro, "plan-" + plan.policy));
       row.verified = checked.verified;
     }
-    SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayResult run, TimedReplay(plan));
-    row.measured = RunReport(run, trace_, plan);
-    row.measured.verified = row.verified;
+    return row;
+  }
+
+  // The replay whose step time is the median of the rounds (the lower middle
+  // one for an even count).
+  static const exec::ReplayResult& MedianRun(const std::vector<exec::ReplayResult>& runs) {
+    std::vector<size_t> order(runs.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return runs[a].metrics.step_time_ns < runs[b].metrics.step_time_ns;
+    });
+    return runs[order[(order.size() - 1) / 2]];
+  }
+
+  // The row's measurement from `run`, and its files.
+  Status FinishRow(const traces::Plan& plan, const exec::ReplayResult& run, Row* row) const {
+    row->measured = RunReport(run, trace_, plan);
+    row->measured.verified = row->verified;
+    if (o_.rounds > 1) row->measured.extra["round_step_times_ns"] = row->round_ns;
     SSDTRAIN_RETURN_IF_ERROR(
-        traces::WriteStepReport(row.measured, File("measured-" + plan.policy + ".json")));
+        traces::WriteStepReport(row->measured, File("measured-" + plan.policy + ".json")));
     SSDTRAIN_RETURN_IF_ERROR(
         traces::WriteJsonFile(traces::ToChromeTrace(run.timeline, "measured " + plan.policy),
                               File("timeline-measured-" + plan.policy + ".json")));
-    SSDTRAIN_RETURN_IF_ERROR(WriteComparison(row));
-    return row;
+    return WriteComparison(*row);
   }
 
   // The row's prediction under hw_, and its files.
@@ -315,21 +357,30 @@ class Demo {
     return Status::Ok();
   }
 
-  exec::ReplayOptions ReplayOptions() const {
+  Result<exec::ReplayOptions> ReplayOptions() {
+    if (!device_) {
+      exec::DeviceOptions d;
+      d.capacity_bytes = static_cast<int64_t>(hw_.gpu.memory_GiB * 1024 * 1024 * 1024);
+      std::string picked;
+      SSDTRAIN_ASSIGN_OR_RETURN(device_, exec::MakeDevice(Backend(o_.backend), d, &picked));
+      Progress("replays run on " + picked);
+    }
     exec::ReplayOptions ro;
     ro.dir = dir_;
-    ro.backend = Backend(o_.backend);
-    ro.device_memory_bytes = static_cast<int64_t>(hw_.gpu.memory_GiB * 1024 * 1024 * 1024);
+    ro.device = device_.get();
     ro.ssd_bandwidth_GBps = o_.ssd_bandwidth_GBps;
     return ro;
   }
 
-  // The measurement: o_.steps steps after a warm-up, unverified.
-  Result<exec::ReplayResult> TimedReplay(const traces::Plan& plan) {
-    exec::ReplayOptions ro = ReplayOptions();
+  // A measurement: o_.steps steps after a warm-up, unverified.
+  Result<exec::ReplayResult> TimedReplay(const traces::Plan& plan, int round) {
+    SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayOptions ro, ReplayOptions());
     ro.steps = o_.steps;
     ro.progress = [this](const std::string& line) { Progress("  " + line); };
-    Progress(fmt::format("replaying {} for {} measured steps", plan.policy, o_.steps));
+    Progress(o_.rounds > 1
+                 ? fmt::format("round {}/{}: replaying {} for {} measured steps", round + 1,
+                               o_.rounds, plan.policy, o_.steps)
+                 : fmt::format("replaying {} for {} measured steps", plan.policy, o_.steps));
     return exec::Replay(trace_, plan, ro, "plan-" + plan.policy);
   }
 
@@ -352,11 +403,21 @@ class Demo {
           : *r.verified ? "yes"
                         : "NO");
     }
-    const int64_t keep_first = rows.front().measured.metrics.step_time_ns;
-    std::cout << fmt::format(
-        "keep measured again at the end: {:.1f} ms against {:.1f} ms first ({:.1f}% apart): "
-        "this machine's own drift during the run; errors of that size are noise\n",
-        keep_again_ns_ / 1e6, keep_first / 1e6, 100 * Drift(keep_first, keep_again_ns_));
+    if (o_.rounds > 1) {
+      std::string each;
+      for (int64_t ns : rows.front().round_ns)
+        each += fmt::format("{}{:.1f}", each.empty() ? "" : ", ", ns / 1e6);
+      std::cout << fmt::format(
+          "measured: the median of {} rounds (keep: {} ms, {:.1f}% apart: this machine's own drift "
+          "during the run; errors of that size are noise)\n",
+          o_.rounds, each, 100 * keep_drift_);
+    } else {
+      const int64_t keep_first = rows.front().measured.metrics.step_time_ns;
+      std::cout << fmt::format(
+          "keep measured again at the end: {:.1f} ms against {:.1f} ms first ({:.1f}% apart): "
+          "this machine's own drift during the run; errors of that size are noise\n",
+          keep_again_ns_ / 1e6, keep_first / 1e6, 100 * keep_drift_);
+    }
     if (!recalibrated_from_.empty()) {
       std::cout << fmt::format(
           "predictions from a second calibration: keep had measured more than {:.0f}% off the "
@@ -366,12 +427,12 @@ class Demo {
   }
 
   Status WriteSummary(const std::vector<Row>& rows, int64_t budget) const {
-    const int64_t keep_first = rows.front().measured.metrics.step_time_ns;
     nlohmann::json out{{"model", trace_.header.model},
                        {"ssd_bandwidth_GBps", o_.ssd_bandwidth_GBps},
                        {"budget_bytes", budget},
-                       {"keep_again_step_ns", keep_again_ns_},
-                       {"drift", Drift(keep_first, keep_again_ns_)},
+                       {"rounds", o_.rounds},
+                       {"keep_again_step_ns", keep_again_ns_},  // 0 with rounds > 1
+                       {"drift", keep_drift_},
                        {"recalibrated", !recalibrated_from_.empty()},
                        {"report", report_.string()},
                        {"rows", nlohmann::json::array()}};
@@ -381,6 +442,7 @@ class Demo {
            {"predicted_step_ns", r.predicted.metrics.step_time_ns},
            {"measured_step_ns", r.measured.metrics.step_time_ns},
            {"step_times_ns", r.measured.extra.value("step_times_ns", nlohmann::json::array())},
+           {"round_step_times_ns", r.round_ns},
            {"error", analysis::RelativeError(static_cast<double>(r.predicted.metrics.step_time_ns),
                                              static_cast<double>(r.measured.metrics.step_time_ns))},
            {"peak_activation_bytes", r.measured.metrics.peak_activation_bytes},
@@ -437,9 +499,13 @@ class Demo {
   std::string dir_;
   traces::Trace trace_;
   sim::HardwareOptions hw_;
-  int64_t keep_again_ns_ = 0;       // keep's step time measured once more after the table
-  std::string calibration_source_;  // for messages: cached (which file) or measured now
-  std::string recalibrated_from_;   // set when the first calibration was replaced
+  int64_t keep_again_ns_ = 0;  // keep's step time measured once more (one round only)
+  double keep_drift_ = 0;
+  // Every replay runs on this one device, made on the first replay: a fresh
+  // CPU arena costs seconds of first-touch page zeroing on a VM.
+  std::unique_ptr<exec::Device> device_;  // keep's spread over its measurements
+  std::string calibration_source_;        // for messages: cached (which file) or measured now
+  std::string recalibrated_from_;         // set when the first calibration was replaced
 };
 
 }  // namespace
@@ -456,6 +522,11 @@ Verb AddDemoCommand(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "Measured steps per replay")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--rounds", o->rounds,
+                  "Replay every policy this many times, interleaved, and report the median "
+                  "(evens out a noisy machine)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--ssd-bandwidth", o->ssd_bandwidth_GBps,

@@ -216,7 +216,7 @@ Status MeasureSsd(const CalibrationOptions& o, Calibration* out) {
 
 // Times every op of each trace in a keep-everything replay and folds ops of the
 // same kind and shape into one sample (the median over layers).
-Status MeasureTraceOps(const CalibrationOptions& o, Calibration* out) {
+Status MeasureTraceOps(Device& device, const CalibrationOptions& o, Calibration* out) {
   using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, std::string, int64_t>;
   std::map<Key, std::vector<int64_t>> times;
   std::map<Key, OpSample> samples;
@@ -231,6 +231,7 @@ Status MeasureTraceOps(const CalibrationOptions& o, Calibration* out) {
     ro.device_memory_bytes = o.device.capacity_bytes;
     ro.cpu_compute_threads = o.device.cpu_compute_threads;
     ro.cpu_pin_threads = o.device.cpu_pin_threads;
+    ro.device = &device;  // warm already: the replay's first step is not spent touching it
     ro.block_size = o.block_size;
     ro.queue_depth = o.queue_depth;
     // A machine that is still settling (right after a build, say) gives steps
@@ -306,10 +307,9 @@ Result<Calibration> Calibrate(const CalibrationOptions& o) {
   SSDTRAIN_RETURN_IF_ERROR(MeasureMemory(**device, o, &out));
   if (o.progress) o.progress("copy bandwidth device <-> staging");
   SSDTRAIN_RETURN_IF_ERROR(MeasureCopies(**device, o, &out));
-  device->reset();  // the op timing below makes its own device
   if (o.progress) o.progress("SSD path through the offload engine in " + o.dir);
   SSDTRAIN_RETURN_IF_ERROR(MeasureSsd(o, &out));
-  SSDTRAIN_RETURN_IF_ERROR(MeasureTraceOps(o, &out));
+  SSDTRAIN_RETURN_IF_ERROR(MeasureTraceOps(**device, o, &out));
   return out;
 }
 

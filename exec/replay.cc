@@ -305,7 +305,7 @@ class Replayer {
     if (Host(s)) {
       sl.staging = HostCopy(s);  // the copy back reads it where it stayed
     } else {
-      SSDTRAIN_ASSIGN_OR_RETURN(sl.staging, staging_.Acquire(life(s).bytes));
+      SSDTRAIN_ASSIGN_OR_RETURN(sl.staging, staging_.Acquire(life(s).bytes, stalled));
       auto ticket = engine_.ReadAsync(KeyOf(s), sl.staging.data, life(s).bytes);
       if (!ticket.ok()) {
         staging_.Release(sl.staging);
@@ -438,7 +438,8 @@ class Replayer {
       SSDTRAIN_RETURN_IF_ERROR(issues_[issues_.size() - options_.max_ops_ahead].end->Synchronize());
     }
     DrainEvictions();
-    bool io_dependent = false;
+    bool io_dependent = staging_stalled_next_;
+    staging_stalled_next_ = false;
     std::vector<TensorId> temporaries;
     for (TensorId s : cache_.PrefetchesAt(op.id)) {
       if (cache_.ClaimForBackward(s) == BackwardSource::kRead) {
@@ -531,7 +532,10 @@ class Replayer {
     if (Host(s)) {
       sl.staging = HostCopy(s);
     } else {
-      SSDTRAIN_ASSIGN_OR_RETURN(sl.staging, staging_.Acquire(life(s).bytes));
+      // Waiting here (staging full of writes the SSD has not taken yet) holds
+      // back the next op's issue: its gap is the SSD's, counted as exposed I/O.
+      SSDTRAIN_ASSIGN_OR_RETURN(sl.staging,
+                                staging_.Acquire(life(s).bytes, &staging_stalled_next_));
     }
     SSDTRAIN_RETURN_IF_ERROR(
         device_.Wait(Stream::kDeviceToHost, *op_end_[static_cast<size_t>(op.id)]));
@@ -686,6 +690,7 @@ class Replayer {
       if (slots_[s].resident && !lives_[s].persistent) Release(static_cast<TensorId>(s));
     }
     recompute_events_used_ = 0;
+    staging_stalled_next_ = false;
     return error();
   }
 
@@ -767,6 +772,7 @@ class Replayer {
   int64_t checked_ = 0;
   int64_t workspace_bytes_ = 0;
   int64_t activation_now_ = 0, activation_peak_ = 0;  // issue thread only
+  bool staging_stalled_next_ = false;  // an offload waited for staging: the next op's gap is I/O
 
   std::mutex mu_;  // guards everything below, and the read_* fields of slots
   std::condition_variable cv_;
@@ -804,16 +810,26 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
         " given; raise --device-memory or offload more");
   }
 
-  DeviceOptions device_options;
-  device_options.capacity_bytes = options.device_memory_bytes;
-  device_options.cpu_compute_threads = options.cpu_compute_threads;
-  device_options.cpu_pin_threads = options.cpu_pin_threads;
-  std::string picked;
-  SSDTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<Device> device,
-                            MakeDevice(options.backend, device_options, &picked));
-  if (options.progress) options.progress("backend " + picked);
+  std::unique_ptr<Device> made_device;
+  Device* device = options.device;
+  if (device == nullptr) {
+    DeviceOptions device_options;
+    device_options.capacity_bytes = options.device_memory_bytes;
+    device_options.cpu_compute_threads = options.cpu_compute_threads;
+    device_options.cpu_pin_threads = options.cpu_pin_threads;
+    std::string picked;
+    SSDTRAIN_ASSIGN_OR_RETURN(made_device, MakeDevice(options.backend, device_options, &picked));
+    device = made_device.get();
+    if (options.progress) options.progress("backend " + picked);
+  }
   // The GEMM workspace counts too; still no file exists.
   SSDTRAIN_ASSIGN_OR_RETURN(const int64_t workspace, device->ReserveWorkspace(trace));
+  if (device->used_bytes() != workspace) {
+    return Status::InvalidArgument("the device given to the replay still holds " +
+                                   detail::FormatBytes(device->used_bytes() - workspace) +
+                                   " besides its GEMM workspace");
+  }
+  device->ResetPeak();
   if (planned.device_bytes + workspace > device->capacity_bytes()) {
     return Status::ResourceExhausted(
         "the plan needs at least " + detail::FormatBytes(planned.device_bytes + workspace) +
@@ -932,9 +948,11 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
       options.progress(line);
     }
   }
-  auto median = [](std::vector<int64_t> v) {
+  auto median = [](std::vector<int64_t> v) {  // of an even count: the mean of the middle two
+    if (v.empty()) return int64_t{0};
     std::sort(v.begin(), v.end());
-    return v.empty() ? int64_t{0} : v[v.size() / 2];
+    const size_t h = v.size() / 2;
+    return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2;
   };
   traces::StepMetrics& m = result.metrics;
   m.step_time_ns = median(measured);

@@ -59,6 +59,12 @@ struct ReplayOptions {
   // makes the memory figures deterministic: evictions then land where
   // planned_peak_* assumes they do.
   bool wait_for_writes = false;
+  // Replay on this device instead of making one (backend, device_memory_bytes
+  // and the cpu_* fields are then the device's own). Borrowed; it must hold
+  // nothing but its GEMM workspace. Replays one after another on one device
+  // skip the first touch of a fresh arena, which on a VM costs seconds of the
+  // warm-up step (the CPU arena's pages are zeroed at first touch).
+  Device* device = nullptr;
   // One line per step on the caller's terminal; nullptr: silent.
   std::function<void(const std::string&)> progress;
   // Tests: an I/O backend to use instead of io_backend (e.g. a FaultBackend).

@@ -3,7 +3,12 @@
 # (calibrate, plan, replay keep / recompute-full / ssdtrain / optimal, compare)
 # without and with an SSD bandwidth cap low enough to make I/O the bottleneck,
 # then prints every configuration's predicted and measured step time and checks
-# the median and worst relative error.
+# the median and worst relative error. Each demo replays its four policies in
+# --rounds interleaved rounds and reports the median round, so that a slow
+# minute of this shared machine lands on one round of every policy rather than
+# on every round of one. Each demo also calibrates afresh (--recalibrate), so
+# that its predictions come from this machine as it is minutes, not a quarter
+# of an hour, before the replays they are compared with.
 #
 # The noise of this machine: keep and recompute-full do not depend on the SSD
 # cap, so each runs twice per model with the same plan, minutes apart. The spread
@@ -14,13 +19,14 @@
 # with the raw targets.
 #
 #   scripts/accuracy.sh [--bin B] [--out DIR] [--models "tiny-gpt small-gpt"] [--cap GBps]
-#                       [--median-max 0.05] [--worst-max 0.10] [--steps 5] [--verify]
+#                       [--median-max 0.05] [--worst-max 0.10] [--steps 2] [--rounds 3]
+#                       [--verify]
 #
 # --verify adds the demo's --verify replay before each timed one (slower; the
 # bytes are checked by the replay tests and the walkthrough already).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin=$root/build/app/ssdtrain out="" models="tiny-gpt small-gpt" cap=0.15 median_max=0.05 worst_max=0.10 steps=5
+bin=$root/build/app/ssdtrain out="" models="tiny-gpt small-gpt" cap=0.15 median_max=0.05 worst_max=0.10 steps=2 rounds=3
 verify=--no-verify
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -29,6 +35,7 @@ while [[ $# -gt 0 ]]; do
     --models) models=$2; shift 2 ;;
     --cap) cap=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     --median-max) median_max=$2; shift 2 ;;
     --worst-max) worst_max=$2; shift 2 ;;
     --verify) verify=""; shift ;;
@@ -47,7 +54,7 @@ for m in $models; do
   for c in 0 "$cap"; do
     s=$out/summary-$m-cap$c.json
     echo "accuracy: $m, SSD cap ${c} GB/s (0: none)" >&2
-    "$bin" demo --model "$root/configs/models/$m.json" --ssd-bandwidth "$c" --steps "$steps" \
+    "$bin" demo --model "$root/configs/models/$m.json" --ssd-bandwidth "$c" --steps "$steps" --rounds "$rounds" --recalibrate \
       --report "$out/report-$m-cap$c" --summary "$s" --no-plots $verify >"$out/demo-$m-cap$c.txt" 2>"$out/demo-$m-cap$c.log" ||
       { cat "$out/demo-$m-cap$c.log" >&2; exit 1; }
     summaries+=("$s")
@@ -64,14 +71,14 @@ for path in sys.argv[3:]:
               "(keep was more than 10% off the first calibration's prediction)")
     for r in s["rows"]:
         rows.append((s["model"], s["ssd_bandwidth_GBps"], r))
-print(f"{'model':<10} {'SSD cap':>8} {'policy':<16} {'predicted':>11} {'measured':>11} {'error':>8} {'verified':>8}")
+print(f"{'model':<10} {'SSD cap':>8} {'policy':<16} {'predicted':>11} {'measured':>11} {'error':>8} {'verified':>8}  rounds (ms)")
 errors = []
 for model, cap, r in rows:
     e = r["error"]
     errors.append(abs(e))
     capname = f"{cap:g} GB/s" if cap else "none"
     print(f"{model:<10} {capname:>8} {r['policy']:<16} {r['predicted_step_ns']/1e6:>8.1f} ms {r['measured_step_ns']/1e6:>8.1f} ms "
-          f"{100*e:>+7.1f}% {str(r['verified']):>8}")
+          f"{100*e:>+7.1f}% {str(r['verified']):>8}  {', '.join(f'{x/1e6:.1f}' for x in r.get('round_step_times_ns', []))}")
 med, worst = statistics.median(errors), max(errors)
 # Twin measurements of identical configurations (the cap does not touch them).
 twins = {}

@@ -31,7 +31,7 @@ HostStaging::~HostStaging() {
   munmap(base_, static_cast<size_t>(capacity_));
 }
 
-Result<StagingPiece> HostStaging::Acquire(int64_t bytes) {
+Result<StagingPiece> HostStaging::Acquire(int64_t bytes, bool* waited) {
   if (ranges_.Rounded(bytes) > capacity_) {
     return Status::ResourceExhausted("a tensor of " + FormatBytes(bytes) +
                                      " does not fit in the host staging memory of " +
@@ -41,6 +41,7 @@ Result<StagingPiece> HostStaging::Acquire(int64_t bytes) {
   while (true) {
     if (aborted_) return Status::ResourceExhausted("host staging: the run is stopping");
     if (auto offset = ranges_.Allocate(bytes)) return StagingPiece{base_ + *offset, bytes};
+    if (waited != nullptr) *waited = true;
     cv_.wait(lock);
   }
 }

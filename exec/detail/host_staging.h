@@ -31,8 +31,9 @@ class HostStaging {
   HostStaging(const HostStaging&) = delete;
   HostStaging& operator=(const HostStaging&) = delete;
 
-  // Blocks until `bytes` fit; ResourceExhausted when they never can, or after Abort.
-  Result<StagingPiece> Acquire(int64_t bytes);
+  // Blocks until `bytes` fit; ResourceExhausted when they never can, or after
+  // Abort. Sets `*waited` (when given) when it had to block.
+  Result<StagingPiece> Acquire(int64_t bytes, bool* waited = nullptr);
   void Release(StagingPiece piece);
   // Wakes and fails every blocked Acquire (the run is stopping on an error).
   void Abort();

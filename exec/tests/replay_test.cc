@@ -181,6 +181,82 @@ TEST(Replay, RecomputedTensorsAreReproducedAndVerify) {
   EXPECT_EQ(r->metrics.ssd_bytes_written, 0);
 }
 
+TEST(Replay, WaitsForStagingAreCountedAsExposedIo) {
+  // A staging region that holds one tensor and an SSD path held to 20 MB/s:
+  // every offload in forward waits for the write before it to land, and every
+  // read in backward for the one before it. The compute stream's idle time is
+  // then the SSD's, and the exposed-I/O figure must say so — forward's waits
+  // included (they hold back the next op's issue, not the op that offloads).
+  const traces::Trace trace = TinyGptTrace(/*micro_batch=*/1, /*seq_len=*/128);
+  const traces::Plan plan = OffloadAllPlan(trace);
+  int64_t largest = 0;
+  for (const traces::Tensor& t : trace.tensors) largest = std::max(largest, t.bytes);
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  o.staging_bytes = (largest + 4095) / 4096 * 4096;
+  o.ssd_bandwidth_GBps = 0.02;
+  auto r = Replay(trace, plan, o, "offload-all");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_GT(r->metrics.ssd_bytes_written, 0);
+  const int64_t idle = r->metrics.step_time_ns - r->busy.compute_ns;
+  // The writes alone take written / 20 MB/s; most of that is idle compute.
+  const int64_t write_ns = r->metrics.ssd_bytes_written * 1000 / 20;
+  ASSERT_GT(idle, write_ns / 2);
+  EXPECT_GT(r->metrics.exposed_io_ns, idle * 8 / 10)
+      << "idle " << idle / 1e6 << " ms, exposed I/O " << r->metrics.exposed_io_ns / 1e6
+      << " ms, SSD writes need " << write_ns / 1e6 << " ms";
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
+TEST(Replay, ReplaysShareOneDeviceAndLeaveItAsTheyFoundIt) {
+  const traces::Trace trace = TinyGptTrace(/*micro_batch=*/1, /*seq_len=*/128);
+  DeviceOptions d;
+  d.capacity_bytes = int64_t{1} << 30;
+  std::string picked;
+  auto device = MakeDevice(BackendChoice::kCpu, d, &picked);
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  o.device = device->get();
+  o.verify = true;
+  o.wait_for_writes = true;  // evictions where planned: the peaks are exact
+  // A peak left from earlier use of the device must not count.
+  auto big = (*device)->Allocate(int64_t{512} << 20);
+  ASSERT_TRUE(big.ok());
+  (*device)->Free(*big);
+  auto first = Replay(trace, OffloadAllPlan(trace), o, "offload-all");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const int64_t workspace = (*device)->used_bytes();
+  auto second = Replay(trace, KeepAllPlan(trace), o, "keep");
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  auto third = Replay(trace, OffloadAllPlan(trace), o, "offload-all");
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_TRUE(first->verified);
+  EXPECT_TRUE(third->verified);
+  // Each replay's figures are its own: the same as on a device of its own.
+  ReplayOptions fresh = o;
+  fresh.device = nullptr;
+  fresh.device_memory_bytes = d.capacity_bytes;
+  auto alone = Replay(trace, OffloadAllPlan(trace), fresh, "offload-all");
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  for (const auto* r : {&*first, &*third}) {
+    EXPECT_EQ(r->metrics.peak_gpu_bytes, alone->metrics.peak_gpu_bytes);
+    EXPECT_EQ(r->metrics.peak_activation_bytes, alone->metrics.peak_activation_bytes);
+  }
+  EXPECT_GT(second->metrics.peak_activation_bytes, third->metrics.peak_activation_bytes);
+  // The device holds only its workspace afterwards.
+  EXPECT_EQ((*device)->used_bytes(), workspace);
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+  // A device that still holds something is refused.
+  auto held = (*device)->Allocate(4096);
+  ASSERT_TRUE(held.ok());
+  auto refused = Replay(trace, KeepAllPlan(trace), o, "keep");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("still holds"), std::string::npos)
+      << refused.status().ToString();
+  (*device)->Free(*held);
+}
+
 TEST(Replay, ArenaTooSmallStopsBeforeAnyFileAndSaysWhatIsNeeded) {
   const traces::Trace trace = TinyGptTrace(1, 128);
   TempDir dir;
