@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <map>
+#include <utility>
 
 namespace ssdtrain::sim {
 
@@ -86,8 +88,15 @@ void FluidNetwork::Advance() {
       Flow& flow = flows_[static_cast<size_t>(id)];
       flow.remaining = std::max<int64_t>(0, flow.remaining - BytesMoved(flow.rate, dt).value);
     }
-    for (Resource& r : resources_) {
-      if (r.moving > 0) r.busy += dt;
+    // Busy: some flow moved bytes through it (a flow waiting in a queue does not).
+    std::vector<bool> used(resources_.size(), false);
+    for (FlowId id : moving_) {
+      const Flow& flow = flows_[static_cast<size_t>(id)];
+      if (flow.rate.value == 0) continue;
+      for (const Demand& d : flow.demands) used[static_cast<size_t>(d.resource)] = true;
+    }
+    for (size_t r = 0; r < resources_.size(); ++r) {
+      if (used[r]) resources_[r].busy += dt;
     }
   }
   last_update_ = now;
@@ -95,12 +104,35 @@ void FluidNetwork::Advance() {
 
 void FluidNetwork::Reschedule() {
   ++generation_;
+  // A queued flow behind an older one in its queue waits (moving_ is in start
+  // order, so the first flow seen in a queue is its head).
+  std::map<std::pair<ResourceId, int>, FlowId> heads;
+  std::vector<bool> waits(moving_.size(), false);
+  for (size_t i = 0; i < moving_.size(); ++i) {
+    for (const Demand& d : flows_[static_cast<size_t>(moving_[i])].demands) {
+      if (d.queue < 0) continue;
+      const auto [it, first] = heads.emplace(std::make_pair(d.resource, d.queue), moving_[i]);
+      if (!first) waits[i] = true;
+    }
+  }
+  // Shares: every flow that moves counts once on each of its resources.
+  std::vector<int> sharing(resources_.size(), 0);
+  for (size_t i = 0; i < moving_.size(); ++i) {
+    if (waits[i]) continue;
+    for (const Demand& d : flows_[static_cast<size_t>(moving_[i])].demands) {
+      ++sharing[static_cast<size_t>(d.resource)];
+    }
+  }
   Time next = Time::Max();
-  for (FlowId id : moving_) {
-    Flow& flow = flows_[static_cast<size_t>(id)];
+  for (size_t i = 0; i < moving_.size(); ++i) {
+    Flow& flow = flows_[static_cast<size_t>(moving_[i])];
+    if (waits[i]) {
+      flow.rate = BytesPerSec{0};
+      continue;
+    }
     int64_t rate = INT64_MAX;
     for (const Demand& d : flow.demands) {
-      const int n = resources_[static_cast<size_t>(d.resource)].moving;
+      const int n = sharing[static_cast<size_t>(d.resource)];
       rate = std::min(rate, std::max<int64_t>(1, d.rate.value / n));
     }
     flow.rate = BytesPerSec{rate};

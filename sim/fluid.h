@@ -8,6 +8,14 @@
 // engine event for its next completion (older completion events are ignored
 // by generation number).
 //
+// Queues: a demand may name a queue on its resource (Demand::queue >= 0). Flows
+// in one queue take the resource one after another, oldest first, each at the
+// full share of its queue: an SSD serves large requests in the order they were
+// queued, each striped across the whole drive, rather than all at once at a
+// fraction of the rate each. Queue heads and unqueued flows divide the resource
+// as above (an SSD's read queue and write queue split it evenly); a flow that
+// waits in a queue moves nothing and takes no share of its other resources.
+//
 // Admission: a resource may cap how many flows are admitted at once
 // (`max_active`, e.g. tensors in flight to one SSD); further flows wait FIFO and
 // may be cancelled until admitted. An admitted flow first waits its latency,
@@ -36,6 +44,7 @@ class FluidNetwork {
   struct Demand {
     ResourceId resource = 0;
     BytesPerSec rate;  // this flow's rate on the resource when it is alone there; > 0
+    int queue = -1;    // >= 0: served in order with the other flows of this queue here
   };
 
   explicit FluidNetwork(Engine& engine) : engine_(engine) {}

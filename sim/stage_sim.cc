@@ -20,6 +20,13 @@ using traces::TensorKind;
 
 constexpr double kGiga = 1e9;
 constexpr double kKiB = 1024;
+// The SSD array serves each direction's requests in the order they were queued
+// (a large request is striped over every die, so it has the drive to itself
+// rather than a slice of it next to the others), as the offload engine also
+// submits them; reads and writes split the drive between them
+// (FluidNetwork's queues).
+constexpr int kSsdReadQueue = 0;
+constexpr int kSsdWriteQueue = 1;
 
 enum class WriteState { kNone, kQueued, kStaged, kLanded, kDropped };
 enum class ReadState { kNone, kMoving, kDone };
@@ -325,7 +332,7 @@ void StageSimulator::StartOffload(size_t sid) {
   const TensorId t = s.root;
   if (s.action == TensorAction::kOffloadSsd && hw_.storage.gds) {
     auto flow = std::make_shared<FluidNetwork::FlowId>(-1);
-    *flow = net_.Start(Bytes{s.bytes}, {{d2h_, d2h_rate_}, {ssd_, ssd_write_rate_}},
+    *flow = net_.Start(Bytes{s.bytes}, {{d2h_, d2h_rate_}, {ssd_, ssd_write_rate_, kSsdWriteQueue}},
                        ssd_write_latency_, [this, sid, flow, t] {
                          Storage& st = storages_[sid];
                          const int64_t begin = net_.BeginTime(*flow).ns();
@@ -358,7 +365,8 @@ void StageSimulator::StartOffload(size_t sid) {
                        st.write = WriteState::kStaged;
                        auto ssd_flow = std::make_shared<FluidNetwork::FlowId>(-1);
                        *ssd_flow = net_.Start(
-                           Bytes{st.bytes}, {{host_mem_, host_rate_}, {ssd_, ssd_write_rate_}},
+                           Bytes{st.bytes},
+                           {{host_mem_, host_rate_}, {ssd_, ssd_write_rate_, kSsdWriteQueue}},
                            ssd_write_latency_, [this, sid, ssd_flow, t] {
                              Storage& x = storages_[sid];
                              AddSpan(traces::Lane::kSsdWrite, net_.BeginTime(*ssd_flow).ns(), Now(),
@@ -412,8 +420,8 @@ void StageSimulator::StartRead(size_t sid) {
   }
   auto flow = std::make_shared<FluidNetwork::FlowId>(-1);
   if (hw_.storage.gds) {
-    *flow = net_.Start(Bytes{bytes}, {{ssd_, ssd_read_rate_}, {h2d_, h2d_rate_}}, ssd_read_latency_,
-                       [this, sid, flow, bytes, t] {
+    *flow = net_.Start(Bytes{bytes}, {{ssd_, ssd_read_rate_, kSsdReadQueue}, {h2d_, h2d_rate_}},
+                       ssd_read_latency_, [this, sid, flow, bytes, t] {
                          result_.ssd_bytes_read += bytes;
                          const int64_t begin = net_.BeginTime(*flow).ns();
                          AddSpan(traces::Lane::kHostToDevice, begin, Now(), traces::kNoOp, t,
@@ -422,7 +430,7 @@ void StageSimulator::StartRead(size_t sid) {
                        });
     return;
   }
-  *flow = net_.Start(Bytes{bytes}, {{ssd_, ssd_read_rate_}, {host_mem_, host_rate_}},
+  *flow = net_.Start(Bytes{bytes}, {{ssd_, ssd_read_rate_, kSsdReadQueue}, {host_mem_, host_rate_}},
                      ssd_read_latency_, [this, flow, bytes, h2d] {
                        result_.ssd_bytes_read += bytes;
                        h2d(net_.BeginTime(*flow).ns());

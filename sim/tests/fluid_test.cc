@@ -49,6 +49,48 @@ TEST(FluidNetwork, RatesAreReDividedWhenAFlowStartsAndEnds) {
   EXPECT_EQ(net.BusyTime(link).ns(), 1'250'000'000);
 }
 
+TEST(FluidNetwork, QueuedFlowsTakeTheResourceOneAfterAnother) {
+  // An SSD at 4 GB/s, two 4 GB reads queued on it: the first has the drive to
+  // itself and ends at 1 s, the second then ends at 2 s (shared, both would end
+  // at 2 s). A write in the other queue splits the drive with the read queue's
+  // head; a PCIe link the waiting read also needs is not held by it.
+  Engine engine;
+  FluidNetwork net(engine);
+  const auto ssd = net.AddResource("ssd");
+  const auto pcie = net.AddResource("pcie");
+  constexpr BytesPerSec k4GBps{4'000'000'000};
+  int64_t first = 0, second = 0, write = 0, other = 0;
+  const auto a = net.Start(Bytes{4'000'000'000}, {{ssd, k4GBps, 0}, {pcie, k32GBps}}, Time(),
+                           [&] { first = engine.Now().ns(); });
+  const auto b = net.Start(Bytes{4'000'000'000}, {{ssd, k4GBps, 0}, {pcie, k32GBps}}, Time(),
+                           [&] { second = engine.Now().ns(); });
+  const auto c = net.Start(Bytes{16'000'000'000}, {{pcie, k32GBps}}, Time(),
+                           [&] { other = engine.Now().ns(); });
+  engine.Step();
+  engine.Step();
+  engine.Step();
+  EXPECT_EQ(net.CurrentRate(a).value, 4'000'000'000);
+  EXPECT_EQ(net.CurrentRate(b).value, 0);
+  EXPECT_EQ(net.CurrentRate(c).value, 16'000'000'000);  // PCIe split with a only
+  engine.Run();
+  EXPECT_EQ(first, 1'000'000'000);
+  EXPECT_EQ(second, 2'000'000'000);
+  EXPECT_EQ(net.BusyTime(ssd).ns(), 2'000'000'000);
+
+  // Now a 2 GB write (queue 1) next to a 2 GB read (queue 0): each gets half.
+  Engine engine2;
+  FluidNetwork net2(engine2);
+  const auto ssd2 = net2.AddResource("ssd");
+  int64_t read = 0;
+  net2.Start(Bytes{2'000'000'000}, {{ssd2, k4GBps, 0}}, Time(), [&] { read = engine2.Now().ns(); });
+  net2.Start(Bytes{2'000'000'000}, {{ssd2, k4GBps, 1}}, Time(),
+             [&] { write = engine2.Now().ns(); });
+  engine2.Run();
+  EXPECT_EQ(read, 1'000'000'000);
+  EXPECT_EQ(write, 1'000'000'000);
+  (void)other;
+}
+
 TEST(FluidNetwork, FlowMovesAtItsSlowestResourceShare) {
   // PCIe 32 GB/s and an SSD writing at 4 GB/s: one 4 GB write takes 1 s.
   Engine engine;

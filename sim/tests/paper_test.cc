@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/build_trace.h"
@@ -64,7 +65,9 @@ class PaperHeadline : public ::testing::TestWithParam<std::string> {};
 // The paper (arXiv 2408.10013, REFERENCES.md): SSD offload under the adaptive
 // rule cuts the activation peak >= 40% at <= 5% step time against keeping
 // everything, and is faster than full recomputation. The optimizer, given the
-// ssdtrain plan's peak as its budget, is at least as good on both counts.
+// ssdtrain plan's device peak as its budget, stays within it and is at least as
+// fast. (Its activation peak may be higher: the budget bounds the device peak,
+// which falls elsewhere in the step, e.g. where gradients are live.)
 TEST_P(PaperHeadline, SsdtrainCutsActivationPeakAtSmallStepCost) {
   const PaperSetup s = Load(GetParam());
   const Prediction keep = RunPolicy(s, "keep");
@@ -75,20 +78,23 @@ TEST_P(PaperHeadline, SsdtrainCutsActivationPeakAtSmallStepCost) {
   const Prediction& best = opt->prediction;
   const double keep_act = static_cast<double>(keep.metrics.peak_activation_bytes);
   const double keep_step = static_cast<double>(keep.metrics.step_time_ns);
+  auto gib = [](const Prediction& p) {
+    return std::make_pair(p.metrics.peak_activation_bytes / kGiB, p.metrics.peak_gpu_bytes / kGiB);
+  };
   std::printf(
-      "%s: keep %.1f ms %.2f GiB | recompute-full %.1f ms %.2f GiB | ssdtrain %.1f ms %.2f GiB "
-      "(-%.0f%%, +%.1f%%) | optimal %.1f ms %.2f GiB\n",
-      GetParam().c_str(), keep_step / 1e6, keep_act / kGiB, full.metrics.step_time_ns / 1e6,
-      full.metrics.peak_activation_bytes / kGiB, ssd.metrics.step_time_ns / 1e6,
-      ssd.metrics.peak_activation_bytes / kGiB,
+      "%s: keep %.1f ms %.2f GiB (%.1f) | recompute-full %.1f ms %.2f GiB (%.1f) | ssdtrain %.1f "
+      "ms %.2f GiB (%.1f) (-%.0f%%, +%.1f%%) | optimal %.1f ms %.2f GiB (%.1f)\n",
+      GetParam().c_str(), keep_step / 1e6, gib(keep).first, gib(keep).second,
+      full.metrics.step_time_ns / 1e6, gib(full).first, gib(full).second,
+      ssd.metrics.step_time_ns / 1e6, gib(ssd).first, gib(ssd).second,
       100 * (1 - ssd.metrics.peak_activation_bytes / keep_act),
       100 * (ssd.metrics.step_time_ns / keep_step - 1), best.metrics.step_time_ns / 1e6,
-      best.metrics.peak_activation_bytes / kGiB);
+      gib(best).first, gib(best).second);
   // >= 40% less activation peak, <= 5% more step time than keep; faster than full recompute.
   EXPECT_LE(static_cast<double>(ssd.metrics.peak_activation_bytes), 0.60 * keep_act);
   EXPECT_LE(static_cast<double>(ssd.metrics.step_time_ns), 1.05 * keep_step);
   EXPECT_LT(ssd.metrics.step_time_ns, full.metrics.step_time_ns);
-  EXPECT_LE(best.metrics.peak_activation_bytes, ssd.metrics.peak_activation_bytes);
+  EXPECT_LE(best.metrics.peak_gpu_bytes, ssd.metrics.peak_gpu_bytes);
   EXPECT_LE(best.metrics.step_time_ns, ssd.metrics.step_time_ns);
 }
 
@@ -152,12 +158,12 @@ TEST_P(OptimalPlanner, NeverWorseThanTheBestFixedPolicyOnTheSameBudget) {
 
 INSTANTIATE_TEST_SUITE_P(PaperModels, OptimalPlanner, ::testing::ValuesIn(kPaperModels), TestName);
 
-// Strictly better on a paper configuration: gpt-h12288-l3 under the ssdtrain
-// plan's peak. Every fixed policy that fits that budget stalls on I/O (its
-// order-based prefetch reads too late at the first attention backward of each
-// layer); the optimizer's time-aware prefetch hides the reads (docs/PERFORMANCE.md).
-TEST(OptimalPlanner, StrictlyBetterThanEveryFixedPolicyOnGptH12288) {
-  const PaperSetup s = Load("ssdtrain-gpt-h12288-l3");
+// Strictly better on a paper configuration: T5 (encoder-decoder) under the
+// ssdtrain plan's peak. The adaptive rule's order-based prefetch leaves I/O
+// exposed there (+2.5% over keep); the optimizer's time-aware prefetch hides
+// most of it and beats every fixed policy that fits (docs/PERFORMANCE.md).
+TEST(OptimalPlanner, StrictlyBetterThanEveryFixedPolicyOnT5) {
+  const PaperSetup s = Load("ssdtrain-t5-h8192-l4");
   const Prediction ssd = RunPolicy(s, "ssdtrain");
   const int64_t budget = ssd.metrics.peak_gpu_bytes;
   auto opt = MakeOptimalPlan(s.trace, s.hw, s.base, budget);
@@ -168,6 +174,8 @@ TEST(OptimalPlanner, StrictlyBetterThanEveryFixedPolicyOnGptH12288) {
     EXPECT_LT(opt->prediction.metrics.step_time_ns, p.metrics.step_time_ns) << policy;
   }
   EXPECT_LT(opt->prediction.metrics.step_time_ns, opt->best_fixed_step_ns);
+  EXPECT_GT(ssd.metrics.exposed_io_ns, 0);
+  EXPECT_LT(opt->prediction.metrics.exposed_io_ns, ssd.metrics.exposed_io_ns);
 }
 
 }  // namespace
