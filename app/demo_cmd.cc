@@ -48,7 +48,7 @@ constexpr double kBudgetActivationCut = 0.75;
 // over four steps).
 constexpr int kCalibrationCacheVersion = 2;
 // Keep's |error| beyond which the demo calibrates once more (when keep itself
-// was steady: its two measurements closer than this).
+// was steady: its measurements, all but one outlier round, closer than this).
 constexpr double kRecalibrateAt = 0.10;
 
 struct DemoOptions {
@@ -210,20 +210,32 @@ class Demo {
     // How far the machine's own speed moved while the table was measured:
     // keep's rounds, or with one round keep once more, last. Errors of that
     // size are noise, not the simulator.
+    bool keep_steady = false;
     if (o_.rounds > 1) {
-      const auto [lo, hi] =
-          std::minmax_element(rows.front().round_ns.begin(), rows.front().round_ns.end());
+      std::vector<int64_t> r = rows.front().round_ns;
+      const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
       keep_drift_ = Drift(*lo, *hi);
+      // Steady: with three or more rounds, all but the one farthest from the
+      // median agree (one slow minute does not make the machine unsteady).
+      if (r.size() >= 3) {
+        const int64_t median = rows.front().measured.metrics.step_time_ns;
+        r.erase(std::max_element(r.begin(), r.end(), [&](int64_t a, int64_t b) {
+          return std::abs(a - median) < std::abs(b - median);
+        }));
+      }
+      const auto [lo2, hi2] = std::minmax_element(r.begin(), r.end());
+      keep_steady = Drift(*lo2, *hi2) < kRecalibrateAt;
     } else {
       SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayResult keep_again, TimedReplay(keep, 1));
       keep_again_ns_ = keep_again.metrics.step_time_ns;
       keep_drift_ = Drift(rows.front().measured.metrics.step_time_ns, keep_again_ns_);
+      keep_steady = keep_drift_ < kRecalibrateAt;
     }
     // Keep's prediction is the calibrated op times summed, so keep far off its
     // prediction while keep itself held steady means the calibration caught the
     // machine at another speed (a cache from another day; a build that had just
     // finished). Measure it once more, now, and predict again; the plans stay.
-    if (std::abs(KeepError(rows)) > kRecalibrateAt && keep_drift_ < kRecalibrateAt) {
+    if (std::abs(KeepError(rows)) > kRecalibrateAt && keep_steady) {
       Progress(fmt::format(
           "keep measured {:+.1f}% off its prediction from {}: calibrating again and predicting "
           "again",
