@@ -211,7 +211,19 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.sequence_parallel) c.sequence_parallel = *o.sequence_parallel;
   if (o.attention) c.attention = *o.attention;
   if (o.dtype) c.dtype = *o.dtype;
-  SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source));
+  // Messages name the overrides too: the field at fault may come from a flag.
+  std::string flags;
+  auto add = [&flags](const std::string& flag, const std::string& value) {
+    flags += (flags.empty() ? " with " : ", ") + flag + (value.empty() ? "" : " " + value);
+  };
+  if (o.micro_batch) add("--micro-batch", std::to_string(*o.micro_batch));
+  if (o.seq_len) add("--seq-len", std::to_string(*o.seq_len));
+  if (o.tp) add("--tp", std::to_string(*o.tp));
+  if (o.pp) add("--pp", std::to_string(*o.pp));
+  if (o.sequence_parallel && *o.sequence_parallel) add("--sequence-parallel", "");
+  if (o.attention) add("--attention", *o.attention);
+  if (o.dtype) add("--dtype", *o.dtype);
+  SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source + flags));
   return c;
 }
 

@@ -200,9 +200,10 @@ TEST(ModelConfig, OverridesApplyAndAreValidated) {
   EXPECT_EQ(r->seq_len, 512);  // not overridden
   ConfigOverrides bad;
   bad.pp = 3;
-  EXPECT_EQ(ApplyOverrides(*c, bad, "x.json --pp 3").status().message(),
-            "x.json --pp 3: pp: layers 4 are not divisible by pp 3 (each stage holds layers / pp "
-            "blocks)");
+  // The message names the file and the flags: the field at fault came from one.
+  EXPECT_EQ(ApplyOverrides(*c, bad, "x.json").status().message(),
+            "x.json with --pp 3: pp: layers 4 are not divisible by pp 3 (each stage holds layers "
+            "/ pp blocks)");
 }
 
 }  // namespace
