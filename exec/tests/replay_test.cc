@@ -248,7 +248,7 @@ TEST(Replay, ReplaysShareOneDeviceAndLeaveItAsTheyFoundIt) {
   EXPECT_EQ((*device)->used_bytes(), workspace);
   EXPECT_TRUE(ListTree(dir.path()).empty());
   // A device that still holds something is refused.
-  auto held = (*device)->Allocate(4096);
+  auto held = (*device)->Allocate(int64_t{1} << 20);
   ASSERT_TRUE(held.ok());
   auto refused = Replay(trace, KeepAllPlan(trace), o, "keep");
   ASSERT_FALSE(refused.ok());
