@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <map>
 #include <utility>
 
 namespace ssdtrain::sim {
@@ -89,14 +88,15 @@ void FluidNetwork::Advance() {
       flow.remaining = std::max<int64_t>(0, flow.remaining - BytesMoved(flow.rate, dt).value);
     }
     // Busy: some flow moved bytes through it (a flow waiting in a queue does not).
-    std::vector<bool> used(resources_.size(), false);
+    std::vector<int>& used = scratch_counts_;
+    used.assign(resources_.size(), 0);
     for (FlowId id : moving_) {
       const Flow& flow = flows_[static_cast<size_t>(id)];
       if (flow.rate.value == 0) continue;
-      for (const Demand& d : flow.demands) used[static_cast<size_t>(d.resource)] = true;
+      for (const Demand& d : flow.demands) used[static_cast<size_t>(d.resource)] = 1;
     }
     for (size_t r = 0; r < resources_.size(); ++r) {
-      if (used[r]) resources_[r].busy += dt;
+      if (used[r] != 0) resources_[r].busy += dt;
     }
   }
   last_update_ = now;
@@ -105,20 +105,28 @@ void FluidNetwork::Advance() {
 void FluidNetwork::Reschedule() {
   ++generation_;
   // A queued flow behind an older one in its queue waits (moving_ is in start
-  // order, so the first flow seen in a queue is its head).
-  std::map<std::pair<ResourceId, int>, FlowId> heads;
-  std::vector<bool> waits(moving_.size(), false);
+  // order, so the first flow seen in a queue is its head). Few queues are in
+  // use at once (an SSD's two), so the heads are a short list.
+  std::vector<std::pair<ResourceId, int>>& heads = scratch_heads_;
+  std::vector<char>& waits = scratch_waits_;
+  heads.clear();
+  waits.assign(moving_.size(), 0);
   for (size_t i = 0; i < moving_.size(); ++i) {
     for (const Demand& d : flows_[static_cast<size_t>(moving_[i])].demands) {
       if (d.queue < 0) continue;
-      const auto [it, first] = heads.emplace(std::make_pair(d.resource, d.queue), moving_[i]);
-      if (!first) waits[i] = true;
+      const std::pair<ResourceId, int> q{d.resource, d.queue};
+      if (std::find(heads.begin(), heads.end(), q) != heads.end()) {
+        waits[i] = 1;
+      } else {
+        heads.push_back(q);
+      }
     }
   }
   // Shares: every flow that moves counts once on each of its resources.
-  std::vector<int> sharing(resources_.size(), 0);
+  std::vector<int>& sharing = scratch_counts_;
+  sharing.assign(resources_.size(), 0);
   for (size_t i = 0; i < moving_.size(); ++i) {
-    if (waits[i]) continue;
+    if (waits[i] != 0) continue;
     for (const Demand& d : flows_[static_cast<size_t>(moving_[i])].demands) {
       ++sharing[static_cast<size_t>(d.resource)];
     }
@@ -126,7 +134,7 @@ void FluidNetwork::Reschedule() {
   Time next = Time::Max();
   for (size_t i = 0; i < moving_.size(); ++i) {
     Flow& flow = flows_[static_cast<size_t>(moving_[i])];
-    if (waits[i]) {
+    if (waits[i] != 0) {
       flow.rate = BytesPerSec{0};
       continue;
     }

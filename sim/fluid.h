@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/engine.h"
@@ -108,6 +109,10 @@ class FluidNetwork {
   std::vector<FlowId> moving_;   // ascending id
   Time last_update_;
   uint64_t generation_ = 0;
+  // Reused by Advance and Reschedule (the simulator's hot loop): no allocation per event.
+  std::vector<int> scratch_counts_;
+  std::vector<char> scratch_waits_;
+  std::vector<std::pair<ResourceId, int>> scratch_heads_;
 };
 
 }  // namespace ssdtrain::sim
