@@ -66,7 +66,7 @@ struct DemoOptions {
   double ssd_bandwidth_GBps = 0;  // cap on the SSD path, replayed and simulated; 0: none
   std::string summary;            // also write the table as JSON here
   bool plots = true;
-  bool verify = true;  // the --verify replay before each timed one
+  bool verify = true;  // each policy's --verify replay before the timed rounds
 };
 
 struct Row {
@@ -547,7 +547,8 @@ Verb AddDemoCommand(CLI::App& app) {
   cmd->add_option("--summary", o->summary, "Also write the table as JSON to this file");
   cmd->add_flag("!--no-plots", o->plots, "Skip the plots");
   cmd->add_flag("!--no-verify", o->verify,
-                "Skip the --verify replay before each timed one (the table says \"skipped\")");
+                "Skip each policy's --verify replay before the timed rounds (the table says "
+                "\"skipped\")");
   cmd->add_flag("--recalibrate", o->recalibrate,
                 "Measure the machine again instead of using the cached calibration");
   return Verb{cmd, [o] { return Demo(*o).Run(); }};
