@@ -7,7 +7,7 @@
 namespace ssdtrain::sim {
 
 FluidNetwork::ResourceId FluidNetwork::AddResource(std::string name, int max_active) {
-  resources_.push_back(Resource{std::move(name), max_active, 0, 0, Time()});
+  resources_.push_back(Resource{std::move(name), max_active, 0, Time()});
   return static_cast<ResourceId>(resources_.size() - 1);
 }
 
@@ -72,9 +72,7 @@ void FluidNetwork::AdmitWaiting() {
 void FluidNetwork::BeginMoving(FlowId id) {
   Advance();
   Flow& flow = flows_[static_cast<size_t>(id)];
-  flow.moving = true;
   flow.begin = engine_.Now();
-  for (const Demand& d : flow.demands) ++resources_[static_cast<size_t>(d.resource)].moving;
   moving_.insert(std::upper_bound(moving_.begin(), moving_.end(), id), id);
   Reschedule();
 }
@@ -165,14 +163,9 @@ void FluidNetwork::OnCompletion(uint64_t generation) {
   moving_ = std::move(still_moving);
   for (FlowId id : finished) {
     Flow& flow = flows_[static_cast<size_t>(id)];
-    flow.moving = false;
     flow.done = true;
     flow.rate = BytesPerSec{0};
-    for (const Demand& d : flow.demands) {
-      Resource& r = resources_[static_cast<size_t>(d.resource)];
-      --r.moving;
-      --r.admitted;
-    }
+    for (const Demand& d : flow.demands) --resources_[static_cast<size_t>(d.resource)].admitted;
   }
   AdmitWaiting();
   Reschedule();

@@ -79,7 +79,6 @@ class FluidNetwork {
     std::string name;
     int max_active = 0;
     int admitted = 0;  // flows admitted (in latency or moving)
-    int moving = 0;    // flows moving bytes
     Time busy;
   };
   struct Flow {
@@ -88,7 +87,6 @@ class FluidNetwork {
     Time latency;
     std::function<void()> on_done;
     bool admitted = false;
-    bool moving = false;
     bool done = false;
     bool cancelled = false;
     BytesPerSec rate;
