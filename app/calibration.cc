@@ -78,6 +78,9 @@ sim::HardwareOptions ApplyCalibration(sim::HardwareOptions hw, const exec::Calib
   }
   hw.gpu.memory_GiB = static_cast<double>(c.device_capacity_bytes) / kBytesPerGiB;
   hw.gpu.reserved_GiB = 0;
+  // The replay's memory, as the device counts it (traces/storage_plan.h).
+  hw.gpu.allocation_alignment_bytes = c.allocation_alignment_bytes;
+  hw.gpu.replay_workspace = true;
   hw.host_link.d2h_GBps = c.d2h_GBps;
   hw.host_link.h2d_GBps = c.h2d_GBps;
   hw.storage.arrays_drives = {1};

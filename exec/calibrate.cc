@@ -298,6 +298,7 @@ Result<Calibration> Calibrate(const CalibrationOptions& o) {
   out.backend = std::string((*device)->kind());
   out.device = (*device)->Describe();
   out.device_capacity_bytes = (*device)->capacity_bytes();
+  out.allocation_alignment_bytes = (*device)->allocation_alignment();
   if (o.progress) o.progress("device: " + picked);
   if (o.progress)
     o.progress("GEMM throughput over " +

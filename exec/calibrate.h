@@ -58,6 +58,7 @@ struct Calibration {
   std::string backend;  // "cpu" or "cuda"
   std::string device;   // Device::Describe()
   int64_t device_capacity_bytes = 0;
+  int64_t allocation_alignment_bytes = 1;  // the device allocator's granularity
   std::vector<GemmSample> gemm;
   std::vector<BandwidthSample> memory;  // memory-bound passes
   double d2h_GBps = 0;

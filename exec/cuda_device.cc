@@ -145,6 +145,7 @@ class CudaDevice final : public Device {
     ranges_.Free(static_cast<uint8_t*>(buffer.ptr) - base_, buffer.bytes);
   }
   int64_t capacity_bytes() const override { return capacity_; }
+  int64_t allocation_alignment() const override { return kAlignment; }
   int64_t used_bytes() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return ranges_.used();

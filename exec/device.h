@@ -86,6 +86,8 @@ class Device {
   virtual Result<DeviceBuffer> Allocate(int64_t bytes) = 0;
   virtual void Free(DeviceBuffer buffer) = 0;
   virtual int64_t capacity_bytes() const = 0;
+  // Every allocation is rounded up to this (traces::DeviceBytes counts the same).
+  virtual int64_t allocation_alignment() const = 0;
   virtual int64_t used_bytes() const = 0;
   virtual int64_t peak_bytes() const = 0;
   virtual void ResetPeak() = 0;

@@ -59,6 +59,12 @@ struct ReplayOptions {
   // makes the memory figures deterministic: evictions then land where
   // planned_peak_* assumes they do.
   bool wait_for_writes = false;
+  // Device memory the replay may hold (weights, workspace and everything the
+  // plan keeps resident together): when an allocation would pass it, the op
+  // waits for writes in flight to land and evict (backpressure, counted as
+  // exposed I/O), and fails only when nothing in flight can free memory.
+  // -1: the plan's memory_budget_bytes (0 there: no budget); 0: none.
+  int64_t memory_budget_bytes = -1;
   // Replay on this device instead of making one (backend, device_memory_bytes
   // and the cpu_* fields are then the device's own). Borrowed; it must hold
   // nothing but its GEMM workspace. Replays one after another on one device
@@ -88,7 +94,8 @@ struct ReplayResult {
   int steps = 0;                       // measured steps (warm-up excluded)
   std::vector<int64_t> step_times_ns;  // every step, warm-up first
   traces::StepMetrics metrics;  // step_time_ns (median), peaks, SSD bytes per step, exposed I/O
-  int64_t planned_peak_activation_bytes = 0;  // evictions landing at once (lifetimes.h)
+  int64_t memory_budget_bytes = 0;  // the budget the replay held to; 0: none
+  int64_t planned_peak_activation_bytes = 0;  // evictions landing at once (traces::ComputeStaticPeaks)
   int64_t planned_peak_device_bytes = 0;
   int64_t plan_offloaded_bytes = 0;  // unique offload-ssd bytes per step
   int64_t plan_host_bytes = 0;       // unique offload-host bytes per step (pinned host memory)

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sim/detail/tensor_roles.h"
+#include "traces/storage_plan.h"
 #include "sim/pipeline.h"
 
 namespace ssdtrain::sim {
@@ -18,7 +18,7 @@ int64_t GradientBytes(const traces::Trace& trace) {
   int64_t grads = 0, weights = 0;
   for (const traces::Tensor& t : trace.tensors) {
     if (t.alias_of) continue;
-    if (detail::IsWeightGradient(trace, t)) grads += t.bytes;
+    if (traces::IsWeightGradient(trace, t)) grads += t.bytes;
     if (t.kind == traces::TensorKind::kWeight) weights += t.bytes;
   }
   return grads > 0 ? grads : weights;
