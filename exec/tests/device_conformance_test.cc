@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "exec/cuda_device.h"
@@ -149,6 +150,51 @@ TEST_P(DeviceConformance, EventTimesFollowStreamOrder) {
   auto t0 = before->TimeNs(), t1 = after->TimeNs();
   ASSERT_TRUE(t0.ok() && t1.ok());
   EXPECT_LE(*t0, *t1);
+  device_->Free(b);
+}
+
+TEST_P(DeviceConformance, ChecksOnTwoStreamsFromTwoThreadsKeepTheirOwnResults) {
+  // Two host threads check at once, each on its own stream (device.h allows
+  // it): `good` always matches seed 3; `bad` always mismatches first at byte
+  // 100. 200 rounds each; a result shared between streams would let one
+  // check's preset or mismatch show up in the other's answer.
+  constexpr int64_t kBytes = 1 << 20;
+  constexpr int kRounds = 200;
+  DeviceBuffer good = Alloc(kBytes), bad = Alloc(kBytes);
+  ASSERT_TRUE(device_->FillPatternAsync(good, 3, Stream::kCompute).ok());
+  ASSERT_TRUE(device_->FillPatternAsync(bad, 3, Stream::kHostToDevice).ok());
+  const uint8_t wrong = static_cast<uint8_t>(PatternByte(3, 100) ^ 0xff);
+  ASSERT_TRUE(device_->CopyToDeviceAsync(bad, 100, &wrong, 1).ok());
+  ASSERT_TRUE(device_->SynchronizeAll().ok());
+  int good_failures = 0, bad_misreports = 0;
+  std::thread other([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      Status s = device_->CheckPattern(bad, 3, Stream::kHostToDevice);
+      if (s.code() != Status::Code::kCorruption ||
+          s.message().find("byte 100 ") == std::string::npos) {
+        ++bad_misreports;
+      }
+    }
+  });
+  for (int i = 0; i < kRounds; ++i) {
+    if (!device_->CheckPattern(good, 3, Stream::kCompute).ok()) ++good_failures;
+  }
+  other.join();
+  EXPECT_EQ(good_failures, 0);
+  EXPECT_EQ(bad_misreports, 0);
+  device_->Free(good);
+  device_->Free(bad);
+}
+
+TEST_P(DeviceConformance, AFailedCallBeforeALaunchDoesNotFailTheLaunch) {
+  // A registration that fails (CUDA: cudaHostRegister of a null pointer
+  // leaves an error pending on the thread; the CPU backend's is a no-op) and
+  // is tolerated by its caller; the next kernel launches are healthy and must
+  // say so.
+  device_->RegisterHostMemory(nullptr, 4096).ok();
+  DeviceBuffer b = Alloc(64 * 1024);
+  EXPECT_TRUE(device_->FillPatternAsync(b, 11, Stream::kCompute).ok());
+  EXPECT_TRUE(device_->CheckPattern(b, 11, Stream::kCompute).ok());
   device_->Free(b);
 }
 
