@@ -154,7 +154,7 @@ class CudaDevice final : public Device {
     const int64_t usable = static_cast<int64_t>(free_bytes) - kFreeMemoryMargin;
     capacity_ = options_.capacity_bytes > 0 ? options_.capacity_bytes
                                             : usable / kFreeMemoryGranule * kFreeMemoryGranule;
-    if (capacity_ > usable) {
+    if (capacity_ > usable || capacity_ <= 0) {
       return Status::ResourceExhausted("device memory of " + detail::FormatBytes(capacity_) +
                                        " asked for, but " + name_ + " has " +
                                        detail::FormatBytes(static_cast<int64_t>(free_bytes)) +

@@ -142,7 +142,8 @@ enum class BackendChoice { kAuto, kCpu, kCuda };
 
 struct DeviceOptions {
   // Device memory capacity in bytes: the CPU arena's limit; on CUDA a limit
-  // below the GPU's free memory (0: the GPU's free memory at start).
+  // below the GPU's free memory (0: the GPU's free memory at start less a
+  // 1 GiB margin, rounded down to whole GiB).
   int64_t capacity_bytes = int64_t{4} << 30;
   // Eigen threads for CPU GEMMs. Default 1: the copy and I/O threads need the
   // other core of a small machine to overlap with compute.
@@ -151,6 +152,8 @@ struct DeviceOptions {
   // allowed CPUs and its copy streams to the rest (when there is a rest), as a
   // GPU's copy engines are not its SMs. See exec/detail/cpu_affinity.h.
   bool cpu_pin_threads = true;
+  // The GPU the CUDA backend runs on, in CUDA's order (CUDA_VISIBLE_DEVICES
+  // applies); every host thread that drives the device uses it. Default 0.
   int cuda_device_index = 0;
 };
 

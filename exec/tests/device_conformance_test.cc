@@ -213,5 +213,41 @@ TEST(MakeDevice, AutoPicksCpuWithoutAGpuAndSaysWhy) {
   EXPECT_EQ(cuda.status().code(), Status::Code::kUnavailable);
 }
 
+TEST(MakeDevice, CudaDeviceIndexPastTheLastGpuIsRefusedNamingTheCount) {
+  std::string why;
+  if (!CudaAvailable(&why)) GTEST_SKIP() << "no usable GPU: " << why;
+  // Index 64 exceeds any machine's count of GPUs.
+  DeviceOptions options;
+  options.capacity_bytes = 64 * kMiB;
+  options.cuda_device_index = 64;
+  auto device = MakeDevice(BackendChoice::kCuda, options, nullptr);
+  ASSERT_FALSE(device.ok());
+  EXPECT_EQ(device.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(device.status().message().find("CUDA device index 64 does not exist"),
+            std::string::npos)
+      << device.status().message();
+}
+
+TEST(MakeDevice, CudaDeviceIsUsableFromAThreadThatDidNotMakeIt) {
+  std::string why;
+  if (!CudaAvailable(&why)) GTEST_SKIP() << "no usable GPU: " << why;
+  // The replay drives H2D copies and checks from threads other than the one
+  // that made the device; those threads must run on the device's GPU.
+  DeviceOptions options;
+  options.capacity_bytes = 64 * kMiB;
+  auto device = MakeDevice(BackendChoice::kCuda, options, nullptr);
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  Status fill = Status::Internal("not run"), check = Status::Internal("not run");
+  std::thread([&] {
+    auto b = (*device)->Allocate(kMiB);
+    if (!b.ok()) return;
+    fill = (*device)->FillPatternAsync(*b, 21, Stream::kHostToDevice);
+    check = (*device)->CheckPattern(*b, 21, Stream::kHostToDevice);
+    (*device)->Free(*b);
+  }).join();
+  EXPECT_TRUE(fill.ok()) << fill.ToString();
+  EXPECT_TRUE(check.ok()) << check.ToString();
+}
+
 }  // namespace
 }  // namespace ssdtrain::exec
