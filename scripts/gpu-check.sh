@@ -58,7 +58,11 @@ nvidia_gpus() {
 driver_version() {
   local v
   if [[ -r $nvidia_proc/version ]]; then
-    v=$(sed -n 's/.*Kernel Module[^0-9]*\([0-9][0-9.]*\).*/\1/p' "$nvidia_proc/version" | head -n1)
+    # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug ..." or
+    # "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release ...":
+    # the first dotted number of the NVRM line.
+    v=$(grep -m1 '^NVRM' "$nvidia_proc/version" | grep -oE '[0-9]+\.[0-9]+(\.[0-9]+)?' |
+      head -n1 || true)
     if [[ -n $v ]]; then
       echo "$v (from $nvidia_proc/version)"
       return

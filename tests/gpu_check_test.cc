@@ -163,6 +163,17 @@ TEST_F(GpuCheck, GpuPresentButCudaCannotStartFailsNamingTheDriverVersion) {
   EXPECT_NE(r.output.find("NVIDIA driver version: 535.104.05"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("no usable GPU: " + why), std::string::npos) << r.output;
 
+  // The open kernel module words its line differently ("for x86_64" before
+  // the version).
+  WriteFile(dir_ / "proc/version",
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  "
+            "(dvs-builder@U16-I3-B03-4-3)  Tue Mar  5 22:16:49 UTC 2024\n");
+  const CliResult open = Probe("SSDTRAIN_PCI_DEVICES=" + Path("pci") + " SSDTRAIN_NVIDIA_PROC=" +
+                               Path("proc") + " SSDTRAIN_NVIDIA_SMI=" + Path("no-nvidia-smi"));
+  EXPECT_EQ(open.exit_code, 1) << open.output;
+  EXPECT_NE(open.output.find("NVIDIA driver version: 550.54.15 (from"), std::string::npos)
+      << open.output;
+
   // Without the /proc file the version comes from nvidia-smi.
   WriteFile(dir_ / "bin/nvidia-smi", "#!/bin/sh\necho 550.54.15\n");
   ::chmod(Path("bin/nvidia-smi").c_str(), 0755);
