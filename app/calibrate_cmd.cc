@@ -76,19 +76,19 @@ int Run(const CalibrateOptions& o) {
   Status s = traces::WriteJsonFile(sim::ToJson(hw), o.output);
   if (!s.ok()) return ReportError("calibrate", s);
   std::cout << fmt::format(
-      "{}: {:.1f} GiB; GEMM peak {:.1f} GFLOP/s{}, memory {:.1f} GB/s, copies {:.1f} GB/s d2h / {:.1f} GB/s h2d, SSD "
+      "{}: {:.1f} GiB; GEMM peak {:.1f} GFLOP/s{}, memory {:.1f} GB/s, copies {:.1f} GB/s d2h / "
+      "{:.1f} GB/s h2d, SSD "
       "{:.2f} GB/s "
       "write / {:.2f} GB/s read ({:.0f} / {:.0f} us latency, {}), {} measured op shapes\nwrote "
       "{}\n",
       c->device, hw.gpu.memory_GiB, hw.gpu.peak_tflops_fp32 * 1e3,
-      c->backend == "cuda" ? fmt::format(" fp32 (no TF32), {:.1f} fp16, {:.1f} bf16",
-                                         hw.gpu.peak_tflops_fp16 * 1e3,
-                                         hw.gpu.peak_tflops_bf16 * 1e3)
-                           : "",
-      hw.gpu.memory_GBps, hw.host_link.d2h_GBps,
-      hw.host_link.h2d_GBps, hw.storage.drive.write_GBps, hw.storage.drive.read_GBps,
-      hw.storage.drive.write_latency_us, hw.storage.drive.read_latency_us, c->io_backend,
-      hw.measured_op_times.size(), o.output);
+      c->backend == "cuda"
+          ? fmt::format(" fp32 (no TF32), {:.1f} fp16, {:.1f} bf16", hw.gpu.peak_tflops_fp16 * 1e3,
+                        hw.gpu.peak_tflops_bf16 * 1e3)
+          : "",
+      hw.gpu.memory_GBps, hw.host_link.d2h_GBps, hw.host_link.h2d_GBps, hw.storage.drive.write_GBps,
+      hw.storage.drive.read_GBps, hw.storage.drive.write_latency_us,
+      hw.storage.drive.read_latency_us, c->io_backend, hw.measured_op_times.size(), o.output);
   return 0;
 }
 
@@ -115,7 +115,8 @@ Verb AddCalibrateCommand(CLI::App& app) {
                   "memory_GiB), on the CPU a 4 GiB arena")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--cuda-device", o->cuda_device, "CUDA device index, in CUDA's order (CUDA_VISIBLE_DEVICES applies)")
+  cmd->add_option("--cuda-device", o->cuda_device,
+                  "CUDA device index, in CUDA's order (CUDA_VISIBLE_DEVICES applies)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--block-size", o->block_size, "Offload engine request size in bytes")

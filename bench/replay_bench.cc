@@ -139,7 +139,8 @@ void BM_OffloadPinnedVsUnpinned(benchmark::State& state) {
   if (!setup.ok()) return state.SkipWithError(setup.status().ToString().c_str());
   Setup& s = *setup;
   auto unpinned_device = MakeBenchDevice(/*pin_threads=*/false);
-  if (!unpinned_device.ok()) return state.SkipWithError(unpinned_device.status().ToString().c_str());
+  if (!unpinned_device.ok())
+    return state.SkipWithError(unpinned_device.status().ToString().c_str());
   exec::ReplayOptions unpinned = s.options;
   unpinned.device = unpinned_device->get();
   Interleave(
@@ -182,8 +183,9 @@ int main(int argc, char** argv) {
   // Thread placement is a CPU-backend question: on CUDA (or auto picking it)
   // the comparison would measure nothing.
   std::string why_not;
-  const bool cuda = Flags().backend == exec::BackendChoice::kCuda ||
-                    (Flags().backend == exec::BackendChoice::kAuto && exec::CudaAvailable(&why_not));
+  const bool cuda =
+      Flags().backend == exec::BackendChoice::kCuda ||
+      (Flags().backend == exec::BackendChoice::kAuto && exec::CudaAvailable(&why_not));
   if (!cuda) {
     benchmark::RegisterBenchmark("BM_OffloadPinnedVsUnpinned", BM_OffloadPinnedVsUnpinned)
         ->Iterations(9)

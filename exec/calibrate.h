@@ -68,8 +68,8 @@ struct OpSample {
 };
 
 struct Calibration {
-  std::string backend;  // "cpu" or "cuda"
-  std::string device;   // Device::Describe()
+  std::string backend;                // "cpu" or "cuda"
+  std::string device;                 // Device::Describe()
   int64_t device_capacity_bytes = 0;  // the arena the device was made with
   std::vector<GemmSample> gemm;
   std::vector<BandwidthSample> memory;  // memory-bound passes

@@ -366,8 +366,8 @@ class CudaDevice final : public Device {
     if (anchor_ != nullptr) {
       float ms = 0;
       SSDTRAIN_CUDA_TRY(cudaEventElapsedTime(&ms, anchor_->event, next->event));
-      next->host_ns = detail::NextAnchorHostNs(anchor_->host_ns, anchor_->taken_ns,
-                                               next->taken_ns, ms);
+      next->host_ns =
+          detail::NextAnchorHostNs(anchor_->host_ns, anchor_->taken_ns, next->taken_ns, ms);
     }
     anchor_ = std::move(next);
     return Status::Ok();
@@ -409,8 +409,8 @@ class CudaDevice final : public Device {
     // runs in several calls (exec/detail/gemm_workspace.h).
     const Operand a = Pick(buffers.inputs, 0, m * k, batch, elt, detail::WorkspaceAOffset(), 0);
     const Operand b = Pick(buffers.inputs, 1, k * n, batch, elt, detail::WorkspaceBOffset(m, k), 0);
-    const Operand c = Pick(buffers.outputs, 0, m * n, batch, elt,
-                           detail::WorkspaceCOffset(m, n, k), static_cast<long long>(m * n));
+    const Operand c = Pick(buffers.outputs, 0, m * n, batch, elt, detail::WorkspaceCOffset(m, n, k),
+                           static_cast<long long>(m * n));
     const bool c_in_workspace = c.in_workspace;
     const int64_t chunk = c_in_workspace ? detail::OutputChunk(m, n, batch) : batch;
     const float alpha = 1.0f, beta = 0.0f;
@@ -442,7 +442,8 @@ class CudaDevice final : public Device {
     while (total > 0 && bytes > 0) {
       for (const DeviceBuffer& b : buffers) {
         const int64_t n = std::min(bytes, b.bytes);
-        SSDTRAIN_CUDA_TRY(detail::LaunchTouchRead(b.ptr, n, words_ + detail::kReadSinkWord, compute_));
+        SSDTRAIN_CUDA_TRY(
+            detail::LaunchTouchRead(b.ptr, n, words_ + detail::kReadSinkWord, compute_));
         bytes -= n;
         if (bytes <= 0) break;
       }

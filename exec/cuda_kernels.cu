@@ -1,6 +1,6 @@
-#include "exec/detail/cuda_kernels.h"
-
 #include <utility>
+
+#include "exec/detail/cuda_kernels.h"
 
 namespace ssdtrain::exec::detail {
 namespace {
@@ -88,9 +88,9 @@ cudaError_t LaunchFillPattern(void* dst, int64_t bytes, uint64_t seed, cudaStrea
 cudaError_t LaunchCheckPattern(const void* src, int64_t bytes, uint64_t seed,
                                unsigned long long* first_mismatch, cudaStream_t stream) {
   if (bytes <= 0) return cudaSuccess;
-  return Launch(CheckPatternKernel, (bytes + 7) / 8, stream,
-                static_cast<const unsigned char*>(src), static_cast<long long>(bytes),
-                static_cast<unsigned long long>(seed), first_mismatch);
+  return Launch(CheckPatternKernel, (bytes + 7) / 8, stream, static_cast<const unsigned char*>(src),
+                static_cast<long long>(bytes), static_cast<unsigned long long>(seed),
+                first_mismatch);
 }
 
 cudaError_t LaunchTouchRead(const void* src, int64_t bytes, unsigned long long* sink,

@@ -28,8 +28,8 @@ TEST(ApplyCalibration, CudaSetsEachDtypesPeakAndTheDevicesMemory) {
   c.device = "cuda:0 NVIDIA H200";
   c.device_capacity_bytes = 138 * kGiB;
   c.gemm = {Sample("fp32", 2'000'000'000, 40'000), Sample("fp16", 2'000'000'000, 4'000),
-            Sample("bf16", 2'000'000'000, 5'000), Sample("fp32", 2'000'000, 100),
-            Sample("fp16", 2'000'000, 20),        Sample("bf16", 2'000'000, 20)};
+            Sample("bf16", 2'000'000'000, 5'000),  Sample("fp32", 2'000'000, 100),
+            Sample("fp16", 2'000'000, 20),         Sample("bf16", 2'000'000, 20)};
   sim::HardwareOptions base;
   base.gpu.peak_tflops_fp16 = 1;  // what a CPU base config would leave
   base.gpu.memory_GiB = 4;

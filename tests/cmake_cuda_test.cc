@@ -56,7 +56,8 @@ class CmakeCuda : public ::testing::Test {
 };
 
 TEST_F(CmakeCuda, AutoWithoutCublasBuildsWithoutCudaAndSaysWhy) {
-  const CliResult r = Configure("auto", "-DSSDTRAIN_CUDA=AUTO -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=TRUE");
+  const CliResult r =
+      Configure("auto", "-DSSDTRAIN_CUDA=AUTO -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=TRUE");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("ssdtrain: CUDA backend OFF"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(HaveNvcc() ? "but not the CUDA runtime and cuBLAS libraries"
@@ -66,7 +67,8 @@ TEST_F(CmakeCuda, AutoWithoutCublasBuildsWithoutCudaAndSaysWhy) {
 }
 
 TEST_F(CmakeCuda, OnWithoutCublasStopsNamingWhatIsMissing) {
-  const CliResult r = Configure("on", "-DSSDTRAIN_CUDA=ON -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=TRUE");
+  const CliResult r =
+      Configure("on", "-DSSDTRAIN_CUDA=ON -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=TRUE");
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("SSDTRAIN_CUDA=ON but"), std::string::npos) << r.output;
 }

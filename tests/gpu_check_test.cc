@@ -58,13 +58,21 @@ class GpuCheck : public ::testing::Test {
   // The run files gpu-check.sh makes on the GPU, made here on the CPU backend
   // from a two-layer model: run-POLICY.json with --verify, time-POLICY.json without.
   void MakeRunFiles() {
-    const nlohmann::json model{{"name", "micro-gpt"}, {"family", "gpt"}, {"hidden", 64},
-                               {"heads", 2},          {"layers", 2},     {"vocab", 256},
-                               {"seq_len", 64},       {"micro_batch", 2}, {"tp", 1},
-                               {"pp", 1},             {"attention", "standard"},
+    const nlohmann::json model{{"name", "micro-gpt"},
+                               {"family", "gpt"},
+                               {"hidden", 64},
+                               {"heads", 2},
+                               {"layers", 2},
+                               {"vocab", 256},
+                               {"seq_len", 64},
+                               {"micro_batch", 2},
+                               {"tp", 1},
+                               {"pp", 1},
+                               {"attention", "standard"},
                                {"dtype", "fp32"}};
     ASSERT_TRUE(traces::WriteJsonFile(model, Path("micro-gpt.json")).ok());
-    CliResult t = RunSsdtrain("trace --model " + Path("micro-gpt.json") + " -o " + Path("trace.json"));
+    CliResult t =
+        RunSsdtrain("trace --model " + Path("micro-gpt.json") + " -o " + Path("trace.json"));
     ASSERT_EQ(t.exit_code, 0) << t.output;
     for (const std::string policy : {"keep", "offload-all"}) {
       const std::string common = "replay --trace " + Path("trace.json") + " --policy " + policy +
@@ -97,8 +105,7 @@ TEST_F(GpuCheck, SummaryReadsTheRunFilesOfTheCpuBackend) {
   EXPECT_GT(checked, 0);
   const CliResult r = Summary();
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("True (" + std::to_string(checked) + ")"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("True (" + std::to_string(checked) + ")"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("offload/keep step time"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;
 }
@@ -123,9 +130,9 @@ TEST_F(GpuCheck, SummaryNamesTheFileAndFieldItLacks) {
   ASSERT_TRUE(traces::WriteJsonFile(*run, Path("out/run-offload-all.json")).ok());
   const CliResult r = Summary();
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find(Path("out/run-offload-all.json") +
-                          ": no field \"extra.tensors_checked\""),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find(Path("out/run-offload-all.json") + ": no field \"extra.tensors_checked\""),
+      std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;
 }
@@ -136,12 +143,11 @@ TEST_F(GpuCheck, NoNvidiaGpuSkipsWithExit77) {
   // A PCI bus with only a non-NVIDIA display controller (Matrox, 0x102b).
   WriteFile(dir_ / "pci/0000:00:02.0/vendor", "0x102b\n");
   WriteFile(dir_ / "pci/0000:00:02.0/class", "0x030000\n");
-  const CliResult r = Probe("SSDTRAIN_PCI_DEVICES=" + Path("pci") +
-                            " SSDTRAIN_NVIDIA_PROC=" + Path("no-proc") +
-                            " SSDTRAIN_NVIDIA_SMI=" + Path("no-nvidia-smi"));
+  const CliResult r =
+      Probe("SSDTRAIN_PCI_DEVICES=" + Path("pci") + " SSDTRAIN_NVIDIA_PROC=" + Path("no-proc") +
+            " SSDTRAIN_NVIDIA_SMI=" + Path("no-nvidia-smi"));
   EXPECT_EQ(r.exit_code, 77) << r.output;
-  EXPECT_NE(r.output.find("SKIPPED: no NVIDIA GPU on this machine"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("SKIPPED: no NVIDIA GPU on this machine"), std::string::npos) << r.output;
 }
 
 TEST_F(GpuCheck, GpuPresentButCudaCannotStartFailsNamingTheDriverVersion) {
@@ -154,8 +160,9 @@ TEST_F(GpuCheck, GpuPresentButCudaCannotStartFailsNamingTheDriverVersion) {
   WriteFile(dir_ / "proc/version",
             "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC "
             "2023\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n");
-  const CliResult r = Probe("SSDTRAIN_PCI_DEVICES=" + Path("pci") + " SSDTRAIN_NVIDIA_PROC=" +
-                            Path("proc") + " SSDTRAIN_NVIDIA_SMI=" + Path("no-nvidia-smi"));
+  const CliResult r =
+      Probe("SSDTRAIN_PCI_DEVICES=" + Path("pci") + " SSDTRAIN_NVIDIA_PROC=" + Path("proc") +
+            " SSDTRAIN_NVIDIA_SMI=" + Path("no-nvidia-smi"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("an NVIDIA GPU is present, but CUDA cannot start"), std::string::npos)
       << r.output;
@@ -168,8 +175,9 @@ TEST_F(GpuCheck, GpuPresentButCudaCannotStartFailsNamingTheDriverVersion) {
   WriteFile(dir_ / "proc/version",
             "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  "
             "(dvs-builder@U16-I3-B03-4-3)  Tue Mar  5 22:16:49 UTC 2024\n");
-  const CliResult open = Probe("SSDTRAIN_PCI_DEVICES=" + Path("pci") + " SSDTRAIN_NVIDIA_PROC=" +
-                               Path("proc") + " SSDTRAIN_NVIDIA_SMI=" + Path("no-nvidia-smi"));
+  const CliResult open =
+      Probe("SSDTRAIN_PCI_DEVICES=" + Path("pci") + " SSDTRAIN_NVIDIA_PROC=" + Path("proc") +
+            " SSDTRAIN_NVIDIA_SMI=" + Path("no-nvidia-smi"));
   EXPECT_EQ(open.exit_code, 1) << open.output;
   EXPECT_NE(open.output.find("NVIDIA driver version: 550.54.15 (from"), std::string::npos)
       << open.output;
@@ -177,8 +185,9 @@ TEST_F(GpuCheck, GpuPresentButCudaCannotStartFailsNamingTheDriverVersion) {
   // Without the /proc file the version comes from nvidia-smi.
   WriteFile(dir_ / "bin/nvidia-smi", "#!/bin/sh\necho 550.54.15\n");
   ::chmod(Path("bin/nvidia-smi").c_str(), 0755);
-  const CliResult smi = Probe("SSDTRAIN_PCI_DEVICES=" + Path("pci") + " SSDTRAIN_NVIDIA_PROC=" +
-                              Path("no-proc") + " SSDTRAIN_NVIDIA_SMI=" + Path("bin/nvidia-smi"));
+  const CliResult smi =
+      Probe("SSDTRAIN_PCI_DEVICES=" + Path("pci") + " SSDTRAIN_NVIDIA_PROC=" + Path("no-proc") +
+            " SSDTRAIN_NVIDIA_SMI=" + Path("bin/nvidia-smi"));
   EXPECT_EQ(smi.exit_code, 1) << smi.output;
   EXPECT_NE(smi.output.find("NVIDIA driver version: 550.54.15 (from " + Path("bin/nvidia-smi")),
             std::string::npos)

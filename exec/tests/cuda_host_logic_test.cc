@@ -42,8 +42,9 @@ class SimulatedClock {
     // 2..9 us of synchronization latency, varying from anchor to anchor.
     const int64_t latency = 2000 + (anchors_ * 7919) % 7000;
     const int64_t taken = now + latency;
-    host_ns_ = anchors_ == 0 ? taken
-                             : NextAnchorHostNs(host_ns_, taken_ns_, taken, ElapsedMs(now - device_ns_));
+    host_ns_ = anchors_ == 0
+                   ? taken
+                   : NextAnchorHostNs(host_ns_, taken_ns_, taken, ElapsedMs(now - device_ns_));
     device_ns_ = now;
     taken_ns_ = taken;
     ++anchors_;
