@@ -77,15 +77,12 @@ driver_version() {
     "(is the NVIDIA kernel module loaded?)"
 }
 
-# The CUDA release this build compiled against, from the compiler CMake found.
+# The CUDA release this build compiled against, as CMake identified its nvcc.
 cuda_release() {
-  local nvcc
-  nvcc=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
-  if [[ -n $nvcc && -x $nvcc ]]; then
-    "$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/CUDA \1/p' | head -n1
-  else
-    echo "the CUDA toolkit"
-  fi
+  local v
+  v=$(sed -n 's/^set(CMAKE_CUDA_COMPILER_VERSION "\([0-9.]*\)")/\1/p' \
+    "$build"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | head -n1 || true)
+  if [[ -n $v ]]; then echo "CUDA $v"; else echo "a CUDA toolkit of unknown release"; fi
 }
 
 if [[ $probe_only != 1 ]]; then
@@ -120,8 +117,9 @@ if grep -q "no usable GPU" <<<"$probe"; then
     echo "gpu-check: FAILED: an NVIDIA GPU is present, but CUDA cannot start on it:" >&2
     echo "  GPU: $(head -n1 <<<"$gpus")" >&2
     echo "  CUDA: $reason" >&2
-    echo "  NVIDIA driver version: $(driver_version); this build uses $(cuda_release)," \
-      "which needs a driver at least as new as its release notes list" >&2
+    echo "  NVIDIA driver version: $(driver_version)" >&2
+    echo "  this build uses $(cuda_release): its release notes list the oldest driver it runs" \
+      "on (CUDA 13.0: 580); update the driver, or build with an older CUDA" >&2
     exit 1
   fi
   echo "gpu-check: SKIPPED: no NVIDIA GPU on this machine (none on the PCI bus in $pci_devices," \

@@ -169,6 +169,7 @@ TEST_F(GpuCheck, GpuPresentButCudaCannotStartFailsNamingTheDriverVersion) {
   EXPECT_NE(r.output.find("0000:19:00.0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("NVIDIA driver version: 535.104.05"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("no usable GPU: " + why), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("this build uses "), std::string::npos) << r.output;
 
   // The open kernel module words its line differently ("for x86_64" before
   // the version).
