@@ -97,7 +97,10 @@ TEST_P(DeviceConformance, CheckPatternNamesTheFirstCorruptByte) {
 
 TEST_P(DeviceConformance, GemmNeedsItsWorkspaceAndRunsItsShape) {
   // A 256x128x64 GEMM needs (256*64 + 64*128 + 256*128) fp32 elements of
-  // workspace = 57344 * 4 = 229376 bytes; without it the op is refused.
+  // workspace = 57344 * 4 = 229376 bytes at least (CUDA reserves room for both
+  // of the batch's C matrices: 360448 bytes); without it the op is refused.
+  // The output buffer holds one fp16 C matrix of the two, so C goes to the
+  // workspace, with a stride of its own per matrix.
   traces::Trace trace;
   traces::Op op;
   op.kind = traces::OpKind::kGemm;
