@@ -243,7 +243,9 @@ int64_t CpuDevice::allocation_alignment() const { return kAlignment; }
 
 Result<int64_t> CpuDevice::ReserveWorkspace(const traces::Trace& trace) {
   // The rule is the trace's (traces/storage_plan.h), so predictions count it too.
-  const int64_t floats = traces::ReplayWorkspaceBytes(trace) / static_cast<int64_t>(sizeof(float));
+  const int64_t floats =
+      traces::ReplayWorkspaceBytes(trace, workspace_output_region_bytes()) /
+      static_cast<int64_t>(sizeof(float));
   if (floats <= workspace_.floats) return workspace_.buffer.bytes;
   SSDTRAIN_RETURN_IF_ERROR(Synchronize(Stream::kCompute));
   Free(workspace_.buffer);
@@ -314,14 +316,14 @@ Status CpuDevice::RunOpAsync(const traces::Op& op, const OpBuffers& buffers) {
   const traces::OpKind kind = op.kind;
   const std::optional<traces::GemmDims> gemm = op.gemm;
   const int64_t flops = op.flops, bytes_read = op.bytes_read, bytes_written = op.bytes_written;
+  const int64_t attention_batch = traces::ReplayAttentionBatch(op);
   const int64_t id = op.id;
   compute_->Enqueue([=, this]() -> Status {
     OpBuffers b{ins, outs};
     if (gemm) return RunGemm(gemm->m, gemm->n, gemm->k, gemm->batch, bytes_read, b);
     if (kind == traces::OpKind::kAttention && flops > 0) {
       const int64_t s = traces::kReplayAttentionGemmSide;
-      const int64_t batch = std::max<int64_t>(1, flops / (2 * s * s * s));
-      return RunGemm(s, s, s, batch, bytes_read, b);
+      return RunGemm(s, s, s, attention_batch, bytes_read, b);
     }
     const uint64_t sum = TouchRead(ins, bytes_read);
     TouchWrite(outs, bytes_written, sum + static_cast<uint64_t>(id));

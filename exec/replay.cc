@@ -834,6 +834,7 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
     device_options.capacity_bytes = options.device_memory_bytes;
     device_options.cpu_compute_threads = options.cpu_compute_threads;
     device_options.cpu_pin_threads = options.cpu_pin_threads;
+    device_options.cuda_device_index = options.cuda_device_index;
     std::string picked;
     SSDTRAIN_ASSIGN_OR_RETURN(made_device, MakeDevice(options.backend, device_options, &picked));
     device = made_device.get();

@@ -46,6 +46,7 @@ struct ReplayOptions {
   int64_t device_memory_bytes = int64_t{4} << 30;  // CPU arena; CUDA: 0 = GPU free memory
   int cpu_compute_threads = 1;                     // Eigen threads (CPU backend)
   bool cpu_pin_threads = true;                     // compute and copy/I/O on separate CPUs
+  int cuda_device_index = 0;                       // CUDA: which GPU (CUDA's order)
   int64_t staging_bytes = int64_t{256} << 20;      // pinned host staging for D2H/H2D
   BackendKind io_backend = BackendKind::kAuto;     // io_uring or posix
   int64_t block_size = int64_t{4} << 20;           // engine request size, bytes

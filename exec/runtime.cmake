@@ -23,6 +23,11 @@ function(ssdtrain_exec_runtime_tests)
   ssdtrain_test(exec_device_test
     SOURCES ${dir}/device_conformance_test.cc
     DEPS ssdtrain::exec)
+  # The CUDA backend's host-side arithmetic (event clock, per-stream words,
+  # GEMM workspace): header-only, built and run in every build.
+  ssdtrain_test(exec_cuda_host_logic_test
+    SOURCES ${dir}/cuda_host_logic_test.cc
+    DEPS ssdtrain::exec)
   ssdtrain_test(exec_cpu_affinity_test
     SOURCES ${dir}/cpu_affinity_test.cc
     DEPS ssdtrain::exec)

@@ -48,6 +48,9 @@ struct GpuOptions {
   // device memory: true in configs `calibrate` writes, which describe the
   // machine a replay runs on; false for real training hardware.
   bool replay_workspace = false;
+  // That workspace's GEMM output region (traces::ReplayWorkspaceBytes): 0 on
+  // the CPU backend, 64 MiB on CUDA; `calibrate` records the device's.
+  int64_t replay_output_region_bytes = 0;
   // Per-kind efficiency curves; keys are "gemm", "attention" (by FLOPs) and
   // "memory" (memory-bound kinds, by bytes moved). Missing: efficiency 1.
   std::vector<EfficiencyPoint> gemm_efficiency;

@@ -75,7 +75,10 @@ class StageSimulator {
         net_(engine_),
         alignment_(std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes)),
         workspace_bytes_(hw.gpu.replay_workspace
-                             ? traces::DeviceBytes(traces::ReplayWorkspaceBytes(trace), alignment_)
+                             ? traces::DeviceBytes(
+                                   traces::ReplayWorkspaceBytes(
+                                       trace, hw.gpu.replay_output_region_bytes),
+                                   alignment_)
                              : 0),
         budget_bytes_(plan.memory_budget_bytes) {}
 

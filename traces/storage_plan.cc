@@ -57,17 +57,32 @@ int64_t DeviceBytes(int64_t bytes, int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
-int64_t ReplayWorkspaceBytes(const Trace& trace) {
-  int64_t floats = 0;
+int64_t ReplayAttentionBatch(const Op& op) {
+  constexpr int64_t s = kReplayAttentionGemmSide;
+  return std::max<int64_t>(1, op.flops / (2 * s * s * s));
+}
+
+int64_t ReplayGemmWorkspaceBytes(int64_t m, int64_t n, int64_t k, int64_t batch,
+                                 int64_t output_region_bytes) {
+  constexpr int64_t kElementBytes = 4;  // fp32, the widest GEMM dtype
+  const int64_t fit = output_region_bytes / std::max<int64_t>(1, m * n * kElementBytes);
+  const int64_t chunk = std::clamp<int64_t>(fit, 1, std::max<int64_t>(1, batch));
+  return (m * k + k * n + m * n * chunk) * kElementBytes;
+}
+
+int64_t ReplayWorkspaceBytes(const Trace& trace, int64_t output_region_bytes) {
+  int64_t bytes = 0;
   for (const Op& op : trace.ops) {
     if (op.gemm) {
       const GemmDims& g = *op.gemm;
-      floats = std::max(floats, g.m * g.k + g.k * g.n + g.m * g.n);
+      bytes = std::max(bytes, ReplayGemmWorkspaceBytes(g.m, g.n, g.k, g.batch, output_region_bytes));
     } else if (op.kind == OpKind::kAttention && op.flops > 0) {
-      floats = std::max(floats, 3 * kReplayAttentionGemmSide * kReplayAttentionGemmSide);
+      constexpr int64_t s = kReplayAttentionGemmSide;
+      bytes = std::max(
+          bytes, ReplayGemmWorkspaceBytes(s, s, s, ReplayAttentionBatch(op), output_region_bytes));
     }
   }
-  return floats * static_cast<int64_t>(sizeof(float));
+  return bytes;
 }
 
 Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std::string& source) {

@@ -119,14 +119,20 @@ Status CheckDevices(const StoragePlan& storage_plan, int directories, const std:
 // counts a storage of `bytes` (0 stays 0).
 int64_t DeviceBytes(int64_t bytes, int64_t alignment);
 
-// The executor runs every GEMM at its real shape on one device workspace that
-// holds its three fp32 operands (m·k + k·n + m·n floats), and a fused attention
-// op as GEMMs of side kReplayAttentionGemmSide (three square operands); the
-// workspace is sized for the largest and reserved after the persistent
-// storages. Replays count it in device memory, and so does a prediction for a
-// calibrated machine (sim GpuOptions::replay_workspace).
+// The executor runs every GEMM at its real shape on one device workspace
+// instead of on the tensors: [A: m·k][B: k·n][C: m·n · chunk] elements of at
+// most 4 bytes (fp32), where chunk is how many output matrices of the batch
+// fit in `output_region_bytes` (at least 1, at most the batch; 0: one, as on
+// the CPU backend). A fused attention op runs as a batch of GEMMs of side
+// kReplayAttentionGemmSide with its FLOPs (ReplayAttentionBatch). The workspace
+// is sized for the largest op and reserved after the persistent storages.
+// Replays count it in device memory, and so does a prediction for a calibrated
+// machine (sim GpuOptions::replay_workspace, replay_output_region_bytes).
 inline constexpr int64_t kReplayAttentionGemmSide = 256;
-int64_t ReplayWorkspaceBytes(const Trace& trace);
+int64_t ReplayAttentionBatch(const Op& op);
+int64_t ReplayGemmWorkspaceBytes(int64_t m, int64_t n, int64_t k, int64_t batch,
+                                 int64_t output_region_bytes);
+int64_t ReplayWorkspaceBytes(const Trace& trace, int64_t output_region_bytes);
 
 // Peaks a plan needs with instantaneous I/O (every write lands at once, every
 // read at its prefetch point): a lower bound of what any run needs, checked
