@@ -50,23 +50,6 @@ CacheStats operator-(const CacheStats& a, const CacheStats& b) {
           a.bytes_from_host - b.bytes_from_host};
 }
 
-// Sum of the union of [start, end) intervals.
-int64_t BusyTime(std::vector<std::pair<int64_t, int64_t>> spans) {
-  std::sort(spans.begin(), spans.end());
-  int64_t busy = 0, cur_start = 0, cur_end = -1;
-  for (const auto& [s, e] : spans) {
-    if (cur_end < s) {
-      if (cur_end > cur_start) busy += cur_end - cur_start;
-      cur_start = s;
-      cur_end = e;
-    } else {
-      cur_end = std::max(cur_end, e);
-    }
-  }
-  if (cur_end > cur_start) busy += cur_end - cur_start;
-  return busy;
-}
-
 class Replayer {
  public:
   // `host_memory` holds the offload-host copies at their StorageInfo::host_offset
@@ -762,8 +745,8 @@ class Replayer {
         lanes[4].emplace_back(sl.read_begin_ns - t0, sl.read_end_ns - t0);
       }
     }
-    record.busy = {BusyTime(lanes[0]), BusyTime(lanes[1]), BusyTime(lanes[2]), BusyTime(lanes[3]),
-                   BusyTime(lanes[4])};
+    record.busy = {traces::BusyTime(lanes[0]), traces::BusyTime(lanes[1]), traces::BusyTime(lanes[2]), traces::BusyTime(lanes[3]),
+                   traces::BusyTime(lanes[4])};
     return Status::Ok();
   }
 

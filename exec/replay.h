@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -80,6 +81,8 @@ struct ReplayOptions {
 
 struct LaneBusy {
   int64_t compute_ns = 0, d2h_ns = 0, h2d_ns = 0, ssd_write_ns = 0, ssd_read_ns = 0;
+  // Keyed by traces::ToString(lane) over traces::kBusyLanes, as step reports are.
+  std::map<std::string, int64_t> ByLane() const;
 };
 
 struct OpTime {

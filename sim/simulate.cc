@@ -190,7 +190,8 @@ traces::StepReport PredictionReport(const Prediction& p, const traces::Trace& tr
   r.policy = plan.policy;
   r.source = hw.name;
   r.metrics = p.metrics;
-  for (const char* lane : {"compute", "d2h", "h2d", "ssd_write", "ssd_read"}) {
+  for (traces::Lane l : traces::kBusyLanes) {
+    const std::string lane(traces::ToString(l));
     auto it = p.lane_busy_ns.find(lane);
     r.lane_busy_ns[lane] = it == p.lane_busy_ns.end() ? 0 : it->second;
   }

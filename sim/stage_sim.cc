@@ -623,24 +623,9 @@ Result<StageResult> StageSimulator::Run() {
   }
   result_.step_ns = Now();
   result_.exposed_io_ns += result_.step_ns - result_.compute_end_ns;
-  static constexpr traces::Lane kLanes[] = {traces::Lane::kCompute, traces::Lane::kDeviceToHost,
-                                            traces::Lane::kHostToDevice, traces::Lane::kSsdWrite,
-                                            traces::Lane::kSsdRead};
-  for (traces::Lane lane : kLanes) {
-    auto& v = lane_intervals_[static_cast<int>(lane)];
-    std::sort(v.begin(), v.end());
-    int64_t busy = 0, cur_start = -1, cur_end = -1;
-    for (const auto& [a, b] : v) {
-      if (a > cur_end) {
-        busy += cur_end - cur_start;
-        cur_start = a;
-        cur_end = b;
-      } else {
-        cur_end = std::max(cur_end, b);
-      }
-    }
-    busy += cur_end - cur_start;
-    result_.lane_busy_ns[std::string(traces::ToString(lane))] = busy;
+  for (traces::Lane lane : traces::kBusyLanes) {
+    result_.lane_busy_ns[std::string(traces::ToString(lane))] =
+        traces::BusyTime(std::move(lane_intervals_[static_cast<int>(lane)]));
   }
   return std::move(result_);
 }
