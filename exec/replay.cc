@@ -973,7 +973,13 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
   if (seconds > 0) {
     m.tokens_per_s = static_cast<double>(trace.header.micro_batch * trace.header.seq_len) / seconds;
     m.tflops_per_gpu = static_cast<double>(total_flops) / seconds / 1e12;
-    m.required_ssd_write_GBps = static_cast<double>(result.cache.bytes_written) / seconds / 1e9;
+    // As the simulator defines it (traces::RequiredWriteGBps): the step's
+    // writes over its forward compute time.
+    int64_t forward_ns = 0;
+    for (const OpTime& t : result.ops) {
+      if (trace.op(t.op).phase == traces::Phase::kForward) forward_ns += t.end_ns - t.start_ns;
+    }
+    m.required_ssd_write_GBps = traces::RequiredWriteGBps(result.cache.bytes_written, forward_ns);
   }
   m.peak_gpu_bytes = device->peak_bytes();
   m.peak_activation_bytes = replayer.peak_activation_bytes();

@@ -320,7 +320,17 @@ ArrayFigures ArrayFor(const HardwareOptions& hw, int gpu) {
   const int drives = arrays[static_cast<size_t>(gpu) % arrays.size()];
   const DriveOptions& d = hw.storage.drive;
   const double share = static_cast<double>(drives) / hw.storage.gpus_per_array;
-  return ArrayFigures{drives, d.read_GBps * share, d.write_GBps * share, d.endurance_TBW * share};
+  // Little's law caps the array at drives · queue_depth · request / latency:
+  // the engine keeps queue_depth requests of request_KiB in flight per drive.
+  auto capped = [&](double GBps, double latency_us) {
+    if (latency_us <= 0) return GBps;
+    const double little_GBps =
+        drives * d.queue_depth * d.request_KiB * 1024.0 / (latency_us * 1e-6) / 1e9;
+    return std::min(GBps, little_GBps);
+  };
+  return ArrayFigures{drives, capped(d.read_GBps * share, d.read_latency_us),
+                      capped(d.write_GBps * share, d.write_latency_us),
+                      d.endurance_TBW * share};
 }
 
 int SlowestArray(const HardwareOptions& hw) {

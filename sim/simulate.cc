@@ -114,9 +114,7 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   mt.ssd_bytes_written = io->ssd_bytes_written * m;
   mt.ssd_bytes_read = io->ssd_bytes_read * m;
   mt.required_ssd_write_GBps =
-      io->forward_compute_ns > 0
-          ? static_cast<double>(io->ssd_bytes_written) / static_cast<double>(io->forward_compute_ns)
-          : 0;  // bytes per ns == GB/s
+      traces::RequiredWriteGBps(io->ssd_bytes_written, io->forward_compute_ns);
   int64_t exposed = 0;
   double flops = 0;
   for (int64_t s = 0; s < p; ++s) {

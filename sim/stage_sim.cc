@@ -19,7 +19,6 @@ using traces::TensorId;
 using traces::TensorKind;
 
 constexpr double kGiga = 1e9;
-constexpr double kKiB = 1024;
 // The SSD array serves each direction's requests in the order they were queued
 // (a large request is striped over every die, so it has the drive to itself
 // rather than a slice of it next to the others), as the offload engine also
@@ -191,18 +190,13 @@ void StageSimulator::SetUpResources() {
   d2h_rate_ = GBps(hw_.host_link.d2h_GBps);
   h2d_rate_ = GBps(hw_.host_link.h2d_GBps);
   host_rate_ = GBps(hw_.host_memory.bandwidth_GBps);
-  // Little's law caps an array at drives · queue_depth · request / latency.
-  auto capped = [&](double gbps, double latency_us) {
-    double rate = gbps * kGiga;
-    if (latency_us > 0) {
-      const double little =
-          array.drives * d.queue_depth * d.request_KiB * kKiB / (latency_us * 1e-6);
-      rate = std::min(rate, little);
-    }
-    return BytesPerSec{std::max<int64_t>(1, static_cast<int64_t>(rate))};
+  // The array's sustained rates (ArrayFor: Little's law over the engine's
+  // queue included), as the policies see them too.
+  auto rate = [](double gbps) {
+    return BytesPerSec{std::max<int64_t>(1, static_cast<int64_t>(gbps * kGiga))};
   };
-  ssd_read_rate_ = capped(array.read_GBps, d.read_latency_us);
-  ssd_write_rate_ = capped(array.write_GBps, d.write_latency_us);
+  ssd_read_rate_ = rate(array.read_GBps);
+  ssd_write_rate_ = rate(array.write_GBps);
   pcie_latency_ = Time::Ns(static_cast<int64_t>(hw_.host_link.latency_us * 1000));
   ssd_read_latency_ = Time::Ns(static_cast<int64_t>(d.read_latency_us * 1000));
   ssd_write_latency_ = Time::Ns(static_cast<int64_t>(d.write_latency_us * 1000));

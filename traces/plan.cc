@@ -60,6 +60,11 @@ std::optional<TensorAction> ParseTensorAction(std::string_view s) {
   return detail::ParseName(kActionNames, s);
 }
 
+double RequiredWriteGBps(int64_t bytes_written, int64_t forward_compute_ns) {
+  if (forward_compute_ns <= 0) return 0;
+  return static_cast<double>(bytes_written) / static_cast<double>(forward_compute_ns);  // B/ns
+}
+
 json ToJson(const StepMetrics& m) {
   return json{{"step_time_ns", m.step_time_ns},
               {"tokens_per_s", m.tokens_per_s},

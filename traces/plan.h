@@ -49,7 +49,7 @@ struct StepMetrics {
   int64_t peak_activation_bytes = 0;
   int64_t ssd_bytes_written = 0;
   int64_t ssd_bytes_read = 0;
-  double required_ssd_write_GBps = 0;  // write rate that would hide every write
+  double required_ssd_write_GBps = 0;  // RequiredWriteGBps: the rate that hides every write
   int64_t exposed_io_ns = 0;           // stall time the offload I/O adds
   double ssd_lifetime_days = 0;        // rated endurance at this write rate, 24/7
 };
@@ -71,6 +71,12 @@ struct Plan {
   std::optional<StepMetrics> prediction;
   nlohmann::json extra = nlohmann::json::object();  // planner details (search, ROK curve)
 };
+
+// The SSD write rate that would hide every write of a step behind its forward
+// pass: bytes written per step (one micro-batch's, per GPU) over the step's
+// forward compute time (the sum of its forward ops' durations), in 1e9 B/s.
+// Predictions and runs both report this. 0 when there is no forward time.
+double RequiredWriteGBps(int64_t bytes_written, int64_t forward_compute_ns);
 
 nlohmann::json ToJson(const StepMetrics& m);
 Result<StepMetrics> StepMetricsFromJson(const nlohmann::json& j, const std::string& where);
