@@ -4,6 +4,7 @@
 #include <set>
 
 #include "exec/replay.h"
+#include "traces/storage_plan.h"
 
 namespace ssdtrain::exec {
 
@@ -57,24 +58,11 @@ nlohmann::json ToJson(const ReplayResult& r) {
   return j;
 }
 
-namespace {
-traces::Plan BasePlan(const traces::Trace& trace, std::string policy) {
-  traces::Plan plan;
-  plan.policy = std::move(policy);
-  plan.model = trace.header.model;
-  plan.trace_fingerprint = traces::Fingerprint(trace);
-  plan.micro_batch = trace.header.micro_batch;
-  plan.seq_len = trace.header.seq_len;
-  plan.tp = trace.header.tp;
-  plan.pp = trace.header.pp;
-  return plan;
-}
-}  // namespace
 
-traces::Plan KeepAllPlan(const traces::Trace& trace) { return BasePlan(trace, "keep"); }
+traces::Plan KeepAllPlan(const traces::Trace& trace) { return traces::PlanTemplate(trace, "keep"); }
 
 traces::Plan OffloadAllPlan(const traces::Trace& trace) {
-  traces::Plan plan = BasePlan(trace, "offload-ssd");
+  traces::Plan plan = traces::PlanTemplate(trace, "offload-ssd");
   std::set<traces::TensorId> storages;  // one placement per storage (dedup)
   for (const traces::Tensor& t : trace.tensors) {
     if (!t.saved_for_backward || !t.offloadable || t.kind != traces::TensorKind::kActivation ||
@@ -96,9 +84,7 @@ traces::Plan OffloadAllPlan(const traces::Trace& trace) {
       }
     }
     if (p.prefetch_before == traces::kNoOp) p.prefetch_before = first_backward;
-    char name[32];
-    std::snprintf(name, sizeof(name), "t%lld.bin", static_cast<long long>(t.id));
-    p.file = name;  // (std::string concatenation trips GCC 12's -Wrestrict here)
+    p.file = traces::OffloadFileName(trace.StorageOf(t.id));
     plan.placements.push_back(p);
   }
   return plan;

@@ -78,14 +78,7 @@ Placement Offload(const std::vector<traces::OpId>& prefetch, TensorId t, TensorA
 }  // namespace
 
 traces::Plan BasePlan(const traces::Trace& trace) {
-  traces::Plan plan;
-  plan.model = trace.header.model;
-  plan.trace_fingerprint = traces::Fingerprint(trace);
-  plan.micro_batch = std::max<int64_t>(1, trace.header.micro_batch);
-  plan.seq_len = trace.header.seq_len;
-  plan.tp = std::max<int64_t>(1, trace.header.tp);
-  plan.pp = std::max<int64_t>(1, trace.header.pp);
-  return plan;
+  return traces::PlanTemplate(trace, /*policy=*/"");  // the policy that fills it names it
 }
 
 std::vector<TensorId> OffloadCandidates(const traces::Trace& trace, const PolicyOptions& options) {

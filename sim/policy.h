@@ -74,6 +74,6 @@ int AdaptiveFirstKeptLayer(const traces::Trace& trace, const HardwareOptions& hw
                            const PolicyOptions& options);
 
 // A plan template: layout from the trace header; dp and micro-batch count 1.
-traces::Plan BasePlan(const traces::Trace& trace);
+traces::Plan BasePlan(const traces::Trace& trace);  // traces::PlanTemplate, unnamed
 
 }  // namespace ssdtrain::sim

@@ -1,5 +1,6 @@
 #include "traces/plan.h"
 
+#include <algorithm>
 #include <array>
 #include <unordered_map>
 
@@ -199,6 +200,18 @@ Result<Plan> ReadPlan(const std::string& path) {
 
 Status WritePlan(const Plan& plan, const std::string& path) {
   return WriteJsonFile(ToJson(plan), path);
+}
+
+Plan PlanTemplate(const Trace& trace, std::string policy) {
+  Plan plan;
+  plan.policy = std::move(policy);
+  plan.model = trace.header.model;
+  plan.trace_fingerprint = Fingerprint(trace);
+  plan.micro_batch = std::max<int64_t>(1, trace.header.micro_batch);
+  plan.seq_len = trace.header.seq_len;
+  plan.tp = std::max<int64_t>(1, trace.header.tp);
+  plan.pp = std::max<int64_t>(1, trace.header.pp);
+  return plan;
 }
 
 Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& source) {

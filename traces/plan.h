@@ -86,6 +86,12 @@ Result<Plan> PlanFromJson(const nlohmann::json& j, const std::string& source);
 Result<Plan> ReadPlan(const std::string& path);
 Status WritePlan(const Plan& plan, const std::string& path);
 
+// A plan for `trace` with no placements (everything kept): the trace's model,
+// fingerprint and layout (micro-batch, sequence, tp, pp; dp and micro-batch
+// count 1), no budget. Every policy, the planner and the executor's built-in
+// plans start from this.
+Plan PlanTemplate(const Trace& trace, std::string policy = "keep");
+
 // Checks a plan against its trace: fingerprint, known tensor ids, actions only on
 // saved offloadable tensors, file names that stay inside the offload directory.
 Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& source);
