@@ -10,6 +10,7 @@ list(APPEND SSDTRAIN_EXEC_IO_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/file_names.cc
   ${CMAKE_CURRENT_LIST_DIR}/detail/cleanup_registry.cc
   ${CMAKE_CURRENT_LIST_DIR}/detail/staging_pool.cc
+  ${CMAKE_CURRENT_LIST_DIR}/detail/test_points.cc
   ${CMAKE_CURRENT_LIST_DIR}/bench_io.cc
 )
 

@@ -23,6 +23,7 @@
 #include "exec/detail/errno_text.h"
 #include "exec/detail/round_up.h"
 #include "exec/detail/staging_pool.h"
+#include "exec/detail/test_points.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -36,6 +37,18 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kMaxStagingBytes = int64_t{1} << 30;
 // The largest single request io_uring and pread/pwrite take in one go (uint32 len).
 constexpr int64_t kMaxBlockSize = int64_t{1} << 30;
+// The slowest bandwidth cap accepted: below it one 1 GiB request would take
+// longer than ~18 minutes and the link's int64 ns clock could overflow.
+constexpr double kMinBandwidthCap = 1e6;  // bytes/s
+// -EAGAIN: the first answer is resubmitted at once; each further one in a row
+// for the same request waits twice as long as the last, from 50 us up to 10 ms,
+// so that a device that keeps answering EAGAIN does not spin the I/O thread.
+constexpr int64_t kEagainBackoffMinNs = 50'000;
+constexpr int64_t kEagainBackoffMaxNs = 10'000'000;
+constexpr int kMaxBackoffShift = 8;  // 50 us << 8 is past the 10 ms cap
+// After a failed wait for completions, the I/O thread pauses this long before
+// reaping again (the requests in flight still belong to the kernel).
+constexpr auto kReapRetryDelay = std::chrono::milliseconds(1);
 // Distinguishes run directories of several engines in one process.
 std::atomic<int> g_run_counter{0};
 
@@ -78,6 +91,7 @@ struct OffloadEngine::Impl {
     int64_t bytes = 0;
     int64_t file_offset = 0;
     int fd = -1;
+    bool direct = false;  // the file is open with O_DIRECT
     std::string path;
     std::string dir;
     int64_t blocks = 0;
@@ -103,6 +117,8 @@ struct OffloadEngine::Impl {
     int64_t offset = 0;
     uint32_t crc = 0;        // write: computed; read: expected
     int64_t release_ns = 0;  // bandwidth cap: not completed before this time (steady clock)
+    int eagain_streak = 0;   // -EAGAIN answers in a row
+    int64_t resubmit_ns = 0; // EAGAIN backoff: not resubmitted before this time
   };
 
   OffloadOptions options;
@@ -111,7 +127,7 @@ struct OffloadEngine::Impl {
   std::unique_ptr<detail::StagingPool> pool;
   std::unique_ptr<IoBackend> backend;
   bool registered = false;
-  int external_index = -1;  // fixed-buffer index of options.external_staging
+  int external_index = -1;  // fixed-buffer index of options.external_staging's first chunk
   std::vector<Dir> dirs;
   std::vector<std::string> run_dir_paths;
   std::thread io_thread;
@@ -124,6 +140,9 @@ struct OffloadEngine::Impl {
   std::deque<Job*> queue;  // jobs with blocks not yet submitted
   uint64_t next_ticket = 1;
   int in_flight = 0;    // requests, all directions (mirrors the I/O thread's view)
+  // WriteAsync calls between reserving a tensor and queueing its job, with `mu`
+  // dropped around fallocate: RemoveAll and the purge wait for them.
+  int unlocked_writes = 0;
   Status failed;        // sticky first failure
   bool purged = false;  // files removed after `failed`
   bool stopping = false;
@@ -140,6 +159,7 @@ struct OffloadEngine::Impl {
   // for throughput and for the latency of each transfer.
   int64_t link_free_ns[2] = {0, 0};  // [read, write]
   std::vector<size_t> held;          // completed slots waiting for their release time
+  std::vector<size_t> backoff;       // slots answered -EAGAIN, waiting to be resubmitted
 
   ~Impl() {
     {
@@ -178,8 +198,13 @@ struct OffloadEngine::Impl {
       return Status::InvalidArgument("staging size " + std::to_string(options.staging_bytes) +
                                      " must be between 0 and 1 GiB");
     }
-    if (options.bandwidth_cap_bytes_per_s < 0) {
-      return Status::InvalidArgument("SSD bandwidth cap must be positive (or 0 for none)");
+    const double cap = options.bandwidth_cap_bytes_per_s;
+    if (!std::isfinite(cap) || cap < 0 || (cap > 0 && cap < kMinBandwidthCap)) {
+      return Status::InvalidArgument(
+          "SSD bandwidth cap (--ssd-bandwidth, OffloadOptions::bandwidth_cap_bytes_per_s) must "
+          "be 0 for none or a finite rate of at least " +
+          std::to_string(static_cast<int64_t>(kMinBandwidthCap)) + " bytes/s, got " +
+          std::to_string(cap));
     }
     const int run_id = g_run_counter.fetch_add(1);
     for (size_t i = 0; i < options.dirs.size(); ++i) {
@@ -198,8 +223,13 @@ struct OffloadEngine::Impl {
     if (options.register_buffers) {
       std::vector<iovec> iov = pool->RegistrationIovecs();
       if (options.external_staging.iov_len > 0) {
+        // The kernel takes at most 1 GiB per fixed buffer: a larger region is
+        // registered as several.
         external_index = static_cast<int>(iov.size());
-        iov.push_back(options.external_staging);
+        for (const iovec& chunk :
+             detail::SplitForRegistration(options.external_staging, detail::kMaxFixedBufferBytes)) {
+          iov.push_back(chunk);
+        }
       }
       Status s = backend->RegisterBuffers(iov);
       if (s.ok()) {
@@ -291,7 +321,7 @@ struct OffloadEngine::Impl {
   // After a failure: once nothing is in flight, fails every queued job and
   // removes all files. Returns true when the purge has happened.
   void MaybePurgeLocked() {
-    if (failed.ok() || purged || in_flight > 0) return;
+    if (failed.ok() || purged || in_flight > 0 || unlocked_writes > 0) return;
     for (Job* job : queue) {
       if (job->in_flight == 0 && !job->finished) {
         if (job->status.ok()) job->status = StoppedStatusLocked();
@@ -366,6 +396,10 @@ struct OffloadEngine::Impl {
                                      ": buffer must be non-null and bytes > 0, got " +
                                      std::to_string(bytes));
     }
+    if (key.tensor < 0) {
+      return Status::InvalidArgument("tensor id " + std::to_string(key.tensor) +
+                                     " is negative; tensor ids are >= 0");
+    }
     if (!key.file.empty()) SSDTRAIN_RETURN_IF_ERROR(CheckOffloadFileName(key.file));
     const int64_t blocks = (bytes + options.block_size - 1) / options.block_size;
     std::vector<uint32_t> crcs(static_cast<size_t>(blocks));
@@ -398,19 +432,26 @@ struct OffloadEngine::Impl {
         return Status::FailedPrecondition("tensor " + std::to_string(key.tensor) +
                                           " is already offloaded; Remove it before writing again");
       }
+      const int64_t end = key.offset + RoundUp(bytes, kDirectIoAlign);
+      // Every refusal comes before the file is created: a refused write leaves
+      // no file and no open fd behind.
+      auto existing = FileForLocked(key, /*create=*/false);
+      if (existing.ok()) {
+        const File& f = **existing;
+        auto next = f.extents.lower_bound(key.offset);
+        const bool overlaps_next = next != f.extents.end() && next->first < end;
+        const bool overlaps_prev = next != f.extents.begin() && std::prev(next)->second > key.offset;
+        if (overlaps_next || overlaps_prev) {
+          return Status::InvalidArgument("tensor " + std::to_string(key.tensor) + " at [" +
+                                         std::to_string(key.offset) + ", " + std::to_string(end) +
+                                         ") overlaps another tensor in " + f.path);
+        }
+      } else if (existing.status().code() != Status::Code::kNotFound) {
+        return existing.status();
+      }
       auto f = FileForLocked(key, /*create=*/true);
       if (!f.ok()) return FailAndPurge(lock, f.status());
       file = *f;
-      const int64_t end = key.offset + RoundUp(bytes, kDirectIoAlign);
-      auto next = file->extents.lower_bound(key.offset);
-      const bool overlaps_next = next != file->extents.end() && next->first < end;
-      const bool overlaps_prev =
-          next != file->extents.begin() && std::prev(next)->second > key.offset;
-      if (overlaps_next || overlaps_prev) {
-        return Status::InvalidArgument("tensor " + std::to_string(key.tensor) + " at [" +
-                                       std::to_string(key.offset) + ", " + std::to_string(end) +
-                                       ") overlaps another tensor in " + file->path);
-      }
       file->extents[key.offset] = end;
       Tensor rec;
       rec.file_key = std::to_string(file->dir) + "/" + file->name;
@@ -422,12 +463,20 @@ struct OffloadEngine::Impl {
         const int fd = file->fd;
         const int64_t len = end - key.offset;
         t->active_jobs++;  // keeps Remove away while unlocked
+        ++unlocked_writes;  // keeps RemoveAll and the purge away (they would free t, close fd)
         lock.unlock();
+        detail::HitTestPoint(detail::TestPoint::kWriteUnlocked);
         const int rc = ::fallocate(fd, 0, key.offset, len);
         const int err = rc == 0 ? 0 : errno;
         lock.lock();
-        if (!failed.ok()) return StoppedStatusLocked();  // purged meanwhile: t is gone
         t->active_jobs--;
+        --unlocked_writes;
+        if (!failed.ok()) {
+          // A failure came meanwhile; the purge waited for this write to let go.
+          backend->Notify();
+          cv.wait(lock, [&] { return purged; });
+          return StoppedStatusLocked();
+        }
         if (err != 0 && err != EOPNOTSUPP && err != ENOSYS) {
           job->dir = dirs[static_cast<size_t>(file->dir)].path;
           job->path = file->path;
@@ -454,6 +503,7 @@ struct OffloadEngine::Impl {
       job->crcs = t->crcs;
     }
     job->fd = file->fd;
+    job->direct = dirs[static_cast<size_t>(file->dir)].direct;
     job->path = file->path;
     job->dir = dirs[static_cast<size_t>(file->dir)].path;
     job->file_offset = t->offset;
@@ -463,6 +513,7 @@ struct OffloadEngine::Impl {
     jobs.emplace(job->id, std::move(job));
     queue.push_back(raw);
     lock.unlock();
+    cv.notify_all();  // RemoveAll may be waiting for this write to be queued
     backend->Notify();
     return Ticket{raw->id};
   }
@@ -579,7 +630,8 @@ struct OffloadEngine::Impl {
 
   Status RemoveAll() {
     std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return (queue.empty() && in_flight == 0) || purged; });
+    cv.wait(lock,
+            [&] { return (queue.empty() && in_flight == 0 && unlocked_writes == 0) || purged; });
     RemoveFilesLocked();
     return failed.ok() ? Status::Ok() : StoppedStatusLocked();
   }
@@ -616,6 +668,14 @@ struct OffloadEngine::Impl {
            p + n <= base + static_cast<int64_t>(options.external_staging.iov_len);
   }
 
+  // The fixed-buffer index of the external staging chunk holding [p, p + n),
+  // or -1 when the range straddles two chunks (it then goes unregistered).
+  int ExternalFixedIndex(const char* p, int64_t n) const {
+    const int chunk = detail::ChunkOf(static_cast<const char*>(options.external_staging.iov_base),
+                                      p, n, detail::kMaxFixedBufferBytes);
+    return chunk < 0 ? -1 : external_index + chunk;
+  }
+
   // Prepares slot `s` for the job's next block: chooses the memory (zero-copy
   // when possible, else the slot's bounce block), copies and checksums writes.
   void Prepare(size_t s, Job* job, int64_t block) {
@@ -637,9 +697,10 @@ struct OffloadEngine::Impl {
     // region) or by the caller's external staging.
     r.bounced = !(aligned_start && (in_lease || in_external || r.payload == r.len));
     r.io_buf = r.bounced ? pool->slot(static_cast<int>(s)) : user;
-    r.buf_index = !registered                 ? -1
-                  : in_external && !r.bounced ? external_index
-                                              : pool->FixedIndexOf(r.io_buf, r.len);
+    r.buf_index = !registered ? -1
+                  : in_external && !r.bounced
+                      ? ExternalFixedIndex(r.io_buf, r.len)
+                      : pool->FixedIndexOf(r.io_buf, r.len);
     r.crc = job->crcs[static_cast<size_t>(block)];
     if (job->op == IoOp::kWrite) {
       if (r.bounced) std::memcpy(r.io_buf, user, static_cast<size_t>(r.payload));
@@ -654,10 +715,18 @@ struct OffloadEngine::Impl {
     Request& r = requests[s];
     Job& job = *r.job;
     if (res == -EAGAIN) {
+      const int64_t delay =
+          ++r.eagain_streak < 2
+              ? 0
+              : std::min(kEagainBackoffMaxNs,
+                         kEagainBackoffMinNs << std::min(r.eagain_streak - 2, kMaxBackoffShift));
+      r.resubmit_ns = delay > 0 ? NowNs() + delay : 0;
       std::lock_guard lock(mu);
       stats.eagain_resubmits++;
+      stats.eagain_backoff_ns += delay;
       return true;
     }
+    r.eagain_streak = 0;
     if (res < 0) {
       *error = IoErrorStatus(job, static_cast<int>(-res));
       return false;
@@ -672,6 +741,16 @@ struct OffloadEngine::Impl {
       return false;
     }
     r.done += res;
+    if (r.done < r.len && job.direct && r.done % kDirectIoAlign != 0) {
+      *error = Status::IoError(
+          std::string(job.op == IoOp::kRead ? "reading" : "writing") + " tensor " +
+          std::to_string(job.tensor) + " in " + job.path + ": the device transferred " +
+          std::to_string(r.done) + " of " + std::to_string(r.len) + " bytes at byte " +
+          std::to_string(r.offset) + ", stopping inside a " + std::to_string(kDirectIoAlign) +
+          "-byte block where O_DIRECT cannot continue; the file system or device is "
+          "misbehaving: check it (dmesg) or point --dir elsewhere");
+      return false;
+    }
     if (r.done < r.len) {
       std::lock_guard lock(mu);
       stats.short_continuations++;
@@ -681,6 +760,20 @@ struct OffloadEngine::Impl {
       std::memcpy(job.buf + r.block * options.block_size, r.io_buf, static_cast<size_t>(r.payload));
     }
     return false;
+  }
+
+  // Submits `batch`; the requests the backend did not queue are failed here,
+  // once, and never reach the kernel afterwards.
+  void SubmitBatch(const std::vector<IoRequest>& batch, const char* what,
+                   std::vector<size_t>* free_slots) {
+    if (batch.empty()) return;
+    size_t queued = 0;
+    Status s = backend->Submit(batch, &queued);
+    if (s.ok() && queued == batch.size()) return;
+    if (s.ok()) s = Status::Internal("the I/O backend queued only part of a batch");
+    for (size_t i = queued; i < batch.size(); ++i) {
+      FinishRequest(static_cast<size_t>(batch[i].user_data), s.WithPrefix(what), free_slots);
+    }
   }
 
   void IoLoop() {
@@ -724,36 +817,22 @@ struct OffloadEngine::Impl {
           lock.lock();
         }
       }
-      if (!batch.empty()) {
-        Status s = backend->Submit(batch);
-        if (!s.ok()) {
-          // Nothing from this batch is in flight: unwind it as failed requests.
-          for (const IoRequest& io : batch) {
-            FinishRequest(io.user_data, s.WithPrefix("submitting I/O"), &free_slots);
-          }
-          continue;
-        }
-      }
+      SubmitBatch(batch, "submitting I/O", &free_slots);
+      batch.clear();
+      ResubmitDue(&batch, &free_slots, &wait_ns);
+      SubmitBatch(batch, "resubmitting I/O", &free_slots);
       ReleaseHeld(&free_slots, &wait_ns);
       Result<int> n = backend->Reap(done, 1, wait_ns);
       if (!n.ok()) {
-        // The ring itself failed: nothing can be reaped any more. Fail everything,
-        // purge, and wait for the destructor.
-        std::unique_lock lock(mu);
-        RecordFailureLocked(n.status());
-        for (Request& r : requests) {
-          if (r.busy) {
-            r.busy = false;
-            r.job->in_flight--;
-            in_flight--;
-            if (r.job->status.ok()) r.job->status = n.status();
-            if (r.job->in_flight == 0) r.job->finished = true;
-          }
+        // Waiting failed, but the requests in flight are still the kernel's:
+        // record the failure (no new blocks are taken) and keep reaping until
+        // every one has come back; the purge follows then.
+        {
+          std::lock_guard lock(mu);
+          RecordFailureLocked(n.status().WithPrefix("waiting for I/O completions"));
         }
-        MaybePurgeLocked();
-        cv.notify_all();
-        cv.wait(lock, [&] { return stopping; });
-        return;
+        std::this_thread::sleep_for(kReapRetryDelay);
+        continue;
       }
       batch.clear();
       for (int i = 0; i < *n; ++i) {
@@ -765,6 +844,10 @@ struct OffloadEngine::Impl {
           failed_already = !failed.ok();
         }
         if (Complete(s, done[static_cast<size_t>(i)].result, &error) && !failed_already) {
+          if (requests[s].resubmit_ns > 0) {
+            backoff.push_back(s);  // -EAGAIN again: resubmitted after its backoff
+            continue;
+          }
           batch.push_back(ToIoRequest(requests[s], s));
           std::lock_guard lock(mu);
           stats.requests++;
@@ -780,15 +863,38 @@ struct OffloadEngine::Impl {
         }
         FinishRequest(s, error, &free_slots);
       }
-      if (!batch.empty()) {
-        Status s = backend->Submit(batch);
-        if (!s.ok()) {
-          for (const IoRequest& io : batch) {
-            FinishRequest(io.user_data, s.WithPrefix("resubmitting I/O"), &free_slots);
-          }
-        }
+      SubmitBatch(batch, "resubmitting I/O", &free_slots);
+    }
+  }
+
+  // EAGAIN backoff: moves the slots whose backoff has passed into `batch` (or
+  // cancels them after a failure); sets `wait_ns` to the time until the next.
+  void ResubmitDue(std::vector<IoRequest>* batch, std::vector<size_t>* free_slots,
+                   int64_t* wait_ns) {
+    if (backoff.empty()) return;
+    bool failed_already;
+    {
+      std::lock_guard lock(mu);
+      failed_already = !failed.ok();
+    }
+    const int64_t now = NowNs();
+    int64_t next = -1;
+    size_t kept = 0;
+    for (size_t s : backoff) {
+      if (failed_already) {
+        FinishRequest(s, Status::IoError("cancelled after an earlier failure"), free_slots);
+      } else if (requests[s].resubmit_ns <= now) {
+        batch->push_back(ToIoRequest(requests[s], s));
+        std::lock_guard lock(mu);
+        stats.requests++;
+      } else {
+        backoff[kept++] = s;
+        const int64_t left = requests[s].resubmit_ns - now;
+        next = next < 0 ? left : std::min(next, left);
       }
     }
+    backoff.resize(kept);
+    if (next >= 0 && (*wait_ns < 0 || next < *wait_ns)) *wait_ns = next;
   }
 
   // Retires slot `s` with `error` (OK: its block is done and checked).

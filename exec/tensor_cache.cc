@@ -1,5 +1,7 @@
 #include "exec/tensor_cache.h"
 
+#include <utility>
+
 namespace ssdtrain::exec {
 
 TensorCache::TensorCache(const traces::Trace& trace, const traces::Plan& plan) : trace_(trace) {
@@ -78,9 +80,20 @@ bool TensorCache::OnWriteLanded(traces::TensorId storage) {
     e->state = State::kEvicted;
     ++stats_.evictions;
     stats_.bytes_evicted += e->bytes;
+    evictions_.push_back(storage);
     return true;
   }
   return false;
+}
+
+std::vector<traces::TensorId> TensorCache::TakeEvictions() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(evictions_, {});
+}
+
+bool TensorCache::HasEvictions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !evictions_.empty();
 }
 
 bool TensorCache::OnForwardUsesIssued(traces::TensorId storage) {
@@ -139,6 +152,7 @@ bool TensorCache::WritePending(traces::TensorId storage) const {
 
 void TensorCache::ResetStep() {
   std::lock_guard<std::mutex> lock(mu_);
+  evictions_.clear();
   for (auto& [storage, e] : entries_) {
     e = Entry{.placement = e.placement, .bytes = e.bytes, .host = e.host};
   }

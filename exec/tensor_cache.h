@@ -75,8 +75,17 @@ class TensorCache {
   // The writer is about to start the write. False: dropped (backward already
   // claimed it); the writer releases its staging and skips the write.
   bool BeginWrite(traces::TensorId storage);
-  // The write landed. True: evict now (no forward use pending, not claimed).
+  // The write landed (called by a thread other than the one that claims).
+  // True: evict it (no forward use pending, not claimed); the storage is then
+  // already in the eviction list (TakeEvictions), entered under the same lock
+  // as the decision, so a ClaimForBackward that finds it evicted (kRead) can
+  // count on the list holding it: the claimer drains the list before it
+  // allocates the read's buffer, and no late eviction frees that buffer.
   bool OnWriteLanded(traces::TensorId storage);
+  // Hands out (and forgets) the storages OnWriteLanded decided to evict, in
+  // decision order. HasEvictions: whether there are any.
+  std::vector<traces::TensorId> TakeEvictions();
+  bool HasEvictions() const;
   // The last forward consumer of `storage` was issued. True: evict now.
   bool OnForwardUsesIssued(traces::TensorId storage);
   // Backward needs `storage` (a prefetch point or its first backward consumer).
@@ -120,6 +129,7 @@ class TensorCache {
   std::unordered_map<traces::TensorId, const traces::Placement*> placements_;
   std::unordered_map<traces::OpId, std::vector<traces::TensorId>> prefetch_at_;
   CacheStats stats_;
+  std::vector<traces::TensorId> evictions_;  // decided by OnWriteLanded, not yet taken
 };
 
 }  // namespace ssdtrain::exec
