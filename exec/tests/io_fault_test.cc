@@ -484,6 +484,8 @@ TEST(CleanupSignals, IgnoredSigintStaysIgnoredAndKeepsTheFiles) {
         const auto data = RandomBytes(5000, 29);
         if (!(*engine)->Write(Key(0), data.data(), 5000).ok()) ::_exit(4);
         ::raise(SIGINT);
+        auto path = (*engine)->FilePath(0);
+        if (!path.ok() || ::access(path->c_str(), F_OK) != 0) ::_exit(7);  // file deleted
         std::vector<char> back(5000);
         if (!(*engine)->Read(Key(0), back.data(), 5000).ok()) ::_exit(5);
         ::_exit(back == data ? 0 : 6);
