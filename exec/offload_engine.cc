@@ -465,7 +465,7 @@ struct OffloadEngine::Impl {
         t->active_jobs++;  // keeps Remove away while unlocked
         ++unlocked_writes;  // keeps RemoveAll and the purge away (they would free t, close fd)
         lock.unlock();
-        detail::HitTestPoint(detail::TestPoint::kWriteUnlocked);
+        detail::HitTestPoint(detail::TestPoint::kWriteUnlocked, key.tensor);
         const int rc = ::fallocate(fd, 0, key.offset, len);
         const int err = rc == 0 ? 0 : errno;
         lock.lock();

@@ -568,7 +568,7 @@ class Replayer {
         // offload-host: the copy is the write; it stays in host memory. An
         // eviction joins the cache's list with the decision (tensor_cache.h).
         if (st.ok() && cache_.BeginWrite(job.storage) && cache_.OnWriteLanded(job.storage)) {
-          detail::HitTestPoint(detail::TestPoint::kEvictionDecided);
+          detail::HitTestPoint(detail::TestPoint::kEvictionDecided, job.storage);
         }
         if (!st.ok())
           Fail(st.WithPrefix("copying tensor " + std::to_string(job.storage) + " to host memory"));
@@ -626,7 +626,7 @@ class Replayer {
       if (!st.ok()) Fail(st.WithPrefix("writing tensor " + std::to_string(job.storage)));
       // An eviction joins the cache's list with the decision (tensor_cache.h).
       if (st.ok() && cache_.OnWriteLanded(job.storage)) {
-        detail::HitTestPoint(detail::TestPoint::kEvictionDecided);
+        detail::HitTestPoint(detail::TestPoint::kEvictionDecided, job.storage);
       }
       {
         std::lock_guard<std::mutex> lock(mu_);

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "exec/detail/test_points.h"
+
 namespace ssdtrain::exec {
 
 TensorCache::TensorCache(const traces::Trace& trace, const traces::Plan& plan) : trace_(trace) {
@@ -111,6 +113,12 @@ bool TensorCache::OnForwardUsesIssued(traces::TensorId storage) {
 }
 
 BackwardSource TensorCache::ClaimForBackward(traces::TensorId storage) {
+  const BackwardSource source = ClaimLocked(storage);
+  detail::HitTestPoint(detail::TestPoint::kBackwardClaimed, storage);
+  return source;
+}
+
+BackwardSource TensorCache::ClaimLocked(traces::TensorId storage) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry* e = Find(storage);
   if (e == nullptr) {

@@ -61,6 +61,9 @@ class TensorCache {
   // `plan` must have passed traces::ValidatePlan against `trace`. Both must
   // outlive the cache.
   TensorCache(const traces::Trace& trace, const traces::Plan& plan);
+  // The cache keeps pointers into both: temporaries would dangle.
+  TensorCache(const traces::Trace& trace, traces::Plan&& plan) = delete;
+  TensorCache(traces::Trace&& trace, const traces::Plan& plan) = delete;
 
   // The storage a tensor id lives in, and that storage's placement (nullptr: keep).
   traces::TensorId StorageOf(traces::TensorId t) const { return trace_.StorageOf(t); }
@@ -120,6 +123,7 @@ class TensorCache {
     bool claimed = false;
     bool host = false;  // offload-host
   };
+  BackwardSource ClaimLocked(traces::TensorId storage);  // takes mu_
   Entry* Find(traces::TensorId storage);
   const Entry* Find(traces::TensorId storage) const;
 

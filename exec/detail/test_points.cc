@@ -11,9 +11,9 @@ std::atomic<TestHook> g_hook{nullptr};
 
 void SetTestHook(TestHook hook) { g_hook.store(hook, std::memory_order_release); }
 
-int HitTestPoint(TestPoint point) {
+int HitTestPoint(TestPoint point, int64_t id) {
   const TestHook hook = g_hook.load(std::memory_order_acquire);
-  return hook == nullptr ? 0 : hook(point);
+  return hook == nullptr ? 0 : hook(point, id);
 }
 
 }  // namespace ssdtrain::exec::detail

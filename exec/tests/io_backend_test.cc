@@ -135,7 +135,7 @@ TEST_P(IoBackendConformance, ManyRequestsAllComplete) {
 }
 
 // The test hook below fails every io_uring_submit while it is installed.
-int FailUringSubmit(detail::TestPoint point) {
+int FailUringSubmit(detail::TestPoint point, int64_t) {
   return point == detail::TestPoint::kUringSubmit ? EAGAIN : 0;
 }
 

@@ -263,7 +263,7 @@ std::atomic<bool> g_remover_started{false};
 std::thread g_remover;
 Status g_remove_status;
 
-int RemoveAllMeanwhile(detail::TestPoint point) {
+int RemoveAllMeanwhile(detail::TestPoint point, int64_t) {
   if (point != detail::TestPoint::kWriteUnlocked || g_remover_started.exchange(true)) return 0;
   g_remover = std::thread([] { g_remove_status = g_engine.load()->RemoveAll(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));

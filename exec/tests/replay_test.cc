@@ -3,8 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
 #include <filesystem>
+#include <thread>
 
+#include "exec/detail/test_points.h"
 #include "exec/fault_backend.h"
 #include "exec/tests/io_test_util.h"
 #include "exec/tests/replay_test_util.h"
@@ -205,6 +212,51 @@ TEST(Replay, WaitsForStagingAreCountedAsExposedIo) {
   EXPECT_GT(r->metrics.exposed_io_ns, idle * 8 / 10)
       << "idle " << idle / 1e6 << " ms, exposed I/O " << r->metrics.exposed_io_ns / 1e6
       << " ms, SSD writes need " << write_ns / 1e6 << " ms";
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
+// The hook of AClaimRightAfterTheEvictionDecisionReadsIntoALiveBuffer: the
+// write-completion thread, right after the first eviction decision, waits
+// until backward has claimed that storage (at most 10 s).
+std::mutex g_claim_mu;
+std::condition_variable g_claim_cv;
+std::set<int64_t> g_claimed;
+std::atomic<bool> g_first_decision{false};
+
+int HoldFirstEvictionUntilClaimed(detail::TestPoint point, int64_t id) {
+  std::unique_lock lock(g_claim_mu);
+  if (point == detail::TestPoint::kBackwardClaimed) {
+    g_claimed.insert(id);
+    g_claim_cv.notify_all();
+  } else if (point == detail::TestPoint::kEvictionDecided && !g_first_decision.exchange(true)) {
+    g_claim_cv.wait_for(lock, std::chrono::seconds(10), [&] { return g_claimed.count(id) > 0; });
+  }
+  return 0;
+}
+
+TEST(Replay, AClaimRightAfterTheEvictionDecisionReadsIntoALiveBuffer) {
+  // The write-completion thread stops right after deciding to evict the first
+  // storage, until backward has claimed it. Before the fix that storage
+  // joined the eviction list only after the stop: the claim got "read",
+  // allocated a second buffer over the resident one, and the late eviction
+  // freed the read's target ("host-to-device copy: range ... is outside the
+  // device buffer of 0 bytes"). Every other placement goes to host memory, so
+  // whichever comes first (SSD write or host copy) takes that path.
+  const traces::Trace trace = TinyGptTrace(/*micro_batch=*/1, /*seq_len=*/128);
+  const traces::Plan plan = HostPlan(trace, /*every_other=*/true);
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  o.verify = true;
+  g_first_decision = false;
+  g_claimed.clear();
+  detail::SetTestHook(HoldFirstEvictionUntilClaimed);
+  auto r = Replay(trace, plan, o, "offload-mixed");
+  detail::SetTestHook(nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->verified);
+  EXPECT_GT(r->cache.evictions, 0);
+  // Every evicted storage comes back exactly once: read + restored = evicted.
+  EXPECT_EQ(r->cache.bytes_read + r->cache.bytes_from_host, r->cache.bytes_evicted);
   EXPECT_TRUE(ListTree(dir.path()).empty());
 }
 

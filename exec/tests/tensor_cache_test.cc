@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace ssdtrain::exec {
 namespace {
 
@@ -67,7 +69,8 @@ TEST(TensorCache, ForwardingDropsAWriteNotYetStarted) {
   // Backward asks for t3 before its write started: served from memory, the
   // write is dropped, nothing is read.
   const traces::Trace trace = SmallTrace();
-  TensorCache cache(trace, PlanFor({{3, TensorAction::kOffloadSsd}}));
+  const traces::Plan plan = PlanFor({{3, TensorAction::kOffloadSsd}});
+  TensorCache cache(trace, plan);
   ASSERT_TRUE(cache.OnProduced(3));
   EXPECT_EQ(cache.ClaimForBackward(3), BackwardSource::kForwarded);
   EXPECT_TRUE(cache.WritePending(3));
@@ -83,7 +86,8 @@ TEST(TensorCache, ForwardingDropsAWriteNotYetStarted) {
 
 TEST(TensorCache, AWriteInFlightWhenBackwardAsksIsNotEvicted) {
   const traces::Trace trace = SmallTrace();
-  TensorCache cache(trace, PlanFor({{3, TensorAction::kOffloadSsd}}));
+  const traces::Plan plan = PlanFor({{3, TensorAction::kOffloadSsd}});
+  TensorCache cache(trace, plan);
   ASSERT_TRUE(cache.OnProduced(3));
   ASSERT_TRUE(cache.BeginWrite(3));
   EXPECT_FALSE(cache.OnForwardUsesIssued(3));  // not landed yet
@@ -95,7 +99,8 @@ TEST(TensorCache, AWriteInFlightWhenBackwardAsksIsNotEvicted) {
 
 TEST(TensorCache, EvictionWaitsForTheWriteAndTheLastForwardUse) {
   const traces::Trace trace = SmallTrace();
-  TensorCache cache(trace, PlanFor({{1, TensorAction::kOffloadSsd}}));
+  const traces::Plan plan = PlanFor({{1, TensorAction::kOffloadSsd}});
+  TensorCache cache(trace, plan);
   // Write lands first: eviction waits for the forward uses.
   ASSERT_TRUE(cache.OnProduced(1));
   ASSERT_TRUE(cache.BeginWrite(1));
@@ -115,9 +120,37 @@ TEST(TensorCache, EvictionWaitsForTheWriteAndTheLastForwardUse) {
   EXPECT_EQ(cache.stats().evictions, 2);
 }
 
+TEST(TensorCache, AnEvictionDecidedOnLandingIsListedBeforeAClaimCanReadIt) {
+  // The write of t1 lands after its forward uses, on another thread than the
+  // claims: the eviction is listed under the same lock as the decision, so a
+  // claim that finds t1 evicted (kRead) finds it in TakeEvictions too, and the
+  // claimer frees the resident copy before it allocates the read's buffer.
+  const traces::Trace trace = SmallTrace();
+  const traces::Plan plan = PlanFor({{1, TensorAction::kOffloadSsd}});
+  TensorCache cache(trace, plan);
+  ASSERT_TRUE(cache.OnProduced(1));
+  ASSERT_TRUE(cache.BeginWrite(1));
+  EXPECT_FALSE(cache.OnForwardUsesIssued(1));
+  EXPECT_FALSE(cache.HasEvictions());
+  EXPECT_TRUE(cache.OnWriteLanded(1));
+  EXPECT_EQ(cache.ClaimForBackward(1), BackwardSource::kRead);
+  EXPECT_TRUE(cache.HasEvictions());
+  EXPECT_EQ(cache.TakeEvictions(), std::vector<traces::TensorId>{1});
+  EXPECT_FALSE(cache.HasEvictions());
+  // A new step forgets evictions nobody took.
+  cache.ResetStep();
+  ASSERT_TRUE(cache.OnProduced(1));
+  ASSERT_TRUE(cache.BeginWrite(1));
+  EXPECT_FALSE(cache.OnForwardUsesIssued(1));
+  EXPECT_TRUE(cache.OnWriteLanded(1));
+  cache.ResetStep();
+  EXPECT_FALSE(cache.HasEvictions());
+}
+
 TEST(TensorCache, PrefetchPointsComeFromThePlan) {
   const traces::Trace trace = SmallTrace();
-  TensorCache cache(trace, PlanFor({{3, TensorAction::kOffloadSsd}}, /*prefetch_before=*/2));
+  const traces::Plan plan = PlanFor({{3, TensorAction::kOffloadSsd}}, /*prefetch_before=*/2);
+  TensorCache cache(trace, plan);
   ASSERT_EQ(cache.PrefetchesAt(2).size(), 1u);
   EXPECT_EQ(cache.PrefetchesAt(2)[0], 3);
   EXPECT_TRUE(cache.PrefetchesAt(3).empty());
@@ -125,7 +158,8 @@ TEST(TensorCache, PrefetchPointsComeFromThePlan) {
 
 TEST(TensorCache, KeptAndRecomputedStoragesAreNeverWritten) {
   const traces::Trace trace = SmallTrace();
-  TensorCache cache(trace, PlanFor({{1, TensorAction::kKeep}, {3, TensorAction::kRecompute}}));
+  const traces::Plan plan = PlanFor({{1, TensorAction::kKeep}, {3, TensorAction::kRecompute}});
+  TensorCache cache(trace, plan);
   EXPECT_FALSE(cache.OnProduced(1));
   EXPECT_FALSE(cache.OnProduced(3));
   EXPECT_EQ(cache.ClaimForBackward(1), BackwardSource::kResident);
