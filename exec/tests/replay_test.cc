@@ -217,7 +217,7 @@ TEST(Replay, WaitsForStagingAreCountedAsExposedIo) {
 
 // The hook of AClaimRightAfterTheEvictionDecisionReadsIntoALiveBuffer: the
 // write-completion thread, right after the first eviction decision, waits
-// until backward has claimed that storage (at most 10 s).
+// until backward has claimed that storage (at most 10 s), then 50 ms more.
 std::mutex g_claim_mu;
 std::condition_variable g_claim_cv;
 std::set<int64_t> g_claimed;
@@ -230,33 +230,49 @@ int HoldFirstEvictionUntilClaimed(detail::TestPoint point, int64_t id) {
     g_claim_cv.notify_all();
   } else if (point == detail::TestPoint::kEvictionDecided && !g_first_decision.exchange(true)) {
     g_claim_cv.wait_for(lock, std::chrono::seconds(10), [&] { return g_claimed.count(id) > 0; });
+    // Let the claimer go on (allocate, start the read) before this thread does.
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return 0;
 }
 
 TEST(Replay, AClaimRightAfterTheEvictionDecisionReadsIntoALiveBuffer) {
   // The write-completion thread stops right after deciding to evict the first
-  // storage, until backward has claimed it. Before the fix that storage
-  // joined the eviction list only after the stop: the claim got "read",
-  // allocated a second buffer over the resident one, and the late eviction
-  // freed the read's target ("host-to-device copy: range ... is outside the
-  // device buffer of 0 bytes"). Every other placement goes to host memory, so
-  // whichever comes first (SSD write or host copy) takes that path.
+  // storage, until backward has claimed it and gone on for 50 ms. Before the
+  // fix that storage joined the eviction list only after the stop: the claim
+  // got "read", allocated a second buffer over the resident one (leaking it),
+  // and the late eviction freed the read's target (with less luck in timing:
+  // "host-to-device copy: range ... is outside the device buffer of 0
+  // bytes"). Every other placement goes to host memory, so whichever comes
+  // first (SSD write or host copy) takes that path. On a shared device, a
+  // replay leaves exactly its workspace behind: any leaked buffer shows.
   const traces::Trace trace = TinyGptTrace(/*micro_batch=*/1, /*seq_len=*/128);
   const traces::Plan plan = HostPlan(trace, /*every_other=*/true);
+  DeviceOptions d;
+  d.capacity_bytes = int64_t{1} << 30;
+  std::string picked;
+  auto device = MakeDevice(BackendChoice::kCpu, d, &picked);
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
   TempDir dir;
   ReplayOptions o = CpuOptions(dir.path());
+  o.device = device->get();
   o.verify = true;
+  auto plain = Replay(trace, plan, o, "offload-mixed");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  const int64_t workspace = (*device)->used_bytes();
   g_first_decision = false;
   g_claimed.clear();
   detail::SetTestHook(HoldFirstEvictionUntilClaimed);
   auto r = Replay(trace, plan, o, "offload-mixed");
   detail::SetTestHook(nullptr);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(g_first_decision);
   EXPECT_TRUE(r->verified);
   EXPECT_GT(r->cache.evictions, 0);
   // Every evicted storage comes back exactly once: read + restored = evicted.
   EXPECT_EQ(r->cache.bytes_read + r->cache.bytes_from_host, r->cache.bytes_evicted);
+  EXPECT_EQ((*device)->used_bytes(), workspace);
   EXPECT_TRUE(ListTree(dir.path()).empty());
 }
 
