@@ -30,4 +30,8 @@ function(ssdtrain_exec_tests)
     SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_fault_test.cc
             ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_test_util.cc
     DEPS ssdtrain::exec)
+  ssdtrain_test(exec_io_stress_test
+    SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_stress_test.cc
+            ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_test_util.cc
+    DEPS ssdtrain::exec)
 endfunction()
