@@ -151,11 +151,11 @@ Result<int> FaultBackend::Reap(std::span<IoCompletion> out, int min_complete, in
     out[static_cast<size_t>(n++)] = impl_->synthetic.front();
     impl_->synthetic.pop_front();
   }
-  Result<int> more = n >= min_complete && n > 0
-                         // Collect whatever else is ready without waiting.
-                         ? impl_->inner->Reap(out.subspan(static_cast<size_t>(n)), 0, 0)
-                         : impl_->inner->Reap(out.subspan(static_cast<size_t>(n)),
-                                              min_complete - n, timeout_ns);
+  Result<int> more =
+      n >= min_complete && n > 0
+          // Collect whatever else is ready without waiting.
+          ? impl_->inner->Reap(out.subspan(static_cast<size_t>(n)), 0, 0)
+          : impl_->inner->Reap(out.subspan(static_cast<size_t>(n)), min_complete - n, timeout_ns);
   if (!more.ok() && n == 0) return more.status();
   const int inner_n = more.ok() ? *more : 0;
   for (int i = n; i < n + inner_n; ++i) {

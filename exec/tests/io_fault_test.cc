@@ -381,8 +381,7 @@ TEST_F(FaultTest, ShortODirectTransferInsideABlockIsAClearError) {
   const auto data = RandomBytes(kBlock, 26);
   Status s = engine->Write(Key(0), data.data(), kBlock);
   EXPECT_EQ(s.code(), Status::Code::kIoError) << s.ToString();
-  EXPECT_NE(s.message().find("transferred 32256 of 65536 bytes"), std::string::npos)
-      << s.message();
+  EXPECT_NE(s.message().find("transferred 32256 of 65536 bytes"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("O_DIRECT cannot continue"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("/t0.bin"), std::string::npos) << s.message();
   ExpectNoOffloadFiles(tmp_.path());

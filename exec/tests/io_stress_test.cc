@@ -170,11 +170,10 @@ TEST_F(EngineStress, WritersReadersAndRemoversWithEagainShortAndTheCap) {
   // tensor gone (NotFound), never wrong bytes. Each thread writes at least
   // one tensor per round and reads back what RemoveAll left: verified + gone
   // = the tensors written.
-  auto engine = Make({Rule(IoOp::kWrite, 5, FaultKind::kEagain, 3),
-                      Rule(IoOp::kWrite, 40, FaultKind::kShort, 6),
-                      Rule(IoOp::kWrite, 90, FaultKind::kEagain, 2),
-                      Rule(IoOp::kRead, 3, FaultKind::kShort, 5),
-                      Rule(IoOp::kRead, 30, FaultKind::kEagain, 4)});
+  auto engine = Make(
+      {Rule(IoOp::kWrite, 5, FaultKind::kEagain, 3), Rule(IoOp::kWrite, 40, FaultKind::kShort, 6),
+       Rule(IoOp::kWrite, 90, FaultKind::kEagain, 2), Rule(IoOp::kRead, 3, FaultKind::kShort, 5),
+       Rule(IoOp::kRead, 30, FaultKind::kEagain, 4)});
   ASSERT_NE(engine, nullptr);
   Tally tally;
   std::atomic<bool> done{false};
