@@ -140,7 +140,12 @@ Status OffloadEngine::Impl::OpenDir(const std::string& path, int run_id, int ind
     return Status::IoError("offload directory " + d.path + " is not writable (mkdir " + d.run_path +
                            ": " + ErrnoText(err) + "); make it writable or point --dir elsewhere");
   }
-  d.cleanup_slot = detail::RegisterCleanupDir(d.run_path);
+  Result<int> slot = detail::RegisterCleanupDir(d.run_path);
+  if (!slot.ok()) {
+    ::rmdir(d.run_path.c_str());
+    return slot.status();
+  }
+  d.cleanup_slot = *slot;
   dirs.push_back(d);
   run_dir_paths.push_back(d.run_path);
   Dir& dir = dirs.back();

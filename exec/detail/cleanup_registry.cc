@@ -54,8 +54,12 @@ void InstallHandlers() {
 
 }  // namespace
 
-int RegisterCleanupDir(const std::string& dir) {
-  if (dir.size() + 1 > sizeof(Slot::path)) return -1;
+Result<int> RegisterCleanupDir(const std::string& dir) {
+  if (dir.size() + 1 > sizeof(Slot::path)) {
+    return Status::InvalidArgument("offload run directory " + dir + " is longer than " +
+                                   std::to_string(sizeof(Slot::path) - 1) +
+                                   " bytes; point --dir at a shorter path");
+  }
   InstallHandlers();
   for (int i = 0; i < kMaxCleanupDirs; ++i) {
     int expected = 0;
@@ -65,7 +69,11 @@ int RegisterCleanupDir(const std::string& dir) {
       return i;
     }
   }
-  return -1;
+  return Status::ResourceExhausted(
+      "cannot register offload run directory " + dir + " for removal on SIGINT/SIGTERM: " +
+      std::to_string(kMaxCleanupDirs) +
+      " run directories are live in this process already; destroy other offload engines "
+      "first or pass fewer --dir");
 }
 
 void UnregisterCleanupDir(int slot) {

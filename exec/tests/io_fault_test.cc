@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "exec/detail/cleanup_registry.h"
 #include "exec/detail/staging_pool.h"
 #include "exec/detail/test_points.h"
 #include "exec/fault_backend.h"
@@ -490,6 +491,47 @@ TEST(CleanupSignals, IgnoredSigintStaysIgnoredAndKeepsTheFiles) {
         ::_exit(back == data ? 0 : 6);
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+TEST(CleanupRegistry, AFullTableIsAnErrorTheEngineReports) {
+  // Every free slot of the process-wide table (64 at most) is taken; an engine
+  // then cannot register its run directory for Ctrl-C cleanup: Create fails,
+  // says why, and leaves no run directory. Before the fix it went on silently,
+  // with files that Ctrl-C would not remove.
+  TempDir tmp;
+  std::vector<int> held;
+  Status full;
+  while (full.ok()) {
+    Result<int> slot =
+        detail::RegisterCleanupDir(tmp.path() + "/fake-" + std::to_string(held.size()));
+    if (slot.ok()) {
+      held.push_back(*slot);
+      ASSERT_LE(held.size(), static_cast<size_t>(detail::kMaxCleanupDirs));
+    } else {
+      full = slot.status();
+    }
+  }
+  EXPECT_NE(full.message().find("64 run directories are live"), std::string::npos)
+      << full.message();
+  OffloadOptions o;
+  o.dirs = {tmp.path()};
+  o.staging_bytes = 0;
+  auto refused = OffloadEngine::Create(o);
+  for (int slot : held) detail::UnregisterCleanupDir(slot);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("SIGINT/SIGTERM"), std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(ListTree(tmp.path()).empty());
+  // With the slots free again the same engine is made.
+  EXPECT_TRUE(OffloadEngine::Create(o).ok());
+}
+
+TEST(CleanupRegistry, APathLongerThanPathMaxIsRefusedByName) {
+  Result<int> slot = detail::RegisterCleanupDir("/" + std::string(5000, 'a'));
+  ASSERT_FALSE(slot.ok());
+  EXPECT_EQ(slot.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(slot.status().message().find("shorter path"), std::string::npos);
 }
 
 }  // namespace
