@@ -11,6 +11,7 @@ list(APPEND SSDTRAIN_EXEC_IO_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/engine_io_loop.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine_bandwidth_cap.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine_failure.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine_sweep.cc
   ${CMAKE_CURRENT_LIST_DIR}/staging_lease.cc
   ${CMAKE_CURRENT_LIST_DIR}/file_names.cc
   ${CMAKE_CURRENT_LIST_DIR}/detail/cleanup_registry.cc

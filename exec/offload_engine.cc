@@ -3,6 +3,7 @@
 #include "exec/offload_engine.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -135,6 +136,15 @@ Status OffloadEngine::Impl::OpenDir(const std::string& path, int run_id, int ind
   if (d.path.size() > 1 && d.path.back() == '/') d.path.pop_back();
   d.run_path = d.path + "/ssdtrain-" + std::to_string(::getpid()) + "-" + std::to_string(run_id) +
                "-" + std::to_string(index);
+  // Runs killed without cleanup (SIGKILL, a crash) left their files here.
+  std::vector<std::string> swept;
+  if (Status s = SweepDeadRuns(d.path, &swept); !s.ok()) Warn(s.message());
+  if (!swept.empty()) {
+    std::string list;
+    for (const std::string& p : swept) list += (list.empty() ? "" : ", ") + p;
+    Warn("removed " + std::to_string(swept.size()) +
+         " offload run directories left by processes that no longer run: " + list);
+  }
   if (::mkdir(d.run_path.c_str(), 0700) != 0) {
     const int err = errno;
     return Status::IoError("offload directory " + d.path + " is not writable (mkdir " + d.run_path +
@@ -152,6 +162,11 @@ Status OffloadEngine::Impl::OpenDir(const std::string& path, int run_id, int ind
   dir.fd = ::open(dir.run_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
   if (dir.fd < 0) {
     return Status::IoError("cannot open offload run directory " + dir.run_path + ": " +
+                           ErrnoText(errno));
+  }
+  // Held while the engine lives: SweepDeadRuns leaves a locked run directory alone.
+  if (::flock(dir.fd, LOCK_EX | LOCK_NB) != 0) {
+    return Status::IoError("cannot lock offload run directory " + dir.run_path + ": " +
                            ErrnoText(errno));
   }
   // Probe O_DIRECT once per directory so the fallback warning is said once.

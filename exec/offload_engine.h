@@ -221,6 +221,14 @@ class OffloadEngine {
   std::unique_ptr<Impl> impl_;
 };
 
+// Removes the run directories, with their files, that processes which no
+// longer run (killed by SIGKILL, crashed) left in offload directory `dir`
+// (ssdtrain-<pid>-...: the pid is gone and no live engine holds the
+// directory's lock). Appends each removed path to `removed` (may be null).
+// Every engine does this for its directories when it is created; `ssdtrain
+// clean --dir D` does it on demand.
+Status SweepDeadRuns(const std::string& dir, std::vector<std::string>* removed);
+
 // A plan file name is accepted when it is non-empty, at most 255 bytes, flat (no
 // '/'), not "." or "..", and without NUL or control characters. With a non-empty
 // `dir`, it is also refused when dir/name exists and is a symlink. The message

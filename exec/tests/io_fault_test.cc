@@ -534,5 +534,58 @@ TEST(CleanupRegistry, APathLongerThanPathMaxIsRefusedByName) {
   EXPECT_NE(slot.status().message().find("shorter path"), std::string::npos);
 }
 
+TEST_F(FaultTest, ANewEngineSweepsTheFilesOfAKilledProcess) {
+  // A child writes a tensor and is killed with SIGKILL (no handler runs): its
+  // run directory and file stay. The next engine in the same directory
+  // removes them (and says so once); its own run directory is all that is left.
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    OffloadOptions o;
+    o.dirs = {tmp_.path()};
+    o.staging_bytes = 0;
+    auto engine = OffloadEngine::Create(o);
+    if (!engine.ok()) ::_exit(3);
+    const auto data = RandomBytes(5000, 30);
+    if (!(*engine)->Write(Key(0), data.data(), 5000).ok()) ::_exit(4);
+    const char byte = 1;
+    if (::write(ready[1], &byte, 1) != 1) ::_exit(5);
+    ::pause();
+    ::_exit(6);
+  }
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_EQ(ListTree(tmp_.path()).size(), 2u);  // the killed run's directory and file
+  auto engine = Make(tmp_.path(), FaultOptions{});
+  const std::vector<std::string> left = ListTree(tmp_.path());
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0], std::filesystem::path(engine->run_dirs()[0]).filename().string());
+  ASSERT_EQ(warnings_.size(), 1u);
+  EXPECT_NE(warnings_[0].find("ssdtrain-" + std::to_string(child) + "-"), std::string::npos)
+      << warnings_[0];
+}
+
+TEST_F(FaultTest, SweepingLeavesTheRunsOfLiveEnginesAlone) {
+  // Two live engines in one directory: making the second removes nothing.
+  auto first = Make(tmp_.path(), FaultOptions{});
+  const auto data = RandomBytes(5000, 31);
+  ASSERT_TRUE(first->Write(Key(0), data.data(), 5000).ok());
+  std::vector<std::string> removed;
+  ASSERT_TRUE(SweepDeadRuns(tmp_.path(), &removed).ok());
+  EXPECT_TRUE(removed.empty());
+  auto second = Make(tmp_.path(), FaultOptions{});
+  std::vector<char> back(5000);
+  ASSERT_TRUE(first->Read(Key(0), back.data(), 5000).ok());
+  EXPECT_EQ(back, data);
+  EXPECT_TRUE(warnings_.empty());
+}
+
 }  // namespace
 }  // namespace ssdtrain::exec

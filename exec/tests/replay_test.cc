@@ -2,6 +2,9 @@
 #include "exec/replay.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -273,6 +276,39 @@ TEST(Replay, AClaimRightAfterTheEvictionDecisionReadsIntoALiveBuffer) {
   // Every evicted storage comes back exactly once: read + restored = evicted.
   EXPECT_EQ(r->cache.bytes_read + r->cache.bytes_from_host, r->cache.bytes_evicted);
   EXPECT_EQ((*device)->used_bytes(), workspace);
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
+TEST(Replay, TheNextRunSweepsTheFilesOfAKilledReplay) {
+  // A replay in a child process is killed with SIGKILL (no handler runs) once
+  // its offload files exist; they stay. The next replay in the same directory
+  // removes them: afterwards nothing is left.
+  const traces::Trace trace = TinyGptTrace(/*micro_batch=*/1, /*seq_len=*/128);
+  const traces::Plan plan = OffloadAllPlan(trace);
+  TempDir dir;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ReplayOptions o = CpuOptions(dir.path());
+    o.steps = 1000000;  // runs until killed
+    auto r = Replay(trace, plan, o, "offload-all");
+    ::_exit(r.ok() ? 0 : 3);
+  }
+  // Wait (at most 60 s) for a file inside the child's run directory.
+  bool has_file = false;
+  for (int i = 0; i < 6000 && !has_file; ++i) {
+    for (const std::string& entry : ListTree(dir.path())) {
+      has_file = has_file || entry.find('/') != std::string::npos;
+    }
+    if (!has_file) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(has_file);
+  ASSERT_FALSE(ListTree(dir.path()).empty());
+  auto r = Replay(trace, plan, CpuOptions(dir.path()), "offload-all");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(ListTree(dir.path()).empty());
 }
 
