@@ -8,10 +8,11 @@
 #include <set>
 #include <unordered_map>
 
+#include "traces/timeline.h"
+
 namespace ssdtrain::analysis {
 namespace {
 
-constexpr const char* kLanes[] = {"compute", "d2h", "h2d", "ssd_write", "ssd_read"};
 
 std::string Fmt(double v, const std::string& unit) {
   if (unit == "ns") return fmt::format("{:.3f} ms", v / 1e6);
@@ -54,7 +55,8 @@ Result<Comparison> Compare(const traces::StepReport& p, const traces::StepReport
   };
   add("step_time", "ns", static_cast<double>(p.metrics.step_time_ns),
       static_cast<double>(m.metrics.step_time_ns));
-  for (const char* lane : kLanes) {
+  for (traces::Lane l : traces::kBusyLanes) {
+    const std::string lane(traces::ToString(l));
     auto pi = p.lane_busy_ns.find(lane);
     auto mi = m.lane_busy_ns.find(lane);
     if (pi == p.lane_busy_ns.end() && mi == m.lane_busy_ns.end()) continue;

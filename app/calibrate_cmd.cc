@@ -29,7 +29,8 @@ struct CalibrateOptions {
   std::string output;
   std::vector<std::string> models;
   std::vector<std::string> traces;
-  double device_memory_GiB = 4;
+  double device_memory_GiB = 0;  // 0: CUDA the GPU's free memory, CPU 4 GiB
+  int cuda_device = 0;
   int64_t block_size = int64_t{4} << 20;
   int queue_depth = 32;
   int64_t io_size = int64_t{512} << 20;
@@ -46,6 +47,7 @@ int Run(const CalibrateOptions& o) {
                : o.backend == "cuda" ? exec::BackendChoice::kCuda
                                      : exec::BackendChoice::kAuto;
   co.device.capacity_bytes = static_cast<int64_t>(o.device_memory_GiB * kBytesPerGiB);
+  co.device.cuda_device_index = o.cuda_device;
   co.block_size = o.block_size;
   co.queue_depth = o.queue_depth;
   co.io_bytes = o.io_size;
@@ -74,14 +76,19 @@ int Run(const CalibrateOptions& o) {
   Status s = traces::WriteJsonFile(sim::ToJson(hw), o.output);
   if (!s.ok()) return ReportError("calibrate", s);
   std::cout << fmt::format(
-      "GEMM peak {:.1f} GFLOP/s, memory {:.1f} GB/s, copies {:.1f} GB/s d2h / {:.1f} GB/s h2d, SSD "
+      "{}: {:.1f} GiB; GEMM peak {:.1f} GFLOP/s{}, memory {:.1f} GB/s, copies {:.1f} GB/s d2h / "
+      "{:.1f} GB/s h2d, SSD "
       "{:.2f} GB/s "
       "write / {:.2f} GB/s read ({:.0f} / {:.0f} us latency, {}), {} measured op shapes\nwrote "
       "{}\n",
-      hw.gpu.peak_tflops_fp32 * 1e3, hw.gpu.memory_GBps, hw.host_link.d2h_GBps,
-      hw.host_link.h2d_GBps, hw.storage.drive.write_GBps, hw.storage.drive.read_GBps,
-      hw.storage.drive.write_latency_us, hw.storage.drive.read_latency_us, c->io_backend,
-      hw.measured_op_times.size(), o.output);
+      c->device, hw.gpu.memory_GiB, hw.gpu.peak_tflops_fp32 * 1e3,
+      c->backend == "cuda"
+          ? fmt::format(" fp32 (no TF32), {:.1f} fp16, {:.1f} bf16", hw.gpu.peak_tflops_fp16 * 1e3,
+                        hw.gpu.peak_tflops_bf16 * 1e3)
+          : "",
+      hw.gpu.memory_GBps, hw.host_link.d2h_GBps, hw.host_link.h2d_GBps, hw.storage.drive.write_GBps,
+      hw.storage.drive.read_GBps, hw.storage.drive.write_latency_us,
+      hw.storage.drive.read_latency_us, c->io_backend, hw.measured_op_times.size(), o.output);
   return 0;
 }
 
@@ -103,8 +110,14 @@ Verb AddCalibrateCommand(CLI::App& app) {
                   "Model config whose ops to time at their real shapes (repeatable)");
   cmd->add_option("--trace", o->traces,
                   "Trace whose ops to time at their real shapes (repeatable)");
-  cmd->add_option("--device-memory", o->device_memory_GiB, "Device memory (CPU arena) in GiB")
-      ->check(CLI::PositiveNumber)
+  cmd->add_option("--device-memory", o->device_memory_GiB,
+                  "Device memory in GiB; 0: on CUDA the GPU's free memory (the config's "
+                  "memory_GiB), on the CPU a 4 GiB arena")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--cuda-device", o->cuda_device,
+                  "CUDA device index, in CUDA's order (CUDA_VISIBLE_DEVICES applies)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--block-size", o->block_size, "Offload engine request size in bytes")
       ->check(CLI::PositiveNumber)

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -48,22 +49,37 @@ sim::HardwareOptions ApplyCalibration(sim::HardwareOptions hw, const exec::Calib
   hw.description =
       fmt::format("Measured by `ssdtrain calibrate` on {} ({}) on {}, from {}; device: {}", host,
                   c.backend, Today(), o.base, c.device);
-  // GEMM: peak is the best rate seen (GFLOP/s = FLOPs per ns); the curve is by FLOPs.
-  double peak = 0;
-  std::vector<std::pair<double, double>> gemm;
+  // GEMM: each dtype's peak is its best rate seen (GFLOP/s = FLOPs per ns).
+  std::map<std::string, double> peaks;
+  for (const exec::GemmSample& s : c.gemm) {
+    double& peak = peaks[s.dtype];
+    peak = std::max(peak, static_cast<double>(s.flops) / static_cast<double>(s.ns));
+  }
+  // The efficiency curve is by FLOPs, each sample against its own dtype's
+  // peak; shapes of equal FLOPs in one dtype keep the best, and where several
+  // dtypes were timed (CUDA) a size's efficiency is their mean, since one
+  // curve serves every dtype (sim/hardware.h).
+  std::map<std::pair<double, std::string>, double> best;
   for (const exec::GemmSample& s : c.gemm) {
     const double rate = static_cast<double>(s.flops) / static_cast<double>(s.ns);
-    peak = std::max(peak, rate);
-    gemm.emplace_back(static_cast<double>(s.flops), rate);
+    double& e = best[{static_cast<double>(s.flops), s.dtype}];
+    e = std::max(e, rate / peaks[s.dtype]);
   }
-  if (peak > 0) {
-    hw.gpu.peak_tflops_fp32 = peak / 1e3;
-    if (c.backend == "cpu") {  // the CPU backend runs every dtype in fp32
-      hw.gpu.peak_tflops_fp16 = hw.gpu.peak_tflops_fp32;
-      hw.gpu.peak_tflops_bf16 = hw.gpu.peak_tflops_fp32;
-      hw.gpu.gemm_efficiency = Curve(gemm, peak);
-      hw.gpu.attention_efficiency = hw.gpu.gemm_efficiency;
-    }
+  std::map<double, std::pair<double, int>> by_size;  // sum of efficiencies, dtypes
+  for (const auto& [key, eff] : best) {
+    by_size[key.first].first += eff;
+    ++by_size[key.first].second;
+  }
+  std::vector<std::pair<double, double>> gemm;
+  for (const auto& [size, sum_n] : by_size) gemm.emplace_back(size, sum_n.first / sum_n.second);
+  if (peaks["fp32"] > 0) {
+    hw.gpu.peak_tflops_fp32 = peaks["fp32"] / 1e3;
+    // The CPU backend runs every dtype in fp32; CUDA measured fp16 and bf16.
+    hw.gpu.peak_tflops_fp16 = (peaks["fp16"] > 0 ? peaks["fp16"] : peaks["fp32"]) / 1e3;
+    hw.gpu.peak_tflops_bf16 = (peaks["bf16"] > 0 ? peaks["bf16"] : peaks["fp32"]) / 1e3;
+    hw.gpu.gemm_efficiency = Curve(gemm, 1.0);
+    // Both backends run attention ops as GEMMs (CUDA: of the same FLOPs).
+    hw.gpu.attention_efficiency = hw.gpu.gemm_efficiency;
   }
   double mem_peak = 0;
   std::vector<std::pair<double, double>> mem;
@@ -76,8 +92,14 @@ sim::HardwareOptions ApplyCalibration(sim::HardwareOptions hw, const exec::Calib
     hw.gpu.memory_GBps = mem_peak;
     hw.gpu.memory_efficiency = Curve(mem, mem_peak);
   }
+  // The arena the device was made with: on CUDA by default the GPU's free
+  // memory (exec/calibrate.h), so the planner plans for the memory a replay has.
   hw.gpu.memory_GiB = static_cast<double>(c.device_capacity_bytes) / kBytesPerGiB;
   hw.gpu.reserved_GiB = 0;
+  // The replay's memory, as the device counts it (traces/storage_plan.h).
+  hw.gpu.allocation_alignment_bytes = c.allocation_alignment_bytes;
+  hw.gpu.replay_workspace = true;
+  hw.gpu.replay_output_region_bytes = c.workspace_output_region_bytes;
   hw.host_link.d2h_GBps = c.d2h_GBps;
   hw.host_link.h2d_GBps = c.h2d_GBps;
   hw.storage.arrays_drives = {1};

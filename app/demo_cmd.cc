@@ -45,8 +45,8 @@ constexpr const char* kPlotScript = SSDTRAIN_SOURCE_DIR "/analysis/plots.py";
 constexpr double kBudgetActivationCut = 0.75;
 // Bumped when calibration measures or records something new, so that a cache
 // written by an older build is not used (2: issue_ahead_ops, op times pooled
-// over four steps).
-constexpr int kCalibrationCacheVersion = 2;
+// over four steps; 3: allocation alignment and the replay's workspace).
+constexpr int kCalibrationCacheVersion = 3;
 // Keep's |error| beyond which the demo calibrates once more (when keep itself
 // was steady: its measurements, all but one outlier round, closer than this).
 constexpr double kRecalibrateAt = 0.10;
@@ -75,6 +75,7 @@ struct Row {
   traces::StepReport measured;    // the round with the median step time
   std::vector<int64_t> round_ns;  // each round's step time, in order
   std::optional<bool> verified;   // empty: not checked (--no-verify)
+  int64_t budget_bytes = 0;       // the plan's memory budget; 0: none
 };
 
 // |a - b| relative to the smaller: how far apart two measurements of one plan are.
@@ -188,6 +189,14 @@ class Demo {
                               sim::MakeOptimalPlan(trace_, hw_, base, budget));
     Progress(fmt::format("planner: {} simulations, started from {}", best.simulations,
                          best.best_fixed_policy));
+    if (!best.fits) {
+      // Nothing fits: replay the planner's lowest-peak plan under the budget
+      // it is predicted to need, and say so (the budget is a promise).
+      best.plan.memory_budget_bytes = best.prediction.metrics.peak_gpu_bytes;
+      Progress(fmt::format(
+          "planner: no plan fits {:.2f} MiB; its best needs {:.2f} MiB, which becomes its budget",
+          budget / 1048576.0, best.plan.memory_budget_bytes / 1048576.0));
+    }
 
     std::vector<Row> rows;
     const std::vector<const traces::Plan*> plans = {&keep, &recompute, &adaptive, &best.plan};
@@ -311,6 +320,7 @@ class Demo {
   Result<Row> StartRow(const traces::Plan& plan) {
     Row row;
     row.policy = plan.policy;
+    row.budget_bytes = plan.memory_budget_bytes;
     SSDTRAIN_RETURN_IF_ERROR(traces::WritePlan(plan, File("plan-" + plan.policy + ".json")));
     SSDTRAIN_RETURN_IF_ERROR(Predict(plan, &row));
     // Verification fills and checks every tensor, which costs time: one verified
@@ -399,17 +409,25 @@ class Demo {
   void PrintTable(const std::vector<Row>& rows, int64_t budget) const {
     std::cout << fmt::format("\n{} on {} — planner budget {:.1f} MiB\n", trace_.header.model,
                              hw_.gpu.name, budget / 1048576.0);
-    std::cout << fmt::format("{:<16} {:>12} {:>12} {:>8} {:>14} {:>14} {:>10}\n", "policy",
-                             "predicted", "measured", "error", "activation pk", "SSD written",
-                             "verified");
+    std::cout << fmt::format("{:<16} {:>21} {:>8} {:>23} {:>23} {:>11} {:>8}\n", "",
+                             "step time (ms)", "", "activation peak (MiB)", "device peak (MiB)", "",
+                             "");
+    std::cout << fmt::format(
+        "{:<16} {:>10} {:>10} {:>8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8}\n", "policy",
+        "predicted", "measured", "error", "predicted", "measured", "predicted", "measured",
+        "SSD (MiB)", "verified");
     for (const Row& r : rows) {
       const double err =
           analysis::RelativeError(static_cast<double>(r.predicted.metrics.step_time_ns),
                                   static_cast<double>(r.measured.metrics.step_time_ns));
       std::cout << fmt::format(
-          "{:<16} {:>9.1f} ms {:>9.1f} ms {:>+7.1f}% {:>10.1f} MiB {:>10.1f} MiB {:>10}\n",
+          "{:<16} {:>10.1f} {:>10.1f} {:>+7.1f}% {:>11.2f} {:>11.2f} {:>11.2f} {:>11.2f} {:>11.1f} "
+          "{:>8}\n",
           r.policy, r.predicted.metrics.step_time_ns / 1e6, r.measured.metrics.step_time_ns / 1e6,
-          100 * err, r.measured.metrics.peak_activation_bytes / 1048576.0,
+          100 * err, r.predicted.metrics.peak_activation_bytes / 1048576.0,
+          r.measured.metrics.peak_activation_bytes / 1048576.0,
+          r.predicted.metrics.peak_gpu_bytes / 1048576.0,
+          r.measured.metrics.peak_gpu_bytes / 1048576.0,
           r.measured.metrics.ssd_bytes_written / 1048576.0,
           !r.verified   ? "skipped"
           : *r.verified ? "yes"
@@ -459,6 +477,9 @@ class Demo {
                                              static_cast<double>(r.measured.metrics.step_time_ns))},
            {"peak_activation_bytes", r.measured.metrics.peak_activation_bytes},
            {"predicted_peak_activation_bytes", r.predicted.metrics.peak_activation_bytes},
+           {"peak_device_bytes", r.measured.metrics.peak_gpu_bytes},
+           {"predicted_peak_device_bytes", r.predicted.metrics.peak_gpu_bytes},
+           {"budget_bytes", r.budget_bytes},
            {"ssd_bytes_written", r.measured.metrics.ssd_bytes_written},
            {"verified", r.verified ? nlohmann::json(*r.verified) : nlohmann::json(nullptr)}});
     }

@@ -22,6 +22,7 @@ struct ReplayFlags {
   double device_memory_GiB = 4;
   double staging_MiB = 256;
   int cpu_threads = 1;
+  int cuda_device = 0;
   bool no_cpu_pin = false;
   bool verify = false;
 };
@@ -74,6 +75,7 @@ int Run(const ReplayFlags& f) {
   o.device_memory_bytes = GiB(f.device_memory_GiB);
   o.cpu_compute_threads = f.cpu_threads;
   o.cpu_pin_threads = !f.no_cpu_pin;
+  o.cuda_device_index = f.cuda_device;
   o.staging_bytes = static_cast<int64_t>(std::llround(f.staging_MiB * 1024 * 1024));
   o.io_backend = *io_backend;
   o.progress = [](const std::string& line) { std::cerr << "replay: " << line << "\n"; };
@@ -142,6 +144,10 @@ Verb AddReplayCommand(CLI::App& app) {
   cmd->add_flag("--no-cpu-pin", flags->no_cpu_pin,
                 "CPU backend: let the scheduler place the compute and copy/I/O threads "
                 "(default: compute on the first CPUs, the rest on the others)");
+  cmd->add_option("--cuda-device", flags->cuda_device,
+                  "CUDA device index, in CUDA's order (CUDA_VISIBLE_DEVICES applies)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--io-backend", flags->io_backend, "auto, io_uring or posix")
       ->capture_default_str();
   cmd->add_option("-o,--output", flags->output, "Run file (JSON)")->required();

@@ -11,11 +11,7 @@ traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace&
   r.policy = plan.policy;
   r.source = run.device;
   r.metrics = run.metrics;
-  r.lane_busy_ns = {{"compute", run.busy.compute_ns},
-                    {"d2h", run.busy.d2h_ns},
-                    {"h2d", run.busy.h2d_ns},
-                    {"ssd_write", run.busy.ssd_write_ns},
-                    {"ssd_read", run.busy.ssd_read_ns}};
+  r.lane_busy_ns = run.busy.ByLane();
   for (const exec::OpTime& t : run.ops)
     r.ops.push_back(traces::OpTiming{t.op, t.start_ns, t.end_ns});
   r.steps = run.steps;

@@ -13,9 +13,14 @@ if(SSDTRAIN_BUILD_BENCHMARKS)
   find_package(benchmark REQUIRED)
 endif()
 
-# CUDA: AUTO builds the CUDA backend when nvcc is found, ON requires it, OFF skips it.
+# CUDA: AUTO builds the CUDA backend when nvcc and cuBLAS are found (and says
+# why not otherwise, then builds without it); ON requires both; OFF skips it.
+# One CUDA runtime on the link line: the shared one (CUDA::cudart), never also
+# the static one that CMake adds to targets with CUDA sources by default.
+# Tested by tests/cmake_cuda_test.cc (configures this project with cuBLAS hidden).
 set(SSDTRAIN_HAVE_CUDA OFF)
 if(NOT SSDTRAIN_CUDA STREQUAL "OFF")
+  set(ssdtrain_cuda_missing "")
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()
@@ -28,11 +33,22 @@ if(NOT SSDTRAIN_CUDA STREQUAL "OFF")
     # CMake 3.25 does not know nvcc 13's C++20 flag; CUDA sources are C++17.
     set(CMAKE_CUDA_STANDARD 17)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     enable_language(CUDA)
-    find_package(CUDAToolkit REQUIRED)
-    set(SSDTRAIN_HAVE_CUDA ON)
-  elseif(SSDTRAIN_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "SSDTRAIN_CUDA=ON but no CUDA compiler (nvcc) was found")
+    find_package(CUDAToolkit)
+    if(NOT TARGET CUDA::cudart OR NOT TARGET CUDA::cublas)
+      set(ssdtrain_cuda_missing
+          "nvcc (${CMAKE_CUDA_COMPILER}) was found, but not the CUDA runtime and cuBLAS libraries (CUDA::cudart, CUDA::cublas) of its toolkit")
+    else()
+      set(SSDTRAIN_HAVE_CUDA ON)
+    endif()
+  else()
+    set(ssdtrain_cuda_missing "no CUDA compiler (nvcc) was found")
+  endif()
+  if(NOT SSDTRAIN_HAVE_CUDA AND SSDTRAIN_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "SSDTRAIN_CUDA=ON but ${ssdtrain_cuda_missing}")
+  elseif(NOT SSDTRAIN_HAVE_CUDA)
+    message(STATUS "ssdtrain: SSDTRAIN_CUDA=AUTO: ${ssdtrain_cuda_missing}; building without CUDA")
   endif()
 endif()
 message(STATUS "ssdtrain: CUDA backend ${SSDTRAIN_HAVE_CUDA}")

@@ -41,7 +41,8 @@ int64_t ElapsedNs(Clock::time_point since) {
 
 // A one-op trace: inputs and outputs sized for `op`, so that the device can run it.
 traces::Trace OneOpTrace(traces::Op op, std::vector<int64_t> input_bytes,
-                         std::vector<int64_t> output_bytes) {
+                         std::vector<int64_t> output_bytes,
+                         traces::DType dtype = traces::DType::kFp32) {
   traces::Trace t;
   t.header.model = "calibration";
   t.header.hidden = t.header.heads = t.header.layers = t.header.seq_len = t.header.micro_batch = 1;
@@ -52,7 +53,7 @@ traces::Trace OneOpTrace(traces::Op op, std::vector<int64_t> input_bytes,
     traces::Tensor x;
     x.id = static_cast<traces::TensorId>(t.tensors.size());
     x.bytes = bytes;
-    x.dtype = traces::DType::kFp32;
+    x.dtype = dtype;
     if (input) {
       x.consumers = {0};
       op.inputs.push_back(x.id);
@@ -69,7 +70,8 @@ traces::Trace OneOpTrace(traces::Op op, std::vector<int64_t> input_bytes,
 }
 
 // Runs the trace's single op `repeats` times after one warm-up; returns the median.
-Result<int64_t> TimeOneOp(Device& device, const traces::Trace& t, int repeats) {
+Result<int64_t> TimeOneOp(Device& device, const traces::Trace& t, int repeats,
+                          traces::DType dtype = traces::DType::kFp32) {
   SSDTRAIN_RETURN_IF_ERROR(device.ReserveWorkspace(t).status());
   std::vector<DeviceBuffer> ins, outs;
   Status status = Status::Ok();
@@ -87,7 +89,7 @@ Result<int64_t> TimeOneOp(Device& device, const traces::Trace& t, int repeats) {
     if (!b.ok()) return release(), b.status();
     outs.push_back(*b);
   }
-  OpBuffers buffers{ins, outs, traces::DType::kFp32};
+  OpBuffers buffers{ins, outs, dtype};
   std::vector<int64_t> times;
   for (int r = 0; r <= repeats && status.ok(); ++r) {
     const auto start = Clock::now();
@@ -108,19 +110,31 @@ Status MeasureGemms(Device& device, const CalibrationOptions& o, Calibration* ou
     shapes.push_back({kTokens, 4 * h, h, 1});
     shapes.push_back({kTokens, h, 4 * h, 1});
   }
-  for (const traces::GemmDims& d : shapes) {
-    traces::Op op;
-    op.kind = traces::OpKind::kGemm;
-    op.gemm = d;
-    op.flops = 2 * d.m * d.n * d.k * d.batch;
-    op.bytes_read = (d.m * d.k + d.k * d.n) * 4;
-    op.bytes_written = d.m * d.n * 4;
-    traces::Trace t = OneOpTrace(op, {d.m * d.k * 4, d.k * d.n * 4}, {d.m * d.n * 4});
-    Result<int64_t> ns = TimeOneOp(device, t, o.repeats);
-    if (!ns.ok())
-      return ns.status().WithPrefix("GEMM " + std::to_string(d.m) + "x" + std::to_string(d.n) +
-                                    "x" + std::to_string(d.k));
-    out->gemm.push_back(GemmSample{d, op.flops, *ns});
+  // The CPU backend runs every dtype in fp32; a GPU's fp16 and bf16 GEMMs run
+  // on tensor cores at rates of their own.
+  std::vector<traces::DType> dtypes{traces::DType::kFp32};
+  if (device.kind() == "cuda") {
+    dtypes.push_back(traces::DType::kFp16);
+    dtypes.push_back(traces::DType::kBf16);
+  }
+  for (traces::DType dtype : dtypes) {
+    const int64_t elt = traces::DTypeSize(dtype);
+    for (const traces::GemmDims& d : shapes) {
+      traces::Op op;
+      op.kind = traces::OpKind::kGemm;
+      op.gemm = d;
+      op.flops = 2 * d.m * d.n * d.k * d.batch;
+      op.bytes_read = (d.m * d.k + d.k * d.n) * elt;
+      op.bytes_written = d.m * d.n * elt;
+      traces::Trace t =
+          OneOpTrace(op, {d.m * d.k * elt, d.k * d.n * elt}, {d.m * d.n * elt}, dtype);
+      Result<int64_t> ns = TimeOneOp(device, t, o.repeats, dtype);
+      if (!ns.ok())
+        return ns.status().WithPrefix(std::string(traces::ToString(dtype)) + " GEMM " +
+                                      std::to_string(d.m) + "x" + std::to_string(d.n) + "x" +
+                                      std::to_string(d.k));
+      out->gemm.push_back(GemmSample{d, std::string(traces::ToString(dtype)), op.flops, *ns});
+    }
   }
   return Status::Ok();
 }
@@ -150,6 +164,7 @@ Status MeasureCopies(Device& device, const CalibrationOptions& o, Calibration* o
   }
   std::fill_n(static_cast<char*>(host), kCopyBytes, 1);
   Status status = device.RegisterHostMemory(host, kCopyBytes);
+  const bool registered = status.ok();
   std::vector<int64_t> d2h, h2d;
   for (int r = 0; r <= o.repeats && status.ok(); ++r) {
     auto start = Clock::now();
@@ -162,7 +177,10 @@ Status MeasureCopies(Device& device, const CalibrationOptions& o, Calibration* o
     if (status.ok()) status = device.Synchronize(Stream::kHostToDevice);
     if (r > 0) h2d.push_back(ElapsedNs(start));
   }
-  device.UnregisterHostMemory(host).ok();
+  if (registered) {
+    const Status unregistered = device.UnregisterHostMemory(host);
+    if (status.ok()) status = unregistered;
+  }
   std::free(host);
   device.Free(*buf);
   if (!status.ok()) return status.WithPrefix("copy benchmark");
@@ -228,7 +246,7 @@ Status MeasureTraceOps(Device& device, const CalibrationOptions& o, Calibration*
     ro.dir = o.dir;
     ro.backend = o.backend;
     ro.steps = kOpTimingSteps;
-    ro.device_memory_bytes = o.device.capacity_bytes;
+    ro.device_memory_bytes = device.capacity_bytes();
     ro.cpu_compute_threads = o.device.cpu_compute_threads;
     ro.cpu_pin_threads = o.device.cpu_pin_threads;
     ro.device = &device;  // warm already: the replay's first step is not spent touching it
@@ -293,15 +311,24 @@ Result<Calibration> Calibrate(const CalibrationOptions& o) {
   if (o.repeats < 1) return Status::InvalidArgument("calibrate: repeats must be at least 1");
   Calibration out;
   std::string picked;
-  Result<std::unique_ptr<Device>> device = MakeDevice(o.backend, o.device, &picked);
+  DeviceOptions device_options = o.device;
+  if (device_options.capacity_bytes == 0) {
+    // 0 means the GPU's free memory on CUDA; the CPU arena needs a size.
+    const bool cuda = o.backend != BackendChoice::kCpu && CudaAvailable(nullptr);
+    if (!cuda) device_options.capacity_bytes = kDefaultCpuArenaBytes;
+  }
+  Result<std::unique_ptr<Device>> device = MakeDevice(o.backend, device_options, &picked);
   if (!device.ok()) return device.status();
   out.backend = std::string((*device)->kind());
   out.device = (*device)->Describe();
   out.device_capacity_bytes = (*device)->capacity_bytes();
+  out.allocation_alignment_bytes = (*device)->allocation_alignment();
+  out.workspace_output_region_bytes = (*device)->workspace_output_region_bytes();
   if (o.progress) o.progress("device: " + picked);
   if (o.progress)
     o.progress("GEMM throughput over " +
-               std::to_string(std::size(kSquareSides) + 3 * std::size(kWidths)) + " shapes");
+               std::to_string(std::size(kSquareSides) + 3 * std::size(kWidths)) + " shapes" +
+               ((*device)->kind() == "cuda" ? " in fp32 (no TF32), fp16 and bf16" : ""));
   SSDTRAIN_RETURN_IF_ERROR(MeasureGemms(**device, o, &out));
   if (o.progress) o.progress("memory-bound op bandwidth");
   SSDTRAIN_RETURN_IF_ERROR(MeasureMemory(**device, o, &out));

@@ -24,7 +24,14 @@ namespace ssdtrain::exec {
 struct CalibrationOptions {
   std::string dir;  // offload directory for the SSD measurements (must exist)
   BackendChoice backend = BackendChoice::kAuto;
-  DeviceOptions device;
+  // device.capacity_bytes 0 (the default here): on CUDA the GPU's free memory
+  // (less the backend's margin), so that the config's memory_GiB is the GPU's;
+  // on the CPU kDefaultCpuArenaBytes.
+  DeviceOptions device = [] {
+    DeviceOptions d;
+    d.capacity_bytes = 0;
+    return d;
+  }();
   int64_t block_size = int64_t{4} << 20;  // engine request size, bytes (what replay uses)
   int queue_depth = 32;                   // engine requests in flight
   int64_t io_bytes = int64_t{512} << 20;  // bytes written then read for the bandwidth figure
@@ -35,8 +42,14 @@ struct CalibrationOptions {
   std::function<void(const std::string&)> progress;  // one line per stage; nullptr: silent
 };
 
+// The CPU arena calibration uses when CalibrationOptions::device.capacity_bytes is 0.
+constexpr int64_t kDefaultCpuArenaBytes = int64_t{4} << 30;
+
 struct GemmSample {
   traces::GemmDims dims;
+  // "fp32", "fp16" or "bf16": the CPU backend times fp32 only (it runs every
+  // dtype in fp32); CUDA times all three (fp32 without TF32: cuda_device.h).
+  std::string dtype = "fp32";
   int64_t flops = 0;
   int64_t ns = 0;  // median
 };
@@ -55,9 +68,11 @@ struct OpSample {
 };
 
 struct Calibration {
-  std::string backend;  // "cpu" or "cuda"
-  std::string device;   // Device::Describe()
-  int64_t device_capacity_bytes = 0;
+  std::string backend;                // "cpu" or "cuda"
+  std::string device;                 // Device::Describe()
+  int64_t device_capacity_bytes = 0;  // the arena the device was made with
+  int64_t allocation_alignment_bytes = 1;  // the device allocator's granularity
+  int64_t workspace_output_region_bytes = 0;  // Device::workspace_output_region_bytes
   std::vector<GemmSample> gemm;
   std::vector<BandwidthSample> memory;  // memory-bound passes
   double d2h_GBps = 0;

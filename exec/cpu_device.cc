@@ -13,15 +13,13 @@
 #include <vector>
 
 #include "exec/detail/format_bytes.h"
+#include "traces/storage_plan.h"
 
 namespace ssdtrain::exec {
 namespace {
 
 // Allocation alignment: a cache line, as cudaMalloc's 256 B is for a GPU.
 constexpr int64_t kAlignment = 64;
-// Inner dimension of the square-ish GEMM that stands in for a fused attention
-// kernel (flops only, no dims in the trace).
-constexpr int64_t kAttentionGemmSide = 256;
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -241,17 +239,13 @@ detail::StreamWorker& CpuDevice::worker(Stream stream) {
   return *h2d_;
 }
 
+int64_t CpuDevice::allocation_alignment() const { return kAlignment; }
+
 Result<int64_t> CpuDevice::ReserveWorkspace(const traces::Trace& trace) {
-  int64_t floats = 0;
-  for (const traces::Op& op : trace.ops) {
-    if (op.gemm) {
-      const auto& g = *op.gemm;
-      floats = std::max(floats, g.m * g.k + g.k * g.n + g.m * g.n);
-    } else if (op.kind == traces::OpKind::kAttention && op.flops > 0) {
-      const int64_t s = kAttentionGemmSide;
-      floats = std::max(floats, 3 * s * s);
-    }
-  }
+  // The rule is the trace's (traces/storage_plan.h), so predictions count it too.
+  const int64_t floats =
+      traces::ReplayWorkspaceBytes(trace, workspace_output_region_bytes()) /
+      static_cast<int64_t>(sizeof(float));
   if (floats <= workspace_.floats) return workspace_.buffer.bytes;
   SSDTRAIN_RETURN_IF_ERROR(Synchronize(Stream::kCompute));
   Free(workspace_.buffer);
@@ -322,14 +316,14 @@ Status CpuDevice::RunOpAsync(const traces::Op& op, const OpBuffers& buffers) {
   const traces::OpKind kind = op.kind;
   const std::optional<traces::GemmDims> gemm = op.gemm;
   const int64_t flops = op.flops, bytes_read = op.bytes_read, bytes_written = op.bytes_written;
+  const int64_t attention_batch = traces::ReplayAttentionBatch(op);
   const int64_t id = op.id;
   compute_->Enqueue([=, this]() -> Status {
     OpBuffers b{ins, outs};
     if (gemm) return RunGemm(gemm->m, gemm->n, gemm->k, gemm->batch, bytes_read, b);
     if (kind == traces::OpKind::kAttention && flops > 0) {
-      const int64_t s = kAttentionGemmSide;
-      const int64_t batch = std::max<int64_t>(1, flops / (2 * s * s * s));
-      return RunGemm(s, s, s, batch, bytes_read, b);
+      const int64_t s = traces::kReplayAttentionGemmSide;
+      return RunGemm(s, s, s, attention_batch, bytes_read, b);
     }
     const uint64_t sum = TouchRead(ins, bytes_read);
     TouchWrite(outs, bytes_written, sum + static_cast<uint64_t>(id));

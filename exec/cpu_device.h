@@ -52,6 +52,8 @@ class CpuDevice final : public Device {
   Result<DeviceBuffer> Allocate(int64_t bytes) override;
   void Free(DeviceBuffer buffer) override;
   int64_t capacity_bytes() const override { return capacity_; }
+  int64_t allocation_alignment() const override;
+  int64_t workspace_output_region_bytes() const override { return 0; }
   int64_t used_bytes() const override { return used_.load(); }
   int64_t peak_bytes() const override { return peak_.load(); }
   void ResetPeak() override { peak_.store(used_.load()); }

@@ -1,3 +1,5 @@
+#include <utility>
+
 #include "exec/detail/cuda_kernels.h"
 
 namespace ssdtrain::exec::detail {
@@ -60,21 +62,35 @@ int Blocks(long long items) {
   return static_cast<int>(b < kMaxBlocks ? b : kMaxBlocks);
 }
 
+// Launches `kernel` and returns this launch's own error. Not
+// cudaGetLastError(): that also returns (and clears) an older, unrelated
+// error of the calling thread, e.g. a failed cudaHostRegister whose Status
+// its caller chose to tolerate, and would fail a healthy launch with it.
+template <typename... Params, typename... Args>
+cudaError_t Launch(void (*kernel)(Params...), long long items, cudaStream_t stream,
+                   Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(Blocks(items)));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 }  // namespace
 
 cudaError_t LaunchFillPattern(void* dst, int64_t bytes, uint64_t seed, cudaStream_t stream) {
   if (bytes <= 0) return cudaSuccess;
-  FillPatternKernel<<<Blocks((bytes + 7) / 8), kThreads, 0, stream>>>(
-      static_cast<unsigned char*>(dst), bytes, seed);
-  return cudaGetLastError();
+  return Launch(FillPatternKernel, (bytes + 7) / 8, stream, static_cast<unsigned char*>(dst),
+                static_cast<long long>(bytes), static_cast<unsigned long long>(seed));
 }
 
 cudaError_t LaunchCheckPattern(const void* src, int64_t bytes, uint64_t seed,
                                unsigned long long* first_mismatch, cudaStream_t stream) {
   if (bytes <= 0) return cudaSuccess;
-  CheckPatternKernel<<<Blocks((bytes + 7) / 8), kThreads, 0, stream>>>(
-      static_cast<const unsigned char*>(src), bytes, seed, first_mismatch);
-  return cudaGetLastError();
+  return Launch(CheckPatternKernel, (bytes + 7) / 8, stream, static_cast<const unsigned char*>(src),
+                static_cast<long long>(bytes), static_cast<unsigned long long>(seed),
+                first_mismatch);
 }
 
 cudaError_t LaunchTouchRead(const void* src, int64_t bytes, unsigned long long* sink,
@@ -83,10 +99,8 @@ cudaError_t LaunchTouchRead(const void* src, int64_t bytes, unsigned long long* 
   // Device buffers are 256-byte aligned, so the uint4 part is aligned.
   const long long vecs = bytes / 16;
   const int tail = static_cast<int>(bytes % 16);
-  TouchReadKernel<<<Blocks(vecs), kThreads, 0, stream>>>(
-      static_cast<const uint4*>(src), vecs, static_cast<const unsigned char*>(src) + vecs * 16,
-      tail, sink);
-  return cudaGetLastError();
+  return Launch(TouchReadKernel, vecs, stream, static_cast<const uint4*>(src), vecs,
+                static_cast<const unsigned char*>(src) + vecs * 16, tail, sink);
 }
 
 }  // namespace ssdtrain::exec::detail

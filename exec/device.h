@@ -86,6 +86,11 @@ class Device {
   virtual Result<DeviceBuffer> Allocate(int64_t bytes) = 0;
   virtual void Free(DeviceBuffer buffer) = 0;
   virtual int64_t capacity_bytes() const = 0;
+  // Every allocation is rounded up to this (traces::DeviceBytes counts the same).
+  virtual int64_t allocation_alignment() const = 0;
+  // The GEMM workspace's output region (traces::ReplayWorkspaceBytes): the
+  // CPU backend runs a batch one matrix at a time (0), CUDA in chunks.
+  virtual int64_t workspace_output_region_bytes() const = 0;
   virtual int64_t used_bytes() const = 0;
   virtual int64_t peak_bytes() const = 0;
   virtual void ResetPeak() = 0;
@@ -142,7 +147,8 @@ enum class BackendChoice { kAuto, kCpu, kCuda };
 
 struct DeviceOptions {
   // Device memory capacity in bytes: the CPU arena's limit; on CUDA a limit
-  // below the GPU's free memory (0: the GPU's free memory at start).
+  // below the GPU's free memory (0: the GPU's free memory at start less a
+  // 1 GiB margin, rounded down to whole GiB).
   int64_t capacity_bytes = int64_t{4} << 30;
   // Eigen threads for CPU GEMMs. Default 1: the copy and I/O threads need the
   // other core of a small machine to overlap with compute.
@@ -151,6 +157,8 @@ struct DeviceOptions {
   // allowed CPUs and its copy streams to the rest (when there is a rest), as a
   // GPU's copy engines are not its SMs. See exec/detail/cpu_affinity.h.
   bool cpu_pin_threads = true;
+  // The GPU the CUDA backend runs on, in CUDA's order (CUDA_VISIBLE_DEVICES
+  // applies); every host thread that drives the device uses it. Default 0.
   int cuda_device_index = 0;
 };
 

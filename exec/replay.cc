@@ -12,10 +12,9 @@
 #include "exec/detail/cpu_affinity.h"
 #include "exec/detail/format_bytes.h"
 #include "exec/detail/host_staging.h"
-#include "exec/detail/lifetimes.h"
-#include "exec/detail/round_up.h"
 #include "exec/detail/test_points.h"
 #include "exec/offload_engine.h"
+#include "traces/storage_plan.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -52,40 +51,21 @@ CacheStats operator-(const CacheStats& a, const CacheStats& b) {
           a.bytes_from_host - b.bytes_from_host};
 }
 
-// Sum of the union of [start, end) intervals.
-int64_t BusyTime(std::vector<std::pair<int64_t, int64_t>> spans) {
-  std::sort(spans.begin(), spans.end());
-  int64_t busy = 0, cur_start = 0, cur_end = -1;
-  for (const auto& [s, e] : spans) {
-    if (cur_end < s) {
-      if (cur_end > cur_start) busy += cur_end - cur_start;
-      cur_start = s;
-      cur_end = e;
-    } else {
-      cur_end = std::max(cur_end, e);
-    }
-  }
-  if (cur_end > cur_start) busy += cur_end - cur_start;
-  return busy;
-}
-
 class Replayer {
  public:
-  // `host_memory` holds the offload-host copies at `host_offsets` (null when
-  // the plan has none).
+  // `host_memory` holds the offload-host copies at their StorageInfo::host_offset
+  // (null when the plan has none).
   Replayer(const traces::Trace& trace, const ReplayOptions& options, Device& device,
            OffloadEngine& engine, detail::HostStaging& staging, TensorCache& cache,
-           const std::vector<detail::StorageLife>& lives, detail::HostStaging* host_memory,
-           std::unordered_map<TensorId, int64_t> host_offsets)
+           const traces::StoragePlan& storage_plan, detail::HostStaging* host_memory)
       : trace_(trace),
         options_(options),
         device_(device),
         engine_(engine),
         staging_(staging),
         cache_(cache),
-        lives_(lives),
+        plan_(storage_plan),
         host_memory_(host_memory == nullptr ? nullptr : static_cast<uint8_t*>(host_memory->base())),
-        host_offsets_(std::move(host_offsets)),
         slots_(trace.tensors.size()) {}
 
   ~Replayer() {
@@ -109,9 +89,10 @@ class Replayer {
       op_end_.push_back(std::move(end));
     }
     // Weights and step inputs live for the whole run.
-    for (size_t s = 0; s < lives_.size(); ++s) {
-      if (!lives_[s].is_root || !lives_[s].persistent || lives_[s].bytes == 0) continue;
-      auto buffer = device_.Allocate(lives_[s].bytes);
+    for (const traces::StorageInfo& info : plan_.storages) {
+      if (!info.persistent() || info.bytes == 0) continue;
+      const auto s = static_cast<size_t>(info.root);
+      auto buffer = device_.Allocate(info.bytes);
       if (!buffer.ok()) {
         return buffer.status().WithPrefix("weights and inputs (" + trace_.tensors[s].name + ")");
       }
@@ -129,6 +110,8 @@ class Replayer {
   }
 
   int64_t workspace_bytes() const { return workspace_bytes_; }
+  // Backpressure (ReplayOptions::memory_budget_bytes, resolved); 0: none.
+  void set_budget(int64_t bytes) { budget_bytes_ = bytes; }
   int64_t peak_activation_bytes() const { return activation_peak_; }
 
   struct StepRecord {
@@ -204,17 +187,18 @@ class Replayer {
   // An offload-host storage's place in host memory: fixed for the run, so the
   // copies never wait for space and never fragment it.
   detail::StagingPiece HostCopy(TensorId s) const {
-    return {host_memory_ + host_offsets_.at(s), life(s).bytes};
+    return {host_memory_ + life(s).host_offset, life(s).bytes};
   }
-  const detail::StorageLife& life(TensorId s) const { return lives_[static_cast<size_t>(s)]; }
+  const traces::StorageInfo& life(TensorId s) const { return plan_.of(s); }
 
   TensorKey KeyOf(TensorId s) const {
     TensorKey key;
     key.tensor = s;
-    if (const traces::Placement* p = cache_.PlacementOf(s)) {
-      key.file = p->file;
-      key.device = p->device;
-      key.offset = p->offset;
+    const traces::StorageInfo& info = life(s);
+    if (info.action == traces::TensorAction::kOffloadSsd) {
+      key.file = info.file;
+      key.device = info.device;
+      key.offset = info.offset;
     }
     return key;
   }
@@ -235,8 +219,9 @@ class Replayer {
   // --- memory -------------------------------------------------------------
 
   void Account(TensorId s, int64_t sign) {
-    if (!life(s).activation) return;
-    activation_now_ += sign * life(s).bytes;
+    if (!life(s).activation()) return;
+    // Counted as the device holds it (traces/storage_plan.h).
+    activation_now_ += sign * traces::DeviceBytes(life(s).bytes, device_.allocation_alignment());
     activation_peak_ = std::max(activation_peak_, activation_now_);
   }
 
@@ -262,7 +247,15 @@ class Replayer {
     }
     while (true) {
       DrainEvictions();
-      auto buffer = device_.Allocate(life(s).bytes);
+      Result<DeviceBuffer> buffer = Status::ResourceExhausted("");
+      const int64_t need = traces::DeviceBytes(life(s).bytes, device_.allocation_alignment());
+      if (budget_bytes_ > 0 && device_.used_bytes() + need > budget_bytes_) {
+        buffer = Status::ResourceExhausted("the plan's budget of " +
+                                           detail::FormatBytes(budget_bytes_) + " holds " +
+                                           detail::FormatBytes(device_.used_bytes()) + " already");
+      } else {
+        buffer = device_.Allocate(life(s).bytes);
+      }
       if (buffer.ok()) {
         slot(s).buffer = *buffer;
         slot(s).resident = true;
@@ -331,9 +324,8 @@ class Replayer {
   }
 
   // Makes storage `s` resident for backward op `op`.
-  Status Need(TensorId s, const traces::Op& op, bool* io_dependent,
-              std::vector<TensorId>* temporaries) {
-    if (life(s).persistent) return Status::Ok();
+  Status Need(TensorId s, const traces::Op& op, bool* io_dependent) {
+    if (life(s).persistent()) return Status::Ok();
     const BackwardSource source = cache_.ClaimForBackward(s);
     if (source == BackwardSource::kRead) SSDTRAIN_RETURN_IF_ERROR(IssueRead(s, op, io_dependent));
     Slot& sl = slot(s);
@@ -346,21 +338,24 @@ class Replayer {
         return Status::Internal("tensor " + std::to_string(s) + " is not resident at op " +
                                 std::to_string(op.id));
       }
-      SSDTRAIN_RETURN_IF_ERROR(Recompute(s, op, io_dependent, temporaries));
+      SSDTRAIN_RETURN_IF_ERROR(Recompute(s, op, io_dependent));
     }
     return Status::Ok();
   }
 
   // Re-runs the producer of `s` (and, recursively, of its inputs that are gone).
-  Status Recompute(TensorId s, const traces::Op& at, bool* io_dependent,
-                   std::vector<TensorId>* temporaries) {
+  Status Recompute(TensorId s, const traces::Op& at, bool* io_dependent) {
     const traces::Op& producer = trace_.op(life(s).producer);
+    // Inputs rebuilt only for this producer go as soon as it is issued
+    // (traces/storage_plan.h: freed after their last use; the simulator does
+    // the same).
+    std::vector<TensorId> rebuilt_for_this;
     for (TensorId t : producer.inputs) {
       const TensorId s2 = trace_.StorageOf(t);
-      if (slot(s2).resident || life(s2).persistent) continue;
+      if (slot(s2).resident || life(s2).persistent()) continue;
       const bool temporary = life(s2).last_use < at.id;
-      SSDTRAIN_RETURN_IF_ERROR(Need(s2, at, io_dependent, temporaries));
-      if (temporary) temporaries->push_back(s2);
+      SSDTRAIN_RETURN_IF_ERROR(Need(s2, at, io_dependent));
+      if (temporary) rebuilt_for_this.push_back(s2);
     }
     SSDTRAIN_RETURN_IF_ERROR(Materialize(s, at, io_dependent));
     // Other outputs of the producer go to scratch buffers freed right after.
@@ -379,6 +374,7 @@ class Replayer {
     }
     Status st = Run(producer, ins, outs, {s}, /*recompute=*/true, *io_dependent);
     for (DeviceBuffer b : scratch) device_.Free(b);
+    for (TensorId s2 : rebuilt_for_this) Release(s2);
     return st;
   }
 
@@ -437,7 +433,6 @@ class Replayer {
     DrainEvictions();
     bool io_dependent = staging_stalled_next_;
     staging_stalled_next_ = false;
-    std::vector<TensorId> temporaries;
     for (TensorId s : cache_.PrefetchesAt(op.id)) {
       if (cache_.ClaimForBackward(s) == BackwardSource::kRead) {
         SSDTRAIN_RETURN_IF_ERROR(IssueRead(s, op, &io_dependent));
@@ -448,8 +443,9 @@ class Replayer {
       const TensorId s = trace_.StorageOf(t);
       touched.push_back(s);
       if (op.phase != traces::Phase::kForward) {
-        SSDTRAIN_RETURN_IF_ERROR(Need(s, op, &io_dependent, &temporaries));
-        if (options_.verify && !slot(s).checked && !life(s).persistent && slot(s).buffer.valid()) {
+        SSDTRAIN_RETURN_IF_ERROR(Need(s, op, &io_dependent));
+        if (options_.verify && !slot(s).checked && !life(s).persistent() &&
+            slot(s).buffer.valid()) {
           slot(s).checked = true;
           ++checked_;
           Status ok = device_.CheckPattern(slot(s).buffer, Seed(s, step_), Stream::kCompute);
@@ -459,7 +455,7 @@ class Replayer {
                                  " (" + op.name + ")");
           }
         }
-      } else if (!slot(s).resident && !life(s).persistent) {
+      } else if (!slot(s).resident && !life(s).persistent()) {
         return Status::Internal("forward op " + std::to_string(op.id) + " (" + op.name +
                                 ") reads tensor " + std::to_string(t) + ", which is not resident");
       }
@@ -468,11 +464,11 @@ class Replayer {
     for (TensorId t : op.outputs) {
       const TensorId s = trace_.StorageOf(t);
       touched.push_back(s);
-      if (s == t && !slot(s).resident && !life(s).persistent) {
+      if (s == t && !slot(s).resident && !life(s).persistent()) {
         SSDTRAIN_RETURN_IF_ERROR(Materialize(s, op, &io_dependent));
         produced.push_back(s);
-      } else if (!slot(s).resident && !life(s).persistent) {
-        SSDTRAIN_RETURN_IF_ERROR(Need(s, op, &io_dependent, &temporaries));
+      } else if (!slot(s).resident && !life(s).persistent()) {
+        SSDTRAIN_RETURN_IF_ERROR(Need(s, op, &io_dependent));
       }
     }
     std::vector<DeviceBuffer> ins, outs;
@@ -481,7 +477,7 @@ class Replayer {
     std::vector<TensorId> fill;
     for (TensorId t : op.outputs) {
       const TensorId s = trace_.StorageOf(t);
-      if (!life(s).persistent && std::find(fill.begin(), fill.end(), s) == fill.end()) {
+      if (!life(s).persistent() && std::find(fill.begin(), fill.end(), s) == fill.end()) {
         fill.push_back(s);
       }
     }
@@ -491,7 +487,6 @@ class Replayer {
         SSDTRAIN_RETURN_IF_ERROR(QueueOffload(s, op));
       }
     }
-    for (TensorId s : temporaries) Release(s);
     if (options_.wait_for_writes) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return pending_writes_ == 0 || !error_.ok(); });
@@ -500,8 +495,8 @@ class Replayer {
     std::sort(touched.begin(), touched.end());
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
     for (TensorId s : touched) {
-      const detail::StorageLife& l = life(s);
-      if (l.persistent) continue;
+      const traces::StorageInfo& l = life(s);
+      if (l.persistent()) continue;
       if (l.last_use == op.id) {
         if (!cache_.WritePending(s)) Release(s);
         // else: the write's landing evicts it (the cache says so then).
@@ -687,7 +682,9 @@ class Replayer {
     DrainEvictions();
     // Storages whose last use came while their write was in flight.
     for (size_t s = 0; s < slots_.size(); ++s) {
-      if (slots_[s].resident && !lives_[s].persistent) Release(static_cast<TensorId>(s));
+      if (slots_[s].resident && !plan_.of(static_cast<TensorId>(s)).persistent()) {
+        Release(static_cast<TensorId>(s));
+      }
     }
     recompute_events_used_ = 0;
     staging_stalled_next_ = false;
@@ -748,8 +745,8 @@ class Replayer {
         lanes[4].emplace_back(sl.read_begin_ns - t0, sl.read_end_ns - t0);
       }
     }
-    record.busy = {BusyTime(lanes[0]), BusyTime(lanes[1]), BusyTime(lanes[2]), BusyTime(lanes[3]),
-                   BusyTime(lanes[4])};
+    record.busy = {traces::BusyTime(lanes[0]), traces::BusyTime(lanes[1]), traces::BusyTime(lanes[2]), traces::BusyTime(lanes[3]),
+                   traces::BusyTime(lanes[4])};
     return Status::Ok();
   }
 
@@ -759,9 +756,8 @@ class Replayer {
   OffloadEngine& engine_;
   detail::HostStaging& staging_;
   TensorCache& cache_;
-  const std::vector<detail::StorageLife>& lives_;
+  const traces::StoragePlan& plan_;
   uint8_t* const host_memory_;
-  const std::unordered_map<TensorId, int64_t> host_offsets_;
   std::vector<Slot> slots_;
   std::vector<std::unique_ptr<Event>> op_start_, op_end_;
   std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> recompute_events_;
@@ -772,6 +768,7 @@ class Replayer {
   int64_t checked_ = 0;
   int64_t workspace_bytes_ = 0;
   int64_t activation_now_ = 0, activation_peak_ = 0;  // issue thread only
+  int64_t budget_bytes_ = 0;                          // issue thread only
   bool staging_stalled_next_ = false;  // an offload waited for staging: the next op's gap is I/O
 
   std::mutex mu_;  // guards everything below, and the read_* fields of slots
@@ -799,8 +796,11 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
   }
   if (options.steps < 1) return Status::InvalidArgument("--steps must be at least 1");
   if (options.max_ops_ahead < 1) return Status::InvalidArgument("max_ops_ahead must be at least 1");
-  const std::vector<detail::StorageLife> lives = detail::ComputeLifetimes(trace);
-  const detail::PlannedPeaks planned = detail::ComputePlannedPeaks(trace, plan, lives);
+  // What the plan means: the one resolution the simulator uses too.
+  SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan storage_plan,
+                            traces::ResolvePlan(trace, plan, plan_source));
+  SSDTRAIN_RETURN_IF_ERROR(traces::CheckDevices(storage_plan, /*directories=*/1, plan_source));
+  traces::StaticPeaks planned = traces::ComputeStaticPeaks(trace, storage_plan);
   if (options.device_memory_bytes > 0 && planned.device_bytes > options.device_memory_bytes) {
     return Status::ResourceExhausted(
         "the plan needs at least " + detail::FormatBytes(planned.device_bytes) +
@@ -816,6 +816,7 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
     device_options.capacity_bytes = options.device_memory_bytes;
     device_options.cpu_compute_threads = options.cpu_compute_threads;
     device_options.cpu_pin_threads = options.cpu_pin_threads;
+    device_options.cuda_device_index = options.cuda_device_index;
     std::string picked;
     SSDTRAIN_ASSIGN_OR_RETURN(made_device, MakeDevice(options.backend, device_options, &picked));
     device = made_device.get();
@@ -831,6 +832,18 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
                                    detail::FormatBytes(held) + " besides its GEMM workspace");
   }
   device->ResetPeak();
+  // Again, as this device rounds its allocations.
+  planned = traces::ComputeStaticPeaks(trace, storage_plan, device->allocation_alignment());
+  const int64_t budget =
+      options.memory_budget_bytes >= 0 ? options.memory_budget_bytes : plan.memory_budget_bytes;
+  if (budget > 0 && planned.device_bytes + workspace > budget) {
+    return Status::ResourceExhausted(
+        plan_source + ": memory_budget_bytes: the plan needs at least " +
+        detail::FormatBytes(planned.device_bytes + workspace) + " of device memory (" +
+        detail::FormatBytes(planned.activation_bytes) + " of it activations, " +
+        detail::FormatBytes(workspace) + " GEMM workspace) even with instant I/O, more than its " +
+        detail::FormatBytes(budget) + " budget");
+  }
   if (planned.device_bytes + workspace > device->capacity_bytes()) {
     return Status::ResourceExhausted(
         "the plan needs at least " + detail::FormatBytes(planned.device_bytes + workspace) +
@@ -865,17 +878,9 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
       SSDTRAIN_ASSIGN_OR_RETURN(engine, OffloadEngine::Create(engine_options));
     }
   }
-  TensorCache cache(trace, plan);
-  // offload-host copies: one pinned region, each storage at a fixed offset.
-  std::unordered_map<TensorId, int64_t> host_offsets;
-  int64_t host_bytes = 0;
-  for (size_t t = 0; t < trace.tensors.size(); ++t) {
-    const TensorId s = static_cast<TensorId>(t);
-    if (trace.StorageOf(s) != s || cache.ActionOf(s) != traces::TensorAction::kOffloadHost)
-      continue;
-    host_offsets[s] = host_bytes;
-    host_bytes += detail::RoundUp(trace.tensor(s).bytes, kDirectIoAlign);
-  }
+  TensorCache cache(storage_plan);
+  // offload-host copies: one pinned region, each storage at its fixed offset.
+  const int64_t host_bytes = storage_plan.host_region_bytes;
   std::unique_ptr<detail::HostStaging> host_memory;
   if (host_bytes > 0) {
     auto made = detail::HostStaging::Create(*device, host_bytes);
@@ -893,17 +898,22 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
   result.steps = options.steps;
   result.planned_peak_activation_bytes = planned.activation_bytes;
   result.planned_peak_device_bytes = planned.device_bytes;
-  result.plan_offloaded_bytes = planned.offloaded_bytes;
-  result.plan_host_bytes = planned.host_bytes;
+  result.plan_offloaded_bytes = storage_plan.ssd_bytes;
+  result.plan_host_bytes = 0;
+  for (const traces::StorageInfo& info : storage_plan.storages) {
+    if (info.action == traces::TensorAction::kOffloadHost) result.plan_host_bytes += info.bytes;
+  }
   result.verify = options.verify;
 
-  Replayer replayer(trace, options, *device, *engine, *staging, cache, lives, host_memory.get(),
-                    std::move(host_offsets));
+  Replayer replayer(trace, options, *device, *engine, *staging, cache, storage_plan,
+                    host_memory.get());
   {
     detail::ScopedThreadAffinity helper_affinity(device->helper_cpus());
     SSDTRAIN_RETURN_IF_ERROR(replayer.Init());
   }
   result.workspace_bytes = replayer.workspace_bytes();
+  replayer.set_budget(budget);
+  result.memory_budget_bytes = budget;
   std::vector<int64_t> measured, exposed;
   int64_t total_flops = 0;
   for (const traces::Op& op : trace.ops) total_flops += op.flops;

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -46,6 +47,7 @@ struct ReplayOptions {
   int64_t device_memory_bytes = int64_t{4} << 30;  // CPU arena; CUDA: 0 = GPU free memory
   int cpu_compute_threads = 1;                     // Eigen threads (CPU backend)
   bool cpu_pin_threads = true;                     // compute and copy/I/O on separate CPUs
+  int cuda_device_index = 0;                       // CUDA: which GPU (CUDA's order)
   int64_t staging_bytes = int64_t{256} << 20;      // pinned host staging for D2H/H2D
   BackendKind io_backend = BackendKind::kAuto;     // io_uring or posix
   int64_t block_size = int64_t{4} << 20;           // engine request size, bytes
@@ -59,6 +61,12 @@ struct ReplayOptions {
   // makes the memory figures deterministic: evictions then land where
   // planned_peak_* assumes they do.
   bool wait_for_writes = false;
+  // Device memory the replay may hold (weights, workspace and everything the
+  // plan keeps resident together): when an allocation would pass it, the op
+  // waits for writes in flight to land and evict (backpressure, counted as
+  // exposed I/O), and fails only when nothing in flight can free memory.
+  // -1: the plan's memory_budget_bytes (0 there: no budget); 0: none.
+  int64_t memory_budget_bytes = -1;
   // Replay on this device instead of making one (backend, device_memory_bytes
   // and the cpu_* fields are then the device's own). Borrowed; it must hold
   // nothing but its GEMM workspace. Replays one after another on one device
@@ -73,6 +81,8 @@ struct ReplayOptions {
 
 struct LaneBusy {
   int64_t compute_ns = 0, d2h_ns = 0, h2d_ns = 0, ssd_write_ns = 0, ssd_read_ns = 0;
+  // Keyed by traces::ToString(lane) over traces::kBusyLanes, as step reports are.
+  std::map<std::string, int64_t> ByLane() const;
 };
 
 struct OpTime {
@@ -88,7 +98,8 @@ struct ReplayResult {
   int steps = 0;                       // measured steps (warm-up excluded)
   std::vector<int64_t> step_times_ns;  // every step, warm-up first
   traces::StepMetrics metrics;  // step_time_ns (median), peaks, SSD bytes per step, exposed I/O
-  int64_t planned_peak_activation_bytes = 0;  // evictions landing at once (lifetimes.h)
+  int64_t memory_budget_bytes = 0;  // the budget the replay held to; 0: none
+  int64_t planned_peak_activation_bytes = 0;  // evictions landing at once (traces::ComputeStaticPeaks)
   int64_t planned_peak_device_bytes = 0;
   int64_t plan_offloaded_bytes = 0;  // unique offload-ssd bytes per step
   int64_t plan_host_bytes = 0;       // unique offload-host bytes per step (pinned host memory)

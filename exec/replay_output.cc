@@ -1,10 +1,21 @@
 // The run file (ToJson(ReplayResult)) and the built-in plans.
 #include <cstdio>
+#include <iterator>
 #include <set>
 
 #include "exec/replay.h"
 
 namespace ssdtrain::exec {
+
+std::map<std::string, int64_t> LaneBusy::ByLane() const {
+  const int64_t ns[] = {compute_ns, d2h_ns, h2d_ns, ssd_write_ns, ssd_read_ns};
+  static_assert(std::size(traces::kBusyLanes) == std::size(ns));
+  std::map<std::string, int64_t> out;
+  for (size_t i = 0; i < std::size(ns); ++i) {
+    out[std::string(traces::ToString(traces::kBusyLanes[i]))] = ns[i];
+  }
+  return out;
+}
 
 nlohmann::json ToJson(const ReplayResult& r) {
   nlohmann::json j = traces::ToJson(r.metrics);
@@ -34,11 +45,7 @@ nlohmann::json ToJson(const ReplayResult& r) {
                 {"bytes_to_host", r.cache.bytes_to_host},
                 {"host_restores", r.cache.host_restores},
                 {"bytes_from_host", r.cache.bytes_from_host}};
-  j["lane_busy_ns"] = {{"compute", r.busy.compute_ns},
-                       {"d2h", r.busy.d2h_ns},
-                       {"h2d", r.busy.h2d_ns},
-                       {"ssd_write", r.busy.ssd_write_ns},
-                       {"ssd_read", r.busy.ssd_read_ns}};
+  j["lane_busy_ns"] = r.busy.ByLane();
   nlohmann::json ops = nlohmann::json::object();
   for (const OpTime& t : r.ops) {
     ops[std::to_string(t.op)] = {{"start_ns", t.start_ns}, {"end_ns", t.end_ns}};

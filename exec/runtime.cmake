@@ -4,7 +4,6 @@ list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/detail/stream_worker.cc
   ${CMAKE_CURRENT_LIST_DIR}/detail/cpu_affinity.cc
   ${CMAKE_CURRENT_LIST_DIR}/detail/host_staging.cc
-  ${CMAKE_CURRENT_LIST_DIR}/detail/lifetimes.cc
   ${CMAKE_CURRENT_LIST_DIR}/device.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu_device.cc
   ${CMAKE_CURRENT_LIST_DIR}/tensor_cache.cc
@@ -23,6 +22,11 @@ function(ssdtrain_exec_runtime_tests)
   set(dir ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests)
   ssdtrain_test(exec_device_test
     SOURCES ${dir}/device_conformance_test.cc
+    DEPS ssdtrain::exec)
+  # The CUDA backend's host-side arithmetic (event clock, per-stream words,
+  # GEMM workspace): header-only, built and run in every build.
+  ssdtrain_test(exec_cuda_host_logic_test
+    SOURCES ${dir}/cuda_host_logic_test.cc
     DEPS ssdtrain::exec)
   ssdtrain_test(exec_cpu_affinity_test
     SOURCES ${dir}/cpu_affinity_test.cc

@@ -1,42 +1,29 @@
 #include "exec/tensor_cache.h"
 
+#include <cstddef>
 #include <utility>
 
 #include "exec/detail/test_points.h"
 
 namespace ssdtrain::exec {
 
-TensorCache::TensorCache(const traces::Trace& trace, const traces::Plan& plan) : trace_(trace) {
-  for (const traces::Placement& p : plan.placements) {
-    const traces::TensorId storage = trace.StorageOf(p.tensor);
-    // Dedup: a tensor and its views share one placement, the first listed.
-    if (!placements_.emplace(storage, &p).second) continue;
-    if (p.action != traces::TensorAction::kOffloadSsd &&
-        p.action != traces::TensorAction::kOffloadHost) {
-      continue;
+TensorCache::TensorCache(const traces::StoragePlan& plan) : plan_(plan) {
+  for (const traces::StorageInfo& s : plan.storages) {
+    if (!s.offloaded()) continue;
+    Entry& e = entries_[s.root];
+    e.bytes = s.bytes;
+    e.host = s.action == traces::TensorAction::kOffloadHost;
+  }
+  prefetch_at_.resize(plan.prefetch_at.size());
+  for (size_t op = 0; op < plan.prefetch_at.size(); ++op) {
+    for (int i : plan.prefetch_at[op]) {
+      prefetch_at_[op].push_back(plan.storages[static_cast<size_t>(i)].root);
     }
-    Entry& e = entries_[storage];
-    e.placement = &p;
-    e.bytes = trace.tensor(storage).bytes;
-    e.host = p.action == traces::TensorAction::kOffloadHost;
-    if (p.prefetch_before != traces::kNoOp) prefetch_at_[p.prefetch_before].push_back(storage);
   }
 }
 
-const traces::Placement* TensorCache::PlacementOf(traces::TensorId storage) const {
-  auto it = placements_.find(storage);
-  return it == placements_.end() ? nullptr : it->second;
-}
-
-traces::TensorAction TensorCache::ActionOf(traces::TensorId storage) const {
-  const traces::Placement* p = PlacementOf(storage);
-  return p == nullptr ? traces::TensorAction::kKeep : p->action;
-}
-
 const std::vector<traces::TensorId>& TensorCache::PrefetchesAt(traces::OpId op) const {
-  static const std::vector<traces::TensorId> kNone;
-  auto it = prefetch_at_.find(op);
-  return it == prefetch_at_.end() ? kNone : it->second;
+  return prefetch_at_[static_cast<size_t>(op)];
 }
 
 TensorCache::Entry* TensorCache::Find(traces::TensorId storage) {
@@ -162,7 +149,7 @@ void TensorCache::ResetStep() {
   std::lock_guard<std::mutex> lock(mu_);
   evictions_.clear();
   for (auto& [storage, e] : entries_) {
-    e = Entry{.placement = e.placement, .bytes = e.bytes, .host = e.host};
+    e = Entry{.bytes = e.bytes, .host = e.host};
   }
 }
 

@@ -25,6 +25,7 @@
 
 #include "traces/plan.h"
 #include "traces/status.h"
+#include "traces/storage_plan.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::exec {
@@ -58,17 +59,17 @@ struct CacheStats {
 
 class TensorCache {
  public:
-  // `plan` must have passed traces::ValidatePlan against `trace`. Both must
+  // The plan resolved against its trace (traces::ResolvePlan); it must
   // outlive the cache.
-  TensorCache(const traces::Trace& trace, const traces::Plan& plan);
-  // The cache keeps pointers into both: temporaries would dangle.
-  TensorCache(const traces::Trace& trace, traces::Plan&& plan) = delete;
-  TensorCache(traces::Trace&& trace, const traces::Plan& plan) = delete;
+  explicit TensorCache(const traces::StoragePlan& plan);
+  // The cache keeps a reference to the plan: a temporary would dangle.
+  explicit TensorCache(traces::StoragePlan&& plan) = delete;
 
-  // The storage a tensor id lives in, and that storage's placement (nullptr: keep).
-  traces::TensorId StorageOf(traces::TensorId t) const { return trace_.StorageOf(t); }
-  const traces::Placement* PlacementOf(traces::TensorId storage) const;
-  traces::TensorAction ActionOf(traces::TensorId storage) const;
+  // The storage a tensor id lives in (its root tensor id), and what the plan
+  // does with that storage.
+  traces::TensorId StorageOf(traces::TensorId t) const { return plan_.of(t).root; }
+  const traces::StorageInfo& Info(traces::TensorId storage) const { return plan_.of(storage); }
+  traces::TensorAction ActionOf(traces::TensorId storage) const { return plan_.of(storage).action; }
   // Offloaded storages whose read the plan issues at op `op` (prefetch_before == op).
   const std::vector<traces::TensorId>& PrefetchesAt(traces::OpId op) const;
 
@@ -116,7 +117,6 @@ class TensorCache {
     kBack
   };
   struct Entry {
-    const traces::Placement* placement = nullptr;
     int64_t bytes = 0;
     State state = State::kNone;
     bool forward_done = false;
@@ -127,11 +127,10 @@ class TensorCache {
   Entry* Find(traces::TensorId storage);
   const Entry* Find(traces::TensorId storage) const;
 
-  const traces::Trace& trace_;
+  const traces::StoragePlan& plan_;
   mutable std::mutex mu_;
-  std::unordered_map<traces::TensorId, Entry> entries_;  // offloaded storages only
-  std::unordered_map<traces::TensorId, const traces::Placement*> placements_;
-  std::unordered_map<traces::OpId, std::vector<traces::TensorId>> prefetch_at_;
+  std::unordered_map<traces::TensorId, Entry> entries_;     // offloaded storages only
+  std::vector<std::vector<traces::TensorId>> prefetch_at_;  // by op id: storage roots
   CacheStats stats_;
   std::vector<traces::TensorId> evictions_;  // decided by OnWriteLanded, not yet taken
 };

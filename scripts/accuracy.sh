@@ -20,15 +20,21 @@
 # limits are all printed; docs/PERFORMANCE.md says how the raw figures compare
 # with the raw targets.
 #
+# Memory is deterministic: every row's predicted device peak and activation
+# peak must be within --memory-max (2%) of the measured ones, with no noise
+# allowance, and the planner's plan must stay within its budget when it runs.
+# A third demo runs the first model under --slow-cap (0.05 GB/s), slow enough
+# that writes lag and the budget's backpressure must act.
+#
 #   scripts/accuracy.sh [--bin B] [--out DIR] [--models "tiny-gpt small-gpt"] [--cap GBps]
-#                       [--median-max 0.05] [--worst-max 0.10] [--steps 2] [--rounds 3]
-#                       [--verify]
+#                       [--slow-cap GBps] [--median-max 0.05] [--worst-max 0.10]
+#                       [--memory-max 0.02] [--steps 2] [--rounds 3] [--verify]
 #
 # --verify adds the demo's --verify replay before each timed one (slower; the
 # bytes are checked by the replay tests and the walkthrough already).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin=$root/build/app/ssdtrain out="" models="tiny-gpt small-gpt" cap=0.15 median_max=0.05 worst_max=0.10 steps=2 rounds=3
+bin=$root/build/app/ssdtrain out="" models="tiny-gpt small-gpt" cap=0.15 slow_cap=0.05 median_max=0.05 worst_max=0.10 memory_max=0.02 steps=2 rounds=3
 verify=--no-verify
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -36,6 +42,8 @@ while [[ $# -gt 0 ]]; do
     --out) out=$2; shift 2 ;;
     --models) models=$2; shift 2 ;;
     --cap) cap=$2; shift 2 ;;
+    --slow-cap) slow_cap=$2; shift 2 ;;
+    --memory-max) memory_max=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --median-max) median_max=$2; shift 2 ;;
@@ -52,8 +60,11 @@ mkdir -p "$out"
 rm -rf "$out/cache"
 export XDG_CACHE_HOME=$out/cache
 summaries=()
+first_model=${models%% *}
 for m in $models; do
-  for c in 0 "$cap"; do
+  caps=(0 "$cap")
+  if [[ $m == "$first_model" && $slow_cap != 0 ]]; then caps+=("$slow_cap"); fi
+  for c in "${caps[@]}"; do
     s=$out/summary-$m-cap$c.json
     echo "accuracy: $m, SSD cap ${c} GB/s (0: none)" >&2
     "$bin" demo --model "$root/configs/models/$m.json" --ssd-bandwidth "$c" --steps "$steps" --rounds "$rounds" \
@@ -62,25 +73,38 @@ for m in $models; do
     summaries+=("$s")
   done
 done
-/usr/bin/python3 - "$median_max" "$worst_max" "${summaries[@]}" <<'PY'
+/usr/bin/python3 - "$median_max" "$worst_max" "$memory_max" "${summaries[@]}" <<'PY'
 import json, statistics, sys
-median_max, worst_max = float(sys.argv[1]), float(sys.argv[2])
+median_max, worst_max, memory_max = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
 rows = []
-for path in sys.argv[3:]:
+for path in sys.argv[4:]:
     s = json.load(open(path))
     if s.get("recalibrated"):
         print(f"note: {s['model']} (SSD cap {s['ssd_bandwidth_GBps']:g}): the demo calibrated twice "
               "(keep was more than 10% off the first calibration's prediction)")
     for r in s["rows"]:
         rows.append((s["model"], s["ssd_bandwidth_GBps"], r))
-print(f"{'model':<10} {'SSD cap':>8} {'policy':<16} {'predicted':>11} {'measured':>11} {'error':>8} {'verified':>8}  rounds (ms)")
-errors = []
+def rel(pred, meas):
+    return (pred - meas) / meas if meas else (0.0 if pred == meas else float("inf"))
+print(f"{'model':<10} {'SSD cap':>9} {'policy':<16} {'predicted':>11} {'measured':>11} {'error':>8} "
+      f"{'act. peak pred/meas (MiB)':>26} {'error':>7} {'dev. peak pred/meas (MiB)':>26} {'error':>7} {'verified':>8}  rounds (ms)")
+errors, memory_errors, budget_misses = [], [], []
 for model, cap, r in rows:
     e = r["error"]
     errors.append(abs(e))
     capname = f"{cap:g} GB/s" if cap else "none"
-    print(f"{model:<10} {capname:>8} {r['policy']:<16} {r['predicted_step_ns']/1e6:>8.1f} ms {r['measured_step_ns']/1e6:>8.1f} ms "
-          f"{100*e:>+7.1f}% {str(r['verified']):>8}  {', '.join(f'{x/1e6:.1f}' for x in r.get('round_step_times_ns', []))}")
+    ea = rel(r["predicted_peak_activation_bytes"], r["peak_activation_bytes"])
+    ed = rel(r["predicted_peak_device_bytes"], r["peak_device_bytes"])
+    memory_errors += [abs(ea), abs(ed)]
+    mib = 1048576
+    budget = r.get("budget_bytes", 0)
+    if budget and r["peak_device_bytes"] > budget:
+        budget_misses.append(f"{model} {capname} {r['policy']}: measured device peak "
+                             f"{r['peak_device_bytes']} B above its budget {budget} B")
+    print(f"{model:<10} {capname:>9} {r['policy']:<16} {r['predicted_step_ns']/1e6:>8.1f} ms {r['measured_step_ns']/1e6:>8.1f} ms "
+          f"{100*e:>+7.1f}% {r['predicted_peak_activation_bytes']/mib:>12.2f} {r['peak_activation_bytes']/mib:>12.2f} {100*ea:>+6.1f}% "
+          f"{r['predicted_peak_device_bytes']/mib:>12.2f} {r['peak_device_bytes']/mib:>12.2f} {100*ed:>+6.1f}% "
+          f"{str(r['verified']):>8}  {', '.join(f'{x/1e6:.1f}' for x in r.get('round_step_times_ns', []))}")
 med, worst = statistics.median(errors), max(errors)
 # Twin measurements of identical configurations (the cap does not touch them).
 twins = {}
@@ -102,8 +126,14 @@ print(f"{len(errors)} configurations: median |error| {100*med:.1f}% "
       f"worst {100*worst:.1f}% (limit {100*worst_max:.0f}% + largest twin spread {100*largest:.1f}% = {100*worst_limit:.1f}%)")
 print(f"raw targets ({100*median_max:.0f}% / {100*worst_max:.0f}%): "
       + ("met" if med <= median_max and worst <= worst_max else "not met on this run"))
+worst_memory = max(memory_errors) if memory_errors else 0.0
+print(f"memory: worst |error| of the predicted activation and device peaks {100*worst_memory:.2f}% "
+      f"(limit {100*memory_max:.0f}%, no noise allowance: memory is deterministic)")
+for miss in budget_misses:
+    print("budget: " + miss)
 # verified is null when the demo ran with --no-verify (the default here).
-ok = med <= median_limit and worst <= worst_limit and all(r["verified"] is not False for _, _, r in rows)
+ok = (med <= median_limit and worst <= worst_limit and worst_memory <= memory_max and not budget_misses
+      and all(r["verified"] is not False for _, _, r in rows))
 print("accuracy: " + ("PASS" if ok else "FAIL"))
 sys.exit(0 if ok else 1)
 PY

@@ -1,28 +1,109 @@
 #!/usr/bin/env bash
-# GPU check (issue 4): builds ssdtrain with the CUDA backend in build-gpu/, runs
-# the device conformance suite on the GPU, and replays the tiny GPT on the CUDA
-# backend with --verify, keeping everything and offloading every saved
-# activation to the SSD; prints a short table last. Finishes in a few minutes
-# on a 16-core machine (budget: 8).
+# GPU check (issue 4): installs what the build needs (scripts/install-deps.sh),
+# builds ssdtrain with the CUDA backend in build-gpu/, runs the device
+# conformance suite on the GPU, and replays the tiny GPT on the CUDA backend
+# with --verify, keeping everything and offloading every saved activation to
+# the SSD; prints a short table last (scripts/gpu_check_summary.py). Finishes
+# in a few minutes on a 16-core machine (budget: 8).
 #
 #   scripts/gpu-check.sh [offload dir]     (default: $SSDTRAIN_OFFLOAD_DIR or /var/tmp)
 #
-# Exit status: 0 all passed; 1 a build, test or replay failed; 77 built, but no
-# usable GPU here (nothing on the GPU was checked).
+# Exit status: 0 all passed; 1 a build, test or replay failed, or an NVIDIA
+# GPU is present but CUDA cannot start on it (the message names the driver
+# version); 77 built, but there is no NVIDIA GPU here (nothing ran on a GPU).
+#
+# Environment: SSDTRAIN_GPU_BUILD_DIR (build folder), SSDTRAIN_JOBS,
+# SSDTRAIN_OFFLOAD_DIR. Where the GPU probe looks, overridable for tests:
+# SSDTRAIN_PCI_DEVICES (/sys/bus/pci/devices), SSDTRAIN_NVIDIA_PROC
+# (/proc/driver/nvidia), SSDTRAIN_NVIDIA_SMI (nvidia-smi).
+# SSDTRAIN_GPU_CHECK_PROBE_ONLY=1 skips installing and building and only runs
+# the "is there a GPU?" stage with the build already in the build folder.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${SSDTRAIN_GPU_BUILD_DIR:-$root/build-gpu}
 jobs=${SSDTRAIN_JOBS:-$(nproc)}
 dir=${1:-${SSDTRAIN_OFFLOAD_DIR:-/var/tmp}}/ssdtrain-gpu-check.$$
 out=$build/gpu-check
+pci_devices=${SSDTRAIN_PCI_DEVICES:-/sys/bus/pci/devices}
+nvidia_proc=${SSDTRAIN_NVIDIA_PROC:-/proc/driver/nvidia}
+nvidia_smi=${SSDTRAIN_NVIDIA_SMI:-nvidia-smi}
+probe_only=${SSDTRAIN_GPU_CHECK_PROBE_ONLY:-0}
 start=$SECONDS
 cleanup() { rm -rf "$dir"; }
 trap cleanup EXIT
 
-echo "== configure (CUDA on) and build in $build"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSSDTRAIN_CUDA=ON \
-  -DSSDTRAIN_BUILD_BENCHMARKS=OFF >/dev/null
-cmake --build "$build" -j "$jobs" --target ssdtrain exec_device_test exec_replay_test
+# The NVIDIA GPUs on the PCI bus, one "address (class)" per line: vendor
+# 0x10de, class 0x03xxxx (display: VGA or 3D controller). The bus is read
+# directly, so the answer does not depend on the driver that may be broken.
+nvidia_gpus() {
+  local d vendor class
+  for d in "$pci_devices"/*; do
+    [[ -r $d/vendor && -r $d/class ]] || continue
+    vendor=$(<"$d/vendor")
+    class=$(<"$d/class")
+    if [[ $vendor == 0x10de && $class == 0x03* ]]; then
+      echo "$(basename "$d") (class $class)"
+    fi
+  done
+  if [[ -d $nvidia_proc/gpus ]]; then
+    for d in "$nvidia_proc"/gpus/*; do
+      [[ -e $d ]] && echo "$(basename "$d") (in $nvidia_proc/gpus)"
+    done
+  fi
+  return 0
+}
+
+# The kernel driver's version: its /proc file first (present whenever the
+# module is loaded, whatever state user space is in), else nvidia-smi.
+driver_version() {
+  local v
+  if [[ -r $nvidia_proc/version ]]; then
+    # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug ..." or
+    # "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release ...":
+    # the first dotted number of the NVRM line.
+    v=$(grep -m1 '^NVRM' "$nvidia_proc/version" | grep -oE '[0-9]+\.[0-9]+(\.[0-9]+)?' |
+      head -n1 || true)
+    if [[ -n $v ]]; then
+      echo "$v (from $nvidia_proc/version)"
+      return
+    fi
+  fi
+  if v=$("$nvidia_smi" --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n1) &&
+    [[ -n $v ]]; then
+    echo "$v (from $nvidia_smi)"
+    return
+  fi
+  echo "unknown: no kernel module version in $nvidia_proc/version and no answer from $nvidia_smi" \
+    "(is the NVIDIA kernel module loaded?)"
+}
+
+# The CUDA release this build compiled against, as CMake identified its nvcc.
+cuda_release() {
+  local v
+  v=$(sed -n 's/^set(CMAKE_CUDA_COMPILER_VERSION "\([0-9.]*\)")/\1/p' \
+    "$build"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | head -n1 || true)
+  if [[ -n $v ]]; then echo "CUDA $v"; else echo "a CUDA toolkit of unknown release"; fi
+}
+
+if [[ $probe_only != 1 ]]; then
+  echo "== dependencies (scripts/install-deps.sh)"
+  "$root/scripts/install-deps.sh"
+  need=$(sed -n 's/^cmake_minimum_required(VERSION \([0-9.]*\)).*/\1/p' "$root/CMakeLists.txt")
+  have=$(cmake --version | sed -n 's/^cmake version \([0-9.]*\).*/\1/p')
+  if [[ $(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1) != "$need" ]]; then
+    echo "gpu-check: FAILED: CMake $have is older than the $need that CMakeLists.txt needs" >&2
+    exit 1
+  fi
+  if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+    echo "gpu-check: FAILED: no nvcc on PATH or in /usr/local/cuda/bin: install the CUDA toolkit" >&2
+    exit 1
+  fi
+
+  echo "== configure (CUDA on, CMake $have) and build in $build"
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSSDTRAIN_CUDA=ON \
+    -DSSDTRAIN_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build "$build" -j "$jobs" --target ssdtrain exec_device_test exec_replay_test
+fi
 
 echo "== is there a GPU?"
 set +e
@@ -30,16 +111,32 @@ probe=$("$build/exec/exec_device_test" --gtest_filter='*/cuda' 2>&1)
 probe_rc=$?
 set -e
 if grep -q "no usable GPU" <<<"$probe"; then
-  reason=$(grep -m1 "no usable GPU" <<<"$probe")
-  echo "gpu-check: the CUDA build compiled and links, but there is no usable GPU here:"
-  echo "  $reason"
-  echo "gpu-check: nothing ran on a GPU (exit 77). Run this on a machine with an NVIDIA GPU."
+  reason=$(grep -m1 -o "no usable GPU.*" <<<"$probe")
+  gpus=$(nvidia_gpus)
+  if [[ -n $gpus ]]; then
+    echo "gpu-check: FAILED: an NVIDIA GPU is present, but CUDA cannot start on it:" >&2
+    echo "  GPU: $(head -n1 <<<"$gpus")" >&2
+    echo "  CUDA: $reason" >&2
+    echo "  NVIDIA driver version: $(driver_version)" >&2
+    echo "  this build uses $(cuda_release): its release notes list the oldest driver it runs" \
+      "on (CUDA 13.0: 580); update the driver, or build with an older CUDA" >&2
+    exit 1
+  fi
+  echo "gpu-check: SKIPPED: no NVIDIA GPU on this machine (none on the PCI bus in $pci_devices," \
+    "none in $nvidia_proc/gpus)."
+  echo "  CUDA says: $reason"
+  echo "gpu-check: the CUDA build compiled and links; nothing ran on a GPU (exit 77)." \
+    "Run this on a machine with an NVIDIA GPU."
   exit 77
 fi
 echo "$probe" | tail -n 3
 if ((probe_rc != 0)); then
   echo "gpu-check: FAILED: the device conformance suite failed on the GPU" >&2
   exit 1
+fi
+if [[ $probe_only == 1 ]]; then
+  echo "gpu-check: a usable GPU (probe only: nothing else run)"
+  exit 0
 fi
 
 echo "== replay tests (CPU backend, same build)"
@@ -52,32 +149,18 @@ for policy in keep offload-all; do
   "$build/app/ssdtrain" replay --trace "$out/tiny-gpt.json" --policy "$policy" --dir "$dir" \
     --backend cuda --verify --steps 5 -o "$out/run-$policy.json" \
     --timeline "$out/run-$policy-trace.json"
-  # Unverified too: --verify synchronizes at every check, so step times come from here.
-  "$build/app/ssdtrain" replay --trace "$out/tiny-gpt.json" --policy "$policy" --dir "$dir" \
-    --backend cuda --steps 10 -o "$out/time-$policy.json" 2>/dev/null
+  # Unverified too: --verify synchronizes at every check, so step times come
+  # from here. Its output goes to a log, shown when it fails.
+  if ! "$build/app/ssdtrain" replay --trace "$out/tiny-gpt.json" --policy "$policy" \
+    --dir "$dir" --backend cuda --steps 10 -o "$out/time-$policy.json" \
+    >"$out/time-$policy.log" 2>&1; then
+    echo "gpu-check: FAILED: the timing replay ($policy) failed; its output:" >&2
+    cat "$out/time-$policy.log" >&2
+    exit 1
+  fi
 done
 
 echo
-echo "== gpu-check: tiny GPT on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 || echo 'the GPU'), $(date -u +%Y-%m-%d), $((SECONDS - start)) s"
-python3 - "$out" <<'PY'
-import json, sys
-out = sys.argv[1]
-rows = []
-for policy in ("keep", "offload-all"):
-    v = json.load(open(f"{out}/run-{policy}.json"))
-    t = json.load(open(f"{out}/time-{policy}.json"))
-    rows.append((policy, t["step_time_ns"] / 1e6, t["exposed_io_ns"] / 1e6,
-                 t["peak_device_bytes"] / 2**20, t["peak_activation_bytes"] / 2**20,
-                 t["ssd_bytes_written"] / 2**20, t["ssd_bytes_read"] / 2**20,
-                 v["verified"], v["tensors_checked"]))
-print(f"{'policy':<12} {'step ms':>9} {'exposed ms':>10} {'peak MiB':>9} {'act MiB':>8} "
-      f"{'wrote MiB':>9} {'read MiB':>9} {'verified':>9}")
-for p, step, exp, peak, act, w, r, ok, n in rows:
-    print(f"{p:<12} {step:9.3f} {exp:10.3f} {peak:9.1f} {act:8.1f} {w:9.1f} {r:9.1f} "
-          f"{str(ok) + ' (' + str(n) + ')':>9}")
-keep, off = rows
-print(f"offload/keep step time: {off[1] / keep[1]:.3f}; activation peak: "
-      f"{off[4] / keep[4]:.3f} of keep")
-if not all(r[7] for r in rows):
-    sys.exit("gpu-check: FAILED: a replay did not verify")
-PY
+gpu=$("$nvidia_smi" --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 || true)
+echo "== gpu-check: tiny GPT on ${gpu:-the GPU}, $(date -u +%Y-%m-%d), $((SECONDS - start)) s"
+python3 "$root/scripts/gpu_check_summary.py" "$out"

@@ -43,7 +43,8 @@ Status ReadCurve(const JsonReader& eff, const std::string& key, std::vector<Effi
 Status ReadGpu(const JsonReader& r, GpuOptions* g) {
   SSDTRAIN_RETURN_IF_ERROR(
       r.OnlyKeys({"name", "peak_tflops", "clock_scale", "memory_GBps", "memory_GiB", "reserved_GiB",
-                  "op_overhead_us", "issue_ahead_ops", "efficiency"}));
+                  "op_overhead_us", "issue_ahead_ops", "allocation_alignment_bytes",
+                  "replay_workspace", "replay_output_region_bytes", "efficiency"}));
   SSDTRAIN_RETURN_IF_ERROR(r.String("name", &g->name));
   SSDTRAIN_ASSIGN_OR_RETURN(JsonReader peak, r.Object("peak_tflops", true));
   SSDTRAIN_RETURN_IF_ERROR(peak.OnlyKeys({"fp16", "bf16", "fp32"}));
@@ -60,6 +61,10 @@ Status ReadGpu(const JsonReader& r, GpuOptions* g) {
   }
   SSDTRAIN_RETURN_IF_ERROR(r.Number("op_overhead_us", &g->op_overhead_us, false));
   SSDTRAIN_RETURN_IF_ERROR(r.Int("issue_ahead_ops", &g->issue_ahead_ops, 1));
+  SSDTRAIN_RETURN_IF_ERROR(r.Int("allocation_alignment_bytes", &g->allocation_alignment_bytes, 1));
+  SSDTRAIN_RETURN_IF_ERROR(r.Bool("replay_workspace", &g->replay_workspace));
+  SSDTRAIN_RETURN_IF_ERROR(
+      r.Int("replay_output_region_bytes", &g->replay_output_region_bytes, 0));
   SSDTRAIN_ASSIGN_OR_RETURN(JsonReader eff, r.Object("efficiency", false));
   SSDTRAIN_RETURN_IF_ERROR(eff.OnlyKeys({"gemm", "attention", "memory"}));
   SSDTRAIN_RETURN_IF_ERROR(ReadCurve(eff, "gemm", &g->gemm_efficiency));
@@ -262,6 +267,9 @@ nlohmann::json ToJson(const HardwareOptions& hw) {
         {"reserved_GiB", hw.gpu.reserved_GiB},
         {"op_overhead_us", hw.gpu.op_overhead_us},
         {"issue_ahead_ops", hw.gpu.issue_ahead_ops},
+        {"allocation_alignment_bytes", hw.gpu.allocation_alignment_bytes},
+        {"replay_workspace", hw.gpu.replay_workspace},
+        {"replay_output_region_bytes", hw.gpu.replay_output_region_bytes},
         {"efficiency", EfficiencyJson(hw.gpu)}}},
       {"host_link",
        {{"pcie_gen", hw.host_link.pcie_gen},

@@ -41,6 +41,16 @@ struct GpuOptions {
   // 1 (default): each op when the one before it ends. ssdtrain's executor
   // uses 2 (ReplayOptions::max_ops_ahead), which `calibrate` records.
   int issue_ahead_ops = 1;
+  // The device allocator's granularity: every storage is rounded up to it
+  // (cudaMalloc: 256; the CPU backend's arena: 64). 1: exact bytes.
+  int64_t allocation_alignment_bytes = 1;
+  // Count the executor's GEMM workspace (traces::ReplayWorkspaceBytes) in
+  // device memory: true in configs `calibrate` writes, which describe the
+  // machine a replay runs on; false for real training hardware.
+  bool replay_workspace = false;
+  // That workspace's GEMM output region (traces::ReplayWorkspaceBytes): 0 on
+  // the CPU backend, 64 MiB on CUDA; `calibrate` records the device's.
+  int64_t replay_output_region_bytes = 0;
   // Per-kind efficiency curves; keys are "gemm", "attention" (by FLOPs) and
   // "memory" (memory-bound kinds, by bytes moved). Missing: efficiency 1.
   std::vector<EfficiencyPoint> gemm_efficiency;

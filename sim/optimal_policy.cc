@@ -4,6 +4,7 @@
 #include <map>
 
 #include "sim/op_cost.h"
+#include "traces/storage_plan.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -64,7 +65,7 @@ class Search {
       for (size_t i = 0; i < plan.placements.size(); ++i) index[plan.placements[i].tensor] = i;
       for (size_t i = 0; i < k; ++i) {
         Placement p{tensors[i], action, traces::kNoOp, "", 0, 0};
-        if (action == TensorAction::kOffloadSsd) p.file = OffloadFileName(tensors[i]);
+        if (action == TensorAction::kOffloadSsd) p.file = traces::OffloadFileName(tensors[i]);
         auto it = index.find(tensors[i]);
         if (it != index.end()) {
           plan.placements[it->second] = p;
@@ -250,6 +251,7 @@ Result<OptimalResult> MakeOptimalPlan(const traces::Trace& trace, const Hardware
   }
   inc.plan.policy = "optimal";
   inc.plan.memory_budget_bytes = budget;
+  out.fits = search.Fits(inc.prediction);
   out.plan = std::move(inc.plan);
   out.prediction = std::move(inc.prediction);
   out.simulations = search.simulations();

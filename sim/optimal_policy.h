@@ -38,6 +38,10 @@ struct OptimalResult {
   std::string best_fixed_policy;  // the incumbent the search started from
   int64_t best_fixed_step_ns = 0;
   int simulations = 0;
+  // The predicted device peak is within the budget. When no plan fits, `plan`
+  // is the one with the lowest peak, still carrying the budget it misses (a
+  // replay refuses it before it runs).
+  bool fits = false;
 };
 
 // `budget_bytes` <= 0: the GPU's capacity (memory minus reserve).

@@ -5,7 +5,7 @@
 #include <memory>
 #include <tuple>
 
-#include "sim/detail/tensor_roles.h"
+#include "traces/storage_plan.h"
 #include "sim/op_cost.h"
 #include "sim/optimal_policy.h"
 #include "sim/pipeline.h"
@@ -109,10 +109,10 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
     for (const traces::Tensor& x : t->tensors) {
       if (x.alias_of) continue;
       if (x.kind == traces::TensorKind::kWeight || x.kind == traces::TensorKind::kOptimizerState ||
-          detail::IsWeightGradient(*t, x)) {
+          traces::IsWeightGradient(*t, x)) {
         static_bytes += x.bytes;
       }
-      if (detail::IsWeightGradient(*t, x)) grads += x.bytes;
+      if (traces::IsWeightGradient(*t, x)) grads += x.bytes;
     }
     min_static = std::min(min_static, static_bytes);
     if (static_bytes > budget) continue;

@@ -5,6 +5,7 @@
 
 #include "sim/op_cost.h"
 #include "sim/policy.h"
+#include "traces/storage_plan.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -70,19 +71,11 @@ Placement Offload(const std::vector<traces::OpId>& prefetch, TensorId t, TensorA
   p.tensor = t;
   p.action = action;
   p.prefetch_before = prefetch[static_cast<size_t>(t)];
-  if (action == TensorAction::kOffloadSsd) p.file = OffloadFileName(t);
+  if (action == TensorAction::kOffloadSsd) p.file = traces::OffloadFileName(t);
   return p;
 }
 
 }  // namespace
-
-std::string OffloadFileName(TensorId t) {
-  // Appended piecewise: GCC 12 warns (-Wrestrict) on "lit" + std::string + "lit".
-  std::string name = "t";
-  name += std::to_string(t);
-  name += ".bin";
-  return name;
-}
 
 traces::Plan BasePlan(const traces::Trace& trace) {
   traces::Plan plan;

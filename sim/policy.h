@@ -73,9 +73,6 @@ std::vector<traces::OpId> LookaheadPrefetchOps(const traces::Trace& trace, int l
 int AdaptiveFirstKeptLayer(const traces::Trace& trace, const HardwareOptions& hw,
                            const PolicyOptions& options);
 
-// The offload file name a policy gives tensor `t`: "t<id>.bin".
-std::string OffloadFileName(traces::TensorId t);
-
 // A plan template: layout from the trace header; dp and micro-batch count 1.
 traces::Plan BasePlan(const traces::Trace& trace);
 

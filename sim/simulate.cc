@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sim/detail/tensor_roles.h"
+#include "traces/storage_plan.h"
 #include "sim/pipeline.h"
 
 namespace ssdtrain::sim {
@@ -18,7 +18,7 @@ int64_t GradientBytes(const traces::Trace& trace) {
   int64_t grads = 0, weights = 0;
   for (const traces::Tensor& t : trace.tensors) {
     if (t.alias_of) continue;
-    if (detail::IsWeightGradient(trace, t)) grads += t.bytes;
+    if (traces::IsWeightGradient(trace, t)) grads += t.bytes;
     if (t.kind == traces::TensorKind::kWeight) weights += t.bytes;
   }
   return grads > 0 ? grads : weights;
@@ -190,7 +190,8 @@ traces::StepReport PredictionReport(const Prediction& p, const traces::Trace& tr
   r.policy = plan.policy;
   r.source = hw.name;
   r.metrics = p.metrics;
-  for (const char* lane : {"compute", "d2h", "h2d", "ssd_write", "ssd_read"}) {
+  for (traces::Lane l : traces::kBusyLanes) {
+    const std::string lane(traces::ToString(l));
     auto it = p.lane_busy_ns.find(lane);
     r.lane_busy_ns[lane] = it == p.lane_busy_ns.end() ? 0 : it->second;
   }

@@ -4,10 +4,10 @@
 #include <cassert>
 #include <memory>
 
-#include "sim/detail/tensor_roles.h"
 #include "sim/engine.h"
 #include "sim/fluid.h"
 #include "sim/op_cost.h"
+#include "traces/storage_plan.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -34,6 +34,7 @@ enum class ReadState { kNone, kMoving, kDone };
 struct Storage {
   TensorId root = 0;
   int64_t bytes = 0;
+  int64_t memory = 0;  // device bytes: `bytes` rounded to the allocation granularity
   bool persistent = false;
   bool activation = false;
   bool saved = false;
@@ -56,6 +57,9 @@ struct Storage {
 struct WorkItem {
   OpId op = 0;
   bool recompute = false;
+  // Recompute: the storage it rebuilds. The op's other outputs go to scratch
+  // buffers freed when it ends, as the replay does (exec/replay.cc Recompute).
+  size_t target = 0;
 };
 
 class StageSimulator {
@@ -68,7 +72,15 @@ class StageSimulator {
         options_(options),
         cost_(hw, std::max<int64_t>(1, trace.header.tp), trace.header.dtype,
               options.use_trace_measurements),
-        net_(engine_) {}
+        net_(engine_),
+        alignment_(std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes)),
+        workspace_bytes_(hw.gpu.replay_workspace
+                             ? traces::DeviceBytes(
+                                   traces::ReplayWorkspaceBytes(
+                                       trace, hw.gpu.replay_output_region_bytes),
+                                   alignment_)
+                             : 0),
+        budget_bytes_(plan.memory_budget_bytes) {}
 
   Result<StageResult> Run();
 
@@ -79,6 +91,8 @@ class StageSimulator {
   void StartItem(const WorkItem& item);
   // Issues the prefetches of every op up to `upto` not yet issued.
   void FirePrefetches(size_t upto);
+  // True when a write in flight will evict a storage once it lands.
+  bool WritesWillFreeMemory() const;
   void EndItem(const WorkItem& item, int64_t start);
   void Allocate(Storage& s);
   void Free(Storage& s);
@@ -90,8 +104,6 @@ class StageSimulator {
   void Sample();
   void AddSpan(traces::Lane lane, int64_t start, int64_t end, OpId op, TensorId tensor,
                const std::string& name);
-  size_t StorageOf(TensorId t) const { return storage_index_[static_cast<size_t>(t)]; }
-  std::vector<size_t> UniqueStorages(const std::vector<TensorId>& tensors) const;
   int64_t Now() const { return engine_.Now().ns(); }
 
   const traces::Trace& trace_;
@@ -103,8 +115,12 @@ class StageSimulator {
   FluidNetwork net_;
   Status error_;
 
+  traces::StoragePlan resolved_;
+  int64_t alignment_ = 1;        // the device's allocation granularity
+  int64_t workspace_bytes_ = 0;  // the executor's GEMM workspace, when counted
+  int64_t budget_bytes_ = 0;     // the plan's device-memory budget; 0: none
+  int64_t scratch_bytes_ = 0;    // a running recompute's scratch outputs
   std::vector<Storage> storages_;
-  std::vector<size_t> storage_index_;             // tensor id -> storage
   std::vector<std::vector<size_t>> prefetch_at_;  // op id -> storages to prefetch
   std::vector<std::vector<size_t>> op_inputs_;    // op id -> unique input storages
   std::vector<std::vector<size_t>> op_outputs_;   // op id -> unique output storages
@@ -123,91 +139,44 @@ class StageSimulator {
   StageResult result_;
 };
 
-std::vector<size_t> StageSimulator::UniqueStorages(const std::vector<TensorId>& tensors) const {
-  std::vector<size_t> out;
-  for (TensorId t : tensors) {
-    const size_t s = StorageOf(t);
-    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
-  }
-  return out;
-}
-
 Status StageSimulator::BuildStorages() {
-  const size_t n = trace_.tensors.size();
-  storage_index_.assign(n, 0);
-  std::vector<int64_t> root_to_storage(n, -1);
-  for (size_t t = 0; t < n; ++t) {
-    const TensorId root = trace_.StorageOf(static_cast<TensorId>(t));
-    if (root < 0 || static_cast<size_t>(root) >= n) {
-      return Status::InvalidArgument("tensors[" + std::to_string(t) + "]: alias chain is broken");
-    }
-    if (root_to_storage[static_cast<size_t>(root)] < 0) {
-      const traces::Tensor& r = trace_.tensor(root);
-      Storage s;
-      s.root = root;
-      s.bytes = r.bytes;
-      s.producer = r.producer;
-      s.persistent = detail::IsPersistent(trace_, r);
-      s.activation = r.kind == TensorKind::kActivation;
-      root_to_storage[static_cast<size_t>(root)] = static_cast<int64_t>(storages_.size());
-      storages_.push_back(s);
-    }
-    storage_index_[t] = static_cast<size_t>(root_to_storage[static_cast<size_t>(root)]);
-    if (trace_.tensors[t].saved_for_backward) storages_[storage_index_[t]].saved = true;
+  SSDTRAIN_ASSIGN_OR_RETURN(resolved_, traces::ResolvePlan(trace_, plan_, "plan"));
+  const traces::StoragePlan& sp = resolved_;
+  storages_.resize(sp.storages.size());
+  for (size_t i = 0; i < sp.storages.size(); ++i) {
+    const traces::StorageInfo& info = sp.storages[i];
+    Storage& s = storages_[i];
+    s.root = info.root;
+    s.bytes = info.bytes;
+    s.memory = traces::DeviceBytes(info.bytes, alignment_);
+    s.persistent = info.persistent();
+    s.activation = info.activation();
+    s.saved = info.saved;
+    s.action = info.action;
+    s.producer = info.producer;
+    s.prefetch_before = info.prefetch_before;
   }
-  // Placements: the root's wins, else the lowest listed alias (dedup).
-  std::vector<bool> decided_by_root(storages_.size(), false), decided(storages_.size(), false);
-  std::vector<const traces::Placement*> chosen(storages_.size(), nullptr);
-  for (const traces::Placement& p : plan_.placements) {
-    if (p.tensor < 0 || static_cast<size_t>(p.tensor) >= n) {
-      return Status::InvalidArgument("plan placement names tensor " + std::to_string(p.tensor) +
-                                     ", which the trace does not have");
-    }
-    const size_t s = StorageOf(p.tensor);
-    const bool is_root = storages_[s].root == p.tensor;
-    if (decided_by_root[s]) continue;
-    if (is_root || !decided[s] || p.tensor < chosen[s]->tensor) {
-      chosen[s] = &p;
-      decided[s] = true;
-      decided_by_root[s] = is_root;
-    }
-  }
-  prefetch_at_.assign(trace_.ops.size(), {});
-  for (size_t s = 0; s < storages_.size(); ++s) {
-    if (!chosen[s] || storages_[s].persistent) continue;
-    Storage& st = storages_[s];
-    st.action = chosen[s]->action;
-    if (st.action == TensorAction::kRecompute && st.producer == traces::kNoOp) {
-      st.action = TensorAction::kKeep;
-    }
-    const OpId pf = chosen[s]->prefetch_before;
-    if (pf != traces::kNoOp &&
-        (st.action == TensorAction::kOffloadSsd || st.action == TensorAction::kOffloadHost)) {
-      if (pf < 0 || static_cast<size_t>(pf) >= trace_.ops.size()) {
-        return Status::InvalidArgument(
-            "plan placement for tensor " + std::to_string(chosen[s]->tensor) +
-            ": prefetch_before names op " + std::to_string(pf) + ", which the trace does not have");
-      }
-      st.prefetch_before = pf;
-      prefetch_at_[static_cast<size_t>(pf)].push_back(s);
-    }
-  }
-  op_inputs_.resize(trace_.ops.size());
-  op_outputs_.resize(trace_.ops.size());
+  auto to_size = [](const std::vector<std::vector<int>>& in,
+                    std::vector<std::vector<size_t>>& out) {
+    out.resize(in.size());
+    for (size_t i = 0; i < in.size(); ++i) out[i].assign(in[i].begin(), in[i].end());
+  };
+  to_size(sp.prefetch_at, prefetch_at_);
+  to_size(sp.op_inputs, op_inputs_);
+  to_size(sp.op_outputs, op_outputs_);
   for (const traces::Op& op : trace_.ops) {
-    op_inputs_[static_cast<size_t>(op.id)] = UniqueStorages(op.inputs);
-    op_outputs_[static_cast<size_t>(op.id)] = UniqueStorages(op.outputs);
     for (size_t s : op_inputs_[static_cast<size_t>(op.id)]) {
       ++storages_[s].pending;
       if (op.phase == Phase::kForward) ++storages_[s].pending_forward;
     }
   }
   for (const Storage& s : storages_) {
-    if (s.persistent) result_.static_bytes += s.bytes;
+    if (s.persistent) result_.static_bytes += s.memory;
     if (s.activation && s.saved && s.action == TensorAction::kKeep) {
-      result_.kept_activation_bytes += s.bytes;
+      result_.kept_activation_bytes += s.memory;
     }
   }
+  if (workspace_bytes_ > 0) result_.static_bytes += workspace_bytes_;
   return Status::Ok();
 }
 
@@ -274,8 +243,8 @@ void StageSimulator::AddSpan(traces::Lane lane, int64_t start, int64_t end, OpId
 void StageSimulator::Allocate(Storage& s) {
   if (s.resident) return;
   s.resident = true;
-  device_bytes_ += s.bytes;
-  if (s.activation) activation_bytes_ += s.bytes;
+  device_bytes_ += s.memory;
+  if (s.activation) activation_bytes_ += s.memory;
   Sample();
 }
 
@@ -283,8 +252,8 @@ void StageSimulator::Free(Storage& s) {
   if (!s.resident) return;
   s.resident = false;
   if (s.pending == 0) s.read = ReadState::kNone;  // a later recompute may read it again
-  device_bytes_ -= s.bytes;
-  if (s.activation) activation_bytes_ -= s.bytes;
+  device_bytes_ -= s.memory;
+  if (s.activation) activation_bytes_ -= s.memory;
   Sample();
 }
 
@@ -301,9 +270,8 @@ void StageSimulator::MaybeRelease(Storage& s) {
   if (s.pinned || s.pending_forward > 0) return;
   const bool offloaded =
       s.action == TensorAction::kOffloadSsd || s.action == TensorAction::kOffloadHost;
-  if (offloaded && (s.write == WriteState::kStaged || s.write == WriteState::kLanded) &&
-      s.read == ReadState::kNone) {
-    Free(s);  // evicted: the data is off the device
+  if (offloaded && s.write == WriteState::kLanded && s.read == ReadState::kNone) {
+    Free(s);  // evicted: the write has landed (traces/storage_plan.h, "Memory")
   } else if (s.action == TensorAction::kRecompute && !s.recomputed) {
     Free(s);  // dropped: rebuilt before its first backward use
   }
@@ -342,6 +310,7 @@ void StageSimulator::StartOffload(size_t sid) {
                          result_.ssd_bytes_written += st.bytes;
                          st.write = WriteState::kLanded;
                          MaybeRelease(st);
+                         TryIssue();  // an op may be waiting for this memory
                        });
     s.write_flow = *flow;
     return;
@@ -358,6 +327,7 @@ void StageSimulator::StartOffload(size_t sid) {
                          st.write = WriteState::kLanded;
                          result_.host_bytes_written += st.bytes;
                          MaybeRelease(st);
+                         TryIssue();
                          return;
                        }
                        // Bounce: the pinned copy goes on to the SSD, unless forwarding drops it
@@ -375,6 +345,8 @@ void StageSimulator::StartOffload(size_t sid) {
                              host_bytes_ -= x.bytes;
                              Sample();
                              x.write = WriteState::kLanded;
+                             MaybeRelease(x);
+                             TryIssue();
                            });
                        st.stage_flow = *ssd_flow;
                        MaybeRelease(st);
@@ -449,10 +421,8 @@ void StageSimulator::TryIssue() {
     }
     const size_t op_index = static_cast<size_t>(item.op);
     if (item.recompute) {
-      // Skip a recompute whose outputs another recompute already rebuilt.
-      bool needed = false;
-      for (size_t s : op_outputs_[op_index]) needed = needed || !storages_[s].resident;
-      if (!needed) {
+      // Skip a recompute whose target another recompute already rebuilt.
+      if (storages_[item.target].resident) {
         recompute_stack_.pop_back();
         continue;
       }
@@ -492,11 +462,21 @@ void StageSimulator::TryIssue() {
         return;
       }
       s.held = true;
-      recompute_stack_.push_back(WorkItem{s.producer, true});
+      recompute_stack_.push_back(WorkItem{s.producer, true, sid});
       pushed = true;
       break;
     }
     if (pushed) continue;
+    // Backpressure: outputs that would take the device past the plan's budget
+    // wait for writes in flight to land and evict (the replay does the same).
+    if (!waiting && budget_bytes_ > 0) {
+      int64_t need = 0;
+      for (size_t sid : op_outputs_[op_index]) {
+        const Storage& s = storages_[sid];
+        if (!s.persistent && !s.resident) need += s.memory;
+      }
+      if (device_bytes_ + need > budget_bytes_ && WritesWillFreeMemory()) waiting = true;
+    }
     if (waiting) {
       if (wait_start_ < 0) wait_start_ = Now();
       return;
@@ -508,6 +488,17 @@ void StageSimulator::TryIssue() {
     if (item.recompute) recompute_stack_.pop_back();
     StartItem(item);
   }
+}
+
+bool StageSimulator::WritesWillFreeMemory() const {
+  for (const Storage& s : storages_) {
+    if (s.resident && !s.pinned && !s.held && s.pending_forward == 0 &&
+        s.read == ReadState::kNone &&
+        (s.write == WriteState::kQueued || s.write == WriteState::kStaged)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void StageSimulator::FirePrefetches(size_t upto) {
@@ -537,11 +528,28 @@ void StageSimulator::StartItem(const WorkItem& item) {
                    static_cast<size_t>(std::max(1, hw_.gpu.issue_ahead_ops) - 1));
   }
   for (size_t sid : op_inputs_[static_cast<size_t>(item.op)]) storages_[sid].held = false;
-  for (size_t sid : op_outputs_[static_cast<size_t>(item.op)]) {
-    Storage& s = storages_[sid];
-    if (s.persistent || s.resident) continue;
-    if (item.recompute) s.recomputed = true;
-    Allocate(s);
+  if (item.recompute) {
+    Storage& target = storages_[item.target];
+    target.recomputed = true;
+    Allocate(target);
+    // Every other output, resident or not, gets a scratch buffer (per tensor,
+    // at least one byte) for the length of the op.
+    scratch_bytes_ = 0;
+    for (traces::TensorId t : op.outputs) {
+      if (static_cast<size_t>(resolved_.IndexOf(t)) == item.target) continue;
+      scratch_bytes_ +=
+          traces::DeviceBytes(std::max<int64_t>(1, trace_.tensor(t).bytes), alignment_);
+    }
+    if (scratch_bytes_ > 0) {
+      device_bytes_ += scratch_bytes_;
+      Sample();
+    }
+  } else {
+    for (size_t sid : op_outputs_[static_cast<size_t>(item.op)]) {
+      Storage& s = storages_[sid];
+      if (s.persistent || s.resident) continue;
+      Allocate(s);
+    }
   }
   const int64_t duration = cost_.OpTimeNs(op);
   const Status status =
@@ -559,6 +567,9 @@ void StageSimulator::EndItem(const WorkItem& item, int64_t start) {
   result_.compute_busy_ns += end - start;
   if (item.recompute) {
     result_.recompute_ns += end - start;
+    device_bytes_ -= scratch_bytes_;
+    scratch_bytes_ = 0;
+    Sample();
   } else {
     OpTiming& timing = result_.ops[index];
     timing.start_ns = start;
@@ -601,6 +612,8 @@ Result<StageResult> StageSimulator::Run() {
   for (Storage& s : storages_) {
     if (s.persistent) Allocate(s);
   }
+  device_bytes_ += workspace_bytes_;  // reserved after the weights, as the replay does
+  Sample();
   TryIssue();
   engine_.Run();
   SSDTRAIN_RETURN_IF_ERROR(error_);
@@ -610,24 +623,9 @@ Result<StageResult> StageSimulator::Run() {
   }
   result_.step_ns = Now();
   result_.exposed_io_ns += result_.step_ns - result_.compute_end_ns;
-  static constexpr traces::Lane kLanes[] = {traces::Lane::kCompute, traces::Lane::kDeviceToHost,
-                                            traces::Lane::kHostToDevice, traces::Lane::kSsdWrite,
-                                            traces::Lane::kSsdRead};
-  for (traces::Lane lane : kLanes) {
-    auto& v = lane_intervals_[static_cast<int>(lane)];
-    std::sort(v.begin(), v.end());
-    int64_t busy = 0, cur_start = -1, cur_end = -1;
-    for (const auto& [a, b] : v) {
-      if (a > cur_end) {
-        busy += cur_end - cur_start;
-        cur_start = a;
-        cur_end = b;
-      } else {
-        cur_end = std::max(cur_end, b);
-      }
-    }
-    busy += cur_end - cur_start;
-    result_.lane_busy_ns[std::string(traces::ToString(lane))] = busy;
+  for (traces::Lane lane : traces::kBusyLanes) {
+    result_.lane_busy_ns[std::string(traces::ToString(lane))] =
+        traces::BusyTime(std::move(lane_intervals_[static_cast<int>(lane)]));
   }
   return std::move(result_);
 }

@@ -4,15 +4,22 @@
 // are rebuilt by re-running their producers before their first backward use.
 //
 // The model, step by step (sim/README.md has the long form):
-// - Memory: weights, gradients, optimizer state and step inputs are resident
-//   all step. Any other storage (a tensor and its aliases) is allocated when its
-//   producer starts and freed when its last consumer ends.
+// - Memory, as traces/storage_plan.h defines it (the replay keeps the same
+//   rules): storages resident all step are allocated first, then (on a
+//   calibrated machine) the executor's GEMM workspace; any other storage (a
+//   tensor and its aliases) is allocated when its producer starts and freed
+//   when its last consumer ends; every storage is rounded up to the device's
+//   allocation granularity.
 // - Offload (offload-ssd, offload-host): when the producer ends, a write starts
 //   (GDS: one flow over PCIe d2h and the SSD array; bounce: PCIe d2h into pinned
 //   memory, then pinned memory to SSD; host: PCIe d2h only). Each direction has
 //   at most `max_inflight_tensors` tensors admitted; the rest queue FIFO. The
-//   device copy is evicted once the data has left the device and every forward
-//   consumer has run.
+//   device copy is evicted once the write has landed (on the SSD; for
+//   offload-host, in host memory) and every forward consumer has run.
+// - Budget (Plan::memory_budget_bytes): an op whose outputs would take the
+//   device past it waits while writes in flight will evict something
+//   (backpressure); the wait is exposed I/O. With nothing in flight it runs
+//   anyway and the peak shows the overrun.
 // - Read-back: issued when op `prefetch_before` starts, or on demand by the
 //   first consumer that finds the tensor gone; the consumer waits for it, and
 //   that wait is exposed I/O. The destination is allocated when the read starts.

@@ -1,12 +1,12 @@
 #include "traces/plan.h"
 
 #include <array>
-#include <filesystem>
 #include <unordered_map>
 
 #include "traces/detail/enum_names.h"
 #include "traces/detail/json_fields.h"
 #include "traces/io.h"
+#include "traces/storage_plan.h"
 
 namespace ssdtrain::traces {
 namespace {
@@ -50,17 +50,6 @@ Result<Placement> ParsePlacement(const json& j, const JsonPath& at) {
   SSDTRAIN_ASSIGN_OR_RETURN(p.offset, r.IntOr("offset", 0));
   SSDTRAIN_RETURN_IF_ERROR(r.CheckNoUnknown());
   return p;
-}
-
-// A relative path that stays inside its directory: no "..", not absolute, not empty.
-bool StaysInside(const std::string& file) {
-  if (file.empty()) return false;
-  std::filesystem::path p(file);
-  if (p.is_absolute() || p.has_root_name() || p.has_root_directory()) return false;
-  for (const auto& part : p) {
-    if (part == "..") return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -220,53 +209,7 @@ Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& sou
         " (the plan was made for another trace: other micro-batch, sequence length or "
         "parallelism)");
   }
-  const auto n_tensors = static_cast<int64_t>(trace.tensors.size());
-  const auto n_ops = static_cast<int64_t>(trace.ops.size());
-  std::unordered_map<TensorId, size_t> seen;
-  for (size_t i = 0; i < plan.placements.size(); ++i) {
-    const Placement& p = plan.placements[i];
-    const std::string at = source + ": placements[" + std::to_string(i) + "]";
-    if (p.tensor < 0 || p.tensor >= n_tensors) {
-      return Status::FailedPrecondition(at + ".tensor: tensor " + std::to_string(p.tensor) +
-                                        " does not exist in the trace");
-    }
-    if (auto [it, fresh] = seen.emplace(p.tensor, i); !fresh) {
-      return Status::InvalidArgument(at + ".tensor: tensor " + std::to_string(p.tensor) +
-                                     " is already placed by placements[" +
-                                     std::to_string(it->second) + "]");
-    }
-    const Tensor& t = trace.tensor(p.tensor);
-    if (p.action != TensorAction::kKeep && !t.saved_for_backward) {
-      return Status::InvalidArgument(at + ".action: tensor " + std::to_string(t.id) + " (" +
-                                     t.name +
-                                     ") is not saved for backward; only saved tensors can be " +
-                                     std::string(ToString(p.action)));
-    }
-    if ((p.action == TensorAction::kOffloadSsd || p.action == TensorAction::kOffloadHost) &&
-        !t.offloadable) {
-      return Status::InvalidArgument(at + ".action: tensor " + std::to_string(t.id) + " (" +
-                                     t.name + ") is not offloadable");
-    }
-    if (p.action == TensorAction::kRecompute && t.producer == kNoOp) {
-      return Status::InvalidArgument(at + ".action: tensor " + std::to_string(t.id) +
-                                     " has no producer op to recompute it with");
-    }
-    if (p.prefetch_before != kNoOp && (p.prefetch_before < 0 || p.prefetch_before >= n_ops)) {
-      return Status::InvalidArgument(at + ".prefetch_before: op " +
-                                     std::to_string(p.prefetch_before) + " does not exist");
-    }
-    if (p.action == TensorAction::kOffloadSsd) {
-      if (!StaysInside(p.file)) {
-        return Status::InvalidArgument(at + ".file: \"" + p.file +
-                                       "\" must be a relative name inside the offload directory "
-                                       "(no \"..\", not absolute, not empty)");
-      }
-      if (p.offset < 0 || p.device < 0) {
-        return Status::InvalidArgument(at + ": offset and device must not be negative");
-      }
-    }
-  }
-  return Status::Ok();
+  return ResolvePlan(trace, plan, source).status();
 }
 
 }  // namespace ssdtrain::traces

@@ -1,5 +1,7 @@
 #include "traces/timeline.h"
 
+#include <algorithm>
+
 #include <array>
 #include <map>
 
@@ -24,6 +26,22 @@ constexpr double kNsPerUs = 1000.0;
 std::optional<Lane> ParseLane(std::string_view s) { return detail::ParseName(kLaneNames, s); }
 
 }  // namespace
+
+int64_t BusyTime(std::vector<std::pair<int64_t, int64_t>> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  int64_t busy = 0, cur_start = 0, cur_end = -1;
+  for (const auto& [s, e] : intervals) {
+    if (cur_end < s) {
+      if (cur_end > cur_start) busy += cur_end - cur_start;
+      cur_start = s;
+      cur_end = e;
+    } else {
+      cur_end = std::max(cur_end, e);
+    }
+  }
+  if (cur_end > cur_start) busy += cur_end - cur_start;
+  return busy;
+}
 
 std::string_view ToString(Lane v) { return detail::NameOf(kLaneNames, v); }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "traces/status.h"
@@ -15,6 +16,12 @@ namespace ssdtrain::traces {
 // Lanes of the timeline; each is one row in Perfetto.
 enum class Lane { kCompute, kDeviceToHost, kHostToDevice, kSsdWrite, kSsdRead, kNetwork };
 std::string_view ToString(Lane v);  // compute, d2h, h2d, ssd_write, ssd_read, network
+// The lanes a step report's lane_busy_ns holds, predicted and measured alike.
+inline constexpr Lane kBusyLanes[] = {Lane::kCompute, Lane::kDeviceToHost, Lane::kHostToDevice,
+                                      Lane::kSsdWrite, Lane::kSsdRead};
+// A lane's busy time: the length of the union of its [start, end) intervals
+// (overlapping transfers on one lane count once).
+int64_t BusyTime(std::vector<std::pair<int64_t, int64_t>> intervals);
 
 struct Span {
   Lane lane = Lane::kCompute;

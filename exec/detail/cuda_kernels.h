@@ -1,5 +1,6 @@
 // Host wrappers of the CUDA backend's kernels (exec/cuda_kernels.cu). Each
-// enqueues on `stream` and returns the launch error.
+// enqueues on `stream` and returns that launch's own error (never an older
+// error of the calling thread).
 #pragma once
 
 #include <cuda_runtime.h>

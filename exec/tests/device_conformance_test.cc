@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "exec/cuda_device.h"
@@ -96,7 +97,10 @@ TEST_P(DeviceConformance, CheckPatternNamesTheFirstCorruptByte) {
 
 TEST_P(DeviceConformance, GemmNeedsItsWorkspaceAndRunsItsShape) {
   // A 256x128x64 GEMM needs (256*64 + 64*128 + 256*128) fp32 elements of
-  // workspace = 57344 * 4 = 229376 bytes; without it the op is refused.
+  // workspace = 57344 * 4 = 229376 bytes at least (CUDA reserves room for both
+  // of the batch's C matrices: 360448 bytes); without it the op is refused.
+  // The output buffer holds one fp16 C matrix of the two, so C goes to the
+  // workspace, with a stride of its own per matrix.
   traces::Trace trace;
   traces::Op op;
   op.kind = traces::OpKind::kGemm;
@@ -152,6 +156,51 @@ TEST_P(DeviceConformance, EventTimesFollowStreamOrder) {
   device_->Free(b);
 }
 
+TEST_P(DeviceConformance, ChecksOnTwoStreamsFromTwoThreadsKeepTheirOwnResults) {
+  // Two host threads check at once, each on its own stream (device.h allows
+  // it): `good` always matches seed 3; `bad` always mismatches first at byte
+  // 100. 200 rounds each; a result shared between streams would let one
+  // check's preset or mismatch show up in the other's answer.
+  constexpr int64_t kBytes = 1 << 20;
+  constexpr int kRounds = 200;
+  DeviceBuffer good = Alloc(kBytes), bad = Alloc(kBytes);
+  ASSERT_TRUE(device_->FillPatternAsync(good, 3, Stream::kCompute).ok());
+  ASSERT_TRUE(device_->FillPatternAsync(bad, 3, Stream::kHostToDevice).ok());
+  const uint8_t wrong = static_cast<uint8_t>(PatternByte(3, 100) ^ 0xff);
+  ASSERT_TRUE(device_->CopyToDeviceAsync(bad, 100, &wrong, 1).ok());
+  ASSERT_TRUE(device_->SynchronizeAll().ok());
+  int good_failures = 0, bad_misreports = 0;
+  std::thread other([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      Status s = device_->CheckPattern(bad, 3, Stream::kHostToDevice);
+      if (s.code() != Status::Code::kCorruption ||
+          s.message().find("byte 100 ") == std::string::npos) {
+        ++bad_misreports;
+      }
+    }
+  });
+  for (int i = 0; i < kRounds; ++i) {
+    if (!device_->CheckPattern(good, 3, Stream::kCompute).ok()) ++good_failures;
+  }
+  other.join();
+  EXPECT_EQ(good_failures, 0);
+  EXPECT_EQ(bad_misreports, 0);
+  device_->Free(good);
+  device_->Free(bad);
+}
+
+TEST_P(DeviceConformance, AFailedCallBeforeALaunchDoesNotFailTheLaunch) {
+  // A registration that fails (CUDA: cudaHostRegister of a null pointer
+  // leaves an error pending on the thread; the CPU backend's is a no-op) and
+  // is tolerated by its caller; the next kernel launches are healthy and must
+  // say so.
+  device_->RegisterHostMemory(nullptr, 4096).ok();
+  DeviceBuffer b = Alloc(64 * 1024);
+  EXPECT_TRUE(device_->FillPatternAsync(b, 11, Stream::kCompute).ok());
+  EXPECT_TRUE(device_->CheckPattern(b, 11, Stream::kCompute).ok());
+  device_->Free(b);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllBackends, DeviceConformance, ::testing::Values("cpu", "cuda"),
                          [](const auto& info) { return info.param; });
 
@@ -165,6 +214,42 @@ TEST(MakeDevice, AutoPicksCpuWithoutAGpuAndSaysWhy) {
   EXPECT_NE(picked.find("no GPU"), std::string::npos) << picked;
   auto cuda = MakeDevice(BackendChoice::kCuda, DeviceOptions{}, nullptr);
   EXPECT_EQ(cuda.status().code(), Status::Code::kUnavailable);
+}
+
+TEST(MakeDevice, CudaDeviceIndexPastTheLastGpuIsRefusedNamingTheCount) {
+  std::string why;
+  if (!CudaAvailable(&why)) GTEST_SKIP() << "no usable GPU: " << why;
+  // Index 64 exceeds any machine's count of GPUs.
+  DeviceOptions options;
+  options.capacity_bytes = 64 * kMiB;
+  options.cuda_device_index = 64;
+  auto device = MakeDevice(BackendChoice::kCuda, options, nullptr);
+  ASSERT_FALSE(device.ok());
+  EXPECT_EQ(device.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(device.status().message().find("CUDA device index 64 does not exist"),
+            std::string::npos)
+      << device.status().message();
+}
+
+TEST(MakeDevice, CudaDeviceIsUsableFromAThreadThatDidNotMakeIt) {
+  std::string why;
+  if (!CudaAvailable(&why)) GTEST_SKIP() << "no usable GPU: " << why;
+  // The replay drives H2D copies and checks from threads other than the one
+  // that made the device; those threads must run on the device's GPU.
+  DeviceOptions options;
+  options.capacity_bytes = 64 * kMiB;
+  auto device = MakeDevice(BackendChoice::kCuda, options, nullptr);
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  Status fill = Status::Internal("not run"), check = Status::Internal("not run");
+  std::thread([&] {
+    auto b = (*device)->Allocate(kMiB);
+    if (!b.ok()) return;
+    fill = (*device)->FillPatternAsync(*b, 21, Stream::kHostToDevice);
+    check = (*device)->CheckPattern(*b, 21, Stream::kHostToDevice);
+    (*device)->Free(*b);
+  }).join();
+  EXPECT_TRUE(fill.ok()) << fill.ToString();
+  EXPECT_TRUE(check.ok()) << check.ToString();
 }
 
 }  // namespace

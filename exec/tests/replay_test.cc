@@ -212,7 +212,11 @@ TEST(Replay, WaitsForStagingAreCountedAsExposedIo) {
   // The writes alone take written / 20 MB/s; most of that is idle compute.
   const int64_t write_ns = r->metrics.ssd_bytes_written * 1000 / 20;
   ASSERT_GT(idle, write_ns / 2);
-  EXPECT_GT(r->metrics.exposed_io_ns, idle * 8 / 10)
+  // Most of the idle time is exposed I/O. Not all: on a loaded 2-core machine
+  // (ctest -j2 beside other work) the issue thread also waits for a core, and
+  // that idle time is nobody's I/O (seen: ~95% exposed on a quiet machine,
+  // 78% and 48% under a load average of 10).
+  EXPECT_GT(r->metrics.exposed_io_ns, idle * 4 / 10)
       << "idle " << idle / 1e6 << " ms, exposed I/O " << r->metrics.exposed_io_ns / 1e6
       << " ms, SSD writes need " << write_ns / 1e6 << " ms";
   EXPECT_TRUE(ListTree(dir.path()).empty());

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <vector>
 
 namespace ssdtrain::exec {
@@ -38,25 +39,37 @@ traces::Trace SmallTrace() {
   return trace;
 }
 
-traces::Plan PlanFor(std::vector<std::pair<traces::TensorId, TensorAction>> actions,
-                     traces::OpId prefetch_before = traces::kNoOp) {
+// The plan resolved against SmallTrace(); owns both, so the cache's
+// references stay valid as long as this lives. Offload-ssd files are named
+// after the storage, so that a tensor and its view agree on the place.
+struct Resolved {
+  traces::Trace trace;
   traces::Plan plan;
+  traces::StoragePlan storage;
+};
+
+std::unique_ptr<Resolved> PlanFor(std::vector<std::pair<traces::TensorId, TensorAction>> actions,
+                                  traces::OpId prefetch_before = traces::kNoOp) {
+  auto r = std::make_unique<Resolved>();
+  r->trace = SmallTrace();
   for (auto [t, a] : actions) {
     traces::Placement p;
     p.tensor = t;
     p.action = a;
     p.prefetch_before = prefetch_before;
-    plan.placements.push_back(p);
+    if (a == TensorAction::kOffloadSsd) p.file = traces::OffloadFileName(r->trace.StorageOf(t));
+    r->plan.placements.push_back(p);
   }
-  return plan;
+  auto sp = traces::ResolvePlan(r->trace, r->plan, "test plan");
+  EXPECT_TRUE(sp.ok()) << sp.status().message();
+  if (sp.ok()) r->storage = std::move(*sp);
+  return r;
 }
 
 TEST(TensorCache, ATensorAndItsViewAreWrittenOnce) {
   // t1 and its view t2 both offloaded: one storage, one write of 1000 bytes.
-  const traces::Trace trace = SmallTrace();
-  const traces::Plan plan =
-      PlanFor({{1, TensorAction::kOffloadSsd}, {2, TensorAction::kOffloadSsd}});
-  TensorCache cache(trace, plan);
+  const auto plan = PlanFor({{1, TensorAction::kOffloadSsd}, {2, TensorAction::kOffloadSsd}});
+  TensorCache cache(plan->storage);
   EXPECT_EQ(cache.StorageOf(2), 1);
   EXPECT_TRUE(cache.OnProduced(cache.StorageOf(1)));
   EXPECT_FALSE(cache.OnProduced(cache.StorageOf(2)));
@@ -68,9 +81,8 @@ TEST(TensorCache, ATensorAndItsViewAreWrittenOnce) {
 TEST(TensorCache, ForwardingDropsAWriteNotYetStarted) {
   // Backward asks for t3 before its write started: served from memory, the
   // write is dropped, nothing is read.
-  const traces::Trace trace = SmallTrace();
-  const traces::Plan plan = PlanFor({{3, TensorAction::kOffloadSsd}});
-  TensorCache cache(trace, plan);
+  const auto plan = PlanFor({{3, TensorAction::kOffloadSsd}});
+  TensorCache cache(plan->storage);
   ASSERT_TRUE(cache.OnProduced(3));
   EXPECT_EQ(cache.ClaimForBackward(3), BackwardSource::kForwarded);
   EXPECT_TRUE(cache.WritePending(3));
@@ -85,9 +97,8 @@ TEST(TensorCache, ForwardingDropsAWriteNotYetStarted) {
 }
 
 TEST(TensorCache, AWriteInFlightWhenBackwardAsksIsNotEvicted) {
-  const traces::Trace trace = SmallTrace();
-  const traces::Plan plan = PlanFor({{3, TensorAction::kOffloadSsd}});
-  TensorCache cache(trace, plan);
+  const auto plan = PlanFor({{3, TensorAction::kOffloadSsd}});
+  TensorCache cache(plan->storage);
   ASSERT_TRUE(cache.OnProduced(3));
   ASSERT_TRUE(cache.BeginWrite(3));
   EXPECT_FALSE(cache.OnForwardUsesIssued(3));  // not landed yet
@@ -98,9 +109,8 @@ TEST(TensorCache, AWriteInFlightWhenBackwardAsksIsNotEvicted) {
 }
 
 TEST(TensorCache, EvictionWaitsForTheWriteAndTheLastForwardUse) {
-  const traces::Trace trace = SmallTrace();
-  const traces::Plan plan = PlanFor({{1, TensorAction::kOffloadSsd}});
-  TensorCache cache(trace, plan);
+  const auto plan = PlanFor({{1, TensorAction::kOffloadSsd}});
+  TensorCache cache(plan->storage);
   // Write lands first: eviction waits for the forward uses.
   ASSERT_TRUE(cache.OnProduced(1));
   ASSERT_TRUE(cache.BeginWrite(1));
@@ -125,9 +135,8 @@ TEST(TensorCache, AnEvictionDecidedOnLandingIsListedBeforeAClaimCanReadIt) {
   // claims: the eviction is listed under the same lock as the decision, so a
   // claim that finds t1 evicted (kRead) finds it in TakeEvictions too, and the
   // claimer frees the resident copy before it allocates the read's buffer.
-  const traces::Trace trace = SmallTrace();
-  const traces::Plan plan = PlanFor({{1, TensorAction::kOffloadSsd}});
-  TensorCache cache(trace, plan);
+  const auto plan = PlanFor({{1, TensorAction::kOffloadSsd}});
+  TensorCache cache(plan->storage);
   ASSERT_TRUE(cache.OnProduced(1));
   ASSERT_TRUE(cache.BeginWrite(1));
   EXPECT_FALSE(cache.OnForwardUsesIssued(1));
@@ -148,18 +157,16 @@ TEST(TensorCache, AnEvictionDecidedOnLandingIsListedBeforeAClaimCanReadIt) {
 }
 
 TEST(TensorCache, PrefetchPointsComeFromThePlan) {
-  const traces::Trace trace = SmallTrace();
-  const traces::Plan plan = PlanFor({{3, TensorAction::kOffloadSsd}}, /*prefetch_before=*/2);
-  TensorCache cache(trace, plan);
+  const auto plan = PlanFor({{3, TensorAction::kOffloadSsd}}, /*prefetch_before=*/2);
+  TensorCache cache(plan->storage);
   ASSERT_EQ(cache.PrefetchesAt(2).size(), 1u);
   EXPECT_EQ(cache.PrefetchesAt(2)[0], 3);
   EXPECT_TRUE(cache.PrefetchesAt(3).empty());
 }
 
 TEST(TensorCache, KeptAndRecomputedStoragesAreNeverWritten) {
-  const traces::Trace trace = SmallTrace();
-  const traces::Plan plan = PlanFor({{1, TensorAction::kKeep}, {3, TensorAction::kRecompute}});
-  TensorCache cache(trace, plan);
+  const auto plan = PlanFor({{1, TensorAction::kKeep}, {3, TensorAction::kRecompute}});
+  TensorCache cache(plan->storage);
   EXPECT_FALSE(cache.OnProduced(1));
   EXPECT_FALSE(cache.OnProduced(3));
   EXPECT_EQ(cache.ClaimForBackward(1), BackwardSource::kResident);

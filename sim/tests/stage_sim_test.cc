@@ -106,7 +106,8 @@ TEST(StageSim, ForwardingDropsWritesThatHaveNotStarted) {
 }
 
 TEST(StageSim, SharedStorageIsWrittenOnce) {
-  // act0 has a view saved too; both are placed for offload, one write happens.
+  // act0 has a view saved too; both are placed for offload at the same place
+  // (traces::ResolvePlan rejects two places for one storage): one write happens.
   traces::Trace t = ChainTrace(2, 1'000'000, 1'000'000, 1000);
   traces::Tensor view = t.tensors[2];
   view.id = static_cast<traces::TensorId>(t.tensors.size());
@@ -117,7 +118,7 @@ TEST(StageSim, SharedStorageIsWrittenOnce) {
   t.ops[2].inputs.push_back(view.id);
   auto plan =
       PlanWith(t, {Placement{2, TensorAction::kOffloadSsd, traces::kNoOp, "a", 0, 0},
-                   Placement{view.id, TensorAction::kOffloadSsd, traces::kNoOp, "v", 0, 0}});
+                   Placement{view.id, TensorAction::kOffloadSsd, traces::kNoOp, "a", 0, 0}});
   auto r = SimulateStage(t, plan, TestHardware(10, 10, 100));
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->ssd_bytes_written, 1'000'000);
@@ -225,6 +226,66 @@ TEST(Policies, OrderBasedPrefetchLooksTwoModulesAhead) {
   EXPECT_EQ(LookaheadPrefetchOp(t, 4, 2), 4);
   EXPECT_EQ(LookaheadPrefetchOp(t, 5, 2), 4);
   EXPECT_EQ(LookaheadPrefetchOp(t, 2, 0), 7);  // lookahead 0: at the consumer itself
+}
+
+
+// Three 1 GB layers, forward ops of 100 ms, act0 offloaded through pinned host
+// memory (no GDS): its copy leaves the device at 0.1 + 0.01 s (100 GB/s PCIe)
+// and its SSD write at 1 GB/s lands at 1.11 s, after the whole forward pass.
+traces::Trace SlowWriteTrace() {
+  traces::Trace t = ChainTrace(3, 1'000'000'000, 100'000'000, 1000);
+  return t;
+}
+HardwareOptions BounceHardware() {
+  HardwareOptions hw = TestHardware(1, 2, 100);
+  hw.storage.gds = false;
+  return hw;
+}
+
+TEST(StageSim, AnOffloadedTensorStaysResidentUntilItsWriteLands) {
+  // At fwd2 (0.2-0.3 s) act0's write is still on its way to the SSD, so act0,
+  // act1 and act2 are all resident: 3 GB of activations (evicting act0 once
+  // its copy had left the device would have said 2 GB, which the replay never
+  // sees: it frees the device copy when the write lands).
+  const traces::Trace t = SlowWriteTrace();
+  auto r = SimulateStage(
+      t, PlanWith(t, {Placement{2, TensorAction::kOffloadSsd, traces::kNoOp, "a.bin", 0, 0}}),
+      BounceHardware());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->peak_activation_bytes, 3'000'000'000);
+  EXPECT_EQ(r->peak_gpu_bytes, 3'000'002'000);  // + weight 1000 + input 1000
+  EXPECT_EQ(r->forwarded_storages, 1);           // still resident when bwd0 asks
+}
+
+TEST(StageSim, ABudgetHoldsBackTheNextOpUntilAWriteLands) {
+  // Budget: weight + input + two activations. fwd2 would need a third 1 GB,
+  // so it waits from 0.2 s until act0's write lands at 1.11 s and evicts it:
+  // 0.91 s exposed. bwd0 then reads act0 back on demand: 0.5 s from the SSD at
+  // 2 GB/s and 0.01 s over PCIe, 0.51 s exposed. Step: three forward ops
+  // (0.3 s) + 0.91 + 0.51 s + three backward ops of 1000 ns.
+  const traces::Trace t = SlowWriteTrace();
+  traces::Plan plan =
+      PlanWith(t, {Placement{2, TensorAction::kOffloadSsd, traces::kNoOp, "a.bin", 0, 0}});
+  plan.memory_budget_bytes = 2'000'002'000;
+  auto r = SimulateStage(t, plan, BounceHardware());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->peak_gpu_bytes, 2'000'002'000);
+  EXPECT_EQ(r->peak_activation_bytes, 2'000'000'000);
+  EXPECT_EQ(r->exposed_io_ns, 910'000'000 + 510'000'000);
+  EXPECT_EQ(r->step_ns, 300'000'000 + 910'000'000 + 510'000'000 + 3000);
+  EXPECT_EQ(r->ssd_bytes_read, 1'000'000'000);
+}
+
+TEST(StageSim, DeviceMemoryIsRoundedToTheAllocationGranularity) {
+  // Four 1000-byte activations on a device that allocates in 4096-byte units:
+  // each counts 4096, and so do the weight and the input.
+  const traces::Trace trace = ChainTrace(4, 1000, 100, 200);
+  HardwareOptions hw = TestHardware(1, 1, 10);
+  hw.gpu.allocation_alignment_bytes = 4096;
+  auto r = SimulateStage(trace, PlanWith(trace, {}), hw);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->peak_activation_bytes, 4 * 4096);
+  EXPECT_EQ(r->peak_gpu_bytes, 6 * 4096);
 }
 
 }  // namespace

@@ -1,0 +1,69 @@
+// Folding calibration measurements into a hardware config (app/calibration.cc):
+// on CUDA each dtype's GEMM peak is its own, and memory_GiB is the device's.
+#include "app/calibration.h"
+
+#include <gtest/gtest.h>
+
+namespace ssdtrain::app {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+exec::GemmSample Sample(const std::string& dtype, int64_t flops, int64_t ns) {
+  exec::GemmSample s;
+  s.dims = traces::GemmDims{1, 1, 1, 1};
+  s.dtype = dtype;
+  s.flops = flops;
+  s.ns = ns;
+  return s;
+}
+
+TEST(ApplyCalibration, CudaSetsEachDtypesPeakAndTheDevicesMemory) {
+  // 2e9 FLOPs in 40 us (fp32), 4 us (fp16), 5 us (bf16): 50, 500 and 400
+  // TFLOP/s, the peaks. 2e6 FLOPs in 100, 20 and 20 ns: 20, 100 and 100
+  // TFLOP/s, efficiencies 0.4, 0.2 and 0.25 of each dtype's peak, whose mean
+  // 0.85 / 3 is the curve's point there; at 2e9 every dtype is at its peak (1).
+  exec::Calibration c;
+  c.backend = "cuda";
+  c.device = "cuda:0 NVIDIA H200";
+  c.device_capacity_bytes = 138 * kGiB;
+  c.gemm = {Sample("fp32", 2'000'000'000, 40'000), Sample("fp16", 2'000'000'000, 4'000),
+            Sample("bf16", 2'000'000'000, 5'000),  Sample("fp32", 2'000'000, 100),
+            Sample("fp16", 2'000'000, 20),         Sample("bf16", 2'000'000, 20)};
+  sim::HardwareOptions base;
+  base.gpu.peak_tflops_fp16 = 1;  // what a CPU base config would leave
+  base.gpu.memory_GiB = 4;
+  const sim::HardwareOptions hw = ApplyCalibration(base, c, CalibrationSettings{"/tmp", "base"});
+  EXPECT_DOUBLE_EQ(hw.gpu.peak_tflops_fp32, 50);
+  EXPECT_DOUBLE_EQ(hw.gpu.peak_tflops_fp16, 500);
+  EXPECT_DOUBLE_EQ(hw.gpu.peak_tflops_bf16, 400);
+  EXPECT_DOUBLE_EQ(hw.gpu.memory_GiB, 138);
+  ASSERT_EQ(hw.gpu.gemm_efficiency.size(), 2u);
+  EXPECT_DOUBLE_EQ(hw.gpu.gemm_efficiency[0].size, 2e6);
+  EXPECT_NEAR(hw.gpu.gemm_efficiency[0].efficiency, 0.85 / 3, 1e-12);
+  EXPECT_DOUBLE_EQ(hw.gpu.gemm_efficiency[1].size, 2e9);
+  EXPECT_DOUBLE_EQ(hw.gpu.gemm_efficiency[1].efficiency, 1);
+  EXPECT_EQ(hw.gpu.attention_efficiency.size(), 2u);
+}
+
+TEST(ApplyCalibration, CpuRunsEveryDtypeAtItsFp32Rate) {
+  // The CPU backend times fp32 only: 2e9 FLOPs in 1 ms is 2 TFLOP/s for all
+  // three dtypes. Two shapes of equal FLOPs keep the better: 2e6 in 2 us and
+  // 4 us are 1 and 0.5 TFLOP/s, so the point there is 1 / 2 = 0.5.
+  exec::Calibration c;
+  c.backend = "cpu";
+  c.device_capacity_bytes = 4 * kGiB;
+  c.gemm = {Sample("fp32", 2'000'000'000, 1'000'000), Sample("fp32", 2'000'000, 2'000),
+            Sample("fp32", 2'000'000, 4'000)};
+  const sim::HardwareOptions hw =
+      ApplyCalibration(sim::HardwareOptions{}, c, CalibrationSettings{"/tmp", "base"});
+  EXPECT_DOUBLE_EQ(hw.gpu.peak_tflops_fp32, 2);
+  EXPECT_DOUBLE_EQ(hw.gpu.peak_tflops_fp16, 2);
+  EXPECT_DOUBLE_EQ(hw.gpu.peak_tflops_bf16, 2);
+  EXPECT_DOUBLE_EQ(hw.gpu.memory_GiB, 4);
+  ASSERT_EQ(hw.gpu.gemm_efficiency.size(), 2u);
+  EXPECT_DOUBLE_EQ(hw.gpu.gemm_efficiency[0].efficiency, 0.5);
+}
+
+}  // namespace
+}  // namespace ssdtrain::app

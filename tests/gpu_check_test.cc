@@ -1,0 +1,199 @@
+// scripts/gpu-check.sh without a GPU: its summary (scripts/gpu_check_summary.py)
+// on real run files of the CPU backend, and its "is there a GPU?" stage on this
+// build with the PCI bus, the driver's /proc folder and nvidia-smi pointed at
+// stand-ins (SSDTRAIN_PCI_DEVICES, SSDTRAIN_NVIDIA_PROC, SSDTRAIN_NVIDIA_SMI):
+// no NVIDIA GPU skips (exit 77); a GPU CUDA cannot start on fails (exit 1)
+// naming the driver version.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "exec/cuda_device.h"
+#include "tests/cli_util.h"
+#include "traces/io.h"
+
+namespace ssdtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::CliResult;
+using testing::RunSsdtrain;
+using testing::SourceDir;
+
+// Runs a shell command line; stdout and stderr together.
+CliResult Shell(const std::string& command) {
+  CliResult r;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+void WriteFile(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path) << text;
+}
+
+class GpuCheck : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ssdtrain-gpu-check-test-" + std::to_string(::getpid()));
+    fs::create_directories(dir_ / "offload");
+    fs::create_directories(dir_ / "out");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // The run files gpu-check.sh makes on the GPU, made here on the CPU backend
+  // from a two-layer model: run-POLICY.json with --verify, time-POLICY.json without.
+  void MakeRunFiles() {
+    const nlohmann::json model{{"name", "micro-gpt"},
+                               {"family", "gpt"},
+                               {"hidden", 64},
+                               {"heads", 2},
+                               {"layers", 2},
+                               {"vocab", 256},
+                               {"seq_len", 64},
+                               {"micro_batch", 2},
+                               {"tp", 1},
+                               {"pp", 1},
+                               {"attention", "standard"},
+                               {"dtype", "fp32"}};
+    ASSERT_TRUE(traces::WriteJsonFile(model, Path("micro-gpt.json")).ok());
+    CliResult t =
+        RunSsdtrain("trace --model " + Path("micro-gpt.json") + " -o " + Path("trace.json"));
+    ASSERT_EQ(t.exit_code, 0) << t.output;
+    for (const std::string policy : {"keep", "offload-all"}) {
+      const std::string common = "replay --trace " + Path("trace.json") + " --policy " + policy +
+                                 " --dir " + Path("offload") + " --backend cpu --steps 1 ";
+      CliResult v = RunSsdtrain(common + "--verify -o " + Path("out/run-" + policy + ".json"));
+      ASSERT_EQ(v.exit_code, 0) << v.output;
+      CliResult u = RunSsdtrain(common + "-o " + Path("out/time-" + policy + ".json"));
+      ASSERT_EQ(u.exit_code, 0) << u.output;
+    }
+  }
+  CliResult Summary() const {
+    return Shell("python3 " + SourceDir() + "/scripts/gpu_check_summary.py " + Path("out"));
+  }
+  // gpu-check.sh's probe stage only, on this build's exec_device_test.
+  CliResult Probe(const std::string& env) const {
+    return Shell("env SSDTRAIN_GPU_CHECK_PROBE_ONLY=1 SSDTRAIN_GPU_BUILD_DIR=" +
+                 std::string(SSDTRAIN_BINARY_DIR) + " " + env + " " + SourceDir() +
+                 "/scripts/gpu-check.sh " + Path("offload"));
+  }
+  fs::path dir_;
+};
+
+TEST_F(GpuCheck, SummaryReadsTheRunFilesOfTheCpuBackend) {
+  MakeRunFiles();
+  // The count of checked tensors is under "extra" in a run file; the row
+  // shows it beside `verified`.
+  Result<nlohmann::json> run = traces::ReadJsonFile(Path("out/run-offload-all.json"));
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  const int64_t checked = (*run)["extra"]["tensors_checked"].get<int64_t>();
+  EXPECT_GT(checked, 0);
+  const CliResult r = Summary();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("True (" + std::to_string(checked) + ")"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("offload/keep step time"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;
+}
+
+TEST_F(GpuCheck, SummaryFailsWhenAReplayDidNotVerify) {
+  MakeRunFiles();
+  Result<nlohmann::json> run = traces::ReadJsonFile(Path("out/run-keep.json"));
+  ASSERT_TRUE(run.ok());
+  (*run)["verified"] = false;
+  ASSERT_TRUE(traces::WriteJsonFile(*run, Path("out/run-keep.json")).ok());
+  const CliResult r = Summary();
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("the --verify replay of keep did not verify"), std::string::npos)
+      << r.output;
+}
+
+TEST_F(GpuCheck, SummaryNamesTheFileAndFieldItLacks) {
+  MakeRunFiles();
+  Result<nlohmann::json> run = traces::ReadJsonFile(Path("out/run-offload-all.json"));
+  ASSERT_TRUE(run.ok());
+  (*run)["extra"].erase("tensors_checked");
+  ASSERT_TRUE(traces::WriteJsonFile(*run, Path("out/run-offload-all.json")).ok());
+  const CliResult r = Summary();
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(
+      r.output.find(Path("out/run-offload-all.json") + ": no field \"extra.tensors_checked\""),
+      std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;
+}
+
+TEST_F(GpuCheck, NoNvidiaGpuSkipsWithExit77) {
+  std::string why;
+  if (exec::CudaAvailable(&why)) GTEST_SKIP() << "a GPU is usable here";
+  // A PCI bus with only a non-NVIDIA display controller (Matrox, 0x102b).
+  WriteFile(dir_ / "pci/0000:00:02.0/vendor", "0x102b\n");
+  WriteFile(dir_ / "pci/0000:00:02.0/class", "0x030000\n");
+  const CliResult r =
+      Probe("SSDTRAIN_PCI_DEVICES=" + Path("pci") + " SSDTRAIN_NVIDIA_PROC=" + Path("no-proc") +
+            " SSDTRAIN_NVIDIA_SMI=" + Path("no-nvidia-smi"));
+  EXPECT_EQ(r.exit_code, 77) << r.output;
+  EXPECT_NE(r.output.find("SKIPPED: no NVIDIA GPU on this machine"), std::string::npos) << r.output;
+}
+
+TEST_F(GpuCheck, GpuPresentButCudaCannotStartFailsNamingTheDriverVersion) {
+  std::string why;
+  if (exec::CudaAvailable(&why)) GTEST_SKIP() << "a GPU is usable here";
+  // An H200 on the bus (vendor 0x10de, 3D controller 0x0302) with a driver
+  // older than this CUDA needs, as its /proc file reports it.
+  WriteFile(dir_ / "pci/0000:19:00.0/vendor", "0x10de\n");
+  WriteFile(dir_ / "pci/0000:19:00.0/class", "0x030200\n");
+  WriteFile(dir_ / "proc/version",
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC "
+            "2023\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n");
+  const CliResult r =
+      Probe("SSDTRAIN_PCI_DEVICES=" + Path("pci") + " SSDTRAIN_NVIDIA_PROC=" + Path("proc") +
+            " SSDTRAIN_NVIDIA_SMI=" + Path("no-nvidia-smi"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("an NVIDIA GPU is present, but CUDA cannot start"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("0000:19:00.0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("NVIDIA driver version: 535.104.05"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no usable GPU: " + why), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("this build uses "), std::string::npos) << r.output;
+
+  // The open kernel module words its line differently ("for x86_64" before
+  // the version).
+  WriteFile(dir_ / "proc/version",
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  "
+            "(dvs-builder@U16-I3-B03-4-3)  Tue Mar  5 22:16:49 UTC 2024\n");
+  const CliResult open =
+      Probe("SSDTRAIN_PCI_DEVICES=" + Path("pci") + " SSDTRAIN_NVIDIA_PROC=" + Path("proc") +
+            " SSDTRAIN_NVIDIA_SMI=" + Path("no-nvidia-smi"));
+  EXPECT_EQ(open.exit_code, 1) << open.output;
+  EXPECT_NE(open.output.find("NVIDIA driver version: 550.54.15 (from"), std::string::npos)
+      << open.output;
+
+  // Without the /proc file the version comes from nvidia-smi.
+  WriteFile(dir_ / "bin/nvidia-smi", "#!/bin/sh\necho 550.54.15\n");
+  ::chmod(Path("bin/nvidia-smi").c_str(), 0755);
+  const CliResult smi =
+      Probe("SSDTRAIN_PCI_DEVICES=" + Path("pci") + " SSDTRAIN_NVIDIA_PROC=" + Path("no-proc") +
+            " SSDTRAIN_NVIDIA_SMI=" + Path("bin/nvidia-smi"));
+  EXPECT_EQ(smi.exit_code, 1) << smi.output;
+  EXPECT_NE(smi.output.find("NVIDIA driver version: 550.54.15 (from " + Path("bin/nvidia-smi")),
+            std::string::npos)
+      << smi.output;
+}
+
+}  // namespace
+}  // namespace ssdtrain

@@ -1,0 +1,123 @@
+// One meaning of a plan, checked end to end: the simulator and the executor
+// read the same resolved plan (traces/storage_plan.h), so for the same plan they
+// hold the same storages at the same points and their memory peaks agree to
+// the byte. The replay runs for real on the CPU backend with offload files.
+// To make its evictions land where the model puts them, the replay waits for
+// each write after every op (ReplayOptions::wait_for_writes) and the simulated
+// links are fast enough that every write lands before the next op starts.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "exec/replay.h"
+#include "models/build_trace.h"
+#include "models/model_config.h"
+#include "sim/hardware.h"
+#include "sim/policy.h"
+#include "sim/simulate.h"
+#include "traces/storage_plan.h"
+
+namespace ssdtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A two-block fp32 GPT small enough to replay in a fraction of a second.
+traces::Trace MicroGpt() {
+  const nlohmann::json j{{"name", "micro-gpt"},
+                         {"family", "gpt"},
+                         {"hidden", 64},
+                         {"heads", 2},
+                         {"layers", 2},
+                         {"vocab", 256},
+                         {"seq_len", 64},
+                         {"micro_batch", 2},
+                         {"tp", 1},
+                         {"pp", 1},
+                         {"attention", "standard"},
+                         {"dtype", "fp32"}};
+  auto config = models::ModelConfigFromJson(j, "micro-gpt");
+  EXPECT_TRUE(config.ok()) << config.status().message();
+  auto trace = models::BuildTrace(*config, 0);
+  EXPECT_TRUE(trace.ok()) << trace.status().message();
+  return *trace;
+}
+
+// The CPU backend's hardware as calibrate records its memory (64-byte arena
+// granularity, the GEMM workspace counted), with I/O links far faster than any op.
+sim::HardwareOptions FastIoCpu() {
+  auto hw = sim::LoadHardware(SSDTRAIN_SOURCE_DIR "/configs/hardware/cpu-local.json");
+  EXPECT_TRUE(hw.ok()) << hw.status().message();
+  hw->gpu.allocation_alignment_bytes = 64;
+  hw->gpu.replay_workspace = true;
+  hw->host_link.d2h_GBps = hw->host_link.h2d_GBps = 1e6;
+  hw->host_link.latency_us = 0;
+  hw->host_memory.bandwidth_GBps = 1e6;
+  hw->storage.drive.read_GBps = hw->storage.drive.write_GBps = 1e6;
+  hw->storage.drive.read_latency_us = hw->storage.drive.write_latency_us = 0;
+  return *hw;
+}
+
+class MemoryAgreement : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ssdtrain-memory-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_P(MemoryAgreement, PredictedPeaksEqualTheReplaysToTheByte) {
+  const traces::Trace trace = MicroGpt();
+  const sim::HardwareOptions hw = FastIoCpu();
+  sim::PolicyOptions po;
+  po.min_offload_bytes = 0;  // micro-gpt's tensors are all small: move them anyway
+  auto plan = sim::MakeFixedPlan(GetParam(), trace, hw, sim::BasePlan(trace), po);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  auto predicted = sim::Simulate(trace, *plan, hw);
+  ASSERT_TRUE(predicted.ok()) << predicted.status().message();
+
+  exec::ReplayOptions ro;
+  ro.dir = dir_.string();
+  ro.backend = exec::BackendChoice::kCpu;
+  ro.steps = 1;
+  ro.verify = true;
+  ro.wait_for_writes = true;
+  ro.device_memory_bytes = int64_t{64} << 20;
+  auto run = exec::Replay(trace, *plan, ro, GetParam());
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_TRUE(run->verified);
+  EXPECT_EQ(predicted->metrics.peak_activation_bytes, run->metrics.peak_activation_bytes);
+  EXPECT_EQ(predicted->metrics.peak_gpu_bytes, run->metrics.peak_gpu_bytes);
+  // With instant I/O and nothing recomputed both equal the static peaks of
+  // the resolved plan (plus the workspace on the device); recompute rebuilds
+  // storages and scratch outputs the static count leaves out, so there they
+  // are a lower bound.
+  auto resolved = traces::ResolvePlan(trace, *plan, GetParam());
+  ASSERT_TRUE(resolved.ok());
+  const traces::StaticPeaks peaks = traces::ComputeStaticPeaks(trace, *resolved, 64);
+  if (GetParam().rfind("recompute", 0) == 0) {
+    EXPECT_GE(run->metrics.peak_activation_bytes, peaks.activation_bytes);
+    EXPECT_GE(run->metrics.peak_gpu_bytes, peaks.device_bytes + run->workspace_bytes);
+  } else {
+    EXPECT_EQ(run->metrics.peak_activation_bytes, peaks.activation_bytes);
+    EXPECT_EQ(run->metrics.peak_gpu_bytes, peaks.device_bytes + run->workspace_bytes);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, MemoryAgreement,
+                         ::testing::Values("keep", "offload-ssd", "offload-host", "ssdtrain",
+                                           "recompute-full", "recompute-selective"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) {
+                             if (c == '-') c = '_';
+                           }
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace ssdtrain

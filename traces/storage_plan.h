@@ -1,0 +1,147 @@
+// What a plan means, decided once: a plan resolved against its trace, per
+// storage. The simulator (sim/stage_sim.cc, the policies, the planner) and the
+// executor (exec/tensor_cache, the replay) both consume this; neither derives
+// placements, lifetimes or residency on its own. DESIGN.md, "One meaning of a
+// plan".
+//
+// Storages: a tensor and every tensor whose alias_of chain ends at it share one
+// storage, keyed by that root tensor. A plan's placement names any member; it
+// applies to the whole storage (deduplication: written once, read once).
+//
+// The rules, in one place:
+// - Residency (StorageRole): step inputs (no producer), weights, weight
+//   gradients (a gradient read by the optimizer, or by nothing: the step's
+//   result) and optimizer state are resident all step. Every other storage is
+//   allocated when its producer is issued and freed after its last use.
+// - Placement: at most one action per storage. Placements on several members
+//   of one storage must agree on the action and, for offload-ssd, on the file,
+//   device and offset; their prefetch points may differ and the earliest wins
+//   (the read must be back for the first of them). Anything else is rejected.
+// - Offload-ssd extents: `file` at `offset` on directory `device`, occupying
+//   the storage's bytes rounded up to kOffloadExtentAlignment (O_DIRECT pads the
+//   last block); two extents in one file must not overlap.
+// - Offload-host: each storage has a fixed place in one host region
+//   (host_offset), each rounded up to kOffloadExtentAlignment.
+// - Memory: a storage offloaded (ssd or host) stays resident until its write
+//   (or host copy) has landed and its last forward use has been issued, unless
+//   backward claimed it first (forwarding: then it stays until its last use).
+//   A prefetched storage counts from the moment its read is issued. The
+//   device's allocation granularity rounds every storage (DeviceBytes).
+//
+// Thread-safety: a StoragePlan is immutable after ResolvePlan; share it freely.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "traces/plan.h"
+#include "traces/status.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::traces {
+
+// Offload extents (on disk and in the host region) are padded to this: the
+// O_DIRECT block and the page size.
+inline constexpr int64_t kOffloadExtentAlignment = 4096;
+
+enum class StorageRole {
+  kPersistent,  // resident all step
+  kActivation,  // TensorKind::kActivation: counted in the activation peak
+  kTransient,   // the rest (activation gradients, workspaces, losses)
+};
+
+// A gradient with a consumer in the optimizer phase, or with no consumer at all.
+bool IsWeightGradient(const Trace& trace, const Tensor& t);
+// Resident all step: step inputs without a producer, weights, weight gradients
+// and optimizer state.
+bool IsPersistent(const Trace& trace, const Tensor& t);
+
+// "t<id>.bin": the offload file of a storage when a plan does not name one.
+std::string OffloadFileName(TensorId storage);
+
+struct StorageInfo {
+  TensorId root = 0;
+  int64_t bytes = 0;
+  StorageRole role = StorageRole::kTransient;
+  bool saved = false;  // some member is saved for backward
+  TensorAction action = TensorAction::kKeep;
+  TensorId placed_by = -1;  // the tensor id of the (first) placement; -1: none
+  OpId prefetch_before = kNoOp;
+  // offload-ssd
+  std::string file;
+  int device = 0;
+  int64_t offset = 0;
+  // offload-host: byte offset in the host region; -1 otherwise.
+  int64_t host_offset = -1;
+  // Lifetime in issue order (kNoOp where none).
+  OpId producer = kNoOp;
+  OpId last_use = kNoOp;  // last op touching it, producer included
+  OpId last_forward_use = kNoOp;
+  OpId first_backward_use = kNoOp;
+
+  bool persistent() const { return role == StorageRole::kPersistent; }
+  bool activation() const { return role == StorageRole::kActivation; }
+  bool offloaded() const {
+    return action == TensorAction::kOffloadSsd || action == TensorAction::kOffloadHost;
+  }
+};
+
+struct StoragePlan {
+  std::vector<StorageInfo> storages;  // one per storage, in root-id order
+  std::vector<int> index_of;          // tensor id -> index into storages
+  // Per op id: the unique storages it reads and writes, and the storages whose
+  // read the plan issues when the op is issued.
+  std::vector<std::vector<int>> op_inputs, op_outputs, prefetch_at;
+  int64_t persistent_bytes = 0;   // raw bytes resident all step
+  int64_t ssd_bytes = 0;          // unique offload-ssd bytes (written once per step)
+  int64_t host_region_bytes = 0;  // the offload-host region, padded extents
+  int max_device = -1;            // the highest SSD directory index a placement uses
+
+  const StorageInfo& of(TensorId t) const {
+    return storages[static_cast<size_t>(index_of[static_cast<size_t>(t)])];
+  }
+  int IndexOf(TensorId t) const { return index_of[static_cast<size_t>(t)]; }
+};
+
+// Resolves `plan` against `trace`. Also its validity rule: unknown tensors or
+// ops, actions on tensors that are not saved / not offloadable / have no
+// producer, file names outside the offload directory, conflicting placements on
+// one storage and overlapping extents are rejected with the field named
+// ("<source>: placements[3].offset: ..."). Does not check the model name or
+// fingerprint (ValidatePlan does both).
+Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std::string& source);
+
+// A plan's SSD directory indexes against the directories a run has.
+Status CheckDevices(const StoragePlan& storage_plan, int directories, const std::string& source);
+
+// Device memory: how a device with `alignment`-byte allocation granularity
+// counts a storage of `bytes` (0 stays 0).
+int64_t DeviceBytes(int64_t bytes, int64_t alignment);
+
+// The executor runs every GEMM at its real shape on one device workspace
+// instead of on the tensors: [A: m·k][B: k·n][C: m·n · chunk] elements of at
+// most 4 bytes (fp32), where chunk is how many output matrices of the batch
+// fit in `output_region_bytes` (at least 1, at most the batch; 0: one, as on
+// the CPU backend). A fused attention op runs as a batch of GEMMs of side
+// kReplayAttentionGemmSide with its FLOPs (ReplayAttentionBatch). The workspace
+// is sized for the largest op and reserved after the persistent storages.
+// Replays count it in device memory, and so does a prediction for a calibrated
+// machine (sim GpuOptions::replay_workspace, replay_output_region_bytes).
+inline constexpr int64_t kReplayAttentionGemmSide = 256;
+int64_t ReplayAttentionBatch(const Op& op);
+int64_t ReplayGemmWorkspaceBytes(int64_t m, int64_t n, int64_t k, int64_t batch,
+                                 int64_t output_region_bytes);
+int64_t ReplayWorkspaceBytes(const Trace& trace, int64_t output_region_bytes);
+
+// Peaks a plan needs with instantaneous I/O (every write lands at once, every
+// read at its prefetch point): a lower bound of what any run needs, checked
+// before a replay starts. Rounded with `alignment`.
+struct StaticPeaks {
+  int64_t activation_bytes = 0;  // peak resident activation storages
+  int64_t device_bytes = 0;      // peak total, persistent storages included
+};
+StaticPeaks ComputeStaticPeaks(const Trace& trace, const StoragePlan& storage_plan,
+                               int64_t alignment = 1);
+
+}  // namespace ssdtrain::traces

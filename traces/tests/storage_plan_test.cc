@@ -1,0 +1,188 @@
+// ResolvePlan: what a plan means, per storage (aliases, views, dedup,
+// residency, lifetimes), and its rule of validity.
+#include "traces/storage_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "traces/tests/small_trace.h"
+
+namespace ssdtrain::traces {
+namespace {
+
+// SmallTrace (tests/small_trace.h): every tensor is 128 bytes; x (0) and w (1)
+// are step inputs, a (2) and b (3) activations, v (5) a view of b, gb (6) an
+// activation gradient and gw (7) a weight gradient nothing reads.
+Plan PlanWith(const Trace& t, std::vector<Placement> placements) {
+  Plan p;
+  p.model = t.header.model;
+  p.trace_fingerprint = Fingerprint(t);
+  p.placements = std::move(placements);
+  return p;
+}
+
+Placement Act(TensorId t, TensorAction action) {
+  Placement p;
+  p.tensor = t;
+  p.action = action;
+  return p;
+}
+
+Placement Ssd(TensorId t, std::string file, int64_t offset = 0, OpId prefetch = kNoOp) {
+  return Placement{t, TensorAction::kOffloadSsd, prefetch, std::move(file), 0, offset};
+}
+
+TEST(ResolvePlan, AViewAndItsBaseAreOneStorage) {
+  const Trace t = testing::SmallTrace();
+  auto sp = ResolvePlan(t, PlanWith(t, {Ssd(5, "v.bin", 0, 3)}), "p.json");
+  ASSERT_TRUE(sp.ok()) << sp.status().message();
+  // 8 tensors, one of them a view: 7 storages.
+  EXPECT_EQ(sp->storages.size(), 7u);
+  EXPECT_EQ(sp->IndexOf(5), sp->IndexOf(3));
+  const StorageInfo& b = sp->of(5);
+  EXPECT_EQ(b.root, 3);
+  EXPECT_EQ(b.action, TensorAction::kOffloadSsd);
+  EXPECT_EQ(b.placed_by, 5);
+  EXPECT_EQ(b.file, "v.bin");
+  EXPECT_TRUE(b.saved);  // through its view
+  EXPECT_EQ(sp->ssd_bytes, 128);
+  ASSERT_EQ(sp->prefetch_at[3].size(), 1u);
+  EXPECT_EQ(sp->prefetch_at[3][0], sp->IndexOf(3));
+  // b is made by op1, read by op2 (loss) and, through v, by op3.
+  EXPECT_EQ(b.producer, 1);
+  EXPECT_EQ(b.last_forward_use, 2);
+  EXPECT_EQ(b.first_backward_use, 3);
+  EXPECT_EQ(b.last_use, 3);
+  // op3 reads l and v: two storages, v counted as b.
+  EXPECT_EQ(sp->op_inputs[3], (std::vector<int>{sp->IndexOf(4), sp->IndexOf(3)}));
+}
+
+TEST(ResolvePlan, OneRuleOfResidency) {
+  const Trace t = testing::SmallTrace();
+  auto sp = ResolvePlan(t, PlanWith(t, {}), "p.json");
+  ASSERT_TRUE(sp.ok());
+  EXPECT_EQ(sp->of(0).role, StorageRole::kPersistent);  // step input
+  EXPECT_EQ(sp->of(1).role, StorageRole::kPersistent);  // weight
+  EXPECT_EQ(sp->of(7).role, StorageRole::kPersistent);  // weight gradient: read by nothing
+  EXPECT_EQ(sp->of(6).role, StorageRole::kTransient);   // activation gradient: read by op4
+  EXPECT_EQ(sp->of(2).role, StorageRole::kActivation);
+  EXPECT_EQ(sp->persistent_bytes, 3 * 128);
+}
+
+TEST(ResolvePlan, PlacementsOnAliasesMustAgree) {
+  Trace t = testing::SmallTrace();
+  t.tensors[3].saved_for_backward = true;  // b saved as itself and through its view v
+  t.tensors[3].offloadable = true;
+  // Different actions on one storage.
+  Plan p = PlanWith(t, {Ssd(5, "b.bin"), Act(3, TensorAction::kRecompute)});
+  Status s = ResolvePlan(t, p, "p.json").status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(
+      s.message().find("p.json: placements[1]: tensor 3 (b) shares its storage with tensor 5"),
+      std::string::npos)
+      << s.message();
+  // The same action at two places.
+  p = PlanWith(t, {Ssd(5, "b.bin"), Ssd(3, "other.bin")});
+  s = ResolvePlan(t, p, "p.json").status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("one storage takes one placement"), std::string::npos) << s.message();
+  // The same action and place: deduplicated; the earlier prefetch point wins.
+  p = PlanWith(t, {Ssd(5, "b.bin", 0, 4), Ssd(3, "b.bin", 0, 3)});
+  auto sp = ResolvePlan(t, p, "p.json");
+  ASSERT_TRUE(sp.ok()) << sp.status().message();
+  EXPECT_EQ(sp->of(3).prefetch_before, 3);
+  EXPECT_EQ(sp->ssd_bytes, 128);  // written once
+}
+
+TEST(ResolvePlan, OverlappingExtentsAreRejected) {
+  const Trace t = testing::SmallTrace();
+  // a takes [0, 4096) of shared.bin on disk (128 bytes padded to the O_DIRECT block).
+  Status s =
+      ResolvePlan(t, PlanWith(t, {Ssd(2, "shared.bin", 0), Ssd(5, "shared.bin", 0)}), "p.json")
+          .status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("placements[1].offset: tensor 5 at shared.bin:0 overlaps tensor 2"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(
+      ResolvePlan(t, PlanWith(t, {Ssd(2, "shared.bin", 0), Ssd(5, "shared.bin", 4096)}), "p.json")
+          .ok());
+  // The same offset in another directory is another file.
+  Placement other = Ssd(5, "shared.bin", 0);
+  other.device = 1;
+  EXPECT_TRUE(ResolvePlan(t, PlanWith(t, {Ssd(2, "shared.bin", 0), other}), "p.json").ok());
+  s = ResolvePlan(t, PlanWith(t, {Ssd(2, "shared.bin", 100)}), "p.json").status();
+  EXPECT_NE(s.message().find("placements[0].offset: 100 must be a multiple of 4096"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(ResolvePlan, ADeviceIndexNeedsADirectory) {
+  const Trace t = testing::SmallTrace();
+  Placement p = Ssd(2, "a.bin");
+  p.device = 1;
+  auto sp = ResolvePlan(t, PlanWith(t, {p}), "p.json");
+  ASSERT_TRUE(sp.ok());
+  EXPECT_TRUE(CheckDevices(*sp, 2, "p.json").ok());
+  Status s = CheckDevices(*sp, 1, "p.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(),
+            "p.json: the placement of tensor 2 names device 1, but the run has 1 offload "
+            "directory (device 0 to 0)");
+}
+
+TEST(ResolvePlan, StorageResidentAllStepCanOnlyBeKept) {
+  Trace t = testing::SmallTrace();
+  t.tensors[1].saved_for_backward = true;  // the weight, saved for the wgrad
+  t.tensors[1].offloadable = true;
+  Status s = ResolvePlan(t, PlanWith(t, {Act(1, TensorAction::kOffloadHost)}), "p.json").status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("placements[0].action: tensor 1 (w) is resident all step"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(ResolvePlan, HostOffloadGetsFixedPaddedPlaces) {
+  Trace t = testing::SmallTrace();
+  auto sp = ResolvePlan(
+      t, PlanWith(t, {Act(2, TensorAction::kOffloadHost), Act(5, TensorAction::kOffloadHost)}),
+      "p.json");
+  ASSERT_TRUE(sp.ok()) << sp.status().message();
+  EXPECT_EQ(sp->of(2).host_offset, 0);
+  EXPECT_EQ(sp->of(3).host_offset, 4096);  // 128 bytes padded to 4096
+  EXPECT_EQ(sp->host_region_bytes, 8192);
+  EXPECT_EQ(sp->of(4).host_offset, -1);
+}
+
+TEST(ComputeStaticPeaks, KeepAndOffloadByHand) {
+  const Trace t = testing::SmallTrace();
+  // Keep: persistent x, w, gw = 384. op0 adds a, op1 b, op2 l (activations:
+  // 384 after op2), op3 adds gb (896 in all) and frees l and b; op4 frees a and gb.
+  auto keep = ResolvePlan(t, PlanWith(t, {}), "p.json");
+  ASSERT_TRUE(keep.ok());
+  StaticPeaks peaks = ComputeStaticPeaks(t, *keep);
+  EXPECT_EQ(peaks.activation_bytes, 384);
+  EXPECT_EQ(peaks.device_bytes, 896);
+  // a offloaded, read back at op4: it leaves after op1, its last forward use,
+  // so at most two activations (b, l) are resident: 256; the device peak is at
+  // op3: 384 + b + l + gb = 768.
+  auto offload = ResolvePlan(t, PlanWith(t, {Ssd(2, "a.bin", 0, 4)}), "p.json");
+  ASSERT_TRUE(offload.ok());
+  peaks = ComputeStaticPeaks(t, *offload);
+  EXPECT_EQ(peaks.activation_bytes, 256);
+  EXPECT_EQ(peaks.device_bytes, 768);
+  // A 256-byte allocation granularity doubles every 128-byte storage.
+  peaks = ComputeStaticPeaks(t, *offload, 256);
+  EXPECT_EQ(peaks.activation_bytes, 512);
+  EXPECT_EQ(peaks.device_bytes, 1536);
+}
+
+TEST(DeviceBytes, RoundsUpToTheGranularity) {
+  EXPECT_EQ(DeviceBytes(0, 256), 0);
+  EXPECT_EQ(DeviceBytes(1, 256), 256);
+  EXPECT_EQ(DeviceBytes(256, 256), 256);
+  EXPECT_EQ(DeviceBytes(257, 64), 320);
+  EXPECT_EQ(DeviceBytes(257, 1), 257);
+}
+
+}  // namespace
+}  // namespace ssdtrain::traces
