@@ -70,8 +70,8 @@ Result<int> RegisterCleanupDir(const std::string& dir) {
     }
   }
   return Status::ResourceExhausted(
-      "cannot register offload run directory " + dir + " for removal on SIGINT/SIGTERM: " +
-      std::to_string(kMaxCleanupDirs) +
+      "cannot register offload run directory " + dir +
+      " for removal on SIGINT/SIGTERM: " + std::to_string(kMaxCleanupDirs) +
       " run directories are live in this process already; destroy other offload engines "
       "first or pass fewer --dir");
 }

@@ -9,9 +9,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <mutex>
 #include <set>
-#include <filesystem>
 #include <thread>
 
 #include "exec/detail/test_points.h"
