@@ -21,6 +21,7 @@ struct Verb {
 
 Verb AddTraceCommand(CLI::App& app);
 Verb AddBenchIoCommand(CLI::App& app);
+Verb AddCleanCommand(CLI::App& app);
 Verb AddDemoCommand(CLI::App& app);
 Verb AddCompareCommand(CLI::App& app);
 Verb AddCalibrateCommand(CLI::App& app);

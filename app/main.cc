@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   std::vector<Verb> verbs;
   verbs.push_back(AddTraceCommand(app));
   verbs.push_back(AddBenchIoCommand(app));
+  verbs.push_back(AddCleanCommand(app));
   verbs.push_back(AddDemoCommand(app));
   verbs.push_back(AddCompareCommand(app));
   verbs.push_back(AddCalibrateCommand(app));

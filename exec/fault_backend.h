@@ -20,6 +20,17 @@ enum class FaultKind {
   kShort,   // transfers only the first half of the request, rounded down to
             // kFaultShortAlign bytes (requests of at most kFaultShortAlign bytes
             // are passed through untouched and not counted as injected)
+  // Transfers the whole request but reports only its first half rounded down
+  // to 512 bytes, not to kFaultShortAlign (a partial block: the continuation
+  // starts at an offset O_DIRECT refuses). Requests of at most 1024 bytes are
+  // passed through untouched and not counted as injected.
+  kShortUnaligned,
+  // Submit refuses this request and the rest of its batch (as io_uring_submit
+  // may): the ones before it are queued, it and the later ones never run.
+  kSubmitError,
+  // The request runs, but the next Reap fails (as a broken io_uring_wait_cqe
+  // would) without handing out any completion; later Reaps work again.
+  kReapError,
 };
 
 // Short transfers stay multiples of 4096 bytes so that the continuation is
@@ -50,18 +61,22 @@ class FaultBackend : public IoBackend {
   std::string Name() const override;
   Status RegisterBuffers(std::span<const iovec> buffers) override;
   int OpenFile(int dir_fd, const char* name, int flags, int mode) override;
-  Status Submit(std::span<const IoRequest> requests) override;
+  Status Submit(std::span<const IoRequest> requests, size_t* queued) override;
   Result<int> Reap(std::span<IoCompletion> out, int min_complete, int64_t timeout_ns) override;
   void Notify() override;
 
   // How many faults have fired so far (thread-safe), so a test can check that
   // the fault it asked for really happened.
   int64_t injected() const { return injected_.load(); }
+  // Requests queued by Submit whose completion Reap has not handed out yet
+  // (thread-safe): what the caller must still wait for.
+  int64_t outstanding() const { return outstanding_.load(); }
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::atomic<int64_t> injected_{0};
+  std::atomic<int64_t> outstanding_{0};
 };
 
 }  // namespace ssdtrain::exec

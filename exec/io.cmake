@@ -6,10 +6,17 @@ list(APPEND SSDTRAIN_EXEC_IO_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/fault_backend.cc
   ${CMAKE_CURRENT_LIST_DIR}/checksum.cc
   ${CMAKE_CURRENT_LIST_DIR}/offload_engine.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine_jobs.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine_file_table.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine_io_loop.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine_bandwidth_cap.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine_failure.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine_sweep.cc
   ${CMAKE_CURRENT_LIST_DIR}/staging_lease.cc
   ${CMAKE_CURRENT_LIST_DIR}/file_names.cc
   ${CMAKE_CURRENT_LIST_DIR}/detail/cleanup_registry.cc
   ${CMAKE_CURRENT_LIST_DIR}/detail/staging_pool.cc
+  ${CMAKE_CURRENT_LIST_DIR}/detail/test_points.cc
   ${CMAKE_CURRENT_LIST_DIR}/bench_io.cc
 )
 
@@ -27,6 +34,10 @@ function(ssdtrain_exec_tests)
     DEPS ssdtrain::exec)
   ssdtrain_test(exec_io_fault_test
     SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_fault_test.cc
+            ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_test_util.cc
+    DEPS ssdtrain::exec)
+  ssdtrain_test(exec_io_stress_test
+    SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_stress_test.cc
             ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_test_util.cc
     DEPS ssdtrain::exec)
 endfunction()

@@ -74,14 +74,21 @@ class IoBackend {
   // refuse O_DIRECT the way tmpfs or overlay file systems do.
   virtual int OpenFile(int dir_fd, const char* name, int flags, int mode);
 
-  // Queues requests; they are in flight when this returns OK. A non-OK status
-  // means none of the remaining requests were queued (the message says why).
-  // The caller keeps at most the queue depth it created the backend with in flight.
-  virtual Status Submit(std::span<const IoRequest> requests) = 0;
+  // Queues requests in order. `*queued` is set to how many of them, from the
+  // front, are in flight: each of those gets exactly one completion from Reap,
+  // and its memory and fd must stay valid until then. The rest were not sent
+  // and never will be (no completion, no access to their memory); a non-OK
+  // status says why they were not. OK means all were queued. The caller keeps
+  // at most the queue depth it created the backend with in flight.
+  virtual Status Submit(std::span<const IoRequest> requests, size_t* queued) = 0;
 
   // Waits until at least `min_complete` completions are available (0: do not
   // wait), until `timeout_ns` passes (< 0: no limit) or until Notify is called,
   // then moves up to out.size() completions into `out` and returns how many.
+  // A non-OK result means waiting failed; requests in flight stay in flight
+  // (the kernel still owns their memory) and later calls may still return their
+  // completions, so the caller keeps reaping (with min_complete = 0) until every
+  // request has come back.
   virtual Result<int> Reap(std::span<IoCompletion> out, int min_complete, int64_t timeout_ns) = 0;
 
   // Wakes a thread blocked in Reap (which then may return 0 completions).

@@ -24,8 +24,12 @@
 // an unwritable directory, a full disk ("disk full: N bytes needed in D; free
 // space or point --dir elsewhere"), EIO, EOF before the requested length, a
 // checksum mismatch (naming the tensor and the file). Completions follow
-// liburing: -EAGAIN is resubmitted, short transfers continue where they
-// stopped. The first failure is sticky: the engine waits for its in-flight
+// liburing: -EAGAIN is resubmitted (with a growing backoff when it repeats),
+// short transfers continue where they stopped (an O_DIRECT one that stops
+// inside a 4096-byte block is an error naming the file and offset). Requests
+// the backend did not queue fail once and never reach the kernel; when waiting
+// for completions fails, the engine keeps reaping until every request in
+// flight has come back before anything it targets is released. The first failure is sticky: the engine waits for its in-flight
 // requests to return, removes all its files, and every later call (and every
 // pending ticket) returns that error. A read that fails never hands back a
 // buffer as if it were filled.
@@ -76,7 +80,7 @@ struct OffloadOptions {
   // Cap on the SSD path, bytes/s per direction: reads and writes each behave like a
   // link of this rate (a request completes no earlier than its bytes could cross
   // it after the requests before it), so a fast disk stands in for a slower
-  // array. 0: none.
+  // array. 0: none; otherwise finite and at least 1e6 (1 MB/s).
   double bandwidth_cap_bytes_per_s = 0;
   WarnFn warn;  // nullptr: DefaultWarn (stderr)
   // Caller-owned, page-aligned host memory that the runtime copies tensors
@@ -85,11 +89,14 @@ struct OffloadOptions {
   // used without a bounce copy. The caller hands it out in kDirectIoAlign
   // multiples, so the engine may read or write the padding after a buffer's end
   // up to the next kDirectIoAlign boundary. Must outlive the engine. Empty: none.
+  // Any size: past 1 GiB (the kernel's limit per fixed buffer) it is registered
+  // as several buffers, and a request straddling two of them goes unregistered.
   iovec external_staging{nullptr, 0};
 };
 
 // Which tensor, and where it goes. `file` empty: "t<tensor>.bin" at offset 0.
 // `device` picks the directory (dirs[device % dirs.size()]); -1: tensor % dirs.size().
+// Tensor ids are >= 0 (negative ones are refused).
 struct TensorKey {
   traces::TensorId tensor = 0;
   std::string file;
@@ -110,6 +117,9 @@ struct OffloadStats {
   int64_t read_busy_ns = 0;   // wall time with at least one read request in flight
   int64_t requests = 0;       // requests submitted, resubmissions included
   int64_t eagain_resubmits = 0;
+  // Delay scheduled before resubmitting requests answered -EAGAIN several times
+  // in a row (the first answer is resubmitted at once, then 50 us doubling to 10 ms).
+  int64_t eagain_backoff_ns = 0;
   int64_t short_continuations = 0;
   int64_t bounce_copies = 0;  // extents that went through a bounce block (memcpy)
 };
@@ -210,6 +220,14 @@ class OffloadEngine {
   void ReleaseStaging(void* data, int64_t capacity);
   std::unique_ptr<Impl> impl_;
 };
+
+// Removes the run directories, with their files, that processes which no
+// longer run (killed by SIGKILL, crashed) left in offload directory `dir`
+// (ssdtrain-<pid>-...: the pid is gone and no live engine holds the
+// directory's lock). Appends each removed path to `removed` (may be null).
+// Every engine does this for its directories when it is created; `ssdtrain
+// clean --dir D` does it on demand.
+Status SweepDeadRuns(const std::string& dir, std::vector<std::string>* removed);
 
 // A plan file name is accepted when it is non-empty, at most 255 bytes, flat (no
 // '/'), not "." or "..", and without NUL or control characters. With a non-empty

@@ -33,11 +33,12 @@ class PosixBackend : public IoBackend {
 
   Status RegisterBuffers(std::span<const iovec>) override { return Status::Ok(); }
 
-  Status Submit(std::span<const IoRequest> requests) override {
+  Status Submit(std::span<const IoRequest> requests, size_t* queued) override {
     {
       std::lock_guard lock(mu_);
       for (const IoRequest& r : requests) work_.push_back(r);
     }
+    *queued = requests.size();
     work_cv_.notify_all();
     return Status::Ok();
   }

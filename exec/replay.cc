@@ -12,6 +12,7 @@
 #include "exec/detail/cpu_affinity.h"
 #include "exec/detail/format_bytes.h"
 #include "exec/detail/host_staging.h"
+#include "exec/detail/test_points.h"
 #include "exec/offload_engine.h"
 #include "traces/storage_plan.h"
 
@@ -234,12 +235,7 @@ class Replayer {
   }
 
   void DrainEvictions() {
-    std::deque<TensorId> evict;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      evict.swap(evictions_);
-    }
-    for (TensorId s : evict) Release(s);
+    for (TensorId s : cache_.TakeEvictions()) Release(s);
   }
 
   // Allocates storage `s`, waiting for in-flight writes to land and evict when
@@ -269,14 +265,15 @@ class Replayer {
       if (buffer.status().code() != Status::Code::kResourceExhausted) return buffer.status();
       std::unique_lock<std::mutex> lock(mu_);
       if (!error_.ok()) return error_;
-      if (pending_writes_ == 0 && evictions_.empty()) {
+      if (pending_writes_ == 0 && !cache_.HasEvictions()) {
         return Status::ResourceExhausted(
             "device memory exhausted at op " + std::to_string(op.id) + " (" + op.name +
             ") allocating tensor " + std::to_string(s) + " (" + trace_.tensor(s).name +
             "): " + buffer.status().message() + "; raise --device-memory or offload more");
       }
       *stalled = true;
-      cv_.wait(lock, [&] { return !evictions_.empty() || pending_writes_ == 0 || !error_.ok(); });
+      cv_.wait(lock,
+               [&] { return cache_.HasEvictions() || pending_writes_ == 0 || !error_.ok(); });
     }
   }
 
@@ -563,14 +560,15 @@ class Replayer {
       Slot& sl = slot(job.storage);
       Status st = sl.d2h_end->Synchronize();
       if (Host(job.storage)) {
-        // offload-host: the copy is the write; it stays in host memory.
-        const bool evict =
-            st.ok() && cache_.BeginWrite(job.storage) && cache_.OnWriteLanded(job.storage);
+        // offload-host: the copy is the write; it stays in host memory. An
+        // eviction joins the cache's list with the decision (tensor_cache.h).
+        if (st.ok() && cache_.BeginWrite(job.storage) && cache_.OnWriteLanded(job.storage)) {
+          detail::HitTestPoint(detail::TestPoint::kEvictionDecided, job.storage);
+        }
         if (!st.ok())
           Fail(st.WithPrefix("copying tensor " + std::to_string(job.storage) + " to host memory"));
         {
           std::lock_guard<std::mutex> lock(mu_);
-          if (evict) evictions_.push_back(job.storage);
           --pending_writes_;
         }
         cv_.notify_all();
@@ -621,10 +619,12 @@ class Replayer {
       sl.wrote = true;
       staging_.Release(sl.staging);
       if (!st.ok()) Fail(st.WithPrefix("writing tensor " + std::to_string(job.storage)));
-      const bool evict = st.ok() && cache_.OnWriteLanded(job.storage);
+      // An eviction joins the cache's list with the decision (tensor_cache.h).
+      if (st.ok() && cache_.OnWriteLanded(job.storage)) {
+        detail::HitTestPoint(detail::TestPoint::kEvictionDecided, job.storage);
+      }
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (evict) evictions_.push_back(job.storage);
         --pending_writes_;
       }
       cv_.notify_all();
@@ -774,7 +774,6 @@ class Replayer {
   std::mutex mu_;  // guards everything below, and the read_* fields of slots
   std::condition_variable cv_;
   std::deque<WriteJob> writes_, landing_, reads_;
-  std::deque<TensorId> evictions_;
   int64_t pending_writes_ = 0;
   bool stop_ = false;
   Status error_;

@@ -1,6 +1,9 @@
 #include "exec/tensor_cache.h"
 
 #include <cstddef>
+#include <utility>
+
+#include "exec/detail/test_points.h"
 
 namespace ssdtrain::exec {
 
@@ -66,9 +69,20 @@ bool TensorCache::OnWriteLanded(traces::TensorId storage) {
     e->state = State::kEvicted;
     ++stats_.evictions;
     stats_.bytes_evicted += e->bytes;
+    evictions_.push_back(storage);
     return true;
   }
   return false;
+}
+
+std::vector<traces::TensorId> TensorCache::TakeEvictions() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(evictions_, {});
+}
+
+bool TensorCache::HasEvictions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !evictions_.empty();
 }
 
 bool TensorCache::OnForwardUsesIssued(traces::TensorId storage) {
@@ -86,6 +100,12 @@ bool TensorCache::OnForwardUsesIssued(traces::TensorId storage) {
 }
 
 BackwardSource TensorCache::ClaimForBackward(traces::TensorId storage) {
+  const BackwardSource source = ClaimLocked(storage);
+  detail::HitTestPoint(detail::TestPoint::kBackwardClaimed, storage);
+  return source;
+}
+
+BackwardSource TensorCache::ClaimLocked(traces::TensorId storage) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry* e = Find(storage);
   if (e == nullptr) {
@@ -127,6 +147,7 @@ bool TensorCache::WritePending(traces::TensorId storage) const {
 
 void TensorCache::ResetStep() {
   std::lock_guard<std::mutex> lock(mu_);
+  evictions_.clear();
   for (auto& [storage, e] : entries_) {
     e = Entry{.bytes = e.bytes, .host = e.host};
   }

@@ -62,6 +62,8 @@ class TensorCache {
   // The plan resolved against its trace (traces::ResolvePlan); it must
   // outlive the cache.
   explicit TensorCache(const traces::StoragePlan& plan);
+  // The cache keeps a reference to the plan: a temporary would dangle.
+  explicit TensorCache(traces::StoragePlan&& plan) = delete;
 
   // The storage a tensor id lives in (its root tensor id), and what the plan
   // does with that storage.
@@ -77,8 +79,17 @@ class TensorCache {
   // The writer is about to start the write. False: dropped (backward already
   // claimed it); the writer releases its staging and skips the write.
   bool BeginWrite(traces::TensorId storage);
-  // The write landed. True: evict now (no forward use pending, not claimed).
+  // The write landed (called by a thread other than the one that claims).
+  // True: evict it (no forward use pending, not claimed); the storage is then
+  // already in the eviction list (TakeEvictions), entered under the same lock
+  // as the decision, so a ClaimForBackward that finds it evicted (kRead) can
+  // count on the list holding it: the claimer drains the list before it
+  // allocates the read's buffer, and no late eviction frees that buffer.
   bool OnWriteLanded(traces::TensorId storage);
+  // Hands out (and forgets) the storages OnWriteLanded decided to evict, in
+  // decision order. HasEvictions: whether there are any.
+  std::vector<traces::TensorId> TakeEvictions();
+  bool HasEvictions() const;
   // The last forward consumer of `storage` was issued. True: evict now.
   bool OnForwardUsesIssued(traces::TensorId storage);
   // Backward needs `storage` (a prefetch point or its first backward consumer).
@@ -112,6 +123,7 @@ class TensorCache {
     bool claimed = false;
     bool host = false;  // offload-host
   };
+  BackwardSource ClaimLocked(traces::TensorId storage);  // takes mu_
   Entry* Find(traces::TensorId storage);
   const Entry* Find(traces::TensorId storage) const;
 
@@ -120,6 +132,7 @@ class TensorCache {
   std::unordered_map<traces::TensorId, Entry> entries_;     // offloaded storages only
   std::vector<std::vector<traces::TensorId>> prefetch_at_;  // by op id: storage roots
   CacheStats stats_;
+  std::vector<traces::TensorId> evictions_;  // decided by OnWriteLanded, not yet taken
 };
 
 }  // namespace ssdtrain::exec

@@ -22,7 +22,7 @@ struct Slot {
 Slot g_slots[kMaxCleanupDirs];
 struct sigaction g_previous_int;
 struct sigaction g_previous_term;
-std::once_flag g_install_once;
+std::mutex g_install_mu;  // serializes InstallHandlers
 
 void OnSignal(int sig) {
   for (Slot& slot : g_slots) {
@@ -32,20 +32,35 @@ void OnSignal(int sig) {
   ::raise(sig);
 }
 
-void InstallHandlers() {
+// Installs OnSignal for `sig` unless it is already there or the signal is
+// ignored: a process started with SIGINT ignored (a background job of a shell
+// script) must neither lose its files nor stop on Ctrl-C.
+void InstallHandler(int sig, struct sigaction* previous) {
+  struct sigaction current {};
+  if (::sigaction(sig, nullptr, &current) != 0) return;
+  if (current.sa_handler == SIG_IGN || current.sa_handler == OnSignal) return;
   struct sigaction action {};
   action.sa_handler = OnSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESETHAND;
-  ::sigaction(SIGINT, &action, &g_previous_int);
-  ::sigaction(SIGTERM, &action, &g_previous_term);
+  ::sigaction(sig, &action, previous);
+}
+
+void InstallHandlers() {
+  std::lock_guard lock(g_install_mu);
+  InstallHandler(SIGINT, &g_previous_int);
+  InstallHandler(SIGTERM, &g_previous_term);
 }
 
 }  // namespace
 
-int RegisterCleanupDir(const std::string& dir) {
-  if (dir.size() + 1 > sizeof(Slot::path)) return -1;
-  std::call_once(g_install_once, InstallHandlers);
+Result<int> RegisterCleanupDir(const std::string& dir) {
+  if (dir.size() + 1 > sizeof(Slot::path)) {
+    return Status::InvalidArgument("offload run directory " + dir + " is longer than " +
+                                   std::to_string(sizeof(Slot::path) - 1) +
+                                   " bytes; point --dir at a shorter path");
+  }
+  InstallHandlers();
   for (int i = 0; i < kMaxCleanupDirs; ++i) {
     int expected = 0;
     if (g_slots[i].state.compare_exchange_strong(expected, 1)) {
@@ -54,7 +69,11 @@ int RegisterCleanupDir(const std::string& dir) {
       return i;
     }
   }
-  return -1;
+  return Status::ResourceExhausted(
+      "cannot register offload run directory " + dir +
+      " for removal on SIGINT/SIGTERM: " + std::to_string(kMaxCleanupDirs) +
+      " run directories are live in this process already; destroy other offload engines "
+      "first or pass fewer --dir");
 }
 
 void UnregisterCleanupDir(int slot) {

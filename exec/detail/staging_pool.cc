@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "exec/detail/errno_text.h"
@@ -13,6 +14,22 @@ namespace {
 constexpr int64_t kPage = 4096;
 
 }  // namespace
+
+std::vector<iovec> SplitForRegistration(const iovec& region, int64_t max_bytes) {
+  std::vector<iovec> pieces;
+  auto* base = static_cast<char*>(region.iov_base);
+  const auto total = static_cast<int64_t>(region.iov_len);
+  for (int64_t at = 0; at < total; at += max_bytes) {
+    pieces.push_back(iovec{base + at, static_cast<size_t>(std::min(max_bytes, total - at))});
+  }
+  return pieces;
+}
+
+int ChunkOf(const char* base, const char* p, int64_t n, int64_t max_bytes) {
+  const int64_t first = (p - base) / max_bytes;
+  const int64_t last = (p + n - 1 - base) / max_bytes;
+  return first == last ? static_cast<int>(first) : -1;
+}
 
 Result<std::unique_ptr<StagingPool>> StagingPool::Create(int slots, int64_t slot_bytes,
                                                          int64_t lease_bytes) {

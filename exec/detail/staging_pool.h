@@ -17,6 +17,15 @@
 
 namespace ssdtrain::exec::detail {
 
+// The kernel's limit on one registered (fixed) buffer.
+inline constexpr int64_t kMaxFixedBufferBytes = int64_t{1} << 30;
+
+// `region` cut into consecutive pieces of at most `max_bytes` (the last shorter).
+std::vector<iovec> SplitForRegistration(const iovec& region, int64_t max_bytes);
+// Which piece of SplitForRegistration(region starting at `base`, max_bytes)
+// holds all of [p, p + n); -1 when the range straddles two pieces.
+int ChunkOf(const char* base, const char* p, int64_t n, int64_t max_bytes);
+
 class StagingPool {
  public:
   // Maps the memory (anonymous, page-aligned). lease_bytes may be 0.

@@ -2,9 +2,19 @@
 #include "exec/replay.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
+#include <set>
+#include <thread>
 
+#include "exec/detail/test_points.h"
 #include "exec/fault_backend.h"
 #include "exec/tests/io_test_util.h"
 #include "exec/tests/replay_test_util.h"
@@ -209,6 +219,100 @@ TEST(Replay, WaitsForStagingAreCountedAsExposedIo) {
   EXPECT_GT(r->metrics.exposed_io_ns, idle * 4 / 10)
       << "idle " << idle / 1e6 << " ms, exposed I/O " << r->metrics.exposed_io_ns / 1e6
       << " ms, SSD writes need " << write_ns / 1e6 << " ms";
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
+// The hook of AClaimRightAfterTheEvictionDecisionReadsIntoALiveBuffer: the
+// write-completion thread, right after the first eviction decision, waits
+// until backward has claimed that storage (at most 10 s), then 50 ms more.
+std::mutex g_claim_mu;
+std::condition_variable g_claim_cv;
+std::set<int64_t> g_claimed;
+std::atomic<bool> g_first_decision{false};
+
+int HoldFirstEvictionUntilClaimed(detail::TestPoint point, int64_t id) {
+  std::unique_lock lock(g_claim_mu);
+  if (point == detail::TestPoint::kBackwardClaimed) {
+    g_claimed.insert(id);
+    g_claim_cv.notify_all();
+  } else if (point == detail::TestPoint::kEvictionDecided && !g_first_decision.exchange(true)) {
+    g_claim_cv.wait_for(lock, std::chrono::seconds(10), [&] { return g_claimed.count(id) > 0; });
+    // Let the claimer go on (allocate, start the read) before this thread does.
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return 0;
+}
+
+TEST(Replay, AClaimRightAfterTheEvictionDecisionReadsIntoALiveBuffer) {
+  // The write-completion thread stops right after deciding to evict the first
+  // storage, until backward has claimed it and gone on for 50 ms. Before the
+  // fix that storage joined the eviction list only after the stop: the claim
+  // got "read", allocated a second buffer over the resident one (leaking it),
+  // and the late eviction freed the read's target (with less luck in timing:
+  // "host-to-device copy: range ... is outside the device buffer of 0
+  // bytes"). Every other placement goes to host memory, so whichever comes
+  // first (SSD write or host copy) takes that path. On a shared device, a
+  // replay leaves exactly its workspace behind: any leaked buffer shows.
+  const traces::Trace trace = TinyGptTrace(/*micro_batch=*/1, /*seq_len=*/128);
+  const traces::Plan plan = HostPlan(trace, /*every_other=*/true);
+  DeviceOptions d;
+  d.capacity_bytes = int64_t{1} << 30;
+  std::string picked;
+  auto device = MakeDevice(BackendChoice::kCpu, d, &picked);
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  o.device = device->get();
+  o.verify = true;
+  auto plain = Replay(trace, plan, o, "offload-mixed");
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  const int64_t workspace = (*device)->used_bytes();
+  g_first_decision = false;
+  g_claimed.clear();
+  detail::SetTestHook(HoldFirstEvictionUntilClaimed);
+  auto r = Replay(trace, plan, o, "offload-mixed");
+  detail::SetTestHook(nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(g_first_decision);
+  EXPECT_TRUE(r->verified);
+  EXPECT_GT(r->cache.evictions, 0);
+  // Every evicted storage comes back exactly once: read + restored = evicted.
+  EXPECT_EQ(r->cache.bytes_read + r->cache.bytes_from_host, r->cache.bytes_evicted);
+  EXPECT_EQ((*device)->used_bytes(), workspace);
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
+TEST(Replay, TheNextRunSweepsTheFilesOfAKilledReplay) {
+  // A replay in a child process is killed with SIGKILL (no handler runs) once
+  // its offload files exist; they stay. The next replay in the same directory
+  // removes them: afterwards nothing is left.
+  const traces::Trace trace = TinyGptTrace(/*micro_batch=*/1, /*seq_len=*/128);
+  const traces::Plan plan = OffloadAllPlan(trace);
+  TempDir dir;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ReplayOptions o = CpuOptions(dir.path());
+    o.steps = 1000000;  // runs until killed
+    auto r = Replay(trace, plan, o, "offload-all");
+    ::_exit(r.ok() ? 0 : 3);
+  }
+  // Wait (at most 60 s) for a file inside the child's run directory.
+  bool has_file = false;
+  for (int i = 0; i < 6000 && !has_file; ++i) {
+    for (const std::string& entry : ListTree(dir.path())) {
+      has_file = has_file || entry.find('/') != std::string::npos;
+    }
+    if (!has_file) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(has_file);
+  ASSERT_FALSE(ListTree(dir.path()).empty());
+  auto r = Replay(trace, plan, CpuOptions(dir.path()), "offload-all");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(ListTree(dir.path()).empty());
 }
 

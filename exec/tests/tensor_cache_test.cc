@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <vector>
 
 namespace ssdtrain::exec {
 namespace {
@@ -127,6 +128,32 @@ TEST(TensorCache, EvictionWaitsForTheWriteAndTheLastForwardUse) {
   EXPECT_FALSE(cache.OnForwardUsesIssued(1));
   EXPECT_TRUE(cache.OnWriteLanded(1));
   EXPECT_EQ(cache.stats().evictions, 2);
+}
+
+TEST(TensorCache, AnEvictionDecidedOnLandingIsListedBeforeAClaimCanReadIt) {
+  // The write of t1 lands after its forward uses, on another thread than the
+  // claims: the eviction is listed under the same lock as the decision, so a
+  // claim that finds t1 evicted (kRead) finds it in TakeEvictions too, and the
+  // claimer frees the resident copy before it allocates the read's buffer.
+  const auto plan = PlanFor({{1, TensorAction::kOffloadSsd}});
+  TensorCache cache(plan->storage);
+  ASSERT_TRUE(cache.OnProduced(1));
+  ASSERT_TRUE(cache.BeginWrite(1));
+  EXPECT_FALSE(cache.OnForwardUsesIssued(1));
+  EXPECT_FALSE(cache.HasEvictions());
+  EXPECT_TRUE(cache.OnWriteLanded(1));
+  EXPECT_EQ(cache.ClaimForBackward(1), BackwardSource::kRead);
+  EXPECT_TRUE(cache.HasEvictions());
+  EXPECT_EQ(cache.TakeEvictions(), std::vector<traces::TensorId>{1});
+  EXPECT_FALSE(cache.HasEvictions());
+  // A new step forgets evictions nobody took.
+  cache.ResetStep();
+  ASSERT_TRUE(cache.OnProduced(1));
+  ASSERT_TRUE(cache.BeginWrite(1));
+  EXPECT_FALSE(cache.OnForwardUsesIssued(1));
+  EXPECT_TRUE(cache.OnWriteLanded(1));
+  cache.ResetStep();
+  EXPECT_FALSE(cache.HasEvictions());
 }
 
 TEST(TensorCache, PrefetchPointsComeFromThePlan) {

@@ -1,0 +1,238 @@
+// OffloadEngine::Impl: the engine's state, shared by the files that implement
+// it (exec/offload_engine.h is the public API; this header is internal):
+//
+//   offload_engine.cc        options, run directories, setup and teardown, the
+//                            public methods
+//   engine_jobs.cc           WriteAsync/ReadAsync as jobs, Wait (CRC check), Done
+//   engine_file_table.cc     files and tensors: which file, extents, Preallocate,
+//                            Remove, RemoveAll
+//   engine_io_loop.cc        the I/O thread: slots, submission, completion
+//                            handling (EAGAIN backoff, short transfers), reaping
+//   engine_bandwidth_cap.cc  the --ssd-bandwidth link model
+//   engine_failure.cc        sticky failure, the purge, error messages
+//
+// Locking: `mu` guards everything from `files` to `stats`; the fields after
+// "I/O-thread-only state" belong to the I/O thread; the rest is set up before
+// the I/O thread starts and read-only afterwards.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "exec/detail/staging_pool.h"
+#include "exec/io_backend.h"
+#include "exec/offload_engine.h"
+
+namespace ssdtrain::exec {
+namespace detail {
+
+// The steady clock in nanoseconds (bandwidth cap and busy times).
+inline int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace detail
+
+struct OffloadEngine::Impl {
+  struct Dir {
+    std::string path;      // the user's directory
+    std::string run_path;  // its private run directory
+    int fd = -1;           // of run_path
+    bool direct = true;
+    int cleanup_slot = -1;
+  };
+  struct File {
+    int dir = 0;
+    std::string name;
+    std::string path;
+    int fd = -1;
+    std::map<int64_t, int64_t> extents;  // offset -> end (padded), of live tensors
+    int64_t reserved_end = 0;            // bytes already fallocated from offset 0
+  };
+  struct Tensor {
+    std::string file_key;
+    int64_t offset = 0;
+    int64_t bytes = 0;
+    std::vector<uint32_t> crcs;  // per extent of block_size
+    bool written = false;        // the write completed
+    int active_jobs = 0;
+  };
+  struct Job {
+    uint64_t id = 0;
+    IoOp op = IoOp::kRead;
+    traces::TensorId tensor = 0;
+    char* buf = nullptr;  // the caller's src/dst
+    int64_t bytes = 0;
+    int64_t file_offset = 0;
+    int fd = -1;
+    bool direct = false;  // the file is open with O_DIRECT
+    std::string path;
+    std::string dir;
+    int64_t blocks = 0;
+    int64_t next_block = 0;
+    int64_t blocks_done = 0;
+    int in_flight = 0;
+    bool finished = false;
+    Status status;
+    // Per extent: write: computed by WriteAsync's caller; read: the stored ones,
+    // checked by Wait's caller (off the I/O thread, which only moves bytes).
+    std::vector<uint32_t> crcs;
+  };
+  struct Request {  // one per queue slot; owned by the I/O thread
+    bool busy = false;
+    Job* job = nullptr;
+    int64_t block = 0;
+    int64_t payload = 0;  // tensor bytes in this extent
+    int64_t len = 0;      // bytes on disk (padded)
+    int64_t done = 0;     // bytes transferred so far
+    char* io_buf = nullptr;
+    bool bounced = false;
+    int buf_index = -1;
+    int64_t offset = 0;
+    uint32_t crc = 0;         // write: computed; read: expected
+    int64_t release_ns = 0;   // bandwidth cap: not completed before this time (steady clock)
+    int eagain_streak = 0;    // -EAGAIN answers in a row
+    int64_t resubmit_ns = 0;  // EAGAIN backoff: not resubmitted before this time
+  };
+
+  OffloadOptions options;
+  WarnFn warn;
+  // Declared before the backend so the ring (and its registration) goes first.
+  std::unique_ptr<detail::StagingPool> pool;
+  std::unique_ptr<IoBackend> backend;
+  bool registered = false;
+  int external_index = -1;  // fixed-buffer index of options.external_staging's first chunk
+  std::vector<Dir> dirs;
+  std::vector<std::string> run_dir_paths;
+  std::thread io_thread;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;         // jobs finished, idle, purge done
+  std::map<std::string, File> files;  // key "<dir>/<name>"
+  std::unordered_map<traces::TensorId, Tensor> tensors;
+  std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs;
+  std::deque<Job*> queue;  // jobs with blocks not yet submitted
+  uint64_t next_ticket = 1;
+  int in_flight = 0;  // requests, all directions (mirrors the I/O thread's view)
+  // WriteAsync calls between reserving a tensor and queueing its job, with `mu`
+  // dropped around fallocate: RemoveAll and the purge wait for them.
+  int unlocked_writes = 0;
+  Status failed;        // sticky first failure
+  bool purged = false;  // files removed after `failed`
+  bool stopping = false;
+  OffloadStats stats;
+
+  // I/O-thread-only state.
+  std::vector<Request> requests;
+  int dir_in_flight[2] = {0, 0};
+  int64_t busy_since[2] = {0, 0};
+  // Bandwidth cap (OffloadOptions::bandwidth_cap_bytes_per_s): each direction is
+  // a link of that rate. A request is due when the link has moved its bytes after
+  // the requests before it: release = max(now, link_free) + len / rate. Its
+  // completion is held back until then, so a fast disk behaves like a slower one
+  // for throughput and for the latency of each transfer.
+  int64_t link_free_ns[2] = {0, 0};  // [read, write]
+  std::vector<size_t> held;          // completed slots waiting for their release time
+  std::vector<size_t> backoff;       // slots answered -EAGAIN, waiting to be resubmitted
+
+  ~Impl();
+
+  void Warn(const std::string& text) { (warn ? warn : DefaultWarn)(text); }
+
+  Status Init();
+
+  Status OpenDir(const std::string& path, int run_id, int index);
+
+  // ---- Failures and cleanup (call with `mu` held) ----
+
+  // Closes and unlinks every file; forgets every tensor.
+  void RemoveFilesLocked();
+
+  void RecordFailureLocked(const Status& s);
+
+  Status StoppedStatusLocked() const;
+
+  // After a failure: once nothing is in flight, fails every queued job and
+  // removes all files. Returns true when the purge has happened.
+  void MaybePurgeLocked();
+
+  // A failure found outside the I/O thread: record it and wait for the purge.
+  Status FailAndPurge(std::unique_lock<std::mutex>& lock, Status s);
+
+  Status IoErrorStatus(const Job& job, int err) const;
+
+  // ---- Public operations ----
+
+  Result<File*> FileForLocked(const TensorKey& key, bool create);
+
+  Result<Ticket> Enqueue(const TensorKey& key, IoOp op, char* buf, int64_t bytes);
+
+  Status Wait(Ticket ticket);
+
+  // Checks every extent of a completed read against its stored CRC32C.
+  Status VerifyRead(const Job& job) const;
+
+  bool Done(Ticket ticket) const;
+
+  Status Preallocate(const std::string& name, int device, int64_t bytes);
+
+  Status Remove(traces::TensorId tensor);
+
+  Status RemoveAll();
+
+  // ---- The I/O thread ----
+
+  void SetBusy(IoOp op, int delta);
+
+  IoRequest ToIoRequest(const Request& r, size_t slot) const;
+
+  bool InExternal(const char* p, int64_t n) const;
+
+  // The fixed-buffer index of the external staging chunk holding [p, p + n),
+  // or -1 when the range straddles two chunks (it then goes unregistered).
+  int ExternalFixedIndex(const char* p, int64_t n) const;
+
+  // Prepares slot `s` for the job's next block: chooses the memory (zero-copy
+  // when possible, else the slot's bounce block), copies and checksums writes.
+  void Prepare(size_t s, Job* job, int64_t block);
+
+  // Handles one completion; returns true when the request must be resubmitted.
+  bool Complete(size_t s, int64_t res, Status* error);
+
+  // Submits `batch`; the requests the backend did not queue are failed here,
+  // once, and never reach the kernel afterwards.
+  void SubmitBatch(const std::vector<IoRequest>& batch, const char* what,
+                   std::vector<size_t>* free_slots);
+
+  void IoLoop();
+
+  // EAGAIN backoff: moves the slots whose backoff has passed into `batch` (or
+  // cancels them after a failure); sets `wait_ns` to the time until the next.
+  void ResubmitDue(std::vector<IoRequest>* batch, std::vector<size_t>* free_slots,
+                   int64_t* wait_ns);
+
+  // Retires slot `s` with `error` (OK: its block is done and checked).
+  // Bandwidth cap: the time request `s` may complete (0: uncapped).
+  void ScheduleRelease(size_t s, IoOp op);
+
+  // Finishes held completions whose release time has come; sets `wait_ns` to
+  // the time until the next one (keeping a shorter wait already set).
+  void ReleaseHeld(std::vector<size_t>* free_slots, int64_t* wait_ns);
+
+  void FinishRequest(size_t s, const Status& error, std::vector<size_t>* free_slots);
+};
+
+}  // namespace ssdtrain::exec

@@ -1,0 +1,35 @@
+// Test-only points where a test can order events that are otherwise left to
+// the scheduler (a delay in a window between two locked sections) or make a
+// kernel call fail as it rarely does (an errno for io_uring_submit). Production
+// code pays one atomic load per point; with no hook installed a point does
+// nothing and returns 0. The hook is process-wide: install it only in tests,
+// and remove it (nullptr) before the test ends.
+#pragma once
+
+#include <cstdint>
+
+namespace ssdtrain::exec::detail {
+
+enum class TestPoint {
+  // OffloadEngine::WriteAsync, with the engine's lock dropped around fallocate.
+  kWriteUnlocked,
+  // The replay's write-completion thread, right after the cache decided to
+  // evict a storage (the id) whose write landed.
+  kEvictionDecided,
+  // TensorCache::ClaimForBackward of a storage (the id), after its decision.
+  kBackwardClaimed,
+  // UringBackend, instead of io_uring_submit: a positive return is the errno the
+  // submit fails with (the prepared requests stay unsent in the ring).
+  kUringSubmit,
+};
+
+// `id`: the tensor or storage concerned, or 0. Returns 0, or (kUringSubmit) an
+// errno to fail with.
+using TestHook = int (*)(TestPoint point, int64_t id);
+
+// Installs `hook` (nullptr: none). Thread-safe.
+void SetTestHook(TestHook hook);
+// Calls the installed hook; 0 when there is none.
+int HitTestPoint(TestPoint point, int64_t id = 0);
+
+}  // namespace ssdtrain::exec::detail

@@ -1,0 +1,76 @@
+// OffloadEngine::Impl, failures: the sticky first failure, the purge that
+// removes every file once nothing is in flight, and the I/O error messages.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <string>
+
+#include "exec/detail/engine_impl.h"
+#include "exec/detail/errno_text.h"
+#include "exec/detail/round_up.h"
+
+namespace ssdtrain::exec {
+namespace {
+
+using detail::ErrnoText;
+using detail::RoundUp;
+
+}  // namespace
+
+void OffloadEngine::Impl::RemoveFilesLocked() {
+  for (auto& [key, f] : files) {
+    if (f.fd >= 0) ::close(f.fd);
+    ::unlinkat(dirs[static_cast<size_t>(f.dir)].fd, f.name.c_str(), 0);
+  }
+  files.clear();
+  tensors.clear();
+}
+
+void OffloadEngine::Impl::RecordFailureLocked(const Status& s) {
+  if (failed.ok()) failed = s;
+}
+
+Status OffloadEngine::Impl::StoppedStatusLocked() const {
+  return Status(failed).WithPrefix("the offload engine stopped after an earlier failure");
+}
+
+void OffloadEngine::Impl::MaybePurgeLocked() {
+  if (failed.ok() || purged || in_flight > 0 || unlocked_writes > 0) return;
+  for (Job* job : queue) {
+    if (job->in_flight == 0 && !job->finished) {
+      if (job->status.ok()) job->status = StoppedStatusLocked();
+      job->finished = true;
+    }
+  }
+  queue.clear();
+  RemoveFilesLocked();
+  purged = true;
+  if (pool) pool->Close(StoppedStatusLocked());
+  cv.notify_all();
+}
+
+Status OffloadEngine::Impl::FailAndPurge(std::unique_lock<std::mutex>& lock, Status s) {
+  RecordFailureLocked(s);
+  backend->Notify();
+  cv.wait(lock, [&] { return purged; });
+  return s;
+}
+
+Status OffloadEngine::Impl::IoErrorStatus(const Job& job, int err) const {
+  const char* verb = job.op == IoOp::kWrite ? "writing" : "reading";
+  if (err == ENOSPC || err == EDQUOT) {
+    return Status::ResourceExhausted(
+        "disk full: " + std::to_string(RoundUp(job.bytes, kDirectIoAlign)) + " bytes needed in " +
+        job.dir + " " + verb + " tensor " + std::to_string(job.tensor) + " (" + ErrnoText(err) +
+        "); free space or point --dir elsewhere");
+  }
+  return Status::IoError(std::string(verb) + " tensor " + std::to_string(job.tensor) + " " +
+                         (job.op == IoOp::kWrite ? "to " : "from ") + job.path +
+                         " failed: " + ErrnoText(err) +
+                         (err == EIO ? "; the disk reported an I/O error: check the device "
+                                       "(dmesg) or point --dir elsewhere"
+                                     : ""));
+}
+
+}  // namespace ssdtrain::exec

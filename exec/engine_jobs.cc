@@ -1,0 +1,208 @@
+// OffloadEngine::Impl, jobs: WriteAsync/ReadAsync checked and queued for the I/O
+// thread (a write reserves its extent, and its file, before anything else),
+// Wait (with the read's CRC32C check) and Done.
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <iterator>
+#include <string>
+#include <utility>
+
+#include "exec/checksum.h"
+#include "exec/detail/engine_impl.h"
+#include "exec/detail/errno_text.h"
+#include "exec/detail/round_up.h"
+#include "exec/detail/test_points.h"
+
+namespace ssdtrain::exec {
+namespace {
+
+using detail::RoundUp;
+
+}  // namespace
+
+Result<Ticket> OffloadEngine::Impl::Enqueue(const TensorKey& key, IoOp op, char* buf,
+                                            int64_t bytes) {
+  if (buf == nullptr || bytes <= 0) {
+    return Status::InvalidArgument("tensor " + std::to_string(key.tensor) +
+                                   ": buffer must be non-null and bytes > 0, got " +
+                                   std::to_string(bytes));
+  }
+  if (key.tensor < 0) {
+    return Status::InvalidArgument("tensor id " + std::to_string(key.tensor) +
+                                   " is negative; tensor ids are >= 0");
+  }
+  if (!key.file.empty()) SSDTRAIN_RETURN_IF_ERROR(CheckOffloadFileName(key.file));
+  const int64_t blocks = (bytes + options.block_size - 1) / options.block_size;
+  std::vector<uint32_t> crcs(static_cast<size_t>(blocks));
+  if (op == IoOp::kWrite) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t start = b * options.block_size;
+      crcs[static_cast<size_t>(b)] =
+          Crc32c(buf + start, static_cast<size_t>(std::min(options.block_size, bytes - start)));
+    }
+  }
+  std::unique_lock lock(mu);
+  if (!failed.ok()) return StoppedStatusLocked();
+  if (stopping) return Status::FailedPrecondition("the offload engine is shutting down");
+  auto job = std::make_unique<Job>();
+  job->op = op;
+  job->tensor = key.tensor;
+  job->buf = buf;
+  job->bytes = bytes;
+  job->blocks = blocks;
+  job->crcs = std::move(crcs);
+  Tensor* t = nullptr;
+  File* file = nullptr;
+  if (op == IoOp::kWrite) {
+    if (key.offset < 0 || key.offset % kDirectIoAlign != 0) {
+      return Status::InvalidArgument("tensor " + std::to_string(key.tensor) + ": file offset " +
+                                     std::to_string(key.offset) +
+                                     " is not a non-negative multiple of 4096");
+    }
+    if (tensors.count(key.tensor) != 0) {
+      return Status::FailedPrecondition("tensor " + std::to_string(key.tensor) +
+                                        " is already offloaded; Remove it before writing again");
+    }
+    const int64_t end = key.offset + RoundUp(bytes, kDirectIoAlign);
+    // Every refusal comes before the file is created: a refused write leaves
+    // no file and no open fd behind.
+    auto existing = FileForLocked(key, /*create=*/false);
+    if (existing.ok()) {
+      const File& f = **existing;
+      auto next = f.extents.lower_bound(key.offset);
+      const bool overlaps_next = next != f.extents.end() && next->first < end;
+      const bool overlaps_prev = next != f.extents.begin() && std::prev(next)->second > key.offset;
+      if (overlaps_next || overlaps_prev) {
+        return Status::InvalidArgument("tensor " + std::to_string(key.tensor) + " at [" +
+                                       std::to_string(key.offset) + ", " + std::to_string(end) +
+                                       ") overlaps another tensor in " + f.path);
+      }
+    } else if (existing.status().code() != Status::Code::kNotFound) {
+      return existing.status();
+    }
+    auto f = FileForLocked(key, /*create=*/true);
+    if (!f.ok()) return FailAndPurge(lock, f.status());
+    file = *f;
+    file->extents[key.offset] = end;
+    Tensor rec;
+    rec.file_key = std::to_string(file->dir) + "/" + file->name;
+    rec.offset = key.offset;
+    rec.bytes = bytes;
+    rec.crcs.assign(static_cast<size_t>(job->blocks), 0);
+    t = &tensors.emplace(key.tensor, std::move(rec)).first->second;
+    if (options.preallocate && end > file->reserved_end) {
+      const int fd = file->fd;
+      const int64_t len = end - key.offset;
+      t->active_jobs++;   // keeps Remove away while unlocked
+      ++unlocked_writes;  // keeps RemoveAll and the purge away (they would free t, close fd)
+      lock.unlock();
+      detail::HitTestPoint(detail::TestPoint::kWriteUnlocked, key.tensor);
+      const int rc = ::fallocate(fd, 0, key.offset, len);
+      const int err = rc == 0 ? 0 : errno;
+      lock.lock();
+      t->active_jobs--;
+      --unlocked_writes;
+      if (!failed.ok()) {
+        // A failure came meanwhile; the purge waited for this write to let go.
+        backend->Notify();
+        cv.wait(lock, [&] { return purged; });
+        return StoppedStatusLocked();
+      }
+      if (err != 0 && err != EOPNOTSUPP && err != ENOSYS) {
+        job->dir = dirs[static_cast<size_t>(file->dir)].path;
+        job->path = file->path;
+        return FailAndPurge(lock, IoErrorStatus(*job, err));
+      }
+    }
+  } else {
+    auto it = tensors.find(key.tensor);
+    if (it == tensors.end()) {
+      return Status::NotFound("tensor " + std::to_string(key.tensor) +
+                              " was never offloaded (or was removed); nothing to read");
+    }
+    t = &it->second;
+    if (!t->written) {
+      return Status::FailedPrecondition("tensor " + std::to_string(key.tensor) +
+                                        ": its write has not completed; Wait on it first");
+    }
+    if (t->bytes != bytes) {
+      return Status::InvalidArgument("tensor " + std::to_string(key.tensor) + ": read of " +
+                                     std::to_string(bytes) + " bytes but " +
+                                     std::to_string(t->bytes) + " were written");
+    }
+    file = &files.at(t->file_key);
+    job->crcs = t->crcs;
+  }
+  job->fd = file->fd;
+  job->direct = dirs[static_cast<size_t>(file->dir)].direct;
+  job->path = file->path;
+  job->dir = dirs[static_cast<size_t>(file->dir)].path;
+  job->file_offset = t->offset;
+  t->active_jobs++;
+  job->id = next_ticket++;
+  Job* raw = job.get();
+  jobs.emplace(job->id, std::move(job));
+  queue.push_back(raw);
+  lock.unlock();
+  cv.notify_all();  // RemoveAll may be waiting for this write to be queued
+  backend->Notify();
+  return Ticket{raw->id};
+}
+
+Status OffloadEngine::Impl::Wait(Ticket ticket) {
+  std::unique_lock lock(mu);
+  auto it = jobs.find(ticket.id);
+  if (it == jobs.end()) {
+    return Status::InvalidArgument("unknown ticket " + std::to_string(ticket.id) +
+                                   " (already waited for?)");
+  }
+  Job* job = it->second.get();
+  cv.wait(lock, [&] { return job->finished; });
+  if (job->status.ok() && job->op == IoOp::kRead) {
+    lock.unlock();
+    Status check = VerifyRead(*job);
+    lock.lock();
+    if (!check.ok()) {
+      job->status = check;
+      RecordFailureLocked(check);
+      backend->Notify();
+    } else {
+      stats.bytes_read += job->bytes;
+    }
+  }
+  // A failing job's files go away before its waiter hears of the failure.
+  if (!job->status.ok()) cv.wait(lock, [&] { return purged; });
+  Status s = job->status;
+  jobs.erase(it);
+  return s;
+}
+
+Status OffloadEngine::Impl::VerifyRead(const Job& job) const {
+  for (int64_t b = 0; b < job.blocks; ++b) {
+    const int64_t start = b * options.block_size;
+    const int64_t payload = std::min(options.block_size, job.bytes - start);
+    const uint32_t want = job.crcs[static_cast<size_t>(b)];
+    const uint32_t got = Crc32c(job.buf + start, static_cast<size_t>(payload));
+    if (got != want) {
+      char hex[64];
+      std::snprintf(hex, sizeof(hex), "stored CRC32C %08x, read %08x", want, got);
+      const int64_t at = job.file_offset + start;
+      return Status::Corruption("checksum mismatch reading tensor " + std::to_string(job.tensor) +
+                                " from " + job.path + " at bytes [" + std::to_string(at) + ", " +
+                                std::to_string(at + payload) + "): " + hex +
+                                "; the file was modified or the disk returned bad data");
+    }
+  }
+  return Status::Ok();
+}
+
+bool OffloadEngine::Impl::Done(Ticket ticket) const {
+  std::lock_guard lock(mu);
+  auto it = jobs.find(ticket.id);
+  return it != jobs.end() && it->second->finished && (it->second->status.ok() || purged);
+}
+
+}  // namespace ssdtrain::exec
