@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,13 @@ std::string ReadBytes(const fs::path& path) {
 }
 
 class FuzzReplay : public testing::TestWithParam<Target> {};
+
+}  // namespace
+
+// Names the target in test output (gtest would print the struct's bytes).
+void PrintTo(const Target& target, std::ostream* os) { *os << target.name; }
+
+namespace {
 
 // Every target has a seed corpus (a missing folder would make the replay vacuous).
 TEST_P(FuzzReplay, SeedCorpusIsPresent) {
