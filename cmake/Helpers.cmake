@@ -27,7 +27,8 @@ function(ssdtrain_test name)
     SSDTRAIN_BINARY_DIR="${PROJECT_BINARY_DIR}")
   ssdtrain_warnings(${name})
   include(GoogleTest)
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
+  # Each test carries its binary's name as a label (ctest -L exec_ runs the executor's).
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${name};${ARG_LABELS}")
 endfunction()
 
 # ssdtrain_benchmark(NAME SOURCES ... DEPS ...): a Google Benchmark program (not a test).

@@ -38,13 +38,14 @@ class CpuEvent final : public Event {
     return ++armed_;
   }
   void Complete(uint64_t number, Status status) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (number <= completed_) return;
-      completed_ = number;
-      status_ = std::move(status);
-      time_ns_ = NowNs();
-    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (number <= completed_) return;
+    completed_ = number;
+    status_ = std::move(status);
+    time_ns_ = NowNs();
+    // Notify under the lock: a waiter that sees the completion may destroy the
+    // event at once, and a notify after unlocking would touch a freed condvar
+    // (ThreadSanitizer found it in the device conformance test).
     cv_.notify_all();
   }
   uint64_t armed() {

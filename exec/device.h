@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "traces/status.h"
@@ -134,11 +135,16 @@ class Device {
   virtual Status Wait(Stream stream, Event& event) = 0;
   // Blocks until everything enqueued on `stream` has finished; returns its error.
   virtual Status Synchronize(Stream stream) = 0;
-  // Synchronizes all streams.
+  // Synchronizes every stream, also those after one that fails (callers free
+  // buffers next, and the other streams' work may still be using them), and
+  // returns the first error: compute, then device-to-host, then host-to-device.
   Status SynchronizeAll() {
-    SSDTRAIN_RETURN_IF_ERROR(Synchronize(Stream::kCompute));
-    SSDTRAIN_RETURN_IF_ERROR(Synchronize(Stream::kDeviceToHost));
-    return Synchronize(Stream::kHostToDevice);
+    Status first = Synchronize(Stream::kCompute);
+    for (Stream s : {Stream::kDeviceToHost, Stream::kHostToDevice}) {
+      Status st = Synchronize(s);
+      if (first.ok()) first = std::move(st);
+    }
+    return first;
   }
 };
 

@@ -8,8 +8,9 @@ packages=(
   nlohmann-json3-dev libeigen3-dev liburing-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   fio
-  # sanitizer builds of the exec tests (ASan+UBSan, TSan; exec/README.md)
-  clang libclang-rt-14-dev
+  # sanitizer builds and fuzzers (scripts/sanitize.sh, scripts/fuzz.sh): clang 14,
+  # its sanitizer and libFuzzer runtimes, llvm-symbolizer for readable reports
+  clang libclang-rt-14-dev llvm
   # plots and the walkthrough notebook (run with /usr/bin/python3)
   python3-matplotlib jupyter-nbconvert python3-nbformat python3-ipykernel
 )

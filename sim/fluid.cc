@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <string>
 #include <utility>
 
 namespace ssdtrain::sim {
@@ -13,21 +14,44 @@ FluidNetwork::ResourceId FluidNetwork::AddResource(std::string name, int max_act
 
 FluidNetwork::FlowId FluidNetwork::Start(Bytes bytes, std::vector<Demand> demands, Time latency,
                                          std::function<void()> on_done) {
+  const FlowId id = static_cast<FlowId>(flows_.size());
+  const std::string what = "FluidNetwork::Start: flow " + std::to_string(id);
+  Status invalid;
+  if (bytes.value < 0) {
+    invalid = Status::InvalidArgument(what + ": negative size " + std::to_string(bytes.value));
+  } else if (latency < Time()) {
+    invalid = Status::InvalidArgument(what + ": negative latency " + std::to_string(latency.ns()) +
+                                      " ns");
+  }
   for (const Demand& d : demands) {
-    assert(d.resource >= 0 && static_cast<size_t>(d.resource) < resources_.size());
-    assert(d.rate.value > 0 && "a flow's rate on a resource must be positive");
-    (void)d;
+    if (!invalid.ok()) break;
+    if (d.resource < 0 || static_cast<size_t>(d.resource) >= resources_.size()) {
+      invalid = Status::InvalidArgument(what + ": no resource " + std::to_string(d.resource) +
+                                        " (" + std::to_string(resources_.size()) + " exist)");
+    } else if (d.rate.value <= 0) {
+      invalid = Status::InvalidArgument(what + ": rate " + std::to_string(d.rate.value) +
+                                        " B/s on " + ResourceName(d.resource) + " (must be > 0)");
+    }
   }
   Flow flow;
   flow.remaining = bytes.value;
   flow.demands = std::move(demands);
   flow.latency = latency;
   flow.on_done = std::move(on_done);
+  // A rejected flow keeps its id (callers hold it) but is never admitted.
+  flow.cancelled = !invalid.ok();
   flows_.push_back(std::move(flow));
-  const FlowId id = static_cast<FlowId>(flows_.size() - 1);
+  if (!invalid.ok()) {
+    RecordError(std::move(invalid));
+    return id;
+  }
   waiting_.push_back(id);
   AdmitWaiting();
   return id;
+}
+
+void FluidNetwork::RecordError(Status error) {
+  if (status_.ok()) status_ = std::move(error);
 }
 
 bool FluidNetwork::Cancel(FlowId id) {
@@ -63,8 +87,7 @@ void FluidNetwork::AdmitWaiting() {
     flow.admitted = true;
     for (const Demand& d : flow.demands) ++resources_[static_cast<size_t>(d.resource)].admitted;
     const Status s = engine_.Schedule(flow.latency, [this, id] { BeginMoving(id); });
-    assert(s.ok());
-    (void)s;
+    if (!s.ok()) RecordError(s.WithPrefix("FluidNetwork: flow " + std::to_string(id)));
   }
   waiting_ = std::move(still_waiting);
 }
@@ -147,8 +170,7 @@ void FluidNetwork::Reschedule() {
   if (moving_.empty()) return;
   const uint64_t generation = generation_;
   const Status s = engine_.Schedule(next, [this, generation] { OnCompletion(generation); });
-  assert(s.ok());
-  (void)s;
+  if (!s.ok()) RecordError(s.WithPrefix("FluidNetwork: next completion"));
 }
 
 void FluidNetwork::OnCompletion(uint64_t generation) {

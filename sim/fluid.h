@@ -35,6 +35,7 @@
 
 #include "sim/engine.h"
 #include "sim/time.h"
+#include "traces/status.h"
 
 namespace ssdtrain::sim {
 
@@ -56,7 +57,9 @@ class FluidNetwork {
   ResourceId AddResource(std::string name, int max_active = 0);
 
   // Queues a flow of `bytes` now; `on_done` runs (from an engine event) when its
-  // last byte has moved. Demands must name distinct, existing resources.
+  // last byte has moved. Demands must name distinct, existing resources with a
+  // positive rate; bytes and latency must be >= 0. A flow that breaks these is
+  // not started (it never completes, Cancel returns false) and status() says why.
   FlowId Start(Bytes bytes, std::vector<Demand> demands, Time latency,
                std::function<void()> on_done);
   // Cancels a flow that has not been admitted yet; false (and no effect) once
@@ -73,6 +76,12 @@ class FluidNetwork {
   const std::string& ResourceName(ResourceId r) const {
     return resources_[static_cast<size_t>(r)].name;
   }
+
+  // OK, or the first failure: a flow Start rejected, or an event the engine
+  // refused to schedule. Checked in every build (not an assert): after a failure
+  // some flows never complete, so the owner must check this once the engine has
+  // run and discard its results when it is not OK.
+  const Status& status() const { return status_; }
 
  private:
   struct Resource {
@@ -99,6 +108,7 @@ class FluidNetwork {
   void Advance();     // moves every moving flow's bytes up to Now()
   void Reschedule();  // re-divides rates and schedules the next completion
   void OnCompletion(uint64_t generation);
+  void RecordError(Status error);  // keeps the first
 
   Engine& engine_;
   std::vector<Resource> resources_;
@@ -107,6 +117,7 @@ class FluidNetwork {
   std::vector<FlowId> moving_;   // ascending id
   Time last_update_;
   uint64_t generation_ = 0;
+  Status status_;
   // Reused by Advance and Reschedule (the simulator's hot loop): no allocation per event.
   std::vector<int> scratch_counts_;
   std::vector<char> scratch_waits_;

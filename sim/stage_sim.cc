@@ -610,6 +610,7 @@ Result<StageResult> StageSimulator::Run() {
   Sample();
   TryIssue();
   engine_.Run();
+  SSDTRAIN_RETURN_IF_ERROR(net_.status());
   SSDTRAIN_RETURN_IF_ERROR(error_);
   if (next_op_ != trace_.ops.size()) {
     return Status::Internal("simulation stopped at op " + std::to_string(next_op_) + " of " +

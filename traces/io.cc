@@ -281,12 +281,16 @@ Result<json> ReadJsonFile(const std::string& path) {
   }
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) return Status::IoError(path + ": read failed (" + std::strerror(errno) + ")");
+  return ParseJson(bytes, EndsWith(path, ".cbor"), path);
+}
+
+Result<json> ParseJson(std::string_view bytes, bool cbor, const std::string& source) {
   try {
-    if (EndsWith(path, ".cbor")) return json::from_cbor(bytes);
+    if (cbor) return json::from_cbor(bytes);
     return json::parse(bytes);
   } catch (const json::exception& e) {
-    return Status::InvalidArgument(path + ": not valid " +
-                                   (EndsWith(path, ".cbor") ? "CBOR" : "JSON") + ": " + e.what());
+    return Status::InvalidArgument(source + ": not valid " + (cbor ? "CBOR" : "JSON") + ": " +
+                                   e.what());
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "traces/status.h"
 #include "traces/trace.h"
@@ -19,6 +20,9 @@ Status WriteTrace(const Trace& trace, const std::string& path);
 
 // Any JSON document, by extension (.cbor is CBOR, anything else JSON text).
 Result<nlohmann::json> ReadJsonFile(const std::string& path);
+// Parses bytes already in memory as ReadJsonFile does (CBOR when `cbor`);
+// `source` names the file in messages.
+Result<nlohmann::json> ParseJson(std::string_view bytes, bool cbor, const std::string& source);
 Status WriteJsonFile(const nlohmann::json& j, const std::string& path);
 
 }  // namespace ssdtrain::traces

@@ -3,6 +3,10 @@
 // A Status is cheap when OK (no allocation) and otherwise carries a code and a
 // message that names the file, the JSON path or the errno. Exceptions are used
 // only at the process edge (the CLI and tests).
+//
+// Both types are [[nodiscard]]: a call whose Status or Result is dropped does not
+// compile (-Werror). Where a failure truly changes nothing, say so with a
+// `(void)` cast and a comment giving the reason.
 #pragma once
 
 #include <memory>
@@ -13,7 +17,7 @@
 
 namespace ssdtrain {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   enum class Code {
     kOk = 0,
@@ -70,7 +74,7 @@ const char* CodeName(Status::Code code);
 
 // Result<T>: a value or a non-OK Status.
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "exec/cuda_device.h"
@@ -250,6 +251,77 @@ TEST(MakeDevice, CudaDeviceIsUsableFromAThreadThatDidNotMakeIt) {
   }).join();
   EXPECT_TRUE(fill.ok()) << fill.ToString();
   EXPECT_TRUE(check.ok()) << check.ToString();
+}
+
+// A real CPU device whose compute stream reports a failure on Synchronize and
+// which records the streams synchronized; everything else goes to the device.
+class ComputeFailsOnSync final : public Device {
+ public:
+  explicit ComputeFailsOnSync(std::unique_ptr<Device> inner) : inner_(std::move(inner)) {}
+  std::vector<Stream> synchronized;
+
+  std::string Describe() const override { return inner_->Describe(); }
+  std::string_view kind() const override { return inner_->kind(); }
+  Result<DeviceBuffer> Allocate(int64_t bytes) override { return inner_->Allocate(bytes); }
+  void Free(DeviceBuffer buffer) override { inner_->Free(buffer); }
+  int64_t capacity_bytes() const override { return inner_->capacity_bytes(); }
+  int64_t allocation_alignment() const override { return inner_->allocation_alignment(); }
+  int64_t workspace_output_region_bytes() const override {
+    return inner_->workspace_output_region_bytes();
+  }
+  int64_t used_bytes() const override { return inner_->used_bytes(); }
+  int64_t peak_bytes() const override { return inner_->peak_bytes(); }
+  void ResetPeak() override { inner_->ResetPeak(); }
+  Status RunOpAsync(const traces::Op& op, const OpBuffers& buffers) override {
+    return inner_->RunOpAsync(op, buffers);
+  }
+  Result<int64_t> ReserveWorkspace(const traces::Trace& trace) override {
+    return inner_->ReserveWorkspace(trace);
+  }
+  Status FillPatternAsync(DeviceBuffer buffer, uint64_t seed, Stream stream) override {
+    return inner_->FillPatternAsync(buffer, seed, stream);
+  }
+  Status CheckPattern(DeviceBuffer buffer, uint64_t seed, Stream stream) override {
+    return inner_->CheckPattern(buffer, seed, stream);
+  }
+  Status CopyToHostAsync(void* dst, DeviceBuffer src, int64_t offset, int64_t bytes) override {
+    return inner_->CopyToHostAsync(dst, src, offset, bytes);
+  }
+  Status CopyToDeviceAsync(DeviceBuffer dst, int64_t offset, const void* src,
+                           int64_t bytes) override {
+    return inner_->CopyToDeviceAsync(dst, offset, src, bytes);
+  }
+  Status RegisterHostMemory(void* ptr, int64_t bytes) override {
+    return inner_->RegisterHostMemory(ptr, bytes);
+  }
+  Status UnregisterHostMemory(void* ptr) override { return inner_->UnregisterHostMemory(ptr); }
+  Result<std::unique_ptr<Event>> CreateEvent() override { return inner_->CreateEvent(); }
+  Status Record(Event& event, Stream stream) override { return inner_->Record(event, stream); }
+  Status Wait(Stream stream, Event& event) override { return inner_->Wait(stream, event); }
+  Status Synchronize(Stream stream) override {
+    synchronized.push_back(stream);
+    Status st = inner_->Synchronize(stream);
+    if (stream == Stream::kCompute) return Status::Internal("compute stream failed");
+    return st;
+  }
+
+ private:
+  std::unique_ptr<Device> inner_;
+};
+
+TEST(Device, SynchronizeAllWaitsOnEveryStreamAfterOneFails) {
+  // Callers free buffers right after SynchronizeAll (the replay's teardown), so
+  // a compute failure must not skip waiting for the two copy streams: three
+  // streams synchronized, in order, and compute's error returned.
+  auto inner = MakeDevice(BackendChoice::kCpu, DeviceOptions{}, nullptr);
+  ASSERT_TRUE(inner.ok()) << inner.status().ToString();
+  ComputeFailsOnSync device(std::move(inner).value());
+  const Status st = device.SynchronizeAll();
+  EXPECT_EQ(st.code(), Status::Code::kInternal);
+  EXPECT_EQ(st.message(), "compute stream failed");
+  const std::vector<Stream> expected = {Stream::kCompute, Stream::kDeviceToHost,
+                                        Stream::kHostToDevice};
+  EXPECT_EQ(device.synchronized, expected);
 }
 
 }  // namespace

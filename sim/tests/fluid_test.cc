@@ -135,5 +135,60 @@ TEST(FluidNetwork, LatencyDelaysTheFirstByte) {
   EXPECT_EQ(end, 1'010'000);
 }
 
+TEST(FluidNetwork, InvalidFlowIsAnErrorInEveryBuildAndNeverRuns) {
+  // Each of these used to be an assert only: in a Release build a negative
+  // latency made the engine refuse the flow's first event, the flow stayed
+  // admitted forever and nothing reported it. Now Start rejects it and
+  // status() keeps the first rejection. A valid flow beside them still ends
+  // at 1 MB / 1 GB/s = 1 ms.
+  Engine engine;
+  FluidNetwork net(engine);
+  const auto ssd = net.AddResource("ssd");
+  const BytesPerSec rate{1'000'000'000};
+  int64_t valid_end = 0;
+  int invalid_ran = 0;
+  net.Start(Bytes{1'000'000}, {{ssd, rate}}, Time(), [&] { valid_end = engine.Now().ns(); });
+  EXPECT_TRUE(net.status().ok());
+  const auto negative_latency =
+      net.Start(Bytes{1'000}, {{ssd, rate}}, Time::Ns(-5), [&] { ++invalid_ran; });
+  EXPECT_EQ(net.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(net.status().message().find("flow 1: negative latency -5 ns"), std::string::npos)
+      << net.status().message();
+  net.Start(Bytes{-1}, {{ssd, rate}}, Time(), [&] { ++invalid_ran; });
+  net.Start(Bytes{1'000}, {{ssd, BytesPerSec{0}}}, Time(), [&] { ++invalid_ran; });
+  net.Start(Bytes{1'000}, {{7, rate}}, Time(), [&] { ++invalid_ran; });
+  // The first error is the one kept; a rejected flow cannot be cancelled or admitted.
+  EXPECT_NE(net.status().message().find("flow 1:"), std::string::npos);
+  EXPECT_FALSE(net.Cancel(negative_latency));
+  engine.Run();
+  EXPECT_FALSE(net.Admitted(negative_latency));
+  EXPECT_EQ(invalid_ran, 0);
+  EXPECT_EQ(valid_end, 1'000'000);
+}
+
+TEST(FluidNetwork, EachKindOfInvalidFlowNamesWhatIsWrong) {
+  const BytesPerSec rate{1'000'000'000};
+  struct Case {
+    Bytes bytes;
+    FluidNetwork::ResourceId resource;
+    BytesPerSec rate;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {Bytes{-1}, 0, rate, "flow 0: negative size -1"},
+      {Bytes{1}, 0, BytesPerSec{0}, "flow 0: rate 0 B/s on ssd (must be > 0)"},
+      {Bytes{1}, 3, rate, "flow 0: no resource 3 (1 exist)"},
+  };
+  for (const Case& c : cases) {
+    Engine engine;
+    FluidNetwork net(engine);
+    net.AddResource("ssd");
+    net.Start(c.bytes, {{c.resource, c.rate}}, Time(), [] {});
+    engine.Run();
+    EXPECT_EQ(net.status().code(), Status::Code::kInvalidArgument) << c.expected;
+    EXPECT_NE(net.status().message().find(c.expected), std::string::npos) << net.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace ssdtrain::sim

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
+#include <vector>
 
 #include "traces/io.h"
 #include "traces/tests/small_trace.h"
@@ -70,6 +72,26 @@ TEST(TraceIo, NotJsonNamesTheFile) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("bad.json: not valid JSON"), std::string::npos)
       << r.status().message();
+}
+
+TEST(TraceIo, ParseJsonFromMemoryNamesTheSourceAndFormat) {
+  // The in-memory parser (what the fuzz targets call) is ReadJsonFile's: the
+  // same document from JSON text and from its CBOR bytes; bad bytes name the
+  // source and the format expected.
+  const nlohmann::json doc = ToJson(testing::SmallTrace());
+  const std::string text = doc.dump();
+  Result<nlohmann::json> from_text = ParseJson(text, /*cbor=*/false, "t.json");
+  ASSERT_TRUE(from_text.ok()) << from_text.status().ToString();
+  EXPECT_EQ(*from_text, doc);
+  const std::vector<uint8_t> cbor = nlohmann::json::to_cbor(doc);
+  Result<nlohmann::json> from_cbor = ParseJson(
+      std::string_view(reinterpret_cast<const char*>(cbor.data()), cbor.size()), true, "t.cbor");
+  ASSERT_TRUE(from_cbor.ok()) << from_cbor.status().ToString();
+  EXPECT_EQ(*from_cbor, doc);
+  Result<nlohmann::json> bad_cbor = ParseJson(text, /*cbor=*/true, "t.cbor");
+  ASSERT_FALSE(bad_cbor.ok());
+  EXPECT_NE(bad_cbor.status().message().find("t.cbor: not valid CBOR"), std::string::npos)
+      << bad_cbor.status().message();
 }
 
 TEST(TraceIo, WriteToMissingDirectoryFailsAndLeavesNothing) {

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Sanitizer builds with clang, CUDA off, no benchmarks (docs/HARDENING.md):
+#   scripts/sanitize.sh asan   ASan + UBSan (first report aborts) in build-asan/,
+#                              runs every test except the accuracy test
+#   scripts/sanitize.sh tsan   ThreadSanitizer in build-tsan/, runs the executor's
+#                              tests (exec_*), the code with threads
+# The ASan build also holds the libFuzzer programs (-DSSDTRAIN_FUZZ=ON), so that
+# scripts/fuzz.sh reuses it instead of compiling everything a third time.
+# Extra arguments go to ctest (e.g. -R OffloadEngine); --configure-only stops
+# after CMake (scripts/fuzz.sh uses it). Works from any directory; idempotent (an
+# existing build directory is reused and only rebuilt).
+# SSDTRAIN_JOBS sets the build and test parallelism (default: nproc).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+kind=${1:-}
+case $kind in
+  asan | tsan) shift ;;
+  *)
+    echo "usage: scripts/sanitize.sh asan|tsan [--configure-only | ctest arguments...]" >&2
+    exit 2
+    ;;
+esac
+"$root/scripts/install-deps.sh"
+jobs=${SSDTRAIN_JOBS:-$(nproc)}
+build=$root/build-$kind
+suppressions=$root/scripts/sanitizers
+fuzz=OFF
+[[ $kind == asan ]] && fuzz=ON
+
+# -O1 with line tables: readable stacks at a fraction of -O2's compile time;
+# asserts stay on (no NDEBUG), since a sanitizer build is for finding bugs.
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" \
+  -DSSDTRAIN_SANITIZE="$kind" -DSSDTRAIN_FUZZ="$fuzz" -DSSDTRAIN_CUDA=OFF \
+  -DSSDTRAIN_BUILD_BENCHMARKS=OFF -DSSDTRAIN_ACCURACY_TEST=OFF -DSSDTRAIN_PYTHON=OFF ${SSDTRAIN_CMAKE_ARGS:-} >/dev/null
+if [[ ${1:-} == --configure-only ]]; then
+  exit 0
+fi
+
+# Reports abort the test that raised them (a non-zero exit), with a symbolized stack.
+symbolizer=$(command -v llvm-symbolizer || command -v llvm-symbolizer-14 || true)
+export ASAN_SYMBOLIZER_PATH=$symbolizer TSAN_SYMBOLIZER_PATH=$symbolizer
+export ASAN_OPTIONS=abort_on_error=0:detect_leaks=1:detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$suppressions/tsan.supp
+export LSAN_OPTIONS=suppressions=$suppressions/lsan.supp
+
+# Tests left out of a run, each with its reason. Nothing else may go here: a
+# sanitizer report in our code is fixed, not excluded.
+exclude_asan=(
+  # Timing, not memory or races: it compares the compute stream's idle time
+  # with the time a 20 MB/s SSD path needs, and a sanitizer's slowdown moves
+  # both sides (ASan: compute slows until the writes hide behind it, 45 ms idle
+  # for 537 ms of writes; TSan: host-side bookkeeping adds idle time that is not
+  # I/O). It runs in the normal suite.
+  'Replay\.WaitsForStagingAreCountedAsExposedIo'
+)
+# Time, for the ASan run only: the notebook's `ssdtrain calibrate` times real
+# GEMMs, and Eigen at -O1 under ASan ran 6.5 minutes without finishing (its limit
+# is 15). The CLI paths it drives (calibrate, plan, replay --verify) run under
+# ASan in demo_cli_test, plan_cli_test and trace_cli_test.
+exclude_asan_only=('notebook_walkthrough')
+exclude_tsan=("${exclude_asan[@]}")
+exclude_asan+=("${exclude_asan_only[@]}")
+join() {
+  local IFS='|'
+  echo "$*"
+}
+
+if [[ $kind == asan ]]; then
+  cmake --build "$build" -j "$jobs"
+  ctest --test-dir "$build" --output-on-failure -j "$jobs" -E "$(join "${exclude_asan[@]}")" "$@"
+else
+  # Only the executor's test programs (and the library they need).
+  targets=$(ninja -C "$build" -t targets all | sed -n 's/^\(exec_[a-z_]*\): phony$/\1/p')
+  if [[ -z $targets ]]; then
+    echo "sanitize.sh: no exec_* test programs in $build" >&2
+    exit 1
+  fi
+  # shellcheck disable=SC2086  # one target per word
+  cmake --build "$build" -j "$jobs" --target $targets
+  ctest --test-dir "$build" --output-on-failure -j "$jobs" -L '^exec_' \
+    -E "$(join "${exclude_tsan[@]}")" "$@"
+fi
