@@ -1,0 +1,6 @@
+"""ssdtrain for PyTorch: offload saved activations to SSD files through ssdtrain's
+C++ engine (``offload``), and capture real models into ssdtrain traces."""
+
+from .offload import DEFAULT_MIN_BYTES, POLICIES, Offload, OffloadError, offload
+
+__all__ = ["DEFAULT_MIN_BYTES", "POLICIES", "Offload", "OffloadError", "offload"]
