@@ -29,6 +29,9 @@ of the groups only, so memory is deterministic:
 - a storage still resident when backward needs it (its write not yet released)
   is handed over as is: forwarding, no read.
 A storage's file is removed when autograd frees the last saved tensor on it.
+A storage saved again after its release (a later op saving another view of it,
+such as the V of a fused QKV output) is recognised by the base tensor it views
+and read back from its file, not written twice.
 
 Failures. Any engine error (EIO, ENOSPC, a checksum mismatch, EOF) raises
 ``ssdtrain.OffloadError`` naming the saved tensor (module, index, dtype, shape)
@@ -37,10 +40,11 @@ an exception or by Ctrl-C (KeyboardInterrupt) alike, the engine is closed and
 its run directory removed; a SIGINT/SIGTERM that kills the process is handled
 by the engine's own signal handler, which unlinks the files first.
 
-CUDA tensors are copied to pinned host memory on a stream of their own (after
-an event on the producing stream) and written from there; reads land in pinned
-memory and are copied back on that stream, with the consuming stream waiting on
-its event. CPU tensors are written and read in place.
+CUDA tensors are copied to pinned host memory on a stream of their own (which
+first waits for the producing stream; the hook then waits for the copy) and
+written from there; reads land in pinned memory and are copied back on that
+stream, with the consuming stream waiting on it. This path has not run on a
+GPU yet. CPU tensors are written and read in place.
 
 Thread-safety: one ``offload`` block at a time per thread of forward; unpack may
 run on autograd's device threads, so the cache takes a lock.
@@ -81,7 +85,7 @@ class _Storage:
 
     __slots__ = ("sid", "key", "nbytes", "name", "group", "device", "tensor", "state",
                  "ticket", "buffer", "refs", "file", "handles", "pinned", "event",
-                 "write_at", "release_at")
+                 "base")
 
     def __init__(self, sid, key, nbytes, name, group, device, tensor):
         self.sid = sid
@@ -100,8 +104,7 @@ class _Storage:
         self.handles = []  # weak references to the handles, to drop their tensors
         self.pinned = None
         self.event = None
-        self.write_at = None
-        self.release_at = None
+        self.base = None  # weak reference to the tensor owning the storage
 
 
 class _Handle:
@@ -166,7 +169,10 @@ class Offload:
     # ---- lifetime ---------------------------------------------------------
 
     def _reset_counters(self):
-        self._storages = {}  # storage key -> _Storage, while its memory is held
+        # storage key (address, bytes, device) -> _Storage, until freed. A released
+        # storage's address may be reused by another: a hit on one counts only
+        # when the saved tensor views the same base tensor (weakly referenced).
+        self._storages = {}
         self._by_group = {}  # group -> [_Storage] offloaded in that group
         self._live = {}  # sid -> _Storage not yet freed
         self._names = {}  # sid -> (name, bytes), for messages
@@ -279,12 +285,16 @@ class Offload:
             if key[0] in self._param_keys or key[0] in self._keep_keys or key[0][1] == 0:
                 return t
             s = self._storages.get(key)
+            base = t._base if t._base is not None else t
+            if s is not None and s.tensor is None and s.base() is not base:
+                s = None  # released, and the address now holds another storage
             if s is None:
                 sid = self._next_sid
                 self._next_sid += 1
                 name = (f"{self._group_names.get(self._group, '<model>')}:saved{sid} "
                         f"({str(t.dtype).replace('torch.', '')} {list(t.shape)})")
                 s = _Storage(sid, key, key[0][1], name, self._group, t.device, t)
+                s.base = weakref.ref(base)
                 self._storages[key] = s
                 self._live[sid] = s
                 self._names[sid] = (name, s.nbytes)
@@ -300,6 +310,8 @@ class Offload:
             else:
                 self._counts["dedup_hits"] += 1
             h = _Handle(self, s, t)
+            if s.tensor is None:  # on disk already: this handle reads it back too
+                h.tensor = None
             s.refs += 1
             s.handles.append(weakref.ref(h))
             return h
@@ -386,7 +398,6 @@ class Offload:
             h = ref()
             if h is not None:
                 h.tensor = None
-        self._storages.pop(s.key, None)
         self._add_resident(-s.nbytes)
 
     def _start_read(self, s):
@@ -442,7 +453,8 @@ class Offload:
         s.buffer = None
         s.pinned = None
         s.state = "freed"
-        self._storages.pop(s.key, None)
+        if self._storages.get(s.key) is s:
+            del self._storages[s.key]
         self._live.pop(s.sid, None)
         group = self._by_group.get(s.group)
         if group is not None and s in group:

@@ -17,9 +17,11 @@ STEPS = 3
 
 def saved_storage_bytes(model, idx, targets, min_bytes):
     """Counts, with plain saved-tensor hooks and nothing of ssdtrain, the unique
-    storages autograd saves for one step, apart from parameters and the input:
+    storages autograd saves for one step, apart from parameters, buffers and the
+    input:
     (all bytes, bytes of storages of at least min_bytes)."""
     params = {p.storage().data_ptr() for p in model.parameters()}
+    params |= {b.storage().data_ptr() for b in model.buffers()}
     params.add(idx.storage().data_ptr())
     seen = {}
 
