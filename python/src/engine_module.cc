@@ -219,7 +219,7 @@ PYBIND11_MODULE(_engine, m) {
            py::arg("dirs"), py::arg("backend") = "auto",
            py::arg("block_size") = ssdtrain::exec::kDefaultBlockSize,
            py::arg("queue_depth") = ssdtrain::exec::kDefaultQueueDepth,
-           py::arg("staging_bytes") = int64_t{64} << 20, py::arg("direct_io") = true,
+           py::arg("staging_bytes") = int64_t{0}, py::arg("direct_io") = true,
            py::arg("faults") = std::vector<ssdtrain::python::FaultSpec>{})
       .def("write_async", &PyEngine::WriteAsync, py::arg("tensor"), py::arg("address"),
            py::arg("nbytes"), "Starts writing nbytes at address as tensor; returns a ticket")

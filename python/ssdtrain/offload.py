@@ -69,6 +69,11 @@ DEFAULT_MIN_BYTES = 64 << 10
 # The paper keeps the last layers resident; two leaf modules is its default.
 SSDTRAIN_KEEP_LAST = 2
 DEFAULT_WRITE_LAG = 2
+# The engine keeps queue_depth bounce blocks of block_size bytes, registered with
+# io_uring, and an offload block creates one engine: 16 x 1 MiB (rather than the
+# replay's 32 x 4 MiB) keeps that setup cheap enough to pay once per step.
+DEFAULT_BLOCK_SIZE = 1 << 20
+DEFAULT_QUEUE_DEPTH = 16
 DEFAULT_PREFETCH = 2
 
 
@@ -139,7 +144,8 @@ class Offload:
 
     def __init__(self, model, dir, policy="ssdtrain", plan=None, min_bytes=DEFAULT_MIN_BYTES,
                  write_lag=DEFAULT_WRITE_LAG, prefetch=DEFAULT_PREFETCH, backend="auto",
-                 block_size=4 << 20, queue_depth=32, direct_io=True, faults=None):
+                 block_size=DEFAULT_BLOCK_SIZE, queue_depth=DEFAULT_QUEUE_DEPTH, direct_io=True,
+                 faults=None):
         if plan is not None:
             raise NotImplementedError(
                 "offload(plan=...): placing tensors from a captured trace's plan is not "
@@ -157,8 +163,8 @@ class Offload:
         self.min_bytes = min_bytes
         self.write_lag = write_lag
         self.prefetch = prefetch
-        self._engine_args = dict(dirs=[dir], backend=backend, block_size=block_size,
-                                 queue_depth=queue_depth, direct_io=direct_io,
+        self._engine_args = dict(dirs=[os.fspath(dir)], backend=backend, block_size=block_size,
+                                 queue_depth=queue_depth, staging_bytes=0, direct_io=direct_io,
                                  faults=list(faults or []))
         self.engine = None
         self._lock = threading.RLock()

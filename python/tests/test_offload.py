@@ -3,6 +3,7 @@ training without it computes, through real files on the real disk."""
 
 import contextlib
 import os
+import pathlib
 import shutil
 import tempfile
 import unittest
@@ -139,8 +140,8 @@ class OffloadTraining(unittest.TestCase):
         self.assertEqual(s["ssd_bytes_read"] + s["forwarded_bytes"], s["ssd_bytes_written"])
         self.assertEqual(os.listdir(self.dir), [])
 
-    def test_stats_use_the_run_report_names(self):
-        _, _, stats = train(self.dir, policy="all", steps=1)
+    def test_stats_use_the_run_report_names_and_dir_may_be_a_path(self):
+        _, _, stats = train(pathlib.Path(self.dir), policy="all", steps=1)
         for name in ("ssd_bytes_written", "ssd_bytes_read", "peak_saved_bytes", "exposed_io_ns"):
             self.assertIn(name, stats[0]["final"])
         self.assertEqual(stats[0]["final"]["ssd_bytes_written"],
