@@ -1,7 +1,9 @@
 // ssdtrain plan: model + hardware -> the best layout and offload plan, with a prediction.
 #include <fmt/format.h>
 
+#include <functional>
 #include <iostream>
+#include <memory>
 
 #include "app/command.h"
 #include "models/build_trace.h"
@@ -20,7 +22,7 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct PlanCmdOptions {
-  std::string model, hardware, output, timeline, policy = "auto";
+  std::string model, trace, hardware, output, timeline, policy = "auto";
   int64_t gpus = 1;
   double memory_budget_GiB = 0;
   std::string prediction;
@@ -31,24 +33,78 @@ struct PlanCmdOptions {
   bool no_host_offload = false;
 };
 
-int RunPlan(const PlanCmdOptions& o) {
-  Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
-  if (!config.ok()) return ReportError("plan", config.status());
-  Result<sim::HardwareOptions> hw = sim::LoadHardware(o.hardware);
-  if (!hw.ok()) return ReportError("plan", hw.status());
-  if (o.memory_budget_GiB < 0) {
-    return ReportError("plan", Status::InvalidArgument("--memory-budget: must be >= 0 GiB"));
+// The search's input: a model config (every layout the planner tries is built
+// from it), or a captured trace (ssdtrain.capture), which exists at one shape
+// only, so the search is pinned to it.
+struct PlanInput {
+  std::string name;
+  int64_t layers = 0, heads = 0;
+  sim::TraceProvider provider;
+  std::function<Result<traces::Trace>(const traces::Plan&)> stage0;
+  std::function<std::string(const traces::Plan&)> trace_command;
+};
+
+Result<PlanInput> TraceInput(const PlanCmdOptions& o) {
+  SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace trace, traces::ReadTrace(o.trace));
+  const traces::Header& h = trace.header;
+  if (o.seq_len > 0 && o.seq_len != h.seq_len) {
+    return Status::InvalidArgument(fmt::format(
+        "--seq-len {}: {} was captured at sequence length {} (header.seq_len); a captured "
+        "trace is planned at its own shape",
+        o.seq_len, o.trace, h.seq_len));
   }
+  if (o.micro_batch > 0 && o.micro_batch != h.micro_batch) {
+    return Status::InvalidArgument(fmt::format(
+        "--micro-batch {}: {} was captured at micro-batch {} (header.micro_batch); a captured "
+        "trace is planned at its own shape",
+        o.micro_batch, o.trace, h.micro_batch));
+  }
+  if (o.gpus != h.tp * h.pp) {
+    return Status::InvalidArgument(
+        fmt::format("--gpus {}: {} was captured with tp {} and pp {}, so it plans on {} GPU(s)",
+                    o.gpus, o.trace, h.tp, h.pp, h.tp * h.pp));
+  }
+  PlanInput in;
+  in.name = h.model;
+  in.layers = h.layers;
+  in.heads = h.heads;
+  auto shared = std::make_shared<const traces::Trace>(std::move(trace));
+  const std::string path = o.trace;
+  in.provider = [shared, path](int64_t mb, int64_t tp, int64_t pp,
+                               int64_t stage) -> Result<traces::Trace> {
+    const traces::Header& th = shared->header;
+    if (mb != th.micro_batch || tp != th.tp || pp != th.pp || stage != th.stage) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: a captured trace has one shape (micro-batch {}, tp {}, pp {}, stage {}); the "
+          "planner asked for micro-batch {}, tp {}, pp {}, stage {}",
+          path, th.micro_batch, th.tp, th.pp, th.stage, mb, tp, pp, stage));
+    }
+    return *shared;
+  };
+  in.stage0 = [shared](const traces::Plan&) -> Result<traces::Trace> { return *shared; };
+  in.trace_command = [path](const traces::Plan&) {
+    return fmt::format("trace for this plan: {} (captured)\n", path);
+  };
+  return in;
+}
+
+Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
+  Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
+  if (!config.ok()) return config.status();
   if (o.seq_len > 0) {
     models::ConfigOverrides ov;
     ov.seq_len = o.seq_len;
     config = models::ApplyOverrides(*config, ov, o.model);
-    if (!config.ok()) return ReportError("plan", config.status());
+    if (!config.ok()) return config.status();
   }
   const models::ModelConfig base = *config;
-  std::string model_path = o.model;
-  sim::TraceProvider provider = [base, model_path](int64_t mb, int64_t tp, int64_t pp,
-                                                   int64_t stage) -> Result<traces::Trace> {
+  const std::string model_path = o.model;
+  PlanInput in;
+  in.name = base.name;
+  in.layers = base.layers;
+  in.heads = base.heads;
+  in.provider = [base, model_path](int64_t mb, int64_t tp, int64_t pp,
+                                   int64_t stage) -> Result<traces::Trace> {
     models::ConfigOverrides ov;
     ov.micro_batch = mb;
     ov.tp = tp;
@@ -56,17 +112,54 @@ int RunPlan(const PlanCmdOptions& o) {
     SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c, models::ApplyOverrides(base, ov, model_path));
     return models::BuildTrace(c, stage);
   };
+  in.stage0 = [base, model_path](const traces::Plan& plan) -> Result<traces::Trace> {
+    models::ConfigOverrides chosen;
+    chosen.micro_batch = plan.micro_batch;
+    chosen.tp = plan.tp;
+    chosen.pp = plan.pp;
+    SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c,
+                              models::ApplyOverrides(base, chosen, model_path));
+    return models::BuildTrace(c, 0);
+  };
+  in.trace_command = [base, model_path](const traces::Plan& plan) {
+    return fmt::format(
+        "trace for this plan: ssdtrain trace --model {} --micro-batch {} --seq-len {} --tp {} "
+        "--pp {}\n",
+        model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
+  };
+  return in;
+}
+
+int RunPlan(const PlanCmdOptions& o) {
+  if (o.model.empty() == o.trace.empty()) {
+    return ReportError(
+        "plan", Status::InvalidArgument("give exactly one of --model (a config) and --trace (a "
+                                        "captured trace)"));
+  }
+  Result<PlanInput> input = o.trace.empty() ? ModelInput(o) : TraceInput(o);
+  if (!input.ok()) return ReportError("plan", input.status());
+  const PlanInput& in = *input;
+  Result<sim::HardwareOptions> hw = sim::LoadHardware(o.hardware);
+  if (!hw.ok()) return ReportError("plan", hw.status());
+  if (o.memory_budget_GiB < 0) {
+    return ReportError("plan", Status::InvalidArgument("--memory-budget: must be >= 0 GiB"));
+  }
   sim::PlannerOptions po;
   po.gpus = o.gpus;
   po.policy = o.policy;
   po.memory_budget_bytes = static_cast<int64_t>(o.memory_budget_GiB * kGiB);
   if (o.micro_batch > 0) po.micro_batch = o.micro_batch;
+  if (!o.trace.empty()) {
+    Result<traces::Trace> t = in.stage0(traces::Plan{});
+    if (!t.ok()) return ReportError("plan", t.status());
+    po.micro_batch = t->header.micro_batch;
+  }
   po.global_batch = o.global_batch;
   po.allow_host_offload = !o.no_host_offload;
-  po.layers = base.layers;
-  po.heads = base.heads;
+  po.layers = in.layers;
+  po.heads = in.heads;
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
-  Result<sim::PlannerResult> r = sim::SearchPlan(provider, *hw, po);
+  Result<sim::PlannerResult> r = sim::SearchPlan(in.provider, *hw, po);
   if (!r.ok()) return ReportError("plan", r.status());
   if (!r->fits) {
     const double budget_GiB =
@@ -78,8 +171,7 @@ int RunPlan(const PlanCmdOptions& o) {
           "ssdtrain plan: error: {} does not fit on {} GPUs of {}: the weights, gradients and "
           "optimizer state alone need {:.3f} GiB per GPU at the best layout, {:.3f} GiB more than "
           "the {:.3f} GiB budget\n",
-          base.name, o.gpus, hw->name,
-          budget_GiB + static_cast<double>(r->over_budget_bytes) / kGiB,
+          in.name, o.gpus, hw->name, budget_GiB + static_cast<double>(r->over_budget_bytes) / kGiB,
           static_cast<double>(r->over_budget_bytes) / kGiB, budget_GiB);
       return 1;
     }
@@ -87,19 +179,13 @@ int RunPlan(const PlanCmdOptions& o) {
         "ssdtrain plan: error: {} does not fit on {} GPUs of {} under any policy: the "
         "lowest-memory plan found ({}, micro-batch {}, tp {}, pp {}) needs {:.3f} GiB per GPU, "
         "{:.3f} GiB more than the {:.3f} GiB budget\n",
-        base.name, o.gpus, hw->name, r->plan.policy, r->plan.micro_batch, r->plan.tp, r->plan.pp,
+        in.name, o.gpus, hw->name, r->plan.policy, r->plan.micro_batch, r->plan.tp, r->plan.pp,
         static_cast<double>(r->prediction.metrics.peak_gpu_bytes) / kGiB,
         static_cast<double>(r->over_budget_bytes) / kGiB, budget_GiB);
     return 1;
   }
   traces::Plan plan = r->plan;
-  models::ConfigOverrides chosen;
-  chosen.micro_batch = plan.micro_batch;
-  chosen.tp = plan.tp;
-  chosen.pp = plan.pp;
-  Result<models::ModelConfig> chosen_config = models::ApplyOverrides(base, chosen, o.model);
-  if (!chosen_config.ok()) return ReportError("plan", chosen_config.status());
-  Result<traces::Trace> stage0 = models::BuildTrace(*chosen_config, 0);
+  Result<traces::Trace> stage0 = in.stage0(plan);
   if (!stage0.ok()) return ReportError("plan", stage0.status());
   const traces::StepReport report = sim::PredictionReport(r->prediction, *stage0, plan, *hw);
   plan.extra["search"] = {{"layouts", r->layouts},
@@ -119,7 +205,7 @@ int RunPlan(const PlanCmdOptions& o) {
       "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {} ({} micro-batches): step {:.1f} "
       "ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} GiB), "
       "SSD writes {:.2f} GB/step\n",
-      base.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp, plan.pp, plan.dp,
+      in.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp, plan.pp, plan.dp,
       plan.num_micro_batches, static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s,
       m.tflops_per_gpu, static_cast<double>(m.peak_gpu_bytes) / kGiB,
       static_cast<double>(m.peak_activation_bytes) / kGiB,
@@ -141,10 +227,7 @@ int RunPlan(const PlanCmdOptions& o) {
     w = traces::WriteJsonFile(traces::ToChromeTrace(p->timeline, "ssdtrain plan"), o.timeline);
     if (!w.ok()) return ReportError("plan", w);
   }
-  std::cout << fmt::format(
-      "trace for this plan: ssdtrain trace --model {} --micro-batch {} --seq-len {} --tp {} "
-      "--pp {}\n",
-      o.model, plan.micro_batch, chosen_config->seq_len, plan.tp, plan.pp);
+  std::cout << in.trace_command(plan);
   return 0;
 }
 
@@ -154,7 +237,10 @@ Verb AddPlanCommand(CLI::App& app) {
   auto o = std::make_shared<PlanCmdOptions>();
   CLI::App* cmd = app.add_subcommand(
       "plan", "Search micro-batch, pipeline and tensor parallelism and an offload policy");
-  cmd->add_option("--model", o->model, "model config (configs/models/*.json)")->required();
+  cmd->add_option("--model", o->model, "model config (configs/models/*.json)");
+  cmd->add_option("--trace", o->trace,
+                  "a captured trace (ssdtrain.capture) instead of --model: planned at its own "
+                  "micro-batch, sequence length and parallelism");
   cmd->add_option("--hardware", o->hardware, "hardware config (configs/hardware/*.json)")
       ->required();
   cmd->add_option("--gpus", o->gpus, "GPUs in total")->check(CLI::PositiveNumber);

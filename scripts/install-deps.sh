@@ -13,6 +13,8 @@ packages=(
   clang libclang-rt-14-dev llvm
   # plots and the walkthrough notebook (run with /usr/bin/python3)
   python3-matplotlib jupyter-nbconvert python3-nbformat python3-ipykernel
+  # the Python package (python/): pybind11 module, tested with Debian's torch (CPU)
+  pybind11-dev python3-dev python3-torch
 )
 
 missing=()

@@ -1,0 +1,328 @@
+"""ssdtrain.capture: a real forward and backward, written as an ssdtrain trace.
+
+    trace = ssdtrain.capture(model, (idx,), loss_fn=lambda out: f(out, y),
+                             path="captured.json")
+
+Every aten op the step runs (seen through a TorchDispatchMode, below autograd,
+so backward's ops are seen too) becomes an op row, in execution order, with its
+FLOPs (2·m·n·k per gemm, one per output element otherwise) and bytes. Every
+tensor an op makes becomes a tensor row with its real dtype, shape and bytes; a
+tensor on a storage already seen (a view: view, transpose, split, expand, ...)
+becomes a row with ``alias_of`` its storage's first row and no bytes of its own.
+Tensors autograd saves (seen through saved-tensor hooks) are marked
+``saved_for_backward``. Module names come from forward hooks on every module:
+an op's name is its module's qualified name and the aten op, and its layer is
+the first integer in that name (``blocks.3.fc1`` -> 3; -1 outside numbered
+modules, and 0 everywhere for a model without numbered modules, e.g. one block). A backward op takes the module of the saved tensor autograd last
+unpacked, i.e. of the forward op whose gradient is running.
+
+The format is traces/FORMAT.md (version 1); the C++ reader validates it on
+load, so ``ssdtrain plan --trace`` and ``ssdtrain replay --trace`` take the
+file as it is. The header's model dims (hidden, heads, layers, ...) are not
+knowable from ops; give them in ``header=`` (they default to 1).
+"""
+
+import json
+import os
+import re
+import tempfile
+import threading
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+FORMAT = "ssdtrain-trace"
+VERSION = 1
+
+_DTYPES = {
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.float32: "fp32",
+    torch.uint8: "uint8",
+    torch.bool: "uint8",
+    torch.int8: "uint8",
+    torch.int32: "int32",
+    torch.int64: "int64",
+}
+# Stored as the trace's dtype of the same size: float64 as int64 (8 bytes).
+_SAME_SIZE = {torch.float64: "int64", torch.int16: "fp16"}
+
+# aten ops that only make a view: no work, no new bytes.
+_VIEW_OPS = {
+    "view", "_unsafe_view", "t", "transpose", "permute", "expand", "split", "split_with_sizes",
+    "slice", "select", "unsqueeze", "squeeze", "as_strided", "alias", "detach", "unbind",
+    "chunk", "narrow", "view_as", "_reshape_alias", "reshape", "unfold", "diagonal",
+    "lift_fresh", "numpy_T",
+}
+_KINDS = {
+    "mm": "gemm", "addmm": "gemm", "bmm": "gemm", "baddbmm": "gemm",
+    "_softmax": "softmax", "_log_softmax": "softmax", "_softmax_backward_data": "softmax",
+    "_log_softmax_backward_data": "softmax",
+    "native_layer_norm": "norm", "native_layer_norm_backward": "norm",
+    "embedding": "embedding", "embedding_dense_backward": "embedding",
+    "nll_loss_forward": "loss", "nll_loss_backward": "loss", "nll_loss": "loss",
+    "nll_loss2d_forward": "loss", "nll_loss2d_backward": "loss",
+    "native_dropout": "dropout", "native_dropout_backward": "dropout",
+}
+_LAYER = re.compile(r"(?:^|\.)(\d+)(?:\.|$)")
+
+
+def _dtype_name(dtype, where):
+    if dtype in _DTYPES:
+        return _DTYPES[dtype]
+    if dtype in _SAME_SIZE:
+        return _SAME_SIZE[dtype]
+    raise ValueError(f"capture: {where}: dtype {dtype} has no trace dtype "
+                     f"(the format has {', '.join(sorted(set(_DTYPES.values())))})")
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size()
+
+
+def _layer_of(name):
+    m = _LAYER.search(name)
+    return int(m.group(1)) if m else -1
+
+
+def _gemm_dims(op, args):
+    """(m, n, k, batch) of a matrix product, or None."""
+    if op == "mm":
+        a, b = args[0], args[1]
+        return a.shape[0], b.shape[1], a.shape[1], 1
+    if op == "addmm":
+        a, b = args[1], args[2]
+        return a.shape[0], b.shape[1], a.shape[1], 1
+    if op == "bmm":
+        a, b = args[0], args[1]
+        return a.shape[1], b.shape[2], a.shape[2], a.shape[0]
+    if op == "baddbmm":
+        a, b = args[1], args[2]
+        return a.shape[1], b.shape[2], a.shape[2], a.shape[0]
+    return None
+
+
+class _Recorder:
+    """Builds the trace's tables while the step runs."""
+
+    def __init__(self, model, inputs):
+        self.tensors = []  # trace rows (dicts)
+        self.ops = []
+        self.ids = {}  # id(tensor object) -> row
+        self.keep = []  # every tensor seen, so that no id() or address is reused
+        self.storage_root = {}  # (device, storage address) -> root row
+        self.params = {id(p): n for n, p in model.named_parameters()}
+        self.params.update({id(b): n for n, b in model.named_buffers()})
+        self.inputs = {id(t) for t in tree_flatten(inputs)[0] if isinstance(t, torch.Tensor)}
+        self.phase = "forward"
+        self.module_stack = []
+        self.backward_module = ""
+        self.lock = threading.Lock()
+
+    # ---- tensors ----------------------------------------------------------
+
+    def row_of(self, t, producer, where):
+        """The row of tensor object t, adding one (produced by `producer`)."""
+        key = id(t)
+        if key in self.ids:
+            return self.ids[key]
+        rid = len(self.tensors)
+        self.keep.append(t)
+        self.ids[key] = rid
+        storage = t.storage()
+        skey = (str(t.device), storage.data_ptr()) if storage.nbytes() > 0 else None
+        root = self.storage_root.get(skey) if skey is not None else None
+        dtype = _dtype_name(t.dtype, where)
+        if root is not None:
+            nbytes = min(_nbytes(t), self.tensors[root]["bytes"])
+            shape = list(t.shape)
+        else:
+            nbytes = storage.nbytes()
+            shape = list(t.shape) if _nbytes(t) == nbytes else [nbytes // t.element_size()]
+            if skey is not None:
+                self.storage_root[skey] = rid
+        module = self.current_module()
+        if key in self.params:
+            kind, name = "weight", self.params[key]
+        elif key in self.inputs:
+            kind, name = "input", f"input{rid}"
+        else:
+            kind = "gradient" if self.phase == "backward" else "activation"
+            name = f"{module or '<model>'}.t{rid}"
+        self.tensors.append(dict(
+            id=rid, name=name, bytes=nbytes, dtype=dtype, shape=shape, kind=kind,
+            producer=producer, consumers=[], saved_for_backward=False,
+            alias_of=root, layer=_layer_of(name), micro_batch=0, offloadable=False))
+        return rid
+
+    # ---- ops --------------------------------------------------------------
+
+    def current_module(self):
+        if self.phase == "backward":
+            return self.backward_module
+        return self.module_stack[-1] if self.module_stack else ""
+
+    def record(self, func, args, kwargs, out):
+        with self.lock:
+            self._record(func, args, kwargs, out)
+
+    def _record(self, func, args, kwargs, out):
+        op_name = func.overloadpacket.__name__
+        module = self.current_module()
+        oid = len(self.ops)
+        where = f"op {oid} ({op_name} in {module or '<model>'})"
+        flat_in = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        flat_out = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+        inputs = []
+        for t in flat_in:
+            r = self.row_of(t, None, where)
+            if r not in inputs:
+                inputs.append(r)
+        outputs = []
+        for t in flat_out:
+            if id(t) in self.ids:  # in place (add_, out=): it reads and writes that tensor
+                r = self.ids[id(t)]
+                if r not in inputs:
+                    inputs.append(r)
+                continue
+            r = self.row_of(t, oid, where)
+            outputs.append(r)
+        for r in inputs:
+            self.tensors[r]["consumers"].append(oid)
+        is_view = op_name in _VIEW_OPS
+        dims = None if is_view else _gemm_dims(op_name, args)
+        if dims is not None:
+            m, n, k, batch = (int(x) for x in dims)
+            flops = 2 * m * n * k * batch
+            kind = "gemm"
+        else:
+            flops = 0 if is_view else sum(t.numel() for t in flat_out)
+            kind = _KINDS.get(op_name, "elementwise")
+        if is_view:
+            bytes_read = bytes_written = 0
+        else:
+            bytes_read = sum(min(_nbytes(t), self.tensors[self.ids[id(t)]]["bytes"])
+                             for t in flat_in)
+            bytes_written = sum(_nbytes(t) for t in flat_out)
+        self.ops.append(dict(
+            id=oid, name=f"{module or '<model>'}.{op_name}", kind=kind, phase=self.phase,
+            layer=_layer_of(module), micro_batch=0, stage=0, stream=0, inputs=inputs,
+            outputs=outputs, flops=int(flops), bytes_read=int(bytes_read),
+            bytes_written=int(bytes_written),
+            gemm=None if dims is None else dict(m=m, n=n, k=k, batch=batch)))
+
+    # ---- saved tensors ----------------------------------------------------
+
+    def pack(self, t):
+        with self.lock:
+            r = self.row_of(t, None, "a saved tensor")
+            self.tensors[r]["saved_for_backward"] = True
+            self.tensors[r].setdefault("_module", self.current_module())
+        return t
+
+    def unpack(self, t):
+        with self.lock:
+            r = self.ids.get(id(t))
+            if r is not None:
+                self.backward_module = self.tensors[r].get("_module", "")
+        return t
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, recorder):
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not isinstance(out, (torch.Tensor, tuple, list)) and isinstance(args[0], torch.Tensor):
+            # torch 1.13 turns a detached wrapped number (the 8 saved by x / 8) into
+            # a Python number on the way out of the mode, and autograd wants a
+            # tensor back: hand it one of the same dtype.
+            return torch.tensor(out, dtype=args[0].dtype)
+        self.recorder.record(func, args, kwargs or {}, out)
+        return out
+
+
+def _finish(rec, header, min_bytes):
+    """Fixes up what the format needs once the step is over."""
+    # A tensor only some op's input (weights, inputs, tensors made outside the mode)
+    # has no producer: it is a weight or a step input.
+    for t in rec.tensors:
+        t.pop("_module", None)
+        if t["producer"] is None and t["kind"] in ("activation", "gradient"):
+            t["kind"] = "input"
+    # A model without numbered modules (one block captured alone) is one layer,
+    # 0: the planners treat layer -1 as embedding and head, never offloaded.
+    if all(t["layer"] == -1 for t in rec.tensors) and all(o["layer"] == -1 for o in rec.ops):
+        for row in rec.tensors + rec.ops:
+            row["layer"] = 0
+    # Offloadable: activations (by storage) of at least min_bytes.
+    for t in rec.tensors:
+        root = t if t["alias_of"] is None else rec.tensors[_root(rec.tensors, t["id"])]
+        t["offloadable"] = (root["kind"] == "activation" and root["bytes"] >= min_bytes)
+    h = dict(model="captured", family="gpt", hidden=1, heads=1, kv_heads=1, layers=1,
+             ffn_hidden=1, vocab=1, seq_len=1, micro_batch=1, tp=1, sequence_parallel=False,
+             pp=1, stage=0, first_layer=0, stage_layers=1, dtype="fp32", attention="standard",
+             units={"time": "ns", "size": "bytes"})
+    h.update(header or {})
+    if "stage_layers" not in (header or {}):
+        h["stage_layers"] = h["layers"]
+    return dict(format=FORMAT, version=VERSION, header=h, tensors=rec.tensors, ops=rec.ops,
+                edges=[])
+
+
+def _root(tensors, i):
+    while tensors[i]["alias_of"] is not None:
+        i = tensors[i]["alias_of"]
+    return i
+
+
+def saved_bytes(trace):
+    """Unique saved activation bytes of a trace (JSON dict): the bytes of every
+    storage (alias root) of kind activation on which some tensor is saved."""
+    roots = {_root(trace["tensors"], t["id"]) for t in trace["tensors"] if t["saved_for_backward"]}
+    return sum(trace["tensors"][r]["bytes"] for r in roots
+               if trace["tensors"][r]["kind"] == "activation")
+
+
+def capture(model, example_inputs, loss_fn=None, path=None, header=None, min_bytes=64 << 10):
+    """Runs model(*example_inputs), loss_fn(output) (default: output.sum()) and
+    backward once, recording a trace; writes it to `path` (JSON) when given and
+    returns it as a dict. Gradients the step makes are left in the parameters'
+    .grad (zero them if that matters). `header` sets trace header fields (model,
+    family, hidden, heads, layers, seq_len, micro_batch, dtype, ...)."""
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    rec = _Recorder(model, example_inputs)
+    hooks = []
+    for name, m in model.named_modules():
+        def pre(mod, args, name=name):
+            rec.module_stack.append(name)
+
+        def post(mod, args, out, name=name):
+            rec.module_stack.pop()
+        hooks.append(m.register_forward_pre_hook(pre))
+        hooks.append(m.register_forward_hook(post))
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack), _Mode(rec):
+            out = model(*example_inputs)
+            loss = loss_fn(out) if loss_fn is not None else out.sum()
+            rec.phase = "backward"
+            loss.backward()
+    finally:
+        for h in hooks:
+            h.remove()
+    trace = _finish(rec, header, min_bytes)
+    if path is not None:
+        d = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".capture-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(trace, f)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    return trace

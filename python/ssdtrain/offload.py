@@ -1,0 +1,546 @@
+"""ssdtrain.offload: saved activations go through the C++ offload engine.
+
+    with ssdtrain.offload(model, dir="/mnt/nvme") as off:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+    print(off.stats())
+
+How it works. Inside the block, ``torch.autograd.graph.saved_tensors_hooks``
+routes every tensor autograd saves through a cache keyed by storage (a view and
+the tensor it views, or a tensor saved by two ops, are one storage: dedup).
+Parameters, the model's inputs and storages under ``min_bytes`` are kept as they
+are. Every other storage is written whole to a file of its own by the engine
+(io_uring, O_DIRECT, a CRC32C per extent) and released once the write has
+landed; backward reads it back into a fresh tensor, checks it, and rebuilds the
+saved view (dtype, shape, strides, offset) on it, so the values autograd sees
+are bitwise the ones it saved.
+
+Leaf modules (modules without children) split forward into groups: group g
+starts when the g-th leaf module's forward starts. The schedule is a function
+of the groups only, so memory is deterministic:
+- a storage saved in group g is written at the start of group g + keep_last
+  (policy "all": keep_last = 0, at once; policy "ssdtrain": keep_last = 2, so
+  the storages of the last two leaf modules, which backward needs first, are
+  never written: the paper's rule of keeping the last layers);
+- its write must have landed by the start of group g + keep_last + write_lag
+  (the wait is backpressure, counted as exposed I/O); then it is released;
+- when backward unpacks a storage of group g, the reads of groups g-1 .. g-prefetch
+  are issued (prefetch: two leaf modules ahead by default);
+- a storage still resident when backward needs it (its write not yet released)
+  is handed over as is: forwarding, no read.
+A storage's file is removed when autograd frees the last saved tensor on it.
+A storage saved again after its release (a later op saving another view of it,
+such as the V of a fused QKV output) is recognised by the base tensor it views
+and read back from its file, not written twice.
+
+Failures. Any engine error (EIO, ENOSPC, a checksum mismatch, EOF) raises
+``ssdtrain.OffloadError`` naming the saved tensor (module, index, dtype, shape)
+and the file; the engine then removes all its files. On leaving the block, by
+an exception or by Ctrl-C (KeyboardInterrupt) alike, the engine is closed and
+its run directory removed; a SIGINT/SIGTERM that kills the process is handled
+by the engine's own signal handler, which unlinks the files first.
+
+CUDA tensors are copied to pinned host memory on a stream of their own (which
+first waits for the producing stream; the hook then waits for the copy) and
+written from there; reads land in pinned memory and are copied back on that
+stream, with the consuming stream waiting on it. This path has not run on a
+GPU yet. CPU tensors are written and read in place.
+
+Thread-safety: one ``offload`` block at a time per thread of forward; unpack may
+run on autograd's device threads, so the cache takes a lock.
+"""
+
+import os
+import re
+import threading
+import time
+import weakref
+
+import torch
+
+from . import _engine
+
+OffloadError = _engine.OffloadError
+
+POLICIES = ("ssdtrain", "all", "none")
+# Storages smaller than this stay in memory: a request per tiny tensor costs
+# more than the memory it frees (the paper keeps small tensors too).
+DEFAULT_MIN_BYTES = 64 << 10
+# The paper keeps the last layers resident; two leaf modules is its default.
+SSDTRAIN_KEEP_LAST = 2
+DEFAULT_WRITE_LAG = 2
+# The engine keeps queue_depth bounce blocks of block_size bytes, registered with
+# io_uring, and an offload block creates one engine: 16 x 1 MiB (rather than the
+# replay's 32 x 4 MiB) keeps that setup cheap enough to pay once per step.
+DEFAULT_BLOCK_SIZE = 1 << 20
+DEFAULT_QUEUE_DEPTH = 16
+DEFAULT_PREFETCH = 2
+
+
+# How the engine names a tensor in a message: "writing tensor 6 to /d/t6.bin",
+# "checksum mismatch reading tensor 3 from /d/t3.bin".
+_ENGINE_TENSOR = re.compile(r"(writing|reading) tensor (\d+) (?:to|from) (\S+)")
+
+# States whose storage has a file (or a write in flight).
+_ON_DISK = ("writing", "forwarding", "written", "reading", "read")
+
+
+class _Storage:
+    """One deduplicated storage and where its bytes are."""
+
+    __slots__ = ("sid", "key", "nbytes", "name", "group", "device", "tensor", "state",
+                 "ticket", "buffer", "refs", "file", "handles", "pinned", "event",
+                 "base")
+
+    def __init__(self, sid, key, nbytes, name, group, device, tensor):
+        self.sid = sid
+        self.key = key
+        self.nbytes = nbytes
+        self.name = name
+        self.group = group
+        self.device = device
+        self.tensor = tensor  # the first saved tensor on it, while resident
+        # kept | queued | writing | forwarding | written | reading | read | freed
+        self.state = "kept"
+        self.ticket = None
+        self.buffer = None  # bytes read back (uint8, nbytes), or the pinned copy
+        self.refs = 0  # live pack handles
+        self.file = ""
+        self.handles = []  # weak references to the handles, to drop their tensors
+        self.pinned = None
+        self.event = None
+        self.base = None  # weak reference to the tensor owning the storage
+
+
+class _Handle:
+    """What autograd keeps in place of a saved tensor."""
+
+    __slots__ = ("cache", "storage", "tensor", "dtype", "size", "stride", "offset",
+                 "__weakref__")
+
+    def __init__(self, cache, storage, tensor):
+        self.cache = cache
+        self.storage = storage
+        self.tensor = tensor  # the saved tensor itself while the storage is resident
+        self.dtype = tensor.dtype
+        self.size = tuple(tensor.size())
+        self.stride = tuple(tensor.stride())
+        self.offset = tensor.storage_offset()
+
+    def __del__(self):
+        try:
+            self.cache._drop(self.storage)
+        except Exception:  # interpreter shutdown: the cache may be gone already
+            pass
+
+
+def _storage_of(t):
+    s = t.storage()
+    return s.data_ptr(), s.nbytes()
+
+
+class Offload:
+    """The object ``offload(...)`` returns; use it as a context manager."""
+
+    def __init__(self, model, dir, policy="ssdtrain", plan=None, min_bytes=DEFAULT_MIN_BYTES,
+                 write_lag=DEFAULT_WRITE_LAG, prefetch=DEFAULT_PREFETCH, backend="auto",
+                 block_size=DEFAULT_BLOCK_SIZE, queue_depth=DEFAULT_QUEUE_DEPTH, direct_io=True,
+                 faults=None):
+        if plan is not None:
+            raise NotImplementedError(
+                "offload(plan=...): placing tensors from a captured trace's plan is not "
+                "implemented yet; use policy='ssdtrain' or 'all'")
+        if policy not in POLICIES:
+            raise ValueError(f"offload: policy '{policy}': expected one of {', '.join(POLICIES)}")
+        if not os.path.isdir(dir):
+            raise ValueError(f"offload: dir '{dir}' is not a directory")
+        if min_bytes < 0 or write_lag < 0 or prefetch < 0:
+            raise ValueError("offload: min_bytes, write_lag and prefetch must be >= 0")
+        self.model = model
+        self.dir = dir
+        self.policy = policy
+        self.keep_last = SSDTRAIN_KEEP_LAST if policy == "ssdtrain" else 0
+        self.min_bytes = min_bytes
+        self.write_lag = write_lag
+        self.prefetch = prefetch
+        self._engine_args = dict(dirs=[os.fspath(dir)], backend=backend, block_size=block_size,
+                                 queue_depth=queue_depth, staging_bytes=0, direct_io=direct_io,
+                                 faults=list(faults or []))
+        self.engine = None
+        self._lock = threading.RLock()
+        self._hooks = []
+        self._saved_hooks = None
+        self._reset_counters()
+
+    # ---- lifetime ---------------------------------------------------------
+
+    def _reset_counters(self):
+        # storage key (address, bytes, device) -> _Storage, until freed. A released
+        # storage's address may be reused by another: a hit on one counts only
+        # when the saved tensor views the same base tensor (weakly referenced).
+        self._storages = {}
+        self._by_group = {}  # group -> [_Storage] offloaded in that group
+        self._live = {}  # sid -> _Storage not yet freed
+        self._names = {}  # sid -> (name, bytes), for messages
+        self._next_sid = 0
+        self._group = 0
+        self._group_names = {}
+        self._module_stack = []
+        self._keep_keys = set()
+        self._in_backward = False
+        self._failed = None
+        self._resident = 0
+        self._peak = 0
+        self._exposed_ns = 0
+        self._counts = dict(saved_tensors=0, saved_storages=0, dedup_hits=0,
+                            offloaded_storages=0, offloaded_bytes=0, forwarded_storages=0,
+                            forwarded_bytes=0, kept_bytes=0, kept_last_bytes=0)
+
+    def __enter__(self):
+        self.engine = _engine.Engine(**self._engine_args)
+        self._param_keys = {_storage_of(p) for p in self.model.parameters()}
+        self._param_keys |= {_storage_of(b) for b in self.model.buffers()}
+        for name, m in self.model.named_modules():
+            if not any(True for _ in m.children()):
+                self._hooks.append(m.register_forward_pre_hook(self._make_pre_hook(name)))
+        self._hooks.append(self.model.register_forward_pre_hook(self._root_pre_hook))
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._saved_hooks.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        if self._failed is not None and exc is not None and exc is not self._failed:
+            # autograd turns an exception in a saved-tensor hook into a
+            # RuntimeError; hand the caller the OffloadError itself.
+            raise self._failed from exc
+        return False
+
+    def close(self):
+        """Removes the hooks, closes the engine and removes every file (idempotent)."""
+        if self._saved_hooks is not None:
+            self._saved_hooks.__exit__(None, None, None)
+            self._saved_hooks = None
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        with self._lock:
+            if self.engine is not None and not self.engine.closed:
+                self._final_stats = self._stats_locked()
+            for s in list(self._live.values()):
+                self._forget(s)
+            self._storages.clear()
+            self._by_group.clear()
+            if self.engine is not None:
+                self.engine.close()
+
+    def run_dirs(self):
+        """The engine's private run directories (they vanish when the block ends)."""
+        return self.engine.run_dirs()
+
+    # ---- module hooks: groups --------------------------------------------
+
+    def _make_pre_hook(self, name):
+        def pre_hook(module, args):
+            self._next_group(name)
+        return pre_hook
+
+    def _root_pre_hook(self, module, args):
+        keys = set()
+
+        def visit(a):
+            if isinstance(a, torch.Tensor):
+                keys.add(_storage_of(a))
+            elif isinstance(a, (list, tuple)):
+                for x in a:
+                    visit(x)
+            elif isinstance(a, dict):
+                for x in a.values():
+                    visit(x)
+        visit(args)
+        with self._lock:
+            self._keep_keys = keys
+
+    def _next_group(self, name):
+        with self._lock:
+            self._raise_if_failed()
+            if self._in_backward:
+                return
+            self._group += 1
+            self._group_names[self._group] = name
+            g = self._group
+            for s in list(self._by_group.get(g - self.keep_last, ())):
+                if s.state == "queued":
+                    self._start_write(s)
+            for s in list(self._by_group.get(g - self.keep_last - self.write_lag, ())):
+                if s.state == "writing":
+                    self._land_write(s)
+
+    # ---- pack / unpack ----------------------------------------------------
+
+    def _pack(self, t):
+        with self._lock:
+            self._raise_if_failed()
+            if self._in_backward:
+                # A new forward after a backward: a new step.
+                self._in_backward = False
+            self._counts["saved_tensors"] += 1
+            if t.layout != torch.strided:
+                return t
+            key = (_storage_of(t), t.device)
+            if key[0] in self._param_keys or key[0] in self._keep_keys or key[0][1] == 0:
+                return t
+            s = self._storages.get(key)
+            base = t._base if t._base is not None else t
+            if s is not None and s.tensor is None and s.base() is not base:
+                s = None  # released, and the address now holds another storage
+            if s is None:
+                sid = self._next_sid
+                self._next_sid += 1
+                name = (f"{self._group_names.get(self._group, '<model>')}:saved{sid} "
+                        f"({str(t.dtype).replace('torch.', '')} {list(t.shape)})")
+                s = _Storage(sid, key, key[0][1], name, self._group, t.device, t)
+                s.base = weakref.ref(base)
+                self._storages[key] = s
+                self._live[sid] = s
+                self._names[sid] = (name, s.nbytes)
+                self._counts["saved_storages"] += 1
+                self._add_resident(s.nbytes)
+                if self.policy != "none" and s.nbytes >= self.min_bytes:
+                    s.state = "queued"
+                    self._by_group.setdefault(s.group, []).append(s)
+                    if self.keep_last == 0:
+                        self._start_write(s)
+                else:
+                    self._counts["kept_bytes"] += s.nbytes
+            else:
+                self._counts["dedup_hits"] += 1
+            h = _Handle(self, s, t)
+            if s.tensor is None:  # on disk already: this handle reads it back too
+                h.tensor = None
+            s.refs += 1
+            s.handles.append(weakref.ref(h))
+            return h
+
+    def _unpack(self, h):
+        if not isinstance(h, _Handle):
+            return h
+        with self._lock:
+            self._raise_if_failed()
+            if not self._in_backward:
+                self._in_backward = True
+            s = h.storage
+            if h.tensor is not None:
+                if s.state in ("queued", "writing"):
+                    self._forward(s)
+                return h.tensor
+            for g in range(s.group, s.group - self.prefetch - 1, -1):
+                for p in list(self._by_group.get(g, ())):
+                    if p.state == "written":
+                        self._start_read(p)
+            if s.state == "reading":
+                self._land_read(s)
+            return self._view(s, h)
+
+    def _view(self, s, h):
+        if s.device.type == "cuda":
+            if s.tensor is None:
+                stream = self._copy_stream(s.device)
+                with torch.cuda.stream(stream):
+                    s.tensor = s.buffer.to(s.device, non_blocking=True)
+                torch.cuda.current_stream(s.device).wait_stream(stream)
+                s.tensor.record_stream(torch.cuda.current_stream(s.device))
+            base = s.tensor
+        else:
+            base = s.buffer
+        return base.view(h.dtype).as_strided(h.size, h.stride, h.offset)
+
+    def _drop(self, s):
+        with self._lock:
+            s.refs -= 1
+            if s.refs == 0 and s.state != "freed":
+                try:
+                    self._forget(s)
+                except OffloadError as e:  # raised again by the next hook
+                    self._failed = self._failed or e
+
+    # ---- the schedule -----------------------------------------------------
+
+    def _start_write(self, s):
+        try:
+            if s.device.type == "cuda":
+                self._stage_to_host(s)
+                src = s.pinned
+            else:
+                src = s.tensor
+            s.ticket = self.engine.write_async(s.sid, _storage_of(src)[0], s.nbytes)
+        except OffloadError as e:
+            self._fail(s, "writing", e)
+        s.state = "writing"
+        try:
+            s.file = self.engine.file_path(s.sid)
+        except OffloadError:
+            pass  # the engine failed since: the wait on this write reports why
+
+    def _land_write(self, s):
+        t0 = time.perf_counter_ns()
+        try:
+            self.engine.wait(s.ticket)
+        except OffloadError as e:
+            self._fail(s, "writing", e)
+        finally:
+            self._exposed_ns += time.perf_counter_ns() - t0
+        s.ticket = None
+        s.state = "written"
+        s.pinned = None
+        self._release(s)
+        self._counts["offloaded_storages"] += 1
+        self._counts["offloaded_bytes"] += s.nbytes
+
+    def _release(self, s):
+        """Drops every reference this cache holds to the storage's memory."""
+        s.tensor = None
+        for ref in s.handles:
+            h = ref()
+            if h is not None:
+                h.tensor = None
+        self._add_resident(-s.nbytes)
+
+    def _start_read(self, s):
+        pin = s.device.type == "cuda"
+        s.buffer = torch.empty(s.nbytes, dtype=torch.uint8, pin_memory=pin)
+        self._add_resident(s.nbytes)
+        try:
+            s.ticket = self.engine.read_async(s.sid, s.buffer.data_ptr(), s.nbytes)
+        except OffloadError as e:
+            self._fail(s, "reading", e)
+        s.state = "reading"
+
+    def _land_read(self, s):
+        t0 = time.perf_counter_ns()
+        try:
+            self.engine.wait(s.ticket)
+        except OffloadError as e:
+            s.buffer = None  # never hand back bytes that were not checked
+            self._fail(s, "reading", e)
+        finally:
+            self._exposed_ns += time.perf_counter_ns() - t0
+        s.ticket = None
+        s.state = "read"
+
+    def _forward(self, s):
+        """Backward needs s before its write was released: hand over the resident
+        tensor and skip the read (a write in flight is left to finish; its file goes
+        with the storage)."""
+        if s.state == "writing":
+            s.state = "forwarding"
+            self._counts["forwarded_storages"] += 1
+            self._counts["forwarded_bytes"] += s.nbytes
+        else:  # queued: one of the last keep_last leaf modules', never written
+            s.state = "kept"
+            self._counts["kept_last_bytes"] += s.nbytes
+
+    def _forget(self, s):
+        """The last saved tensor on s is gone: free its memory and its file."""
+        if s.ticket is not None:
+            try:
+                self.engine.wait(s.ticket)
+            except OffloadError:
+                pass  # the engine has failed; nothing of s is used any more
+            s.ticket = None
+        if s.state != "written":  # every other state holds the bytes in memory
+            self._add_resident(-s.nbytes)
+        if s.state in _ON_DISK and not self.engine.closed:
+            try:
+                self.engine.remove(s.sid)
+            except OffloadError:
+                pass  # after a failure the engine has removed every file already
+        s.tensor = None
+        s.buffer = None
+        s.pinned = None
+        s.state = "freed"
+        if self._storages.get(s.key) is s:
+            del self._storages[s.key]
+        self._live.pop(s.sid, None)
+        group = self._by_group.get(s.group)
+        if group is not None and s in group:
+            group.remove(s)
+            if not group:
+                del self._by_group[s.group]
+
+    # ---- CUDA staging -----------------------------------------------------
+
+    def _copy_stream(self, device):
+        streams = self.__dict__.setdefault("_streams", {})
+        if device not in streams:
+            streams[device] = torch.cuda.Stream(device)
+        return streams[device]
+
+    def _stage_to_host(self, s):
+        stream = self._copy_stream(s.device)
+        stream.wait_stream(torch.cuda.current_stream(s.device))
+        s.pinned = torch.empty(s.nbytes, dtype=torch.uint8, pin_memory=True)
+        src = s.tensor
+        flat = torch.empty(0, dtype=src.dtype, device=s.device).set_(src.storage())
+        flat = flat.view(torch.uint8)
+        with torch.cuda.stream(stream):
+            s.pinned.copy_(flat, non_blocking=True)
+            s.event = torch.cuda.Event()
+            s.event.record(stream)
+        s.event.synchronize()
+
+    # ---- failures ---------------------------------------------------------
+
+    def _fail(self, s, what, e):
+        """Raises OffloadError naming the saved tensor and file the engine failed on:
+        the engine's message names them by id (the failure is sticky, so a later
+        wait may report an earlier tensor's failure)."""
+        culprit = _ENGINE_TENSOR.findall(str(e))
+        if culprit:
+            verb, sid, path = culprit[-1]
+            name, nbytes = self._names.get(int(sid), (f"t{sid}", 0))
+            what, sid = verb, int(sid)
+        else:
+            name, nbytes, sid, path = s.name, s.nbytes, s.sid, s.file or "not created"
+        err = OffloadError(f"ssdtrain.offload: {what} saved tensor {name} (storage {sid}, "
+                           f"{nbytes} bytes, file {path}) failed: {e}")
+        self._failed = err
+        raise err from e
+
+    def _raise_if_failed(self):
+        if self._failed is not None:
+            raise self._failed
+
+    # ---- statistics -------------------------------------------------------
+
+    def _add_resident(self, delta):
+        self._resident += delta
+        if self._resident > self._peak:
+            self._peak = self._resident
+
+    def _stats_locked(self):
+        e = self.engine.stats()
+        out = dict(self._counts)
+        out.update(ssd_bytes_written=e["bytes_written"], ssd_bytes_read=e["bytes_read"],
+                   peak_saved_bytes=self._peak, saved_bytes_now=self._resident,
+                   exposed_io_ns=self._exposed_ns, files_live=sum(
+                       1 for s in self._live.values()
+                       if s.state in _ON_DISK),
+                   backend=self.engine.backend_name(), direct_io=self.engine.direct_io(),
+                   faults_injected=self.engine.faults_injected())
+        return out
+
+    def stats(self):
+        """Counters, with the run report's names: ssd_bytes_written, ssd_bytes_read,
+        peak_saved_bytes (resident saved-tensor bytes this cache held at most),
+        exposed_io_ns (time forward and backward waited on the SSD path)."""
+        with self._lock:
+            if self.engine is None or self.engine.closed:
+                return dict(getattr(self, "_final_stats", {}))
+            return self._stats_locked()
+
+
+def offload(model, dir, policy="ssdtrain", plan=None, **options):
+    """Offloads the activations autograd saves inside the ``with`` block to files in
+    ``dir``. See the module docstring for the schedule and ``Offload`` for options."""
+    return Offload(model, dir, policy=policy, plan=plan, **options)
