@@ -208,6 +208,17 @@ void OffloadEngine::Impl::IoLoop() {
     ResubmitDue(&batch, &free_slots, &wait_ns);
     SubmitBatch(batch, "resubmitting I/O", &free_slots);
     ReleaseHeld(&free_slots, &wait_ns);
+    {
+      // Releasing held requests (or failing a batch) may have freed slots
+      // after this pass took its blocks, or ended the last request of a
+      // stopping engine: go round again instead of waiting for a completion
+      // that may never come (nothing else may be in flight).
+      std::lock_guard lock(mu);
+      if ((failed.ok() && !stopping && !queue.empty() && !free_slots.empty()) ||
+          (stopping && in_flight == 0)) {
+        wait_ns = 0;
+      }
+    }
     Result<int> n = backend->Reap(done, 1, wait_ns);
     if (!n.ok()) {
       // Waiting failed, but the requests in flight are still the kernel's:
