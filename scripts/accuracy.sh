@@ -20,11 +20,18 @@
 # limits are all printed; docs/PERFORMANCE.md says how the raw figures compare
 # with the raw targets.
 #
-# Memory is deterministic: every row's predicted device peak and activation
-# peak must be within --memory-max (2%) of the measured ones, with no noise
-# allowance, and the planner's plan must stay within its budget when it runs.
-# A third demo runs the first model under --slow-cap (0.05 GB/s), slow enough
-# that writes lag and the budget's backpressure must act.
+# Memory: without an SSD cap every write lands long before its storage's last
+# forward use, so the memory profile follows from the plan alone (the simulator
+# and the replay resolve it the same way, traces/storage_plan.h): those rows'
+# predicted device and activation peaks must be within --memory-max (2%) of the
+# measured ones, with no noise allowance. Under a cap the SSD is slower than the
+# forward pass, writes queue, and how much is resident depends on when each
+# write lands, i.e. on the predicted timing: those rows' memory errors are
+# printed and not gated (a 10% compute-time error moved small-gpt's capped
+# activation peak by 30%); what is gated there is the promise of the budget: a
+# plan with one never measures above it. A third demo runs the first model
+# under --slow-cap (0.05 GB/s), slow enough that writes lag and the budget's
+# backpressure must act.
 #
 #   scripts/accuracy.sh [--bin B] [--out DIR] [--models "tiny-gpt small-gpt"] [--cap GBps]
 #                       [--slow-cap GBps] [--median-max 0.05] [--worst-max 0.10]
@@ -88,14 +95,14 @@ def rel(pred, meas):
     return (pred - meas) / meas if meas else (0.0 if pred == meas else float("inf"))
 print(f"{'model':<10} {'SSD cap':>9} {'policy':<16} {'predicted':>11} {'measured':>11} {'error':>8} "
       f"{'act. peak pred/meas (MiB)':>26} {'error':>7} {'dev. peak pred/meas (MiB)':>26} {'error':>7} {'verified':>8}  rounds (ms)")
-errors, memory_errors, budget_misses = [], [], []
+errors, memory_errors, capped_memory_errors, budget_misses = [], [], [], []
 for model, cap, r in rows:
     e = r["error"]
     errors.append(abs(e))
     capname = f"{cap:g} GB/s" if cap else "none"
     ea = rel(r["predicted_peak_activation_bytes"], r["peak_activation_bytes"])
     ed = rel(r["predicted_peak_device_bytes"], r["peak_device_bytes"])
-    memory_errors += [abs(ea), abs(ed)]
+    (capped_memory_errors if cap else memory_errors).extend([abs(ea), abs(ed)])
     mib = 1048576
     budget = r.get("budget_bytes", 0)
     if budget and r["peak_device_bytes"] > budget:
@@ -127,8 +134,12 @@ print(f"{len(errors)} configurations: median |error| {100*med:.1f}% "
 print(f"raw targets ({100*median_max:.0f}% / {100*worst_max:.0f}%): "
       + ("met" if med <= median_max and worst <= worst_max else "not met on this run"))
 worst_memory = max(memory_errors) if memory_errors else 0.0
-print(f"memory: worst |error| of the predicted activation and device peaks {100*worst_memory:.2f}% "
-      f"(limit {100*memory_max:.0f}%, no noise allowance: memory is deterministic)")
+print(f"memory, no SSD cap: worst |error| of the predicted activation and device peaks {100*worst_memory:.2f}% "
+      f"(limit {100*memory_max:.0f}%, no noise allowance)")
+if capped_memory_errors:
+    print(f"memory, SSD capped: worst |error| {100*max(capped_memory_errors):.1f}%, median "
+          f"{100*statistics.median(capped_memory_errors):.1f}% (not gated: it follows the timing prediction; "
+          f"budgets held: {'no' if budget_misses else 'yes'})")
 for miss in budget_misses:
     print("budget: " + miss)
 # verified is null when the demo ran with --no-verify (the default here).
