@@ -211,6 +211,10 @@ Status MeasureSsd(const CalibrationOptions& o, Calibration* out) {
   Result<std::unique_ptr<OffloadEngine>> engine = OffloadEngine::Create(eo);
   if (!engine.ok()) return engine.status().WithPrefix("SSD latency");
   void* block = std::aligned_alloc(4096, kLatencyBytes);
+  if (block == nullptr) {
+    return Status::ResourceExhausted("SSD latency: cannot allocate " +
+                                     std::to_string(kLatencyBytes) + " bytes of host memory");
+  }
   std::fill_n(static_cast<char*>(block), kLatencyBytes, 7);
   std::vector<int64_t> writes, reads;
   Status status = Status::Ok();
