@@ -271,7 +271,9 @@ class Replayer {
         return Status::ResourceExhausted(
             "device memory exhausted at op " + std::to_string(op.id) + " (" + op.name +
             ") allocating tensor " + std::to_string(s) + " (" + trace_.tensor(s).name +
-            "): " + buffer.status().message() + "; raise --device-memory or offload more");
+            "): " + buffer.status().message() +
+            (budget_bytes_ > 0 ? "; raise the plan's memory_budget_bytes or offload more"
+                               : "; raise --device-memory or offload more"));
       }
       *stalled = true;
       cv_.wait(lock,
