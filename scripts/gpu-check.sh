@@ -106,6 +106,11 @@ if [[ $probe_only != 1 ]]; then
 fi
 
 echo "== is there a GPU?"
+if [[ ! -x $build/exec/exec_device_test ]]; then
+  echo "gpu-check: FAILED: $build/exec/exec_device_test is not built" \
+    "(SSDTRAIN_GPU_CHECK_PROBE_ONLY=1 needs an earlier build in $build)" >&2
+  exit 1
+fi
 set +e
 probe=$("$build/exec/exec_device_test" --gtest_filter='*/cuda' 2>&1)
 probe_rc=$?
