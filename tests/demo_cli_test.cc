@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/cli_util.h"
+#include "tests/micro_gpt.h"
 #include "traces/io.h"
 
 namespace ssdtrain {
@@ -27,18 +28,7 @@ class DemoCli : public ::testing::Test {
     fs::create_directories(dir_ / "offload");
     // A private calibration cache: the first run measures, the second reuses it.
     ::setenv("XDG_CACHE_HOME", (dir_ / "cache").c_str(), 1);
-    const nlohmann::json model{{"name", "micro-gpt"},
-                               {"family", "gpt"},
-                               {"hidden", 64},
-                               {"heads", 2},
-                               {"layers", 2},
-                               {"vocab", 256},
-                               {"seq_len", 64},
-                               {"micro_batch", 2},
-                               {"tp", 1},
-                               {"pp", 1},
-                               {"attention", "standard"},
-                               {"dtype", "fp32"}};
+    const nlohmann::json model = testing::MicroGptConfig();
     ASSERT_TRUE(traces::WriteJsonFile(model, File("micro-gpt.json")).ok());
   }
   void TearDown() override {

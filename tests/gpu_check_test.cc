@@ -17,6 +17,7 @@
 
 #include "exec/cuda_device.h"
 #include "tests/cli_util.h"
+#include "tests/micro_gpt.h"
 #include "traces/io.h"
 
 namespace ssdtrain {
@@ -58,18 +59,7 @@ class GpuCheck : public ::testing::Test {
   // The run files gpu-check.sh makes on the GPU, made here on the CPU backend
   // from a two-layer model: run-POLICY.json with --verify, time-POLICY.json without.
   void MakeRunFiles() {
-    const nlohmann::json model{{"name", "micro-gpt"},
-                               {"family", "gpt"},
-                               {"hidden", 64},
-                               {"heads", 2},
-                               {"layers", 2},
-                               {"vocab", 256},
-                               {"seq_len", 64},
-                               {"micro_batch", 2},
-                               {"tp", 1},
-                               {"pp", 1},
-                               {"attention", "standard"},
-                               {"dtype", "fp32"}};
+    const nlohmann::json model = testing::MicroGptConfig();
     ASSERT_TRUE(traces::WriteJsonFile(model, Path("micro-gpt.json")).ok());
     CliResult t =
         RunSsdtrain("trace --model " + Path("micro-gpt.json") + " -o " + Path("trace.json"));

@@ -18,6 +18,7 @@
 #include "sim/hardware.h"
 #include "sim/policy.h"
 #include "sim/simulate.h"
+#include "tests/micro_gpt.h"
 #include "traces/storage_plan.h"
 
 namespace ssdtrain {
@@ -27,19 +28,7 @@ namespace fs = std::filesystem;
 
 // A two-block fp32 GPT small enough to replay in a fraction of a second.
 traces::Trace MicroGpt() {
-  const nlohmann::json j{{"name", "micro-gpt"},
-                         {"family", "gpt"},
-                         {"hidden", 64},
-                         {"heads", 2},
-                         {"layers", 2},
-                         {"vocab", 256},
-                         {"seq_len", 64},
-                         {"micro_batch", 2},
-                         {"tp", 1},
-                         {"pp", 1},
-                         {"attention", "standard"},
-                         {"dtype", "fp32"}};
-  auto config = models::ModelConfigFromJson(j, "micro-gpt");
+  auto config = models::ModelConfigFromJson(testing::MicroGptConfig(), "micro-gpt");
   EXPECT_TRUE(config.ok()) << config.status().message();
   auto trace = models::BuildTrace(*config, 0);
   EXPECT_TRUE(trace.ok()) << trace.status().message();
