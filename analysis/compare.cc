@@ -13,7 +13,6 @@
 namespace ssdtrain::analysis {
 namespace {
 
-
 std::string Fmt(double v, const std::string& unit) {
   if (unit == "ns") return fmt::format("{:.3f} ms", v / 1e6);
   if (unit == "bytes") return fmt::format("{:.1f} MiB", v / (1024.0 * 1024.0));

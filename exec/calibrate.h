@@ -68,10 +68,10 @@ struct OpSample {
 };
 
 struct Calibration {
-  std::string backend;                // "cpu" or "cuda"
-  std::string device;                 // Device::Describe()
-  int64_t device_capacity_bytes = 0;  // the arena the device was made with
-  int64_t allocation_alignment_bytes = 1;  // the device allocator's granularity
+  std::string backend;                        // "cpu" or "cuda"
+  std::string device;                         // Device::Describe()
+  int64_t device_capacity_bytes = 0;          // the arena the device was made with
+  int64_t allocation_alignment_bytes = 1;     // the device allocator's granularity
   int64_t workspace_output_region_bytes = 0;  // Device::workspace_output_region_bytes
   std::vector<GemmSample> gemm;
   std::vector<BandwidthSample> memory;  // memory-bound passes

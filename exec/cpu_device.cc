@@ -244,9 +244,8 @@ int64_t CpuDevice::allocation_alignment() const { return kAlignment; }
 
 Result<int64_t> CpuDevice::ReserveWorkspace(const traces::Trace& trace) {
   // The rule is the trace's (traces/storage_plan.h), so predictions count it too.
-  const int64_t floats =
-      traces::ReplayWorkspaceBytes(trace, workspace_output_region_bytes()) /
-      static_cast<int64_t>(sizeof(float));
+  const int64_t floats = traces::ReplayWorkspaceBytes(trace, workspace_output_region_bytes()) /
+                         static_cast<int64_t>(sizeof(float));
   if (floats <= workspace_.floats) return workspace_.buffer.bytes;
   SSDTRAIN_RETURN_IF_ERROR(Synchronize(Stream::kCompute));
   Free(workspace_.buffer);

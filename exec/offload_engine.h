@@ -29,10 +29,10 @@
 // inside a 4096-byte block is an error naming the file and offset). Requests
 // the backend did not queue fail once and never reach the kernel; when waiting
 // for completions fails, the engine keeps reaping until every request in
-// flight has come back before anything it targets is released. The first failure is sticky: the engine waits for its in-flight
-// requests to return, removes all its files, and every later call (and every
-// pending ticket) returns that error. A read that fails never hands back a
-// buffer as if it were filled.
+// flight has come back before anything it targets is released. The first failure is sticky: the
+// engine waits for its in-flight requests to return, removes all its files, and every later call
+// (and every pending ticket) returns that error. A read that fails never hands back a buffer as if
+// it were filled.
 //
 // Thread-safety. All public methods may be called from any thread. One internal
 // I/O thread owns the backend: it submits, reaps, resubmits and copies bounce

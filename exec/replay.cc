@@ -276,8 +276,7 @@ class Replayer {
                                : "; raise --device-memory or offload more"));
       }
       *stalled = true;
-      cv_.wait(lock,
-               [&] { return cache_.HasEvictions() || pending_writes_ == 0 || !error_.ok(); });
+      cv_.wait(lock, [&] { return cache_.HasEvictions() || pending_writes_ == 0 || !error_.ok(); });
     }
   }
 
@@ -749,7 +748,8 @@ class Replayer {
         lanes[4].emplace_back(sl.read_begin_ns - t0, sl.read_end_ns - t0);
       }
     }
-    record.busy = {traces::BusyTime(lanes[0]), traces::BusyTime(lanes[1]), traces::BusyTime(lanes[2]), traces::BusyTime(lanes[3]),
+    record.busy = {traces::BusyTime(lanes[0]), traces::BusyTime(lanes[1]),
+                   traces::BusyTime(lanes[2]), traces::BusyTime(lanes[3]),
                    traces::BusyTime(lanes[4])};
     return Status::Ok();
   }

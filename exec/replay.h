@@ -97,9 +97,10 @@ struct ReplayResult {
   std::string io_backend;              // the engine's backend name
   int steps = 0;                       // measured steps (warm-up excluded)
   std::vector<int64_t> step_times_ns;  // every step, warm-up first
-  traces::StepMetrics metrics;  // step_time_ns (median), peaks, SSD bytes per step, exposed I/O
+  traces::StepMetrics metrics;      // step_time_ns (median), peaks, SSD bytes per step, exposed I/O
   int64_t memory_budget_bytes = 0;  // the budget the replay held to; 0: none
-  int64_t planned_peak_activation_bytes = 0;  // evictions landing at once (traces::ComputeStaticPeaks)
+  int64_t planned_peak_activation_bytes =
+      0;  // evictions landing at once (traces::ComputeStaticPeaks)
   int64_t planned_peak_device_bytes = 0;
   int64_t plan_offloaded_bytes = 0;  // unique offload-ssd bytes per step
   int64_t plan_host_bytes = 0;       // unique offload-host bytes per step (pinned host memory)

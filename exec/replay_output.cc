@@ -58,7 +58,6 @@ nlohmann::json ToJson(const ReplayResult& r) {
   return j;
 }
 
-
 traces::Plan KeepAllPlan(const traces::Trace& trace) { return traces::PlanTemplate(trace, "keep"); }
 
 traces::Plan OffloadAllPlan(const traces::Trace& trace) {

@@ -3,14 +3,13 @@
 // temporary directory on the disk.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-
-#include <future>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
