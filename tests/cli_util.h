@@ -17,11 +17,10 @@ struct CliResult {
 inline std::string SsdtrainBinary() { return std::string(SSDTRAIN_BINARY_DIR) + "/app/ssdtrain"; }
 inline std::string SourceDir() { return SSDTRAIN_SOURCE_DIR; }
 
-// `args` is appended to the binary's path as shell words.
-inline CliResult RunSsdtrain(const std::string& args) {
+// Runs a shell command line, stdout and stderr together.
+inline CliResult Shell(const std::string& command) {
   CliResult r;
-  const std::string cmd = SsdtrainBinary() + " " + args + " 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
   if (pipe == nullptr) return r;
   std::array<char, 4096> buf;
   size_t n;
@@ -29,6 +28,11 @@ inline CliResult RunSsdtrain(const std::string& args) {
   const int status = ::pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// `args` is appended to the binary's path as shell words.
+inline CliResult RunSsdtrain(const std::string& args) {
+  return Shell(SsdtrainBinary() + " " + args);
 }
 
 }  // namespace ssdtrain::testing

@@ -22,18 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::CliResult;
-
-CliResult Shell(const std::string& command) {
-  CliResult r;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using testing::Shell;
 
 bool HaveNvcc() {
   return fs::exists("/usr/local/cuda/bin/nvcc") || Shell("command -v nvcc").exit_code == 0;

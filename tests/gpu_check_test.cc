@@ -26,20 +26,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::CliResult;
 using testing::RunSsdtrain;
+using testing::Shell;
 using testing::SourceDir;
-
-// Runs a shell command line; stdout and stderr together.
-CliResult Shell(const std::string& command) {
-  CliResult r;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 
 void WriteFile(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());
