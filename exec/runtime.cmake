@@ -8,6 +8,10 @@ list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/cpu_device.cc
   ${CMAKE_CURRENT_LIST_DIR}/tensor_cache.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay.cc
+  ${CMAKE_CURRENT_LIST_DIR}/replay_issue.cc
+  ${CMAKE_CURRENT_LIST_DIR}/replay_memory.cc
+  ${CMAKE_CURRENT_LIST_DIR}/replay_io_threads.cc
+  ${CMAKE_CURRENT_LIST_DIR}/replay_timeline.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_output.cc
 )
 if(NOT SSDTRAIN_HAVE_CUDA)

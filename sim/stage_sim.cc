@@ -57,7 +57,7 @@ struct WorkItem {
   OpId op = 0;
   bool recompute = false;
   // Recompute: the storage it rebuilds. The op's other outputs go to scratch
-  // buffers freed when it ends, as the replay does (exec/replay.cc Recompute).
+  // buffers freed when it ends, as the replay does (exec/replay_issue.cc, Replayer::Recompute).
   size_t target = 0;
 };
 

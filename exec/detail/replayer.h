@@ -1,0 +1,207 @@
+// Replayer: one run's per-step machinery behind exec::Replay (exec/replay.h).
+// Replay() sets up (checks, device, engine, staging, cache) and loops over the
+// steps; the Replayer runs one step at a time. Its parts live in files named
+// for them:
+//   replay_issue.cc       the issue path (this thread: ops in trace order)
+//   replay_memory.cc      device memory as held: budget, backpressure, reads
+//   replay_io_threads.cc  the submitter, completer and reader threads
+//   replay_timeline.cc    the measured step: timeline, exposed I/O, lane busy
+// Threads: the issue thread (the caller of RunStep) owns the slots' buffers,
+// the memory counters and the issue list; the I/O threads take jobs from the
+// queues under mu_, which also guards the slots' read_* fields and error_.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "exec/detail/host_staging.h"
+#include "exec/device.h"
+#include "exec/offload_engine.h"
+#include "exec/replay.h"
+#include "exec/tensor_cache.h"
+#include "traces/storage_plan.h"
+#include "traces/timeline.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::exec::detail {
+
+using traces::OpId;
+using traces::TensorId;
+
+inline int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Verification seed: differs per storage and per step, so a stale buffer from
+// an earlier step never passes.
+inline uint64_t Seed(TensorId storage, int step) {
+  return (static_cast<uint64_t>(step) << 40) ^ static_cast<uint64_t>(storage);
+}
+
+class Replayer {
+ public:
+  // `host_memory` holds the offload-host copies at their StorageInfo::host_offset
+  // (null when the plan has none).
+  Replayer(const traces::Trace& trace, const ReplayOptions& options, Device& device,
+           OffloadEngine& engine, HostStaging& staging, TensorCache& cache,
+           const traces::StoragePlan& storage_plan, HostStaging* host_memory)
+      : trace_(trace),
+        options_(options),
+        device_(device),
+        engine_(engine),
+        staging_(staging),
+        cache_(cache),
+        plan_(storage_plan),
+        host_memory_(host_memory == nullptr ? nullptr : static_cast<uint8_t*>(host_memory->base())),
+        slots_(trace.tensors.size()) {}
+  // Waits for the device, stops the I/O threads and frees every buffer.
+  ~Replayer();
+  Replayer(const Replayer&) = delete;
+  Replayer& operator=(const Replayer&) = delete;
+
+  // Allocates the persistent storages and the workspace; starts the I/O threads.
+  Status Init();
+
+  int64_t workspace_bytes() const { return workspace_bytes_; }
+  // Backpressure (ReplayOptions::memory_budget_bytes, resolved); 0: none.
+  void set_budget(int64_t bytes) { budget_bytes_ = bytes; }
+  int64_t peak_activation_bytes() const { return activation_peak_; }
+
+  struct StepRecord {
+    int64_t time_ns = 0;
+    int64_t exposed_io_ns = 0;
+    LaneBusy busy;
+    std::vector<OpTime> ops;
+    traces::Timeline timeline;
+    int64_t checked = 0;
+  };
+
+  // Runs step `step` (0 is the warm-up) and removes its files.
+  Result<StepRecord> RunStep(int step);
+
+ private:
+  struct Slot {
+    DeviceBuffer buffer;
+    bool resident = false;
+    bool checked = false;
+    bool temporary = false;  // resurrected for a recompute only
+    // Offload path (events reused across steps).
+    std::unique_ptr<Event> d2h_start, d2h_end, h2d_ready, h2d_start, h2d_end;
+    StagingPiece staging;
+    bool copied_out = false, wrote = false, read_issued = false, read_done = false;
+    bool read_consumed = false, copied_in = false;
+    Status read_status;
+    int64_t write_begin_ns = 0, write_end_ns = 0, read_begin_ns = 0, read_end_ns = 0;
+    void ResetStep() {
+      checked = false;
+      copied_out = wrote = read_issued = read_done = read_consumed = copied_in = false;
+      read_status = Status::Ok();
+    }
+  };
+  struct Issue {  // one op on the compute stream
+    OpId op;
+    Event* start;
+    Event* end;
+    bool io_dependent;
+    bool recompute;
+  };
+  struct Sample {
+    size_t issue;
+    int64_t device_bytes, activation_bytes;
+  };
+  struct WriteJob {
+    TensorId storage;
+    uint64_t ticket = 0;
+  };
+
+  Slot& slot(TensorId s) { return slots_[static_cast<size_t>(s)]; }
+  const traces::StorageInfo& life(TensorId s) const { return plan_.of(s); }
+  bool Host(TensorId s) const { return cache_.ActionOf(s) == traces::TensorAction::kOffloadHost; }
+  // An offload-host storage's place in host memory: fixed for the run, so the
+  // copies never wait for space and never fragment it.
+  StagingPiece HostCopy(TensorId s) const {
+    return {host_memory_ + life(s).host_offset, life(s).bytes};
+  }
+  TensorKey KeyOf(TensorId s) const {
+    TensorKey key;
+    key.tensor = s;
+    const traces::StorageInfo& info = life(s);
+    if (info.action == traces::TensorAction::kOffloadSsd) {
+      key.file = info.file;
+      key.device = info.device;
+      key.offset = info.offset;
+    }
+    return key;
+  }
+
+  // Failure (replay_io_threads.cc): the first error wins and stops everyone.
+  void Fail(const Status& status);
+  Status error();
+
+  // Memory (replay_memory.cc).
+  void Account(TensorId s, int64_t sign);
+  void Release(TensorId s);
+  void DrainEvictions();
+  Status Materialize(TensorId s, const traces::Op& op, bool* stalled);
+  Status IssueRead(TensorId s, const traces::Op& op, bool* stalled);
+  Status AwaitRead(TensorId s);
+
+  // The issue path (replay_issue.cc).
+  Status Need(TensorId s, const traces::Op& op, bool* io_dependent);
+  Status Recompute(TensorId s, const traces::Op& at, bool* io_dependent);
+  DeviceBuffer View(TensorId t);
+  Status Run(const traces::Op& op, const std::vector<DeviceBuffer>& ins,
+             const std::vector<DeviceBuffer>& outs, const std::vector<TensorId>& fill,
+             bool recompute, bool io_dependent);
+  Status IssueOp(const traces::Op& op);
+  Status QueueOffload(TensorId s, const traces::Op& op);
+  Status FinishStep();
+
+  // The I/O threads (replay_io_threads.cc).
+  void SubmitLoop();
+  void CompleteLoop();
+  void ReadLoop();
+
+  // The measured step (replay_timeline.cc).
+  Status CollectTimeline(int64_t t0, StepRecord& record);
+
+  const traces::Trace& trace_;
+  const ReplayOptions& options_;
+  Device& device_;
+  OffloadEngine& engine_;
+  HostStaging& staging_;
+  TensorCache& cache_;
+  const traces::StoragePlan& plan_;
+  uint8_t* const host_memory_;
+  std::vector<Slot> slots_;
+  std::vector<std::unique_ptr<Event>> op_start_, op_end_;
+  std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> recompute_events_;
+  size_t recompute_events_used_ = 0;
+  std::vector<Issue> issues_;
+  std::vector<Sample> samples_;
+  int step_ = 0;
+  int64_t checked_ = 0;
+  int64_t workspace_bytes_ = 0;
+  int64_t activation_now_ = 0, activation_peak_ = 0;  // issue thread only
+  int64_t budget_bytes_ = 0;                          // issue thread only
+  bool staging_stalled_next_ = false;  // an offload waited for staging: the next op's gap is I/O
+
+  std::mutex mu_;  // guards everything below, and the read_* fields of slots
+  std::condition_variable cv_;
+  std::deque<WriteJob> writes_, landing_, reads_;
+  int64_t pending_writes_ = 0;
+  bool stop_ = false;
+  Status error_;
+  std::thread submitter_, completer_, reader_;
+};
+
+}  // namespace ssdtrain::exec::detail

@@ -1,0 +1,164 @@
+// Replayer: the I/O threads: D2H copies into SSD writes (submitter), writes landing
+// (completer), reads into H2D copies (reader); the first failure stops them all.
+// See exec/detail/replayer.h.
+#include <string>
+
+#include "exec/detail/replayer.h"
+#include "exec/detail/test_points.h"
+
+namespace ssdtrain::exec::detail {
+
+Replayer::~Replayer() {
+  // Nothing enqueued may outlive the buffers. A destructor cannot report; a
+  // failing stream has already failed the step that used it.
+  (void)device_.SynchronizeAll();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread* t : {&submitter_, &completer_, &reader_}) {
+    if (t->joinable()) t->join();
+  }
+  for (Slot& slot : slots_) device_.Free(slot.buffer);
+}
+
+void Replayer::Fail(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_.ok()) error_ = status;
+  }
+  staging_.Abort();
+  cv_.notify_all();
+}
+
+Status Replayer::error() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+// Waits for each D2H copy, then starts its write (unless forwarding dropped it).
+void Replayer::SubmitLoop() {
+  while (true) {
+    WriteJob job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !writes_.empty(); });
+      if (writes_.empty()) return;
+      job = writes_.front();
+      writes_.pop_front();
+    }
+    Slot& sl = slot(job.storage);
+    Status st = sl.d2h_end->Synchronize();
+    if (Host(job.storage)) {
+      // offload-host: the copy is the write; it stays in host memory. An
+      // eviction joins the cache's list with the decision (tensor_cache.h).
+      if (st.ok() && cache_.BeginWrite(job.storage) && cache_.OnWriteLanded(job.storage)) {
+        detail::HitTestPoint(detail::TestPoint::kEvictionDecided, job.storage);
+      }
+      if (!st.ok())
+        Fail(st.WithPrefix("copying tensor " + std::to_string(job.storage) + " to host memory"));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --pending_writes_;
+      }
+      cv_.notify_all();
+      continue;
+    }
+    bool started = false;
+    if (st.ok() && cache_.BeginWrite(job.storage)) {
+      sl.write_begin_ns = NowNs();
+      auto ticket =
+          engine_.WriteAsync(KeyOf(job.storage), sl.staging.data, life(job.storage).bytes);
+      if (ticket.ok()) {
+        started = true;
+        job.ticket = ticket->id;
+        std::lock_guard<std::mutex> lock(mu_);
+        landing_.push_back(job);
+      } else {
+        st = ticket.status();
+      }
+    }
+    if (started) {
+      cv_.notify_all();
+      continue;
+    }
+    staging_.Release(sl.staging);
+    if (!st.ok()) Fail(st);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --pending_writes_;
+    }
+    cv_.notify_all();
+  }
+}
+
+// Waits for writes to land, in order; lands evictions.
+void Replayer::CompleteLoop() {
+  while (true) {
+    WriteJob job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !landing_.empty(); });
+      if (landing_.empty()) return;
+      job = landing_.front();
+      landing_.pop_front();
+    }
+    Slot& sl = slot(job.storage);
+    Status st = engine_.Wait(Ticket{job.ticket});
+    sl.write_end_ns = NowNs();
+    sl.wrote = true;
+    staging_.Release(sl.staging);
+    if (!st.ok()) Fail(st.WithPrefix("writing tensor " + std::to_string(job.storage)));
+    // An eviction joins the cache's list with the decision (tensor_cache.h).
+    if (st.ok() && cache_.OnWriteLanded(job.storage)) {
+      detail::HitTestPoint(detail::TestPoint::kEvictionDecided, job.storage);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --pending_writes_;
+    }
+    cv_.notify_all();
+  }
+}
+
+// Waits for reads, copies them to the device, and releases their staging.
+void Replayer::ReadLoop() {
+  while (true) {
+    WriteJob job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !reads_.empty(); });
+      if (reads_.empty()) return;
+      job = reads_.front();
+      reads_.pop_front();
+    }
+    Slot& sl = slot(job.storage);
+    const bool host = Host(job.storage);
+    Status st = host ? Status::Ok() : engine_.Wait(Ticket{job.ticket});
+    sl.read_end_ns = NowNs();
+    if (st.ok()) st = device_.Wait(Stream::kHostToDevice, *sl.h2d_ready);
+    if (st.ok()) st = device_.Record(*sl.h2d_start, Stream::kHostToDevice);
+    if (st.ok()) {
+      st = device_.CopyToDeviceAsync(sl.buffer, 0, sl.staging.data, life(job.storage).bytes);
+    }
+    if (st.ok()) st = device_.Record(*sl.h2d_end, Stream::kHostToDevice);
+    if (st.ok()) st = sl.h2d_end->Synchronize();
+    if (!host) staging_.Release(sl.staging);
+    if (st.ok()) {
+      cache_.OnReadLanded(job.storage);
+      sl.copied_in = true;
+    } else {
+      st = st.WithPrefix("reading tensor " + std::to_string(job.storage));
+      Fail(st);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sl.read_status = st;
+      sl.read_done = true;
+    }
+    cv_.notify_all();
+  }
+}
+
+}  // namespace ssdtrain::exec::detail

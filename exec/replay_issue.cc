@@ -1,0 +1,300 @@
+// Replayer: the issue path: ops in trace order on the compute stream, backward fetches
+// claimed, recomputes, offloads queued, storages released after their last use.
+// See exec/detail/replayer.h.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "exec/detail/replayer.h"
+
+namespace ssdtrain::exec::detail {
+
+Status Replayer::Init() {
+  for (size_t i = 0; i < trace_.ops.size(); ++i) {
+    SSDTRAIN_ASSIGN_OR_RETURN(auto start, device_.CreateEvent());
+    SSDTRAIN_ASSIGN_OR_RETURN(auto end, device_.CreateEvent());
+    op_start_.push_back(std::move(start));
+    op_end_.push_back(std::move(end));
+  }
+  // Weights and step inputs live for the whole run.
+  for (const traces::StorageInfo& info : plan_.storages) {
+    if (!info.persistent() || info.bytes == 0) continue;
+    const auto s = static_cast<size_t>(info.root);
+    auto buffer = device_.Allocate(info.bytes);
+    if (!buffer.ok()) {
+      return buffer.status().WithPrefix("weights and inputs (" + trace_.tensors[s].name + ")");
+    }
+    slots_[s].buffer = *buffer;
+    slots_[s].resident = true;
+    if (options_.verify) {
+      SSDTRAIN_RETURN_IF_ERROR(device_.FillPatternAsync(*buffer, Seed(s, 0), Stream::kCompute));
+    }
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(workspace_bytes_, device_.ReserveWorkspace(trace_));
+  submitter_ = std::thread([this] { SubmitLoop(); });
+  completer_ = std::thread([this] { CompleteLoop(); });
+  reader_ = std::thread([this] { ReadLoop(); });
+  return device_.Synchronize(Stream::kCompute);
+}
+
+Result<Replayer::StepRecord> Replayer::RunStep(int step) {
+  step_ = step;
+  cache_.ResetStep();
+  issues_.clear();
+  samples_.clear();
+  checked_ = 0;
+  for (Slot& slot : slots_) slot.ResetStep();
+  const int64_t t0 = NowNs();
+  for (const traces::Op& op : trace_.ops) {
+    Status st = IssueOp(op);
+    // An I/O thread's failure is the cause; what the issue thread saw
+    // (an aborted staging wait) is its consequence.
+    if (!st.ok()) return error().ok() ? st : error();
+  }
+  SSDTRAIN_RETURN_IF_ERROR(FinishStep());
+  const int64_t t1 = NowNs();
+  StepRecord record;
+  record.time_ns = t1 - t0;
+  record.checked = checked_;
+  SSDTRAIN_RETURN_IF_ERROR(CollectTimeline(t0, record));
+  SSDTRAIN_RETURN_IF_ERROR(engine_.RemoveAll());
+  return record;
+}
+
+// Makes storage `s` resident for backward op `op`.
+Status Replayer::Need(TensorId s, const traces::Op& op, bool* io_dependent) {
+  if (life(s).persistent()) return Status::Ok();
+  const BackwardSource source = cache_.ClaimForBackward(s);
+  if (source == BackwardSource::kRead) SSDTRAIN_RETURN_IF_ERROR(IssueRead(s, op, io_dependent));
+  Slot& sl = slot(s);
+  if (sl.read_issued && !sl.read_consumed) {
+    *io_dependent = true;
+    SSDTRAIN_RETURN_IF_ERROR(AwaitRead(s));
+  }
+  if (!sl.resident) {
+    if (life(s).producer == traces::kNoOp) {
+      return Status::Internal("tensor " + std::to_string(s) + " is not resident at op " +
+                              std::to_string(op.id));
+    }
+    SSDTRAIN_RETURN_IF_ERROR(Recompute(s, op, io_dependent));
+  }
+  return Status::Ok();
+}
+
+// Re-runs the producer of `s` (and, recursively, of its inputs that are gone).
+Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent) {
+  const traces::Op& producer = trace_.op(life(s).producer);
+  // Inputs rebuilt only for this producer go as soon as it is issued
+  // (traces/storage_plan.h: freed after their last use; the simulator does
+  // the same).
+  std::vector<TensorId> rebuilt_for_this;
+  for (TensorId t : producer.inputs) {
+    const TensorId s2 = trace_.StorageOf(t);
+    if (slot(s2).resident || life(s2).persistent()) continue;
+    const bool temporary = life(s2).last_use < at.id;
+    SSDTRAIN_RETURN_IF_ERROR(Need(s2, at, io_dependent));
+    if (temporary) rebuilt_for_this.push_back(s2);
+  }
+  SSDTRAIN_RETURN_IF_ERROR(Materialize(s, at, io_dependent));
+  // Other outputs of the producer go to scratch buffers freed right after.
+  std::vector<DeviceBuffer> ins, outs, scratch;
+  for (TensorId t : producer.inputs) ins.push_back(View(t));
+  for (TensorId t : producer.outputs) {
+    const TensorId st = trace_.StorageOf(t);
+    if (st == s) {
+      outs.push_back(View(t));
+      continue;
+    }
+    auto b = device_.Allocate(std::max<int64_t>(trace_.tensor(t).bytes, 1));
+    if (!b.ok()) return b.status().WithPrefix("recompute of " + trace_.tensor(s).name);
+    scratch.push_back(*b);
+    outs.push_back(*b);
+  }
+  Status st = Run(producer, ins, outs, {s}, /*recompute=*/true, *io_dependent);
+  for (DeviceBuffer b : scratch) device_.Free(b);
+  for (TensorId s2 : rebuilt_for_this) Release(s2);
+  return st;
+}
+
+DeviceBuffer Replayer::View(TensorId t) {
+  const DeviceBuffer& b = slot(trace_.StorageOf(t)).buffer;
+  return DeviceBuffer{b.ptr, std::min(b.bytes, trace_.tensor(t).bytes)};
+}
+
+// Runs `op` between its start and end events; with --verify, the storages in
+// `fill` get their pattern before the end event, so that copies ordered
+// after the op see it.
+Status Replayer::Run(const traces::Op& op, const std::vector<DeviceBuffer>& ins,
+                     const std::vector<DeviceBuffer>& outs, const std::vector<TensorId>& fill,
+                     bool recompute, bool io_dependent) {
+  Event* start = nullptr;
+  Event* end = nullptr;
+  if (recompute) {
+    if (recompute_events_used_ == recompute_events_.size()) {
+      SSDTRAIN_ASSIGN_OR_RETURN(auto a, device_.CreateEvent());
+      SSDTRAIN_ASSIGN_OR_RETURN(auto b, device_.CreateEvent());
+      recompute_events_.emplace_back(std::move(a), std::move(b));
+    }
+    start = recompute_events_[recompute_events_used_].first.get();
+    end = recompute_events_[recompute_events_used_].second.get();
+    ++recompute_events_used_;
+  } else {
+    start = op_start_[static_cast<size_t>(op.id)].get();
+    end = op_end_[static_cast<size_t>(op.id)].get();
+  }
+  traces::DType dtype = traces::DType::kFp16;
+  if (!op.outputs.empty()) dtype = trace_.tensor(op.outputs[0]).dtype;
+  SSDTRAIN_RETURN_IF_ERROR(device_.Record(*start, Stream::kCompute));
+  SSDTRAIN_RETURN_IF_ERROR(device_.RunOpAsync(op, OpBuffers{ins, outs, dtype}));
+  if (options_.verify) {
+    for (TensorId s : fill) {
+      if (!slot(s).buffer.valid()) continue;
+      SSDTRAIN_RETURN_IF_ERROR(
+          device_.FillPatternAsync(slot(s).buffer, Seed(s, step_), Stream::kCompute));
+    }
+  }
+  SSDTRAIN_RETURN_IF_ERROR(device_.Record(*end, Stream::kCompute));
+  samples_.push_back({issues_.size(), device_.used_bytes(), activation_now_});
+  issues_.push_back({op.id, start, end, io_dependent, recompute});
+  return Status::Ok();
+}
+
+Status Replayer::IssueOp(const traces::Op& op) {
+  SSDTRAIN_RETURN_IF_ERROR(error());
+  // Bounded run-ahead: the cache decides at issue time, so issue close to
+  // when the op runs (see ReplayOptions::max_ops_ahead).
+  if (issues_.size() >= static_cast<size_t>(options_.max_ops_ahead)) {
+    SSDTRAIN_RETURN_IF_ERROR(issues_[issues_.size() - options_.max_ops_ahead].end->Synchronize());
+  }
+  DrainEvictions();
+  bool io_dependent = staging_stalled_next_;
+  staging_stalled_next_ = false;
+  for (TensorId s : cache_.PrefetchesAt(op.id)) {
+    if (cache_.ClaimForBackward(s) == BackwardSource::kRead) {
+      SSDTRAIN_RETURN_IF_ERROR(IssueRead(s, op, &io_dependent));
+    }
+  }
+  std::vector<TensorId> touched;
+  for (TensorId t : op.inputs) {
+    const TensorId s = trace_.StorageOf(t);
+    touched.push_back(s);
+    if (op.phase != traces::Phase::kForward) {
+      SSDTRAIN_RETURN_IF_ERROR(Need(s, op, &io_dependent));
+      if (options_.verify && !slot(s).checked && !life(s).persistent() && slot(s).buffer.valid()) {
+        slot(s).checked = true;
+        ++checked_;
+        Status ok = device_.CheckPattern(slot(s).buffer, Seed(s, step_), Stream::kCompute);
+        if (!ok.ok()) {
+          return ok.WithPrefix("verify: tensor " + std::to_string(s) + " (" +
+                               trace_.tensor(s).name + ") read by op " + std::to_string(op.id) +
+                               " (" + op.name + ")");
+        }
+      }
+    } else if (!slot(s).resident && !life(s).persistent()) {
+      return Status::Internal("forward op " + std::to_string(op.id) + " (" + op.name +
+                              ") reads tensor " + std::to_string(t) + ", which is not resident");
+    }
+  }
+  std::vector<TensorId> produced;
+  for (TensorId t : op.outputs) {
+    const TensorId s = trace_.StorageOf(t);
+    touched.push_back(s);
+    if (s == t && !slot(s).resident && !life(s).persistent()) {
+      SSDTRAIN_RETURN_IF_ERROR(Materialize(s, op, &io_dependent));
+      produced.push_back(s);
+    } else if (!slot(s).resident && !life(s).persistent()) {
+      SSDTRAIN_RETURN_IF_ERROR(Need(s, op, &io_dependent));
+    }
+  }
+  std::vector<DeviceBuffer> ins, outs;
+  for (TensorId t : op.inputs) ins.push_back(View(t));
+  for (TensorId t : op.outputs) outs.push_back(View(t));
+  std::vector<TensorId> fill;
+  for (TensorId t : op.outputs) {
+    const TensorId s = trace_.StorageOf(t);
+    if (!life(s).persistent() && std::find(fill.begin(), fill.end(), s) == fill.end()) {
+      fill.push_back(s);
+    }
+  }
+  SSDTRAIN_RETURN_IF_ERROR(Run(op, ins, outs, fill, /*recompute=*/false, io_dependent));
+  for (TensorId s : produced) {
+    if (cache_.OnProduced(s) && life(s).bytes > 0) {
+      SSDTRAIN_RETURN_IF_ERROR(QueueOffload(s, op));
+    }
+  }
+  if (options_.wait_for_writes) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return pending_writes_ == 0 || !error_.ok(); });
+    if (!error_.ok()) return error_;
+  }
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  for (TensorId s : touched) {
+    const traces::StorageInfo& l = life(s);
+    if (l.persistent()) continue;
+    if (l.last_use == op.id) {
+      if (!cache_.WritePending(s)) Release(s);
+      // else: the write's landing evicts it (the cache says so then).
+    } else if (op.phase == traces::Phase::kForward && l.last_forward_use == op.id) {
+      const traces::TensorAction action = cache_.ActionOf(s);
+      if (action == traces::TensorAction::kOffloadSsd ||
+          action == traces::TensorAction::kOffloadHost) {
+        if (cache_.OnForwardUsesIssued(s)) Release(s);
+      } else if (action == traces::TensorAction::kRecompute) {
+        Release(s);
+      }
+    }
+  }
+  if (options_.wait_for_writes) DrainEvictions();
+  return Status::Ok();
+}
+
+Status Replayer::QueueOffload(TensorId s, const traces::Op& op) {
+  Slot& sl = slot(s);
+  for (auto* e : {&sl.d2h_start, &sl.d2h_end}) {
+    if (!*e) {
+      SSDTRAIN_ASSIGN_OR_RETURN(*e, device_.CreateEvent());
+    }
+  }
+  if (Host(s)) {
+    sl.staging = HostCopy(s);
+  } else {
+    // Waiting here (staging full of writes the SSD has not taken yet) holds
+    // back the next op's issue: its gap is the SSD's, counted as exposed I/O.
+    SSDTRAIN_ASSIGN_OR_RETURN(sl.staging, staging_.Acquire(life(s).bytes, &staging_stalled_next_));
+  }
+  SSDTRAIN_RETURN_IF_ERROR(
+      device_.Wait(Stream::kDeviceToHost, *op_end_[static_cast<size_t>(op.id)]));
+  SSDTRAIN_RETURN_IF_ERROR(device_.Record(*sl.d2h_start, Stream::kDeviceToHost));
+  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(sl.staging.data, sl.buffer, 0, life(s).bytes));
+  SSDTRAIN_RETURN_IF_ERROR(device_.Record(*sl.d2h_end, Stream::kDeviceToHost));
+  sl.copied_out = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++pending_writes_;
+    writes_.push_back({s});
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+Status Replayer::FinishStep() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return pending_writes_ == 0 || !error_.ok(); });
+    if (!error_.ok()) return error_;
+  }
+  SSDTRAIN_RETURN_IF_ERROR(device_.SynchronizeAll());
+  DrainEvictions();
+  // Storages whose last use came while their write was in flight.
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].resident && !plan_.of(static_cast<TensorId>(s)).persistent()) {
+      Release(static_cast<TensorId>(s));
+    }
+  }
+  recompute_events_used_ = 0;
+  staging_stalled_next_ = false;
+  return error();
+}
+
+}  // namespace ssdtrain::exec::detail
