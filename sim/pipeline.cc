@@ -9,36 +9,15 @@
 namespace ssdtrain::sim {
 namespace {
 
-struct Task {
-  bool forward = true;
-  int64_t micro_batch = 0;
-};
+using Task = traces::StageTask;
 
 std::vector<Task> StageOrder(int64_t stage, int64_t p, int64_t m, PipelineSchedule schedule) {
-  std::vector<Task> order;
-  if (schedule == PipelineSchedule::kGpipe) {
-    for (int64_t i = 0; i < m; ++i) order.push_back({true, i});
-    for (int64_t i = 0; i < m; ++i) order.push_back({false, i});
-    return order;
-  }
-  const int64_t warmup = std::min(p - stage - 1, m);
-  int64_t f = 0, b = 0;
-  for (; f < warmup; ++f) order.push_back({true, f});
-  while (f < m) {
-    order.push_back({true, f++});
-    order.push_back({false, b++});
-  }
-  while (b < m) order.push_back({false, b++});
-  return order;
+  return traces::StageOrder(schedule, p, stage, m);
 }
 
 }  // namespace
 
-Result<PipelineSchedule> ParseSchedule(const std::string& s) {
-  if (s == "gpipe") return PipelineSchedule::kGpipe;
-  if (s == "1f1b") return PipelineSchedule::kOneFOneB;
-  return Status::InvalidArgument("schedule: expected \"1f1b\" or \"gpipe\", got \"" + s + "\"");
-}
+Result<PipelineSchedule> ParseSchedule(const std::string& s) { return traces::ParseSchedule(s); }
 
 Result<PipelineResult> SimulatePipeline(const std::vector<StageTimes>& stages, int64_t m,
                                         PipelineSchedule schedule, int64_t send_ns) {

@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "traces/status.h"
+#include "traces/whole_step.h"
 
 namespace ssdtrain::sim {
 
-enum class PipelineSchedule { kGpipe, kOneFOneB };
+// The schedules and each stage's order of passes: traces/whole_step.h.
+using PipelineSchedule = traces::Schedule;
 Result<PipelineSchedule> ParseSchedule(const std::string& s);  // "gpipe" or "1f1b"
 
 struct StageTimes {

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "traces/storage_plan.h"
+
 namespace ssdtrain::traces {
 namespace {
 
@@ -141,7 +143,13 @@ Status CheckOps(const Trace& trace, const std::string& source) {
     for (size_t k = 0; k < op.outputs.size(); ++k) {
       const TensorId t = op.outputs[k];
       const std::string kat = at + ".outputs[" + std::to_string(k) + "]";
-      if (trace.tensor(t).producer != op.id) {
+      // Accumulation (FORMAT.md): a tensor resident all step (a weight
+      // gradient over several micro-batches) may be written again by later
+      // ops after the one that produced it.
+      const Tensor& out = trace.tensor(t);
+      const bool accumulates =
+          out.producer != kNoOp && out.producer < op.id && IsPersistent(trace, out);
+      if (out.producer != op.id && !accumulates) {
         return Bad(source, kat,
                    "tensor " + std::to_string(t) + " names op " +
                        std::to_string(trace.tensor(t).producer) + " as its producer");

@@ -1,0 +1,185 @@
+#include "traces/whole_step.h"
+
+#include <algorithm>
+#include <map>
+
+#include "traces/storage_plan.h"
+
+namespace ssdtrain::traces {
+
+Result<Schedule> ParseSchedule(std::string_view s, const std::string& field) {
+  if (s == "gpipe") return Schedule::kGpipe;
+  if (s == "1f1b") return Schedule::kOneFOneB;
+  return Status::InvalidArgument(field + ": expected \"1f1b\" or \"gpipe\", got \"" +
+                                 std::string(s) + "\"");
+}
+
+std::string_view ToString(Schedule s) { return s == Schedule::kGpipe ? "gpipe" : "1f1b"; }
+
+std::vector<StageTask> StageOrder(Schedule schedule, int64_t p, int64_t stage, int64_t m) {
+  std::vector<StageTask> order;
+  if (schedule == Schedule::kGpipe) {
+    for (int64_t i = 0; i < m; ++i) order.push_back({true, i});
+    for (int64_t i = 0; i < m; ++i) order.push_back({false, i});
+    return order;
+  }
+  const int64_t warmup = std::clamp<int64_t>(p - stage - 1, 0, m);
+  int64_t f = 0, b = 0;
+  for (; f < warmup; ++f) order.push_back({true, f});
+  while (f < m) {
+    order.push_back({true, f++});
+    order.push_back({false, b++});
+  }
+  while (b < m) order.push_back({false, b++});
+  return order;
+}
+
+int64_t MicroBatchesIn(const Trace& trace) {
+  int64_t m = 0;
+  for (const Op& op : trace.ops) m = std::max<int64_t>(m, op.micro_batch);
+  return m + 1;
+}
+
+namespace {
+
+std::string InMicroBatch(int64_t k, const std::string& name) {
+  return "mb" + std::to_string(k) + "." + name;
+}
+
+// Micro-batch k >= 1's offload file: "mb<k>-" before the file's own name.
+std::string FileOf(int64_t k, const std::string& file) {
+  if (k == 0) return file;
+  const size_t slash = file.rfind('/');
+  const size_t at = slash == std::string::npos ? 0 : slash + 1;
+  return file.substr(0, at) + "mb" + std::to_string(k) + "-" + file.substr(at);
+}
+
+}  // namespace
+
+Result<WholeStep> UnrollStep(const Trace& trace, const Plan& plan, const std::string& plan_source) {
+  const int64_t m = plan.num_micro_batches;
+  if (m < 1) {
+    return Status::InvalidArgument(plan_source + ": num_micro_batches: expected at least 1, got " +
+                                   std::to_string(m));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(const Schedule schedule,
+                            ParseSchedule(plan.schedule, plan_source + ": schedule"));
+  if (MicroBatchesIn(trace) != 1) {
+    return Status::InvalidArgument("the trace of " + trace.header.model +
+                                   " already holds several micro-batches; unroll a single one");
+  }
+  if (m == 1) return WholeStep{trace, plan};
+
+  const size_t n_tensors = trace.tensors.size(), n_ops = trace.ops.size();
+  const auto mm = static_cast<size_t>(m);
+  // Shared by every micro-batch: resident-all-step storages and whatever the
+  // optimizer produces.
+  std::vector<bool> shared(n_tensors, false);
+  for (const Tensor& t : trace.tensors) {
+    const Tensor& root = trace.tensor(trace.StorageOf(t.id));
+    shared[static_cast<size_t>(t.id)] =
+        IsPersistent(trace, root) ||
+        (root.producer != kNoOp && trace.op(root.producer).phase == Phase::kOptimizer);
+  }
+  // tensor_id[k][t]: micro-batch k's id of tensor t.
+  std::vector<std::vector<TensorId>> tensor_id(mm, std::vector<TensorId>(n_tensors));
+  WholeStep out;
+  Trace& u = out.trace;
+  u.header = trace.header;
+  u.tensors = trace.tensors;
+  for (size_t t = 0; t < n_tensors; ++t) tensor_id[0][t] = static_cast<TensorId>(t);
+  for (size_t k = 1; k < mm; ++k) {
+    for (size_t t = 0; t < n_tensors; ++t) {
+      if (shared[t]) {
+        tensor_id[k][t] = static_cast<TensorId>(t);
+        continue;
+      }
+      Tensor copy = trace.tensors[t];
+      copy.id = static_cast<TensorId>(u.tensors.size());
+      copy.micro_batch = static_cast<int>(k);
+      copy.name = InMicroBatch(static_cast<int64_t>(k), copy.name);
+      tensor_id[k][t] = copy.id;
+      u.tensors.push_back(std::move(copy));
+    }
+  }
+  for (size_t t = 0; t < n_tensors; ++t) {
+    if (!shared[t]) u.tensors[t].name = InMicroBatch(0, u.tensors[t].name);
+  }
+  for (Tensor& t : u.tensors) {
+    t.consumers.clear();
+    t.producer = kNoOp;
+  }
+  for (size_t k = 0; k < mm; ++k) {
+    for (size_t t = 0; t < n_tensors; ++t) {
+      const Tensor& orig = trace.tensors[t];
+      if (orig.alias_of && !shared[t]) {
+        u.tensors[static_cast<size_t>(tensor_id[k][t])].alias_of =
+            tensor_id[k][static_cast<size_t>(*orig.alias_of)];
+      }
+    }
+  }
+
+  // op_id[k][o]: micro-batch k's id of op o (the optimizer's: in k = 0 only).
+  std::vector<std::vector<OpId>> op_id(mm, std::vector<OpId>(n_ops, kNoOp));
+  auto emit = [&](const Op& orig, size_t k) {
+    Op op = orig;
+    op.id = static_cast<OpId>(u.ops.size());
+    op.micro_batch = static_cast<int>(k);
+    if (orig.phase != Phase::kOptimizer) op.name = InMicroBatch(static_cast<int64_t>(k), op.name);
+    for (TensorId& t : op.inputs) t = tensor_id[k][static_cast<size_t>(t)];
+    for (TensorId& t : op.outputs) t = tensor_id[k][static_cast<size_t>(t)];
+    for (TensorId t : op.inputs) {
+      std::vector<OpId>& c = u.tensors[static_cast<size_t>(t)].consumers;
+      if (c.empty() || c.back() != op.id) c.push_back(op.id);
+    }
+    for (TensorId t : op.outputs) {
+      // The first writer produces; later ones accumulate (weight gradients).
+      if (u.tensors[static_cast<size_t>(t)].producer == kNoOp) {
+        u.tensors[static_cast<size_t>(t)].producer = op.id;
+      }
+    }
+    op_id[k][static_cast<size_t>(orig.id)] = op.id;
+    u.ops.push_back(std::move(op));
+  };
+  for (const StageTask& task : StageOrder(schedule, trace.header.pp, trace.header.stage, m)) {
+    const Phase phase = task.forward ? Phase::kForward : Phase::kBackward;
+    for (const Op& op : trace.ops) {
+      if (op.phase == phase) emit(op, static_cast<size_t>(task.micro_batch));
+    }
+  }
+  for (const Op& op : trace.ops) {
+    if (op.phase == Phase::kOptimizer) emit(op, 0);
+  }
+  for (const Edge& e : trace.edges) {
+    const bool from_shared = trace.op(e.from).phase == Phase::kOptimizer;
+    const bool to_shared = trace.op(e.to).phase == Phase::kOptimizer;
+    for (size_t k = 0; k < mm; ++k) {
+      if (from_shared && to_shared && k > 0) break;
+      const OpId from = op_id[from_shared ? 0 : k][static_cast<size_t>(e.from)];
+      const OpId to = op_id[to_shared ? 0 : k][static_cast<size_t>(e.to)];
+      u.edges.push_back({from, to, e.kind});
+    }
+  }
+
+  Plan& p = out.plan;
+  p = plan;
+  p.placements.clear();
+  for (size_t k = 0; k < mm; ++k) {
+    for (const Placement& orig : plan.placements) {
+      if (k > 0 && shared[static_cast<size_t>(orig.tensor)])
+        continue;  // one storage: one placement
+      Placement pl = orig;
+      pl.tensor = tensor_id[k][static_cast<size_t>(orig.tensor)];
+      if (orig.prefetch_before != kNoOp) {
+        const bool opt = trace.op(orig.prefetch_before).phase == Phase::kOptimizer;
+        pl.prefetch_before = op_id[opt ? 0 : k][static_cast<size_t>(orig.prefetch_before)];
+      }
+      if (!pl.file.empty()) pl.file = FileOf(static_cast<int64_t>(k), pl.file);
+      p.placements.push_back(std::move(pl));
+    }
+  }
+  p.trace_fingerprint = Fingerprint(u);
+  return out;
+}
+
+}  // namespace ssdtrain::traces
