@@ -16,6 +16,7 @@
 #include "exec/detail/replayer.h"
 #include "exec/offload_engine.h"
 #include "traces/storage_plan.h"
+#include "traces/whole_step.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -39,10 +40,16 @@ CacheStats operator-(const CacheStats& a, const CacheStats& b) {
 
 }  // namespace
 
-Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan,
+Result<ReplayResult> Replay(const traces::Trace& one_micro_batch, const traces::Plan& step_plan,
                             const ReplayOptions& options, const std::string& plan_source) {
   // Everything that can be refused is refused before a device or a file exists.
-  SSDTRAIN_RETURN_IF_ERROR(traces::ValidatePlan(plan, trace, plan_source));
+  SSDTRAIN_RETURN_IF_ERROR(traces::ValidatePlan(step_plan, one_micro_batch, plan_source));
+  // The stage's whole step: its micro-batches in the schedule's order
+  // (traces/whole_step.h; the simulator unrolls the same way).
+  SSDTRAIN_ASSIGN_OR_RETURN(const traces::WholeStep whole,
+                            traces::UnrollStep(one_micro_batch, step_plan, plan_source));
+  const traces::Trace& trace = whole.trace;
+  const traces::Plan& plan = whole.plan;
   SSDTRAIN_RETURN_IF_ERROR(CheckPlanFileNames(plan, plan_source));
   for (const traces::Placement& p : plan.placements) {
     if (p.action == traces::TensorAction::kOffloadSsd && !p.file.empty()) {
@@ -227,7 +234,9 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
   m.exposed_io_ns = median(exposed);
   const double seconds = static_cast<double>(m.step_time_ns) / 1e9;
   if (seconds > 0) {
-    m.tokens_per_s = static_cast<double>(trace.header.micro_batch * trace.header.seq_len) / seconds;
+    m.tokens_per_s = static_cast<double>(trace.header.micro_batch * trace.header.seq_len *
+                                         plan.num_micro_batches) /
+                     seconds;
     m.tflops_per_gpu = static_cast<double>(total_flops) / seconds / 1e12;
     // As the simulator defines it (traces::RequiredWriteGBps): the step's
     // writes over its forward compute time.

@@ -1,7 +1,11 @@
 // Replay: runs a trace under a plan on a device (CPU or CUDA) with the offload
 // engine's SSD files, and measures it. See exec/README.md ("Runtime").
 //
-// Per step, ops are issued in trace order on the compute stream. Each
+// A step is the stage's whole step: the plan's num_micro_batches micro-batches
+// in its schedule's order (traces::UnrollStep, the unrolling the simulator uses
+// too), each with its own activations and offload files, sharing the weights,
+// the gradients they accumulate into, the engine, staging and memory budget.
+// Per step, ops are issued in that order on the compute stream. Each
 // offload-ssd storage is copied out (D2H) after its producer and written by the
 // engine; once the write lands and every forward consumer has been issued its
 // device copy is evicted; it is read and copied back (H2D) at the op its

@@ -51,6 +51,43 @@ TEST(Replay, OffloadReplayVerifiesAndWritesEachOffloadedByteOnce) {
   EXPECT_TRUE(ListTree(dir.path()).empty());
 }
 
+TEST(Replay, AWholeStepRunsEachMicroBatchAndHoldsWhatItsScheduleHolds) {
+  // traces/whole_step.h: m micro-batches in the schedule's order, each with its
+  // own offloaded tensors and files. With every write waited for, measured
+  // peaks equal the planned ones exactly.
+  const traces::Trace trace = TinyGptTrace(/*micro_batch=*/1, /*seq_len=*/128);
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  o.wait_for_writes = true;
+  o.verify = true;
+  traces::Plan plan = OffloadAllPlan(trace);
+  const int64_t offloaded = OffloadedStorageBytes(trace, plan);
+  auto one = Replay(trace, plan, o, "offload-all");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  plan.num_micro_batches = 2;
+  plan.schedule = "1f1b";
+  auto onefoneb = Replay(trace, plan, o, "offload-all, 2 micro-batches, 1f1b");
+  ASSERT_TRUE(onefoneb.ok()) << onefoneb.status().ToString();
+  plan.schedule = "gpipe";
+  auto gpipe = Replay(trace, plan, o, "offload-all, 2 micro-batches, gpipe");
+  ASSERT_TRUE(gpipe.ok()) << gpipe.status().ToString();
+  for (const ReplayResult* r : {&*onefoneb, &*gpipe}) {
+    EXPECT_TRUE(r->verified);
+    // Every micro-batch's storages checked, written and read once.
+    EXPECT_EQ(r->tensors_checked, 2 * one->tensors_checked);
+    EXPECT_EQ(r->plan_offloaded_bytes, 2 * offloaded);
+    EXPECT_EQ(r->metrics.ssd_bytes_written, 2 * offloaded);
+    EXPECT_EQ(r->metrics.ssd_bytes_read, 2 * offloaded);
+    EXPECT_EQ(r->metrics.peak_activation_bytes, r->planned_peak_activation_bytes);
+  }
+  // One stage under 1F1B holds one micro-batch at a time: the single
+  // micro-batch's peak. GPipe runs every forward before the first backward:
+  // more is held at once (here, what the forwards keep until their writes land).
+  EXPECT_EQ(onefoneb->metrics.peak_activation_bytes, one->metrics.peak_activation_bytes);
+  EXPECT_GT(gpipe->metrics.peak_activation_bytes, one->metrics.peak_activation_bytes);
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
 TEST(Replay, OffloadLowersPeakActivationsByWhatThePlanSays) {
   // With every write waited for, evictions land where the plan's accounting
   // puts them, so the measured peaks equal the planned ones exactly and the
