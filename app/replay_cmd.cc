@@ -1,13 +1,23 @@
 // ssdtrain replay: run a plan on a device (CPU or CUDA) with real SSD files,
 // and write the measured run (and, optionally, a Chrome/Perfetto timeline).
+// Under `mpirun -np N` (N = the plan's dp, pp = 1): each rank replays the
+// stage's whole step in its own directory under --dir, the ranks sum their
+// weight gradients every step (exec/step_sync.h), a failure on one ends all,
+// and rank 0 writes one report with each rank's figures.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "app/command.h"
+#include "app/mpi_sync.h"
 #include "app/reports.h"
 #include "exec/replay.h"
+#include "models/build_trace.h"
+#include "models/model_config.h"
 #include "traces/io.h"
 #include "traces/plan.h"
 #include "traces/timeline.h"
@@ -16,7 +26,8 @@ namespace ssdtrain::app {
 namespace {
 
 struct ReplayFlags {
-  std::string trace, plan, policy, dir, backend = "auto", io_backend = "auto", output, timeline;
+  std::string trace, model, plan, policy, dir, backend = "auto", io_backend = "auto", output,
+                                               timeline;
   int steps = 3;
   double ssd_bandwidth_GBps = 0;
   double device_memory_GiB = 4;
@@ -36,38 +47,146 @@ Result<exec::BackendChoice> ParseBackend(const std::string& s) {
 
 int64_t GiB(double v) { return static_cast<int64_t>(std::llround(v * 1024.0 * 1024.0 * 1024.0)); }
 
-int Run(const ReplayFlags& f) {
-  auto backend = ParseBackend(f.backend);
-  if (!backend.ok()) return ReportError("replay", backend.status());
-  auto io_backend = exec::ParseBackendKind(f.io_backend);
-  if (!io_backend.ok())
-    return ReportError("replay", io_backend.status().WithPrefix("--io-backend"));
-  if (f.plan.empty() == f.policy.empty()) {
-    return ReportError(
-        "replay",
-        Status::InvalidArgument("give exactly one of --plan FILE or --policy keep|offload-all"));
+// The trace of this rank's stage: read (--trace), or built from the model
+// config at the plan's layout (--model).
+Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan, int64_t stage) {
+  if (!f.trace.empty()) return traces::ReadTrace(f.trace);
+  SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig config, models::LoadModelConfig(f.model));
+  if (plan != nullptr) {
+    models::ConfigOverrides layout;
+    layout.micro_batch = plan->micro_batch;
+    layout.tp = plan->tp;
+    layout.pp = plan->pp;
+    if (plan->seq_len > 0) layout.seq_len = plan->seq_len;
+    SSDTRAIN_ASSIGN_OR_RETURN(config, models::ApplyOverrides(config, layout, f.model));
   }
-  auto trace = traces::ReadTrace(f.trace);
-  if (!trace.ok()) return ReportError("replay", trace.status());
+  return models::BuildTrace(config, stage);
+}
+
+struct Setup {
+  traces::Trace trace;
   traces::Plan plan;
-  std::string plan_source = f.plan;
-  if (!f.plan.empty()) {
-    auto read = traces::ReadPlan(f.plan);
-    if (!read.ok()) return ReportError("replay", read.status());
-    plan = std::move(*read);
-  } else if (f.policy == "keep") {
-    plan = exec::KeepAllPlan(*trace);
-    plan_source = "--policy keep";
-  } else if (f.policy == "offload-all") {
-    plan = exec::OffloadAllPlan(*trace);
-    plan_source = "--policy offload-all";
-  } else {
-    return ReportError("replay",
-                       Status::InvalidArgument("--policy: expected keep or offload-all, got \"" +
-                                               f.policy + "\""));
+  std::string plan_source;
+  std::string dir;  // this rank's offload directory
+  bool made_dir = false;
+};
+
+Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
+  if (f.trace.empty() == f.model.empty()) {
+    return Status::InvalidArgument("give exactly one of --trace FILE or --model CONFIG");
   }
+  if (f.plan.empty() == f.policy.empty()) {
+    return Status::InvalidArgument("give exactly one of --plan FILE or --policy keep|offload-all");
+  }
+  Setup s;
+  s.plan_source = f.plan;
+  std::optional<traces::Plan> read;
+  if (!f.plan.empty()) {
+    SSDTRAIN_ASSIGN_OR_RETURN(read, traces::ReadPlan(f.plan));
+  }
+  const int64_t stage = 0;  // pp = 1 across ranks (checked below)
+  SSDTRAIN_ASSIGN_OR_RETURN(s.trace, StageTrace(f, read ? &*read : nullptr, stage));
+  if (read) {
+    s.plan = std::move(*read);
+  } else if (f.policy == "keep") {
+    s.plan = exec::KeepAllPlan(s.trace);
+    s.plan_source = "--policy keep";
+  } else if (f.policy == "offload-all") {
+    s.plan = exec::OffloadAllPlan(s.trace);
+    s.plan_source = "--policy offload-all";
+  } else {
+    return Status::InvalidArgument("--policy: expected keep or offload-all, got \"" + f.policy +
+                                   "\"");
+  }
+  s.dir = f.dir;
+  if (ranks != nullptr) {
+    if (s.plan.pp != 1) {
+      return Status::Unavailable(
+          s.plan_source + ": pp = " + std::to_string(s.plan.pp) +
+          ": pipeline stages on separate ranks (activations sent between them) are not built "
+          "yet; multi-rank replays run data-parallel plans (pp = 1, dp = ranks)");
+    }
+    if (s.plan.dp != ranks->size()) {
+      return Status::InvalidArgument(s.plan_source + ": dp = " + std::to_string(s.plan.dp) +
+                                     ", but mpirun started " + std::to_string(ranks->size()) +
+                                     " ranks; start pp × dp = " + std::to_string(s.plan.dp) +
+                                     " (mpirun -np " + std::to_string(s.plan.dp) + ")");
+    }
+    // Each rank offloads into its own directory under --dir.
+    s.dir = (std::filesystem::path(f.dir) / ("rank-" + std::to_string(ranks->rank()))).string();
+    std::error_code ec;
+    s.made_dir = std::filesystem::create_directory(s.dir, ec);
+    if (ec) return Status::IoError(s.dir + ": cannot create the rank's directory: " + ec.message());
+  }
+  return s;
+}
+
+// Rank 0's whole-step report: rank 0's own, with the slowest rank's step time,
+// the largest peaks, the tokens of every rank, and each rank's figures.
+Result<traces::StepReport> WholeStepReport(traces::StepReport mine, RankSync& ranks) {
+  SSDTRAIN_ASSIGN_OR_RETURN(std::vector<std::string> all,
+                            ranks.GatherAtRankZero(traces::ToJson(mine).dump()));
+  if (ranks.rank() != 0) return mine;
+  nlohmann::json per_rank = nlohmann::json::array();
+  traces::StepMetrics& m = mine.metrics;
+  const double tokens_one_rank = m.tokens_per_s * static_cast<double>(m.step_time_ns);
+  for (size_t r = 0; r < all.size(); ++r) {
+    SSDTRAIN_ASSIGN_OR_RETURN(
+        traces::StepReport rep,
+        traces::StepReportFromJson(nlohmann::json::parse(all[r]), "rank " + std::to_string(r)));
+    const traces::StepMetrics& x = rep.metrics;
+    per_rank.push_back({{"rank", r},
+                        {"stage", 0},
+                        {"dp_index", r},
+                        {"step_time_ns", x.step_time_ns},
+                        {"peak_device_bytes", x.peak_gpu_bytes},
+                        {"peak_activation_bytes", x.peak_activation_bytes},
+                        {"ssd_bytes_written", x.ssd_bytes_written},
+                        {"ssd_bytes_read", x.ssd_bytes_read},
+                        {"exposed_io_ns", x.exposed_io_ns},
+                        {"allreduce_ns", rep.extra.value("allreduce_ns", int64_t{0})},
+                        {"verified", rep.verified.value_or(false)}});
+    m.step_time_ns = std::max(m.step_time_ns, x.step_time_ns);
+    m.peak_gpu_bytes = std::max(m.peak_gpu_bytes, x.peak_gpu_bytes);
+    m.peak_activation_bytes = std::max(m.peak_activation_bytes, x.peak_activation_bytes);
+    m.exposed_io_ns = std::max(m.exposed_io_ns, x.exposed_io_ns);
+    if (mine.verified && rep.verified) *mine.verified = *mine.verified && *rep.verified;
+  }
+  if (m.step_time_ns > 0) {
+    m.tokens_per_s =
+        tokens_one_rank * static_cast<double>(all.size()) / static_cast<double>(m.step_time_ns);
+  }
+  mine.extra["ranks"] = per_rank;
+  return mine;
+}
+
+int Run(const ReplayFlags& f) {
+  std::unique_ptr<RankSync> ranks;
+  if (LaunchedAsRanks()) {
+    auto started = StartRanks();
+    if (!started.ok()) return ReportError("replay", started.status());
+    ranks = std::move(*started);
+  }
+  const bool speaks = ranks == nullptr || ranks->rank() == 0;  // rank 0 prints for all
+  auto fail = [&](const Status& st) { return speaks ? ReportError("replay", st) : 1; };
+  auto backend = ParseBackend(f.backend);
+  auto io_backend = exec::ParseBackendKind(f.io_backend);
+  Result<Setup> setup = !backend.ok() ? Result<Setup>(backend.status())
+                        : !io_backend.ok()
+                            ? Result<Setup>(io_backend.status().WithPrefix("--io-backend"))
+                            : Prepare(f, ranks.get());
+  if (ranks) {  // every rank ready, or all stop with the first failure
+    Status all = ranks->Agree(setup.ok() ? Status::Ok() : setup.status());
+    if (!all.ok()) {
+      if (setup.ok() && setup->made_dir) std::filesystem::remove(setup->dir);
+      return fail(all);
+    }
+  }
+  if (!setup.ok()) return fail(setup.status());
+  const traces::Trace& trace = setup->trace;
+  const traces::Plan& plan = setup->plan;
   exec::ReplayOptions o;
-  o.dir = f.dir;
+  o.dir = setup->dir;
   o.backend = *backend;
   o.steps = f.steps;
   o.ssd_bandwidth_GBps = f.ssd_bandwidth_GBps;
@@ -78,31 +197,50 @@ int Run(const ReplayFlags& f) {
   o.cuda_device_index = f.cuda_device;
   o.staging_bytes = static_cast<int64_t>(std::llround(f.staging_MiB * 1024 * 1024));
   o.io_backend = *io_backend;
-  o.progress = [](const std::string& line) { std::cerr << "replay: " << line << "\n"; };
-  auto result = exec::Replay(*trace, plan, o, plan_source);
-  if (!result.ok()) return ReportError("replay", result.status());
-  Status written = traces::WriteStepReport(RunReport(*result, *trace, plan), f.output);
+  o.sync = ranks.get();
+  if (speaks) {
+    o.progress = [](const std::string& line) { std::cerr << "replay: " << line << "\n"; };
+  }
+  auto result = exec::Replay(trace, plan, o, setup->plan_source);
+  if (setup->made_dir) {
+    std::error_code ec;  // empty unless the replay failed to clean up, which it reported
+    std::filesystem::remove(setup->dir, ec);
+  }
+  if (!result.ok()) return fail(result.status());
+  traces::StepReport report = RunReport(*result, trace, plan);
+  if (ranks) {
+    report.extra["allreduce_ns"] = result->allreduce_ns;
+    auto whole = WholeStepReport(std::move(report), *ranks);
+    if (!whole.ok()) return fail(whole.status());
+    report = std::move(*whole);
+    if (!speaks) return 0;
+  }
+  Status written = traces::WriteStepReport(report, f.output);
   if (!written.ok()) return ReportError("replay", written);
   if (!f.timeline.empty()) {
     written = traces::WriteJsonFile(
         traces::ToChromeTrace(result->timeline,
-                              "replay " + trace->header.model + " (" + result->backend + ")"),
+                              "replay " + trace.header.model + " (" + result->backend + ")"),
         f.timeline);
     if (!written.ok()) return ReportError("replay", written);
   }
-  const auto& m = result->metrics;
+  const auto& m = report.metrics;
   std::cout << fmt::format(
-      "{} on {}: step {:.3f} ms (median of {}), peak device {:.1f} MiB, peak activations "
-      "{:.1f} MiB, SSD wrote {:.1f} MiB read {:.1f} MiB{}, exposed I/O {:.3f} ms{}\n",
-      trace->header.model, result->backend, m.step_time_ns / 1e6, result->steps,
-      m.peak_gpu_bytes / 1048576.0, m.peak_activation_bytes / 1048576.0,
-      m.ssd_bytes_written / 1048576.0, m.ssd_bytes_read / 1048576.0,
+      "{} on {}{}: step {:.3f} ms (median of {}), peak device {:.1f} MiB, peak activations "
+      "{:.1f} MiB, SSD wrote {:.1f} MiB read {:.1f} MiB{}, exposed I/O {:.3f} ms{}{}\n",
+      trace.header.model, result->backend, ranks ? fmt::format(" x {} ranks", ranks->size()) : "",
+      m.step_time_ns / 1e6, result->steps, m.peak_gpu_bytes / 1048576.0,
+      m.peak_activation_bytes / 1048576.0, m.ssd_bytes_written / 1048576.0,
+      m.ssd_bytes_read / 1048576.0,
       result->cache.bytes_to_host == 0 ? ""
                                        : fmt::format(", host copies {:.1f} MiB out {:.1f} MiB back",
                                                      result->cache.bytes_to_host / 1048576.0,
                                                      result->cache.bytes_from_host / 1048576.0),
       m.exposed_io_ns / 1e6,
-      result->verify ? fmt::format(", verified {} tensors", result->tensors_checked) : "");
+      ranks ? fmt::format(", gradient all-reduce {:.3f} ms", result->allreduce_ns / 1e6) : "",
+      report.verified ? fmt::format(", verified {} tensors{}", result->tensors_checked,
+                                    *report.verified ? "" : " (a rank did not verify)")
+                      : "");
   return 0;
 }
 
@@ -112,7 +250,10 @@ Verb AddReplayCommand(CLI::App& app) {
   auto flags = std::make_shared<ReplayFlags>();
   CLI::App* cmd = app.add_subcommand(
       "replay", "Run a plan on a device with real SSD offload files and measure it");
-  cmd->add_option("--trace", flags->trace, "Operator trace (JSON or .cbor)")->required();
+  cmd->add_option("--trace", flags->trace, "Operator trace (JSON or .cbor)");
+  cmd->add_option("--model", flags->model,
+                  "Instead of --trace: a model config (configs/models/*.json), traced at the "
+                  "plan's layout (micro-batch, sequence length, tp, pp)");
   cmd->add_option("--plan", flags->plan, "Plan file (from `ssdtrain plan`)");
   cmd->add_option("--policy", flags->policy,
                   "Instead of --plan: a built-in plan, keep or offload-all (every saved "

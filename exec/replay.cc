@@ -38,10 +38,10 @@ CacheStats operator-(const CacheStats& a, const CacheStats& b) {
           a.bytes_from_host - b.bytes_from_host};
 }
 
-}  // namespace
-
-Result<ReplayResult> Replay(const traces::Trace& one_micro_batch, const traces::Plan& step_plan,
-                            const ReplayOptions& options, const std::string& plan_source) {
+Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
+                                  const traces::Plan& step_plan, const ReplayOptions& options,
+                                  const std::string& plan_source,
+                                  detail::RankAgreement& agreement) {
   // Everything that can be refused is refused before a device or a file exists.
   SSDTRAIN_RETURN_IF_ERROR(traces::ValidatePlan(step_plan, one_micro_batch, plan_source));
   // The stage's whole step: its micro-batches in the schedule's order
@@ -170,15 +170,17 @@ Result<ReplayResult> Replay(const traces::Trace& one_micro_batch, const traces::
   result.verify = options.verify;
 
   detail::Replayer replayer(trace, options, *device, *engine, *staging, cache, storage_plan,
-                            host_memory.get());
+                            host_memory.get(), agreement);
   {
     detail::ScopedThreadAffinity helper_affinity(device->helper_cpus());
     SSDTRAIN_RETURN_IF_ERROR(replayer.Init());
   }
+  // Every rank set up (exec/step_sync.h).
+  SSDTRAIN_RETURN_IF_ERROR(agreement.At(Status::Ok()));
   result.workspace_bytes = replayer.workspace_bytes();
   replayer.set_budget(budget);
   result.memory_budget_bytes = budget;
-  std::vector<int64_t> measured, exposed;
+  std::vector<int64_t> measured, exposed, allreduce;
   int64_t total_flops = 0;
   for (const traces::Op& op : trace.ops) total_flops += op.flops;
   for (int step = 0; step <= options.steps; ++step) {
@@ -186,6 +188,8 @@ Result<ReplayResult> Replay(const traces::Trace& one_micro_batch, const traces::
     const OffloadStats io_before = engine->Stats();
     auto record = replayer.RunStep(step);
     if (!record.ok()) return record.status().WithPrefix("step " + std::to_string(step));
+    // Every rank finished this step.
+    SSDTRAIN_RETURN_IF_ERROR(agreement.At(Status::Ok()).WithPrefix("step " + std::to_string(step)));
     const CacheStats delta = cache.stats() - before;
     const OffloadStats io_after = engine->Stats();
     if (io_after.bytes_written - io_before.bytes_written != delta.bytes_written ||
@@ -200,6 +204,7 @@ Result<ReplayResult> Replay(const traces::Trace& one_micro_batch, const traces::
     if (step > 0) {
       measured.push_back(record->time_ns);
       exposed.push_back(record->exposed_io_ns);
+      allreduce.push_back(record->allreduce_ns);
     }
     result.cache = delta;
     result.busy = record->busy;
@@ -232,6 +237,7 @@ Result<ReplayResult> Replay(const traces::Trace& one_micro_batch, const traces::
   traces::StepMetrics& m = result.metrics;
   m.step_time_ns = median(measured);
   m.exposed_io_ns = median(exposed);
+  result.allreduce_ns = median(allreduce);
   const double seconds = static_cast<double>(m.step_time_ns) / 1e9;
   if (seconds > 0) {
     m.tokens_per_s = static_cast<double>(trace.header.micro_batch * trace.header.seq_len *
@@ -251,6 +257,17 @@ Result<ReplayResult> Replay(const traces::Trace& one_micro_batch, const traces::
   m.ssd_bytes_written = result.cache.bytes_written;
   m.ssd_bytes_read = result.cache.bytes_read;
   result.verified = options.verify;  // any mismatch returned an error above
+  return result;
+}
+
+}  // namespace
+
+Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan,
+                            const ReplayOptions& options, const std::string& plan_source) {
+  detail::RankAgreement agreement(options.sync);
+  Result<ReplayResult> result = ReplayOnRank(trace, plan, options, plan_source, agreement);
+  // Told after this rank's engine has removed its files.
+  if (!result.ok()) agreement.OnFailure(result.status());
   return result;
 }
 

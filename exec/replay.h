@@ -34,6 +34,7 @@
 
 #include "exec/device.h"
 #include "exec/io_backend.h"
+#include "exec/step_sync.h"
 #include "exec/tensor_cache.h"
 #include "traces/plan.h"
 #include "traces/status.h"
@@ -81,6 +82,11 @@ struct ReplayOptions {
   std::function<void(const std::string&)> progress;
   // Tests: an I/O backend to use instead of io_backend (e.g. a FaultBackend).
   std::function<std::unique_ptr<IoBackend>()> make_io_backend;
+  // Data-parallel ranks of a multi-process run (exec/step_sync.h): each step's
+  // weight gradients are summed over them between the last backward op and
+  // the optimizer (through host memory), and every rank stops when one fails.
+  // Null: a single process.
+  StepSync* sync = nullptr;
 };
 
 struct LaneBusy {
@@ -119,6 +125,9 @@ struct ReplayResult {
   bool verify = false;
   bool verified = false;        // verify on and every checked tensor matched
   int64_t tensors_checked = 0;  // per step
+  // Data-parallel ranks (ReplayOptions::sync): the weight gradients' all-reduce
+  // per step, median of the measured steps (copies to and from host included).
+  int64_t allreduce_ns = 0;
   traces::Timeline timeline;    // the last step's, times from its start
 };
 

@@ -31,6 +31,7 @@ Status Replayer::Init() {
     }
   }
   SSDTRAIN_ASSIGN_OR_RETURN(workspace_bytes_, device_.ReserveWorkspace(trace_));
+  SSDTRAIN_RETURN_IF_ERROR(InitGradients());
   submitter_ = std::thread([this] { SubmitLoop(); });
   completer_ = std::thread([this] { CompleteLoop(); });
   reader_ = std::thread([this] { ReadLoop(); });
@@ -44,18 +45,29 @@ Result<Replayer::StepRecord> Replayer::RunStep(int step) {
   samples_.clear();
   checked_ = 0;
   for (Slot& slot : slots_) slot.ResetStep();
+  allreduce_begin_ns_ = allreduce_end_ns_ = 0;
   const int64_t t0 = NowNs();
+  // Data-parallel ranks sum their gradients before the first optimizer op (or
+  // at the end of a step without one).
+  bool reduced = agreement_.sync() == nullptr;
   for (const traces::Op& op : trace_.ops) {
-    Status st = IssueOp(op);
+    Status st = Status::Ok();
+    if (!reduced && op.phase == traces::Phase::kOptimizer) {
+      reduced = true;
+      st = AllReduceGradients();
+    }
+    if (st.ok()) st = IssueOp(op);
     // An I/O thread's failure is the cause; what the issue thread saw
     // (an aborted staging wait) is its consequence.
     if (!st.ok()) return error().ok() ? st : error();
   }
+  if (!reduced) SSDTRAIN_RETURN_IF_ERROR(AllReduceGradients());
   SSDTRAIN_RETURN_IF_ERROR(FinishStep());
   const int64_t t1 = NowNs();
   StepRecord record;
   record.time_ns = t1 - t0;
   record.checked = checked_;
+  record.allreduce_ns = allreduce_end_ns_ - allreduce_begin_ns_;
   SSDTRAIN_RETURN_IF_ERROR(CollectTimeline(t0, record));
   SSDTRAIN_RETURN_IF_ERROR(engine_.RemoveAll());
   return record;

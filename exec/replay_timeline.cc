@@ -63,6 +63,10 @@ Status Replayer::CollectTimeline(int64_t t0, StepRecord& record) {
       lanes[4].emplace_back(sl.read_begin_ns - t0, sl.read_end_ns - t0);
     }
   }
+  if (allreduce_end_ns_ > 0) {
+    tl.spans.push_back({traces::Lane::kNetwork, allreduce_begin_ns_ - t0, allreduce_end_ns_ - t0,
+                        traces::kNoOp, -1, 0, 0, "data-parallel gradient all-reduce"});
+  }
   record.busy = {traces::BusyTime(lanes[0]), traces::BusyTime(lanes[1]), traces::BusyTime(lanes[2]),
                  traces::BusyTime(lanes[3]), traces::BusyTime(lanes[4])};
   return Status::Ok();

@@ -12,6 +12,7 @@ list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/replay_memory.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_io_threads.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_timeline.cc
+  ${CMAKE_CURRENT_LIST_DIR}/replay_gradients.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_output.cc
 )
 if(NOT SSDTRAIN_HAVE_CUDA)
@@ -40,5 +41,8 @@ function(ssdtrain_exec_runtime_tests)
     DEPS ssdtrain::exec)
   ssdtrain_test(exec_replay_test
     SOURCES ${dir}/replay_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
+    DEPS ssdtrain::exec ssdtrain::models)
+  ssdtrain_test(exec_replay_ranks_test
+    SOURCES ${dir}/replay_ranks_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
     DEPS ssdtrain::exec ssdtrain::models)
 endfunction()

@@ -15,6 +15,8 @@ packages=(
   python3-matplotlib jupyter-nbconvert python3-nbformat python3-ipykernel
   # the Python package (python/): pybind11 module, tested with Debian's torch (CPU)
   pybind11-dev python3-dev python3-torch
+  # multi-rank replays (mpirun -np N ssdtrain replay): Open MPI
+  openmpi-bin libopenmpi-dev
 )
 
 missing=()

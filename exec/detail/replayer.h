@@ -32,6 +32,30 @@
 
 namespace ssdtrain::exec::detail {
 
+// This rank's side of the StepSync protocol (exec/step_sync.h): every
+// agreement point goes through At(); a failure that no agreement has told the
+// other ranks about yet is told at the next one (OnFailure).
+class RankAgreement {
+ public:
+  explicit RankAgreement(StepSync* sync) : sync_(sync) {}
+  Status At(const Status& local) {
+    if (sync_ == nullptr) return local;
+    Status all = sync_->Agree(local);
+    if (!all.ok()) told_ = true;
+    return all;
+  }
+  void OnFailure(const Status& status) {
+    if (sync_ == nullptr || told_) return;
+    told_ = true;
+    (void)sync_->Agree(status);  // the others stop on it; this rank already has
+  }
+  StepSync* sync() const { return sync_; }
+
+ private:
+  StepSync* sync_;
+  bool told_ = false;
+};
+
 using traces::OpId;
 using traces::TensorId;
 
@@ -53,7 +77,8 @@ class Replayer {
   // (null when the plan has none).
   Replayer(const traces::Trace& trace, const ReplayOptions& options, Device& device,
            OffloadEngine& engine, HostStaging& staging, TensorCache& cache,
-           const traces::StoragePlan& storage_plan, HostStaging* host_memory)
+           const traces::StoragePlan& storage_plan, HostStaging* host_memory,
+           RankAgreement& agreement)
       : trace_(trace),
         options_(options),
         device_(device),
@@ -62,7 +87,8 @@ class Replayer {
         cache_(cache),
         plan_(storage_plan),
         host_memory_(host_memory == nullptr ? nullptr : static_cast<uint8_t*>(host_memory->base())),
-        slots_(trace.tensors.size()) {}
+        slots_(trace.tensors.size()),
+        agreement_(agreement) {}
   // Waits for the device, stops the I/O threads and frees every buffer.
   ~Replayer();
   Replayer(const Replayer&) = delete;
@@ -83,6 +109,7 @@ class Replayer {
     std::vector<OpTime> ops;
     traces::Timeline timeline;
     int64_t checked = 0;
+    int64_t allreduce_ns = 0;  // the weight gradients' all-reduce (0: one rank)
   };
 
   // Runs step `step` (0 is the warm-up) and removes its files.
@@ -171,6 +198,11 @@ class Replayer {
   void CompleteLoop();
   void ReadLoop();
 
+  // Data-parallel ranks (replay_gradients.cc): the weight gradients summed
+  // over the ranks between the last backward op and the optimizer.
+  Status InitGradients();
+  Status AllReduceGradients();
+
   // The measured step (replay_timeline.cc).
   Status CollectTimeline(int64_t t0, StepRecord& record);
 
@@ -194,6 +226,11 @@ class Replayer {
   int64_t activation_now_ = 0, activation_peak_ = 0;  // issue thread only
   int64_t budget_bytes_ = 0;                          // issue thread only
   bool staging_stalled_next_ = false;  // an offload waited for staging: the next op's gap is I/O
+
+  RankAgreement& agreement_;
+  std::vector<TensorId> gradients_;             // weight-gradient storages, by id
+  std::unique_ptr<HostStaging> gradient_host_;  // their host copies, back to back
+  int64_t allreduce_begin_ns_ = 0, allreduce_end_ns_ = 0;
 
   std::mutex mu_;  // guards everything below, and the read_* fields of slots
   std::condition_variable cv_;
