@@ -7,7 +7,8 @@
 
 How it works. Inside the block, ``torch.autograd.graph.saved_tensors_hooks``
 routes every tensor autograd saves through a cache keyed by storage (a view and
-the tensor it views, or a tensor saved by two ops, are one storage: dedup).
+the tensor it views, or a tensor saved by two ops, are one storage: dedup; the
+rule is ssdtrain/saved.py's, which also numbers the storages of each forward).
 Parameters, the model's inputs and storages under ``min_bytes`` are kept as they
 are. Every other storage is written whole to a file of its own by the engine
 (io_uring, O_DIRECT, a CRC32C per extent) and released once the write has
@@ -28,6 +29,14 @@ of the groups only, so memory is deterministic:
   are issued (prefetch: two leaf modules ahead by default);
 - a storage still resident when backward needs it (its write not yet released)
   is handed over as is: forwarding, no read.
+With ``plan=`` and ``trace=`` (a plan ``ssdtrain plan --trace`` made for a trace
+``ssdtrain.capture`` wrote), the plan decides instead (ssdtrain/plan.py): each
+storage is matched to the trace's by its save number and checked (bytes, dtype,
+shape: a run that is not the captured one raises ``ssdtrain.PlanError``);
+offload-ssd storages are written when saved (as under "all") and land within
+``write_lag`` leaf modules, keep storages stay, ``min_bytes`` and ``prefetch`` do
+not apply; reads are issued at the plan's prefetch points, mapped to the first
+unpack at or after each, or on demand.
 A storage's file is removed when autograd frees the last saved tensor on it.
 A storage saved again after its release (a later op saving another view of it,
 such as the V of a fused QKV output) is recognised by the base tensor it views
@@ -142,12 +151,18 @@ def _storage_of(t):
 class Offload:
     """The object ``offload(...)`` returns; use it as a context manager."""
 
-    def __init__(self, model, dir, policy="ssdtrain", plan=None, trace=None,
+    def __init__(self, model, dir, policy=None, plan=None, trace=None,
                  min_bytes=DEFAULT_MIN_BYTES, write_lag=DEFAULT_WRITE_LAG,
                  prefetch=DEFAULT_PREFETCH, backend="auto", block_size=DEFAULT_BLOCK_SIZE,
                  queue_depth=DEFAULT_QUEUE_DEPTH, direct_io=True, faults=None):
-        if policy not in POLICIES:
-            raise ValueError(f"offload: policy '{policy}': expected one of {', '.join(POLICIES)}")
+        if plan is not None and policy is not None:
+            raise ValueError(f"offload: policy '{policy}' and plan= given: a plan decides "
+                             f"what is offloaded; give one of them")
+        if plan is None:
+            policy = policy or "ssdtrain"
+            if policy not in POLICIES:
+                raise ValueError(f"offload: policy '{policy}': expected one of "
+                                 f"{', '.join(POLICIES)}")
         if (plan is None) != (trace is None):
             raise ValueError("offload: give plan= (a plan file) together with trace= (the "
                              "captured trace it was made for), or neither")
@@ -566,7 +581,9 @@ class Offload:
             return self._stats_locked()
 
 
-def offload(model, dir, policy="ssdtrain", plan=None, **options):
+def offload(model, dir, policy=None, plan=None, trace=None, **options):
     """Offloads the activations autograd saves inside the ``with`` block to files in
-    ``dir``. See the module docstring for the schedule and ``Offload`` for options."""
-    return Offload(model, dir, policy=policy, plan=plan, **options)
+    ``dir``, by `policy` ("ssdtrain" by default, "all" or "none") or by `plan` (a
+    plan file made for the captured trace `trace`). See the module docstring for
+    the schedule and ``Offload`` for options."""
+    return Offload(model, dir, policy=policy, plan=plan, trace=trace, **options)
