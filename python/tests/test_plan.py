@@ -141,6 +141,32 @@ class OffloadByPlan(unittest.TestCase):
             self.assertEqual(s["peak_saved_bytes"], total - planned)
         self.assertEqual(os.listdir(self.dir), [])
 
+    def test_one_block_around_two_steps_numbers_each_forward_from_zero(self):
+        torch.manual_seed(0)
+        model = GPT()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        planned = sum(t["bytes"] for t in offloaded_storages(self.trace, self.plan).values())
+        losses, grads = [], []
+        with ssdtrain.offload(model, **self.offload_args()) as off:
+            for step in range(STEPS):
+                idx, targets = batch(step)
+                opt.zero_grad()
+                loss = loss_fn(model(idx), targets)
+                loss.backward()
+                # Step k has written the plan's bytes k + 1 times, and autograd
+                # freed every saved tensor, so every file is gone.
+                self.assertEqual(off.stats()["ssd_bytes_written"], (step + 1) * planned)
+                self.assertEqual(off.stats()["files_live"], 0)
+                losses.append(loss.detach().clone())
+                grads.append([p.grad.clone() for p in model.parameters()])
+                opt.step()
+        ref_losses, ref_grads, _ = self.reference
+        for step in range(STEPS):
+            self.assertTrue(torch.equal(bits(losses[step]), bits(ref_losses[step])), step)
+            for a, b in zip(grads[step], ref_grads[step]):
+                self.assertTrue(torch.equal(bits(a), bits(b)), f"step {step}: a gradient differs")
+        self.assertEqual(os.listdir(self.dir), [])
+
     def test_another_model_is_refused_naming_the_first_storage_that_differs(self):
         # Hidden 128 instead of 256: the position ids (storage 0) match, the
         # embedding dropout's one-byte mask (storage 1) is s·b·128 = 65536 bytes
