@@ -13,11 +13,13 @@ Tensors autograd saves (seen through saved-tensor hooks) are marked
 ``saved_for_backward``, and the root row of each storage they are on is named
 ``<name>:saved<k>`` with its save number k (ssdtrain/saved.py: the order in
 which autograd first saves each storage, apart from parameters and inputs),
-which ``offload(plan=...)`` uses to find a run's storages in the trace. Module names come from forward hooks on every module:
-an op's name is its module's qualified name and the aten op, and its layer is
-the first integer in that name (``blocks.3.fc1`` -> 3; -1 outside numbered
-modules, and 0 everywhere for a model without numbered modules, e.g. one block). A backward op takes the module of the saved tensor autograd last
-unpacked, i.e. of the forward op whose gradient is running.
+which ``offload(plan=...)`` uses to find a run's storages in the trace.
+Module names come from forward hooks on every module: an op's name is its
+module's qualified name and the aten op, and its layer is the first integer in
+that name (``blocks.3.fc1`` -> 3; -1 outside numbered modules, and 0 everywhere
+for a model without numbered modules, e.g. one block). A backward op takes the
+module of the saved tensor autograd last unpacked, i.e. of the forward op whose
+gradient is running.
 
 The format is traces/FORMAT.md (version 1); the C++ reader validates it on
 load, so ``ssdtrain plan --trace`` and ``ssdtrain replay --trace`` take the
