@@ -194,6 +194,18 @@ class OffloadByPlan(unittest.TestCase):
         with self.assertRaisesRegex(ssdtrain.PlanError, "recompute plans are not supported"):
             ssdtrain.offload(GPT(), **self.offload_args(plan))
 
+    def test_a_trace_not_made_by_capture_is_refused(self):
+        # `ssdtrain trace` builds the same GPT from its config, but its rows carry
+        # no save numbers: no run's storage can be matched to them.
+        built = os.path.join(self.dir, "built.json")
+        cli("trace", "--model", os.path.join(ROOT, "configs", "models", "tiny-gpt.json"),
+            "--seq-len", str(SEQ_LEN), "--micro-batch", str(MICRO_BATCH), "--dtype", "fp32",
+            "-o", built)
+        plan = os.path.join(self.dir, "built-plan.json")
+        cli("plan", "--trace", built, "--hardware", HARDWARE, "--policy", "offload-ssd", "-o", plan)
+        with self.assertRaisesRegex(ssdtrain.PlanError, "not made by ssdtrain.capture"):
+            ssdtrain.offload(GPT(), self.dir, plan=plan, trace=built)
+
     def test_a_plan_for_another_trace_is_refused_by_its_fingerprint(self):
         other = dict(self.plan, trace_fingerprint="0x0000000000000001")
         path = os.path.join(self.dir, "other.json")
