@@ -10,6 +10,13 @@
 //
 // Lifetime: Close() (or the object's destruction) waits for in-flight I/O and
 // removes every file and the run directories; every later call raises.
+//
+// resolve_plan(trace, plan) reads a trace and a plan, checks the plan against
+// the trace (traces::ValidatePlan: model, fingerprint, placements) and returns
+// traces::ResolvePlan's storages that some tensor is saved on, so that
+// ssdtrain.offload(plan=...) places storages by the plan's one meaning
+// (traces/storage_plan.h). Any failure raises PlanError with the message that
+// names the file and the field.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -23,6 +30,10 @@
 #include "exec/fault_backend.h"
 #include "exec/io_backend.h"
 #include "exec/offload_engine.h"
+#include "traces/io.h"
+#include "traces/plan.h"
+#include "traces/storage_plan.h"
+#include "traces/trace.h"
 
 namespace py = pybind11;
 
@@ -32,8 +43,10 @@ namespace {
 // (direction, nth request, kind, count): one exec::FaultRule.
 using FaultSpec = std::tuple<std::string, int64_t, std::string, int64_t>;
 
-// Set at module init: the Python exception type every engine failure raises.
+// Set at module init: the Python exception types every engine failure and every
+// plan failure raise.
 PyObject* g_offload_error = nullptr;
+PyObject* g_plan_error = nullptr;
 
 [[noreturn]] void Raise(const Status& status) {
   PyErr_SetString(g_offload_error, status.ToString().c_str());
@@ -69,6 +82,60 @@ exec::FaultRule ParseFault(const FaultSpec& spec) {
   rule.nth = nth;
   rule.count = count;
   return rule;
+}
+
+[[noreturn]] void RaisePlan(const Status& status) {
+  PyErr_SetString(g_plan_error, status.ToString().c_str());
+  throw py::error_already_set();
+}
+
+py::object OpOrNone(traces::OpId op) {
+  return op == traces::kNoOp ? py::object(py::none()) : py::object(py::int_(op));
+}
+
+// One dict per saved storage (in root-id order): root, name, bytes, dtype,
+// shape (the root row's), action, prefetch_before and first_backward_use (op
+// ids or None); plus the plan's model, policy, fingerprint and ssd_bytes.
+py::dict ResolvePlanFiles(const std::string& trace_path, const std::string& plan_path) {
+  Result<traces::Trace> trace = Status::Internal("not read");
+  Result<traces::Plan> plan = Status::Internal("not read");
+  Result<traces::StoragePlan> resolved = Status::Internal("not resolved");
+  {
+    py::gil_scoped_release release;
+    trace = traces::ReadTrace(trace_path);
+    if (trace.ok()) plan = traces::ReadPlan(plan_path);
+    if (trace.ok() && plan.ok()) {
+      const Status valid = traces::ValidatePlan(*plan, *trace, plan_path);
+      resolved = valid.ok() ? traces::ResolvePlan(*trace, *plan, plan_path)
+                            : Result<traces::StoragePlan>(valid);
+    }
+  }
+  if (!trace.ok()) RaisePlan(trace.status());
+  if (!plan.ok()) RaisePlan(plan.status());
+  if (!resolved.ok()) RaisePlan(resolved.status());
+  py::list storages;
+  for (const traces::StorageInfo& s : resolved->storages) {
+    if (!s.saved) continue;
+    const traces::Tensor& root = trace->tensor(s.root);
+    py::dict d;
+    d["root"] = s.root;
+    d["name"] = root.name;
+    d["bytes"] = s.bytes;
+    d["dtype"] = std::string(traces::ToString(root.dtype));
+    d["shape"] = root.shape;
+    d["action"] = std::string(traces::ToString(s.action));
+    d["placed_by"] = s.placed_by;
+    d["prefetch_before"] = OpOrNone(s.prefetch_before);
+    d["first_backward_use"] = OpOrNone(s.first_backward_use);
+    storages.append(std::move(d));
+  }
+  py::dict out;
+  out["model"] = plan->model;
+  out["policy"] = plan->policy;
+  out["trace_fingerprint"] = traces::FingerprintHex(plan->trace_fingerprint);
+  out["ssd_bytes"] = resolved->ssd_bytes;
+  out["storages"] = std::move(storages);
+  return out;
 }
 
 class PyEngine {
@@ -212,6 +279,10 @@ PYBIND11_MODULE(_engine, m) {
   m.doc() = "ssdtrain's offload engine (io_uring, O_DIRECT, CRC32C per extent)";
   static py::exception<std::runtime_error> offload_error(m, "OffloadError", PyExc_RuntimeError);
   ssdtrain::python::g_offload_error = offload_error.ptr();
+  static py::exception<std::invalid_argument> plan_error(m, "PlanError", PyExc_ValueError);
+  ssdtrain::python::g_plan_error = plan_error.ptr();
+  m.def("resolve_plan", &ssdtrain::python::ResolvePlanFiles, py::arg("trace"), py::arg("plan"),
+        "Checks a plan against its trace and returns its saved storages' placements");
   m.attr("DIRECT_IO_ALIGN") = ssdtrain::exec::kDirectIoAlign;
   py::class_<PyEngine>(m, "Engine")
       .def(py::init<std::vector<std::string>, const std::string&, int64_t, int, int64_t, bool,

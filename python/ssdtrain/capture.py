@@ -10,11 +10,16 @@ tensor an op makes becomes a tensor row with its real dtype, shape and bytes; a
 tensor on a storage already seen (a view: view, transpose, split, expand, ...)
 becomes a row with ``alias_of`` its storage's first row and no bytes of its own.
 Tensors autograd saves (seen through saved-tensor hooks) are marked
-``saved_for_backward``. Module names come from forward hooks on every module:
-an op's name is its module's qualified name and the aten op, and its layer is
-the first integer in that name (``blocks.3.fc1`` -> 3; -1 outside numbered
-modules, and 0 everywhere for a model without numbered modules, e.g. one block). A backward op takes the module of the saved tensor autograd last
-unpacked, i.e. of the forward op whose gradient is running.
+``saved_for_backward``, and the root row of each storage they are on is named
+``<name>:saved<k>`` with its save number k (ssdtrain/saved.py: the order in
+which autograd first saves each storage, apart from parameters and inputs),
+which ``offload(plan=...)`` uses to find a run's storages in the trace.
+Module names come from forward hooks on every module: an op's name is its
+module's qualified name and the aten op, and its layer is the first integer in
+that name (``blocks.3.fc1`` -> 3; -1 outside numbered modules, and 0 everywhere
+for a model without numbered modules, e.g. one block). A backward op takes the
+module of the saved tensor autograd last unpacked, i.e. of the forward op whose
+gradient is running.
 
 The format is traces/FORMAT.md (version 1); the C++ reader validates it on
 load, so ``ssdtrain plan --trace`` and ``ssdtrain replay --trace`` take the
@@ -31,6 +36,8 @@ import threading
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from .saved import SaveOrder, saved_name
 
 FORMAT = "ssdtrain-trace"
 VERSION = 1
@@ -81,6 +88,14 @@ def _nbytes(t):
     return t.numel() * t.element_size()
 
 
+def storage_shape(t):
+    """The shape of the trace row for t's storage when t is the first tensor seen on
+    it: t's own shape when t covers the storage, else the storage as a flat array of
+    t's dtype (the format wants a root row's bytes to match its shape)."""
+    nbytes = t.storage().nbytes()
+    return list(t.shape) if _nbytes(t) == nbytes else [nbytes // t.element_size()]
+
+
 def _layer_of(name):
     m = _LAYER.search(name)
     return int(m.group(1)) if m else -1
@@ -118,6 +133,7 @@ class _Recorder:
         self.phase = "forward"
         self.module_stack = []
         self.backward_module = ""
+        self.order = SaveOrder(model)
         self.lock = threading.Lock()
 
     # ---- tensors ----------------------------------------------------------
@@ -139,7 +155,7 @@ class _Recorder:
             shape = list(t.shape)
         else:
             nbytes = storage.nbytes()
-            shape = list(t.shape) if _nbytes(t) == nbytes else [nbytes // t.element_size()]
+            shape = storage_shape(t)
             if skey is not None:
                 self.storage_root[skey] = rid
         module = self.current_module()
@@ -219,6 +235,10 @@ class _Recorder:
             r = self.row_of(t, None, "a saved tensor")
             self.tensors[r]["saved_for_backward"] = True
             self.tensors[r].setdefault("_module", self.current_module())
+            seen = self.order.see(t)
+            if seen is not None and seen[1]:
+                root = self.tensors[_root(self.tensors, r)]
+                root["name"] = saved_name(root["name"], seen[0].index)
         return t
 
     def unpack(self, t):
@@ -296,7 +316,7 @@ def capture(model, example_inputs, loss_fn=None, path=None, header=None, min_byt
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     rec = _Recorder(model, example_inputs)
-    hooks = []
+    hooks = [rec.order.hook(model)]
     for name, m in model.named_modules():
         def pre(mod, args, name=name):
             rec.module_stack.append(name)

@@ -7,7 +7,8 @@
 
 How it works. Inside the block, ``torch.autograd.graph.saved_tensors_hooks``
 routes every tensor autograd saves through a cache keyed by storage (a view and
-the tensor it views, or a tensor saved by two ops, are one storage: dedup).
+the tensor it views, or a tensor saved by two ops, are one storage: dedup; the
+rule is ssdtrain/saved.py's, which also numbers the storages of each forward).
 Parameters, the model's inputs and storages under ``min_bytes`` are kept as they
 are. Every other storage is written whole to a file of its own by the engine
 (io_uring, O_DIRECT, a CRC32C per extent) and released once the write has
@@ -28,6 +29,14 @@ of the groups only, so memory is deterministic:
   are issued (prefetch: two leaf modules ahead by default);
 - a storage still resident when backward needs it (its write not yet released)
   is handed over as is: forwarding, no read.
+With ``plan=`` and ``trace=`` (a plan ``ssdtrain plan --trace`` made for a trace
+``ssdtrain.capture`` wrote), the plan decides instead (ssdtrain/plan.py): each
+storage is matched to the trace's by its save number and checked (bytes, dtype,
+shape: a run that is not the captured one raises ``ssdtrain.PlanError``);
+offload-ssd storages are written when saved (as under "all") and land within
+``write_lag`` leaf modules, keep storages stay, ``min_bytes`` and ``prefetch`` do
+not apply; reads are issued at the plan's prefetch points, mapped to the first
+unpack at or after each, or on demand.
 A storage's file is removed when autograd frees the last saved tensor on it.
 A storage saved again after its release (a later op saving another view of it,
 such as the V of a fused QKV output) is recognised by the base tensor it views
@@ -59,6 +68,8 @@ import weakref
 import torch
 
 from . import _engine
+from .plan import PlanError, StepPlan
+from .saved import SaveOrder
 
 OffloadError = _engine.OffloadError
 
@@ -88,13 +99,12 @@ _ON_DISK = ("writing", "forwarding", "written", "reading", "read")
 class _Storage:
     """One deduplicated storage and where its bytes are."""
 
-    __slots__ = ("sid", "key", "nbytes", "name", "group", "device", "tensor", "state",
-                 "ticket", "buffer", "refs", "file", "handles", "pinned", "event",
-                 "base")
+    __slots__ = ("sid", "entry", "nbytes", "name", "group", "device", "tensor", "state",
+                 "ticket", "buffer", "refs", "file", "handles", "pinned", "event")
 
-    def __init__(self, sid, key, nbytes, name, group, device, tensor):
+    def __init__(self, sid, entry, nbytes, name, group, device, tensor):
         self.sid = sid
-        self.key = key
+        self.entry = entry  # its saved.SavedEntry (save number, storage key)
         self.nbytes = nbytes
         self.name = name
         self.group = group
@@ -109,7 +119,6 @@ class _Storage:
         self.handles = []  # weak references to the handles, to drop their tensors
         self.pinned = None
         self.event = None
-        self.base = None  # weak reference to the tensor owning the storage
 
 
 class _Handle:
@@ -142,24 +151,32 @@ def _storage_of(t):
 class Offload:
     """The object ``offload(...)`` returns; use it as a context manager."""
 
-    def __init__(self, model, dir, policy="ssdtrain", plan=None, min_bytes=DEFAULT_MIN_BYTES,
-                 write_lag=DEFAULT_WRITE_LAG, prefetch=DEFAULT_PREFETCH, backend="auto",
-                 block_size=DEFAULT_BLOCK_SIZE, queue_depth=DEFAULT_QUEUE_DEPTH, direct_io=True,
-                 faults=None):
-        if plan is not None:
-            raise NotImplementedError(
-                "offload(plan=...): placing tensors from a captured trace's plan is not "
-                "implemented yet; use policy='ssdtrain' or 'all'")
-        if policy not in POLICIES:
-            raise ValueError(f"offload: policy '{policy}': expected one of {', '.join(POLICIES)}")
+    def __init__(self, model, dir, policy=None, plan=None, trace=None,
+                 min_bytes=DEFAULT_MIN_BYTES, write_lag=DEFAULT_WRITE_LAG,
+                 prefetch=DEFAULT_PREFETCH, backend="auto", block_size=DEFAULT_BLOCK_SIZE,
+                 queue_depth=DEFAULT_QUEUE_DEPTH, direct_io=True, faults=None):
+        if plan is not None and policy is not None:
+            raise ValueError(f"offload: policy '{policy}' and plan= given: a plan decides "
+                             f"what is offloaded; give one of them")
+        if plan is None:
+            policy = policy or "ssdtrain"
+            if policy not in POLICIES:
+                raise ValueError(f"offload: policy '{policy}': expected one of "
+                                 f"{', '.join(POLICIES)}")
+        if (plan is None) != (trace is None):
+            raise ValueError("offload: give plan= (a plan file) together with trace= (the "
+                             "captured trace it was made for), or neither")
         if not os.path.isdir(dir):
             raise ValueError(f"offload: dir '{dir}' is not a directory")
         if min_bytes < 0 or write_lag < 0 or prefetch < 0:
             raise ValueError("offload: min_bytes, write_lag and prefetch must be >= 0")
         self.model = model
         self.dir = dir
-        self.policy = policy
-        self.keep_last = SSDTRAIN_KEEP_LAST if policy == "ssdtrain" else 0
+        # A plan decides what is written (ssdtrain/plan.py); writes start when the
+        # storage is saved, as under policy "all".
+        self.plan = StepPlan(plan, trace) if plan is not None else None
+        self.policy = "plan" if plan is not None else policy
+        self.keep_last = SSDTRAIN_KEEP_LAST if self.policy == "ssdtrain" else 0
         self.min_bytes = min_bytes
         self.write_lag = write_lag
         self.prefetch = prefetch
@@ -175,10 +192,12 @@ class Offload:
     # ---- lifetime ---------------------------------------------------------
 
     def _reset_counters(self):
-        # storage key (address, bytes, device) -> _Storage, until freed. A released
-        # storage's address may be reused by another: a hit on one counts only
-        # when the saved tensor views the same base tensor (weakly referenced).
-        self._storages = {}
+        # Which saved tensors are one storage, and its save number: the rule
+        # capture numbers a trace's storages by (ssdtrain/saved.py). Each entry's
+        # payload is its _Storage. Made on entering, from the parameters then.
+        self._order = None
+        self._by_index = {}  # save number -> _Storage, this forward (plans)
+        self._unpacked = set()  # save numbers unpacked this backward (plans)
         self._by_group = {}  # group -> [_Storage] offloaded in that group
         self._live = {}  # sid -> _Storage not yet freed
         self._names = {}  # sid -> (name, bytes), for messages
@@ -186,7 +205,6 @@ class Offload:
         self._group = 0
         self._group_names = {}
         self._module_stack = []
-        self._keep_keys = set()
         self._in_backward = False
         self._failed = None
         self._resident = 0
@@ -194,12 +212,12 @@ class Offload:
         self._exposed_ns = 0
         self._counts = dict(saved_tensors=0, saved_storages=0, dedup_hits=0,
                             offloaded_storages=0, offloaded_bytes=0, forwarded_storages=0,
-                            forwarded_bytes=0, kept_bytes=0, kept_last_bytes=0)
+                            forwarded_bytes=0, kept_bytes=0, kept_last_bytes=0,
+                            prefetched_storages=0)
 
     def __enter__(self):
         self.engine = _engine.Engine(**self._engine_args)
-        self._param_keys = {_storage_of(p) for p in self.model.parameters()}
-        self._param_keys |= {_storage_of(b) for b in self.model.buffers()}
+        self._order = SaveOrder(self.model)  # the parameters as they are now
         for name, m in self.model.named_modules():
             if not any(True for _ in m.children()):
                 self._hooks.append(m.register_forward_pre_hook(self._make_pre_hook(name)))
@@ -229,8 +247,8 @@ class Offload:
                 self._final_stats = self._stats_locked()
             for s in list(self._live.values()):
                 self._forget(s)
-            self._storages.clear()
             self._by_group.clear()
+            self._by_index.clear()
             if self.engine is not None:
                 self.engine.close()
 
@@ -246,20 +264,10 @@ class Offload:
         return pre_hook
 
     def _root_pre_hook(self, module, args):
-        keys = set()
-
-        def visit(a):
-            if isinstance(a, torch.Tensor):
-                keys.add(_storage_of(a))
-            elif isinstance(a, (list, tuple)):
-                for x in a:
-                    visit(x)
-            elif isinstance(a, dict):
-                for x in a.values():
-                    visit(x)
-        visit(args)
         with self._lock:
-            self._keep_keys = keys
+            self._order.start_forward(args)
+            self._by_index = {}
+            self._unpacked = set()
 
     def _next_group(self, name):
         with self._lock:
@@ -285,35 +293,14 @@ class Offload:
                 # A new forward after a backward: a new step.
                 self._in_backward = False
             self._counts["saved_tensors"] += 1
-            if t.layout != torch.strided:
+            seen = self._order.see(t)
+            if seen is None:  # a parameter, buffer or model input: kept as it is
                 return t
-            key = (_storage_of(t), t.device)
-            if key[0] in self._param_keys or key[0] in self._keep_keys or key[0][1] == 0:
-                return t
-            s = self._storages.get(key)
-            base = t._base if t._base is not None else t
-            if s is not None and s.tensor is None and s.base() is not base:
-                s = None  # released, and the address now holds another storage
-            if s is None:
-                sid = self._next_sid
-                self._next_sid += 1
-                name = (f"{self._group_names.get(self._group, '<model>')}:saved{sid} "
-                        f"({str(t.dtype).replace('torch.', '')} {list(t.shape)})")
-                s = _Storage(sid, key, key[0][1], name, self._group, t.device, t)
-                s.base = weakref.ref(base)
-                self._storages[key] = s
-                self._live[sid] = s
-                self._names[sid] = (name, s.nbytes)
-                self._counts["saved_storages"] += 1
-                self._add_resident(s.nbytes)
-                if self.policy != "none" and s.nbytes >= self.min_bytes:
-                    s.state = "queued"
-                    self._by_group.setdefault(s.group, []).append(s)
-                    if self.keep_last == 0:
-                        self._start_write(s)
-                else:
-                    self._counts["kept_bytes"] += s.nbytes
+            entry, new = seen
+            if new:
+                s = self._new_storage(entry, t)
             else:
+                s = entry.payload
                 self._counts["dedup_hits"] += 1
             h = _Handle(self, s, t)
             if s.tensor is None:  # on disk already: this handle reads it back too
@@ -322,6 +309,42 @@ class Offload:
             s.handles.append(weakref.ref(h))
             return h
 
+    def _new_storage(self, entry, t):
+        """The _Storage for a storage saved for the first time, its write queued
+        or started when it is to be offloaded."""
+        module = self._group_names.get(self._group, "<model>")
+        placed = None
+        if self.plan is not None:
+            base = t._base if t._base is not None else t
+            try:
+                placed = self.plan.check(entry.index, base, module)
+            except PlanError as e:  # nothing of this storage is written
+                self._failed = e
+                raise
+        sid = self._next_sid
+        self._next_sid += 1
+        nbytes = entry.key[2]
+        name = f"{module}:saved{sid} ({str(t.dtype).replace('torch.', '')} {list(t.shape)})"
+        s = _Storage(sid, entry, nbytes, name, self._group, t.device, t)
+        entry.payload = s
+        self._by_index[entry.index] = s
+        self._live[sid] = s
+        self._names[sid] = (name, nbytes)
+        self._counts["saved_storages"] += 1
+        self._add_resident(nbytes)
+        if placed is not None:
+            offload = placed.offload
+        else:
+            offload = self.policy != "none" and nbytes >= self.min_bytes
+        if offload:
+            s.state = "queued"
+            self._by_group.setdefault(s.group, []).append(s)
+            if self.keep_last == 0:
+                self._start_write(s)
+        else:
+            self._counts["kept_bytes"] += nbytes
+        return s
+
     def _unpack(self, h):
         if not isinstance(h, _Handle):
             return h
@@ -329,15 +352,33 @@ class Offload:
             self._raise_if_failed()
             if not self._in_backward:
                 self._in_backward = True
+                if self.plan is not None:
+                    try:
+                        self.plan.check_count(self._order.count)
+                    except PlanError as e:
+                        self._failed = e
+                        raise
             s = h.storage
+            if self.plan is not None and s.entry.index not in self._unpacked:
+                # The first unpack of s: the plan's prefetch points mapped to it.
+                self._unpacked.add(s.entry.index)
+                for k in self.plan.triggers.get(s.entry.index, ()):
+                    p = self._by_index.get(k)
+                    if p is not None and p.state == "written":
+                        self._start_read(p)
+                        self._counts["prefetched_storages"] += 1
             if h.tensor is not None:
                 if s.state in ("queued", "writing"):
                     self._forward(s)
                 return h.tensor
-            for g in range(s.group, s.group - self.prefetch - 1, -1):
-                for p in list(self._by_group.get(g, ())):
-                    if p.state == "written":
-                        self._start_read(p)
+            if self.plan is None:
+                for g in range(s.group, s.group - self.prefetch - 1, -1):
+                    for p in list(self._by_group.get(g, ())):
+                        if p.state == "written":
+                            self._start_read(p)
+                            self._counts["prefetched_storages"] += p is not s
+            if s.state == "written":  # no prefetch point before it: on demand
+                self._start_read(s)
             if s.state == "reading":
                 self._land_read(s)
             return self._view(s, h)
@@ -399,6 +440,7 @@ class Offload:
 
     def _release(self, s):
         """Drops every reference this cache holds to the storage's memory."""
+        self._order.release(s.entry)
         s.tensor = None
         for ref in s.handles:
             h = ref()
@@ -459,8 +501,7 @@ class Offload:
         s.buffer = None
         s.pinned = None
         s.state = "freed"
-        if self._storages.get(s.key) is s:
-            del self._storages[s.key]
+        self._order.forget(s.entry)
         self._live.pop(s.sid, None)
         group = self._by_group.get(s.group)
         if group is not None and s in group:
@@ -540,7 +581,9 @@ class Offload:
             return self._stats_locked()
 
 
-def offload(model, dir, policy="ssdtrain", plan=None, **options):
+def offload(model, dir, policy=None, plan=None, trace=None, **options):
     """Offloads the activations autograd saves inside the ``with`` block to files in
-    ``dir``. See the module docstring for the schedule and ``Offload`` for options."""
-    return Offload(model, dir, policy=policy, plan=plan, **options)
+    ``dir``, by `policy` ("ssdtrain" by default, "all" or "none") or by `plan` (a
+    plan file made for the captured trace `trace`). See the module docstring for
+    the schedule and ``Offload`` for options."""
+    return Offload(model, dir, policy=policy, plan=plan, trace=trace, **options)

@@ -1,0 +1,154 @@
+"""A plan for a captured trace, applied to a run: ``offload(model, dir,
+plan="plan.json", trace="captured.json")``.
+
+Which storage is which. ``ssdtrain.capture`` names the root row of every saved
+storage with its save number (ssdtrain/saved.py); a run numbers its saved
+storages with the same code, so the k-th storage a run saves is the trace's
+storage numbered k. Each is checked as it is saved: its bytes, dtype and shape
+must be the trace row's, and a run must save exactly as many storages as the
+trace; the first difference raises ``PlanError`` naming the storage (save
+number, module, what the trace has and what the run has) before anything of it
+is written. The plan itself is checked against the trace by the C++ reader
+(``traces::ValidatePlan``: model, trace fingerprint, placements) and resolved
+per storage by ``traces::ResolvePlan``, the one meaning of a plan.
+
+What is applied. offload-ssd: the storage is written through the engine when
+autograd saves it (its producer has run), released once the write lands, and
+read back in backward. keep: it stays in memory. recompute and offload-host
+raise ``PlanError`` when the plan is loaded: the Python offload neither
+recomputes nor has a host tier (``ssdtrain replay`` runs such plans). The
+plan's file names, SSD directory indexes and offsets are the replay's layout;
+here the engine keeps one file per storage in its run directory.
+
+Prefetch points. A plan issues a storage's read when backward op
+``prefetch_before`` starts; a run sees no ops, only the unpacks of saved
+storages. An op maps to the first unpack at or after it: the read of S is
+issued at the first unpack of any storage whose first backward use in the trace
+is the earliest one at or after S's prefetch op (no such op, or no prefetch
+point: on demand, when S itself is unpacked). Backward unpacks storages in the
+order the trace's backward ops use them, so the read goes out no later than the
+plan says, give or take the ops between two unpacks.
+"""
+
+import os
+
+from . import _engine
+from .capture import _dtype_name, storage_shape
+from .saved import saved_index
+
+PlanError = _engine.PlanError
+
+_UNSUPPORTED = {
+    "recompute": "recompute plans are not supported by the Python offload (it does not "
+                 "recompute); plan with --policy offload-ssd or ssdtrain, or run this plan "
+                 "with `ssdtrain replay`",
+    "offload-host": "offload-host placements are not supported by the Python offload (it "
+                    "offloads to SSD only); plan with --policy offload-ssd or ssdtrain, or run "
+                    "this plan with `ssdtrain replay`",
+}
+
+
+class PlacedStorage:
+    """One numbered storage of the trace and what the plan does with it."""
+
+    __slots__ = ("index", "root", "name", "bytes", "dtype", "shape", "offload",
+                 "first_backward_use", "prefetch_before")
+
+    def __init__(self, index, row):
+        self.index = index
+        self.root = row["root"]
+        self.name = row["name"]
+        self.bytes = row["bytes"]
+        self.dtype = row["dtype"]
+        self.shape = list(row["shape"])
+        self.offload = row["action"] == "offload-ssd"
+        self.first_backward_use = row["first_backward_use"]
+        self.prefetch_before = row["prefetch_before"] if self.offload else None
+
+
+class StepPlan:
+    """A plan resolved against its captured trace, by save number. Immutable."""
+
+    def __init__(self, plan, trace):
+        self.plan_path = os.fspath(plan)
+        self.trace_path = os.fspath(trace)
+        resolved = _engine.resolve_plan(self.trace_path, self.plan_path)
+        self.policy = resolved["policy"]
+        self.fingerprint = resolved["trace_fingerprint"]
+        self.ssd_bytes = resolved["ssd_bytes"]  # unique offload-ssd bytes of one forward
+        where = f"{self.plan_path} (trace {self.trace_path})"
+        by_index = {}
+        for row in resolved["storages"]:
+            if row["action"] in _UNSUPPORTED:
+                raise PlanError(f"{where}: placement on tensor {row['placed_by']} "
+                                f"({row['name']}) is {row['action']}: "
+                                f"{_UNSUPPORTED[row['action']]}")
+            k = saved_index(row["name"])
+            if k is None:
+                if row["action"] == "offload-ssd":
+                    raise PlanError(f"{where}: tensor {row['root']} ({row['name']}) is "
+                                    f"offloaded but has no save number: the trace was not "
+                                    f"made by ssdtrain.capture")
+                continue  # parameters, buffers and the model's inputs
+            if k in by_index:
+                raise PlanError(f"{where}: save number {k} names both tensor "
+                                f"{by_index[k].root} and tensor {row['root']}")
+            by_index[k] = PlacedStorage(k, row)
+        if not by_index:
+            raise PlanError(f"{where}: the trace has no numbered saved storages (tensor names "
+                            f"ending in ':saved<k>'): it was not made by ssdtrain.capture")
+        if sorted(by_index) != list(range(len(by_index))):
+            missing = min(set(range(len(by_index))) - set(by_index))
+            raise PlanError(f"{where}: the trace's save numbers skip {missing}")
+        self.storages = [by_index[k] for k in range(len(by_index))]
+        self.triggers = self._triggers()
+
+    def _triggers(self):
+        """Save number -> the save numbers whose reads its first unpack issues."""
+        first_use = {}  # backward op -> save numbers first used there
+        for s in self.storages:
+            if s.first_backward_use is not None:
+                first_use.setdefault(s.first_backward_use, []).append(s.index)
+        ops = sorted(first_use)
+        triggers = {}
+        for s in self.storages:
+            if s.prefetch_before is None:
+                continue
+            at = next((op for op in ops if op >= s.prefetch_before), None)
+            for t in first_use.get(at, ()):
+                if t != s.index:
+                    triggers.setdefault(t, []).append(s.index)
+        return triggers
+
+    def _mismatch(self, what):
+        return PlanError(f"ssdtrain.offload: this run does not match the trace the plan "
+                         f"{self.plan_path} was made for ({self.trace_path}): {what}; the "
+                         f"model or its inputs differ from the captured ones (capture and "
+                         f"plan again)")
+
+    def check(self, index, base, module):
+        """The placement of the run's storage numbered `index`, whose base tensor is
+        `base` (saved in `module`); raises PlanError when it is not the trace's."""
+        if index >= len(self.storages):
+            raise self._mismatch(
+                f"saved storage {index} (in {module}: {base.storage().nbytes()} bytes "
+                f"{str(base.dtype).replace('torch.', '')} {list(base.shape)}) is one more "
+                f"than the {len(self.storages)} the trace has")
+        s = self.storages[index]
+        try:
+            dtype = _dtype_name(base.dtype, f"saved storage {index}")
+        except ValueError as e:
+            raise self._mismatch(str(e)) from e
+        got = (base.storage().nbytes(), dtype, storage_shape(base))
+        if got != (s.bytes, s.dtype, s.shape):
+            raise self._mismatch(
+                f"saved storage {index} (in {module}) is {got[0]} bytes {got[1]} {got[2]}, "
+                f"but the trace's storage {index} ({s.name}) is {s.bytes} bytes {s.dtype} "
+                f"{s.shape}")
+        return s
+
+    def check_count(self, count):
+        """Raises PlanError unless a forward that saved `count` storages is the trace's."""
+        if count != len(self.storages):
+            raise self._mismatch(f"the forward saved {count} storages, the trace "
+                              f"{len(self.storages)}")
