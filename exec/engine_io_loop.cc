@@ -197,7 +197,7 @@ void OffloadEngine::Impl::IoLoop() {
         stats.requests++;
         lock.unlock();
         Prepare(s, job, block);
-        ScheduleRelease(s, job->op);
+        ScheduleRelease(s);
         SetBusy(job->op, +1);
         batch.push_back(ToIoRequest(requests[s], s));
         lock.lock();
