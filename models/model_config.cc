@@ -99,11 +99,9 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
                "expected 0 or 1 (1: optimizer state sharded over dp), got " + Str(c.zero_stage));
   }
   const std::pair<const char*, int64_t> positive[] = {
-      {"hidden", c.hidden},   {"heads", c.heads},
-      {"layers", c.layers},   {"vocab", c.vocab},
-      {"seq_len", c.seq_len}, {"micro_batch", c.micro_batch},
-      {"tp", c.tp},           {"pp", c.pp},
-      {"dp", c.dp}};
+      {"hidden", c.hidden}, {"heads", c.heads},     {"layers", c.layers},
+      {"vocab", c.vocab},   {"seq_len", c.seq_len}, {"micro_batch", c.micro_batch},
+      {"tp", c.tp},         {"pp", c.pp},           {"dp", c.dp}};
   for (const auto& [field, value] : positive) {
     if (value <= 0) return Bad(source, field, "expected a positive integer, got " + Str(value));
   }

@@ -36,13 +36,13 @@ struct ModelConfig {
   int64_t pp = 1;                  // pipeline stages; must divide layers
   std::string attention = "standard";  // standard or flash
   std::string dtype = "fp16";          // activations and weights: fp16, bf16, fp32
-  // Static memory (weights, gradients, optimizer state; OptimizerStateBytesPerParam):
-  std::string optimizer = "adam";    // adam (two moments) or sgd (momentum SGD: one buffer)
-  std::string precision = "mixed";   // mixed: fp32 master weights and fp32 optimizer state;
-                                     // pure: no master copy, state in dtype (the SSDTrain
-                                     // paper's pure FP16). fp32 models have no master copy.
-  int64_t zero_stage = 0;            // 0, or 1: optimizer state sharded over the dp ranks
-  int64_t dp = 1;                    // data-parallel degree the state is sharded over
+  // Static memory (weights, gradients, optimizer state; OptimizerStateWordsPerParam):
+  std::string optimizer = "adam";   // adam (two moments) or sgd (momentum SGD: one buffer)
+  std::string precision = "mixed";  // mixed: fp32 master weights and fp32 optimizer state;
+                                    // pure: no master copy, state in dtype (the SSDTrain
+                                    // paper's pure FP16). fp32 models have no master copy.
+  int64_t zero_stage = 0;           // 0, or 1: optimizer state sharded over the dp ranks
+  int64_t dp = 1;                   // data-parallel degree the state is sharded over
 };
 
 // Command-line overrides; unset fields keep the config's value.

@@ -170,8 +170,8 @@ void TraceBuilder::AddOptimizerOps() {
     const TensorId state = AddTensor(optimizer_.name + "_state", {state_elements},
                                      optimizer_.state_dtype, TensorKind::kOptimizerState);
     inputs.push_back(state);
-    const OpId id = Op(optimizer_.name, OpKind::kOptimizer, inputs, {},
-                       optimizer_.flops_per_param * updated);
+    const OpId id =
+        Op(optimizer_.name, OpKind::kOptimizer, inputs, {}, optimizer_.flops_per_param * updated);
     // Updates the weights and its state in place.
     op(id).bytes_written = weight_bytes + tensor(state).bytes;
   }

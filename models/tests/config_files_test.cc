@@ -2,11 +2,10 @@
 // validates.
 #include <gtest/gtest.h>
 
-#include <tuple>
-
 #include <algorithm>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "models/build_trace.h"
@@ -95,8 +94,8 @@ TEST(ConfigFiles, SsdtrainT5ModelsSplitLayersAsThePaperSays) {
   for (const auto& [name, layers, encoder] :
        {std::tuple{"ssdtrain-t5-h8192-l4", 4, 2}, std::tuple{"ssdtrain-t5-h12288-l3", 3, 2},
         std::tuple{"ssdtrain-t5-h16384-l2", 2, 1}}) {
-    const Result<ModelConfig> c = LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) +
-                                                  "/configs/models/" + name + ".json");
+    const Result<ModelConfig> c =
+        LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + name + ".json");
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     EXPECT_EQ(c->layers, layers) << name;
     EXPECT_EQ(c->encoder_layers, encoder) << name;
@@ -109,8 +108,8 @@ TEST(ConfigFiles, SsdtrainModelsRunPureFp16Sgd) {
   for (const char* family : {"gpt", "bert", "t5"}) {
     for (const char* size : {"h8192-l4", "h12288-l3", "h16384-l2"}) {
       const std::string name = std::string("ssdtrain-") + family + "-" + size;
-      const Result<ModelConfig> c = LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) +
-                                                    "/configs/models/" + name + ".json");
+      const Result<ModelConfig> c =
+          LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + name + ".json");
       ASSERT_TRUE(c.ok()) << c.status().ToString();
       EXPECT_EQ(c->precision, "pure") << name;
       EXPECT_EQ(c->optimizer, "sgd") << name;
