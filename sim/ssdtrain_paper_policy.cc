@@ -1,6 +1,10 @@
-// The `ssdtrain-paper` policy: which activations the SSDTrain paper's own code
-// (K-Wu/FlashTrain, flashtrain/tensor_cache/tensor_cache.py) offloads, rule by
-// rule, on our traces. policy.h lists the rules; each is cited where applied.
+// The `ssdtrain-paper` policy: which activations the SSDTrain paper (arXiv
+// 2408.10013 v3 §III-B/C, Algorithm 1: the tensor cache's pack hook, the
+// adaptive keep, order-based prefetch) offloads, as its own code decides it
+// (K-Wu/FlashTrain, flashtrain/tensor_cache/tensor_cache.py and scope_tree.py),
+// rule by rule, on our traces. policy.h lists the rules; each is cited where
+// applied. Deduplication by storage and forwarding of tensors still being
+// stored (§III-C) are the simulator's, as for every policy (stage_sim.h).
 #include <algorithm>
 #include <array>
 #include <map>
