@@ -112,9 +112,12 @@ std::vector<OpId> PackOps(const traces::Trace& trace) {
 // backward follows its forward directly ("Skipping the offloading and
 // reloading of the last module in the forward pass", tensor_cache.py
 // __init__; saved_forward_done_modules_without_ignored[-1]). With one
-// micro-batch per step and no pipeline, it always does.
+// micro-batch per step and no pipeline it always does; in a pipeline only on
+// the last stage (1F1B runs a micro-batch's backward right after its forward
+// there); elsewhere (kNoOp, kNoOp): nothing is kept by this rule.
 std::pair<OpId, OpId> LastForwardModule(const traces::Trace& trace) {
   OpId first = traces::kNoOp, last = traces::kNoOp;
+  if (trace.header.stage != trace.header.pp - 1) return {first, last};
   bool open = false;
   for (const traces::Op& op : trace.ops) {
     if (op.phase != Phase::kForward) continue;
@@ -146,7 +149,8 @@ std::vector<TensorId> PaperOffloadCandidates(const traces::Trace& trace) {
     if (Elements(t) < kPaperMinOffloadElements) continue;
     const TensorId root = trace.StorageOf(t.id);
     const OpId at = pack[static_cast<size_t>(root)];
-    if (at == traces::kNoOp || (at >= last_first && at <= last_last)) continue;
+    if (at == traces::kNoOp) continue;
+    if (last_first != traces::kNoOp && at >= last_first && at <= last_last) continue;
     if (InIgnoredHeadScope(trace.op(at))) continue;
     auto it = by_storage.find(root);
     if (it == by_storage.end() || t.id == root) by_storage[root] = t.id;  // dedup by storage

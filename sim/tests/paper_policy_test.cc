@@ -117,5 +117,24 @@ TEST(PaperPolicy, OnASlowArrayTheKeptRegionStartsInsideTheFirstBlock) {
   EXPECT_TRUE(ours->placements.empty());
 }
 
+// The kept last module: on a non-last pipeline stage (gpt-h8192-l4 with pp 2,
+// stage 0 holds blocks 0 and 1) a micro-batch's backward does not follow its
+// forward, so the stage's last module (block 1's fc2, which saves the GeLU
+// output) is offloaded like the rest; FlashTrain keeps it only when backward
+// follows directly (the last stage, where it is the final norm).
+TEST(PaperPolicy, TheLastModuleOfANonLastStageIsNotKept) {
+  auto c = models::LoadModelConfig(kRoot + "/configs/models/ssdtrain-gpt-h8192-l4.json");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  c->pp = 2;
+  auto stage0 = models::BuildTrace(*c, 0);
+  ASSERT_TRUE(stage0.ok()) << stage0.status().message();
+  bool gelu_out_of_block1 = false;
+  for (traces::TensorId id : PaperOffloadCandidates(*stage0)) {
+    const traces::Tensor& t = stage0->tensor(id);
+    gelu_out_of_block1 = gelu_out_of_block1 || (t.layer == 1 && EndsWith(t.name, "act.out"));
+  }
+  EXPECT_TRUE(gelu_out_of_block1);
+}
+
 }  // namespace
 }  // namespace ssdtrain::sim
