@@ -16,7 +16,8 @@
 //                        (sim/ssdtrain_paper_policy.cc, each rule cited there):
 //                        only saved activations of >= 8 Mi elements inside the
 //                        blocks (never parameters, inputs, Loss / Model /
-//                        LMHead scopes); the last forward module kept; the
+//                        LMHead scopes); the last forward module kept where
+//                        its backward follows (pp 1, or the last stage); the
 //                        adaptive keep walked over blocks and their attention
 //                        and MLP sub-modules, its bandwidth all saved bytes over
 //                        the offloaded bytes' write time; order-based prefetch
