@@ -246,9 +246,9 @@ Verb AddPlanCommand(CLI::App& app) {
   cmd->add_option("--gpus", o->gpus, "GPUs in total")->check(CLI::PositiveNumber);
   cmd->add_option("--policy", o->policy,
                   "keep, recompute-full, recompute-selective, offload-host, offload-ssd, "
-                  "ssdtrain, optimal or auto")
+                  "ssdtrain, ssdtrain-paper, optimal or auto")
       ->check(CLI::IsMember({"keep", "recompute-full", "recompute-selective", "offload-host",
-                             "offload-ssd", "ssdtrain", "optimal", "auto"}));
+                             "offload-ssd", "ssdtrain", "ssdtrain-paper", "optimal", "auto"}));
   cmd->add_option("--memory-budget", o->memory_budget_GiB,
                   "GPU memory budget in GiB (default: "
                   "the GPU's capacity)");

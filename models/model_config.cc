@@ -17,6 +17,12 @@ using traces::detail::ObjectReader;
 constexpr std::array<std::string_view, 4> kFamilies = {"gpt", "bert", "t5", "llama"};
 constexpr std::array<std::string_view, 2> kAttentions = {"standard", "flash"};
 constexpr std::array<std::string_view, 3> kDTypes = {"fp16", "bf16", "fp32"};
+constexpr std::array<std::string_view, 2> kOptimizers = {"adam", "sgd"};
+constexpr std::array<std::string_view, 2> kPrecisions = {"mixed", "pure"};
+// Adam keeps two moments per parameter; momentum SGD one buffer (Megatron-LM's
+// --optimizer sgd runs torch.optim.SGD with --sgd-momentum, 0.9 by default).
+constexpr int64_t kAdamMoments = 2;
+constexpr int64_t kSgdMoments = 1;
 // Megatron-LM pads the vocabulary to a multiple of this times tp (--make-vocab-size-divisible-by).
 constexpr int64_t kVocabPadding = 128;
 
@@ -56,6 +62,16 @@ int64_t PaddedVocab(const ModelConfig& c) {
   return (c.vocab + multiple - 1) / multiple * multiple;
 }
 
+int64_t OptimizerStateWordsPerParam(const ModelConfig& c) {
+  const int64_t moments = c.optimizer == "sgd" ? kSgdMoments : kAdamMoments;
+  const bool master = c.precision == "mixed" && c.dtype != "fp32";
+  return moments + (master ? 1 : 0);
+}
+std::string OptimizerStateDType(const ModelConfig& c) {
+  return c.precision == "mixed" ? "fp32" : c.dtype;
+}
+int64_t OptimizerStateShards(const ModelConfig& c) { return c.zero_stage == 1 ? c.dp : 1; }
+
 Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   if (c.name.empty()) return Bad(source, "name", "expected a non-empty string");
   if (!OneOf(kFamilies, c.family)) {
@@ -69,11 +85,23 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   if (!OneOf(kDTypes, c.dtype)) {
     return Bad(source, "dtype", "unknown dtype \"" + c.dtype + "\", expected " + List(kDTypes));
   }
+  if (!OneOf(kOptimizers, c.optimizer)) {
+    return Bad(source, "optimizer",
+               "unknown optimizer \"" + c.optimizer + "\", expected " + List(kOptimizers));
+  }
+  if (!OneOf(kPrecisions, c.precision)) {
+    return Bad(source, "precision",
+               "unknown precision \"" + c.precision + "\", expected " + List(kPrecisions) +
+                   " (mixed: fp32 master weights; pure: none)");
+  }
+  if (c.zero_stage != 0 && c.zero_stage != 1) {
+    return Bad(source, "zero_stage",
+               "expected 0 or 1 (1: optimizer state sharded over dp), got " + Str(c.zero_stage));
+  }
   const std::pair<const char*, int64_t> positive[] = {
-      {"hidden", c.hidden},   {"heads", c.heads},
-      {"layers", c.layers},   {"vocab", c.vocab},
-      {"seq_len", c.seq_len}, {"micro_batch", c.micro_batch},
-      {"tp", c.tp},           {"pp", c.pp}};
+      {"hidden", c.hidden}, {"heads", c.heads},     {"layers", c.layers},
+      {"vocab", c.vocab},   {"seq_len", c.seq_len}, {"micro_batch", c.micro_batch},
+      {"tp", c.tp},         {"pp", c.pp},           {"dp", c.dp}};
   for (const auto& [field, value] : positive) {
     if (value <= 0) return Bad(source, field, "expected a positive integer, got " + Str(value));
   }
@@ -152,6 +180,10 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.pp, r.IntOr("pp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.attention, r.StringOr("attention", "standard"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dtype, r.StringOr("dtype", "fp16"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.optimizer, r.StringOr("optimizer", "adam"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.precision, r.StringOr("precision", "mixed"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.zero_stage, r.IntOr("zero_stage", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.dp, r.IntOr("dp", 1));
   SSDTRAIN_RETURN_IF_ERROR(r.CheckNoUnknown());
   SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source));
   return c;
@@ -199,7 +231,11 @@ nlohmann::json ToJson(const ModelConfig& c) {
                         {"sequence_parallel", c.sequence_parallel},
                         {"pp", c.pp},
                         {"attention", c.attention},
-                        {"dtype", c.dtype}};
+                        {"dtype", c.dtype},
+                        {"optimizer", c.optimizer},
+                        {"precision", c.precision},
+                        {"zero_stage", c.zero_stage},
+                        {"dp", c.dp}};
 }
 
 Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,

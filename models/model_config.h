@@ -36,6 +36,13 @@ struct ModelConfig {
   int64_t pp = 1;                  // pipeline stages; must divide layers
   std::string attention = "standard";  // standard or flash
   std::string dtype = "fp16";          // activations and weights: fp16, bf16, fp32
+  // Static memory (weights, gradients, optimizer state; OptimizerStateWordsPerParam):
+  std::string optimizer = "adam";   // adam (two moments) or sgd (momentum SGD: one buffer)
+  std::string precision = "mixed";  // mixed: fp32 master weights and fp32 optimizer state;
+                                    // pure: no master copy, state in dtype (the SSDTrain
+                                    // paper's pure FP16). fp32 models have no master copy.
+  int64_t zero_stage = 0;           // 0, or 1: optimizer state sharded over the dp ranks
+  int64_t dp = 1;                   // data-parallel degree the state is sharded over
 };
 
 // Command-line overrides; unset fields keep the config's value.
@@ -58,7 +65,8 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // Positive sizes; known family/attention/dtype; heads divide hidden (unless
 // head_dim is set); kv_heads divide heads; tp divides heads, kv_heads, ffn_hidden
 // (and seq_len with sequence parallelism); pp divides layers; t5 has
-// 0 < encoder_layers < layers; only llama has kv_heads other than heads.
+// 0 < encoder_layers < layers; only llama has kv_heads other than heads;
+// optimizer adam or sgd, precision mixed or pure, zero_stage 0 or 1, dp >= 1.
 Status ValidateConfig(const ModelConfig& c, const std::string& source);
 
 // Derived sizes with the defaults resolved (kv_heads 0 -> heads, and so on).
@@ -67,5 +75,15 @@ int64_t HeadDim(const ModelConfig& c);
 int64_t FfnHidden(const ModelConfig& c);
 // vocab rounded up to a multiple of 128·tp (Megatron-LM's --make-vocab-size-divisible-by).
 int64_t PaddedVocab(const ModelConfig& c);
+
+// Optimizer state per parameter on one rank before ZeRO sharding, in elements of
+// OptimizerStateDType: moments (adam 2, sgd 1) plus, for mixed precision with a
+// 16-bit dtype, the fp32 master copy. adam mixed fp16: 3 fp32 words (12 bytes);
+// adam pure fp16: 2 fp16 (4 bytes); sgd mixed: 2 fp32 (8 bytes); sgd pure: 1 fp16.
+int64_t OptimizerStateWordsPerParam(const ModelConfig& c);
+// "fp32" for mixed precision and fp32 models, else the config's dtype.
+std::string OptimizerStateDType(const ModelConfig& c);
+// Ranks the optimizer state is split over: dp with zero_stage 1, else 1.
+int64_t OptimizerStateShards(const ModelConfig& c);
 
 }  // namespace ssdtrain::models

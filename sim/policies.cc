@@ -236,6 +236,7 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
     }
     return plan;
   }
+  if (policy == "ssdtrain-paper") return MakeSsdtrainPaperPlan(trace, hw, plan, options);
   if (policy == "ssdtrain") {
     const int first_kept = AdaptiveFirstKeptLayer(trace, hw, options);
     for (TensorId t : candidates) {
@@ -246,7 +247,7 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
   }
   return Status::InvalidArgument(
       "policy: expected keep, recompute-full, recompute-selective, offload-host, offload-ssd, "
-      "ssdtrain, optimal or auto, got \"" +
+      "ssdtrain, ssdtrain-paper, optimal or auto, got \"" +
       std::string(policy) + "\"");
 }
 

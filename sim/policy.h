@@ -12,6 +12,20 @@
 //   ssdtrain             the paper's adaptive rule (sim/README.md): offload the
 //                        first layers, keep the layers from the first one whose
 //                        offload cannot finish in time at the write bandwidth
+//   ssdtrain-paper       the paper's own rules, as FlashTrain decides them
+//                        (sim/ssdtrain_paper_policy.cc, each rule cited there):
+//                        only saved activations of >= 8 Mi elements inside the
+//                        blocks (never parameters, inputs, Loss / Model /
+//                        LMHead scopes); the last forward module kept where
+//                        its backward follows (pp 1, or the last stage); the
+//                        adaptive keep walked over blocks and their attention
+//                        and MLP sub-modules, its bandwidth all saved bytes over
+//                        the offloaded bytes' write time; order-based prefetch
+//                        two modules ahead. Not in kFixedPolicies: the planner's
+//                        search and `ssdtrain` stay as they were (a separate
+//                        name keeps the accuracy and CLI expectations of
+//                        `ssdtrain`, which uses a 1 MiB floor and layer
+//                        granularity).
 //   optimal              per tensor, chosen jointly under the memory budget by
 //                        simulation, with time-aware prefetch (optimal_policy.h)
 //
@@ -72,6 +86,15 @@ std::vector<traces::OpId> LookaheadPrefetchOps(const traces::Trace& trace, int l
 // offloaded). Exposed for tests.
 int AdaptiveFirstKeptLayer(const traces::Trace& trace, const HardwareOptions& hw,
                            const PolicyOptions& options);
+
+// ssdtrain-paper's pieces, exposed for tests: the tensors FlashTrain's pack
+// hook would offload (one per storage), the op from which the adaptive keep
+// stops offloading (kNoOp: it never does), and the plan.
+std::vector<traces::TensorId> PaperOffloadCandidates(const traces::Trace& trace);
+traces::OpId PaperAdaptiveKeepFrom(const traces::Trace& trace, const HardwareOptions& hw,
+                                   const PolicyOptions& options);
+Result<traces::Plan> MakeSsdtrainPaperPlan(const traces::Trace& trace, const HardwareOptions& hw,
+                                           traces::Plan plan, const PolicyOptions& options);
 
 // A plan template: layout from the trace header; dp and micro-batch count 1.
 traces::Plan BasePlan(const traces::Trace& trace);  // traces::PlanTemplate, unnamed

@@ -2,6 +2,16 @@
 
 namespace ssdtrain::models::detail {
 
+OptimizerSpec OptimizerFor(const ModelConfig& c) {
+  OptimizerSpec spec;
+  spec.name = c.optimizer;
+  spec.state_words_per_param = OptimizerStateWordsPerParam(c);
+  spec.state_dtype = *traces::ParseDType(OptimizerStateDType(c));
+  spec.flops_per_param = c.optimizer == "sgd" ? kSgdFlopsPerParam : kAdamFlopsPerParam;
+  spec.shards = OptimizerStateShards(c);
+  return spec;
+}
+
 Dims MakeDims(const ModelConfig& c) {
   Dims d;
   d.s = c.seq_len;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/detail/trace_builder.h"
 #include "models/model_config.h"
 #include "traces/trace.h"
 
@@ -43,6 +44,8 @@ struct Dims {
 };
 
 Dims MakeDims(const ModelConfig& c);
+// The config's optimizer, precision and ZeRO stage as the builder accounts them.
+OptimizerSpec OptimizerFor(const ModelConfig& c);
 BlockStyle StyleFor(const std::string& family);
 
 }  // namespace ssdtrain::models::detail

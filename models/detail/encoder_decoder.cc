@@ -25,6 +25,7 @@ traces::Trace BuildEncoderDecoder(const ModelConfig& c, const traces::Header& he
   const bool ends_encoder = has_encoder && hi >= enc_end;  // holds the last encoder block
   const size_t n = static_cast<size_t>(hi - lo);
   TraceBuilder b(header, kTensorsPerBlock * n + kOutsideBlocks, kOpsPerBlock * n + kOutsideBlocks);
+  b.SetOptimizer(OptimizerFor(c));
 
   EmbeddingOptions emb;
   emb.learned_positions = false;

@@ -17,6 +17,7 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   const int hi = lo + static_cast<int>(header.stage_layers);
   const size_t n = static_cast<size_t>(hi - lo);
   TraceBuilder b(header, kTensorsPerBlock * n + kOutsideBlocks, kOpsPerBlock * n + kOutsideBlocks);
+  b.SetOptimizer(OptimizerFor(c));
 
   EmbeddingOptions emb;
   emb.learned_positions = c.family != "llama";

@@ -1,5 +1,6 @@
 #include "models/detail/trace_builder.h"
 
+#include <algorithm>
 #include <cassert>
 #include <utility>
 
@@ -143,8 +144,7 @@ TensorId TraceBuilder::WeightGrad(TensorId weight, std::vector<TensorId>& inputs
 }
 
 void TraceBuilder::AddOptimizerOps() {
-  const DType state_dtype = DType::kFp32;
-  const int64_t words = header_.dtype == "fp32" ? kAdamStateWordsFp32 : kAdamStateWordsMixed;
+  const int64_t shards = std::max<int64_t>(1, optimizer_.shards);
   // Group the weights by layer (kNoLayer first), keeping creation order inside a group.
   int max_layer = traces::kNoLayer;
   for (TensorId w : weights_) max_layer = std::max(max_layer, tensor(w).layer);
@@ -164,10 +164,14 @@ void TraceBuilder::AddOptimizerOps() {
       weight_bytes += tensor(w).bytes;
       if (last_grad_[Index(w)] != kNoTensor) inputs.push_back(last_grad_[Index(w)]);
     }
-    const TensorId state =
-        AddTensor("adam_state", {words * params}, state_dtype, TensorKind::kOptimizerState);
+    const int64_t state_elements =
+        (optimizer_.state_words_per_param * params + shards - 1) / shards;
+    const int64_t updated = (params + shards - 1) / shards;
+    const TensorId state = AddTensor(optimizer_.name + "_state", {state_elements},
+                                     optimizer_.state_dtype, TensorKind::kOptimizerState);
     inputs.push_back(state);
-    const OpId id = Op("adam", OpKind::kOptimizer, inputs, {}, kAdamFlopsPerParam * params);
+    const OpId id =
+        Op(optimizer_.name, OpKind::kOptimizer, inputs, {}, optimizer_.flops_per_param * updated);
     // Updates the weights and its state in place.
     op(id).bytes_written = weight_bytes + tensor(state).bytes;
   }

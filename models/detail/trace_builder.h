@@ -28,10 +28,22 @@ inline constexpr int64_t kMinOffloadBytes = 64 * 1024;
 // Adam with fp32 master weights: master copy, first and second moments (3 × 4 bytes
 // per parameter); without mixed precision the weights are the master copy.
 inline constexpr int64_t kAdamStateWordsMixed = 3;
-inline constexpr int64_t kAdamStateWordsFp32 = 2;
 // Floating-point operations of one Adam update per parameter (moments, bias
 // correction, sqrt, divide, weight decay, update).
 inline constexpr int64_t kAdamFlopsPerParam = 12;
+// Momentum SGD per parameter: buf = μ·buf + g (2), w -= lr·buf (2).
+inline constexpr int64_t kSgdFlopsPerParam = 4;
+
+// The optimizer ops' accounting: per layer's weights one op and one state
+// tensor of ceil(state_words_per_param × params / shards) elements of
+// state_dtype (ZeRO stage 1: each rank holds 1/shards of it and updates as much).
+struct OptimizerSpec {
+  std::string name = "adam";  // the op's name
+  int64_t state_words_per_param = kAdamStateWordsMixed;
+  DType state_dtype = DType::kFp32;
+  int64_t flops_per_param = kAdamFlopsPerParam;
+  int64_t shards = 1;
+};
 
 class TraceBuilder {
  public:
@@ -40,6 +52,8 @@ class TraceBuilder {
   // Context applied to the tensors and ops created next.
   void SetLayer(int layer) { layer_ = layer; }
   void SetPhase(Phase phase) { phase_ = phase; }
+  // The optimizer Finish() adds (default: Adam with fp32 master weights).
+  void SetOptimizer(const OptimizerSpec& spec) { optimizer_ = spec; }
   int layer() const { return layer_; }
   int stage() const { return static_cast<int>(header_.stage); }
 
@@ -88,6 +102,7 @@ class TraceBuilder {
   traces::Trace trace_;
   int layer_ = traces::kNoLayer;
   Phase phase_ = Phase::kForward;
+  OptimizerSpec optimizer_;
   std::vector<TensorId> weights_;    // in creation order
   std::vector<TensorId> last_grad_;  // per tensor id: the weight's current gradient
   std::vector<int> grad_count_;      // per tensor id: partial gradients made after the first

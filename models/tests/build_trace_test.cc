@@ -6,6 +6,7 @@
 
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "models/tests/test_configs.h"
 #include "models/tests/trace_stats.h"
@@ -236,6 +237,56 @@ TEST(BuildTrace, Gpt175bTracesAllNinetySixLayers) {
   // Per block with SP: s·b·h·(34/8 + 5·96·2048/(12288·8)) = s·b·h·14.25.
   const double expected = 2048.0 * 12288 * 14.25;
   EXPECT_NEAR(testing::StatsOf(tr, 50).saved_bytes / expected, 1.0, 0.02);
+}
+
+// Static memory per rank, closed form over the trace's own parameter count P
+// (per layer group g: P_g): optimizer state = Σ_g ceil(words·P_g / shards)
+// elements of the state dtype. Adam mixed fp16: 3 fp32 words, 12·P bytes; Adam
+// pure fp16: 2 fp16 moments, 4·P; SGD mixed: master + momentum, 8·P; SGD pure
+// fp16 (the SSDTrain paper's setup): one fp16 momentum buffer, 2·P; ZeRO stage 1
+// over dp 4 keeps a quarter of Adam mixed's per rank: ceil(3·P_g / 4) fp32 words
+// per group. Weights stay 2·P (fp16) throughout.
+TEST(BuildTrace, OptimizerStateFollowsOptimizerPrecisionAndZeroStage) {
+  auto totals = [](const ModelConfig& c) {
+    const traces::Trace t = MustBuild(c);
+    std::map<int, int64_t> params;  // per layer group
+    int64_t weights = 0, state = 0;
+    for (const traces::Tensor& x : t.tensors) {
+      if (x.kind == traces::TensorKind::kWeight) {
+        int64_t n = 1;
+        for (int64_t d : x.shape) n *= d;
+        params[x.layer] += n;
+        weights += x.bytes;
+      }
+      if (x.kind == traces::TensorKind::kOptimizerState) state += x.bytes;
+    }
+    return std::make_tuple(params, weights, state);
+  };
+  ModelConfig c = Gpt(2, 128, 256, 4, 2);
+  const auto [params, weights, adam_mixed] = totals(c);
+  int64_t p = 0;
+  for (const auto& [layer, n] : params) p += n;
+  EXPECT_EQ(weights, 2 * p);
+  EXPECT_EQ(adam_mixed, 12 * p);
+  c.precision = "pure";
+  EXPECT_EQ(std::get<2>(totals(c)), 4 * p);
+  c.optimizer = "sgd";
+  EXPECT_EQ(std::get<2>(totals(c)), 2 * p);
+  EXPECT_EQ(std::get<1>(totals(c)), 2 * p);  // weights unchanged
+  c.precision = "mixed";
+  EXPECT_EQ(std::get<2>(totals(c)), 8 * p);
+  c.optimizer = "adam";
+  c.zero_stage = 1;
+  c.dp = 4;
+  int64_t sharded = 0;
+  for (const auto& [layer, n] : params) sharded += 4 * ((3 * n + 3) / 4);
+  EXPECT_EQ(std::get<2>(totals(c)), sharded);
+  EXPECT_LE(sharded, 12 * p / 4 + 4 * static_cast<int64_t>(params.size()));
+  // fp32 models have no separate master copy: Adam keeps two fp32 moments, 8·P.
+  c.zero_stage = 0;
+  c.dp = 1;
+  c.dtype = "fp32";
+  EXPECT_EQ(std::get<2>(totals(c)), 8 * p);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "models/build_trace.h"
@@ -87,14 +88,36 @@ TEST(ConfigFiles, SmallGptHasFourToEightTimesTinyGptsCompute) {
   EXPECT_LE(ratio, 8.0);
 }
 
-TEST(ConfigFiles, SsdtrainT5ModelsCountEncoderAndDecoderBlocks) {
-  // The paper's "4 layers" is Megatron's --num-layers 4 --decoder-num-layers 4.
-  const Result<ModelConfig> c = LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) +
-                                                "/configs/models/ssdtrain-t5-h8192-l4.json");
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->encoder_layers, 4);
-  EXPECT_EQ(c->layers, 8);
-  EXPECT_EQ(c->heads, 8192 / 128);
+TEST(ConfigFiles, SsdtrainT5ModelsSplitLayersAsThePaperSays) {
+  // arXiv 2408.10013 v3 §IV-A: a T5 of L layers has floor(L/2) decoder layers and
+  // the rest in the encoder: 4 -> 2 + 2, 3 -> 2 + 1, 2 -> 1 + 1. Heads of 128.
+  for (const auto& [name, layers, encoder] :
+       {std::tuple{"ssdtrain-t5-h8192-l4", 4, 2}, std::tuple{"ssdtrain-t5-h12288-l3", 3, 2},
+        std::tuple{"ssdtrain-t5-h16384-l2", 2, 1}}) {
+    const Result<ModelConfig> c =
+        LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + name + ".json");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->layers, layers) << name;
+    EXPECT_EQ(c->encoder_layers, encoder) << name;
+    EXPECT_EQ(HeadDim(*c), 128) << name;
+  }
+}
+
+// The paper's setup (§IV-A): pure FP16 (no fp32 master weights) and SGD, to fit 40 GB.
+TEST(ConfigFiles, SsdtrainModelsRunPureFp16Sgd) {
+  for (const char* family : {"gpt", "bert", "t5"}) {
+    for (const char* size : {"h8192-l4", "h12288-l3", "h16384-l2"}) {
+      const std::string name = std::string("ssdtrain-") + family + "-" + size;
+      const Result<ModelConfig> c =
+          LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + name + ".json");
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      EXPECT_EQ(c->precision, "pure") << name;
+      EXPECT_EQ(c->optimizer, "sgd") << name;
+      EXPECT_EQ(c->attention, "flash") << name;
+      EXPECT_EQ(c->tp, 2) << name;
+      EXPECT_EQ(c->seq_len, 1024) << name;
+    }
+  }
 }
 
 }  // namespace

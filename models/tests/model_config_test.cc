@@ -49,6 +49,11 @@ TEST(ModelConfig, ValidConfigGetsDefaults) {
   EXPECT_EQ(HeadDim(*c), 64);
   EXPECT_EQ(FfnHidden(*c), 4096);
   EXPECT_EQ(PaddedVocab(*c), 1024);  // 1000 rounded up to a multiple of 128·tp
+  // Today's static memory: Adam with fp32 master weights, unsharded.
+  EXPECT_EQ(c->optimizer, "adam");
+  EXPECT_EQ(c->precision, "mixed");
+  EXPECT_EQ(c->zero_stage, 0);
+  EXPECT_EQ(c->dp, 1);
 }
 
 TEST(ModelConfig, ToJsonReadsBackEqual) {
@@ -160,6 +165,19 @@ TEST(ModelConfig, UnknownEnumValues) {
             "or flash");
   EXPECT_EQ(WithField("dtype", "\"fp8\"").message(),
             "configs/models/x.json: dtype: unknown dtype \"fp8\", expected fp16, bf16 or fp32");
+}
+
+TEST(ModelConfig, BadOptimizerPrecisionOrZeroStageNameFileAndField) {
+  EXPECT_EQ(WithField("optimizer", "\"lamb\"").message(),
+            "configs/models/x.json: optimizer: unknown optimizer \"lamb\", expected adam or sgd");
+  EXPECT_EQ(WithField("precision", "\"fp8\"").message(),
+            "configs/models/x.json: precision: unknown precision \"fp8\", expected mixed or pure "
+            "(mixed: fp32 master weights; pure: none)");
+  EXPECT_EQ(WithField("zero_stage", "2").message(),
+            "configs/models/x.json: zero_stage: expected 0 or 1 (1: optimizer state sharded over "
+            "dp), got 2");
+  EXPECT_EQ(WithField("dp", "0").message(),
+            "configs/models/x.json: dp: expected a positive integer, got 0");
 }
 
 TEST(ModelConfig, UnknownFieldIsRejectedByName) {

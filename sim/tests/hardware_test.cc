@@ -15,8 +15,9 @@ std::string Config(const std::string& name) {
 
 TEST(Hardware, EveryShippedConfigLoads) {
   for (const char* name :
-       {"a100-pcie-ssdtrain-paper", "h100-sxm-4x-gen5-nvme", "h100-sxm-8x-gen5-nvme",
-        "h200-sxm-4x-gen5-nvme", "h200-sxm-8x-gen5-nvme", "cpu-local"}) {
+       {"a100-pcie-ssdtrain-paper", "a100-pcie-40gb-ssdtrain-paper", "a100-pcie-40gb-4x-980pro",
+        "h100-sxm-4x-gen5-nvme", "h100-sxm-8x-gen5-nvme", "h200-sxm-4x-gen5-nvme",
+        "h200-sxm-8x-gen5-nvme", "cpu-local"}) {
     auto hw = LoadHardware(Config(name));
     ASSERT_TRUE(hw.ok()) << hw.status().message();
     EXPECT_EQ(hw->name, name);
