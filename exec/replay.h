@@ -99,6 +99,9 @@ struct OpTime {
   traces::OpId op = 0;
   int64_t start_ns = 0;  // from the start of the step
   int64_t end_ns = 0;
+  // Its issue waited for I/O (a read, staging, memory held by a write): the
+  // compute stream's gap before it counts as exposed I/O.
+  bool io_wait = false;
 };
 
 struct ReplayResult {

@@ -29,7 +29,7 @@ Status Replayer::CollectTimeline(int64_t t0, StepRecord& record) {
     tl.spans.push_back({traces::Lane::kCompute, start, end, op.id, -1, op.micro_batch, op.stage,
                         (is.recompute ? "recompute " : "") + op.name});
     lanes[0].emplace_back(start, end);
-    if (!is.recompute) record.ops.push_back({op.id, start, end});
+    if (!is.recompute) record.ops.push_back({op.id, start, end, is.io_dependent});
   }
   for (const Sample& s : samples_) {
     tl.memory.push_back({starts[s.issue], s.device_bytes, s.activation_bytes});
