@@ -12,8 +12,11 @@ traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace&
   r.source = run.device;
   r.metrics = run.metrics;
   r.lane_busy_ns = run.busy.ByLane();
-  for (const exec::OpTime& t : run.ops)
-    r.ops.push_back(traces::OpTiming{t.op, t.start_ns, t.end_ns});
+  // Per op, as a prediction has them: micro-batch 0's, under the ids of the
+  // single-micro-batch trace (the same ops when the plan has one micro-batch).
+  for (const exec::OpTime& t : run.ops) {
+    if (t.micro_batch == 0) r.ops.push_back(traces::OpTiming{t.original_op, t.start_ns, t.end_ns});
+  }
   r.steps = run.steps;
   if (run.verify) r.verified = run.verified;
   // The executor's own figures (cache, step times, plan checks) ride along.

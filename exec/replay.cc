@@ -208,6 +208,10 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
     }
     result.cache = delta;
     result.busy = record->busy;
+    for (OpTime& t : record->ops) {
+      t.original_op = whole.original_op[static_cast<size_t>(t.op)];
+      t.micro_batch = trace.op(t.op).micro_batch;
+    }
     if (step > 0) result.measured_step_ops.push_back(record->ops);
     result.ops = std::move(record->ops);
     result.timeline = std::move(record->timeline);

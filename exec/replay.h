@@ -102,6 +102,10 @@ struct OpTime {
   // Its issue waited for I/O (a read, staging, memory held by a write): the
   // compute stream's gap before it counts as exposed I/O.
   bool io_wait = false;
+  // The op of the single-micro-batch trace this one repeats, and whose
+  // micro-batch it runs (a whole step: traces/whole_step.h).
+  traces::OpId original_op = 0;
+  int micro_batch = 0;
 };
 
 struct ReplayResult {
@@ -120,7 +124,7 @@ struct ReplayResult {
   int64_t workspace_bytes = 0;
   CacheStats cache;         // the last step's
   LaneBusy busy;            // the last step's
-  std::vector<OpTime> ops;  // the last step's, in trace order
+  std::vector<OpTime> ops;  // the last step's, in the order they ran (the whole step's ops)
   // Every measured step's op times (warm-up excluded), step by step; `ops` is
   // the last entry. Calibration pools them, so that one slow step does not
   // set an op's time.

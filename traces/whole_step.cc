@@ -68,7 +68,11 @@ Result<WholeStep> UnrollStep(const Trace& trace, const Plan& plan, const std::st
     return Status::InvalidArgument("the trace of " + trace.header.model +
                                    " already holds several micro-batches; unroll a single one");
   }
-  if (m == 1) return WholeStep{trace, plan};
+  if (m == 1) {
+    WholeStep same{trace, plan, {}};
+    for (const Op& op : trace.ops) same.original_op.push_back(op.id);
+    return same;
+  }
 
   const size_t n_tensors = trace.tensors.size(), n_ops = trace.ops.size();
   const auto mm = static_cast<size_t>(m);
@@ -139,6 +143,7 @@ Result<WholeStep> UnrollStep(const Trace& trace, const Plan& plan, const std::st
       }
     }
     op_id[k][static_cast<size_t>(orig.id)] = op.id;
+    out.original_op.push_back(orig.id);
     u.ops.push_back(std::move(op));
   };
   for (const StageTask& task : StageOrder(schedule, trace.header.pp, trace.header.stage, m)) {

@@ -57,6 +57,9 @@ std::vector<StageTask> StageOrder(Schedule schedule, int64_t p, int64_t stage, i
 struct WholeStep {
   Trace trace;
   Plan plan;
+  // For each op of `trace`, the op of the single-micro-batch trace it repeats
+  // (its micro-batch is Op::micro_batch).
+  std::vector<OpId> original_op;
 };
 
 // Unrolls `trace` (one micro-batch of stage trace.header.stage of

@@ -96,6 +96,10 @@ TEST(UnrollStep, EachMicroBatchHasItsOwnActivationsAndSharesWeightsAndGradients)
   EXPECT_EQ(u.ops[3].name, "mb1.fc");
   EXPECT_EQ(u.ops[9].name, "mb0.gelu_bwd");
   EXPECT_EQ(u.ops[10].name, "mb0.fc_wgrad");
+  EXPECT_EQ(w->original_op[10], 4);  // fc_wgrad
+  EXPECT_EQ(u.ops[10].micro_batch, 0);
+  EXPECT_EQ(w->original_op[3], 0);  // mb1.fc
+  EXPECT_EQ(u.ops[3].micro_batch, 1);
   // gw is produced by micro-batch 0's wgrad; 1 and 2 accumulate into it.
   EXPECT_EQ(u.tensor(7).producer, 10);
   EXPECT_EQ(u.ops[12].outputs, (std::vector<TensorId>{7}));
