@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 
+#include "sim/collective.h"
 #include "sim/engine.h"
 
 namespace ssdtrain::sim {
@@ -112,12 +113,7 @@ Result<PipelineResult> SimulatePipeline(const std::vector<StageTimes>& stages, i
 }
 
 int64_t RingAllReduceNs(int64_t bytes, int64_t n, double GBps, double latency_us) {
-  if (n <= 1) return 0;
-  const double steps = 2.0 * static_cast<double>(n - 1);
-  const double seconds =
-      steps / static_cast<double>(n) * static_cast<double>(bytes) / (GBps * 1e9) +
-      steps * latency_us * 1e-6;
-  return static_cast<int64_t>(std::ceil(seconds * 1e9));
+  return CollectiveNs(CollectiveKind::kAllReduce, bytes, n, GBps, latency_us);
 }
 
 }  // namespace ssdtrain::sim
