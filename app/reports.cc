@@ -15,6 +15,9 @@ traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace&
   for (const exec::OpTime& t : run.ops)
     r.ops.push_back(traces::OpTiming{t.op, t.start_ns, t.end_ns});
   r.steps = run.steps;
+  // What the replay ran: one micro-batch of the trace's stage in one process.
+  r.layout =
+      traces::ReportLayout{trace.header.micro_batch, trace.header.tp, 1, 1, 1, plan.schedule};
   if (run.verify) r.verified = run.verified;
   // The executor's own figures (cache, step times, plan checks) ride along.
   nlohmann::json j = exec::ToJson(run);

@@ -36,10 +36,23 @@ struct PlannerOptions {
   std::string policy = "auto";         // a policy name, or auto: every fixed policy and optimal
   int64_t memory_budget_bytes = 0;     // 0: the GPU's capacity
   std::optional<int64_t> micro_batch;  // fixed micro-batch; else 1, 2, 4, ... up to 16
-  int64_t global_batch = 0;            // sequences per step; 0: micro_batch · dp · 2·pp
-  int64_t layers = 0;                  // the model's blocks (pp must divide it)
-  int64_t heads = 0;                   // tp must divide it
-  bool allow_host_offload = true;      // false: auto skips offload-host; optimal never uses host
+  int64_t global_batch = 0;            // sequences per step; 0: micro_batch · dp · m
+  // Pins (`ssdtrain plan --tp --pp --dp --num-micro-batches --schedule`): a
+  // set field fixes that part of the layout and the search covers the rest.
+  // Impossible pins are errors naming the flag and the reason (tp must divide
+  // the heads and the GPUs, pp the layers, tp·pp·dp must equal the GPUs, the
+  // global batch must be micro_batch · dp · m). An unpinned tp ranges over
+  // powers of two up to one node; a pinned one may span nodes.
+  std::optional<int64_t> tp;
+  std::optional<int64_t> pp;
+  std::optional<int64_t> dp;
+  std::optional<int64_t> num_micro_batches;  // else global_batch / (micro_batch · dp), or 2·pp
+  // "1f1b" or "gpipe"; unset: 1f1b, which is never slower than GPipe in this
+  // model (the same makespan for equal stages) and holds fewer micro-batches.
+  std::optional<std::string> schedule;
+  int64_t layers = 0;              // the model's blocks (pp must divide it)
+  int64_t heads = 0;               // tp must divide it
+  bool allow_host_offload = true;  // false: auto skips offload-host; optimal never uses host
   std::function<void(const std::string&)> progress;  // one line per event; may be empty
 };
 

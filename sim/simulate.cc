@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "traces/storage_plan.h"
 #include "sim/pipeline.h"
+#include "traces/storage_plan.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -188,6 +188,7 @@ traces::StepReport PredictionReport(const Prediction& p, const traces::Trace& tr
   r.policy = plan.policy;
   r.source = hw.name;
   r.metrics = p.metrics;
+  r.layout = traces::LayoutOf(plan);
   for (traces::Lane l : traces::kBusyLanes) {
     const std::string lane(traces::ToString(l));
     auto it = p.lane_busy_ns.find(lane);
