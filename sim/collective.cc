@@ -41,4 +41,26 @@ int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, doub
   return static_cast<int64_t>(std::ceil(seconds * 1e9));
 }
 
+std::vector<BucketSpan> BucketedAllReduce(const std::vector<GradientReady>& gradients,
+                                          int64_t bucket_bytes, int64_t n, double GBps,
+                                          double latency_us) {
+  std::vector<BucketSpan> out;
+  if (n <= 1) return out;
+  int64_t bytes = 0, ready = 0, link_free = 0;
+  auto close = [&] {
+    const int64_t start = std::max(ready, link_free);
+    link_free = start + CollectiveNs(CollectiveKind::kAllReduce, bytes, n, GBps, latency_us);
+    out.push_back(BucketSpan{start, link_free, bytes});
+    bytes = 0;
+    ready = 0;
+  };
+  for (const GradientReady& g : gradients) {
+    bytes += g.bytes;
+    ready = std::max(ready, g.ready_ns);
+    if (bytes >= bucket_bytes) close();
+  }
+  if (bytes > 0) close();
+  return out;
+}
+
 }  // namespace ssdtrain::sim

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "traces/trace.h"
 
@@ -31,5 +32,25 @@ int64_t CollectivePayloadBytes(const traces::Op& op);
 // The ring's time for `payload_bytes` over `n` ranks (see the formulas above).
 int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, double GBps,
                      double latency_us);
+
+// Data-parallel gradients all-reduced in buckets while backward runs (PyTorch
+// DDP, Megatron's distributed optimizer): gradients join the open bucket in
+// the order backward produces them; a bucket is closed once it holds
+// `bucket_bytes` (or when the last gradient joins), and its all-reduce starts
+// when its last gradient is ready and the previous bucket's has ended (one
+// ring at a time on the data-parallel link).
+struct GradientReady {
+  int64_t ready_ns = 0;  // when backward has produced it
+  int64_t bytes = 0;
+};
+struct BucketSpan {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t bytes = 0;
+};
+// The buckets' all-reduces in order; empty when n <= 1 or there is nothing.
+std::vector<BucketSpan> BucketedAllReduce(const std::vector<GradientReady>& gradients,
+                                          int64_t bucket_bytes, int64_t n, double GBps,
+                                          double latency_us);
 
 }  // namespace ssdtrain::sim

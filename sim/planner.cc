@@ -185,9 +185,12 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
   for (Layout& l : layouts) {
     SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache.Get(l.micro_batch, l.tp, l.pp, 0));
     OpCostModel cost(hw, l.tp, t->header.dtype);
-    int64_t compute = 0, static_bytes = 0, grads = 0;
+    int64_t compute = 0, backward = 0, static_bytes = 0, grads = 0;
     for (const traces::Op& op : t->ops) {
-      if (op.phase != traces::Phase::kOptimizer) compute += cost.OpTimeNs(op);
+      if (op.phase == traces::Phase::kOptimizer) continue;
+      const int64_t ns = cost.OpTimeNs(op);
+      compute += ns;
+      if (op.phase == traces::Phase::kBackward) backward += ns;
     }
     for (const traces::Tensor& x : t->tensors) {
       if (x.alias_of) continue;
@@ -199,9 +202,12 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
     }
     min_static = std::min(min_static, static_bytes);
     if (static_bytes > budget) continue;
-    const int64_t step =
-        (l.m + l.pp - 1) * compute +
+    // The gradient all-reduce starts with the last micro-batch's backward at the
+    // earliest (Simulate buckets it under that backward): only what outlasts
+    // that backward is certain to add to the step.
+    const int64_t allreduce =
         RingAllReduceNs(grads, l.dp, hw.interconnect.dp_GBps, hw.interconnect.latency_us);
+    const int64_t step = (l.m + l.pp - 1) * compute + std::max<int64_t>(0, allreduce - backward);
     const double tokens = static_cast<double>(l.micro_batch * l.m * l.dp * t->header.seq_len);
     l.bound_tokens_per_s = step > 0 ? tokens / (static_cast<double>(step) * 1e-9) : 0;
     feasible.push_back(l);
@@ -222,8 +228,12 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
     ++out.simulated_layouts;
     SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* first, cache.Get(l.micro_batch, l.tp, l.pp, 0));
     const traces::Trace* last = first;
+    const traces::Trace* middle = nullptr;  // stands for stages 1 .. pp − 2
     if (l.pp > 1) {
       SSDTRAIN_ASSIGN_OR_RETURN(last, cache.Get(l.micro_batch, l.tp, l.pp, l.pp - 1));
+    }
+    if (l.pp > 2) {
+      SSDTRAIN_ASSIGN_OR_RETURN(middle, cache.Get(l.micro_batch, l.tp, l.pp, 1));
     }
     traces::Plan base = BasePlan(*first);
     base.micro_batch = l.micro_batch;
@@ -235,21 +245,29 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
     base.memory_budget_bytes = budget;
     nlohmann::json rok = nlohmann::json::array();
     for (const std::string& policy : policies) {
-      traces::Plan plan, last_plan;
+      traces::Plan plan, last_plan, middle_plan;
+      // The other stages take the fixed policy (optimal: the best one it started from).
+      std::string others = policy;
       if (policy == "optimal") {
         SSDTRAIN_ASSIGN_OR_RETURN(OptimalResult opt,
                                   MakeOptimalPlan(*first, hw, base, budget, policy_options));
         out.simulations += opt.simulations;
         plan = std::move(opt.plan);
-        SSDTRAIN_ASSIGN_OR_RETURN(
-            last_plan, MakeFixedPlan(opt.best_fixed_policy, *last, hw, base, policy_options));
+        others = opt.best_fixed_policy;
       } else {
         SSDTRAIN_ASSIGN_OR_RETURN(plan, MakeFixedPlan(policy, *first, hw, base, policy_options));
-        SSDTRAIN_ASSIGN_OR_RETURN(last_plan,
-                                  MakeFixedPlan(policy, *last, hw, base, policy_options));
       }
       std::vector<StageInput> stages{{first, &plan}};
-      if (l.pp > 1) stages.push_back({last, &last_plan});
+      if (middle) {
+        SSDTRAIN_ASSIGN_OR_RETURN(middle_plan,
+                                  MakeFixedPlan(others, *middle, hw, base, policy_options));
+        stages.push_back({middle, &middle_plan});
+      }
+      if (l.pp > 1) {
+        SSDTRAIN_ASSIGN_OR_RETURN(last_plan,
+                                  MakeFixedPlan(others, *last, hw, base, policy_options));
+        stages.push_back({last, &last_plan});
+      }
       SimulateOptions so;
       so.record_timeline = false;
       SSDTRAIN_ASSIGN_OR_RETURN(Prediction p, Simulate(stages, hw, so));

@@ -4,10 +4,13 @@
 // data parallelism.
 //
 // Branch and bound: for each layout a cheap analytic bound (compute-only step
-// time from the cost model in the closed-form pipeline, plus the all-reduce;
-// static memory) orders the layouts and prunes those that cannot fit or cannot
-// beat the best simulated plan so far; only the rest are simulated, each under
-// every requested policy.
+// time from the cost model in the closed-form pipeline, plus the part of the
+// gradient all-reduce longer than one micro-batch's backward; static memory) orders the layouts and
+// prunes those that cannot fit or cannot beat the best simulated plan so far; only the rest are
+// simulated, each under every requested policy.
+//
+// Each simulated layout runs stage 0, the last stage and (pp > 2) stage 1
+// standing for the middle stages (sim/simulate.h).
 //
 // The caller supplies the traces (sim does not depend on models): a provider
 // called with (micro_batch, tp, pp, stage). Calls are memoised per argument set.
