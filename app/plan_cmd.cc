@@ -174,6 +174,7 @@ int RunPlan(const PlanCmdOptions& o) {
   po.layers = in.layers;
   po.heads = in.heads;
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
+  po.record_timeline = !o.timeline.empty();
   Result<sim::PlannerResult> r = sim::SearchPlan(in.provider, *hw, po);
   if (!r.ok()) return ReportError("plan", r.status());
   if (!r->fits) {
@@ -237,9 +238,8 @@ int RunPlan(const PlanCmdOptions& o) {
     }
   }
   if (!o.timeline.empty()) {
-    Result<sim::Prediction> p = sim::Simulate(*stage0, plan, *hw);
-    if (!p.ok()) return ReportError("plan", p.status());
-    w = traces::WriteJsonFile(traces::ToChromeTrace(p->timeline, "ssdtrain plan"), o.timeline);
+    w = traces::WriteJsonFile(traces::ToChromeTrace(r->prediction.timeline, "ssdtrain plan"),
+                              o.timeline);
     if (!w.ok()) return ReportError("plan", w);
   }
   const std::string make_trace = in.trace_command(plan);

@@ -280,6 +280,8 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
       PlannerResult cand;
       cand.fits = fits;
       cand.plan = plan;
+      if (middle) cand.stage_plans.emplace_back(1, middle_plan);
+      if (l.pp > 1) cand.stage_plans.emplace_back(l.pp - 1, last_plan);
       cand.prediction = p;
       cand.over_budget_bytes = std::max<int64_t>(0, p.metrics.peak_gpu_bytes - budget);
       if (fits &&
@@ -305,6 +307,18 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
                       : ""));
   }
   PlannerResult chosen = best_fit ? std::move(*best_fit) : std::move(*best_any);
+  if (options.record_timeline) {
+    const traces::Plan& c = chosen.plan;
+    SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* first, cache.Get(c.micro_batch, c.tp, c.pp, 0));
+    std::vector<StageInput> stages{{first, &c}};
+    for (const auto& [stage, stage_plan] : chosen.stage_plans) {
+      SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t,
+                                cache.Get(c.micro_batch, c.tp, c.pp, stage));
+      stages.push_back({t, &stage_plan});
+    }
+    SSDTRAIN_ASSIGN_OR_RETURN(Prediction again, Simulate(stages, hw));
+    chosen.prediction.timeline = std::move(again.timeline);
+  }
   chosen.layouts = out.layouts;
   chosen.simulated_layouts = out.simulated_layouts;
   chosen.simulations = out.simulations;

@@ -57,6 +57,7 @@ struct PlannerOptions {
   int64_t heads = 0;               // tp must divide it
   bool allow_host_offload = true;  // false: auto skips offload-host; optimal never uses host
   std::function<void(const std::string&)> progress;  // one line per event; may be empty
+  bool record_timeline = false;  // the chosen plan's predicted timeline in prediction.timeline
 };
 
 struct PlannerResult {
@@ -66,6 +67,9 @@ struct PlannerResult {
   int64_t over_budget_bytes = 0;  // when !fits: peak minus budget
   int64_t layouts = 0, simulated_layouts = 0, simulations = 0;
   nlohmann::json rok = nlohmann::json::array();  // best layout: per policy memory vs step time
+  // The plans of the other simulated stages (stage 1 standing for the middle
+  // ones when pp > 2, then the last stage when pp > 1), by stage index.
+  std::vector<std::pair<int64_t, traces::Plan>> stage_plans;
 };
 
 Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOptions& hw,
