@@ -256,7 +256,8 @@ int RunPlan(const PlanCmdOptions& o) {
     std::cout << fmt::format(
         "note: the replay runs one micro-batch of stage 0 in one process; this plan's "
         "prediction is a whole step (pp {}, dp {}, {} micro-batches, {}), so `ssdtrain "
-        "compare` refuses to set the two side by side\n",
+        "compare` refuses to set the two side by side (pin --gpus 1 --num-micro-batches 1 for "
+        "a plan whose prediction the replay measures)\n",
         plan.pp, plan.dp, plan.num_micro_batches, plan.schedule);
   }
   return 0;

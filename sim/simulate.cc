@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "sim/collective.h"
@@ -232,8 +233,15 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   const int64_t bucket_params = std::max(kBucketParams, kBucketParamsPerRank * layout.dp);
   int64_t gradients_done = pipe.makespan_ns;
   std::vector<std::vector<BucketSpan>> buckets(static_cast<size_t>(p));
+  // The gradient order of each distinct stage result (alone or sharing the SSD).
+  std::map<const StageResult*, StageGradients> gradients_of;
   for (int64_t s = 0; s < p; ++s) {
-    const StageGradients g = GradientsOf(*stages[index_for(s)].trace, result_for(s));
+    const StageResult* r = &result_for(s);
+    auto it = gradients_of.find(r);
+    if (it == gradients_of.end()) {
+      it = gradients_of.emplace(r, GradientsOf(*stages[index_for(s)].trace, *r)).first;
+    }
+    const StageGradients& g = it->second;
     const int64_t begin = pipe.last_backward_start_ns[static_cast<size_t>(s)];
     const int64_t end = pipe.stage_end_ns[static_cast<size_t>(s)];
     std::vector<GradientReady> ready;
