@@ -59,6 +59,25 @@ TEST(WholeStep, OneFOneBHoldsPMinusIMicroBatchesOnStageI) {
   EXPECT_EQ(MicroBatchesInFlight(0, 4, 2, PipelineSchedule::kOneFOneB), 2);
 }
 
+TEST(WholeStep, SendsQueueOnTheirLink) {
+  // p = 2, m = 2, 1F1B, F = B = 100 ns, a send takes 300 ns. Stage 0 runs F0
+  // [0, 100], F1 [100, 200]; mb 0's activations cross [100, 400] and mb 1's wait
+  // for the link: [400, 700]. Stage 1: F0 [400, 500], B0 [500, 600], F1 [700,
+  // 800], B1 [800, 900]; gradients cross [600, 900] and [900, 1200]. Stage 0:
+  // B0 [900, 1000], B1 [1200, 1300]. (Sends that did not queue: 1200 ns.)
+  std::vector<StageTimes> stages(2, StageTimes{100, 100});
+  auto r = SimulatePipeline(stages, 2, PipelineSchedule::kOneFOneB, 300, /*record_tasks=*/true);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->makespan_ns, 1300);
+  EXPECT_EQ(r->last_backward_start_ns, (std::vector<int64_t>{1200, 800}));
+  int sends = 0;
+  for (const PipelineTask& t : r->tasks) {
+    sends +=
+        t.kind == PipelineTask::Kind::kSendForward || t.kind == PipelineTask::Kind::kSendBackward;
+  }
+  EXPECT_EQ(sends, 4);
+}
+
 TEST(WholeStep, OneStageOneMicroBatchIsExactlyTheStagesOwnStep) {
   // pp = 1, m = 1, dp = 1: the prediction is SimulateStage's micro-batch, figure
   // for figure (what the single-stage accuracy rows compare against replays).
