@@ -7,6 +7,7 @@
 
 #include "analysis/compare.h"
 #include "app/command.h"
+#include "traces/report.h"
 
 namespace ssdtrain::app {
 namespace {
@@ -23,6 +24,25 @@ int Run(const CompareOptions& o) {
   if (!p.ok()) return ReportError("compare", p.status());
   Result<traces::StepReport> m = traces::ReadStepReport(o.measured);
   if (!m.ok()) return ReportError("compare", m.status());
+  // Predicted and measured must describe the same layout: a whole step of
+  // pp stages and m micro-batches against one micro-batch of stage 0 is not
+  // an error of the model, it is two different things.
+  if (!p->layout || !m->layout) {
+    return ReportError(
+        "compare",
+        Status::InvalidArgument(fmt::format(
+            "{}: layout: missing (a report from before layouts were recorded); write it again "
+            "with this ssdtrain so that the two can be checked to describe the same layout",
+            !p->layout ? o.predicted : o.measured)));
+  }
+  if (const std::string diff = traces::LayoutMismatch(*p->layout, *m->layout); !diff.empty()) {
+    return ReportError(
+        "compare",
+        Status::InvalidArgument(fmt::format(
+            "{} vs {}: layout differs ({}; predicted vs measured): they describe different "
+            "steps; simulate the plan the run replayed, or replay the predicted layout",
+            o.predicted, o.measured, diff)));
+  }
   Result<analysis::Comparison> c = analysis::Compare(*p, *m, o.worst);
   if (!c.ok()) {
     return ReportError("compare",

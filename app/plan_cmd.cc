@@ -29,6 +29,9 @@ struct PlanCmdOptions {
   int64_t micro_batch = 0;
   int64_t seq_len = 0;
   int64_t global_batch = 0;
+  // Pins: 0 (or empty) leaves that part of the layout to the search.
+  int64_t tp = 0, pp = 0, dp = 0, num_micro_batches = 0;
+  std::string schedule;
   bool rok = false;
   bool no_host_offload = false;
 };
@@ -41,8 +44,18 @@ struct PlanInput {
   int64_t layers = 0, heads = 0;
   sim::TraceProvider provider;
   std::function<Result<traces::Trace>(const traces::Plan&)> stage0;
+  // The command that builds the plan's (stage 0) trace; empty for a captured trace.
   std::function<std::string(const traces::Plan&)> trace_command;
+  std::string trace_path;  // captured: the trace itself; else empty (next to -o)
 };
+
+// Where the printed trace command writes the plan's trace: next to the plan.
+std::string TracePathFor(const std::string& plan_path) {
+  constexpr std::string_view kJson = ".json";
+  std::string stem = plan_path;
+  if (stem.size() > kJson.size() && stem.ends_with(kJson)) stem.resize(stem.size() - kJson.size());
+  return stem + ".trace.json";
+}
 
 Result<PlanInput> TraceInput(const PlanCmdOptions& o) {
   SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace trace, traces::ReadTrace(o.trace));
@@ -82,9 +95,8 @@ Result<PlanInput> TraceInput(const PlanCmdOptions& o) {
     return *shared;
   };
   in.stage0 = [shared](const traces::Plan&) -> Result<traces::Trace> { return *shared; };
-  in.trace_command = [path](const traces::Plan&) {
-    return fmt::format("trace for this plan: {} (captured)\n", path);
-  };
+  in.trace_command = [](const traces::Plan&) { return std::string(); };
+  in.trace_path = path;
   return in;
 }
 
@@ -122,10 +134,8 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
     return models::BuildTrace(c, 0);
   };
   in.trace_command = [base, model_path](const traces::Plan& plan) {
-    return fmt::format(
-        "trace for this plan: ssdtrain trace --model {} --micro-batch {} --seq-len {} --tp {} "
-        "--pp {}\n",
-        model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
+    return fmt::format("ssdtrain trace --model {} --micro-batch {} --seq-len {} --tp {} --pp {}",
+                       model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
   };
   return in;
 }
@@ -155,10 +165,16 @@ int RunPlan(const PlanCmdOptions& o) {
     po.micro_batch = t->header.micro_batch;
   }
   po.global_batch = o.global_batch;
+  if (o.tp > 0) po.tp = o.tp;
+  if (o.pp > 0) po.pp = o.pp;
+  if (o.dp > 0) po.dp = o.dp;
+  if (o.num_micro_batches > 0) po.num_micro_batches = o.num_micro_batches;
+  if (!o.schedule.empty()) po.schedule = o.schedule;
   po.allow_host_offload = !o.no_host_offload;
   po.layers = in.layers;
   po.heads = in.heads;
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
+  po.record_timeline = !o.timeline.empty();
   Result<sim::PlannerResult> r = sim::SearchPlan(in.provider, *hw, po);
   if (!r.ok()) return ReportError("plan", r.status());
   if (!r->fits) {
@@ -222,12 +238,30 @@ int RunPlan(const PlanCmdOptions& o) {
     }
   }
   if (!o.timeline.empty()) {
-    Result<sim::Prediction> p = sim::Simulate(*stage0, plan, *hw);
-    if (!p.ok()) return ReportError("plan", p.status());
-    w = traces::WriteJsonFile(traces::ToChromeTrace(p->timeline, "ssdtrain plan"), o.timeline);
+    w = traces::WriteJsonFile(traces::ToChromeTrace(r->prediction.timeline, "ssdtrain plan"),
+                              o.timeline);
     if (!w.ok()) return ReportError("plan", w);
   }
-  std::cout << in.trace_command(plan);
+  const std::string make_trace = in.trace_command(plan);
+  if (make_trace.empty()) {
+    std::cout << fmt::format("trace for this plan: {} (captured)\n", in.trace_path);
+  } else {
+    std::cout << "trace for this plan: " << make_trace << "\n";
+  }
+  const std::string trace_path = in.trace_path.empty() ? TracePathFor(o.output) : in.trace_path;
+  const std::string ranks = plan.dp > 1 ? fmt::format("mpirun -np {} ", plan.dp) : "";
+  std::cout << fmt::format(
+      "replay this plan: {}{}ssdtrain replay --trace {} --plan {} --dir OFFLOAD_DIR -o run.json\n",
+      make_trace.empty() ? "" : make_trace + " -o " + trace_path + " && ", ranks, trace_path,
+      o.output);
+  if (plan.pp > 1) {
+    std::cout << fmt::format(
+        "note: the replay runs one pipeline stage (stage 0's whole step: its {} micro-batches, "
+        "{}); pipeline stages on separate ranks are not built yet, so `ssdtrain compare` "
+        "refuses to set this plan's prediction (pp {}) beside it (pin --pp 1 for a plan whose "
+        "prediction the replay measures)\n",
+        plan.num_micro_batches, plan.schedule, plan.pp);
+  }
   return 0;
 }
 
@@ -257,6 +291,18 @@ Verb AddPlanCommand(CLI::App& app) {
   cmd->add_option("--seq-len", o->seq_len, "sequence length (overrides the model config)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--global-batch", o->global_batch, "sequences per step");
+  cmd->add_option("--tp", o->tp, "fix the tensor-parallel degree (default: search)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--pp", o->pp, "fix the pipeline depth (default: search)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--dp", o->dp, "fix the data-parallel degree (default: search)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--num-micro-batches", o->num_micro_batches,
+                  "fix the micro-batches per step (default: --global-batch / (micro-batch x "
+                  "dp), else 2 x pp)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule", o->schedule, "fix the pipeline schedule (default: 1f1b)")
+      ->check(CLI::IsMember({"1f1b", "gpipe"}));
   cmd->add_option("-o,--output", o->output, "plan JSON to write")->required();
   cmd->add_option("--timeline", o->timeline, "Chrome/Perfetto trace of the predicted step");
   cmd->add_option("--prediction", o->prediction,

@@ -18,6 +18,10 @@ traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace&
     if (t.micro_batch == 0) r.ops.push_back(traces::OpTiming{t.original_op, t.start_ns, t.end_ns});
   }
   r.steps = run.steps;
+  // What the replay ran: the whole step of the trace's stage (its micro-batches
+  // in its schedule) on each of its data-parallel ranks; one stage, so pp 1.
+  r.layout = traces::ReportLayout{trace.header.micro_batch, trace.header.tp, 1, run.ranks,
+                                  run.micro_batches,        run.schedule};
   if (run.verify) r.verified = run.verified;
   // The executor's own figures (cache, step times, plan checks) ride along.
   nlohmann::json j = exec::ToJson(run);

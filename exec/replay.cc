@@ -160,6 +160,9 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   result.device = device->Describe();
   result.io_backend = engine->BackendName();
   result.steps = options.steps;
+  result.micro_batches = plan.num_micro_batches;
+  result.schedule = plan.schedule;
+  result.ranks = options.sync != nullptr ? options.sync->size() : 1;
   result.planned_peak_activation_bytes = planned.activation_bytes;
   result.planned_peak_device_bytes = planned.device_bytes;
   result.plan_offloaded_bytes = storage_plan.ssd_bytes;

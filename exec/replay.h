@@ -135,7 +135,12 @@ struct ReplayResult {
   // Data-parallel ranks (ReplayOptions::sync): the weight gradients' all-reduce
   // per step, median of the measured steps (copies to and from host included).
   int64_t allreduce_ns = 0;
-  traces::Timeline timeline;    // the last step's, times from its start
+  // What ran: the whole step's micro-batches and schedule (the plan's), and
+  // the data-parallel ranks (1 without ReplayOptions::sync).
+  int64_t micro_batches = 1;
+  std::string schedule = "1f1b";
+  int ranks = 1;
+  traces::Timeline timeline;  // the last step's, times from its start
 };
 
 // Runs the replay. `plan_source` names the plan file in messages.

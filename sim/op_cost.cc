@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/collective.h"
+
 namespace ssdtrain::sim {
 namespace {
 
@@ -54,13 +56,11 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
     case OpKind::kSend:
     case OpKind::kRecv:
       return 0;
-    case OpKind::kCollective: {
+    case OpKind::kCollective:
       if (tp_ <= 1) return 0;
-      const double ring = 2.0 * static_cast<double>(tp_ - 1) / static_cast<double>(tp_);
-      return CeilNs(ring * bytes / (hw_.interconnect.tp_GBps * kGiga) +
-                    hw_.interconnect.latency_us * 1e-6) +
+      return CollectiveNs(ClassifyCollective(op), CollectivePayloadBytes(op), tp_,
+                          hw_.interconnect.tp_GBps, hw_.interconnect.latency_us) +
              overhead;
-    }
     case OpKind::kGemm:
     case OpKind::kAttention: {
       const auto& curve =

@@ -4,8 +4,10 @@
 //   gemm, attention:  max(flops / (peak[dtype] · clock_scale · eff(flops)),
 //                         bytes / memory_bw)
 //   memory-bound kinds: bytes / (memory_bw · eff(bytes))
-//   collective:  ring all-reduce over the tensor-parallel group,
-//                2·(t−1)/t · bytes / tp_GBps + latency (0 when t = 1)
+//   collective:  a ring over the tensor-parallel group priced by its kind
+//                (sim/collective.h: all-reduce 2·(t−1)/t · S / tp_GBps, all-gather
+//                and reduce-scatter (t−1)/t · S / tp_GBps, plus one link latency
+//                per ring step; S the payload; 0 when t = 1)
 //   send, recv:  0 here (the pipeline schedule models activation sends)
 // plus op_overhead_us for every op that does work. Durations round up to whole ns.
 //

@@ -4,10 +4,13 @@
 // data parallelism.
 //
 // Branch and bound: for each layout a cheap analytic bound (compute-only step
-// time from the cost model in the closed-form pipeline, plus the all-reduce;
-// static memory) orders the layouts and prunes those that cannot fit or cannot
-// beat the best simulated plan so far; only the rest are simulated, each under
-// every requested policy.
+// time from the cost model in the closed-form pipeline, plus the part of the
+// gradient all-reduce longer than one micro-batch's backward; static memory) orders the layouts and
+// prunes those that cannot fit or cannot beat the best simulated plan so far; only the rest are
+// simulated, each under every requested policy.
+//
+// Each simulated layout runs stage 0, the last stage and (pp > 2) stage 1
+// standing for the middle stages (sim/simulate.h).
 //
 // The caller supplies the traces (sim does not depend on models): a provider
 // called with (micro_batch, tp, pp, stage). Calls are memoised per argument set.
@@ -36,11 +39,25 @@ struct PlannerOptions {
   std::string policy = "auto";         // a policy name, or auto: every fixed policy and optimal
   int64_t memory_budget_bytes = 0;     // 0: the GPU's capacity
   std::optional<int64_t> micro_batch;  // fixed micro-batch; else 1, 2, 4, ... up to 16
-  int64_t global_batch = 0;            // sequences per step; 0: micro_batch · dp · 2·pp
-  int64_t layers = 0;                  // the model's blocks (pp must divide it)
-  int64_t heads = 0;                   // tp must divide it
-  bool allow_host_offload = true;      // false: auto skips offload-host; optimal never uses host
+  int64_t global_batch = 0;            // sequences per step; 0: micro_batch · dp · m
+  // Pins (`ssdtrain plan --tp --pp --dp --num-micro-batches --schedule`): a
+  // set field fixes that part of the layout and the search covers the rest.
+  // Impossible pins are errors naming the flag and the reason (tp must divide
+  // the heads and the GPUs, pp the layers, tp·pp·dp must equal the GPUs, the
+  // global batch must be micro_batch · dp · m). An unpinned tp ranges over
+  // powers of two up to one node; a pinned one may span nodes.
+  std::optional<int64_t> tp;
+  std::optional<int64_t> pp;
+  std::optional<int64_t> dp;
+  std::optional<int64_t> num_micro_batches;  // else global_batch / (micro_batch · dp), or 2·pp
+  // "1f1b" or "gpipe"; unset: 1f1b, which is never slower than GPipe in this
+  // model (the same makespan for equal stages) and holds fewer micro-batches.
+  std::optional<std::string> schedule;
+  int64_t layers = 0;              // the model's blocks (pp must divide it)
+  int64_t heads = 0;               // tp must divide it
+  bool allow_host_offload = true;  // false: auto skips offload-host; optimal never uses host
   std::function<void(const std::string&)> progress;  // one line per event; may be empty
+  bool record_timeline = false;  // the chosen plan's predicted timeline in prediction.timeline
 };
 
 struct PlannerResult {
@@ -50,6 +67,9 @@ struct PlannerResult {
   int64_t over_budget_bytes = 0;  // when !fits: peak minus budget
   int64_t layouts = 0, simulated_layouts = 0, simulations = 0;
   nlohmann::json rok = nlohmann::json::array();  // best layout: per policy memory vs step time
+  // The plans of the other simulated stages (stage 1 standing for the middle
+  // ones when pp > 2, then the last stage when pp > 1), by stage index.
+  std::vector<std::pair<int64_t, traces::Plan>> stage_plans;
 };
 
 Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOptions& hw,

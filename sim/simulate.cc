@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
 
-#include "traces/storage_plan.h"
+#include "sim/collective.h"
 #include "sim/pipeline.h"
+#include "traces/storage_plan.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -22,6 +25,103 @@ int64_t GradientBytes(const traces::Trace& trace) {
     if (t.kind == traces::TensorKind::kWeight) weights += t.bytes;
   }
   return grads > 0 ? grads : weights;
+}
+
+// Megatron's gradient bucket: max(4e7, 1e6 · dp) parameters
+// (megatron/core/distributed/distributed_data_parallel.py).
+constexpr int64_t kBucketParams = 40'000'000;
+constexpr int64_t kBucketParamsPerRank = 1'000'000;
+
+struct StageGradients {
+  std::vector<GradientReady> gradients;  // ready_ns from the start of the micro-batch's backward
+  int64_t bytes_per_param = 2;
+};
+
+// A stage's weight gradients in the order its simulated micro-batch's backward
+// produced them; a trace without gradient tensors all-reduces its weights'
+// size when backward ends.
+StageGradients GradientsOf(const traces::Trace& trace, const StageResult& r) {
+  StageGradients out;
+  const int64_t backward_ns =
+      std::max<int64_t>(0, r.compute_end_ns - r.backward_start_ns - r.optimizer_ns);
+  std::vector<std::pair<int64_t, traces::TensorId>> order;
+  for (const traces::Tensor& t : trace.tensors) {
+    if (t.alias_of || !traces::IsWeightGradient(trace, t)) continue;
+    int64_t ready = backward_ns;
+    if (t.producer != traces::kNoOp && r.ops[static_cast<size_t>(t.producer)].end_ns >= 0) {
+      ready = std::clamp<int64_t>(
+          r.ops[static_cast<size_t>(t.producer)].end_ns - r.backward_start_ns, 0, backward_ns);
+    }
+    order.emplace_back(ready, t.id);
+    out.bytes_per_param = traces::DTypeSize(t.dtype);
+  }
+  std::sort(order.begin(), order.end());
+  for (const auto& [ready, id] : order) {
+    out.gradients.push_back(GradientReady{ready, trace.tensor(id).bytes});
+  }
+  if (out.gradients.empty()) {
+    const int64_t bytes = GradientBytes(trace);
+    if (bytes > 0) out.gradients.push_back(GradientReady{backward_ns, bytes});
+  }
+  return out;
+}
+
+// The whole step as the pipeline ran it: each stage's forwards and backwards
+// (compute lane), its sends and its gradient buckets (network lane).
+traces::Timeline PipelineTimeline(const PipelineResult& pipe,
+                                  const std::vector<std::vector<BucketSpan>>& buckets,
+                                  int64_t optimizer_ns) {
+  traces::Timeline tl;
+  int64_t end = 0;
+  for (const PipelineTask& t : pipe.tasks) {
+    traces::Span span;
+    span.start_ns = t.start_ns;
+    span.end_ns = t.end_ns;
+    span.stage = static_cast<int>(t.stage);
+    span.micro_batch = static_cast<int>(t.micro_batch);
+    switch (t.kind) {
+      case PipelineTask::Kind::kForward:
+        span.name = "forward";
+        break;
+      case PipelineTask::Kind::kBackward:
+        span.name = "backward";
+        break;
+      case PipelineTask::Kind::kSendForward:
+        span.lane = traces::Lane::kNetwork;
+        span.name = "send activations";
+        break;
+      case PipelineTask::Kind::kSendBackward:
+        span.lane = traces::Lane::kNetwork;
+        span.name = "send gradients";
+        break;
+    }
+    end = std::max(end, t.end_ns);
+    tl.spans.push_back(std::move(span));
+  }
+  for (size_t s = 0; s < buckets.size(); ++s) {
+    for (const BucketSpan& b : buckets[s]) {
+      traces::Span span;
+      span.lane = traces::Lane::kNetwork;
+      span.start_ns = b.start_ns;
+      span.end_ns = b.end_ns;
+      span.stage = static_cast<int>(s);
+      span.name = "data-parallel all-reduce";
+      span.bytes = b.bytes;
+      end = std::max(end, b.end_ns);
+      tl.spans.push_back(std::move(span));
+    }
+  }
+  if (optimizer_ns > 0) {
+    for (size_t s = 0; s < buckets.size(); ++s) {
+      traces::Span span;
+      span.start_ns = end;
+      span.end_ns = end + optimizer_ns;
+      span.stage = static_cast<int>(s);
+      span.name = "optimizer";
+      tl.spans.push_back(std::move(span));
+    }
+  }
+  return tl;
 }
 
 int64_t SendBytes(const traces::Trace& trace) {
@@ -56,7 +156,9 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   SSDTRAIN_ASSIGN_OR_RETURN(PipelineSchedule schedule, ParseSchedule(layout.schedule));
   StageSimOptions so;
   so.gpu = options.gpu >= 0 ? options.gpu : SlowestArray(hw);
-  so.record_timeline = options.record_timeline;
+  // A whole step's timeline is the pipeline's (PipelineTimeline); one
+  // micro-batch of one stage shows its ops and transfers.
+  so.record_timeline = options.record_timeline && layout.pp == 1 && layout.num_micro_batches == 1;
   so.use_trace_measurements = options.use_trace_measurements;
 
   std::vector<StageResult> results;
@@ -66,10 +168,46 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     results.push_back(std::move(r));
   }
   const int64_t p = layout.pp, m = layout.num_micro_batches;
-  // The last stage uses the last result; every other stage behaves like stage 0.
-  auto result_for = [&](int64_t s) -> const StageResult& {
-    return s == p - 1 ? results.back() : results[0];
+  const bool whole_step = p > 1 || m > 1;
+  // stages[0] is stage 0, stages.back() the last stage, stages[1] (of three)
+  // every stage in between; with fewer inputs the missing ones behave like stage 0.
+  auto index_for = [&](int64_t s) -> size_t {
+    if (s == p - 1) return results.size() - 1;
+    if (s > 0 && results.size() >= 3) return 1;
+    return 0;
   };
+  // A stage holding k > 1 micro-batches runs one micro-batch's offload writes
+  // while another's reads are in flight on the same array, which splits its
+  // rate evenly between the two directions. Its micro-batch is simulated again
+  // with each direction's rate cut by half the other direction's busy fraction
+  // of the micro-batch (alone): rate · (1 − busy_other / (2 · micro-batch time)).
+  std::vector<std::optional<StageResult>> shared(results.size());
+  std::vector<bool> holds_several(static_cast<size_t>(p), false);
+  for (int64_t s = 0; s < p; ++s) {
+    if (MicroBatchesInFlight(s, p, m, schedule) < 2) continue;
+    holds_several[static_cast<size_t>(s)] = true;
+    const size_t i = index_for(s);
+    const StageResult& alone = results[i];
+    if (shared[i] || alone.ssd_bytes_written + alone.ssd_bytes_read == 0) continue;
+    const double span =
+        static_cast<double>(std::max<int64_t>(1, alone.step_ns - alone.optimizer_ns));
+    auto busy = [&](const char* lane) {
+      auto it = alone.lane_busy_ns.find(lane);
+      return it == alone.lane_busy_ns.end() ? 0.0
+                                            : std::min(1.0, static_cast<double>(it->second) / span);
+    };
+    StageSimOptions contended = so;
+    contended.ssd_read_share = 1.0 - busy("ssd_write") / 2.0;
+    contended.ssd_write_share = 1.0 - busy("ssd_read") / 2.0;
+    SSDTRAIN_ASSIGN_OR_RETURN(StageResult r,
+                              SimulateStage(*stages[i].trace, *stages[i].plan, hw, contended));
+    shared[i] = std::move(r);
+  }
+  auto result_for = [&](int64_t s) -> const StageResult& {
+    const size_t i = index_for(s);
+    return holds_several[static_cast<size_t>(s)] && shared[i] ? *shared[i] : results[i];
+  };
+  const ArrayFigures array = ArrayFor(hw, so.gpu);
   std::vector<StageTimes> times;
   for (int64_t s = 0; s < p; ++s) {
     const StageResult& r = result_for(s);
@@ -81,21 +219,46 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
                                                  (hw.interconnect.pp_GBps * kGiga) * 1e9 +
                                              hw.interconnect.latency_us * 1e3))
             : 0;
-  SSDTRAIN_ASSIGN_OR_RETURN(PipelineResult pipe, SimulatePipeline(times, m, schedule, send_ns));
+  SSDTRAIN_ASSIGN_OR_RETURN(PipelineResult pipe,
+                            SimulatePipeline(times, m, schedule, send_ns, options.record_timeline));
 
   Prediction out;
   out.pipeline_ns = pipe.makespan_ns;
   out.bubble_fraction = pipe.bubble_fraction;
-  int64_t optimizer = 0, grad_bytes = 0;
-  for (size_t i = 0; i < results.size(); ++i) {
-    optimizer = std::max(optimizer, results[i].optimizer_ns);
-    grad_bytes = std::max(grad_bytes, GradientBytes(*stages[i].trace));
-  }
+  int64_t optimizer = 0;
+  for (const StageResult& r : results) optimizer = std::max(optimizer, r.optimizer_ns);
   out.optimizer_ns = optimizer;
-  out.allreduce_ns =
-      RingAllReduceNs(grad_bytes, layout.dp, hw.interconnect.dp_GBps, hw.interconnect.latency_us);
+  // Data parallelism: each stage all-reduces its gradients in buckets during
+  // its last micro-batch's backward (earlier ones accumulate locally).
+  const int64_t bucket_params = std::max(kBucketParams, kBucketParamsPerRank * layout.dp);
+  int64_t gradients_done = pipe.makespan_ns;
+  std::vector<std::vector<BucketSpan>> buckets(static_cast<size_t>(p));
+  // The gradient order of each distinct stage result (alone or sharing the SSD).
+  std::map<const StageResult*, StageGradients> gradients_of;
+  for (int64_t s = 0; s < p; ++s) {
+    const StageResult* r = &result_for(s);
+    auto it = gradients_of.find(r);
+    if (it == gradients_of.end()) {
+      it = gradients_of.emplace(r, GradientsOf(*stages[index_for(s)].trace, *r)).first;
+    }
+    const StageGradients& g = it->second;
+    const int64_t begin = pipe.last_backward_start_ns[static_cast<size_t>(s)];
+    const int64_t end = pipe.stage_end_ns[static_cast<size_t>(s)];
+    std::vector<GradientReady> ready;
+    for (const GradientReady& x : g.gradients) {
+      ready.push_back(GradientReady{std::min(end, begin + x.ready_ns), x.bytes});
+    }
+    auto& spans = buckets[static_cast<size_t>(s)];
+    spans = BucketedAllReduce(ready, bucket_params * g.bytes_per_param, layout.dp,
+                              hw.interconnect.dp_GBps, hw.interconnect.latency_us);
+    int64_t busy = 0;
+    for (const BucketSpan& b : spans) busy += b.end_ns - b.start_ns;
+    out.allreduce_busy_ns = std::max(out.allreduce_busy_ns, busy);
+    if (!spans.empty()) gradients_done = std::max(gradients_done, spans.back().end_ns);
+  }
+  out.allreduce_ns = gradients_done - pipe.makespan_ns;  // not hidden behind backward
   traces::StepMetrics& mt = out.metrics;
-  mt.step_time_ns = pipe.makespan_ns + optimizer + out.allreduce_ns;
+  mt.step_time_ns = gradients_done + optimizer;
   const double step_s = static_cast<double>(mt.step_time_ns) / 1e9;
 
   for (int64_t s = 0; s < p; ++s) {
@@ -106,10 +269,10 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     mt.peak_activation_bytes = std::max(
         mt.peak_activation_bytes, r.peak_activation_bytes + (k - 1) * r.kept_activation_bytes);
   }
-  // Per-GPU I/O: the busiest simulated stage.
-  const StageResult* io = &results[0];
-  for (const StageResult& r : results) {
-    if (r.ssd_bytes_written > io->ssd_bytes_written) io = &r;
+  // Per-GPU I/O: the busiest stage.
+  const StageResult* io = &result_for(0);
+  for (int64_t s = 1; s < p; ++s) {
+    if (result_for(s).ssd_bytes_written > io->ssd_bytes_written) io = &result_for(s);
   }
   mt.ssd_bytes_written = io->ssd_bytes_written * m;
   mt.ssd_bytes_read = io->ssd_bytes_read * m;
@@ -129,24 +292,28 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     mt.tflops_per_gpu = flops * static_cast<double>(m) / static_cast<double>(p) / step_s / kTera;
   }
   if (mt.ssd_bytes_written > 0 && step_s > 0) {
-    const ArrayFigures array = ArrayFor(hw, so.gpu);
     const double write_GBps = static_cast<double>(mt.ssd_bytes_written) / step_s / kGiga;
     mt.ssd_lifetime_days = array.endurance_TBW / (kSecondsPerDayOverGBPerTB * write_GBps);
   }
-  out.lane_busy_ns = results[0].lane_busy_ns;
+  const StageResult& stage0 = result_for(0);
+  out.lane_busy_ns = stage0.lane_busy_ns;
   for (auto& [lane, ns] : out.lane_busy_ns) ns *= m;
   // The optimizer runs once per step, not once per micro-batch.
-  out.lane_busy_ns["compute"] -= (m - 1) * results[0].optimizer_ns;
-  out.ops = results[0].ops;
-  out.forwarded_storages = results[0].forwarded_storages;
-  out.dropped_writes = results[0].dropped_writes;
-  out.recompute_ns = results[0].recompute_ns;
-  out.peak_host_bytes = results[0].peak_host_bytes;
-  for (StageResult& r : results) {
-    auto& spans = out.timeline.spans;
-    spans.insert(spans.end(), r.timeline.spans.begin(), r.timeline.spans.end());
-    auto& mem = out.timeline.memory;
-    if (mem.empty()) mem = r.timeline.memory;
+  out.lane_busy_ns["compute"] -= (m - 1) * stage0.optimizer_ns;
+  out.ops = stage0.ops;
+  out.forwarded_storages = stage0.forwarded_storages;
+  out.dropped_writes = stage0.dropped_writes;
+  out.recompute_ns = stage0.recompute_ns;
+  out.peak_host_bytes = stage0.peak_host_bytes;
+  if (!whole_step) {
+    for (StageResult& r : results) {
+      auto& spans = out.timeline.spans;
+      spans.insert(spans.end(), r.timeline.spans.begin(), r.timeline.spans.end());
+      auto& mem = out.timeline.memory;
+      if (mem.empty()) mem = r.timeline.memory;
+    }
+  } else if (options.record_timeline) {
+    out.timeline = PipelineTimeline(pipe, buckets, optimizer);
   }
   return out;
 }
@@ -170,6 +337,7 @@ nlohmann::json PredictionToJson(const Prediction& p) {
   j["ops"] = ops;
   j["details"] = {{"pipeline_ns", p.pipeline_ns},
                   {"allreduce_ns", p.allreduce_ns},
+                  {"allreduce_busy_ns", p.allreduce_busy_ns},
                   {"optimizer_ns", p.optimizer_ns},
                   {"bubble_fraction", p.bubble_fraction},
                   {"forwarded_storages", p.forwarded_storages},
@@ -188,6 +356,7 @@ traces::StepReport PredictionReport(const Prediction& p, const traces::Trace& tr
   r.policy = plan.policy;
   r.source = hw.name;
   r.metrics = p.metrics;
+  r.layout = traces::LayoutOf(plan);
   for (traces::Lane l : traces::kBusyLanes) {
     const std::string lane(traces::ToString(l));
     auto it = p.lane_busy_ns.find(lane);

@@ -1,14 +1,30 @@
-// Simulating a plan for one training step: each simulated stage's micro-batch
-// (SimulateStage), composed into the pipeline schedule over the plan's
-// micro-batches, then the optimizer and the data-parallel gradient all-reduce.
+// Simulating a plan for one training step of m micro-batches over pp pipeline
+// stages (GPipe or 1F1B), dp-way data parallel:
+// - Each distinct stage's micro-batch is simulated once (SimulateStage: ops,
+//   offload I/O, memory); the pipeline schedule composes the stages' forward
+//   and backward times over all m micro-batches (sim/pipeline.h), with the
+//   activation and gradient sends as transfers on the links between stages.
+// - Micro-batches in flight share the SSD: a stage that holds k > 1 of them
+//   (1F1B: min(p − i, m) on stage i; GPipe: m) runs one micro-batch's writes
+//   while another's reads are in flight, and the array splits its rate evenly
+//   between the two directions. Its micro-batch is simulated again with each
+//   direction's rate cut by half the other direction's busy fraction of the
+//   micro-batch alone, rate · (1 − busy_other / (2 · micro-batch time)), so
+//   later writes (later evictions, more memory) and later reads (exposed I/O)
+//   show in its times and peak.
+// - Memory: a stage holding k micro-batches needs its one-micro-batch peak
+//   plus (k − 1)·kept_activation_bytes (the activations the plan keeps).
+// - Data parallelism: each stage all-reduces its weight gradients in buckets
+//   of max(4e7, 1e6·dp) parameters (Megatron's) during its last micro-batch's
+//   backward, in the order backward produces them (sim/collective.h); only
+//   what outlasts the pipeline adds to the step. Then the optimizer.
+// With pp = 1, m = 1, dp = 1 this is exactly SimulateStage's step.
 //
 // Stages: `stages` holds the traces of the stages that were simulated, with a
-// plan for each; stages in between behave like stages[0] (so one trace stands
-// for all pp stages when only one is given). Per-GPU figures (bytes, memory)
-// are the worst stage's.
-//
-// Memory with pipelining: a stage that holds k micro-batches in flight needs
-// static + (k − 1)·kept_activation_bytes + (single micro-batch peak − static).
+// plan for each: stage 0, then (of three) one standing for every middle stage,
+// then the last stage; with fewer, a missing middle or last stage behaves like
+// stage 0 (so one trace stands for all pp stages when only one is given).
+// Per-GPU figures (bytes, memory) are the worst stage's.
 //
 // Thread-safety: a pure function; safe to call concurrently.
 #pragma once
@@ -42,11 +58,14 @@ struct SimulateOptions {
 
 struct Prediction {
   traces::StepMetrics metrics;
-  traces::Timeline timeline;                    // one micro-batch of each simulated stage
+  // pp = 1, m = 1: the stage's ops and transfers; a whole step: each stage's
+  // forwards, backwards, sends, gradient buckets and optimizer (PipelineTimeline).
+  traces::Timeline timeline;
   std::map<std::string, int64_t> lane_busy_ns;  // per step, stage 0
   std::vector<OpTiming> ops;                    // stage 0, first micro-batch, by op id
   int64_t pipeline_ns = 0;
-  int64_t allreduce_ns = 0;
+  int64_t allreduce_ns = 0;       // data-parallel all-reduce not hidden behind backward
+  int64_t allreduce_busy_ns = 0;  // all of it (the busiest stage's buckets)
   int64_t optimizer_ns = 0;
   double bubble_fraction = 0;
   int64_t forwarded_storages = 0;

@@ -74,10 +74,9 @@ class StageSimulator {
         net_(engine_),
         alignment_(std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes)),
         workspace_bytes_(hw.gpu.replay_workspace
-                             ? traces::DeviceBytes(
-                                   traces::ReplayWorkspaceBytes(
-                                       trace, hw.gpu.replay_output_region_bytes),
-                                   alignment_)
+                             ? traces::DeviceBytes(traces::ReplayWorkspaceBytes(
+                                                       trace, hw.gpu.replay_output_region_bytes),
+                                                   alignment_)
                              : 0),
         budget_bytes_(plan.memory_budget_bytes) {}
 
@@ -195,8 +194,8 @@ void StageSimulator::SetUpResources() {
   auto rate = [](double gbps) {
     return BytesPerSec{std::max<int64_t>(1, static_cast<int64_t>(gbps * kGiga))};
   };
-  ssd_read_rate_ = rate(array.read_GBps);
-  ssd_write_rate_ = rate(array.write_GBps);
+  ssd_read_rate_ = rate(array.read_GBps * options_.ssd_read_share);
+  ssd_write_rate_ = rate(array.write_GBps * options_.ssd_write_share);
   pcie_latency_ = Time::Ns(static_cast<int64_t>(hw_.host_link.latency_us * 1000));
   ssd_read_latency_ = Time::Ns(static_cast<int64_t>(d.read_latency_us * 1000));
   ssd_write_latency_ = Time::Ns(static_cast<int64_t>(d.write_latency_us * 1000));

@@ -53,6 +53,11 @@ struct StageSimOptions {
   bool record_timeline = true;  // spans and memory samples in StageResult::timeline
   bool use_trace_measurements = true;  // prefer ops' measured_ns over the cost model
   int64_t time_offset_ns = 0;          // added to every timeline time (pipeline placement)
+  // The fractions of the SSD array's read and write rates this micro-batch
+  // gets, in (0, 1]: below 1 when other micro-batches in flight on the stage
+  // use the drive too (sim/simulate.h); 1 alone.
+  double ssd_read_share = 1.0;
+  double ssd_write_share = 1.0;
 };
 
 struct OpTiming {

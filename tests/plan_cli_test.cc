@@ -283,5 +283,108 @@ TEST_F(PlanCli, SimulateRejectsAPlanForAnotherTrace) {
   EXPECT_FALSE(fs::exists(File("sim.json")));
 }
 
+// Pins fix the layout; the search covers the rest. tiny-gpt has 4 layers and 4
+// heads: on 8 GPUs, --tp 2 --pp 2 leaves dp = 8 / (2·2) = 2, and --global-batch
+// 16 at micro-batch 2 gives m = 16 / (2·2) = 4 micro-batches.
+TEST_F(PlanCli, PinnedLayoutIsThePlansLayoutAndPrintsItsReplayCommand) {
+  CliResult r =
+      RunSsdtrain("plan --model " + Model("tiny-gpt") + " --hardware " + Hardware("cpu-local") +
+                  " --gpus 8 --tp 2 --pp 2 --micro-batch 2 --global-batch 16 "
+                  "--schedule gpipe --policy keep -o " +
+                  File("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->tp, 2);
+  EXPECT_EQ(plan->pp, 2);
+  EXPECT_EQ(plan->dp, 2);
+  EXPECT_EQ(plan->micro_batch, 2);
+  EXPECT_EQ(plan->num_micro_batches, 4);
+  EXPECT_EQ(plan->schedule, "gpipe");
+  EXPECT_NE(r.output.find("replay this plan: ssdtrain trace --model"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("ssdtrain replay --trace " + File("plan.trace.json") + " --plan " +
+                          File("plan.json")),
+            std::string::npos)
+      << r.output;
+  // --num-micro-batches pins m directly.
+  r = RunSsdtrain("plan --model " + Model("tiny-gpt") + " --hardware " + Hardware("cpu-local") +
+                  " --gpus 2 --pp 2 --num-micro-batches 3 --policy keep -o " + File("p2.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  plan = traces::ReadPlan(File("p2.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->pp, 2);
+  EXPECT_EQ(plan->num_micro_batches, 3);
+  EXPECT_EQ(plan->schedule, "1f1b");
+}
+
+TEST_F(PlanCli, ImpossiblePinsAreRejectedNamingTheFlagAndWhy) {
+  const std::string base = "plan --model " + Model("tiny-gpt") + " --hardware " +
+                           Hardware("cpu-local") + " --policy keep -o " + File("plan.json") + " ";
+  const std::pair<std::string, std::string> cases[] = {
+      // 4 layers, 4 heads.
+      {"--gpus 3 --pp 3", "--pp 3: does not divide the model's 4 layers"},
+      {"--gpus 3 --tp 3", "--tp 3: does not divide the model's 4 attention heads"},
+      {"--gpus 8 --tp 2 --pp 2 --dp 4",
+       "--tp 2 x --pp 2 x --dp 4 = 16 GPUs, but --gpus 8: dp x tp x pp must equal the GPUs"},
+      {"--gpus 6 --pp 4", "--pp 4: does not divide --gpus 6"},
+      {"--gpus 2 --micro-batch 2 --num-micro-batches 3 --global-batch 8",
+       "--global-batch 8: must be --micro-batch x --num-micro-batches x dp = 6 x dp"},
+  };
+  for (const auto& [flags, message] : cases) {
+    CliResult r = RunSsdtrain(base + flags);
+    EXPECT_EQ(r.exit_code, 1) << flags;
+    EXPECT_NE(r.output.find(message), std::string::npos) << flags << "\n" << r.output;
+    EXPECT_FALSE(fs::exists(File("plan.json"))) << flags;
+  }
+}
+
+// The loop refuses to compare different steps: a replay of a one-micro-batch
+// plan against the prediction of the same plan compares; against a whole-step
+// prediction of 4 micro-batches it exits 1 naming the field.
+TEST_F(PlanCli, CompareRefusesAPredictionOfAnotherLayout) {
+  const std::string model = Model("tiny-gpt"), hw = Hardware("cpu-local");
+  ASSERT_EQ(RunSsdtrain("trace --model " + model + " -o " + File("t.json")).exit_code, 0);
+  // tiny-gpt's config has micro-batch 4: one micro-batch per step.
+  CliResult r = RunSsdtrain("plan --model " + model + " --hardware " + hw +
+                            " --micro-batch 4 --global-batch 4 --policy keep -o " +
+                            File("one.json") + " --prediction " + File("pred-one.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = RunSsdtrain("plan --model " + model + " --hardware " + hw +
+                  " --micro-batch 4 --num-micro-batches 4 --policy keep -o " + File("four.json") +
+                  " --prediction " + File("pred-four.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  fs::create_directories(File("offload"));
+  r = RunSsdtrain("replay --trace " + File("t.json") + " --plan " + File("one.json") + " --dir " +
+                  File("offload") + " --backend cpu --steps 1 -o " + File("run.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Result<traces::StepReport> run = traces::ReadStepReport(File("run.json"));
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  ASSERT_TRUE(run->layout.has_value());
+  EXPECT_EQ(*run->layout, (traces::ReportLayout{4, 1, 1, 1, 1, "1f1b"}));
+
+  r = RunSsdtrain("compare --predicted " + File("pred-one.json") + " --measured " +
+                  File("run.json"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = RunSsdtrain("compare --predicted " + File("pred-four.json") + " --measured " +
+                  File("run.json"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("layout differs (num_micro_batches 4 vs 1"), std::string::npos)
+      << r.output;
+  // The replay of the 4-micro-batch plan runs its whole step: the layouts agree.
+  r = RunSsdtrain("replay --trace " + File("t.json") + " --plan " + File("four.json") + " --dir " +
+                  File("offload") + " --backend cpu --steps 1 -o " + File("run-four.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = RunSsdtrain("compare --predicted " + File("pred-four.json") + " --measured " +
+                  File("run-four.json"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // A report without a layout cannot be checked: refused, naming the file.
+  const std::string old =
+      Edited(File("pred-one.json"), "old.json", [](nlohmann::json& j) { j.erase("layout"); });
+  r = RunSsdtrain("compare --predicted " + old + " --measured " + File("run.json"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("old.json: layout: missing"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace ssdtrain

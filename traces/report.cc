@@ -12,6 +12,27 @@ using nlohmann::json;
 
 }  // namespace
 
+ReportLayout LayoutOf(const Plan& plan) {
+  return ReportLayout{plan.micro_batch,       plan.tp,      plan.pp, plan.dp,
+                      plan.num_micro_batches, plan.schedule};
+}
+
+std::string LayoutMismatch(const ReportLayout& a, const ReportLayout& b) {
+  std::string out;
+  auto field = [&](const char* name, const std::string& x, const std::string& y) {
+    if (x == y) return;
+    out += (out.empty() ? "" : ", ") + std::string(name) + " " + x + " vs " + y;
+  };
+  field("micro_batch", std::to_string(a.micro_batch), std::to_string(b.micro_batch));
+  field("tp", std::to_string(a.tp), std::to_string(b.tp));
+  field("pp", std::to_string(a.pp), std::to_string(b.pp));
+  field("dp", std::to_string(a.dp), std::to_string(b.dp));
+  field("num_micro_batches", std::to_string(a.num_micro_batches),
+        std::to_string(b.num_micro_batches));
+  field("schedule", a.schedule, b.schedule);
+  return out;
+}
+
 json ToJson(const StepReport& r) {
   json j = ToJson(r.metrics);
   j["format"] = kReportFormatName;
@@ -29,6 +50,14 @@ json ToJson(const StepReport& r) {
   j["ops"] = std::move(ops);
   j["steps"] = r.steps;
   j["verified"] = r.verified ? json(*r.verified) : json(nullptr);
+  if (r.layout) {
+    j["layout"] = json{{"micro_batch", r.layout->micro_batch},
+                       {"tp", r.layout->tp},
+                       {"pp", r.layout->pp},
+                       {"dp", r.layout->dp},
+                       {"num_micro_batches", r.layout->num_micro_batches},
+                       {"schedule", r.layout->schedule}};
+  }
   j["extra"] = r.extra;
   return j;
 }
@@ -84,6 +113,18 @@ Result<StepReport> StepReportFromJson(const json& j, const std::string& source) 
   if (r.Has("verified")) {
     SSDTRAIN_ASSIGN_OR_RETURN(bool v, r.Bool("verified"));
     out.verified = v;
+  }
+  if (r.Has("layout")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(const json* layout, r.Value("layout"));
+    SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader lr, ObjectReader::Make(*layout, r.At("layout")));
+    ReportLayout l;
+    SSDTRAIN_ASSIGN_OR_RETURN(l.micro_batch, lr.Int("micro_batch"));
+    SSDTRAIN_ASSIGN_OR_RETURN(l.tp, lr.Int("tp"));
+    SSDTRAIN_ASSIGN_OR_RETURN(l.pp, lr.Int("pp"));
+    SSDTRAIN_ASSIGN_OR_RETURN(l.dp, lr.Int("dp"));
+    SSDTRAIN_ASSIGN_OR_RETURN(l.num_micro_batches, lr.Int("num_micro_batches"));
+    SSDTRAIN_ASSIGN_OR_RETURN(l.schedule, lr.String("schedule"));
+    out.layout = l;
   }
   if (r.Has("extra")) {
     SSDTRAIN_ASSIGN_OR_RETURN(const json* extra, r.Value("extra"));

@@ -27,6 +27,27 @@ struct OpTiming {
   int64_t end_ns = 0;
 };
 
+// The training layout a report covers: what the plan laid out (a prediction)
+// or what the replay ran (a run: its stage's whole step, the plan's
+// micro-batches in its schedule, on each of its data-parallel ranks; one
+// stage, so pp 1). `ssdtrain compare` refuses to set
+// two reports side by side whose layouts differ.
+struct ReportLayout {
+  int64_t micro_batch = 1;
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t dp = 1;
+  int64_t num_micro_batches = 1;
+  std::string schedule = "1f1b";
+  bool operator==(const ReportLayout&) const = default;
+};
+
+// The plan's layout (micro_batch, tp, pp, dp, num_micro_batches, schedule).
+ReportLayout LayoutOf(const Plan& plan);
+// Every field in which `a` and `b` differ, as "pp 4 vs 1, num_micro_batches 8
+// vs 1"; empty when they agree.
+std::string LayoutMismatch(const ReportLayout& a, const ReportLayout& b);
+
 struct StepReport {
   std::string kind;  // "prediction" or "run"
   std::string model;
@@ -39,6 +60,9 @@ struct StepReport {
   std::vector<OpTiming> ops;     // one step, in op order
   int64_t steps = 1;             // measured steps the medians come from
   std::optional<bool> verified;  // runs with --verify
+  // JSON "layout": {micro_batch, tp, pp, dp, num_micro_batches, schedule};
+  // absent in reports written before it existed.
+  std::optional<ReportLayout> layout;
   nlohmann::json extra = nlohmann::json::object();
 };
 

@@ -1,0 +1,66 @@
+#include "sim/collective.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ssdtrain::sim {
+
+std::string_view ToString(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+      return "all_gather";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kAllReduce:
+      break;
+  }
+  return "all_reduce";
+}
+
+CollectiveKind ClassifyCollective(const traces::Op& op) {
+  if (op.bytes_written > op.bytes_read) return CollectiveKind::kAllGather;
+  if (op.bytes_read > op.bytes_written && op.bytes_written > 0) {
+    return CollectiveKind::kReduceScatter;
+  }
+  return CollectiveKind::kAllReduce;
+}
+
+int64_t CollectivePayloadBytes(const traces::Op& op) {
+  return std::max(op.bytes_read, op.bytes_written);
+}
+
+int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, double GBps,
+                     double latency_us) {
+  if (n <= 1) return 0;
+  // Steps of the ring: all-reduce is a reduce-scatter followed by an all-gather.
+  const double steps =
+      static_cast<double>(kind == CollectiveKind::kAllReduce ? 2 * (n - 1) : n - 1);
+  const double seconds =
+      steps / static_cast<double>(n) * static_cast<double>(payload_bytes) / (GBps * 1e9) +
+      steps * latency_us * 1e-6;
+  return static_cast<int64_t>(std::ceil(seconds * 1e9));
+}
+
+std::vector<BucketSpan> BucketedAllReduce(const std::vector<GradientReady>& gradients,
+                                          int64_t bucket_bytes, int64_t n, double GBps,
+                                          double latency_us) {
+  std::vector<BucketSpan> out;
+  if (n <= 1) return out;
+  int64_t bytes = 0, ready = 0, link_free = 0;
+  auto close = [&] {
+    const int64_t start = std::max(ready, link_free);
+    link_free = start + CollectiveNs(CollectiveKind::kAllReduce, bytes, n, GBps, latency_us);
+    out.push_back(BucketSpan{start, link_free, bytes});
+    bytes = 0;
+    ready = 0;
+  };
+  for (const GradientReady& g : gradients) {
+    bytes += g.bytes;
+    ready = std::max(ready, g.ready_ns);
+    if (bytes >= bucket_bytes) close();
+  }
+  if (bytes > 0) close();
+  return out;
+}
+
+}  // namespace ssdtrain::sim

@@ -1,0 +1,56 @@
+// Collectives priced by kind, as rings over n ranks (the NCCL ring algorithms;
+// Patarasuk and Yuan's bandwidth-optimal all-reduce):
+//   all-reduce      2·(n−1)/n · S / B  +  2·(n−1) · latency
+//   all-gather      (n−1)/n · S / B    +  (n−1) · latency
+//   reduce-scatter  (n−1)/n · S / B    +  (n−1) · latency
+// S is the collective's payload: the full (unsharded) tensor, i.e. the
+// all-reduce's buffer, the all-gather's output, the reduce-scatter's input.
+// B is the per-rank link bandwidth (1e9 B/s), latency the per-step link latency.
+// Every duration is 0 when n <= 1 and rounds up to whole nanoseconds.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "traces/trace.h"
+
+namespace ssdtrain::sim {
+
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter };
+std::string_view ToString(CollectiveKind kind);
+
+// A trace's kCollective op by its shape: an all-gather writes more than it
+// reads (the gathered tensor), a reduce-scatter reads more than it writes (the
+// shard); equal sizes are an all-reduce.
+CollectiveKind ClassifyCollective(const traces::Op& op);
+// The payload S of a kCollective op: the larger of bytes read and written.
+int64_t CollectivePayloadBytes(const traces::Op& op);
+
+// The ring's time for `payload_bytes` over `n` ranks (see the formulas above).
+int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, double GBps,
+                     double latency_us);
+
+// Data-parallel gradients all-reduced in buckets while backward runs (PyTorch
+// DDP, Megatron's distributed optimizer): gradients join the open bucket in
+// the order backward produces them; a bucket is closed once it holds
+// `bucket_bytes` (or when the last gradient joins), and its all-reduce starts
+// when its last gradient is ready and the previous bucket's has ended (one
+// ring at a time on the data-parallel link).
+struct GradientReady {
+  int64_t ready_ns = 0;  // when backward has produced it
+  int64_t bytes = 0;
+};
+struct BucketSpan {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t bytes = 0;
+};
+// The buckets' all-reduces in order; empty when n <= 1 or there is nothing.
+std::vector<BucketSpan> BucketedAllReduce(const std::vector<GradientReady>& gradients,
+                                          int64_t bucket_bytes, int64_t n, double GBps,
+                                          double latency_us);
+
+}  // namespace ssdtrain::sim

@@ -1,0 +1,80 @@
+#include "sim/collective.h"
+
+#include <gtest/gtest.h>
+
+#include "sim/op_cost.h"
+#include "sim/pipeline.h"
+#include "sim/tests/test_traces.h"
+
+namespace ssdtrain::sim {
+namespace {
+
+using traces::OpKind;
+
+// 8 GB payload over 4 ranks at 10 GB/s with 5 µs per ring step.
+constexpr int64_t kPayload = 8'000'000'000;
+constexpr int64_t kRanks = 4;
+constexpr double kGBps = 10;
+constexpr double kLatencyUs = 5;
+
+TEST(Collective, AllReduceIsTwoRingPassesOverThePayload) {
+  // 2·(4−1)/4 · 8 GB / 10 GB/s = 1.2 s, plus 2·(4−1) = 6 steps × 5 µs = 30 µs.
+  EXPECT_EQ(CollectiveNs(CollectiveKind::kAllReduce, kPayload, kRanks, kGBps, kLatencyUs),
+            1'200'030'000);
+}
+
+TEST(Collective, AllGatherAndReduceScatterAreOneRingPass) {
+  // (4−1)/4 · 8 GB / 10 GB/s = 0.6 s, plus (4−1) = 3 steps × 5 µs = 15 µs.
+  EXPECT_EQ(CollectiveNs(CollectiveKind::kAllGather, kPayload, kRanks, kGBps, kLatencyUs),
+            600'015'000);
+  EXPECT_EQ(CollectiveNs(CollectiveKind::kReduceScatter, kPayload, kRanks, kGBps, kLatencyUs),
+            600'015'000);
+}
+
+TEST(Collective, OneRankCostsNothing) {
+  EXPECT_EQ(CollectiveNs(CollectiveKind::kAllReduce, kPayload, 1, kGBps, kLatencyUs), 0);
+  EXPECT_EQ(CollectiveNs(CollectiveKind::kAllGather, kPayload, 1, kGBps, kLatencyUs), 0);
+}
+
+TEST(Collective, RingAllReduceIsTheAllReduceKind) {
+  EXPECT_EQ(RingAllReduceNs(kPayload, kRanks, kGBps, kLatencyUs),
+            CollectiveNs(CollectiveKind::kAllReduce, kPayload, kRanks, kGBps, kLatencyUs));
+}
+
+// A trace op of kind collective reading `read` and writing `written` bytes.
+traces::Op CollectiveOp(int64_t read, int64_t written) {
+  traces::Op op;
+  op.kind = OpKind::kCollective;
+  op.bytes_read = read;
+  op.bytes_written = written;
+  return op;
+}
+
+TEST(Collective, KindFollowsTheOpsShape) {
+  // all-gather: shard in, 4× larger tensor out; reduce-scatter: the reverse.
+  EXPECT_EQ(ClassifyCollective(CollectiveOp(1000, 4000)), CollectiveKind::kAllGather);
+  EXPECT_EQ(ClassifyCollective(CollectiveOp(4000, 1000)), CollectiveKind::kReduceScatter);
+  EXPECT_EQ(ClassifyCollective(CollectiveOp(4000, 4000)), CollectiveKind::kAllReduce);
+  EXPECT_EQ(CollectivePayloadBytes(CollectiveOp(1000, 4000)), 4000);
+  EXPECT_EQ(CollectivePayloadBytes(CollectiveOp(4000, 1000)), 4000);
+}
+
+TEST(Collective, CostModelPricesTraceCollectivesByKindOnTheTensorParallelGroup) {
+  // tp = 4 at tp_GBps 10 and latency 5 µs, no per-op overhead. Payload S = 8 GB
+  // in each case (the gathered output, the scattered input, the reduced buffer):
+  // all-gather and reduce-scatter 0.6 s + 15 µs, all-reduce 1.2 s + 30 µs, where
+  // bytes read + written would have priced them at 1.5 s and 2.4 s.
+  HardwareOptions hw = testing::TestHardware(1, 1, 10);
+  hw.gpu.op_overhead_us = 0;
+  hw.interconnect.tp_GBps = kGBps;
+  hw.interconnect.latency_us = kLatencyUs;
+  const OpCostModel cost(hw, kRanks, "fp16");
+  EXPECT_EQ(cost.RooflineNs(CollectiveOp(kPayload / 4, kPayload)), 600'015'000);
+  EXPECT_EQ(cost.RooflineNs(CollectiveOp(kPayload, kPayload / 4)), 600'015'000);
+  EXPECT_EQ(cost.RooflineNs(CollectiveOp(kPayload, kPayload)), 1'200'030'000);
+  const OpCostModel single(hw, 1, "fp16");
+  EXPECT_EQ(single.RooflineNs(CollectiveOp(kPayload, kPayload)), 0);
+}
+
+}  // namespace
+}  // namespace ssdtrain::sim
