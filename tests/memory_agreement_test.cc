@@ -62,6 +62,7 @@ class ScratchDirTest : public ::testing::Test {
 class MemoryAgreement : public ScratchDirTest,
                         public ::testing::WithParamInterface<std::string> {};
 using BudgetPromise = ScratchDirTest;
+using WholeStepMemory = ScratchDirTest;
 
 TEST_P(MemoryAgreement, PredictedPeaksEqualTheReplaysToTheByte) {
   const traces::Trace trace = MicroGpt();
@@ -99,6 +100,39 @@ TEST_P(MemoryAgreement, PredictedPeaksEqualTheReplaysToTheByte) {
     EXPECT_EQ(run->metrics.peak_activation_bytes, peaks.activation_bytes);
     EXPECT_EQ(run->metrics.peak_gpu_bytes, peaks.device_bytes + run->workspace_bytes);
   }
+}
+
+// A whole step of three micro-batches under 1F1B on one stage: the replay runs
+// them one after another (traces::UnrollStep), the simulator composes them
+// (one in flight at a time, MicroBatchesInFlight); both hold one micro-batch's
+// activations at a time, so the peaks still agree to the byte, and the step
+// writes three micro-batches' worth.
+TEST_F(WholeStepMemory, OneStageHoldsOneMicroBatchAtATimeOnBothSides) {
+  const traces::Trace trace = MicroGpt();
+  const sim::HardwareOptions hw = FastIoCpu();
+  sim::PolicyOptions po;
+  po.min_offload_bytes = 0;
+  auto plan = sim::MakeFixedPlan("offload-ssd", trace, hw, sim::BasePlan(trace), po);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  plan->num_micro_batches = 3;
+  auto predicted = sim::Simulate(trace, *plan, hw);
+  ASSERT_TRUE(predicted.ok()) << predicted.status().message();
+  exec::ReplayOptions ro;
+  ro.dir = dir_.string();
+  ro.backend = exec::BackendChoice::kCpu;
+  ro.steps = 1;
+  ro.verify = true;
+  ro.wait_for_writes = true;
+  ro.device_memory_bytes = int64_t{64} << 20;
+  auto run = exec::Replay(trace, *plan, ro, "offload-ssd, 3 micro-batches");
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_TRUE(run->verified);
+  EXPECT_EQ(predicted->metrics.peak_activation_bytes, run->metrics.peak_activation_bytes);
+  EXPECT_EQ(predicted->metrics.peak_gpu_bytes, run->metrics.peak_gpu_bytes);
+  EXPECT_EQ(predicted->metrics.ssd_bytes_written, run->metrics.ssd_bytes_written);
+  auto one = traces::ResolvePlan(trace, *plan, "offload-ssd");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(run->metrics.ssd_bytes_written, 3 * one->ssd_bytes);
 }
 
 // The budget is a promise. Every activation of micro-gpt offloaded through an
