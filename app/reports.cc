@@ -4,12 +4,12 @@ namespace ssdtrain::app {
 
 traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace& trace,
                              const traces::Plan& plan) {
-  traces::StepReport r;
-  r.kind = "run";
-  r.model = trace.header.model;
-  r.trace_fingerprint = traces::Fingerprint(trace);
-  r.policy = plan.policy;
-  r.source = run.device;
+  // What the replay ran: the whole step of the trace's stage (its micro-batches
+  // in its schedule) on each of its data-parallel ranks; one stage, so pp 1.
+  traces::StepReport r =
+      traces::NewStepReport("run", trace, plan, run.device,
+                            traces::ReportLayout{trace.header.micro_batch, trace.header.tp, 1,
+                                                 run.ranks, run.micro_batches, run.schedule});
   r.metrics = run.metrics;
   r.lane_busy_ns = run.busy.ByLane();
   // Per op, as a prediction has them: micro-batch 0's, under the ids of the
@@ -18,10 +18,6 @@ traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace&
     if (t.micro_batch == 0) r.ops.push_back(traces::OpTiming{t.original_op, t.start_ns, t.end_ns});
   }
   r.steps = run.steps;
-  // What the replay ran: the whole step of the trace's stage (its micro-batches
-  // in its schedule) on each of its data-parallel ranks; one stage, so pp 1.
-  r.layout = traces::ReportLayout{trace.header.micro_batch, trace.header.tp, 1, run.ranks,
-                                  run.micro_batches,        run.schedule};
   if (run.verify) r.verified = run.verified;
   // The executor's own figures (cache, step times, plan checks) ride along.
   nlohmann::json j = exec::ToJson(run);

@@ -349,14 +349,9 @@ nlohmann::json PredictionToJson(const Prediction& p) {
 
 traces::StepReport PredictionReport(const Prediction& p, const traces::Trace& trace,
                                     const traces::Plan& plan, const HardwareOptions& hw) {
-  traces::StepReport r;
-  r.kind = "prediction";
-  r.model = trace.header.model;
-  r.trace_fingerprint = traces::Fingerprint(trace);
-  r.policy = plan.policy;
-  r.source = hw.name;
+  traces::StepReport r =
+      traces::NewStepReport("prediction", trace, plan, hw.name, traces::LayoutOf(plan));
   r.metrics = p.metrics;
-  r.layout = traces::LayoutOf(plan);
   for (traces::Lane l : traces::kBusyLanes) {
     const std::string lane(traces::ToString(l));
     auto it = p.lane_busy_ns.find(lane);

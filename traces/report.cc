@@ -12,6 +12,18 @@ using nlohmann::json;
 
 }  // namespace
 
+StepReport NewStepReport(std::string kind, const Trace& trace, const Plan& plan, std::string source,
+                         ReportLayout layout) {
+  StepReport r;
+  r.kind = std::move(kind);
+  r.model = trace.header.model;
+  r.trace_fingerprint = Fingerprint(trace);
+  r.policy = plan.policy;
+  r.source = std::move(source);
+  r.layout = std::move(layout);
+  return r;
+}
+
 ReportLayout LayoutOf(const Plan& plan) {
   return ReportLayout{plan.micro_batch,       plan.tp,      plan.pp, plan.dp,
                       plan.num_micro_batches, plan.schedule};

@@ -66,6 +66,12 @@ struct StepReport {
   nlohmann::json extra = nlohmann::json::object();
 };
 
+// What every report says of itself, predicted or measured alike: its kind
+// ("prediction" or "run"), the trace's model and fingerprint, the plan's
+// policy, its source (a hardware config or a device) and the layout.
+StepReport NewStepReport(std::string kind, const Trace& trace, const Plan& plan, std::string source,
+                         ReportLayout layout);
+
 nlohmann::json ToJson(const StepReport& r);
 Result<StepReport> StepReportFromJson(const nlohmann::json& j, const std::string& source);
 Result<StepReport> ReadStepReport(const std::string& path);
