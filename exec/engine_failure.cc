@@ -47,14 +47,18 @@ void OffloadEngine::Impl::MaybePurgeLocked() {
   RemoveFilesLocked();
   purged = true;
   if (pool) pool->Close(StoppedStatusLocked());
-  cv.notify_all();
+  cv.NotifyAll();
 }
 
-Status OffloadEngine::Impl::FailAndPurge(std::unique_lock<std::mutex>& lock, Status s) {
+Status OffloadEngine::Impl::FailAndPurgeLocked(Status s) {
   RecordFailureLocked(s);
-  backend->Notify();
-  cv.wait(lock, [&] { return purged; });
+  WaitForPurgeLocked();
   return s;
+}
+
+void OffloadEngine::Impl::WaitForPurgeLocked() {
+  backend->Notify();  // the I/O thread purges
+  while (!purged) cv.Wait(&mu);
 }
 
 Status OffloadEngine::Impl::IoErrorStatus(const Job& job, int err) const {

@@ -59,13 +59,13 @@ Result<OffloadEngine::Impl::File*> OffloadEngine::Impl::FileForLocked(const Tens
 Status OffloadEngine::Impl::Preallocate(const std::string& name, int device, int64_t bytes) {
   SSDTRAIN_RETURN_IF_ERROR(CheckOffloadFileName(name));
   if (bytes <= 0) return Status::InvalidArgument("preallocate " + name + ": bytes must be > 0");
-  std::unique_lock lock(mu);
+  detail::MutexLock lock(&mu);
   if (!failed.ok()) return StoppedStatusLocked();
   TensorKey key;
   key.file = name;
   key.device = device < 0 ? 0 : device;
   auto f = FileForLocked(key, /*create=*/true);
-  if (!f.ok()) return FailAndPurge(lock, f.status());
+  if (!f.ok()) return FailAndPurgeLocked(f.status());
   File* file = *f;
   const int64_t len = RoundUp(bytes, kDirectIoAlign);
   if (len <= file->reserved_end) return Status::Ok();
@@ -84,14 +84,14 @@ Status OffloadEngine::Impl::Preallocate(const std::string& name, int device, int
                           "disk full: " + std::to_string(len) + " bytes needed in " + probe.dir +
                           " (" + ErrnoText(err) + "); free space or point --dir elsewhere")
                     : IoErrorStatus(probe, err);
-    return FailAndPurge(lock, st);
+    return FailAndPurgeLocked(st);
   }
   file->reserved_end = len;
   return Status::Ok();
 }
 
 Status OffloadEngine::Impl::Remove(traces::TensorId tensor) {
-  std::lock_guard lock(mu);
+  detail::MutexLock lock(&mu);
   if (!failed.ok()) return StoppedStatusLocked();
   auto it = tensors.find(tensor);
   if (it == tensors.end()) {
@@ -113,9 +113,8 @@ Status OffloadEngine::Impl::Remove(traces::TensorId tensor) {
 }
 
 Status OffloadEngine::Impl::RemoveAll() {
-  std::unique_lock lock(mu);
-  cv.wait(lock,
-          [&] { return (queue.empty() && in_flight == 0 && unlocked_writes == 0) || purged; });
+  detail::MutexLock lock(&mu);
+  while (!((queue.empty() && in_flight == 0 && unlocked_writes == 0) || purged)) cv.Wait(&mu);
   RemoveFilesLocked();
   return failed.ok() ? Status::Ok() : StoppedStatusLocked();
 }

@@ -39,7 +39,7 @@ void OffloadEngine::Impl::SetBusy(IoOp op, int delta) {
   if (before == 0 && dir_in_flight[d] > 0) busy_since[d] = NowNs();
   if (before > 0 && dir_in_flight[d] == 0) {
     const int64_t busy = NowNs() - busy_since[d];
-    std::lock_guard lock(mu);
+    detail::MutexLock lock(&mu);
     (op == IoOp::kRead ? stats.read_busy_ns : stats.write_busy_ns) += busy;
   }
 }
@@ -109,7 +109,7 @@ bool OffloadEngine::Impl::Complete(size_t s, int64_t res, Status* error) {
             : std::min(kEagainBackoffMaxNs,
                        kEagainBackoffMinNs << std::min(r.eagain_streak - 2, kMaxBackoffShift));
     r.resubmit_ns = delay > 0 ? NowNs() + delay : 0;
-    std::lock_guard lock(mu);
+    detail::MutexLock lock(&mu);
     stats.eagain_resubmits++;
     stats.eagain_backoff_ns += delay;
     return true;
@@ -140,7 +140,7 @@ bool OffloadEngine::Impl::Complete(size_t s, int64_t res, Status* error) {
     return false;
   }
   if (r.done < r.len) {
-    std::lock_guard lock(mu);
+    detail::MutexLock lock(&mu);
     stats.short_continuations++;
     return true;
   }
@@ -172,7 +172,7 @@ void OffloadEngine::Impl::IoLoop() {
     batch.clear();
     int64_t wait_ns = -1;
     {
-      std::unique_lock lock(mu);
+      detail::MutexLock lock(&mu);
       MaybePurgeLocked();
       if (stopping && in_flight == 0) {
         for (Job* job : queue) {
@@ -182,7 +182,7 @@ void OffloadEngine::Impl::IoLoop() {
           }
         }
         queue.clear();
-        cv.notify_all();
+        cv.NotifyAll();
         return;
       }
       // Take blocks while slots are free.
@@ -195,12 +195,12 @@ void OffloadEngine::Impl::IoLoop() {
         job->in_flight++;
         in_flight++;
         stats.requests++;
-        lock.unlock();
+        lock.Unlock();
         Prepare(s, job, block);
         ScheduleRelease(s);
         SetBusy(job->op, +1);
         batch.push_back(ToIoRequest(requests[s], s));
-        lock.lock();
+        lock.Lock();
       }
     }
     SubmitBatch(batch, "submitting I/O", &free_slots);
@@ -213,7 +213,7 @@ void OffloadEngine::Impl::IoLoop() {
       // after this pass took its blocks, or ended the last request of a
       // stopping engine: go round again instead of waiting for a completion
       // that may never come (nothing else may be in flight).
-      std::lock_guard lock(mu);
+      detail::MutexLock lock(&mu);
       if ((failed.ok() && !stopping && !queue.empty() && !free_slots.empty()) ||
           (stopping && in_flight == 0)) {
         wait_ns = 0;
@@ -225,7 +225,7 @@ void OffloadEngine::Impl::IoLoop() {
       // record the failure (no new blocks are taken) and keep reaping until
       // every one has come back; the purge follows then.
       {
-        std::lock_guard lock(mu);
+        detail::MutexLock lock(&mu);
         RecordFailureLocked(n.status().WithPrefix("waiting for I/O completions"));
       }
       std::this_thread::sleep_for(kReapRetryDelay);
@@ -237,7 +237,7 @@ void OffloadEngine::Impl::IoLoop() {
       Status error;
       bool failed_already;
       {
-        std::lock_guard lock(mu);
+        detail::MutexLock lock(&mu);
         failed_already = !failed.ok();
       }
       if (Complete(s, done[static_cast<size_t>(i)].result, &error) && !failed_already) {
@@ -246,7 +246,7 @@ void OffloadEngine::Impl::IoLoop() {
           continue;
         }
         batch.push_back(ToIoRequest(requests[s], s));
-        std::lock_guard lock(mu);
+        detail::MutexLock lock(&mu);
         stats.requests++;
         continue;
       }
@@ -269,7 +269,7 @@ void OffloadEngine::Impl::ResubmitDue(std::vector<IoRequest>* batch,
   if (backoff.empty()) return;
   bool failed_already;
   {
-    std::lock_guard lock(mu);
+    detail::MutexLock lock(&mu);
     failed_already = !failed.ok();
   }
   const int64_t now = NowNs();
@@ -280,7 +280,7 @@ void OffloadEngine::Impl::ResubmitDue(std::vector<IoRequest>* batch,
       FinishRequest(s, Status::IoError("cancelled after an earlier failure"), free_slots);
     } else if (requests[s].resubmit_ns <= now) {
       batch->push_back(ToIoRequest(requests[s], s));
-      std::lock_guard lock(mu);
+      detail::MutexLock lock(&mu);
       stats.requests++;
     } else {
       backoff[kept++] = s;
@@ -297,7 +297,7 @@ void OffloadEngine::Impl::FinishRequest(size_t s, const Status& error,
   Request& r = requests[s];
   Job& job = *r.job;
   SetBusy(job.op, -1);
-  std::lock_guard lock(mu);
+  detail::MutexLock lock(&mu);
   r.busy = false;
   free_slots->push_back(s);
   in_flight--;
@@ -332,7 +332,7 @@ void OffloadEngine::Impl::FinishRequest(size_t s, const Status& error,
       it->second.active_jobs--;
       if (job.op == IoOp::kWrite && job.status.ok()) it->second.written = true;
     }
-    cv.notify_all();
+    cv.NotifyAll();
   }
 }
 

@@ -44,7 +44,7 @@ Result<Ticket> OffloadEngine::Impl::Enqueue(const TensorKey& key, IoOp op, char*
           Crc32c(buf + start, static_cast<size_t>(std::min(options.block_size, bytes - start)));
     }
   }
-  std::unique_lock lock(mu);
+  detail::MutexLock lock(&mu);
   if (!failed.ok()) return StoppedStatusLocked();
   if (stopping) return Status::FailedPrecondition("the offload engine is shutting down");
   auto job = std::make_unique<Job>();
@@ -84,7 +84,7 @@ Result<Ticket> OffloadEngine::Impl::Enqueue(const TensorKey& key, IoOp op, char*
       return existing.status();
     }
     auto f = FileForLocked(key, /*create=*/true);
-    if (!f.ok()) return FailAndPurge(lock, f.status());
+    if (!f.ok()) return FailAndPurgeLocked(f.status());
     file = *f;
     file->extents[key.offset] = end;
     Tensor rec;
@@ -98,23 +98,22 @@ Result<Ticket> OffloadEngine::Impl::Enqueue(const TensorKey& key, IoOp op, char*
       const int64_t len = end - key.offset;
       t->active_jobs++;   // keeps Remove away while unlocked
       ++unlocked_writes;  // keeps RemoveAll and the purge away (they would free t, close fd)
-      lock.unlock();
+      lock.Unlock();
       detail::HitTestPoint(detail::TestPoint::kWriteUnlocked, key.tensor);
       const int rc = ::fallocate(fd, 0, key.offset, len);
       const int err = rc == 0 ? 0 : errno;
-      lock.lock();
+      lock.Lock();
       t->active_jobs--;
       --unlocked_writes;
       if (!failed.ok()) {
         // A failure came meanwhile; the purge waited for this write to let go.
-        backend->Notify();
-        cv.wait(lock, [&] { return purged; });
+        WaitForPurgeLocked();
         return StoppedStatusLocked();
       }
       if (err != 0 && err != EOPNOTSUPP && err != ENOSYS) {
         job->dir = dirs[static_cast<size_t>(file->dir)].path;
         job->path = file->path;
-        return FailAndPurge(lock, IoErrorStatus(*job, err));
+        return FailAndPurgeLocked(IoErrorStatus(*job, err));
       }
     }
   } else {
@@ -146,25 +145,26 @@ Result<Ticket> OffloadEngine::Impl::Enqueue(const TensorKey& key, IoOp op, char*
   Job* raw = job.get();
   jobs.emplace(job->id, std::move(job));
   queue.push_back(raw);
-  lock.unlock();
-  cv.notify_all();  // RemoveAll may be waiting for this write to be queued
+  const Ticket ticket{raw->id};
+  lock.Unlock();
+  cv.NotifyAll();  // RemoveAll may be waiting for this write to be queued
   backend->Notify();
-  return Ticket{raw->id};
+  return ticket;
 }
 
 Status OffloadEngine::Impl::Wait(Ticket ticket) {
-  std::unique_lock lock(mu);
+  detail::MutexLock lock(&mu);
   auto it = jobs.find(ticket.id);
   if (it == jobs.end()) {
     return Status::InvalidArgument("unknown ticket " + std::to_string(ticket.id) +
                                    " (already waited for?)");
   }
   Job* job = it->second.get();
-  cv.wait(lock, [&] { return job->finished; });
+  while (!job->finished) cv.Wait(&mu);
   if (job->status.ok() && job->op == IoOp::kRead) {
-    lock.unlock();
+    lock.Unlock();
     Status check = VerifyRead(*job);
-    lock.lock();
+    lock.Lock();
     if (!check.ok()) {
       job->status = check;
       RecordFailureLocked(check);
@@ -174,7 +174,9 @@ Status OffloadEngine::Impl::Wait(Ticket ticket) {
     }
   }
   // A failing job's files go away before its waiter hears of the failure.
-  if (!job->status.ok()) cv.wait(lock, [&] { return purged; });
+  if (!job->status.ok()) {
+    while (!purged) cv.Wait(&mu);
+  }
   Status s = job->status;
   jobs.erase(it);
   return s;
@@ -200,7 +202,7 @@ Status OffloadEngine::Impl::VerifyRead(const Job& job) const {
 }
 
 bool OffloadEngine::Impl::Done(Ticket ticket) const {
-  std::lock_guard lock(mu);
+  detail::MutexLock lock(&mu);
   auto it = jobs.find(ticket.id);
   return it != jobs.end() && it->second->finished && (it->second->status.ok() || purged);
 }

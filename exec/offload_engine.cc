@@ -43,14 +43,14 @@ std::atomic<int> g_run_counter{0};
 
 OffloadEngine::Impl::~Impl() {
   {
-    std::lock_guard lock(mu);
+    detail::MutexLock lock(&mu);
     stopping = true;
   }
-  cv.notify_all();
+  cv.NotifyAll();
   if (backend) backend->Notify();
   if (io_thread.joinable()) io_thread.join();
   if (pool) pool->Close(Status::FailedPrecondition("the offload engine was destroyed"));
-  std::lock_guard lock(mu);
+  detail::MutexLock lock(&mu);
   RemoveFilesLocked();
   for (Dir& d : dirs) {
     if (d.fd >= 0) ::close(d.fd);
@@ -258,7 +258,7 @@ void OffloadEngine::ReleaseStaging(void* data, int64_t capacity) {
 }
 
 OffloadStats OffloadEngine::Stats() const {
-  std::lock_guard lock(impl_->mu);
+  detail::MutexLock lock(&impl_->mu);
   return impl_->stats;
 }
 
@@ -274,7 +274,7 @@ bool OffloadEngine::buffers_registered() const { return impl_->registered; }
 const std::vector<std::string>& OffloadEngine::run_dirs() const { return impl_->run_dir_paths; }
 
 Result<std::string> OffloadEngine::FilePath(traces::TensorId tensor) const {
-  std::lock_guard lock(impl_->mu);
+  detail::MutexLock lock(&impl_->mu);
   auto it = impl_->tensors.find(tensor);
   if (it == impl_->tensors.end()) {
     return Status::NotFound("tensor " + std::to_string(tensor) + " is not offloaded");

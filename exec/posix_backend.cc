@@ -2,16 +2,21 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "exec/detail/annotated_mutex.h"
+
 namespace ssdtrain::exec {
 namespace {
+
+using detail::CondVar;
+using detail::Mutex;
+using detail::MutexLock;
 
 class PosixBackend : public IoBackend {
  public:
@@ -22,10 +27,10 @@ class PosixBackend : public IoBackend {
 
   ~PosixBackend() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
     }
-    work_cv_.notify_all();
+    work_cv_.NotifyAll();
     for (std::thread& t : workers_) t.join();
   }
 
@@ -35,23 +40,24 @@ class PosixBackend : public IoBackend {
 
   Status Submit(std::span<const IoRequest> requests, size_t* queued) override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       for (const IoRequest& r : requests) work_.push_back(r);
     }
     *queued = requests.size();
-    work_cv_.notify_all();
+    work_cv_.NotifyAll();
     return Status::Ok();
   }
 
   Result<int> Reap(std::span<IoCompletion> out, int min_complete, int64_t timeout_ns) override {
-    std::unique_lock lock(mu_);
-    auto ready = [&] {
-      return woken_ || static_cast<int>(done_.size()) >= min_complete || done_.size() >= out.size();
-    };
-    if (timeout_ns < 0) {
-      done_cv_.wait(lock, ready);
-    } else {
-      done_cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), ready);
+    MutexLock lock(&mu_);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::nanoseconds(std::max<int64_t>(timeout_ns, 0));
+    while (!woken_ && static_cast<int>(done_.size()) < min_complete && done_.size() < out.size()) {
+      if (timeout_ns < 0) {
+        done_cv_.Wait(&mu_);
+      } else if (!done_cv_.WaitUntil(&mu_, deadline)) {
+        break;
+      }
     }
     woken_ = false;
     int n = 0;
@@ -64,40 +70,40 @@ class PosixBackend : public IoBackend {
 
   void Notify() override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       woken_ = true;
     }
-    done_cv_.notify_all();
+    done_cv_.NotifyAll();
   }
 
  private:
   void WorkerLoop() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     while (true) {
-      work_cv_.wait(lock, [&] { return stopping_ || !work_.empty(); });
+      while (!stopping_ && work_.empty()) work_cv_.Wait(&mu_);
       if (stopping_) return;
       const IoRequest r = work_.front();
       work_.pop_front();
-      lock.unlock();
+      lock.Unlock();
       ssize_t rc;
       do {
         rc = r.op == IoOp::kRead ? ::pread(r.fd, r.buf, r.len, r.offset)
                                  : ::pwrite(r.fd, r.buf, r.len, r.offset);
       } while (rc < 0 && errno == EINTR);
       const int64_t result = rc >= 0 ? static_cast<int64_t>(rc) : -static_cast<int64_t>(errno);
-      lock.lock();
+      lock.Lock();
       done_.push_back(IoCompletion{r.user_data, result});
-      done_cv_.notify_all();
+      done_cv_.NotifyAll();
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  std::deque<IoRequest> work_;
-  std::deque<IoCompletion> done_;
-  bool woken_ = false;
-  bool stopping_ = false;
+  Mutex mu_;
+  CondVar work_cv_;  // work queued, or stopping
+  CondVar done_cv_;  // a completion, or Notify
+  std::deque<IoRequest> work_ SSDTRAIN_GUARDED_BY(mu_);
+  std::deque<IoCompletion> done_ SSDTRAIN_GUARDED_BY(mu_);
+  bool woken_ SSDTRAIN_GUARDED_BY(mu_) = false;
+  bool stopping_ SSDTRAIN_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
 

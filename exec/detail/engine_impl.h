@@ -11,25 +11,27 @@
 //   engine_bandwidth_cap.cc  the --ssd-bandwidth link model
 //   engine_failure.cc        sticky failure, the purge, error messages
 //
-// Locking: `mu` guards everything from `files` to `stats`; the fields after
-// "I/O-thread-only state" belong to the I/O thread; the rest is set up before
-// the I/O thread starts and read-only afterwards.
+// Locking: `mu` guards everything from `files` to `stats` (SSDTRAIN_GUARDED_BY,
+// checked by clang's -Wthread-safety) and a Job's fields from `next_block` on;
+// the fields after "I/O-thread-only state" belong to the I/O thread; the rest
+// (a Job's fields before `next_block` too) is set up before the I/O thread
+// can see it and read-only afterwards. Functions named *Locked are called
+// with `mu` held (SSDTRAIN_REQUIRES); the public operations take it.
 #pragma once
 
 #include <sys/uio.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "exec/detail/annotated_mutex.h"
 #include "exec/detail/staging_pool.h"
 #include "exec/io_backend.h"
 #include "exec/offload_engine.h"
@@ -82,6 +84,7 @@ struct OffloadEngine::Impl {
     std::string path;
     std::string dir;
     int64_t blocks = 0;
+    // From here on guarded by Impl::mu (a nested struct cannot name it).
     int64_t next_block = 0;
     int64_t blocks_done = 0;
     int in_flight = 0;
@@ -119,21 +122,22 @@ struct OffloadEngine::Impl {
   std::vector<std::string> run_dir_paths;
   std::thread io_thread;
 
-  mutable std::mutex mu;
-  std::condition_variable cv;         // jobs finished, idle, purge done
-  std::map<std::string, File> files;  // key "<dir>/<name>"
-  std::unordered_map<traces::TensorId, Tensor> tensors;
-  std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs;
-  std::deque<Job*> queue;  // jobs with blocks not yet submitted
-  uint64_t next_ticket = 1;
-  int in_flight = 0;  // requests, all directions (mirrors the I/O thread's view)
+  mutable detail::Mutex mu;
+  detail::CondVar cv;  // jobs finished, idle, purge done
+  std::map<std::string, File> files SSDTRAIN_GUARDED_BY(mu);  // key "<dir>/<name>"
+  std::unordered_map<traces::TensorId, Tensor> tensors SSDTRAIN_GUARDED_BY(mu);
+  std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs SSDTRAIN_GUARDED_BY(mu);
+  std::deque<Job*> queue SSDTRAIN_GUARDED_BY(mu);  // jobs with blocks not yet submitted
+  uint64_t next_ticket SSDTRAIN_GUARDED_BY(mu) = 1;
+  // Requests, all directions (mirrors the I/O thread's view).
+  int in_flight SSDTRAIN_GUARDED_BY(mu) = 0;
   // WriteAsync calls between reserving a tensor and queueing its job, with `mu`
   // dropped around fallocate: RemoveAll and the purge wait for them.
-  int unlocked_writes = 0;
-  Status failed;        // sticky first failure
-  bool purged = false;  // files removed after `failed`
-  bool stopping = false;
-  OffloadStats stats;
+  int unlocked_writes SSDTRAIN_GUARDED_BY(mu) = 0;
+  Status failed SSDTRAIN_GUARDED_BY(mu);         // sticky first failure
+  bool purged SSDTRAIN_GUARDED_BY(mu) = false;   // files removed after `failed`
+  bool stopping SSDTRAIN_GUARDED_BY(mu) = false;
+  OffloadStats stats SSDTRAIN_GUARDED_BY(mu);
 
   // I/O-thread-only state.
   std::vector<Request> requests;
@@ -159,43 +163,48 @@ struct OffloadEngine::Impl {
   // ---- Failures and cleanup (call with `mu` held) ----
 
   // Closes and unlinks every file; forgets every tensor.
-  void RemoveFilesLocked();
+  void RemoveFilesLocked() SSDTRAIN_REQUIRES(mu);
 
-  void RecordFailureLocked(const Status& s);
+  void RecordFailureLocked(const Status& s) SSDTRAIN_REQUIRES(mu);
 
-  Status StoppedStatusLocked() const;
+  Status StoppedStatusLocked() const SSDTRAIN_REQUIRES(mu);
 
   // After a failure: once nothing is in flight, fails every queued job and
-  // removes all files. Returns true when the purge has happened.
-  void MaybePurgeLocked();
+  // removes all files (`purged` says when that has happened).
+  void MaybePurgeLocked() SSDTRAIN_REQUIRES(mu);
 
-  // A failure found outside the I/O thread: record it and wait for the purge.
-  Status FailAndPurge(std::unique_lock<std::mutex>& lock, Status s);
+  // A failure found outside the I/O thread: record it and wait for the purge
+  // (`mu` is released while waiting).
+  Status FailAndPurgeLocked(Status s) SSDTRAIN_REQUIRES(mu);
+
+  // Blocks until the purge after a failure is done (`mu` released meanwhile).
+  void WaitForPurgeLocked() SSDTRAIN_REQUIRES(mu);
 
   Status IoErrorStatus(const Job& job, int err) const;
 
   // ---- Public operations ----
 
-  Result<File*> FileForLocked(const TensorKey& key, bool create);
+  Result<File*> FileForLocked(const TensorKey& key, bool create) SSDTRAIN_REQUIRES(mu);
 
-  Result<Ticket> Enqueue(const TensorKey& key, IoOp op, char* buf, int64_t bytes);
+  Result<Ticket> Enqueue(const TensorKey& key, IoOp op, char* buf, int64_t bytes)
+      SSDTRAIN_EXCLUDES(mu);
 
-  Status Wait(Ticket ticket);
+  Status Wait(Ticket ticket) SSDTRAIN_EXCLUDES(mu);
 
   // Checks every extent of a completed read against its stored CRC32C.
   Status VerifyRead(const Job& job) const;
 
-  bool Done(Ticket ticket) const;
+  bool Done(Ticket ticket) const SSDTRAIN_EXCLUDES(mu);
 
-  Status Preallocate(const std::string& name, int device, int64_t bytes);
+  Status Preallocate(const std::string& name, int device, int64_t bytes) SSDTRAIN_EXCLUDES(mu);
 
-  Status Remove(traces::TensorId tensor);
+  Status Remove(traces::TensorId tensor) SSDTRAIN_EXCLUDES(mu);
 
-  Status RemoveAll();
+  Status RemoveAll() SSDTRAIN_EXCLUDES(mu);
 
   // ---- The I/O thread ----
 
-  void SetBusy(IoOp op, int delta);
+  void SetBusy(IoOp op, int delta) SSDTRAIN_EXCLUDES(mu);
 
   IoRequest ToIoRequest(const Request& r, size_t slot) const;
 
@@ -210,19 +219,19 @@ struct OffloadEngine::Impl {
   void Prepare(size_t s, Job* job, int64_t block);
 
   // Handles one completion; returns true when the request must be resubmitted.
-  bool Complete(size_t s, int64_t res, Status* error);
+  bool Complete(size_t s, int64_t res, Status* error) SSDTRAIN_EXCLUDES(mu);
 
   // Submits `batch`; the requests the backend did not queue are failed here,
   // once, and never reach the kernel afterwards.
   void SubmitBatch(const std::vector<IoRequest>& batch, const char* what,
-                   std::vector<size_t>* free_slots);
+                   std::vector<size_t>* free_slots) SSDTRAIN_EXCLUDES(mu);
 
-  void IoLoop();
+  void IoLoop() SSDTRAIN_EXCLUDES(mu);
 
   // EAGAIN backoff: moves the slots whose backoff has passed into `batch` (or
   // cancels them after a failure); sets `wait_ns` to the time until the next.
   void ResubmitDue(std::vector<IoRequest>* batch, std::vector<size_t>* free_slots,
-                   int64_t* wait_ns);
+                   int64_t* wait_ns) SSDTRAIN_EXCLUDES(mu);
 
   // Retires slot `s` with `error` (OK: its block is done and checked).
   // Bandwidth cap: the time request `s` may complete (0: uncapped).
@@ -230,9 +239,10 @@ struct OffloadEngine::Impl {
 
   // Finishes held completions whose release time has come; sets `wait_ns` to
   // the time until the next one (keeping a shorter wait already set).
-  void ReleaseHeld(std::vector<size_t>* free_slots, int64_t* wait_ns);
+  void ReleaseHeld(std::vector<size_t>* free_slots, int64_t* wait_ns) SSDTRAIN_EXCLUDES(mu);
 
-  void FinishRequest(size_t s, const Status& error, std::vector<size_t>* free_slots);
+  void FinishRequest(size_t s, const Status& error, std::vector<size_t>* free_slots)
+      SSDTRAIN_EXCLUDES(mu);
 };
 
 }  // namespace ssdtrain::exec

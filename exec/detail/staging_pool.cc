@@ -47,7 +47,10 @@ Result<std::unique_ptr<StagingPool>> StagingPool::Create(int slots, int64_t slot
   }
   pool->base_ = static_cast<char*>(p);
   pool->lease_base_ = pool->base_ + pool->slot_bytes_ * slots;
-  if (pool->lease_bytes_ > 0) pool->free_[0] = pool->lease_bytes_;
+  if (pool->lease_bytes_ > 0) {
+    MutexLock lock(&pool->mu_);  // no other thread sees the pool yet; for the analysis
+    pool->free_[0] = pool->lease_bytes_;
+  }
   return pool;
 }
 
@@ -82,7 +85,7 @@ Result<char*> StagingPool::Acquire(int64_t bytes, int64_t* capacity) {
                                      " bytes does not fit the " + std::to_string(lease_bytes_) +
                                      "-byte staging region; raise the staging size");
   }
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
     if (!closed_.ok()) return closed_;
     for (auto it = free_.begin(); it != free_.end(); ++it) {
@@ -94,13 +97,13 @@ Result<char*> StagingPool::Acquire(int64_t bytes, int64_t* capacity) {
       *capacity = want;
       return lease_base_ + offset;
     }
-    cv_.wait(lock);
+    cv_.Wait(&mu_);
   }
 }
 
 void StagingPool::Release(void* p, int64_t capacity) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     int64_t offset = static_cast<char*>(p) - lease_base_;
     int64_t len = capacity;
     auto next = free_.lower_bound(offset);
@@ -118,15 +121,15 @@ void StagingPool::Release(void* p, int64_t capacity) {
     }
     free_[offset] = len;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void StagingPool::Close(const Status& why) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     closed_ = why;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 }  // namespace ssdtrain::exec::detail

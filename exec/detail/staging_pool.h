@@ -7,12 +7,11 @@
 
 #include <sys/uio.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <vector>
 
+#include "exec/detail/annotated_mutex.h"
 #include "traces/status.h"
 
 namespace ssdtrain::exec::detail {
@@ -47,10 +46,10 @@ class StagingPool {
 
   // Lease region (thread-safe). Acquire blocks until `bytes` (rounded up to the
   // page) are free in one piece, or fails when they never can be or after Close.
-  Result<char*> Acquire(int64_t bytes, int64_t* capacity);
-  void Release(void* p, int64_t capacity);
+  Result<char*> Acquire(int64_t bytes, int64_t* capacity) SSDTRAIN_EXCLUDES(mu_);
+  void Release(void* p, int64_t capacity) SSDTRAIN_EXCLUDES(mu_);
   // Wakes and fails every blocked and later Acquire with `why`.
-  void Close(const Status& why);
+  void Close(const Status& why) SSDTRAIN_EXCLUDES(mu_);
 
  private:
   StagingPool() = default;
@@ -61,10 +60,11 @@ class StagingPool {
   char* lease_base_ = nullptr;
   int64_t lease_bytes_ = 0;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<int64_t, int64_t> free_;  // offset in lease region -> length, coalesced
-  Status closed_;
+  Mutex mu_;
+  CondVar cv_;  // lease memory released, or closed
+  // Offset in the lease region -> length, coalesced.
+  std::map<int64_t, int64_t> free_ SSDTRAIN_GUARDED_BY(mu_);
+  Status closed_ SSDTRAIN_GUARDED_BY(mu_);
 };
 
 }  // namespace ssdtrain::exec::detail
