@@ -35,6 +35,7 @@ struct CalibrateOptions {
   int queue_depth = 32;
   int64_t io_size = int64_t{512} << 20;
   int repeats = 3;
+  bool allow_buffered_io = false;
 };
 
 int Run(const CalibrateOptions& o) {
@@ -52,6 +53,7 @@ int Run(const CalibrateOptions& o) {
   co.queue_depth = o.queue_depth;
   co.io_bytes = o.io_size;
   co.repeats = o.repeats;
+  co.allow_buffered_io = o.allow_buffered_io;
   for (const std::string& path : o.traces) {
     Result<traces::Trace> t = traces::ReadTrace(path);
     if (!t.ok()) return ReportError("calibrate", t.status());
@@ -89,6 +91,9 @@ int Run(const CalibrateOptions& o) {
       hw.gpu.memory_GBps, hw.host_link.d2h_GBps, hw.host_link.h2d_GBps, hw.storage.drive.write_GBps,
       hw.storage.drive.read_GBps, hw.storage.drive.write_latency_us,
       hw.storage.drive.read_latency_us, c->io_backend, hw.measured_op_times.size(), o.output);
+  if (!c->direct_io) {
+    std::cout << "buffered I/O: the SSD figures are the page cache's, not the drive's\n";
+  }
   return 0;
 }
 
@@ -128,6 +133,9 @@ Verb AddCalibrateCommand(CLI::App& app) {
   cmd->add_option("--io-size", o->io_size, "Bytes written then read for the SSD bandwidth")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_flag("--allow-buffered-io", o->allow_buffered_io,
+                "Where --dir refuses O_DIRECT (tmpfs, ramfs), measure through the page cache "
+                "instead of failing (the config then says so)");
   cmd->add_option("--repeats", o->repeats, "Timed runs per measurement (the median is kept)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

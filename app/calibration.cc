@@ -106,7 +106,8 @@ sim::HardwareOptions ApplyCalibration(sim::HardwareOptions hw, const exec::Calib
   hw.storage.gpus_per_array = 1;
   hw.storage.gds = false;
   hw.storage.drive.model =
-      fmt::format("{} ({}, {})", o.dir, c.io_backend, c.direct_io ? "O_DIRECT" : "buffered");
+      fmt::format("{} ({}, {})", o.dir, c.io_backend,
+                  c.direct_io ? "O_DIRECT" : "buffered: the page cache, not the drive");
   hw.storage.drive.read_GBps = c.ssd_read_GBps;
   hw.storage.drive.write_GBps = c.ssd_write_GBps;
   hw.storage.drive.read_latency_us = c.ssd_read_latency_us;

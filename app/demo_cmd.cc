@@ -67,6 +67,7 @@ struct DemoOptions {
   std::string summary;            // also write the table as JSON here
   bool plots = true;
   bool verify = true;  // each policy's --verify replay before the timed rounds
+  bool allow_buffered_io = false;  // where --dir refuses O_DIRECT: the page cache, not an error
 };
 
 struct Row {
@@ -304,6 +305,7 @@ class Demo {
     co.dir = dir_;
     co.backend = Backend(o_.backend);
     co.traces = {trace_};
+    co.allow_buffered_io = o_.allow_buffered_io;
     co.progress = [this](const std::string& line) { Progress("calibrate: " + line); };
     SSDTRAIN_ASSIGN_OR_RETURN(exec::Calibration c, exec::Calibrate(co));
     sim::HardwareOptions hw = ApplyCalibration(
@@ -391,6 +393,7 @@ class Demo {
     ro.dir = dir_;
     ro.device = device_.get();
     ro.ssd_bandwidth_GBps = o_.ssd_bandwidth_GBps;
+    ro.allow_buffered_io = o_.allow_buffered_io;
     return ro;
   }
 
@@ -453,6 +456,12 @@ class Demo {
           "predictions from a second calibration: keep had measured more than {:.0f}% off the "
           "prediction from {}\n",
           100 * kRecalibrateAt, recalibrated_from_);
+    }
+    if (std::any_of(rows.begin(), rows.end(), [](const Row& r) {
+          return r.measured.extra.value("direct_io", true) == false;
+        })) {
+      std::cout << "buffered I/O (--allow-buffered-io): " << dir_
+                << " refused O_DIRECT; the measured SSD path is the page cache, not the drive\n";
     }
   }
 
@@ -570,6 +579,9 @@ Verb AddDemoCommand(CLI::App& app) {
   cmd->add_flag("!--no-verify", o->verify,
                 "Skip each policy's --verify replay before the timed rounds (the table says "
                 "\"skipped\")");
+  cmd->add_flag("--allow-buffered-io", o->allow_buffered_io,
+                "Where --dir refuses O_DIRECT (tmpfs, ramfs), go through the page cache instead "
+                "of failing (every SSD figure is then the page cache's)");
   cmd->add_flag("--recalibrate", o->recalibrate,
                 "Measure the machine again instead of using the cached calibration");
   return Verb{cmd, [o] { return Demo(*o).Run(); }};

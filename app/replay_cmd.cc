@@ -36,6 +36,7 @@ struct ReplayFlags {
   int cuda_device = 0;
   bool no_cpu_pin = false;
   bool verify = false;
+  bool allow_buffered_io = false;
 };
 
 Result<exec::BackendChoice> ParseBackend(const std::string& s) {
@@ -197,6 +198,7 @@ int Run(const ReplayFlags& f) {
   o.cuda_device_index = f.cuda_device;
   o.staging_bytes = static_cast<int64_t>(std::llround(f.staging_MiB * 1024 * 1024));
   o.io_backend = *io_backend;
+  o.allow_buffered_io = f.allow_buffered_io;
   o.sync = ranks.get();
   if (speaks) {
     o.progress = [](const std::string& line) { std::cerr << "replay: " << line << "\n"; };
@@ -227,7 +229,7 @@ int Run(const ReplayFlags& f) {
   const auto& m = report.metrics;
   std::cout << fmt::format(
       "{} on {}{}: step {:.3f} ms (median of {}), peak device {:.1f} MiB, peak activations "
-      "{:.1f} MiB, SSD wrote {:.1f} MiB read {:.1f} MiB{}, exposed I/O {:.3f} ms{}{}\n",
+      "{:.1f} MiB, SSD wrote {:.1f} MiB read {:.1f} MiB{}{}, exposed I/O {:.3f} ms{}{}\n",
       trace.header.model, result->backend, ranks ? fmt::format(" x {} ranks", ranks->size()) : "",
       m.step_time_ns / 1e6, result->steps, m.peak_gpu_bytes / 1048576.0,
       m.peak_activation_bytes / 1048576.0, m.ssd_bytes_written / 1048576.0,
@@ -236,6 +238,7 @@ int Run(const ReplayFlags& f) {
                                        : fmt::format(", host copies {:.1f} MiB out {:.1f} MiB back",
                                                      result->cache.bytes_to_host / 1048576.0,
                                                      result->cache.bytes_from_host / 1048576.0),
+      result->direct_io ? "" : " (buffered I/O: through the page cache, not the drive)",
       m.exposed_io_ns / 1e6,
       ranks ? fmt::format(", gradient all-reduce {:.3f} ms", result->allreduce_ns / 1e6) : "",
       report.verified ? fmt::format(", verified {} tensors{}", result->tensors_checked,
@@ -291,6 +294,9 @@ Verb AddReplayCommand(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--io-backend", flags->io_backend, "auto, io_uring or posix")
       ->capture_default_str();
+  cmd->add_flag("--allow-buffered-io", flags->allow_buffered_io,
+                "Where --dir refuses O_DIRECT (tmpfs, ramfs), go through the page cache "
+                "instead of failing (the run file's direct_io says false)");
   cmd->add_option("-o,--output", flags->output, "Run file (JSON)")->required();
   cmd->add_option("--timeline", flags->timeline, "Chrome/Perfetto trace of the last step");
   return {cmd, [flags] { return Run(*flags); }};

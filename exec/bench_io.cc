@@ -73,6 +73,7 @@ Result<BenchIoResult> RunBenchIo(const BenchIoOptions& o) {
   eo.queue_depth = o.queue_depth;
   eo.staging_bytes = o.block_size * o.queue_depth;
   eo.direct_io = o.direct_io;
+  eo.allow_buffered_io = o.allow_buffered_io;
   eo.warn = o.warn;
   SSDTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<OffloadEngine> engine, OffloadEngine::Create(eo));
   std::vector<StagingLease> slots;

@@ -21,12 +21,15 @@ struct BenchIoOptions {
   int64_t size = int64_t{1} << 30;        // bytes written, then read (fio --size)
   BackendKind backend = BackendKind::kAuto;
   bool direct_io = true;  // fio --direct=1
-  WarnFn warn;            // nullptr: stderr
+  // Where the directory refuses O_DIRECT: false: an error naming it; true:
+  // buffered I/O (the result's direct_io says false). OffloadOptions::allow_buffered_io.
+  bool allow_buffered_io = false;
+  WarnFn warn;  // nullptr: stderr
 };
 
 struct BenchIoResult {
   std::string backend;    // the backend that ran
-  bool direct_io = true;  // false when the directory refused O_DIRECT
+  bool direct_io = true;  // false: buffered I/O (--buffered, or O_DIRECT refused and allowed)
   int64_t bytes = 0;      // per direction
   int64_t write_ns = 0;   // wall time of the write phase
   int64_t read_ns = 0;    // wall time of the read phase

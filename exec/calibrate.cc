@@ -195,6 +195,7 @@ Status MeasureSsd(const CalibrationOptions& o, Calibration* out) {
   b.block_size = o.block_size;
   b.queue_depth = o.queue_depth;
   b.size = o.io_bytes;
+  b.allow_buffered_io = o.allow_buffered_io;
   Result<BenchIoResult> r = RunBenchIo(b);
   if (!r.ok()) return r.status().WithPrefix("SSD bandwidth");
   out->io_backend = r->backend;
@@ -207,6 +208,7 @@ Status MeasureSsd(const CalibrationOptions& o, Calibration* out) {
   eo.block_size = o.block_size;
   eo.queue_depth = o.queue_depth;
   eo.staging_bytes = kLatencyBytes;
+  eo.allow_buffered_io = o.allow_buffered_io;
   eo.warn = [](std::string_view) {};  // bench-io above already warned about fallbacks
   Result<std::unique_ptr<OffloadEngine>> engine = OffloadEngine::Create(eo);
   if (!engine.ok()) return engine.status().WithPrefix("SSD latency");
@@ -256,6 +258,7 @@ Status MeasureTraceOps(Device& device, const CalibrationOptions& o, Calibration*
     ro.device = &device;  // warm already: the replay's first step is not spent touching it
     ro.block_size = o.block_size;
     ro.queue_depth = o.queue_depth;
+    ro.allow_buffered_io = o.allow_buffered_io;
     // A machine that is still settling (right after a build, say) gives steps
     // of unequal length; such a replay would set every op's time. Measure
     // again until the steps agree, a few times at most, and keep the steadiest.

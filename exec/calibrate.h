@@ -36,6 +36,9 @@ struct CalibrationOptions {
   int queue_depth = 32;                   // engine requests in flight
   int64_t io_bytes = int64_t{512} << 20;  // bytes written then read for the bandwidth figure
   int repeats = 3;                        // timed runs per measurement; the median is kept
+  // Where `dir` refuses O_DIRECT: false: an error naming it; true: the SSD
+  // figures are the page cache's (Calibration::direct_io says false).
+  bool allow_buffered_io = false;
   // Traces whose ops are timed one by one at their real shapes (keep-everything
   // replay, one warm-up step); empty: none.
   std::vector<traces::Trace> traces;
@@ -78,7 +81,7 @@ struct Calibration {
   double d2h_GBps = 0;
   double h2d_GBps = 0;
   std::string io_backend;
-  bool direct_io = true;
+  bool direct_io = true;  // false: the SSD figures went through the page cache
   double ssd_write_GBps = 0;
   double ssd_read_GBps = 0;
   double ssd_write_latency_us = 0;  // one 4 KiB request, median

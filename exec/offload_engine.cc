@@ -169,24 +169,32 @@ Status OffloadEngine::Impl::OpenDir(const std::string& path, int run_id, int ind
     return Status::IoError("cannot lock offload run directory " + dir.run_path + ": " +
                            ErrnoText(errno));
   }
-  // Probe O_DIRECT once per directory so the fallback warning is said once.
+  // Probe O_DIRECT once per directory, so that a refusal is reported (or, when
+  // allowed, warned about) once and not per file.
   if (options.direct_io) {
     constexpr const char* kProbe = ".direct-probe";
     const int fd =
         backend->OpenFile(dir.fd, kProbe, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0600);
+    // Some kernels create the file before refusing O_DIRECT on it.
+    ::unlinkat(dir.fd, kProbe, 0);
     if (fd >= 0) {
       ::close(fd);
-    } else if (fd == -EINVAL) {
+    } else if (fd == -EINVAL && options.allow_buffered_io) {
       dir.direct = false;
       Warn(dir.path +
-           " refuses O_DIRECT (EINVAL; tmpfs and some overlay file systems do): "
-           "using buffered I/O there, through the page cache");
+           ": the filesystem refused O_DIRECT (EINVAL); using buffered I/O there "
+           "(--allow-buffered-io): what is measured there is the page cache, not the drive");
+    } else if (fd == -EINVAL) {
+      return Status::Unavailable(
+          dir.path +
+          ": the filesystem refused O_DIRECT (EINVAL; tmpfs before Linux 6.6, ramfs and some "
+          "overlay file systems do); point --dir at a directory on the SSD, or pass "
+          "--allow-buffered-io to measure through the page cache");
     } else {
       return Status::IoError("offload directory " + dir.path + " is not writable (creating " +
                              dir.run_path + "/" + kProbe + ": " + ErrnoText(-fd) +
                              "); make it writable or point --dir elsewhere");
     }
-    ::unlinkat(dir.fd, kProbe, 0);
   } else {
     dir.direct = false;
   }

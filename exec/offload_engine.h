@@ -21,7 +21,8 @@
 // state here, used for nothing but that signal-safe cleanup.
 //
 // Failures. Every error is a Status saying what happened and what to change:
-// an unwritable directory, a full disk ("disk full: N bytes needed in D; free
+// an unwritable directory, a directory that refuses O_DIRECT (unless
+// OffloadOptions::allow_buffered_io), a full disk ("disk full: N bytes needed in D; free
 // space or point --dir elsewhere"), EIO, EOF before the requested length, a
 // checksum mismatch (naming the tensor and the file). Completions follow
 // liburing: -EAGAIN is resubmitted (with a growing backoff when it repeats),
@@ -74,7 +75,14 @@ struct OffloadOptions {
   // (at most 1 GiB). Separate from the queue_depth bounce blocks the engine keeps
   // for unaligned buffers and tails.
   int64_t staging_bytes = int64_t{256} << 20;
-  bool direct_io = true;         // O_DIRECT; falls back to buffered with one warning where refused
+  // O_DIRECT on every file. false: buffered I/O everywhere, by choice (no probe).
+  bool direct_io = true;
+  // Where a directory refuses O_DIRECT (EINVAL: tmpfs before Linux 6.6, ramfs,
+  // some overlay file systems). false: Create fails naming the directory, since
+  // figures measured there would be the page cache's, not the drive's. true:
+  // buffered I/O in that directory, with one warning (--allow-buffered-io);
+  // direct_io() then says false.
+  bool allow_buffered_io = false;
   bool register_buffers = true;  // fixed buffers; falls back with one warning where refused
   bool preallocate = true;       // fallocate each extent before writing (early ENOSPC, like fio)
   // Cap on the SSD path, bytes/s: reads and writes share one link of this rate
@@ -207,7 +215,7 @@ class OffloadEngine {
 
   OffloadStats Stats() const;
   std::string BackendName() const;
-  bool direct_io() const;           // false once any directory fell back to buffered I/O
+  bool direct_io() const;           // false when any directory uses buffered I/O
   bool buffers_registered() const;  // false when fixed buffers were refused
   const std::vector<std::string>& run_dirs() const;
   // The path of the file holding `tensor`; NotFound if it was never written.

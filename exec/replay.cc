@@ -127,6 +127,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
                             detail::HostStaging::Create(*device, options.staging_bytes));
   engine_options.external_staging = {staging->base(), static_cast<size_t>(staging->capacity())};
   engine_options.bandwidth_cap_bytes_per_s = options.ssd_bandwidth_GBps * 1e9;
+  engine_options.allow_buffered_io = options.allow_buffered_io;
   std::unique_ptr<OffloadEngine> engine;
   {
     // Threads made while this lives (the engine's I/O thread here, the
@@ -159,6 +160,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   result.backend = std::string(device->kind());
   result.device = device->Describe();
   result.io_backend = engine->BackendName();
+  result.direct_io = engine->direct_io();
   result.steps = options.steps;
   result.micro_batches = plan.num_micro_batches;
   result.schedule = plan.schedule;

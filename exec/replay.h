@@ -57,6 +57,9 @@ struct ReplayOptions {
   BackendKind io_backend = BackendKind::kAuto;     // io_uring or posix
   int64_t block_size = int64_t{4} << 20;           // engine request size, bytes
   int queue_depth = 32;                            // engine requests in flight
+  // Where `dir` refuses O_DIRECT: false: an error naming it; true: buffered
+  // I/O (ReplayResult::direct_io says false). OffloadOptions::allow_buffered_io.
+  bool allow_buffered_io = false;
   // How many ops the issue thread may run ahead of the compute stream (>= 1).
   // Forwarding and eviction are decided when an op is issued, as SSDTrain's
   // hooks decide when PyTorch issues it; an unbounded lead would issue the
@@ -112,6 +115,7 @@ struct ReplayResult {
   std::string backend;                 // "cpu" or "cuda"
   std::string device;                  // Device::Describe()
   std::string io_backend;              // the engine's backend name
+  bool direct_io = true;               // false: the SSD path went through the page cache
   int steps = 0;                       // measured steps (warm-up excluded)
   std::vector<int64_t> step_times_ns;  // every step, warm-up first
   traces::StepMetrics metrics;      // step_time_ns (median), peaks, SSD bytes per step, exposed I/O

@@ -25,6 +25,7 @@ nlohmann::json ToJson(const ReplayResult& r) {
   j["backend"] = r.backend;
   j["device"] = r.device;
   j["io_backend"] = r.io_backend;
+  j["direct_io"] = r.direct_io;
   j["steps"] = r.steps;
   j["step_times_ns"] = r.step_times_ns;  // warm-up first
   j["planned_peak_activation_bytes"] = r.planned_peak_activation_bytes;

@@ -1,5 +1,6 @@
 #include "exec/tests/io_test_util.h"
 
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -44,6 +45,58 @@ SmallTmpfs::SmallTmpfs(int64_t bytes) {
 
 SmallTmpfs::~SmallTmpfs() {
   if (mounted_) ::umount2(dir_.path().c_str(), MNT_DETACH);
+}
+
+namespace {
+
+// 0 when `dir` takes an O_DIRECT file, else the errno of the refusal.
+int ProbeDirectIo(const std::string& dir) {
+  const std::string probe = dir + "/.probe";
+  const int fd = ::open(probe.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
+  const int err = fd < 0 ? errno : 0;
+  if (fd >= 0) ::close(fd);
+  ::unlink(probe.c_str());
+  return err;
+}
+
+}  // namespace
+
+DirectIoRefusingDir::DirectIoRefusingDir() {
+  std::string shm = "/dev/shm/ssdtrain-io-test-XXXXXX";
+  std::string shm_says = "cannot make a directory there";
+  if (::mkdtemp(shm.data()) != nullptr) {
+    shm_dir_ = shm;
+    const int err = ProbeDirectIo(shm);
+    if (err == EINVAL) {
+      path_ = shm;
+      return;
+    }
+    shm_says = err == 0 ? "takes O_DIRECT" : std::string("fails otherwise: ") + std::strerror(err);
+  }
+  mount_point_ = std::make_unique<TempDir>();
+  const std::string& mnt = mount_point_->path();
+  if (::mount("ssdtrain-test", mnt.c_str(), "ramfs", 0, "mode=0700") != 0) {
+    why_ = "no directory here refuses O_DIRECT: /dev/shm " + shm_says +
+           ", and a ramfs cannot be mounted (" + std::strerror(errno) +
+           "; needs root or CAP_SYS_ADMIN)";
+    return;
+  }
+  mounted_ = true;
+  const int err = ProbeDirectIo(mnt);
+  if (err == EINVAL) {
+    path_ = mnt;
+  } else {
+    why_ = "no directory here refuses O_DIRECT: /dev/shm " + shm_says + ", ramfs " +
+           (err == 0 ? std::string("takes O_DIRECT") : std::strerror(err));
+  }
+}
+
+DirectIoRefusingDir::~DirectIoRefusingDir() {
+  if (mounted_) ::umount2(mount_point_->path().c_str(), MNT_DETACH);
+  if (!shm_dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(shm_dir_, ec);
+  }
 }
 
 std::vector<char> RandomBytes(int64_t n, uint64_t seed) {

@@ -1,9 +1,11 @@
 // Helpers for the I/O tests: a temporary directory on the real disk (not
 // /dev/shm: the suite must see O_DIRECT), deterministic random bytes, a small
-// tmpfs mount for the ENOSPC and fallback cases, and directory listings.
+// tmpfs mount for the ENOSPC cases, a directory that refuses O_DIRECT, and
+// directory listings.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,29 @@ class SmallTmpfs {
 
  private:
   TempDir dir_;
+  bool mounted_ = false;
+  std::string why_;
+};
+
+// A fresh directory on a real filesystem that refuses O_DIRECT with EINVAL:
+// under /dev/shm where its tmpfs does (Linux before 6.6), else on a ramfs
+// mounted for it (needs root). ok() is false, and why() says why, where
+// neither refuses (newer kernels accept O_DIRECT on tmpfs) or mounting is not
+// allowed. Removed (unmounted) on destruction.
+class DirectIoRefusingDir {
+ public:
+  DirectIoRefusingDir();
+  ~DirectIoRefusingDir();
+  DirectIoRefusingDir(const DirectIoRefusingDir&) = delete;
+  DirectIoRefusingDir& operator=(const DirectIoRefusingDir&) = delete;
+  bool ok() const { return !path_.empty(); }
+  const std::string& why() const { return why_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::string shm_dir_;  // made under /dev/shm, removed on destruction
+  std::unique_ptr<TempDir> mount_point_;
   bool mounted_ = false;
   std::string why_;
 };

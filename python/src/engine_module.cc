@@ -141,7 +141,7 @@ py::dict ResolvePlanFiles(const std::string& trace_path, const std::string& plan
 class PyEngine {
  public:
   PyEngine(std::vector<std::string> dirs, const std::string& backend, int64_t block_size,
-           int queue_depth, int64_t staging_bytes, bool direct_io,
+           int queue_depth, int64_t staging_bytes, bool direct_io, bool allow_buffered_io,
            const std::vector<FaultSpec>& faults) {
     Result<exec::BackendKind> kind = exec::ParseBackendKind(backend);
     if (!kind.ok()) Raise(kind.status());
@@ -152,6 +152,7 @@ class PyEngine {
     options.queue_depth = queue_depth;
     options.staging_bytes = staging_bytes;
     options.direct_io = direct_io;
+    options.allow_buffered_io = allow_buffered_io;
     Result<std::unique_ptr<exec::OffloadEngine>> engine = Status::Internal("not created");
     if (faults.empty()) {
       py::gil_scoped_release release;
@@ -286,11 +287,12 @@ PYBIND11_MODULE(_engine, m) {
   m.attr("DIRECT_IO_ALIGN") = ssdtrain::exec::kDirectIoAlign;
   py::class_<PyEngine>(m, "Engine")
       .def(py::init<std::vector<std::string>, const std::string&, int64_t, int, int64_t, bool,
-                    const std::vector<ssdtrain::python::FaultSpec>&>(),
+                    bool, const std::vector<ssdtrain::python::FaultSpec>&>(),
            py::arg("dirs"), py::arg("backend") = "auto",
            py::arg("block_size") = ssdtrain::exec::kDefaultBlockSize,
            py::arg("queue_depth") = ssdtrain::exec::kDefaultQueueDepth,
            py::arg("staging_bytes") = int64_t{0}, py::arg("direct_io") = true,
+           py::arg("allow_buffered_io") = false,
            py::arg("faults") = std::vector<ssdtrain::python::FaultSpec>{})
       .def("write_async", &PyEngine::WriteAsync, py::arg("tensor"), py::arg("address"),
            py::arg("nbytes"), "Starts writing nbytes at address as tensor; returns a ticket")

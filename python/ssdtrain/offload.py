@@ -154,7 +154,8 @@ class Offload:
     def __init__(self, model, dir, policy=None, plan=None, trace=None,
                  min_bytes=DEFAULT_MIN_BYTES, write_lag=DEFAULT_WRITE_LAG,
                  prefetch=DEFAULT_PREFETCH, backend="auto", block_size=DEFAULT_BLOCK_SIZE,
-                 queue_depth=DEFAULT_QUEUE_DEPTH, direct_io=True, faults=None):
+                 queue_depth=DEFAULT_QUEUE_DEPTH, direct_io=True, allow_buffered_io=False,
+                 faults=None):
         if plan is not None and policy is not None:
             raise ValueError(f"offload: policy '{policy}' and plan= given: a plan decides "
                              f"what is offloaded; give one of them")
@@ -182,6 +183,7 @@ class Offload:
         self.prefetch = prefetch
         self._engine_args = dict(dirs=[os.fspath(dir)], backend=backend, block_size=block_size,
                                  queue_depth=queue_depth, staging_bytes=0, direct_io=direct_io,
+                                 allow_buffered_io=allow_buffered_io,
                                  faults=list(faults or []))
         self.engine = None
         self._lock = threading.RLock()
