@@ -9,6 +9,7 @@
 #include "exec/detail/engine_impl.h"
 #include "exec/detail/errno_text.h"
 #include "exec/detail/round_up.h"
+#include "exec/detail/test_points.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -18,13 +19,24 @@ using detail::RoundUp;
 
 }  // namespace
 
-void OffloadEngine::Impl::RemoveFilesLocked() {
+Status OffloadEngine::Impl::RemoveFilesLocked() {
+  Status first;
   for (auto& [key, f] : files) {
     if (f.fd >= 0) ::close(f.fd);
-    ::unlinkat(dirs[static_cast<size_t>(f.dir)].fd, f.name.c_str(), 0);
+    const int injected = detail::HitTestPoint(detail::TestPoint::kUnlink, -1);
+    const int err = injected > 0 ? injected
+                                 : (::unlinkat(dirs[static_cast<size_t>(f.dir)].fd,
+                                               f.name.c_str(), 0) == 0
+                                        ? 0
+                                        : errno);
+    if (err != 0 && err != ENOENT && first.ok()) {
+      first = Status::IoError("cannot unlink " + f.path + ": " + ErrnoText(err) +
+                              "; it is removed with its run directory when the engine ends");
+    }
   }
   files.clear();
   tensors.clear();
+  return first;
 }
 
 void OffloadEngine::Impl::RecordFailureLocked(const Status& s) {
@@ -44,7 +56,9 @@ void OffloadEngine::Impl::MaybePurgeLocked() {
     }
   }
   queue.clear();
-  RemoveFilesLocked();
+  // After a failure an unlink that fails too changes nothing the caller can
+  // act on: the engine's end removes the run directory with what is left.
+  (void)RemoveFilesLocked();
   purged = true;
   if (pool) pool->Close(StoppedStatusLocked());
   cv.NotifyAll();

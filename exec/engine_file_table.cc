@@ -10,6 +10,7 @@
 #include "exec/detail/engine_impl.h"
 #include "exec/detail/errno_text.h"
 #include "exec/detail/round_up.h"
+#include "exec/detail/test_points.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -71,19 +72,18 @@ Status OffloadEngine::Impl::Preallocate(const std::string& name, int device, int
   if (len <= file->reserved_end) return Status::Ok();
   // No I/O can be in flight on a file nobody has written yet, so holding the
   // lock through fallocate does not stall completions for long.
-  if (::fallocate(file->fd, 0, 0, len) != 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
-    const int err = errno;
-    Job probe;
-    probe.op = IoOp::kWrite;
-    probe.tensor = -1;
-    probe.bytes = len;
-    probe.dir = dirs[static_cast<size_t>(file->dir)].path;
-    probe.path = file->path;
+  const int injected = detail::HitTestPoint(detail::TestPoint::kFallocate, -1);
+  const int err =
+      injected > 0 ? injected : (::fallocate(file->fd, 0, 0, len) == 0 ? 0 : errno);
+  if (err != 0 && err != EOPNOTSUPP && err != ENOSYS) {
+    const std::string& dir = dirs[static_cast<size_t>(file->dir)].path;
     Status st = err == ENOSPC || err == EDQUOT
                     ? Status::ResourceExhausted(
-                          "disk full: " + std::to_string(len) + " bytes needed in " + probe.dir +
-                          " (" + ErrnoText(err) + "); free space or point --dir elsewhere")
-                    : IoErrorStatus(probe, err);
+                          "disk full: " + std::to_string(len) + " bytes needed in " + dir + " (" +
+                          ErrnoText(err) + "); free space or point --dir elsewhere")
+                    : Status::IoError("preallocating " + file->path + " (" +
+                                      std::to_string(len) + " bytes) failed: " + ErrnoText(err) +
+                                      "; check the device (dmesg) or point --dir elsewhere");
     return FailAndPurgeLocked(st);
   }
   file->reserved_end = len;
@@ -103,20 +103,33 @@ Status OffloadEngine::Impl::Remove(traces::TensorId tensor) {
   }
   auto fit = files.find(it->second.file_key);
   fit->second.extents.erase(it->second.offset);
-  if (fit->second.extents.empty()) {
-    ::close(fit->second.fd);
-    ::unlinkat(dirs[static_cast<size_t>(fit->second.dir)].fd, fit->second.name.c_str(), 0);
-    files.erase(fit);
-  }
   tensors.erase(it);
+  if (!fit->second.extents.empty()) return Status::Ok();
+  const File file = std::move(fit->second);
+  files.erase(fit);
+  ::close(file.fd);
+  const int injected = detail::HitTestPoint(detail::TestPoint::kUnlink, tensor);
+  const int err =
+      injected > 0
+          ? injected
+          : (::unlinkat(dirs[static_cast<size_t>(file.dir)].fd, file.name.c_str(), 0) == 0 ? 0
+                                                                                           : errno);
+  if (err != 0 && err != ENOENT) {
+    // The tensor is forgotten either way; the file goes with the run
+    // directory when the engine ends.
+    return Status::IoError("removing tensor " + std::to_string(tensor) + ": cannot unlink " +
+                           file.path + ": " + ErrnoText(err) +
+                           "; it is removed with its run directory when the engine ends");
+  }
   return Status::Ok();
 }
 
 Status OffloadEngine::Impl::RemoveAll() {
   detail::MutexLock lock(&mu);
   while (!((queue.empty() && in_flight == 0 && unlocked_writes == 0) || purged)) cv.Wait(&mu);
-  RemoveFilesLocked();
-  return failed.ok() ? Status::Ok() : StoppedStatusLocked();
+  Status removed = RemoveFilesLocked();
+  if (!failed.ok()) return StoppedStatusLocked();
+  return removed.WithPrefix("RemoveAll");
 }
 
 }  // namespace ssdtrain::exec

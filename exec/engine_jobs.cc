@@ -100,8 +100,9 @@ Result<Ticket> OffloadEngine::Impl::Enqueue(const TensorKey& key, IoOp op, char*
       ++unlocked_writes;  // keeps RemoveAll and the purge away (they would free t, close fd)
       lock.Unlock();
       detail::HitTestPoint(detail::TestPoint::kWriteUnlocked, key.tensor);
-      const int rc = ::fallocate(fd, 0, key.offset, len);
-      const int err = rc == 0 ? 0 : errno;
+      const int injected = detail::HitTestPoint(detail::TestPoint::kFallocate, key.tensor);
+      const int rc = injected > 0 ? -1 : ::fallocate(fd, 0, key.offset, len);
+      const int err = rc == 0 ? 0 : injected > 0 ? injected : errno;
       lock.Lock();
       t->active_jobs--;
       --unlocked_writes;

@@ -40,4 +40,20 @@ function(ssdtrain_exec_tests)
     SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_stress_test.cc
             ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_test_util.cc
     DEPS ssdtrain::exec)
+  ssdtrain_test(exec_io_fault_matrix_test
+    SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_fault_matrix_test.cc
+            ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_test_util.cc
+    DEPS ssdtrain::exec)
+  # Under clang: the thread-safety analysis the build runs with (Helpers.cmake)
+  # does reject an unguarded access and a helper called without its lock.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND SSDTRAIN_BUILD_TESTS)
+    add_test(NAME exec_thread_safety_analysis_rejects_unlocked_access
+      COMMAND ${CMAKE_CXX_COMPILER} -std=c++20 -fsyntax-only -Wthread-safety -Werror
+              -I${PROJECT_SOURCE_DIR}
+              ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/thread_safety_violation.cc)
+    set_tests_properties(exec_thread_safety_analysis_rejects_unlocked_access PROPERTIES
+      LABELS exec_thread_safety
+      PASS_REGULAR_EXPRESSION
+      "writing variable 'count_' requires holding mutex 'mu_'.*calling function 'BumpLocked' requires holding mutex 'mu_'")
+  endif()
 endfunction()

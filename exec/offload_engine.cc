@@ -51,10 +51,14 @@ OffloadEngine::Impl::~Impl() {
   if (io_thread.joinable()) io_thread.join();
   if (pool) pool->Close(Status::FailedPrecondition("the offload engine was destroyed"));
   detail::MutexLock lock(&mu);
-  RemoveFilesLocked();
+  // What an unlink leaves here goes with the run directory just below.
+  (void)RemoveFilesLocked();
   for (Dir& d : dirs) {
     if (d.fd >= 0) ::close(d.fd);
-    if (!d.run_path.empty()) detail::RemoveDirSignalSafe(d.run_path.c_str());
+    if (!d.run_path.empty() && !detail::RemoveDirSignalSafe(d.run_path.c_str())) {
+      Warn("could not remove offload run directory " + d.run_path + " (" + ErrnoText(errno) +
+           "); `ssdtrain clean --dir " + d.path + "` removes it once this process has ended");
+    }
     detail::UnregisterCleanupDir(d.cleanup_slot);
   }
 }

@@ -162,8 +162,9 @@ struct OffloadEngine::Impl {
 
   // ---- Failures and cleanup (call with `mu` held) ----
 
-  // Closes and unlinks every file; forgets every tensor.
-  void RemoveFilesLocked() SSDTRAIN_REQUIRES(mu);
+  // Closes and unlinks every file; forgets every tensor. Returns the first
+  // unlink that failed (the file then stays until the run directory goes).
+  Status RemoveFilesLocked() SSDTRAIN_REQUIRES(mu);
 
   void RecordFailureLocked(const Status& s) SSDTRAIN_REQUIRES(mu);
 

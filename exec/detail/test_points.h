@@ -1,6 +1,7 @@
 // Test-only points where a test can order events that are otherwise left to
 // the scheduler (a delay in a window between two locked sections) or make a
-// kernel call fail as it rarely does (an errno for io_uring_submit). Production
+// kernel call fail as it rarely does (an errno for io_uring_submit, fallocate
+// or unlink). Production
 // code pays one atomic load per point; with no hook installed a point does
 // nothing and returns 0. The hook is process-wide: install it only in tests,
 // and remove it (nullptr) before the test ends.
@@ -21,10 +22,16 @@ enum class TestPoint {
   // UringBackend, instead of io_uring_submit: a positive return is the errno the
   // submit fails with (the prepared requests stay unsent in the ring).
   kUringSubmit,
+  // OffloadEngine::Preallocate (id -1) and WriteAsync (the tensor), before
+  // fallocate: a positive return is the errno fallocate fails with instead.
+  kFallocate,
+  // OffloadEngine::Remove (the tensor), before unlinking its file: a positive
+  // return is the errno the unlink fails with instead (the file stays).
+  kUnlink,
 };
 
-// `id`: the tensor or storage concerned, or 0. Returns 0, or (kUringSubmit) an
-// errno to fail with.
+// `id`: the tensor or storage concerned, or 0. Returns 0, or (kUringSubmit,
+// kFallocate, kUnlink) an errno to fail with.
 using TestHook = int (*)(TestPoint point, int64_t id);
 
 // Installs `hook` (nullptr: none). Thread-safe.
