@@ -13,10 +13,10 @@ Replayer::~Replayer() {
   // failing stream has already failed the step that used it.
   (void)device_.SynchronizeAll();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   for (std::thread* t : {&submitter_, &completer_, &reader_}) {
     if (t->joinable()) t->join();
   }
@@ -25,15 +25,15 @@ Replayer::~Replayer() {
 
 void Replayer::Fail(const Status& status) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (error_.ok()) error_ = status;
   }
   staging_.Abort();
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 Status Replayer::error() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return error_;
 }
 
@@ -42,8 +42,8 @@ void Replayer::SubmitLoop() {
   while (true) {
     WriteJob job;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !writes_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stop_ && writes_.empty()) cv_.Wait(&mu_);
       if (writes_.empty()) return;
       job = writes_.front();
       writes_.pop_front();
@@ -59,10 +59,10 @@ void Replayer::SubmitLoop() {
       if (!st.ok())
         Fail(st.WithPrefix("copying tensor " + std::to_string(job.storage) + " to host memory"));
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         --pending_writes_;
       }
-      cv_.notify_all();
+      cv_.NotifyAll();
       continue;
     }
     bool started = false;
@@ -73,23 +73,23 @@ void Replayer::SubmitLoop() {
       if (ticket.ok()) {
         started = true;
         job.ticket = ticket->id;
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         landing_.push_back(job);
       } else {
         st = ticket.status();
       }
     }
     if (started) {
-      cv_.notify_all();
+      cv_.NotifyAll();
       continue;
     }
     staging_.Release(sl.staging);
     if (!st.ok()) Fail(st);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       --pending_writes_;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 
@@ -98,8 +98,8 @@ void Replayer::CompleteLoop() {
   while (true) {
     WriteJob job;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !landing_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stop_ && landing_.empty()) cv_.Wait(&mu_);
       if (landing_.empty()) return;
       job = landing_.front();
       landing_.pop_front();
@@ -115,10 +115,10 @@ void Replayer::CompleteLoop() {
       detail::HitTestPoint(detail::TestPoint::kEvictionDecided, job.storage);
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       --pending_writes_;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 
@@ -127,8 +127,8 @@ void Replayer::ReadLoop() {
   while (true) {
     WriteJob job;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !reads_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stop_ && reads_.empty()) cv_.Wait(&mu_);
       if (reads_.empty()) return;
       job = reads_.front();
       reads_.pop_front();
@@ -153,11 +153,11 @@ void Replayer::ReadLoop() {
       Fail(st);
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       sl.read_status = st;
       sl.read_done = true;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 

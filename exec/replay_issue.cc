@@ -235,8 +235,8 @@ Status Replayer::IssueOp(const traces::Op& op) {
     }
   }
   if (options_.wait_for_writes) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return pending_writes_ == 0 || !error_.ok(); });
+    MutexLock lock(&mu_);
+    while (pending_writes_ != 0 && error_.ok()) cv_.Wait(&mu_);
     if (!error_.ok()) return error_;
   }
   std::sort(touched.begin(), touched.end());
@@ -282,18 +282,18 @@ Status Replayer::QueueOffload(TensorId s, const traces::Op& op) {
   SSDTRAIN_RETURN_IF_ERROR(device_.Record(*sl.d2h_end, Stream::kDeviceToHost));
   sl.copied_out = true;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++pending_writes_;
     writes_.push_back({s});
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   return Status::Ok();
 }
 
 Status Replayer::FinishStep() {
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return pending_writes_ == 0 || !error_.ok(); });
+    MutexLock lock(&mu_);
+    while (pending_writes_ != 0 && error_.ok()) cv_.Wait(&mu_);
     if (!error_.ok()) return error_;
   }
   SSDTRAIN_RETURN_IF_ERROR(device_.SynchronizeAll());

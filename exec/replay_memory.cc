@@ -54,7 +54,7 @@ Status Replayer::Materialize(TensorId s, const traces::Op& op, bool* stalled) {
       return Status::Ok();
     }
     if (buffer.status().code() != Status::Code::kResourceExhausted) return buffer.status();
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!error_.ok()) return error_;
     if (pending_writes_ == 0 && !cache_.HasEvictions()) {
       return Status::ResourceExhausted(
@@ -65,7 +65,7 @@ Status Replayer::Materialize(TensorId s, const traces::Op& op, bool* stalled) {
                              : "; raise --device-memory or offload more"));
     }
     *stalled = true;
-    cv_.wait(lock, [&] { return cache_.HasEvictions() || pending_writes_ == 0 || !error_.ok(); });
+    while (!cache_.HasEvictions() && pending_writes_ != 0 && error_.ok()) cv_.Wait(&mu_);
   }
 }
 
@@ -95,19 +95,19 @@ Status Replayer::IssueRead(TensorId s, const traces::Op& op, bool* stalled) {
   }
   sl.read_issued = true;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     reads_.push_back({s, ticket_id});
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   return Status::Ok();
 }
 
 Status Replayer::AwaitRead(TensorId s) {
   Slot& sl = slot(s);
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return sl.read_done || !error_.ok(); });
+  MutexLock lock(&mu_);
+  while (!sl.read_done && error_.ok()) cv_.Wait(&mu_);
   if (!error_.ok()) return error_;
-  lock.unlock();
+  lock.Unlock();
   sl.read_consumed = true;
   SSDTRAIN_RETURN_IF_ERROR(sl.read_status);
   return device_.Wait(Stream::kCompute, *sl.h2d_end);

@@ -36,7 +36,7 @@ const TensorCache::Entry* TensorCache::Find(traces::TensorId storage) const {
 }
 
 bool TensorCache::OnProduced(traces::TensorId storage) {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(&mu_);
   Entry* e = Find(storage);
   if (e == nullptr || e->state != State::kNone) return false;
   e->state = State::kWriteQueued;
@@ -44,7 +44,7 @@ bool TensorCache::OnProduced(traces::TensorId storage) {
 }
 
 bool TensorCache::BeginWrite(traces::TensorId storage) {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(&mu_);
   Entry* e = Find(storage);
   if (e == nullptr || e->state != State::kWriteQueued) return false;
   if (e->claimed) {
@@ -61,7 +61,7 @@ bool TensorCache::BeginWrite(traces::TensorId storage) {
 }
 
 bool TensorCache::OnWriteLanded(traces::TensorId storage) {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(&mu_);
   Entry* e = Find(storage);
   if (e == nullptr || e->state != State::kWriting) return false;
   e->state = e->claimed ? State::kBack : State::kWritten;
@@ -76,17 +76,17 @@ bool TensorCache::OnWriteLanded(traces::TensorId storage) {
 }
 
 std::vector<traces::TensorId> TensorCache::TakeEvictions() {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(&mu_);
   return std::exchange(evictions_, {});
 }
 
 bool TensorCache::HasEvictions() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(&mu_);
   return !evictions_.empty();
 }
 
 bool TensorCache::OnForwardUsesIssued(traces::TensorId storage) {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(&mu_);
   Entry* e = Find(storage);
   if (e == nullptr) return false;
   e->forward_done = true;
@@ -100,13 +100,13 @@ bool TensorCache::OnForwardUsesIssued(traces::TensorId storage) {
 }
 
 BackwardSource TensorCache::ClaimForBackward(traces::TensorId storage) {
-  const BackwardSource source = ClaimLocked(storage);
+  const BackwardSource source = DecideClaim(storage);
   detail::HitTestPoint(detail::TestPoint::kBackwardClaimed, storage);
   return source;
 }
 
-BackwardSource TensorCache::ClaimLocked(traces::TensorId storage) {
-  std::lock_guard<std::mutex> lock(mu_);
+BackwardSource TensorCache::DecideClaim(traces::TensorId storage) {
+  detail::MutexLock lock(&mu_);
   Entry* e = Find(storage);
   if (e == nullptr) {
     return ActionOf(storage) == traces::TensorAction::kRecompute ? BackwardSource::kRecompute
@@ -134,19 +134,19 @@ BackwardSource TensorCache::ClaimLocked(traces::TensorId storage) {
 }
 
 void TensorCache::OnReadLanded(traces::TensorId storage) {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(&mu_);
   if (Entry* e = Find(storage); e != nullptr && e->state == State::kReading)
     e->state = State::kBack;
 }
 
 bool TensorCache::WritePending(traces::TensorId storage) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(&mu_);
   const Entry* e = Find(storage);
   return e != nullptr && (e->state == State::kWriteQueued || e->state == State::kWriting);
 }
 
 void TensorCache::ResetStep() {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(&mu_);
   evictions_.clear();
   for (auto& [storage, e] : entries_) {
     e = Entry{.bytes = e.bytes, .host = e.host};
@@ -154,7 +154,7 @@ void TensorCache::ResetStep() {
 }
 
 CacheStats TensorCache::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(&mu_);
   return stats_;
 }
 

@@ -19,10 +19,10 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "exec/detail/annotated_mutex.h"
 #include "traces/plan.h"
 #include "traces/status.h"
 #include "traces/storage_plan.h"
@@ -123,16 +123,18 @@ class TensorCache {
     bool claimed = false;
     bool host = false;  // offload-host
   };
-  BackwardSource ClaimLocked(traces::TensorId storage);  // takes mu_
-  Entry* Find(traces::TensorId storage);
-  const Entry* Find(traces::TensorId storage) const;
+  BackwardSource DecideClaim(traces::TensorId storage) SSDTRAIN_EXCLUDES(mu_);  // takes mu_
+  Entry* Find(traces::TensorId storage) SSDTRAIN_REQUIRES(mu_);
+  const Entry* Find(traces::TensorId storage) const SSDTRAIN_REQUIRES(mu_);
 
   const traces::StoragePlan& plan_;
-  mutable std::mutex mu_;
-  std::unordered_map<traces::TensorId, Entry> entries_;     // offloaded storages only
-  std::vector<std::vector<traces::TensorId>> prefetch_at_;  // by op id: storage roots
-  CacheStats stats_;
-  std::vector<traces::TensorId> evictions_;  // decided by OnWriteLanded, not yet taken
+  mutable detail::Mutex mu_;
+  // Offloaded storages only.
+  std::unordered_map<traces::TensorId, Entry> entries_ SSDTRAIN_GUARDED_BY(mu_);
+  std::vector<std::vector<traces::TensorId>> prefetch_at_;  // by op id: storage roots; read-only
+  CacheStats stats_ SSDTRAIN_GUARDED_BY(mu_);
+  // Decided by OnWriteLanded, not yet taken.
+  std::vector<traces::TensorId> evictions_ SSDTRAIN_GUARDED_BY(mu_);
 };
 
 }  // namespace ssdtrain::exec

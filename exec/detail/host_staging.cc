@@ -34,35 +34,35 @@ HostStaging::~HostStaging() {
 }
 
 Result<StagingPiece> HostStaging::Acquire(int64_t bytes, bool* waited) {
+  MutexLock lock(&mu_);
   if (ranges_.Rounded(bytes) > capacity_) {
     return Status::ResourceExhausted("a tensor of " + FormatBytes(bytes) +
                                      " does not fit in the host staging memory of " +
                                      FormatBytes(capacity_) + "; raise --staging-memory");
   }
-  std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     if (aborted_) return Status::ResourceExhausted("host staging: the run is stopping");
     if (auto offset = ranges_.Allocate(bytes)) return StagingPiece{base_ + *offset, bytes};
     if (waited != nullptr) *waited = true;
-    cv_.wait(lock);
+    cv_.Wait(&mu_);
   }
 }
 
 void HostStaging::Release(StagingPiece piece) {
   if (piece.data == nullptr) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ranges_.Free(piece.data - base_, piece.bytes);
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void HostStaging::Abort() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     aborted_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 }  // namespace ssdtrain::exec::detail

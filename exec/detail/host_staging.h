@@ -7,11 +7,10 @@
 // blocks while the region is full.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 
+#include "exec/detail/annotated_mutex.h"
 #include "exec/detail/range_allocator.h"
 #include "exec/device.h"
 #include "traces/status.h"
@@ -47,10 +46,10 @@ class HostStaging {
   Device& device_;
   uint8_t* base_;
   int64_t capacity_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  RangeAllocator ranges_;  // guarded by mu_
-  bool aborted_ = false;
+  Mutex mu_;
+  CondVar cv_;  // space released, or aborted
+  RangeAllocator ranges_ SSDTRAIN_GUARDED_BY(mu_);
+  bool aborted_ SSDTRAIN_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ssdtrain::exec::detail

@@ -8,19 +8,20 @@
 //   replay_timeline.cc    the measured step: timeline, exposed I/O, lane busy
 // Threads: the issue thread (the caller of RunStep) owns the slots' buffers,
 // the memory counters and the issue list; the I/O threads take jobs from the
-// queues under mu_, which also guards the slots' read_* fields and error_.
+// queues under mu_, which also guards the slots' read_status and read_done
+// and error_ (SSDTRAIN_GUARDED_BY where the analysis can see it: the members,
+// not the fields of a Slot).
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "exec/detail/annotated_mutex.h"
 #include "exec/detail/host_staging.h"
 #include "exec/device.h"
 #include "exec/offload_engine.h"
@@ -126,7 +127,7 @@ class Replayer {
     StagingPiece staging;
     bool copied_out = false, wrote = false, read_issued = false, read_done = false;
     bool read_consumed = false, copied_in = false;
-    Status read_status;
+    Status read_status;  // with read_done: set by the reader thread under Replayer::mu_
     int64_t write_begin_ns = 0, write_end_ns = 0, read_begin_ns = 0, read_end_ns = 0;
     void ResetStep() {
       checked = false;
@@ -171,8 +172,8 @@ class Replayer {
   }
 
   // Failure (replay_io_threads.cc): the first error wins and stops everyone.
-  void Fail(const Status& status);
-  Status error();
+  void Fail(const Status& status) SSDTRAIN_EXCLUDES(mu_);
+  Status error() SSDTRAIN_EXCLUDES(mu_);
 
   // Memory (replay_memory.cc).
   void Account(TensorId s, int64_t sign);
@@ -232,13 +233,15 @@ class Replayer {
   std::unique_ptr<HostStaging> gradient_host_;  // their host copies, back to back
   int64_t allreduce_begin_ns_ = 0, allreduce_end_ns_ = 0;
 
-  std::mutex mu_;  // guards everything below, and the read_* fields of slots
-  std::condition_variable cv_;
-  std::deque<WriteJob> writes_, landing_, reads_;
-  int64_t pending_writes_ = 0;
-  bool stop_ = false;
-  Status error_;
-  std::thread submitter_, completer_, reader_;
+  Mutex mu_;    // guards what is marked below, and the slots' read_status and read_done
+  CondVar cv_;  // a queue, pending_writes_, error_ or a read changed
+  std::deque<WriteJob> writes_ SSDTRAIN_GUARDED_BY(mu_);
+  std::deque<WriteJob> landing_ SSDTRAIN_GUARDED_BY(mu_);
+  std::deque<WriteJob> reads_ SSDTRAIN_GUARDED_BY(mu_);
+  int64_t pending_writes_ SSDTRAIN_GUARDED_BY(mu_) = 0;
+  bool stop_ SSDTRAIN_GUARDED_BY(mu_) = false;
+  Status error_ SSDTRAIN_GUARDED_BY(mu_);
+  std::thread submitter_, completer_, reader_;  // started by Init, joined by the destructor
 };
 
 }  // namespace ssdtrain::exec::detail
