@@ -203,10 +203,13 @@ class OffloadEngine {
   Status Preallocate(const std::string& file, int device, int64_t bytes);
 
   // Forgets a tensor; its file is unlinked once no other tensor uses it.
-  // FailedPrecondition while I/O on it is in flight; NotFound if never written.
+  // FailedPrecondition while I/O on it is in flight; NotFound if never written;
+  // IoError naming the file when the unlink fails (the tensor is forgotten all
+  // the same, the engine goes on, and the file goes with the run directory at
+  // destruction).
   Status Remove(traces::TensorId tensor);
   // Removes every file (the run directories stay until destruction). Waits for
-  // in-flight I/O first.
+  // in-flight I/O first. A failed unlink is reported as in Remove.
   Status RemoveAll();
 
   // Blocks until `bytes` of staging memory are free (fails if bytes exceeds
