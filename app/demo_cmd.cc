@@ -66,7 +66,7 @@ struct DemoOptions {
   double ssd_bandwidth_GBps = 0;  // cap on the SSD path, replayed and simulated; 0: none
   std::string summary;            // also write the table as JSON here
   bool plots = true;
-  bool verify = true;  // each policy's --verify replay before the timed rounds
+  bool verify = true;              // each policy's --verify replay before the timed rounds
   bool allow_buffered_io = false;  // where --dir refuses O_DIRECT: the page cache, not an error
 };
 

@@ -9,7 +9,6 @@
 #include "exec/detail/engine_impl.h"
 #include "exec/detail/errno_text.h"
 #include "exec/detail/round_up.h"
-#include "exec/detail/test_points.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -23,13 +22,8 @@ Status OffloadEngine::Impl::RemoveFilesLocked() {
   Status first;
   for (auto& [key, f] : files) {
     if (f.fd >= 0) ::close(f.fd);
-    const int injected = detail::HitTestPoint(detail::TestPoint::kUnlink, -1);
-    const int err = injected > 0 ? injected
-                                 : (::unlinkat(dirs[static_cast<size_t>(f.dir)].fd,
-                                               f.name.c_str(), 0) == 0
-                                        ? 0
-                                        : errno);
-    if (err != 0 && err != ENOENT && first.ok()) {
+    const int err = UnlinkFile(dirs[static_cast<size_t>(f.dir)].fd, f.name, -1);
+    if (err != 0 && first.ok()) {
       first = Status::IoError("cannot unlink " + f.path + ": " + ErrnoText(err) +
                               "; it is removed with its run directory when the engine ends");
     }

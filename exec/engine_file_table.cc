@@ -73,21 +73,27 @@ Status OffloadEngine::Impl::Preallocate(const std::string& name, int device, int
   // No I/O can be in flight on a file nobody has written yet, so holding the
   // lock through fallocate does not stall completions for long.
   const int injected = detail::HitTestPoint(detail::TestPoint::kFallocate, -1);
-  const int err =
-      injected > 0 ? injected : (::fallocate(file->fd, 0, 0, len) == 0 ? 0 : errno);
+  const int err = injected > 0 ? injected : (::fallocate(file->fd, 0, 0, len) == 0 ? 0 : errno);
   if (err != 0 && err != EOPNOTSUPP && err != ENOSYS) {
     const std::string& dir = dirs[static_cast<size_t>(file->dir)].path;
     Status st = err == ENOSPC || err == EDQUOT
-                    ? Status::ResourceExhausted(
-                          "disk full: " + std::to_string(len) + " bytes needed in " + dir + " (" +
-                          ErrnoText(err) + "); free space or point --dir elsewhere")
-                    : Status::IoError("preallocating " + file->path + " (" +
-                                      std::to_string(len) + " bytes) failed: " + ErrnoText(err) +
+                    ? Status::ResourceExhausted("disk full: " + std::to_string(len) +
+                                                " bytes needed in " + dir + " (" + ErrnoText(err) +
+                                                "); free space or point --dir elsewhere")
+                    : Status::IoError("preallocating " + file->path + " (" + std::to_string(len) +
+                                      " bytes) failed: " + ErrnoText(err) +
                                       "; check the device (dmesg) or point --dir elsewhere");
     return FailAndPurgeLocked(st);
   }
   file->reserved_end = len;
   return Status::Ok();
+}
+
+int OffloadEngine::Impl::UnlinkFile(int dir_fd, const std::string& name, traces::TensorId id) {
+  const int injected = detail::HitTestPoint(detail::TestPoint::kUnlink, id);
+  if (injected > 0) return injected;
+  if (::unlinkat(dir_fd, name.c_str(), 0) == 0 || errno == ENOENT) return 0;
+  return errno;
 }
 
 Status OffloadEngine::Impl::Remove(traces::TensorId tensor) {
@@ -108,13 +114,8 @@ Status OffloadEngine::Impl::Remove(traces::TensorId tensor) {
   const File file = std::move(fit->second);
   files.erase(fit);
   ::close(file.fd);
-  const int injected = detail::HitTestPoint(detail::TestPoint::kUnlink, tensor);
-  const int err =
-      injected > 0
-          ? injected
-          : (::unlinkat(dirs[static_cast<size_t>(file.dir)].fd, file.name.c_str(), 0) == 0 ? 0
-                                                                                           : errno);
-  if (err != 0 && err != ENOENT) {
+  const int err = UnlinkFile(dirs[static_cast<size_t>(file.dir)].fd, file.name, tensor);
+  if (err != 0) {
     // The tensor is forgotten either way; the file goes with the run
     // directory when the engine ends.
     return Status::IoError("removing tensor " + std::to_string(tensor) + ": cannot unlink " +

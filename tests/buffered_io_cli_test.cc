@@ -54,7 +54,8 @@ TEST(BufferedIoCli, ReplayRefusesTheDirectoryUnlessBufferedIoIsAllowedAndTheRunF
   DirectIoRefusingDir dir;
   if (!dir.ok()) GTEST_SKIP() << dir.why();
   TempDir work;
-  Result<models::ModelConfig> config = models::ModelConfigFromJson(testing::MicroGptConfig(), "micro-gpt");
+  Result<models::ModelConfig> config =
+      models::ModelConfigFromJson(testing::MicroGptConfig(), "micro-gpt");
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   Result<traces::Trace> trace = models::BuildTrace(*config, 0);
   ASSERT_TRUE(trace.ok()) << trace.status().ToString();

@@ -98,8 +98,7 @@ class CondVar {
     lock.release();
   }
   // As Wait, returning by `deadline` at the latest; false when it has passed.
-  bool WaitUntil(Mutex* mu, std::chrono::steady_clock::time_point deadline)
-      SSDTRAIN_REQUIRES(mu) {
+  bool WaitUntil(Mutex* mu, std::chrono::steady_clock::time_point deadline) SSDTRAIN_REQUIRES(mu) {
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     const bool woken = cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
     lock.release();

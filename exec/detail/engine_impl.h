@@ -123,7 +123,7 @@ struct OffloadEngine::Impl {
   std::thread io_thread;
 
   mutable detail::Mutex mu;
-  detail::CondVar cv;  // jobs finished, idle, purge done
+  detail::CondVar cv;                                         // jobs finished, idle, purge done
   std::map<std::string, File> files SSDTRAIN_GUARDED_BY(mu);  // key "<dir>/<name>"
   std::unordered_map<traces::TensorId, Tensor> tensors SSDTRAIN_GUARDED_BY(mu);
   std::unordered_map<uint64_t, std::unique_ptr<Job>> jobs SSDTRAIN_GUARDED_BY(mu);
@@ -134,8 +134,8 @@ struct OffloadEngine::Impl {
   // WriteAsync calls between reserving a tensor and queueing its job, with `mu`
   // dropped around fallocate: RemoveAll and the purge wait for them.
   int unlocked_writes SSDTRAIN_GUARDED_BY(mu) = 0;
-  Status failed SSDTRAIN_GUARDED_BY(mu);         // sticky first failure
-  bool purged SSDTRAIN_GUARDED_BY(mu) = false;   // files removed after `failed`
+  Status failed SSDTRAIN_GUARDED_BY(mu);        // sticky first failure
+  bool purged SSDTRAIN_GUARDED_BY(mu) = false;  // files removed after `failed`
   bool stopping SSDTRAIN_GUARDED_BY(mu) = false;
   OffloadStats stats SSDTRAIN_GUARDED_BY(mu);
 
@@ -182,6 +182,10 @@ struct OffloadEngine::Impl {
   void WaitForPurgeLocked() SSDTRAIN_REQUIRES(mu);
 
   Status IoErrorStatus(const Job& job, int err) const;
+
+  // Unlinks `name` in `dir_fd`: 0 when it is gone (or was already), else the
+  // errno (or the one a test injects at TestPoint::kUnlink for tensor `id`).
+  static int UnlinkFile(int dir_fd, const std::string& name, traces::TensorId id);
 
   // ---- Public operations ----
 
@@ -231,8 +235,8 @@ struct OffloadEngine::Impl {
 
   // EAGAIN backoff: moves the slots whose backoff has passed into `batch` (or
   // cancels them after a failure); sets `wait_ns` to the time until the next.
-  void ResubmitDue(std::vector<IoRequest>* batch, std::vector<size_t>* free_slots,
-                   int64_t* wait_ns) SSDTRAIN_EXCLUDES(mu);
+  void ResubmitDue(std::vector<IoRequest>* batch, std::vector<size_t>* free_slots, int64_t* wait_ns)
+      SSDTRAIN_EXCLUDES(mu);
 
   // Retires slot `s` with `error` (OK: its block is done and checked).
   // Bandwidth cap: the time request `s` may complete (0: uncapped).

@@ -225,8 +225,7 @@ TEST_P(PhaseFaults, RealEnospcWhilePreallocatingSaysDiskFullAndLeavesNothing) {
   ASSERT_TRUE(engine->Write(Key(0), data.data(), 5000).ok());
   Status s = engine->Preallocate("plan.bin", 0, int64_t{4} << 20);
   EXPECT_EQ(s.code(), Status::Code::kResourceExhausted) << s.ToString();
-  EXPECT_NE(s.message().find("disk full: 4194304 bytes needed in " + fs.path()),
-            std::string::npos)
+  EXPECT_NE(s.message().find("disk full: 4194304 bytes needed in " + fs.path()), std::string::npos)
       << s.message();
   // The failure is sticky and removed every file, the tensor written before too.
   ExpectOnlyTheRunDirectory(fs.path());
@@ -355,8 +354,8 @@ int StopHere(detail::TestPoint point, int64_t) {
   switch (phase) {
     case Phase::kPreallocate:
     case Phase::kRemove:
-      g_stop_at = phase == Phase::kPreallocate ? detail::TestPoint::kFallocate
-                                               : detail::TestPoint::kUnlink;
+      g_stop_at =
+          phase == Phase::kPreallocate ? detail::TestPoint::kFallocate : detail::TestPoint::kUnlink;
       detail::SetTestHook(StopHere);
       if (phase == Phase::kPreallocate) {
         (void)(*engine)->Preallocate("plan.bin", 0, 1 << 20);  // stops inside

@@ -195,8 +195,8 @@ TEST_F(FaultTest, RefusedODirectIsAnErrorNamingTheDirectory) {
   auto e = OffloadEngine::Create(o, std::make_unique<FaultBackend>(std::move(*inner), f));
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), Status::Code::kUnavailable);
-  EXPECT_EQ(e.status().message().rfind(tmp_.path() + ": the filesystem refused O_DIRECT (EINVAL", 0),
-            0u)
+  EXPECT_EQ(
+      e.status().message().rfind(tmp_.path() + ": the filesystem refused O_DIRECT (EINVAL", 0), 0u)
       << e.status().message();
   EXPECT_NE(e.status().message().find("pass --allow-buffered-io to measure through the page cache"),
             std::string::npos)

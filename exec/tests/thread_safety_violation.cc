@@ -11,7 +11,7 @@ class Counter {
     MutexLock lock(&mu_);
     BumpLocked();
   }
-  void UnguardedWrite() { count_ = 1; }  // mistake 1: mu_ not held
+  void UnguardedWrite() { count_ = 1; }       // mistake 1: mu_ not held
   void HelperWithoutLock() { BumpLocked(); }  // mistake 2: mu_ not held
 
  private:

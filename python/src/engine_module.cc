@@ -286,8 +286,8 @@ PYBIND11_MODULE(_engine, m) {
         "Checks a plan against its trace and returns its saved storages' placements");
   m.attr("DIRECT_IO_ALIGN") = ssdtrain::exec::kDirectIoAlign;
   py::class_<PyEngine>(m, "Engine")
-      .def(py::init<std::vector<std::string>, const std::string&, int64_t, int, int64_t, bool,
-                    bool, const std::vector<ssdtrain::python::FaultSpec>&>(),
+      .def(py::init<std::vector<std::string>, const std::string&, int64_t, int, int64_t, bool, bool,
+                    const std::vector<ssdtrain::python::FaultSpec>&>(),
            py::arg("dirs"), py::arg("backend") = "auto",
            py::arg("block_size") = ssdtrain::exec::kDefaultBlockSize,
            py::arg("queue_depth") = ssdtrain::exec::kDefaultQueueDepth,
