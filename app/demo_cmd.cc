@@ -271,8 +271,8 @@ class Demo {
 
   void ApplySsdCap() {
     if (o_.ssd_bandwidth_GBps <= 0) return;
-    // The replay holds the SSD path to this rate, reads and writes together;
-    // the simulator is given the same drive (its directions share it too).
+    // The replay holds each direction of the SSD path to this rate; the
+    // simulator is given the same drive.
     hw_.storage.drive.write_GBps = std::min(hw_.storage.drive.write_GBps, o_.ssd_bandwidth_GBps);
     hw_.storage.drive.read_GBps = std::min(hw_.storage.drive.read_GBps, o_.ssd_bandwidth_GBps);
     if (recalibrated_from_.empty()) {

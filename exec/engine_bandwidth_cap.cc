@@ -1,7 +1,6 @@
-// OffloadEngine::Impl, the bandwidth cap (--ssd-bandwidth): the SSD is one link
-// of the capped rate that reads and writes share, as the simulator's drive
-// (sim/README.md); a completion is held until the link has moved its bytes
-// after the requests before it, whichever their direction.
+// OffloadEngine::Impl, the bandwidth cap (--ssd-bandwidth): each direction is a
+// link of the capped rate; a completion is held until the link has moved its
+// bytes after the requests before it.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -15,14 +14,14 @@ using detail::NowNs;
 
 }  // namespace
 
-void OffloadEngine::Impl::ScheduleRelease(size_t s) {
+void OffloadEngine::Impl::ScheduleRelease(size_t s, IoOp op) {
   requests[s].release_ns = 0;
   const double rate = options.bandwidth_cap_bytes_per_s;
   if (rate <= 0) return;
-  const int64_t start = std::max(NowNs(), link_free_ns);
-  link_free_ns =
-      start + static_cast<int64_t>(std::ceil(static_cast<double>(requests[s].len) / rate * 1e9));
-  requests[s].release_ns = link_free_ns;
+  int64_t& link = link_free_ns[op == IoOp::kWrite ? 1 : 0];
+  const int64_t start = std::max(NowNs(), link);
+  link = start + static_cast<int64_t>(std::ceil(static_cast<double>(requests[s].len) / rate * 1e9));
+  requests[s].release_ns = link;
 }
 
 void OffloadEngine::Impl::ReleaseHeld(std::vector<size_t>* free_slots, int64_t* wait_ns) {

@@ -197,7 +197,7 @@ void OffloadEngine::Impl::IoLoop() {
         stats.requests++;
         lock.Unlock();
         Prepare(s, job, block);
-        ScheduleRelease(s);
+        ScheduleRelease(s, job->op);
         SetBusy(job->op, +1);
         batch.push_back(ToIoRequest(requests[s], s));
         lock.Lock();

@@ -148,7 +148,7 @@ struct OffloadEngine::Impl {
   // the requests before it: release = max(now, link_free) + len / rate. Its
   // completion is held back until then, so a fast disk behaves like a slower one
   // for throughput and for the latency of each transfer.
-  int64_t link_free_ns = 0;  // when the capped link has moved what it was given
+  int64_t link_free_ns[2] = {0, 0};  // [read, write]
   std::vector<size_t> held;          // completed slots waiting for their release time
   std::vector<size_t> backoff;       // slots answered -EAGAIN, waiting to be resubmitted
 
@@ -240,7 +240,7 @@ struct OffloadEngine::Impl {
 
   // Retires slot `s` with `error` (OK: its block is done and checked).
   // Bandwidth cap: the time request `s` may complete (0: uncapped).
-  void ScheduleRelease(size_t s);
+  void ScheduleRelease(size_t s, IoOp op);
 
   // Finishes held completions whose release time has come; sets `wait_ns` to
   // the time until the next one (keeping a shorter wait already set).
