@@ -91,6 +91,9 @@ int AdaptiveFirstKeptLayer(const traces::Trace& trace, const HardwareOptions& hw
 // hook would offload (one per storage), the op from which the adaptive keep
 // stops offloading (kNoOp: it never does), and the plan.
 std::vector<traces::TensorId> PaperOffloadCandidates(const traces::Trace& trace);
+// A step's saved activations as the paper counts them (§III-D): saved-for-
+// backward activation tensors with a producer, each storage once.
+int64_t PaperStepActivationBytes(const traces::Trace& trace);
 traces::OpId PaperAdaptiveKeepFrom(const traces::Trace& trace, const HardwareOptions& hw,
                                    const PolicyOptions& options);
 Result<traces::Plan> MakeSsdtrainPaperPlan(const traces::Trace& trace, const HardwareOptions& hw,

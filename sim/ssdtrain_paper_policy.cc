@@ -132,6 +132,22 @@ std::pair<OpId, OpId> LastForwardModule(const traces::Trace& trace) {
 
 }  // namespace
 
+int64_t PaperStepActivationBytes(const traces::Trace& trace) {
+  std::vector<bool> seen(trace.tensors.size(), false);
+  int64_t bytes = 0;
+  for (const traces::Tensor& t : trace.tensors) {
+    if (!t.saved_for_backward || t.kind != traces::TensorKind::kActivation ||
+        t.producer == traces::kNoOp) {
+      continue;
+    }
+    const auto root = static_cast<size_t>(trace.StorageOf(t.id));
+    if (seen[root]) continue;
+    seen[root] = true;
+    bytes += trace.tensors[root].bytes;
+  }
+  return bytes;
+}
+
 std::vector<TensorId> PaperOffloadCandidates(const traces::Trace& trace) {
   const std::vector<OpId> pack = PackOps(trace);
   const auto [last_first, last_last] = LastForwardModule(trace);
@@ -208,20 +224,7 @@ OpId PaperAdaptiveKeepFrom(const traces::Trace& trace, const HardwareOptions& hw
   const int gpu = options.gpu >= 0 ? options.gpu : SlowestArray(hw);
   double write_GBps = std::min(ArrayFor(hw, gpu).write_GBps, hw.host_link.d2h_GBps);
   if (!hw.storage.gds) write_GBps = std::min(write_GBps, hw.host_memory.bandwidth_GBps / 2);
-  double saved_bytes = 0;
-  {
-    std::vector<bool> seen(trace.tensors.size(), false);
-    for (const traces::Tensor& t : trace.tensors) {
-      if (!t.saved_for_backward || t.kind != traces::TensorKind::kActivation ||
-          t.producer == traces::kNoOp) {
-        continue;
-      }
-      const auto root = static_cast<size_t>(trace.StorageOf(t.id));
-      if (seen[root]) continue;
-      seen[root] = true;
-      saved_bytes += static_cast<double>(trace.tensors[root].bytes);
-    }
-  }
+  const double saved_bytes = static_cast<double>(PaperStepActivationBytes(trace));
   if (candidate_bytes <= 0) return traces::kNoOp;
   const double bandwidth = saved_bytes / (candidate_bytes / (write_GBps * 1e9));
   // solve_num_adaptive_keep_layers: walk the tracked scopes in post-order

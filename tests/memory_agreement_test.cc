@@ -50,6 +50,19 @@ sim::HardwareOptions FastIoCpu() {
   return *hw;
 }
 
+// A verified CPU replay that waits for each write after every op, so that
+// evictions land where the simulator puts them.
+exec::ReplayOptions ExactReplay(const std::string& dir) {
+  exec::ReplayOptions ro;
+  ro.dir = dir;
+  ro.backend = exec::BackendChoice::kCpu;
+  ro.steps = 1;
+  ro.verify = true;
+  ro.wait_for_writes = true;
+  ro.device_memory_bytes = int64_t{64} << 20;
+  return ro;
+}
+
 class ScratchDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -59,8 +72,7 @@ class ScratchDirTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   fs::path dir_;
 };
-class MemoryAgreement : public ScratchDirTest,
-                        public ::testing::WithParamInterface<std::string> {};
+class MemoryAgreement : public ScratchDirTest, public ::testing::WithParamInterface<std::string> {};
 using BudgetPromise = ScratchDirTest;
 using WholeStepMemory = ScratchDirTest;
 
@@ -74,13 +86,7 @@ TEST_P(MemoryAgreement, PredictedPeaksEqualTheReplaysToTheByte) {
   auto predicted = sim::Simulate(trace, *plan, hw);
   ASSERT_TRUE(predicted.ok()) << predicted.status().message();
 
-  exec::ReplayOptions ro;
-  ro.dir = dir_.string();
-  ro.backend = exec::BackendChoice::kCpu;
-  ro.steps = 1;
-  ro.verify = true;
-  ro.wait_for_writes = true;
-  ro.device_memory_bytes = int64_t{64} << 20;
+  const exec::ReplayOptions ro = ExactReplay(dir_.string());
   auto run = exec::Replay(trace, *plan, ro, GetParam());
   ASSERT_TRUE(run.ok()) << run.status().message();
   EXPECT_TRUE(run->verified);
@@ -117,13 +123,7 @@ TEST_F(WholeStepMemory, OneStageHoldsOneMicroBatchAtATimeOnBothSides) {
   plan->num_micro_batches = 3;
   auto predicted = sim::Simulate(trace, *plan, hw);
   ASSERT_TRUE(predicted.ok()) << predicted.status().message();
-  exec::ReplayOptions ro;
-  ro.dir = dir_.string();
-  ro.backend = exec::BackendChoice::kCpu;
-  ro.steps = 1;
-  ro.verify = true;
-  ro.wait_for_writes = true;
-  ro.device_memory_bytes = int64_t{64} << 20;
+  const exec::ReplayOptions ro = ExactReplay(dir_.string());
   auto run = exec::Replay(trace, *plan, ro, "offload-ssd, 3 micro-batches");
   ASSERT_TRUE(run.ok()) << run.status().message();
   EXPECT_TRUE(run->verified);
@@ -163,9 +163,8 @@ TEST_F(BudgetPromise, SlowWritesWaitInsteadOfPassingTheBudget) {
   ro.memory_budget_bytes = 0;  // none: writes pile up
   auto free_run = exec::Replay(trace, *plan, ro, "offload-ssd");
   ASSERT_TRUE(free_run.ok()) << free_run.status().message();
-  const int64_t budget =
-      traces::ComputeStaticPeaks(trace, *resolved, 64).device_bytes + free_run->workspace_bytes +
-      traces::DeviceBytes(largest, 64);
+  const int64_t budget = traces::ComputeStaticPeaks(trace, *resolved, 64).device_bytes +
+                         free_run->workspace_bytes + traces::DeviceBytes(largest, 64);
   if (free_run->metrics.peak_gpu_bytes <= budget) {
     // A build whose compute is several times slower (ASan) lets the 20 MB/s
     // path keep up: nothing piles up, so there is nothing to hold back.

@@ -72,21 +72,7 @@ Result<Run> RunOptimal(const traces::Trace& trace, const traces::Plan& base,
   return r;
 }
 
-int64_t StepActivationBytes(const traces::Trace& trace) {
-  std::vector<bool> seen(trace.tensors.size(), false);
-  int64_t bytes = 0;
-  for (const traces::Tensor& t : trace.tensors) {
-    if (!t.saved_for_backward || t.kind != traces::TensorKind::kActivation ||
-        t.producer == traces::kNoOp) {
-      continue;
-    }
-    const auto root = static_cast<size_t>(trace.StorageOf(t.id));
-    if (seen[root]) continue;
-    seen[root] = true;
-    bytes += trace.tensors[root].bytes;
-  }
-  return bytes;
-}
+int64_t StepActivationBytes(const traces::Trace& trace) { return PaperStepActivationBytes(trace); }
 
 }  // namespace
 
