@@ -271,8 +271,9 @@ class Demo {
 
   void ApplySsdCap() {
     if (o_.ssd_bandwidth_GBps <= 0) return;
-    // The replay holds each direction of the SSD path to this rate; the
-    // simulator is given the same drive.
+    // The replay's SSD path is one link of this rate that reads and writes
+    // share (exec/engine_bandwidth_cap.cc); the simulator is given the same
+    // drive, whose read and write queues share its rate the same way.
     hw_.storage.drive.write_GBps = std::min(hw_.storage.drive.write_GBps, o_.ssd_bandwidth_GBps);
     hw_.storage.drive.read_GBps = std::min(hw_.storage.drive.read_GBps, o_.ssd_bandwidth_GBps);
     if (recalibrated_from_.empty()) {

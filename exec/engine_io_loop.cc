@@ -162,6 +162,16 @@ void OffloadEngine::Impl::SubmitBatch(const std::vector<IoRequest>& batch, const
   }
 }
 
+std::deque<OffloadEngine::Impl::Job*>::iterator OffloadEngine::Impl::NextJob() {
+  const auto oldest = queue.begin();
+  const int d = (*oldest)->op == IoOp::kWrite ? 1 : 0;
+  const auto other = std::find_if(queue.begin(), queue.end(), [d](const Job* j) {
+    return (j->op == IoOp::kWrite ? 1 : 0) != d;
+  });
+  if (other == queue.end()) return oldest;
+  return dir_in_flight[1 - d] < dir_in_flight[d] ? other : oldest;
+}
+
 void OffloadEngine::Impl::IoLoop() {
   const size_t depth = requests.size();
   std::vector<IoRequest> batch;
@@ -187,9 +197,10 @@ void OffloadEngine::Impl::IoLoop() {
       }
       // Take blocks while slots are free.
       while (failed.ok() && !stopping && !queue.empty() && !free_slots.empty()) {
-        Job* job = queue.front();
+        const auto q = NextJob();
+        Job* job = *q;
         const int64_t block = job->next_block++;
-        if (job->next_block == job->blocks) queue.pop_front();
+        if (job->next_block == job->blocks) queue.erase(q);
         const size_t s = free_slots.back();
         free_slots.pop_back();
         job->in_flight++;
@@ -197,7 +208,7 @@ void OffloadEngine::Impl::IoLoop() {
         stats.requests++;
         lock.Unlock();
         Prepare(s, job, block);
-        ScheduleRelease(s, job->op);
+        JoinLink(s, job->op);
         SetBusy(job->op, +1);
         batch.push_back(ToIoRequest(requests[s], s));
         lock.Lock();
@@ -253,10 +264,12 @@ void OffloadEngine::Impl::IoLoop() {
       if (error.ok() && failed_already && requests[s].done < requests[s].len) {
         error = Status::IoError("cancelled after an earlier failure");
       }
-      if (error.ok() && !failed_already && requests[s].release_ns > 0 &&
-          requests[s].release_ns > NowNs()) {
-        held.push_back(s);  // the capped link has not moved these bytes yet
-        continue;
+      if (error.ok() && !failed_already && requests[s].on_link) {
+        AdvanceLink(NowNs());
+        if (requests[s].on_link) {
+          held.push_back(s);  // the capped link has not moved these bytes yet
+          continue;
+        }
       }
       FinishRequest(s, error, &free_slots);
     }
@@ -294,6 +307,7 @@ void OffloadEngine::Impl::ResubmitDue(std::vector<IoRequest>* batch,
 
 void OffloadEngine::Impl::FinishRequest(size_t s, const Status& error,
                                         std::vector<size_t>* free_slots) {
+  LeaveLink(s);
   Request& r = requests[s];
   Job& job = *r.job;
   SetBusy(job.op, -1);

@@ -85,10 +85,12 @@ struct OffloadOptions {
   bool allow_buffered_io = false;
   bool register_buffers = true;  // fixed buffers; falls back with one warning where refused
   bool preallocate = true;       // fallocate each extent before writing (early ENOSPC, like fio)
-  // Cap on the SSD path, bytes/s per direction: reads and writes each behave like a
-  // link of this rate (a request completes no earlier than its bytes could cross
-  // it after the requests before it), so a fast disk stands in for a slower
-  // array. 0: none; otherwise finite and at least 1e6 (1 MB/s).
+  // Cap on the SSD path, bytes/s: reads and writes share one link of this rate
+  // as the simulator's drive shares its rate (each direction's requests cross
+  // in order; while both directions have requests on it, each moves at half
+  // the rate; a request completes no earlier than its bytes have crossed), so a
+  // fast disk stands in for a slower array. 0: none; otherwise finite and at
+  // least 1e6 (1 MB/s).
   double bandwidth_cap_bytes_per_s = 0;
   WarnFn warn;  // nullptr: DefaultWarn (stderr)
   // Caller-owned, page-aligned host memory that the runtime copies tensors

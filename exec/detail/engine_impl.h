@@ -106,7 +106,8 @@ struct OffloadEngine::Impl {
     int buf_index = -1;
     int64_t offset = 0;
     uint32_t crc = 0;         // write: computed; read: expected
-    int64_t release_ns = 0;   // bandwidth cap: not completed before this time (steady clock)
+    bool on_link = false;     // bandwidth cap: its bytes are on the capped link
+    bool link_done = false;   // bandwidth cap: the link has moved its bytes
     int eagain_streak = 0;    // -EAGAIN answers in a row
     int64_t resubmit_ns = 0;  // EAGAIN backoff: not resubmitted before this time
   };
@@ -143,14 +144,22 @@ struct OffloadEngine::Impl {
   std::vector<Request> requests;
   int dir_in_flight[2] = {0, 0};
   int64_t busy_since[2] = {0, 0};
-  // Bandwidth cap (OffloadOptions::bandwidth_cap_bytes_per_s): each direction is
-  // a link of that rate. A request is due when the link has moved its bytes after
-  // the requests before it: release = max(now, link_free) + len / rate. Its
-  // completion is held back until then, so a fast disk behaves like a slower one
-  // for throughput and for the latency of each transfer.
-  int64_t link_free_ns[2] = {0, 0};  // [read, write]
-  std::vector<size_t> held;          // completed slots waiting for their release time
-  std::vector<size_t> backoff;       // slots answered -EAGAIN, waiting to be resubmitted
+  // Bandwidth cap (OffloadOptions::bandwidth_cap_bytes_per_s): one link of that
+  // rate, shared by reads and writes as the simulator's SSD shares its rate
+  // (sim/fluid.cc, sim/stage_sim.cc: a read queue and a write queue). The
+  // requests of one direction cross the link one after another in submission
+  // order; while both directions have a request on it, their heads move at
+  // half the rate each, a direction alone at the whole. A request's completion
+  // is held back until the link has moved its bytes, so a fast disk behaves
+  // like a slower one for throughput and for the latency of each transfer.
+  struct CapLink {
+    std::deque<size_t> fifo[2];    // slots on the link, [read, write], oldest first
+    double head_left[2] = {0, 0};  // bytes of each head still to move
+    int64_t updated_ns = 0;        // the time the link's progress was computed for
+  };
+  CapLink link;
+  std::vector<size_t> held;     // completed slots waiting for their release time
+  std::vector<size_t> backoff;  // slots answered -EAGAIN, waiting to be resubmitted
 
   ~Impl();
 
@@ -233,16 +242,30 @@ struct OffloadEngine::Impl {
 
   void IoLoop() SSDTRAIN_EXCLUDES(mu);
 
+  // The queued job whose next block goes to a free slot: the oldest of each
+  // direction, and of the two the direction with fewer requests in flight (the
+  // older on a tie), so that reads and writes share the queue depth as the
+  // simulator's SSD shares its rate between its read and write queues instead
+  // of a read waiting behind every queued write. `queue` must not be empty.
+  std::deque<Job*>::iterator NextJob() SSDTRAIN_REQUIRES(mu);
+
   // EAGAIN backoff: moves the slots whose backoff has passed into `batch` (or
   // cancels them after a failure); sets `wait_ns` to the time until the next.
   void ResubmitDue(std::vector<IoRequest>* batch, std::vector<size_t>* free_slots, int64_t* wait_ns)
       SSDTRAIN_EXCLUDES(mu);
 
   // Retires slot `s` with `error` (OK: its block is done and checked).
-  // Bandwidth cap: the time request `s` may complete (0: uncapped).
-  void ScheduleRelease(size_t s, IoOp op);
+  // Bandwidth cap: puts request `s` on the link (no-op when uncapped).
+  void JoinLink(size_t s, IoOp op);
+  // Bandwidth cap: moves the link's heads on to `now_ns`, marking the requests
+  // whose bytes have crossed (Request::link_done).
+  void AdvanceLink(int64_t now_ns);
+  // Bandwidth cap: takes slot `s` off the link (finished before its bytes crossed).
+  void LeaveLink(size_t s);
+  // Bandwidth cap: nanoseconds until the link's next head has crossed (-1: idle).
+  int64_t NextLinkDoneNs() const;
 
-  // Finishes held completions whose release time has come; sets `wait_ns` to
+  // Finishes held completions whose bytes the link has moved; sets `wait_ns` to
   // the time until the next one (keeping a shorter wait already set).
   void ReleaseHeld(std::vector<size_t>* free_slots, int64_t* wait_ns) SSDTRAIN_EXCLUDES(mu);
 

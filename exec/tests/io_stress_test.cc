@@ -67,7 +67,7 @@ class EngineStress : public ::testing::Test {
     o.block_size = kBlock;
     o.queue_depth = kDepth;
     o.staging_bytes = 4 << 20;
-    o.bandwidth_cap_bytes_per_s = 4e9;  // 4 GB/s per direction: held, not slow
+    o.bandwidth_cap_bytes_per_s = 4e9;  // a 4 GB/s link: held, not slow
     o.warn = [](std::string_view) {};
     auto e = OffloadEngine::Create(std::move(o), std::move(backend));
     EXPECT_TRUE(e.ok()) << e.status().ToString();
