@@ -33,15 +33,27 @@
 # under --slow-cap (0.05 GB/s), slow enough that writes lag and the budget's
 # backpressure must act.
 #
+# Whole steps: after the demos, the first model is planned with 4 micro-batches
+# under 1F1B (`ssdtrain plan --num-micro-batches 4 --prediction`) on the machine
+# its uncapped demo calibrated, replayed whole (`ssdtrain replay --model --plan`)
+# and its row joins the table (uncapped: its memory is gated too).
+#
+# Busy time per lane (compute, d2h, h2d, ssd_read, ssd_write), predicted and
+# measured, from the step reports in each demo's report folder: printed per lane,
+# and their median error over every row and lane must be within 10% plus the
+# median twin spread (a time, so it carries the step time's noise allowance).
+#
 #   scripts/accuracy.sh [--bin B] [--out DIR] [--models "tiny-gpt small-gpt"] [--cap GBps]
 #                       [--slow-cap GBps] [--median-max 0.05] [--worst-max 0.10]
-#                       [--memory-max 0.02] [--steps 2] [--rounds 3] [--verify]
+#                       [--memory-max 0.02] [--steps 2] [--rounds 3] [--whole-steps 3] [--verify]
+#
+# --whole-steps N: the whole-step rows' measured steps (0 leaves them out).
 #
 # --verify adds the demo's --verify replay before each timed one (slower; the
 # bytes are checked by the replay tests and the walkthrough already).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin=$root/build/app/ssdtrain out="" models="tiny-gpt small-gpt" cap=0.15 slow_cap=0.05 median_max=0.05 worst_max=0.10 memory_max=0.02 steps=2 rounds=3
+bin=$root/build/app/ssdtrain out="" models="tiny-gpt small-gpt" cap=0.15 slow_cap=0.05 median_max=0.05 worst_max=0.10 memory_max=0.02 steps=2 rounds=3 whole_steps=3
 verify=--no-verify
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -53,6 +65,7 @@ while [[ $# -gt 0 ]]; do
     --memory-max) memory_max=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --whole-steps) whole_steps=$2; shift 2 ;;
     --median-max) median_max=$2; shift 2 ;;
     --worst-max) worst_max=$2; shift 2 ;;
     --verify) verify=""; shift ;;
@@ -80,17 +93,71 @@ for m in $models; do
     summaries+=("$s")
   done
 done
+
+# Whole steps: the first model on the machine its uncapped demo calibrated (that
+# demo's hardware.json), planned at micro-batch 1 with 4 micro-batches under 1F1B
+# and the ssdtrain policy (`ssdtrain plan --prediction`), replayed whole (`ssdtrain
+# replay --model --plan`: every micro-batch in the schedule's order; the median of
+# --whole-steps measured steps after a warm-up) and compared like the demo's rows.
+if ((whole_steps > 0)); then
+  ws=$out/report-$first_model-wholestep
+  rm -rf "$ws"
+  mkdir -p "$ws"
+  offload=$(mktemp -d "${TMPDIR:-/var/tmp}/ssdtrain-accuracy-offload-XXXXXX")
+  trap 'rm -rf "$offload"' EXIT
+  whole_step() {  # name, then extra plan flags
+    local name=$1
+    shift
+    echo "accuracy: $first_model whole step, $name" >&2
+    "$bin" plan --model "$root/configs/models/$first_model.json" \
+      --hardware "$out/report-$first_model-cap0/hardware.json" --gpus 1 --tp 1 --pp 1 --dp 1 \
+      --micro-batch 1 --num-micro-batches 4 --schedule 1f1b --policy ssdtrain "$@" \
+      -o "$ws/plan-$name.json" --prediction "$ws/predicted-$name.json" >"$ws/plan-$name.log" 2>&1 ||
+      { cat "$ws/plan-$name.log" >&2; exit 1; }
+    "$bin" replay --model "$root/configs/models/$first_model.json" --plan "$ws/plan-$name.json" \
+      --dir "$offload" --steps "$whole_steps" -o "$ws/measured-$name.json" >"$ws/replay-$name.log" 2>&1 ||
+      { cat "$ws/replay-$name.log" >&2; exit 1; }
+  }
+  whole_step ssdtrain-1f1b-m4
+  /usr/bin/python3 - "$first_model" "$ws" "$out/summary-$first_model-wholestep.json" ssdtrain-1f1b-m4 <<'PY'
+import json, sys
+model, folder, out, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+rows = []
+for name in names:
+    p = json.load(open(f"{folder}/predicted-{name}.json"))
+    m = json.load(open(f"{folder}/measured-{name}.json"))
+    rows.append({"policy": name, "predicted_step_ns": p["step_time_ns"], "measured_step_ns": m["step_time_ns"],
+                 "error": (p["step_time_ns"] - m["step_time_ns"]) / m["step_time_ns"],
+                 "predicted_peak_activation_bytes": p["peak_activation_bytes"],
+                 "peak_activation_bytes": m["peak_activation_bytes"],
+                 "predicted_peak_device_bytes": p["peak_device_bytes"], "peak_device_bytes": m["peak_device_bytes"],
+                 "budget_bytes": 0, "verified": None, "round_step_times_ns": []})
+json.dump({"model": model, "ssd_bandwidth_GBps": 0, "rows": rows}, open(out, "w"), indent=1)
+PY
+  summaries+=("$out/summary-$first_model-wholestep.json")
+fi
+
 /usr/bin/python3 - "$median_max" "$worst_max" "$memory_max" "${summaries[@]}" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 median_max, worst_max, memory_max = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
 rows = []
+lane_rows = []  # (model, cap, policy, lane, predicted ns, measured ns)
 for path in sys.argv[4:]:
     s = json.load(open(path))
     if s.get("recalibrated"):
         print(f"note: {s['model']} (SSD cap {s['ssd_bandwidth_GBps']:g}): the demo calibrated twice "
               "(keep was more than 10% off the first calibration's prediction)")
+    # The demo's report folder beside the summary holds each policy's predicted
+    # and measured step reports, with their busy time per lane.
+    report = os.path.join(os.path.dirname(path), os.path.basename(path).replace("summary-", "report-")[:-len(".json")])
     for r in s["rows"]:
         rows.append((s["model"], s["ssd_bandwidth_GBps"], r))
+        pred = json.load(open(os.path.join(report, f"predicted-{r['policy']}.json")))["lane_busy_ns"]
+        meas = json.load(open(os.path.join(report, f"measured-{r['policy']}.json")))["lane_busy_ns"]
+        for lane in sorted(set(pred) | set(meas)):
+            if pred.get(lane, 0) or meas.get(lane, 0):
+                lane_rows.append((s["model"], s["ssd_bandwidth_GBps"], r["policy"], lane,
+                                  pred.get(lane, 0), meas.get(lane, 0)))
 def rel(pred, meas):
     return (pred - meas) / meas if meas else (0.0 if pred == meas else float("inf"))
 print(f"{'model':<10} {'SSD cap':>9} {'policy':<16} {'predicted':>11} {'measured':>11} {'error':>8} "
@@ -133,6 +200,19 @@ print(f"{len(errors)} configurations: median |error| {100*med:.1f}% "
       f"worst {100*worst:.1f}% (limit {100*worst_max:.0f}% + largest twin spread {100*largest:.1f}% = {100*worst_limit:.1f}%)")
 print(f"raw targets ({100*median_max:.0f}% / {100*worst_max:.0f}%): "
       + ("met" if med <= median_max and worst <= worst_max else "not met on this run"))
+# Busy time per lane (compute, d2h, h2d, ssd_read, ssd_write; the same
+# definition on both sides, traces/timeline.h): a time, so its limit carries the
+# same noise allowance as the step time's median.
+lane_errors = {}
+for model, cap, policy, lane, p, m in lane_rows:
+    lane_errors.setdefault(lane, []).append(abs(rel(p, m)))
+for lane, v in sorted(lane_errors.items()):
+    print(f"lane busy {lane:<10} {len(v):>2} rows: median |error| {100*statistics.median(v):.1f}%, worst {100*max(v):.1f}%")
+all_lane_errors = [e for v in lane_errors.values() for e in v]
+lane_median = statistics.median(all_lane_errors) if all_lane_errors else 0.0
+lane_limit = 0.10 + typical
+print(f"lane busy, every row and lane: median |error| {100*lane_median:.1f}% (limit 10% + median twin spread "
+      f"{100*typical:.1f}% = {100*lane_limit:.1f}%)")
 worst_memory = max(memory_errors) if memory_errors else 0.0
 print(f"memory, no SSD cap: worst |error| of the predicted activation and device peaks {100*worst_memory:.2f}% "
       f"(limit {100*memory_max:.0f}%, no noise allowance)")
@@ -144,6 +224,7 @@ for miss in budget_misses:
     print("budget: " + miss)
 # verified is null when the demo ran with --no-verify (the default here).
 ok = (med <= median_limit and worst <= worst_limit and worst_memory <= memory_max and not budget_misses
+      and lane_median <= lane_limit
       and all(r["verified"] is not False for _, _, r in rows))
 print("accuracy: " + ("PASS" if ok else "FAIL"))
 sys.exit(0 if ok else 1)
