@@ -65,6 +65,7 @@ void OffloadEngine::Impl::LeaveLink(size_t s) {
   Request& r = requests[s];
   if (!r.on_link) return;
   AdvanceLink(NowNs());
+  if (!r.on_link) return;  // its bytes crossed just now
   r.on_link = false;
   const int d = r.job->op == IoOp::kWrite ? 1 : 0;
   auto& q = link.fifo[d];
