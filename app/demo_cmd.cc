@@ -199,6 +199,11 @@ class Demo {
           budget / 1048576.0, best.plan.memory_budget_bytes / 1048576.0));
     }
 
+    // Eviction points where the prediction has each write landed: the replay
+    // then holds the predicted memory whatever the SSD does (sim/policy.h).
+    SSDTRAIN_ASSIGN_OR_RETURN(adaptive, sim::PlaceEvictions(trace_, std::move(adaptive), hw_));
+    SSDTRAIN_ASSIGN_OR_RETURN(best.plan, sim::PlaceEvictions(trace_, std::move(best.plan), hw_));
+
     std::vector<Row> rows;
     const std::vector<const traces::Plan*> plans = {&keep, &recompute, &adaptive, &best.plan};
     for (const traces::Plan* plan : plans) {

@@ -181,6 +181,22 @@ Status Replayer::IssueOp(const traces::Op& op) {
   DrainEvictions();
   bool io_dependent = staging_stalled_next_;
   staging_stalled_next_ = false;
+  // Planned eviction points (traces/storage_plan.h, "Memory"): the storage
+  // goes now, and if its write has not landed this op waits for it (exposed
+  // I/O, as in the simulator) rather than the step holding more memory.
+  for (TensorId s : cache_.EvictionsAt(op.id)) {
+    if (cache_.OnEvictionPoint(s)) {
+      Release(s);
+      continue;
+    }
+    MutexLock lock(&mu_);
+    if (!cache_.WritePending(s)) continue;  // claimed by backward: it stays
+    io_dependent = true;
+    while (cache_.WritePending(s) && error_.ok()) cv_.Wait(&mu_);
+    if (!error_.ok()) return error_;
+    lock.Unlock();
+    DrainEvictions();  // the landing decided the eviction
+  }
   for (TensorId s : cache_.PrefetchesAt(op.id)) {
     if (cache_.ClaimForBackward(s) == BackwardSource::kRead) {
       SSDTRAIN_RETURN_IF_ERROR(IssueRead(s, op, &io_dependent));

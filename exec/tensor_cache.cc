@@ -14,12 +14,19 @@ TensorCache::TensorCache(const traces::StoragePlan& plan) : plan_(plan) {
     e.bytes = s.bytes;
     e.host = s.action == traces::TensorAction::kOffloadHost;
   }
-  prefetch_at_.resize(plan.prefetch_at.size());
-  for (size_t op = 0; op < plan.prefetch_at.size(); ++op) {
-    for (int i : plan.prefetch_at[op]) {
-      prefetch_at_[op].push_back(plan.storages[static_cast<size_t>(i)].root);
+  auto roots = [&plan](const std::vector<std::vector<int>>& by_op,
+                       std::vector<std::vector<traces::TensorId>>* out) {
+    out->resize(by_op.size());
+    for (size_t op = 0; op < by_op.size(); ++op) {
+      for (int i : by_op[op]) (*out)[op].push_back(plan.storages[static_cast<size_t>(i)].root);
     }
-  }
+  };
+  roots(plan.prefetch_at, &prefetch_at_);
+  roots(plan.evict_at, &evict_at_);
+}
+
+const std::vector<traces::TensorId>& TensorCache::EvictionsAt(traces::OpId op) const {
+  return evict_at_[static_cast<size_t>(op)];
 }
 
 const std::vector<traces::TensorId>& TensorCache::PrefetchesAt(traces::OpId op) const {
@@ -86,8 +93,17 @@ bool TensorCache::HasEvictions() const {
 }
 
 bool TensorCache::OnForwardUsesIssued(traces::TensorId storage) {
+  if (plan_.of(storage).evict_before != traces::kNoOp) return false;  // its point decides
   detail::MutexLock lock(&mu_);
-  Entry* e = Find(storage);
+  return MarkForwardDone(Find(storage));
+}
+
+bool TensorCache::OnEvictionPoint(traces::TensorId storage) {
+  detail::MutexLock lock(&mu_);
+  return MarkForwardDone(Find(storage));
+}
+
+bool TensorCache::MarkForwardDone(Entry* e) {
   if (e == nullptr) return false;
   e->forward_done = true;
   if (e->state == State::kWritten && !e->claimed) {

@@ -11,7 +11,9 @@
 // - Forwarding: when backward asks for a storage still on the device, it is
 //   served from there: a write not yet started is dropped; a write in flight
 //   completes but the copy is no longer evicted. Nothing is read back.
-// - Eviction after the write lands, once every forward consumer has been issued.
+// - Eviction after the write lands, once every forward consumer has been issued;
+//   or, for a storage with a planned eviction point (Placement::evict_before),
+//   exactly when that op is issued (the replay waits there for the write).
 // - Prefetch: the read is issued when op Placement::prefetch_before is issued,
 //   or on demand before the first backward consumer when it is kNoOp.
 //
@@ -90,8 +92,15 @@ class TensorCache {
   // decision order. HasEvictions: whether there are any.
   std::vector<traces::TensorId> TakeEvictions();
   bool HasEvictions() const;
-  // The last forward consumer of `storage` was issued. True: evict now.
+  // The last forward consumer of `storage` was issued. True: evict now. A
+  // storage with a planned eviction point waits for that point instead.
   bool OnForwardUsesIssued(traces::TensorId storage);
+  // Storages whose planned eviction point is op `op` (evict_before == op).
+  const std::vector<traces::TensorId>& EvictionsAt(traces::OpId op) const;
+  // Op `evict_before` of `storage` is being issued. True: evict now; false
+  // while its write has not landed (WritePending: the landing evicts it, into
+  // the eviction list) or when backward has claimed it.
+  bool OnEvictionPoint(traces::TensorId storage);
   // Backward needs `storage` (a prefetch point or its first backward consumer).
   // Idempotent within a step: later calls return kResident once it is back.
   BackwardSource ClaimForBackward(traces::TensorId storage);
@@ -124,6 +133,8 @@ class TensorCache {
     bool host = false;  // offload-host
   };
   BackwardSource DecideClaim(traces::TensorId storage) SSDTRAIN_EXCLUDES(mu_);  // takes mu_
+  // No forward use pending: evict now if written and not claimed.
+  bool MarkForwardDone(Entry* e) SSDTRAIN_REQUIRES(mu_);
   Entry* Find(traces::TensorId storage) SSDTRAIN_REQUIRES(mu_);
   const Entry* Find(traces::TensorId storage) const SSDTRAIN_REQUIRES(mu_);
 
@@ -132,6 +143,7 @@ class TensorCache {
   // Offloaded storages only.
   std::unordered_map<traces::TensorId, Entry> entries_ SSDTRAIN_GUARDED_BY(mu_);
   std::vector<std::vector<traces::TensorId>> prefetch_at_;  // by op id: storage roots; read-only
+  std::vector<std::vector<traces::TensorId>> evict_at_;     // likewise
   CacheStats stats_ SSDTRAIN_GUARDED_BY(mu_);
   // Decided by OnWriteLanded, not yet taken.
   std::vector<traces::TensorId> evictions_ SSDTRAIN_GUARDED_BY(mu_);

@@ -307,17 +307,24 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
                       : ""));
   }
   PlannerResult chosen = best_fit ? std::move(*best_fit) : std::move(*best_any);
-  if (options.record_timeline) {
-    const traces::Plan& c = chosen.plan;
+  {
+    // The chosen plans get their eviction points where the prediction has each
+    // write landed (PlaceEvictions): the same memory at every op, now held by
+    // any run whatever its SSD does. The prediction is of the plans as written.
+    traces::Plan& c = chosen.plan;
     SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* first, cache.Get(c.micro_batch, c.tp, c.pp, 0));
+    SSDTRAIN_ASSIGN_OR_RETURN(c, PlaceEvictions(*first, std::move(c), hw));
     std::vector<StageInput> stages{{first, &c}};
-    for (const auto& [stage, stage_plan] : chosen.stage_plans) {
+    for (auto& [stage, stage_plan] : chosen.stage_plans) {
       SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t,
                                 cache.Get(c.micro_batch, c.tp, c.pp, stage));
+      SSDTRAIN_ASSIGN_OR_RETURN(stage_plan, PlaceEvictions(*t, std::move(stage_plan), hw));
       stages.push_back({t, &stage_plan});
     }
-    SSDTRAIN_ASSIGN_OR_RETURN(Prediction again, Simulate(stages, hw));
-    chosen.prediction.timeline = std::move(again.timeline);
+    SimulateOptions so;
+    so.record_timeline = options.record_timeline;
+    SSDTRAIN_ASSIGN_OR_RETURN(chosen.prediction, Simulate(stages, hw, so));
+    out.simulations += 2;  // PlaceEvictions and the prediction
   }
   chosen.layouts = out.layouts;
   chosen.simulated_layouts = out.simulated_layouts;

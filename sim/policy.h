@@ -99,6 +99,20 @@ traces::OpId PaperAdaptiveKeepFrom(const traces::Trace& trace, const HardwareOpt
 Result<traces::Plan> MakeSsdtrainPaperPlan(const traces::Trace& trace, const HardwareOptions& hw,
                                            traces::Plan plan, const PolicyOptions& options);
 
+// Planned eviction points (Placement::evict_before): simulates `plan` with
+// every offloaded storage evicted as soon as its write lands, then pins each
+// storage's eviction at the first op that starts after its predicted landing
+// (within its window: after its last forward use, before its prefetch point
+// and first backward use). A storage whose write does not land in that window
+// is kept instead (its placements go: the simulation forwards it, and a run
+// that wrote it anyway could evict and read it back, holding other memory at
+// other times). Simulating the result gives the same memory profile at every
+// op, and a replay holds exactly that memory whatever its SSD does: a slower
+// drive makes the op at the point wait (exposed I/O) instead of holding more.
+// Existing points are replaced. Plans without offload come back unchanged.
+Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan plan,
+                                    const HardwareOptions& hw);
+
 // A plan template: layout from the trace header; dp and micro-batch count 1.
 traces::Plan BasePlan(const traces::Trace& trace);  // traces::PlanTemplate, unnamed
 

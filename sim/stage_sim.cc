@@ -40,13 +40,15 @@ struct Storage {
   TensorAction action = TensorAction::kKeep;
   OpId producer = traces::kNoOp;
   OpId prefetch_before = traces::kNoOp;
-  int pending = 0;          // consumer ops (of any member) not yet run
-  int pending_forward = 0;  // forward-phase ones among them
+  OpId evict_before = traces::kNoOp;  // planned eviction point (traces/storage_plan.h)
+  int pending = 0;                    // consumer ops (of any member) not yet run
+  int pending_forward = 0;            // forward-phase ones among them
   // Dynamic state.
   bool resident = false;
   bool pinned = false;      // forwarded: stays on the device until its last use
   bool recomputed = false;  // re-materialized by recompute at least once
   bool held = false;        // rebuilt for a recompute that has not started yet
+  bool evict_due = false;   // its planned eviction point has been reached
   WriteState write = WriteState::kNone;
   ReadState read = ReadState::kNone;
   FluidNetwork::FlowId write_flow = -1;
@@ -120,6 +122,7 @@ class StageSimulator {
   int64_t scratch_bytes_ = 0;    // a running recompute's scratch outputs
   std::vector<Storage> storages_;
   std::vector<std::vector<size_t>> prefetch_at_;  // op id -> storages to prefetch
+  std::vector<std::vector<size_t>> evict_at_;     // op id -> storages evicted there
   std::vector<std::vector<size_t>> op_inputs_;    // op id -> unique input storages
   std::vector<std::vector<size_t>> op_outputs_;   // op id -> unique output storages
 
@@ -153,6 +156,7 @@ Status StageSimulator::BuildStorages() {
     s.action = info.action;
     s.producer = info.producer;
     s.prefetch_before = info.prefetch_before;
+    s.evict_before = info.evict_before;
   }
   auto to_size = [](const std::vector<std::vector<int>>& in,
                     std::vector<std::vector<size_t>>& out) {
@@ -160,6 +164,7 @@ Status StageSimulator::BuildStorages() {
     for (size_t i = 0; i < in.size(); ++i) out[i].assign(in[i].begin(), in[i].end());
   };
   to_size(sp.prefetch_at, prefetch_at_);
+  to_size(sp.evict_at, evict_at_);
   to_size(sp.op_inputs, op_inputs_);
   to_size(sp.op_outputs, op_outputs_);
   for (const traces::Op& op : trace_.ops) {
@@ -263,7 +268,8 @@ void StageSimulator::MaybeRelease(Storage& s) {
   if (s.pinned || s.pending_forward > 0) return;
   const bool offloaded =
       s.action == TensorAction::kOffloadSsd || s.action == TensorAction::kOffloadHost;
-  if (offloaded && s.write == WriteState::kLanded && s.read == ReadState::kNone) {
+  if (offloaded && s.write == WriteState::kLanded && s.read == ReadState::kNone &&
+      (s.evict_before == traces::kNoOp || s.evict_due)) {
     Free(s);  // evicted: the write has landed (traces/storage_plan.h, "Memory")
   } else if (s.action == TensorAction::kRecompute && !s.recomputed) {
     Free(s);  // dropped: rebuilt before its first backward use
@@ -302,6 +308,7 @@ void StageSimulator::StartOffload(size_t sid) {
                          AddSpan(traces::Lane::kSsdWrite, begin, Now(), traces::kNoOp, t, name);
                          result_.ssd_bytes_written += st.bytes;
                          st.write = WriteState::kLanded;
+                         result_.write_landed_ns[st.root] = Now();
                          MaybeRelease(st);
                          TryIssue();  // an op may be waiting for this memory
                        });
@@ -318,6 +325,7 @@ void StageSimulator::StartOffload(size_t sid) {
                        Sample();
                        if (st.action == TensorAction::kOffloadHost) {
                          st.write = WriteState::kLanded;
+                         result_.write_landed_ns[st.root] = Now();
                          result_.host_bytes_written += st.bytes;
                          MaybeRelease(st);
                          TryIssue();
@@ -338,6 +346,7 @@ void StageSimulator::StartOffload(size_t sid) {
                              host_bytes_ -= x.bytes;
                              Sample();
                              x.write = WriteState::kLanded;
+                             result_.write_landed_ns[x.root] = Now();
                              MaybeRelease(x);
                              TryIssue();
                            });
@@ -418,6 +427,22 @@ void StageSimulator::TryIssue() {
       if (storages_[item.target].resident) {
         recompute_stack_.pop_back();
         continue;
+      }
+    }
+    // Planned eviction points: the storages go before this op is issued, which
+    // waits for a write that has not landed yet (the replay does the same).
+    if (!item.recompute) {
+      bool evicting = false;
+      for (size_t sid : evict_at_[op_index]) {
+        Storage& s = storages_[sid];
+        s.evict_due = true;
+        MaybeRelease(s);
+        evicting = evicting || (s.resident && !s.pinned &&
+                                (s.write == WriteState::kQueued || s.write == WriteState::kStaged));
+      }
+      if (evicting) {
+        if (wait_start_ < 0) wait_start_ = Now();
+        return;  // the landing calls TryIssue again
       }
     }
     // Issue the prefetches this op triggers (regular ops only), if the run-ahead

@@ -15,7 +15,9 @@
 //   memory, then pinned memory to SSD; host: PCIe d2h only). Each direction has
 //   at most `max_inflight_tensors` tensors admitted; the rest queue FIFO. The
 //   device copy is evicted once the write has landed (on the SSD; for
-//   offload-host, in host memory) and every forward consumer has run.
+//   offload-host, in host memory) and every forward consumer has run; with a
+//   planned eviction point (Placement::evict_before), when that op is issued,
+//   which waits for the write if it has not landed (exposed I/O).
 // - Budget (Plan::memory_budget_bytes): an op whose outputs would take the
 //   device past it waits while writes in flight will evict something
 //   (backpressure); the wait is exposed I/O. With nothing in flight it runs
@@ -86,8 +88,10 @@ struct StageResult {
   int64_t peak_host_bytes = 0;  // offload-host copies plus bounce staging
   int64_t forwarded_storages = 0;
   int64_t dropped_writes = 0;
-  int64_t model_flops = 0;                      // FLOPs of the trace's ops, recompute excluded
-  std::vector<OpTiming> ops;                    // by op id
+  int64_t model_flops = 0;    // FLOPs of the trace's ops, recompute excluded
+  std::vector<OpTiming> ops;  // by op id
+  // Offloaded storages (by root tensor id) whose write landed: when it did.
+  std::map<traces::TensorId, int64_t> write_landed_ns;
   std::map<std::string, int64_t> lane_busy_ns;  // compute, d2h, h2d, ssd_read, ssd_write
   traces::Timeline timeline;
 };

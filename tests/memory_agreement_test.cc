@@ -75,6 +75,7 @@ class ScratchDirTest : public ::testing::Test {
 class MemoryAgreement : public ScratchDirTest, public ::testing::WithParamInterface<std::string> {};
 using BudgetPromise = ScratchDirTest;
 using WholeStepMemory = ScratchDirTest;
+using EvictionPoints = ScratchDirTest;
 
 TEST_P(MemoryAgreement, PredictedPeaksEqualTheReplaysToTheByte) {
   const traces::Trace trace = MicroGpt();
@@ -184,11 +185,60 @@ TEST_F(BudgetPromise, SlowWritesWaitInsteadOfPassingTheBudget) {
 
   // The simulator under the same cap and budget keeps the same promise.
   sim::HardwareOptions capped = hw;
-  capped.storage.drive.read_GBps = capped.storage.drive.write_GBps = 0.02;
+  capped.storage.drive.read_GBps = capped.storage.drive.write_GBps = 0.2;
   auto predicted = sim::Simulate(trace, *plan, capped);
   ASSERT_TRUE(predicted.ok()) << predicted.status().message();
   EXPECT_LE(predicted->metrics.peak_gpu_bytes, budget);
   EXPECT_GT(predicted->metrics.exposed_io_ns, 0);
+}
+
+// Planned eviction points make memory a property of the plan, not of the SSD:
+// every activation of micro-gpt offloaded, its eviction points placed where the
+// simulator has each write landing through a 200 MB/s path (sim::PlaceEvictions:
+// on cpu-local's figures half the writes land before backward; the others are
+// kept). The replay, not waiting for writes, holds each storage until its point
+// whatever its SSD does: through the same 200 MB/s cap, through a 2 MB/s one
+// (ops wait at the points: exposed I/O) and with no cap at all, the measured
+// activation and device peaks equal the prediction to the byte.
+TEST_F(EvictionPoints, CappedAndUncappedReplaysHoldThePredictedMemory) {
+  const traces::Trace trace = MicroGpt();
+  sim::HardwareOptions capped = FastIoCpu();
+  capped.storage.drive.read_GBps = capped.storage.drive.write_GBps = 0.2;
+  sim::PolicyOptions po;
+  po.min_offload_bytes = 0;
+  auto all = sim::MakeFixedPlan("offload-ssd", trace, capped, sim::BasePlan(trace), po);
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  auto plan = sim::PlaceEvictions(trace, *all, capped);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  int points = 0;
+  for (const traces::Placement& p : plan->placements) points += p.evict_before != traces::kNoOp;
+  ASSERT_GT(points, 0);
+  auto predicted = sim::Simulate(trace, *plan, capped);
+  ASSERT_TRUE(predicted.ok()) << predicted.status().message();
+  // Without the points the simulated memory is the same: they sit where the
+  // writes land.
+  auto unpinned = sim::Simulate(trace, *all, capped);
+  ASSERT_TRUE(unpinned.ok());
+  EXPECT_EQ(predicted->metrics.peak_activation_bytes, unpinned->metrics.peak_activation_bytes);
+
+  for (const double cap : {0.2, 0.002, 0.0}) {
+    SCOPED_TRACE("SSD cap " + std::to_string(cap) + " GB/s");
+    exec::ReplayOptions ro;
+    ro.dir = dir_.string();
+    ro.backend = exec::BackendChoice::kCpu;
+    ro.steps = 1;
+    ro.verify = true;
+    ro.ssd_bandwidth_GBps = cap;
+    ro.device_memory_bytes = int64_t{64} << 20;
+    auto run = exec::Replay(trace, *plan, ro, "offload-ssd with eviction points");
+    ASSERT_TRUE(run.ok()) << run.status().message();
+    EXPECT_TRUE(run->verified);
+    EXPECT_EQ(predicted->metrics.peak_activation_bytes, run->metrics.peak_activation_bytes);
+    EXPECT_EQ(predicted->metrics.peak_gpu_bytes, run->metrics.peak_gpu_bytes);
+    if (cap == 0.002) {
+      EXPECT_GT(run->metrics.exposed_io_ns, 0);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, MemoryAgreement,

@@ -45,6 +45,8 @@ Result<Placement> ParsePlacement(const json& j, const JsonPath& at) {
   p.action = *a;
   SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> prefetch, r.OptionalInt("prefetch_before"));
   p.prefetch_before = prefetch.value_or(kNoOp);
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> evict, r.OptionalInt("evict_before"));
+  p.evict_before = evict.value_or(kNoOp);
   SSDTRAIN_ASSIGN_OR_RETURN(p.file, r.StringOr("file", ""));
   SSDTRAIN_ASSIGN_OR_RETURN(int64_t device, r.IntOr("device", 0));
   p.device = static_cast<int>(device);
@@ -106,6 +108,7 @@ json ToJson(const Plan& plan) {
   for (const Placement& p : plan.placements) {
     json row{{"tensor", p.tensor}, {"action", ToString(p.action)}};
     row["prefetch_before"] = p.prefetch_before == kNoOp ? json(nullptr) : json(p.prefetch_before);
+    if (p.evict_before != kNoOp) row["evict_before"] = p.evict_before;
     if (p.action == TensorAction::kOffloadSsd) {
       row["file"] = p.file;
       row["device"] = p.device;

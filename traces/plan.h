@@ -29,7 +29,7 @@ struct Placement {
   TensorId tensor = 0;
   TensorAction action = TensorAction::kKeep;
   // Offload: the write starts when the producer op ends; the device copy is
-  // evicted when the write lands. The read-back is issued when op
+  // evicted when the write lands (or at `evict_before`). The read-back is issued when op
   // `prefetch_before` starts (kNoOp: on demand, when the first backward consumer
   // needs it).
   OpId prefetch_before = kNoOp;
@@ -38,6 +38,15 @@ struct Placement {
   std::string file;
   int device = 0;
   int64_t offset = 0;
+  // Offload: where the device copy goes (kNoOp: as soon as the write has landed
+  // and the last forward consumer has been issued). Otherwise the copy stays
+  // resident until op `evict_before` is issued and is freed then, the op
+  // waiting for the write to land if it has not: memory follows from the plan
+  // alone, whatever the SSD's speed, and a late write costs time (exposed I/O)
+  // instead of memory. Must come after the storage's last forward use and
+  // before its first backward use and its prefetch point. The planner sets it
+  // where its simulation has the write landed (sim::PlaceEvictions).
+  OpId evict_before = kNoOp;
 };
 
 // Figures a simulation predicts or a replay measures; both files carry this.

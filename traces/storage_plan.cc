@@ -75,7 +75,8 @@ int64_t ReplayWorkspaceBytes(const Trace& trace, int64_t output_region_bytes) {
   for (const Op& op : trace.ops) {
     if (op.gemm) {
       const GemmDims& g = *op.gemm;
-      bytes = std::max(bytes, ReplayGemmWorkspaceBytes(g.m, g.n, g.k, g.batch, output_region_bytes));
+      bytes =
+          std::max(bytes, ReplayGemmWorkspaceBytes(g.m, g.n, g.k, g.batch, output_region_bytes));
     } else if (op.kind == OpKind::kAttention && op.flops > 0) {
       constexpr int64_t s = kReplayAttentionGemmSide;
       bytes = std::max(
@@ -149,6 +150,21 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
       return Status::InvalidArgument(at + ".prefetch_before: op " +
                                      std::to_string(p.prefetch_before) + " does not exist");
     }
+    if (p.evict_before != kNoOp) {
+      if (!offload) {
+        return Status::InvalidArgument(at + ".evict_before: only an offloaded tensor is evicted (" +
+                                       Name(t) + " is " + std::string(ToString(p.action)) + ")");
+      }
+      if (p.evict_before < 0 || p.evict_before >= n_ops) {
+        return Status::InvalidArgument(at + ".evict_before: op " + std::to_string(p.evict_before) +
+                                       " does not exist");
+      }
+      if (trace.op(p.evict_before).phase == Phase::kOptimizer) {
+        return Status::InvalidArgument(at + ".evict_before: op " + std::to_string(p.evict_before) +
+                                       " is in the optimizer phase; a storage is evicted between "
+                                       "its last forward use and backward");
+      }
+    }
     if (p.action == TensorAction::kOffloadSsd) {
       if (!StaysInside(p.file)) {
         return Status::InvalidArgument(at + ".file: \"" + p.file +
@@ -194,12 +210,22 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
           (s.prefetch_before == kNoOp || p.prefetch_before < s.prefetch_before)) {
         s.prefetch_before = p.prefetch_before;
       }
+      if (p.evict_before != s.evict_before) {
+        return Status::InvalidArgument(
+            at + ".evict_before: " + Name(t) + " shares its storage with tensor " +
+            std::to_string(q.tensor) + ", whose placements[" + std::to_string(first) +
+            "] evicts it " +
+            (s.evict_before == kNoOp ? "when its write lands"
+                                     : "before op " + std::to_string(s.evict_before)) +
+            "; one storage has one eviction point");
+      }
       continue;
     }
     first_placement[static_cast<size_t>(index)] = static_cast<int>(i);
     s.placed_by = p.tensor;
     s.action = p.action;
     if (offload) s.prefetch_before = p.prefetch_before;
+    if (offload) s.evict_before = p.evict_before;
     if (p.action == TensorAction::kOffloadSsd) {
       s.file = p.file;
       s.device = p.device;
@@ -241,6 +267,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
   sp.op_inputs.resize(trace.ops.size());
   sp.op_outputs.resize(trace.ops.size());
   sp.prefetch_at.resize(trace.ops.size());
+  sp.evict_at.resize(trace.ops.size());
   auto unique_add = [](std::vector<int>& v, int s) {
     if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
   };
@@ -272,6 +299,25 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
     const StorageInfo& s = sp.storages[i];
     if (s.offloaded() && s.prefetch_before != kNoOp) {
       sp.prefetch_at[static_cast<size_t>(s.prefetch_before)].push_back(static_cast<int>(i));
+    }
+    if (s.offloaded() && s.evict_before != kNoOp) {
+      // After the last forward use, before backward needs it back.
+      const OpId backward = s.prefetch_before != kNoOp && (s.first_backward_use == kNoOp ||
+                                                           s.prefetch_before < s.first_backward_use)
+                                ? s.prefetch_before
+                                : s.first_backward_use;
+      if (s.evict_before <= s.last_forward_use ||
+          (backward != kNoOp && s.evict_before >= backward)) {
+        return Status::InvalidArgument(
+            source + ": placements[" + std::to_string(placed_at.at(s.placed_by)) +
+            "].evict_before: op " + std::to_string(s.evict_before) + " must come after tensor " +
+            std::to_string(s.placed_by) + "'s last forward use (op " +
+            std::to_string(s.last_forward_use) + ")" +
+            (backward != kNoOp ? " and before op " + std::to_string(backward) +
+                                     " (its prefetch point or first backward use)"
+                               : ""));
+      }
+      sp.evict_at[static_cast<size_t>(s.evict_before)].push_back(static_cast<int>(i));
     }
   }
   return sp;
@@ -316,6 +362,7 @@ StaticPeaks ComputeStaticPeaks(const Trace& trace, const StoragePlan& sp, int64_
   std::vector<int> touched;
   for (const Op& op : trace.ops) {
     const auto id = static_cast<size_t>(op.id);
+    for (int i : sp.evict_at[id]) remove(i);  // at its planned point (the write has landed)
     for (int i : sp.prefetch_at[id]) add(i);
     touched = sp.op_inputs[id];
     for (int i : sp.op_outputs[id]) {
@@ -332,7 +379,8 @@ StaticPeaks ComputeStaticPeaks(const Trace& trace, const StoragePlan& sp, int64_
       if (s.last_use == op.id) {
         remove(i);
       } else if (op.phase == Phase::kForward && s.last_forward_use == op.id &&
-                 (s.offloaded() || s.action == TensorAction::kRecompute)) {
+                 ((s.offloaded() && s.evict_before == kNoOp) ||
+                  s.action == TensorAction::kRecompute)) {
         remove(i);  // written and evicted at once / dropped until recomputed
       }
     }

@@ -25,6 +25,10 @@
 // - Memory: a storage offloaded (ssd or host) stays resident until its write
 //   (or host copy) has landed and its last forward use has been issued, unless
 //   backward claimed it first (forwarding: then it stays until its last use).
+//   With an eviction point (Placement::evict_before) it stays until that op
+//   is issued instead, however early its write landed, and that op waits for
+//   the write: then memory follows from the plan alone. Placements on several
+//   members of one storage must agree on the eviction point.
 //   A prefetched storage counts from the moment its read is issued. The
 //   device's allocation granularity rounds every storage (DeviceBytes).
 //
@@ -68,6 +72,7 @@ struct StorageInfo {
   TensorAction action = TensorAction::kKeep;
   TensorId placed_by = -1;  // the tensor id of the (first) placement; -1: none
   OpId prefetch_before = kNoOp;
+  OpId evict_before = kNoOp;  // the planned eviction point (Placement::evict_before)
   // offload-ssd
   std::string file;
   int device = 0;
@@ -92,7 +97,8 @@ struct StoragePlan {
   std::vector<int> index_of;          // tensor id -> index into storages
   // Per op id: the unique storages it reads and writes, and the storages whose
   // read the plan issues when the op is issued.
-  std::vector<std::vector<int>> op_inputs, op_outputs, prefetch_at;
+  // evict_at: the storages whose planned eviction point the op is.
+  std::vector<std::vector<int>> op_inputs, op_outputs, prefetch_at, evict_at;
   int64_t persistent_bytes = 0;   // raw bytes resident all step
   int64_t ssd_bytes = 0;          // unique offload-ssd bytes (written once per step)
   int64_t host_region_bytes = 0;  // the offload-host region, padded extents

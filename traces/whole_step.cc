@@ -179,6 +179,9 @@ Result<WholeStep> UnrollStep(const Trace& trace, const Plan& plan, const std::st
         const bool opt = trace.op(orig.prefetch_before).phase == Phase::kOptimizer;
         pl.prefetch_before = op_id[opt ? 0 : k][static_cast<size_t>(orig.prefetch_before)];
       }
+      if (orig.evict_before != kNoOp) {  // after a forward use: never in the optimizer
+        pl.evict_before = op_id[k][static_cast<size_t>(orig.evict_before)];
+      }
       if (!pl.file.empty()) pl.file = FileOf(static_cast<int64_t>(k), pl.file);
       p.placements.push_back(std::move(pl));
     }

@@ -228,7 +228,6 @@ TEST(Policies, OrderBasedPrefetchLooksTwoModulesAhead) {
   EXPECT_EQ(LookaheadPrefetchOp(t, 2, 0), 7);  // lookahead 0: at the consumer itself
 }
 
-
 // Three 1 GB layers, forward ops of 100 ms, act0 offloaded through pinned host
 // memory (no GDS): its copy leaves the device at 0.1 + 0.01 s (100 GB/s PCIe)
 // and its SSD write at 1 GB/s lands at 1.11 s, after the whole forward pass.
@@ -254,7 +253,7 @@ TEST(StageSim, AnOffloadedTensorStaysResidentUntilItsWriteLands) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->peak_activation_bytes, 3'000'000'000);
   EXPECT_EQ(r->peak_gpu_bytes, 3'000'002'000);  // + weight 1000 + input 1000
-  EXPECT_EQ(r->forwarded_storages, 1);           // still resident when bwd0 asks
+  EXPECT_EQ(r->forwarded_storages, 1);          // still resident when bwd0 asks
 }
 
 TEST(StageSim, ABudgetHoldsBackTheNextOpUntilAWriteLands) {
@@ -274,6 +273,63 @@ TEST(StageSim, ABudgetHoldsBackTheNextOpUntilAWriteLands) {
   EXPECT_EQ(r->exposed_io_ns, 910'000'000 + 510'000'000);
   EXPECT_EQ(r->step_ns, 300'000'000 + 910'000'000 + 510'000'000 + 3000);
   EXPECT_EQ(r->ssd_bytes_read, 1'000'000'000);
+}
+
+// Planned eviction points (Placement::evict_before). act0 (tensor 2) is last
+// read in forward by fwd1 (op1) and first read in backward by bwd0 (op5).
+traces::Plan EvictAt(const traces::Trace& t, traces::OpId op) {
+  Placement p{2, TensorAction::kOffloadSsd, traces::kNoOp, "a.bin", 0, 0};
+  p.evict_before = op;
+  return PlanWith(t, {p});
+}
+
+TEST(StageSim, AnEvictionPointWaitsForItsWrite) {
+  // Point at fwd2 (op2), the write landing at 1.11 s: fwd2 waits at its issue
+  // from 0.2 s until then (0.91 s exposed) and act0 goes before act2 is
+  // allocated, so no more than two activations are ever resident; bwd0 reads
+  // act0 back on demand (0.51 s exposed). The same step as the budget's above,
+  // from the plan alone.
+  const traces::Trace t = SlowWriteTrace();
+  auto r = SimulateStage(t, EvictAt(t, 2), BounceHardware());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->peak_activation_bytes, 2'000'000'000);
+  EXPECT_EQ(r->peak_gpu_bytes, 2'000'002'000);
+  EXPECT_EQ(r->exposed_io_ns, 910'000'000 + 510'000'000);
+  EXPECT_EQ(r->step_ns, 300'000'000 + 910'000'000 + 510'000'000 + 3000);
+  EXPECT_EQ(r->write_landed_ns.at(2), 1'110'000'000);
+}
+
+TEST(StageSim, AStorageStaysUntilItsEvictionPointHoweverEarlyItsWriteLands) {
+  // A 100 GB/s path lands act0's write at 0.12 s, during fwd1. Evicted at its
+  // landing it would leave two activations resident at fwd2; with its point
+  // at bwd1 (op4) it stays through fwd2: three, and nothing waits.
+  const traces::Trace t = SlowWriteTrace();
+  HardwareOptions fast = TestHardware(100, 100, 100);
+  fast.storage.gds = false;
+  auto at_landing = SimulateStage(t, EvictAt(t, traces::kNoOp), fast);
+  auto late = SimulateStage(t, EvictAt(t, 4), fast);
+  ASSERT_TRUE(at_landing.ok() && late.ok());
+  EXPECT_EQ(at_landing->write_landed_ns.at(2), 120'000'000);
+  EXPECT_EQ(at_landing->peak_activation_bytes, 2'000'000'000);
+  EXPECT_EQ(late->peak_activation_bytes, 3'000'000'000);
+  EXPECT_EQ(late->exposed_io_ns, at_landing->exposed_io_ns);
+}
+
+// PlaceEvictions puts act0's point at the first op starting after its write
+// lands: fwd2 on the fast path (0.12 s < 0.2 s), and the memory profile is
+// the one of eviction at landing. On the slow path the write lands after
+// backward needs act0 back (1.11 s > bwd0 at 0.3 s): it is kept instead.
+TEST(PlaceEvictions, AtTheFirstOpAfterTheWriteLandsElseKept) {
+  const traces::Trace t = SlowWriteTrace();
+  HardwareOptions fast = TestHardware(100, 100, 100);
+  fast.storage.gds = false;
+  auto placed = PlaceEvictions(t, EvictAt(t, traces::kNoOp), fast);
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  ASSERT_EQ(placed->placements.size(), 1u);
+  EXPECT_EQ(placed->placements[0].evict_before, 2);
+  auto slow = PlaceEvictions(t, EvictAt(t, traces::kNoOp), BounceHardware());
+  ASSERT_TRUE(slow.ok()) << slow.status().message();
+  EXPECT_TRUE(slow->placements.empty());
 }
 
 TEST(StageSim, DeviceMemoryIsRoundedToTheAllocationGranularity) {

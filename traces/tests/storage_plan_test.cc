@@ -176,6 +176,80 @@ TEST(ComputeStaticPeaks, KeepAndOffloadByHand) {
   EXPECT_EQ(peaks.device_bytes, 1536);
 }
 
+// Planned eviction points: a (tensor 2) is made by op0, last read in forward
+// by op1 and first read in backward by op4, where it is prefetched; its
+// eviction point must lie in (1, 4), so op2 or op3.
+Placement SsdEvict(TensorId t, OpId evict, OpId prefetch = 4) {
+  Placement p = Ssd(t, "t" + std::to_string(t) + ".bin", 0, prefetch);
+  p.evict_before = evict;
+  return p;
+}
+
+TEST(ResolvePlan, AnEvictionPointLiesBetweenTheLastForwardUseAndBackward) {
+  const Trace t = testing::SmallTrace();
+  auto sp = ResolvePlan(t, PlanWith(t, {SsdEvict(2, 3)}), "p.json");
+  ASSERT_TRUE(sp.ok()) << sp.status().message();
+  EXPECT_EQ(sp->of(2).evict_before, 3);
+  EXPECT_EQ(sp->evict_at[3], (std::vector<int>{sp->IndexOf(2)}));
+  EXPECT_TRUE(sp->evict_at[2].empty());
+  for (const OpId bad : {OpId{1}, OpId{4}}) {
+    const Status s = ResolvePlan(t, PlanWith(t, {SsdEvict(2, bad)}), "p.json").status();
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("p.json: placements[0].evict_before: op " + std::to_string(bad) +
+                               " must come after tensor 2's last forward use (op 1) and before "
+                               "op 4"),
+              std::string::npos)
+        << s.message();
+  }
+  Status s = ResolvePlan(t, PlanWith(t, {SsdEvict(2, 9)}), "p.json").status();
+  EXPECT_NE(s.message().find("placements[0].evict_before: op 9 does not exist"), std::string::npos)
+      << s.message();
+  Placement kept = Act(2, TensorAction::kRecompute);
+  kept.evict_before = 2;
+  s = ResolvePlan(t, PlanWith(t, {kept}), "p.json").status();
+  EXPECT_NE(s.message().find("placements[0].evict_before: only an offloaded tensor is evicted"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(ResolvePlan, OneStorageHasOneEvictionPoint) {
+  Trace t = testing::SmallTrace();
+  t.tensors[3].saved_for_backward = true;  // b saved as itself and through its view v
+  t.tensors[3].offloadable = true;
+  Placement v = Ssd(5, "b.bin"), b = Ssd(3, "b.bin");
+  b.evict_before = 2;
+  const Status s = ResolvePlan(t, PlanWith(t, {v, b}), "p.json").status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("p.json: placements[1].evict_before: tensor 3 (b) shares its storage "
+                             "with tensor 5, whose placements[0] evicts it when its write lands; "
+                             "one storage has one eviction point"),
+            std::string::npos)
+      << s.message();
+}
+
+// With its eviction point at op3, a stays resident through op2: activations
+// a + b + l = 384 there (256 when it goes right after op1); it leaves before
+// op3 allocates gb, so the device peak stays 384 + b + l + gb = 768.
+TEST(ComputeStaticPeaks, AStorageStaysUntilItsEvictionPoint) {
+  const Trace t = testing::SmallTrace();
+  auto sp = ResolvePlan(t, PlanWith(t, {SsdEvict(2, 3)}), "p.json");
+  ASSERT_TRUE(sp.ok()) << sp.status().message();
+  const StaticPeaks peaks = ComputeStaticPeaks(t, *sp);
+  EXPECT_EQ(peaks.activation_bytes, 384);
+  EXPECT_EQ(peaks.device_bytes, 768);
+}
+
+TEST(Plan, EvictionPointsRoundTripThroughJson) {
+  const Trace t = testing::SmallTrace();
+  const Plan p = PlanWith(t, {SsdEvict(2, 3), Ssd(5, "v.bin", 4096)});
+  auto back = PlanFromJson(ToJson(p), "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->placements.size(), 2u);
+  EXPECT_EQ(back->placements[0].evict_before, 3);
+  EXPECT_EQ(back->placements[1].evict_before, kNoOp);
+  EXPECT_FALSE(ToJson(p)["placements"][1].contains("evict_before"));  // absent: on landing
+}
+
 TEST(DeviceBytes, RoundsUpToTheGranularity) {
   EXPECT_EQ(DeviceBytes(0, 256), 0);
   EXPECT_EQ(DeviceBytes(1, 256), 256);
