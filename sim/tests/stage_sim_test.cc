@@ -5,6 +5,7 @@
 #include "sim/policy.h"
 #include "sim/simulate.h"
 #include "sim/tests/test_traces.h"
+#include "traces/prefetch.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -221,13 +222,12 @@ TEST(Policies, OrderBasedPrefetchLooksTwoModulesAhead) {
   // (op 7): two modules earlier is bwd2 (op 5); act1 by bwd1 (op 6) -> bwd3
   // (op 4); act2 and act3 have fewer than two modules before theirs -> bwd3.
   const traces::Trace t = ChainTrace(4, 1000, 100, 200);
-  EXPECT_EQ(LookaheadPrefetchOp(t, 2, 2), 5);
-  EXPECT_EQ(LookaheadPrefetchOp(t, 3, 2), 4);
-  EXPECT_EQ(LookaheadPrefetchOp(t, 4, 2), 4);
-  EXPECT_EQ(LookaheadPrefetchOp(t, 5, 2), 4);
-  EXPECT_EQ(LookaheadPrefetchOp(t, 2, 0), 7);  // lookahead 0: at the consumer itself
+  EXPECT_EQ(traces::LookaheadPrefetchOp(t, 2, 2), 5);
+  EXPECT_EQ(traces::LookaheadPrefetchOp(t, 3, 2), 4);
+  EXPECT_EQ(traces::LookaheadPrefetchOp(t, 4, 2), 4);
+  EXPECT_EQ(traces::LookaheadPrefetchOp(t, 5, 2), 4);
+  EXPECT_EQ(traces::LookaheadPrefetchOp(t, 2, 0), 7);  // lookahead 0: at the consumer itself
 }
-
 
 // Three 1 GB layers, forward ops of 100 ms, act0 offloaded through pinned host
 // memory (no GDS): its copy leaves the device at 0.1 + 0.01 s (100 GB/s PCIe)
@@ -254,7 +254,7 @@ TEST(StageSim, AnOffloadedTensorStaysResidentUntilItsWriteLands) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->peak_activation_bytes, 3'000'000'000);
   EXPECT_EQ(r->peak_gpu_bytes, 3'000'002'000);  // + weight 1000 + input 1000
-  EXPECT_EQ(r->forwarded_storages, 1);           // still resident when bwd0 asks
+  EXPECT_EQ(r->forwarded_storages, 1);          // still resident when bwd0 asks
 }
 
 TEST(StageSim, ABudgetHoldsBackTheNextOpUntilAWriteLands) {
