@@ -191,14 +191,14 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     if (shared[i] || alone.ssd_bytes_written + alone.ssd_bytes_read == 0) continue;
     const double span =
         static_cast<double>(std::max<int64_t>(1, alone.step_ns - alone.optimizer_ns));
-    auto busy = [&](const char* lane) {
-      auto it = alone.lane_busy_ns.find(lane);
+    auto busy = [&](traces::Lane lane) {
+      auto it = alone.lane_busy_ns.find(std::string(traces::ToString(lane)));
       return it == alone.lane_busy_ns.end() ? 0.0
                                             : std::min(1.0, static_cast<double>(it->second) / span);
     };
     StageSimOptions contended = so;
-    contended.ssd_read_share = 1.0 - busy("ssd_write") / 2.0;
-    contended.ssd_write_share = 1.0 - busy("ssd_read") / 2.0;
+    contended.ssd_read_share = 1.0 - busy(traces::Lane::kSsdWrite) / 2.0;
+    contended.ssd_write_share = 1.0 - busy(traces::Lane::kSsdRead) / 2.0;
     SSDTRAIN_ASSIGN_OR_RETURN(StageResult r,
                               SimulateStage(*stages[i].trace, *stages[i].plan, hw, contended));
     shared[i] = std::move(r);
@@ -298,7 +298,8 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   out.lane_busy_ns = stage0.lane_busy_ns;
   for (auto& [lane, ns] : out.lane_busy_ns) ns *= m;
   // The optimizer runs once per step, not once per micro-batch.
-  out.lane_busy_ns["compute"] -= (m - 1) * stage0.optimizer_ns;
+  out.lane_busy_ns[std::string(traces::ToString(traces::Lane::kCompute))] -=
+      (m - 1) * stage0.optimizer_ns;
   out.ops = stage0.ops;
   out.forwarded_storages = stage0.forwarded_storages;
   out.dropped_writes = stage0.dropped_writes;
