@@ -21,6 +21,7 @@
 #include "traces/io.h"
 #include "traces/plan.h"
 #include "traces/timeline.h"
+#include "traces/uniform_plans.h"
 
 namespace ssdtrain::app {
 namespace {
@@ -90,10 +91,10 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   if (read) {
     s.plan = std::move(*read);
   } else if (f.policy == "keep") {
-    s.plan = exec::KeepAllPlan(s.trace);
+    s.plan = traces::KeepAllPlan(s.trace);
     s.plan_source = "--policy keep";
   } else if (f.policy == "offload-all") {
-    s.plan = exec::OffloadAllPlan(s.trace);
+    s.plan = traces::OffloadAllPlan(s.trace);
     s.plan_source = "--policy offload-all";
   } else {
     return Status::InvalidArgument("--policy: expected keep or offload-all, got \"" + f.policy +

@@ -32,6 +32,7 @@
 #include "exec/replay.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
+#include "traces/uniform_plans.h"
 
 namespace {
 
@@ -75,8 +76,8 @@ Result<Setup> MakeSetup() {
   SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig config, models::LoadModelConfig(Flags().model));
   Setup s;
   SSDTRAIN_ASSIGN_OR_RETURN(s.trace, models::BuildTrace(config));
-  s.keep = exec::KeepAllPlan(s.trace);
-  s.offload = exec::OffloadAllPlan(s.trace);
+  s.keep = traces::KeepAllPlan(s.trace);
+  s.offload = traces::OffloadAllPlan(s.trace);
   s.options.dir = Flags().dir;
   s.options.backend = Flags().backend;
   s.options.steps = 3;

@@ -10,6 +10,7 @@
 #include "exec/bench_io.h"
 #include "exec/offload_engine.h"
 #include "exec/replay.h"
+#include "traces/uniform_plans.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -265,7 +266,8 @@ Status MeasureTraceOps(Device& device, const CalibrationOptions& o, Calibration*
     Result<ReplayResult> r = Status::Internal("not run");
     double best_spread = 0;
     for (int attempt = 0; attempt < kOpTimingAttempts; ++attempt) {
-      Result<ReplayResult> run = Replay(trace, KeepAllPlan(trace), ro, "calibration keep plan");
+      Result<ReplayResult> run =
+          Replay(trace, traces::KeepAllPlan(trace), ro, "calibration keep plan");
       if (!run.ok()) return run.status().WithPrefix("timing the ops of " + trace.header.model);
       const auto [lo, hi] =
           std::minmax_element(run->step_times_ns.begin() + 1, run->step_times_ns.end());

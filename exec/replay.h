@@ -155,11 +155,8 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
 // peak_device_bytes, plus backend, steps, ops, lanes, cache figures, verified.
 nlohmann::json ToJson(const ReplayResult& r);
 
-// A plan that offloads every saved, offloadable activation to the SSD, one file
-// per storage, prefetched when backward reaches the next layer (the last
-// layer's when backward starts): for tests, and for replays without a planner.
-traces::Plan OffloadAllPlan(const traces::Trace& trace);
-// A plan that keeps everything.
-traces::Plan KeepAllPlan(const traces::Trace& trace);
+// Built-in plans (keep everything, offload every candidate to the SSD) are
+// traces::KeepAllPlan and traces::OffloadAllPlan (traces/uniform_plans.h), the
+// same plans as the simulator's "keep" and "offload-ssd" policies.
 
 }  // namespace ssdtrain::exec

@@ -1,10 +1,7 @@
-// The run file (ToJson(ReplayResult)) and the built-in plans.
-#include <cstdio>
+// The run file (ToJson(ReplayResult)).
 #include <iterator>
-#include <set>
 
 #include "exec/replay.h"
-#include "traces/storage_plan.h"
 
 namespace ssdtrain::exec {
 
@@ -57,37 +54,6 @@ nlohmann::json ToJson(const ReplayResult& r) {
   j["verified"] = r.verified;
   j["tensors_checked"] = r.tensors_checked;
   return j;
-}
-
-traces::Plan KeepAllPlan(const traces::Trace& trace) { return traces::PlanTemplate(trace, "keep"); }
-
-traces::Plan OffloadAllPlan(const traces::Trace& trace) {
-  traces::Plan plan = traces::PlanTemplate(trace, "offload-ssd");
-  std::set<traces::TensorId> storages;  // one placement per storage (dedup)
-  for (const traces::Tensor& t : trace.tensors) {
-    if (!t.saved_for_backward || !t.offloadable || t.kind != traces::TensorKind::kActivation ||
-        !storages.insert(trace.StorageOf(t.id)).second) {
-      continue;
-    }
-    traces::Placement p;
-    p.tensor = t.id;
-    p.action = traces::TensorAction::kOffloadSsd;
-    // Prefetch one layer ahead, as SSDTrain does: when backward starts on the
-    // layer after this one; the last layer's when backward starts.
-    traces::OpId first_backward = traces::kNoOp;
-    for (const traces::Op& op : trace.ops) {
-      if (op.phase != traces::Phase::kBackward) continue;
-      if (first_backward == traces::kNoOp) first_backward = op.id;
-      if (t.layer != traces::kNoLayer && op.layer == t.layer + 1) {
-        p.prefetch_before = op.id;
-        break;
-      }
-    }
-    if (p.prefetch_before == traces::kNoOp) p.prefetch_before = first_backward;
-    p.file = traces::OffloadFileName(trace.StorageOf(t.id));
-    plan.placements.push_back(p);
-  }
-  return plan;
 }
 
 }  // namespace ssdtrain::exec

@@ -1,7 +1,8 @@
 #include "sim/collective.h"
 
 #include <algorithm>
-#include <cmath>
+
+#include "traces/duration.h"
 
 namespace ssdtrain::sim {
 
@@ -38,7 +39,7 @@ int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, doub
   const double seconds =
       steps / static_cast<double>(n) * static_cast<double>(payload_bytes) / (GBps * 1e9) +
       steps * latency_us * 1e-6;
-  return static_cast<int64_t>(std::ceil(seconds * 1e9));
+  return traces::CeilSecondsToNs(seconds);
 }
 
 std::vector<BucketSpan> BucketedAllReduce(const std::vector<GradientReady>& gradients,

@@ -2,109 +2,133 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <vector>
 
-#include "sim/detail/json_reader.h"
+#include "traces/detail/json_fields.h"
 #include "traces/io.h"
 
 namespace ssdtrain::sim {
 namespace {
 
-using detail::JsonReader;
+using traces::detail::JsonPath;
+using traces::detail::ObjectReader;
+using Sign = ObjectReader::Sign;
 
 // Usable fraction of PCIe raw bandwidth after 128b/130b encoding and TLP
 // overhead; measured Gen4 x16 reaches ~26.4 GiB/s of ~31.5 GB/s raw.
 constexpr double kPcieEfficiency = 0.85;
 constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+// The options structs hold counts as int.
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
-Status ReadCurve(const JsonReader& eff, const std::string& key, std::vector<EfficiencyPoint>* out) {
-  if (!eff.Has(key)) return Status::Ok();
-  const nlohmann::json& arr = eff.json().at(key);
-  if (!arr.is_array() || arr.empty()) {
-    return eff.Error(key, "expected a non-empty array of {\"size\", \"efficiency\"}");
+// An optional int field >= min, keeping *out when absent.
+Status ReadInt(const ObjectReader& r, const std::string& name, int64_t min, int* out) {
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t x, r.IntInOr(name, *out, min, kIntMax));
+  *out = static_cast<int>(x);
+  return Status::Ok();
+}
+
+Status ReadCurve(const ObjectReader& eff, const std::string& name,
+                 std::vector<EfficiencyPoint>* out) {
+  if (!eff.Has(name)) {
+    eff.Skip(name);
+    return Status::Ok();
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(const nlohmann::json* arr, eff.Value(name));
+  if (!arr->is_array() || arr->empty()) {
+    return eff.At(name).Error("expected a non-empty array of {\"size\", \"efficiency\"}");
   }
   out->clear();
-  for (size_t i = 0; i < arr.size(); ++i) {
-    JsonReader p(arr[i], eff.source(), eff.FieldPath(key) + "[" + std::to_string(i) + "]");
-    if (!arr[i].is_object())
-      return eff.Error(key, "element " + std::to_string(i) + " is not an object");
-    SSDTRAIN_RETURN_IF_ERROR(p.OnlyKeys({"size", "efficiency"}));
+  for (size_t i = 0; i < arr->size(); ++i) {
+    SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader p, ObjectReader::Make((*arr)[i], eff.At(name).Index(i)));
     EfficiencyPoint point;
-    SSDTRAIN_RETURN_IF_ERROR(p.Number("size", &point.size, true, true));
-    SSDTRAIN_RETURN_IF_ERROR(p.Number("efficiency", &point.efficiency, true, true));
-    if (point.efficiency > 1) return p.Error("efficiency", "must be in (0, 1]");
+    SSDTRAIN_ASSIGN_OR_RETURN(point.size, p.Number("size", Sign::kPositive));
+    SSDTRAIN_ASSIGN_OR_RETURN(point.efficiency, p.Number("efficiency", Sign::kPositive));
+    if (point.efficiency > 1) return p.At("efficiency").Error("must be in (0, 1]");
     if (!out->empty() && point.size <= out->back().size) {
-      return p.Error("size", "sizes must increase along the curve");
+      return p.At("size").Error("sizes must increase along the curve");
     }
+    SSDTRAIN_RETURN_IF_ERROR(p.CheckNoUnknown());
     out->push_back(point);
   }
   return Status::Ok();
 }
 
-Status ReadGpu(const JsonReader& r, GpuOptions* g) {
-  SSDTRAIN_RETURN_IF_ERROR(
-      r.OnlyKeys({"name", "peak_tflops", "clock_scale", "memory_GBps", "memory_GiB", "reserved_GiB",
-                  "op_overhead_us", "issue_ahead_ops", "allocation_alignment_bytes",
-                  "replay_workspace", "replay_output_region_bytes", "efficiency"}));
-  SSDTRAIN_RETURN_IF_ERROR(r.String("name", &g->name));
-  SSDTRAIN_ASSIGN_OR_RETURN(JsonReader peak, r.Object("peak_tflops", true));
-  SSDTRAIN_RETURN_IF_ERROR(peak.OnlyKeys({"fp16", "bf16", "fp32"}));
-  SSDTRAIN_RETURN_IF_ERROR(peak.Number("fp16", &g->peak_tflops_fp16, true, true));
-  SSDTRAIN_RETURN_IF_ERROR(peak.Number("bf16", &g->peak_tflops_bf16, true));
-  SSDTRAIN_RETURN_IF_ERROR(peak.Number("fp32", &g->peak_tflops_fp32, true));
-  SSDTRAIN_RETURN_IF_ERROR(r.Number("clock_scale", &g->clock_scale, true));
-  if (g->clock_scale > 1) return r.Error("clock_scale", "must be in (0, 1]");
-  SSDTRAIN_RETURN_IF_ERROR(r.Number("memory_GBps", &g->memory_GBps, true, true));
-  SSDTRAIN_RETURN_IF_ERROR(r.Number("memory_GiB", &g->memory_GiB, true, true));
-  SSDTRAIN_RETURN_IF_ERROR(r.Number("reserved_GiB", &g->reserved_GiB, false));
+Status ReadGpu(const ObjectReader& r, GpuOptions* g) {
+  SSDTRAIN_ASSIGN_OR_RETURN(g->name, r.StringOr("name", g->name));
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader peak, r.Object("peak_tflops"));
+  SSDTRAIN_ASSIGN_OR_RETURN(g->peak_tflops_fp16, peak.Number("fp16", Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(g->peak_tflops_bf16,
+                            peak.NumberOr("bf16", g->peak_tflops_bf16, Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(g->peak_tflops_fp32,
+                            peak.NumberOr("fp32", g->peak_tflops_fp32, Sign::kPositive));
+  SSDTRAIN_RETURN_IF_ERROR(peak.CheckNoUnknown());
+  SSDTRAIN_ASSIGN_OR_RETURN(g->clock_scale,
+                            r.NumberOr("clock_scale", g->clock_scale, Sign::kPositive));
+  if (g->clock_scale > 1) return r.At("clock_scale").Error("must be in (0, 1]");
+  SSDTRAIN_ASSIGN_OR_RETURN(g->memory_GBps, r.Number("memory_GBps", Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(g->memory_GiB, r.Number("memory_GiB", Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(g->reserved_GiB,
+                            r.NumberOr("reserved_GiB", g->reserved_GiB, Sign::kNonNegative));
   if (g->reserved_GiB >= g->memory_GiB) {
-    return r.Error("reserved_GiB", "must be below memory_GiB");
+    return r.At("reserved_GiB").Error("must be below memory_GiB");
   }
-  SSDTRAIN_RETURN_IF_ERROR(r.Number("op_overhead_us", &g->op_overhead_us, false));
-  SSDTRAIN_RETURN_IF_ERROR(r.Int("issue_ahead_ops", &g->issue_ahead_ops, 1));
-  SSDTRAIN_RETURN_IF_ERROR(r.Int("allocation_alignment_bytes", &g->allocation_alignment_bytes, 1));
-  SSDTRAIN_RETURN_IF_ERROR(r.Bool("replay_workspace", &g->replay_workspace));
-  SSDTRAIN_RETURN_IF_ERROR(
-      r.Int("replay_output_region_bytes", &g->replay_output_region_bytes, 0));
-  SSDTRAIN_ASSIGN_OR_RETURN(JsonReader eff, r.Object("efficiency", false));
-  SSDTRAIN_RETURN_IF_ERROR(eff.OnlyKeys({"gemm", "attention", "memory"}));
+  SSDTRAIN_ASSIGN_OR_RETURN(g->op_overhead_us,
+                            r.NumberOr("op_overhead_us", g->op_overhead_us, Sign::kNonNegative));
+  SSDTRAIN_RETURN_IF_ERROR(ReadInt(r, "issue_ahead_ops", 1, &g->issue_ahead_ops));
+  SSDTRAIN_ASSIGN_OR_RETURN(
+      g->allocation_alignment_bytes,
+      r.IntInOr("allocation_alignment_bytes", g->allocation_alignment_bytes, 1, kInt64Max));
+  SSDTRAIN_ASSIGN_OR_RETURN(g->replay_workspace, r.BoolOr("replay_workspace", g->replay_workspace));
+  SSDTRAIN_ASSIGN_OR_RETURN(
+      g->replay_output_region_bytes,
+      r.IntInOr("replay_output_region_bytes", g->replay_output_region_bytes, 0, kInt64Max));
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader eff, r.ObjectOrEmpty("efficiency"));
   SSDTRAIN_RETURN_IF_ERROR(ReadCurve(eff, "gemm", &g->gemm_efficiency));
   SSDTRAIN_RETURN_IF_ERROR(ReadCurve(eff, "attention", &g->attention_efficiency));
   SSDTRAIN_RETURN_IF_ERROR(ReadCurve(eff, "memory", &g->memory_efficiency));
+  SSDTRAIN_RETURN_IF_ERROR(eff.CheckNoUnknown());
+  SSDTRAIN_RETURN_IF_ERROR(r.CheckNoUnknown());
   if (g->peak_tflops_bf16 == 0) g->peak_tflops_bf16 = g->peak_tflops_fp16;
   if (g->peak_tflops_fp32 == 0) g->peak_tflops_fp32 = g->peak_tflops_fp16 / 16;
   return Status::Ok();
 }
 
-Status ReadMeasured(const JsonReader& root, std::vector<MeasuredOpTime>* out) {
-  if (!root.Has("measured_op_times")) return Status::Ok();
-  const nlohmann::json& arr = root.json().at("measured_op_times");
-  if (!arr.is_array()) return root.Error("measured_op_times", "expected an array");
-  for (size_t i = 0; i < arr.size(); ++i) {
-    const std::string path = "measured_op_times[" + std::to_string(i) + "]";
-    if (!arr[i].is_object()) return root.Error(path, "expected an object");
-    JsonReader e(arr[i], root.source(), path);
-    SSDTRAIN_RETURN_IF_ERROR(e.OnlyKeys({"kind", "gemm", "dtype", "bytes", "ns"}));
+Status ReadMeasured(const ObjectReader& root, std::vector<MeasuredOpTime>* out) {
+  if (!root.Has("measured_op_times")) {
+    root.Skip("measured_op_times");
+    return Status::Ok();
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(const nlohmann::json* arr, root.Value("measured_op_times"));
+  if (!arr->is_array()) return root.At("measured_op_times").Error("expected an array");
+  for (size_t i = 0; i < arr->size(); ++i) {
+    SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader e,
+                              ObjectReader::Make((*arr)[i], root.At("measured_op_times").Index(i)));
     MeasuredOpTime m;
-    std::string kind;
-    SSDTRAIN_RETURN_IF_ERROR(e.String("kind", &kind, true));
+    SSDTRAIN_ASSIGN_OR_RETURN(const std::string kind, e.String("kind"));
     const auto parsed = traces::ParseOpKind(kind);
-    if (!parsed) return e.Error("kind", "unknown op kind \"" + kind + "\"");
+    if (!parsed) return e.At("kind").Error("unknown op kind \"" + kind + "\"");
     m.kind = *parsed;
     if (e.Has("gemm")) {
-      SSDTRAIN_ASSIGN_OR_RETURN(JsonReader g, e.Object("gemm", true));
-      SSDTRAIN_RETURN_IF_ERROR(g.OnlyKeys({"m", "n", "k", "batch"}));
+      SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader g, e.Object("gemm"));
       traces::GemmDims d;
-      SSDTRAIN_RETURN_IF_ERROR(g.Int("m", &d.m, 1, true));
-      SSDTRAIN_RETURN_IF_ERROR(g.Int("n", &d.n, 1, true));
-      SSDTRAIN_RETURN_IF_ERROR(g.Int("k", &d.k, 1, true));
-      SSDTRAIN_RETURN_IF_ERROR(g.Int("batch", &d.batch, 1));
+      SSDTRAIN_ASSIGN_OR_RETURN(d.m, g.IntIn("m", 1, kInt64Max));
+      SSDTRAIN_ASSIGN_OR_RETURN(d.n, g.IntIn("n", 1, kInt64Max));
+      SSDTRAIN_ASSIGN_OR_RETURN(d.k, g.IntIn("k", 1, kInt64Max));
+      SSDTRAIN_ASSIGN_OR_RETURN(d.batch, g.IntInOr("batch", d.batch, 1, kInt64Max));
+      SSDTRAIN_RETURN_IF_ERROR(g.CheckNoUnknown());
       m.gemm = d;
     } else if (m.kind == traces::OpKind::kGemm) {
-      return e.Error("gemm", "missing (a gemm entry needs its dims)");
+      return e.At("gemm").Error("missing (a gemm entry needs its dims)");
+    } else {
+      e.Skip("gemm");
     }
-    SSDTRAIN_RETURN_IF_ERROR(e.String("dtype", &m.dtype));
-    SSDTRAIN_RETURN_IF_ERROR(e.Int("bytes", &m.bytes, 0));
-    SSDTRAIN_RETURN_IF_ERROR(e.Int("ns", &m.ns, 1, true));
+    SSDTRAIN_ASSIGN_OR_RETURN(m.dtype, e.StringOr("dtype", m.dtype));
+    SSDTRAIN_ASSIGN_OR_RETURN(m.bytes, e.IntInOr("bytes", m.bytes, 0, kInt64Max));
+    SSDTRAIN_ASSIGN_OR_RETURN(m.ns, e.IntIn("ns", 1, kInt64Max));
+    SSDTRAIN_RETURN_IF_ERROR(e.CheckNoUnknown());
     out->push_back(m);
   }
   return Status::Ok();
@@ -150,87 +174,102 @@ double PcieGBps(int gen, int lanes) {
 }
 
 Result<HardwareOptions> HardwareFromJson(const nlohmann::json& j, const std::string& source) {
-  if (!j.is_object()) return Status::InvalidArgument(source + ": expected a JSON object");
-  JsonReader root(j, source, "");
-  SSDTRAIN_RETURN_IF_ERROR(
-      root.OnlyKeys({"name", "description", "gpus_per_node", "gpu", "host_link", "host_memory",
-                     "storage", "interconnect", "measured_op_times", "sources"}));
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader root, ObjectReader::Make(j, JsonPath(source, "")));
   HardwareOptions hw;
-  SSDTRAIN_RETURN_IF_ERROR(root.String("name", &hw.name, true));
-  SSDTRAIN_RETURN_IF_ERROR(root.String("description", &hw.description));
-  SSDTRAIN_RETURN_IF_ERROR(root.Int("gpus_per_node", &hw.gpus_per_node, 1, true));
+  SSDTRAIN_ASSIGN_OR_RETURN(hw.name, root.String("name"));
+  SSDTRAIN_ASSIGN_OR_RETURN(hw.description, root.StringOr("description", hw.description));
+  root.Skip("sources");
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t gpus_per_node, root.IntIn("gpus_per_node", 1, kIntMax));
+  hw.gpus_per_node = static_cast<int>(gpus_per_node);
 
-  SSDTRAIN_ASSIGN_OR_RETURN(JsonReader gpu, root.Object("gpu", true));
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader gpu, root.Object("gpu"));
   SSDTRAIN_RETURN_IF_ERROR(ReadGpu(gpu, &hw.gpu));
 
-  SSDTRAIN_ASSIGN_OR_RETURN(JsonReader link, root.Object("host_link", true));
-  SSDTRAIN_RETURN_IF_ERROR(
-      link.OnlyKeys({"pcie_gen", "lanes", "d2h_GBps", "h2d_GBps", "latency_us"}));
-  SSDTRAIN_RETURN_IF_ERROR(link.Int("pcie_gen", &hw.host_link.pcie_gen, 3));
-  if (hw.host_link.pcie_gen > 6) return link.Error("pcie_gen", "must be 3, 4, 5 or 6");
-  SSDTRAIN_RETURN_IF_ERROR(link.Int("lanes", &hw.host_link.lanes, 1));
-  SSDTRAIN_RETURN_IF_ERROR(link.Number("d2h_GBps", &hw.host_link.d2h_GBps, true));
-  SSDTRAIN_RETURN_IF_ERROR(link.Number("h2d_GBps", &hw.host_link.h2d_GBps, true));
-  SSDTRAIN_RETURN_IF_ERROR(link.Number("latency_us", &hw.host_link.latency_us, false));
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader link, root.Object("host_link"));
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t gen,
+                            link.IntInOr("pcie_gen", hw.host_link.pcie_gen, 3, 6));
+  hw.host_link.pcie_gen = static_cast<int>(gen);
+  SSDTRAIN_RETURN_IF_ERROR(ReadInt(link, "lanes", 1, &hw.host_link.lanes));
+  SSDTRAIN_ASSIGN_OR_RETURN(hw.host_link.d2h_GBps,
+                            link.NumberOr("d2h_GBps", hw.host_link.d2h_GBps, Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(hw.host_link.h2d_GBps,
+                            link.NumberOr("h2d_GBps", hw.host_link.h2d_GBps, Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(
+      hw.host_link.latency_us,
+      link.NumberOr("latency_us", hw.host_link.latency_us, Sign::kNonNegative));
+  SSDTRAIN_RETURN_IF_ERROR(link.CheckNoUnknown());
   const double derived = PcieGBps(hw.host_link.pcie_gen, hw.host_link.lanes);
   if (hw.host_link.d2h_GBps == 0) hw.host_link.d2h_GBps = derived;
   if (hw.host_link.h2d_GBps == 0) hw.host_link.h2d_GBps = derived;
 
-  SSDTRAIN_ASSIGN_OR_RETURN(JsonReader host, root.Object("host_memory", true));
-  SSDTRAIN_RETURN_IF_ERROR(host.OnlyKeys({"GiB", "pinned_GiB", "bandwidth_GBps"}));
-  SSDTRAIN_RETURN_IF_ERROR(host.Number("GiB", &hw.host_memory.GiB, true, true));
-  SSDTRAIN_RETURN_IF_ERROR(host.Number("pinned_GiB", &hw.host_memory.pinned_GiB, false, true));
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader host, root.Object("host_memory"));
+  SSDTRAIN_ASSIGN_OR_RETURN(hw.host_memory.GiB, host.Number("GiB", Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(hw.host_memory.pinned_GiB,
+                            host.Number("pinned_GiB", Sign::kNonNegative));
   if (hw.host_memory.pinned_GiB > hw.host_memory.GiB) {
-    return host.Error("pinned_GiB", "must not exceed GiB");
+    return host.At("pinned_GiB").Error("must not exceed GiB");
   }
-  SSDTRAIN_RETURN_IF_ERROR(
-      host.Number("bandwidth_GBps", &hw.host_memory.bandwidth_GBps, true, true));
+  SSDTRAIN_ASSIGN_OR_RETURN(hw.host_memory.bandwidth_GBps,
+                            host.Number("bandwidth_GBps", Sign::kPositive));
+  SSDTRAIN_RETURN_IF_ERROR(host.CheckNoUnknown());
 
-  SSDTRAIN_ASSIGN_OR_RETURN(JsonReader st, root.Object("storage", true));
-  SSDTRAIN_RETURN_IF_ERROR(
-      st.OnlyKeys({"arrays", "gpus_per_array", "drive", "gds", "max_inflight_tensors"}));
-  if (!st.Has("arrays") || !st.json().at("arrays").is_array() || st.json().at("arrays").empty()) {
-    return st.Error("arrays", "expected a non-empty array of drive counts, one array per GPU");
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader st, root.Object("storage"));
+  if (!st.Has("arrays")) {
+    return st.At("arrays").Error("missing (expected a non-empty array of drive counts)");
   }
-  for (const nlohmann::json& a : st.json().at("arrays")) {
-    if (!a.is_number_integer() || a.get<int64_t>() < 1) {
-      return st.Error("arrays", "each entry is a drive count >= 1, got " + a.dump());
+  SSDTRAIN_ASSIGN_OR_RETURN(const std::vector<int64_t> arrays, st.IntArray("arrays"));
+  if (arrays.empty()) {
+    return st.At("arrays").Error("expected a non-empty array of drive counts, one array per GPU");
+  }
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    if (arrays[i] < 1 || arrays[i] > kIntMax) {
+      return st.At("arrays").Index(i).Error("a drive count must be >= 1, got " +
+                                            std::to_string(arrays[i]));
     }
-    hw.storage.arrays_drives.push_back(a.get<int>());
+    hw.storage.arrays_drives.push_back(static_cast<int>(arrays[i]));
   }
-  SSDTRAIN_RETURN_IF_ERROR(st.Bool("gds", &hw.storage.gds));
-  SSDTRAIN_RETURN_IF_ERROR(st.Int("gpus_per_array", &hw.storage.gpus_per_array, 1));
-  SSDTRAIN_RETURN_IF_ERROR(st.Int("max_inflight_tensors", &hw.storage.max_inflight_tensors, 1));
-  SSDTRAIN_ASSIGN_OR_RETURN(JsonReader dr, st.Object("drive", true));
+  SSDTRAIN_ASSIGN_OR_RETURN(hw.storage.gds, st.BoolOr("gds", hw.storage.gds));
+  SSDTRAIN_RETURN_IF_ERROR(ReadInt(st, "gpus_per_array", 1, &hw.storage.gpus_per_array));
+  SSDTRAIN_RETURN_IF_ERROR(
+      ReadInt(st, "max_inflight_tensors", 1, &hw.storage.max_inflight_tensors));
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader dr, st.Object("drive"));
+  SSDTRAIN_RETURN_IF_ERROR(st.CheckNoUnknown());
   DriveOptions& d = hw.storage.drive;
-  SSDTRAIN_RETURN_IF_ERROR(dr.OnlyKeys({"model", "read_GBps", "write_GBps", "read_latency_us",
-                                        "write_latency_us", "queue_depth", "request_KiB",
-                                        "capacity_TB", "endurance_TBW", "dwpd", "warranty_years"}));
-  SSDTRAIN_RETURN_IF_ERROR(dr.String("model", &d.model));
-  SSDTRAIN_RETURN_IF_ERROR(dr.Number("read_GBps", &d.read_GBps, true, true));
-  SSDTRAIN_RETURN_IF_ERROR(dr.Number("write_GBps", &d.write_GBps, true, true));
-  SSDTRAIN_RETURN_IF_ERROR(dr.Number("read_latency_us", &d.read_latency_us, false));
-  SSDTRAIN_RETURN_IF_ERROR(dr.Number("write_latency_us", &d.write_latency_us, false));
-  SSDTRAIN_RETURN_IF_ERROR(dr.Int("queue_depth", &d.queue_depth, 1));
-  SSDTRAIN_RETURN_IF_ERROR(dr.Number("request_KiB", &d.request_KiB, true));
-  SSDTRAIN_RETURN_IF_ERROR(dr.Number("capacity_TB", &d.capacity_TB, true, true));
-  SSDTRAIN_RETURN_IF_ERROR(dr.Number("endurance_TBW", &d.endurance_TBW, false));
-  SSDTRAIN_RETURN_IF_ERROR(dr.Number("dwpd", &d.dwpd, false));
-  SSDTRAIN_RETURN_IF_ERROR(dr.Number("warranty_years", &d.warranty_years, true));
+  SSDTRAIN_ASSIGN_OR_RETURN(d.model, dr.StringOr("model", d.model));
+  SSDTRAIN_ASSIGN_OR_RETURN(d.read_GBps, dr.Number("read_GBps", Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(d.write_GBps, dr.Number("write_GBps", Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(d.read_latency_us,
+                            dr.NumberOr("read_latency_us", d.read_latency_us, Sign::kNonNegative));
+  SSDTRAIN_ASSIGN_OR_RETURN(
+      d.write_latency_us, dr.NumberOr("write_latency_us", d.write_latency_us, Sign::kNonNegative));
+  SSDTRAIN_RETURN_IF_ERROR(ReadInt(dr, "queue_depth", 1, &d.queue_depth));
+  SSDTRAIN_ASSIGN_OR_RETURN(d.request_KiB,
+                            dr.NumberOr("request_KiB", d.request_KiB, Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(d.capacity_TB, dr.Number("capacity_TB", Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(d.endurance_TBW,
+                            dr.NumberOr("endurance_TBW", d.endurance_TBW, Sign::kNonNegative));
+  SSDTRAIN_ASSIGN_OR_RETURN(d.dwpd, dr.NumberOr("dwpd", d.dwpd, Sign::kNonNegative));
+  SSDTRAIN_ASSIGN_OR_RETURN(d.warranty_years,
+                            dr.NumberOr("warranty_years", d.warranty_years, Sign::kPositive));
+  SSDTRAIN_RETURN_IF_ERROR(dr.CheckNoUnknown());
   if (d.endurance_TBW == 0) d.endurance_TBW = d.dwpd * d.capacity_TB * 365 * d.warranty_years;
   if (d.endurance_TBW == 0) {
-    return dr.Error("endurance_TBW", "give endurance_TBW or dwpd (rated endurance is needed)");
+    return dr.At("endurance_TBW").Error("give endurance_TBW or dwpd (rated endurance is needed)");
   }
 
-  SSDTRAIN_ASSIGN_OR_RETURN(JsonReader ic, root.Object("interconnect", true));
-  SSDTRAIN_RETURN_IF_ERROR(ic.OnlyKeys({"tp_GBps", "pp_GBps", "dp_GBps", "latency_us"}));
-  SSDTRAIN_RETURN_IF_ERROR(ic.Number("tp_GBps", &hw.interconnect.tp_GBps, true, true));
-  SSDTRAIN_RETURN_IF_ERROR(ic.Number("pp_GBps", &hw.interconnect.pp_GBps, true, true));
-  SSDTRAIN_RETURN_IF_ERROR(ic.Number("dp_GBps", &hw.interconnect.dp_GBps, true));
-  SSDTRAIN_RETURN_IF_ERROR(ic.Number("latency_us", &hw.interconnect.latency_us, false));
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader ic, root.Object("interconnect"));
+  SSDTRAIN_ASSIGN_OR_RETURN(hw.interconnect.tp_GBps, ic.Number("tp_GBps", Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(hw.interconnect.pp_GBps, ic.Number("pp_GBps", Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(hw.interconnect.dp_GBps,
+                            ic.NumberOr("dp_GBps", hw.interconnect.dp_GBps, Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(
+      hw.interconnect.latency_us,
+      ic.NumberOr("latency_us", hw.interconnect.latency_us, Sign::kNonNegative));
+  SSDTRAIN_RETURN_IF_ERROR(ic.CheckNoUnknown());
   if (hw.interconnect.dp_GBps == 0) hw.interconnect.dp_GBps = hw.interconnect.pp_GBps;
 
   SSDTRAIN_RETURN_IF_ERROR(ReadMeasured(root, &hw.measured_op_times));
+  SSDTRAIN_RETURN_IF_ERROR(root.CheckNoUnknown());
   return hw;
 }
 
@@ -329,8 +368,7 @@ ArrayFigures ArrayFor(const HardwareOptions& hw, int gpu) {
     return std::min(GBps, little_GBps);
   };
   return ArrayFigures{drives, capped(d.read_GBps * share, d.read_latency_us),
-                      capped(d.write_GBps * share, d.write_latency_us),
-                      d.endurance_TBW * share};
+                      capped(d.write_GBps * share, d.write_latency_us), d.endurance_TBW * share};
 }
 
 int SlowestArray(const HardwareOptions& hw) {

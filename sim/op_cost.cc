@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "sim/collective.h"
+#include "traces/duration.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -11,7 +12,7 @@ namespace {
 constexpr double kTera = 1e12;
 constexpr double kGiga = 1e9;
 
-int64_t CeilNs(double seconds) { return static_cast<int64_t>(std::ceil(seconds * 1e9)); }
+using traces::CeilSecondsToNs;
 
 }  // namespace
 
@@ -51,7 +52,7 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
   using traces::OpKind;
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
   const double mem_bw = hw_.gpu.memory_GBps * kGiga;
-  const int64_t overhead = CeilNs(hw_.gpu.op_overhead_us * 1e-6);
+  const int64_t overhead = CeilSecondsToNs(hw_.gpu.op_overhead_us * 1e-6);
   switch (op.kind) {
     case OpKind::kSend:
     case OpKind::kRecv:
@@ -67,19 +68,19 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
           op.kind == OpKind::kGemm ? hw_.gpu.gemm_efficiency : hw_.gpu.attention_efficiency;
       const double flops = static_cast<double>(op.flops);
       const double compute = flops / (peak_flops_ * Efficiency(curve, flops));
-      return CeilNs(std::max(compute, bytes / mem_bw)) + overhead;
+      return CeilSecondsToNs(std::max(compute, bytes / mem_bw)) + overhead;
     }
     default: {
       const double eff = Efficiency(hw_.gpu.memory_efficiency, bytes);
       const double compute = static_cast<double>(op.flops) / peak_flops_;
-      return CeilNs(std::max(compute, bytes / (mem_bw * eff))) + overhead;
+      return CeilSecondsToNs(std::max(compute, bytes / (mem_bw * eff))) + overhead;
     }
   }
 }
 
 int64_t OpCostModel::OpTimeNs(const traces::Op& op) const {
   // Measured times are the ops' own durations; the per-op issue overhead comes on top.
-  const int64_t overhead = CeilNs(hw_.gpu.op_overhead_us * 1e-6);
+  const int64_t overhead = CeilSecondsToNs(hw_.gpu.op_overhead_us * 1e-6);
   const int64_t measured = MeasuredNs(op);
   return measured >= 0 ? measured + overhead : RooflineNs(op);
 }

@@ -5,6 +5,7 @@
 
 #include "sim/op_cost.h"
 #include "traces/storage_plan.h"
+#include "traces/uniform_plans.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -64,8 +65,9 @@ class Search {
       std::map<TensorId, size_t> index;
       for (size_t i = 0; i < plan.placements.size(); ++i) index[plan.placements[i].tensor] = i;
       for (size_t i = 0; i < k; ++i) {
-        Placement p{tensors[i], action, traces::kNoOp, "", 0, 0};
-        if (action == TensorAction::kOffloadSsd) p.file = traces::OffloadFileName(tensors[i]);
+        Placement p = action == TensorAction::kOffloadSsd
+                          ? traces::SsdPlacement(trace_, tensors[i], traces::kNoOp)
+                          : Placement{tensors[i], action, traces::kNoOp, "", 0, 0};
         auto it = index.find(tensors[i]);
         if (it != index.end()) {
           plan.placements[it->second] = p;
@@ -187,7 +189,8 @@ Result<OptimalResult> MakeOptimalPlan(const traces::Trace& trace, const Hardware
   SSDTRAIN_ASSIGN_OR_RETURN(bool improved, search.Try(inc.plan, &inc));
   (void)improved;
 
-  const std::vector<TensorId> candidates = OffloadCandidates(trace, options);
+  const std::vector<TensorId> candidates =
+      traces::OffloadCandidates(trace, options.min_offload_bytes);
   std::vector<TensorId> all_movable = candidates;
   OpCostModel cost(hw, std::max<int64_t>(1, trace.header.tp), trace.header.dtype);
   constexpr int kRounds = 3;
@@ -209,6 +212,7 @@ Result<OptimalResult> MakeOptimalPlan(const traces::Trace& trace, const Hardware
     // ordered by recompute time per byte saved.
     std::vector<std::pair<double, TensorId>> cheap;
     for (TensorId t : candidates) {
+      if (trace.tensor(t).producer == traces::kNoOp) continue;  // a view: nothing to re-run
       const traces::Op& producer = trace.op(trace.tensor(trace.StorageOf(t)).producer);
       if (producer.kind == traces::OpKind::kGemm || producer.kind == traces::OpKind::kAttention ||
           producer.kind == traces::OpKind::kCollective || producer.layer != trace.tensor(t).layer) {

@@ -5,7 +5,9 @@
 
 #include "sim/op_cost.h"
 #include "sim/policy.h"
+#include "traces/prefetch.h"
 #include "traces/storage_plan.h"
+#include "traces/uniform_plans.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -15,28 +17,6 @@ using traces::Phase;
 using traces::Placement;
 using traces::TensorAction;
 using traces::TensorId;
-
-bool Movable(const traces::Tensor& t) {
-  return t.saved_for_backward && t.offloadable && t.kind == traces::TensorKind::kActivation &&
-         t.producer != traces::kNoOp && t.layer != traces::kNoLayer;
-}
-
-// One representative per storage: the root when it qualifies, else the lowest
-// qualifying alias.
-std::vector<TensorId> Representatives(const traces::Trace& trace, int64_t min_bytes) {
-  std::map<TensorId, TensorId> by_storage;
-  for (const traces::Tensor& t : trace.tensors) {
-    if (!Movable(t)) continue;
-    const TensorId root = trace.StorageOf(t.id);
-    if (trace.tensor(root).bytes < min_bytes) continue;
-    auto it = by_storage.find(root);
-    if (it == by_storage.end() || t.id == root) by_storage[root] = t.id;
-  }
-  std::vector<TensorId> out;
-  for (const auto& [root, rep] : by_storage) out.push_back(rep);
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 bool ConsumedOutsideLayer(const traces::Trace& trace, const traces::Tensor& t) {
   for (traces::OpId c : t.consumers) {
@@ -66,98 +46,17 @@ bool InAttentionCore(const traces::Trace& trace, const traces::Tensor& t) {
   return false;
 }
 
-Placement Offload(const std::vector<traces::OpId>& prefetch, TensorId t, TensorAction action) {
-  Placement p;
-  p.tensor = t;
-  p.action = action;
-  p.prefetch_before = prefetch[static_cast<size_t>(t)];
-  if (action == TensorAction::kOffloadSsd) p.file = traces::OffloadFileName(t);
-  return p;
+Placement Offload(const traces::Trace& trace, const std::vector<traces::OpId>& prefetch, TensorId t,
+                  TensorAction action) {
+  const traces::OpId before = prefetch[static_cast<size_t>(t)];
+  if (action == TensorAction::kOffloadSsd) return traces::SsdPlacement(trace, t, before);
+  return Placement{t, action, before, "", 0, 0};
 }
 
 }  // namespace
 
 traces::Plan BasePlan(const traces::Trace& trace) {
   return traces::PlanTemplate(trace, /*policy=*/"");  // the policy that fills it names it
-}
-
-std::vector<TensorId> OffloadCandidates(const traces::Trace& trace, const PolicyOptions& options) {
-  return Representatives(trace, options.min_offload_bytes);
-}
-
-std::vector<traces::OpId> LookaheadPrefetchOps(const traces::Trace& trace, int lookahead) {
-  // Modules, as FlashTrain hooks them: Megatron's leaf nn.Modules are the
-  // linear layers, the attention core and the norms; elementwise functions
-  // (GeLU, bias-dropout-add) are fused into them. A backward op belongs to the
-  // forward op whose name prefixes its own ("L2.fc2" -> "L2.fc2.dgrad",
-  // "L2.fc2.wgrad"); the module of a forward elementwise op is the previous
-  // module-kind forward op. `modules` holds, in backward order, the first
-  // backward op of each module that consumes saved activations.
-  std::map<std::string, int> module_of_forward;  // forward op name -> module index
-  int module = -1;
-  for (const traces::Op& op : trace.ops) {
-    if (op.phase != Phase::kForward) continue;
-    if (op.kind == OpKind::kGemm || op.kind == OpKind::kAttention || op.kind == OpKind::kNorm ||
-        module < 0) {
-      ++module;
-    }
-    module_of_forward[op.name] = module;
-  }
-  auto module_of = [&](const traces::Op& op) {
-    std::string name = op.name;
-    while (true) {
-      const size_t dot = name.rfind('.');
-      if (dot == std::string::npos) return -1 - static_cast<int>(op.id);  // its own module
-      name.resize(dot);
-      auto it = module_of_forward.find(name);
-      if (it != module_of_forward.end()) return it->second;
-    }
-  };
-  std::vector<traces::OpId> modules;
-  int last_module = INT32_MIN;
-  for (const traces::Op& op : trace.ops) {
-    if (op.phase != Phase::kBackward) continue;
-    bool saved = false;
-    for (TensorId in : op.inputs) {
-      const traces::Tensor& x = trace.tensor(in);
-      saved = saved || (x.saved_for_backward && x.kind == traces::TensorKind::kActivation);
-    }
-    if (!saved) continue;
-    const int m = module_of(op);
-    if (m != last_module) modules.push_back(op.id);
-    last_module = m;
-  }
-  // First backward consumer per storage root.
-  const size_t n = trace.tensors.size();
-  std::vector<traces::OpId> first(n, traces::kNoOp);
-  for (const traces::Tensor& x : trace.tensors) {
-    const auto root = static_cast<size_t>(trace.StorageOf(x.id));
-    for (traces::OpId c : x.consumers) {
-      if (trace.op(c).phase == Phase::kBackward &&
-          (first[root] == traces::kNoOp || c < first[root])) {
-        first[root] = c;
-      }
-    }
-  }
-  std::vector<traces::OpId> out(n, traces::kNoOp);
-  for (size_t t = 0; t < n; ++t) {
-    const traces::OpId f = first[static_cast<size_t>(trace.StorageOf(static_cast<TensorId>(t)))];
-    if (f == traces::kNoOp) continue;
-    if (modules.empty()) {
-      out[t] = f;
-      continue;
-    }
-    // The module holding f: the last module start at or before it.
-    const auto index = static_cast<int64_t>(std::upper_bound(modules.begin(), modules.end(), f) -
-                                            modules.begin()) -
-                       1;
-    out[t] = modules[static_cast<size_t>(std::max<int64_t>(0, index - lookahead))];
-  }
-  return out;
-}
-
-traces::OpId LookaheadPrefetchOp(const traces::Trace& trace, TensorId t, int lookahead) {
-  return LookaheadPrefetchOps(trace, lookahead)[static_cast<size_t>(t)];
 }
 
 int AdaptiveFirstKeptLayer(const traces::Trace& trace, const HardwareOptions& hw,
@@ -176,7 +75,7 @@ int AdaptiveFirstKeptLayer(const traces::Trace& trace, const HardwareOptions& hw
     forward_seconds += s;
     if (op.layer != traces::kNoLayer) layer_seconds[op.layer] += s;
   }
-  for (TensorId t : Representatives(trace, options.min_offload_bytes)) {
+  for (TensorId t : traces::OffloadCandidates(trace, options.min_offload_bytes)) {
     layer_bytes[trace.tensor(t).layer] +=
         static_cast<double>(trace.tensor(trace.StorageOf(t)).bytes);
   }
@@ -199,17 +98,18 @@ int AdaptiveFirstKeptLayer(const traces::Trace& trace, const HardwareOptions& hw
 Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace& trace,
                                    const HardwareOptions& hw, const traces::Plan& base,
                                    const PolicyOptions& options) {
-  traces::Plan plan = base;
-  plan.policy = std::string(policy);
-  plan.model = trace.header.model;
-  plan.trace_fingerprint = traces::Fingerprint(trace);
-  plan.placements.clear();
-  plan.prediction.reset();
+  if (policy == "offload-ssd") {
+    return traces::OffloadAllPlan(trace, base,
+                                  {options.min_offload_bytes, options.prefetch_lookahead_modules});
+  }
+  traces::Plan plan = traces::KeepAllPlan(trace, base);
   if (policy == "keep") return plan;
+  plan.policy = std::string(policy);
   if (policy == "recompute-full" || policy == "recompute-selective") {
     const bool full = policy == "recompute-full";
-    for (TensorId t : Representatives(trace, 0)) {
+    for (TensorId t : traces::OffloadCandidates(trace)) {
       const traces::Tensor& tensor = trace.tensor(t);
+      if (tensor.producer == traces::kNoOp) continue;  // a view: nothing to re-run
       if (trace.op(tensor.producer).layer != tensor.layer) continue;
       if (ConsumedOutsideLayer(trace, tensor)) continue;  // the block's output: next input
       if (!full && !InAttentionCore(trace, tensor)) continue;
@@ -217,22 +117,17 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
     }
     return plan;
   }
-  const std::vector<TensorId> candidates = Representatives(trace, options.min_offload_bytes);
+  const std::vector<TensorId> candidates =
+      traces::OffloadCandidates(trace, options.min_offload_bytes);
   const std::vector<traces::OpId> prefetch =
-      LookaheadPrefetchOps(trace, options.prefetch_lookahead_modules);
-  if (policy == "offload-ssd") {
-    for (TensorId t : candidates) {
-      plan.placements.push_back(Offload(prefetch, t, TensorAction::kOffloadSsd));
-    }
-    return plan;
-  }
+      traces::LookaheadPrefetchOps(trace, options.prefetch_lookahead_modules);
   if (policy == "offload-host") {
     int64_t budget = options.allow_host_offload ? HostPinnedBytes(hw) : 0;
     for (TensorId t : candidates) {
       const int64_t bytes = trace.tensor(trace.StorageOf(t)).bytes;
       if (bytes > budget) break;  // in forward order: the earliest layers go to the host
       budget -= bytes;
-      plan.placements.push_back(Offload(prefetch, t, TensorAction::kOffloadHost));
+      plan.placements.push_back(Offload(trace, prefetch, t, TensorAction::kOffloadHost));
     }
     return plan;
   }
@@ -241,7 +136,7 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
     const int first_kept = AdaptiveFirstKeptLayer(trace, hw, options);
     for (TensorId t : candidates) {
       if (trace.tensor(t).layer >= first_kept) continue;
-      plan.placements.push_back(Offload(prefetch, t, TensorAction::kOffloadSsd));
+      plan.placements.push_back(Offload(trace, prefetch, t, TensorAction::kOffloadSsd));
     }
     return plan;
   }

@@ -65,22 +65,14 @@ struct PolicyOptions {
 
 // A plan for `trace` under a fixed policy. The layout fields (micro_batch, tp,
 // pp, dp, num_micro_batches, schedule, memory budget) are copied from `base`;
-// policy, model, fingerprint and placements are filled in.
+// policy, model, fingerprint and placements are filled in. "keep" and
+// "offload-ssd" are traces::KeepAllPlan and traces::OffloadAllPlan (with
+// min_offload_bytes and prefetch_lookahead_modules), the plans the executor's
+// `replay --policy keep|offload-all` runs; candidates for every policy are
+// traces::OffloadCandidates, prefetch points traces::LookaheadPrefetchOps.
 Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace& trace,
                                    const HardwareOptions& hw, const traces::Plan& base,
                                    const PolicyOptions& options = {});
-
-// The tensors a policy may move: one representative saved tensor per storage.
-std::vector<traces::TensorId> OffloadCandidates(const traces::Trace& trace,
-                                                const PolicyOptions& options);
-
-// Order-based prefetch point for saved tensor `t`: among the backward ops that
-// consume saved activations ("modules"), in order, the one `lookahead` places
-// before t's first backward consumer (the first module when fewer precede it).
-// kNoOp when t has no backward consumer.
-traces::OpId LookaheadPrefetchOp(const traces::Trace& trace, traces::TensorId t, int lookahead);
-// The same for every tensor id at once (kNoOp where none).
-std::vector<traces::OpId> LookaheadPrefetchOps(const traces::Trace& trace, int lookahead);
 
 // The adaptive rule's answer: the first layer that is kept (layers below it are
 // offloaded). Exposed for tests.

@@ -1,12 +1,12 @@
 #include "sim/simulate.h"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <optional>
 
 #include "sim/collective.h"
 #include "sim/pipeline.h"
+#include "traces/duration.h"
 #include "traces/storage_plan.h"
 
 namespace ssdtrain::sim {
@@ -191,14 +191,14 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     if (shared[i] || alone.ssd_bytes_written + alone.ssd_bytes_read == 0) continue;
     const double span =
         static_cast<double>(std::max<int64_t>(1, alone.step_ns - alone.optimizer_ns));
-    auto busy = [&](const char* lane) {
-      auto it = alone.lane_busy_ns.find(lane);
+    auto busy = [&](traces::Lane lane) {
+      auto it = alone.lane_busy_ns.find(std::string(traces::ToString(lane)));
       return it == alone.lane_busy_ns.end() ? 0.0
                                             : std::min(1.0, static_cast<double>(it->second) / span);
     };
     StageSimOptions contended = so;
-    contended.ssd_read_share = 1.0 - busy("ssd_write") / 2.0;
-    contended.ssd_write_share = 1.0 - busy("ssd_read") / 2.0;
+    contended.ssd_read_share = 1.0 - busy(traces::Lane::kSsdWrite) / 2.0;
+    contended.ssd_write_share = 1.0 - busy(traces::Lane::kSsdRead) / 2.0;
     SSDTRAIN_ASSIGN_OR_RETURN(StageResult r,
                               SimulateStage(*stages[i].trace, *stages[i].plan, hw, contended));
     shared[i] = std::move(r);
@@ -214,11 +214,10 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     const int64_t fwd = r.forward_end_ns;
     times.push_back(StageTimes{fwd, std::max<int64_t>(0, r.step_ns - fwd - r.optimizer_ns)});
   }
-  const int64_t send_ns =
-      p > 1 ? static_cast<int64_t>(std::ceil(static_cast<double>(SendBytes(first)) /
-                                                 (hw.interconnect.pp_GBps * kGiga) * 1e9 +
-                                             hw.interconnect.latency_us * 1e3))
-            : 0;
+  const int64_t send_ns = p > 1 ? traces::CeilSecondsToNs(static_cast<double>(SendBytes(first)) /
+                                                              (hw.interconnect.pp_GBps * kGiga) +
+                                                          hw.interconnect.latency_us * 1e-6)
+                                : 0;
   SSDTRAIN_ASSIGN_OR_RETURN(PipelineResult pipe,
                             SimulatePipeline(times, m, schedule, send_ns, options.record_timeline));
 
@@ -299,7 +298,8 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   out.lane_busy_ns = stage0.lane_busy_ns;
   for (auto& [lane, ns] : out.lane_busy_ns) ns *= m;
   // The optimizer runs once per step, not once per micro-batch.
-  out.lane_busy_ns["compute"] -= (m - 1) * stage0.optimizer_ns;
+  out.lane_busy_ns[std::string(traces::ToString(traces::Lane::kCompute))] -=
+      (m - 1) * stage0.optimizer_ns;
   out.ops = stage0.ops;
   out.forwarded_storages = stage0.forwarded_storages;
   out.dropped_writes = stage0.dropped_writes;

@@ -14,7 +14,9 @@
 
 #include "sim/op_cost.h"
 #include "sim/policy.h"
+#include "traces/prefetch.h"
 #include "traces/storage_plan.h"
+#include "traces/uniform_plans.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -262,16 +264,11 @@ Result<traces::Plan> MakeSsdtrainPaperPlan(const traces::Trace& trace, const Har
   // Prefetch: order-based, two leaf modules ahead in backward
   // (prefetch_num_leaves_per_chunk = 2), as the fixed policies do.
   const std::vector<OpId> prefetch =
-      LookaheadPrefetchOps(trace, options.prefetch_lookahead_modules);
+      traces::LookaheadPrefetchOps(trace, options.prefetch_lookahead_modules);
   for (TensorId t : PaperOffloadCandidates(trace)) {
     const OpId at = pack[static_cast<size_t>(trace.StorageOf(t))];
     if (keep_from != traces::kNoOp && at >= keep_from) continue;
-    traces::Placement p;
-    p.tensor = t;
-    p.action = traces::TensorAction::kOffloadSsd;
-    p.prefetch_before = prefetch[static_cast<size_t>(t)];
-    p.file = traces::OffloadFileName(t);
-    plan.placements.push_back(p);
+    plan.placements.push_back(traces::SsdPlacement(trace, t, prefetch[static_cast<size_t>(t)]));
   }
   return plan;
 }

@@ -1,12 +1,15 @@
 // Integer simulated time, byte counts and bandwidths (ns-3 nstime.h's habit):
 // the simulator's clock is an int64 count of nanoseconds, never a double, and
 // every duration derived from a bandwidth is rounded UP to the next nanosecond
-// (TransferTime), so a transfer never finishes before its last byte has moved.
+// (TransferTime, traces::TransferNs), so a transfer never finishes before its
+// last byte has moved.
 #pragma once
 
 #include <compare>
 #include <cstdint>
 #include <limits>
+
+#include "traces/duration.h"
 
 namespace ssdtrain::sim {
 
@@ -45,14 +48,12 @@ struct BytesPerSec {
   constexpr auto operator<=>(const BytesPerSec&) const = default;
 };
 
-inline constexpr int64_t kNsPerSec = 1'000'000'000;
+using traces::kNsPerSec;
 
 // Time to move `bytes` at `rate`, rounded up to whole nanoseconds:
-// ceil(bytes * 1e9 / rate). `rate` must be positive. Exact in 128-bit integers.
+// traces::TransferNs (ceil(bytes * 1e9 / rate), exact). `rate` must be positive.
 constexpr Time TransferTime(Bytes bytes, BytesPerSec rate) {
-  const __int128 num = static_cast<__int128>(bytes.value) * kNsPerSec;
-  const __int128 den = rate.value;
-  return Time::Ns(static_cast<int64_t>((num + den - 1) / den));
+  return Time::Ns(traces::TransferNs(bytes.value, rate.value));
 }
 
 // Bytes moved at `rate` during `dt`, rounded down: floor(rate * dt / 1e9).

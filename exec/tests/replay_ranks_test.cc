@@ -13,6 +13,7 @@
 #include "exec/step_sync.h"
 #include "exec/tests/io_test_util.h"
 #include "exec/tests/replay_test_util.h"
+#include "traces/uniform_plans.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -116,7 +117,7 @@ TEST(ReplayRanks, EachStepSumsTheGradientsOnEveryRank) {
   ThreadRanks::Rank r0(all, 0), r1(all, 1);
   ThreadRanks::Rank* ranks[2] = {&r0, &r1};
   RankRun runs[2];
-  RunTwoRanks(trace, OffloadAllPlan(trace), runs, ranks);
+  RunTwoRanks(trace, traces::OffloadAllPlan(trace), runs, ranks);
   int weight_gradients = 0;
   for (const traces::Tensor& t : trace.tensors) {
     if (t.kind == traces::TensorKind::kGradient && t.alias_of == std::nullopt &&
@@ -143,7 +144,7 @@ TEST(ReplayRanks, AWriteErrorOnOneRankStopsBothAndLeavesNoFiles) {
   ThreadRanks::Rank r0(all, 0), r1(all, 1);
   ThreadRanks::Rank* ranks[2] = {&r0, &r1};
   RankRun runs[2];
-  RunTwoRanks(trace, OffloadAllPlan(trace), runs, ranks, /*faulty=*/1,
+  RunTwoRanks(trace, traces::OffloadAllPlan(trace), runs, ranks, /*faulty=*/1,
               FaultRule{IoOp::kWrite, 2, FaultKind::kEio, 1});
   ASSERT_FALSE(runs[1].result.ok());
   EXPECT_EQ(runs[1].result.status().code(), Status::Code::kIoError);
@@ -164,7 +165,7 @@ TEST(ReplayRanks, AReadErrorInTheMeasuredStepStopsBoth) {
   ThreadRanks::Rank r0(all, 0), r1(all, 1);
   ThreadRanks::Rank* ranks[2] = {&r0, &r1};
   RankRun runs[2];
-  RunTwoRanks(trace, OffloadAllPlan(trace), runs, ranks, /*faulty=*/0,
+  RunTwoRanks(trace, traces::OffloadAllPlan(trace), runs, ranks, /*faulty=*/0,
               FaultRule{IoOp::kRead, 9, FaultKind::kEio, 1000});
   ASSERT_FALSE(runs[0].result.ok());
   ASSERT_FALSE(runs[1].result.ok());

@@ -18,6 +18,7 @@
 #include "exec/fault_backend.h"
 #include "exec/tests/io_test_util.h"
 #include "exec/tests/replay_test_util.h"
+#include "traces/uniform_plans.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -30,7 +31,7 @@ using testing::TinyGptTrace;
 
 TEST(Replay, OffloadReplayVerifiesAndWritesEachOffloadedByteOnce) {
   const traces::Trace trace = TinyGptTrace();
-  const traces::Plan plan = OffloadAllPlan(trace);
+  const traces::Plan plan = traces::OffloadAllPlan(trace);
   const int64_t offloaded = OffloadedStorageBytes(trace, plan);
   ASSERT_GT(offloaded, 0);
   TempDir dir;
@@ -60,7 +61,7 @@ TEST(Replay, AWholeStepRunsEachMicroBatchAndHoldsWhatItsScheduleHolds) {
   ReplayOptions o = CpuOptions(dir.path());
   o.wait_for_writes = true;
   o.verify = true;
-  traces::Plan plan = OffloadAllPlan(trace);
+  traces::Plan plan = traces::OffloadAllPlan(trace);
   const int64_t offloaded = OffloadedStorageBytes(trace, plan);
   auto one = Replay(trace, plan, o, "offload-all");
   ASSERT_TRUE(one.ok()) << one.status().ToString();
@@ -96,9 +97,9 @@ TEST(Replay, OffloadLowersPeakActivationsByWhatThePlanSays) {
   TempDir dir;
   ReplayOptions o = CpuOptions(dir.path());
   o.wait_for_writes = true;
-  auto keep = Replay(trace, KeepAllPlan(trace), o, "keep");
+  auto keep = Replay(trace, traces::KeepAllPlan(trace), o, "keep");
   ASSERT_TRUE(keep.ok()) << keep.status().ToString();
-  auto offload = Replay(trace, OffloadAllPlan(trace), o, "offload-all");
+  auto offload = Replay(trace, traces::OffloadAllPlan(trace), o, "offload-all");
   ASSERT_TRUE(offload.ok()) << offload.status().ToString();
   EXPECT_EQ(keep->metrics.peak_activation_bytes, keep->planned_peak_activation_bytes);
   EXPECT_EQ(offload->metrics.peak_activation_bytes, offload->planned_peak_activation_bytes);
@@ -113,7 +114,7 @@ TEST(Replay, OffloadLowersPeakActivationsByWhatThePlanSays) {
 
 // OffloadAllPlan with every placement (or every other one) sent to host memory.
 traces::Plan HostPlan(const traces::Trace& trace, bool every_other) {
-  traces::Plan plan = OffloadAllPlan(trace);
+  traces::Plan plan = traces::OffloadAllPlan(trace);
   plan.policy = every_other ? "offload-mixed" : "offload-host";
   for (size_t i = 0; i < plan.placements.size(); ++i) {
     if (every_other && i % 2 == 1) continue;
@@ -144,7 +145,7 @@ TEST(Replay, HostOffloadVerifiesTouchesNoFileAndLowersPeakAsPlanned) {
   EXPECT_EQ(host->cache.bytes_from_host, offloaded - host->cache.bytes_forwarded);
   EXPECT_GT(host->cache.bytes_from_host, 0);
   EXPECT_EQ(host->metrics.peak_activation_bytes, host->planned_peak_activation_bytes);
-  auto ssd = Replay(trace, OffloadAllPlan(trace), o, "offload-all");
+  auto ssd = Replay(trace, traces::OffloadAllPlan(trace), o, "offload-all");
   ASSERT_TRUE(ssd.ok()) << ssd.status().ToString();
   EXPECT_EQ(host->metrics.peak_activation_bytes, ssd->metrics.peak_activation_bytes);
   EXPECT_TRUE(ListTree(dir.path()).empty());
@@ -182,7 +183,7 @@ TEST(Replay, TensorsClaimedBeforeEvictionAreForwardedNotRead) {
   // forwarded (served from memory), nothing is read back, and every write is
   // either dropped before it started or completed without an eviction.
   const traces::Trace trace = TinyGptTrace(1, 128);
-  traces::Plan plan = OffloadAllPlan(trace);
+  traces::Plan plan = traces::OffloadAllPlan(trace);
   for (traces::Placement& p : plan.placements) {
     p.prefetch_before = trace.tensor(p.tensor).producer + 1;
   }
@@ -203,7 +204,7 @@ TEST(Replay, RecomputedTensorsAreReproducedAndVerify) {
   // Recompute every saved activation of layer 1: its producers run again in
   // backward (one "recompute" span each) and the re-produced bytes match.
   const traces::Trace trace = TinyGptTrace(1, 128);
-  traces::Plan plan = KeepAllPlan(trace);
+  traces::Plan plan = traces::KeepAllPlan(trace);
   plan.policy = "recompute-layer-1";
   int recomputed = 0;
   for (const traces::Tensor& t : trace.tensors) {
@@ -235,7 +236,7 @@ TEST(Replay, WaitsForStagingAreCountedAsExposedIo) {
   // then the SSD's, and the exposed-I/O figure must say so — forward's waits
   // included (they hold back the next op's issue, not the op that offloads).
   const traces::Trace trace = TinyGptTrace(/*micro_batch=*/1, /*seq_len=*/128);
-  const traces::Plan plan = OffloadAllPlan(trace);
+  const traces::Plan plan = traces::OffloadAllPlan(trace);
   int64_t largest = 0;
   for (const traces::Tensor& t : trace.tensors) largest = std::max(largest, t.bytes);
   TempDir dir;
@@ -337,7 +338,7 @@ TEST(Replay, TheNextRunSweepsTheFilesOfAKilledReplay) {
   // its offload files exist; they stay. The next replay in the same directory
   // removes them: afterwards nothing is left.
   const traces::Trace trace = TinyGptTrace(/*micro_batch=*/1, /*seq_len=*/128);
-  const traces::Plan plan = OffloadAllPlan(trace);
+  const traces::Plan plan = traces::OffloadAllPlan(trace);
   TempDir dir;
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
@@ -381,12 +382,12 @@ TEST(Replay, ReplaysShareOneDeviceAndLeaveItAsTheyFoundIt) {
   auto big = (*device)->Allocate(int64_t{512} << 20);
   ASSERT_TRUE(big.ok());
   (*device)->Free(*big);
-  auto first = Replay(trace, OffloadAllPlan(trace), o, "offload-all");
+  auto first = Replay(trace, traces::OffloadAllPlan(trace), o, "offload-all");
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   const int64_t workspace = (*device)->used_bytes();
-  auto second = Replay(trace, KeepAllPlan(trace), o, "keep");
+  auto second = Replay(trace, traces::KeepAllPlan(trace), o, "keep");
   ASSERT_TRUE(second.ok()) << second.status().ToString();
-  auto third = Replay(trace, OffloadAllPlan(trace), o, "offload-all");
+  auto third = Replay(trace, traces::OffloadAllPlan(trace), o, "offload-all");
   ASSERT_TRUE(third.ok()) << third.status().ToString();
   EXPECT_TRUE(first->verified);
   EXPECT_TRUE(third->verified);
@@ -394,7 +395,7 @@ TEST(Replay, ReplaysShareOneDeviceAndLeaveItAsTheyFoundIt) {
   ReplayOptions fresh = o;
   fresh.device = nullptr;
   fresh.device_memory_bytes = d.capacity_bytes;
-  auto alone = Replay(trace, OffloadAllPlan(trace), fresh, "offload-all");
+  auto alone = Replay(trace, traces::OffloadAllPlan(trace), fresh, "offload-all");
   ASSERT_TRUE(alone.ok()) << alone.status().ToString();
   for (const auto* r : {&*first, &*third}) {
     EXPECT_EQ(r->metrics.peak_gpu_bytes, alone->metrics.peak_gpu_bytes);
@@ -407,7 +408,7 @@ TEST(Replay, ReplaysShareOneDeviceAndLeaveItAsTheyFoundIt) {
   // A device that still holds something is refused.
   auto held = (*device)->Allocate(int64_t{1} << 20);
   ASSERT_TRUE(held.ok());
-  auto refused = Replay(trace, KeepAllPlan(trace), o, "keep");
+  auto refused = Replay(trace, traces::KeepAllPlan(trace), o, "keep");
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("still holds"), std::string::npos)
       << refused.status().ToString();
@@ -419,7 +420,7 @@ TEST(Replay, ArenaTooSmallStopsBeforeAnyFileAndSaysWhatIsNeeded) {
   TempDir dir;
   ReplayOptions o = CpuOptions(dir.path());
   o.device_memory_bytes = int64_t{8} << 20;  // the weights alone are 15 MB
-  auto r = Replay(trace, OffloadAllPlan(trace), o, "offload-all");
+  auto r = Replay(trace, traces::OffloadAllPlan(trace), o, "offload-all");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kResourceExhausted);
   EXPECT_NE(r.status().message().find("needs at least"), std::string::npos) << r.status().message();
@@ -429,7 +430,7 @@ TEST(Replay, ArenaTooSmallStopsBeforeAnyFileAndSaysWhatIsNeeded) {
 
 TEST(Replay, PlanForAnotherTraceIsRefusedBeforeAnythingRuns) {
   const traces::Trace trace = TinyGptTrace(1, 128);
-  traces::Plan plan = OffloadAllPlan(trace);
+  traces::Plan plan = traces::OffloadAllPlan(trace);
   plan.trace_fingerprint ^= 1;
   TempDir dir;
   auto r = Replay(trace, plan, CpuOptions(dir.path()), "other.plan.json");
@@ -441,7 +442,7 @@ TEST(Replay, PlanForAnotherTraceIsRefusedBeforeAnythingRuns) {
 
 TEST(Replay, PlanFileNameEscapingTheDirectoryIsRefused) {
   const traces::Trace trace = TinyGptTrace(1, 128);
-  traces::Plan plan = OffloadAllPlan(trace);
+  traces::Plan plan = traces::OffloadAllPlan(trace);
   ASSERT_FALSE(plan.placements.empty());
   plan.placements[0].file = "../escape.bin";
   TempDir dir;
@@ -467,7 +468,7 @@ TEST(Replay, WriteErrorStopsTheRunAndLeavesNoFiles) {
     *fault = backend.get();
     return backend;
   };
-  auto r = Replay(trace, OffloadAllPlan(trace), o, "offload-all");
+  auto r = Replay(trace, traces::OffloadAllPlan(trace), o, "offload-all");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kIoError) << r.status().ToString();
   EXPECT_TRUE(ListTree(dir.path()).empty());

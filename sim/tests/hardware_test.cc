@@ -75,6 +75,31 @@ TEST(Hardware, UnknownFieldsAndMissingSectionsAreErrors) {
             "x.json: storage: missing (expected an object)");
 }
 
+TEST(Hardware, WrongTypesAndOutOfRangeValuesNameTheFieldAndWhatWasExpected) {
+  auto hw = LoadHardware(Config("cpu-local"));
+  ASSERT_TRUE(hw.ok());
+  nlohmann::json j = ToJson(*hw);
+  j["host_memory"]["GiB"] = "lots";
+  EXPECT_EQ(HardwareFromJson(j, "x.json").status().message(),
+            "x.json: host_memory.GiB: expected a number, got string");
+  j = ToJson(*hw);
+  j["host_memory"]["pinned_GiB"] = -1;
+  EXPECT_EQ(HardwareFromJson(j, "x.json").status().message(),
+            "x.json: host_memory.pinned_GiB: must be >= 0, got -1");
+  j = ToJson(*hw);
+  j["host_link"]["pcie_gen"] = 7;
+  EXPECT_EQ(HardwareFromJson(j, "x.json").status().message(),
+            "x.json: host_link.pcie_gen: must be <= 6, got 7");
+  j = ToJson(*hw);
+  j["gpu"]["efficiency"]["gemm"][0]["efficiency"] = 0;
+  EXPECT_EQ(HardwareFromJson(j, "x.json").status().message(),
+            "x.json: gpu.efficiency.gemm[0].efficiency: must be > 0, got 0");
+  j = ToJson(*hw);
+  j["storage"]["arrays"] = {1, 0};
+  EXPECT_EQ(HardwareFromJson(j, "x.json").status().message(),
+            "x.json: storage.arrays[1]: a drive count must be >= 1, got 0");
+}
+
 TEST(OpCost, RooflineAndMeasuredTable) {
   auto hw = LoadHardware(Config("cpu-local"));
   ASSERT_TRUE(hw.ok());

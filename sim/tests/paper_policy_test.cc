@@ -11,6 +11,7 @@
 #include "sim/hardware.h"
 #include "sim/policy.h"
 #include "traces/storage_plan.h"
+#include "traces/uniform_plans.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -62,7 +63,7 @@ TEST(PaperPolicy, CandidatesAreBlockActivationsOfAtLeastEightMiElements) {
     EXPECT_FALSE(EndsWith(t.name, ".lse")) << t.name;
   }
   int lse_in_ours = 0;
-  for (traces::TensorId id : OffloadCandidates(trace, PolicyOptions{})) {
+  for (traces::TensorId id : traces::OffloadCandidates(trace, PolicyOptions{}.min_offload_bytes)) {
     lse_in_ours += EndsWith(trace.tensor(id).name, ".lse") ? 1 : 0;
   }
   EXPECT_EQ(lse_in_ours, 4);  // one per block

@@ -5,6 +5,7 @@
 #include "sim/policy.h"
 #include "sim/simulate.h"
 #include "sim/tests/test_traces.h"
+#include "traces/prefetch.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -221,11 +222,11 @@ TEST(Policies, OrderBasedPrefetchLooksTwoModulesAhead) {
   // (op 7): two modules earlier is bwd2 (op 5); act1 by bwd1 (op 6) -> bwd3
   // (op 4); act2 and act3 have fewer than two modules before theirs -> bwd3.
   const traces::Trace t = ChainTrace(4, 1000, 100, 200);
-  EXPECT_EQ(LookaheadPrefetchOp(t, 2, 2), 5);
-  EXPECT_EQ(LookaheadPrefetchOp(t, 3, 2), 4);
-  EXPECT_EQ(LookaheadPrefetchOp(t, 4, 2), 4);
-  EXPECT_EQ(LookaheadPrefetchOp(t, 5, 2), 4);
-  EXPECT_EQ(LookaheadPrefetchOp(t, 2, 0), 7);  // lookahead 0: at the consumer itself
+  EXPECT_EQ(traces::LookaheadPrefetchOp(t, 2, 2), 5);
+  EXPECT_EQ(traces::LookaheadPrefetchOp(t, 3, 2), 4);
+  EXPECT_EQ(traces::LookaheadPrefetchOp(t, 4, 2), 4);
+  EXPECT_EQ(traces::LookaheadPrefetchOp(t, 5, 2), 4);
+  EXPECT_EQ(traces::LookaheadPrefetchOp(t, 2, 0), 7);  // lookahead 0: at the consumer itself
 }
 
 // Three 1 GB layers, forward ops of 100 ms, act0 offloaded through pinned host

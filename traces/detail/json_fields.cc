@@ -1,6 +1,7 @@
 #include "traces/detail/json_fields.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace ssdtrain::traces::detail {
 
@@ -116,6 +117,58 @@ Result<std::string> ObjectReader::StringOr(const std::string& name,
     return fallback;
   }
   return String(name);
+}
+
+Result<double> ObjectReader::Number(const std::string& name, Sign sign) const {
+  SSDTRAIN_ASSIGN_OR_RETURN(const double x, Number(name));
+  const std::string got = ", got " + j_->at(name).dump();
+  if (!std::isfinite(x)) return At(name).Error("expected a finite number" + got);
+  if (sign == Sign::kPositive && !(x > 0)) return At(name).Error("must be > 0" + got);
+  if (sign == Sign::kNonNegative && x < 0) return At(name).Error("must be >= 0" + got);
+  return x;
+}
+
+Result<double> ObjectReader::NumberOr(const std::string& name, double fallback, Sign sign) const {
+  if (!Has(name)) {
+    seen_.push_back(name);
+    return fallback;
+  }
+  return Number(name, sign);
+}
+
+Result<int64_t> ObjectReader::IntIn(const std::string& name, int64_t min, int64_t max) const {
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t x, Int(name));
+  const std::string got = ", got " + j_->at(name).dump();
+  if (x < min) return At(name).Error("must be >= " + std::to_string(min) + got);
+  if (x > max) return At(name).Error("must be <= " + std::to_string(max) + got);
+  return x;
+}
+
+Result<int64_t> ObjectReader::IntInOr(const std::string& name, int64_t fallback, int64_t min,
+                                      int64_t max) const {
+  if (!Has(name)) {
+    seen_.push_back(name);
+    return fallback;
+  }
+  return IntIn(name, min, max);
+}
+
+Result<ObjectReader> ObjectReader::Object(const std::string& name) const {
+  if (j_->find(name) == j_->end()) {
+    seen_.push_back(name);
+    return At(name).Error("missing (expected an object)");
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(const nlohmann::json* v, Get(name));
+  return Make(*v, At(name));
+}
+
+Result<ObjectReader> ObjectReader::ObjectOrEmpty(const std::string& name) const {
+  static const nlohmann::json kEmpty = nlohmann::json::object();
+  if (!Has(name)) {
+    seen_.push_back(name);
+    return ObjectReader(&kEmpty, At(name));
+  }
+  return Object(name);
 }
 
 Result<std::vector<int64_t>> ObjectReader::IntArray(const std::string& name) const {

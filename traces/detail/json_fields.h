@@ -52,6 +52,21 @@ class ObjectReader {
   Result<bool> BoolOr(const std::string& name, bool fallback) const;
   Result<std::string> String(const std::string& name) const;
   Result<std::string> StringOr(const std::string& name, const std::string& fallback) const;
+
+  // Bounded numbers, for options files: finite and > 0 (kPositive) or >= 0
+  // (kNonNegative); "must be > 0, got 0" names the value. *Or returns the
+  // fallback unchecked when the field is absent.
+  enum class Sign { kNonNegative, kPositive };
+  Result<double> Number(const std::string& name, Sign sign) const;
+  Result<double> NumberOr(const std::string& name, double fallback, Sign sign) const;
+  // Integers in [min, max]: "must be >= 1, got 0".
+  Result<int64_t> IntIn(const std::string& name, int64_t min, int64_t max) const;
+  Result<int64_t> IntInOr(const std::string& name, int64_t fallback, int64_t min,
+                          int64_t max) const;
+  // A nested object: required ("missing (expected an object)" when absent), or
+  // optional (an empty object when absent, so its fields take their fallbacks).
+  Result<ObjectReader> Object(const std::string& name) const;
+  Result<ObjectReader> ObjectOrEmpty(const std::string& name) const;
   Result<std::vector<int64_t>> IntArray(const std::string& name) const;
   // null or absent -> nullopt.
   Result<std::optional<int64_t>> OptionalInt(const std::string& name) const;
