@@ -5,7 +5,9 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #ifdef SSDTRAIN_WITH_MPI
 #include <mpi.h>
@@ -122,11 +124,16 @@ class MpiSync final : public RankSync {
       return Status::InvalidArgument("a pipeline message of " + std::to_string(bytes) +
                                      " bytes, more than MPI's int count");
     }
+    // A copy of our own: the message may still be read (Open MPI's shared
+    // memory reads it from this process) after the caller's buffer is gone.
+    auto copy = std::make_unique<std::vector<char>>(static_cast<const char*>(host),
+                                                    static_cast<const char*>(host) + bytes);
     MPI_Request request = MPI_REQUEST_NULL;
-    const int rc = MPI_Isend(host, static_cast<int>(bytes), MPI_BYTE, to,
+    const int rc = MPI_Isend(copy->data(), static_cast<int>(bytes), MPI_BYTE, to,
                              static_cast<int>(exec::EncodeTag(tag)), MPI_COMM_WORLD, &request);
     if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Isend to rank " + std::to_string(to));
     pending_.push_back(request);
+    pending_bytes_.push_back(std::move(copy));
     ++sent_to_[static_cast<size_t>(to)];
     return Status::Ok();
   }
@@ -168,6 +175,7 @@ class MpiSync final : public RankSync {
       if (rc != MPI_SUCCESS) return MpiError(rc, "completing the pipeline's sends");
       if (done) {
         pending_.clear();
+        pending_bytes_.clear();
         break;
       }
       SSDTRAIN_RETURN_IF_ERROR(CheckAbort());
@@ -186,6 +194,7 @@ class MpiSync final : public RankSync {
       if (MPI_Isend(abort_text_.data(), static_cast<int>(abort_text_.size()), MPI_CHAR, r,
                     kAbortTag, MPI_COMM_WORLD, &request) == MPI_SUCCESS) {
         pending_.push_back(request);
+        pending_bytes_.push_back(nullptr);
         ++sent_to_[static_cast<size_t>(r)];
       }
     }
@@ -321,6 +330,7 @@ class MpiSync final : public RankSync {
   // Point-to-point messages (pipeline and aborts): requests not yet complete,
   // and how many went to and came from each rank.
   std::vector<MPI_Request> pending_;
+  std::vector<std::unique_ptr<std::vector<char>>> pending_bytes_;  // each send's own copy
   std::vector<long long> sent_to_, received_from_;
   bool aborted_ = false;
   std::string abort_text_;  // the abort messages' buffer, kept until they complete

@@ -94,7 +94,9 @@ class StepSync {
   // Pipeline messages (pp > 1). Called by one thread per rank.
   //
   // Posts `bytes` at `host` to rank `to` under `tag` and returns without
-  // waiting; `host` must stay untouched until WaitSends returns.
+  // waiting for the receiver; `host` may be reused at once (the message is
+  // the implementation's own copy until it completes, also when this rank
+  // fails and its buffers go before the message is received).
   virtual Status SendAsync(int to, const PipelineTag& tag, const void* host, int64_t bytes) = 0;
   // Blocks until the next message from rank `from` arrives (messages from one
   // rank arrive in the order it sent them) and receives it into `host`,
