@@ -197,6 +197,9 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
     m.peak_gpu_bytes = std::max(m.peak_gpu_bytes, x.peak_gpu_bytes);
     m.peak_activation_bytes = std::max(m.peak_activation_bytes, x.peak_activation_bytes);
     m.exposed_io_ns = std::max(m.exposed_io_ns, x.exposed_io_ns);
+    // Per device, as the simulator gives them: the busiest rank's.
+    m.ssd_bytes_written = std::max(m.ssd_bytes_written, x.ssd_bytes_written);
+    m.ssd_bytes_read = std::max(m.ssd_bytes_read, x.ssd_bytes_read);
     if (mine.verified && rep.verified) *mine.verified = *mine.verified && *rep.verified;
   }
   if (m.step_time_ns > 0) {
@@ -312,6 +315,14 @@ Verb AddReplayCommand(CLI::App& app) {
   auto flags = std::make_shared<ReplayFlags>();
   CLI::App* cmd = app.add_subcommand(
       "replay", "Run a plan on a device with real SSD offload files and measure it");
+  cmd->footer(
+      "Under `mpirun -np N` (N = the plan's pp x dp): rank r runs pipeline stage r / dp as "
+      "data-parallel replica r % dp (Megatron-LM's order: a stage's ranks are consecutive), in "
+      "DIR/rank-<r>; its send and recv ops move the activations and gradients to and from the "
+      "neighbouring stages' ranks, each stage's ranks sum their weight gradients every step, a "
+      "failure on one rank ends all, and rank 0 writes the report. With pp > 1 give --model: "
+      "each rank builds its own stage's trace (stage k's plan comes from the plan file's "
+      "extra.stage_plans, written by `ssdtrain plan`).");
   cmd->add_option("--trace", flags->trace, "Operator trace (JSON or .cbor)");
   cmd->add_option("--model", flags->model,
                   "Instead of --trace: a model config (configs/models/*.json), traced at the "
