@@ -187,6 +187,11 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
                         {"step_time_ns", x.step_time_ns},
                         {"peak_device_bytes", x.peak_gpu_bytes},
                         {"peak_activation_bytes", x.peak_activation_bytes},
+                        // What the plan needs at least (traces::ComputeStaticPeaks).
+                        {"planned_peak_device_bytes",
+                         rep.extra.value("planned_peak_device_bytes", int64_t{0})},
+                        {"planned_peak_activation_bytes",
+                         rep.extra.value("planned_peak_activation_bytes", int64_t{0})},
                         {"ssd_bytes_written", x.ssd_bytes_written},
                         {"ssd_bytes_read", x.ssd_bytes_read},
                         {"exposed_io_ns", x.exposed_io_ns},
