@@ -325,6 +325,44 @@ TEST(ReplayStages, EachMicroBatchsActivationGoesForwardAndItsGradientBack) {
   }
 }
 
+TEST(ReplayStages, TwoStagesOfTwoReplicasPairNeighboursAndSumPerStage) {
+  // pp = 2 × dp = 2: rank r runs stage r / 2, so ranks 0 and 1 (stage 0) send
+  // to ranks 2 and 3 (stage 1), 4 messages of 128 KiB each way per step, and
+  // each stage's pair sums its own gradients: every rank one all-reduce per
+  // weight gradient of its stage per step (warm-up + 1).
+  const traces::Trace stages[2] = {TinyGptTrace(1, 128, 2, 0), TinyGptTrace(1, 128, 2, 1)};
+  ThreadRanks all(4, /*dp=*/2);
+  std::vector<std::unique_ptr<ThreadRanks::Rank>> ranks;
+  for (int r = 0; r < 4; ++r) ranks.push_back(std::make_unique<ThreadRanks::Rank>(all, r));
+  RankRun runs[4];
+  std::thread threads[4];
+  for (int r = 0; r < 4; ++r) {
+    threads[r] = std::thread([&, r] {
+      ReplayOptions o = CpuOptions(runs[r].dir.path());
+      o.sync = ranks[static_cast<size_t>(r)].get();
+      o.cpu_pin_threads = false;
+      traces::Plan plan = StagePlan(stages[r / 2]);
+      plan.dp = 2;
+      runs[r].result = Replay(stages[r / 2], plan, o, "stage plan");
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(runs[r].result.ok()) << "rank " << r << ": " << runs[r].result.status().ToString();
+    EXPECT_EQ(runs[r].result->stage, r / 2);
+    EXPECT_EQ(runs[r].result->pipeline.bytes_sent, kMicroBatches * kStageMessageBytes);
+    EXPECT_EQ(runs[r].result->pipeline.bytes_received, kMicroBatches * kStageMessageBytes);
+    int weight_gradients = 0;
+    for (const traces::Tensor& t : stages[r / 2].tensors) {
+      if (t.alias_of == std::nullopt && traces::IsWeightGradient(stages[r / 2], t)) {
+        ++weight_gradients;
+      }
+    }
+    EXPECT_EQ(ranks[static_cast<size_t>(r)]->allreduces, 2 * weight_gradients);
+    EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
+  }
+}
+
 TEST(ReplayStages, AMessageOutOfOrderIsAnErrorNamingBoth) {
   // Rank 0 stands in for stage 0 and sends micro-batch 1's activation first:
   // stage 1's first recv expects micro-batch 0's and stops.
