@@ -181,23 +181,23 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
         traces::StepReport rep,
         traces::StepReportFromJson(nlohmann::json::parse(all[r]), "rank " + std::to_string(r)));
     const traces::StepMetrics& x = rep.metrics;
-    per_rank.push_back({{"rank", r},
-                        {"stage", static_cast<int64_t>(r) / dp},
-                        {"dp_index", static_cast<int64_t>(r) % dp},
-                        {"step_time_ns", x.step_time_ns},
-                        {"peak_device_bytes", x.peak_gpu_bytes},
-                        {"peak_activation_bytes", x.peak_activation_bytes},
-                        // What the plan needs at least (traces::ComputeStaticPeaks).
-                        {"planned_peak_device_bytes",
-                         rep.extra.value("planned_peak_device_bytes", int64_t{0})},
-                        {"planned_peak_activation_bytes",
-                         rep.extra.value("planned_peak_activation_bytes", int64_t{0})},
-                        {"ssd_bytes_written", x.ssd_bytes_written},
-                        {"ssd_bytes_read", x.ssd_bytes_read},
-                        {"exposed_io_ns", x.exposed_io_ns},
-                        {"allreduce_ns", rep.extra.value("allreduce_ns", int64_t{0})},
-                        {"verified", rep.verified.value_or(false)},
-                        {"pipeline", rep.extra.value("pipeline", nlohmann::json::object())}});
+    per_rank.push_back(
+        {{"rank", r},
+         {"stage", static_cast<int64_t>(r) / dp},
+         {"dp_index", static_cast<int64_t>(r) % dp},
+         {"step_time_ns", x.step_time_ns},
+         {"peak_device_bytes", x.peak_gpu_bytes},
+         {"peak_activation_bytes", x.peak_activation_bytes},
+         // What the plan needs at least (traces::ComputeStaticPeaks).
+         {"planned_peak_device_bytes", rep.extra.value("planned_peak_device_bytes", int64_t{0})},
+         {"planned_peak_activation_bytes",
+          rep.extra.value("planned_peak_activation_bytes", int64_t{0})},
+         {"ssd_bytes_written", x.ssd_bytes_written},
+         {"ssd_bytes_read", x.ssd_bytes_read},
+         {"exposed_io_ns", x.exposed_io_ns},
+         {"allreduce_ns", rep.extra.value("allreduce_ns", int64_t{0})},
+         {"verified", rep.verified.value_or(false)},
+         {"pipeline", rep.extra.value("pipeline", nlohmann::json::object())}});
     m.step_time_ns = std::max(m.step_time_ns, x.step_time_ns);
     m.peak_gpu_bytes = std::max(m.peak_gpu_bytes, x.peak_gpu_bytes);
     m.peak_activation_bytes = std::max(m.peak_activation_bytes, x.peak_activation_bytes);
@@ -240,7 +240,8 @@ int Run(const ReplayFlags& f) {
   }
   if (!setup.ok()) return fail(setup.status());
   if (ranks) {  // each stage's data-parallel group for the gradients' sums
-    Status split = ranks->Agree(ranks->SplitStages(static_cast<int>(setup->plan.dp)));
+    Status split =
+        ranks->Agree(ranks->SplitStages(static_cast<int>(std::max<int64_t>(setup->plan.dp, 1))));
     if (!split.ok()) {
       if (setup->made_dir) std::filesystem::remove(setup->dir);
       return fail(split);

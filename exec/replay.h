@@ -146,11 +146,12 @@ struct ReplayResult {
   bool verify = false;
   bool verified = false;        // verify on and every checked tensor matched
   int64_t tensors_checked = 0;  // per step
-  // Data-parallel ranks (ReplayOptions::sync): the weight gradients' all-reduce
-  // per step, median of the measured steps (copies to and from host included).
+  // Ranks (ReplayOptions::sync): the weight gradients' all-reduce per step,
+  // median of the measured steps (copies to and from host included, and the
+  // wait at the agreement before it: with pp > 1 the pipeline's flush).
   int64_t allreduce_ns = 0;
   // What ran: the whole step's micro-batches and schedule (the plan's), and
-  // the data-parallel ranks (1 without ReplayOptions::sync).
+  // the ranks, pp × dp (1 without ReplayOptions::sync).
   int64_t micro_batches = 1;
   std::string schedule = "1f1b";
   int ranks = 1;
