@@ -251,11 +251,12 @@ TEST(ReplayRanks, AReadErrorInTheMeasuredStepStopsBoth) {
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
 }
 
-// Pipeline stages: tiny GPT at micro-batch 1, sequence 128 (fp32, h = 256),
+// Pipeline stages: tiny GPT at micro-batch 1, sequence 64 (fp32, h = 256),
 // cut into 2 stages of 2 layers, 4 micro-batches under 1F1B, every saved
 // activation offloaded; rank r runs stage r (dp = 1).
 constexpr int64_t kMicroBatches = 4;
-constexpr int64_t kStageMessageBytes = 1 * 128 * 256 * 4;  // b × s × h × fp32
+constexpr int64_t kSeq = 64;                                // short: seconds under TSan too
+constexpr int64_t kStageMessageBytes = 1 * kSeq * 256 * 4;  // b × s × h × fp32
 
 traces::Plan StagePlan(const traces::Trace& stage) {
   traces::Plan plan = OffloadAllPlan(stage);
@@ -278,7 +279,7 @@ void OnTwoThreads(Body body) {
 // `faulty`'s only fault.
 void RunTwoStages(RankRun runs[2], ThreadRanks::Rank* ranks[2], int faulty = -1,
                   FaultRule fault = {}) {
-  const traces::Trace stages[2] = {TinyGptTrace(1, 128, 2, 0), TinyGptTrace(1, 128, 2, 1)};
+  const traces::Trace stages[2] = {TinyGptTrace(1, kSeq, 2, 0), TinyGptTrace(1, kSeq, 2, 1)};
   OnTwoThreads([&](int r) {
     ReplayOptions o = CpuOptions(runs[r].dir.path());
     o.sync = ranks[r];
@@ -298,7 +299,7 @@ void RunTwoStages(RankRun runs[2], ThreadRanks::Rank* ranks[2], int faulty = -1,
 
 TEST(ReplayStages, EachMicroBatchsActivationGoesForwardAndItsGradientBack) {
   // Per step, stage 0 sends 4 activations (one per micro-batch) of
-  // 1 × 128 × 256 × 4 = 128 KiB and receives 4 gradients of the same size;
+  // 1 × 64 × 256 × 4 = 64 KiB and receives 4 gradients of the same size;
   // stage 1 the other way round. Verified: every received tensor held the
   // sender's pattern (and its CRC32C matched).
   ThreadRanks all(2, /*dp=*/1);
@@ -327,10 +328,10 @@ TEST(ReplayStages, EachMicroBatchsActivationGoesForwardAndItsGradientBack) {
 
 TEST(ReplayStages, TwoStagesOfTwoReplicasPairNeighboursAndSumPerStage) {
   // pp = 2 × dp = 2: rank r runs stage r / 2, so ranks 0 and 1 (stage 0) send
-  // to ranks 2 and 3 (stage 1), 4 messages of 128 KiB each way per step, and
+  // to ranks 2 and 3 (stage 1), 4 messages of 64 KiB each way per step, and
   // each stage's pair sums its own gradients: every rank one all-reduce per
   // weight gradient of its stage per step (warm-up + 1).
-  const traces::Trace stages[2] = {TinyGptTrace(1, 128, 2, 0), TinyGptTrace(1, 128, 2, 1)};
+  const traces::Trace stages[2] = {TinyGptTrace(1, kSeq, 2, 0), TinyGptTrace(1, kSeq, 2, 1)};
   ThreadRanks all(4, /*dp=*/2);
   std::vector<std::unique_ptr<ThreadRanks::Rank>> ranks;
   for (int r = 0; r < 4; ++r) ranks.push_back(std::make_unique<ThreadRanks::Rank>(all, r));
@@ -366,7 +367,7 @@ TEST(ReplayStages, TwoStagesOfTwoReplicasPairNeighboursAndSumPerStage) {
 TEST(ReplayStages, AMessageOutOfOrderIsAnErrorNamingBoth) {
   // Rank 0 stands in for stage 0 and sends micro-batch 1's activation first:
   // stage 1's first recv expects micro-batch 0's and stops.
-  const traces::Trace stage1 = TinyGptTrace(1, 128, 2, 1);
+  const traces::Trace stage1 = TinyGptTrace(1, kSeq, 2, 1);
   ThreadRanks all(2, /*dp=*/1);
   ThreadRanks::Rank r0(all, 0), r1(all, 1);
   RankRun run;
@@ -388,7 +389,7 @@ TEST(ReplayStages, AMessageOutOfOrderIsAnErrorNamingBoth) {
   });
   ASSERT_FALSE(run.result.ok());
   const std::string& message = run.result.status().message();
-  EXPECT_NE(message.find("expected the activation 0 of micro-batch 0 (131072 bytes) from rank 0, "
+  EXPECT_NE(message.find("expected the activation 0 of micro-batch 0 (65536 bytes) from rank 0, "
                          "but its next message is the activation 0 of micro-batch 1"),
             std::string::npos)
       << message;
