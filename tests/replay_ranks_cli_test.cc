@@ -184,6 +184,34 @@ TEST_F(ReplayStagesCli, ADiskFullOnOneStageMidStepEndsBothWithItsMessage) {
   EXPECT_FALSE(fs::exists(File("run.json")));
 }
 
+TEST_F(ReplayStagesCli, TwoStagesOfTwoReplicasOnFourRanks) {
+  // pp 2 × dp 2 at micro-batch 1, sequence 128: rank r runs stage r / 2 as
+  // replica r % 2; each rank sends 4 × 1 × 128 × 256 × 4 = 512 KiB each way
+  // to its stage neighbour (rank r ± 2), and each stage's pair sums its
+  // gradients over its own group.
+  auto planned = RunSsdtrain("plan --model " + model_ + " --hardware " + SourceDir() +
+                             "/configs/hardware/cpu-local.json --gpus 4 --pp 2 --dp 2 --tp 1 "
+                             "--num-micro-batches 4 --schedule 1f1b --policy ssdtrain "
+                             "--micro-batch 1 --seq-len 128 -o " +
+                             File("plan.json"));
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  auto r = MpiReplay(4);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto report = traces::ReadStepReport(File("run.json"));
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->verified.value_or(false));
+  const nlohmann::json& ranks = report->extra.at("ranks");
+  ASSERT_EQ(ranks.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(ranks[r].at("stage").get<int>(), r / 2);
+    EXPECT_EQ(ranks[r].at("dp_index").get<int>(), r % 2);
+    EXPECT_EQ(ranks[r].at("pipeline").at("bytes_sent").get<int64_t>(), 4 * 1 * 128 * 256 * 4);
+    EXPECT_EQ(ranks[r].at("pipeline").at("bytes_received").get<int64_t>(), 4 * 1 * 128 * 256 * 4);
+    EXPECT_GT(ranks[r].at("allreduce_ns").get<int64_t>(), 0);
+  }
+  EXPECT_TRUE(fs::is_empty(File("offload")));
+}
+
 TEST_F(ReplayStagesCli, RanksOtherThanPpTimesDpAreRefused) {
   auto r = MpiReplay(3);
   EXPECT_NE(r.exit_code, 0);
