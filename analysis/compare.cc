@@ -69,6 +69,29 @@ Result<Comparison> Compare(const traces::StepReport& p, const traces::StepReport
       static_cast<double>(m.metrics.peak_gpu_bytes));
   add("peak_activation_memory", "bytes", static_cast<double>(p.metrics.peak_activation_bytes),
       static_cast<double>(m.metrics.peak_activation_bytes));
+  // Each pipeline stage's peaks, when the prediction carries them (its
+  // details.stages) and the run measured them (its ranks, a stage's peak the
+  // largest of its data-parallel ranks').
+  const auto details = p.extra.find("details");
+  const auto ranks = m.extra.find("ranks");
+  if (details != p.extra.end() && details->contains("stages") && ranks != m.extra.end() &&
+      ranks->is_array() && (*details)["stages"].size() > 1) {
+    for (const nlohmann::json& st : (*details)["stages"]) {
+      const int64_t stage = st.value("stage", int64_t{-1});
+      int64_t device = -1, activation = -1;
+      for (const nlohmann::json& r : *ranks) {
+        if (r.value("stage", int64_t{-1}) != stage) continue;
+        device = std::max(device, r.value("peak_device_bytes", int64_t{0}));
+        activation = std::max(activation, r.value("peak_activation_bytes", int64_t{0}));
+      }
+      if (device < 0) continue;
+      const std::string name = "stage" + std::to_string(stage) + ".";
+      add(name + "peak_device", "bytes", st.value("peak_gpu_bytes", 0.0),
+          static_cast<double>(device));
+      add(name + "peak_activations", "bytes", st.value("peak_activation_bytes", 0.0),
+          static_cast<double>(activation));
+    }
+  }
   add("ssd_bytes_written", "bytes", static_cast<double>(p.metrics.ssd_bytes_written),
       static_cast<double>(m.metrics.ssd_bytes_written));
   add("ssd_bytes_read", "bytes", static_cast<double>(p.metrics.ssd_bytes_read),

@@ -1,8 +1,13 @@
 #include "app/mpi_sync.h"
 
 #include <algorithm>
+#include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
 
 #ifdef SSDTRAIN_WITH_MPI
 #include <mpi.h>
@@ -74,6 +79,12 @@ Status MpiError(int code, const std::string& what) {
   return Status::Internal(what + ": " + std::string(text, static_cast<size_t>(len)));
 }
 
+// The abort message's tag: above every pipeline message's (exec/step_sync.h).
+constexpr int kAbortTag = static_cast<int>(exec::kMaxPipelineTag) + 1;
+// How long a blocked Receive or WaitSends sleeps between two polls: short
+// against a step's milliseconds, long enough to leave the core to the replay.
+constexpr auto kPollInterval = std::chrono::microseconds(20);
+
 class MpiSync final : public RankSync {
  public:
   MpiSync() {
@@ -81,11 +92,112 @@ class MpiSync final : public RankSync {
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     MPI_Op_create(&SumFp16, /*commute=*/1, &sum_fp16_);
     MPI_Op_create(&SumBf16, /*commute=*/1, &sum_bf16_);
+    sent_to_.assign(static_cast<size_t>(size_), 0);
+    received_from_.assign(static_cast<size_t>(size_), 0);
   }
   ~MpiSync() override {
+    Drain();
+    if (stage_comm_ != MPI_COMM_WORLD) MPI_Comm_free(&stage_comm_);
     MPI_Op_free(&sum_fp16_);
     MPI_Op_free(&sum_bf16_);
     MPI_Finalize();
+  }
+
+  Status SplitStages(int dp) override {
+    if (dp < 1 || size_ % dp != 0) {
+      return Status::InvalidArgument("dp = " + std::to_string(dp) + " does not divide the " +
+                                     std::to_string(size_) + " ranks");
+    }
+    if (stage_comm_ != MPI_COMM_WORLD) MPI_Comm_free(&stage_comm_);
+    stage_comm_ = MPI_COMM_WORLD;
+    if (dp == size_) return Status::Ok();
+    const int rc = MPI_Comm_split(MPI_COMM_WORLD, rank_ / dp, rank_ % dp, &stage_comm_);
+    if (rc != MPI_SUCCESS) {
+      stage_comm_ = MPI_COMM_WORLD;
+      return MpiError(rc, "MPI_Comm_split into the stages' data-parallel groups");
+    }
+    return Status::Ok();
+  }
+
+  Status SendAsync(int to, const exec::PipelineTag& tag, const void* host, int64_t bytes) override {
+    if (bytes > INT_MAX) {
+      return Status::InvalidArgument("a pipeline message of " + std::to_string(bytes) +
+                                     " bytes, more than MPI's int count");
+    }
+    // A copy of our own: the message may still be read (Open MPI's shared
+    // memory reads it from this process) after the caller's buffer is gone.
+    auto copy = std::make_unique<std::vector<char>>(static_cast<const char*>(host),
+                                                    static_cast<const char*>(host) + bytes);
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc = MPI_Isend(copy->data(), static_cast<int>(bytes), MPI_BYTE, to,
+                             static_cast<int>(exec::EncodeTag(tag)), MPI_COMM_WORLD, &request);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Isend to rank " + std::to_string(to));
+    pending_.push_back(request);
+    pending_bytes_.push_back(std::move(copy));
+    ++sent_to_[static_cast<size_t>(to)];
+    return Status::Ok();
+  }
+
+  Status Receive(int from, void* host, int64_t capacity, exec::PipelineTag* tag,
+                 int64_t* bytes) override {
+    while (true) {
+      SSDTRAIN_RETURN_IF_ERROR(CheckAbort());
+      int flag = 0;
+      MPI_Status status;
+      int rc = MPI_Iprobe(from, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &status);
+      if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Iprobe for rank " + std::to_string(from));
+      if (!flag || status.MPI_TAG == kAbortTag) {  // an abort: CheckAbort takes it
+        std::this_thread::sleep_for(kPollInterval);
+        continue;
+      }
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      if (count > capacity) {
+        return Status::FailedPrecondition(
+            "the next message from rank " + std::to_string(from) + " (" +
+            exec::DecodeTag(status.MPI_TAG).Describe() + ") has " + std::to_string(count) +
+            " bytes, more than the " + std::to_string(capacity) + " expected");
+      }
+      rc = MPI_Recv(host, count, MPI_BYTE, from, status.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Recv from rank " + std::to_string(from));
+      ++received_from_[static_cast<size_t>(from)];
+      *tag = exec::DecodeTag(status.MPI_TAG);
+      *bytes = count;
+      return Status::Ok();
+    }
+  }
+
+  Status WaitSends() override {
+    while (!pending_.empty()) {
+      int done = 0;
+      const int rc = MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done,
+                                 MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS) return MpiError(rc, "completing the pipeline's sends");
+      if (done) {
+        pending_.clear();
+        pending_bytes_.clear();
+        break;
+      }
+      SSDTRAIN_RETURN_IF_ERROR(CheckAbort());
+      std::this_thread::sleep_for(kPollInterval);
+    }
+    return Status::Ok();
+  }
+
+  void Abort(const Status& status) override {
+    if (aborted_) return;
+    aborted_ = true;
+    abort_text_ = status.message();
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      MPI_Request request = MPI_REQUEST_NULL;
+      if (MPI_Isend(abort_text_.data(), static_cast<int>(abort_text_.size()), MPI_CHAR, r,
+                    kAbortTag, MPI_COMM_WORLD, &request) == MPI_SUCCESS) {
+        pending_.push_back(request);
+        pending_bytes_.push_back(nullptr);
+        ++sent_to_[static_cast<size_t>(r)];
+      }
+    }
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -137,7 +249,7 @@ class MpiSync final : public RankSync {
     constexpr int64_t kPiece = int64_t{1} << 30;
     for (int64_t done = 0; done < count; done += kPiece) {
       const int n = static_cast<int>(std::min(kPiece, count - done));
-      const int rc = MPI_Allreduce(MPI_IN_PLACE, p + done * element, n, type, op, MPI_COMM_WORLD);
+      const int rc = MPI_Allreduce(MPI_IN_PLACE, p + done * element, n, type, op, stage_comm_);
       if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Allreduce");
     }
     return Status::Ok();
@@ -168,8 +280,60 @@ class MpiSync final : public RankSync {
   }
 
  private:
+  // Another rank's abort message, if one has come: "rank R failed: ...".
+  Status CheckAbort() {
+    int flag = 0;
+    MPI_Status status;
+    int rc = MPI_Iprobe(MPI_ANY_SOURCE, kAbortTag, MPI_COMM_WORLD, &flag, &status);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Iprobe for an abort");
+    if (!flag) return Status::Ok();
+    int count = 0;
+    MPI_Get_count(&status, MPI_CHAR, &count);
+    std::string text(static_cast<size_t>(count), '\0');
+    rc = MPI_Recv(text.data(), count, MPI_CHAR, status.MPI_SOURCE, kAbortTag, MPI_COMM_WORLD,
+                  MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Recv of an abort");
+    ++received_from_[static_cast<size_t>(status.MPI_SOURCE)];
+    return Status::Unavailable("rank " + std::to_string(status.MPI_SOURCE) + " failed: " + text);
+  }
+
+  // Before MPI_Finalize: every message sent to this rank and not received (a
+  // failure stopped its receiver; the aborts) is received and dropped, then
+  // this rank's sends complete. Every rank counts what it sent to each.
+  void Drain() {
+    std::vector<long long> expected(static_cast<size_t>(size_), 0);
+    if (MPI_Alltoall(sent_to_.data(), 1, MPI_LONG_LONG, expected.data(), 1, MPI_LONG_LONG,
+                     MPI_COMM_WORLD) != MPI_SUCCESS) {
+      return;  // MPI is broken: MPI_Finalize reports it
+    }
+    std::vector<char> scratch;
+    for (int r = 0; r < size_; ++r) {
+      while (received_from_[static_cast<size_t>(r)] < expected[static_cast<size_t>(r)]) {
+        MPI_Status status;
+        if (MPI_Probe(r, MPI_ANY_TAG, MPI_COMM_WORLD, &status) != MPI_SUCCESS) return;
+        int count = 0;
+        MPI_Get_count(&status, MPI_BYTE, &count);
+        scratch.resize(static_cast<size_t>(std::max(count, 1)));
+        MPI_Recv(scratch.data(), count, MPI_BYTE, r, status.MPI_TAG, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+        ++received_from_[static_cast<size_t>(r)];
+      }
+    }
+    if (!pending_.empty()) {
+      MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE);
+    }
+  }
+
   int rank_ = 0, size_ = 1;
   MPI_Op sum_fp16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL;
+  MPI_Comm stage_comm_ = MPI_COMM_WORLD;  // this stage's data-parallel group
+  // Point-to-point messages (pipeline and aborts): requests not yet complete,
+  // and how many went to and came from each rank.
+  std::vector<MPI_Request> pending_;
+  std::vector<std::unique_ptr<std::vector<char>>> pending_bytes_;  // each send's own copy
+  std::vector<long long> sent_to_, received_from_;
+  bool aborted_ = false;
+  std::string abort_text_;  // the abort messages' buffer, kept until they complete
 };
 
 }  // namespace

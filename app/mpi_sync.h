@@ -1,4 +1,4 @@
-// The data-parallel ranks of `mpirun -np N ssdtrain replay`: exec::StepSync on
+// The ranks of `mpirun -np N ssdtrain replay` (N = pp × dp): exec::StepSync on
 // MPI (Open MPI from Debian). Built when CMake finds MPI (SSDTRAIN_MPI); a
 // build without it refuses to run under mpirun, saying so.
 #pragma once
@@ -17,12 +17,17 @@ class RankSync : public exec::StepSync {
   // Everything on this rank's strings gathered at rank 0 (empty elsewhere),
   // in rank order.
   virtual Result<std::vector<std::string>> GatherAtRankZero(const std::string& mine) = 0;
+  // The pipeline layout (exec/step_sync.h): ranks of `dp` consecutive ranks
+  // form each stage's data-parallel group, over which AllReduceSum sums from
+  // now on. Collective: every rank calls it, with the same dp.
+  virtual Status SplitStages(int dp) = 0;
 };
 
 // True when this process was started by mpirun with more than one rank.
 bool LaunchedAsRanks();
-// MPI_Init (funneled: only the thread that calls this talks to MPI); MPI_Finalize
-// when the object goes.
+// MPI_Init (funneled: only the thread that calls this talks to MPI); when the
+// object goes, every rank receives the messages a failure left unreceived and
+// completes its sends (collective), then MPI_Finalize.
 Result<std::unique_ptr<RankSync>> StartRanks();
 
 }  // namespace ssdtrain::app

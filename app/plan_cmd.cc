@@ -4,12 +4,14 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "app/command.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/hardware.h"
 #include "sim/planner.h"
+#include "sim/policy.h"
 #include "sim/simulate.h"
 #include "traces/io.h"
 #include "traces/plan.h"
@@ -140,6 +142,39 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   return in;
 }
 
+// With pp > 1, the plan of every other stage goes into the plan file
+// (extra.stage_plans: [{stage, plan}]): the planner's own for stage 1 and the
+// last stage, and for stages between them the policy of its stage 1 applied
+// to each stage's trace (the simulator lets stage 1 stand for them). Each
+// rank of `mpirun ... ssdtrain replay` replays its stage's.
+Status AttachStagePlans(const PlanInput& in, const sim::PlannerResult& r,
+                        const sim::HardwareOptions& hw, const sim::PlannerOptions& po,
+                        traces::Plan& plan) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (int64_t k = 1; k < plan.pp; ++k) {
+    std::optional<traces::Plan> stage_plan;
+    for (const auto& [stage, p] : r.stage_plans) {
+      if (stage == k) stage_plan = p;
+    }
+    if (!stage_plan) {
+      if (r.stage_plans.empty()) {
+        return Status::Internal("the planner returned no plan for stage " + std::to_string(k));
+      }
+      SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace t,
+                                in.provider(plan.micro_batch, plan.tp, plan.pp, k));
+      sim::PolicyOptions options;
+      options.allow_host_offload = po.allow_host_offload;
+      SSDTRAIN_ASSIGN_OR_RETURN(stage_plan, sim::MakeFixedPlan(r.stage_plans.front().second.policy,
+                                                               t, hw, plan, options));
+    }
+    stage_plan->extra = nlohmann::json::object();
+    stage_plan->prediction.reset();
+    stages.push_back({{"stage", k}, {"plan", traces::ToJson(*stage_plan)}});
+  }
+  plan.extra["stage_plans"] = stages;
+  return Status::Ok();
+}
+
 int RunPlan(const PlanCmdOptions& o) {
   if (o.model.empty() == o.trace.empty()) {
     return ReportError(
@@ -201,6 +236,10 @@ int RunPlan(const PlanCmdOptions& o) {
     return 1;
   }
   traces::Plan plan = r->plan;
+  if (plan.pp > 1) {
+    Status attached = AttachStagePlans(in, *r, *hw, po, plan);
+    if (!attached.ok()) return ReportError("plan", attached);
+  }
   Result<traces::Trace> stage0 = in.stage0(plan);
   if (!stage0.ok()) return ReportError("plan", stage0.status());
   const traces::StepReport report = sim::PredictionReport(r->prediction, *stage0, plan, *hw);
@@ -249,18 +288,20 @@ int RunPlan(const PlanCmdOptions& o) {
     std::cout << "trace for this plan: " << make_trace << "\n";
   }
   const std::string trace_path = in.trace_path.empty() ? TracePathFor(o.output) : in.trace_path;
-  const std::string ranks = plan.dp > 1 ? fmt::format("mpirun -np {} ", plan.dp) : "";
-  std::cout << fmt::format(
-      "replay this plan: {}{}ssdtrain replay --trace {} --plan {} --dir OFFLOAD_DIR -o run.json\n",
-      make_trace.empty() ? "" : make_trace + " -o " + trace_path + " && ", ranks, trace_path,
-      o.output);
-  if (plan.pp > 1) {
+  const int64_t n_ranks = plan.pp * plan.dp;
+  const std::string ranks = n_ranks > 1 ? fmt::format("mpirun -np {} ", n_ranks) : "";
+  if (plan.pp > 1 && !o.model.empty()) {
+    // Each rank builds its own stage's trace from the model config.
     std::cout << fmt::format(
-        "note: the replay runs one pipeline stage (stage 0's whole step: its {} micro-batches, "
-        "{}); pipeline stages on separate ranks are not built yet, so `ssdtrain compare` "
-        "refuses to set this plan's prediction (pp {}) beside it (pin --pp 1 for a plan whose "
-        "prediction the replay measures)\n",
-        plan.num_micro_batches, plan.schedule, plan.pp);
+        "replay this plan: {}ssdtrain replay --model {} --plan {} --dir OFFLOAD_DIR -o run.json "
+        "(rank r runs stage r / dp)\n",
+        ranks, o.model, o.output);
+  } else {
+    std::cout << fmt::format(
+        "replay this plan: {}{}ssdtrain replay --trace {} --plan {} --dir OFFLOAD_DIR -o "
+        "run.json\n",
+        make_trace.empty() ? "" : make_trace + " -o " + trace_path + " && ", ranks, trace_path,
+        o.output);
   }
   return 0;
 }

@@ -1,9 +1,11 @@
 // ssdtrain replay: run a plan on a device (CPU or CUDA) with real SSD files,
 // and write the measured run (and, optionally, a Chrome/Perfetto timeline).
-// Under `mpirun -np N` (N = the plan's dp, pp = 1): each rank replays the
-// stage's whole step in its own directory under --dir, the ranks sum their
-// weight gradients every step (exec/step_sync.h), a failure on one ends all,
-// and rank 0 writes one report with each rank's figures.
+// Under `mpirun -np N` (N = the plan's pp × dp): rank r replays stage r / dp's
+// whole step (data-parallel replica r % dp) in its own directory under --dir,
+// its send and recv ops moving the activations and gradients between
+// neighbouring stages, the ranks of each stage sum their weight gradients
+// every step (exec/step_sync.h), a failure on one ends all, and rank 0 writes
+// one report with each rank's figures.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "models/model_config.h"
 #include "traces/io.h"
 #include "traces/plan.h"
+#include "traces/report.h"
 #include "traces/timeline.h"
 #include "traces/uniform_plans.h"
 
@@ -65,6 +68,41 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
   return models::BuildTrace(config, stage);
 }
 
+// N ranks run a plan of pp × dp = N.
+Status CheckRanks(const traces::Plan& plan, const std::string& source, const RankSync& ranks) {
+  const int64_t pp = std::max<int64_t>(plan.pp, 1), dp = std::max<int64_t>(plan.dp, 1);
+  if (pp * dp == ranks.size()) return Status::Ok();
+  return Status::InvalidArgument(source + ": pp × dp = " + std::to_string(pp) + " × " +
+                                 std::to_string(dp) + " = " + std::to_string(pp * dp) +
+                                 ", but mpirun started " + std::to_string(ranks.size()) +
+                                 " ranks; start mpirun -np " + std::to_string(pp * dp));
+}
+
+// Stage `stage`'s plan: the plan itself for stage 0, else its entry in the
+// plan's extra.stage_plans (written by `ssdtrain plan` for pp > 1).
+Result<traces::Plan> StagePlan(const traces::Plan& plan, int64_t stage, const std::string& source) {
+  if (stage == 0) return plan;
+  const auto it = plan.extra.find("stage_plans");
+  if (it != plan.extra.end() && it->is_array()) {
+    for (size_t i = 0; i < it->size(); ++i) {
+      const nlohmann::json& e = (*it)[i];
+      if (!e.is_object() || e.value("stage", int64_t{-1}) != stage || !e.contains("plan")) continue;
+      const std::string where = source + ": extra.stage_plans[" + std::to_string(i) + "].plan";
+      SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan p, traces::PlanFromJson(e.at("plan"), where));
+      if (traces::LayoutOf(p) != traces::LayoutOf(plan)) {
+        return Status::InvalidArgument(
+            where + ": its layout differs from the plan's (" +
+            traces::LayoutMismatch(traces::LayoutOf(p), traces::LayoutOf(plan)) + ")");
+      }
+      return p;
+    }
+  }
+  return Status::InvalidArgument(source + ": extra.stage_plans: no plan for stage " +
+                                 std::to_string(stage) + " of " + std::to_string(plan.pp) +
+                                 " (make the plan with `ssdtrain plan`, which writes each "
+                                 "stage's)");
+}
+
 struct Setup {
   traces::Trace trace;
   traces::Plan plan;
@@ -86,7 +124,22 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   if (!f.plan.empty()) {
     SSDTRAIN_ASSIGN_OR_RETURN(read, traces::ReadPlan(f.plan));
   }
-  const int64_t stage = 0;  // pp = 1 across ranks (checked below)
+  // Rank r runs stage r / dp (exec/step_sync.h); one process runs stage 0.
+  int64_t stage = 0;
+  if (ranks != nullptr && read) {
+    SSDTRAIN_RETURN_IF_ERROR(CheckRanks(*read, s.plan_source, *ranks));
+    stage = ranks->rank() / std::max<int64_t>(read->dp, 1);
+    if (read->pp > 1 && !f.trace.empty()) {
+      return Status::InvalidArgument(
+          "--trace: with pp = " + std::to_string(read->pp) +
+          " across ranks each rank needs its stage's trace; give --model (each rank builds its "
+          "own)");
+    }
+    if (stage > 0) {
+      SSDTRAIN_ASSIGN_OR_RETURN(read, StagePlan(*read, stage, s.plan_source));
+      s.plan_source += " (stage " + std::to_string(stage) + ")";
+    }
+  }
   SSDTRAIN_ASSIGN_OR_RETURN(s.trace, StageTrace(f, read ? &*read : nullptr, stage));
   if (read) {
     s.plan = std::move(*read);
@@ -102,18 +155,7 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   }
   s.dir = f.dir;
   if (ranks != nullptr) {
-    if (s.plan.pp != 1) {
-      return Status::Unavailable(
-          s.plan_source + ": pp = " + std::to_string(s.plan.pp) +
-          ": pipeline stages on separate ranks (activations sent between them) are not built "
-          "yet; multi-rank replays run data-parallel plans (pp = 1, dp = ranks)");
-    }
-    if (s.plan.dp != ranks->size()) {
-      return Status::InvalidArgument(s.plan_source + ": dp = " + std::to_string(s.plan.dp) +
-                                     ", but mpirun started " + std::to_string(ranks->size()) +
-                                     " ranks; start pp × dp = " + std::to_string(s.plan.dp) +
-                                     " (mpirun -np " + std::to_string(s.plan.dp) + ")");
-    }
+    SSDTRAIN_RETURN_IF_ERROR(CheckRanks(s.plan, s.plan_source, *ranks));
     // Each rank offloads into its own directory under --dir.
     s.dir = (std::filesystem::path(f.dir) / ("rank-" + std::to_string(ranks->rank()))).string();
     std::error_code ec;
@@ -124,39 +166,52 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
 }
 
 // Rank 0's whole-step report: rank 0's own, with the slowest rank's step time,
-// the largest peaks, the tokens of every rank, and each rank's figures.
-Result<traces::StepReport> WholeStepReport(traces::StepReport mine, RankSync& ranks) {
+// the largest peaks, the tokens of every data-parallel replica, and each
+// rank's figures (its stage, peaks and pipeline traffic).
+Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces::Plan& plan,
+                                           RankSync& ranks) {
   SSDTRAIN_ASSIGN_OR_RETURN(std::vector<std::string> all,
                             ranks.GatherAtRankZero(traces::ToJson(mine).dump()));
   if (ranks.rank() != 0) return mine;
   nlohmann::json per_rank = nlohmann::json::array();
   traces::StepMetrics& m = mine.metrics;
   const double tokens_one_rank = m.tokens_per_s * static_cast<double>(m.step_time_ns);
+  const int64_t dp = std::max<int64_t>(plan.dp, 1);
   for (size_t r = 0; r < all.size(); ++r) {
     SSDTRAIN_ASSIGN_OR_RETURN(
         traces::StepReport rep,
         traces::StepReportFromJson(nlohmann::json::parse(all[r]), "rank " + std::to_string(r)));
     const traces::StepMetrics& x = rep.metrics;
-    per_rank.push_back({{"rank", r},
-                        {"stage", 0},
-                        {"dp_index", r},
-                        {"step_time_ns", x.step_time_ns},
-                        {"peak_device_bytes", x.peak_gpu_bytes},
-                        {"peak_activation_bytes", x.peak_activation_bytes},
-                        {"ssd_bytes_written", x.ssd_bytes_written},
-                        {"ssd_bytes_read", x.ssd_bytes_read},
-                        {"exposed_io_ns", x.exposed_io_ns},
-                        {"allreduce_ns", rep.extra.value("allreduce_ns", int64_t{0})},
-                        {"verified", rep.verified.value_or(false)}});
+    per_rank.push_back(
+        {{"rank", r},
+         {"stage", static_cast<int64_t>(r) / dp},
+         {"dp_index", static_cast<int64_t>(r) % dp},
+         {"step_time_ns", x.step_time_ns},
+         {"peak_device_bytes", x.peak_gpu_bytes},
+         {"peak_activation_bytes", x.peak_activation_bytes},
+         // What the plan needs at least (traces::ComputeStaticPeaks).
+         {"planned_peak_device_bytes", rep.extra.value("planned_peak_device_bytes", int64_t{0})},
+         {"planned_peak_activation_bytes",
+          rep.extra.value("planned_peak_activation_bytes", int64_t{0})},
+         {"ssd_bytes_written", x.ssd_bytes_written},
+         {"ssd_bytes_read", x.ssd_bytes_read},
+         {"exposed_io_ns", x.exposed_io_ns},
+         {"allreduce_ns", rep.extra.value("allreduce_ns", int64_t{0})},
+         {"verified", rep.verified.value_or(false)},
+         {"pipeline", rep.extra.value("pipeline", nlohmann::json::object())}});
     m.step_time_ns = std::max(m.step_time_ns, x.step_time_ns);
     m.peak_gpu_bytes = std::max(m.peak_gpu_bytes, x.peak_gpu_bytes);
     m.peak_activation_bytes = std::max(m.peak_activation_bytes, x.peak_activation_bytes);
     m.exposed_io_ns = std::max(m.exposed_io_ns, x.exposed_io_ns);
+    // Per device, as the simulator gives them: the busiest rank's.
+    m.ssd_bytes_written = std::max(m.ssd_bytes_written, x.ssd_bytes_written);
+    m.ssd_bytes_read = std::max(m.ssd_bytes_read, x.ssd_bytes_read);
     if (mine.verified && rep.verified) *mine.verified = *mine.verified && *rep.verified;
   }
   if (m.step_time_ns > 0) {
+    // Each data-parallel replica trains its own tokens; the stages share them.
     m.tokens_per_s =
-        tokens_one_rank * static_cast<double>(all.size()) / static_cast<double>(m.step_time_ns);
+        tokens_one_rank * static_cast<double>(dp) / static_cast<double>(m.step_time_ns);
   }
   mine.extra["ranks"] = per_rank;
   return mine;
@@ -185,6 +240,14 @@ int Run(const ReplayFlags& f) {
     }
   }
   if (!setup.ok()) return fail(setup.status());
+  if (ranks) {  // each stage's data-parallel group for the gradients' sums
+    Status split =
+        ranks->Agree(ranks->SplitStages(static_cast<int>(std::max<int64_t>(setup->plan.dp, 1))));
+    if (!split.ok()) {
+      if (setup->made_dir) std::filesystem::remove(setup->dir);
+      return fail(split);
+    }
+  }
   const traces::Trace& trace = setup->trace;
   const traces::Plan& plan = setup->plan;
   exec::ReplayOptions o;
@@ -213,7 +276,12 @@ int Run(const ReplayFlags& f) {
   traces::StepReport report = RunReport(*result, trace, plan);
   if (ranks) {
     report.extra["allreduce_ns"] = result->allreduce_ns;
-    auto whole = WholeStepReport(std::move(report), *ranks);
+    const exec::PipelineTraffic& t = result->pipeline;
+    report.extra["pipeline"] = {{"messages_sent", t.messages_sent},
+                                {"bytes_sent", t.bytes_sent},
+                                {"messages_received", t.messages_received},
+                                {"bytes_received", t.bytes_received}};
+    auto whole = WholeStepReport(std::move(report), plan, *ranks);
     if (!whole.ok()) return fail(whole.status());
     report = std::move(*whole);
     if (!speaks) return 0;
@@ -254,6 +322,14 @@ Verb AddReplayCommand(CLI::App& app) {
   auto flags = std::make_shared<ReplayFlags>();
   CLI::App* cmd = app.add_subcommand(
       "replay", "Run a plan on a device with real SSD offload files and measure it");
+  cmd->footer(
+      "Under `mpirun -np N` (N = the plan's pp x dp): rank r runs pipeline stage r / dp as "
+      "data-parallel replica r % dp (Megatron-LM's order: a stage's ranks are consecutive), in "
+      "DIR/rank-<r>; its send and recv ops move the activations and gradients to and from the "
+      "neighbouring stages' ranks, each stage's ranks sum their weight gradients every step, a "
+      "failure on one rank ends all, and rank 0 writes the report. With pp > 1 give --model: "
+      "each rank builds its own stage's trace (stage k's plan comes from the plan file's "
+      "extra.stage_plans, written by `ssdtrain plan`).");
   cmd->add_option("--trace", flags->trace, "Operator trace (JSON or .cbor)");
   cmd->add_option("--model", flags->model,
                   "Instead of --trace: a model config (configs/models/*.json), traced at the "

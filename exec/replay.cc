@@ -59,6 +59,27 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
     }
   }
   if (options.steps < 1) return Status::InvalidArgument("--steps must be at least 1");
+  // The ranks' layout (exec/step_sync.h): rank r runs stage r / dp.
+  int previous_rank = -1, next_rank = -1;
+  if (options.sync != nullptr) {
+    const int64_t pp = trace.header.pp, dp = std::max<int64_t>(plan.dp, 1);
+    const int rank = options.sync->rank();
+    if (options.sync->size() != pp * dp) {
+      return Status::InvalidArgument(plan_source + ": pp × dp = " + std::to_string(pp) + " × " +
+                                     std::to_string(dp) + " = " + std::to_string(pp * dp) +
+                                     " ranks, but the run has " +
+                                     std::to_string(options.sync->size()));
+    }
+    if (rank / dp != trace.header.stage) {
+      return Status::InvalidArgument("rank " + std::to_string(rank) + " runs stage " +
+                                     std::to_string(rank / dp) +
+                                     " (rank / dp), but its trace is "
+                                     "stage " +
+                                     std::to_string(trace.header.stage));
+    }
+    if (trace.header.stage > 0) previous_rank = rank - static_cast<int>(dp);
+    if (trace.header.stage + 1 < pp) next_rank = rank + static_cast<int>(dp);
+  }
   if (options.max_ops_ahead < 1) return Status::InvalidArgument("max_ops_ahead must be at least 1");
   // What the plan means: the one resolution the simulator uses too.
   SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan storage_plan,
@@ -165,6 +186,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   result.micro_batches = plan.num_micro_batches;
   result.schedule = plan.schedule;
   result.ranks = options.sync != nullptr ? options.sync->size() : 1;
+  result.stage = trace.header.stage;
   result.planned_peak_activation_bytes = planned.activation_bytes;
   result.planned_peak_device_bytes = planned.device_bytes;
   result.plan_offloaded_bytes = storage_plan.ssd_bytes;
@@ -176,6 +198,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
 
   detail::Replayer replayer(trace, options, *device, *engine, *staging, cache, storage_plan,
                             host_memory.get(), agreement);
+  replayer.set_pipeline(previous_rank, next_rank);
   {
     detail::ScopedThreadAffinity helper_affinity(device->helper_cpus());
     SSDTRAIN_RETURN_IF_ERROR(replayer.Init());
@@ -221,6 +244,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
     result.ops = std::move(record->ops);
     result.timeline = std::move(record->timeline);
     result.tensors_checked = record->checked;
+    result.pipeline = record->pipeline;
     if (options.progress) {
       char line[300];
       const std::string host = delta.bytes_to_host == 0
@@ -276,7 +300,11 @@ Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan
   detail::RankAgreement agreement(options.sync);
   Result<ReplayResult> result = ReplayOnRank(trace, plan, options, plan_source, agreement);
   // Told after this rank's engine has removed its files.
-  if (!result.ok()) agreement.OnFailure(result.status());
+  if (!result.ok()) {
+    agreement.OnFailure(result.status());
+    // Stopped by a neighbour's abort: its message, as an agreement gives it.
+    if (!agreement.peer_failure().ok()) return agreement.peer_failure();
+  }
   return result;
 }
 

@@ -85,11 +85,21 @@ struct ReplayOptions {
   std::function<void(const std::string&)> progress;
   // Tests: an I/O backend to use instead of io_backend (e.g. a FaultBackend).
   std::function<std::unique_ptr<IoBackend>()> make_io_backend;
-  // Data-parallel ranks of a multi-process run (exec/step_sync.h): each step's
-  // weight gradients are summed over them between the last backward op and
-  // the optimizer (through host memory), and every rank stops when one fails.
-  // Null: a single process.
+  // The ranks of a multi-process run (exec/step_sync.h): sync->size() must be
+  // the plan's pp × dp, and this rank's stage (rank / dp) the trace's. Each
+  // step's weight gradients are summed over the ranks of the stage between the
+  // last backward op and the optimizer (through host memory); with pp > 1 the
+  // send and recv ops move their tensors' bytes between neighbouring stages
+  // (through pinned host memory, a CRC32C checked on arrival); every rank
+  // stops when one fails. Null: a single process (send and recv ops then run
+  // as memory passes).
   StepSync* sync = nullptr;
+};
+
+// What a rank's send and recv ops moved in one step (payload bytes).
+struct PipelineTraffic {
+  int64_t messages_sent = 0, bytes_sent = 0;
+  int64_t messages_received = 0, bytes_received = 0;
 };
 
 struct LaneBusy {
@@ -136,14 +146,19 @@ struct ReplayResult {
   bool verify = false;
   bool verified = false;        // verify on and every checked tensor matched
   int64_t tensors_checked = 0;  // per step
-  // Data-parallel ranks (ReplayOptions::sync): the weight gradients' all-reduce
-  // per step, median of the measured steps (copies to and from host included).
+  // Ranks (ReplayOptions::sync): the weight gradients' all-reduce per step,
+  // median of the measured steps (copies to and from host included, and the
+  // wait at the agreement before it: with pp > 1 the pipeline's flush).
   int64_t allreduce_ns = 0;
   // What ran: the whole step's micro-batches and schedule (the plan's), and
-  // the data-parallel ranks (1 without ReplayOptions::sync).
+  // the ranks, pp × dp (1 without ReplayOptions::sync).
   int64_t micro_batches = 1;
   std::string schedule = "1f1b";
   int ranks = 1;
+  // Pipeline stages on separate ranks (pp > 1 with ReplayOptions::sync): this
+  // rank's stage, and what its send and recv ops moved in the last step.
+  int64_t stage = 0;
+  PipelineTraffic pipeline;
   traces::Timeline timeline;  // the last step's, times from its start
 };
 

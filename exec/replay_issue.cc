@@ -32,6 +32,7 @@ Status Replayer::Init() {
   }
   SSDTRAIN_ASSIGN_OR_RETURN(workspace_bytes_, device_.ReserveWorkspace(trace_));
   SSDTRAIN_RETURN_IF_ERROR(InitGradients());
+  SSDTRAIN_RETURN_IF_ERROR(InitPipeline());
   submitter_ = std::thread([this] { SubmitLoop(); });
   completer_ = std::thread([this] { CompleteLoop(); });
   reader_ = std::thread([this] { ReadLoop(); });
@@ -44,7 +45,9 @@ Result<Replayer::StepRecord> Replayer::RunStep(int step) {
   issues_.clear();
   samples_.clear();
   checked_ = 0;
+  traffic_ = {};
   for (Slot& slot : slots_) slot.ResetStep();
+  for (auto& seed : received_seed_) seed.reset();
   allreduce_begin_ns_ = allreduce_end_ns_ = 0;
   const int64_t t0 = NowNs();
   // Data-parallel ranks sum their gradients before the first optimizer op (or
@@ -68,6 +71,7 @@ Result<Replayer::StepRecord> Replayer::RunStep(int step) {
   record.time_ns = t1 - t0;
   record.checked = checked_;
   record.allreduce_ns = allreduce_end_ns_ - allreduce_begin_ns_;
+  record.pipeline = traffic_;
   SSDTRAIN_RETURN_IF_ERROR(CollectTimeline(t0, record));
   SSDTRAIN_RETURN_IF_ERROR(engine_.RemoveAll());
   return record;
@@ -96,6 +100,10 @@ Status Replayer::Need(TensorId s, const traces::Op& op, bool* io_dependent) {
 // Re-runs the producer of `s` (and, recursively, of its inputs that are gone).
 Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent) {
   const traces::Op& producer = trace_.op(life(s).producer);
+  if (Transfers(producer)) {  // received: its host copy stays until the step ends
+    SSDTRAIN_RETURN_IF_ERROR(Materialize(s, at, io_dependent));
+    return RestoreReceived(s, producer);
+  }
   // Inputs rebuilt only for this producer go as soon as it is issued
   // (traces/storage_plan.h: freed after their last use; the simulator does
   // the same).
@@ -138,7 +146,7 @@ DeviceBuffer Replayer::View(TensorId t) {
 // after the op see it.
 Status Replayer::Run(const traces::Op& op, const std::vector<DeviceBuffer>& ins,
                      const std::vector<DeviceBuffer>& outs, const std::vector<TensorId>& fill,
-                     bool recompute, bool io_dependent) {
+                     bool recompute, bool io_dependent, bool kernel) {
   Event* start = nullptr;
   Event* end = nullptr;
   if (recompute) {
@@ -157,12 +165,12 @@ Status Replayer::Run(const traces::Op& op, const std::vector<DeviceBuffer>& ins,
   traces::DType dtype = traces::DType::kFp16;
   if (!op.outputs.empty()) dtype = trace_.tensor(op.outputs[0]).dtype;
   SSDTRAIN_RETURN_IF_ERROR(device_.Record(*start, Stream::kCompute));
-  SSDTRAIN_RETURN_IF_ERROR(device_.RunOpAsync(op, OpBuffers{ins, outs, dtype}));
-  if (options_.verify) {
+  if (kernel) SSDTRAIN_RETURN_IF_ERROR(device_.RunOpAsync(op, OpBuffers{ins, outs, dtype}));
+  if (kernel && options_.verify) {
     for (TensorId s : fill) {
       if (!slot(s).buffer.valid()) continue;
       SSDTRAIN_RETURN_IF_ERROR(
-          device_.FillPatternAsync(slot(s).buffer, Seed(s, step_), Stream::kCompute));
+          device_.FillPatternAsync(slot(s).buffer, SeedOf(s), Stream::kCompute));
     }
   }
   SSDTRAIN_RETURN_IF_ERROR(device_.Record(*end, Stream::kCompute));
@@ -211,7 +219,7 @@ Status Replayer::IssueOp(const traces::Op& op) {
       if (options_.verify && !slot(s).checked && !life(s).persistent() && slot(s).buffer.valid()) {
         slot(s).checked = true;
         ++checked_;
-        Status ok = device_.CheckPattern(slot(s).buffer, Seed(s, step_), Stream::kCompute);
+        Status ok = device_.CheckPattern(slot(s).buffer, SeedOf(s), Stream::kCompute);
         if (!ok.ok()) {
           return ok.WithPrefix("verify: tensor " + std::to_string(s) + " (" +
                                trace_.tensor(s).name + ") read by op " + std::to_string(op.id) +
@@ -244,7 +252,15 @@ Status Replayer::IssueOp(const traces::Op& op) {
       fill.push_back(s);
     }
   }
-  SSDTRAIN_RETURN_IF_ERROR(Run(op, ins, outs, fill, /*recompute=*/false, io_dependent));
+  // A recv op between ranks fills its output with the bytes received before
+  // the op's events; a send op posts its input's bytes once the op has run.
+  const bool transfer = Transfers(op);
+  if (transfer && op.kind == traces::OpKind::kRecv) {
+    SSDTRAIN_RETURN_IF_ERROR(ReceiveFor(op, outs[0]));
+  }
+  SSDTRAIN_RETURN_IF_ERROR(Run(op, ins, outs, fill, /*recompute=*/false, io_dependent,
+                               /*kernel=*/!transfer));
+  if (transfer && op.kind == traces::OpKind::kSend) SSDTRAIN_RETURN_IF_ERROR(SendFor(op, ins[0]));
   for (TensorId s : produced) {
     if (cache_.OnProduced(s) && life(s).bytes > 0) {
       SSDTRAIN_RETURN_IF_ERROR(QueueOffload(s, op));
@@ -307,6 +323,7 @@ Status Replayer::QueueOffload(TensorId s, const traces::Op& op) {
 }
 
 Status Replayer::FinishStep() {
+  SSDTRAIN_RETURN_IF_ERROR(WaitSends());  // the sends' host copies are reused next step
   {
     MutexLock lock(&mu_);
     while (pending_writes_ != 0 && error_.ok()) cv_.Wait(&mu_);

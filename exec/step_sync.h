@@ -1,26 +1,83 @@
-// StepSync: what a replay needs from the other data-parallel ranks of a
-// multi-process run (`mpirun -np N ssdtrain replay ...`; the MPI
-// implementation is app/mpi_sync.cc). The replay stays free of MPI.
+// StepSync: what a replay needs from the other ranks of a multi-process run
+// (`mpirun -np N ssdtrain replay ...`; the MPI implementation is
+// app/mpi_sync.cc, the tests' in-process one exec/tests/replay_ranks_test.cc).
+// The replay stays free of MPI.
+//
+// Layout: N = pp × dp ranks; rank r runs pipeline stage r / dp as data-parallel
+// replica r % dp (Megatron-LM's order with tp = 1: the ranks of one stage are
+// consecutive and form its data-parallel group). Stage s's neighbours are
+// rank r − dp (stage s − 1) and rank r + dp (stage s + 1): activations go
+// forward to r + dp, gradients back to r − dp.
 //
 // The protocol, the same on every rank so that collectives always pair up:
 //   set-up done                        Agree(status)
-//   each step: backward done, weight gradients copied to host memory
+//   each step: the stage's whole step, its send and recv ops moving real
+//              bytes between neighbours (SendAsync, Receive), its pending
+//              sends completed (WaitSends) before the step ends;
+//              backward done, weight gradients copied to host memory
 //                                      Agree(status)
-//              then                    AllReduceSum(each gradient), copies back
+//              then                    AllReduceSum(each gradient) over the
+//                                      ranks of this stage, copies back
 //              step done               Agree(status)
-// A rank that fails anywhere calls Agree(its error) once, at the next point in
-// that list, and stops; the others learn of it there and stop too (each rank's
-// engine removes its files as it unwinds). Nothing fallible runs between an
-// Agree that said "all well" and the gradients' all-reduce, so a rank never
-// waits in an all-reduce that another rank will not join.
+// Every rank posts all its sends of a step before it goes to the agreement
+// before the gradients, so a neighbour's Receive never waits on a rank that
+// sits in an agreement.
+//
+// Failure. A rank that fails anywhere first calls Abort(its error), which
+// sends every other rank a message without waiting; then it calls Agree(its
+// error) once, at the next point in the list above, and stops. A rank blocked
+// in Receive or WaitSends watches for such a message and returns
+// "rank R failed: ..." at once, which is its own failure: it too calls Abort
+// and then Agree once. A rank not blocked on a neighbour reaches its next
+// agreement point and learns of the failure there. So every rank makes exactly
+// one more Agree call after the first failure, and they all meet in it (each
+// rank's engine removes its files as it unwinds). Nothing fallible runs
+// between an Agree that said "all well" and the gradients' all-reduce, so a
+// rank never waits in an all-reduce that another rank will not join.
+// Messages left unreceived by a failure (sends to a rank that stopped, the
+// abort messages) are drained by the implementation before it shuts down.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "traces/status.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::exec {
+
+// Which of a step's pipeline messages: the `index`th send (in trace order) of
+// micro-batch `micro_batch`'s forward (an activation, to the next stage) or
+// backward (a gradient, to the previous stage) pass.
+struct PipelineTag {
+  int64_t micro_batch = 0;
+  bool gradient = false;
+  int64_t index = 0;
+  bool operator==(const PipelineTag&) const = default;
+  // "the activation 0 of micro-batch 2"
+  std::string Describe() const {
+    return std::string(gradient ? "the gradient " : "the activation ") + std::to_string(index) +
+           " of micro-batch " + std::to_string(micro_batch);
+  }
+};
+
+// Tags as integers (MPI's tags are ints of at least 15 bits):
+// (micro_batch × 2 + gradient) × kMaxPipelineSendsPerPass + index.
+inline constexpr int64_t kMaxPipelineSendsPerPass = 8;  // T5's stages send at most 2
+// MPI guarantees tags up to 32767; its implementation keeps the last for aborts.
+inline constexpr int64_t kMaxPipelineTag = 32766;
+inline int64_t EncodeTag(const PipelineTag& t) {
+  return (t.micro_batch * 2 + (t.gradient ? 1 : 0)) * kMaxPipelineSendsPerPass + t.index;
+}
+inline PipelineTag DecodeTag(int64_t tag) {
+  const int64_t pass = tag / kMaxPipelineSendsPerPass;
+  return {pass / 2, pass % 2 == 1, tag % kMaxPipelineSendsPerPass};
+}
+
+// The rank of `stage`'s data-parallel replica `dp_index` (layout above).
+inline int RankOf(int64_t stage, int64_t dp_index, int64_t dp) {
+  return static_cast<int>(stage * dp + dp_index);
+}
 
 class StepSync {
  public:
@@ -30,8 +87,31 @@ class StepSync {
   // Every rank's status at this point: Ok when all are. Otherwise this rank's
   // own error, or the error of the lowest failing rank, naming it.
   virtual Status Agree(const Status& local) = 0;
-  // Sums `count` elements of `dtype` at `host` over the ranks, in place.
+  // Sums `count` elements of `dtype` at `host` in place over the ranks of this
+  // rank's pipeline stage (its data-parallel group; all ranks when pp = 1).
   virtual Status AllReduceSum(void* host, int64_t count, traces::DType dtype) = 0;
+
+  // Pipeline messages (pp > 1). Called by one thread per rank.
+  //
+  // Posts `bytes` at `host` to rank `to` under `tag` and returns without
+  // waiting for the receiver; `host` may be reused at once (the message is
+  // the implementation's own copy until it completes, also when this rank
+  // fails and its buffers go before the message is received).
+  virtual Status SendAsync(int to, const PipelineTag& tag, const void* host, int64_t bytes) = 0;
+  // Blocks until the next message from rank `from` arrives (messages from one
+  // rank arrive in the order it sent them) and receives it into `host`,
+  // whatever its tag: the caller checks `*tag` and `*bytes` against the one it
+  // expects. A message larger than `capacity` is an error. When another rank
+  // aborts (Abort) first: Status::Unavailable("rank R failed: <its message>")
+  // (that code means a peer's failure here; any other error is this rank's).
+  virtual Status Receive(int from, void* host, int64_t capacity, PipelineTag* tag,
+                         int64_t* bytes) = 0;
+  // Blocks until every posted send has completed, or another rank aborts
+  // (then Status::Unavailable, as Receive).
+  virtual Status WaitSends() = 0;
+  // Tells every other rank, without waiting, that this one failed with
+  // `status` (see "Failure" above). Once per rank; later calls do nothing.
+  virtual void Abort(const Status& status) = 0;
 };
 
 }  // namespace ssdtrain::exec

@@ -263,10 +263,11 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   for (int64_t s = 0; s < p; ++s) {
     const StageResult& r = result_for(s);
     const int64_t k = std::max<int64_t>(1, pipe.max_in_flight[static_cast<size_t>(s)]);
-    mt.peak_gpu_bytes =
-        std::max(mt.peak_gpu_bytes, r.peak_gpu_bytes + (k - 1) * r.kept_activation_bytes);
-    mt.peak_activation_bytes = std::max(
-        mt.peak_activation_bytes, r.peak_activation_bytes + (k - 1) * r.kept_activation_bytes);
+    const Prediction::StagePeak peak{s, r.peak_gpu_bytes + (k - 1) * r.kept_activation_bytes,
+                                     r.peak_activation_bytes + (k - 1) * r.kept_activation_bytes};
+    out.stage_peaks.push_back(peak);
+    mt.peak_gpu_bytes = std::max(mt.peak_gpu_bytes, peak.peak_gpu_bytes);
+    mt.peak_activation_bytes = std::max(mt.peak_activation_bytes, peak.peak_activation_bytes);
   }
   // Per-GPU I/O: the busiest stage.
   const StageResult* io = &result_for(0);
@@ -344,6 +345,13 @@ nlohmann::json PredictionToJson(const Prediction& p) {
                   {"dropped_writes", p.dropped_writes},
                   {"recompute_ns_per_micro_batch", p.recompute_ns},
                   {"peak_host_bytes", p.peak_host_bytes}};
+  nlohmann::json stages = nlohmann::json::array();
+  for (const Prediction::StagePeak& sp : p.stage_peaks) {
+    stages.push_back({{"stage", sp.stage},
+                      {"peak_gpu_bytes", sp.peak_gpu_bytes},
+                      {"peak_activation_bytes", sp.peak_activation_bytes}});
+  }
+  j["details"]["stages"] = stages;
   return j;
 }
 

@@ -72,6 +72,13 @@ struct Prediction {
   int64_t dropped_writes = 0;
   int64_t recompute_ns = 0;  // per micro-batch, stage 0
   int64_t peak_host_bytes = 0;
+  // Each pipeline stage's peaks (metrics holds their maximum); stage 1 stands
+  // for the stages between the first and the last, as in the simulation.
+  struct StagePeak {
+    int64_t stage = 0;
+    int64_t peak_gpu_bytes = 0, peak_activation_bytes = 0;
+  };
+  std::vector<StagePeak> stage_peaks;
 };
 
 // The layout (micro_batch, pp, dp, num_micro_batches, schedule) comes from

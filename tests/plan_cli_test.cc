@@ -301,12 +301,14 @@ TEST_F(PlanCli, PinnedLayoutIsThePlansLayoutAndPrintsItsReplayCommand) {
   EXPECT_EQ(plan->micro_batch, 2);
   EXPECT_EQ(plan->num_micro_batches, 4);
   EXPECT_EQ(plan->schedule, "gpipe");
-  EXPECT_NE(r.output.find("replay this plan: ssdtrain trace --model"), std::string::npos)
-      << r.output;
-  EXPECT_NE(r.output.find("ssdtrain replay --trace " + File("plan.trace.json") + " --plan " +
-                          File("plan.json")),
+  // pp × dp = 2 × 2 ranks, each building its own stage's trace from the
+  // config; stage 1's plan travels in the plan file.
+  EXPECT_NE(r.output.find("replay this plan: mpirun -np 4 ssdtrain replay --model " +
+                          Model("tiny-gpt") + " --plan " + File("plan.json")),
             std::string::npos)
       << r.output;
+  ASSERT_EQ(plan->extra.at("stage_plans").size(), 1u);
+  EXPECT_EQ(plan->extra.at("stage_plans")[0].at("stage").get<int>(), 1);
   // --num-micro-batches pins m directly.
   r = RunSsdtrain("plan --model " + Model("tiny-gpt") + " --hardware " + Hardware("cpu-local") +
                   " --gpus 2 --pp 2 --num-micro-batches 3 --policy keep -o " + File("p2.json"));

@@ -1,10 +1,16 @@
-// `mpirun -np 2 ssdtrain replay --model ...`: two data-parallel ranks on MPI
-// (Open MPI), each replaying tiny-gpt's whole step in its own directory, the
-// gradients summed every step; rank 0's one report; a failure on one rank
-// ends both with its message. Built only with MPI (SSDTRAIN_HAVE_MPI).
+// `mpirun -np 2 ssdtrain replay --model ...` on MPI (Open MPI): two
+// data-parallel ranks, each replaying tiny-gpt's whole step in its own
+// directory, the gradients summed every step; or two pipeline stages, the
+// activations and gradients sent between them; rank 0's one report; a failure
+// on one rank ends both with its message. Built only with MPI
+// (SSDTRAIN_HAVE_MPI).
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -96,7 +102,122 @@ TEST_F(ReplayRanksCli, AFailureOnOneRankEndsBothWithItsMessage) {
 TEST_F(ReplayRanksCli, RanksOtherThanTheLayoutsAreRefused) {
   auto r = MpiReplay(3);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("dp = 2, but mpirun started 3 ranks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("pp × dp = 1 × 2 = 2, but mpirun started 3 ranks; start mpirun -np 2"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::is_empty(File("offload")));
+}
+
+// Two pipeline stages: tiny-gpt at micro-batch 2, sequence 256 (fp32, h =
+// 256), 2 layers a stage, 4 micro-batches under 1F1B, the ssdtrain policy
+// (`ssdtrain plan --pp 2`, which writes stage 1's plan into the plan file).
+class ReplayStagesCli : public ReplayRanksCli {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ssdtrain-stages-cli-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_ / "offload");
+    model_ = SourceDir() + "/configs/models/tiny-gpt.json";
+    auto planned = RunSsdtrain("plan --model " + model_ + " --hardware " + SourceDir() +
+                               "/configs/hardware/cpu-local.json --gpus 2 --pp 2 --tp 1 "
+                               "--num-micro-batches 4 --schedule 1f1b --policy ssdtrain "
+                               "--micro-batch 2 --seq-len 256 -o " +
+                               File("plan.json"));
+    ASSERT_EQ(planned.exit_code, 0) << planned.output;
+    EXPECT_NE(planned.output.find("mpirun -np 2 ssdtrain replay --model"), std::string::npos)
+        << planned.output;
+  }
+};
+
+TEST_F(ReplayStagesCli, EachStageReceivesWhatTheOtherSentVerifiedAndLeavesNoFiles) {
+  // Per step, each of the 4 micro-batches sends one activation forward and
+  // one gradient back, each 2 × 256 × 256 × 4 = 512 KiB: 2 MiB each way.
+  constexpr int64_t kBytesEachWay = 4 * 2 * 256 * 256 * 4;
+  auto r = MpiReplay(2);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto report = traces::ReadStepReport(File("run.json"));
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_TRUE(report->verified.has_value());
+  EXPECT_TRUE(*report->verified);
+  ASSERT_TRUE(report->layout.has_value());
+  EXPECT_EQ(report->layout->pp, 2);
+  EXPECT_EQ(report->layout->dp, 1);
+  const nlohmann::json& ranks = report->extra.at("ranks");
+  ASSERT_EQ(ranks.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r].at("stage").get<int>(), r);
+    EXPECT_TRUE(ranks[r].at("verified").get<bool>());
+    const nlohmann::json& p = ranks[r].at("pipeline");
+    EXPECT_EQ(p.at("messages_sent").get<int64_t>(), 4);
+    EXPECT_EQ(p.at("bytes_sent").get<int64_t>(), kBytesEachWay);
+    // What this stage received is what the other sent.
+    EXPECT_EQ(p.at("bytes_received"), ranks[1 - r].at("pipeline").at("bytes_sent"));
+    EXPECT_EQ(p.at("messages_received"), ranks[1 - r].at("pipeline").at("messages_sent"));
+    EXPECT_GT(ranks[r].at("ssd_bytes_written").get<int64_t>(), 0);
+  }
+  // The whole step takes as long as its slowest rank.
+  EXPECT_EQ(report->metrics.step_time_ns, std::max(ranks[0].at("step_time_ns").get<int64_t>(),
+                                                   ranks[1].at("step_time_ns").get<int64_t>()));
+  EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank directories or files left";
+}
+
+TEST_F(ReplayStagesCli, ADiskFullOnOneStageMidStepEndsBothWithItsMessage) {
+  // Stage 1's directory is a 1 MiB tmpfs: its first offload write of the
+  // warm-up step fails (disk full), while stage 0 goes on to wait for
+  // micro-batch 0's gradient; stage 1's abort ends that wait.
+  fs::create_directories(File("offload/rank-1"));
+  if (::mount("tmpfs", File("offload/rank-1").c_str(), "tmpfs", 0, "size=1m") != 0) {
+    GTEST_SKIP() << "mounting a tmpfs needs root: " << std::strerror(errno);
+  }
+  auto r = MpiReplay(2, "--allow-buffered-io");
+  ::umount(File("offload/rank-1").c_str());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("ssdtrain replay: error: rank 1 failed: step 0: disk full"),
+            std::string::npos)
+      << r.output;
+  // Every rank ends by its own error path: no crash (a message still read
+  // from a rank that had freed it crashed both before sends kept a copy).
+  EXPECT_EQ(r.output.find("signal"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::is_empty(File("offload/rank-1")));
+  EXPECT_FALSE(fs::exists(File("offload/rank-0")));
+  EXPECT_FALSE(fs::exists(File("run.json")));
+}
+
+TEST_F(ReplayStagesCli, TwoStagesOfTwoReplicasOnFourRanks) {
+  // pp 2 × dp 2 at micro-batch 1, sequence 128: rank r runs stage r / 2 as
+  // replica r % 2; each rank sends 4 × 1 × 128 × 256 × 4 = 512 KiB each way
+  // to its stage neighbour (rank r ± 2), and each stage's pair sums its
+  // gradients over its own group.
+  auto planned = RunSsdtrain("plan --model " + model_ + " --hardware " + SourceDir() +
+                             "/configs/hardware/cpu-local.json --gpus 4 --pp 2 --dp 2 --tp 1 "
+                             "--num-micro-batches 4 --schedule 1f1b --policy ssdtrain "
+                             "--micro-batch 1 --seq-len 128 -o " +
+                             File("plan.json"));
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  auto r = MpiReplay(4);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto report = traces::ReadStepReport(File("run.json"));
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->verified.value_or(false));
+  const nlohmann::json& ranks = report->extra.at("ranks");
+  ASSERT_EQ(ranks.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(ranks[r].at("stage").get<int>(), r / 2);
+    EXPECT_EQ(ranks[r].at("dp_index").get<int>(), r % 2);
+    EXPECT_EQ(ranks[r].at("pipeline").at("bytes_sent").get<int64_t>(), 4 * 1 * 128 * 256 * 4);
+    EXPECT_EQ(ranks[r].at("pipeline").at("bytes_received").get<int64_t>(), 4 * 1 * 128 * 256 * 4);
+    EXPECT_GT(ranks[r].at("allreduce_ns").get<int64_t>(), 0);
+  }
+  EXPECT_TRUE(fs::is_empty(File("offload")));
+}
+
+TEST_F(ReplayStagesCli, RanksOtherThanPpTimesDpAreRefused) {
+  auto r = MpiReplay(3);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("pp × dp = 2 × 1 = 2, but mpirun started 3 ranks; start mpirun -np 2"),
+            std::string::npos)
+      << r.output;
   EXPECT_TRUE(fs::is_empty(File("offload")));
 }
 

@@ -38,6 +38,35 @@ TEST(Compare, WorstOpsSortedByAbsoluteError) {
   EXPECT_EQ(c->worst_ops[0].abs_error_ns, 300);
 }
 
+TEST(Compare, EachStagesPeaksBesideTheLargestOfItsRanks) {
+  // Stage 1's predicted peak is 100 bytes; its two ranks measured 90 and 120,
+  // so its row says 100 against 120: -16.7%.
+  traces::StepReport p = Report("prediction", 1000);
+  p.extra["details"]["stages"] = {
+      {{"stage", 0}, {"peak_gpu_bytes", 50}, {"peak_activation_bytes", 20}},
+      {{"stage", 1}, {"peak_gpu_bytes", 100}, {"peak_activation_bytes", 40}}};
+  traces::StepReport m = Report("run", 1000);
+  m.extra["ranks"] = nlohmann::json::array();
+  for (auto [stage, device] : {std::pair{0, 50}, {0, 50}, {1, 90}, {1, 120}}) {
+    m.extra["ranks"].push_back(
+        {{"stage", stage}, {"peak_device_bytes", device}, {"peak_activation_bytes", 40}});
+  }
+  Result<Comparison> c = Compare(p, m);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const MetricRow* stage1 = nullptr;
+  for (const MetricRow& r : c->metrics) {
+    if (r.name == "stage1.peak_device") stage1 = &r;
+  }
+  ASSERT_NE(stage1, nullptr);
+  EXPECT_EQ(stage1->predicted, 100);
+  EXPECT_EQ(stage1->measured, 120);
+  EXPECT_NEAR(stage1->relative_error, -20.0 / 120.0, 1e-12);
+  // Without per-stage predictions (one stage, or an older report), no rows.
+  Result<Comparison> plain = Compare(Report("prediction", 1000), m);
+  ASSERT_TRUE(plain.ok());
+  for (const MetricRow& r : plain->metrics) EXPECT_EQ(r.name.rfind("stage", 0), std::string::npos);
+}
+
 TEST(Compare, RefusesDifferentTraces) {
   traces::StepReport m = Report("run", 1000);
   m.trace_fingerprint = 0x9999;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -45,16 +46,24 @@ class RankAgreement {
     if (!all.ok()) told_ = true;
     return all;
   }
+  // Aborts (a rank blocked on a neighbour learns of it at once), then agrees.
   void OnFailure(const Status& status) {
     if (sync_ == nullptr || told_) return;
     told_ = true;
+    sync_->Abort(status);
     (void)sync_->Agree(status);  // the others stop on it; this rank already has
   }
+  // A neighbour's abort ended a Receive or WaitSends: the run's error is its.
+  void PeerFailed(const Status& status) {
+    if (peer_failure_.ok()) peer_failure_ = status;
+  }
+  const Status& peer_failure() const { return peer_failure_; }
   StepSync* sync() const { return sync_; }
 
  private:
   StepSync* sync_;
   bool told_ = false;
+  Status peer_failure_;
 };
 
 using traces::OpId;
@@ -111,7 +120,15 @@ class Replayer {
     traces::Timeline timeline;
     int64_t checked = 0;
     int64_t allreduce_ns = 0;  // the weight gradients' all-reduce (0: one rank)
+    PipelineTraffic pipeline;  // this step's send and recv ops (pp > 1)
   };
+
+  // Pipeline stages on separate ranks: the ranks of the previous and next
+  // stage (-1: none). Without a call, send and recv ops run as memory passes.
+  void set_pipeline(int previous_rank, int next_rank) {
+    previous_rank_ = previous_rank;
+    next_rank_ = next_rank;
+  }
 
   // Runs step `step` (0 is the warm-up) and removes its files.
   Result<StepRecord> RunStep(int step);
@@ -187,9 +204,10 @@ class Replayer {
   Status Need(TensorId s, const traces::Op& op, bool* io_dependent);
   Status Recompute(TensorId s, const traces::Op& at, bool* io_dependent);
   DeviceBuffer View(TensorId t);
+  // `kernel` false: only the op's two events (a send or recv between ranks).
   Status Run(const traces::Op& op, const std::vector<DeviceBuffer>& ins,
              const std::vector<DeviceBuffer>& outs, const std::vector<TensorId>& fill,
-             bool recompute, bool io_dependent);
+             bool recompute, bool io_dependent, bool kernel = true);
   Status IssueOp(const traces::Op& op);
   Status QueueOffload(TensorId s, const traces::Op& op);
   Status FinishStep();
@@ -203,6 +221,26 @@ class Replayer {
   // over the ranks between the last backward op and the optimizer.
   Status InitGradients();
   Status AllReduceGradients();
+
+  // Pipeline stages on separate ranks (replay_pipeline.cc): each send and
+  // recv op of the step has a fixed place in one pinned host region, its
+  // payload followed by a trailer (CRC32C, verification seed).
+  bool pipelined() const { return previous_rank_ >= 0 || next_rank_ >= 0; }
+  bool Transfers(const traces::Op& op) const {
+    return pipelined() && (op.kind == traces::OpKind::kSend || op.kind == traces::OpKind::kRecv);
+  }
+  Status InitPipeline();
+  Status SendFor(const traces::Op& op, const DeviceBuffer& input);
+  Status ReceiveFor(const traces::Op& op, const DeviceBuffer& output);
+  // A received storage again from its host copy (the plan recomputes it).
+  Status RestoreReceived(TensorId s, const traces::Op& recv);
+  Status WaitSends();
+  // The verification seed of storage `s` this step: the sender's, for a
+  // received storage.
+  uint64_t SeedOf(TensorId s) const {
+    const auto& r = received_seed_[static_cast<size_t>(s)];
+    return r ? *r : Seed(s, step_);
+  }
 
   // The measured step (replay_timeline.cc).
   Status CollectTimeline(int64_t t0, StepRecord& record);
@@ -232,6 +270,17 @@ class Replayer {
   std::vector<TensorId> gradients_;             // weight-gradient storages, by id
   std::unique_ptr<HostStaging> gradient_host_;  // their host copies, back to back
   int64_t allreduce_begin_ns_ = 0, allreduce_end_ns_ = 0;
+
+  struct Transfer {
+    int64_t offset = -1;  // in pipeline_host_; -1: not a send or recv op
+    int64_t bytes = 0;    // payload
+    PipelineTag tag;
+  };
+  int previous_rank_ = -1, next_rank_ = -1;
+  std::vector<Transfer> transfers_;                     // by op id
+  std::unique_ptr<HostStaging> pipeline_host_;          // the messages, each at its offset
+  std::vector<std::optional<uint64_t>> received_seed_;  // by storage, this step
+  PipelineTraffic traffic_;                             // this step's
 
   Mutex mu_;    // guards what is marked below, and the slots' read_status and read_done
   CondVar cv_;  // a queue, pending_writes_, error_ or a read changed

@@ -1,11 +1,17 @@
-// Data-parallel ranks in one process: each rank a thread running a real replay
-// (CPU backend, real files), joined by an in-process StepSync that keeps the
-// protocol of exec/step_sync.h. The MPI implementation (app/mpi_sync.cc) is
-// run by the CLI test under mpirun.
+// Ranks in one process: each rank a thread running a real replay (CPU
+// backend, real files), joined by an in-process StepSync that keeps the
+// protocol of exec/step_sync.h: data-parallel ranks summing gradients, and
+// pipeline stages sending activations and gradients. The MPI implementation
+// (app/mpi_sync.cc) is run by the CLI test under mpirun.
 #include <gtest/gtest.h>
 
 #include <barrier>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "exec/fault_backend.h"
@@ -23,13 +29,24 @@ using testing::ListTree;
 using testing::TempDir;
 using testing::TinyGptTrace;
 
-// n threads' StepSync: Agree and AllReduceSum meet at a barrier, as MPI's
-// collectives would; a rank that skipped one would leave the others waiting
-// (the test would hang, not pass).
+// n threads' StepSync: Agree meets at a barrier of all, AllReduceSum at one
+// of the rank's stage (groups of dp consecutive ranks), as MPI's collectives
+// would; a rank that skipped one would leave the others waiting (the test
+// would hang, not pass). Pipeline messages go through a queue per pair of
+// ranks (sends complete at once, as MPI's eager ones); an abort wakes every
+// blocked Receive.
 class ThreadRanks {
  public:
-  explicit ThreadRanks(int n)
-      : n_(n), barrier_(n), statuses_(static_cast<size_t>(n)), buffers_(static_cast<size_t>(n)) {}
+  explicit ThreadRanks(int n, int dp = 0)
+      : n_(n),
+        dp_(dp == 0 ? n : dp),
+        barrier_(n),
+        statuses_(static_cast<size_t>(n)),
+        buffers_(static_cast<size_t>(n)),
+        queues_(static_cast<size_t>(n * n)),
+        aborts_(static_cast<size_t>(n)) {
+    for (int g = 0; g < n / dp_; ++g) groups_.push_back(std::make_unique<std::barrier<>>(dp_));
+  }
 
   class Rank final : public StepSync {
    public:
@@ -54,21 +71,68 @@ class ThreadRanks {
     }
     Status AllReduceSum(void* host, int64_t count, traces::DType dtype) override {
       if (dtype != traces::DType::kFp32) return Status::Unavailable("test ranks sum fp32 only");
+      const int first = rank_ / all_.dp_ * all_.dp_;
+      std::barrier<>& group = *all_.groups_[static_cast<size_t>(rank_ / all_.dp_)];
       all_.buffers_[static_cast<size_t>(rank_)] = static_cast<float*>(host);
-      all_.barrier_.arrive_and_wait();
-      if (rank_ == 0) {
-        for (int r = 1; r < all_.n_; ++r) {
-          for (int64_t i = 0; i < count; ++i) all_.buffers_[0][i] += all_.buffers_[r][i];
+      group.arrive_and_wait();
+      if (rank_ == first) {
+        float* sum = all_.buffers_[static_cast<size_t>(first)];
+        for (int r = first + 1; r < first + all_.dp_; ++r) {
+          for (int64_t i = 0; i < count; ++i) sum[i] += all_.buffers_[static_cast<size_t>(r)][i];
         }
-        for (int r = 1; r < all_.n_; ++r) {
-          std::memcpy(all_.buffers_[r], all_.buffers_[0], static_cast<size_t>(count) * 4);
+        for (int r = first + 1; r < first + all_.dp_; ++r) {
+          std::memcpy(all_.buffers_[static_cast<size_t>(r)], sum, static_cast<size_t>(count) * 4);
         }
       }
-      all_.barrier_.arrive_and_wait();
+      group.arrive_and_wait();
       ++allreduces;
       return Status::Ok();
     }
-    int agreements = 0, allreduces = 0;
+    Status SendAsync(int to, const PipelineTag& tag, const void* host, int64_t bytes) override {
+      Message m{tag, std::vector<uint8_t>(static_cast<const uint8_t*>(host),
+                                          static_cast<const uint8_t*>(host) + bytes)};
+      if (flip_byte_of_send == sends++) m.bytes[0] ^= 1;
+      {
+        std::lock_guard lock(all_.mu_);
+        all_.queues_[static_cast<size_t>(rank_ * all_.n_ + to)].push_back(std::move(m));
+      }
+      all_.cv_.notify_all();
+      return Status::Ok();
+    }
+    Status Receive(int from, void* host, int64_t capacity, PipelineTag* tag,
+                   int64_t* bytes) override {
+      std::unique_lock lock(all_.mu_);
+      std::deque<Message>& q = all_.queues_[static_cast<size_t>(from * all_.n_ + rank_)];
+      while (true) {
+        for (int r = 0; r < all_.n_; ++r) {
+          const auto& a = all_.aborts_[static_cast<size_t>(r)];
+          if (r != rank_ && a)
+            return Status::Unavailable("rank " + std::to_string(r) + " failed: " + *a);
+        }
+        if (!q.empty()) break;
+        all_.cv_.wait(lock);
+      }
+      Message m = std::move(q.front());
+      q.pop_front();
+      if (static_cast<int64_t>(m.bytes.size()) > capacity) return Status::Internal("too large");
+      std::memcpy(host, m.bytes.data(), m.bytes.size());
+      *tag = m.tag;
+      *bytes = static_cast<int64_t>(m.bytes.size());
+      ++receives;
+      return Status::Ok();
+    }
+    Status WaitSends() override { return Status::Ok(); }
+    void Abort(const Status& status) override {
+      {
+        std::lock_guard lock(all_.mu_);
+        auto& a = all_.aborts_[static_cast<size_t>(rank_)];
+        if (!a) a = status.message();
+      }
+      all_.cv_.notify_all();
+      ++aborts;
+    }
+    int agreements = 0, allreduces = 0, sends = 0, receives = 0, aborts = 0;
+    int flip_byte_of_send = -1;  // the send (0 = the first) whose first byte flips on the way
 
    private:
     ThreadRanks& all_;
@@ -76,11 +140,25 @@ class ThreadRanks {
   };
 
  private:
-  int n_;
+  struct Message {
+    PipelineTag tag;
+    std::vector<uint8_t> bytes;
+  };
+  int n_, dp_;
   std::barrier<> barrier_;
+  std::vector<std::unique_ptr<std::barrier<>>> groups_;  // one per stage
   std::vector<Status> statuses_;
   std::vector<float*> buffers_;
+  std::mutex mu_;  // guards queues_ and aborts_
+  std::condition_variable cv_;
+  std::vector<std::deque<Message>> queues_;         // [from * n + to]
+  std::vector<std::optional<std::string>> aborts_;  // by rank: its abort's message
 };
+
+traces::Plan DataParallel(traces::Plan plan) {
+  plan.dp = 2;
+  return plan;
+}
 
 struct RankRun {
   TempDir dir;
@@ -117,7 +195,7 @@ TEST(ReplayRanks, EachStepSumsTheGradientsOnEveryRank) {
   ThreadRanks::Rank r0(all, 0), r1(all, 1);
   ThreadRanks::Rank* ranks[2] = {&r0, &r1};
   RankRun runs[2];
-  RunTwoRanks(trace, traces::OffloadAllPlan(trace), runs, ranks);
+  RunTwoRanks(trace, DataParallel(traces::OffloadAllPlan(trace)), runs, ranks);
   int weight_gradients = 0;
   for (const traces::Tensor& t : trace.tensors) {
     if (t.kind == traces::TensorKind::kGradient && t.alias_of == std::nullopt &&
@@ -144,7 +222,7 @@ TEST(ReplayRanks, AWriteErrorOnOneRankStopsBothAndLeavesNoFiles) {
   ThreadRanks::Rank r0(all, 0), r1(all, 1);
   ThreadRanks::Rank* ranks[2] = {&r0, &r1};
   RankRun runs[2];
-  RunTwoRanks(trace, traces::OffloadAllPlan(trace), runs, ranks, /*faulty=*/1,
+  RunTwoRanks(trace, DataParallel(traces::OffloadAllPlan(trace)), runs, ranks, /*faulty=*/1,
               FaultRule{IoOp::kWrite, 2, FaultKind::kEio, 1});
   ASSERT_FALSE(runs[1].result.ok());
   EXPECT_EQ(runs[1].result.status().code(), Status::Code::kIoError);
@@ -165,13 +243,204 @@ TEST(ReplayRanks, AReadErrorInTheMeasuredStepStopsBoth) {
   ThreadRanks::Rank r0(all, 0), r1(all, 1);
   ThreadRanks::Rank* ranks[2] = {&r0, &r1};
   RankRun runs[2];
-  RunTwoRanks(trace, traces::OffloadAllPlan(trace), runs, ranks, /*faulty=*/0,
+  RunTwoRanks(trace, DataParallel(traces::OffloadAllPlan(trace)), runs, ranks, /*faulty=*/0,
               FaultRule{IoOp::kRead, 9, FaultKind::kEio, 1000});
   ASSERT_FALSE(runs[0].result.ok());
   ASSERT_FALSE(runs[1].result.ok());
   EXPECT_NE(runs[1].result.status().message().find("rank 0 failed: "), std::string::npos)
       << runs[1].result.status().ToString();
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
+}
+
+// Pipeline stages: tiny GPT at micro-batch 1, sequence 64 (fp32, h = 256),
+// cut into 2 stages of 2 layers, 4 micro-batches under 1F1B, every saved
+// activation offloaded; rank r runs stage r (dp = 1).
+constexpr int64_t kMicroBatches = 4;
+constexpr int64_t kSeq = 64;                                // short: seconds under TSan too
+constexpr int64_t kStageMessageBytes = 1 * kSeq * 256 * 4;  // b × s × h × fp32
+
+traces::Plan StagePlan(const traces::Trace& stage) {
+  traces::Plan plan = traces::OffloadAllPlan(stage);
+  plan.pp = 2;
+  plan.dp = 1;
+  plan.num_micro_batches = kMicroBatches;
+  plan.schedule = "1f1b";
+  return plan;
+}
+
+// Runs `body(rank)` on two threads, rank 0 and rank 1.
+template <typename Body>
+void OnTwoThreads(Body body) {
+  std::thread threads[2];
+  for (int r = 0; r < 2; ++r) threads[r] = std::thread([&body, r] { body(r); });
+  for (std::thread& t : threads) t.join();
+}
+
+// Replays stage r on rank r with --verify; `fault` (when set) is rank
+// `faulty`'s only fault.
+void RunTwoStages(RankRun runs[2], ThreadRanks::Rank* ranks[2], int faulty = -1,
+                  FaultRule fault = {}) {
+  const traces::Trace stages[2] = {TinyGptTrace(1, kSeq, 2, 0), TinyGptTrace(1, kSeq, 2, 1)};
+  OnTwoThreads([&](int r) {
+    ReplayOptions o = CpuOptions(runs[r].dir.path());
+    o.sync = ranks[r];
+    o.verify = true;
+    o.cpu_pin_threads = false;
+    if (r == faulty) {
+      o.make_io_backend = [fault]() -> std::unique_ptr<IoBackend> {
+        FaultOptions f;
+        f.rules.push_back(fault);
+        auto inner = MakeIoBackend(BackendKind::kPosix, 32, nullptr);
+        return std::make_unique<FaultBackend>(std::move(*inner), f);
+      };
+    }
+    runs[r].result = Replay(stages[r], StagePlan(stages[r]), o, "stage plan");
+  });
+}
+
+TEST(ReplayStages, EachMicroBatchsActivationGoesForwardAndItsGradientBack) {
+  // Per step, stage 0 sends 4 activations (one per micro-batch) of
+  // 1 × 64 × 256 × 4 = 64 KiB and receives 4 gradients of the same size;
+  // stage 1 the other way round. Verified: every received tensor held the
+  // sender's pattern (and its CRC32C matched).
+  ThreadRanks all(2, /*dp=*/1);
+  ThreadRanks::Rank r0(all, 0), r1(all, 1);
+  ThreadRanks::Rank* ranks[2] = {&r0, &r1};
+  RankRun runs[2];
+  RunTwoStages(runs, ranks);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(runs[r].result.ok()) << "rank " << r << ": " << runs[r].result.status().ToString();
+    const ReplayResult& x = *runs[r].result;
+    EXPECT_TRUE(x.verified);
+    EXPECT_EQ(x.stage, r);
+    EXPECT_EQ(x.pipeline.messages_sent, kMicroBatches);
+    EXPECT_EQ(x.pipeline.messages_received, kMicroBatches);
+    EXPECT_EQ(x.pipeline.bytes_sent, kMicroBatches * kStageMessageBytes);
+    EXPECT_EQ(x.pipeline.bytes_received, kMicroBatches * kStageMessageBytes);
+    EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
+    // Two steps (warm-up + 1) of 4 sends and 4 receives; set-up, then per
+    // step two agreements; no abort.
+    EXPECT_EQ(ranks[r]->sends, 2 * kMicroBatches);
+    EXPECT_EQ(ranks[r]->receives, 2 * kMicroBatches);
+    EXPECT_EQ(ranks[r]->agreements, 1 + 2 * 2);
+    EXPECT_EQ(ranks[r]->aborts, 0);
+  }
+}
+
+TEST(ReplayStages, TwoStagesOfTwoReplicasPairNeighboursAndSumPerStage) {
+  // pp = 2 × dp = 2: rank r runs stage r / 2, so ranks 0 and 1 (stage 0) send
+  // to ranks 2 and 3 (stage 1), 4 messages of 64 KiB each way per step, and
+  // each stage's pair sums its own gradients: every rank one all-reduce per
+  // weight gradient of its stage per step (warm-up + 1).
+  const traces::Trace stages[2] = {TinyGptTrace(1, kSeq, 2, 0), TinyGptTrace(1, kSeq, 2, 1)};
+  ThreadRanks all(4, /*dp=*/2);
+  std::vector<std::unique_ptr<ThreadRanks::Rank>> ranks;
+  for (int r = 0; r < 4; ++r) ranks.push_back(std::make_unique<ThreadRanks::Rank>(all, r));
+  RankRun runs[4];
+  std::thread threads[4];
+  for (int r = 0; r < 4; ++r) {
+    threads[r] = std::thread([&, r] {
+      ReplayOptions o = CpuOptions(runs[r].dir.path());
+      o.sync = ranks[static_cast<size_t>(r)].get();
+      o.cpu_pin_threads = false;
+      traces::Plan plan = StagePlan(stages[r / 2]);
+      plan.dp = 2;
+      runs[r].result = Replay(stages[r / 2], plan, o, "stage plan");
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(runs[r].result.ok()) << "rank " << r << ": " << runs[r].result.status().ToString();
+    EXPECT_EQ(runs[r].result->stage, r / 2);
+    EXPECT_EQ(runs[r].result->pipeline.bytes_sent, kMicroBatches * kStageMessageBytes);
+    EXPECT_EQ(runs[r].result->pipeline.bytes_received, kMicroBatches * kStageMessageBytes);
+    int weight_gradients = 0;
+    for (const traces::Tensor& t : stages[r / 2].tensors) {
+      if (t.alias_of == std::nullopt && traces::IsWeightGradient(stages[r / 2], t)) {
+        ++weight_gradients;
+      }
+    }
+    EXPECT_EQ(ranks[static_cast<size_t>(r)]->allreduces, 2 * weight_gradients);
+    EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
+  }
+}
+
+TEST(ReplayStages, AMessageOutOfOrderIsAnErrorNamingBoth) {
+  // Rank 0 stands in for stage 0 and sends micro-batch 1's activation first:
+  // stage 1's first recv expects micro-batch 0's and stops.
+  const traces::Trace stage1 = TinyGptTrace(1, kSeq, 2, 1);
+  ThreadRanks all(2, /*dp=*/1);
+  ThreadRanks::Rank r0(all, 0), r1(all, 1);
+  RankRun run;
+  Status rank0 = Status::Ok();
+  OnTwoThreads([&](int r) {
+    if (r == 0) {
+      ASSERT_TRUE(r0.Agree(Status::Ok()).ok());  // set-up
+      std::vector<uint8_t> bytes(kStageMessageBytes + 16, 0);
+      ASSERT_TRUE(r0.SendAsync(1, PipelineTag{1, false, 0}, bytes.data(),
+                               static_cast<int64_t>(bytes.size()))
+                      .ok());
+      rank0 = r0.Agree(Status::Ok());  // where stage 0 would agree before its gradients
+      return;
+    }
+    ReplayOptions o = CpuOptions(run.dir.path());
+    o.sync = &r1;
+    o.cpu_pin_threads = false;
+    run.result = Replay(stage1, StagePlan(stage1), o, "stage plan");
+  });
+  ASSERT_FALSE(run.result.ok());
+  const std::string& message = run.result.status().message();
+  EXPECT_NE(message.find("expected the activation 0 of micro-batch 0 (65536 bytes) from rank 0, "
+                         "but its next message is the activation 0 of micro-batch 1"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("mb0.stage_input.recv"), std::string::npos) << message;
+  EXPECT_NE(rank0.message().find("rank 1 failed: "), std::string::npos) << rank0.ToString();
+  EXPECT_TRUE(ListTree(run.dir.path()).empty());
+}
+
+TEST(ReplayStages, BytesChangedOnTheWayAreAnErrorNamingTheOpAndMicroBatch) {
+  // Stage 1's third send (the gradient of micro-batch 2) loses a bit.
+  ThreadRanks all(2, /*dp=*/1);
+  ThreadRanks::Rank r0(all, 0), r1(all, 1);
+  ThreadRanks::Rank* ranks[2] = {&r0, &r1};
+  r1.flip_byte_of_send = 2;
+  RankRun runs[2];
+  RunTwoStages(runs, ranks);
+  ASSERT_FALSE(runs[0].result.ok());
+  EXPECT_EQ(runs[0].result.status().code(), Status::Code::kCorruption);
+  const std::string& message = runs[0].result.status().message();
+  EXPECT_NE(message.find("mb2.stage_output.grad.recv, micro-batch 2): the gradient 0 of "
+                         "micro-batch 2 from rank 1 arrived with CRC32C"),
+            std::string::npos)
+      << message;
+  ASSERT_FALSE(runs[1].result.ok());
+  EXPECT_NE(runs[1].result.status().message().find("rank 0 failed: "), std::string::npos)
+      << runs[1].result.status().ToString();
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
+}
+
+TEST(ReplayStages, AFailureOnOneStageWakesTheOtherWaitingForItsMessage) {
+  // Stage 1's first write fails (micro-batch 0's forward). Stage 0 runs two
+  // forwards (1F1B's warm-up on 2 stages is 1, then one more) and then waits
+  // for micro-batch 0's gradient, which never comes: stage 1's abort ends
+  // that wait with stage 1's message, and both meet at one agreement.
+  ThreadRanks all(2, /*dp=*/1);
+  ThreadRanks::Rank r0(all, 0), r1(all, 1);
+  ThreadRanks::Rank* ranks[2] = {&r0, &r1};
+  RankRun runs[2];
+  RunTwoStages(runs, ranks, /*faulty=*/1, FaultRule{IoOp::kWrite, 0, FaultKind::kEio, 1});
+  ASSERT_FALSE(runs[1].result.ok());
+  EXPECT_EQ(runs[1].result.status().code(), Status::Code::kIoError);
+  ASSERT_FALSE(runs[0].result.ok());
+  EXPECT_EQ(runs[0].result.status().message(),
+            "rank 1 failed: " + runs[1].result.status().message());
+  EXPECT_EQ(r1.aborts, 1);
+  // Set-up, then the one after the failure.
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ranks[r]->agreements, 2);
+    EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
+  }
 }
 
 }  // namespace

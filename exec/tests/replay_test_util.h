@@ -8,8 +8,10 @@
 namespace ssdtrain::exec::testing {
 
 // configs/models/tiny-gpt.json (h=256, 4 layers, s=256, b=4, fp32), with
-// `micro_batch` and `seq_len` overrides when positive (smaller = faster tests).
-traces::Trace TinyGptTrace(int64_t micro_batch = 0, int64_t seq_len = 0);
+// `micro_batch` and `seq_len` overrides when positive (smaller = faster tests);
+// with pp > 1, stage `stage`'s trace.
+traces::Trace TinyGptTrace(int64_t micro_batch = 0, int64_t seq_len = 0, int64_t pp = 1,
+                           int64_t stage = 0);
 
 // CPU backend, one measured step after the warm-up, files under `dir`.
 ReplayOptions CpuOptions(const std::string& dir);

@@ -118,6 +118,13 @@ TEST(WholeStep, BubbleFractionWithFreeIoIsTheClosedForm) {
   // Memory from the micro-batches in flight: stage 0 holds 4, each keeping its
   // four 1000-byte activations: 4000 + 3 · 4000 = 16000 activation bytes.
   EXPECT_EQ(r->metrics.peak_activation_bytes, 16000);
+  // Each stage's own: stage i holds p − i = 4 − i micro-batches under 1F1B,
+  // 4000 bytes each; the step's is their largest.
+  ASSERT_EQ(r->stage_peaks.size(), 4u);
+  for (int64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(r->stage_peaks[static_cast<size_t>(i)].stage, i);
+    EXPECT_EQ(r->stage_peaks[static_cast<size_t>(i)].peak_activation_bytes, (4 - i) * 4000);
+  }
   // The timeline shows the pipeline: 4 stages × 8 micro-batches × (F, B).
   int compute = 0;
   for (const traces::Span& s : r->timeline.spans) compute += s.lane == traces::Lane::kCompute;

@@ -1,0 +1,162 @@
+// Replayer: pipeline stages on separate ranks (exec/step_sync.h). A send op
+// copies its input to its place in pinned host memory once the op that
+// produced it has run, appends a trailer (CRC32C of the payload, the
+// verification seed) and posts the message; a recv op blocks for the next
+// message from its neighbour, checks that it is the one expected (micro-batch,
+// activation or gradient, index, size, CRC32C) and copies it into its output
+// before any later op runs. See exec/detail/replayer.h.
+#include <cstring>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "exec/checksum.h"
+#include "exec/detail/format_bytes.h"
+#include "exec/detail/replayer.h"
+
+namespace ssdtrain::exec::detail {
+namespace {
+
+struct Trailer {
+  uint32_t crc = 0;
+  uint32_t unused = 0;
+  uint64_t seed = 0;
+};
+static_assert(sizeof(Trailer) == 16);
+constexpr int64_t kMessageAlignment = 64;  // each message on its own cache lines
+
+std::string OpName(const traces::Op& op) {
+  return "op " + std::to_string(op.id) + " (" + op.name + ", micro-batch " +
+         std::to_string(op.micro_batch) + ")";
+}
+
+}  // namespace
+
+Status Replayer::InitPipeline() {
+  received_seed_.assign(trace_.tensors.size(), std::nullopt);
+  transfers_.assign(trace_.ops.size(), Transfer{});
+  if (!pipelined()) return Status::Ok();
+  // The index of each send (recv) among its micro-batch's pass.
+  std::map<std::tuple<int64_t, bool, bool>, int64_t> count;
+  int64_t at = 0;
+  for (const traces::Op& op : trace_.ops) {
+    if (!Transfers(op)) continue;
+    const bool send = op.kind == traces::OpKind::kSend;
+    const std::vector<TensorId>& tensors = send ? op.inputs : op.outputs;
+    if (tensors.size() != 1) {
+      return Status::InvalidArgument(
+          OpName(op) + ": a pipeline " + std::string(send ? "send" : "recv") +
+          " op moves one tensor, this one lists " + std::to_string(tensors.size()));
+    }
+    const bool gradient = op.phase == traces::Phase::kBackward;
+    // Activations go forward (to the next stage), gradients back.
+    const int peer = (send != gradient) ? next_rank_ : previous_rank_;
+    if (peer < 0) {
+      return Status::InvalidArgument(OpName(op) + ": stage " + std::to_string(trace_.header.stage) +
+                                     " of " + std::to_string(trace_.header.pp) + " has no " +
+                                     (send != gradient ? "next" : "previous") + " stage");
+    }
+    Transfer& x = transfers_[static_cast<size_t>(op.id)];
+    x.tag.micro_batch = op.micro_batch;
+    x.tag.gradient = gradient;
+    x.tag.index = count[{op.micro_batch, gradient, send}]++;
+    if (x.tag.index >= kMaxPipelineSendsPerPass || EncodeTag(x.tag) > kMaxPipelineTag) {
+      return Status::InvalidArgument(OpName(op) + ": more pipeline messages than tags (" +
+                                     x.tag.Describe() + ")");
+    }
+    x.bytes = trace_.tensor(tensors[0]).bytes;
+    x.offset = at;
+    at += (x.bytes + static_cast<int64_t>(sizeof(Trailer)) + kMessageAlignment - 1) /
+          kMessageAlignment * kMessageAlignment;
+  }
+  if (at == 0) return Status::Ok();
+  auto host = HostStaging::Create(device_, at);
+  if (!host.ok()) {
+    return host.status().WithPrefix("host memory for the pipeline's messages (" + FormatBytes(at) +
+                                    ")");
+  }
+  pipeline_host_ = std::move(*host);
+  return Status::Ok();
+}
+
+Status Replayer::SendFor(const traces::Op& op, const DeviceBuffer& input) {
+  const Transfer& x = transfers_[static_cast<size_t>(op.id)];
+  uint8_t* host = static_cast<uint8_t*>(pipeline_host_->base()) + x.offset;
+  // After the op (and so the input's producer) has run on the compute stream.
+  SSDTRAIN_RETURN_IF_ERROR(
+      device_.Wait(Stream::kDeviceToHost, *op_end_[static_cast<size_t>(op.id)]));
+  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(host, input, 0, x.bytes));
+  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kDeviceToHost));
+  Trailer t;
+  t.crc = Crc32c(host, static_cast<size_t>(x.bytes));
+  t.seed = SeedOf(trace_.StorageOf(op.inputs[0]));
+  std::memcpy(host + x.bytes, &t, sizeof(t));
+  const int to = x.tag.gradient ? previous_rank_ : next_rank_;
+  Status st = agreement_.sync()->SendAsync(to, x.tag, host,
+                                           x.bytes + static_cast<int64_t>(sizeof(Trailer)));
+  if (!st.ok()) return st.WithPrefix(OpName(op) + ": sending " + x.tag.Describe());
+  ++traffic_.messages_sent;
+  traffic_.bytes_sent += x.bytes;
+  return Status::Ok();
+}
+
+Status Replayer::ReceiveFor(const traces::Op& op, const DeviceBuffer& output) {
+  const Transfer& x = transfers_[static_cast<size_t>(op.id)];
+  uint8_t* host = static_cast<uint8_t*>(pipeline_host_->base()) + x.offset;
+  const int from = x.tag.gradient ? next_rank_ : previous_rank_;
+  const int64_t expected = x.bytes + static_cast<int64_t>(sizeof(Trailer));
+  PipelineTag got;
+  int64_t bytes = 0;
+  Status st = agreement_.sync()->Receive(from, host, expected, &got, &bytes);
+  if (st.code() == Status::Code::kUnavailable) {
+    agreement_.PeerFailed(st);
+    return st;
+  }
+  if (!st.ok()) return st.WithPrefix(OpName(op) + ": receiving " + x.tag.Describe());
+  if (!(got == x.tag) || bytes != expected) {
+    return Status::FailedPrecondition(
+        OpName(op) + ": expected " + x.tag.Describe() + " (" + std::to_string(x.bytes) +
+        " bytes) from rank " + std::to_string(from) + ", but its next message is " +
+        got.Describe() + " (" + std::to_string(bytes - static_cast<int64_t>(sizeof(Trailer))) +
+        " bytes): the stages' orders disagree");
+  }
+  Trailer t;
+  std::memcpy(&t, host + x.bytes, sizeof(t));
+  const uint32_t crc = Crc32c(host, static_cast<size_t>(x.bytes));
+  if (crc != t.crc) {
+    return Status::Corruption(OpName(op) + ": " + x.tag.Describe() + " from rank " +
+                              std::to_string(from) + " arrived with CRC32C " + std::to_string(crc) +
+                              ", sent with " + std::to_string(t.crc));
+  }
+  const TensorId s = trace_.StorageOf(op.outputs[0]);
+  received_seed_[static_cast<size_t>(s)] = t.seed;
+  // The output may reuse memory an op still queued on compute reads.
+  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kCompute));
+  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToDeviceAsync(output, 0, host, x.bytes));
+  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kHostToDevice));
+  if (options_.verify) {
+    // The sender filled it with its pattern: the bytes arrived as sent.
+    Status ok = device_.CheckPattern(output, t.seed, Stream::kCompute);
+    if (!ok.ok()) return ok.WithPrefix("verify: " + OpName(op) + ": " + x.tag.Describe());
+  }
+  ++traffic_.messages_received;
+  traffic_.bytes_received += x.bytes;
+  return Status::Ok();
+}
+
+Status Replayer::RestoreReceived(TensorId s, const traces::Op& recv) {
+  const Transfer& x = transfers_[static_cast<size_t>(recv.id)];
+  const uint8_t* host = static_cast<const uint8_t*>(pipeline_host_->base()) + x.offset;
+  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kCompute));
+  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToDeviceAsync(slot(s).buffer, 0, host, x.bytes));
+  return device_.Synchronize(Stream::kHostToDevice);
+}
+
+Status Replayer::WaitSends() {
+  if (!pipelined()) return Status::Ok();
+  Status st = agreement_.sync()->WaitSends();
+  if (st.code() == Status::Code::kUnavailable) agreement_.PeerFailed(st);
+  return st;
+}
+
+}  // namespace ssdtrain::exec::detail
