@@ -11,6 +11,7 @@
 #include "exec/detail/errno_text.h"
 #include "exec/detail/round_up.h"
 #include "exec/detail/test_points.h"
+#include "traces/storage_plan.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -18,19 +19,12 @@ namespace {
 using detail::ErrnoText;
 using detail::RoundUp;
 
-// "t<tensor>.bin". Formatted with snprintf: gcc 12 reports a false -Wrestrict
-// on "t" + std::to_string(...) inlined here.
-std::string DefaultFileName(traces::TensorId tensor) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "t%lld.bin", static_cast<long long>(tensor));
-  return name;
-}
 
 }  // namespace
 
 Result<OffloadEngine::Impl::File*> OffloadEngine::Impl::FileForLocked(const TensorKey& key,
                                                                       bool create) {
-  const std::string name = key.file.empty() ? DefaultFileName(key.tensor) : key.file;
+  const std::string name = key.file.empty() ? traces::OffloadFileName(key.tensor) : key.file;
   SSDTRAIN_RETURN_IF_ERROR(CheckOffloadFileName(name));
   const int n = static_cast<int>(dirs.size());
   const int dir = key.device >= 0 ? key.device % n : static_cast<int>(key.tensor % n);
