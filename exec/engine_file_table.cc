@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <string>
 
 #include "exec/detail/engine_impl.h"
@@ -18,7 +17,6 @@ namespace {
 
 using detail::ErrnoText;
 using detail::RoundUp;
-
 
 }  // namespace
 
