@@ -346,7 +346,7 @@ Verb AddReplayCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--ssd-bandwidth", flags->ssd_bandwidth_GBps,
-                  "Cap on the SSD path in GB/s (both directions; 0: none)")
+                  "Cap on the SSD path in GB/s, one link reads and writes share (0: none)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--verify", flags->verify,

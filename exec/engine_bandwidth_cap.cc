@@ -23,7 +23,6 @@ constexpr double kCrossedBytes = 0.5;
 void OffloadEngine::Impl::JoinLink(size_t s, IoOp op) {
   Request& r = requests[s];
   r.on_link = false;
-  r.link_done = false;
   if (options.bandwidth_cap_bytes_per_s <= 0) return;
   AdvanceLink(NowNs());
   const int d = op == IoOp::kWrite ? 1 : 0;
@@ -53,7 +52,6 @@ void OffloadEngine::Impl::AdvanceLink(int64_t now_ns) {
       const size_t s = link.fifo[d].front();
       link.fifo[d].pop_front();
       requests[s].on_link = false;
-      requests[s].link_done = true;
       if (!link.fifo[d].empty()) {
         link.head_left[d] = static_cast<double>(requests[link.fifo[d].front()].len);
       }
@@ -92,7 +90,7 @@ void OffloadEngine::Impl::ReleaseHeld(std::vector<size_t>* free_slots, int64_t* 
   AdvanceLink(NowNs());
   size_t kept = 0;
   for (size_t s : held) {
-    if (requests[s].link_done) {
+    if (!requests[s].on_link) {  // held requests joined it: off it, their bytes crossed
       FinishRequest(s, Status::Ok(), free_slots);
     } else {
       held[kept++] = s;  // in place: this runs on every pass of the I/O loop

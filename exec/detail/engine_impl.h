@@ -107,7 +107,6 @@ struct OffloadEngine::Impl {
     int64_t offset = 0;
     uint32_t crc = 0;         // write: computed; read: expected
     bool on_link = false;     // bandwidth cap: its bytes are on the capped link
-    bool link_done = false;   // bandwidth cap: the link has moved its bytes
     int eagain_streak = 0;    // -EAGAIN answers in a row
     int64_t resubmit_ns = 0;  // EAGAIN backoff: not resubmitted before this time
   };
@@ -254,11 +253,10 @@ struct OffloadEngine::Impl {
   void ResubmitDue(std::vector<IoRequest>* batch, std::vector<size_t>* free_slots, int64_t* wait_ns)
       SSDTRAIN_EXCLUDES(mu);
 
-  // Retires slot `s` with `error` (OK: its block is done and checked).
   // Bandwidth cap: puts request `s` on the link (no-op when uncapped).
   void JoinLink(size_t s, IoOp op);
   // Bandwidth cap: moves the link's heads on to `now_ns`, marking the requests
-  // whose bytes have crossed (Request::link_done).
+  // whose bytes have crossed (off the link: Request::on_link false).
   void AdvanceLink(int64_t now_ns);
   // Bandwidth cap: takes slot `s` off the link (finished before its bytes crossed).
   void LeaveLink(size_t s);
@@ -269,6 +267,7 @@ struct OffloadEngine::Impl {
   // the time until the next one (keeping a shorter wait already set).
   void ReleaseHeld(std::vector<size_t>* free_slots, int64_t* wait_ns) SSDTRAIN_EXCLUDES(mu);
 
+  // Retires slot `s` with `error` (OK: its block is done and checked).
   void FinishRequest(size_t s, const Status& error, std::vector<size_t>* free_slots)
       SSDTRAIN_EXCLUDES(mu);
 };
