@@ -4,12 +4,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "app/calibration.h"
 #include "app/command.h"
+#include "app/mpi_sync.h"
 #include "exec/calibrate.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
@@ -38,12 +43,87 @@ struct CalibrateOptions {
   bool allow_buffered_io = false;
 };
 
+// Everything calibrate needs before it measures: the base config and the
+// traces whose ops to time.
+Result<std::pair<sim::HardwareOptions, std::vector<traces::Trace>>> Load(
+    const CalibrateOptions& o) {
+  Result<sim::HardwareOptions> base = sim::LoadHardware(o.base);
+  if (!base.ok()) return base.status();
+  std::vector<traces::Trace> traces;
+  for (const std::string& path : o.traces) {
+    Result<traces::Trace> t = traces::ReadTrace(path);
+    if (!t.ok()) return t.status();
+    traces.push_back(std::move(*t));
+  }
+  for (const std::string& path : o.models) {
+    Result<models::ModelConfig> c = models::LoadModelConfig(path);
+    if (!c.ok()) return c.status();
+    Result<traces::Trace> t = models::BuildTrace(*c, 0);
+    if (!t.ok()) return t.status();
+    traces.push_back(std::move(*t));
+  }
+  return std::make_pair(std::move(*base), std::move(traces));
+}
+
+// Under mpirun, rank 0's calibration with every figure the mean of the ranks'
+// (each rank sends its figures as raw doubles); other ranks get theirs back.
+Result<exec::Calibration> MeanOverRanks(exec::Calibration mine, RankSync& ranks) {
+  const std::vector<double> figures = exec::MeasuredFigures(mine);
+  const std::string bytes(reinterpret_cast<const char*>(figures.data()),
+                          figures.size() * sizeof(double));
+  SSDTRAIN_ASSIGN_OR_RETURN(const std::vector<std::string> all, ranks.GatherAtRankZero(bytes));
+  if (ranks.rank() != 0) return mine;
+  std::vector<double> mean(figures.size(), 0.0);
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].size() != bytes.size()) {
+      return Status::Internal(
+          fmt::format("rank {} measured {} figures, rank 0 {}: the ranks did not calibrate alike",
+                      r, all[r].size() / sizeof(double), figures.size()));
+    }
+    std::vector<double> theirs(figures.size());
+    std::memcpy(theirs.data(), all[r].data(), all[r].size());
+    for (size_t i = 0; i < mean.size(); ++i) mean[i] += theirs[i] / static_cast<double>(all.size());
+  }
+  SSDTRAIN_RETURN_IF_ERROR(exec::SetMeasuredFigures(mean, &mine));
+  return mine;
+}
+
 int Run(const CalibrateOptions& o) {
   const auto start = std::chrono::steady_clock::now();
-  Result<sim::HardwareOptions> base = sim::LoadHardware(o.base);
-  if (!base.ok()) return ReportError("calibrate", base.status());
+  // `mpirun -np N ssdtrain calibrate`: every rank measures at once, each in its
+  // own folder DIR/rank-<r>, in step (each measurement starts when every rank
+  // is ready for it), so that the figures are those of N ranks sharing this
+  // machine, as `mpirun -np N ssdtrain replay` will; rank 0 writes their mean.
+  std::unique_ptr<RankSync> ranks;
+  if (LaunchedAsRanks()) {
+    auto started = StartRanks();
+    if (!started.ok()) return ReportError("calibrate", started.status());
+    ranks = std::move(*started);
+  }
+  const bool speaks = ranks == nullptr || ranks->rank() == 0;  // rank 0 prints for all
+  auto fail = [&](const Status& st) { return speaks ? ReportError("calibrate", st) : 1; };
+  auto loaded = Load(o);
+  std::string dir = o.dir;
+  bool made_dir = false;
+  if (loaded.ok() && ranks) {
+    dir = (std::filesystem::path(o.dir) / ("rank-" + std::to_string(ranks->rank()))).string();
+    std::error_code ec;
+    made_dir = std::filesystem::create_directory(dir, ec);
+    if (ec) loaded = Status::IoError(dir + ": cannot create the rank's directory: " + ec.message());
+  }
+  // Removes this rank's folder (the measurements removed their files).
+  auto tidy = [&] {
+    std::error_code ec;
+    if (made_dir) std::filesystem::remove(dir, ec);
+  };
+  if (ranks) {
+    Status all = ranks->Agree(loaded.ok() ? Status::Ok() : loaded.status());
+    if (!all.ok()) return tidy(), fail(all);
+  }
+  if (!loaded.ok()) return fail(loaded.status());
+  const sim::HardwareOptions& base = loaded->first;
   exec::CalibrationOptions co;
-  co.dir = o.dir;
+  co.dir = dir;
   co.backend = o.backend == "cpu"    ? exec::BackendChoice::kCpu
                : o.backend == "cuda" ? exec::BackendChoice::kCuda
                                      : exec::BackendChoice::kAuto;
@@ -54,27 +134,39 @@ int Run(const CalibrateOptions& o) {
   co.io_bytes = o.io_size;
   co.repeats = o.repeats;
   co.allow_buffered_io = o.allow_buffered_io;
-  for (const std::string& path : o.traces) {
-    Result<traces::Trace> t = traces::ReadTrace(path);
-    if (!t.ok()) return ReportError("calibrate", t.status());
-    co.traces.push_back(std::move(*t));
+  co.traces = std::move(loaded->second);
+  if (speaks) {
+    const int n = ranks ? ranks->size() : 1;
+    co.progress = [start, n](const std::string& line) {
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::cerr << fmt::format("calibrate [{:5.1f} s] {}{}\n", s, n > 1 ? "rank 0: " : "", line);
+    };
   }
-  for (const std::string& path : o.models) {
-    Result<models::ModelConfig> c = models::LoadModelConfig(path);
-    if (!c.ok()) return ReportError("calibrate", c.status());
-    Result<traces::Trace> t = models::BuildTrace(*c, 0);
-    if (!t.ok()) return ReportError("calibrate", t.status());
-    co.traces.push_back(std::move(*t));
+  // A rank that learns of another's failure in a wait has made its one
+  // agreement after the failure (exec/step_sync.h); one that failed itself
+  // makes it below.
+  bool agreed_on_failure = false;
+  if (ranks) {
+    co.before_measurement = [&] {
+      Status all = ranks->Agree(Status::Ok());
+      agreed_on_failure = !all.ok();
+      return all;
+    };
   }
-  co.progress = [start](const std::string& line) {
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::cerr << fmt::format("calibrate [{:5.1f} s] {}\n", s, line);
-  };
   Result<exec::Calibration> c = exec::Calibrate(co);
+  if (ranks) {
+    Status all = agreed_on_failure ? c.status() : ranks->Agree(c.ok() ? Status::Ok() : c.status());
+    tidy();
+    if (!all.ok()) return fail(all);
+    c = MeanOverRanks(std::move(*c), *ranks);
+    if (!c.ok()) return fail(c.status());
+    if (!speaks) return 0;
+  }
   if (!c.ok()) return ReportError("calibrate", c.status());
-  const sim::HardwareOptions hw =
-      ApplyCalibration(*base, *c, CalibrationSettings{o.dir, o.base, o.block_size, o.queue_depth});
+  const sim::HardwareOptions hw = ApplyCalibration(
+      base, *c,
+      CalibrationSettings{o.dir, o.base, o.block_size, o.queue_depth, ranks ? ranks->size() : 1});
   Status s = traces::WriteJsonFile(sim::ToJson(hw), o.output);
   if (!s.ok()) return ReportError("calibrate", s);
   std::cout << fmt::format(

@@ -49,6 +49,13 @@ sim::HardwareOptions ApplyCalibration(sim::HardwareOptions hw, const exec::Calib
   hw.description =
       fmt::format("Measured by `ssdtrain calibrate` on {} ({}) on {}, from {}; device: {}", host,
                   c.backend, Today(), o.base, c.device);
+  if (o.ranks > 1) {
+    hw.description += fmt::format(
+        "; on {} ranks at once (mpirun), sharing this machine as a replay on {} ranks does: "
+        "each figure is the mean of the ranks'",
+        o.ranks, o.ranks);
+  }
+  hw.calibrated_ranks = o.ranks;
   // GEMM: each dtype's peak is its best rate seen (GFLOP/s = FLOPs per ns).
   std::map<std::string, double> peaks;
   for (const exec::GemmSample& s : c.gemm) {

@@ -15,6 +15,7 @@ struct CalibrationSettings {
   std::string base;  // the hardware config whose unmeasured fields are kept
   int64_t block_size = int64_t{4} << 20;
   int queue_depth = 32;
+  int ranks = 1;  // that measured at once, their figures averaged (mpirun -np N)
 };
 
 // Folds the measurements into `base`: GEMM peak and efficiency curve, memory

@@ -145,7 +145,8 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
 // With pp > 1, the plan of every other stage goes into the plan file
 // (extra.stage_plans: [{stage, plan}]): the planner's own for stage 1 and the
 // last stage, and for stages between them the policy of its stage 1 applied
-// to each stage's trace (the simulator lets stage 1 stand for them). Each
+// to each stage's trace, eviction points placed alike (the simulator lets
+// stage 1 stand for them). Each
 // rank of `mpirun ... ssdtrain replay` replays its stage's.
 Status AttachStagePlans(const PlanInput& in, const sim::PlannerResult& r,
                         const sim::HardwareOptions& hw, const sim::PlannerOptions& po,
@@ -166,6 +167,9 @@ Status AttachStagePlans(const PlanInput& in, const sim::PlannerResult& r,
       options.allow_host_offload = po.allow_host_offload;
       SSDTRAIN_ASSIGN_OR_RETURN(stage_plan, sim::MakeFixedPlan(r.stage_plans.front().second.policy,
                                                                t, hw, plan, options));
+      // Its eviction points as the planner placed stage 1's (the same rule on
+      // a trace of the same shape), so that it holds the memory predicted.
+      SSDTRAIN_ASSIGN_OR_RETURN(stage_plan, sim::PlaceEvictions(t, std::move(*stage_plan), hw));
     }
     stage_plan->extra = nlohmann::json::object();
     stage_plan->prediction.reset();
@@ -290,18 +294,26 @@ int RunPlan(const PlanCmdOptions& o) {
   const std::string trace_path = in.trace_path.empty() ? TracePathFor(o.output) : in.trace_path;
   const int64_t n_ranks = plan.pp * plan.dp;
   const std::string ranks = n_ranks > 1 ? fmt::format("mpirun -np {} ", n_ranks) : "";
-  if (plan.pp > 1 && !o.model.empty()) {
+  if (!o.model.empty()) {
     // Each rank builds its own stage's trace from the model config.
     std::cout << fmt::format(
-        "replay this plan: {}ssdtrain replay --model {} --plan {} --dir OFFLOAD_DIR -o run.json "
-        "(rank r runs stage r / dp)\n",
-        ranks, o.model, o.output);
+        "replay this plan: {}ssdtrain replay --model {} --plan {} --dir OFFLOAD_DIR -o "
+        "run.json{}\n",
+        ranks, o.model, o.output, n_ranks > 1 ? " (rank r runs stage r / dp)" : "");
   } else {
     std::cout << fmt::format(
         "replay this plan: {}{}ssdtrain replay --trace {} --plan {} --dir OFFLOAD_DIR -o "
         "run.json\n",
         make_trace.empty() ? "" : make_trace + " -o " + trace_path + " && ", ranks, trace_path,
         o.output);
+  }
+  // A config measured by one process predicts ranks that each had a machine
+  // of their own; ranks that share this one (cores, disk) run slower.
+  if (n_ranks > 1 && hw->calibrated_ranks > 0 && hw->calibrated_ranks != n_ranks) {
+    std::cout << fmt::format(
+        "note: {} was calibrated on {} rank{} at once; where the {} ranks share that machine, "
+        "calibrate them as they will run (mpirun -np {} ssdtrain calibrate ...) and plan again\n",
+        o.hardware, hw->calibrated_ranks, hw->calibrated_ranks == 1 ? "" : "s", n_ranks, n_ranks);
   }
   return 0;
 }

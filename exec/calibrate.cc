@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <tuple>
+#include <type_traits>
 
 #include "exec/bench_io.h"
 #include "exec/offload_engine.h"
@@ -247,6 +249,7 @@ Status MeasureTraceOps(Device& device, const CalibrationOptions& o, Calibration*
   std::map<Key, OpSample> samples;
   std::vector<int64_t> overheads;
   for (const traces::Trace& trace : o.traces) {
+    if (o.before_measurement) SSDTRAIN_RETURN_IF_ERROR(o.before_measurement());
     if (o.progress)
       o.progress("timing the ops of " + trace.header.model + " (keep-everything replay)");
     ReplayOptions ro;
@@ -314,7 +317,43 @@ Status MeasureTraceOps(Device& device, const CalibrationOptions& o, Calibration*
   return Status::Ok();
 }
 
+// Calls f on every measured figure of c, in MeasuredFigures' order.
+template <class C, class F>
+void ForEachFigure(C& c, F f) {
+  for (auto& s : c.gemm) f(s.ns);
+  for (auto& s : c.memory) f(s.ns);
+  f(c.d2h_GBps);
+  f(c.h2d_GBps);
+  f(c.ssd_write_GBps);
+  f(c.ssd_read_GBps);
+  f(c.ssd_write_latency_us);
+  f(c.ssd_read_latency_us);
+  for (auto& s : c.ops) f(s.ns);
+  f(c.op_overhead_us);
+}
+
 }  // namespace
+
+std::vector<double> MeasuredFigures(const Calibration& c) {
+  std::vector<double> out;
+  ForEachFigure(c, [&](const auto& x) { out.push_back(static_cast<double>(x)); });
+  return out;
+}
+
+Status SetMeasuredFigures(const std::vector<double>& figures, Calibration* c) {
+  const size_t count = MeasuredFigures(*c).size();
+  if (figures.size() != count) {
+    return Status::InvalidArgument("calibration figures: " + std::to_string(figures.size()) +
+                                   " given, this calibration has " + std::to_string(count));
+  }
+  size_t i = 0;
+  ForEachFigure(*c, [&](auto& x) {
+    using T = std::remove_reference_t<decltype(x)>;
+    const double v = figures[i++];
+    x = std::is_integral_v<T> ? static_cast<T>(std::llround(v)) : static_cast<T>(v);
+  });
+  return Status::Ok();
+}
 
 Result<Calibration> Calibrate(const CalibrationOptions& o) {
   if (o.repeats < 1) return Status::InvalidArgument("calibrate: repeats must be at least 1");
@@ -338,12 +377,17 @@ Result<Calibration> Calibrate(const CalibrationOptions& o) {
     o.progress("GEMM throughput over " +
                std::to_string(std::size(kSquareSides) + 3 * std::size(kWidths)) + " shapes" +
                ((*device)->kind() == "cuda" ? " in fp32 (no TF32), fp16 and bf16" : ""));
+  auto before = [&o] { return o.before_measurement ? o.before_measurement() : Status::Ok(); };
+  SSDTRAIN_RETURN_IF_ERROR(before());
   SSDTRAIN_RETURN_IF_ERROR(MeasureGemms(**device, o, &out));
   if (o.progress) o.progress("memory-bound op bandwidth");
+  SSDTRAIN_RETURN_IF_ERROR(before());
   SSDTRAIN_RETURN_IF_ERROR(MeasureMemory(**device, o, &out));
   if (o.progress) o.progress("copy bandwidth device <-> staging");
+  SSDTRAIN_RETURN_IF_ERROR(before());
   SSDTRAIN_RETURN_IF_ERROR(MeasureCopies(**device, o, &out));
   if (o.progress) o.progress("SSD path through the offload engine in " + o.dir);
+  SSDTRAIN_RETURN_IF_ERROR(before());
   SSDTRAIN_RETURN_IF_ERROR(MeasureSsd(o, &out));
   SSDTRAIN_RETURN_IF_ERROR(MeasureTraceOps(**device, o, &out));
   return out;

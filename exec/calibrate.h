@@ -43,6 +43,13 @@ struct CalibrationOptions {
   // replay, one warm-up step); empty: none.
   std::vector<traces::Trace> traces;
   std::function<void(const std::string&)> progress;  // one line per stage; nullptr: silent
+  // Called before each measurement (the GEMMs, the memory passes, the copies,
+  // the SSD path, each trace's ops), the same number of times on every rank
+  // that calibrates with the same options: `mpirun -np N ssdtrain calibrate`
+  // waits for every rank there, so that the ranks measure the same thing at
+  // the same time and share this machine as their replay will. An error stops
+  // the calibration with it. nullptr: none.
+  std::function<Status()> before_measurement;
 };
 
 // The CPU arena calibration uses when CalibrationOptions::device.capacity_bytes is 0.
@@ -93,5 +100,14 @@ struct Calibration {
 };
 
 Result<Calibration> Calibrate(const CalibrationOptions& options);
+
+// Every measured figure of `c` (times, bandwidths, latencies, the op
+// overhead), in an order fixed by what was measured: calibrations with the
+// same options list theirs alike. What `mpirun -np N ssdtrain calibrate`
+// averages over its ranks.
+std::vector<double> MeasuredFigures(const Calibration& c);
+// Sets `c`'s figures from `figures` (MeasuredFigures' order); an error when
+// the count differs from c's own.
+Status SetMeasuredFigures(const std::vector<double>& figures, Calibration* c);
 
 }  // namespace ssdtrain::exec

@@ -179,6 +179,9 @@ Result<HardwareOptions> HardwareFromJson(const nlohmann::json& j, const std::str
   SSDTRAIN_ASSIGN_OR_RETURN(hw.name, root.String("name"));
   SSDTRAIN_ASSIGN_OR_RETURN(hw.description, root.StringOr("description", hw.description));
   root.Skip("sources");
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t calibrated_ranks,
+                            root.IntInOr("calibrated_ranks", 0, 0, kIntMax));
+  hw.calibrated_ranks = static_cast<int>(calibrated_ranks);
   SSDTRAIN_ASSIGN_OR_RETURN(const int64_t gpus_per_node, root.IntIn("gpus_per_node", 1, kIntMax));
   hw.gpus_per_node = static_cast<int>(gpus_per_node);
 
@@ -290,7 +293,7 @@ nlohmann::json ToJson(const HardwareOptions& hw) {
     measured.push_back(e);
   }
   const DriveOptions& d = hw.storage.drive;
-  return {
+  nlohmann::json out = {
       {"name", hw.name},
       {"description", hw.description},
       {"gpus_per_node", hw.gpus_per_node},
@@ -344,6 +347,8 @@ nlohmann::json ToJson(const HardwareOptions& hw) {
         {"latency_us", hw.interconnect.latency_us}}},
       {"measured_op_times", measured},
   };
+  if (hw.calibrated_ranks > 0) out["calibrated_ranks"] = hw.calibrated_ranks;
+  return out;
 }
 
 int64_t GpuMemoryBytes(const HardwareOptions& hw) {

@@ -119,6 +119,11 @@ struct MeasuredOpTime {
 struct HardwareOptions {
   std::string name;
   std::string description;
+  // How many ranks measured this config at once (`mpirun -np N ssdtrain
+  // calibrate`; 1: one process); 0: not measured by calibrate. A replay on N
+  // ranks that share one machine (cores, disk) is predicted from a config
+  // calibrated on N.
+  int calibrated_ranks = 0;
   int gpus_per_node = 1;
   GpuOptions gpu;
   HostLinkOptions host_link;

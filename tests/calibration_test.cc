@@ -65,5 +65,47 @@ TEST(ApplyCalibration, CpuRunsEveryDtypeAtItsFp32Rate) {
   EXPECT_DOUBLE_EQ(hw.gpu.gemm_efficiency[0].efficiency, 0.5);
 }
 
+TEST(MeasuredFigures, ListEveryFigureInOrderAndSetThemBack) {
+  // What `mpirun -np N ssdtrain calibrate` averages: 1 GEMM, 1 memory pass,
+  // the 6 link and SSD figures, 1 op, the overhead: 10 figures.
+  exec::Calibration c;
+  c.gemm = {Sample("fp32", 2'000'000, 100)};
+  c.memory = {exec::BandwidthSample{1 << 20, 300}};
+  c.d2h_GBps = 4;
+  c.h2d_GBps = 5;
+  c.ssd_write_GBps = 1.5;
+  c.ssd_read_GBps = 1.75;
+  c.ssd_write_latency_us = 90;
+  c.ssd_read_latency_us = 40;
+  c.ops = {exec::OpSample{traces::OpKind::kNorm, std::nullopt, "fp32", 4096, 7000}};
+  c.op_overhead_us = 30.5;
+  const std::vector<double> figures = exec::MeasuredFigures(c);
+  EXPECT_EQ(figures, (std::vector<double>{100, 300, 4, 5, 1.5, 1.75, 90, 40, 7000, 30.5}));
+  // Times stay whole nanoseconds (rounded), rates keep their fractions.
+  ASSERT_TRUE(exec::SetMeasuredFigures({150.6, 250, 3, 6, 1.25, 2, 80, 50, 6999.4, 31}, &c).ok());
+  EXPECT_EQ(c.gemm[0].ns, 151);
+  EXPECT_EQ(c.memory[0].ns, 250);
+  EXPECT_DOUBLE_EQ(c.ssd_write_GBps, 1.25);
+  EXPECT_EQ(c.ops[0].ns, 6999);
+  EXPECT_DOUBLE_EQ(c.op_overhead_us, 31);
+  // A rank that measured other shapes cannot be averaged with this one.
+  const Status wrong = exec::SetMeasuredFigures({1, 2, 3}, &c);
+  EXPECT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.message().find("3 given, this calibration has 10"), std::string::npos)
+      << wrong.ToString();
+}
+
+TEST(ApplyCalibration, RecordsHowManyRanksMeasuredAtOnce) {
+  exec::Calibration c;
+  c.backend = "cpu";
+  c.device_capacity_bytes = 4 * kGiB;
+  CalibrationSettings settings{"/tmp", "base"};
+  EXPECT_EQ(ApplyCalibration(sim::HardwareOptions{}, c, settings).calibrated_ranks, 1);
+  settings.ranks = 2;
+  const sim::HardwareOptions hw = ApplyCalibration(sim::HardwareOptions{}, c, settings);
+  EXPECT_EQ(hw.calibrated_ranks, 2);
+  EXPECT_NE(hw.description.find("on 2 ranks at once"), std::string::npos) << hw.description;
+}
+
 }  // namespace
 }  // namespace ssdtrain::app

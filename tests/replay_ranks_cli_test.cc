@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "sim/hardware.h"
 #include "tests/cli_util.h"
 #include "traces/io.h"
 #include "traces/plan.h"
@@ -208,6 +209,47 @@ TEST_F(ReplayStagesCli, TwoStagesOfTwoReplicasOnFourRanks) {
     EXPECT_EQ(ranks[r].at("pipeline").at("bytes_sent").get<int64_t>(), 4 * 1 * 128 * 256 * 4);
     EXPECT_EQ(ranks[r].at("pipeline").at("bytes_received").get<int64_t>(), 4 * 1 * 128 * 256 * 4);
     EXPECT_GT(ranks[r].at("allreduce_ns").get<int64_t>(), 0);
+  }
+  EXPECT_TRUE(fs::is_empty(File("offload")));
+}
+
+TEST_F(ReplayStagesCli, FourStagesEachHoldTheirPredictedPeakToTheByte) {
+  // pp 4 at micro-batch 2, sequence 256: one layer a stage, stages 1 and 2
+  // in the middle (the planner plans stage 1 and lets it stand for stage 2;
+  // stage 2's plan is stage 1's policy on its own trace, eviction points
+  // placed alike). Under 1F1B stage i holds 4 − i micro-batches. Every
+  // stage's measured peaks equal the prediction's for that stage, on the CPU
+  // backend's memory as calibrate records it (64-byte arena granularity, the
+  // GEMM workspace counted); the eviction points make them independent of
+  // this machine's timing.
+  auto hw = sim::LoadHardware(SourceDir() + "/configs/hardware/cpu-local.json");
+  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
+  hw->gpu.allocation_alignment_bytes = 64;
+  hw->gpu.replay_workspace = true;
+  ASSERT_TRUE(traces::WriteJsonFile(sim::ToJson(*hw), File("hw.json")).ok());
+  auto planned = RunSsdtrain("plan --model " + model_ + " --hardware " + File("hw.json") +
+                             " --gpus 4 --pp 4 --dp 1 --tp 1 --num-micro-batches 4 --schedule "
+                             "1f1b --policy ssdtrain --micro-batch 2 --seq-len 256 -o " +
+                             File("plan.json") + " --prediction " + File("predicted.json"));
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  auto r = MpiReplay(4);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto report = traces::ReadStepReport(File("run.json"));
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->verified.value_or(false));
+  auto predicted = traces::ReadStepReport(File("predicted.json"));
+  ASSERT_TRUE(predicted.ok()) << predicted.status().ToString();
+  const nlohmann::json& stages = predicted->extra.at("details").at("stages");
+  const nlohmann::json& ranks = report->extra.at("ranks");
+  ASSERT_EQ(stages.size(), 4u);
+  ASSERT_EQ(ranks.size(), 4u);
+  for (int s = 0; s < 4; ++s) {
+    SCOPED_TRACE("stage " + std::to_string(s));
+    EXPECT_EQ(ranks[s].at("stage").get<int>(), s);
+    EXPECT_EQ(stages[s].at("stage").get<int>(), s);
+    EXPECT_EQ(ranks[s].at("peak_device_bytes"), stages[s].at("peak_gpu_bytes"));
+    EXPECT_EQ(ranks[s].at("peak_activation_bytes"), stages[s].at("peak_activation_bytes"));
+    EXPECT_GT(ranks[s].at("ssd_bytes_written").get<int64_t>(), 0);
   }
   EXPECT_TRUE(fs::is_empty(File("offload")));
 }

@@ -62,6 +62,24 @@ TEST(Hardware, IssueAheadDefaultsToOneAndMustBePositive) {
       << bad.status().message();
 }
 
+TEST(Hardware, CalibratedRanksIsOptionalAndNeverNegative) {
+  auto hw = LoadHardware(Config("cpu-local"));
+  ASSERT_TRUE(hw.ok());
+  EXPECT_EQ(hw->calibrated_ranks, 0);  // a shipped config: not calibrated
+  EXPECT_FALSE(ToJson(*hw).contains("calibrated_ranks"));
+  nlohmann::json j = ToJson(*hw);
+  j["calibrated_ranks"] = 2;
+  auto two = HardwareFromJson(j, "x.json");
+  ASSERT_TRUE(two.ok()) << two.status().message();
+  EXPECT_EQ(two->calibrated_ranks, 2);
+  EXPECT_EQ(ToJson(*two).at("calibrated_ranks"), 2);
+  j["calibrated_ranks"] = -1;
+  auto bad = HardwareFromJson(j, "x.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("x.json: calibrated_ranks"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(Hardware, UnknownFieldsAndMissingSectionsAreErrors) {
   auto hw = LoadHardware(Config("cpu-local"));
   ASSERT_TRUE(hw.ok());
