@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct CalibrateOptions {
   std::string base = kDefaultBase;
   std::string output;
   std::vector<std::string> models;
+  std::vector<int64_t> micro_batches;  // the models' ops timed at each; empty: the config's
   std::vector<std::string> traces;
   double device_memory_GiB = 0;  // 0: CUDA the GPU's free memory, CPU 4 GiB
   int cuda_device = 0;
@@ -58,9 +60,17 @@ Result<std::pair<sim::HardwareOptions, std::vector<traces::Trace>>> Load(
   for (const std::string& path : o.models) {
     Result<models::ModelConfig> c = models::LoadModelConfig(path);
     if (!c.ok()) return c.status();
-    Result<traces::Trace> t = models::BuildTrace(*c, 0);
-    if (!t.ok()) return t.status();
-    traces.push_back(std::move(*t));
+    std::vector<std::optional<int64_t>> sizes(o.micro_batches.begin(), o.micro_batches.end());
+    if (sizes.empty()) sizes.push_back(std::nullopt);
+    for (const std::optional<int64_t>& mb : sizes) {
+      models::ConfigOverrides overrides;
+      overrides.micro_batch = mb;
+      Result<models::ModelConfig> sized = models::ApplyOverrides(*c, overrides, path);
+      if (!sized.ok()) return sized.status();
+      Result<traces::Trace> t = models::BuildTrace(*sized, 0);
+      if (!t.ok()) return t.status();
+      traces.push_back(std::move(*t));
+    }
   }
   return std::make_pair(std::move(*base), std::move(traces));
 }
@@ -205,6 +215,11 @@ Verb AddCalibrateCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--model", o->models,
                   "Model config whose ops to time at their real shapes (repeatable)");
+  cmd->add_option("--micro-batch", o->micro_batches,
+                  "Time --model's ops at this micro-batch (repeatable; default: the config's). "
+                  "The simulator uses a measured time only for an op of the same shape, so "
+                  "give the micro-batch(es) you will plan at")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--trace", o->traces,
                   "Trace whose ops to time at their real shapes (repeatable)");
   cmd->add_option("--device-memory", o->device_memory_GiB,

@@ -251,7 +251,8 @@ Status MeasureTraceOps(Device& device, const CalibrationOptions& o, Calibration*
   for (const traces::Trace& trace : o.traces) {
     if (o.before_measurement) SSDTRAIN_RETURN_IF_ERROR(o.before_measurement());
     if (o.progress)
-      o.progress("timing the ops of " + trace.header.model + " (keep-everything replay)");
+      o.progress("timing the ops of " + trace.header.model + " at micro-batch " +
+                 std::to_string(trace.header.micro_batch) + " (keep-everything replay)");
     ReplayOptions ro;
     ro.dir = o.dir;
     ro.backend = o.backend;

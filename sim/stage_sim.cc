@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <memory>
+#include <optional>
 
 #include "sim/engine.h"
 #include "sim/fluid.h"
@@ -51,6 +52,12 @@ struct Storage {
   bool evict_due = false;   // its planned eviction point has been reached
   WriteState write = WriteState::kNone;
   ReadState read = ReadState::kNone;
+  // A read in flight: from host memory (no SSD part), its data in host memory
+  // already, waiting for the running op (StartRead), when it started.
+  bool read_from_host = false;
+  bool read_host_ready = false;
+  bool read_waits_for_op = false;
+  int64_t read_start_ns = 0;
   FluidNetwork::FlowId write_flow = -1;
   FluidNetwork::FlowId stage_flow = -1;  // bounce: pinned -> SSD
 };
@@ -89,8 +96,9 @@ class StageSimulator {
   void SetUpResources();
   void TryIssue();
   void StartItem(const WorkItem& item);
-  // Issues the prefetches of every op up to `upto` not yet issued.
-  void FirePrefetches(size_t upto);
+  // Issues the prefetches of every op up to `upto` not yet issued; those of
+  // ops after `running` (the op now running, if any) wait for it to end.
+  void FirePrefetches(size_t upto, std::optional<size_t> running = std::nullopt);
   // True when a write in flight will evict a storage once it lands.
   bool WritesWillFreeMemory() const;
   void EndItem(const WorkItem& item, int64_t start);
@@ -99,8 +107,18 @@ class StageSimulator {
   void MaybeRelease(Storage& s);
   void Forward(Storage& s);
   void StartOffload(size_t sid);
-  void StartRead(size_t sid);
-  void OnReadDone(size_t sid, int64_t start);
+  // Reads storage `sid` back. `after_running_op`: fired by the run-ahead for
+  // a later op while one runs; its destination buffer is taken, and its
+  // host-to-device copy starts, when the running op ends, as in the replay:
+  // the replay allocates the buffer when it issues that later op, after the
+  // running op's inputs were freed, and orders the copy after the running op
+  // on the compute stream (exec/replay_memory.cc, IssueRead). The SSD part
+  // starts at once.
+  void StartRead(size_t sid, bool after_running_op = false);
+  void StartGdsRead(size_t sid);
+  void MaybeStartHostToDevice(size_t sid);
+  void ReleaseReadsAfterOp();
+  void OnReadDone(size_t sid);
   void Sample();
   void AddSpan(traces::Lane lane, int64_t start, int64_t end, OpId op, TensorId tensor,
                const std::string& name);
@@ -122,6 +140,7 @@ class StageSimulator {
   int64_t scratch_bytes_ = 0;    // a running recompute's scratch outputs
   std::vector<Storage> storages_;
   std::vector<std::vector<size_t>> prefetch_at_;  // op id -> storages to prefetch
+  std::vector<size_t> reads_after_op_;            // reads waiting for the running op to end
   std::vector<std::vector<size_t>> evict_at_;     // op id -> storages evicted there
   std::vector<std::vector<size_t>> op_inputs_;    // op id -> unique input storages
   std::vector<std::vector<size_t>> op_outputs_;   // op id -> unique output storages
@@ -356,59 +375,96 @@ void StageSimulator::StartOffload(size_t sid) {
   s.write_flow = *flow;
 }
 
-void StageSimulator::OnReadDone(size_t sid, int64_t start) {
-  Storage& s = storages_[sid];
-  s.read = ReadState::kDone;
-  const TensorId t = s.root;
-  const traces::Lane lane =
-      s.action == TensorAction::kOffloadHost ? traces::Lane::kHostToDevice : traces::Lane::kSsdRead;
-  if (lane == traces::Lane::kSsdRead) {
-    AddSpan(lane, start, Now(), traces::kNoOp, t, trace_.tensor(t).name);
-  }
+void StageSimulator::OnReadDone(size_t sid) {
+  storages_[sid].read = ReadState::kDone;
   TryIssue();
 }
 
-void StageSimulator::StartRead(size_t sid) {
+void StageSimulator::StartRead(size_t sid, bool after_running_op) {
   Storage& s = storages_[sid];
   if (s.read == ReadState::kMoving || s.resident) return;
   s.read = ReadState::kMoving;
-  Allocate(s);  // the destination buffer
-  const int64_t bytes = s.bytes;
-  const TensorId t = s.root;
   // Host-resident data (offload-host, or a bounce copy still staged in pinned
   // memory) needs only the host-to-device copy.
-  const bool from_host = s.action == TensorAction::kOffloadHost || s.write == WriteState::kStaged;
-  auto h2d = [this, sid, bytes, t](int64_t read_start) {
-    auto flow = std::make_shared<FluidNetwork::FlowId>(-1);
-    *flow = net_.Start(Bytes{bytes}, {{h2d_, h2d_rate_}, {host_mem_, host_rate_}}, pcie_latency_,
-                       [this, sid, flow, t, read_start] {
-                         AddSpan(traces::Lane::kHostToDevice, net_.BeginTime(*flow).ns(), Now(),
-                                 traces::kNoOp, t, trace_.tensor(t).name);
-                         OnReadDone(sid, read_start);
-                       });
-  };
-  if (from_host) {
-    if (s.action == TensorAction::kOffloadHost) result_.host_bytes_read += bytes;
-    h2d(Now());
+  s.read_from_host = s.action == TensorAction::kOffloadHost || s.write == WriteState::kStaged;
+  s.read_host_ready = s.read_from_host;
+  s.read_start_ns = Now();
+  if (s.read_from_host && s.action == TensorAction::kOffloadHost)
+    result_.host_bytes_read += s.bytes;
+  if (after_running_op) {
+    // Fired by the run-ahead for a later op: the destination buffer and the
+    // copy into it wait for the running op to end (ReleaseReadsAfterOp).
+    s.read_waits_for_op = true;
+    reads_after_op_.push_back(sid);
+  } else {
+    Allocate(s);  // the destination buffer
+  }
+  if (s.read_from_host) {
+    MaybeStartHostToDevice(sid);
     return;
   }
-  auto flow = std::make_shared<FluidNetwork::FlowId>(-1);
   if (hw_.storage.gds) {
-    *flow = net_.Start(Bytes{bytes}, {{ssd_, ssd_read_rate_, kSsdReadQueue}, {h2d_, h2d_rate_}},
-                       ssd_read_latency_, [this, sid, flow, bytes, t] {
-                         result_.ssd_bytes_read += bytes;
-                         const int64_t begin = net_.BeginTime(*flow).ns();
-                         AddSpan(traces::Lane::kHostToDevice, begin, Now(), traces::kNoOp, t,
-                                 trace_.tensor(t).name);
-                         OnReadDone(sid, begin);
-                       });
+    if (!after_running_op) StartGdsRead(sid);
     return;
   }
+  // SSD to pinned host memory now; the host-to-device copy follows.
+  const int64_t bytes = s.bytes;
+  const TensorId t = s.root;
+  auto flow = std::make_shared<FluidNetwork::FlowId>(-1);
   *flow = net_.Start(Bytes{bytes}, {{ssd_, ssd_read_rate_, kSsdReadQueue}, {host_mem_, host_rate_}},
-                     ssd_read_latency_, [this, flow, bytes, h2d] {
+                     ssd_read_latency_, [this, sid, flow, bytes, t] {
                        result_.ssd_bytes_read += bytes;
-                       h2d(net_.BeginTime(*flow).ns());
+                       Storage& st = storages_[sid];
+                       st.read_start_ns = net_.BeginTime(*flow).ns();
+                       st.read_host_ready = true;
+                       AddSpan(traces::Lane::kSsdRead, st.read_start_ns, Now(), traces::kNoOp, t,
+                               trace_.tensor(t).name);
+                       MaybeStartHostToDevice(sid);
                      });
+}
+
+void StageSimulator::StartGdsRead(size_t sid) {
+  const int64_t bytes = storages_[sid].bytes;
+  const TensorId t = storages_[sid].root;
+  auto flow = std::make_shared<FluidNetwork::FlowId>(-1);
+  *flow = net_.Start(
+      Bytes{bytes}, {{ssd_, ssd_read_rate_, kSsdReadQueue}, {h2d_, h2d_rate_}}, ssd_read_latency_,
+      [this, sid, flow, bytes, t] {
+        result_.ssd_bytes_read += bytes;
+        const int64_t begin = net_.BeginTime(*flow).ns();
+        AddSpan(traces::Lane::kHostToDevice, begin, Now(), traces::kNoOp, t, trace_.tensor(t).name);
+        AddSpan(traces::Lane::kSsdRead, begin, Now(), traces::kNoOp, t, trace_.tensor(t).name);
+        OnReadDone(sid);
+      });
+}
+
+void StageSimulator::MaybeStartHostToDevice(size_t sid) {
+  Storage& s = storages_[sid];
+  if (!s.read_host_ready || s.read_waits_for_op) return;
+  const int64_t bytes = s.bytes;
+  const TensorId t = s.root;
+  auto flow = std::make_shared<FluidNetwork::FlowId>(-1);
+  *flow = net_.Start(Bytes{bytes}, {{h2d_, h2d_rate_}, {host_mem_, host_rate_}}, pcie_latency_,
+                     [this, sid, flow, t] {
+                       AddSpan(traces::Lane::kHostToDevice, net_.BeginTime(*flow).ns(), Now(),
+                               traces::kNoOp, t, trace_.tensor(t).name);
+                       OnReadDone(sid);
+                     });
+}
+
+void StageSimulator::ReleaseReadsAfterOp() {
+  std::vector<size_t> reads;
+  reads.swap(reads_after_op_);
+  for (size_t sid : reads) {
+    Storage& s = storages_[sid];
+    s.read_waits_for_op = false;
+    Allocate(s);
+    if (hw_.storage.gds && !s.read_from_host) {
+      StartGdsRead(sid);
+    } else {
+      MaybeStartHostToDevice(sid);
+    }
+  }
 }
 
 void StageSimulator::TryIssue() {
@@ -519,7 +575,7 @@ bool StageSimulator::WritesWillFreeMemory() const {
   return false;
 }
 
-void StageSimulator::FirePrefetches(size_t upto) {
+void StageSimulator::FirePrefetches(size_t upto, std::optional<size_t> running) {
   if (trace_.ops.empty()) return;
   upto = std::min(upto, trace_.ops.size() - 1);
   for (; prefetched_upto_ <= upto; ++prefetched_upto_) {
@@ -528,7 +584,7 @@ void StageSimulator::FirePrefetches(size_t upto) {
       if (st.resident) {
         Forward(st);
       } else if (st.pending > 0) {
-        StartRead(s);
+        StartRead(s, running && prefetched_upto_ > *running);
       }
     }
   }
@@ -543,7 +599,8 @@ void StageSimulator::StartItem(const WorkItem& item) {
   // and their prefetches start now.
   if (!item.recompute) {
     FirePrefetches(static_cast<size_t>(item.op) +
-                   static_cast<size_t>(std::max(1, hw_.gpu.issue_ahead_ops) - 1));
+                       static_cast<size_t>(std::max(1, hw_.gpu.issue_ahead_ops) - 1),
+                   static_cast<size_t>(item.op));
   }
   for (size_t sid : op_inputs_[static_cast<size_t>(item.op)]) storages_[sid].held = false;
   if (item.recompute) {
@@ -620,6 +677,7 @@ void StageSimulator::EndItem(const WorkItem& item, int64_t start) {
     MaybeRelease(s);
   }
   for (size_t sid : op_inputs_[index]) MaybeRelease(storages_[sid]);
+  if (!item.recompute) ReleaseReadsAfterOp();
   TryIssue();
 }
 

@@ -56,10 +56,14 @@ TEST(StageSim, ReadBoundStepIsBytesOverReadBandwidth) {
 }
 
 TEST(StageSim, IssueAheadStartsPrefetchesThatManyOpsEarlier) {
-  // act0 (1 GB, written during the 2 s fwd1) is prefetched for bwd0. With
-  // issue_ahead_ops 1 the read starts when bwd0 is issued, after bwd1 ends,
-  // and all 0.5 s of it is exposed; with 2 it starts with bwd1 (issued when
-  // bwd2 ends), so bwd1's 0.3 s hides that much of it.
+  // act0 (1 GB, written during the 2 s fwd1) is prefetched for bwd0 through
+  // pinned host memory (no GDS): 0.5 s from the SSD, then 10 ms over PCIe.
+  // With issue_ahead_ops 1 the read starts when bwd0 is issued, after bwd1
+  // ends, and all 510 ms of it is exposed. With 2 it starts with bwd1 (issued
+  // when bwd2 ends), so bwd1's 0.3 s hides that much of its SSD part; its
+  // device buffer and host-to-device copy wait for bwd1 to end, as the
+  // replay's do (the buffer is taken when bwd0 is issued, the copy is ordered
+  // after bwd1 on the compute stream).
   traces::Trace t = ChainTrace(3, 1'000'000'000, 1000, 1000);
   t.ops[1].measured_ns = 2'000'000'000;  // fwd1
   t.ops[4].measured_ns = 300'000'000;    // bwd1
@@ -67,16 +71,30 @@ TEST(StageSim, IssueAheadStartsPrefetchesThatManyOpsEarlier) {
   const traces::Plan plan =
       PlanWith(t, {Placement{2, TensorAction::kOffloadSsd, bwd0, "a.bin", 0, 0}});
   HardwareOptions hw = TestHardware(1, 2, 100);
+  hw.storage.gds = false;
   hw.gpu.issue_ahead_ops = 1;
   auto one = SimulateStage(t, plan, hw);
   hw.gpu.issue_ahead_ops = 2;
   auto two = SimulateStage(t, plan, hw);
   ASSERT_TRUE(one.ok()) << one.status().message();
   ASSERT_TRUE(two.ok()) << two.status().message();
-  EXPECT_EQ(one->exposed_io_ns, 500'000'000);
-  EXPECT_EQ(two->exposed_io_ns, 200'000'000);
+  EXPECT_EQ(one->exposed_io_ns, 510'000'000);
+  EXPECT_EQ(two->exposed_io_ns, 210'000'000);
   EXPECT_EQ(one->step_ns - two->step_ns, 300'000'000);
   EXPECT_EQ(two->ssd_bytes_read, 1'000'000'000);
+  // The same memory either way: act0 comes back when bwd1 has ended.
+  EXPECT_EQ(one->peak_gpu_bytes, two->peak_gpu_bytes);
+  // GDS reads straight into the device buffer, so a read fired ahead waits
+  // for bwd1 altogether: the run-ahead hides nothing of it.
+  hw.storage.gds = true;
+  hw.gpu.issue_ahead_ops = 1;
+  auto gds_one = SimulateStage(t, plan, hw);
+  hw.gpu.issue_ahead_ops = 2;
+  auto gds_two = SimulateStage(t, plan, hw);
+  ASSERT_TRUE(gds_one.ok()) << gds_one.status().message();
+  ASSERT_TRUE(gds_two.ok()) << gds_two.status().message();
+  EXPECT_EQ(gds_one->exposed_io_ns, 500'000'000);
+  EXPECT_EQ(gds_two->exposed_io_ns, 500'000'000);
 }
 
 TEST(StageSim, WriteBoundStepIsBytesOverWriteBandwidth) {
