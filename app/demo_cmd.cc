@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "analysis/compare.h"
 #include "app/calibration.h"
@@ -23,6 +24,7 @@
 #include "app/reports.h"
 #include "exec/calibrate.h"
 #include "exec/replay.h"
+#include "exec/signal_cleanup.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/hardware.h"
@@ -120,7 +122,12 @@ class ScratchDir {
     if (::mkdtemp(pattern.data()) == nullptr) {
       return Status::IoError(pattern + ": cannot create a temporary offload directory (set --dir)");
     }
-    return std::make_unique<ScratchDir>(pattern, true);
+    auto dir = std::make_unique<ScratchDir>(pattern, true);
+    // Ctrl-C or SIGTERM removes it too, after the engine's run directory in it.
+    auto guard = exec::ScopedSignalCleanup::Make(fs::absolute(pattern).string());
+    if (!guard.ok()) return guard.status();
+    dir->guard_.emplace(std::move(*guard));
+    return dir;
   }
   ScratchDir(std::string path, bool owned) : path_(std::move(path)), owned_(owned) {}
   ~ScratchDir() {
@@ -132,6 +139,7 @@ class ScratchDir {
  private:
   std::string path_;
   bool owned_;
+  std::optional<exec::ScopedSignalCleanup> guard_;
 };
 
 class Demo {

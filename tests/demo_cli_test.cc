@@ -101,5 +101,26 @@ TEST_F(DemoCli, MissingOffloadDirectoryIsAnErrorNamingIt) {
   EXPECT_NE(r.output.find(File("nowhere")), std::string::npos) << r.output;
 }
 
+TEST_F(DemoCli, SigtermRemovesItsTemporaryOffloadDirectory) {
+  // Without --dir the demo offloads into a directory of its own under TMPDIR;
+  // stopped by SIGTERM mid-run it removes that directory too (the engine's
+  // run directory inside it first), then dies by the signal.
+  fs::create_directories(dir_ / "tmp");
+  const std::string tmp = File("tmp");
+  const CliResult r =
+      testing::Shell("TMPDIR=" + tmp + " " + testing::SsdtrainBinary() + " demo --model " +
+                     File("micro-gpt.json") + " --report " + File("r") +
+                     " --no-plots --rounds 50 >/dev/null 2>&1 & pid=$!; "
+                     "for i in $(seq 100); do ls " +
+                     tmp +
+                     " | grep -q ssdtrain-demo- && break; sleep 0.1; done; "
+                     "sleep 2; ls " +
+                     tmp + "; kill -TERM $pid; wait $pid; echo exit=$?");
+  EXPECT_NE(r.output.find("ssdtrain-demo-"), std::string::npos)
+      << "the demo never made its directory: " << r.output;
+  EXPECT_NE(r.output.find("exit=143"), std::string::npos) << r.output;  // 128 + SIGTERM
+  EXPECT_TRUE(fs::is_empty(tmp)) << "left in TMPDIR after SIGTERM";
+}
+
 }  // namespace
 }  // namespace ssdtrain

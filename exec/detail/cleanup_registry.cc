@@ -10,6 +10,9 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <utility>
+
+#include "exec/signal_cleanup.h"
 
 namespace ssdtrain::exec::detail {
 namespace {
@@ -25,8 +28,16 @@ struct sigaction g_previous_term;
 std::mutex g_install_mu;  // serializes InstallHandlers
 
 void OnSignal(int sig) {
-  for (Slot& slot : g_slots) {
-    if (slot.state.load(std::memory_order_acquire) == 2) RemoveDirSignalSafe(slot.path);
+  // A listed directory may hold another (a caller's scratch directory holding
+  // the engine's run directory): what could not go in one pass is tried again
+  // once the pass removed something, so inner directories go first.
+  bool done[kMaxCleanupDirs] = {};
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int i = 0; i < kMaxCleanupDirs; ++i) {
+      if (done[i] || g_slots[i].state.load(std::memory_order_acquire) != 2) continue;
+      if (RemoveDirSignalSafe(g_slots[i].path)) done[i] = progress = true;
+    }
   }
   ::sigaction(sig, sig == SIGINT ? &g_previous_int : &g_previous_term, nullptr);
   ::raise(sig);
@@ -113,3 +124,25 @@ bool RemoveDirSignalSafe(const char* dir) {
 }
 
 }  // namespace ssdtrain::exec::detail
+
+namespace ssdtrain::exec {
+
+Result<ScopedSignalCleanup> ScopedSignalCleanup::Make(const std::string& dir) {
+  SSDTRAIN_ASSIGN_OR_RETURN(const int slot, detail::RegisterCleanupDir(dir));
+  return ScopedSignalCleanup(slot);
+}
+
+ScopedSignalCleanup::~ScopedSignalCleanup() { detail::UnregisterCleanupDir(slot_); }
+
+ScopedSignalCleanup::ScopedSignalCleanup(ScopedSignalCleanup&& other) noexcept
+    : slot_(std::exchange(other.slot_, -1)) {}
+
+ScopedSignalCleanup& ScopedSignalCleanup::operator=(ScopedSignalCleanup&& other) noexcept {
+  if (this != &other) {
+    detail::UnregisterCleanupDir(slot_);
+    slot_ = std::exchange(other.slot_, -1);
+  }
+  return *this;
+}
+
+}  // namespace ssdtrain::exec

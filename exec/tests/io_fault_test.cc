@@ -22,6 +22,7 @@
 #include "exec/detail/test_points.h"
 #include "exec/fault_backend.h"
 #include "exec/offload_engine.h"
+#include "exec/signal_cleanup.h"
 #include "exec/tests/io_test_util.h"
 #include "exec/uring_backend.h"
 
@@ -312,6 +313,38 @@ TEST_F(FaultTest, SigtermRemovesTheOffloadFilesAndStillKillsTheProcess) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFSIGNALED(status)) << "child exited with " << WEXITSTATUS(status);
   EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_TRUE(ListTree(tmp_.path()).empty());
+}
+
+TEST_F(FaultTest, SigtermAlsoRemovesAScratchDirectoryHoldingTheRunDirectory) {
+  // `ssdtrain demo`'s temporary --dir: registered before the engine makes its
+  // run directory inside it, so the handler meets the scratch directory first,
+  // cannot remove it while the run directory is there, and comes back to it.
+  const std::string scratch = tmp_.path() + "/scratch";
+  ASSERT_TRUE(std::filesystem::create_directory(scratch));
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto guard = ScopedSignalCleanup::Make(scratch);
+    if (!guard.ok()) ::_exit(3);
+    OffloadOptions o;
+    o.dirs = {scratch};
+    o.block_size = kBlock;
+    o.queue_depth = kDepth;
+    o.staging_bytes = 0;
+    auto engine = OffloadEngine::Create(o);
+    if (!engine.ok()) ::_exit(4);
+    const auto data = RandomBytes(kBlock, 10);
+    if (!(*engine)->Write(Key(0), data.data(), kBlock).ok()) ::_exit(5);
+    if (ListTree(scratch).size() != 2) ::_exit(6);  // run dir + 1 file
+    ::raise(SIGTERM);
+    ::_exit(7);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited with " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_FALSE(std::filesystem::exists(scratch));
   EXPECT_TRUE(ListTree(tmp_.path()).empty());
 }
 
