@@ -1,0 +1,171 @@
+// The stage simulator's class (sim/stage_sim.h: SimulateStage): one stage's
+// ops, offload transfers and memory as events. Its parts live in files named
+// for them:
+//   stage_sim.cc            storages, memory, issuing and running ops
+//   stage_sim_transfers.cc  offload writes and reads over PCIe and the SSD
+// Internal to sim.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/engine.h"
+#include "sim/fluid.h"
+#include "sim/hardware.h"
+#include "sim/op_cost.h"
+#include "sim/stage_sim.h"
+#include "traces/storage_plan.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::sim::detail {
+
+using traces::OpId;
+using traces::Phase;
+using traces::TensorAction;
+using traces::TensorId;
+using traces::TensorKind;
+
+inline constexpr double kGiga = 1e9;
+// The SSD array serves each direction's requests in the order they were queued
+// (a large request is striped over every die, so it has the drive to itself
+// rather than a slice of it next to the others), as the offload engine also
+// submits them; reads and writes split the drive between them
+// (FluidNetwork's queues).
+inline constexpr int kSsdReadQueue = 0;
+inline constexpr int kSsdWriteQueue = 1;
+
+enum class WriteState { kNone, kQueued, kStaged, kLanded, kDropped };
+enum class ReadState { kNone, kMoving, kDone };
+
+struct Storage {
+  TensorId root = 0;
+  int64_t bytes = 0;
+  int64_t memory = 0;  // device bytes: `bytes` rounded to the allocation granularity
+  bool persistent = false;
+  bool activation = false;
+  bool saved = false;
+  TensorAction action = TensorAction::kKeep;
+  OpId producer = traces::kNoOp;
+  OpId prefetch_before = traces::kNoOp;
+  OpId evict_before = traces::kNoOp;  // planned eviction point (traces/storage_plan.h)
+  int pending = 0;                    // consumer ops (of any member) not yet run
+  int pending_forward = 0;            // forward-phase ones among them
+  // Dynamic state.
+  bool resident = false;
+  bool pinned = false;      // forwarded: stays on the device until its last use
+  bool recomputed = false;  // re-materialized by recompute at least once
+  bool held = false;        // rebuilt for a recompute that has not started yet
+  bool evict_due = false;   // its planned eviction point has been reached
+  WriteState write = WriteState::kNone;
+  ReadState read = ReadState::kNone;
+  // A read in flight: from host memory (no SSD part), its data in host memory
+  // already, waiting for the running op (StartRead), when it started.
+  bool read_from_host = false;
+  bool read_host_ready = false;
+  bool read_waits_for_op = false;
+  int64_t read_start_ns = 0;
+  FluidNetwork::FlowId write_flow = -1;
+  FluidNetwork::FlowId stage_flow = -1;  // bounce: pinned -> SSD
+};
+
+struct WorkItem {
+  OpId op = 0;
+  bool recompute = false;
+  // Recompute: the storage it rebuilds. The op's other outputs go to scratch
+  // buffers freed when it ends, as the replay does (exec/replay_issue.cc, Replayer::Recompute).
+  size_t target = 0;
+};
+
+class StageSimulator {
+ public:
+  StageSimulator(const traces::Trace& trace, const traces::Plan& plan, const HardwareOptions& hw,
+                 const StageSimOptions& options)
+      : trace_(trace),
+        plan_(plan),
+        hw_(hw),
+        options_(options),
+        cost_(hw, std::max<int64_t>(1, trace.header.tp), trace.header.dtype,
+              options.use_trace_measurements),
+        net_(engine_),
+        alignment_(std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes)),
+        workspace_bytes_(hw.gpu.replay_workspace
+                             ? traces::DeviceBytes(traces::ReplayWorkspaceBytes(
+                                                       trace, hw.gpu.replay_output_region_bytes),
+                                                   alignment_)
+                             : 0),
+        budget_bytes_(plan.memory_budget_bytes) {}
+
+  Result<StageResult> Run();
+
+ private:
+  Status BuildStorages();
+  void SetUpResources();
+  void TryIssue();
+  void StartItem(const WorkItem& item);
+  // Issues the prefetches of every op up to `upto` not yet issued; those of
+  // ops after `running` (the op now running, if any) wait for it to end.
+  void FirePrefetches(size_t upto, std::optional<size_t> running = std::nullopt);
+  // True when a write in flight will evict a storage once it lands.
+  bool WritesWillFreeMemory() const;
+  void EndItem(const WorkItem& item, int64_t start);
+  void Allocate(Storage& s);
+  void Free(Storage& s);
+  void MaybeRelease(Storage& s);
+  void Forward(Storage& s);
+  void StartOffload(size_t sid);
+  // Reads storage `sid` back. `after_running_op`: fired by the run-ahead for
+  // a later op while one runs; its destination buffer is taken, and its
+  // host-to-device copy starts, when the running op ends, as in the replay:
+  // the replay allocates the buffer when it issues that later op, after the
+  // running op's inputs were freed, and orders the copy after the running op
+  // on the compute stream (exec/replay_memory.cc, IssueRead). The SSD part
+  // starts at once.
+  void StartRead(size_t sid, bool after_running_op = false);
+  void StartGdsRead(size_t sid);
+  void MaybeStartHostToDevice(size_t sid);
+  void ReleaseReadsAfterOp();
+  void OnReadDone(size_t sid);
+  void Sample();
+  void AddSpan(traces::Lane lane, int64_t start, int64_t end, OpId op, TensorId tensor,
+               const std::string& name);
+  int64_t Now() const { return engine_.Now().ns(); }
+
+  const traces::Trace& trace_;
+  const traces::Plan& plan_;
+  const HardwareOptions& hw_;
+  const StageSimOptions& options_;
+  OpCostModel cost_;
+  Engine engine_;
+  FluidNetwork net_;
+  Status error_;
+
+  traces::StoragePlan resolved_;
+  int64_t alignment_ = 1;        // the device's allocation granularity
+  int64_t workspace_bytes_ = 0;  // the executor's GEMM workspace, when counted
+  int64_t budget_bytes_ = 0;     // the plan's device-memory budget; 0: none
+  int64_t scratch_bytes_ = 0;    // a running recompute's scratch outputs
+  std::vector<Storage> storages_;
+  std::vector<std::vector<size_t>> prefetch_at_;  // op id -> storages to prefetch
+  std::vector<size_t> reads_after_op_;            // reads waiting for the running op to end
+  std::vector<std::vector<size_t>> evict_at_;     // op id -> storages evicted there
+  std::vector<std::vector<size_t>> op_inputs_;    // op id -> unique input storages
+  std::vector<std::vector<size_t>> op_outputs_;   // op id -> unique output storages
+
+  FluidNetwork::ResourceId d2h_ = 0, h2d_ = 0, host_mem_ = 0, ssd_ = 0;
+  BytesPerSec d2h_rate_, h2d_rate_, host_rate_, ssd_read_rate_, ssd_write_rate_;
+  Time pcie_latency_, ssd_read_latency_, ssd_write_latency_;
+
+  size_t next_op_ = 0;
+  size_t prefetched_upto_ = 0;  // ops below this have had their prefetches issued
+  std::vector<WorkItem> recompute_stack_;
+  bool busy_ = false;
+  int64_t wait_start_ = -1;
+  int64_t device_bytes_ = 0, activation_bytes_ = 0, host_bytes_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> lane_intervals_[6];
+  StageResult result_;
+};
+
+}  // namespace ssdtrain::sim::detail
