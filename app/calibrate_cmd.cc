@@ -104,22 +104,21 @@ int Run(const CalibrateOptions& o) {
   // own folder DIR/rank-<r>, in step (each measurement starts when every rank
   // is ready for it), so that the figures are those of N ranks sharing this
   // machine, as `mpirun -np N ssdtrain replay` will; rank 0 writes their mean.
-  std::unique_ptr<RankSync> ranks;
-  if (LaunchedAsRanks()) {
-    auto started = StartRanks();
-    if (!started.ok()) return ReportError("calibrate", started.status());
-    ranks = std::move(*started);
-  }
+  auto started = StartRanksIfLaunched();
+  if (!started.ok()) return ReportError("calibrate", started.status());
+  const std::unique_ptr<RankSync> ranks = std::move(*started);
   const bool speaks = ranks == nullptr || ranks->rank() == 0;  // rank 0 prints for all
   auto fail = [&](const Status& st) { return speaks ? ReportError("calibrate", st) : 1; };
   auto loaded = Load(o);
   std::string dir = o.dir;
   bool made_dir = false;
   if (loaded.ok() && ranks) {
-    dir = (std::filesystem::path(o.dir) / ("rank-" + std::to_string(ranks->rank()))).string();
-    std::error_code ec;
-    made_dir = std::filesystem::create_directory(dir, ec);
-    if (ec) loaded = Status::IoError(dir + ": cannot create the rank's directory: " + ec.message());
+    Result<std::string> mine = MakeRankDir(o.dir, ranks->rank(), &made_dir);
+    if (mine.ok()) {
+      dir = *mine;
+    } else {
+      loaded = mine.status();
+    }
   }
   // Removes this rank's folder (the measurements removed their files).
   auto tidy = [&] {

@@ -5,7 +5,9 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -22,6 +24,19 @@ bool LaunchedAsRanks() {
     if (v != nullptr && std::atoi(v) > 1) return true;
   }
   return false;
+}
+
+Result<std::unique_ptr<RankSync>> StartRanksIfLaunched() {
+  if (!LaunchedAsRanks()) return std::unique_ptr<RankSync>();
+  return StartRanks();
+}
+
+Result<std::string> MakeRankDir(const std::string& dir, int rank, bool* made) {
+  const std::string mine = (std::filesystem::path(dir) / ("rank-" + std::to_string(rank))).string();
+  std::error_code ec;
+  *made = std::filesystem::create_directory(mine, ec);
+  if (ec) return Status::IoError(mine + ": cannot create the rank's directory: " + ec.message());
+  return mine;
 }
 
 #ifndef SSDTRAIN_WITH_MPI

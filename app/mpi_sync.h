@@ -29,5 +29,11 @@ bool LaunchedAsRanks();
 // object goes, every rank receives the messages a failure left unreceived and
 // completes its sends (collective), then MPI_Finalize.
 Result<std::unique_ptr<RankSync>> StartRanks();
+// StartRanks when LaunchedAsRanks, else nullptr (one process).
+Result<std::unique_ptr<RankSync>> StartRanksIfLaunched();
+// This rank's own folder under --dir, `dir/rank-<rank>`, where a verb under
+// mpirun (replay, calibrate) keeps its files; created if missing. `*made`:
+// whether this call created it (then the caller removes it when done).
+Result<std::string> MakeRankDir(const std::string& dir, int rank, bool* made);
 
 }  // namespace ssdtrain::app

@@ -156,11 +156,7 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   s.dir = f.dir;
   if (ranks != nullptr) {
     SSDTRAIN_RETURN_IF_ERROR(CheckRanks(s.plan, s.plan_source, *ranks));
-    // Each rank offloads into its own directory under --dir.
-    s.dir = (std::filesystem::path(f.dir) / ("rank-" + std::to_string(ranks->rank()))).string();
-    std::error_code ec;
-    s.made_dir = std::filesystem::create_directory(s.dir, ec);
-    if (ec) return Status::IoError(s.dir + ": cannot create the rank's directory: " + ec.message());
+    SSDTRAIN_ASSIGN_OR_RETURN(s.dir, MakeRankDir(f.dir, ranks->rank(), &s.made_dir));
   }
   return s;
 }
@@ -218,12 +214,9 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
 }
 
 int Run(const ReplayFlags& f) {
-  std::unique_ptr<RankSync> ranks;
-  if (LaunchedAsRanks()) {
-    auto started = StartRanks();
-    if (!started.ok()) return ReportError("replay", started.status());
-    ranks = std::move(*started);
-  }
+  auto started = StartRanksIfLaunched();
+  if (!started.ok()) return ReportError("replay", started.status());
+  const std::unique_ptr<RankSync> ranks = std::move(*started);
   const bool speaks = ranks == nullptr || ranks->rank() == 0;  // rank 0 prints for all
   auto fail = [&](const Status& st) { return speaks ? ReportError("replay", st) : 1; };
   auto backend = ParseBackend(f.backend);

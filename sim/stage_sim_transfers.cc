@@ -149,6 +149,7 @@ void StageSimulator::MaybeStartHostToDevice(size_t sid) {
 }
 
 void StageSimulator::ReleaseReadsAfterOp() {
+  if (reads_after_op_.empty()) return;  // the usual case: this runs after every op
   std::vector<size_t> reads;
   reads.swap(reads_after_op_);
   for (size_t sid : reads) {
