@@ -174,9 +174,9 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
   const double tokens_one_rank = m.tokens_per_s * static_cast<double>(m.step_time_ns);
   const int64_t dp = std::max<int64_t>(plan.dp, 1);
   for (size_t r = 0; r < all.size(); ++r) {
-    SSDTRAIN_ASSIGN_OR_RETURN(
-        traces::StepReport rep,
-        traces::StepReportFromJson(nlohmann::json::parse(all[r]), "rank " + std::to_string(r)));
+    const std::string source = "rank " + std::to_string(r) + "'s report";
+    SSDTRAIN_ASSIGN_OR_RETURN(nlohmann::json doc, traces::ParseJson(all[r], false, source));
+    SSDTRAIN_ASSIGN_OR_RETURN(traces::StepReport rep, traces::StepReportFromJson(doc, source));
     const traces::StepMetrics& x = rep.metrics;
     per_rank.push_back(
         {{"rank", r},

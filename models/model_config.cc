@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "traces/detail/json_fields.h"
+#include "traces/io.h"
 
 namespace ssdtrain::models {
 namespace {
@@ -199,12 +200,7 @@ Result<ModelConfig> LoadModelConfig(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return Status::IoError(path + ": read failed");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    return Status::InvalidArgument(path + ": not valid JSON: " + e.what());
-  }
+  SSDTRAIN_ASSIGN_OR_RETURN(nlohmann::json j, traces::ParseJson(text.str(), false, path));
   SSDTRAIN_ASSIGN_OR_RETURN(ModelConfig c, ModelConfigFromJson(j, path));
   const std::string stem = std::filesystem::path(path).stem().string();
   if (c.name != stem) {

@@ -24,6 +24,58 @@ bool EndsWith(const std::string& s, std::string_view suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Deeper nesting is refused before it is built. nlohmann's CBOR reader recurses
+// once per level, so a file of nested one-element arrays (a few bytes a level)
+// overflowed the stack (found by the trace_cbor fuzzer); our documents nest a
+// handful of levels.
+constexpr int kMaxJsonDepth = 128;
+
+// nlohmann's own DOM builder with a nesting limit: start_object and start_array
+// past kMaxJsonDepth stop the parse (the reader returns at once, unwinding).
+class DepthLimitedDomBuilder {
+ public:
+  explicit DepthLimitedDomBuilder(json& root) : dom_(root) {}
+
+  bool too_deep() const { return too_deep_; }
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const json::string_t& s) {
+    return dom_.number_float(v, s);
+  }
+  bool string(json::string_t& v) { return dom_.string(v); }
+  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool key(json::string_t& v) { return dom_.key(v); }
+  bool start_object(std::size_t n) { return Enter() && dom_.start_object(n); }
+  bool end_object() {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) { return Enter() && dom_.start_array(n); }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t pos, const std::string& token, const nlohmann::detail::exception& e) {
+    return dom_.parse_error(pos, token, e);  // throws e: the caller reports its text
+  }
+
+ private:
+  bool Enter() {
+    if (++depth_ > kMaxJsonDepth) {
+      too_deep_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  int depth_ = 0;
+  bool too_deep_ = false;
+};
+
 json OptionalId(int64_t id) { return id < 0 ? json(nullptr) : json(id); }
 
 json HeaderToJson(const Header& h) {
@@ -285,13 +337,23 @@ Result<json> ReadJsonFile(const std::string& path) {
 }
 
 Result<json> ParseJson(std::string_view bytes, bool cbor, const std::string& source) {
+  const char* format = cbor ? "CBOR" : "JSON";
+  json doc;
+  DepthLimitedDomBuilder builder(doc);
   try {
-    if (cbor) return json::from_cbor(bytes);
-    return json::parse(bytes);
+    const bool ok = json::sax_parse(bytes.begin(), bytes.end(), &builder,
+                                    cbor ? json::input_format_t::cbor : json::input_format_t::json);
+    if (builder.too_deep()) {
+      return Status::InvalidArgument(source + ": not valid " + format + ": nested deeper than " +
+                                     std::to_string(kMaxJsonDepth) +
+                                     " arrays and objects (a trace, plan or config needs " +
+                                     "fewer than 10)");
+    }
+    if (!ok) return Status::InvalidArgument(source + ": not valid " + format);
   } catch (const json::exception& e) {
-    return Status::InvalidArgument(source + ": not valid " + (cbor ? "CBOR" : "JSON") + ": " +
-                                   e.what());
+    return Status::InvalidArgument(source + ": not valid " + format + ": " + e.what());
   }
+  return doc;
 }
 
 Status WriteJsonFile(const json& j, const std::string& path) {

@@ -94,6 +94,48 @@ TEST(TraceIo, ParseJsonFromMemoryNamesTheSourceAndFormat) {
       << bad_cbor.status().message();
 }
 
+TEST(TraceIo, NestingPastTheLimitIsRefusedNotRecursedInto) {
+  // nlohmann's CBOR reader recurses once per level: 100000 nested one-element
+  // arrays (0x81 each) overflowed the stack before the limit (trace_cbor fuzzer).
+  // Both formats stop at the same depth with the same message; 128 levels read.
+  auto nested_cbor = [](size_t levels) {
+    std::string bytes(levels, '\x81');
+    bytes += '\xf6';  // null
+    return bytes;
+  };
+  auto nested_json = [](size_t levels) {
+    return std::string(levels, '[') + "null" + std::string(levels, ']');
+  };
+  for (const bool cbor : {true, false}) {
+    SCOPED_TRACE(cbor ? "CBOR" : "JSON");
+    const std::string source = cbor ? "deep.cbor" : "deep.json";
+    auto parse = [&](size_t levels) {
+      return ParseJson(cbor ? nested_cbor(levels) : nested_json(levels), cbor, source);
+    };
+    Result<nlohmann::json> at_limit = parse(128);
+    ASSERT_TRUE(at_limit.ok()) << at_limit.status().ToString();
+    const nlohmann::json* inner = &*at_limit;
+    for (int i = 0; i < 128; ++i) {
+      ASSERT_TRUE(inner->is_array() && inner->size() == 1u) << "level " << i;
+      inner = &(*inner)[0];
+    }
+    EXPECT_TRUE(inner->is_null());
+    for (const size_t levels : {size_t{129}, size_t{100000}}) {
+      Result<nlohmann::json> deep = parse(levels);
+      ASSERT_FALSE(deep.ok()) << levels;
+      EXPECT_EQ(deep.status().message(),
+                source + ": not valid " + (cbor ? "CBOR" : "JSON") +
+                    ": nested deeper than 128 arrays and objects (a trace, plan or config " +
+                    "needs fewer than 10)");
+    }
+  }
+  // Objects count as levels too.
+  std::string objects;
+  for (int i = 0; i < 129; ++i) objects += "{\"a\":";
+  objects += "1" + std::string(129, '}');
+  EXPECT_FALSE(ParseJson(objects, false, "o.json").ok());
+}
+
 TEST(TraceIo, WriteToMissingDirectoryFailsAndLeavesNothing) {
   Status s = WriteTrace(testing::SmallTrace(), "/nonexistent-dir/x.json");
   EXPECT_FALSE(s.ok());
