@@ -94,8 +94,8 @@ py::object OpOrNone(traces::OpId op) {
 }
 
 // One dict per saved storage (in root-id order): root, name, bytes, dtype,
-// shape (the root row's), action, prefetch_before and first_backward_use (op
-// ids or None); plus the plan's model, policy, fingerprint and ssd_bytes.
+// shape (the root row's), action, prefetch_before, evict_before, producer and
+// first_backward_use (op ids or None); plus the plan's model, policy, fingerprint and ssd_bytes.
 py::dict ResolvePlanFiles(const std::string& trace_path, const std::string& plan_path) {
   Result<traces::Trace> trace = Status::Internal("not read");
   Result<traces::Plan> plan = Status::Internal("not read");
@@ -126,6 +126,8 @@ py::dict ResolvePlanFiles(const std::string& trace_path, const std::string& plan
     d["action"] = std::string(traces::ToString(s.action));
     d["placed_by"] = s.placed_by;
     d["prefetch_before"] = OpOrNone(s.prefetch_before);
+    d["evict_before"] = OpOrNone(s.evict_before);
+    d["producer"] = OpOrNone(s.producer);
     d["first_backward_use"] = OpOrNone(s.first_backward_use);
     storages.append(std::move(d));
   }

@@ -33,10 +33,11 @@ With ``plan=`` and ``trace=`` (a plan ``ssdtrain plan --trace`` made for a trace
 ``ssdtrain.capture`` wrote), the plan decides instead (ssdtrain/plan.py): each
 storage is matched to the trace's by its save number and checked (bytes, dtype,
 shape: a run that is not the captured one raises ``ssdtrain.PlanError``);
-offload-ssd storages are written when saved (as under "all") and land within
-``write_lag`` leaf modules, keep storages stay, ``min_bytes`` and ``prefetch`` do
-not apply; reads are issued at the plan's prefetch points, mapped to the first
-unpack at or after each, or on demand.
+offload-ssd storages are written when saved (as under "all") and released at the
+plan's eviction points, mapped to the first save after each (a plan without
+them: they land within ``write_lag`` leaf modules), keep storages stay,
+``min_bytes`` and ``prefetch`` do not apply; reads are issued at the plan's
+prefetch points, mapped to the first unpack at or after each, or on demand.
 A storage's file is removed when autograd frees the last saved tensor on it.
 A storage saved again after its release (a later op saving another view of it,
 such as the V of a fused QKV output) is recognised by the base tensor it views
@@ -215,7 +216,7 @@ class Offload:
         self._counts = dict(saved_tensors=0, saved_storages=0, dedup_hits=0,
                             offloaded_storages=0, offloaded_bytes=0, forwarded_storages=0,
                             forwarded_bytes=0, kept_bytes=0, kept_last_bytes=0,
-                            prefetched_storages=0)
+                            prefetched_storages=0, evicted_at_plan_points=0)
 
     def __enter__(self):
         self.engine = _engine.Engine(**self._engine_args)
@@ -323,6 +324,8 @@ class Offload:
             except PlanError as e:  # nothing of this storage is written
                 self._failed = e
                 raise
+            # Its producer has run: so have the eviction points it stands for.
+            self._evict(self.plan.evictions.get(entry.index, ()))
         sid = self._next_sid
         self._next_sid += 1
         nbytes = entry.key[2]
@@ -340,7 +343,8 @@ class Offload:
             offload = self.policy != "none" and nbytes >= self.min_bytes
         if offload:
             s.state = "queued"
-            self._by_group.setdefault(s.group, []).append(s)
+            if placed is None or placed.evict_before is None:  # else the plan's point
+                self._by_group.setdefault(s.group, []).append(s)
             if self.keep_last == 0:
                 self._start_write(s)
         else:
@@ -360,6 +364,7 @@ class Offload:
                     except PlanError as e:
                         self._failed = e
                         raise
+                    self._evict(self.plan.evictions_at_backward)
             s = h.storage
             if self.plan is not None and s.entry.index not in self._unpacked:
                 # The first unpack of s: the plan's prefetch points mapped to it.
@@ -439,6 +444,15 @@ class Offload:
         self._release(s)
         self._counts["offloaded_storages"] += 1
         self._counts["offloaded_bytes"] += s.nbytes
+
+    def _evict(self, save_numbers):
+        """The plan's eviction point of these storages: each still in memory is
+        released, its write waited for first."""
+        for k in save_numbers:
+            s = self._by_index.get(k)
+            if s is not None and s.state == "writing":
+                self._land_write(s)
+                self._counts["evicted_at_plan_points"] += 1
 
     def _release(self, s):
         """Drops every reference this cache holds to the storage's memory."""
@@ -576,7 +590,8 @@ class Offload:
     def stats(self):
         """Counters, with the run report's names: ssd_bytes_written, ssd_bytes_read,
         peak_saved_bytes (resident saved-tensor bytes this cache held at most),
-        exposed_io_ns (time forward and backward waited on the SSD path)."""
+        exposed_io_ns (time forward and backward waited on the SSD path);
+        evicted_at_plan_points: storages released at a plan's eviction point."""
         with self._lock:
             if self.engine is None or self.engine.closed:
                 return dict(getattr(self, "_final_stats", {}))

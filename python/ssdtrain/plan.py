@@ -13,8 +13,9 @@ is written. The plan itself is checked against the trace by the C++ reader
 per storage by ``traces::ResolvePlan``, the one meaning of a plan.
 
 What is applied. offload-ssd: the storage is written through the engine when
-autograd saves it (its producer has run), released once the write lands, and
-read back in backward. keep: it stays in memory. recompute and offload-host
+autograd saves it (its producer has run), released at its eviction point (below;
+a plan without one: once the write lands, within ``write_lag`` leaf modules),
+and read back in backward. keep: it stays in memory. recompute and offload-host
 raise ``PlanError`` when the plan is loaded: the Python offload neither
 recomputes nor has a host tier (``ssdtrain replay`` runs such plans). The
 plan's file names, SSD directory indexes and offsets are the replay's layout;
@@ -28,6 +29,16 @@ is the earliest one at or after S's prefetch op (no such op, or no prefetch
 point: on demand, when S itself is unpacked). Backward unpacks storages in the
 order the trace's backward ops use them, so the read goes out no later than the
 plan says, give or take the ops between two unpacks.
+
+Eviction points. A plan frees a storage's memory when forward op
+``evict_before`` is issued, waiting for its write to land if it has not (the
+wait is exposed I/O): memory follows from the plan, whatever the SSD's speed,
+as in ``ssdtrain replay``. A run sees no forward ops either, only saves; it
+knows op E has run once it saves a storage the trace's op E or a later one
+produced. So a storage is released when the run first saves a storage whose
+producer is at or after its eviction point (before that storage counts as
+resident), or, with none, when backward first unpacks; give or take the ops
+between two saves again.
 """
 
 import os
@@ -52,7 +63,7 @@ class PlacedStorage:
     """One numbered storage of the trace and what the plan does with it."""
 
     __slots__ = ("index", "root", "name", "bytes", "dtype", "shape", "offload",
-                 "first_backward_use", "prefetch_before")
+                 "producer", "first_backward_use", "prefetch_before", "evict_before")
 
     def __init__(self, index, row):
         self.index = index
@@ -62,8 +73,10 @@ class PlacedStorage:
         self.dtype = row["dtype"]
         self.shape = list(row["shape"])
         self.offload = row["action"] == "offload-ssd"
+        self.producer = row["producer"]
         self.first_backward_use = row["first_backward_use"]
         self.prefetch_before = row["prefetch_before"] if self.offload else None
+        self.evict_before = row["evict_before"] if self.offload else None
 
 
 class StepPlan:
@@ -102,6 +115,7 @@ class StepPlan:
             raise PlanError(f"{where}: the trace's save numbers skip {missing}")
         self.storages = [by_index[k] for k in range(len(by_index))]
         self.triggers = self._triggers()
+        self.evictions, self.evictions_at_backward = self._evictions()
 
     def _triggers(self):
         """Save number -> the save numbers whose reads its first unpack issues."""
@@ -119,6 +133,26 @@ class StepPlan:
                 if t != s.index:
                     triggers.setdefault(t, []).append(s.index)
         return triggers
+
+    def _evictions(self):
+        """(save number -> the save numbers released when it is saved, the save
+        numbers released when backward starts), for the storages with an eviction
+        point; the others follow write_lag."""
+        evictions, at_backward = {}, []
+        for s in self.storages:
+            if s.evict_before is None:
+                continue
+            at = next((k.index for k in self.storages
+                       if k.producer is not None and k.producer >= s.evict_before), None)
+            if at is None:
+                at_backward.append(s.index)
+            elif at <= s.index:  # ValidatePlan puts the point after the storage's forward uses
+                raise PlanError(f"{self.plan_path} (trace {self.trace_path}): the eviction "
+                                f"point of tensor {s.root} ({s.name}), op {s.evict_before}, "
+                                f"falls before the storage is saved")
+            else:
+                evictions.setdefault(at, []).append(s.index)
+        return evictions, at_backward
 
     def _mismatch(self, what):
         return PlanError(f"ssdtrain.offload: this run does not match the trace the plan "

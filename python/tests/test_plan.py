@@ -141,6 +141,55 @@ class OffloadByPlan(unittest.TestCase):
             self.assertEqual(s["peak_saved_bytes"], total - planned)
         self.assertEqual(os.listdir(self.dir), [])
 
+    def rewritten_plan(self, name, **fields):
+        """This class's plan with `fields` set on every offload-ssd placement
+        (a value None removes the field), written beside it."""
+        plan = json.loads(json.dumps(self.plan))
+        for p in plan["placements"]:
+            if p["action"] == "offload-ssd":
+                for key, value in fields.items():
+                    if value is None:
+                        p.pop(key, None)
+                    else:
+                        p[key] = value
+        path = os.path.join(self.tmp, name)
+        with open(path, "w") as f:
+            json.dump(plan, f)
+        return path
+
+    def test_the_plans_eviction_points_decide_memory(self):
+        roots = offloaded_storages(self.trace, self.plan)
+        planned = sum(t["bytes"] for t in roots.values())
+        torch.manual_seed(0)
+        total, _ = saved_storage_bytes(GPT(), *batch(0), ssdtrain.DEFAULT_MIN_BYTES)
+        # The planner places an eviction point on every offloaded storage.
+        placements = [p for p in self.plan["placements"] if p["action"] == "offload-ssd"]
+        self.assertTrue(placements)
+        self.assertTrue(all("evict_before" in p for p in placements))
+        _, _, planned_stats = train(steps=1, **self.offload_args())
+        self.assertEqual(planned_stats[0]["evicted_at_plan_points"],
+                         planned_stats[0]["offloaded_storages"])
+        # Points at the first backward op (reads on demand, so that every point
+        # comes before the storage's read): no storage is freed in forward, and
+        # the peak, at the end of forward, is everything saved. A test that fails
+        # if the points are ignored: write_lag alone frees the plan's bytes.
+        first_backward = next(o["id"] for o in self.trace["ops"] if o["phase"] == "backward")
+        late = self.rewritten_plan("late.json", evict_before=first_backward, prefetch_before=None)
+        _, _, late_stats = train(steps=1, **self.offload_args(late))
+        s = late_stats[0]
+        self.assertEqual(s["peak_saved_bytes"], total)
+        self.assertEqual(s["evicted_at_plan_points"], len(roots))
+        self.assertEqual(s["offloaded_storages"], len(roots))
+        self.assertEqual((s["ssd_bytes_written"], s["ssd_bytes_read"]), (planned, planned))
+        self.assertEqual((s["prefetched_storages"], s["forwarded_storages"]), (0, 0))
+        # Without points every write lands within write_lag leaf modules: the
+        # peak is everything saved less the plan's bytes.
+        bare = self.rewritten_plan("bare.json", evict_before=None)
+        _, _, bare_stats = train(steps=1, **self.offload_args(bare))
+        self.assertEqual(bare_stats[0]["peak_saved_bytes"], total - planned)
+        self.assertEqual(bare_stats[0]["evicted_at_plan_points"], 0)
+        self.assertEqual(os.listdir(self.dir), [])
+
     def test_one_block_around_two_steps_numbers_each_forward_from_zero(self):
         torch.manual_seed(0)
         model = GPT()
