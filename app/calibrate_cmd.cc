@@ -15,6 +15,7 @@
 
 #include "app/calibration.h"
 #include "app/command.h"
+#include "app/interconnect_calibration.h"
 #include "app/mpi_sync.h"
 #include "exec/calibrate.h"
 #include "models/build_trace.h"
@@ -164,10 +165,22 @@ int Run(const CalibrateOptions& o) {
     };
   }
   Result<exec::Calibration> c = exec::Calibrate(co);
+  std::optional<sim::InterconnectOptions> link;
   if (ranks) {
     Status all = agreed_on_failure ? c.status() : ranks->Agree(c.ok() ? Status::Ok() : c.status());
     tidy();
     if (!all.ok()) return fail(all);
+    // The links between the ranks, as a replay on them sends and all-reduces.
+    if (co.progress) {
+      co.progress(fmt::format("interconnect: ping-pong of ranks 0 and 1, all-reduce of {}",
+                              ranks->size()));
+    }
+    Result<InterconnectFigures> f = MeasureInterconnect(*ranks, {.repeats = o.repeats});
+    if (!f.ok()) return fail(f.status());
+    link = base.interconnect;  // tp_GBps stays: tensor parallelism runs within a rank
+    link->pp_GBps = f->pp_GBps;
+    link->dp_GBps = f->dp_GBps;
+    link->latency_us = f->latency_us;
     c = MeanOverRanks(std::move(*c), *ranks);
     if (!c.ok()) return fail(c.status());
     if (!speaks) return 0;
@@ -175,7 +188,8 @@ int Run(const CalibrateOptions& o) {
   if (!c.ok()) return ReportError("calibrate", c.status());
   const sim::HardwareOptions hw = ApplyCalibration(
       base, *c,
-      CalibrationSettings{o.dir, o.base, o.block_size, o.queue_depth, ranks ? ranks->size() : 1});
+      CalibrationSettings{o.dir, o.base, o.block_size, o.queue_depth, ranks ? ranks->size() : 1,
+                          link});
   Status s = traces::WriteJsonFile(sim::ToJson(hw), o.output);
   if (!s.ok()) return ReportError("calibrate", s);
   std::cout << fmt::format(
@@ -192,6 +206,12 @@ int Run(const CalibrateOptions& o) {
       hw.gpu.memory_GBps, hw.host_link.d2h_GBps, hw.host_link.h2d_GBps, hw.storage.drive.write_GBps,
       hw.storage.drive.read_GBps, hw.storage.drive.write_latency_us,
       hw.storage.drive.read_latency_us, c->io_backend, hw.measured_op_times.size(), o.output);
+  if (link) {
+    std::cout << fmt::format(
+        "interconnect between the {} ranks: {:.2f} GB/s pipeline sends, {:.2f} GB/s all-reduce, "
+        "{:.1f} us latency\n",
+        ranks->size(), link->pp_GBps, link->dp_GBps, link->latency_us);
+  }
   if (!c->direct_io) {
     std::cout << "buffered I/O: the SSD figures are the page cache's, not the drive's\n";
   }

@@ -56,6 +56,13 @@ sim::HardwareOptions ApplyCalibration(sim::HardwareOptions hw, const exec::Calib
         o.ranks, o.ranks);
   }
   hw.calibrated_ranks = o.ranks;
+  if (o.interconnect) {
+    hw.interconnect = *o.interconnect;
+    hw.description += fmt::format(
+        "; interconnect measured between the ranks (pipeline ping-pong, all-reduce): {:.2f} "
+        "GB/s pp, {:.2f} GB/s dp, {:.1f} us",
+        hw.interconnect.pp_GBps, hw.interconnect.dp_GBps, hw.interconnect.latency_us);
+  }
   // GEMM: each dtype's peak is its best rate seen (GFLOP/s = FLOPs per ns).
   std::map<std::string, double> peaks;
   for (const exec::GemmSample& s : c.gemm) {

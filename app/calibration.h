@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "exec/calibrate.h"
@@ -16,11 +17,14 @@ struct CalibrationSettings {
   int64_t block_size = int64_t{4} << 20;
   int queue_depth = 32;
   int ranks = 1;  // that measured at once, their figures averaged (mpirun -np N)
+  // Measured between those ranks (app/interconnect_calibration.h); else the
+  // base's interconnect stays.
+  std::optional<sim::InterconnectOptions> interconnect = std::nullopt;
 };
 
 // Folds the measurements into `base`: GEMM peak and efficiency curve, memory
 // bandwidth, copy bandwidth, one storage array of one drive at the measured
-// rates, and the measured op times.
+// rates, the measured op times, and the interconnect when measured.
 sim::HardwareOptions ApplyCalibration(sim::HardwareOptions base, const exec::Calibration& c,
                                       const CalibrationSettings& settings);
 

@@ -59,6 +59,16 @@ TEST_F(CalibrateRanksCli, TwoRanksWriteOneConfigMarkedAndLeaveNoFolders) {
   EXPECT_NE(hw->description.find("on 2 ranks at once"), std::string::npos) << hw->description;
   EXPECT_GT(hw->storage.drive.write_GBps, 0);
   EXPECT_FALSE(hw->measured_op_times.empty());
+  // The links between the two ranks were measured, not the base's 10 GB/s and
+  // 5 us kept (cpu-local.json): a measured figure is never exactly those.
+  EXPECT_NE(r.output.find("interconnect between the 2 ranks: "), std::string::npos) << r.output;
+  EXPECT_GT(hw->interconnect.pp_GBps, 0);
+  EXPECT_GT(hw->interconnect.dp_GBps, 0);
+  EXPECT_GT(hw->interconnect.latency_us, 0);
+  EXPECT_NE(hw->interconnect.pp_GBps, 10);
+  EXPECT_NE(hw->interconnect.dp_GBps, 10);
+  EXPECT_NE(hw->interconnect.latency_us, 5);
+  EXPECT_NE(hw->description.find("interconnect measured between the ranks"), std::string::npos);
   EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank folders or files left";
 }
 

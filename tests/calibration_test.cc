@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "app/interconnect_calibration.h"
+#include "sim/collective.h"
+
 namespace ssdtrain::app {
 namespace {
 
@@ -105,6 +108,48 @@ TEST(ApplyCalibration, RecordsHowManyRanksMeasuredAtOnce) {
   const sim::HardwareOptions hw = ApplyCalibration(sim::HardwareOptions{}, c, settings);
   EXPECT_EQ(hw.calibrated_ranks, 2);
   EXPECT_NE(hw.description.find("on 2 ranks at once"), std::string::npos) << hw.description;
+}
+
+TEST(SolveInterconnect, GivesBackTheMeasuredTimesThroughTheSimulatorsFormulas) {
+  // 16 MiB: one way in 5 ms, 8 bytes in 20 us; all-reduce over 4 ranks in 12 ms.
+  const int64_t bytes = int64_t{16} << 20;
+  const InterconnectFigures f = SolveInterconnect(4, bytes, 20e3, 5e6, 12e6);
+  EXPECT_DOUBLE_EQ(f.latency_us, 20.0);
+  // A pipeline send: S / B + latency (sim/simulate.cc).
+  EXPECT_NEAR(static_cast<double>(bytes) / (f.pp_GBps * 1e9) + f.latency_us * 1e-6, 5e-3, 1e-12);
+  // The ring all-reduce: 2(n-1)/n S / B + 2(n-1) latency (sim/collective.h).
+  EXPECT_NEAR(static_cast<double>(sim::CollectiveNs(sim::CollectiveKind::kAllReduce, bytes, 4,
+                                                    f.dp_GBps, f.latency_us)),
+              12e6, 1.0);
+  EXPECT_NEAR(f.pp_GBps, 16.0 * (1 << 20) / (5e6 - 20e3), 1e-9);
+  EXPECT_NEAR(f.dp_GBps, 1.5 * 16.0 * (1 << 20) / (12e6 - 6 * 20e3), 1e-9);
+}
+
+TEST(SolveInterconnect, ATimeWithinItsLatencyPartIsAllBandwidth) {
+  // The large message no slower than the small one, the all-reduce under its
+  // 2(n-1) latencies: each rate is S over the whole time, never negative.
+  const InterconnectFigures f = SolveInterconnect(2, 1000, 50, 50, 60);
+  EXPECT_DOUBLE_EQ(f.pp_GBps, 1000.0 / 50);
+  EXPECT_DOUBLE_EQ(f.dp_GBps, 1000.0 / 60);
+}
+
+TEST(ApplyCalibration, TakesTheMeasuredInterconnectOrKeepsTheBases) {
+  exec::Calibration c;
+  c.backend = "cpu";
+  c.device_capacity_bytes = 4 * kGiB;
+  sim::HardwareOptions base;
+  base.interconnect = {7, 10, 10, 5};
+  CalibrationSettings settings{"/tmp", "base"};
+  settings.ranks = 2;
+  EXPECT_EQ(ApplyCalibration(base, c, settings).interconnect.pp_GBps, 10);
+  settings.interconnect = sim::InterconnectOptions{7, 3.5, 2.5, 12};
+  const sim::HardwareOptions hw = ApplyCalibration(base, c, settings);
+  EXPECT_EQ(hw.interconnect.tp_GBps, 7);
+  EXPECT_EQ(hw.interconnect.pp_GBps, 3.5);
+  EXPECT_EQ(hw.interconnect.dp_GBps, 2.5);
+  EXPECT_EQ(hw.interconnect.latency_us, 12);
+  EXPECT_NE(hw.description.find("interconnect measured between the ranks"), std::string::npos)
+      << hw.description;
 }
 
 }  // namespace
