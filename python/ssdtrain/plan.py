@@ -41,6 +41,7 @@ resident), or, with none, when backward first unpacks; give or take the ops
 between two saves again.
 """
 
+import bisect
 import os
 
 from . import _engine
@@ -139,12 +140,17 @@ class StepPlan:
         numbers released when backward starts), for the storages with an eviction
         point; the others follow write_lag."""
         evictions, at_backward = {}, []
+        # The latest producer among the first k + 1 saves: the first save whose
+        # producer is at or after op E is the first k where this reaches E.
+        latest, top = [], -1
+        for k in self.storages:
+            top = max(top, -1 if k.producer is None else k.producer)
+            latest.append(top)
         for s in self.storages:
             if s.evict_before is None:
                 continue
-            at = next((k.index for k in self.storages
-                       if k.producer is not None and k.producer >= s.evict_before), None)
-            if at is None:
+            at = bisect.bisect_left(latest, s.evict_before)
+            if at == len(latest):
                 at_backward.append(s.index)
             elif at <= s.index:  # ValidatePlan puts the point after the storage's forward uses
                 raise PlanError(f"{self.plan_path} (trace {self.trace_path}): the eviction "
