@@ -172,8 +172,8 @@ int Run(const CalibrateOptions& o) {
     if (!all.ok()) return fail(all);
     // The links between the ranks, as a replay on them sends and all-reduces.
     if (co.progress) {
-      co.progress(fmt::format("interconnect: ping-pong of ranks 0 and 1, all-reduce of {}",
-                              ranks->size()));
+      co.progress(
+          fmt::format("interconnect: ping-pong of ranks 0 and 1, all-reduce of {}", ranks->size()));
     }
     Result<InterconnectFigures> f = MeasureInterconnect(*ranks, {.repeats = o.repeats});
     if (!f.ok()) return fail(f.status());
@@ -186,10 +186,10 @@ int Run(const CalibrateOptions& o) {
     if (!speaks) return 0;
   }
   if (!c.ok()) return ReportError("calibrate", c.status());
-  const sim::HardwareOptions hw = ApplyCalibration(
-      base, *c,
-      CalibrationSettings{o.dir, o.base, o.block_size, o.queue_depth, ranks ? ranks->size() : 1,
-                          link});
+  const sim::HardwareOptions hw =
+      ApplyCalibration(base, *c,
+                       CalibrationSettings{o.dir, o.base, o.block_size, o.queue_depth,
+                                           ranks ? ranks->size() : 1, link});
   Status s = traces::WriteJsonFile(sim::ToJson(hw), o.output);
   if (!s.ok()) return ReportError("calibrate", s);
   std::cout << fmt::format(

@@ -81,8 +81,8 @@ Result<InterconnectFigures> MeasureInterconnect(RankSync& ranks, const Interconn
   if (ranks.rank() <= 1) {
     int64_t counter = 0;
     Result<std::vector<double>> s = PingPong(ranks, kSmallBytes, runs, &counter);
-    Result<std::vector<double>> l = s.ok() ? PingPong(ranks, m.bytes, runs, &counter)
-                                           : Result<std::vector<double>>(s.status());
+    Result<std::vector<double>> l =
+        s.ok() ? PingPong(ranks, m.bytes, runs, &counter) : Result<std::vector<double>>(s.status());
     const Status st = l.ok() ? ranks.WaitSends() : l.status();
     if (!st.ok()) return failed(st);
     small = timed(*s);

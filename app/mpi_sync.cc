@@ -146,8 +146,9 @@ class MpiSync final : public RankSync {
     // for the copy into a warm one).
     SSDTRAIN_RETURN_IF_ERROR(RecycleCompletedSends());
     std::unique_ptr<std::vector<char>> copy;
-    auto warm = std::find_if(free_copies_.begin(), free_copies_.end(),
-                             [&](const auto& b) { return static_cast<int64_t>(b->size()) >= bytes; });
+    auto warm = std::find_if(free_copies_.begin(), free_copies_.end(), [&](const auto& b) {
+      return static_cast<int64_t>(b->size()) >= bytes;
+    });
     if (warm != free_copies_.end()) {
       copy = std::move(*warm);
       free_copies_.erase(warm);

@@ -58,7 +58,8 @@ class DepthLimitedDomBuilder {
     --depth_;
     return dom_.end_array();
   }
-  bool parse_error(std::size_t pos, const std::string& token, const nlohmann::detail::exception& e) {
+  bool parse_error(std::size_t pos, const std::string& token,
+                   const nlohmann::detail::exception& e) {
     return dom_.parse_error(pos, token, e);  // throws e: the caller reports its text
   }
 
