@@ -3,7 +3,8 @@
 //   - pipeline sends: a ping-pong between ranks 0 and 1 (SendAsync, Receive),
 //     small messages for the latency, large ones for the bandwidth;
 //   - the gradient all-reduce: AllReduceSum of fp32 over all N ranks.
-// The figures are the simulator's (sim/hardware.h, sim/collective.h), solved
+// The figures are the simulator's (sim/hardware.h; sim/collective.h prices a
+// send with SendNs and the all-reduce with CollectiveNs), solved
 // from the medians of the timed runs:
 //   latency_us  one-way time of an 8-byte message;
 //   pp_GBps     S / (one-way time of S bytes − latency);

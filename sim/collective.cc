@@ -42,6 +42,10 @@ int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, doub
   return traces::CeilSecondsToNs(seconds);
 }
 
+int64_t SendNs(int64_t bytes, double GBps, double latency_us) {
+  return traces::CeilSecondsToNs(static_cast<double>(bytes) / (GBps * 1e9) + latency_us * 1e-6);
+}
+
 std::vector<BucketSpan> BucketedAllReduce(const std::vector<GradientReady>& gradients,
                                           int64_t bucket_bytes, int64_t n, double GBps,
                                           double latency_us) {

@@ -33,6 +33,9 @@ int64_t CollectivePayloadBytes(const traces::Op& op);
 int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, double GBps,
                      double latency_us);
 
+// One point-to-point message (a pipeline send between stages): S / B + latency.
+int64_t SendNs(int64_t bytes, double GBps, double latency_us);
+
 // Data-parallel gradients all-reduced in buckets while backward runs (PyTorch
 // DDP, Megatron's distributed optimizer): gradients join the open bucket in
 // the order backward produces them; a bucket is closed once it holds

@@ -214,10 +214,8 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     const int64_t fwd = r.forward_end_ns;
     times.push_back(StageTimes{fwd, std::max<int64_t>(0, r.step_ns - fwd - r.optimizer_ns)});
   }
-  const int64_t send_ns = p > 1 ? traces::CeilSecondsToNs(static_cast<double>(SendBytes(first)) /
-                                                              (hw.interconnect.pp_GBps * kGiga) +
-                                                          hw.interconnect.latency_us * 1e-6)
-                                : 0;
+  const int64_t send_ns =
+      p > 1 ? SendNs(SendBytes(first), hw.interconnect.pp_GBps, hw.interconnect.latency_us) : 0;
   SSDTRAIN_ASSIGN_OR_RETURN(PipelineResult pipe,
                             SimulatePipeline(times, m, schedule, send_ns, options.record_timeline));
 

@@ -115,8 +115,8 @@ TEST(SolveInterconnect, GivesBackTheMeasuredTimesThroughTheSimulatorsFormulas) {
   const int64_t bytes = int64_t{16} << 20;
   const InterconnectFigures f = SolveInterconnect(4, bytes, 20e3, 5e6, 12e6);
   EXPECT_DOUBLE_EQ(f.latency_us, 20.0);
-  // A pipeline send: S / B + latency (sim/simulate.cc).
-  EXPECT_NEAR(static_cast<double>(bytes) / (f.pp_GBps * 1e9) + f.latency_us * 1e-6, 5e-3, 1e-12);
+  // A pipeline send: S / B + latency (sim/collective.h).
+  EXPECT_NEAR(static_cast<double>(sim::SendNs(bytes, f.pp_GBps, f.latency_us)), 5e6, 1.0);
   // The ring all-reduce: 2(n-1)/n S / B + 2(n-1) latency (sim/collective.h).
   EXPECT_NEAR(static_cast<double>(sim::CollectiveNs(sim::CollectiveKind::kAllReduce, bytes, 4,
                                                     f.dp_GBps, f.latency_us)),

@@ -31,6 +31,12 @@ TEST(Collective, AllGatherAndReduceScatterAreOneRingPass) {
             600'015'000);
 }
 
+TEST(Collective, ASendIsItsBytesOverTheLinkPlusOneLatency) {
+  // 8 GB / 10 GB/s = 0.8 s, plus 5 µs (rounded up to whole ns: 0.800005 is not
+  // exact in binary, so it may land one ns above).
+  EXPECT_NEAR(SendNs(kPayload, kGBps, kLatencyUs), 800'005'000, 1);
+}
+
 TEST(Collective, OneRankCostsNothing) {
   EXPECT_EQ(CollectiveNs(CollectiveKind::kAllReduce, kPayload, 1, kGBps, kLatencyUs), 0);
   EXPECT_EQ(CollectiveNs(CollectiveKind::kAllGather, kPayload, 1, kGBps, kLatencyUs), 0);
