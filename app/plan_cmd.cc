@@ -13,6 +13,7 @@
 #include "sim/planner.h"
 #include "sim/policy.h"
 #include "sim/simulate.h"
+#include "sim/stage_plans.h"
 #include "traces/io.h"
 #include "traces/plan.h"
 #include "traces/report.h"
@@ -148,9 +149,7 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
 // to each stage's trace, eviction points placed alike (the simulator lets
 // stage 1 stand for them). Each
 // rank of `mpirun ... ssdtrain replay` replays its stage's.
-Status AttachStagePlans(const PlanInput& in, const sim::PlannerResult& r,
-                        const sim::HardwareOptions& hw, const sim::PlannerOptions& po,
-                        traces::Plan& plan) {
+Status AttachStagePlans(const PlanInput& in, const sim::PlannerResult& r, traces::Plan& plan) {
   nlohmann::json stages = nlohmann::json::array();
   for (int64_t k = 1; k < plan.pp; ++k) {
     std::optional<traces::Plan> stage_plan;
@@ -161,15 +160,13 @@ Status AttachStagePlans(const PlanInput& in, const sim::PlannerResult& r,
       if (r.stage_plans.empty()) {
         return Status::Internal("the planner returned no plan for stage " + std::to_string(k));
       }
+      // A middle stage runs stage 1's plan, which holds more micro-batches
+      // than it does (sim/stage_plans.h).
       SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace t,
                                 in.provider(plan.micro_batch, plan.tp, plan.pp, k));
-      sim::PolicyOptions options;
-      options.allow_host_offload = po.allow_host_offload;
-      SSDTRAIN_ASSIGN_OR_RETURN(stage_plan, sim::MakeFixedPlan(r.stage_plans.front().second.policy,
-                                                               t, hw, plan, options));
-      // Its eviction points as the planner placed stage 1's (the same rule on
-      // a trace of the same shape), so that it holds the memory predicted.
-      SSDTRAIN_ASSIGN_OR_RETURN(stage_plan, sim::PlaceEvictions(t, std::move(*stage_plan), hw));
+      Result<traces::Plan> retargeted = sim::RetargetPlan(r.stage_plans.front().second, t);
+      if (!retargeted.ok()) return retargeted.status().WithPrefix("stage " + std::to_string(k));
+      stage_plan = std::move(*retargeted);
     }
     stage_plan->extra = nlohmann::json::object();
     stage_plan->prediction.reset();
@@ -241,7 +238,7 @@ int RunPlan(const PlanCmdOptions& o) {
   }
   traces::Plan plan = r->plan;
   if (plan.pp > 1) {
-    Status attached = AttachStagePlans(in, *r, *hw, po, plan);
+    Status attached = AttachStagePlans(in, *r, plan);
     if (!attached.ok()) return ReportError("plan", attached);
   }
   Result<traces::Trace> stage0 = in.stage0(plan);

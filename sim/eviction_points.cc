@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "sim/pipeline.h"
 #include "sim/policy.h"
 #include "sim/stage_sim.h"
 #include "traces/storage_plan.h"
@@ -24,6 +25,16 @@ Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan pla
   SSDTRAIN_ASSIGN_OR_RETURN(const StageResult r, SimulateStage(trace, plan, hw, so));
   SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan sp, traces::ResolvePlan(trace, plan, "plan"));
   const auto n = static_cast<traces::OpId>(trace.ops.size());
+  SSDTRAIN_ASSIGN_OR_RETURN(const PipelineSchedule schedule, ParseSchedule(plan.schedule));
+  const bool several = MicroBatchesInFlight(trace.header.stage, std::max<int64_t>(1, plan.pp),
+                                            plan.num_micro_batches, schedule) > 1;
+  traces::OpId pass_end = traces::kNoOp;  // the first backward op
+  for (const traces::Op& op : trace.ops) {
+    if (op.phase == traces::Phase::kBackward) {
+      pass_end = op.id;
+      break;
+    }
+  }
   std::vector<traces::Placement> placed;
   for (traces::Placement& p : plan.placements) {
     const traces::StorageInfo& s = sp.of(p.tensor);
@@ -39,8 +50,14 @@ Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan pla
           break;
         }
       }
-      // Its write would land after backward needs it back (the simulation
-      // forwards it): it is kept, and the write that would be wasted goes.
+      if (p.evict_before == traces::kNoOp && several) {
+        // Its write lands after backward needs it, but the stage holds other
+        // micro-batches: it goes at the end of its forward pass, the next pass
+        // waiting for the write (backpressure), not held while it waits.
+        p.evict_before = pass_end;
+      }
+      // Alone, its write would land after backward needs it back (the
+      // simulation forwards it): it is kept, and the wasted write goes.
       if (p.evict_before == traces::kNoOp) continue;
     }
     placed.push_back(std::move(p));

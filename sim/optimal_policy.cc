@@ -38,14 +38,21 @@ class Search {
     so.record_timeline = false;
     return Simulate(trace_, plan, hw_, so);
   }
-  bool Fits(const Prediction& p) const { return p.metrics.peak_gpu_bytes <= budget_; }
+  // The peak of the trace's own stage, holding its in-flight micro-batches
+  // (the trace stands for every stage in the simulation).
+  int64_t Peak(const Prediction& p) const {
+    const auto stage = static_cast<size_t>(std::max<int64_t>(0, trace_.header.stage));
+    if (p.stage_peaks.empty()) return p.metrics.peak_gpu_bytes;
+    return p.stage_peaks[std::min(stage, p.stage_peaks.size() - 1)].peak_gpu_bytes;
+  }
+  bool Fits(const Prediction& p) const { return Peak(p) <= budget_; }
   bool Better(const Prediction& a, const Prediction& b) const {
     if (Fits(a) != Fits(b)) return Fits(a);
-    if (!Fits(a)) return a.metrics.peak_gpu_bytes < b.metrics.peak_gpu_bytes;
+    if (!Fits(a)) return Peak(a) < Peak(b);
     if (a.metrics.step_time_ns != b.metrics.step_time_ns) {
       return a.metrics.step_time_ns < b.metrics.step_time_ns;
     }
-    return a.metrics.peak_gpu_bytes < b.metrics.peak_gpu_bytes;
+    return Peak(a) < Peak(b);
   }
   // Tries `plan` (after time-aware prefetch); replaces the incumbent when better.
   Result<bool> Try(traces::Plan plan, Candidate* best) {

@@ -9,8 +9,12 @@
 // prunes those that cannot fit or cannot beat the best simulated plan so far; only the rest are
 // simulated, each under every requested policy.
 //
-// Each simulated layout runs stage 0, the last stage and (pp > 2) stage 1
-// standing for the middle stages (sim/simulate.h).
+// Each simulated layout plans stage 0, the last stage and (pp > 2) stage 1
+// standing for the middle stages, each for its own micro-batches in flight
+// (sim/stage_plans.h), and judges them by the whole-step prediction it would
+// return: a plan fits when every stage's peak is within the budget
+// (sim/fit.h). The files: layouts and bound (planner_layouts.cc), per-stage
+// plans (stage_plans.cc), the fit rule (fit.cc), the search (planner.cc).
 //
 // The caller supplies the traces (sim does not depend on models): a provider
 // called with (micro_batch, tp, pp, stage). Calls are memoised per argument set.
@@ -68,7 +72,8 @@ struct PlannerResult {
   int64_t layouts = 0, simulated_layouts = 0, simulations = 0;
   nlohmann::json rok = nlohmann::json::array();  // best layout: per policy memory vs step time
   // The plans of the other simulated stages (stage 1 standing for the middle
-  // ones when pp > 2, then the last stage when pp > 1), by stage index.
+  // ones when pp > 2, then the last stage when pp > 1), by stage index; a
+  // middle stage k > 1 runs stage 1's plan (RetargetPlan onto its trace).
   std::vector<std::pair<int64_t, traces::Plan>> stage_plans;
 };
 

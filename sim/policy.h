@@ -96,9 +96,13 @@ Result<traces::Plan> MakeSsdtrainPaperPlan(const traces::Trace& trace, const Har
 // storage's eviction at the first op that starts after its predicted landing
 // (within its window: after its last forward use, before its prefetch point
 // and first backward use). A storage whose write does not land in that window
-// is kept instead (its placements go: the simulation forwards it, and a run
-// that wrote it anyway could evict and read it back, holding other memory at
-// other times). Simulating the result gives the same memory profile at every
+// goes at the end of its forward pass (its point is the first backward op,
+// traces/storage_plan.h) when the stage holds several micro-batches at once
+// (plan.pp, num_micro_batches, schedule and the trace's stage): the next pass
+// waits for its write (backpressure) instead of the stage holding it while the
+// micro-batch waits for its backward. A stage holding one micro-batch keeps it
+// instead (its placements go: the simulation forwards it, and a run that wrote
+// it anyway could evict and read it back, holding other memory at other times). Simulating the result gives the same memory profile at every
 // op, and a replay holds exactly that memory whatever its SSD does: a slower
 // drive makes the op at the point wait (exposed I/O) instead of holding more.
 // Existing points are replaced. Plans without offload come back unchanged.

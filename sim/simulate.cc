@@ -261,8 +261,9 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   for (int64_t s = 0; s < p; ++s) {
     const StageResult& r = result_for(s);
     const int64_t k = std::max<int64_t>(1, pipe.max_in_flight[static_cast<size_t>(s)]);
-    const Prediction::StagePeak peak{s, r.peak_gpu_bytes + (k - 1) * r.kept_activation_bytes,
-                                     r.peak_activation_bytes + (k - 1) * r.kept_activation_bytes};
+    const Prediction::StagePeak peak{
+        s, r.peak_gpu_bytes + (k - 1) * r.between_passes_bytes,
+        r.peak_activation_bytes + (k - 1) * r.between_passes_activation_bytes, k};
     out.stage_peaks.push_back(peak);
     mt.peak_gpu_bytes = std::max(mt.peak_gpu_bytes, peak.peak_gpu_bytes);
     mt.peak_activation_bytes = std::max(mt.peak_activation_bytes, peak.peak_activation_bytes);
@@ -347,7 +348,8 @@ nlohmann::json PredictionToJson(const Prediction& p) {
   for (const Prediction::StagePeak& sp : p.stage_peaks) {
     stages.push_back({{"stage", sp.stage},
                       {"peak_gpu_bytes", sp.peak_gpu_bytes},
-                      {"peak_activation_bytes", sp.peak_activation_bytes}});
+                      {"peak_activation_bytes", sp.peak_activation_bytes},
+                      {"in_flight", sp.in_flight}});
   }
   j["details"]["stages"] = stages;
   return j;

@@ -13,7 +13,9 @@
 //   later writes (later evictions, more memory) and later reads (exposed I/O)
 //   show in its times and peak.
 // - Memory: a stage holding k micro-batches needs its one-micro-batch peak
-//   plus (k − 1)·kept_activation_bytes (the activations the plan keeps).
+//   plus (k − 1)·between_passes_bytes (what a micro-batch holds while it
+//   waits between its passes: sim/stage_sim.h), the closed form of the
+//   unrolled step that the replay runs (traces::WholeStepStaticPeaks).
 // - Data parallelism: each stage all-reduces its weight gradients in buckets
 //   of max(4e7, 1e6·dp) parameters (Megatron's) during its last micro-batch's
 //   backward, in the order backward produces them (sim/collective.h); only
@@ -77,6 +79,7 @@ struct Prediction {
   struct StagePeak {
     int64_t stage = 0;
     int64_t peak_gpu_bytes = 0, peak_activation_bytes = 0;
+    int64_t in_flight = 1;  // micro-batches the stage holds at once
   };
   std::vector<StagePeak> stage_peaks;
 };

@@ -197,6 +197,7 @@ void StageSimulator::TryIssue() {
         if (wait_start_ < 0) wait_start_ = Now();
         return;  // the landing calls TryIssue again
       }
+      if (trace_.op(item.op).phase != Phase::kForward && !between_recorded_) RecordBetween();
     }
     // Issue the prefetches this op triggers (regular ops only), if the run-ahead
     // has not issued them already (StartItem).
@@ -259,6 +260,18 @@ void StageSimulator::TryIssue() {
     if (item.recompute) recompute_stack_.pop_back();
     StartItem(item);
   }
+}
+
+void StageSimulator::RecordBetween() {
+  between_recorded_ = true;
+  int64_t device = 0, activation = 0;
+  for (const Storage& s : storages_) {
+    if (!s.resident || s.persistent || s.read != ReadState::kNone) continue;
+    device += s.memory;
+    if (s.activation) activation += s.memory;
+  }
+  result_.between_passes_bytes = device;
+  result_.between_passes_activation_bytes = activation;
 }
 
 bool StageSimulator::WritesWillFreeMemory() const {

@@ -81,6 +81,13 @@ struct StageResult {
   int64_t peak_activation_bytes = 0;
   int64_t static_bytes = 0;           // resident all step (weights, grads, optimizer state)
   int64_t kept_activation_bytes = 0;  // saved activations the plan keeps on the device
+  // What the micro-batch holds while it waits between its forward and its
+  // backward pass: the non-persistent storages resident when its first backward
+  // op is issued, after that op's eviction points and before its reads and
+  // allocations (traces::BetweenPasses is the same with instantaneous I/O).
+  // A stage holding k micro-batches holds k − 1 such sets beside the one running.
+  int64_t between_passes_bytes = 0;
+  int64_t between_passes_activation_bytes = 0;
   int64_t ssd_bytes_written = 0;
   int64_t ssd_bytes_read = 0;
   int64_t host_bytes_written = 0;  // offload-host traffic

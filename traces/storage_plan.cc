@@ -25,6 +25,16 @@ int64_t Pad(int64_t bytes) {
 
 std::string Name(const Tensor& t) { return "tensor " + std::to_string(t.id) + " (" + t.name + ")"; }
 
+// Each micro-batch's first backward op: where an eviction point in that
+// micro-batch's backward takes effect (storage_plan.h, "Memory").
+std::map<int, OpId> ForwardPassEnds(const Trace& trace) {
+  std::map<int, OpId> out;
+  for (const Op& op : trace.ops) {
+    if (op.phase == Phase::kBackward) out.emplace(op.micro_batch, op.id);
+  }
+  return out;
+}
+
 }  // namespace
 
 bool IsWeightGradient(const Trace& trace, const Tensor& t) {
@@ -295,19 +305,27 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
       SSDTRAIN_RETURN_IF_ERROR(touch(t, sp.op_outputs[static_cast<size_t>(op.id)]));
     }
   }
+  const std::map<int, OpId> pass_end = ForwardPassEnds(trace);
   for (size_t i = 0; i < sp.storages.size(); ++i) {
-    const StorageInfo& s = sp.storages[i];
+    StorageInfo& s = sp.storages[i];
     if (s.offloaded() && s.prefetch_before != kNoOp) {
       sp.prefetch_at[static_cast<size_t>(s.prefetch_before)].push_back(static_cast<int>(i));
     }
     if (s.offloaded() && s.evict_before != kNoOp) {
-      // After the last forward use, before backward needs it back.
+      // A point in its own micro-batch's backward is the end of that forward pass.
+      const int mb = trace.tensor(s.root).micro_batch;
+      const Op& at = trace.op(s.evict_before);
+      if (at.phase == Phase::kBackward && at.micro_batch == mb) {
+        s.evict_before = pass_end.at(mb);
+      }
+      // After the last forward use, before backward needs it back (or at the pass end).
       const OpId backward = s.prefetch_before != kNoOp && (s.first_backward_use == kNoOp ||
                                                            s.prefetch_before < s.first_backward_use)
                                 ? s.prefetch_before
                                 : s.first_backward_use;
+      const bool at_pass_end = pass_end.count(mb) && s.evict_before == pass_end.at(mb);
       if (s.evict_before <= s.last_forward_use ||
-          (backward != kNoOp && s.evict_before >= backward)) {
+          (backward != kNoOp && s.evict_before >= backward && !at_pass_end)) {
         return Status::InvalidArgument(
             source + ": placements[" + std::to_string(placed_at.at(s.placed_by)) +
             "].evict_before: op " + std::to_string(s.evict_before) + " must come after tensor " +
@@ -337,54 +355,104 @@ Status CheckDevices(const StoragePlan& storage_plan, int directories, const std:
   return Status::Ok();
 }
 
-StaticPeaks ComputeStaticPeaks(const Trace& trace, const StoragePlan& sp, int64_t alignment) {
-  StaticPeaks peaks;
-  std::vector<bool> resident(sp.storages.size(), false);
-  int64_t activation = 0, total = 0;
-  for (const StorageInfo& s : sp.storages) {
-    if (s.persistent()) total += DeviceBytes(s.bytes, alignment);
+namespace {
+
+// The static walk (instantaneous I/O) over a trace's ops, in issue order.
+class StaticWalk {
+ public:
+  StaticWalk(const StoragePlan& sp, int64_t alignment)
+      : sp_(sp), alignment_(alignment), resident_(sp.storages.size(), false) {
+    for (const StorageInfo& s : sp.storages) {
+      if (s.persistent()) total_ += DeviceBytes(s.bytes, alignment_);
+    }
+    persistent_ = total_;
+    peaks_.device_bytes = total_;
   }
-  auto add = [&](int i) {
-    if (resident[static_cast<size_t>(i)]) return;
-    resident[static_cast<size_t>(i)] = true;
-    const StorageInfo& s = sp.storages[static_cast<size_t>(i)];
-    total += DeviceBytes(s.bytes, alignment);
-    if (s.activation()) activation += DeviceBytes(s.bytes, alignment);
-  };
-  auto remove = [&](int i) {
-    if (!resident[static_cast<size_t>(i)]) return;
-    resident[static_cast<size_t>(i)] = false;
-    const StorageInfo& s = sp.storages[static_cast<size_t>(i)];
-    total -= DeviceBytes(s.bytes, alignment);
-    if (s.activation()) activation -= DeviceBytes(s.bytes, alignment);
-  };
-  peaks.device_bytes = total;
-  std::vector<int> touched;
-  for (const Op& op : trace.ops) {
+  // Evictions at the op's planned points (its writes have landed).
+  void Evict(const Op& op) {
+    for (int i : sp_.evict_at[static_cast<size_t>(op.id)]) Remove(i);
+  }
+  // The rest of the op: its reads, allocations, the peak, then its frees.
+  void Run(const Op& op) {
     const auto id = static_cast<size_t>(op.id);
-    for (int i : sp.evict_at[id]) remove(i);  // at its planned point (the write has landed)
-    for (int i : sp.prefetch_at[id]) add(i);
-    touched = sp.op_inputs[id];
-    for (int i : sp.op_outputs[id]) {
-      if (std::find(touched.begin(), touched.end(), i) == touched.end()) touched.push_back(i);
+    for (int i : sp_.prefetch_at[id]) Add(i);
+    touched_ = sp_.op_inputs[id];
+    for (int i : sp_.op_outputs[id]) {
+      if (std::find(touched_.begin(), touched_.end(), i) == touched_.end()) touched_.push_back(i);
     }
-    for (int i : touched) {
-      if (!sp.storages[static_cast<size_t>(i)].persistent()) add(i);
+    for (int i : touched_) {
+      if (!sp_.storages[static_cast<size_t>(i)].persistent()) Add(i);
     }
-    peaks.activation_bytes = std::max(peaks.activation_bytes, activation);
-    peaks.device_bytes = std::max(peaks.device_bytes, total);
-    for (int i : touched) {
-      const StorageInfo& s = sp.storages[static_cast<size_t>(i)];
+    peaks_.activation_bytes = std::max(peaks_.activation_bytes, activation_);
+    peaks_.device_bytes = std::max(peaks_.device_bytes, total_);
+    for (int i : touched_) {
+      const StorageInfo& s = sp_.storages[static_cast<size_t>(i)];
       if (s.persistent()) continue;
       if (s.last_use == op.id) {
-        remove(i);
+        Remove(i);
       } else if (op.phase == Phase::kForward && s.last_forward_use == op.id &&
                  ((s.offloaded() && s.evict_before == kNoOp) ||
                   s.action == TensorAction::kRecompute)) {
-        remove(i);  // written and evicted at once / dropped until recomputed
+        Remove(i);  // written and evicted at once / dropped until recomputed
       }
     }
   }
+  const StaticPeaks& peaks() const { return peaks_; }
+  // What is resident now beyond the persistent storages.
+  StaticPeaks Now() const { return StaticPeaks{activation_, total_ - persistent_}; }
+
+ private:
+  void Add(int i) {
+    if (resident_[static_cast<size_t>(i)]) return;
+    resident_[static_cast<size_t>(i)] = true;
+    const StorageInfo& s = sp_.storages[static_cast<size_t>(i)];
+    total_ += DeviceBytes(s.bytes, alignment_);
+    if (s.activation()) activation_ += DeviceBytes(s.bytes, alignment_);
+  }
+  void Remove(int i) {
+    if (!resident_[static_cast<size_t>(i)]) return;
+    resident_[static_cast<size_t>(i)] = false;
+    const StorageInfo& s = sp_.storages[static_cast<size_t>(i)];
+    total_ -= DeviceBytes(s.bytes, alignment_);
+    if (s.activation()) activation_ -= DeviceBytes(s.bytes, alignment_);
+  }
+
+  const StoragePlan& sp_;
+  const int64_t alignment_;
+  std::vector<bool> resident_;
+  std::vector<int> touched_;
+  int64_t activation_ = 0, total_ = 0, persistent_ = 0;
+  StaticPeaks peaks_;
+};
+
+}  // namespace
+
+StaticPeaks ComputeStaticPeaks(const Trace& trace, const StoragePlan& sp, int64_t alignment) {
+  StaticWalk walk(sp, alignment);
+  for (const Op& op : trace.ops) {
+    walk.Evict(op);
+    walk.Run(op);
+  }
+  return walk.peaks();
+}
+
+StaticPeaks BetweenPasses(const Trace& trace, const StoragePlan& sp, int64_t alignment) {
+  StaticWalk walk(sp, alignment);
+  for (const Op& op : trace.ops) {
+    walk.Evict(op);
+    if (op.phase != Phase::kForward) return walk.Now();
+    walk.Run(op);
+  }
+  return walk.Now();
+}
+
+StaticPeaks WholeStepStaticPeaks(const Trace& trace, const StoragePlan& sp, int64_t in_flight,
+                                 int64_t alignment) {
+  StaticPeaks peaks = ComputeStaticPeaks(trace, sp, alignment);
+  if (in_flight <= 1) return peaks;
+  const StaticPeaks between = BetweenPasses(trace, sp, alignment);
+  peaks.device_bytes += (in_flight - 1) * between.device_bytes;
+  peaks.activation_bytes += (in_flight - 1) * between.activation_bytes;
   return peaks;
 }
 

@@ -28,7 +28,15 @@
 //   With an eviction point (Placement::evict_before) it stays until that op
 //   is issued instead, however early its write landed, and that op waits for
 //   the write: then memory follows from the plan alone. Placements on several
-//   members of one storage must agree on the eviction point.
+//   members of one storage must agree on the eviction point. A point on a
+//   backward op of the storage's own micro-batch means the end of that
+//   micro-batch's forward pass: it resolves to the micro-batch's first backward
+//   op (StorageInfo::evict_before), whatever backward op the plan names, and is
+//   valid even where that op is the prefetch point or first backward use (the
+//   write lands, the copy goes, the read brings it back). In a whole step
+//   (traces/whole_step.h) it is the first op issued after that forward pass,
+//   so a storage whose write lags is held until its pass ends, never while the
+//   micro-batch waits for its backward (backpressure across micro-batches).
 //   A prefetched storage counts from the moment its read is issued. The
 //   device's allocation granularity rounds every storage (DeviceBytes).
 //
@@ -149,5 +157,18 @@ struct StaticPeaks {
 };
 StaticPeaks ComputeStaticPeaks(const Trace& trace, const StoragePlan& storage_plan,
                                int64_t alignment = 1);
+
+// A stage's whole step without unrolling it (the closed form of
+// ComputeStaticPeaks over traces::UnrollStep's trace, for a one-micro-batch
+// `trace`): while a micro-batch waits between its forward and its backward pass
+// it holds BetweenPasses (the non-persistent storages resident after its
+// forward pass ends, its eviction points at the pass end applied, before its
+// backward allocates or reads anything). A stage holding k micro-batches at
+// once peaks at one micro-batch's peak plus (k − 1) · BetweenPasses, for the
+// device and the activation peak alike.
+StaticPeaks BetweenPasses(const Trace& trace, const StoragePlan& storage_plan,
+                          int64_t alignment = 1);
+StaticPeaks WholeStepStaticPeaks(const Trace& trace, const StoragePlan& storage_plan,
+                                 int64_t in_flight, int64_t alignment = 1);
 
 }  // namespace ssdtrain::traces

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "traces/storage_plan.h"
 
@@ -146,11 +147,18 @@ Result<WholeStep> UnrollStep(const Trace& trace, const Plan& plan, const std::st
     out.original_op.push_back(orig.id);
     u.ops.push_back(std::move(op));
   };
+  // pass_end[k]: the first op issued after micro-batch k's forward pass.
+  std::vector<OpId> pass_end(mm, kNoOp);
+  std::optional<size_t> ended;  // the micro-batch whose forward pass just ended
   for (const StageTask& task : StageOrder(schedule, trace.header.pp, trace.header.stage, m)) {
     const Phase phase = task.forward ? Phase::kForward : Phase::kBackward;
     for (const Op& op : trace.ops) {
-      if (op.phase == phase) emit(op, static_cast<size_t>(task.micro_batch));
+      if (op.phase != phase) continue;
+      if (ended) pass_end[*ended] = static_cast<OpId>(u.ops.size());
+      ended.reset();
+      emit(op, static_cast<size_t>(task.micro_batch));
     }
+    if (task.forward) ended = static_cast<size_t>(task.micro_batch);
   }
   for (const Op& op : trace.ops) {
     if (op.phase == Phase::kOptimizer) emit(op, 0);
@@ -180,7 +188,10 @@ Result<WholeStep> UnrollStep(const Trace& trace, const Plan& plan, const std::st
         pl.prefetch_before = op_id[opt ? 0 : k][static_cast<size_t>(orig.prefetch_before)];
       }
       if (orig.evict_before != kNoOp) {  // after a forward use: never in the optimizer
-        pl.evict_before = op_id[k][static_cast<size_t>(orig.evict_before)];
+        // A point in backward is the end of the forward pass (storage_plan.h).
+        pl.evict_before = trace.op(orig.evict_before).phase == Phase::kBackward
+                              ? pass_end[k]
+                              : op_id[k][static_cast<size_t>(orig.evict_before)];
       }
       if (!pl.file.empty()) pl.file = FileOf(static_cast<int64_t>(k), pl.file);
       p.placements.push_back(std::move(pl));

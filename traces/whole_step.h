@@ -23,8 +23,10 @@
 //   order; the optimizer's ops once, at the end. Op::micro_batch and
 //   Tensor::micro_batch say whose they are; names gain "mb<k>." when m > 1.
 // - Plan: each placement applies to every micro-batch's copy; its prefetch op is
-//   that micro-batch's copy of it; micro-batch k >= 1 writes its offload file
-//   under "mb<k>-" + the file's name, at the same offset (so extents that did not
+//   that micro-batch's copy of it, and so is its eviction point, except a point
+//   in backward (the end of the forward pass, traces/storage_plan.h), which
+//   becomes the first op issued after that micro-batch's forward pass; micro-batch k >= 1 writes
+//   its offload file under "mb<k>-" + the file's name, at the same offset (so extents that did not
 //   overlap still do not).
 // With m == 1 the trace and plan come back unchanged (same fingerprint).
 #pragma once

@@ -108,6 +108,8 @@ class StageSimulator {
   // Issues the prefetches of every op up to `upto` not yet issued; those of
   // ops after `running` (the op now running, if any) wait for it to end.
   void FirePrefetches(size_t upto, std::optional<size_t> running = std::nullopt);
+  // What the micro-batch holds between its passes (StageResult::between_passes_bytes).
+  void RecordBetween();
   // True when a write in flight will evict a storage once it lands.
   bool WritesWillFreeMemory() const;
   void EndItem(const WorkItem& item, int64_t start);
@@ -162,6 +164,7 @@ class StageSimulator {
   size_t prefetched_upto_ = 0;  // ops below this have had their prefetches issued
   std::vector<WorkItem> recompute_stack_;
   bool busy_ = false;
+  bool between_recorded_ = false;
   int64_t wait_start_ = -1;
   int64_t device_bytes_ = 0, activation_bytes_ = 0, host_bytes_ = 0;
   std::vector<std::pair<int64_t, int64_t>> lane_intervals_[6];

@@ -185,6 +185,22 @@ Placement SsdEvict(TensorId t, OpId evict, OpId prefetch = 4) {
   return p;
 }
 
+// A point in backward is the end of the forward pass: it resolves to the first
+// backward op (op3), also where that op is the prefetch point (the write
+// lands, the copy goes, the read brings it back).
+TEST(ResolvePlan, AnEvictionPointInBackwardIsTheEndOfTheForwardPass) {
+  const Trace t = testing::SmallTrace();
+  for (const OpId prefetch : {OpId{3}, OpId{4}}) {
+    for (const OpId evict : {OpId{3}, OpId{4}}) {
+      auto sp = ResolvePlan(t, PlanWith(t, {SsdEvict(2, evict, prefetch)}), "p.json");
+      ASSERT_TRUE(sp.ok()) << sp.status().message();
+      EXPECT_EQ(sp->of(2).evict_before, 3);
+      EXPECT_EQ(sp->evict_at[3], (std::vector<int>{sp->IndexOf(2)}));
+      EXPECT_TRUE(sp->evict_at[4].empty());
+    }
+  }
+}
+
 TEST(ResolvePlan, AnEvictionPointLiesBetweenTheLastForwardUseAndBackward) {
   const Trace t = testing::SmallTrace();
   auto sp = ResolvePlan(t, PlanWith(t, {SsdEvict(2, 3)}), "p.json");
@@ -192,7 +208,7 @@ TEST(ResolvePlan, AnEvictionPointLiesBetweenTheLastForwardUseAndBackward) {
   EXPECT_EQ(sp->of(2).evict_before, 3);
   EXPECT_EQ(sp->evict_at[3], (std::vector<int>{sp->IndexOf(2)}));
   EXPECT_TRUE(sp->evict_at[2].empty());
-  for (const OpId bad : {OpId{1}, OpId{4}}) {
+  for (const OpId bad : {OpId{0}, OpId{1}}) {
     const Status s = ResolvePlan(t, PlanWith(t, {SsdEvict(2, bad)}), "p.json").status();
     ASSERT_FALSE(s.ok()) << bad;
     EXPECT_NE(s.message().find("p.json: placements[0].evict_before: op " + std::to_string(bad) +

@@ -153,6 +153,89 @@ TEST(Validate, OnlyTensorsResidentAllStepAccumulate) {
       << st.message();
 }
 
+// The closed form (WholeStepStaticPeaks: one micro-batch's peak plus k − 1
+// times what a micro-batch holds between its passes) equals the static peaks
+// of the unrolled step, for every schedule, stage, micro-batch count and kind
+// of placement: a kept, offloaded without a point, with a point in forward
+// (op 2), with a point at the end of the forward pass (op 3, also its
+// prefetch point), recomputed.
+TEST(WholeStepStaticPeaks, EqualsTheUnrolledStepsStaticPeaks) {
+  Trace t = testing::SmallTrace();
+  std::vector<std::vector<Placement>> plans;
+  plans.push_back({});
+  plans.push_back({Placement{2, TensorAction::kOffloadSsd, 4, "a.bin", 0, 0}});
+  for (const OpId evict : {OpId{2}, OpId{3}, OpId{4}}) {
+    for (const OpId prefetch : {OpId{3}, OpId{4}}) {
+      Placement p{2, TensorAction::kOffloadSsd, prefetch, "a.bin", 0, 0};
+      p.evict_before = evict;
+      plans.push_back({p});
+    }
+  }
+  plans.push_back({Placement{2, TensorAction::kRecompute, kNoOp, "", 0, 0}});
+  int checked = 0;
+  for (const char* schedule : {"1f1b", "gpipe"}) {
+    for (int64_t p = 1; p <= 4; ++p) {
+      for (int64_t stage = 0; stage < p; ++stage) {
+        t.header.pp = p;
+        t.header.stage = stage;
+        for (int64_t m = 1; m <= 6; ++m) {
+          for (const auto& placements : plans) {
+            Plan plan = OffloadA(t, m, schedule);
+            plan.placements = placements;
+            auto w = UnrollStep(t, plan, "p.json");
+            ASSERT_TRUE(w.ok()) << w.status().message();
+            auto unrolled = ResolvePlan(w->trace, w->plan, "unrolled");
+            ASSERT_TRUE(unrolled.ok()) << unrolled.status().message();
+            auto one = ResolvePlan(t, plan, "one");
+            ASSERT_TRUE(one.ok()) << one.status().message();
+            const int64_t k = schedule == std::string("gpipe") ? m : std::min(p - stage, m);
+            for (const int64_t alignment : {int64_t{1}, int64_t{256}}) {
+              const StaticPeaks want = ComputeStaticPeaks(w->trace, *unrolled, alignment);
+              const StaticPeaks got = WholeStepStaticPeaks(t, *one, k, alignment);
+              EXPECT_EQ(got.device_bytes, want.device_bytes)
+                  << schedule << " p " << p << " stage " << stage << " m " << m;
+              EXPECT_EQ(got.activation_bytes, want.activation_bytes)
+                  << schedule << " p " << p << " stage " << stage << " m " << m;
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 2 * 10 * 6 * 9 * 2);
+}
+
+// A point at the end of the forward pass holds the storage until the next pass
+// starts, never while the micro-batch waits. Between its passes a micro-batch
+// holds b and l (128 bytes each: the loss's input and output, read by op3)
+// and, kept, a: 1F1B stage 0 of 4 holds four micro-batches at once, so a point
+// at the pass end saves 3 × 128 bytes where keeping a costs them.
+TEST(WholeStepStaticPeaks, APointAtThePassEndIsNotHeldWhileTheMicroBatchWaits) {
+  Trace t = testing::SmallTrace();
+  t.header.pp = 4;
+  t.header.stage = 0;
+  Plan plan = OffloadA(t, 8, "1f1b");
+  plan.placements[0].evict_before = 4;  // in backward: the end of the forward pass
+  auto one = ResolvePlan(t, plan, "one");
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(BetweenPasses(t, *one).activation_bytes, 256);
+  auto w = UnrollStep(t, plan, "p.json");
+  ASSERT_TRUE(w.ok());
+  // Micro-batch 0's forward is ops 0-2; its point is micro-batch 1's first op.
+  EXPECT_EQ(w->trace.op(3).micro_batch, 1);
+  EXPECT_EQ(w->trace.op(3).phase, Phase::kForward);
+  EXPECT_EQ(w->plan.placements[0].evict_before, 3);
+  Plan keep = plan;
+  keep.placements.clear();
+  auto kept = ResolvePlan(t, keep, "keep");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(BetweenPasses(t, *kept).activation_bytes, 384);
+  EXPECT_EQ(WholeStepStaticPeaks(t, *kept, 4).activation_bytes -
+                WholeStepStaticPeaks(t, *one, 4).activation_bytes,
+            3 * 128);
+}
+
 TEST(UnrollStep, RefusesATraceThatIsAlreadyAWholeStep) {
   const Trace t = testing::SmallTrace();
   auto w = UnrollStep(t, OffloadA(t, 2, "1f1b"), "p.json");

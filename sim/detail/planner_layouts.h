@@ -1,0 +1,55 @@
+// The planner's first stages (sim/planner.h): the layouts a search covers and
+// the analytic bound that orders and prunes them. Internal to sim.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "sim/hardware.h"
+#include "sim/planner.h"
+#include "traces/status.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::sim::detail {
+
+struct Layout {
+  int64_t micro_batch = 1, tp = 1, pp = 1, dp = 1, m = 1;
+  // Compute-only throughput from the cost model in the closed-form pipeline:
+  // no plan of this layout is faster.
+  double bound_tokens_per_s = 0;
+};
+
+// The provider's traces, memoised per (micro_batch, tp, pp, stage).
+class TraceCache {
+ public:
+  explicit TraceCache(const TraceProvider& provider) : provider_(provider) {}
+  Result<const traces::Trace*> Get(int64_t mb, int64_t tp, int64_t pp, int64_t stage);
+
+ private:
+  const TraceProvider& provider_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<traces::Trace>> cache_;
+};
+
+// Pins that no layout can satisfy, named by flag with the reason.
+Status CheckPins(const PlannerOptions& o);
+// " (pinned: --tp 2 --pp 4)" for the pins that are set, else "".
+std::string PinsText(const PlannerOptions& o);
+
+// Every layout the options allow: tp over powers of two up to one node (or
+// pinned), pp over the divisors of the layers, dp the rest of the GPUs, the
+// micro-batch 1 .. 16 (or pinned), m from the global batch (or pinned, or 2·pp).
+std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOptions& hw);
+
+struct BoundedLayouts {
+  std::vector<Layout> feasible;  // static memory within the budget, fastest bound first
+  int64_t min_static_bytes = 0;  // the least weights + gradients + optimizer state of any layout
+};
+// Sets each layout's bound and keeps those whose static memory fits `budget`.
+Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cache,
+                                    const HardwareOptions& hw, int64_t budget);
+
+}  // namespace ssdtrain::sim::detail

@@ -1,0 +1,173 @@
+#include "sim/detail/planner_layouts.h"
+
+#include <algorithm>
+
+#include "sim/collective.h"
+#include "sim/op_cost.h"
+#include "sim/pipeline.h"
+#include "traces/storage_plan.h"
+
+namespace ssdtrain::sim::detail {
+
+Result<const traces::Trace*> TraceCache::Get(int64_t mb, int64_t tp, int64_t pp, int64_t stage) {
+  const auto key = std::make_tuple(mb, tp, pp, stage);
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace t, provider_(mb, tp, pp, stage));
+    it = cache_.emplace(key, std::make_unique<traces::Trace>(std::move(t))).first;
+  }
+  return static_cast<const traces::Trace*>(it->second.get());
+}
+
+namespace {
+
+std::string Flag(const char* name, int64_t v) {
+  return std::string(name) + " " + std::to_string(v);
+}
+
+}  // namespace
+
+// " (pinned: --tp 2 --pp 4)" for the pins that are set, else "".
+std::string PinsText(const PlannerOptions& o) {
+  std::string pins;
+  auto add = [&](const char* name, const std::optional<int64_t>& v) {
+    if (!v) return;
+    pins.append(1, ' ');
+    pins.append(Flag(name, *v));
+  };
+  add("--tp", o.tp);
+  add("--pp", o.pp);
+  add("--dp", o.dp);
+  add("--micro-batch", o.micro_batch);
+  add("--num-micro-batches", o.num_micro_batches);
+  if (o.global_batch > 0) add("--global-batch", o.global_batch);
+  if (pins.empty()) return pins;
+  return std::string(" (pinned:").append(pins).append(")");
+}
+
+// Pins that no layout can satisfy, named by flag with the reason.
+Status CheckPins(const PlannerOptions& o) {
+  auto positive = [](const char* name, const std::optional<int64_t>& v) -> Status {
+    if (v && *v < 1) return Status::InvalidArgument(Flag(name, *v) + ": must be >= 1");
+    return Status::Ok();
+  };
+  SSDTRAIN_RETURN_IF_ERROR(positive("--tp", o.tp));
+  SSDTRAIN_RETURN_IF_ERROR(positive("--pp", o.pp));
+  SSDTRAIN_RETURN_IF_ERROR(positive("--dp", o.dp));
+  SSDTRAIN_RETURN_IF_ERROR(positive("--micro-batch", o.micro_batch));
+  SSDTRAIN_RETURN_IF_ERROR(positive("--num-micro-batches", o.num_micro_batches));
+  if (o.schedule) {
+    Result<PipelineSchedule> s = ParseSchedule(*o.schedule);
+    if (!s.ok()) return s.status().WithPrefix("--schedule");
+  }
+  const std::string gpus = Flag("--gpus", o.gpus);
+  if (o.tp && o.heads > 0 && o.heads % *o.tp != 0) {
+    return Status::InvalidArgument(Flag("--tp", *o.tp) + ": does not divide the model's " +
+                                   std::to_string(o.heads) + " attention heads");
+  }
+  if (o.pp && o.layers % *o.pp != 0) {
+    return Status::InvalidArgument(Flag("--pp", *o.pp) + ": does not divide the model's " +
+                                   std::to_string(o.layers) + " layers");
+  }
+  // The pinned degrees multiply to a divisor of the GPU count (all three: to it).
+  int64_t product = 1;
+  std::string named;
+  for (auto [name, v] : {std::pair{"--tp", o.tp}, {"--pp", o.pp}, {"--dp", o.dp}}) {
+    if (!v) continue;
+    product *= *v;
+    if (!named.empty()) named += " x ";
+    named += Flag(name, *v);
+  }
+  if (o.tp && o.pp && o.dp && product != o.gpus) {
+    return Status::InvalidArgument(named + " = " + std::to_string(product) + " GPUs, but " + gpus +
+                                   ": dp x tp x pp must equal the GPUs");
+  }
+  if (!named.empty() && o.gpus % product != 0) {
+    std::string what = named;
+    if (named.find(" x ") != std::string::npos) what += " = " + std::to_string(product);
+    return Status::InvalidArgument(what + ": does not divide " + gpus);
+  }
+  if (o.global_batch > 0 && o.micro_batch && o.num_micro_batches) {
+    const int64_t per_replica = *o.micro_batch * *o.num_micro_batches;
+    if (o.global_batch % per_replica != 0 || (o.dp && o.global_batch != per_replica * *o.dp)) {
+      return Status::InvalidArgument(
+          Flag("--global-batch", o.global_batch) +
+          ": must be --micro-batch x --num-micro-batches "
+          "x dp = " +
+          std::to_string(per_replica) + " x dp" +
+          (o.dp ? " = " + std::to_string(per_replica * *o.dp) : std::string()));
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOptions& hw) {
+  std::vector<Layout> layouts;
+  const int64_t max_tp = o.tp ? *o.tp : std::min<int64_t>(hw.gpus_per_node, o.gpus);
+  for (int64_t tp = o.tp.value_or(1); tp <= max_tp; tp *= 2) {
+    if (o.heads > 0 && o.heads % tp != 0) continue;
+    for (int64_t pp = o.pp.value_or(1); pp <= o.pp.value_or(o.layers); ++pp) {
+      if (o.layers % pp != 0 || o.gpus % (tp * pp) != 0) continue;
+      const int64_t dp = o.gpus / (tp * pp);
+      if (o.dp && dp != *o.dp) continue;
+      std::vector<int64_t> mbs;
+      if (o.micro_batch) {
+        mbs.push_back(*o.micro_batch);
+      } else {
+        for (int64_t mb = 1; mb <= 16; mb *= 2) mbs.push_back(mb);
+      }
+      for (int64_t mb : mbs) {
+        int64_t m = o.num_micro_batches.value_or(2 * pp);
+        if (o.global_batch > 0) {
+          if (o.global_batch % (mb * dp) != 0) continue;
+          if (o.num_micro_batches && o.global_batch != mb * dp * m) continue;
+          m = o.global_batch / (mb * dp);
+        }
+        layouts.push_back(Layout{mb, tp, pp, dp, m, 0});
+      }
+    }
+  }
+  return layouts;
+}
+
+Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cache,
+                                    const HardwareOptions& hw, int64_t budget) {
+  std::vector<Layout> feasible;
+  int64_t min_static = INT64_MAX;
+  for (Layout& l : layouts) {
+    SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache.Get(l.micro_batch, l.tp, l.pp, 0));
+    OpCostModel cost(hw, l.tp, t->header.dtype);
+    int64_t compute = 0, backward = 0, static_bytes = 0, grads = 0;
+    for (const traces::Op& op : t->ops) {
+      if (op.phase == traces::Phase::kOptimizer) continue;
+      const int64_t ns = cost.OpTimeNs(op);
+      compute += ns;
+      if (op.phase == traces::Phase::kBackward) backward += ns;
+    }
+    for (const traces::Tensor& x : t->tensors) {
+      if (x.alias_of) continue;
+      if (x.kind == traces::TensorKind::kWeight || x.kind == traces::TensorKind::kOptimizerState ||
+          traces::IsWeightGradient(*t, x)) {
+        static_bytes += x.bytes;
+      }
+      if (traces::IsWeightGradient(*t, x)) grads += x.bytes;
+    }
+    min_static = std::min(min_static, static_bytes);
+    if (static_bytes > budget) continue;
+    // The gradient all-reduce starts with the last micro-batch's backward at the
+    // earliest (Simulate buckets it under that backward): only what outlasts
+    // that backward is certain to add to the step.
+    const int64_t allreduce =
+        RingAllReduceNs(grads, l.dp, hw.interconnect.dp_GBps, hw.interconnect.latency_us);
+    const int64_t step = (l.m + l.pp - 1) * compute + std::max<int64_t>(0, allreduce - backward);
+    const double tokens = static_cast<double>(l.micro_batch * l.m * l.dp * t->header.seq_len);
+    l.bound_tokens_per_s = step > 0 ? tokens / (static_cast<double>(step) * 1e-9) : 0;
+    feasible.push_back(l);
+  }
+  std::stable_sort(feasible.begin(), feasible.end(), [](const Layout& a, const Layout& b) {
+    return a.bound_tokens_per_s > b.bound_tokens_per_s;
+  });
+  return BoundedLayouts{std::move(feasible), min_static};
+}
+
+}  // namespace ssdtrain::sim::detail

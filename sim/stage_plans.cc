@@ -1,0 +1,62 @@
+#include "sim/stage_plans.h"
+
+#include "sim/optimal_policy.h"
+#include "traces/storage_plan.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::sim {
+
+std::vector<int64_t> RepresentativeStages(int64_t pp) {
+  std::vector<int64_t> stages{0};
+  if (pp > 2) stages.push_back(1);
+  if (pp > 1) stages.push_back(pp - 1);
+  return stages;
+}
+
+std::vector<StageInput> StagePlans::Inputs() const {
+  std::vector<StageInput> in;
+  for (const StagePlan& s : stages) in.push_back({s.trace, &s.plan});
+  return in;
+}
+
+Result<StagePlans> PlanStages(const std::vector<const traces::Trace*>& traces,
+                              const std::string& policy, const HardwareOptions& hw,
+                              const traces::Plan& base, int64_t budget,
+                              const PolicyOptions& options) {
+  const std::vector<int64_t> stages = RepresentativeStages(base.pp);
+  if (traces.size() != stages.size()) {
+    return Status::Internal("PlanStages: " + std::to_string(traces.size()) + " traces for " +
+                            std::to_string(stages.size()) + " stages");
+  }
+  StagePlans out;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const traces::Trace& trace = *traces[i];
+    traces::Plan layout = base;
+    layout.model = trace.header.model;
+    layout.trace_fingerprint = traces::Fingerprint(trace);
+    traces::Plan plan;
+    if (policy == "optimal") {
+      SSDTRAIN_ASSIGN_OR_RETURN(OptimalResult opt,
+                                MakeOptimalPlan(trace, hw, layout, budget, options));
+      out.simulations += opt.simulations;
+      plan = std::move(opt.plan);
+    } else {
+      SSDTRAIN_ASSIGN_OR_RETURN(plan, MakeFixedPlan(policy, trace, hw, layout, options));
+    }
+    plan.memory_budget_bytes = budget;
+    SSDTRAIN_ASSIGN_OR_RETURN(plan, PlaceEvictions(trace, std::move(plan), hw));
+    ++out.simulations;
+    out.stages.push_back(StagePlan{stages[i], traces[i], std::move(plan)});
+  }
+  return out;
+}
+
+Result<traces::Plan> RetargetPlan(traces::Plan plan, const traces::Trace& trace) {
+  plan.model = trace.header.model;
+  plan.trace_fingerprint = traces::Fingerprint(trace);
+  SSDTRAIN_RETURN_IF_ERROR(
+      traces::ResolvePlan(trace, plan, "the plan of a stage of the same shape").status());
+  return plan;
+}
+
+}  // namespace ssdtrain::sim

@@ -1,0 +1,58 @@
+// Per-stage plans (DESIGN.md, "The planner's promise"): under 1F1B stage i of
+// p holds min(p − i, m) micro-batches at once (GPipe: m), so each stage is
+// planned for its own in-flight count. Stage 0 holds the most and offloads or
+// recomputes the most; the last stage holds one.
+//
+// Three stages stand for all of them, as in the simulation (sim/simulate.h):
+// stage 0, stage 1 for every stage between the first and the last (it holds
+// the most of them, so its plan fits each), and the last. A fixed policy gives
+// every stage its own plan of that policy; "optimal" searches each stage's
+// placements under the budget for that stage's in-flight count. Every plan
+// gets its eviction points (sim::PlaceEvictions), so the prediction of the
+// plans is the one a replay holds to the byte.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/hardware.h"
+#include "sim/policy.h"
+#include "sim/simulate.h"
+#include "traces/plan.h"
+#include "traces/status.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::sim {
+
+// The stages that stand for a pipeline of `pp`: 0, then 1 when pp > 2, then
+// pp − 1 when pp > 1.
+std::vector<int64_t> RepresentativeStages(int64_t pp);
+
+struct StagePlan {
+  int64_t stage = 0;
+  const traces::Trace* trace = nullptr;  // not owned
+  traces::Plan plan;
+};
+
+struct StagePlans {
+  std::vector<StagePlan> stages;  // RepresentativeStages order
+  int64_t simulations = 0;        // stage simulations run to make them
+  std::vector<StageInput> Inputs() const;
+};
+
+// Plans every representative stage (`traces[i]` is stage
+// RepresentativeStages(base.pp)[i]'s trace) under `policy` with `base`'s
+// layout and `budget` (bytes per GPU), eviction points placed.
+Result<StagePlans> PlanStages(const std::vector<const traces::Trace*>& traces,
+                              const std::string& policy, const HardwareOptions& hw,
+                              const traces::Plan& base, int64_t budget,
+                              const PolicyOptions& options);
+
+// `plan`, made for a stage's trace, on `trace`: another stage of the same
+// shape (the middle stages of a pipeline). Its model and fingerprint become
+// the trace's; the placements must resolve against it.
+Result<traces::Plan> RetargetPlan(traces::Plan plan, const traces::Trace& trace);
+
+}  // namespace ssdtrain::sim
