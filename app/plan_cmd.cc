@@ -176,6 +176,35 @@ Status AttachStagePlans(const PlanInput& in, const sim::PlannerResult& r, traces
   return Status::Ok();
 }
 
+// What offloading asks of the SSD against what it gives, for the stage that
+// would need the most write bandwidth, and why a plan writes nothing there.
+std::string SsdVerdict(const sim::Prediction& p) {
+  if (p.stage_peaks.empty()) return "";
+  const sim::Prediction::StagePeak* need = &p.stage_peaks.front();
+  for (const auto& s : p.stage_peaks) {
+    if (s.required_write_GBps > need->required_write_GBps) need = &s;
+  }
+  if (need->offloadable_bytes == 0) return "SSD: the model has no activation a plan may offload\n";
+  std::string line = fmt::format(
+      "SSD: offloading stage {}'s saved activations ({:.2f} GB per micro-batch, {} held at once) "
+      "behind its {:.1f} ms of forward compute needs {:.1f} GB/s of writes per GPU; its drives "
+      "write {:.1f} GB/s",
+      need->stage, static_cast<double>(need->offloadable_bytes) / 1e9, need->in_flight,
+      static_cast<double>(need->forward_compute_ns) / 1e6, need->required_write_GBps,
+      p.array_write_GBps);
+  if (p.metrics.ssd_bytes_written > 0) {
+    return line + fmt::format("; this plan writes {:.2f} GB per step\n",
+                              static_cast<double>(p.metrics.ssd_bytes_written) / 1e9);
+  }
+  if (need->required_write_GBps > p.array_write_GBps) {
+    return line + fmt::format(
+                      ": offload cannot hide behind compute ({:.1f}x the drives' rate), so this "
+                      "plan writes nothing to the SSD\n",
+                      need->required_write_GBps / std::max(1e-9, p.array_write_GBps));
+  }
+  return line + ": the drives keep pace, but the fastest plan that fits writes nothing to them\n";
+}
+
 int RunPlan(const PlanCmdOptions& o) {
   if (o.model.empty() == o.trace.empty()) {
     return ReportError(
@@ -266,6 +295,7 @@ int RunPlan(const PlanCmdOptions& o) {
       m.tflops_per_gpu, static_cast<double>(m.peak_gpu_bytes) / kGiB,
       static_cast<double>(m.peak_activation_bytes) / kGiB,
       static_cast<double>(m.ssd_bytes_written) / 1e9);
+  std::cout << SsdVerdict(r->prediction);
   if (o.rok) {
     std::cout << "recompute-offload-keep curve (best layout):\n";
     std::cout << fmt::format("{:>20} {:>14} {:>16} {:>12}\n", "policy", "peak GiB",

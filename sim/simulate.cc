@@ -8,6 +8,7 @@
 #include "sim/pipeline.h"
 #include "traces/duration.h"
 #include "traces/storage_plan.h"
+#include "traces/uniform_plans.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -122,6 +123,14 @@ traces::Timeline PipelineTimeline(const PipelineResult& pipe,
     }
   }
   return tl;
+}
+
+int64_t OffloadableBytes(const traces::Trace& trace) {
+  int64_t bytes = 0;
+  for (traces::TensorId t : traces::OffloadCandidates(trace)) {
+    bytes += trace.tensor(trace.StorageOf(t)).bytes;
+  }
+  return bytes;
 }
 
 int64_t SendBytes(const traces::Trace& trace) {
@@ -258,12 +267,19 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   mt.step_time_ns = gradients_done + optimizer;
   const double step_s = static_cast<double>(mt.step_time_ns) / 1e9;
 
+  std::vector<int64_t> offloadable;
+  for (const StageInput& in : stages) offloadable.push_back(OffloadableBytes(*in.trace));
+  out.array_write_GBps = array.write_GBps;
   for (int64_t s = 0; s < p; ++s) {
     const StageResult& r = result_for(s);
     const int64_t k = std::max<int64_t>(1, pipe.max_in_flight[static_cast<size_t>(s)]);
-    const Prediction::StagePeak peak{
+    Prediction::StagePeak peak{
         s, r.peak_gpu_bytes + (k - 1) * r.between_passes_bytes,
         r.peak_activation_bytes + (k - 1) * r.between_passes_activation_bytes, k};
+    peak.offloadable_bytes = offloadable[index_for(s)];
+    peak.forward_compute_ns = r.forward_compute_ns;
+    peak.required_write_GBps =
+        traces::RequiredWriteGBps(peak.offloadable_bytes, r.forward_compute_ns);
     out.stage_peaks.push_back(peak);
     mt.peak_gpu_bytes = std::max(mt.peak_gpu_bytes, peak.peak_gpu_bytes);
     mt.peak_activation_bytes = std::max(mt.peak_activation_bytes, peak.peak_activation_bytes);
@@ -349,9 +365,13 @@ nlohmann::json PredictionToJson(const Prediction& p) {
     stages.push_back({{"stage", sp.stage},
                       {"peak_gpu_bytes", sp.peak_gpu_bytes},
                       {"peak_activation_bytes", sp.peak_activation_bytes},
-                      {"in_flight", sp.in_flight}});
+                      {"in_flight", sp.in_flight},
+                      {"offloadable_bytes", sp.offloadable_bytes},
+                      {"forward_compute_ns", sp.forward_compute_ns},
+                      {"required_write_GBps", sp.required_write_GBps}});
   }
   j["details"]["stages"] = stages;
+  j["details"]["array_write_GBps"] = p.array_write_GBps;
   return j;
 }
 

@@ -80,7 +80,16 @@ struct Prediction {
     int64_t stage = 0;
     int64_t peak_gpu_bytes = 0, peak_activation_bytes = 0;
     int64_t in_flight = 1;  // micro-batches the stage holds at once
+    // What offloading the stage would ask of its drives: the saved activations
+    // a plan may offload (traces::OffloadCandidates, each storage once) of one
+    // micro-batch, written behind its forward compute, at
+    // traces::RequiredWriteGBps of them.
+    int64_t offloadable_bytes = 0;
+    int64_t forward_compute_ns = 0;
+    double required_write_GBps = 0;
   };
+  // What the stage's drives write (sim::ArrayFor: the array a GPU uses).
+  double array_write_GBps = 0;
   std::vector<StagePeak> stage_peaks;
 };
 

@@ -1,0 +1,166 @@
+#include "tests/planner_invariants.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <optional>
+
+#include "models/build_trace.h"
+#include "models/model_config.h"
+#include "sim/fit.h"
+#include "sim/hardware.h"
+#include "sim/pipeline.h"
+#include "sim/planner.h"
+#include "sim/policy.h"
+#include "traces/storage_plan.h"
+
+namespace ssdtrain::testing {
+namespace {
+
+struct Searched {
+  sim::PlannerResult result;
+  double seconds = 0;
+};
+
+std::string CaseName(const SweepCase& c) {
+  return fmt::format("{} on {} x {}", std::filesystem::path(c.model).stem().string(), c.gpus,
+                     std::filesystem::path(c.hardware).stem().string());
+}
+
+// Each returned stage plan against the static peak of its unrolled step.
+void CheckStagePeaks(const SweepCase& c, const std::string& policy, const sim::PlannerResult& r,
+                     const sim::TraceProvider& provider, const sim::HardwareOptions& hw,
+                     std::vector<std::string>& out) {
+  const traces::Plan& p = r.plan;
+  Result<sim::PipelineSchedule> schedule = sim::ParseSchedule(p.schedule);
+  std::vector<std::pair<int64_t, const traces::Plan*>> plans{{0, &p}};
+  for (const auto& [stage, plan] : r.stage_plans) plans.emplace_back(stage, &plan);
+  for (const auto& [stage, plan] : plans) {
+    const std::string where =
+        fmt::format("{} --policy {}: stage {} ({}, tp {} pp {} mb {} m {})", CaseName(c), policy,
+                    stage, plan->policy, p.tp, p.pp, p.micro_batch, p.num_micro_batches);
+    Result<traces::Trace> t = provider(p.micro_batch, p.tp, p.pp, stage);
+    if (!t.ok()) {
+      out.push_back(where + ": " + t.status().message());
+      continue;
+    }
+    Result<traces::StoragePlan> sp = traces::ResolvePlan(*t, *plan, "plan");
+    if (!sp.ok()) {
+      out.push_back(where + ": " + sp.status().message());
+      continue;
+    }
+    const int64_t k = sim::MicroBatchesInFlight(stage, p.pp, p.num_micro_batches, *schedule);
+    const traces::StaticPeaks replay = traces::WholeStepStaticPeaks(
+        *t, *sp, k, std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes));
+    const sim::Prediction::StagePeak* predicted = nullptr;
+    for (const auto& sp_ : r.prediction.stage_peaks) {
+      if (sp_.stage == stage) predicted = &sp_;
+    }
+    if (!predicted) {
+      out.push_back(where + ": no predicted peak for the stage");
+      continue;
+    }
+    bool recompute = false;
+    for (const traces::Placement& pl : plan->placements) {
+      recompute = recompute || pl.action == traces::TensorAction::kRecompute;
+    }
+    const bool ok = recompute ? replay.device_bytes <= predicted->peak_gpu_bytes
+                              : replay.device_bytes == predicted->peak_gpu_bytes;
+    if (!ok) {
+      out.push_back(fmt::format(
+          "{}: the unrolled step holds {} bytes at its peak, the prediction says {} ({} "
+          "micro-batches in flight)",
+          where, replay.device_bytes, predicted->peak_gpu_bytes, k));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> AllPlannerPolicies() {
+  std::vector<std::string> out(std::begin(sim::kFixedPolicies), std::end(sim::kFixedPolicies));
+  out.emplace_back("optimal");
+  out.emplace_back("auto");
+  return out;
+}
+
+SweepOutcome CheckPlannerInvariants(const SweepCase& c) {
+  SweepOutcome out;
+  Result<models::ModelConfig> config = models::LoadModelConfig(c.model);
+  Result<sim::HardwareOptions> hw = sim::LoadHardware(c.hardware);
+  if (!config.ok() || !hw.ok()) {
+    out.violations.push_back(CaseName(c) + ": " +
+                             (config.ok() ? hw.status() : config.status()).message());
+    return out;
+  }
+  const models::ModelConfig base = *config;
+  const std::string path = c.model;
+  const sim::TraceProvider provider = [base, path](int64_t mb, int64_t tp, int64_t pp,
+                                                   int64_t stage) -> Result<traces::Trace> {
+    models::ConfigOverrides ov;
+    ov.micro_batch = mb;
+    ov.tp = tp;
+    ov.pp = pp;
+    SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig m, models::ApplyOverrides(base, ov, path));
+    return models::BuildTrace(m, stage);
+  };
+  const int64_t budget = sim::GpuMemoryBytes(*hw);
+  std::map<std::string, Searched> searched;
+  for (const std::string& policy : c.policies) {
+    sim::PlannerOptions po;
+    po.gpus = c.gpus;
+    po.policy = policy;
+    po.layers = base.layers;
+    po.heads = base.heads;
+    const auto start = std::chrono::steady_clock::now();
+    Result<sim::PlannerResult> r = sim::SearchPlan(provider, *hw, po);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string where = CaseName(c) + " --policy " + policy;
+    if (!r.ok()) {
+      // An error names the reason (no layout divides the GPUs, say): not a crash.
+      out.lines.push_back(where + ": error: " + r.status().message());
+      continue;
+    }
+    if (seconds > c.max_seconds) {
+      out.violations.push_back(fmt::format("{}: the search took {:.1f} s (limit {:.0f} s)", where,
+                                           seconds, c.max_seconds));
+    }
+    if (r->fits) {
+      if (!sim::FitsBudget(r->prediction, budget)) {
+        out.violations.push_back(fmt::format(
+            "{}: returned as fitting, but its worst stage ({}) peaks at {} bytes over the {} "
+            "budget",
+            where, sim::WorstStage(r->prediction).stage, r->prediction.metrics.peak_gpu_bytes,
+            budget));
+      }
+      CheckStagePeaks(c, policy, *r, provider, *hw, out.violations);
+    }
+    out.lines.push_back(fmt::format(
+        "{}: {} tp {} pp {} dp {} mb {} m {}: {:.0f} tokens/s, worst stage peak {:.2f} GiB{} "
+        "({:.1f} s)",
+        where, r->fits ? "fits" : "does not fit", r->plan.tp, r->plan.pp, r->plan.dp,
+        r->plan.micro_batch, r->plan.num_micro_batches, r->prediction.metrics.tokens_per_s,
+        static_cast<double>(r->prediction.metrics.peak_gpu_bytes) / (1 << 30),
+        r->fits ? "" : " (over budget)", seconds));
+    searched.emplace(policy, Searched{std::move(*r), seconds});
+  }
+  auto a = searched.find("auto");
+  if (a == searched.end()) return out;
+  for (const auto& [policy, s] : searched) {
+    if (policy == "auto" || !s.result.fits) continue;
+    const double fixed = s.result.prediction.metrics.tokens_per_s;
+    if (!a->second.result.fits || a->second.result.prediction.metrics.tokens_per_s < fixed) {
+      out.violations.push_back(fmt::format(
+          "{}: auto ({}, {:.0f} tokens/s{}) is slower than --policy {} ({:.0f} tokens/s)",
+          CaseName(c), a->second.result.plan.policy,
+          a->second.result.prediction.metrics.tokens_per_s,
+          a->second.result.fits ? "" : ", not fitting", policy, fixed));
+    }
+  }
+  return out;
+}
+
+}  // namespace ssdtrain::testing

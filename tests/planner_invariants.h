@@ -1,0 +1,41 @@
+// The planner's invariants at the scale it is for (issue: the planner keeps
+// its promise at cluster scale), checked on one model config, one hardware
+// config and one GPU count under the given policies:
+// - every plan returned fits the budget on every stage, and each returned
+//   stage plan's peak is the one a replay of its unrolled step holds
+//   (traces::WholeStepStaticPeaks of that stage's plan; never above the
+//   prediction, equal without recompute, whose scratch buffers only the
+//   simulation counts);
+// - a search that returns no fitting plan says so (fits = false: `plan`
+//   exits 1 with the smallest need);
+// - auto is at least as fast as every fixed policy whose plan fits;
+// - no search errs or takes longer than `max_seconds`.
+// Used by tests/planner_invariants_test.cc (a subset in the suite) and
+// tests/planner_sweep_main.cc (scripts/planner-sweep.sh: the whole sweep).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ssdtrain::testing {
+
+struct SweepCase {
+  std::string model;     // a model config path
+  std::string hardware;  // a hardware config path
+  int64_t gpus = 8;
+  std::vector<std::string> policies;  // "auto" among them checks auto against the others
+  double max_seconds = 10;
+};
+
+struct SweepOutcome {
+  std::vector<std::string> violations;  // one line each, naming the case
+  std::vector<std::string> lines;       // one summary line per policy
+};
+
+SweepOutcome CheckPlannerInvariants(const SweepCase& c);
+
+// Every policy the planner takes: the fixed ones, optimal, auto.
+std::vector<std::string> AllPlannerPolicies();
+
+}  // namespace ssdtrain::testing

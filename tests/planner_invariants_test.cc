@@ -1,0 +1,65 @@
+// The planner's invariants (tests/planner_invariants.h) in the suite: every
+// GPU hardware preset under every policy, auto included, on models from 1.3B
+// to 175B at 8 to 4096 GPUs. scripts/planner-sweep.sh runs every model config
+// at every GPU count.
+#include "tests/planner_invariants.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace ssdtrain::testing {
+namespace {
+
+struct Scale {
+  const char* model;
+  int64_t gpus;
+};
+
+// Each preset gets two of these, so that every scale is covered on several.
+constexpr Scale kScales[] = {{"gpt-1.3b", 8},      {"llama-3-8b", 64}, {"gpt-13b", 512},
+                             {"gpt-175b", 4096},   {"t5-11b", 64},     {"llama-2-7b", 512},
+                             {"bert-large", 4096}, {"gpt-175b", 512}};
+
+std::vector<std::string> GpuPresets() {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(SSDTRAIN_SOURCE_DIR) +
+                                                           "/configs/hardware")) {
+    if (e.path().extension() == ".json" && !e.path().filename().string().starts_with("cpu")) {
+      out.push_back(e.path().stem().string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class PlannerInvariants : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PlannerInvariants, EveryReturnedPlanFitsEveryStageAndAutoIsFastest) {
+  const std::vector<std::string> presets = GpuPresets();
+  const auto at = std::find(presets.begin(), presets.end(), GetParam()) - presets.begin();
+  for (int i = 0; i < 2; ++i) {
+    const Scale& s = kScales[(2 * at + i) % std::size(kScales)];
+    SweepCase c{std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + s.model + ".json",
+                std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/" + GetParam() + ".json",
+                s.gpus, AllPlannerPolicies(), 10};
+    const SweepOutcome o = CheckPlannerInvariants(c);
+    for (const std::string& v : o.violations) ADD_FAILURE() << v;
+    for (const std::string& l : o.lines) std::cout << l << "\n";
+    EXPECT_EQ(o.lines.size(), c.policies.size());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(GpuPresets, PlannerInvariants, ::testing::ValuesIn(GpuPresets()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace ssdtrain::testing
