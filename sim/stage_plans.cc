@@ -1,10 +1,28 @@
 #include "sim/stage_plans.h"
 
+#include <algorithm>
+
 #include "sim/optimal_policy.h"
 #include "traces/storage_plan.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::sim {
+namespace {
+
+// Keeping every activation fits this stage, holding its micro-batches in flight.
+Result<bool> KeepFits(const traces::Trace& trace, const HardwareOptions& hw,
+                      const traces::Plan& layout, int64_t budget, const PolicyOptions& options) {
+  SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan keep, MakeFixedPlan("keep", trace, hw, layout, options));
+  SimulateOptions so;
+  so.gpu = options.gpu;
+  so.record_timeline = false;
+  SSDTRAIN_ASSIGN_OR_RETURN(Prediction p, Simulate(trace, keep, hw, so));
+  const auto stage = static_cast<size_t>(std::max<int64_t>(0, trace.header.stage));
+  if (p.stage_peaks.empty()) return p.metrics.peak_gpu_bytes <= budget;
+  return p.stage_peaks[std::min(stage, p.stage_peaks.size() - 1)].peak_gpu_bytes <= budget;
+}
+
+}  // namespace
 
 std::vector<int64_t> RepresentativeStages(int64_t pp) {
   std::vector<int64_t> stages{0};
@@ -35,7 +53,16 @@ Result<StagePlans> PlanStages(const std::vector<const traces::Trace*>& traces,
     layout.model = trace.header.model;
     layout.trace_fingerprint = traces::Fingerprint(trace);
     traces::Plan plan;
+    bool keep_fits = false;
     if (policy == "optimal") {
+      SSDTRAIN_ASSIGN_OR_RETURN(keep_fits, KeepFits(trace, hw, layout, budget, options));
+      ++out.simulations;
+    }
+    if (keep_fits) {
+      // Nothing is faster than keeping everything: the search would end there.
+      SSDTRAIN_ASSIGN_OR_RETURN(plan, MakeFixedPlan("keep", trace, hw, layout, options));
+      plan.policy = "optimal";
+    } else if (policy == "optimal") {
       SSDTRAIN_ASSIGN_OR_RETURN(OptimalResult opt,
                                 MakeOptimalPlan(trace, hw, layout, budget, options));
       out.simulations += opt.simulations;

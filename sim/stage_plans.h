@@ -7,7 +7,8 @@
 // stage 0, stage 1 for every stage between the first and the last (it holds
 // the most of them, so its plan fits each), and the last. A fixed policy gives
 // every stage its own plan of that policy; "optimal" searches each stage's
-// placements under the budget for that stage's in-flight count. Every plan
+// placements under the budget for that stage's in-flight count (a stage that
+// fits keeping everything keeps everything: no plan is faster). Every plan
 // gets its eviction points (sim::PlaceEvictions), so the prediction of the
 // plans is the one a replay holds to the byte.
 #pragma once
