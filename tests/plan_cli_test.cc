@@ -341,6 +341,89 @@ TEST_F(PlanCli, ImpossiblePinsAreRejectedNamingTheFlagAndWhy) {
   }
 }
 
+// `plan --trace` takes the trace's shape: tiny-gpt traced at tp 2 plans, with
+// no layout flags, at tp 2, pp 1 and the trace's micro-batch 4 on tp·pp = 2
+// GPUs; --gpus 4 adds data parallelism, dp = 4 / (2·1) = 2.
+TEST_F(PlanCli, TraceAtTp2PlansAtItsOwnShapeWithNoFlags) {
+  ASSERT_EQ(
+      RunSsdtrain("trace --model " + Model("tiny-gpt") + " --tp 2 -o " + File("t.json")).exit_code,
+      0);
+  CliResult r = RunSsdtrain("plan --trace " + File("t.json") + " --hardware " +
+                            Hardware("cpu-local") + " --policy keep -o " + File("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tiny-gpt on 2 x cpu-local"), std::string::npos) << r.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->tp, 2);
+  EXPECT_EQ(plan->pp, 1);
+  EXPECT_EQ(plan->dp, 1);
+  EXPECT_EQ(plan->micro_batch, 4);
+
+  r = RunSsdtrain("plan --trace " + File("t.json") + " --hardware " + Hardware("cpu-local") +
+                  " --gpus 4 --policy keep -o " + File("dp2.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  plan = traces::ReadPlan(File("dp2.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->tp, 2);
+  EXPECT_EQ(plan->dp, 2);
+  EXPECT_NE(
+      r.output.find("replay this plan: mpirun -np 2 ssdtrain replay --trace " + File("t.json")),
+      std::string::npos)
+      << r.output;
+}
+
+// Stage 1 of tiny-gpt at tp 2, pp 2 plans with no layout flags on 2·2 = 4
+// GPUs at tp 2, pp 2; the plan is for that trace (its fingerprint and tensor
+// ids), and the replay it prints runs that one stage alone.
+TEST_F(PlanCli, TraceOfOnePipelineStagePlansAtItsOwnShapeWithNoFlags) {
+  ASSERT_EQ(RunSsdtrain("trace --model " + Model("tiny-gpt") + " --tp 2 --pp 2 --stage 1 -o " +
+                        File("t.json"))
+                .exit_code,
+            0);
+  CliResult r = RunSsdtrain("plan --trace " + File("t.json") + " --hardware " +
+                            Hardware("cpu-local") + " --policy keep -o " + File("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tiny-gpt on 4 x cpu-local"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(stage 1 of 2 alone"), std::string::npos) << r.output;
+  Result<traces::Trace> trace = traces::ReadTrace(File("t.json"));
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->tp, 2);
+  EXPECT_EQ(plan->pp, 2);
+  EXPECT_EQ(plan->dp, 1);
+  EXPECT_EQ(plan->micro_batch, 4);
+  EXPECT_TRUE(traces::ValidatePlan(*plan, *trace, File("plan.json")).ok());
+}
+
+// A layout flag that contradicts the trace (tiny-gpt at tp 2, pp 2, micro-batch
+// 4, sequence 256) is refused, naming the flag and the trace's value; one that
+// agrees is accepted.
+TEST_F(PlanCli, FlagThatContradictsTheTraceIsRefusedNamingBoth) {
+  ASSERT_EQ(
+      RunSsdtrain("trace --model " + Model("tiny-gpt") + " --tp 2 --pp 2 -o " + File("t.json"))
+          .exit_code,
+      0);
+  const std::string base = "plan --trace " + File("t.json") + " --hardware " +
+                           Hardware("cpu-local") + " --policy keep -o " + File("plan.json") + " ";
+  const std::string trace = "contradicts the trace " + File("t.json");
+  const std::pair<std::string, std::string> cases[] = {
+      {"--tp 1", "--tp 1 " + trace + " (captured at tp 2: header.tp)"},
+      {"--pp 4", "--pp 4 " + trace + " (captured at pp 2: header.pp)"},
+      {"--micro-batch 8", "--micro-batch 8 " + trace + " (captured at micro-batch 4"},
+      {"--seq-len 128", "--seq-len 128 " + trace + " (captured at sequence length 256"},
+      {"--gpus 2", "--gpus 2 " + trace + " (captured at tp 2 and pp 2"},
+  };
+  for (const auto& [flags, message] : cases) {
+    CliResult r = RunSsdtrain(base + flags);
+    EXPECT_EQ(r.exit_code, 1) << flags;
+    EXPECT_NE(r.output.find(message), std::string::npos) << flags << "\n" << r.output;
+    EXPECT_FALSE(fs::exists(File("plan.json"))) << flags;
+  }
+  CliResult r = RunSsdtrain(base + "--tp 2 --pp 2 --gpus 4");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 // The loop refuses to compare different steps: a replay of a one-micro-batch
 // plan against the prediction of the same plan compares; against a whole-step
 // prediction of 4 micro-batches it exits 1 naming the field.
