@@ -222,6 +222,46 @@ Status AttachStagePlans(const PlanInput& in, const sim::PlannerResult& r,
   return Status::Ok();
 }
 
+// The ROK curve's points against the budget: each gains "fits" (its peak
+// within the budget) and "over_budget_bytes" (the peak past it, 0 if it fits).
+nlohmann::json RokAgainstBudget(nlohmann::json rok, int64_t budget_bytes) {
+  for (nlohmann::json& e : rok) {
+    const int64_t over = e.at("peak_gpu_bytes").get<int64_t>() - budget_bytes;
+    e["fits"] = over <= 0;
+    e["over_budget_bytes"] = std::max<int64_t>(0, over);
+  }
+  return rok;
+}
+
+// Bytes over a budget, in GiB, or in MiB below a tenth of one (so that a small
+// excess does not print as 0.00 GiB).
+std::string OverBudgetText(int64_t bytes) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const double b = static_cast<double>(bytes);
+  return b >= 0.1 * kGiB ? fmt::format("{:.2f} GiB", b / kGiB)
+                         : fmt::format("{:.1f} MiB", b / kMiB);
+}
+
+// The --rok table: one row per policy at the best layout (RokAgainstBudget's
+// points); a row over the budget says by how much.
+void PrintRok(const nlohmann::json& rok, int64_t budget_bytes, std::ostream& out) {
+  out << fmt::format("recompute-offload-keep curve (best layout; budget {:.2f} GiB per GPU):\n",
+                     static_cast<double>(budget_bytes) / kGiB);
+  out << fmt::format("{:>20} {:>14} {:>16} {:>12}  {}\n", "policy", "peak GiB", "activations GiB",
+                     "step ms", "fits");
+  for (const nlohmann::json& e : rok) {
+    const std::string fits =
+        e.at("fits").get<bool>()
+            ? "yes"
+            : "no: " + OverBudgetText(e.at("over_budget_bytes").get<int64_t>()) + " over budget";
+    out << fmt::format("{:>20} {:>14.2f} {:>16.2f} {:>12.1f}  {}\n",
+                       e.at("policy").get<std::string>(),
+                       e.at("peak_gpu_bytes").get<double>() / kGiB,
+                       e.at("peak_activation_bytes").get<double>() / kGiB,
+                       e.at("step_time_ns").get<double>() / 1e6, fits);
+  }
+}
+
 int RunPlan(PlanCmdOptions o) {
   if (o.model.empty() == o.trace.empty()) {
     return ReportError(
@@ -290,7 +330,7 @@ int RunPlan(PlanCmdOptions o) {
                           {"simulated_layouts", r->simulated_layouts},
                           {"simulations", r->simulations},
                           {"hardware", hw->name}};
-  plan.extra["rok"] = r->rok;
+  plan.extra["rok"] = RokAgainstBudget(r->rok, plan.memory_budget_bytes);
   plan.extra["prediction_report"] = traces::ToJson(report);
   Status w = traces::WritePlan(plan, o.output);
   if (!w.ok()) return ReportError("plan", w);
@@ -308,17 +348,7 @@ int RunPlan(PlanCmdOptions o) {
       m.tflops_per_gpu, static_cast<double>(m.peak_gpu_bytes) / kGiB,
       static_cast<double>(m.peak_activation_bytes) / kGiB,
       static_cast<double>(m.ssd_bytes_written) / 1e9);
-  if (o.rok) {
-    std::cout << "recompute-offload-keep curve (best layout):\n";
-    std::cout << fmt::format("{:>20} {:>14} {:>16} {:>12}\n", "policy", "peak GiB",
-                             "activations GiB", "step ms");
-    for (const auto& e : r->rok) {
-      std::cout << fmt::format(
-          "{:>20} {:>14.2f} {:>16.2f} {:>12.1f}\n", e["policy"].get<std::string>(),
-          e["peak_gpu_bytes"].get<double>() / kGiB, e["peak_activation_bytes"].get<double>() / kGiB,
-          e["step_time_ns"].get<double>() / 1e6);
-    }
-  }
+  if (o.rok) PrintRok(plan.extra["rok"], plan.memory_budget_bytes, std::cout);
   if (!o.timeline.empty()) {
     w = traces::WriteJsonFile(traces::ToChromeTrace(r->prediction.timeline, "ssdtrain plan"),
                               o.timeline);

@@ -131,8 +131,9 @@ TEST_F(PlanCli, AutoSearchFitsTheBudgetAndPrintsTheRokCurve) {
   EXPECT_NE(r.output.find("recompute-offload-keep curve"), std::string::npos) << r.output;
   for (const char* policy : {"keep", "recompute-full", "recompute-selective", "offload-host",
                              "offload-ssd", "ssdtrain", "optimal"}) {
-    EXPECT_TRUE(std::regex_search(
-        r.output, std::regex(std::string("\n +") + policy + " +[0-9.]+ +[0-9.]+ +[0-9.]+\n")))
+    EXPECT_TRUE(
+        std::regex_search(r.output, std::regex(std::string("\n +") + policy +
+                                               " +[0-9.]+ +[0-9.]+ +[0-9.]+  (yes|no: [^\n]+)\n")))
         << policy << "\n"
         << r.output;
   }
@@ -141,6 +142,39 @@ TEST_F(PlanCli, AutoSearchFitsTheBudgetAndPrintsTheRokCurve) {
   ASSERT_TRUE(plan->prediction.has_value());
   EXPECT_LE(plan->prediction->peak_gpu_bytes, static_cast<int64_t>(0.1 * kGiB));
   EXPECT_EQ(plan->extra.at("rok").size(), 7u);
+}
+
+// --rok marks the points over the budget: tiny-gpt at micro-batch 4 on
+// cpu-local, under 0.1 GiB, where keep needs 0.17 GiB (its row says "no: ...
+// over budget", its JSON point fits false with over_budget_bytes = peak −
+// budget) and the plan's own policy fits.
+TEST_F(PlanCli, RokMarksThePointsOverTheBudget) {
+  CliResult r =
+      RunSsdtrain("plan --model " + Model("tiny-gpt") + " --hardware " + Hardware("cpu-local") +
+                  " --memory-budget 0.1 --micro-batch 4 --rok -o " + File("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("budget 0.10 GiB per GPU"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex("\n +keep +0\\.1[0-9] +[0-9.]+ +[0-9.]+  no: [0-9.]+ [GM]iB over "
+                           "budget\n")))
+      << r.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const int64_t budget = static_cast<int64_t>(0.1 * kGiB);
+  bool keep_seen = false, chosen_fits = false;
+  for (const nlohmann::json& e : plan->extra.at("rok")) {
+    const int64_t peak = e.at("peak_gpu_bytes").get<int64_t>();
+    EXPECT_EQ(e.at("fits").get<bool>(), peak <= budget) << e.dump();
+    EXPECT_EQ(e.at("over_budget_bytes").get<int64_t>(), std::max<int64_t>(0, peak - budget))
+        << e.dump();
+    if (e.at("policy") == "keep") {
+      keep_seen = true;
+      EXPECT_FALSE(e.at("fits").get<bool>()) << e.dump();
+    }
+    if (e.at("policy") == plan->policy) chosen_fits = e.at("fits").get<bool>();
+  }
+  EXPECT_TRUE(keep_seen);
+  EXPECT_TRUE(chosen_fits) << plan->policy;
 }
 
 // A paper configuration end to end: gpt-h8192-l4 on the paper's two A100s
