@@ -10,7 +10,9 @@ Inputs are the files the CLI writes:
 Sub-commands (each writes one PNG):
   timelines  --predicted T --measured T -o out.png   predicted above measured, one row per lane
   memory     LABEL=TIMELINE ... -o out.png           device memory over the step, one line per policy
-  rok        REPORT ... -o out.png                   activation peak against step time, one point per file
+  rok        FILE ... -o out.png                     activation peak against step time: one point per report,
+                                                     the planner's curve from a plan file (`plan -o`), over-budget
+                                                     points marked
   bandwidth  --timeline T --write-GBps W --read-GBps R -o out.png
                                                      SSD bandwidth used over the step against what is available
 """
@@ -20,6 +22,8 @@ import json
 import sys
 
 import matplotlib
+import matplotlib.text
+import matplotlib.transforms
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -117,21 +121,150 @@ def cmd_memory(a):
     fig.savefig(a.output, dpi=110)
 
 
-def cmd_rok(a):
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for path in a.reports:
-        r = load_json(path)
-        if not isinstance(r, dict) or r.get("format") != "ssdtrain-report":
-            fail(f"{path}: format: expected \"ssdtrain-report\"")
-        x = r["step_time_ns"] / 1e6
-        y = r["peak_activation_bytes"] / 2**20
-        marker = "o" if r.get("kind") == "run" else "x"
-        ax.scatter([x], [y], marker=marker)
-        ax.annotate(f"{r.get('policy', '?')} ({r.get('kind', '?')})", (x, y), textcoords="offset points", xytext=(4, 4))
+def rok_points(path):
+    """A file's ROK points as dicts: policy, kind, x (step ms), y (activation MiB), over (bytes past the
+    budget, or None where the file has no budget).
+
+    A step report (`ssdtrain simulate|replay -o`, `plan --prediction`) is one point; a plan file
+    (`ssdtrain plan -o`) holds the planner's curve at its best layout in extra.rok, one point per policy,
+    each with over_budget_bytes (`plan --rok` writes them)."""
+    r = load_json(path)
+    fmt = r.get("format") if isinstance(r, dict) else None
+    if fmt == "ssdtrain-report":
+        return [{"policy": r.get("policy", "?"), "kind": r.get("kind", "?"), "x": r["step_time_ns"] / 1e6,
+                 "y": r["peak_activation_bytes"] / 2**20, "over": None}]
+    if fmt == "ssdtrain-plan":
+        rok = r.get("extra", {}).get("rok")
+        if not isinstance(rok, list) or not rok:
+            fail(f"{path}: extra.rok: expected the planner's curve (make the plan with ssdtrain plan)")
+        return [{"policy": e["policy"], "kind": "plan", "x": e["step_time_ns"] / 1e6,
+                 "y": e["peak_activation_bytes"] / 2**20, "over": e.get("over_budget_bytes")} for e in rok]
+    fail(f"{path}: format: expected \"ssdtrain-report\" or \"ssdtrain-plan\"")
+
+
+ROK_MARKERS = {"prediction": "x", "run": "o", "plan": "s"}
+OVER_BUDGET_COLOR = "#d62728"
+# Matplotlib's default cycle without its red, which marks the points over the budget.
+POLICY_COLORS = ["C0", "C1", "C2", "C4", "C5", "C6", "C7", "C8", "C9"]
+
+
+def rok_label(p):
+    label = f"{p['policy']} ({p['kind']})"
+    if p["over"]:
+        label += f"\n{p['over'] / 2**20:.1f} MiB over budget"
+    return label
+
+
+def label_offsets():
+    """Where a label may go, in points from its marker: nearest first, then further out (with a leader line)."""
+    directions = [(1, 1, "left", "bottom"), (1, -1, "left", "top"), (-1, 1, "right", "bottom"),
+                  (-1, -1, "right", "top"), (0, 1, "center", "bottom"), (0, -1, "center", "top"),
+                  (1, 0, "left", "center"), (-1, 0, "right", "center")]
+    for ring, distance in enumerate((5, 14, 26, 40, 56, 74, 94, 118, 146)):
+        for dx, dy, ha, va in directions:
+            yield (dx * distance, dy * distance, ha, va, ring > 0)
+
+
+def segment_crosses(p0, p1, box):
+    """Whether the segment p0-p1 (display coordinates) meets the box (Liang-Barsky clipping)."""
+    t0, t1 = 0.0, 1.0
+    dx, dy = p1[0] - p0[0], p1[1] - p0[1]
+    for p, q in ((-dx, p0[0] - box.x0), (dx, box.x1 - p0[0]), (-dy, p0[1] - box.y0), (dy, box.y1 - p0[1])):
+        if p == 0:
+            if q < 0:
+                return False
+        else:
+            t = q / p
+            if p < 0:
+                t0 = max(t0, t)
+            else:
+                t1 = min(t1, t)
+            if t0 > t1:
+                return False
+    return True
+
+
+def label_conflicts(box, leader_from, inside, placed, markers, own):
+    """How badly a label's box sits: 1000 if it leaves the axes, 100 per label it covers, 10 per marker it
+    covers, 1 per marker its leader line (from leader_from, or None) passes over (a marker under its own, as
+    points at one place are, is no conflict). 0: a free place."""
+    score = 0 if (box.x0 >= inside.x0 and box.x1 <= inside.x1 and box.y0 >= inside.y0
+                  and box.y1 <= inside.y1) else 1000
+    score += 100 * sum(box.overlaps(b) for b in placed) + 10 * sum(box.overlaps(b) for b in markers)
+    if leader_from is not None:
+        end = box.get_points().mean(axis=0)
+        score += sum(segment_crosses(leader_from, end, b) for b in markers if not b.overlaps(markers[own]))
+    return score
+
+
+def text_box(ann, renderer):
+    """An annotation's text alone in display coordinates (Annotation.get_window_extent adds its arrow)."""
+    ann.update_positions(renderer)
+    return matplotlib.text.Text.get_window_extent(ann, renderer)
+
+
+def place_labels(fig, ax, points, texts):
+    """Annotates each point with its text where it covers no other label or marker and stays inside the axes,
+    trying label_offsets() in order (a label moved off its marker gets a leader line, which must not cross
+    another marker either); where no offset is free, the one with the fewest conflicts. Returns the
+    annotations."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    pad = 4  # pixels kept free around markers and labels
+    centers = [ax.transData.transform((p["x"], p["y"])) for p in points]
+    markers = [matplotlib.transforms.Bbox([[x - pad, y - pad], [x + pad, y + pad]]) for x, y in centers]
+    placed, annotations = [], []
+    for k, (p, text) in enumerate(zip(points, texts)):
+        best = None
+        for dx, dy, ha, va, leader in label_offsets():
+            ann = ax.annotate(text, (p["x"], p["y"]), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                              fontsize=9, arrowprops={"arrowstyle": "-", "color": "0.5", "lw": 0.6} if leader else None)
+            box = text_box(ann, renderer).padded(pad / 2)
+            score = label_conflicts(box, centers[k] if leader else None, inside, placed, markers, k)
+            if best is None or score < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (score, ann, box)
+            else:
+                ann.remove()
+            if score == 0:
+                break
+        placed.append(best[2])
+        annotations.append(best[1])
+    return annotations
+
+
+def draw_rok(paths):
+    """The ROK figure: one color per policy, the marker its kind (x predicted, o measured, s the planner's curve),
+    points over the budget drawn hollow in red; labels placed apart (place_labels)."""
+    points = [p for path in paths for p in rok_points(path)]
+    policies = list(dict.fromkeys(p["policy"] for p in points))
+    colors = {policy: POLICY_COLORS[i % len(POLICY_COLORS)] for i, policy in enumerate(policies)}
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for p in points:
+        marker = ROK_MARKERS.get(p["kind"], "D")
+        if p["over"]:  # a plan file's point (s): hollow, red-edged
+            ax.scatter([p["x"]], [p["y"]], marker=marker, s=60, linewidths=1.5, facecolors="none",
+                       edgecolors=OVER_BUDGET_COLOR)
+        else:
+            ax.scatter([p["x"]], [p["y"]], marker=marker, s=40, color=colors[p["policy"]])
+    # Room inside the axes for the labels beside the outermost points.
+    ax.margins(x=0.25, y=0.2)
     ax.set_xlabel("step time (ms)")
     ax.set_ylabel("activation peak (MiB)")
-    ax.set_title("Recompute-offload-keep: memory against time (x predicted, o measured)")
+    ax.set_title("Recompute-offload-keep: memory against time\n"
+                 "(x predicted, o measured, s planner's curve; hollow red: over the memory budget)", fontsize=10)
     fig.tight_layout()
+    texts = [rok_label(p) for p in points]
+    annotations = place_labels(fig, ax, points, texts)
+    for p, ann in zip(points, annotations):
+        ann.set_color(OVER_BUDGET_COLOR if p["over"] else colors[p["policy"]])
+    return fig, ax, annotations
+
+
+def cmd_rok(a):
+    fig, _, _ = draw_rok(a.reports)
     fig.savefig(a.output, dpi=110)
 
 

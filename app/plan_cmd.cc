@@ -26,7 +26,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct PlanCmdOptions {
   std::string model, trace, hardware, output, timeline, policy = "auto";
-  int64_t gpus = 1;
+  int64_t gpus = 0;  // 0: 1 from --model; from --trace, its tp·pp (TakeTraceShape)
   double memory_budget_GiB = 0;
   std::string prediction;
   int64_t micro_batch = 0;
@@ -49,57 +49,80 @@ struct PlanInput {
   std::function<Result<traces::Trace>(const traces::Plan&)> stage0;
   // The command that builds the plan's (stage 0) trace; empty for a captured trace.
   std::function<std::string(const traces::Plan&)> trace_command;
-  std::string trace_path;  // captured: the trace itself; else empty (next to -o)
+  std::string trace_path;  // captured: the trace itself; else empty
+  int64_t stage = 0;       // captured: the trace's pipeline stage
 };
 
-// Where the printed trace command writes the plan's trace: next to the plan.
-std::string TracePathFor(const std::string& plan_path) {
-  constexpr std::string_view kJson = ".json";
-  std::string stem = plan_path;
-  if (stem.size() > kJson.size() && stem.ends_with(kJson)) stem.resize(stem.size() - kJson.size());
-  return stem + ".trace.json";
+// A layout flag given with --trace against the trace header's field: 0 (not
+// given) takes the trace's value; another value is refused, naming both.
+Status CheckTraceField(std::string_view flag, int64_t given, std::string_view field,
+                       std::string_view field_name, int64_t traced, const std::string& path) {
+  if (given == 0 || given == traced) return Status::Ok();
+  return Status::InvalidArgument(
+      fmt::format("{} {} contradicts the trace {} (captured at {} {}: header.{}); a trace is "
+                  "planned at its own shape: leave {} out",
+                  flag, given, path, field_name, traced, field, flag));
 }
 
-Result<PlanInput> TraceInput(const PlanCmdOptions& o) {
+// `plan --trace`: the trace's shape (micro-batch, sequence, tp, pp) as the
+// defaults of the flags, and its GPU count, tp·pp (·dp where --dp is given),
+// as --gpus's; --gpus may add data parallelism (a multiple of tp·pp), since
+// a trace is one data-parallel replica's and its header holds no dp.
+Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdOptions& o) {
+  SSDTRAIN_RETURN_IF_ERROR(
+      CheckTraceField("--seq-len", o.seq_len, "seq_len", "sequence length", h.seq_len, path));
+  SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--micro-batch", o.micro_batch, "micro_batch",
+                                           "micro-batch", h.micro_batch, path));
+  SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--tp", o.tp, "tp", "tp", h.tp, path));
+  SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--pp", o.pp, "pp", "pp", h.pp, path));
+  const int64_t replica = h.tp * h.pp;
+  if (o.gpus > 0 && o.gpus % replica != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--gpus {} contradicts the trace {} (captured at tp {} and pp {}: header.tp, header.pp), "
+        "which plans on a multiple of {} GPU(s)",
+        o.gpus, path, h.tp, h.pp, replica));
+  }
+  if (o.gpus == 0) o.gpus = replica * std::max<int64_t>(o.dp, 1);
+  o.seq_len = h.seq_len;
+  o.micro_batch = h.micro_batch;
+  o.tp = h.tp;
+  o.pp = h.pp;
+  return Status::Ok();
+}
+
+// A trace is one stage of its pipeline: it stands for every stage the planner
+// asks for (as one trace does in sim::Simulate), so the plan holds its memory
+// as the first stage's (pp micro-batches in flight under 1F1B), never less
+// than its own stage holds.
+sim::TraceProvider OneStageProvider(std::shared_ptr<const traces::Trace> trace,
+                                    const std::string& path) {
+  return [trace, path](int64_t mb, int64_t tp, int64_t pp, int64_t) -> Result<traces::Trace> {
+    const traces::Header& th = trace->header;
+    if (mb != th.micro_batch || tp != th.tp || pp != th.pp) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: a captured trace has one shape (micro-batch {}, tp {}, pp {}); the planner asked "
+          "for micro-batch {}, tp {}, pp {}",
+          path, th.micro_batch, th.tp, th.pp, mb, tp, pp));
+    }
+    return *trace;
+  };
+}
+
+// Reads the trace and sets `o`'s shape and GPU count from it (TakeTraceShape).
+Result<PlanInput> TraceInput(PlanCmdOptions& o) {
   SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace trace, traces::ReadTrace(o.trace));
   const traces::Header& h = trace.header;
-  if (o.seq_len > 0 && o.seq_len != h.seq_len) {
-    return Status::InvalidArgument(fmt::format(
-        "--seq-len {}: {} was captured at sequence length {} (header.seq_len); a captured "
-        "trace is planned at its own shape",
-        o.seq_len, o.trace, h.seq_len));
-  }
-  if (o.micro_batch > 0 && o.micro_batch != h.micro_batch) {
-    return Status::InvalidArgument(fmt::format(
-        "--micro-batch {}: {} was captured at micro-batch {} (header.micro_batch); a captured "
-        "trace is planned at its own shape",
-        o.micro_batch, o.trace, h.micro_batch));
-  }
-  if (o.gpus != h.tp * h.pp) {
-    return Status::InvalidArgument(
-        fmt::format("--gpus {}: {} was captured with tp {} and pp {}, so it plans on {} GPU(s)",
-                    o.gpus, o.trace, h.tp, h.pp, h.tp * h.pp));
-  }
+  SSDTRAIN_RETURN_IF_ERROR(TakeTraceShape(h, o.trace, o));
   PlanInput in;
   in.name = h.model;
   in.layers = h.layers;
   in.heads = h.heads;
+  in.stage = h.stage;
   auto shared = std::make_shared<const traces::Trace>(std::move(trace));
-  const std::string path = o.trace;
-  in.provider = [shared, path](int64_t mb, int64_t tp, int64_t pp,
-                               int64_t stage) -> Result<traces::Trace> {
-    const traces::Header& th = shared->header;
-    if (mb != th.micro_batch || tp != th.tp || pp != th.pp || stage != th.stage) {
-      return Status::InvalidArgument(fmt::format(
-          "{}: a captured trace has one shape (micro-batch {}, tp {}, pp {}, stage {}); the "
-          "planner asked for micro-batch {}, tp {}, pp {}, stage {}",
-          path, th.micro_batch, th.tp, th.pp, th.stage, mb, tp, pp, stage));
-    }
-    return *shared;
-  };
+  in.provider = OneStageProvider(shared, o.trace);
   in.stage0 = [shared](const traces::Plan&) -> Result<traces::Trace> { return *shared; };
   in.trace_command = [](const traces::Plan&) { return std::string(); };
-  in.trace_path = path;
+  in.trace_path = o.trace;
   return in;
 }
 
@@ -141,6 +164,26 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
                        model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
   };
   return in;
+}
+
+// How to replay a plan made from --trace. The trace is one stage: with pp > 1
+// it replays alone (`replay --trace` across pipeline ranks is refused, each
+// rank needing its own stage's trace), and it stood for every stage in the
+// search (OneStageProvider); with pp = 1, its dp ranks replay it at once.
+std::string CapturedReplayLines(const PlanInput& in, const traces::Plan& plan,
+                                const std::string& plan_path) {
+  const std::string replay =
+      fmt::format("ssdtrain replay --trace {} --plan {} --dir OFFLOAD_DIR -o run.json",
+                  in.trace_path, plan_path);
+  if (plan.pp == 1) {
+    const std::string ranks = plan.dp > 1 ? fmt::format("mpirun -np {} ", plan.dp) : "";
+    return fmt::format("replay this plan: {}{}\n", ranks, replay);
+  }
+  return fmt::format(
+      "replay this plan: {} (stage {} of {} alone; every stage replays from --model)\n"
+      "note: {} is stage {} of {} and stood for every stage, so the plan holds its memory as "
+      "the first stage's, which holds the most micro-batches in flight\n",
+      replay, in.stage, plan.pp, in.trace_path, in.stage, plan.pp);
 }
 
 // With pp > 1, the plan of every other stage goes into the plan file
@@ -205,7 +248,36 @@ std::string SsdVerdict(const sim::Prediction& p) {
   return line + ": the drives keep pace, but the fastest plan that fits writes nothing to them\n";
 }
 
-int RunPlan(const PlanCmdOptions& o) {
+// Bytes over a budget, in GiB, or in MiB below a tenth of one (so that a small
+// excess does not print as 0.00 GiB).
+std::string OverBudgetText(int64_t bytes) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const double b = static_cast<double>(bytes);
+  return b >= 0.1 * kGiB ? fmt::format("{:.2f} GiB", b / kGiB)
+                         : fmt::format("{:.1f} MiB", b / kMiB);
+}
+
+// The --rok table: one row per policy at the best layout (the planner's
+// points, each judged by sim::FitsBudget); a row over the budget says by how much.
+void PrintRok(const nlohmann::json& rok, int64_t budget_bytes, std::ostream& out) {
+  out << fmt::format("recompute-offload-keep curve (best layout; budget {:.2f} GiB per GPU):\n",
+                     static_cast<double>(budget_bytes) / kGiB);
+  out << fmt::format("{:>20} {:>14} {:>16} {:>12}  {}\n", "policy", "peak GiB", "activations GiB",
+                     "step ms", "fits");
+  for (const nlohmann::json& e : rok) {
+    const std::string fits =
+        e.at("fits").get<bool>()
+            ? "yes"
+            : "no: " + OverBudgetText(e.at("over_budget_bytes").get<int64_t>()) + " over budget";
+    out << fmt::format("{:>20} {:>14.2f} {:>16.2f} {:>12.1f}  {}\n",
+                       e.at("policy").get<std::string>(),
+                       e.at("peak_gpu_bytes").get<double>() / kGiB,
+                       e.at("peak_activation_bytes").get<double>() / kGiB,
+                       e.at("step_time_ns").get<double>() / 1e6, fits);
+  }
+}
+
+int RunPlan(PlanCmdOptions o) {
   if (o.model.empty() == o.trace.empty()) {
     return ReportError(
         "plan", Status::InvalidArgument("give exactly one of --model (a config) and --trace (a "
@@ -213,6 +285,7 @@ int RunPlan(const PlanCmdOptions& o) {
   }
   Result<PlanInput> input = o.trace.empty() ? ModelInput(o) : TraceInput(o);
   if (!input.ok()) return ReportError("plan", input.status());
+  if (o.gpus == 0) o.gpus = 1;
   const PlanInput& in = *input;
   Result<sim::HardwareOptions> hw = sim::LoadHardware(o.hardware);
   if (!hw.ok()) return ReportError("plan", hw.status());
@@ -224,11 +297,6 @@ int RunPlan(const PlanCmdOptions& o) {
   po.policy = o.policy;
   po.memory_budget_bytes = static_cast<int64_t>(o.memory_budget_GiB * kGiB);
   if (o.micro_batch > 0) po.micro_batch = o.micro_batch;
-  if (!o.trace.empty()) {
-    Result<traces::Trace> t = in.stage0(traces::Plan{});
-    if (!t.ok()) return ReportError("plan", t.status());
-    po.micro_batch = t->header.micro_batch;
-  }
   po.global_batch = o.global_batch;
   if (o.tp > 0) po.tp = o.tp;
   if (o.pp > 0) po.pp = o.pp;
@@ -296,17 +364,7 @@ int RunPlan(const PlanCmdOptions& o) {
       static_cast<double>(m.peak_activation_bytes) / kGiB,
       static_cast<double>(m.ssd_bytes_written) / 1e9);
   std::cout << SsdVerdict(r->prediction);
-  if (o.rok) {
-    std::cout << "recompute-offload-keep curve (best layout):\n";
-    std::cout << fmt::format("{:>20} {:>14} {:>16} {:>12}\n", "policy", "peak GiB",
-                             "activations GiB", "step ms");
-    for (const auto& e : r->rok) {
-      std::cout << fmt::format(
-          "{:>20} {:>14.2f} {:>16.2f} {:>12.1f}\n", e["policy"].get<std::string>(),
-          e["peak_gpu_bytes"].get<double>() / kGiB, e["peak_activation_bytes"].get<double>() / kGiB,
-          e["step_time_ns"].get<double>() / 1e6);
-    }
-  }
+  if (o.rok) PrintRok(plan.extra["rok"], plan.memory_budget_bytes, std::cout);
   if (!o.timeline.empty()) {
     w = traces::WriteJsonFile(traces::ToChromeTrace(r->prediction.timeline, "ssdtrain plan"),
                               o.timeline);
@@ -318,7 +376,6 @@ int RunPlan(const PlanCmdOptions& o) {
   } else {
     std::cout << "trace for this plan: " << make_trace << "\n";
   }
-  const std::string trace_path = in.trace_path.empty() ? TracePathFor(o.output) : in.trace_path;
   const int64_t n_ranks = plan.pp * plan.dp;
   const std::string ranks = n_ranks > 1 ? fmt::format("mpirun -np {} ", n_ranks) : "";
   if (!o.model.empty()) {
@@ -328,11 +385,7 @@ int RunPlan(const PlanCmdOptions& o) {
         "run.json{}\n",
         ranks, o.model, o.output, n_ranks > 1 ? " (rank r runs stage r / dp)" : "");
   } else {
-    std::cout << fmt::format(
-        "replay this plan: {}{}ssdtrain replay --trace {} --plan {} --dir OFFLOAD_DIR -o "
-        "run.json\n",
-        make_trace.empty() ? "" : make_trace + " -o " + trace_path + " && ", ranks, trace_path,
-        o.output);
+    std::cout << CapturedReplayLines(in, plan, o.output);
   }
   // A config measured by one process predicts ranks that each had a machine
   // of their own; ranks that share this one (cores, disk) run slower.
@@ -353,11 +406,13 @@ Verb AddPlanCommand(CLI::App& app) {
       "plan", "Search micro-batch, pipeline and tensor parallelism and an offload policy");
   cmd->add_option("--model", o->model, "model config (configs/models/*.json)");
   cmd->add_option("--trace", o->trace,
-                  "a captured trace (ssdtrain.capture) instead of --model: planned at its own "
-                  "micro-batch, sequence length and parallelism");
+                  "a trace (ssdtrain.capture or ssdtrain trace) instead of --model: planned at "
+                  "its own micro-batch, sequence length, tp and pp, on tp x pp GPUs unless "
+                  "--gpus adds data parallelism; a flag that contradicts it is refused");
   cmd->add_option("--hardware", o->hardware, "hardware config (configs/hardware/*.json)")
       ->required();
-  cmd->add_option("--gpus", o->gpus, "GPUs in total")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus", o->gpus, "GPUs in total (default: 1; with --trace, its tp x pp)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--policy", o->policy,
                   "keep, recompute-full, recompute-selective, offload-host, offload-ssd, "
                   "ssdtrain, ssdtrain-paper, optimal or auto")

@@ -131,8 +131,9 @@ TEST_F(PlanCli, AutoSearchFitsTheBudgetAndPrintsTheRokCurve) {
   EXPECT_NE(r.output.find("recompute-offload-keep curve"), std::string::npos) << r.output;
   for (const char* policy : {"keep", "recompute-full", "recompute-selective", "offload-host",
                              "offload-ssd", "ssdtrain", "optimal"}) {
-    EXPECT_TRUE(std::regex_search(
-        r.output, std::regex(std::string("\n +") + policy + " +[0-9.]+ +[0-9.]+ +[0-9.]+\n")))
+    EXPECT_TRUE(
+        std::regex_search(r.output, std::regex(std::string("\n +") + policy +
+                                               " +[0-9.]+ +[0-9.]+ +[0-9.]+  (yes|no: [^\n]+)\n")))
         << policy << "\n"
         << r.output;
   }
@@ -141,6 +142,39 @@ TEST_F(PlanCli, AutoSearchFitsTheBudgetAndPrintsTheRokCurve) {
   ASSERT_TRUE(plan->prediction.has_value());
   EXPECT_LE(plan->prediction->peak_gpu_bytes, static_cast<int64_t>(0.1 * kGiB));
   EXPECT_EQ(plan->extra.at("rok").size(), 7u);
+}
+
+// --rok marks the points over the budget: tiny-gpt at micro-batch 4 on
+// cpu-local, under 0.1 GiB, where keep needs 0.17 GiB (its row says "no: ...
+// over budget", its JSON point fits false with over_budget_bytes = peak −
+// budget) and the plan's own policy fits.
+TEST_F(PlanCli, RokMarksThePointsOverTheBudget) {
+  CliResult r =
+      RunSsdtrain("plan --model " + Model("tiny-gpt") + " --hardware " + Hardware("cpu-local") +
+                  " --memory-budget 0.1 --micro-batch 4 --rok -o " + File("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("budget 0.10 GiB per GPU"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex("\n +keep +0\\.1[0-9] +[0-9.]+ +[0-9.]+  no: [0-9.]+ [GM]iB over "
+                           "budget\n")))
+      << r.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const int64_t budget = static_cast<int64_t>(0.1 * kGiB);
+  bool keep_seen = false, chosen_fits = false;
+  for (const nlohmann::json& e : plan->extra.at("rok")) {
+    const int64_t peak = e.at("peak_gpu_bytes").get<int64_t>();
+    EXPECT_EQ(e.at("fits").get<bool>(), peak <= budget) << e.dump();
+    EXPECT_EQ(e.at("over_budget_bytes").get<int64_t>(), std::max<int64_t>(0, peak - budget))
+        << e.dump();
+    if (e.at("policy") == "keep") {
+      keep_seen = true;
+      EXPECT_FALSE(e.at("fits").get<bool>()) << e.dump();
+    }
+    if (e.at("policy") == plan->policy) chosen_fits = e.at("fits").get<bool>();
+  }
+  EXPECT_TRUE(keep_seen);
+  EXPECT_TRUE(chosen_fits) << plan->policy;
 }
 
 // A paper configuration end to end: gpt-h8192-l4 on the paper's two A100s
@@ -339,6 +373,89 @@ TEST_F(PlanCli, ImpossiblePinsAreRejectedNamingTheFlagAndWhy) {
     EXPECT_NE(r.output.find(message), std::string::npos) << flags << "\n" << r.output;
     EXPECT_FALSE(fs::exists(File("plan.json"))) << flags;
   }
+}
+
+// `plan --trace` takes the trace's shape: tiny-gpt traced at tp 2 plans, with
+// no layout flags, at tp 2, pp 1 and the trace's micro-batch 4 on tp·pp = 2
+// GPUs; --gpus 4 adds data parallelism, dp = 4 / (2·1) = 2.
+TEST_F(PlanCli, TraceAtTp2PlansAtItsOwnShapeWithNoFlags) {
+  ASSERT_EQ(
+      RunSsdtrain("trace --model " + Model("tiny-gpt") + " --tp 2 -o " + File("t.json")).exit_code,
+      0);
+  CliResult r = RunSsdtrain("plan --trace " + File("t.json") + " --hardware " +
+                            Hardware("cpu-local") + " --policy keep -o " + File("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tiny-gpt on 2 x cpu-local"), std::string::npos) << r.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->tp, 2);
+  EXPECT_EQ(plan->pp, 1);
+  EXPECT_EQ(plan->dp, 1);
+  EXPECT_EQ(plan->micro_batch, 4);
+
+  r = RunSsdtrain("plan --trace " + File("t.json") + " --hardware " + Hardware("cpu-local") +
+                  " --gpus 4 --policy keep -o " + File("dp2.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  plan = traces::ReadPlan(File("dp2.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->tp, 2);
+  EXPECT_EQ(plan->dp, 2);
+  EXPECT_NE(
+      r.output.find("replay this plan: mpirun -np 2 ssdtrain replay --trace " + File("t.json")),
+      std::string::npos)
+      << r.output;
+}
+
+// Stage 1 of tiny-gpt at tp 2, pp 2 plans with no layout flags on 2·2 = 4
+// GPUs at tp 2, pp 2; the plan is for that trace (its fingerprint and tensor
+// ids), and the replay it prints runs that one stage alone.
+TEST_F(PlanCli, TraceOfOnePipelineStagePlansAtItsOwnShapeWithNoFlags) {
+  ASSERT_EQ(RunSsdtrain("trace --model " + Model("tiny-gpt") + " --tp 2 --pp 2 --stage 1 -o " +
+                        File("t.json"))
+                .exit_code,
+            0);
+  CliResult r = RunSsdtrain("plan --trace " + File("t.json") + " --hardware " +
+                            Hardware("cpu-local") + " --policy keep -o " + File("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tiny-gpt on 4 x cpu-local"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(stage 1 of 2 alone"), std::string::npos) << r.output;
+  Result<traces::Trace> trace = traces::ReadTrace(File("t.json"));
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->tp, 2);
+  EXPECT_EQ(plan->pp, 2);
+  EXPECT_EQ(plan->dp, 1);
+  EXPECT_EQ(plan->micro_batch, 4);
+  EXPECT_TRUE(traces::ValidatePlan(*plan, *trace, File("plan.json")).ok());
+}
+
+// A layout flag that contradicts the trace (tiny-gpt at tp 2, pp 2, micro-batch
+// 4, sequence 256) is refused, naming the flag and the trace's value; one that
+// agrees is accepted.
+TEST_F(PlanCli, FlagThatContradictsTheTraceIsRefusedNamingBoth) {
+  ASSERT_EQ(
+      RunSsdtrain("trace --model " + Model("tiny-gpt") + " --tp 2 --pp 2 -o " + File("t.json"))
+          .exit_code,
+      0);
+  const std::string base = "plan --trace " + File("t.json") + " --hardware " +
+                           Hardware("cpu-local") + " --policy keep -o " + File("plan.json") + " ";
+  const std::string trace = "contradicts the trace " + File("t.json");
+  const std::pair<std::string, std::string> cases[] = {
+      {"--tp 1", "--tp 1 " + trace + " (captured at tp 2: header.tp)"},
+      {"--pp 4", "--pp 4 " + trace + " (captured at pp 2: header.pp)"},
+      {"--micro-batch 8", "--micro-batch 8 " + trace + " (captured at micro-batch 4"},
+      {"--seq-len 128", "--seq-len 128 " + trace + " (captured at sequence length 256"},
+      {"--gpus 2", "--gpus 2 " + trace + " (captured at tp 2 and pp 2"},
+  };
+  for (const auto& [flags, message] : cases) {
+    CliResult r = RunSsdtrain(base + flags);
+    EXPECT_EQ(r.exit_code, 1) << flags;
+    EXPECT_NE(r.output.find(message), std::string::npos) << flags << "\n" << r.output;
+    EXPECT_FALSE(fs::exists(File("plan.json"))) << flags;
+  }
+  CliResult r = RunSsdtrain(base + "--tp 2 --pp 2 --gpus 4");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 // The loop refuses to compare different steps: a replay of a one-micro-batch
