@@ -88,9 +88,10 @@ BENCHMARK(BM_SimulatePaperGptOffload)->Unit(benchmark::kMicrosecond);
 
 // What `ssdtrain plan --model gpt-175b.json --hardware h100-sxm-8x-gen5-nvme.json
 // --gpus 1024` does, tracing included (a fresh trace cache every iteration).
-void BM_PlanGpt175bOn1024Gpus(benchmark::State& state) {
-  const models::ModelConfig base = LoadModel("gpt-175b");
-  const sim::HardwareOptions hw = LoadHw("h100-sxm-8x-gen5-nvme");
+// The planner's search at scale: `auto` (every policy, per-stage plans) on
+// `gpus` GPUs of the preset, counting layouts and simulations.
+void PlanSearch(benchmark::State& state, const models::ModelConfig& base,
+                const sim::HardwareOptions& hw, int64_t gpus, int64_t global_batch) {
   int64_t simulations = 0, simulated_layouts = 0, layouts = 0;
   for (auto _ : state) {
     sim::TraceProvider provider = [&base](int64_t mb, int64_t tp, int64_t pp,
@@ -99,12 +100,12 @@ void BM_PlanGpt175bOn1024Gpus(benchmark::State& state) {
       ov.micro_batch = mb;
       ov.tp = tp;
       ov.pp = pp;
-      SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c,
-                                models::ApplyOverrides(base, ov, "gpt-175b"));
+      SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c, models::ApplyOverrides(base, ov, base.name));
       return models::BuildTrace(c, stage);
     };
     sim::PlannerOptions po;
-    po.gpus = 1024;
+    po.gpus = gpus;
+    po.global_batch = global_batch;
     po.layers = base.layers;
     po.heads = base.heads;
     Result<sim::PlannerResult> r = sim::SearchPlan(provider, hw, po);
@@ -121,7 +122,24 @@ void BM_PlanGpt175bOn1024Gpus(benchmark::State& state) {
   state.counters["simulated_layouts"] = static_cast<double>(simulated_layouts);
   state.counters["simulations"] = static_cast<double>(simulations);
 }
+
+void BM_PlanGpt175bOn1024Gpus(benchmark::State& state) {
+  PlanSearch(state, LoadModel("gpt-175b"), LoadHw("h100-sxm-8x-gen5-nvme"), 1024, 0);
+}
 BENCHMARK(BM_PlanGpt175bOn1024Gpus)->Unit(benchmark::kMillisecond);
+
+// Megatron-LM's 1T model (hidden 25600, 128 layers, 160 heads; Narayanan et al.
+// SC21 Table 1) on 16384 GPUs at a global batch of 4096 sequences.
+void BM_PlanGpt1tOn16384Gpus(benchmark::State& state) {
+  models::ModelConfig m = LoadModel("gpt-175b");
+  m.name = "gpt-1t";
+  m.hidden = 25600;
+  m.layers = 128;
+  m.heads = 160;
+  PlanSearch(state, m, LoadHw("h100-sxm-8x-gen5-nvme"), 16384, 4096);
+}
+BENCHMARK(BM_PlanGpt1tOn16384Gpus)->Unit(benchmark::kMillisecond);
+
 
 }  // namespace
 
