@@ -22,6 +22,10 @@ enum class TestPoint {
   // UringBackend, instead of io_uring_submit: a positive return is the errno the
   // submit fails with (the prepared requests stay unsent in the ring).
   kUringSubmit,
+  // UringBackend::Init, after io_uring_queue_init: a nonzero return makes the
+  // ring act as on a kernel without IORING_FEAT_EXT_ARG (before 5.11), where
+  // liburing drops every completion tagged LIBURING_UDATA_TIMEOUT.
+  kUringInit,
   // OffloadEngine::Preallocate (id -1) and WriteAsync (the tensor), before
   // fallocate: a positive return is the errno fallocate fails with instead.
   kFallocate,
@@ -31,7 +35,7 @@ enum class TestPoint {
 };
 
 // `id`: the tensor or storage concerned, or 0. Returns 0, or (kUringSubmit,
-// kFallocate, kUnlink) an errno to fail with.
+// kFallocate, kUnlink) an errno to fail with, or (kUringInit) nonzero to act.
 using TestHook = int (*)(TestPoint point, int64_t id);
 
 // Installs `hook` (nullptr: none). Thread-safe.
