@@ -32,10 +32,17 @@ enum class TestPoint {
   // OffloadEngine::Remove (the tensor), before unlinking its file: a positive
   // return is the errno the unlink fails with instead (the file stays).
   kUnlink,
+  // Replayer::AllReduceGradients, before copying weight gradient `id` back to
+  // the device after its all-reduce: a nonzero return makes that copy fail.
+  kGradientCopyBack,
+  // Replay, at the end of step `id`, where it checks that the engine moved the
+  // bytes the cache counted: a nonzero return makes the check fail.
+  kStepBytesChecked,
 };
 
-// `id`: the tensor or storage concerned, or 0. Returns 0, or (kUringSubmit,
-// kFallocate, kUnlink) an errno to fail with, or (kUringInit) nonzero to act.
+// `id`: the tensor, storage or step concerned, or 0. Returns 0, or
+// (kUringSubmit, kFallocate, kUnlink) an errno to fail with, or (kUringInit,
+// kGradientCopyBack, kStepBytesChecked) nonzero to act.
 using TestHook = int (*)(TestPoint point, int64_t id);
 
 // Installs `hook` (nullptr: none). Thread-safe.
