@@ -17,8 +17,10 @@
 //              backward done, weight gradients copied to host memory
 //                                      Agree(status)
 //              then                    AllReduceSum(each gradient) over the
-//                                      ranks of this stage, copies back
-//              step done               Agree(status)
+//                                      ranks of this stage, every one of
+//                                      them; only then the copies back
+//              step done, its checks   Agree(status)
+//              included
 // Every rank posts all its sends of a step before it goes to the agreement
 // before the gradients, so a neighbour's Receive never waits on a rank that
 // sits in an agreement.
@@ -32,8 +34,11 @@
 // agreement point and learns of the failure there. So every rank makes exactly
 // one more Agree call after the first failure, and they all meet in it (each
 // rank's engine removes its files as it unwinds). Nothing fallible runs
-// between an Agree that said "all well" and the gradients' all-reduce, so a
-// rank never waits in an all-reduce that another rank will not join.
+// between an Agree that said "all well" and the gradients' all-reduces (a
+// copy back that fails comes after the last of them), so a rank never waits
+// in an all-reduce that another rank will not join; and nothing fallible runs
+// after the last step's Agree, where the CLI's next collective (the gather of
+// the reports) follows.
 // Messages left unreceived by a failure (sends to a rank that stopped, the
 // abort messages) are drained by the implementation before it shuts down.
 #pragma once

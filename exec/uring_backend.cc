@@ -17,11 +17,15 @@ namespace ssdtrain::exec {
 namespace {
 
 // user_data of the eventfd read that Notify completes; engine tags never use it.
-constexpr uint64_t kWakeTag = ~uint64_t{0};
+// Not ~0: that is LIBURING_UDATA_TIMEOUT, whose completions liburing drops on
+// kernels without IORING_FEAT_EXT_ARG (a Notify would never wake a Reap).
+constexpr uint64_t kWakeTag = ~uint64_t{0} - 2;
 // user_data of the NOPs that overwrite requests prepared in the ring but not
 // sent (a failed or short io_uring_submit): they reach the kernel with the next
 // submit, touch no memory and no fd, and their completions are dropped.
 constexpr uint64_t kUnsentTag = ~uint64_t{0} - 1;
+static_assert(kWakeTag != LIBURING_UDATA_TIMEOUT && kUnsentTag != LIBURING_UDATA_TIMEOUT,
+              "liburing reserves LIBURING_UDATA_TIMEOUT for its own timeouts");
 // io_uring_submit attempts before the unsent rest of a batch is given up; each
 // retry first moves ready completions aside, which frees the completion-queue
 // room an -EBUSY asks for.
@@ -55,6 +59,9 @@ class UringBackend : public IoBackend {
           "io_uring is refused here (io_uring_queue_init: " + ErrnoText(-rc) + ")");
     }
     ring_ready_ = true;
+    if (detail::HitTestPoint(detail::TestPoint::kUringInit) != 0) {
+      ring_.features &= ~IORING_FEAT_EXT_ARG;
+    }
     event_fd_ = ::eventfd(0, EFD_CLOEXEC);
     if (event_fd_ < 0) return Status::IoError("eventfd failed: " + ErrnoText(errno));
     return ArmWakeAndFlush();

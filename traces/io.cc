@@ -357,31 +357,48 @@ Result<json> ParseJson(std::string_view bytes, bool cbor, const std::string& sou
   return doc;
 }
 
+namespace {
+
+// The bytes WriteJsonFile writes: CBOR for a .cbor path, else indented JSON
+// text. nlohmann throws on what it cannot encode (a string that is not UTF-8):
+// that becomes an error naming the file.
+Result<std::string> Serialize(const json& j, const std::string& path) {
+  try {
+    if (EndsWith(path, ".cbor")) {
+      std::vector<uint8_t> bytes = json::to_cbor(j);
+      return std::string(bytes.begin(), bytes.end());
+    }
+    return j.dump(1) + "\n";
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(path + ": cannot serialize the document (" + e.what() + ")");
+  }
+}
+
+}  // namespace
+
 Status WriteJsonFile(const json& j, const std::string& path) {
   namespace fs = std::filesystem;
+  // Serialized before any file exists, so that a refusal leaves nothing.
+  SSDTRAIN_ASSIGN_OR_RETURN(const std::string bytes, Serialize(j, path));
   // Write beside the target, then rename: a failure never leaves a partial file.
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return Status::IoError(path + ": cannot create (" + std::strerror(errno) + ")");
-    if (EndsWith(path, ".cbor")) {
-      std::vector<uint8_t> bytes = json::to_cbor(j);
-      out.write(reinterpret_cast<const char*>(bytes.data()),
-                static_cast<std::streamsize>(bytes.size()));
-    } else {
-      out << j.dump(1) << "\n";
-    }
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.flush();
     if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      return Status::IoError(path + ": write failed (" + std::strerror(errno) + ")");
+      const int err = errno;
+      std::error_code ignored;
+      fs::remove(tmp, ignored);
+      return Status::IoError(path + ": write failed (" + std::strerror(err) + ")");
     }
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) {
-    fs::remove(tmp, ec);
+    std::error_code ignored;  // the rename's error is the one to report
+    fs::remove(tmp, ignored);
     return Status::IoError(path + ": cannot move into place (" + ec.message() + ")");
   }
   return Status::Ok();

@@ -221,6 +221,8 @@ class Replayer {
   // over the ranks between the last backward op and the optimizer.
   Status InitGradients();
   Status AllReduceGradients();
+  Status SumGradients(uint8_t* host);
+  Status CopyGradientBack(TensorId g, const uint8_t* host);
 
   // Pipeline stages on separate ranks (replay_pipeline.cc): each send and
   // recv op of the step has a fixed place in one pinned host region, its

@@ -22,16 +22,27 @@ enum class TestPoint {
   // UringBackend, instead of io_uring_submit: a positive return is the errno the
   // submit fails with (the prepared requests stay unsent in the ring).
   kUringSubmit,
+  // UringBackend::Init, after io_uring_queue_init: a nonzero return makes the
+  // ring act as on a kernel without IORING_FEAT_EXT_ARG (before 5.11), where
+  // liburing drops every completion tagged LIBURING_UDATA_TIMEOUT.
+  kUringInit,
   // OffloadEngine::Preallocate (id -1) and WriteAsync (the tensor), before
   // fallocate: a positive return is the errno fallocate fails with instead.
   kFallocate,
   // OffloadEngine::Remove (the tensor), before unlinking its file: a positive
   // return is the errno the unlink fails with instead (the file stays).
   kUnlink,
+  // Replayer::AllReduceGradients, before copying weight gradient `id` back to
+  // the device after its all-reduce: a nonzero return makes that copy fail.
+  kGradientCopyBack,
+  // Replay, at the end of step `id`, where it checks that the engine moved the
+  // bytes the cache counted: a nonzero return makes the check fail.
+  kStepBytesChecked,
 };
 
-// `id`: the tensor or storage concerned, or 0. Returns 0, or (kUringSubmit,
-// kFallocate, kUnlink) an errno to fail with.
+// `id`: the tensor, storage or step concerned, or 0. Returns 0, or
+// (kUringSubmit, kFallocate, kUnlink) an errno to fail with, or (kUringInit,
+// kGradientCopyBack, kStepBytesChecked) nonzero to act.
 using TestHook = int (*)(TestPoint point, int64_t id);
 
 // Installs `hook` (nullptr: none). Thread-safe.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -183,6 +184,37 @@ TEST(UringBackend, RequestsOfAFailedSubmitNeverReachTheKernel) {
   EXPECT_EQ(a, std::vector<char>(4096, 0x11));
   EXPECT_EQ(b, std::vector<char>(4096, 0x11));
   ::close(fd);
+}
+
+// The test hook below makes every ring made while it is installed act as on
+// a kernel without IORING_FEAT_EXT_ARG.
+int WithoutExtArg(detail::TestPoint point, int64_t) {
+  return point == detail::TestPoint::kUringInit ? 1 : 0;
+}
+
+// A Reap that a Notify wakes returns at once; a hang past this is the failure.
+constexpr unsigned kHangGuardSeconds = 20;
+
+TEST(UringBackend, NotifyWakesAnIdleReapOnAKernelWithoutExtArg) {
+  // There (Linux before 5.11) liburing drops every completion tagged
+  // LIBURING_UDATA_TIMEOUT; a wake read tagged so is never seen, and a
+  // Reap with no timeout blocks for good (the engine's destructor hung on
+  // its I/O thread). Notify, then an idle Reap: it returns 0 completions.
+  // Run in a child process that an alarm ends if it hangs.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        detail::SetTestHook(WithoutExtArg);
+        auto made = MakeUringBackend(kDepth);
+        detail::SetTestHook(nullptr);
+        if (!made.ok()) std::_Exit(0);  // io_uring refused here: nothing to check
+        ::alarm(kHangGuardSeconds);
+        (*made)->Notify();
+        IoCompletion out[4];
+        Result<int> n = (*made)->Reap(out, 1, -1);
+        std::_Exit(n.ok() && *n == 0 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, IoBackendConformance,

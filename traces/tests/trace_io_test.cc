@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -140,6 +141,41 @@ TEST(TraceIo, WriteToMissingDirectoryFailsAndLeavesNothing) {
   Status s = WriteTrace(testing::SmallTrace(), "/nonexistent-dir/x.json");
   EXPECT_FALSE(s.ok());
   EXPECT_FALSE(fs::exists("/nonexistent-dir"));
+}
+
+// The names in `dir` that start with `prefix`.
+std::vector<std::string> NamesStartingWith(const fs::path& dir, const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+TEST(TraceIo, WriteOntoADirectoryNamesTheRenamesError) {
+  // rename(2) of a file onto a non-empty directory fails with EISDIR; the
+  // message is that error, not the result of removing the temporary file.
+  TempDir dir;
+  fs::create_directories(dir.File("out.json/inside"));
+  Status s = WriteJsonFile(nlohmann::json{{"a", 1}}, dir.File("out.json"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("out.json: cannot move into place (Is a directory)"),
+            std::string::npos)
+      << s.ToString();
+  EXPECT_TRUE(NamesStartingWith(fs::path(dir.File("")), "out.json.tmp").empty());
+}
+
+TEST(TraceIo, InvalidUtf8IsAnErrorNamingTheFileAndLeavesNoTemporaryFile) {
+  // nlohmann's dump throws type_error 316 on a string that is not UTF-8.
+  TempDir dir;
+  const nlohmann::json j = {{"name", std::string("op\xff")}};
+  Status s = Status::Ok();
+  EXPECT_NO_THROW(s = WriteJsonFile(j, dir.File("bad.json")));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bad.json: cannot serialize"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("invalid UTF-8"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(NamesStartingWith(fs::path(dir.File("")), "bad.json").empty());
 }
 
 }  // namespace

@@ -1,0 +1,86 @@
+// The MPI ranks' protocol (exec/step_sync.h, app/mpi_sync.cc) under mpirun:
+// each test runs one scenario of tests/mpi_rank_scenarios.cc on two ranks and
+// reads the line each rank prints. A fault on one rank must end both with its
+// message; a mismatched collective hangs instead, which the hang guard turns
+// into a failure. Built only with MPI (SSDTRAIN_HAVE_MPI).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "tests/cli_util.h"
+
+namespace ssdtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A scenario ends in seconds; one still running after this has hung (two
+// ranks left in different collectives).
+constexpr int kHangGuardSeconds = 60;
+// timeout(1)'s exit status when it had to stop the command.
+constexpr int kTimedOut = 124;
+
+class MpiRanks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ssdtrain-mpi-ranks-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  testing::CliResult Run(const std::string& scenario) {
+    // Root in containers and CI: Open MPI asks for both variables.
+    return testing::Shell("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout " +
+                          std::to_string(kHangGuardSeconds) + " mpirun --oversubscribe -np 2 " +
+                          std::string(SSDTRAIN_BINARY_DIR) + "/tests/mpi_rank_scenarios " +
+                          scenario + " " + dir_.string());
+  }
+  // What rank `rank` printed after "rank R: " ("" when it printed nothing).
+  static std::string Said(const testing::CliResult& r, int rank) {
+    const std::string prefix = "rank " + std::to_string(rank) + ": ";
+    for (size_t at = 0; at < r.output.size();) {
+      size_t end = r.output.find('\n', at);
+      if (end == std::string::npos) end = r.output.size();
+      const std::string line = r.output.substr(at, end - at);
+      if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+      at = end + 1;
+    }
+    return "";
+  }
+  // Rank 1 failed with a message containing `cause`, and rank 0 ended with
+  // that message, named as rank 1's; no rank hung; nothing left on disk.
+  void ExpectBothEndWithRankOnesFailure(const testing::CliResult& r, const std::string& cause) {
+    ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
+    const std::string one = Said(r, 1), zero = Said(r, 0);
+    ASSERT_EQ(one.rfind("error: ", 0), 0u) << r.output;
+    EXPECT_NE(one.find(cause), std::string::npos) << r.output;
+    EXPECT_NE(zero.find("rank 1 failed: " + one.substr(7)), std::string::npos) << r.output;
+    for (const char* rank : {"rank-0", "rank-1"}) {
+      EXPECT_TRUE(fs::is_empty(dir_ / rank)) << rank << ": files left";
+    }
+  }
+  fs::path dir_;
+};
+
+TEST_F(MpiRanks, ACopyBackFailingBetweenGradientAllReducesEndsBothWithItsMessage) {
+  // Rank 1's first gradient copy back to the device fails after that
+  // gradient's all-reduce, while more gradients remain to be summed: rank 0
+  // must not be left in the next all-reduce while rank 1 agrees.
+  auto r = Run("gradient-copy-back-fails");
+  ExpectBothEndWithRankOnesFailure(r, "back to the device after its all-reduce: injected");
+}
+
+TEST_F(MpiRanks, AFailedByteCheckOnTheLastStepEndsBothWithItsMessage) {
+  // Rank 1's check that the engine moved the bytes its cache counted fails
+  // on the last step: rank 0 must not go on to gather the reports while
+  // rank 1 agrees on its failure.
+  auto r = Run("last-steps-byte-check-fails");
+  ExpectBothEndWithRankOnesFailure(r, "step 1: the engine moved");
+}
+
+}  // namespace
+}  // namespace ssdtrain
