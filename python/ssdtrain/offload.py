@@ -40,8 +40,9 @@ them: they land within ``write_lag`` leaf modules), keep storages stay,
 prefetch points, mapped to the first unpack at or after each, or on demand.
 A storage's file is removed when autograd frees the last saved tensor on it.
 A storage saved again after its release (a later op saving another view of it,
-such as the V of a fused QKV output) is recognised by the base tensor it views
-and read back from its file, not written twice.
+such as the V of a fused QKV output, or a ``.detach()`` or ``.data`` alias of
+it) is the same storage while it is alive (ssdtrain/saved.py), and is read back
+from its file, not written twice.
 
 Failures. Any engine error (EIO, ENOSPC, a checksum mismatch, EOF) raises
 ``ssdtrain.OffloadError`` naming the saved tensor (module, index, dtype, shape)
@@ -456,7 +457,6 @@ class Offload:
 
     def _release(self, s):
         """Drops every reference this cache holds to the storage's memory."""
-        self._order.release(s.entry)
         s.tensor = None
         for ref in s.handles:
             h = ref()
