@@ -125,5 +125,78 @@ class AliasOfAReleasedStorage(unittest.TestCase):
         self.assertEqual(os.listdir(self.dir), [])
 
 
+class GptPlan(unittest.TestCase):
+    """The GPT of test_plan, captured and planned once for the class."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="ssdtrain-schedule-")
+        cls.trace_path, cls.trace, cls.plan_path, cls.plan = captured_plan(cls.tmp, seeded(GPT))
+        cls.roots = base.offloaded_storages(cls.trace, cls.plan)
+        cls.planned = sum(t["bytes"] for t in cls.roots.values())
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, True)
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="ssdtrain-py-schedule-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def offload_args(self, plan=None):
+        return dict(dir=self.dir, plan=plan or self.plan_path, trace=self.trace_path)
+
+
+class EvictionPointsInBackward(GptPlan):
+    def test_each_backward_eviction_point_is_honoured_where_backward_reaches_it(self):
+        # Every offloaded storage evicted in backward, one op before its
+        # prefetch point (after its last forward use, before its prefetch).
+        late = rewrite(self.plan, os.path.join(self.tmp, "backward.json"),
+                       lambda p: p.update(evict_before=p["prefetch_before"] - 1))
+        ops = self.trace["ops"]
+        block_start = {b: min(o["id"] for o in ops if o["phase"] == "backward" and
+                              o["name"].startswith(f"blocks.{b}.")) for b in range(LAYERS)}
+        with open(late) as f:
+            points = [p["evict_before"] for p in json.load(f)["placements"]
+                      if p["action"] == "offload-ssd"]
+        self.assertEqual(len(points), len(self.roots))  # one placement per storage
+        seen = {}  # block -> evicted_at_plan_points when its output's gradient is ready
+        model = seeded(GPT)
+        with ssdtrain.offload(model, **self.offload_args(late)) as off:
+            def watch(b):
+                def on_grad(grad):
+                    seen.setdefault(b, off.stats()["evicted_at_plan_points"])
+
+                def hook(module, args, out):
+                    out.register_hook(on_grad)
+                return hook
+            for b, block in enumerate(model.blocks):
+                block.register_forward_hook(watch(b))
+            torch.manual_seed(0)
+            idx, targets = batch(0)
+            loss_fn(model(idx), targets).backward()
+            s = off.stats()
+        self.assertEqual(sorted(seen), list(range(LAYERS)))
+        for b, evicted in seen.items():
+            # Block b's output gradient is ready once the blocks above it are
+            # done, before block b's own backward: never released before
+            # backward reaches its point, and every storage of the blocks above
+            # (each used there) is released by then. Released at backward's
+            # first unpack, all of them would be.
+            before = sum(1 for e in points if e < block_start[b])
+            above = sum(1 for t in self.roots.values() if t["layer"] > b)
+            self.assertLessEqual(evicted, before, f"block {b}")
+            self.assertGreaterEqual(evicted, above, f"block {b}")
+        self.assertLess(seen[LAYERS - 1], len(self.roots))
+        self.assertEqual(s["evicted_at_plan_points"], len(self.roots))
+        # Each released at its point, before its read, which went out at its
+        # prefetch point: nothing forwarded, nothing read on demand.
+        self.assertEqual((s["offloaded_storages"], s["prefetched_storages"]),
+                         (len(self.roots), len(self.roots)))
+        self.assertEqual((s["ssd_bytes_written"], s["ssd_bytes_read"]),
+                         (self.planned, self.planned))
+        self.assertEqual(os.listdir(self.dir), [])
+
+
 if __name__ == "__main__":
     unittest.main()
