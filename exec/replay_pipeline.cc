@@ -60,10 +60,6 @@ Status Replayer::InitPipeline() {
     x.tag.micro_batch = op.micro_batch;
     x.tag.gradient = gradient;
     x.tag.index = count[{op.micro_batch, gradient, send}]++;
-    if (x.tag.index >= kMaxPipelineSendsPerPass || EncodeTag(x.tag) > kMaxPipelineTag) {
-      return Status::InvalidArgument(OpName(op) + ": more pipeline messages than tags (" +
-                                     x.tag.Describe() + ")");
-    }
     x.bytes = trace_.tensor(tensors[0]).bytes;
     x.offset = at;
     at += (x.bytes + static_cast<int64_t>(sizeof(Trailer)) + kMessageAlignment - 1) /
