@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -94,8 +93,27 @@ Status MpiError(int code, const std::string& what) {
   return Status::Internal(what + ": " + std::string(text, static_cast<size_t>(len)));
 }
 
-// The abort message's tag: above every pipeline message's (exec/step_sync.h).
-constexpr int kAbortTag = static_cast<int>(exec::kMaxPipelineTag) + 1;
+// Every pipeline message goes under one tag, its exec::PipelineTag in a
+// header before its payload (so any micro-batch count fits); the abort
+// messages and the reports' gather have their own.
+constexpr int kPipelineTag = 0;
+constexpr int kAbortTag = 1;
+constexpr int kGatherTag = 2;
+// The most bytes one MPI call moves: MPI's counts are int. Larger pipeline
+// messages and reports go in pieces (a message's pieces in order, as MPI
+// keeps the order of one sender's messages under one tag).
+constexpr int64_t kMaxPieceBytes = int64_t{1} << 30;
+
+// What precedes a pipeline message's payload in its first piece.
+struct WireHeader {
+  int64_t micro_batch = 0;
+  int64_t gradient = 0;
+  int64_t index = 0;
+  int64_t bytes = 0;  // the payload's
+};
+constexpr int64_t kHeaderBytes = sizeof(WireHeader);
+
+exec::PipelineTag TagOf(const WireHeader& h) { return {h.micro_batch, h.gradient != 0, h.index}; }
 // How long a blocked Receive or WaitSends sleeps between two polls: short
 // against a step's milliseconds, long enough to leave the core to the replay.
 constexpr auto kPollInterval = std::chrono::microseconds(20);
@@ -135,84 +153,77 @@ class MpiSync final : public RankSync {
   }
 
   Status SendAsync(int to, const exec::PipelineTag& tag, const void* host, int64_t bytes) override {
-    if (bytes > INT_MAX) {
-      return Status::InvalidArgument("a pipeline message of " + std::to_string(bytes) +
-                                     " bytes, more than MPI's int count");
-    }
-    // A copy of our own: the message may still be read (Open MPI's shared
-    // memory reads it from this process) after the caller's buffer is gone.
-    // Copies of completed sends are reused: a fresh buffer per message costs
-    // its page faults (16 MiB on this project's VM: ~18 ms, against ~3 ms
-    // for the copy into a warm one).
+    // A copy of our own, the header before the payload: the message may still
+    // be read (Open MPI's shared memory reads it from this process) after the
+    // caller's buffer is gone. Copies of completed sends are reused: a fresh
+    // buffer per message costs its page faults (16 MiB on this project's VM:
+    // ~18 ms, against ~3 ms for the copy into a warm one).
     SSDTRAIN_RETURN_IF_ERROR(RecycleCompletedSends());
-    std::unique_ptr<std::vector<char>> copy;
-    auto warm = std::find_if(free_copies_.begin(), free_copies_.end(), [&](const auto& b) {
-      return static_cast<int64_t>(b->size()) >= bytes;
-    });
-    if (warm != free_copies_.end()) {
-      copy = std::move(*warm);
-      free_copies_.erase(warm);
-    } else {
-      copy = std::make_unique<std::vector<char>>(static_cast<size_t>(bytes));
+    const int64_t total = kHeaderBytes + bytes;
+    PendingSend send;
+    send.copy = TakeCopy(total);
+    const WireHeader header{tag.micro_batch, tag.gradient ? 1 : 0, tag.index, bytes};
+    std::memcpy(send.copy->data(), &header, sizeof(header));
+    std::memcpy(send.copy->data() + kHeaderBytes, host, static_cast<size_t>(bytes));
+    Status posted = Status::Ok();
+    for (int64_t at = 0; at < total && posted.ok(); at += kMaxPieceBytes) {
+      const int n = static_cast<int>(std::min(kMaxPieceBytes, total - at));
+      MPI_Request request = MPI_REQUEST_NULL;
+      const int rc = MPI_Isend(send.copy->data() + at, n, MPI_BYTE, to, kPipelineTag,
+                               MPI_COMM_WORLD, &request);
+      if (rc != MPI_SUCCESS) {
+        posted = MpiError(rc, "MPI_Isend to rank " + std::to_string(to));
+        break;
+      }
+      send.requests.push_back(request);
+      ++sent_to_[static_cast<size_t>(to)];
     }
-    std::memcpy(copy->data(), host, static_cast<size_t>(bytes));
-    MPI_Request request = MPI_REQUEST_NULL;
-    const int rc = MPI_Isend(copy->data(), static_cast<int>(bytes), MPI_BYTE, to,
-                             static_cast<int>(exec::EncodeTag(tag)), MPI_COMM_WORLD, &request);
-    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Isend to rank " + std::to_string(to));
-    pending_.push_back(request);
-    pending_bytes_.push_back(std::move(copy));
-    ++sent_to_[static_cast<size_t>(to)];
-    return Status::Ok();
+    pending_.push_back(std::move(send));  // the pieces posted stay ours until they complete
+    return posted;
   }
 
   Status Receive(int from, void* host, int64_t capacity, exec::PipelineTag* tag,
                  int64_t* bytes) override {
-    while (true) {
-      SSDTRAIN_RETURN_IF_ERROR(CheckAbort());
-      int flag = 0;
-      MPI_Status status;
-      int rc = MPI_Iprobe(from, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &status);
-      if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Iprobe for rank " + std::to_string(from));
-      if (!flag || status.MPI_TAG == kAbortTag) {  // an abort: CheckAbort takes it
-        std::this_thread::sleep_for(kPollInterval);
-        continue;
+    int count = 0;
+    SSDTRAIN_RETURN_IF_ERROR(AwaitPiece(from, &count));
+    if (count < kHeaderBytes) {
+      return Status::Internal("a pipeline message of " + std::to_string(count) +
+                              " bytes from rank " + std::to_string(from) +
+                              ", shorter than its header");
+    }
+    WireHeader h;
+    const int64_t first = count - kHeaderBytes;  // the payload's bytes in this piece
+    if (first > capacity) {
+      SSDTRAIN_RETURN_IF_ERROR(ReceiveHeaderOnly(from, count, &h));
+      return TooLarge(from, h, capacity);
+    }
+    auto* out = static_cast<char*>(host);
+    SSDTRAIN_RETURN_IF_ERROR(ReceiveFirstPiece(from, &h, out, first));
+    if (h.bytes > capacity) return TooLarge(from, h, capacity);
+    for (int64_t done = first; done < h.bytes; done += count) {
+      SSDTRAIN_RETURN_IF_ERROR(AwaitPiece(from, &count));
+      if (count != std::min(kMaxPieceBytes, h.bytes - done)) {
+        return Status::Internal("a piece of " + std::to_string(count) + " bytes from rank " +
+                                std::to_string(from) + " in " + TagOf(h).Describe() + " at byte " +
+                                std::to_string(done) + " of " + std::to_string(h.bytes));
       }
-      int count = 0;
-      MPI_Get_count(&status, MPI_BYTE, &count);
-      if (count > capacity) {
-        return Status::FailedPrecondition(
-            "the next message from rank " + std::to_string(from) + " (" +
-            exec::DecodeTag(status.MPI_TAG).Describe() + ") has " + std::to_string(count) +
-            " bytes, more than the " + std::to_string(capacity) + " expected");
-      }
-      rc = MPI_Recv(host, count, MPI_BYTE, from, status.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      const int rc = MPI_Recv(out + done, count, MPI_BYTE, from, kPipelineTag, MPI_COMM_WORLD,
+                              MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Recv from rank " + std::to_string(from));
       ++received_from_[static_cast<size_t>(from)];
-      *tag = exec::DecodeTag(status.MPI_TAG);
-      *bytes = count;
-      return Status::Ok();
     }
+    *tag = TagOf(h);
+    *bytes = h.bytes;
+    return Status::Ok();
   }
 
   Status WaitSends() override {
-    while (!pending_.empty()) {
-      int done = 0;
-      const int rc = MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done,
-                                 MPI_STATUSES_IGNORE);
-      if (rc != MPI_SUCCESS) return MpiError(rc, "completing the pipeline's sends");
-      if (done) {
-        for (auto& copy : pending_bytes_) {
-          if (copy != nullptr) free_copies_.push_back(std::move(copy));
-        }
-        pending_.clear();
-        pending_bytes_.clear();
-        break;
-      }
+    while (true) {
+      SSDTRAIN_RETURN_IF_ERROR(RecycleCompletedSends());
+      if (pending_.empty()) return Status::Ok();
       SSDTRAIN_RETURN_IF_ERROR(CheckAbort());
       std::this_thread::sleep_for(kPollInterval);
     }
-    return Status::Ok();
   }
 
   void Abort(const Status& status) override {
@@ -224,8 +235,7 @@ class MpiSync final : public RankSync {
       MPI_Request request = MPI_REQUEST_NULL;
       if (MPI_Isend(abort_text_.data(), static_cast<int>(abort_text_.size()), MPI_CHAR, r,
                     kAbortTag, MPI_COMM_WORLD, &request) == MPI_SUCCESS) {
-        pending_.push_back(request);
-        pending_bytes_.push_back(nullptr);
+        abort_requests_.push_back(request);
         ++sent_to_[static_cast<size_t>(r)];
       }
     }
@@ -286,26 +296,35 @@ class MpiSync final : public RankSync {
     return Status::Ok();
   }
 
+  // Lengths in 64 bits, then each rank's bytes to rank 0 point to point in
+  // pieces: MPI_Gatherv's int counts and offsets hold at most 2 GiB in all.
   Result<std::vector<std::string>> GatherAtRankZero(const std::string& mine) override {
-    int len = static_cast<int>(mine.size());
-    std::vector<int> lens(static_cast<size_t>(size_));
-    int rc = MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (rc != MPI_SUCCESS) return MpiError(rc, "gathering the ranks' reports");
-    std::vector<int> offsets(static_cast<size_t>(size_), 0);
-    int total = 0;
-    for (int r = 0; r < size_; ++r) {
-      offsets[static_cast<size_t>(r)] = total;
-      total += lens[static_cast<size_t>(r)];
-    }
-    std::string all(static_cast<size_t>(rank_ == 0 ? total : 0), '\0');
-    rc = MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR,
-                     0, MPI_COMM_WORLD);
-    if (rc != MPI_SUCCESS) return MpiError(rc, "gathering the ranks' reports");
+    const int64_t len = static_cast<int64_t>(mine.size());
+    std::vector<int64_t> lens(static_cast<size_t>(size_));
+    int rc = MPI_Gather(&len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "gathering the ranks' report lengths");
     std::vector<std::string> out;
-    if (rank_ != 0) return out;
-    for (int r = 0; r < size_; ++r) {
-      out.push_back(all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]),
-                               static_cast<size_t>(lens[static_cast<size_t>(r)])));
+    if (rank_ != 0) {
+      for (int64_t at = 0; at < len; at += kMaxPieceBytes) {
+        const int n = static_cast<int>(std::min(kMaxPieceBytes, len - at));
+        rc = MPI_Send(mine.data() + at, n, MPI_CHAR, 0, kGatherTag, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return MpiError(rc, "sending this rank's report to rank 0");
+      }
+      return out;
+    }
+    out.push_back(mine);
+    for (int r = 1; r < size_; ++r) {
+      std::string& theirs =
+          out.emplace_back(static_cast<size_t>(lens[static_cast<size_t>(r)]), '\0');
+      for (int64_t at = 0; at < static_cast<int64_t>(theirs.size()); at += kMaxPieceBytes) {
+        const int n =
+            static_cast<int>(std::min(kMaxPieceBytes, static_cast<int64_t>(theirs.size()) - at));
+        rc = MPI_Recv(theirs.data() + at, n, MPI_CHAR, r, kGatherTag, MPI_COMM_WORLD,
+                      MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+          return MpiError(rc, "receiving rank " + std::to_string(r) + "'s report");
+        }
+      }
     }
     return out;
   }
@@ -350,8 +369,13 @@ class MpiSync final : public RankSync {
         ++received_from_[static_cast<size_t>(r)];
       }
     }
-    if (!pending_.empty()) {
-      MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE);
+    for (PendingSend& send : pending_) {
+      MPI_Waitall(static_cast<int>(send.requests.size()), send.requests.data(),
+                  MPI_STATUSES_IGNORE);
+    }
+    if (!abort_requests_.empty()) {
+      MPI_Waitall(static_cast<int>(abort_requests_.size()), abort_requests_.data(),
+                  MPI_STATUSES_IGNORE);
     }
   }
 
@@ -359,32 +383,102 @@ class MpiSync final : public RankSync {
   Status RecycleCompletedSends() {
     size_t kept = 0;
     for (size_t i = 0; i < pending_.size(); ++i) {
+      PendingSend& send = pending_[i];
       int done = 0;
-      if (pending_bytes_[i] != nullptr) {  // an abort's message stays until WaitSends or Drain
-        const int rc = MPI_Test(&pending_[i], &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return MpiError(rc, "completing the pipeline's sends");
-      }
+      const int rc = MPI_Testall(static_cast<int>(send.requests.size()), send.requests.data(),
+                                 &done, MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS) return MpiError(rc, "completing the pipeline's sends");
       if (done) {
-        free_copies_.push_back(std::move(pending_bytes_[i]));
+        free_copies_.push_back(std::move(send.copy));
         continue;
       }
-      pending_[kept] = pending_[i];
-      pending_bytes_[kept] = std::move(pending_bytes_[i]);
+      if (kept != i) pending_[kept] = std::move(send);
       ++kept;
     }
     pending_.resize(kept);
-    pending_bytes_.resize(kept);
     return Status::Ok();
+  }
+
+  // A buffer of at least `bytes`: a completed send's, or a new one.
+  std::unique_ptr<std::vector<char>> TakeCopy(int64_t bytes) {
+    auto warm = std::find_if(free_copies_.begin(), free_copies_.end(), [&](const auto& b) {
+      return static_cast<int64_t>(b->size()) >= bytes;
+    });
+    if (warm == free_copies_.end()) {
+      return std::make_unique<std::vector<char>>(static_cast<size_t>(bytes));
+    }
+    std::unique_ptr<std::vector<char>> copy = std::move(*warm);
+    free_copies_.erase(warm);
+    return copy;
+  }
+
+  // Waits for the next piece of a pipeline message from rank `from` (its
+  // size in `*count`), or another rank's abort.
+  Status AwaitPiece(int from, int* count) {
+    while (true) {
+      SSDTRAIN_RETURN_IF_ERROR(CheckAbort());
+      int flag = 0;
+      MPI_Status status;
+      const int rc = MPI_Iprobe(from, kPipelineTag, MPI_COMM_WORLD, &flag, &status);
+      if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Iprobe for rank " + std::to_string(from));
+      if (flag) return MpiCount(status, count);
+      std::this_thread::sleep_for(kPollInterval);
+    }
+  }
+
+  static Status MpiCount(const MPI_Status& status, int* count) {
+    const int rc = MPI_Get_count(&status, MPI_BYTE, count);
+    return rc == MPI_SUCCESS ? Status::Ok() : MpiError(rc, "MPI_Get_count");
+  }
+
+  // Receives a message's first piece: its header into `*h`, the `first`
+  // payload bytes after it into `host`, in one receive.
+  Status ReceiveFirstPiece(int from, WireHeader* h, char* host, int64_t first) {
+    MPI_Aint at[2];
+    MPI_Get_address(h, &at[0]);
+    MPI_Get_address(host, &at[1]);
+    const int lengths[2] = {static_cast<int>(kHeaderBytes), static_cast<int>(first)};
+    MPI_Datatype type;
+    MPI_Type_create_hindexed(2, lengths, at, MPI_BYTE, &type);
+    MPI_Type_commit(&type);
+    const int rc =
+        MPI_Recv(MPI_BOTTOM, 1, type, from, kPipelineTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Type_free(&type);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Recv from rank " + std::to_string(from));
+    ++received_from_[static_cast<size_t>(from)];
+    return Status::Ok();
+  }
+
+  // Receives a first piece too large for the caller's buffer, to name it.
+  Status ReceiveHeaderOnly(int from, int count, WireHeader* h) {
+    std::vector<char> scratch(static_cast<size_t>(count));
+    const int rc = MPI_Recv(scratch.data(), count, MPI_BYTE, from, kPipelineTag, MPI_COMM_WORLD,
+                            MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Recv from rank " + std::to_string(from));
+    ++received_from_[static_cast<size_t>(from)];
+    std::memcpy(h, scratch.data(), sizeof(*h));
+    return Status::Ok();
+  }
+
+  static Status TooLarge(int from, const WireHeader& h, int64_t capacity) {
+    return Status::FailedPrecondition("the next message from rank " + std::to_string(from) + " (" +
+                                      TagOf(h).Describe() + ") has " + std::to_string(h.bytes) +
+                                      " bytes, more than the " + std::to_string(capacity) +
+                                      " expected");
   }
 
   int rank_ = 0, size_ = 1;
   MPI_Op sum_fp16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL;
   MPI_Comm stage_comm_ = MPI_COMM_WORLD;  // this stage's data-parallel group
-  // Point-to-point messages (pipeline and aborts): requests not yet complete,
-  // and how many went to and came from each rank.
-  std::vector<MPI_Request> pending_;
-  std::vector<std::unique_ptr<std::vector<char>>> pending_bytes_;  // each send's own copy
-  std::vector<std::unique_ptr<std::vector<char>>> free_copies_;    // completed sends' copies
+  // Point-to-point messages (pipeline pieces and aborts): sends not yet
+  // complete, and how many messages went to and came from each rank.
+  struct PendingSend {
+    std::vector<MPI_Request> requests;        // one per piece
+    std::unique_ptr<std::vector<char>> copy;  // header and payload, until all complete
+  };
+  std::vector<PendingSend> pending_;
+  std::vector<MPI_Request> abort_requests_;                      // completed by Drain
+  std::vector<std::unique_ptr<std::vector<char>>> free_copies_;  // completed sends' copies
   std::vector<long long> sent_to_, received_from_;
   bool aborted_ = false;
   std::string abort_text_;  // the abort messages' buffer, kept until they complete

@@ -53,7 +53,9 @@ namespace ssdtrain::exec {
 
 // Which of a step's pipeline messages: the `index`th send (in trace order) of
 // micro-batch `micro_batch`'s forward (an activation, to the next stage) or
-// backward (a gradient, to the previous stage) pass.
+// backward (a gradient, to the previous stage) pass. Any values: a StepSync
+// carries the tag with the message (app/mpi_sync.cc: in a header before the
+// payload, not in MPI's tag, which holds 15 bits for certain).
 struct PipelineTag {
   int64_t micro_batch = 0;
   bool gradient = false;
@@ -65,19 +67,6 @@ struct PipelineTag {
            " of micro-batch " + std::to_string(micro_batch);
   }
 };
-
-// Tags as integers (MPI's tags are ints of at least 15 bits):
-// (micro_batch × 2 + gradient) × kMaxPipelineSendsPerPass + index.
-inline constexpr int64_t kMaxPipelineSendsPerPass = 8;  // T5's stages send at most 2
-// MPI guarantees tags up to 32767; its implementation keeps the last for aborts.
-inline constexpr int64_t kMaxPipelineTag = 32766;
-inline int64_t EncodeTag(const PipelineTag& t) {
-  return (t.micro_batch * 2 + (t.gradient ? 1 : 0)) * kMaxPipelineSendsPerPass + t.index;
-}
-inline PipelineTag DecodeTag(int64_t tag) {
-  const int64_t pass = tag / kMaxPipelineSendsPerPass;
-  return {pass / 2, pass % 2 == 1, tag % kMaxPipelineSendsPerPass};
-}
 
 // The rank of `stage`'s data-parallel replica `dp_index` (layout above).
 inline int RankOf(int64_t stage, int64_t dp_index, int64_t dp) {
@@ -98,7 +87,8 @@ class StepSync {
 
   // Pipeline messages (pp > 1). Called by one thread per rank.
   //
-  // Posts `bytes` at `host` to rank `to` under `tag` and returns without
+  // Posts `bytes` at `host` (any size: the MPI implementation sends more
+  // than its int count in pieces) to rank `to` under `tag` and returns without
   // waiting for the receiver; `host` may be reused at once (the message is
   // the implementation's own copy until it completes, also when this rank
   // fails and its buffers go before the message is received).

@@ -4,6 +4,7 @@
 // "rank R: error: <message>", and exits 0 or 1. Faults come from the
 // executor's test points (exec/detail/test_points.h), installed on rank 1.
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -57,12 +58,89 @@ Status LastStepsByteCheckFails(app::RankSync& ranks, const std::string& dir) {
   return ReplayAndGather(ranks, dir, FailLastStepsByteCheck);
 }
 
+// Rank 0 sends rank 1 one pipeline message under each tag; rank 1 checks
+// that each arrives as sent, tag and bytes.
+Status TagsArriveAsSent(app::RankSync& ranks, const std::vector<exec::PipelineTag>& tags) {
+  const std::string payload = "pipeline payload";
+  const int64_t size = static_cast<int64_t>(payload.size());
+  if (ranks.rank() == 0) {
+    for (const exec::PipelineTag& tag : tags) {
+      SSDTRAIN_RETURN_IF_ERROR(ranks.SendAsync(1, tag, payload.data(), size));
+    }
+    return ranks.WaitSends();
+  }
+  for (const exec::PipelineTag& sent : tags) {
+    std::string got(payload.size(), '\0');
+    exec::PipelineTag tag;
+    int64_t bytes = 0;
+    SSDTRAIN_RETURN_IF_ERROR(ranks.Receive(0, got.data(), size, &tag, &bytes));
+    if (!(tag == sent) || bytes != size || got != payload) {
+      return Status::Internal("sent " + sent.Describe() + ", received " + tag.Describe() + " (" +
+                              std::to_string(bytes) + " bytes: \"" + got + "\")");
+    }
+  }
+  return Status::Ok();
+}
+
+Status LargeMicroBatchTags(app::RankSync& ranks, const std::string&) {
+  // Tags of micro-batch 2047's last gradient (under the former scheme
+  // (2047 × 2 + 1) × 8 + 7 = 32767, the abort's tag) and of micro-batches
+  // past any 15-bit tag.
+  return TagsArriveAsSent(ranks, {{2047, true, 7}, {2048, false, 0}, {1'000'000, true, 31}});
+}
+
+// Past MPI's int count: 2^31 + 4097 bytes, three pieces of at most 1 GiB.
+constexpr int64_t kLargeBytes = (int64_t{1} << 31) + 4097;
+
+char PatternAt(int64_t i) { return static_cast<char>((i * 131) ^ (i >> 20)); }
+
+Status LargeMessage(app::RankSync& ranks, const std::string&) {
+  std::vector<char> bytes(static_cast<size_t>(kLargeBytes));
+  if (ranks.rank() == 0) {
+    for (int64_t i = 0; i < kLargeBytes; ++i) bytes[static_cast<size_t>(i)] = PatternAt(i);
+    SSDTRAIN_RETURN_IF_ERROR(ranks.SendAsync(1, {3, false, 0}, bytes.data(), kLargeBytes));
+    return ranks.WaitSends();
+  }
+  exec::PipelineTag tag;
+  int64_t got = 0;
+  SSDTRAIN_RETURN_IF_ERROR(ranks.Receive(0, bytes.data(), kLargeBytes, &tag, &got));
+  if (got != kLargeBytes || !(tag == exec::PipelineTag{3, false, 0})) {
+    return Status::Internal("received " + tag.Describe() + " of " + std::to_string(got) + " bytes");
+  }
+  for (int64_t i = 0; i < kLargeBytes; ++i) {
+    if (bytes[static_cast<size_t>(i)] != PatternAt(i)) {
+      return Status::Internal("byte " + std::to_string(i) + " differs from the one sent");
+    }
+  }
+  return Status::Ok();
+}
+
+Status LargeGather(app::RankSync& ranks, const std::string&) {
+  // 2 × (2^30 + 1000 + r) bytes: more than MPI's int count in all.
+  auto length = [](int r) { return static_cast<size_t>((int64_t{1} << 30) + 1000 + r); };
+  const std::string mine(length(ranks.rank()), static_cast<char>('a' + ranks.rank()));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::vector<std::string> all, ranks.GatherAtRankZero(mine));
+  if (ranks.rank() != 0) return all.empty() ? Status::Ok() : Status::Internal("not rank 0's");
+  if (all.size() != static_cast<size_t>(ranks.size())) return Status::Internal("ranks missing");
+  for (int r = 0; r < ranks.size(); ++r) {
+    const std::string& s = all[static_cast<size_t>(r)];
+    if (s.size() != length(r) || s.find_first_not_of(static_cast<char>('a' + r)) != s.npos) {
+      return Status::Internal("rank " + std::to_string(r) + "'s " + std::to_string(s.size()) +
+                              " bytes are not what it sent");
+    }
+  }
+  return Status::Ok();
+}
+
 using Scenario = Status (*)(app::RankSync& ranks, const std::string& dir);
 
 const std::map<std::string, Scenario>& Scenarios() {
   static const std::map<std::string, Scenario> scenarios = {
       {"gradient-copy-back-fails", GradientCopyBackFails},
       {"last-steps-byte-check-fails", LastStepsByteCheckFails},
+      {"large-micro-batch-tags", LargeMicroBatchTags},
+      {"large-message", LargeMessage},
+      {"large-gather", LargeGather},
   };
   return scenarios;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "tests/cli_util.h"
@@ -63,6 +64,17 @@ class MpiRanks : public ::testing::Test {
       EXPECT_TRUE(fs::is_empty(dir_ / rank)) << rank << ": files left";
     }
   }
+  // True when this machine has `bytes` of memory available (MemAvailable).
+  static bool MemoryAvailable(int64_t bytes) {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    int64_t kib = 0;
+    while (meminfo >> key >> kib) {
+      if (key == "MemAvailable:") return kib * 1024 >= bytes;
+      meminfo.ignore(64, '\n');
+    }
+    return false;
+  }
   fs::path dir_;
 };
 
@@ -80,6 +92,34 @@ TEST_F(MpiRanks, AFailedByteCheckOnTheLastStepEndsBothWithItsMessage) {
   // rank 1 agrees on its failure.
   auto r = Run("last-steps-byte-check-fails");
   ExpectBothEndWithRankOnesFailure(r, "step 1: the engine moved");
+}
+
+TEST_F(MpiRanks, PipelineTagsOfAnyMicroBatchArriveAsSent) {
+  // Micro-batch 2047's gradient 7 (whose former 15-bit tag was the abort's)
+  // and micro-batch 1,000,000's gradient 31.
+  auto r = Run("large-micro-batch-tags");
+  ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
+  EXPECT_EQ(Said(r, 0), "ok") << r.output;
+  EXPECT_EQ(Said(r, 1), "ok") << r.output;
+}
+
+// The large scenarios hold about 6 GiB on the two ranks together.
+constexpr int64_t kLargeScenarioMemory = int64_t{8} << 30;
+
+TEST_F(MpiRanks, AMessagePastMpisIntCountArrivesWhole) {
+  if (!MemoryAvailable(kLargeScenarioMemory)) GTEST_SKIP() << "needs 8 GiB of free memory";
+  auto r = Run("large-message");
+  ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
+  EXPECT_EQ(Said(r, 0), "ok") << r.output;
+  EXPECT_EQ(Said(r, 1), "ok") << r.output;
+}
+
+TEST_F(MpiRanks, ReportsPastMpisIntCountInAllAreGatheredWhole) {
+  if (!MemoryAvailable(kLargeScenarioMemory)) GTEST_SKIP() << "needs 8 GiB of free memory";
+  auto r = Run("large-gather");
+  ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
+  EXPECT_EQ(Said(r, 0), "ok") << r.output;
+  EXPECT_EQ(Said(r, 1), "ok") << r.output;
 }
 
 }  // namespace

@@ -327,6 +327,36 @@ TEST(ReplayStages, EachMicroBatchsActivationGoesForwardAndItsGradientBack) {
   }
 }
 
+TEST(ReplayStages, MoreMicroBatchesThanFifteenBitTagsHoldStillReplay) {
+  // 2,100 micro-batches (the former tag scheme, (micro-batch × 2 + gradient)
+  // × 8 + index under MPI's guaranteed 32767, held 2,047 and refused the
+  // replay), every activation kept, sequence 8: each stage sends and
+  // receives one message per micro-batch each step.
+  constexpr int64_t kManyMicroBatches = 2100;
+  const traces::Trace stages[2] = {TinyGptTrace(1, 8, 2, 0), TinyGptTrace(1, 8, 2, 1)};
+  ThreadRanks all(2, /*dp=*/1);
+  ThreadRanks::Rank r0(all, 0), r1(all, 1);
+  ThreadRanks::Rank* ranks[2] = {&r0, &r1};
+  RankRun runs[2];
+  OnTwoThreads([&](int r) {
+    ReplayOptions o = CpuOptions(runs[r].dir.path());
+    o.sync = ranks[r];
+    o.cpu_pin_threads = false;
+    o.steps = 1;
+    traces::Plan plan = traces::KeepAllPlan(stages[r]);
+    plan.pp = 2;
+    plan.dp = 1;
+    plan.num_micro_batches = kManyMicroBatches;
+    plan.schedule = "1f1b";
+    runs[r].result = Replay(stages[r], plan, o, "keep");
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(runs[r].result.ok()) << "rank " << r << ": " << runs[r].result.status().ToString();
+    EXPECT_EQ(runs[r].result->pipeline.messages_sent, kManyMicroBatches);
+    EXPECT_EQ(runs[r].result->pipeline.messages_received, kManyMicroBatches);
+  }
+}
+
 TEST(ReplayStages, TwoStagesOfTwoReplicasPairNeighboursAndSumPerStage) {
   // pp = 2 × dp = 2: rank r runs stage r / 2, so ranks 0 and 1 (stage 0) send
   // to ranks 2 and 3 (stage 1), 4 messages of 64 KiB each way per step, and
