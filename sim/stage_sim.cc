@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "sim/detail/stage_simulator.h"
+#include "traces/duration.h"
 #include "traces/storage_plan.h"
 
 namespace ssdtrain::sim {
@@ -72,9 +73,11 @@ void StageSimulator::SetUpResources() {
   };
   ssd_read_rate_ = rate(array.read_GBps * options_.ssd_read_share);
   ssd_write_rate_ = rate(array.write_GBps * options_.ssd_write_share);
-  pcie_latency_ = Time::Ns(static_cast<int64_t>(hw_.host_link.latency_us * 1000));
-  ssd_read_latency_ = Time::Ns(static_cast<int64_t>(d.read_latency_us * 1000));
-  ssd_write_latency_ = Time::Ns(static_cast<int64_t>(d.write_latency_us * 1000));
+  // Rounded up, as every duration (traces/duration.h).
+  auto micros = [](double us) { return Time::Ns(traces::CeilSecondsToNs(us * 1e-6)); };
+  pcie_latency_ = micros(hw_.host_link.latency_us);
+  ssd_read_latency_ = micros(d.read_latency_us);
+  ssd_write_latency_ = micros(d.write_latency_us);
 }
 
 void StageSimulator::Sample() {

@@ -19,7 +19,6 @@ namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
-
 Result<sim::PlannerResult> Plan(const std::string& policy, int64_t budget) {
   const std::string model =
       std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/ssdtrain-gpt-h8192-l4.json";

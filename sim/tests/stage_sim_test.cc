@@ -302,6 +302,19 @@ traces::Plan EvictAt(const traces::Trace& t, traces::OpId op) {
   return PlanWith(t, {p});
 }
 
+// A latency below a nanosecond still costs one: durations round up
+// (traces/duration.h), also the drive's and the link's latencies. 0.4 ns of
+// write latency lands the 10 GB write of the test above at 1000 + 10 s + 1 ns.
+TEST(StageSim, LatenciesRoundUpToWholeNanoseconds) {
+  traces::Trace t = ChainTrace(1, 10'000'000'000, 1000, 1000);
+  HardwareOptions hw = TestHardware(1, 1, 100);
+  hw.storage.drive.write_latency_us = 0.0004;
+  auto r = SimulateStage(
+      t, PlanWith(t, {Placement{2, TensorAction::kOffloadSsd, traces::kNoOp, "a.bin", 0, 0}}), hw);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->step_ns, 1000 + 10'000'000'000 + 1);
+}
+
 TEST(StageSim, AnEvictionPointWaitsForItsWrite) {
   // Point at fwd2 (op2), the write landing at 1.11 s: fwd2 waits at its issue
   // from 0.2 s until then (0.91 s exposed) and act0 goes before act2 is
@@ -349,6 +362,28 @@ TEST(PlaceEvictions, AtTheFirstOpAfterTheWriteLandsElseKept) {
   auto slow = PlaceEvictions(t, EvictAt(t, traces::kNoOp), BounceHardware());
   ASSERT_TRUE(slow.ok()) << slow.status().message();
   EXPECT_TRUE(slow->placements.empty());
+}
+
+// On a stage holding several micro-batches (1F1B stage 0 of 2, 4 micro-batches:
+// two at once) the slow path's storage is not kept, to be held while its
+// micro-batch waits, but goes at the end of its forward pass: its point is the
+// first backward op (bwd0, op 3), which waits for the write (backpressure).
+TEST(PlaceEvictions, ALateWriteGoesAtThePassEndWhereTheStageHoldsSeveral) {
+  const traces::Trace t = SlowWriteTrace();
+  traces::Plan plan = EvictAt(t, traces::kNoOp);
+  plan.pp = 2;
+  plan.num_micro_batches = 4;
+  auto placed = PlaceEvictions(t, plan, BounceHardware());
+  ASSERT_TRUE(placed.ok()) << placed.status().message();
+  ASSERT_EQ(placed->placements.size(), 1u);
+  EXPECT_EQ(placed->placements[0].evict_before, 3);
+  EXPECT_EQ(t.op(3).phase, traces::Phase::kBackward);
+  EXPECT_EQ(t.op(2).phase, traces::Phase::kForward);
+  // Alone, the stage would keep it (the test above): one micro-batch at once.
+  plan.pp = 1;
+  auto alone = PlaceEvictions(t, plan, BounceHardware());
+  ASSERT_TRUE(alone.ok());
+  EXPECT_TRUE(alone->placements.empty());
 }
 
 TEST(StageSim, DeviceMemoryIsRoundedToTheAllocationGranularity) {
