@@ -72,7 +72,9 @@ bool FluidNetwork::CanAdmit(const Flow& flow) const {
 
 void FluidNetwork::AdmitWaiting() {
   // FIFO without overtaking per resource: a flow blocked on a full resource
-  // also blocks later flows that need that resource.
+  // also blocks later flows that need that resource, and only that one (its
+  // other resources stay open to flows that do not need the full one, as the
+  // offload engine's per-direction queues are: exec/engine_io_loop.cc).
   std::vector<bool> blocked(resources_.size(), false);
   std::vector<FlowId> still_waiting;
   for (FlowId id : waiting_) {
@@ -80,7 +82,12 @@ void FluidNetwork::AdmitWaiting() {
     bool admit = CanAdmit(flow);
     for (const Demand& d : flow.demands) admit = admit && !blocked[static_cast<size_t>(d.resource)];
     if (!admit) {
-      for (const Demand& d : flow.demands) blocked[static_cast<size_t>(d.resource)] = true;
+      for (const Demand& d : flow.demands) {
+        const Resource& r = resources_[static_cast<size_t>(d.resource)];
+        if (r.max_active > 0 && r.admitted >= r.max_active) {
+          blocked[static_cast<size_t>(d.resource)] = true;
+        }
+      }
       still_waiting.push_back(id);
       continue;
     }

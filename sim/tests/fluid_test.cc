@@ -123,6 +123,30 @@ TEST(FluidNetwork, AdmissionCapQueuesFifoAndQueuedFlowsCanBeCancelled) {
   EXPECT_FALSE(third_ran);
 }
 
+// A flow waiting for a full resource holds back later flows on that resource
+// only. PCIe admits one flow; A (PCIe + SSD) moves, B (PCIe + SSD) waits for
+// PCIe, C (SSD only) is admitted at once beside A: 16 GB each on the 32 GB/s
+// SSD share it, so A and C end at 1 s; then B alone, 0.5 s more.
+TEST(FluidNetwork, AWaitingFlowBlocksOnlyTheResourceThatIsFull) {
+  Engine engine;
+  FluidNetwork net(engine);
+  const auto pcie = net.AddResource("pcie", 1);
+  const auto ssd = net.AddResource("ssd");
+  int64_t a_end = 0, b_end = 0, c_end = 0;
+  net.Start(Bytes{16'000'000'000}, {{pcie, k32GBps}, {ssd, k32GBps}}, Time(),
+            [&] { a_end = engine.Now().ns(); });
+  const auto b = net.Start(Bytes{16'000'000'000}, {{pcie, k32GBps}, {ssd, k32GBps}}, Time(),
+                           [&] { b_end = engine.Now().ns(); });
+  const auto c =
+      net.Start(Bytes{16'000'000'000}, {{ssd, k32GBps}}, Time(), [&] { c_end = engine.Now().ns(); });
+  EXPECT_FALSE(net.Admitted(b));
+  EXPECT_TRUE(net.Admitted(c));
+  engine.Run();
+  EXPECT_EQ(a_end, 1'000'000'000);
+  EXPECT_EQ(c_end, 1'000'000'000);
+  EXPECT_EQ(b_end, 1'500'000'000);
+}
+
 TEST(FluidNetwork, LatencyDelaysTheFirstByte) {
   // 10 µs latency + 1 MB at 1 GB/s (1 ms) = 1.01 ms.
   Engine engine;
