@@ -34,14 +34,15 @@ With ``plan=`` and ``trace=`` (a plan ``ssdtrain plan --trace`` made for a trace
 storage is matched to the trace's by its save number and checked (bytes, dtype,
 shape: a run that is not the captured one raises ``ssdtrain.PlanError``);
 offload-ssd storages are written when saved (as under "all") and released at the
-plan's eviction points, mapped to the first save after each (a plan without
-them: they land within ``write_lag`` leaf modules), keep storages stay,
+plan's eviction points, mapped to the first save or unpack after each (a plan
+without them: they land within ``write_lag`` leaf modules), keep storages stay,
 ``min_bytes`` and ``prefetch`` do not apply; reads are issued at the plan's
 prefetch points, mapped to the first unpack at or after each, or on demand.
 A storage's file is removed when autograd frees the last saved tensor on it.
 A storage saved again after its release (a later op saving another view of it,
-such as the V of a fused QKV output) is recognised by the base tensor it views
-and read back from its file, not written twice.
+such as the V of a fused QKV output, or a ``.detach()`` or ``.data`` alias of
+it) is the same storage while it is alive (ssdtrain/saved.py), and is read back
+from its file, not written twice.
 
 Failures. Any engine error (EIO, ENOSPC, a checksum mismatch, EOF) raises
 ``ssdtrain.OffloadError`` naming the saved tensor (module, index, dtype, shape)
@@ -201,6 +202,7 @@ class Offload:
         self._order = None
         self._by_index = {}  # save number -> _Storage, this forward (plans)
         self._unpacked = set()  # save numbers unpacked this backward (plans)
+        self._late_done = 0  # the plan's late evictions applied this backward
         self._by_group = {}  # group -> [_Storage] offloaded in that group
         self._live = {}  # sid -> _Storage not yet freed
         self._names = {}  # sid -> (name, bytes), for messages
@@ -271,6 +273,7 @@ class Offload:
             self._order.start_forward(args)
             self._by_index = {}
             self._unpacked = set()
+            self._late_done = 0
 
     def _next_group(self, name):
         with self._lock:
@@ -364,16 +367,10 @@ class Offload:
                     except PlanError as e:
                         self._failed = e
                         raise
-                    self._evict(self.plan.evictions_at_backward)
             s = h.storage
             if self.plan is not None and s.entry.index not in self._unpacked:
-                # The first unpack of s: the plan's prefetch points mapped to it.
                 self._unpacked.add(s.entry.index)
-                for k in self.plan.triggers.get(s.entry.index, ()):
-                    p = self._by_index.get(k)
-                    if p is not None and p.state == "written":
-                        self._start_read(p)
-                        self._counts["prefetched_storages"] += 1
+                self._at_first_unpack(s.entry.index)
             if h.tensor is not None:
                 if s.state in ("queued", "writing"):
                     self._forward(s)
@@ -389,6 +386,18 @@ class Offload:
             if s.state == "reading":
                 self._land_read(s)
             return self._view(s, h)
+
+    def _at_first_unpack(self, index):
+        """The plan's points the first unpack of the storage numbered `index`
+        stands for: the eviction points at or before its first backward use
+        (those after forward's last save), then the prefetch points mapped to it."""
+        due, self._late_done = self.plan.late_evictions_due(self._late_done, index)
+        self._evict(due)
+        for k in self.plan.triggers.get(index, ()):
+            p = self._by_index.get(k)
+            if p is not None and p.state == "written":
+                self._start_read(p)
+                self._counts["prefetched_storages"] += 1
 
     def _view(self, s, h):
         if s.device.type == "cuda":
@@ -456,7 +465,6 @@ class Offload:
 
     def _release(self, s):
         """Drops every reference this cache holds to the storage's memory."""
-        self._order.release(s.entry)
         s.tensor = None
         for ref in s.handles:
             h = ref()

@@ -30,15 +30,17 @@ point: on demand, when S itself is unpacked). Backward unpacks storages in the
 order the trace's backward ops use them, so the read goes out no later than the
 plan says, give or take the ops between two unpacks.
 
-Eviction points. A plan frees a storage's memory when forward op
-``evict_before`` is issued, waiting for its write to land if it has not (the
-wait is exposed I/O): memory follows from the plan, whatever the SSD's speed,
-as in ``ssdtrain replay``. A run sees no forward ops either, only saves; it
-knows op E has run once it saves a storage the trace's op E or a later one
-produced. So a storage is released when the run first saves a storage whose
-producer is at or after its eviction point (before that storage counts as
-resident), or, with none, when backward first unpacks; give or take the ops
-between two saves again.
+Eviction points. A plan frees a storage's memory when op ``evict_before`` (in
+forward or in backward) is issued, waiting for its write to land if it has not
+(the wait is exposed I/O): memory follows from the plan, whatever the SSD's
+speed, as in ``ssdtrain replay``. A run sees no ops, only saves and unpacks,
+and is released at the first of them that shows it has reached op E. In
+forward: the first save of a storage the trace's op E or a later one produced
+(before that storage counts as resident). Past forward's last save (E late in
+forward, or in backward): the first unpack of a storage whose first backward
+use is at or after E, which comes no later than the storage's own (ValidatePlan
+puts E before its prefetch point and first backward use); give or take the ops
+between two saves or unpacks again.
 """
 
 import bisect
@@ -116,7 +118,7 @@ class StepPlan:
             raise PlanError(f"{where}: the trace's save numbers skip {missing}")
         self.storages = [by_index[k] for k in range(len(by_index))]
         self.triggers = self._triggers()
-        self.evictions, self.evictions_at_backward = self._evictions()
+        self.evictions, self.late_evictions = self._evictions()
 
     def _triggers(self):
         """Save number -> the save numbers whose reads its first unpack issues."""
@@ -129,17 +131,18 @@ class StepPlan:
         for s in self.storages:
             if s.prefetch_before is None:
                 continue
-            at = next((op for op in ops if op >= s.prefetch_before), None)
-            for t in first_use.get(at, ()):
+            i = bisect.bisect_left(ops, s.prefetch_before)
+            for t in first_use[ops[i]] if i < len(ops) else ():
                 if t != s.index:
                     triggers.setdefault(t, []).append(s.index)
         return triggers
 
     def _evictions(self):
-        """(save number -> the save numbers released when it is saved, the save
-        numbers released when backward starts), for the storages with an eviction
-        point; the others follow write_lag."""
-        evictions, at_backward = {}, []
+        """(save number -> the save numbers released when it is saved, and the
+        (eviction op, save number) pairs no save reaches, in op order: released
+        at unpacks), for the storages with an eviction point; the others follow
+        write_lag."""
+        evictions, late = {}, []
         # The latest producer among the first k + 1 saves: the first save whose
         # producer is at or after op E is the first k where this reaches E.
         latest, top = [], -1
@@ -150,15 +153,26 @@ class StepPlan:
             if s.evict_before is None:
                 continue
             at = bisect.bisect_left(latest, s.evict_before)
-            if at == len(latest):
-                at_backward.append(s.index)
+            if at == len(latest):  # after the last save: the end of forward, or backward
+                late.append((s.evict_before, s.index))
             elif at <= s.index:  # ValidatePlan puts the point after the storage's forward uses
                 raise PlanError(f"{self.plan_path} (trace {self.trace_path}): the eviction "
                                 f"point of tensor {s.root} ({s.name}), op {s.evict_before}, "
                                 f"falls before the storage is saved")
             else:
                 evictions.setdefault(at, []).append(s.index)
-        return evictions, at_backward
+        return evictions, sorted(late)
+
+    def late_evictions_due(self, done, index):
+        """The late evictions the first unpack of the storage numbered `index`
+        stands for: those at or before its first backward use, from the `done`-th
+        on (a forward's first `done` were released already); returns (their save
+        numbers, the new `done`)."""
+        use = self.storages[index].first_backward_use
+        if use is None:
+            return [], done
+        end = bisect.bisect_right(self.late_evictions, (use, len(self.storages)), lo=done)
+        return [k for _, k in self.late_evictions[done:end]], end
 
     def _mismatch(self, what):
         return PlanError(f"ssdtrain.offload: this run does not match the trace the plan "

@@ -10,18 +10,22 @@ model returns) gets the number of its storage; a storage saved for the first
 time gets the next number. Not numbered: sparse tensors, empty storages, and
 the storages of the model's parameters, buffers and inputs (resident anyway).
 Two saved tensors are one storage when they share its address, byte count and
-device; a storage its holder has released (``release``: offload has written
-it and dropped its memory, so the allocator may hand the address to another)
-stays the same storage only for tensors viewing the same base tensor.
+device while it is alive. Each entry holds a weak reference to its storage
+(torch's ``StorageWeakRef``): once the storage has been freed (offload wrote it
+and dropped its memory, and autograd and the model dropped theirs) the
+allocator may hand its address to another, which gets a new number; while it
+is alive, every tensor on it is that storage, whichever tensor object it views
+(a ``.detach()`` or ``.data`` alias of the first one included), as in
+``capture``, which holds every storage to the end.
 
 In a trace, the root row of the storage numbered k is named ``<name>:saved<k>``
 (``saved_name`` and ``saved_index``).
 """
 
 import re
-import weakref
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 _SAVED_SUFFIX = re.compile(r":saved(\d+)$")
 
@@ -59,20 +63,19 @@ class SavedEntry:
     """A numbered storage. `payload` belongs to the caller (offload keeps its
     cache record there)."""
 
-    __slots__ = ("index", "key", "base", "released", "payload")
+    __slots__ = ("index", "key", "storage", "payload")
 
-    def __init__(self, index, key, base):
+    def __init__(self, index, key, t):
         self.index = index
         self.key = key
-        self.base = weakref.ref(base)
-        self.released = False
+        self.storage = StorageWeakRef(t.storage())  # expired once the storage is freed
         self.payload = None
 
 
 class SaveOrder:
     """Numbers saved storages as the module docstring says. Not thread-safe:
-    callers hold their own lock around `see`, `release` and `forget` (pack runs
-    on the forward's thread)."""
+    callers hold their own lock around `see` and `forget` (pack runs on the
+    forward's thread)."""
 
     def __init__(self, model):
         state = list(model.parameters()) + list(model.buffers())
@@ -99,20 +102,15 @@ class SaveOrder:
         key = storage_key(t)
         if key[2] == 0 or key in self._persistent or key in self._inputs:
             return None
-        base = t._base if t._base is not None else t
         entry = self._entries.get(key)
-        if entry is not None and entry.released and entry.base() is not base:
-            entry = None  # released, and the address now holds another storage
+        if entry is not None and entry.storage.expired():
+            entry = None  # freed, and the address now holds another storage
         if entry is not None:
             return entry, False
-        entry = SavedEntry(self.count, key, base)
+        entry = SavedEntry(self.count, key, t)
         self.count += 1
         self._entries[key] = entry
         return entry, True
-
-    def release(self, entry):
-        """The caller dropped its references to entry's memory."""
-        entry.released = True
 
     def forget(self, entry):
         """Autograd freed every saved tensor on entry's storage."""
