@@ -7,8 +7,9 @@
 
 How it works. Inside the block, ``torch.autograd.graph.saved_tensors_hooks``
 routes every tensor autograd saves through a cache keyed by storage (a view and
-the tensor it views, or a tensor saved by two ops, are one storage: dedup; the
-rule is ssdtrain/saved.py's, which also numbers the storages of each forward).
+the tensor it views, or a tensor saved by two ops of one forward, are one
+storage: dedup; the rule is ssdtrain/saved.py's, which also numbers the storages
+of each forward).
 Parameters, the model's inputs and storages under ``min_bytes`` are kept as they
 are. Every other storage is written whole to a file of its own by the engine
 (io_uring, O_DIRECT, a CRC32C per extent) and released once the write has

@@ -267,6 +267,15 @@ class MicroBatches(MicroBatchPlan):
         total, _ = base.saved_storage_bytes(GPT(), *batch(0), ssdtrain.DEFAULT_MIN_BYTES)
         self.assertEqual(s["peak_saved_bytes"], m * (total - self.planned))
 
+    def test_micro_batches_sharing_a_targets_tensor_each_number_it(self):
+        # One targets tensor for every micro-batch: each forward saves it, as a
+        # capture of that forward alone would (cross-entropy saves its targets).
+        shared = [(idx, self.batches[0][1]) for idx, _ in self.batches[:2]]
+        reference = accumulate(seeded(GPT), shared, self.loss)
+        losses, grads, s = self.accumulate_offloaded(shared)
+        self.assertReference(losses, grads, reference)
+        self.assertEqual(s["prefetched_storages"], 2 * len(self.roots))
+
     def test_each_micro_batchs_count_is_checked_at_its_backward(self):
         # The second of two micro-batches ends in out.sum(), which saves three
         # storages fewer than cross-entropy: its backward, not the first, is refused.
