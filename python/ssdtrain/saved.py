@@ -9,9 +9,9 @@ saves from then on (``saved_tensors_hooks``' pack, including the loss after the
 model returns) gets the number of its storage; a storage saved for the first
 time in this forward gets the next number. Each forward numbers its own
 storages: one an earlier forward saved too (a targets tensor shared by two
-micro-batches) is numbered again, as a capture of this forward alone would. Not numbered: sparse tensors, empty storages, and
-the storages of the model's parameters, buffers and inputs (resident anyway).
-Two saved tensors are one storage when they share its address, byte count and
+micro-batches) is numbered again, as a capture of this forward alone would.
+Not numbered: sparse tensors, empty storages, and the storages of the model's
+parameters, buffers and inputs (resident anyway). Two saved tensors are one storage when they share its address, byte count and
 device while it is alive. Each entry holds a weak reference to its storage
 (torch's ``StorageWeakRef``): once the storage has been freed (offload wrote it
 and dropped its memory, and autograd and the model dropped theirs) the

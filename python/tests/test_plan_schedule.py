@@ -296,7 +296,6 @@ class MicroBatches(MicroBatchPlan):
         self.assertEqual(os.listdir(self.dir), [])
 
 
-
 class MicroBatchesEndingWithoutSaves(MicroBatchPlan):
     """A loss that saves nothing (the mean): forward's last ops save nothing, so
     a plan's point there is past the last save."""
