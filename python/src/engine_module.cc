@@ -95,7 +95,8 @@ py::object OpOrNone(traces::OpId op) {
 
 // One dict per saved storage (in root-id order): root, name, bytes, dtype,
 // shape (the root row's), action, prefetch_before, evict_before, producer and
-// first_backward_use (op ids or None); plus the plan's model, policy, fingerprint and ssd_bytes.
+// first_backward_use (op ids or None); plus the plan's model, policy, fingerprint and
+// ssd_bytes, and backward_start (the trace's first backward op, or None).
 py::dict ResolvePlanFiles(const std::string& trace_path, const std::string& plan_path) {
   Result<traces::Trace> trace = Status::Internal("not read");
   Result<traces::Plan> plan = Status::Internal("not read");
@@ -131,7 +132,15 @@ py::dict ResolvePlanFiles(const std::string& trace_path, const std::string& plan
     d["first_backward_use"] = OpOrNone(s.first_backward_use);
     storages.append(std::move(d));
   }
+  traces::OpId backward_start = traces::kNoOp;
+  for (const traces::Op& op : trace->ops) {
+    if (op.phase == traces::Phase::kBackward) {
+      backward_start = op.id;
+      break;
+    }
+  }
   py::dict out;
+  out["backward_start"] = OpOrNone(backward_start);
   out["model"] = plan->model;
   out["policy"] = plan->policy;
   out["trace_fingerprint"] = traces::FingerprintHex(plan->trace_fingerprint);

@@ -7,8 +7,9 @@
 
 How it works. Inside the block, ``torch.autograd.graph.saved_tensors_hooks``
 routes every tensor autograd saves through a cache keyed by storage (a view and
-the tensor it views, or a tensor saved by two ops, are one storage: dedup; the
-rule is ssdtrain/saved.py's, which also numbers the storages of each forward).
+the tensor it views, or a tensor saved by two ops of one forward, are one
+storage: dedup; the rule is ssdtrain/saved.py's, which also numbers the storages
+of each forward).
 Parameters, the model's inputs and storages under ``min_bytes`` are kept as they
 are. Every other storage is written whole to a file of its own by the engine
 (io_uring, O_DIRECT, a CRC32C per extent) and released once the write has
@@ -38,6 +39,9 @@ plan's eviction points, mapped to the first save or unpack after each (a plan
 without them: they land within ``write_lag`` leaf modules), keep storages stay,
 ``min_bytes`` and ``prefetch`` do not apply; reads are issued at the plan's
 prefetch points, mapped to the first unpack at or after each, or on demand.
+Several forwards may run before their backwards (gradient accumulation): each
+is a micro-batch of the plan with its own state (``_Forward``), and its
+backward applies its own storages' points.
 A storage's file is removed when autograd frees the last saved tensor on it.
 A storage saved again after its release (a later op saving another view of it,
 such as the V of a fused QKV output, or a ``.detach()`` or ``.data`` alias of
@@ -98,15 +102,32 @@ _ENGINE_TENSOR = re.compile(r"(writing|reading) tensor (\d+) (?:to|from) (\S+)")
 _ON_DISK = ("writing", "forwarding", "written", "reading", "read")
 
 
+class _Forward:
+    """One forward of the model (a micro-batch) and what its plan still owes it:
+    forwards may run several before their backwards (gradient accumulation), so
+    each backward applies its own forward's points."""
+
+    __slots__ = ("number", "by_index", "saved", "unpacked", "late_done", "in_backward")
+
+    def __init__(self, number):
+        self.number = number  # the forwards of this offload block before it
+        self.by_index = {}  # save number -> _Storage, until freed
+        self.saved = 0  # storages numbered
+        self.unpacked = set()  # save numbers unpacked in its backward
+        self.late_done = 0  # the plan's late evictions applied (StepPlan.late_evictions)
+        self.in_backward = False  # its backward has started (and its count was checked)
+
+
 class _Storage:
     """One deduplicated storage and where its bytes are."""
 
-    __slots__ = ("sid", "entry", "nbytes", "name", "group", "device", "tensor", "state",
-                 "ticket", "buffer", "refs", "file", "handles", "pinned", "event")
+    __slots__ = ("sid", "entry", "forward", "nbytes", "name", "group", "device", "tensor",
+                 "state", "ticket", "buffer", "refs", "file", "handles", "pinned", "event")
 
-    def __init__(self, sid, entry, nbytes, name, group, device, tensor):
+    def __init__(self, sid, entry, forward, nbytes, name, group, device, tensor):
         self.sid = sid
         self.entry = entry  # its saved.SavedEntry (save number, storage key)
+        self.forward = forward  # the _Forward that saved it
         self.nbytes = nbytes
         self.name = name
         self.group = group
@@ -200,9 +221,7 @@ class Offload:
         # capture numbers a trace's storages by (ssdtrain/saved.py). Each entry's
         # payload is its _Storage. Made on entering, from the parameters then.
         self._order = None
-        self._by_index = {}  # save number -> _Storage, this forward (plans)
-        self._unpacked = set()  # save numbers unpacked this backward (plans)
-        self._late_done = 0  # the plan's late evictions applied this backward
+        self._current = _Forward(0)  # the forward saves go to
         self._by_group = {}  # group -> [_Storage] offloaded in that group
         self._live = {}  # sid -> _Storage not yet freed
         self._names = {}  # sid -> (name, bytes), for messages
@@ -253,7 +272,7 @@ class Offload:
             for s in list(self._live.values()):
                 self._forget(s)
             self._by_group.clear()
-            self._by_index.clear()
+            self._current = _Forward(0)
             if self.engine is not None:
                 self.engine.close()
 
@@ -270,10 +289,13 @@ class Offload:
 
     def _root_pre_hook(self, module, args):
         with self._lock:
+            self._raise_if_failed()
             self._order.start_forward(args)
-            self._by_index = {}
-            self._unpacked = set()
-            self._late_done = 0
+            self._in_backward = False
+            previous, self._current = self._current, _Forward(self._order.forwards - 1)
+            if self.plan is not None and not previous.in_backward:
+                # The points after its last save, up to its forward's end, are behind us.
+                self._evict_late(previous, self.plan.forward_end)
 
     def _next_group(self, name):
         with self._lock:
@@ -328,14 +350,15 @@ class Offload:
                 self._failed = e
                 raise
             # Its producer has run: so have the eviction points it stands for.
-            self._evict(self.plan.evictions.get(entry.index, ()))
+            self._evict(self._current, self.plan.evictions.get(entry.index, ()))
         sid = self._next_sid
         self._next_sid += 1
         nbytes = entry.key[2]
         name = f"{module}:saved{sid} ({str(t.dtype).replace('torch.', '')} {list(t.shape)})"
-        s = _Storage(sid, entry, nbytes, name, self._group, t.device, t)
+        s = _Storage(sid, entry, self._current, nbytes, name, self._group, t.device, t)
         entry.payload = s
-        self._by_index[entry.index] = s
+        self._current.by_index[entry.index] = s
+        self._current.saved += 1
         self._live[sid] = s
         self._names[sid] = (name, nbytes)
         self._counts["saved_storages"] += 1
@@ -359,18 +382,10 @@ class Offload:
             return h
         with self._lock:
             self._raise_if_failed()
-            if not self._in_backward:
-                self._in_backward = True
-                if self.plan is not None:
-                    try:
-                        self.plan.check_count(self._order.count)
-                    except PlanError as e:
-                        self._failed = e
-                        raise
+            self._in_backward = True
             s = h.storage
-            if self.plan is not None and s.entry.index not in self._unpacked:
-                self._unpacked.add(s.entry.index)
-                self._at_first_unpack(s.entry.index)
+            if self.plan is not None:
+                self._apply_plan_at_unpack(s)
             if h.tensor is not None:
                 if s.state in ("queued", "writing"):
                     self._forward(s)
@@ -387,14 +402,25 @@ class Offload:
                 self._land_read(s)
             return self._view(s, h)
 
-    def _at_first_unpack(self, index):
-        """The plan's points the first unpack of the storage numbered `index`
-        stands for: the eviction points at or before its first backward use
-        (those after forward's last save), then the prefetch points mapped to it."""
-        due, self._late_done = self.plan.late_evictions_due(self._late_done, index)
-        self._evict(due)
+    def _apply_plan_at_unpack(self, s):
+        """At the first unpack of s's forward, its count is checked; at the first
+        unpack of s, the plan's points it stands for are applied: the eviction
+        points at or before its first backward use (those after forward's last
+        save), then the prefetch points mapped to it."""
+        fwd, index = s.forward, s.entry.index
+        if not fwd.in_backward:
+            fwd.in_backward = True
+            try:
+                self.plan.check_count(fwd.saved, fwd.number)
+            except PlanError as e:
+                self._failed = e
+                raise
+        if index in fwd.unpacked:
+            return
+        fwd.unpacked.add(index)
+        self._evict_late(fwd, self.plan.storages[index].first_backward_use)
         for k in self.plan.triggers.get(index, ()):
-            p = self._by_index.get(k)
+            p = fwd.by_index.get(k)
             if p is not None and p.state == "written":
                 self._start_read(p)
                 self._counts["prefetched_storages"] += 1
@@ -454,14 +480,19 @@ class Offload:
         self._counts["offloaded_storages"] += 1
         self._counts["offloaded_bytes"] += s.nbytes
 
-    def _evict(self, save_numbers):
-        """The plan's eviction point of these storages: each still in memory is
-        released, its write waited for first."""
+    def _evict(self, fwd, save_numbers):
+        """The plan's eviction point of these storages of forward `fwd`: each
+        still in memory is released, its write waited for first."""
         for k in save_numbers:
-            s = self._by_index.get(k)
+            s = fwd.by_index.get(k)
             if s is not None and s.state == "writing":
                 self._land_write(s)
                 self._counts["evicted_at_plan_points"] += 1
+
+    def _evict_late(self, fwd, reached):
+        """The eviction points after forward `fwd`'s last save, up to op `reached`."""
+        due, fwd.late_done = self.plan.late_evictions_due(fwd.late_done, reached)
+        self._evict(fwd, due)
 
     def _release(self, s):
         """Drops every reference this cache holds to the storage's memory."""
@@ -526,6 +557,8 @@ class Offload:
         s.pinned = None
         s.state = "freed"
         self._order.forget(s.entry)
+        if s.forward.by_index.get(s.entry.index) is s:
+            del s.forward.by_index[s.entry.index]
         self._live.pop(s.sid, None)
         group = self._by_group.get(s.group)
         if group is not None and s in group:

@@ -39,8 +39,15 @@ forward: the first save of a storage the trace's op E or a later one produced
 (before that storage counts as resident). Past forward's last save (E late in
 forward, or in backward): the first unpack of a storage whose first backward
 use is at or after E, which comes no later than the storage's own (ValidatePlan
-puts E before its prefetch point and first backward use); give or take the ops
-between two saves or unpacks again.
+puts E before its prefetch point and first backward use), or, for E in forward,
+the start of the next forward if that comes first; give or take the ops between
+two saves or unpacks again.
+
+Micro-batches. A run may make several forwards before their backwards
+(gradient accumulation); each is one micro-batch of the plan, numbered from 0
+by ssdtrain/saved.py, and offload keeps each one's storages, unpacks and
+applied points apart, so each backward applies its own forward's points and
+checks its own count.
 """
 
 import bisect
@@ -92,6 +99,9 @@ class StepPlan:
         self.policy = resolved["policy"]
         self.fingerprint = resolved["trace_fingerprint"]
         self.ssd_bytes = resolved["ssd_bytes"]  # unique offload-ssd bytes of one forward
+        # The op a run has reached once a later forward starts: forward's last.
+        start = resolved["backward_start"]
+        self.forward_end = None if start is None else start - 1
         where = f"{self.plan_path} (trace {self.trace_path})"
         by_index = {}
         for row in resolved["storages"]:
@@ -163,15 +173,13 @@ class StepPlan:
                 evictions.setdefault(at, []).append(s.index)
         return evictions, sorted(late)
 
-    def late_evictions_due(self, done, index):
-        """The late evictions the first unpack of the storage numbered `index`
-        stands for: those at or before its first backward use, from the `done`-th
-        on (a forward's first `done` were released already); returns (their save
-        numbers, the new `done`)."""
-        use = self.storages[index].first_backward_use
-        if use is None:
+    def late_evictions_due(self, done, reached):
+        """The late evictions a run owes once it has reached op `reached` (None:
+        none), from the `done`-th on (a forward's first `done` were applied
+        already): (their save numbers, the new `done`)."""
+        if reached is None:
             return [], done
-        end = bisect.bisect_right(self.late_evictions, (use, len(self.storages)), lo=done)
+        end = bisect.bisect_right(self.late_evictions, (reached, len(self.storages)), lo=done)
         return [k for _, k in self.late_evictions[done:end]], end
 
     def _mismatch(self, what):
@@ -201,8 +209,10 @@ class StepPlan:
                 f"{s.shape}")
         return s
 
-    def check_count(self, count):
-        """Raises PlanError unless a forward that saved `count` storages is the trace's."""
+    def check_count(self, count, forward):
+        """Raises PlanError unless a forward (the `forward`-th of its offload
+        block, from 0) that saved `count` storages is the trace's."""
         if count != len(self.storages):
             raise self._mismatch(f"the forward saved {count} storages, the trace "
-                              f"{len(self.storages)}")
+                                 f"{len(self.storages)} (forward {forward} of the offload "
+                                 f"block, its backward starting)")

@@ -7,9 +7,11 @@ The rule. The forward pre-hook on the model starts a forward: numbering restarts
 at 0 and the model's tensor arguments become its inputs. Each tensor autograd
 saves from then on (``saved_tensors_hooks``' pack, including the loss after the
 model returns) gets the number of its storage; a storage saved for the first
-time gets the next number. Not numbered: sparse tensors, empty storages, and
-the storages of the model's parameters, buffers and inputs (resident anyway).
-Two saved tensors are one storage when they share its address, byte count and
+time in this forward gets the next number. Each forward numbers its own
+storages: one an earlier forward saved too (a targets tensor shared by two
+micro-batches) is numbered again, as a capture of this forward alone would.
+Not numbered: sparse tensors, empty storages, and the storages of the model's
+parameters, buffers and inputs (resident anyway). Two saved tensors are one storage when they share its address, byte count and
 device while it is alive. Each entry holds a weak reference to its storage
 (torch's ``StorageWeakRef``): once the storage has been freed (offload wrote it
 and dropped its memory, and autograd and the model dropped theirs) the
@@ -63,11 +65,12 @@ class SavedEntry:
     """A numbered storage. `payload` belongs to the caller (offload keeps its
     cache record there)."""
 
-    __slots__ = ("index", "key", "storage", "payload")
+    __slots__ = ("index", "key", "forward", "storage", "payload")
 
-    def __init__(self, index, key, t):
+    def __init__(self, index, key, forward, t):
         self.index = index
         self.key = key
+        self.forward = forward  # the forward (SaveOrder.forwards) that numbered it
         self.storage = StorageWeakRef(t.storage())  # expired once the storage is freed
         self.payload = None
 
@@ -81,7 +84,7 @@ class SaveOrder:
         state = list(model.parameters()) + list(model.buffers())
         self._persistent = {storage_key(t) for t in state}
         self._inputs = set()
-        self._entries = {}  # storage key -> SavedEntry, until forgotten
+        self._entries = {}  # (forward, storage key) -> SavedEntry, until forgotten
         self.count = 0  # numbers handed out in the current forward
         self.forwards = 0  # forwards started
 
@@ -102,17 +105,17 @@ class SaveOrder:
         key = storage_key(t)
         if key[2] == 0 or key in self._persistent or key in self._inputs:
             return None
-        entry = self._entries.get(key)
+        entry = self._entries.get((self.forwards, key))
         if entry is not None and entry.storage.expired():
             entry = None  # freed, and the address now holds another storage
         if entry is not None:
             return entry, False
-        entry = SavedEntry(self.count, key, t)
+        entry = SavedEntry(self.count, key, self.forwards, t)
         self.count += 1
-        self._entries[key] = entry
+        self._entries[(self.forwards, key)] = entry
         return entry, True
 
     def forget(self, entry):
         """Autograd freed every saved tensor on entry's storage."""
-        if self._entries.get(entry.key) is entry:
-            del self._entries[entry.key]
+        if self._entries.get((entry.forward, entry.key)) is entry:
+            del self._entries[(entry.forward, entry.key)]

@@ -126,12 +126,15 @@ class AliasOfAReleasedStorage(unittest.TestCase):
 
 
 class GptPlan(unittest.TestCase):
-    """The GPT of test_plan, captured and planned once for the class."""
+    """The GPT of test_plan, captured (with `loss`) and planned once for the class."""
+
+    loss = staticmethod(loss_fn)
 
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="ssdtrain-schedule-")
-        cls.trace_path, cls.trace, cls.plan_path, cls.plan = captured_plan(cls.tmp, seeded(GPT))
+        cls.trace_path, cls.trace, cls.plan_path, cls.plan = captured_plan(
+            cls.tmp, seeded(GPT), cls.loss)
         cls.roots = base.offloaded_storages(cls.trace, cls.plan)
         cls.planned = sum(t["bytes"] for t in cls.roots.values())
 
@@ -196,6 +199,126 @@ class EvictionPointsInBackward(GptPlan):
         self.assertEqual((s["ssd_bytes_written"], s["ssd_bytes_read"]),
                          (self.planned, self.planned))
         self.assertEqual(os.listdir(self.dir), [])
+
+
+MICRO_BATCHES = 4
+
+
+def accumulate(model, batches, loss=loss_fn):
+    """Gradient accumulation written the usual way: every micro-batch's forward,
+    then their backwards in the same order (seed 0 for dropout); the losses and
+    the accumulated gradients (of their sum: a division by the count would save
+    the divisor, a storage the captured step does not have)."""
+    torch.manual_seed(0)
+    losses = [loss(model(idx), targets) for idx, targets in batches]
+    for out in losses:
+        out.backward()
+    return [out.detach() for out in losses], [p.grad.clone() for p in model.parameters()]
+
+
+class MicroBatchPlan(GptPlan):
+    """GptPlan with `micro_batches` batches and their reference gradients."""
+
+    micro_batches = MICRO_BATCHES
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.batches = [batch(i) for i in range(cls.micro_batches)]
+        cls.reference = accumulate(seeded(GPT), cls.batches, cls.loss)
+
+    def accumulate_offloaded(self, batches=None, plan=None, at_forward=None):
+        """accumulate() in an offload block; at_forward(stats) runs as each
+        forward starts, after the block's own hook."""
+        model = seeded(GPT)
+        with ssdtrain.offload(model, **self.offload_args(plan)) as off:
+            if at_forward is not None:
+                model.register_forward_pre_hook(lambda m, args: at_forward(off.stats()))
+            losses, grads = accumulate(model, batches or self.batches, self.loss)
+            stats = off.stats()
+        self.assertEqual(stats["files_live"], 0)
+        self.assertEqual(os.listdir(self.dir), [])
+        return losses, grads, stats
+
+    def assertReference(self, losses, grads, reference=None):
+        ref_losses, ref_grads = reference or self.reference
+        for i, (a, b) in enumerate(zip(losses, ref_losses)):
+            self.assertTrue(torch.equal(base.bits(a), base.bits(b)), f"micro-batch {i}'s loss")
+        for a, b in zip(grads, ref_grads):
+            self.assertTrue(torch.equal(base.bits(a), base.bits(b)), "a gradient differs")
+
+
+class MicroBatches(MicroBatchPlan):
+    def test_gradient_accumulation_is_bitwise_and_applies_each_micro_batchs_plan(self):
+        losses, grads, s = self.accumulate_offloaded()
+        self.assertReference(losses, grads)
+        m, n = MICRO_BATCHES, len(self.roots)
+        # Every micro-batch's planned storages written once, each released at its
+        # own eviction point, read back at its own prefetch points (none on
+        # demand, none forwarded).
+        self.assertEqual(s["ssd_bytes_written"], m * self.planned)
+        self.assertEqual(s["evicted_at_plan_points"], m * n)
+        self.assertEqual((s["offloaded_storages"], s["prefetched_storages"]), (m * n, m * n))
+        self.assertEqual((s["forwarded_storages"], s["ssd_bytes_read"]), (0, m * self.planned))
+        # The peak, at the end of the last forward, holds each micro-batch's
+        # saved bytes less its planned ones (one forward's: test_plan); reads
+        # of another micro-batch's storages in the first backward would add to it.
+        torch.manual_seed(0)
+        total, _ = base.saved_storage_bytes(GPT(), *batch(0), ssdtrain.DEFAULT_MIN_BYTES)
+        self.assertEqual(s["peak_saved_bytes"], m * (total - self.planned))
+
+    def test_micro_batches_sharing_a_targets_tensor_each_number_it(self):
+        # One targets tensor for every micro-batch: each forward saves it, as a
+        # capture of that forward alone would (cross-entropy saves its targets).
+        shared = [(idx, self.batches[0][1]) for idx, _ in self.batches[:2]]
+        reference = accumulate(seeded(GPT), shared, self.loss)
+        losses, grads, s = self.accumulate_offloaded(shared)
+        self.assertReference(losses, grads, reference)
+        self.assertEqual(s["prefetched_storages"], 2 * len(self.roots))
+
+    def test_each_micro_batchs_count_is_checked_at_its_backward(self):
+        # The second of two micro-batches ends in out.sum(), which saves three
+        # storages fewer than cross-entropy: its backward, not the first, is refused.
+        losses = (loss_fn, lambda out, targets: out.sum())
+        model = seeded(GPT)
+        n = len([t for t in self.trace["tensors"] if ssdtrain.saved_index(t["name"]) is not None])
+        backwards = 0
+        with self.assertRaises(ssdtrain.PlanError) as e:
+            with ssdtrain.offload(model, **self.offload_args()):
+                outs = [loss(model(idx), targets)
+                        for loss, (idx, targets) in zip(losses, self.batches)]
+                for out in outs:
+                    out.backward()
+                    backwards += 1
+        self.assertEqual(backwards, 1)
+        self.assertIn(f"the forward saved {n - 3} storages, the trace {n} (forward 1 of the "
+                      f"offload block", str(e.exception))
+        self.assertEqual(os.listdir(self.dir), [])
+
+
+class MicroBatchesEndingWithoutSaves(MicroBatchPlan):
+    """A loss that saves nothing (the mean): forward's last ops save nothing, so
+    a plan's point there is past the last save."""
+
+    loss = staticmethod(lambda out, targets: out.mean())
+    micro_batches = 3
+
+    def test_points_at_the_end_of_forward_are_honoured_when_the_next_forward_starts(self):
+        last_forward = max(o["id"] for o in self.trace["ops"] if o["phase"] == "forward")
+        late = rewrite(self.plan, os.path.join(self.tmp, "end.json"),
+                       lambda p: p.update(evict_before=last_forward))
+        starts = []
+        losses, grads, s = self.accumulate_offloaded(
+            plan=late, at_forward=lambda stats: starts.append(stats["evicted_at_plan_points"]))
+        self.assertReference(losses, grads)
+        # The run sees forward i's end when forward i + 1 starts: every storage
+        # of the forwards before is released by then, not at its backward; the
+        # last micro-batch's at its backward's first unpack.
+        n = len(self.roots)
+        m = self.micro_batches
+        self.assertEqual(starts, [i * n for i in range(m)])
+        self.assertEqual(s["evicted_at_plan_points"], m * n)
+        self.assertEqual(s["prefetched_storages"], m * n)
 
 
 if __name__ == "__main__":
