@@ -9,6 +9,7 @@
 #include "app/command.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
+#include "sim/fit.h"
 #include "sim/hardware.h"
 #include "sim/planner.h"
 #include "sim/policy.h"
@@ -324,13 +325,24 @@ int RunPlan(PlanCmdOptions o) {
           static_cast<double>(r->over_budget_bytes) / kGiB, budget_GiB);
       return 1;
     }
+    if (r->over_budget_bytes == 0 && !r->shortfall.empty()) {
+      std::cerr << fmt::format(
+          "ssdtrain plan: error: {} does not run on {} GPUs of {} under any policy: the "
+          "lowest-memory plan found ({}, micro-batch {}, tp {}, pp {}, {} micro-batches) fits "
+          "the GPU, but {}\n",
+          in.name, o.gpus, hw->name, r->plan.policy, r->plan.micro_batch, r->plan.tp, r->plan.pp,
+          r->plan.num_micro_batches, r->shortfall);
+      return 1;
+    }
+    const sim::Prediction::StagePeak& worst = sim::WorstStage(r->prediction);
     std::cerr << fmt::format(
         "ssdtrain plan: error: {} does not fit on {} GPUs of {} under any policy: the "
-        "lowest-memory plan found ({}, micro-batch {}, tp {}, pp {}) needs {:.3f} GiB per GPU, "
-        "{:.3f} GiB more than the {:.3f} GiB budget\n",
+        "lowest-memory plan found ({}, micro-batch {}, tp {}, pp {}) needs {:.3f} GiB per GPU "
+        "on stage {}, which holds {} micro-batch(es) at once, {:.3f} GiB more than the {:.3f} "
+        "GiB budget\n",
         in.name, o.gpus, hw->name, r->plan.policy, r->plan.micro_batch, r->plan.tp, r->plan.pp,
-        static_cast<double>(r->prediction.metrics.peak_gpu_bytes) / kGiB,
-        static_cast<double>(r->over_budget_bytes) / kGiB, budget_GiB);
+        static_cast<double>(r->prediction.metrics.peak_gpu_bytes) / kGiB, worst.stage,
+        worst.in_flight, static_cast<double>(r->over_budget_bytes) / kGiB, budget_GiB);
     return 1;
   }
   traces::Plan plan = r->plan;

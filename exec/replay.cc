@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "exec/detail/cpu_affinity.h"
+#include "exec/detail/file_limit.h"
 #include "exec/detail/format_bytes.h"
 #include "exec/detail/host_staging.h"
 #include "exec/detail/replayer.h"
@@ -68,6 +69,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   const traces::Trace& trace = whole.trace;
   const traces::Plan& plan = whole.plan;
   SSDTRAIN_RETURN_IF_ERROR(CheckPlanFileNames(plan, plan_source));
+  SSDTRAIN_RETURN_IF_ERROR(detail::EnsureOpenFileLimit(detail::OffloadFilesOf(plan), plan_source));
   for (const traces::Placement& p : plan.placements) {
     if (p.action == traces::TensorAction::kOffloadSsd && !p.file.empty()) {
       SSDTRAIN_RETURN_IF_ERROR(

@@ -3,6 +3,7 @@
 list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/detail/stream_worker.cc
   ${CMAKE_CURRENT_LIST_DIR}/detail/cpu_affinity.cc
+  ${CMAKE_CURRENT_LIST_DIR}/detail/file_limit.cc
   ${CMAKE_CURRENT_LIST_DIR}/detail/host_staging.cc
   ${CMAKE_CURRENT_LIST_DIR}/device.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu_device.cc

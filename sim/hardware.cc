@@ -359,6 +359,10 @@ int64_t HostPinnedBytes(const HardwareOptions& hw) {
   return static_cast<int64_t>(hw.host_memory.pinned_GiB * kBytesPerGiB);
 }
 
+int64_t HostPinnedBytesPerMicroBatch(const HardwareOptions& hw, int64_t micro_batches) {
+  return HostPinnedBytes(hw) / std::max<int64_t>(1, micro_batches);
+}
+
 ArrayFigures ArrayFor(const HardwareOptions& hw, int gpu) {
   const auto& arrays = hw.storage.arrays_drives;
   const int drives = arrays[static_cast<size_t>(gpu) % arrays.size()];
@@ -373,7 +377,8 @@ ArrayFigures ArrayFor(const HardwareOptions& hw, int gpu) {
     return std::min(GBps, little_GBps);
   };
   return ArrayFigures{drives, capped(d.read_GBps * share, d.read_latency_us),
-                      capped(d.write_GBps * share, d.write_latency_us), d.endurance_TBW * share};
+                      capped(d.write_GBps * share, d.write_latency_us), d.endurance_TBW * share,
+                      d.capacity_TB * share};
 }
 
 int SlowestArray(const HardwareOptions& hw) {

@@ -142,12 +142,17 @@ nlohmann::json ToJson(const HardwareOptions& hw);
 double PcieGBps(int gen, int lanes);                // usable per direction, ~ 0.85 of raw
 int64_t GpuMemoryBytes(const HardwareOptions& hw);  // capacity minus reserve
 int64_t HostPinnedBytes(const HardwareOptions& hw);
+// The pinned budget of one micro-batch's offload-host region: a step of m
+// micro-batches holds m such regions (traces::UnrollStep gives each micro-batch
+// its own host offsets), so each gets HostPinnedBytes / m.
+int64_t HostPinnedBytesPerMicroBatch(const HardwareOptions& hw, int64_t micro_batches);
 // The storage array GPU `gpu` writes to: drives, aggregate GB/s and endurance.
 struct ArrayFigures {
   int drives = 0;
   double read_GBps = 0;
   double write_GBps = 0;
   double endurance_TBW = 0;
+  double capacity_TB = 0;  // this GPU's share of the drives' capacity
 };
 ArrayFigures ArrayFor(const HardwareOptions& hw, int gpu);
 // The slowest array (the planner plans for the worst GPU).

@@ -239,7 +239,8 @@ Result<OptimalResult> MakeOptimalPlan(const traces::Trace& trace, const Hardware
     actions = Actions(inc.plan);
     // Host path for the earliest SSD tensors, within the pinned budget.
     std::vector<TensorId> to_host;
-    int64_t pinned = options.allow_host_offload ? HostPinnedBytes(hw) : 0;
+    int64_t pinned =
+        options.allow_host_offload ? HostPinnedBytesPerMicroBatch(hw, base.num_micro_batches) : 0;
     for (TensorId t : candidates) {
       if (action_of(t) != TensorAction::kOffloadSsd) continue;
       const int64_t bytes = trace.tensor(trace.StorageOf(t)).bytes;

@@ -45,6 +45,7 @@ struct Candidate {
   Prediction prediction;
   bool fits = false;
   int64_t over_budget_bytes = 0;
+  std::string shortfall;  // HostAndDiskShortfall: why it cannot run beside GPU memory
 };
 
 class Search {
@@ -83,8 +84,9 @@ class Search {
     so.record_timeline = timeline;
     SSDTRAIN_ASSIGN_OR_RETURN(c.prediction, Simulate(c.plans.Inputs(), hw_, so));
     simulations_ += c.plans.simulations + 1;
-    c.fits = FitsBudget(c.prediction, budget_);
     c.over_budget_bytes = OverBudgetBytes(c.prediction, budget_);
+    c.shortfall = HostAndDiskShortfall(c.prediction, hw_);
+    c.fits = FitsBudget(c.prediction, budget_) && c.shortfall.empty();
     return c;
   }
 
@@ -119,6 +121,7 @@ PlannerResult ResultOf(Best best, int64_t budget) {
   PlannerResult out;
   out.fits = best.candidate.fits;
   out.over_budget_bytes = best.candidate.over_budget_bytes;
+  out.shortfall = best.candidate.shortfall;
   out.prediction = std::move(best.candidate.prediction);
   out.rok = std::move(best.rok);
   std::vector<StagePlan>& stages = best.candidate.plans.stages;

@@ -69,6 +69,9 @@ struct PlannerResult {
   traces::Plan plan;  // with prediction set
   Prediction prediction;
   int64_t over_budget_bytes = 0;  // when !fits: peak minus budget
+  // When !fits for want of pinned host memory or disk (sim/fit.h
+  // HostAndDiskShortfall): why; empty otherwise.
+  std::string shortfall;
   int64_t layouts = 0, simulated_layouts = 0, simulations = 0;
   nlohmann::json rok = nlohmann::json::array();  // best layout: per policy memory vs step time
   // The plans of the other simulated stages (stage 1 standing for the middle

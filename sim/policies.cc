@@ -122,7 +122,8 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
   const std::vector<traces::OpId> prefetch =
       traces::LookaheadPrefetchOps(trace, options.prefetch_lookahead_modules);
   if (policy == "offload-host") {
-    int64_t budget = options.allow_host_offload ? HostPinnedBytes(hw) : 0;
+    int64_t budget =
+        options.allow_host_offload ? HostPinnedBytesPerMicroBatch(hw, base.num_micro_batches) : 0;
     for (TensorId t : candidates) {
       const int64_t bytes = trace.tensor(trace.StorageOf(t)).bytes;
       if (bytes > budget) break;  // in forward order: the earliest layers go to the host

@@ -321,6 +321,9 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   out.dropped_writes = stage0.dropped_writes;
   out.recompute_ns = stage0.recompute_ns;
   out.peak_host_bytes = stage0.peak_host_bytes;
+  for (const StageResult& r : results) {
+    out.host_region_bytes = std::max(out.host_region_bytes, r.host_region_bytes * m);
+  }
   if (!whole_step) {
     for (StageResult& r : results) {
       auto& spans = out.timeline.spans;
@@ -359,7 +362,8 @@ nlohmann::json PredictionToJson(const Prediction& p) {
                   {"forwarded_storages", p.forwarded_storages},
                   {"dropped_writes", p.dropped_writes},
                   {"recompute_ns_per_micro_batch", p.recompute_ns},
-                  {"peak_host_bytes", p.peak_host_bytes}};
+                  {"peak_host_bytes", p.peak_host_bytes},
+                  {"host_region_bytes", p.host_region_bytes}};
   nlohmann::json stages = nlohmann::json::array();
   for (const Prediction::StagePeak& sp : p.stage_peaks) {
     stages.push_back({{"stage", sp.stage},

@@ -72,8 +72,11 @@ struct Prediction {
   double bubble_fraction = 0;
   int64_t forwarded_storages = 0;
   int64_t dropped_writes = 0;
-  int64_t recompute_ns = 0;  // per micro-batch, stage 0
-  int64_t peak_host_bytes = 0;
+  int64_t recompute_ns = 0;     // per micro-batch, stage 0
+  int64_t peak_host_bytes = 0;  // stage 0's one micro-batch: host copies and bounce staging
+  // The pinned offload-host regions a replay of the step holds on the worst
+  // stage: m micro-batches' regions (traces::UnrollStep gives each its own).
+  int64_t host_region_bytes = 0;
   // Each pipeline stage's peaks (metrics holds their maximum); stage 1 stands
   // for the stages between the first and the last, as in the simulation.
   struct StagePeak {

@@ -52,6 +52,7 @@ Status StageSimulator::BuildStorages() {
     }
   }
   if (workspace_bytes_ > 0) result_.static_bytes += workspace_bytes_;
+  result_.host_region_bytes = sp.host_region_bytes;
   return Status::Ok();
 }
 

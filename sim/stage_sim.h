@@ -92,7 +92,8 @@ struct StageResult {
   int64_t ssd_bytes_read = 0;
   int64_t host_bytes_written = 0;  // offload-host traffic
   int64_t host_bytes_read = 0;
-  int64_t peak_host_bytes = 0;  // offload-host copies plus bounce staging
+  int64_t peak_host_bytes = 0;    // offload-host copies plus bounce staging
+  int64_t host_region_bytes = 0;  // the plan's offload-host region (traces::StoragePlan)
   int64_t forwarded_storages = 0;
   int64_t dropped_writes = 0;
   int64_t model_flops = 0;    // FLOPs of the trace's ops, recompute excluded

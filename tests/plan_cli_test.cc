@@ -268,7 +268,8 @@ TEST_F(PlanCli, ModelThatFitsUnderNoPolicyStatesTheMemoryStillNeeded) {
   EXPECT_TRUE(std::regex_search(
       r.output, std::regex("does not fit on 1 GPUs of cpu-local under any policy: the "
                            "lowest-memory plan found \\([a-z-]+, micro-batch 4, tp 1, pp 1\\) "
-                           "needs 0\\.[0-9]+ GiB per GPU, 0\\.[0-9]+ GiB more than the 0\\.065 "
+                           "needs 0\\.[0-9]+ GiB per GPU on stage 0, which holds 1 "
+                           "micro-batch\\(es\\) at once, 0\\.[0-9]+ GiB more than the 0\\.065 "
                            "GiB budget")))
       << r.output;
   EXPECT_FALSE(fs::exists(File("plan.json")));

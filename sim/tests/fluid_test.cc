@@ -137,8 +137,8 @@ TEST(FluidNetwork, AWaitingFlowBlocksOnlyTheResourceThatIsFull) {
             [&] { a_end = engine.Now().ns(); });
   const auto b = net.Start(Bytes{16'000'000'000}, {{pcie, k32GBps}, {ssd, k32GBps}}, Time(),
                            [&] { b_end = engine.Now().ns(); });
-  const auto c =
-      net.Start(Bytes{16'000'000'000}, {{ssd, k32GBps}}, Time(), [&] { c_end = engine.Now().ns(); });
+  const auto c = net.Start(Bytes{16'000'000'000}, {{ssd, k32GBps}}, Time(),
+                           [&] { c_end = engine.Now().ns(); });
   EXPECT_FALSE(net.Admitted(b));
   EXPECT_TRUE(net.Admitted(c));
   engine.Run();
