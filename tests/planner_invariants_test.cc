@@ -35,6 +35,11 @@ std::vector<std::string> GpuPresets() {
   return out;
 }
 
+// Search time is a benchmark figure (bench/sim_bench, scripts/planner-sweep.sh
+// holds every search to 10 s); here, on a machine shared with the rest of the
+// suite, a search that takes a minute is a hang, not a slow run.
+constexpr double kHangGuardSeconds = 60;
+
 class PlannerInvariants : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PlannerInvariants, EveryReturnedPlanFitsEveryStageAndAutoIsFastest) {
@@ -44,7 +49,7 @@ TEST_P(PlannerInvariants, EveryReturnedPlanFitsEveryStageAndAutoIsFastest) {
     const Scale& s = kScales[(2 * at + i) % std::size(kScales)];
     SweepCase c{std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + s.model + ".json",
                 std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/" + GetParam() + ".json",
-                s.gpus, AllPlannerPolicies(), 10};
+                s.gpus, AllPlannerPolicies(), kHangGuardSeconds};
     const SweepOutcome o = CheckPlannerInvariants(c);
     for (const std::string& v : o.violations) ADD_FAILURE() << v;
     for (const std::string& l : o.lines) std::cout << l << "\n";
