@@ -12,23 +12,23 @@
 #include "models/model_config.h"
 #include "sim/fit.h"
 #include "sim/hardware.h"
+#include "sim/pipeline.h"
 #include "sim/planner.h"
+#include "traces/storage_plan.h"
+#include "traces/whole_step.h"
 
 namespace ssdtrain {
 namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
-Result<sim::PlannerResult> Plan(const std::string& policy, int64_t budget) {
-  const std::string model =
-      std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/ssdtrain-gpt-h8192-l4.json";
-  SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig base, models::LoadModelConfig(model));
-  SSDTRAIN_ASSIGN_OR_RETURN(
-      sim::HardwareOptions hw,
-      sim::LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) +
-                        "/configs/hardware/a100-pcie-40gb-ssdtrain-paper.json"));
-  sim::TraceProvider provider = [base, model](int64_t mb, int64_t tp, int64_t pp,
-                                              int64_t stage) -> Result<traces::Trace> {
+std::string Config(const std::string& kind, const std::string& name) {
+  return std::string(SSDTRAIN_SOURCE_DIR) + "/configs/" + kind + "/" + name + ".json";
+}
+
+sim::TraceProvider ProviderFor(const models::ModelConfig& base, const std::string& model) {
+  return [base, model](int64_t mb, int64_t tp, int64_t pp,
+                       int64_t stage) -> Result<traces::Trace> {
     models::ConfigOverrides ov;
     ov.micro_batch = mb;
     ov.tp = tp;
@@ -36,6 +36,14 @@ Result<sim::PlannerResult> Plan(const std::string& policy, int64_t budget) {
     SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c, models::ApplyOverrides(base, ov, model));
     return models::BuildTrace(c, stage);
   };
+}
+
+Result<sim::PlannerResult> Plan(const std::string& policy, int64_t budget) {
+  const std::string model = Config("models", "ssdtrain-gpt-h8192-l4");
+  SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig base, models::LoadModelConfig(model));
+  SSDTRAIN_ASSIGN_OR_RETURN(sim::HardwareOptions hw,
+                            sim::LoadHardware(Config("hardware", "a100-pcie-40gb-ssdtrain-paper")));
+  sim::TraceProvider provider = ProviderFor(base, model);
   sim::PlannerOptions po;
   po.gpus = 4;
   po.tp = 1;
@@ -79,6 +87,51 @@ TEST(StagePlans, StageZeroGivesUpMemoryTheLastKeepsAndTheWorstPeakFallsAtKeepsSt
     EXPECT_EQ(staged->prediction.stage_peaks[s].peak_gpu_bytes,
               keep->prediction.stage_peaks[s].peak_gpu_bytes)
         << s;
+  }
+}
+
+// The planner's promise against the replay's own check, unrolled for real: GPT-13B
+// on 64 H100s at tp 8, pp 8 and 32 micro-batches under 1F1B. Each returned
+// stage plan (stage 0 holding 8 micro-batches, stage 1 standing for the middle
+// ones, the last) unrolled into its whole step (traces::UnrollStep, as the
+// replay does) peaks at exactly the predicted stage peak, within the budget.
+TEST(StagePlans, AtPp8AndM32EveryStagesPredictedPeakIsItsUnrolledStepsStaticPeak) {
+  const std::string model = Config("models", "gpt-13b");
+  auto base = models::LoadModelConfig(model);
+  auto hw = sim::LoadHardware(Config("hardware", "h100-sxm-8x-gen5-nvme"));
+  ASSERT_TRUE(base.ok() && hw.ok());
+  sim::TraceProvider provider = ProviderFor(*base, model);
+  for (const char* policy : {"offload-ssd", "ssdtrain", "optimal"}) {
+    sim::PlannerOptions po;
+    po.gpus = 64;
+    po.tp = 8;
+    po.pp = 8;
+    po.num_micro_batches = 32;
+    po.micro_batch = 2;
+    po.policy = policy;
+    po.layers = base->layers;
+    po.heads = base->heads;
+    auto r = sim::SearchPlan(provider, *hw, po);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    ASSERT_TRUE(r->fits) << policy;
+    std::vector<std::pair<int64_t, const traces::Plan*>> plans{{0, &r->plan}};
+    for (const auto& [stage, plan] : r->stage_plans) plans.emplace_back(stage, &plan);
+    ASSERT_EQ(plans.size(), 3u);
+    for (const auto& [stage, plan] : plans) {
+      auto t = provider(2, 8, 8, stage);
+      ASSERT_TRUE(t.ok());
+      auto whole = traces::UnrollStep(*t, *plan, "plan");
+      ASSERT_TRUE(whole.ok()) << whole.status().message();
+      auto sp = traces::ResolvePlan(whole->trace, whole->plan, "unrolled");
+      ASSERT_TRUE(sp.ok()) << sp.status().message();
+      const int64_t replay =
+          traces::ComputeStaticPeaks(whole->trace, *sp, hw->gpu.allocation_alignment_bytes)
+              .device_bytes;
+      const sim::Prediction::StagePeak& predicted = r->prediction.stage_peaks[stage];
+      EXPECT_EQ(predicted.in_flight, 8 - stage) << policy << " stage " << stage;
+      EXPECT_EQ(replay, predicted.peak_gpu_bytes) << policy << " stage " << stage;
+      EXPECT_LE(replay, sim::GpuMemoryBytes(*hw)) << policy << " stage " << stage;
+    }
   }
 }
 
