@@ -5,6 +5,7 @@
 
 #include "sim/pipeline.h"
 #include "sim/policy.h"
+#include "sim/simulate.h"
 #include "sim/stage_sim.h"
 #include "traces/storage_plan.h"
 
@@ -19,15 +20,20 @@ Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan pla
                p.action == traces::TensorAction::kOffloadHost;
   }
   if (!offloads) return plan;
-  StageSimOptions so;
-  so.gpu = SlowestArray(hw);  // as Simulate places a stage
-  so.record_timeline = false;
-  SSDTRAIN_ASSIGN_OR_RETURN(const StageResult r, SimulateStage(trace, plan, hw, so));
-  SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan sp, traces::ResolvePlan(trace, plan, "plan"));
-  const auto n = static_cast<traces::OpId>(trace.ops.size());
   SSDTRAIN_ASSIGN_OR_RETURN(const PipelineSchedule schedule, ParseSchedule(plan.schedule));
   const bool several = MicroBatchesInFlight(trace.header.stage, std::max<int64_t>(1, plan.pp),
                                             plan.num_micro_batches, schedule) > 1;
+  StageSimOptions so;
+  so.gpu = SlowestArray(hw);  // as Simulate places a stage
+  so.record_timeline = false;
+  SSDTRAIN_ASSIGN_OR_RETURN(StageResult r, SimulateStage(trace, plan, hw, so));
+  if (several && r.ssd_bytes_written + r.ssd_bytes_read > 0) {
+    // Where the prediction has the writes land: with the SSD shared by the
+    // micro-batches in flight, as Simulate runs such a stage.
+    SSDTRAIN_ASSIGN_OR_RETURN(r, SimulateStage(trace, plan, hw, SharedSsdOptions(r, so)));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan sp, traces::ResolvePlan(trace, plan, "plan"));
+  const auto n = static_cast<traces::OpId>(trace.ops.size());
   traces::OpId pass_end = traces::kNoOp;  // the first backward op
   for (const traces::Op& op : trace.ops) {
     if (op.phase == traces::Phase::kBackward) {

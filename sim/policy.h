@@ -92,7 +92,9 @@ Result<traces::Plan> MakeSsdtrainPaperPlan(const traces::Trace& trace, const Har
                                            traces::Plan plan, const PolicyOptions& options);
 
 // Planned eviction points (Placement::evict_before): simulates `plan` with
-// every offloaded storage evicted as soon as its write lands, then pins each
+// every offloaded storage evicted as soon as its write lands (on a stage
+// holding several micro-batches, with the SSD shared as Simulate shares it:
+// SharedSsdOptions), then pins each
 // storage's eviction at the first op that starts after its predicted landing
 // (within its window: after its last forward use, before its prefetch point
 // and first backward use). A storage whose write does not land in that window

@@ -147,6 +147,18 @@ int64_t SendBytes(const traces::Trace& trace) {
 
 }  // namespace
 
+StageSimOptions SharedSsdOptions(const StageResult& alone, StageSimOptions options) {
+  const double span = static_cast<double>(std::max<int64_t>(1, alone.step_ns - alone.optimizer_ns));
+  auto busy = [&](traces::Lane lane) {
+    auto it = alone.lane_busy_ns.find(std::string(traces::ToString(lane)));
+    return it == alone.lane_busy_ns.end() ? 0.0
+                                          : std::min(1.0, static_cast<double>(it->second) / span);
+  };
+  options.ssd_read_share = 1.0 - busy(traces::Lane::kSsdWrite) / 2.0;
+  options.ssd_write_share = 1.0 - busy(traces::Lane::kSsdRead) / 2.0;
+  return options;
+}
+
 Result<Prediction> Simulate(const std::vector<StageInput>& stages, const HardwareOptions& hw,
                             const SimulateOptions& options) {
   if (stages.empty() || !stages[0].trace || !stages[0].plan) {
@@ -198,18 +210,8 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     const size_t i = index_for(s);
     const StageResult& alone = results[i];
     if (shared[i] || alone.ssd_bytes_written + alone.ssd_bytes_read == 0) continue;
-    const double span =
-        static_cast<double>(std::max<int64_t>(1, alone.step_ns - alone.optimizer_ns));
-    auto busy = [&](traces::Lane lane) {
-      auto it = alone.lane_busy_ns.find(std::string(traces::ToString(lane)));
-      return it == alone.lane_busy_ns.end() ? 0.0
-                                            : std::min(1.0, static_cast<double>(it->second) / span);
-    };
-    StageSimOptions contended = so;
-    contended.ssd_read_share = 1.0 - busy(traces::Lane::kSsdWrite) / 2.0;
-    contended.ssd_write_share = 1.0 - busy(traces::Lane::kSsdRead) / 2.0;
-    SSDTRAIN_ASSIGN_OR_RETURN(StageResult r,
-                              SimulateStage(*stages[i].trace, *stages[i].plan, hw, contended));
+    SSDTRAIN_ASSIGN_OR_RETURN(StageResult r, SimulateStage(*stages[i].trace, *stages[i].plan, hw,
+                                                           SharedSsdOptions(alone, so)));
     shared[i] = std::move(r);
   }
   auto result_for = [&](int64_t s) -> const StageResult& {

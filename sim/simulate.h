@@ -96,6 +96,11 @@ struct Prediction {
   std::vector<StagePeak> stage_peaks;
 };
 
+// The rates a micro-batch gets on a stage holding several (above): each SSD
+// direction cut by half the other direction's busy fraction of `alone`, the
+// micro-batch simulated by itself.
+StageSimOptions SharedSsdOptions(const StageResult& alone, StageSimOptions options);
+
 // The layout (micro_batch, pp, dp, num_micro_batches, schedule) comes from
 // stages[0].plan.
 Result<Prediction> Simulate(const std::vector<StageInput>& stages, const HardwareOptions& hw,

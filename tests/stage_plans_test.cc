@@ -27,8 +27,7 @@ std::string Config(const std::string& kind, const std::string& name) {
 }
 
 sim::TraceProvider ProviderFor(const models::ModelConfig& base, const std::string& model) {
-  return [base, model](int64_t mb, int64_t tp, int64_t pp,
-                       int64_t stage) -> Result<traces::Trace> {
+  return [base, model](int64_t mb, int64_t tp, int64_t pp, int64_t stage) -> Result<traces::Trace> {
     models::ConfigOverrides ov;
     ov.micro_batch = mb;
     ov.tp = tp;

@@ -364,6 +364,28 @@ TEST(PlaceEvictions, AtTheFirstOpAfterTheWriteLandsElseKept) {
   EXPECT_TRUE(slow->placements.empty());
 }
 
+// Points are placed where the writes land with the SSD shared by the
+// micro-batches in flight (as Simulate runs the stage), not alone. A 5-layer
+// chain of 1 GB activations, 100 ms per op, act0 offloaded to an SSD writing
+// 10.2 GB/s and reading 2 GB/s behind a 100 GB/s link: alone, its write lands
+// at 0.1 s + 1/10.2 s = 0.198 s, before fwd2 starts (0.2 s). On 1F1B stage 0 of
+// 2 another micro-batch's read (0.5 s of the drive in a step of about 1.5 s)
+// takes a sixth of the write rate, and the write lands after 0.2 s: fwd3.
+TEST(PlaceEvictions, WritesLandWhereTheSharedSsdHasThemLand) {
+  const traces::Trace t = ChainTrace(5, 1'000'000'000, 100'000'000, 100'000'000);
+  HardwareOptions hw = TestHardware(10.2, 2, 100);
+  traces::Plan plan = EvictAt(t, traces::kNoOp);
+  auto alone = PlaceEvictions(t, plan, hw);
+  plan.pp = 2;
+  plan.num_micro_batches = 4;
+  auto shared = PlaceEvictions(t, plan, hw);
+  ASSERT_TRUE(alone.ok() && shared.ok());
+  ASSERT_FALSE(alone->placements.empty());
+  ASSERT_FALSE(shared->placements.empty());
+  EXPECT_EQ(alone->placements[0].evict_before, 2);
+  EXPECT_EQ(shared->placements[0].evict_before, 3);
+}
+
 // On a stage holding several micro-batches (1F1B stage 0 of 2, 4 micro-batches:
 // two at once) the slow path's storage is not kept, to be held while its
 // micro-batch waits, but goes at the end of its forward pass: its point is the
