@@ -159,6 +159,15 @@ StageSimOptions SharedSsdOptions(const StageResult& alone, StageSimOptions optio
   return options;
 }
 
+Result<int64_t> HeldByOtherMicroBatches(const traces::Trace& trace, const traces::Plan& plan,
+                                        const HardwareOptions& hw, int64_t in_flight) {
+  if (in_flight <= 1 || plan.memory_budget_bytes <= 0) return int64_t{0};
+  SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan sp, traces::ResolvePlan(trace, plan, "plan"));
+  const traces::StaticPeaks between =
+      traces::BetweenPasses(trace, sp, std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes));
+  return (in_flight - 1) * between.device_bytes;
+}
+
 Result<Prediction> Simulate(const std::vector<StageInput>& stages, const HardwareOptions& hw,
                             const SimulateOptions& options) {
   if (stages.empty() || !stages[0].trace || !stages[0].plan) {
@@ -182,21 +191,37 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   so.record_timeline = options.record_timeline && layout.pp == 1 && layout.num_micro_batches == 1;
   so.use_trace_measurements = options.use_trace_measurements;
 
-  std::vector<StageResult> results;
-  for (const StageInput& in : stages) {
-    if (!in.trace || !in.plan) return Status::InvalidArgument("simulate: missing stage input");
-    SSDTRAIN_ASSIGN_OR_RETURN(StageResult r, SimulateStage(*in.trace, *in.plan, hw, so));
-    results.push_back(std::move(r));
-  }
   const int64_t p = layout.pp, m = layout.num_micro_batches;
   const bool whole_step = p > 1 || m > 1;
   // stages[0] is stage 0, stages.back() the last stage, stages[1] (of three)
   // every stage in between; with fewer inputs the missing ones behave like stage 0.
   auto index_for = [&](int64_t s) -> size_t {
-    if (s == p - 1) return results.size() - 1;
-    if (s > 0 && results.size() >= 3) return 1;
+    if (s == p - 1) return stages.size() - 1;
+    if (s > 0 && stages.size() >= 3) return 1;
     return 0;
   };
+  for (const StageInput& in : stages) {
+    if (!in.trace || !in.plan) return Status::InvalidArgument("simulate: missing stage input");
+  }
+  // Each input's options: the budget less what its stages' other micro-batches
+  // hold (the most of any stage it stands for).
+  std::vector<int64_t> most_in_flight(stages.size(), 1);
+  for (int64_t s = 0; s < p; ++s) {
+    int64_t& k = most_in_flight[index_for(s)];
+    k = std::max(k, MicroBatchesInFlight(s, p, m, schedule));
+  }
+  std::vector<StageSimOptions> input_options(stages.size(), so);
+  for (size_t i = 0; i < stages.size(); ++i) {
+    SSDTRAIN_ASSIGN_OR_RETURN(
+        input_options[i].held_by_others_bytes,
+        HeldByOtherMicroBatches(*stages[i].trace, *stages[i].plan, hw, most_in_flight[i]));
+  }
+  std::vector<StageResult> results;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    SSDTRAIN_ASSIGN_OR_RETURN(
+        StageResult r, SimulateStage(*stages[i].trace, *stages[i].plan, hw, input_options[i]));
+    results.push_back(std::move(r));
+  }
   // A stage holding k > 1 micro-batches runs one micro-batch's offload writes
   // while another's reads are in flight on the same array, which splits its
   // rate evenly between the two directions. Its micro-batch is simulated again
@@ -210,8 +235,9 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     const size_t i = index_for(s);
     const StageResult& alone = results[i];
     if (shared[i] || alone.ssd_bytes_written + alone.ssd_bytes_read == 0) continue;
-    SSDTRAIN_ASSIGN_OR_RETURN(StageResult r, SimulateStage(*stages[i].trace, *stages[i].plan, hw,
-                                                           SharedSsdOptions(alone, so)));
+    SSDTRAIN_ASSIGN_OR_RETURN(StageResult r,
+                              SimulateStage(*stages[i].trace, *stages[i].plan, hw,
+                                            SharedSsdOptions(alone, input_options[i])));
     shared[i] = std::move(r);
   }
   auto result_for = [&](int64_t s) -> const StageResult& {

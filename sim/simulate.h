@@ -100,6 +100,12 @@ struct Prediction {
 // direction cut by half the other direction's busy fraction of `alone`, the
 // micro-batch simulated by itself.
 StageSimOptions SharedSsdOptions(const StageResult& alone, StageSimOptions options);
+// What a stage's other micro-batches hold while one runs, as the budget sees it:
+// (in_flight − 1) · traces::BetweenPasses of the plan (its storages between the
+// passes with instantaneous I/O: a replay's backpressure lets the waiting
+// micro-batches' writes land and evict before it holds the next one back).
+Result<int64_t> HeldByOtherMicroBatches(const traces::Trace& trace, const traces::Plan& plan,
+                                        const HardwareOptions& hw, int64_t in_flight);
 
 // The layout (micro_batch, pp, dp, num_micro_batches, schedule) comes from
 // stages[0].plan.

@@ -60,6 +60,10 @@ struct StageSimOptions {
   // use the drive too (sim/simulate.h); 1 alone.
   double ssd_read_share = 1.0;
   double ssd_write_share = 1.0;
+  // Device bytes the stage's other micro-batches in flight hold while this one
+  // runs (sim/simulate.h, HeldByOtherMicroBatches): the plan's budget, which a
+  // replay applies to the whole step, leaves this one the rest.
+  int64_t held_by_others_bytes = 0;
 };
 
 struct OpTiming {

@@ -6,6 +6,7 @@
 // Internal to sim.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -96,7 +97,10 @@ class StageSimulator {
                                                        trace, hw.gpu.replay_output_region_bytes),
                                                    alignment_)
                              : 0),
-        budget_bytes_(plan.memory_budget_bytes) {}
+        budget_bytes_(
+            plan.memory_budget_bytes > 0
+                ? std::max<int64_t>(1, plan.memory_budget_bytes - options.held_by_others_bytes)
+                : 0) {}
 
   Result<StageResult> Run();
 
@@ -147,7 +151,7 @@ class StageSimulator {
   traces::StoragePlan resolved_;
   int64_t alignment_ = 1;        // the device's allocation granularity
   int64_t workspace_bytes_ = 0;  // the executor's GEMM workspace, when counted
-  int64_t budget_bytes_ = 0;     // the plan's device-memory budget; 0: none
+  int64_t budget_bytes_ = 0;     // the plan's budget less what other micro-batches hold; 0: none
   int64_t scratch_bytes_ = 0;    // a running recompute's scratch outputs
   std::vector<Storage> storages_;
   std::vector<std::vector<size_t>> prefetch_at_;  // op id -> storages to prefetch

@@ -294,6 +294,30 @@ TEST(StageSim, ABudgetHoldsBackTheNextOpUntilAWriteLands) {
   EXPECT_EQ(r->ssd_bytes_read, 1'000'000'000);
 }
 
+// The budget is the whole step's (as the replay applies it), so a stage holding
+// two micro-batches (1F1B stage 0 of 2) leaves the running one the budget less
+// what the other holds between its passes: act1 and act2, kept (2 GB). With a
+// budget of weight + input + 4 GB, the running micro-batch gets 2 GB: fwd2
+// waits for act0's write (0.91 s, as above) and the stage peaks at exactly the
+// budget. Applied to one micro-batch alone, fwd2 would not wait and the stage
+// would peak 1 GB over it.
+TEST(Simulate, TheBudgetLeavesAMicroBatchWhatTheOthersInFlightDoNotHold) {
+  const traces::Trace t = SlowWriteTrace();
+  traces::Plan plan =
+      PlanWith(t, {Placement{2, TensorAction::kOffloadSsd, traces::kNoOp, "a.bin", 0, 0}});
+  plan.memory_budget_bytes = 4'000'002'000;
+  plan.pp = 2;
+  plan.num_micro_batches = 2;
+  auto held = HeldByOtherMicroBatches(t, plan, BounceHardware(), 2);
+  ASSERT_TRUE(held.ok()) << held.status().message();
+  EXPECT_EQ(*held, 2'000'000'000);
+  auto p = Simulate(t, plan, BounceHardware());
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->stage_peaks[0].in_flight, 2);
+  EXPECT_EQ(p->stage_peaks[0].peak_gpu_bytes, 4'000'002'000);
+  EXPECT_GE(p->metrics.exposed_io_ns, 910'000'000);
+}
+
 // Planned eviction points (Placement::evict_before). act0 (tensor 2) is last
 // read in forward by fwd1 (op1) and first read in backward by bwd0 (op5).
 traces::Plan EvictAt(const traces::Trace& t, traces::OpId op) {
