@@ -129,6 +129,7 @@ class ReplayStagesCli : public ReplayRanksCli {
     EXPECT_NE(planned.output.find("mpirun -np 2 ssdtrain replay --model"), std::string::npos)
         << planned.output;
   }
+  void ExpectEveryStageHoldsItsPredictedPeak(int stages, int m, const std::string& policy);
 };
 
 TEST_F(ReplayStagesCli, EachStageReceivesWhatTheOtherSentVerifiedAndLeavesNoFiles) {
@@ -213,45 +214,57 @@ TEST_F(ReplayStagesCli, TwoStagesOfTwoReplicasOnFourRanks) {
   EXPECT_TRUE(fs::is_empty(File("offload")));
 }
 
-TEST_F(ReplayStagesCli, FourStagesEachHoldTheirPredictedPeakToTheByte) {
-  // pp 4 at micro-batch 2, sequence 256: one layer a stage, stages 1 and 2
-  // in the middle (the planner plans stage 1 and lets it stand for stage 2;
-  // stage 2's plan is stage 1's policy on its own trace, eviction points
-  // placed alike). Under 1F1B stage i holds 4 − i micro-batches. Every
-  // stage's measured peaks equal the prediction's for that stage, on the CPU
-  // backend's memory as calibrate records it (64-byte arena granularity, the
-  // GEMM workspace counted); the eviction points make them independent of
-  // this machine's timing.
+// Plans `stages` pipeline stages of tiny-gpt at micro-batch 2, sequence 256,
+// `m` micro-batches under 1F1B with `policy`, replays them on as many ranks,
+// and checks that every stage's measured peaks equal the prediction's for that
+// stage, on the CPU backend's memory as calibrate records it (64-byte arena
+// granularity, the GEMM workspace counted); the eviction points make them
+// independent of this machine's timing. Under 1F1B stage i holds min(pp − i, m)
+// micro-batches; middle stages run stage 1's plan (sim/stage_plans.h).
+void ReplayStagesCli::ExpectEveryStageHoldsItsPredictedPeak(int stages, int m,
+                                                            const std::string& policy) {
   auto hw = sim::LoadHardware(SourceDir() + "/configs/hardware/cpu-local.json");
   ASSERT_TRUE(hw.ok()) << hw.status().ToString();
   hw->gpu.allocation_alignment_bytes = 64;
   hw->gpu.replay_workspace = true;
   ASSERT_TRUE(traces::WriteJsonFile(sim::ToJson(*hw), File("hw.json")).ok());
-  auto planned = RunSsdtrain("plan --model " + model_ + " --hardware " + File("hw.json") +
-                             " --gpus 4 --pp 4 --dp 1 --tp 1 --num-micro-batches 4 --schedule "
-                             "1f1b --policy ssdtrain --micro-batch 2 --seq-len 256 -o " +
-                             File("plan.json") + " --prediction " + File("predicted.json"));
+  auto planned =
+      RunSsdtrain("plan --model " + model_ + " --hardware " + File("hw.json") + " --gpus " +
+                  std::to_string(stages) + " --pp " + std::to_string(stages) +
+                  " --dp 1 --tp 1 --num-micro-batches " + std::to_string(m) +
+                  " --schedule 1f1b --policy " + policy + " --micro-batch 2 --seq-len 256 -o " +
+                  File("plan.json") + " --prediction " + File("predicted.json"));
   ASSERT_EQ(planned.exit_code, 0) << planned.output;
-  auto r = MpiReplay(4);
+  auto r = MpiReplay(stages);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto report = traces::ReadStepReport(File("run.json"));
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_TRUE(report->verified.value_or(false));
   auto predicted = traces::ReadStepReport(File("predicted.json"));
   ASSERT_TRUE(predicted.ok()) << predicted.status().ToString();
-  const nlohmann::json& stages = predicted->extra.at("details").at("stages");
+  const nlohmann::json& peaks = predicted->extra.at("details").at("stages");
   const nlohmann::json& ranks = report->extra.at("ranks");
-  ASSERT_EQ(stages.size(), 4u);
-  ASSERT_EQ(ranks.size(), 4u);
-  for (int s = 0; s < 4; ++s) {
+  ASSERT_EQ(peaks.size(), static_cast<size_t>(stages));
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(stages));
+  for (int s = 0; s < stages; ++s) {
     SCOPED_TRACE("stage " + std::to_string(s));
     EXPECT_EQ(ranks[s].at("stage").get<int>(), s);
-    EXPECT_EQ(stages[s].at("stage").get<int>(), s);
-    EXPECT_EQ(ranks[s].at("peak_device_bytes"), stages[s].at("peak_gpu_bytes"));
-    EXPECT_EQ(ranks[s].at("peak_activation_bytes"), stages[s].at("peak_activation_bytes"));
+    EXPECT_EQ(peaks[s].at("stage").get<int>(), s);
+    EXPECT_EQ(peaks[s].at("in_flight").get<int>(), std::min(stages - s, m));
+    EXPECT_EQ(ranks[s].at("peak_device_bytes"), peaks[s].at("peak_gpu_bytes"));
+    EXPECT_EQ(ranks[s].at("peak_activation_bytes"), peaks[s].at("peak_activation_bytes"));
     EXPECT_GT(ranks[s].at("ssd_bytes_written").get<int64_t>(), 0);
   }
   EXPECT_TRUE(fs::is_empty(File("offload")));
+}
+
+TEST_F(ReplayStagesCli, FourStagesEachHoldTheirPredictedPeakToTheByte) {
+  ExpectEveryStageHoldsItsPredictedPeak(4, 4, "ssdtrain");
+}
+
+// Stage 0 holds two of the eight micro-batches at once, each offloading all.
+TEST_F(ReplayStagesCli, TwoStagesOfEightMicroBatchesHoldTheirPredictedPeakToTheByte) {
+  ExpectEveryStageHoldsItsPredictedPeak(2, 8, "offload-ssd");
 }
 
 TEST_F(ReplayStagesCli, RanksOtherThanPpTimesDpAreRefused) {
