@@ -171,7 +171,8 @@ TEST(WholeStep, BucketedAllReduceOverlapsBackward) {
                                             {2'000'000'000, 1'000'000'000},
                                             {3'000'000'000, 1'000'000'000},
                                             {4'000'000'000, 1'000'000'000}};
-  std::vector<BucketSpan> b = BucketedAllReduce(grads, 2'000'000'000, 2, 10, 0);
+  std::vector<BucketSpan> b =
+      BucketedCollective(grads, 2'000'000'000, CollectiveKind::kAllReduce, 2, 10, 0);
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(b[0].start_ns, 2'000'000'000);
   EXPECT_EQ(b[0].end_ns, 2'200'000'000);
@@ -179,11 +180,12 @@ TEST(WholeStep, BucketedAllReduceOverlapsBackward) {
   EXPECT_EQ(b[1].end_ns, 4'200'000'000);
   // At 1 GB/s each bucket takes 2 s: bucket 2 waits for bucket 1 ([2, 4] s) and
   // runs [4, 6] s. One rank: nothing to reduce.
-  b = BucketedAllReduce(grads, 2'000'000'000, 2, 1, 0);
+  b = BucketedCollective(grads, 2'000'000'000, CollectiveKind::kAllReduce, 2, 1, 0);
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(b[1].start_ns, 4'000'000'000);
   EXPECT_EQ(b[1].end_ns, 6'000'000'000);
-  EXPECT_TRUE(BucketedAllReduce(grads, 2'000'000'000, 1, 10, 0).empty());
+  EXPECT_TRUE(
+      BucketedCollective(grads, 2'000'000'000, CollectiveKind::kAllReduce, 1, 10, 0).empty());
 }
 
 TEST(WholeStep, DataParallelGradientsReduceDuringTheLastBackward) {
