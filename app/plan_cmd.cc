@@ -35,6 +35,7 @@ struct PlanCmdOptions {
   int64_t global_batch = 0;
   // Pins: 0 (or empty) leaves that part of the layout to the search.
   int64_t tp = 0, pp = 0, dp = 0, num_micro_batches = 0;
+  int64_t zero_stage = -1;  // -1: weigh 0 and 1 (--model); with --trace, 0
   std::string schedule;
   bool rok = false;
   bool no_host_offload = false;
@@ -84,6 +85,9 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
         o.gpus, path, h.tp, h.pp, replica));
   }
   if (o.gpus == 0) o.gpus = replica * std::max<int64_t>(o.dp, 1);
+  // The trace's optimizer state is as it was built: --zero-stage says how
+  // (ssdtrain trace --dp --zero-stage); the search cannot rebuild it.
+  if (o.zero_stage < 0) o.zero_stage = 0;
   o.seq_len = h.seq_len;
   o.micro_batch = h.micro_batch;
   o.tp = h.tp;
@@ -97,13 +101,13 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
 // than its own stage holds.
 sim::TraceProvider OneStageProvider(std::shared_ptr<const traces::Trace> trace,
                                     const std::string& path) {
-  return [trace, path](int64_t mb, int64_t tp, int64_t pp, int64_t) -> Result<traces::Trace> {
+  return [trace, path](const sim::TraceShape& s) -> Result<traces::Trace> {
     const traces::Header& th = trace->header;
-    if (mb != th.micro_batch || tp != th.tp || pp != th.pp) {
+    if (s.micro_batch != th.micro_batch || s.tp != th.tp || s.pp != th.pp) {
       return Status::InvalidArgument(fmt::format(
           "{}: a captured trace has one shape (micro-batch {}, tp {}, pp {}); the planner asked "
           "for micro-batch {}, tp {}, pp {}",
-          path, th.micro_batch, th.tp, th.pp, mb, tp, pp));
+          path, th.micro_batch, th.tp, th.pp, s.micro_batch, s.tp, s.pp));
     }
     return *trace;
   };
@@ -127,6 +131,22 @@ Result<PlanInput> TraceInput(PlanCmdOptions& o) {
   return in;
 }
 
+// Stage `stage`'s trace at the plan's layout.
+sim::TraceShape ShapeOf(const traces::Plan& plan, int64_t stage) {
+  return sim::TraceShape{plan.micro_batch, plan.tp, plan.pp, stage, plan.dp, plan.zero_stage};
+}
+
+// The config overrides that build a trace of `s` (sim::TraceShape).
+models::ConfigOverrides OverridesOf(const sim::TraceShape& s) {
+  models::ConfigOverrides ov;
+  ov.micro_batch = s.micro_batch;
+  ov.tp = s.tp;
+  ov.pp = s.pp;
+  ov.dp = s.dp;
+  ov.zero_stage = s.zero_stage;
+  return ov;
+}
+
 Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
   if (!config.ok()) return config.status();
@@ -142,27 +162,22 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   in.name = base.name;
   in.layers = base.layers;
   in.heads = base.heads;
-  in.provider = [base, model_path](int64_t mb, int64_t tp, int64_t pp,
-                                   int64_t stage) -> Result<traces::Trace> {
-    models::ConfigOverrides ov;
-    ov.micro_batch = mb;
-    ov.tp = tp;
-    ov.pp = pp;
-    SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c, models::ApplyOverrides(base, ov, model_path));
-    return models::BuildTrace(c, stage);
-  };
-  in.stage0 = [base, model_path](const traces::Plan& plan) -> Result<traces::Trace> {
-    models::ConfigOverrides chosen;
-    chosen.micro_batch = plan.micro_batch;
-    chosen.tp = plan.tp;
-    chosen.pp = plan.pp;
+  in.provider = [base, model_path](const sim::TraceShape& s) -> Result<traces::Trace> {
     SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c,
-                              models::ApplyOverrides(base, chosen, model_path));
-    return models::BuildTrace(c, 0);
+                              models::ApplyOverrides(base, OverridesOf(s), model_path));
+    return models::BuildTrace(c, s.stage);
+  };
+  in.stage0 = [provider = in.provider](const traces::Plan& plan) -> Result<traces::Trace> {
+    return provider(ShapeOf(plan, 0));
   };
   in.trace_command = [base, model_path](const traces::Plan& plan) {
-    return fmt::format("ssdtrain trace --model {} --micro-batch {} --seq-len {} --tp {} --pp {}",
-                       model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
+    std::string command =
+        fmt::format("ssdtrain trace --model {} --micro-batch {} --seq-len {} --tp {} --pp {}",
+                    model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
+    if (plan.zero_stage != 0) {
+      command += fmt::format(" --dp {} --zero-stage {}", plan.dp, plan.zero_stage);
+    }
+    return command;
   };
   return in;
 }
@@ -206,8 +221,7 @@ Status AttachStagePlans(const PlanInput& in, const sim::PlannerResult& r, traces
       }
       // A middle stage runs stage 1's plan, which holds more micro-batches
       // than it does (sim/stage_plans.h).
-      SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace t,
-                                in.provider(plan.micro_batch, plan.tp, plan.pp, k));
+      SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace t, in.provider(ShapeOf(plan, k)));
       Result<traces::Plan> retargeted = sim::RetargetPlan(r.stage_plans.front().second, t);
       if (!retargeted.ok()) return retargeted.status().WithPrefix("stage " + std::to_string(k));
       stage_plan = std::move(*retargeted);
@@ -303,6 +317,7 @@ int RunPlan(PlanCmdOptions o) {
   if (o.pp > 0) po.pp = o.pp;
   if (o.dp > 0) po.dp = o.dp;
   if (o.num_micro_batches > 0) po.num_micro_batches = o.num_micro_batches;
+  if (o.zero_stage >= 0) po.zero_stage = o.zero_stage;
   if (!o.schedule.empty()) po.schedule = o.schedule;
   po.allow_host_offload = !o.no_host_offload;
   po.layers = in.layers;
@@ -337,10 +352,11 @@ int RunPlan(PlanCmdOptions o) {
     const sim::Prediction::StagePeak& worst = sim::WorstStage(r->prediction);
     std::cerr << fmt::format(
         "ssdtrain plan: error: {} does not fit on {} GPUs of {} under any policy: the "
-        "lowest-memory plan found ({}, micro-batch {}, tp {}, pp {}) needs {:.3f} GiB per GPU "
+        "lowest-memory plan found ({}, micro-batch {}, tp {}, pp {}{}) needs {:.3f} GiB per GPU "
         "on stage {}, which holds {} micro-batch(es) at once, {:.3f} GiB more than the {:.3f} "
         "GiB budget\n",
         in.name, o.gpus, hw->name, r->plan.policy, r->plan.micro_batch, r->plan.tp, r->plan.pp,
+        r->plan.zero_stage == 1 ? ", ZeRO-1" : "",
         static_cast<double>(r->prediction.metrics.peak_gpu_bytes) / kGiB, worst.stage,
         worst.in_flight, static_cast<double>(r->over_budget_bytes) / kGiB, budget_GiB);
     return 1;
@@ -367,12 +383,13 @@ int RunPlan(PlanCmdOptions o) {
   }
   const traces::StepMetrics& m = r->prediction.metrics;
   std::cout << fmt::format(
-      "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {} ({} micro-batches): step {:.1f} "
-      "ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} GiB), "
-      "SSD writes {:.2f} GB/step\n",
+      "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {}{} ({} micro-batches): step "
+      "{:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} "
+      "GiB), SSD writes {:.2f} GB/step\n",
       in.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp, plan.pp, plan.dp,
-      plan.num_micro_batches, static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s,
-      m.tflops_per_gpu, static_cast<double>(m.peak_gpu_bytes) / kGiB,
+      plan.zero_stage == 1 ? " ZeRO-1" : "", plan.num_micro_batches,
+      static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s, m.tflops_per_gpu,
+      static_cast<double>(m.peak_gpu_bytes) / kGiB,
       static_cast<double>(m.peak_activation_bytes) / kGiB,
       static_cast<double>(m.ssd_bytes_written) / 1e9);
   std::cout << SsdVerdict(r->prediction);
@@ -448,6 +465,11 @@ Verb AddPlanCommand(CLI::App& app) {
                   "fix the micro-batches per step (default: --global-batch / (micro-batch x "
                   "dp), else 2 x pp)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--zero-stage", o->zero_stage,
+                  "fix Megatron's distributed optimizer: 1 shards the optimizer state over dp "
+                  "(ZeRO-1), 0 does not (default: weigh both at every dp > 1; with --trace, 0: "
+                  "how the trace was built)")
+      ->check(CLI::Range(0, 1));
   cmd->add_option("--schedule", o->schedule, "fix the pipeline schedule (default: 1f1b)")
       ->check(CLI::IsMember({"1f1b", "gpipe"}));
   cmd->add_option("-o,--output", o->output, "plan JSON to write")->required();

@@ -62,6 +62,9 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
     layout.micro_batch = plan->micro_batch;
     layout.tp = plan->tp;
     layout.pp = plan->pp;
+    // The optimizer state is sharded as the plan's trace was (zero_stage 1: over dp).
+    layout.dp = plan->dp;
+    layout.zero_stage = plan->zero_stage;
     if (plan->seq_len > 0) layout.seq_len = plan->seq_len;
     SSDTRAIN_ASSIGN_OR_RETURN(config, models::ApplyOverrides(config, layout, f.model));
   }

@@ -111,6 +111,15 @@ Verb AddTraceCommand(CLI::App& app) {
   cmd->add_option_function<int64_t>(
       "--pp", [o](int64_t v) { o->overrides.pp = v; },
       "Pipeline-parallel degree (overrides the config)");
+  cmd->add_option_function<int64_t>(
+      "--dp", [o](int64_t v) { o->overrides.dp = v; },
+      "Data-parallel degree the optimizer state is sharded over with --zero-stage 1 "
+      "(overrides the config)");
+  cmd->add_option_function<int64_t>(
+         "--zero-stage", [o](int64_t v) { o->overrides.zero_stage = v; },
+         "0, or 1: the optimizer state sharded over --dp (Megatron's distributed optimizer; "
+         "overrides the config)")
+      ->check(CLI::Range(0, 1));
   cmd->add_option_function<std::string>(
          "--attention", [o](const std::string& v) { o->overrides.attention = v; },
          "standard or flash")

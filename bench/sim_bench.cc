@@ -94,14 +94,15 @@ void PlanSearch(benchmark::State& state, const models::ModelConfig& base,
                 const sim::HardwareOptions& hw, int64_t gpus, int64_t global_batch) {
   int64_t simulations = 0, simulated_layouts = 0, layouts = 0;
   for (auto _ : state) {
-    sim::TraceProvider provider = [&base](int64_t mb, int64_t tp, int64_t pp,
-                                          int64_t stage) -> Result<traces::Trace> {
+    sim::TraceProvider provider = [&base](const sim::TraceShape& s) -> Result<traces::Trace> {
       models::ConfigOverrides ov;
-      ov.micro_batch = mb;
-      ov.tp = tp;
-      ov.pp = pp;
+      ov.micro_batch = s.micro_batch;
+      ov.tp = s.tp;
+      ov.pp = s.pp;
+      ov.dp = s.dp;
+      ov.zero_stage = s.zero_stage;
       SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c, models::ApplyOverrides(base, ov, base.name));
-      return models::BuildTrace(c, stage);
+      return models::BuildTrace(c, s.stage);
     };
     sim::PlannerOptions po;
     po.gpus = gpus;
@@ -139,7 +140,6 @@ void BM_PlanGpt1tOn16384Gpus(benchmark::State& state) {
   PlanSearch(state, m, LoadHw("h100-sxm-8x-gen5-nvme"), 16384, 4096);
 }
 BENCHMARK(BM_PlanGpt1tOn16384Gpus)->Unit(benchmark::kMillisecond);
-
 
 }  // namespace
 

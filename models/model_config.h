@@ -48,6 +48,9 @@ struct ModelConfig {
 // Command-line overrides; unset fields keep the config's value.
 struct ConfigOverrides {
   std::optional<int64_t> micro_batch, seq_len, tp, pp;
+  // The data-parallel degree and ZeRO stage: the optimizer state is sharded
+  // over dp when zero_stage is 1 (the planner's searched dp, a plan's dp).
+  std::optional<int64_t> dp, zero_stage;
   std::optional<bool> sequence_parallel;
   std::optional<std::string> attention, dtype;
 };

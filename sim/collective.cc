@@ -46,15 +46,25 @@ int64_t SendNs(int64_t bytes, double GBps, double latency_us) {
   return traces::CeilSecondsToNs(static_cast<double>(bytes) / (GBps * 1e9) + latency_us * 1e-6);
 }
 
-std::vector<BucketSpan> BucketedAllReduce(const std::vector<GradientReady>& gradients,
-                                          int64_t bucket_bytes, int64_t n, double GBps,
-                                          double latency_us) {
+CollectiveKind GradientCollective(int64_t zero_stage) {
+  return zero_stage == 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
+}
+
+int64_t ParamAllGatherNs(int64_t zero_stage, int64_t param_bytes, int64_t n, double GBps,
+                         double latency_us) {
+  if (zero_stage != 1) return 0;
+  return CollectiveNs(CollectiveKind::kAllGather, param_bytes, n, GBps, latency_us);
+}
+
+std::vector<BucketSpan> BucketedCollective(const std::vector<GradientReady>& gradients,
+                                           int64_t bucket_bytes, CollectiveKind kind, int64_t n,
+                                           double GBps, double latency_us) {
   std::vector<BucketSpan> out;
   if (n <= 1) return out;
   int64_t bytes = 0, ready = 0, link_free = 0;
   auto close = [&] {
     const int64_t start = std::max(ready, link_free);
-    link_free = start + CollectiveNs(CollectiveKind::kAllReduce, bytes, n, GBps, latency_us);
+    link_free = start + CollectiveNs(kind, bytes, n, GBps, latency_us);
     out.push_back(BucketSpan{start, link_free, bytes});
     bytes = 0;
     ready = 0;

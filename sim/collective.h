@@ -36,12 +36,26 @@ int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, doub
 // One point-to-point message (a pipeline send between stages): S / B + latency.
 int64_t SendNs(int64_t bytes, double GBps, double latency_us);
 
-// Data-parallel gradients all-reduced in buckets while backward runs (PyTorch
-// DDP, Megatron's distributed optimizer): gradients join the open bucket in
+// The data-parallel exchange of a step by ZeRO stage. 0 (PyTorch DDP,
+// Megatron's default): the gradients are all-reduced. 1 (Megatron's
+// distributed optimizer, --use-distributed-optimizer): they are
+// reduce-scattered in the same buckets, each rank updates its 1/n of the
+// parameters, and the updated parameters are all-gathered after the optimizer:
+// the same bytes on the link as an all-reduce, half of them after the step's
+// compute (megatron/core/distributed/param_and_grad_buffer.py).
+CollectiveKind GradientCollective(int64_t zero_stage);
+// ZeRO-1's all-gather of `param_bytes` (the stage's parameters in their dtype,
+// the gathered size) over `n` ranks after the optimizer; 0 with zero_stage 0.
+int64_t ParamAllGatherNs(int64_t zero_stage, int64_t param_bytes, int64_t n, double GBps,
+                         double latency_us);
+
+// Data-parallel gradients exchanged in buckets while backward runs (PyTorch
+// DDP, Megatron's overlapped gradient reduction): gradients join the open bucket in
 // the order backward produces them; a bucket is closed once it holds
-// `bucket_bytes` (or when the last gradient joins), and its all-reduce starts
-// when its last gradient is ready and the previous bucket's has ended (one
-// ring at a time on the data-parallel link).
+// `bucket_bytes` (or when the last gradient joins), and its collective (`kind`:
+// an all-reduce, or ZeRO-1's reduce-scatter) starts when its last gradient is
+// ready and the previous bucket's has ended (one ring at a time on the
+// data-parallel link).
 struct GradientReady {
   int64_t ready_ns = 0;  // when backward has produced it
   int64_t bytes = 0;
@@ -51,9 +65,9 @@ struct BucketSpan {
   int64_t end_ns = 0;
   int64_t bytes = 0;
 };
-// The buckets' all-reduces in order; empty when n <= 1 or there is nothing.
-std::vector<BucketSpan> BucketedAllReduce(const std::vector<GradientReady>& gradients,
-                                          int64_t bucket_bytes, int64_t n, double GBps,
-                                          double latency_us);
+// The buckets' collectives in order; empty when n <= 1 or there is nothing.
+std::vector<BucketSpan> BucketedCollective(const std::vector<GradientReady>& gradients,
+                                           int64_t bucket_bytes, CollectiveKind kind, int64_t n,
+                                           double GBps, double latency_us);
 
 }  // namespace ssdtrain::sim

@@ -26,12 +26,8 @@ Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan pla
   StageSimOptions so;
   so.gpu = SlowestArray(hw);  // as Simulate places a stage
   so.record_timeline = false;
-  SSDTRAIN_ASSIGN_OR_RETURN(
-      so.held_by_others_bytes,
-      HeldByOtherMicroBatches(
-          trace, plan, hw,
-          MicroBatchesInFlight(trace.header.stage, std::max<int64_t>(1, plan.pp),
-                               plan.num_micro_batches, schedule)));
+  so.in_flight = MicroBatchesInFlight(trace.header.stage, std::max<int64_t>(1, plan.pp),
+                                      plan.num_micro_batches, schedule);
   SSDTRAIN_ASSIGN_OR_RETURN(StageResult r, SimulateStage(trace, plan, hw, so));
   if (several && r.ssd_bytes_written + r.ssd_bytes_read > 0) {
     // Where the prediction has the writes land: with the SSD shared by the

@@ -61,7 +61,7 @@ class Search {
   Result<std::vector<const traces::Trace*>> StageTraces(const Layout& l) {
     std::vector<const traces::Trace*> out;
     for (int64_t s : RepresentativeStages(l.pp)) {
-      SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache_.Get(l.micro_batch, l.tp, l.pp, s));
+      SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache_.Get(l.Shape(s)));
       out.push_back(t);
     }
     return out;
@@ -74,6 +74,7 @@ class Search {
     base.tp = l.tp;
     base.pp = l.pp;
     base.dp = l.dp;
+    base.zero_stage = l.zero_stage;
     base.num_micro_batches = l.m;
     base.schedule = options_.schedule.value_or("1f1b");
     base.memory_budget_bytes = budget_;
@@ -137,7 +138,7 @@ PlannerResult ResultOf(Best best, int64_t budget) {
 std::string Progress(const Layout& l, const std::optional<Best>& best_fit) {
   std::string line = "plan: simulated mb=" + std::to_string(l.micro_batch) +
                      " tp=" + std::to_string(l.tp) + " pp=" + std::to_string(l.pp) +
-                     " dp=" + std::to_string(l.dp);
+                     " dp=" + std::to_string(l.dp) + (l.zero_stage == 1 ? " zero=1" : "");
   if (best_fit) {
     line +=
         " (best so far " +
@@ -199,6 +200,12 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
                            best_any->candidate.prediction.metrics.peak_gpu_bytes) {
         best_any = Best{l, policy, std::move(c), {}};
         lowest_here = true;
+      }
+      // Nothing at a layout is faster than keeping everything (sim/stage_plans.h):
+      // when keep cannot beat the best plan that fits, no other policy here can.
+      if (policy == "keep" && best_fit && !best_here &&
+          tokens <= best_fit->candidate.prediction.metrics.tokens_per_s) {
+        break;
       }
     }
     if (best_here) best_fit->rok = rok;

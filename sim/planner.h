@@ -9,6 +9,14 @@
 // prunes those that cannot fit or cannot beat the best simulated plan so far; only the rest are
 // simulated, each under every requested policy.
 //
+// A layout includes its ZeRO stage: with dp > 1 it is tried with the
+// optimizer state whole (gradients all-reduced) and sharded over dp
+// (Megatron's distributed optimizer: less static memory, a parameter
+// all-gather after the optimizer), unless PlannerOptions::zero_stage pins it.
+// Within a layout, keep is simulated first: no policy is faster than keeping
+// everything, so when keep cannot beat the best plan that fits, the layout's
+// other policies are skipped.
+//
 // Each simulated layout plans stage 0, the last stage and (pp > 2) stage 1
 // standing for the middle stages, each for its own micro-batches in flight
 // (sim/stage_plans.h), and judges them by the whole-step prediction it would
@@ -17,7 +25,7 @@
 // plans (stage_plans.cc), the fit rule (fit.cc), the search (planner.cc).
 //
 // The caller supplies the traces (sim does not depend on models): a provider
-// called with (micro_batch, tp, pp, stage). Calls are memoised per argument set.
+// called with a TraceShape. Calls are memoised per shape.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +43,21 @@
 
 namespace ssdtrain::sim {
 
-using TraceProvider = std::function<Result<traces::Trace>(int64_t micro_batch, int64_t tp,
-                                                          int64_t pp, int64_t stage)>;
+// The trace the planner asks for: one pipeline stage of one data-parallel
+// replica at a layout. dp and zero_stage size the optimizer state: with
+// zero_stage 1 each rank holds 1/dp of it (Megatron's distributed optimizer);
+// with 0, dp changes nothing in the trace.
+struct TraceShape {
+  int64_t micro_batch = 1;
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t stage = 0;
+  int64_t dp = 1;
+  int64_t zero_stage = 0;  // 0, or 1: optimizer state sharded over dp
+  auto operator<=>(const TraceShape&) const = default;
+};
+
+using TraceProvider = std::function<Result<traces::Trace>(const TraceShape& shape)>;
 
 struct PlannerOptions {
   int64_t gpus = 1;
@@ -54,6 +75,11 @@ struct PlannerOptions {
   std::optional<int64_t> pp;
   std::optional<int64_t> dp;
   std::optional<int64_t> num_micro_batches;  // else global_batch / (micro_batch · dp), or 2·pp
+  // Megatron's distributed optimizer (ZeRO stage 1; `ssdtrain plan
+  // --zero-stage`): 0 or 1 pins it; unset, every layout with dp > 1 is tried
+  // with both (the sharded state fits where the whole one may not; its
+  // parameter all-gather costs time) and dp = 1 with 0.
+  std::optional<int64_t> zero_stage;
   // "1f1b" or "gpipe"; unset: 1f1b, which is never slower than GPipe in this
   // model (the same makespan for equal stages) and holds fewer micro-batches.
   std::optional<std::string> schedule;

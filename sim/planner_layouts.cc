@@ -3,18 +3,18 @@
 #include <algorithm>
 
 #include "sim/collective.h"
+#include "sim/data_parallel.h"
 #include "sim/op_cost.h"
 #include "sim/pipeline.h"
 #include "traces/storage_plan.h"
 
 namespace ssdtrain::sim::detail {
 
-Result<const traces::Trace*> TraceCache::Get(int64_t mb, int64_t tp, int64_t pp, int64_t stage) {
-  const auto key = std::make_tuple(mb, tp, pp, stage);
-  auto it = cache_.find(key);
+Result<const traces::Trace*> TraceCache::Get(const TraceShape& shape) {
+  auto it = cache_.find(shape);
   if (it == cache_.end()) {
-    SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace t, provider_(mb, tp, pp, stage));
-    it = cache_.emplace(key, std::make_unique<traces::Trace>(std::move(t))).first;
+    SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace t, provider_(shape));
+    it = cache_.emplace(shape, std::make_unique<traces::Trace>(std::move(t))).first;
   }
   return static_cast<const traces::Trace*>(it->second.get());
 }
@@ -23,6 +23,14 @@ namespace {
 
 std::string Flag(const char* name, int64_t v) {
   return std::string(name) + " " + std::to_string(v);
+}
+
+// The ZeRO stages a layout of `dp` replicas is tried with: the pin, else 0
+// and (dp > 1, where sharding changes anything) 1.
+std::vector<int64_t> ZeroStages(const PlannerOptions& o, int64_t dp) {
+  if (o.zero_stage) return {*o.zero_stage};
+  if (dp > 1) return {0, 1};
+  return {0};
 }
 
 }  // namespace
@@ -40,6 +48,7 @@ std::string PinsText(const PlannerOptions& o) {
   add("--dp", o.dp);
   add("--micro-batch", o.micro_batch);
   add("--num-micro-batches", o.num_micro_batches);
+  add("--zero-stage", o.zero_stage);
   if (o.global_batch > 0) add("--global-batch", o.global_batch);
   if (pins.empty()) return pins;
   return std::string(" (pinned:").append(pins).append(")");
@@ -56,6 +65,10 @@ Status CheckPins(const PlannerOptions& o) {
   SSDTRAIN_RETURN_IF_ERROR(positive("--dp", o.dp));
   SSDTRAIN_RETURN_IF_ERROR(positive("--micro-batch", o.micro_batch));
   SSDTRAIN_RETURN_IF_ERROR(positive("--num-micro-batches", o.num_micro_batches));
+  if (o.zero_stage && *o.zero_stage != 0 && *o.zero_stage != 1) {
+    return Status::InvalidArgument(Flag("--zero-stage", *o.zero_stage) +
+                                   ": expected 0 or 1 (1: the optimizer state sharded over dp)");
+  }
   if (o.schedule) {
     Result<PipelineSchedule> s = ParseSchedule(*o.schedule);
     if (!s.ok()) return s.status().WithPrefix("--schedule");
@@ -123,7 +136,7 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
           if (o.num_micro_batches && o.global_batch != mb * dp * m) continue;
           m = o.global_batch / (mb * dp);
         }
-        layouts.push_back(Layout{mb, tp, pp, dp, m, 0});
+        for (int64_t zero : ZeroStages(o, dp)) layouts.push_back(Layout{mb, tp, pp, dp, m, zero});
       }
     }
   }
@@ -135,7 +148,7 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
   std::vector<Layout> feasible;
   int64_t min_static = INT64_MAX;
   for (Layout& l : layouts) {
-    SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache.Get(l.micro_batch, l.tp, l.pp, 0));
+    SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache.Get(l.Shape(0)));
     OpCostModel cost(hw, l.tp, t->header.dtype);
     int64_t compute = 0, backward = 0, static_bytes = 0, grads = 0;
     for (const traces::Op& op : t->ops) {
@@ -154,12 +167,17 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
     }
     min_static = std::min(min_static, static_bytes);
     if (static_bytes > budget) continue;
-    // The gradient all-reduce starts with the last micro-batch's backward at the
+    // The gradient exchange starts with the last micro-batch's backward at the
     // earliest (Simulate buckets it under that backward): only what outlasts
-    // that backward is certain to add to the step.
-    const int64_t allreduce =
-        RingAllReduceNs(grads, l.dp, hw.interconnect.dp_GBps, hw.interconnect.latency_us);
-    const int64_t step = (l.m + l.pp - 1) * compute + std::max<int64_t>(0, allreduce - backward);
+    // that backward is certain to add to the step; ZeRO-1's parameter
+    // all-gather follows the optimizer, all of it.
+    const double GBps = hw.interconnect.dp_GBps, latency_us = hw.interconnect.latency_us;
+    const int64_t exchange =
+        CollectiveNs(GradientCollective(l.zero_stage), grads, l.dp, GBps, latency_us);
+    const int64_t gather =
+        ParamAllGatherNs(l.zero_stage, ParameterBytes(*t), l.dp, GBps, latency_us);
+    const int64_t step =
+        (l.m + l.pp - 1) * compute + std::max<int64_t>(0, exchange - backward) + gather;
     const double tokens = static_cast<double>(l.micro_batch * l.m * l.dp * t->header.seq_len);
     l.bound_tokens_per_s = step > 0 ? tokens / (static_cast<double>(step) * 1e-9) : 0;
     feasible.push_back(l);

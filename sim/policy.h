@@ -104,10 +104,10 @@ Result<traces::Plan> MakeSsdtrainPaperPlan(const traces::Trace& trace, const Har
 // waits for its write (backpressure) instead of the stage holding it while the
 // micro-batch waits for its backward. A stage holding one micro-batch keeps it
 // instead (its placements go: the simulation forwards it, and a run that wrote
-// it anyway could evict and read it back, holding other memory at other times). Simulating the result gives the same memory profile at every
-// op, and a replay holds exactly that memory whatever its SSD does: a slower
-// drive makes the op at the point wait (exposed I/O) instead of holding more.
-// Existing points are replaced. Plans without offload come back unchanged.
+// it anyway could evict and read it back, holding other memory at other times). Simulating the
+// result gives the same memory profile at every op, and a replay holds exactly that memory whatever
+// its SSD does: a slower drive makes the op at the point wait (exposed I/O) instead of holding
+// more. Existing points are replaced. Plans without offload come back unchanged.
 Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan plan,
                                     const HardwareOptions& hw);
 

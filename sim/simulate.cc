@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "sim/collective.h"
+#include "sim/data_parallel.h"
 #include "sim/pipeline.h"
 #include "traces/duration.h"
 #include "traces/storage_plan.h"
@@ -18,60 +19,11 @@ constexpr double kTera = 1e12;
 // Endurance: days = TBW[TB] / (86.4 · write rate[GB/s]); 86.4 = 86400 s/day / 1000 GB/TB.
 constexpr double kSecondsPerDayOverGBPerTB = 86.4;
 
-int64_t GradientBytes(const traces::Trace& trace) {
-  int64_t grads = 0, weights = 0;
-  for (const traces::Tensor& t : trace.tensors) {
-    if (t.alias_of) continue;
-    if (traces::IsWeightGradient(trace, t)) grads += t.bytes;
-    if (t.kind == traces::TensorKind::kWeight) weights += t.bytes;
-  }
-  return grads > 0 ? grads : weights;
-}
-
-// Megatron's gradient bucket: max(4e7, 1e6 · dp) parameters
-// (megatron/core/distributed/distributed_data_parallel.py).
-constexpr int64_t kBucketParams = 40'000'000;
-constexpr int64_t kBucketParamsPerRank = 1'000'000;
-
-struct StageGradients {
-  std::vector<GradientReady> gradients;  // ready_ns from the start of the micro-batch's backward
-  int64_t bytes_per_param = 2;
-};
-
-// A stage's weight gradients in the order its simulated micro-batch's backward
-// produced them; a trace without gradient tensors all-reduces its weights'
-// size when backward ends.
-StageGradients GradientsOf(const traces::Trace& trace, const StageResult& r) {
-  StageGradients out;
-  const int64_t backward_ns =
-      std::max<int64_t>(0, r.compute_end_ns - r.backward_start_ns - r.optimizer_ns);
-  std::vector<std::pair<int64_t, traces::TensorId>> order;
-  for (const traces::Tensor& t : trace.tensors) {
-    if (t.alias_of || !traces::IsWeightGradient(trace, t)) continue;
-    int64_t ready = backward_ns;
-    if (t.producer != traces::kNoOp && r.ops[static_cast<size_t>(t.producer)].end_ns >= 0) {
-      ready = std::clamp<int64_t>(
-          r.ops[static_cast<size_t>(t.producer)].end_ns - r.backward_start_ns, 0, backward_ns);
-    }
-    order.emplace_back(ready, t.id);
-    out.bytes_per_param = traces::DTypeSize(t.dtype);
-  }
-  std::sort(order.begin(), order.end());
-  for (const auto& [ready, id] : order) {
-    out.gradients.push_back(GradientReady{ready, trace.tensor(id).bytes});
-  }
-  if (out.gradients.empty()) {
-    const int64_t bytes = GradientBytes(trace);
-    if (bytes > 0) out.gradients.push_back(GradientReady{backward_ns, bytes});
-  }
-  return out;
-}
-
 // The whole step as the pipeline ran it: each stage's forwards and backwards
 // (compute lane), its sends and its gradient buckets (network lane).
-traces::Timeline PipelineTimeline(const PipelineResult& pipe,
-                                  const std::vector<std::vector<BucketSpan>>& buckets,
-                                  int64_t optimizer_ns) {
+traces::Timeline PipelineTimeline(const PipelineResult& pipe, const DataParallelStep& dp,
+                                  int64_t zero_stage, int64_t optimizer_ns) {
+  const std::vector<std::vector<BucketSpan>>& buckets = dp.buckets;
   traces::Timeline tl;
   int64_t end = 0;
   for (const PipelineTask& t : pipe.tasks) {
@@ -106,19 +58,28 @@ traces::Timeline PipelineTimeline(const PipelineResult& pipe,
       span.start_ns = b.start_ns;
       span.end_ns = b.end_ns;
       span.stage = static_cast<int>(s);
-      span.name = "data-parallel all-reduce";
+      span.name = zero_stage == 1 ? "data-parallel reduce-scatter" : "data-parallel all-reduce";
       span.bytes = b.bytes;
       end = std::max(end, b.end_ns);
       tl.spans.push_back(std::move(span));
     }
   }
-  if (optimizer_ns > 0) {
-    for (size_t s = 0; s < buckets.size(); ++s) {
+  for (size_t s = 0; s < buckets.size(); ++s) {
+    if (optimizer_ns > 0) {
       traces::Span span;
       span.start_ns = end;
       span.end_ns = end + optimizer_ns;
       span.stage = static_cast<int>(s);
       span.name = "optimizer";
+      tl.spans.push_back(std::move(span));
+    }
+    if (dp.stage_all_gather_ns[s] > 0) {
+      traces::Span span;
+      span.lane = traces::Lane::kNetwork;
+      span.start_ns = end + optimizer_ns;
+      span.end_ns = span.start_ns + dp.stage_all_gather_ns[s];
+      span.stage = static_cast<int>(s);
+      span.name = "data-parallel parameter all-gather";
       tl.spans.push_back(std::move(span));
     }
   }
@@ -159,13 +120,18 @@ StageSimOptions SharedSsdOptions(const StageResult& alone, StageSimOptions optio
   return options;
 }
 
+int64_t HeldByOtherMicroBatches(const traces::Trace& trace, const traces::StoragePlan& plan,
+                                int64_t alignment, int64_t in_flight) {
+  if (in_flight <= 1) return 0;
+  return (in_flight - 1) * traces::BetweenPasses(trace, plan, alignment).device_bytes;
+}
+
 Result<int64_t> HeldByOtherMicroBatches(const traces::Trace& trace, const traces::Plan& plan,
                                         const HardwareOptions& hw, int64_t in_flight) {
   if (in_flight <= 1 || plan.memory_budget_bytes <= 0) return int64_t{0};
   SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan sp, traces::ResolvePlan(trace, plan, "plan"));
-  const traces::StaticPeaks between =
-      traces::BetweenPasses(trace, sp, std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes));
-  return (in_flight - 1) * between.device_bytes;
+  return HeldByOtherMicroBatches(trace, sp, std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes),
+                                 in_flight);
 }
 
 Result<Prediction> Simulate(const std::vector<StageInput>& stages, const HardwareOptions& hw,
@@ -211,11 +177,7 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     k = std::max(k, MicroBatchesInFlight(s, p, m, schedule));
   }
   std::vector<StageSimOptions> input_options(stages.size(), so);
-  for (size_t i = 0; i < stages.size(); ++i) {
-    SSDTRAIN_ASSIGN_OR_RETURN(
-        input_options[i].held_by_others_bytes,
-        HeldByOtherMicroBatches(*stages[i].trace, *stages[i].plan, hw, most_in_flight[i]));
-  }
+  for (size_t i = 0; i < stages.size(); ++i) input_options[i].in_flight = most_in_flight[i];
   std::vector<StageResult> results;
   for (size_t i = 0; i < stages.size(); ++i) {
     SSDTRAIN_ASSIGN_OR_RETURN(
@@ -262,37 +224,18 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   int64_t optimizer = 0;
   for (const StageResult& r : results) optimizer = std::max(optimizer, r.optimizer_ns);
   out.optimizer_ns = optimizer;
-  // Data parallelism: each stage all-reduces its gradients in buckets during
-  // its last micro-batch's backward (earlier ones accumulate locally).
-  const int64_t bucket_params = std::max(kBucketParams, kBucketParamsPerRank * layout.dp);
-  int64_t gradients_done = pipe.makespan_ns;
-  std::vector<std::vector<BucketSpan>> buckets(static_cast<size_t>(p));
-  // The gradient order of each distinct stage result (alone or sharing the SSD).
-  std::map<const StageResult*, StageGradients> gradients_of;
-  for (int64_t s = 0; s < p; ++s) {
-    const StageResult* r = &result_for(s);
-    auto it = gradients_of.find(r);
-    if (it == gradients_of.end()) {
-      it = gradients_of.emplace(r, GradientsOf(*stages[index_for(s)].trace, *r)).first;
-    }
-    const StageGradients& g = it->second;
-    const int64_t begin = pipe.last_backward_start_ns[static_cast<size_t>(s)];
-    const int64_t end = pipe.stage_end_ns[static_cast<size_t>(s)];
-    std::vector<GradientReady> ready;
-    for (const GradientReady& x : g.gradients) {
-      ready.push_back(GradientReady{std::min(end, begin + x.ready_ns), x.bytes});
-    }
-    auto& spans = buckets[static_cast<size_t>(s)];
-    spans = BucketedAllReduce(ready, bucket_params * g.bytes_per_param, layout.dp,
-                              hw.interconnect.dp_GBps, hw.interconnect.latency_us);
-    int64_t busy = 0;
-    for (const BucketSpan& b : spans) busy += b.end_ns - b.start_ns;
-    out.allreduce_busy_ns = std::max(out.allreduce_busy_ns, busy);
-    if (!spans.empty()) gradients_done = std::max(gradients_done, spans.back().end_ns);
-  }
-  out.allreduce_ns = gradients_done - pipe.makespan_ns;  // not hidden behind backward
+  // Data parallelism: each stage exchanges its gradients in buckets during its
+  // last micro-batch's backward (earlier ones accumulate locally); ZeRO-1
+  // all-gathers the updated parameters after the optimizer.
+  std::vector<StageRun> runs;
+  for (int64_t s = 0; s < p; ++s) runs.push_back({stages[index_for(s)].trace, &result_for(s)});
+  const DataParallelStep exchange =
+      SimulateDataParallel(runs, pipe, layout.dp, layout.zero_stage, hw);
+  out.allreduce_busy_ns = exchange.busy_ns;
+  out.allreduce_ns = exchange.gradients_done_ns - pipe.makespan_ns;  // not hidden behind backward
+  out.param_all_gather_ns = exchange.param_all_gather_ns;
   traces::StepMetrics& mt = out.metrics;
-  mt.step_time_ns = gradients_done + optimizer;
+  mt.step_time_ns = exchange.gradients_done_ns + optimizer + exchange.param_all_gather_ns;
   const double step_s = static_cast<double>(mt.step_time_ns) / 1e9;
 
   std::vector<int64_t> offloadable;
@@ -360,7 +303,7 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
       if (mem.empty()) mem = r.timeline.memory;
     }
   } else if (options.record_timeline) {
-    out.timeline = PipelineTimeline(pipe, buckets, optimizer);
+    out.timeline = PipelineTimeline(pipe, exchange, layout.zero_stage, optimizer);
   }
   return out;
 }
@@ -386,6 +329,7 @@ nlohmann::json PredictionToJson(const Prediction& p) {
                   {"allreduce_ns", p.allreduce_ns},
                   {"allreduce_busy_ns", p.allreduce_busy_ns},
                   {"optimizer_ns", p.optimizer_ns},
+                  {"param_all_gather_ns", p.param_all_gather_ns},
                   {"bubble_fraction", p.bubble_fraction},
                   {"forwarded_storages", p.forwarded_storages},
                   {"dropped_writes", p.dropped_writes},

@@ -16,10 +16,13 @@
 //   plus (k − 1)·between_passes_bytes (what a micro-batch holds while it
 //   waits between its passes: sim/stage_sim.h), the closed form of the
 //   unrolled step that the replay runs (traces::WholeStepStaticPeaks).
-// - Data parallelism: each stage all-reduces its weight gradients in buckets
+// - Data parallelism: each stage exchanges its weight gradients in buckets
 //   of max(4e7, 1e6·dp) parameters (Megatron's) during its last micro-batch's
-//   backward, in the order backward produces them (sim/collective.h); only
-//   what outlasts the pipeline adds to the step. Then the optimizer.
+//   backward, in the order backward produces them (sim/data_parallel.h): an
+//   all-reduce per bucket, or with the plan's zero_stage 1 (Megatron's
+//   distributed optimizer) a reduce-scatter; only what outlasts the pipeline
+//   adds to the step. Then the optimizer, then ZeRO-1's all-gather of the
+//   updated parameters.
 // With pp = 1, m = 1, dp = 1 this is exactly SimulateStage's step.
 //
 // Stages: `stages` holds the traces of the stages that were simulated, with a
@@ -42,6 +45,7 @@
 #include "traces/plan.h"
 #include "traces/report.h"
 #include "traces/status.h"
+#include "traces/storage_plan.h"
 #include "traces/timeline.h"
 #include "traces/trace.h"
 
@@ -66,9 +70,12 @@ struct Prediction {
   std::map<std::string, int64_t> lane_busy_ns;  // per step, stage 0
   std::vector<OpTiming> ops;                    // stage 0, first micro-batch, by op id
   int64_t pipeline_ns = 0;
-  int64_t allreduce_ns = 0;       // data-parallel all-reduce not hidden behind backward
-  int64_t allreduce_busy_ns = 0;  // all of it (the busiest stage's buckets)
+  // The data-parallel gradient exchange (all-reduce, or ZeRO-1's reduce-scatter)
+  // not hidden behind backward, and all of it (the busiest stage's buckets).
+  int64_t allreduce_ns = 0;
+  int64_t allreduce_busy_ns = 0;
   int64_t optimizer_ns = 0;
+  int64_t param_all_gather_ns = 0;  // ZeRO-1: after the optimizer, the longest stage's
   double bubble_fraction = 0;
   int64_t forwarded_storages = 0;
   int64_t dropped_writes = 0;
@@ -106,9 +113,12 @@ StageSimOptions SharedSsdOptions(const StageResult& alone, StageSimOptions optio
 // micro-batches' writes land and evict before it holds the next one back).
 Result<int64_t> HeldByOtherMicroBatches(const traces::Trace& trace, const traces::Plan& plan,
                                         const HardwareOptions& hw, int64_t in_flight);
+// The same on a resolved plan, storages rounded to `alignment`.
+int64_t HeldByOtherMicroBatches(const traces::Trace& trace, const traces::StoragePlan& plan,
+                                int64_t alignment, int64_t in_flight);
 
-// The layout (micro_batch, pp, dp, num_micro_batches, schedule) comes from
-// stages[0].plan.
+// The layout (micro_batch, pp, dp, zero_stage, num_micro_batches, schedule)
+// comes from stages[0].plan.
 Result<Prediction> Simulate(const std::vector<StageInput>& stages, const HardwareOptions& hw,
                             const SimulateOptions& options = {});
 // One trace standing for every stage.

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "sim/detail/stage_simulator.h"
+#include "sim/simulate.h"
 #include "traces/duration.h"
 #include "traces/storage_plan.h"
 
@@ -53,6 +54,10 @@ Status StageSimulator::BuildStorages() {
   }
   if (workspace_bytes_ > 0) result_.static_bytes += workspace_bytes_;
   result_.host_region_bytes = sp.host_region_bytes;
+  if (budget_bytes_ > 0) {
+    budget_bytes_ = std::max<int64_t>(
+        1, budget_bytes_ - HeldByOtherMicroBatches(trace_, sp, alignment_, options_.in_flight));
+  }
   return Status::Ok();
 }
 

@@ -60,10 +60,10 @@ struct StageSimOptions {
   // use the drive too (sim/simulate.h); 1 alone.
   double ssd_read_share = 1.0;
   double ssd_write_share = 1.0;
-  // Device bytes the stage's other micro-batches in flight hold while this one
-  // runs (sim/simulate.h, HeldByOtherMicroBatches): the plan's budget, which a
-  // replay applies to the whole step, leaves this one the rest.
-  int64_t held_by_others_bytes = 0;
+  // Micro-batches the stage holds at once (sim/simulate.h): the plan's budget,
+  // which a replay applies to the whole step, leaves this one what the other
+  // in_flight − 1 do not hold between their passes (HeldByOtherMicroBatches).
+  int64_t in_flight = 1;
 };
 
 struct OpTiming {

@@ -355,6 +355,44 @@ TEST_F(PlanCli, PinnedLayoutIsThePlansLayoutAndPrintsItsReplayCommand) {
   EXPECT_EQ(plan->schedule, "1f1b");
 }
 
+// A ZeRO-1 plan (tiny-gpt on 2 GPUs, dp 2, --zero-stage 1) carries its zero
+// stage through the plan file, says so on its summary line, and its trace is
+// the one `ssdtrain trace` builds with the flags it prints and the one
+// `ssdtrain replay --model` rebuilds: each rank holds half the Adam state,
+// so the fingerprint is that of the sharded trace, not the config's.
+TEST_F(PlanCli, ZeroOnePlanRoundTripsAndReplayRebuildsItsTrace) {
+  const std::string model = Model("tiny-gpt");
+  CliResult r = RunSsdtrain("plan --model " + model + " --hardware " + Hardware("cpu-local") +
+                            " --gpus 2 --dp 2 --zero-stage 1 --micro-batch 1 --seq-len 128 "
+                            "--num-micro-batches 1 --policy keep -o " +
+                            File("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("dp 2 ZeRO-1 (1 micro-batches)"), std::string::npos) << r.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->zero_stage, 1);
+  EXPECT_EQ(plan->dp, 2);
+  const std::string trace_flags = " --dp 2 --zero-stage 1";
+  const size_t at = r.output.find("trace for this plan: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string command = r.output.substr(at, r.output.find('\n', at) - at);
+  EXPECT_NE(command.find(trace_flags), std::string::npos) << command;
+  ASSERT_EQ(RunSsdtrain("trace --model " + model + " --micro-batch 1 --seq-len 128" + trace_flags +
+                        " -o " + File("t.json"))
+                .exit_code,
+            0);
+  Result<traces::Trace> t = traces::ReadTrace(File("t.json"));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(traces::Fingerprint(*t), plan->trace_fingerprint);
+  fs::create_directories(File("offload"));
+  r = RunSsdtrain("replay --model " + model + " --plan " + File("plan.json") + " --dir " +
+                  File("offload") + " --backend cpu --steps 1 -o " + File("run.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Result<traces::StepReport> run = traces::ReadStepReport(File("run.json"));
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->trace_fingerprint, plan->trace_fingerprint);
+}
+
 TEST_F(PlanCli, ImpossiblePinsAreRejectedNamingTheFlagAndWhy) {
   const std::string base = "plan --model " + Model("tiny-gpt") + " --hardware " +
                            Hardware("cpu-local") + " --policy keep -o " + File("plan.json") + " ";

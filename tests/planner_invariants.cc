@@ -41,7 +41,8 @@ void CheckStagePeaks(const SweepCase& c, const std::string& policy, const sim::P
     const std::string where =
         fmt::format("{} --policy {}: stage {} ({}, tp {} pp {} mb {} m {})", CaseName(c), policy,
                     stage, plan->policy, p.tp, p.pp, p.micro_batch, p.num_micro_batches);
-    Result<traces::Trace> t = provider(p.micro_batch, p.tp, p.pp, stage);
+    Result<traces::Trace> t =
+        provider(sim::TraceShape{p.micro_batch, p.tp, p.pp, stage, p.dp, p.zero_stage});
     if (!t.ok()) {
       out.push_back(where + ": " + t.status().message());
       continue;
@@ -79,6 +80,19 @@ void CheckStagePeaks(const SweepCase& c, const std::string& policy, const sim::P
 
 }  // namespace
 
+sim::TraceProvider ModelTraceProvider(const models::ModelConfig& config, const std::string& path) {
+  return [config, path](const sim::TraceShape& s) -> Result<traces::Trace> {
+    models::ConfigOverrides ov;
+    ov.micro_batch = s.micro_batch;
+    ov.tp = s.tp;
+    ov.pp = s.pp;
+    ov.dp = s.dp;
+    ov.zero_stage = s.zero_stage;
+    SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig m, models::ApplyOverrides(config, ov, path));
+    return models::BuildTrace(m, s.stage);
+  };
+}
+
 std::vector<std::string> AllPlannerPolicies() {
   std::vector<std::string> out(std::begin(sim::kFixedPolicies), std::end(sim::kFixedPolicies));
   out.emplace_back("optimal");
@@ -96,16 +110,7 @@ SweepOutcome CheckPlannerInvariants(const SweepCase& c) {
     return out;
   }
   const models::ModelConfig base = *config;
-  const std::string path = c.model;
-  const sim::TraceProvider provider = [base, path](int64_t mb, int64_t tp, int64_t pp,
-                                                   int64_t stage) -> Result<traces::Trace> {
-    models::ConfigOverrides ov;
-    ov.micro_batch = mb;
-    ov.tp = tp;
-    ov.pp = pp;
-    SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig m, models::ApplyOverrides(base, ov, path));
-    return models::BuildTrace(m, stage);
-  };
+  const sim::TraceProvider provider = ModelTraceProvider(base, c.model);
   const int64_t budget = sim::GpuMemoryBytes(*hw);
   std::map<std::string, Searched> searched;
   for (const std::string& policy : c.policies) {

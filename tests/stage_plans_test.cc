@@ -14,6 +14,7 @@
 #include "sim/hardware.h"
 #include "sim/pipeline.h"
 #include "sim/planner.h"
+#include "tests/planner_invariants.h"
 #include "traces/storage_plan.h"
 #include "traces/whole_step.h"
 
@@ -27,14 +28,7 @@ std::string Config(const std::string& kind, const std::string& name) {
 }
 
 sim::TraceProvider ProviderFor(const models::ModelConfig& base, const std::string& model) {
-  return [base, model](int64_t mb, int64_t tp, int64_t pp, int64_t stage) -> Result<traces::Trace> {
-    models::ConfigOverrides ov;
-    ov.micro_batch = mb;
-    ov.tp = tp;
-    ov.pp = pp;
-    SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c, models::ApplyOverrides(base, ov, model));
-    return models::BuildTrace(c, stage);
-  };
+  return testing::ModelTraceProvider(base, model);
 }
 
 Result<sim::PlannerResult> Plan(const std::string& policy, int64_t budget) {
@@ -117,7 +111,7 @@ TEST(StagePlans, AtPp8AndM32EveryStagesPredictedPeakIsItsUnrolledStepsStaticPeak
     for (const auto& [stage, plan] : r->stage_plans) plans.emplace_back(stage, &plan);
     ASSERT_EQ(plans.size(), 3u);
     for (const auto& [stage, plan] : plans) {
-      auto t = provider(2, 8, 8, stage);
+      auto t = provider(sim::TraceShape{2, 8, 8, stage, r->plan.dp, r->plan.zero_stage});
       ASSERT_TRUE(t.ok());
       auto whole = traces::UnrollStep(*t, *plan, "plan");
       ASSERT_TRUE(whole.ok()) << whole.status().message();

@@ -131,6 +131,7 @@ json ToJson(const Plan& plan) {
          {"memory_budget_bytes", plan.memory_budget_bytes},
          {"placements", std::move(placements)},
          {"extra", plan.extra}};
+  if (plan.zero_stage != 0) j["zero_stage"] = plan.zero_stage;
   if (plan.prediction) j["prediction"] = ToJson(*plan.prediction);
   return j;
 }
@@ -157,6 +158,12 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
   SSDTRAIN_ASSIGN_OR_RETURN(plan.tp, r.IntOr("tp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.pp, r.IntOr("pp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.dp, r.IntOr("dp", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.zero_stage, r.IntOr("zero_stage", 0));
+  if (plan.zero_stage != 0 && plan.zero_stage != 1) {
+    return r.At("zero_stage")
+        .Error("expected 0 or 1 (1: the optimizer state sharded over dp), got " +
+               std::to_string(plan.zero_stage));
+  }
   SSDTRAIN_ASSIGN_OR_RETURN(plan.num_micro_batches, r.IntOr("num_micro_batches", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.schedule, r.StringOr("schedule", "1f1b"));
   if (plan.schedule != "1f1b" && plan.schedule != "gpipe") {

@@ -73,6 +73,11 @@ struct Plan {
   int64_t tp = 1;
   int64_t pp = 1;
   int64_t dp = 1;
+  // 0, or 1: Megatron's distributed optimizer (ZeRO stage 1): each of the dp
+  // ranks holds 1/dp of the optimizer state (the trace is built so), the
+  // gradients are reduce-scattered and the updated parameters all-gathered.
+  // JSON: optional, written when 1.
+  int64_t zero_stage = 0;
   int64_t num_micro_batches = 1;
   std::string schedule = "1f1b";    // 1f1b or gpipe
   int64_t memory_budget_bytes = 0;  // 0: no budget

@@ -224,5 +224,21 @@ TEST(ModelConfig, OverridesApplyAndAreValidated) {
             "/ pp blocks)");
 }
 
+TEST(ModelConfig, OverridesSetTheShardingOfTheOptimizerState) {
+  const Result<ModelConfig> c = ModelConfigFromJson(nlohmann::json::parse(kValid), "x.json");
+  ASSERT_TRUE(c.ok());
+  ConfigOverrides o;
+  o.dp = 8;
+  o.zero_stage = 1;
+  const Result<ModelConfig> r = ApplyOverrides(*c, o, "x.json");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(OptimizerStateShards(*r), 8);
+  ConfigOverrides bad;
+  bad.zero_stage = 2;
+  EXPECT_EQ(ApplyOverrides(*c, bad, "x.json").status().message(),
+            "x.json with --zero-stage 2: zero_stage: expected 0 or 1 (1: optimizer state sharded "
+            "over dp), got 2");
+}
+
 }  // namespace
 }  // namespace ssdtrain::models

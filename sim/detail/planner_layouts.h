@@ -6,7 +6,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "sim/hardware.h"
@@ -18,20 +17,23 @@ namespace ssdtrain::sim::detail {
 
 struct Layout {
   int64_t micro_batch = 1, tp = 1, pp = 1, dp = 1, m = 1;
+  int64_t zero_stage = 0;  // 1: the optimizer state sharded over dp (ZeRO-1)
   // Compute-only throughput from the cost model in the closed-form pipeline:
   // no plan of this layout is faster.
   double bound_tokens_per_s = 0;
+  // The trace of pipeline stage `stage` at this layout.
+  TraceShape Shape(int64_t stage) const { return {micro_batch, tp, pp, stage, dp, zero_stage}; }
 };
 
-// The provider's traces, memoised per (micro_batch, tp, pp, stage).
+// The provider's traces, memoised per shape.
 class TraceCache {
  public:
   explicit TraceCache(const TraceProvider& provider) : provider_(provider) {}
-  Result<const traces::Trace*> Get(int64_t mb, int64_t tp, int64_t pp, int64_t stage);
+  Result<const traces::Trace*> Get(const TraceShape& shape);
 
  private:
   const TraceProvider& provider_;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<traces::Trace>> cache_;
+  std::map<TraceShape, std::unique_ptr<traces::Trace>> cache_;
 };
 
 // Pins that no layout can satisfy, named by flag with the reason.
@@ -48,7 +50,11 @@ struct BoundedLayouts {
   std::vector<Layout> feasible;  // static memory within the budget, fastest bound first
   int64_t min_static_bytes = 0;  // the least weights + gradients + optimizer state of any layout
 };
-// Sets each layout's bound and keeps those whose static memory fits `budget`.
+// Sets each layout's bound and keeps those whose static memory (with ZeRO-1,
+// the sharded optimizer state) fits `budget`. The bound: the compute of
+// m + pp − 1 micro-batches of stage 0 (the closed-form pipeline), the
+// gradient exchange that outlasts one backward, and ZeRO-1's parameter
+// all-gather.
 Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cache,
                                     const HardwareOptions& hw, int64_t budget);
 

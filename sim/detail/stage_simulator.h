@@ -97,10 +97,7 @@ class StageSimulator {
                                                        trace, hw.gpu.replay_output_region_bytes),
                                                    alignment_)
                              : 0),
-        budget_bytes_(
-            plan.memory_budget_bytes > 0
-                ? std::max<int64_t>(1, plan.memory_budget_bytes - options.held_by_others_bytes)
-                : 0) {}
+        budget_bytes_(plan.memory_budget_bytes) {}
 
   Result<StageResult> Run();
 

@@ -37,6 +37,19 @@ TEST(Collective, ASendIsItsBytesOverTheLinkPlusOneLatency) {
   EXPECT_NEAR(SendNs(kPayload, kGBps, kLatencyUs), 800'005'000, 1);
 }
 
+TEST(Collective, ZeroOneExchangesByReduceScatterThenAllGathersTheParameters) {
+  // ZeRO-1 reduce-scatters the gradients ((4−1)/4 · 8 GB / 10 GB/s + 3 × 5 µs)
+  // and all-gathers 8 GB of parameters the same way after the optimizer: the
+  // two together take the all-reduce's time.
+  EXPECT_EQ(GradientCollective(0), CollectiveKind::kAllReduce);
+  EXPECT_EQ(GradientCollective(1), CollectiveKind::kReduceScatter);
+  EXPECT_EQ(ParamAllGatherNs(1, kPayload, kRanks, kGBps, kLatencyUs), 600'015'000);
+  EXPECT_EQ(ParamAllGatherNs(0, kPayload, kRanks, kGBps, kLatencyUs), 0);
+  EXPECT_EQ(CollectiveNs(GradientCollective(1), kPayload, kRanks, kGBps, kLatencyUs) +
+                ParamAllGatherNs(1, kPayload, kRanks, kGBps, kLatencyUs),
+            CollectiveNs(CollectiveKind::kAllReduce, kPayload, kRanks, kGBps, kLatencyUs));
+}
+
 TEST(Collective, OneRankCostsNothing) {
   EXPECT_EQ(CollectiveNs(CollectiveKind::kAllReduce, kPayload, 1, kGBps, kLatencyUs), 0);
   EXPECT_EQ(CollectiveNs(CollectiveKind::kAllGather, kPayload, 1, kGBps, kLatencyUs), 0);

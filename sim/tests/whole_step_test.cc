@@ -171,7 +171,8 @@ TEST(WholeStep, BucketedAllReduceOverlapsBackward) {
                                             {2'000'000'000, 1'000'000'000},
                                             {3'000'000'000, 1'000'000'000},
                                             {4'000'000'000, 1'000'000'000}};
-  std::vector<BucketSpan> b = BucketedAllReduce(grads, 2'000'000'000, 2, 10, 0);
+  std::vector<BucketSpan> b =
+      BucketedCollective(grads, 2'000'000'000, CollectiveKind::kAllReduce, 2, 10, 0);
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(b[0].start_ns, 2'000'000'000);
   EXPECT_EQ(b[0].end_ns, 2'200'000'000);
@@ -179,20 +180,20 @@ TEST(WholeStep, BucketedAllReduceOverlapsBackward) {
   EXPECT_EQ(b[1].end_ns, 4'200'000'000);
   // At 1 GB/s each bucket takes 2 s: bucket 2 waits for bucket 1 ([2, 4] s) and
   // runs [4, 6] s. One rank: nothing to reduce.
-  b = BucketedAllReduce(grads, 2'000'000'000, 2, 1, 0);
+  b = BucketedCollective(grads, 2'000'000'000, CollectiveKind::kAllReduce, 2, 1, 0);
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(b[1].start_ns, 4'000'000'000);
   EXPECT_EQ(b[1].end_ns, 6'000'000'000);
-  EXPECT_TRUE(BucketedAllReduce(grads, 2'000'000'000, 1, 10, 0).empty());
+  EXPECT_TRUE(
+      BucketedCollective(grads, 2'000'000'000, CollectiveKind::kAllReduce, 1, 10, 0).empty());
 }
 
-TEST(WholeStep, DataParallelGradientsReduceDuringTheLastBackward) {
-  // Two layers; bwd1 (20 ms) produces g1, bwd0 (20 ms) g0, 80 MB each (fp16:
-  // 40 M parameters, one Megatron bucket of max(4e7, 1e6·dp) each). At dp = 2
-  // over 10 GB/s each all-reduce takes 2·(2−1)/2 · 80 MB / 10 GB/s = 8 ms: g1's
-  // runs under bwd0, only g0's 8 ms follow the pipeline.
+// Two layers; bwd1 (20 ms) produces g1, bwd0 (20 ms) g0, 80 MB each (fp16:
+// 40 M parameters, one Megatron bucket of max(4e7, 1e6·dp) each); the
+// weights are `weight_bytes`; the optimizer runs 5 ms.
+traces::Trace TwoGradientTrace(int64_t weight_bytes) {
   testing::TraceBuilder b;
-  const auto w = b.Tensor("w", 1000, TensorKind::kWeight, 0, false, false);
+  const auto w = b.Tensor("w", weight_bytes, TensorKind::kWeight, 0, false, false);
   const auto in = b.Tensor("in", 1000, TensorKind::kInput, 0, false, false);
   const auto a0 = b.Tensor("a0", 1000, TensorKind::kActivation, 0, true, false);
   const auto a1 = b.Tensor("a1", 1000, TensorKind::kActivation, 1, true, false);
@@ -209,6 +210,57 @@ TEST(WholeStep, DataParallelGradientsReduceDuringTheLastBackward) {
   t.header.layers = 2;
   t.header.seq_len = 1;
   t.header.micro_batch = 1;
+  return t;
+}
+
+TEST(WholeStep, ZeroOneReduceScattersTheGradientsAndAllGathersTheParameters) {
+  // Megatron's distributed optimizer at dp = 2 over 10 GB/s: each bucket's
+  // reduce-scatter takes (2−1)/2 · 80 MB / 10 GB/s = 4 ms (half the
+  // all-reduce's 8 ms): g1's runs under bwd0, g0's 4 ms follow the pipeline.
+  // After the 5 ms optimizer the 160 MB of fp16 weights are all-gathered,
+  // (2−1)/2 · 160 MB / 10 GB/s = 8 ms, not hidden: 60 + 4 + 5 + 8 = 77 ms,
+  // against 60 + 8 + 5 = 73 ms for the all-reduce (the same bytes on the
+  // link, half of them after the step's compute).
+  constexpr int64_t kMs = 1'000'000;
+  const traces::Trace t = TwoGradientTrace(160'000'000);
+  traces::Plan plan = LayoutPlan(t, 1, 1, 2);
+  plan.zero_stage = 1;
+  auto r = Simulate(t, plan, TestHardware(1, 1, 10));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->allreduce_busy_ns, 8 * kMs);
+  EXPECT_EQ(r->allreduce_ns, 4 * kMs);
+  EXPECT_EQ(r->param_all_gather_ns, 8 * kMs);
+  EXPECT_EQ(r->metrics.step_time_ns, (60 + 4 + 5 + 8) * kMs);
+  EXPECT_EQ(PredictionToJson(*r)["details"]["param_all_gather_ns"], 8 * kMs);
+  plan.zero_stage = 0;
+  auto all_reduce = Simulate(t, plan, TestHardware(1, 1, 10));
+  ASSERT_TRUE(all_reduce.ok()) << all_reduce.status().message();
+  EXPECT_EQ(all_reduce->param_all_gather_ns, 0);
+  EXPECT_EQ(all_reduce->metrics.step_time_ns, (60 + 8 + 5) * kMs);
+}
+
+TEST(WholeStep, ZeroOneTimelineShowsTheReduceScatterAndTheParameterAllGather) {
+  // Pipeline timelines exist for whole steps: 2 micro-batches.
+  const traces::Trace t = TwoGradientTrace(160'000'000);
+  traces::Plan plan = LayoutPlan(t, 1, 2, 2);
+  plan.zero_stage = 1;
+  auto r = Simulate(t, plan, TestHardware(1, 1, 10));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  int reduce_scatters = 0, all_gathers = 0;
+  for (const traces::Span& s : r->timeline.spans) {
+    reduce_scatters += s.name == "data-parallel reduce-scatter";
+    all_gathers += s.name == "data-parallel parameter all-gather";
+  }
+  EXPECT_EQ(reduce_scatters, 2);  // one per bucket
+  EXPECT_EQ(all_gathers, 1);
+}
+
+TEST(WholeStep, DataParallelGradientsReduceDuringTheLastBackward) {
+  // TwoGradientTrace at dp = 2 over 10 GB/s: each all-reduce takes
+  // 2·(2−1)/2 · 80 MB / 10 GB/s = 8 ms: g1's runs under bwd0, only g0's 8 ms
+  // follow the pipeline.
+  constexpr int64_t kMs = 1'000'000;
+  const traces::Trace t = TwoGradientTrace(1000);
   auto r = Simulate(t, LayoutPlan(t, 1, 1, 2), TestHardware(1, 1, 10));
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->pipeline_ns, 60 * kMs);

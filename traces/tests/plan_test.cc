@@ -30,6 +30,23 @@ TEST(Plan, JsonRoundTripIsExact) {
   EXPECT_TRUE(ValidatePlan(*back, t, "p.json").ok());
 }
 
+TEST(Plan, ZeroStageIsWrittenWhenOneAndReadBack) {
+  const Trace t = testing::SmallTrace();
+  Plan p = SmallPlan(t);
+  EXPECT_FALSE(ToJson(p).contains("zero_stage"));  // 0: left out, as plans before it
+  p.dp = 4;
+  p.zero_stage = 1;
+  const nlohmann::json j = ToJson(p);
+  EXPECT_EQ(j.at("zero_stage"), 1);
+  Result<Plan> back = PlanFromJson(j, "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->zero_stage, 1);
+  nlohmann::json bad = j;
+  bad["zero_stage"] = 3;
+  EXPECT_EQ(PlanFromJson(bad, "p.json").status().message(),
+            "p.json: zero_stage: expected 0 or 1 (1: the optimizer state sharded over dp), got 3");
+}
+
 TEST(Plan, RefusesPlanForAnotherTrace) {
   Trace t = testing::SmallTrace();
   Plan p = SmallPlan(t);

@@ -1,0 +1,50 @@
+// A step's data-parallel exchange (sim/simulate.h), by ZeRO stage
+// (sim/collective.h, GradientCollective): each pipeline stage exchanges its
+// weight gradients with its dp peers in buckets of max(4e7, 1e6·dp)
+// parameters (Megatron's) during its last micro-batch's backward, in the order
+// backward produces them; zero_stage 0 all-reduces each bucket, 1 (Megatron's
+// distributed optimizer) reduce-scatters it and, after the optimizer,
+// all-gathers the stage's updated parameters, not hidden behind compute
+// (Megatron's overlap_param_gather is off by default).
+//
+// Thread-safety: a pure function.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/collective.h"
+#include "sim/hardware.h"
+#include "sim/pipeline.h"
+#include "sim/stage_sim.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::sim {
+
+// One pipeline stage as simulated: its trace and its micro-batch's result
+// (both not owned; the same pair may stand for several stages).
+struct StageRun {
+  const traces::Trace* trace = nullptr;
+  const StageResult* result = nullptr;
+};
+
+struct DataParallelStep {
+  std::vector<std::vector<BucketSpan>> buckets;  // per stage, in order
+  // When the last stage's last bucket has ended, never before the pipeline.
+  int64_t gradients_done_ns = 0;
+  int64_t busy_ns = 0;  // the busiest stage's buckets, end minus start summed
+  // ZeRO-1: the longest stage's parameter all-gather after the optimizer; else 0.
+  int64_t param_all_gather_ns = 0;
+  std::vector<int64_t> stage_all_gather_ns;  // per stage
+};
+
+// `stages[s]` is pipeline stage s; `pipe` is the step's pipeline.
+DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
+                                      const PipelineResult& pipe, int64_t dp, int64_t zero_stage,
+                                      const HardwareOptions& hw);
+
+// The bytes of the trace's parameters (weights, each storage once): what
+// ZeRO-1 all-gathers after the optimizer.
+int64_t ParameterBytes(const traces::Trace& trace);
+
+}  // namespace ssdtrain::sim

@@ -1,0 +1,167 @@
+// Megatron's distributed optimizer (ZeRO-1) in the planner's search, on model
+// configs: the optimizer state it plans is sharded over the dp it searched,
+// and it weighs ZeRO-1 against the all-reduce by fit and by speed.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "models/build_trace.h"
+#include "models/model_config.h"
+#include "sim/hardware.h"
+#include "sim/planner.h"
+#include "tests/planner_invariants.h"
+
+namespace ssdtrain::testing {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+std::string ModelPath(const std::string& name) {
+  return std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + name + ".json";
+}
+
+sim::HardwareOptions H100() {
+  Result<sim::HardwareOptions> hw = sim::LoadHardware(
+      std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/h100-sxm-8x-gen5-nvme.json");
+  EXPECT_TRUE(hw.ok()) << hw.status().ToString();
+  return *hw;
+}
+
+struct Bytes {
+  int64_t weights = 0, optimizer_state = 0;
+};
+Bytes StaticBytes(const traces::Trace& t) {
+  Bytes b;
+  for (const traces::Tensor& x : t.tensors) {
+    if (x.alias_of) continue;
+    if (x.kind == traces::TensorKind::kWeight) b.weights += x.bytes;
+    if (x.kind == traces::TensorKind::kOptimizerState) b.optimizer_state += x.bytes;
+  }
+  return b;
+}
+
+class ZeroStage : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<models::ModelConfig> c = models::LoadModelConfig(ModelPath(model_));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    config_ = *c;
+  }
+  Result<sim::PlannerResult> Search(sim::PlannerOptions po) const {
+    po.layers = config_.layers;
+    po.heads = config_.heads;
+    return sim::SearchPlan(ModelTraceProvider(config_, ModelPath(model_)), H100(), po);
+  }
+  std::string model_ = "gpt-1.3b";
+  models::ModelConfig config_;
+};
+
+class ZeroStage13b : public ZeroStage {
+ protected:
+  ZeroStage13b() { model_ = "gpt-13b"; }
+};
+
+// Adam with fp32 master weights keeps 3 fp32 words (12 bytes) per parameter;
+// ZeRO-1 splits them over the dp of the plan: a GPU of a tp × pp × dp
+// layout holds 12 · params / (tp · pp · dp) bytes of it (the per-layer
+// shards round up by at most one word each; tp replicates the norms and pads
+// the vocabulary: within 0.5% of the total).
+TEST_F(ZeroStage13b, OptimizerStateIsTwelveBytesPerParameterOverTpPpDp) {
+  // tp 2 and pp 4 pinned: the search sets dp = 64 / (2 · 4) = 8 and the
+  // micro-batch.
+  sim::PlannerOptions po;
+  po.gpus = 64;
+  po.tp = 2;
+  po.pp = 4;
+  po.zero_stage = 1;
+  po.policy = "recompute-full";
+  Result<sim::PlannerResult> r = Search(po);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->fits);
+  const traces::Plan& p = r->plan;
+  EXPECT_EQ(p.zero_stage, 1);
+  ASSERT_EQ(p.dp, 8);
+  models::ModelConfig one = config_;  // tp 1, pp 1: every parameter on one GPU
+  one.tp = 1;
+  one.pp = 1;
+  Result<traces::Trace> whole = models::BuildTrace(one, 0);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  // fp16 weights; with pp > 1 the last stage holds its own copy of the tied
+  // word embedding (Megatron's "output.weight"), a parameter of its own.
+  double params = static_cast<double>(StaticBytes(*whole).weights) / 2;
+  for (const traces::Tensor& x : whole->tensors) {
+    if (x.name == "word_embeddings") params += static_cast<double>(x.bytes) / 2;
+  }
+  const sim::TraceProvider provider = ModelTraceProvider(config_, ModelPath(model_));
+  int64_t state = 0;
+  for (int64_t stage = 0; stage < p.pp; ++stage) {
+    Result<traces::Trace> t =
+        provider(sim::TraceShape{p.micro_batch, p.tp, p.pp, stage, p.dp, p.zero_stage});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_EQ(traces::Fingerprint(*t) == p.trace_fingerprint, stage == 0);
+    const Bytes b = StaticBytes(*t);
+    // This stage's own parameters (weights / 2 bytes), 12 bytes each over dp,
+    // each layer's shard rounded up to a whole fp32 word.
+    const double own = 12.0 * static_cast<double>(b.weights) / 2 / static_cast<double>(p.dp);
+    EXPECT_GE(static_cast<double>(b.optimizer_state), own);
+    EXPECT_LE(static_cast<double>(b.optimizer_state), own + 4.0 * (config_.layers + 2));
+    state += b.optimizer_state;
+  }
+  const double per_gpu = static_cast<double>(state) / static_cast<double>(p.pp);
+  const double closed_form = 12 * params / static_cast<double>(p.tp * p.pp * p.dp);
+  EXPECT_NEAR(per_gpu / closed_form, 1.0, 0.005)
+      << "tp " << p.tp << " pp " << p.pp << " dp " << p.dp;
+}
+
+// gpt-1.3b on 8 GPUs pinned to dp 8 (tp = pp = 1) under a 16 GiB budget: its
+// weights, gradients and Adam state need 16 bytes per parameter, 21 GB, but
+// with the state over 8 ranks 4 + 12/8 = 5.5 bytes, 7.2 GB: only ZeRO-1 fits,
+// and the search (zero stage unpinned) takes it.
+TEST_F(ZeroStage, PlannerChoosesZeroOneWhereOnlyItFits) {
+  sim::PlannerOptions po;
+  po.gpus = 8;
+  po.dp = 8;
+  po.memory_budget_bytes = 16 * kGiB;
+  Result<sim::PlannerResult> r = Search(po);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->fits);
+  EXPECT_EQ(r->plan.zero_stage, 1);
+  po.zero_stage = 0;
+  Result<sim::PlannerResult> unsharded = Search(po);
+  ASSERT_TRUE(unsharded.ok()) << unsharded.status().ToString();
+  EXPECT_FALSE(unsharded->fits);
+  EXPECT_EQ(unsharded->simulations, 0);  // refused on its static memory alone
+}
+
+// The same layout on the whole 80 GB: both fit, and ZeRO-1 is slower (its
+// parameter all-gather after the optimizer, 2.6 GB of fp16 weights at 7/8 of
+// the dp link, costs more than the 7/8 of the optimizer it saves), so the
+// search keeps the all-reduce.
+TEST_F(ZeroStage, PlannerKeepsTheAllReduceWhereBothFitAndZeroOneIsSlower) {
+  sim::PlannerOptions po;
+  po.gpus = 8;
+  po.dp = 8;
+  Result<sim::PlannerResult> r = Search(po);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->fits);
+  EXPECT_EQ(r->plan.zero_stage, 0);
+  po.zero_stage = 1;
+  Result<sim::PlannerResult> sharded = Search(po);
+  ASSERT_TRUE(sharded.ok()) << sharded.status().ToString();
+  ASSERT_TRUE(sharded->fits);
+  EXPECT_GT(sharded->prediction.param_all_gather_ns, 0);
+  EXPECT_LT(sharded->prediction.metrics.tokens_per_s, r->prediction.metrics.tokens_per_s);
+}
+
+TEST_F(ZeroStage, ZeroStageOtherThanZeroOrOneIsRefusedNamingTheFlag) {
+  sim::PlannerOptions po;
+  po.gpus = 8;
+  po.zero_stage = 2;
+  Result<sim::PlannerResult> r = Search(po);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "--zero-stage 2: expected 0 or 1 (1: the optimizer state sharded over dp)");
+}
+
+}  // namespace
+}  // namespace ssdtrain::testing
