@@ -114,8 +114,7 @@ void HardwareConfig(const uint8_t* data, size_t size) {
 const std::vector<Target>& Targets() {
   static const std::vector<Target> targets = {
       {"trace_json", TraceJson},     {"trace_cbor", TraceCbor},           {"plan", Plan},
-      {"model_config", ModelConfig}, {"hardware_config", HardwareConfig},
-      {"hf_config", HfConfig},
+      {"model_config", ModelConfig}, {"hardware_config", HardwareConfig}, {"hf_config", HfConfig},
   };
   return targets;
 }

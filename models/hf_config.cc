@@ -19,8 +19,8 @@ constexpr std::array<std::string_view, 5> kSupported = {"bert", "gpt2", "llama",
                                                         "qwen2"};
 // Mixture-of-experts model_types: refused until the MoE issue adds them.
 constexpr std::array<std::string_view, 11> kMoe = {
-    "mixtral",   "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
-    "olmoe",     "phimoe",    "dbrx",      "granitemoe",  "jetmoe"};
+    "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
+    "olmoe",   "phimoe",    "dbrx",      "granitemoe",  "jetmoe"};
 constexpr std::array<std::string_view, 4> kGelus = {"gelu", "gelu_new", "gelu_fast",
                                                     "gelu_pytorch_tanh"};
 // BERT's segment vocabulary as the bert family builds it (detail/embedding.cc).
@@ -129,12 +129,12 @@ Status CheckSlidingWindow(Fields& f, const std::string& model_type, int64_t max_
     f.Assume("sliding_window and max_window_layers unused: use_sliding_window is false");
   }
   if (used && window && *window < max_positions) {
-    return f.NotModelled("sliding_window",
-                         Str(*window) + " (shorter than max_position_embeddings " +
-                             Str(max_positions) + "): sliding-window attention is",
-                         "null, or at least max_position_embeddings" +
-                             std::string(model_type == "qwen2" ? ", or use_sliding_window false"
-                                                               : ""));
+    return f.NotModelled(
+        "sliding_window",
+        Str(*window) + " (shorter than max_position_embeddings " + Str(max_positions) +
+            "): sliding-window attention is",
+        "null, or at least max_position_embeddings" +
+            std::string(model_type == "qwen2" ? ", or use_sliding_window false" : ""));
   }
   return Status::Ok();
 }
@@ -148,7 +148,8 @@ Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelCon
   SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv,
                             f.OptionalSize("num_key_value_heads", "kv_heads"));
   c->kv_heads = kv.value_or(0);
-  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim, f.OptionalSize("head_dim", "head_dim"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim,
+                            f.OptionalSize("head_dim", "head_dim"));
   c->head_dim = head_dim.value_or(0);
   SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
   SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
@@ -162,8 +163,8 @@ Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelCon
   }
   SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", false));
   if (tied) {
-    return f.NotModelled("tie_word_embeddings", "true (an output layer tied to the embeddings) for " +
-                                                    model_type + " is",
+    return f.NotModelled("tie_word_embeddings",
+                         "true (an output layer tied to the embeddings) for " + model_type + " is",
                          "false");
   }
   if (model_type == "llama") {
@@ -196,7 +197,8 @@ Result<int64_t> ReadGpt2(Fields& f, ModelConfig* c) {
     return f.NotModelled("activation_function", "\"" + act + "\" is", List(kGelus));
   }
   SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", true));
-  if (!tied) return f.NotModelled("tie_word_embeddings", "false (an untied output layer) is", "true");
+  if (!tied)
+    return f.NotModelled("tie_word_embeddings", "false (an untied output layer) is", "true");
   SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "add_cross_attention", "true (cross-attention) is"));
   f.Assume("learned position embeddings of seq_len rows (the file allows n_positions " +
            Str(positions) + ")");
@@ -227,7 +229,8 @@ Result<int64_t> ReadBert(Fields& f, ModelConfig* c) {
     }
   }
   SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", true));
-  if (!tied) return f.NotModelled("tie_word_embeddings", "false (an untied output layer) is", "true");
+  if (!tied)
+    return f.NotModelled("tie_word_embeddings", "false (an untied output layer) is", "true");
   SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "is_decoder", "true (a causal BERT) is"));
   SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "add_cross_attention", "true (cross-attention) is"));
   f.Assume("the masked-LM head (dense, GELU, LayerNorm, tied logits), no pooler or NSP head");

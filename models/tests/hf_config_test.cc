@@ -2,6 +2,8 @@
 // each real file's parameter count against the published figure, the Llama-3-8B
 // file against our own llama-3-8b config, and malformed files refused with one
 // line naming the file and the field.
+#include "models/hf_config.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,7 +13,6 @@
 #include <string>
 
 #include "models/build_trace.h"
-#include "models/hf_config.h"
 #include "traces/summary.h"
 #include "traces/validate.h"
 
@@ -136,8 +137,9 @@ TEST(HfConfig, EveryRealDenseFileTracesAndValidates) {
 class HfConfigErrors : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("ssdtrain-hf-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("ssdtrain-hf-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -173,8 +175,9 @@ TEST_F(HfConfigErrors, MissingKeyNamesTheField) {
 
 TEST_F(HfConfigErrors, HeadsNotDividingHiddenNameTheHeads) {
   EXPECT_EQ(Llama(R"(, "num_attention_heads": 30, "num_key_value_heads": 30)"),
-            File() + ": num_attention_heads: 30 does not divide hidden_size 4096 (and no "
-                     "head_dim is given)");
+            File() +
+                ": num_attention_heads: 30 does not divide hidden_size 4096 (and no "
+                "head_dim is given)");
 }
 
 TEST_F(HfConfigErrors, KvHeadsNotDividingHeadsNameTheKvHeads) {
@@ -184,8 +187,9 @@ TEST_F(HfConfigErrors, KvHeadsNotDividingHeadsNameTheKvHeads) {
 
 TEST_F(HfConfigErrors, UnknownModelTypeNamesTheSupportedOnes) {
   EXPECT_EQ(Message(R"("model_type": "rwkv", "architectures": ["RwkvForCausalLM"])"),
-            File() + ": model_type: \"rwkv\" is not supported (supported: bert, gpt2, llama, "
-                     "mistral, qwen2)");
+            File() +
+                ": model_type: \"rwkv\" is not supported (supported: bert, gpt2, llama, "
+                "mistral, qwen2)");
 }
 
 TEST_F(HfConfigErrors, ArchitecturesWithoutModelTypeNameTheModelType) {
@@ -196,29 +200,33 @@ TEST_F(HfConfigErrors, ArchitecturesWithoutModelTypeNameTheModelType) {
 TEST(HfConfig, MixtureOfExpertsIsRefusedAsPlanned) {
   const std::string path = HfDir("qwen3-30b-a3b") + "/config.json";
   EXPECT_EQ(LoadModelConfig(path).status().message(),
-            path + ": model_type: \"qwen3_moe\" is a mixture-of-experts model; "
-                   "mixture-of-experts is planned, not yet modelled");
+            path +
+                ": model_type: \"qwen3_moe\" is a mixture-of-experts model; "
+                "mixture-of-experts is planned, not yet modelled");
 }
 
 TEST_F(HfConfigErrors, SlidingWindowShorterThanThePositionsIsNotModelled) {
   EXPECT_EQ(Message(R"("model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32,
            "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
            "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096)"),
-            File() + ": sliding_window: 4096 (shorter than max_position_embeddings 32768): "
-                     "sliding-window attention is not modelled (supported: null, or at least "
-                     "max_position_embeddings)");
+            File() +
+                ": sliding_window: 4096 (shorter than max_position_embeddings 32768): "
+                "sliding-window attention is not modelled (supported: null, or at least "
+                "max_position_embeddings)");
 }
 
 TEST_F(HfConfigErrors, TiedLlamaEmbeddingsAreNotModelled) {
   EXPECT_EQ(Llama(R"(, "tie_word_embeddings": true)"),
-            File() + ": tie_word_embeddings: true (an output layer tied to the embeddings) for "
-                     "llama is not modelled (supported: false)");
+            File() +
+                ": tie_word_embeddings: true (an output layer tied to the embeddings) for "
+                "llama is not modelled (supported: false)");
 }
 
 TEST_F(HfConfigErrors, AnotherActivationIsNotModelled) {
   EXPECT_EQ(Llama(R"(, "hidden_act": "gelu")"),
-            File() + ": hidden_act: \"gelu\" for llama is not modelled (supported: silu, the "
-                     "SwiGLU MLP of three matrices)");
+            File() +
+                ": hidden_act: \"gelu\" for llama is not modelled (supported: silu, the "
+                "SwiGLU MLP of three matrices)");
 }
 
 TEST_F(HfConfigErrors, AttentionBiasIsNotModelled) {
@@ -233,8 +241,9 @@ TEST_F(HfConfigErrors, ZeroSizeNamesTheField) {
 
 TEST_F(HfConfigErrors, UnknownTorchDtypeIsNotModelled) {
   EXPECT_EQ(Llama(R"(, "torch_dtype": "int8")"),
-            File() + ": torch_dtype: \"int8\" is not modelled (supported: bfloat16, float16, "
-                     "float32)");
+            File() +
+                ": torch_dtype: \"int8\" is not modelled (supported: bfloat16, float16, "
+                "float32)");
 }
 
 }  // namespace
