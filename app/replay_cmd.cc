@@ -328,7 +328,8 @@ Verb AddReplayCommand(CLI::App& app) {
       "extra.stage_plans, written by `ssdtrain plan`).");
   cmd->add_option("--trace", flags->trace, "Operator trace (JSON or .cbor)");
   cmd->add_option("--model", flags->model,
-                  "Instead of --trace: a model config (configs/models/*.json), traced at the "
+                  "Instead of --trace: a model config (configs/models/*.json, or a Hugging Face "
+                  "config.json or its folder), traced at the "
                   "plan's layout (micro-batch, sequence length, tp, pp)");
   cmd->add_option("--plan", flags->plan, "Plan file (from `ssdtrain plan`)");
   cmd->add_option("--policy", flags->policy,

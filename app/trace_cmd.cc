@@ -6,6 +6,7 @@
 
 #include "app/command.h"
 #include "models/build_trace.h"
+#include "models/hf_config.h"
 #include "models/model_config.h"
 #include "traces/io.h"
 #include "traces/summary.h"
@@ -63,8 +64,22 @@ void PrintSummary(const traces::Trace& trace, std::ostream& out) {
          "unit of compute)\n";
 }
 
+// What a Hugging Face config.json gave and what was assumed (nothing for our own configs).
+void PrintHfReport(const models::HfReport& r, std::ostream& out) {
+  if (r.model_type.empty()) return;
+  out << fmt::format("Hugging Face config (model_type {}):\n", r.model_type);
+  for (const std::string& line : r.read) out << "  read:    " << line << "\n";
+  for (const std::string& line : r.assumed) out << "  assumed: " << line << "\n";
+  std::string ignored;
+  for (const std::string& name : r.ignored) ignored += (ignored.empty() ? "" : ", ") + name;
+  if (!ignored.empty()) out << "  ignored (no effect on the trace): " << ignored << "\n";
+  out << "  flags (--seq-len, --micro-batch, --tp, --pp, --dtype, --attention) override the "
+         "assumptions\n\n";
+}
+
 int Run(const TraceOptions& o) {
-  Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
+  models::HfReport hf;
+  Result<models::ModelConfig> config = models::LoadModelConfig(o.model, &hf);
   if (!config.ok()) return ReportError("trace", config.status());
   Result<models::ModelConfig> applied = models::ApplyOverrides(*config, o.overrides, o.model);
   if (!applied.ok()) return ReportError("trace", applied.status());
@@ -81,7 +96,14 @@ int Run(const TraceOptions& o) {
     std::cerr << fmt::format("wrote {} ({} ops, {} tensors)\n", o.output, trace->ops.size(),
                              trace->tensors.size());
   }
-  if (o.summary || o.output.empty()) PrintSummary(*trace, std::cout);
+  if (o.summary || o.output.empty()) {
+    Result<int64_t> params = models::ParameterCount(*applied);
+    if (!params.ok()) return ReportError("trace", params.status());
+    PrintHfReport(hf, std::cout);
+    std::cout << fmt::format("parameters: {} ({:.3f} B; vocabulary padded to a multiple of 128)\n",
+                             *params, static_cast<double>(*params) / 1e9);
+    PrintSummary(*trace, std::cout);
+  }
   return 0;
 }
 
@@ -91,7 +113,13 @@ Verb AddTraceCommand(CLI::App& app) {
   auto o = std::make_shared<TraceOptions>();
   CLI::App* cmd = app.add_subcommand(
       "trace", "Build the operator trace of one training step from a model config");
-  cmd->add_option("--model", o->model, "Model config JSON (configs/models/*.json)")->required();
+  cmd->add_option("--model", o->model,
+                  "Model config: ours (configs/models/*.json) or a Hugging Face config.json "
+                  "(or its folder; model_type llama, mistral, qwen2, gpt2 or bert). From a "
+                  "Hugging Face file: seq_len min(max positions, 4096), micro-batch 1, dtype "
+                  "its torch_dtype or bf16, tp 1, pp 1, standard attention; --summary prints "
+                  "what was read and assumed")
+      ->required();
   cmd->add_option("-o,--output", o->output, "Output trace (.json, or .cbor for CBOR)");
   cmd->add_flag("--summary", o->summary,
                 "Print a per-layer table (also printed when no -o is given)");

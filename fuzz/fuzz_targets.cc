@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "models/build_trace.h"
+#include "models/hf_config.h"
 #include "models/model_config.h"
 #include "sim/hardware.h"
 #include "traces/io.h"
@@ -88,6 +89,20 @@ void ModelConfig(const uint8_t* data, size_t size) {
   CheckRoundTrip<models::ModelConfig>("model_config", *config, models::ModelConfigFromJson);
 }
 
+void HfConfig(const uint8_t* data, size_t size) {
+  Result<json> j = traces::ParseJson(Bytes(data, size), false, kSource);
+  if (!j.ok()) return;
+  models::HfReport report;
+  Result<models::ModelConfig> config =
+      models::ModelConfigFromHfJson(*j, kSource, "fuzz", &report);  // validates
+  if (!config.ok()) return;
+  if (report.model_type.empty() || report.read.empty()) {
+    Fail("hf_config", "accepted a config without reporting what it read");
+  }
+  // What was mapped is an ordinary model config: it survives our own format.
+  CheckRoundTrip<models::ModelConfig>("hf_config", *config, models::ModelConfigFromJson);
+}
+
 void HardwareConfig(const uint8_t* data, size_t size) {
   Result<json> j = traces::ParseJson(Bytes(data, size), false, kSource);
   if (!j.ok()) return;
@@ -99,7 +114,7 @@ void HardwareConfig(const uint8_t* data, size_t size) {
 const std::vector<Target>& Targets() {
   static const std::vector<Target> targets = {
       {"trace_json", TraceJson},     {"trace_cbor", TraceCbor},           {"plan", Plan},
-      {"model_config", ModelConfig}, {"hardware_config", HardwareConfig},
+      {"model_config", ModelConfig}, {"hardware_config", HardwareConfig}, {"hf_config", HfConfig},
   };
   return targets;
 }

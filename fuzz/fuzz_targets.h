@@ -28,6 +28,9 @@ void TraceCbor(const uint8_t* data, size_t size);
 void Plan(const uint8_t* data, size_t size);
 // Model config reader + validator (ModelConfigFromJson).
 void ModelConfig(const uint8_t* data, size_t size);
+// Hugging Face config.json reader (models::ModelConfigFromHfJson) and, when it
+// reads, the mapped config's round trip through our own config format.
+void HfConfig(const uint8_t* data, size_t size);
 // Hardware config reader + validator (sim::HardwareFromJson).
 void HardwareConfig(const uint8_t* data, size_t size);
 

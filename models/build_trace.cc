@@ -35,4 +35,20 @@ Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
   return detail::BuildSingleStack(config, h);
 }
 
+Result<int64_t> ParameterCount(const ModelConfig& config) {
+  ModelConfig whole = config;
+  whole.tp = 1;
+  whole.pp = 1;
+  whole.sequence_parallel = false;
+  SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace trace, BuildTrace(whole, 0));
+  int64_t params = 0;
+  for (const traces::Tensor& t : trace.tensors) {
+    if (t.kind != traces::TensorKind::kWeight || t.alias_of) continue;
+    int64_t elements = 1;
+    for (int64_t d : t.shape) elements *= d;
+    params += elements;
+  }
+  return params;
+}
+
 }  // namespace ssdtrain::models

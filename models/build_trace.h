@@ -17,4 +17,9 @@ namespace ssdtrain::models {
 // 5·a·s/h term.
 Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage = 0);
 
+// The model's parameters: the elements of every weight of the whole model (the
+// trace at tp 1 and pp 1, each tied weight once), with the vocabulary padded to a
+// multiple of 128 as the trace pads it. Learned position tables have seq_len rows.
+Result<int64_t> ParameterCount(const ModelConfig& config);
+
 }  // namespace ssdtrain::models

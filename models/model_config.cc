@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "models/hf_config.h"
 #include "traces/detail/json_fields.h"
 #include "traces/io.h"
 
@@ -190,21 +191,25 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   return c;
 }
 
-Result<ModelConfig> LoadModelConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf) {
+  std::error_code ec;
+  const std::string file = std::filesystem::is_directory(path, ec)
+                               ? (std::filesystem::path(path) / "config.json").string()
+                               : path;
+  std::ifstream in(file, std::ios::binary);
   if (!in) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) return Status::NotFound(path + ": no such file");
-    return Status::IoError(path + ": cannot open for reading");
+    if (!std::filesystem::exists(file, ec)) return Status::NotFound(file + ": no such file");
+    return Status::IoError(file + ": cannot open for reading");
   }
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) return Status::IoError(path + ": read failed");
-  SSDTRAIN_ASSIGN_OR_RETURN(nlohmann::json j, traces::ParseJson(text.str(), false, path));
-  SSDTRAIN_ASSIGN_OR_RETURN(ModelConfig c, ModelConfigFromJson(j, path));
-  const std::string stem = std::filesystem::path(path).stem().string();
+  if (in.bad()) return Status::IoError(file + ": read failed");
+  SSDTRAIN_ASSIGN_OR_RETURN(nlohmann::json j, traces::ParseJson(text.str(), false, file));
+  if (IsHfConfig(j)) return ModelConfigFromHfJson(j, file, HfConfigName(file), hf);
+  SSDTRAIN_ASSIGN_OR_RETURN(ModelConfig c, ModelConfigFromJson(j, file));
+  const std::string stem = std::filesystem::path(file).stem().string();
   if (c.name != stem) {
-    return Bad(path, "name",
+    return Bad(file, "name",
                "\"" + c.name + "\" does not match the file name (expected \"" + stem + "\")");
   }
   return c;

@@ -58,8 +58,13 @@ struct ConfigOverrides {
 // Parses one config object (types, required and unknown fields) and validates it.
 // `source` names the file in messages ("configs/models/x.json: hidden: ...").
 Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::string& source);
+struct HfReport;  // hf_config.h
 // Reads, parses and validates a config file; its "name" must equal the file's stem.
-Result<ModelConfig> LoadModelConfig(const std::string& path);
+// A Hugging Face config.json (a JSON object with model_type or architectures), or a
+// folder holding one, is mapped by ModelConfigFromHfJson (hf_config.h) and named
+// after its folder (HfConfigName); `hf` (may be null) then receives what was read
+// and assumed, and is left empty for our own configs.
+Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = nullptr);
 // The config as JSON, every field written (ModelConfigFromJson reads it back equal).
 nlohmann::json ToJson(const ModelConfig& c);
 // Applies overrides, then checks consistency with ValidateConfig.

@@ -132,5 +132,44 @@ TEST_F(TraceCli, UnknownFlagValueIsRejected) {
   EXPECT_NE(r.output.find("--attention"), std::string::npos) << r.output;
 }
 
+// A Hugging Face config.json: read from its folder, the summary says what was
+// read and assumed and prints the parameter count (Llama-3-8B: 8,030,261,248).
+TEST_F(TraceCli, HuggingFaceFolderTracesWithWhatWasReadAndAssumed) {
+  testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() +
+                                     "/models/tests/hf/meta-llama-3-8b-instruct --summary");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("read:    num_key_value_heads 8 -> kv_heads"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("assumed: seq_len 4096: min(max positions 8192, 4096)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("parameters: 8030261248"), std::string::npos) << r.output;
+}
+
+// A malformed Hugging Face file: one line naming the file and the field, exit 1,
+// no output file.
+TEST_F(TraceCli, MalformedHuggingFaceConfigNamesFileAndFieldAndWritesNothing) {
+  fs::create_directories(dir_ / "bad");
+  const std::string cfg = Write("bad/config.json", R"({"model_type": "llama", "hidden_size": 4096,
+      "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 5,
+      "intermediate_size": 11008, "vocab_size": 32000, "max_position_embeddings": 4096})");
+  testing::CliResult r = RunSsdtrain("trace --model " + cfg + " -o " + File("t.json"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output, "ssdtrain trace: error: " + cfg +
+                          ": num_key_value_heads: 5 does not divide num_attention_heads 32\n");
+  EXPECT_FALSE(fs::exists(File("t.json")));
+}
+
+// A mixture-of-experts file (Qwen3-30B-A3B's real config.json) is refused in one line.
+TEST_F(TraceCli, MixtureOfExpertsHuggingFaceConfigIsRefused) {
+  testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() +
+                                     "/models/tests/hf/qwen3-30b-a3b -o " + File("t.json"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("model_type: \"qwen3_moe\" is a mixture-of-experts model"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(File("t.json")));
+}
+
 }  // namespace
 }  // namespace ssdtrain

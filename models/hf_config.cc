@@ -1,0 +1,315 @@
+#include "models/hf_config.h"
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <string_view>
+
+#include "traces/detail/json_fields.h"
+
+namespace ssdtrain::models {
+namespace {
+
+using traces::detail::JsonPath;
+using traces::detail::ObjectReader;
+
+constexpr std::array<std::string_view, 5> kSupported = {"bert", "gpt2", "llama", "mistral",
+                                                        "qwen2"};
+// Mixture-of-experts model_types: refused until the MoE issue adds them.
+constexpr std::array<std::string_view, 11> kMoe = {
+    "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
+    "olmoe",   "phimoe",    "dbrx",      "granitemoe",  "jetmoe"};
+constexpr std::array<std::string_view, 4> kGelus = {"gelu", "gelu_new", "gelu_fast",
+                                                    "gelu_pytorch_tanh"};
+// BERT's segment vocabulary as the bert family builds it (detail/embedding.cc).
+constexpr int64_t kBertTokenTypes = 2;
+constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
+
+template <size_t N>
+bool OneOf(const std::array<std::string_view, N>& names, const std::string& v) {
+  return std::find(names.begin(), names.end(), v) != names.end();
+}
+
+template <size_t N>
+std::string List(const std::array<std::string_view, N>& names) {
+  std::string out;
+  for (size_t i = 0; i < N; ++i) out += (i > 0 ? ", " : "") + std::string(names[i]);
+  return out;
+}
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+// Reads fields of one config object, recording each for the report.
+class Fields {
+ public:
+  Fields(ObjectReader r, const std::string& source, HfReport* report)
+      : r_(std::move(r)), source_(source), report_(report) {}
+
+  Result<int64_t> Size(const std::string& name, const std::string& target) {
+    Result<int64_t> v = r_.IntIn(name, 1, kMaxSize);
+    if (v.ok()) Read(name, Str(*v), target);
+    return v;
+  }
+  // null or absent -> nullopt; else a positive integer.
+  Result<std::optional<int64_t>> OptionalSize(const std::string& name, const std::string& target) {
+    SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> v, r_.OptionalInt(name));
+    if (v && (*v < 1 || *v > kMaxSize)) {
+      return Bad(name, "expected a positive integer or null, got " + Str(*v));
+    }
+    if (v) Read(name, Str(*v), target);
+    return v;
+  }
+  Result<bool> BoolOr(const std::string& name, bool fallback) {
+    SSDTRAIN_ASSIGN_OR_RETURN(bool v, r_.BoolOr(name, fallback));
+    if (r_.Has(name)) Read(name, v ? "true" : "false", "");
+    return v;
+  }
+  Result<std::string> StringOr(const std::string& name, const std::string& fallback) {
+    SSDTRAIN_ASSIGN_OR_RETURN(std::string v, r_.StringOr(name, fallback));
+    if (r_.Has(name)) Read(name, "\"" + v + "\"", "");
+    return v;
+  }
+  bool Has(const std::string& name) const { return r_.Has(name); }
+  void Assume(const std::string& what) {
+    if (report_ != nullptr) report_->assumed.push_back(what);
+  }
+  Status Bad(const std::string& field, const std::string& what) const {
+    return Status::InvalidArgument(source_ + ": " + field + ": " + what);
+  }
+  Status NotModelled(const std::string& field, const std::string& what,
+                     const std::string& supported) const {
+    return Bad(field, what + " not modelled (supported: " + supported + ")");
+  }
+  const std::vector<std::string>& read() const { return names_; }
+
+ private:
+  void Read(const std::string& name, const std::string& value, const std::string& target) {
+    names_.push_back(name);
+    if (report_ != nullptr) {
+      report_->read.push_back(name + " " + value + (target.empty() ? "" : " -> " + target));
+    }
+  }
+  ObjectReader r_;
+  std::string source_;
+  HfReport* report_;
+  std::vector<std::string> names_;
+};
+
+Status RequireFalse(Fields& f, const std::string& field, const std::string& what) {
+  SSDTRAIN_ASSIGN_OR_RETURN(bool v, f.BoolOr(field, false));
+  if (v) return f.NotModelled(field, what, "false");
+  return Status::Ok();
+}
+
+// Heads divide the width (unless head_dim is explicit) and kv heads divide heads,
+// in the file's own field names.
+Status CheckHeads(const Fields& f, const ModelConfig& c, const char* heads, const char* hidden,
+                  const char* kv) {
+  if (c.head_dim == 0 && c.hidden % c.heads != 0) {
+    return f.Bad(heads, Str(c.heads) + " does not divide " + hidden + " " + Str(c.hidden) +
+                            " (and no head_dim is given)");
+  }
+  if (c.kv_heads != 0 && c.heads % c.kv_heads != 0) {
+    return f.Bad(kv, Str(c.kv_heads) + " does not divide " + heads + " " + Str(c.heads));
+  }
+  return Status::Ok();
+}
+
+// A sliding window shorter than the positions changes attention's cost and saved
+// bytes at long sequences, which the trace does not model.
+Status CheckSlidingWindow(Fields& f, const std::string& model_type, int64_t max_positions) {
+  bool used = true;
+  if (model_type == "qwen2") {
+    SSDTRAIN_ASSIGN_OR_RETURN(used, f.BoolOr("use_sliding_window", false));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> window, f.OptionalSize("sliding_window", ""));
+  if (model_type == "qwen2" && f.Has("max_window_layers") && !used) {
+    f.Assume("sliding_window and max_window_layers unused: use_sliding_window is false");
+  }
+  if (used && window && *window < max_positions) {
+    return f.NotModelled(
+        "sliding_window",
+        Str(*window) + " (shorter than max_position_embeddings " + Str(max_positions) +
+            "): sliding-window attention is",
+        "null, or at least max_position_embeddings" +
+            std::string(model_type == "qwen2" ? ", or use_sliding_window false" : ""));
+  }
+  return Status::Ok();
+}
+
+// llama, mistral and qwen2: RMSNorm, rotary positions, SwiGLU, no biases, untied.
+Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelConfig* c) {
+  c->family = "llama";
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv,
+                            f.OptionalSize("num_key_value_heads", "kv_heads"));
+  c->kv_heads = kv.value_or(0);
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim,
+                            f.OptionalSize("head_dim", "head_dim"));
+  c->head_dim = head_dim.value_or(0);
+  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("max_position_embeddings", ""));
+  SSDTRAIN_RETURN_IF_ERROR(
+      CheckHeads(f, *c, "num_attention_heads", "hidden_size", "num_key_value_heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("hidden_act", "silu"));
+  if (act != "silu") {
+    return f.NotModelled("hidden_act", "\"" + act + "\" for " + model_type + " is",
+                         "silu, the SwiGLU MLP of three matrices");
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", false));
+  if (tied) {
+    return f.NotModelled("tie_word_embeddings",
+                         "true (an output layer tied to the embeddings) for " + model_type + " is",
+                         "false");
+  }
+  if (model_type == "llama") {
+    SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "attention_bias", "true (q/k/v/o biases) is"));
+    SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "mlp_bias", "true (MLP biases) is"));
+  } else {
+    SSDTRAIN_RETURN_IF_ERROR(CheckSlidingWindow(f, model_type, positions));
+  }
+  if (model_type == "qwen2") {
+    f.Assume("qwen2's q/k/v projection biases (" + Str((c->heads + 2 * KvHeads(*c)) * HeadDim(*c)) +
+             " parameters per layer) are not in the trace");
+  }
+  return positions;
+}
+
+// GPT-2: learned positions, LayerNorm, GELU MLP, biases, dropout, tied output.
+Result<int64_t> ReadGpt2(Fields& f, ModelConfig* c) {
+  c->family = "gpt";
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("n_embd", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("n_layer", "layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("n_head", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> inner, f.OptionalSize("n_inner", "ffn_hidden"));
+  c->ffn_hidden = inner.value_or(0);
+  if (!inner) f.Assume("ffn_hidden 4 x n_embd: n_inner is null or absent");
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("n_positions", ""));
+  SSDTRAIN_RETURN_IF_ERROR(CheckHeads(f, *c, "n_head", "n_embd", ""));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("activation_function", "gelu_new"));
+  if (!OneOf(kGelus, act)) {
+    return f.NotModelled("activation_function", "\"" + act + "\" is", List(kGelus));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", true));
+  if (!tied)
+    return f.NotModelled("tie_word_embeddings", "false (an untied output layer) is", "true");
+  SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "add_cross_attention", "true (cross-attention) is"));
+  f.Assume("learned position embeddings of seq_len rows (the file allows n_positions " +
+           Str(positions) + ")");
+  return positions;
+}
+
+// BERT: as Megatron's BERT with --bert-no-binary-head (no pooler, MLM head).
+Result<int64_t> ReadBert(Fields& f, ModelConfig* c) {
+  c->family = "bert";
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("max_position_embeddings", ""));
+  SSDTRAIN_RETURN_IF_ERROR(CheckHeads(f, *c, "num_attention_heads", "hidden_size", ""));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("hidden_act", "gelu"));
+  if (act != "gelu") return f.NotModelled("hidden_act", "\"" + act + "\" is", "gelu");
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string pos, f.StringOr("position_embedding_type", "absolute"));
+  if (pos != "absolute") {
+    return f.NotModelled("position_embedding_type", "\"" + pos + "\" is", "absolute");
+  }
+  if (f.Has("type_vocab_size")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(int64_t types, f.Size("type_vocab_size", ""));
+    if (types != kBertTokenTypes) {
+      return f.NotModelled("type_vocab_size", Str(types) + " token types are",
+                           Str(kBertTokenTypes));
+    }
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", true));
+  if (!tied)
+    return f.NotModelled("tie_word_embeddings", "false (an untied output layer) is", "true");
+  SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "is_decoder", "true (a causal BERT) is"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "add_cross_attention", "true (cross-attention) is"));
+  f.Assume("the masked-LM head (dense, GELU, LayerNorm, tied logits), no pooler or NSP head");
+  f.Assume("learned position embeddings of seq_len rows (the file allows " + Str(positions) + ")");
+  return positions;
+}
+
+// seq_len and dtype: the training-time choices the file does not make.
+Status ReadTrainingDefaults(Fields& f, int64_t positions, ModelConfig* c) {
+  c->seq_len = std::min(positions, kHfDefaultSeqLen);
+  f.Assume("seq_len " + Str(c->seq_len) + ": min(max positions " + Str(positions) + ", " +
+           Str(kHfDefaultSeqLen) + ")");
+  const char* field = f.Has("torch_dtype") ? "torch_dtype" : "dtype";
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string dtype, f.StringOr(field, ""));
+  if (dtype.empty()) {
+    c->dtype = "bf16";
+    f.Assume("dtype bf16: the file has no torch_dtype");
+  } else if (dtype == "bfloat16") {
+    c->dtype = "bf16";
+  } else if (dtype == "float16") {
+    c->dtype = "fp16";
+  } else if (dtype == "float32") {
+    c->dtype = "fp32";
+  } else {
+    return f.NotModelled(field, "\"" + dtype + "\" is", "bfloat16, float16, float32");
+  }
+  f.Assume("micro_batch 1, tp 1, pp 1, standard attention, Adam with mixed precision");
+  return Status::Ok();
+}
+
+Result<int64_t> ReadFamily(Fields& f, const std::string& model_type, ModelConfig* c) {
+  if (model_type == "gpt2") return ReadGpt2(f, c);
+  if (model_type == "bert") return ReadBert(f, c);
+  return ReadLlamaLike(f, model_type, c);
+}
+
+void ListIgnored(const nlohmann::json& j, const std::vector<std::string>& read, HfReport* report) {
+  if (report == nullptr) return;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "model_type") continue;
+    if (std::find(read.begin(), read.end(), key) == read.end()) report->ignored.push_back(key);
+  }
+}
+
+}  // namespace
+
+bool IsHfConfig(const nlohmann::json& j) {
+  return j.is_object() && (j.contains("model_type") || j.contains("architectures"));
+}
+
+std::string HfConfigName(const std::string& path) {
+  const std::filesystem::path p(path);
+  if (p.filename() != "config.json") return p.stem().string();
+  const std::filesystem::path dir = std::filesystem::absolute(p).parent_path();
+  return dir.filename().string();
+}
+
+Result<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j, const std::string& source,
+                                          const std::string& name, HfReport* report) {
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Make(j, JsonPath(source, "")));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string model_type, r.String("model_type"));
+  if (OneOf(kMoe, model_type)) {
+    return Status::InvalidArgument(source + ": model_type: \"" + model_type +
+                                   "\" is a mixture-of-experts model; mixture-of-experts is "
+                                   "planned, not yet modelled");
+  }
+  if (!OneOf(kSupported, model_type)) {
+    return Status::InvalidArgument(source + ": model_type: \"" + model_type +
+                                   "\" is not supported (supported: " + List(kSupported) + ")");
+  }
+  if (report != nullptr) report->model_type = model_type;
+  Fields f(std::move(r), source, report);
+  ModelConfig c;
+  c.name = name;
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, ReadFamily(f, model_type, &c));
+  SSDTRAIN_RETURN_IF_ERROR(ReadTrainingDefaults(f, positions, &c));
+  ListIgnored(j, f.read(), report);
+  SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source));
+  return c;
+}
+
+}  // namespace ssdtrain::models

@@ -1,0 +1,68 @@
+// Hugging Face `config.json` files as model configs.
+//
+// A file is recognised as Hugging Face's by its `model_type` or `architectures`
+// key (IsHfConfig); LoadModelConfig (model_config.h) then reads it here. Each
+// supported model_type has its own explicit field mapping onto ModelConfig:
+//
+//   model_type        family  width / depth / heads / ffn
+//   llama, mistral,   llama   hidden_size, num_hidden_layers, num_attention_heads,
+//   qwen2                     num_key_value_heads, head_dim, intermediate_size
+//   gpt2              gpt     n_embd, n_layer, n_head, n_inner (null: 4·n_embd)
+//   bert              bert    hidden_size, num_hidden_layers, num_attention_heads,
+//                             intermediate_size
+//
+// and vocab_size, max_position_embeddings (gpt2: n_positions), the activation
+// (llama family: silu, the three-matrix SwiGLU MLP; gpt2 and bert: gelu, two
+// matrices) and tie_word_embeddings (llama family untied, gpt2 and bert tied).
+//
+// A field that changes the compute in a way the trace does not model is refused
+// with "FILE: FIELD: ... not modelled (supported: ...)", never approximated:
+// another activation, tied llama embeddings, attention or MLP biases
+// (attention_bias, mlp_bias), a sliding window shorter than the positions, BERT's
+// relative position embeddings or other token-type counts. Mixture-of-experts
+// model_types are refused as planned; any other model_type names the supported
+// ones. Fields that do not change the compute (token ids, rope_theta,
+// rope_scaling, norm epsilons, dropout rates...) are ignored and listed in the
+// report.
+//
+// Training-time choices are not in the file and get these defaults:
+// seq_len min(max_position_embeddings, 4096), micro_batch 1, dtype the file's
+// torch_dtype (or `dtype`; bfloat16 -> bf16, float16 -> fp16, float32 -> fp32)
+// or bf16 without one, tp 1, pp 1, standard attention, Adam with mixed precision.
+// The CLI's flags override them (ApplyOverrides).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "models/model_config.h"
+#include "traces/status.h"
+
+namespace ssdtrain::models {
+
+// What a Hugging Face config gave and what was assumed, for `trace --summary`.
+struct HfReport {
+  std::string model_type;            // "llama"
+  std::vector<std::string> read;     // "hidden_size 4096 -> hidden"
+  std::vector<std::string> assumed;  // "seq_len 4096: min(max_position_embeddings 8192, 4096)"
+  std::vector<std::string> ignored;  // top-level fields that were not read
+};
+
+// The default sequence length cap: seq_len = min(max_position_embeddings, this).
+inline constexpr int64_t kHfDefaultSeqLen = 4096;
+
+// True for a JSON object with a `model_type` or an `architectures` key.
+bool IsHfConfig(const nlohmann::json& j);
+
+// Maps one Hugging Face config object onto a validated ModelConfig named `name`.
+// `source` names the file in messages; `report` (may be null) receives what was
+// read, assumed and ignored.
+Result<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j, const std::string& source,
+                                          const std::string& name, HfReport* report);
+
+// The model name for a config file: the folder's name for ".../<folder>/config.json",
+// else the file's stem.
+std::string HfConfigName(const std::string& path);
+
+}  // namespace ssdtrain::models

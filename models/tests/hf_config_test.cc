@@ -1,0 +1,250 @@
+// Hugging Face config.json files (models/tests/hf/, sources in its README.md):
+// each real file's parameter count against the published figure, the Llama-3-8B
+// file against our own llama-3-8b config, and malformed files refused with one
+// line naming the file and the field.
+#include "models/hf_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "models/build_trace.h"
+#include "traces/summary.h"
+#include "traces/validate.h"
+
+namespace ssdtrain::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string HfDir(const std::string& model) {
+  return std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/" + model;
+}
+
+// Loads models/tests/hf/<model>/config.json and returns its parameter count.
+int64_t Params(const std::string& model) {
+  const Result<ModelConfig> c = LoadModelConfig(HfDir(model) + "/config.json");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) return 0;
+  const Result<int64_t> p = ParameterCount(*c);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return p.ok() ? *p : 0;
+}
+
+// Within 0.5% of the published count.
+void ExpectNear(int64_t params, double published) {
+  EXPECT_LT(std::abs(static_cast<double>(params) - published), 0.005 * published)
+      << params << " vs published " << published;
+}
+
+// Llama 2 7B: 6.74 B (Hugging Face hub, meta-llama/Llama-2-7b-hf, "6.74B params").
+// 2 x 32000 x 4096 untied embeddings + 32 x (4·4096² + 3·4096·11008 + 2·4096) + 4096
+// = 6,738,415,616 exactly (32000 is already a multiple of 128).
+TEST(HfConfig, Llama2SevenBHasItsPublishedParameterCount) {
+  EXPECT_EQ(Params("llama-2-7b-chat-hf"), 6738415616);
+  ExpectNear(Params("llama-2-7b-chat-hf"), 6.74e9);
+}
+
+// Llama 3 8B: 8.03 B (Hugging Face hub, meta-llama/Meta-Llama-3-8B, "8.03B params").
+TEST(HfConfig, Llama3EightBHasItsPublishedParameterCount) {
+  ExpectNear(Params("meta-llama-3-8b-instruct"), 8.03e9);
+}
+
+// Mistral NeMo 12B: 12.2 B (Hugging Face hub, mistralai/Mistral-Nemo-Base-2407,
+// "12.2B params"). Its head_dim 128 is not hidden_size / heads (160).
+TEST(HfConfig, MistralNemoHasItsPublishedParameterCountWithItsExplicitHeadDim) {
+  ExpectNear(Params("mistral-nemo-base-2407"), 12.2e9);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("mistral-nemo-base-2407"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(HeadDim(*c), 128);
+  EXPECT_EQ(KvHeads(*c), 8);
+}
+
+// Qwen2.5-7B: 7.61 B (its Hugging Face model card, "Number of Parameters: 7.61B");
+// the trace leaves out the q/k/v biases (28 x 4608 parameters).
+TEST(HfConfig, Qwen25SevenBHasItsPublishedParameterCount) {
+  ExpectNear(Params("qwen2.5-7b"), 7.61e9);
+}
+
+// GPT-2 small: 124 M (Hugging Face hub, openai-community/gpt2, "124M params"); the
+// vocabulary is padded 50257 -> 50304 as the trace pads it (+36,096).
+TEST(HfConfig, Gpt2HasItsPublishedParameterCount) { ExpectNear(Params("gpt2"), 124e6); }
+
+// BERT-base: 110 M (Devlin et al. 2019, §3: "BERT-BASE ... Total Parameters=110M").
+TEST(HfConfig, BertBaseHasItsPublishedParameterCount) {
+  ExpectNear(Params("bert-base-uncased"), 110e6);
+}
+
+// The Llama-3-8B config.json and configs/models/llama-3-8b.json describe one model:
+// at the same training settings their traces agree on weights and saved bytes.
+TEST(HfConfig, Llama3FileTracesLikeOurLlama3Config) {
+  const Result<ModelConfig> ours =
+      LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/llama-3-8b.json");
+  ASSERT_TRUE(ours.ok()) << ours.status().ToString();
+  Result<ModelConfig> hf = LoadModelConfig(HfDir("meta-llama-3-8b-instruct"));
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  ModelConfig theirs = *hf;
+  theirs.seq_len = ours->seq_len;
+  theirs.tp = ours->tp;
+  theirs.sequence_parallel = ours->sequence_parallel;
+  theirs.attention = ours->attention;
+  theirs.name = ours->name;
+  EXPECT_EQ(ToJson(theirs), ToJson(*ours));
+  const Result<traces::Trace> a = BuildTrace(*ours), b = BuildTrace(theirs);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const traces::TraceSummary sa = traces::Summarize(*a), sb = traces::Summarize(*b);
+  EXPECT_EQ(sa.weight_bytes, sb.weight_bytes);
+  EXPECT_EQ(sa.total.saved_bytes, sb.total.saved_bytes);
+  EXPECT_EQ(ParameterCount(*ours).value(), ParameterCount(theirs).value());
+}
+
+TEST(HfConfig, FolderIsReadAsItsConfigJsonAndNamedAfterTheFolder) {
+  HfReport report;
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("meta-llama-3-8b-instruct"), &report);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->name, "meta-llama-3-8b-instruct");
+  EXPECT_EQ(c->family, "llama");
+  // max_position_embeddings 8192 -> min(8192, 4096); torch_dtype bfloat16.
+  EXPECT_EQ(c->seq_len, 4096);
+  EXPECT_EQ(c->dtype, "bf16");
+  EXPECT_EQ(c->micro_batch, 1);
+  EXPECT_EQ(report.model_type, "llama");
+  EXPECT_NE(std::find(report.read.begin(), report.read.end(), "num_key_value_heads 8 -> kv_heads"),
+            report.read.end());
+  EXPECT_NE(std::find(report.ignored.begin(), report.ignored.end(), "rope_theta"),
+            report.ignored.end());
+  EXPECT_FALSE(report.assumed.empty());
+}
+
+TEST(HfConfig, EveryRealDenseFileTracesAndValidates) {
+  for (const char* model : {"llama-2-7b-chat-hf", "meta-llama-3-8b-instruct",
+                            "mistral-nemo-base-2407", "qwen2.5-7b", "gpt2", "bert-base-uncased"}) {
+    SCOPED_TRACE(model);
+    Result<ModelConfig> c = LoadModelConfig(HfDir(model));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    c->seq_len = 128;  // small: the structure, not the size, is under test
+    const Result<traces::Trace> t = BuildTrace(*c);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_TRUE(traces::Validate(*t, model).ok());
+  }
+}
+
+// Malformed and unsupported files: one line naming the file and the field.
+class HfConfigErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ssdtrain-hf-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // A Llama-2-7B-shaped file with `extra` fields appended (later keys win).
+  std::string Message(const std::string& fields) {
+    const std::string path = (dir_ / "config.json").string();
+    std::ofstream(path) << "{" << fields << "}";
+    const Status s = LoadModelConfig(path).status();
+    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+    return s.message();
+  }
+  std::string Llama(const std::string& extra) {
+    return Message(
+        R"("model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 11008,
+           "vocab_size": 32000, "max_position_embeddings": 4096)" +
+        extra);
+  }
+  std::string File() const { return (dir_ / "config.json").string(); }
+  fs::path dir_;
+};
+
+TEST_F(HfConfigErrors, WrongTypeNamesTheField) {
+  EXPECT_EQ(Llama(R"(, "hidden_size": "4096")"),
+            File() + ": hidden_size: expected an integer, got string");
+}
+
+TEST_F(HfConfigErrors, MissingKeyNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "llama", "hidden_size": 4096)"),
+            File() + ": num_hidden_layers: missing required field");
+}
+
+TEST_F(HfConfigErrors, HeadsNotDividingHiddenNameTheHeads) {
+  EXPECT_EQ(Llama(R"(, "num_attention_heads": 30, "num_key_value_heads": 30)"),
+            File() +
+                ": num_attention_heads: 30 does not divide hidden_size 4096 (and no "
+                "head_dim is given)");
+}
+
+TEST_F(HfConfigErrors, KvHeadsNotDividingHeadsNameTheKvHeads) {
+  EXPECT_EQ(Llama(R"(, "num_key_value_heads": 3)"),
+            File() + ": num_key_value_heads: 3 does not divide num_attention_heads 32");
+}
+
+TEST_F(HfConfigErrors, UnknownModelTypeNamesTheSupportedOnes) {
+  EXPECT_EQ(Message(R"("model_type": "rwkv", "architectures": ["RwkvForCausalLM"])"),
+            File() +
+                ": model_type: \"rwkv\" is not supported (supported: bert, gpt2, llama, "
+                "mistral, qwen2)");
+}
+
+TEST_F(HfConfigErrors, ArchitecturesWithoutModelTypeNameTheModelType) {
+  EXPECT_EQ(Message(R"("architectures": ["LlamaForCausalLM"])"),
+            File() + ": model_type: missing required field");
+}
+
+TEST(HfConfig, MixtureOfExpertsIsRefusedAsPlanned) {
+  const std::string path = HfDir("qwen3-30b-a3b") + "/config.json";
+  EXPECT_EQ(LoadModelConfig(path).status().message(),
+            path +
+                ": model_type: \"qwen3_moe\" is a mixture-of-experts model; "
+                "mixture-of-experts is planned, not yet modelled");
+}
+
+TEST_F(HfConfigErrors, SlidingWindowShorterThanThePositionsIsNotModelled) {
+  EXPECT_EQ(Message(R"("model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+           "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096)"),
+            File() +
+                ": sliding_window: 4096 (shorter than max_position_embeddings 32768): "
+                "sliding-window attention is not modelled (supported: null, or at least "
+                "max_position_embeddings)");
+}
+
+TEST_F(HfConfigErrors, TiedLlamaEmbeddingsAreNotModelled) {
+  EXPECT_EQ(Llama(R"(, "tie_word_embeddings": true)"),
+            File() +
+                ": tie_word_embeddings: true (an output layer tied to the embeddings) for "
+                "llama is not modelled (supported: false)");
+}
+
+TEST_F(HfConfigErrors, AnotherActivationIsNotModelled) {
+  EXPECT_EQ(Llama(R"(, "hidden_act": "gelu")"),
+            File() +
+                ": hidden_act: \"gelu\" for llama is not modelled (supported: silu, the "
+                "SwiGLU MLP of three matrices)");
+}
+
+TEST_F(HfConfigErrors, AttentionBiasIsNotModelled) {
+  EXPECT_EQ(Llama(R"(, "attention_bias": true)"),
+            File() + ": attention_bias: true (q/k/v/o biases) is not modelled (supported: false)");
+}
+
+TEST_F(HfConfigErrors, ZeroSizeNamesTheField) {
+  EXPECT_EQ(Llama(R"(, "num_hidden_layers": 0)"),
+            File() + ": num_hidden_layers: must be >= 1, got 0");
+}
+
+TEST_F(HfConfigErrors, UnknownTorchDtypeIsNotModelled) {
+  EXPECT_EQ(Llama(R"(, "torch_dtype": "int8")"),
+            File() +
+                ": torch_dtype: \"int8\" is not modelled (supported: bfloat16, float16, "
+                "float32)");
+}
+
+}  // namespace
+}  // namespace ssdtrain::models
