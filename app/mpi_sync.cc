@@ -432,20 +432,19 @@ class MpiSync final : public RankSync {
   }
 
   // Receives a message's first piece: its header into `*h`, the `first`
-  // payload bytes after it into `host`, in one receive.
+  // payload bytes after it into `host`. Through a warm buffer of our own and
+  // one copy out: a derived datatype scattering header and payload (one
+  // receive, no copy) ran the pipeline's sends 30-40% slower on Open MPI's
+  // shared memory (tiny-gpt pp 2: 380 -> 520 ms a step).
   Status ReceiveFirstPiece(int from, WireHeader* h, char* host, int64_t first) {
-    MPI_Aint at[2];
-    MPI_Get_address(h, &at[0]);
-    MPI_Get_address(host, &at[1]);
-    const int lengths[2] = {static_cast<int>(kHeaderBytes), static_cast<int>(first)};
-    MPI_Datatype type;
-    MPI_Type_create_hindexed(2, lengths, at, MPI_BYTE, &type);
-    MPI_Type_commit(&type);
-    const int rc =
-        MPI_Recv(MPI_BOTTOM, 1, type, from, kPipelineTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    MPI_Type_free(&type);
+    const auto count = static_cast<size_t>(kHeaderBytes + first);
+    if (receive_buffer_.size() < count) receive_buffer_.resize(count);
+    const int rc = MPI_Recv(receive_buffer_.data(), static_cast<int>(count), MPI_BYTE, from,
+                            kPipelineTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Recv from rank " + std::to_string(from));
     ++received_from_[static_cast<size_t>(from)];
+    std::memcpy(h, receive_buffer_.data(), sizeof(*h));
+    std::memcpy(host, receive_buffer_.data() + kHeaderBytes, static_cast<size_t>(first));
     return Status::Ok();
   }
 
@@ -479,6 +478,7 @@ class MpiSync final : public RankSync {
   std::vector<PendingSend> pending_;
   std::vector<MPI_Request> abort_requests_;                      // completed by Drain
   std::vector<std::unique_ptr<std::vector<char>>> free_copies_;  // completed sends' copies
+  std::vector<char> receive_buffer_;  // a first piece lands here (ReceiveFirstPiece)
   std::vector<long long> sent_to_, received_from_;
   bool aborted_ = false;
   std::string abort_text_;  // the abort messages' buffer, kept until they complete
