@@ -48,9 +48,6 @@ Status StageSimulator::BuildStorages() {
   }
   for (const Storage& s : storages_) {
     if (s.persistent) result_.static_bytes += s.memory;
-    if (s.activation && s.saved && s.action == TensorAction::kKeep) {
-      result_.kept_activation_bytes += s.memory;
-    }
   }
   if (workspace_bytes_ > 0) result_.static_bytes += workspace_bytes_;
   result_.host_region_bytes = sp.host_region_bytes;

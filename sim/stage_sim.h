@@ -84,7 +84,6 @@ struct StageResult {
   int64_t peak_gpu_bytes = 0;
   int64_t peak_activation_bytes = 0;
   int64_t static_bytes = 0;           // resident all step (weights, grads, optimizer state)
-  int64_t kept_activation_bytes = 0;  // saved activations the plan keeps on the device
   // What the micro-batch holds while it waits between its forward and its
   // backward pass: the non-persistent storages resident when its first backward
   // op is issued, after that op's eviction points and before its reads and
