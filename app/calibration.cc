@@ -129,6 +129,7 @@ sim::HardwareOptions ApplyCalibration(sim::HardwareOptions hw, const exec::Calib
   hw.storage.drive.queue_depth = o.queue_depth;
   hw.storage.drive.request_KiB = static_cast<double>(o.block_size) / 1024.0;
   if (c.op_overhead_us > 0) hw.gpu.op_overhead_us = c.op_overhead_us;
+  hw.gpu.io_overhead_us_per_MiB = c.io_overhead_us_per_MiB;
   // The executor issues op i when op i - max_ops_ahead has finished, and the
   // prefetches op i triggers with it.
   hw.gpu.issue_ahead_ops = exec::ReplayOptions{}.max_ops_ahead;

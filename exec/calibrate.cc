@@ -32,6 +32,9 @@ constexpr int kLatencyProbes = 7;
 constexpr int kOpTimingSteps = 4;     // measured keep-everything steps per trace, after a warm-up
 constexpr int kOpTimingAttempts = 3;  // replays at most, until the steps agree
 constexpr double kOpTimingSteadySpread = 0.04;  // (slowest - fastest) / fastest step
+constexpr int kIoOverheadPairs = 3;             // keep / offload-everything replay pairs
+constexpr int kIoOverheadSteps = 1;             // measured steps of each, after a warm-up
+constexpr int64_t kIoOverheadMinBytes = int64_t{1} << 20;  // storages the offload replay moves
 
 int64_t Median(std::vector<int64_t> v) {
   std::sort(v.begin(), v.end());
@@ -318,6 +321,58 @@ Status MeasureTraceOps(Device& device, const CalibrationOptions& o, Calibration*
   return Status::Ok();
 }
 
+// What the offload engine's SSD traffic costs the ops beside it
+// (Calibration::io_overhead_us_per_MiB): keep-everything and offload-everything
+// replays of the first trace with storages of 1 MiB or more (the figure is
+// the host's, not the model's, and a large model's replays are long),
+// interleaved in pairs so that a slow minute of a shared machine lands on both
+// halves of a pair.
+Status MeasureIoOverhead(Device& device, const CalibrationOptions& o, Calibration* out) {
+  for (const traces::Trace& trace : o.traces) {
+    traces::OffloadAllOptions offload;
+    offload.min_bytes = kIoOverheadMinBytes;
+    const traces::Plan offload_plan = traces::OffloadAllPlan(trace, offload);
+    if (offload_plan.placements.empty()) continue;  // every rank skips it alike
+    const traces::Plan keep_plan = traces::KeepAllPlan(trace);
+    if (o.progress)
+      o.progress("what SSD traffic costs the ops of " + trace.header.model +
+                 " (keep and offload-everything replays, " + std::to_string(kIoOverheadPairs) +
+                 " pairs)");
+    ReplayOptions ro;
+    ro.dir = o.dir;
+    ro.backend = o.backend;
+    ro.steps = kIoOverheadSteps;
+    ro.device_memory_bytes = device.capacity_bytes();
+    ro.cpu_compute_threads = o.device.cpu_compute_threads;
+    ro.cpu_pin_threads = o.device.cpu_pin_threads;
+    ro.device = &device;
+    ro.block_size = o.block_size;
+    ro.queue_depth = o.queue_depth;
+    ro.allow_buffered_io = o.allow_buffered_io;
+    std::vector<double> pairs;
+    for (int p = 0; p < kIoOverheadPairs; ++p) {
+      if (o.before_measurement) SSDTRAIN_RETURN_IF_ERROR(o.before_measurement());
+      Result<ReplayResult> keep = Replay(trace, keep_plan, ro, "calibration keep plan");
+      if (!keep.ok()) return keep.status().WithPrefix("SSD traffic's cost, " + trace.header.model);
+      if (o.before_measurement) SSDTRAIN_RETURN_IF_ERROR(o.before_measurement());
+      Result<ReplayResult> moved = Replay(trace, offload_plan, ro, "calibration offload plan");
+      if (!moved.ok()) return moved.status().WithPrefix("SSD traffic's cost, " + trace.header.model);
+      const traces::StepMetrics& m = moved->metrics;
+      const int64_t bytes = m.ssd_bytes_written + m.ssd_bytes_read;
+      if (bytes <= 0) continue;
+      const int64_t extra = m.step_time_ns - m.exposed_io_ns - keep->metrics.step_time_ns;
+      pairs.push_back(std::max<double>(0, static_cast<double>(extra) / 1e3 /
+                                              (static_cast<double>(bytes) / 1048576.0)));
+    }
+    if (!pairs.empty()) {
+      std::sort(pairs.begin(), pairs.end());
+      out->io_overhead_us_per_MiB = pairs[pairs.size() / 2];
+    }
+    break;
+  }
+  return Status::Ok();
+}
+
 // Calls f on every measured figure of c, in MeasuredFigures' order.
 template <class C, class F>
 void ForEachFigure(C& c, F f) {
@@ -331,6 +386,7 @@ void ForEachFigure(C& c, F f) {
   f(c.ssd_read_latency_us);
   for (auto& s : c.ops) f(s.ns);
   f(c.op_overhead_us);
+  f(c.io_overhead_us_per_MiB);
 }
 
 }  // namespace
@@ -391,6 +447,7 @@ Result<Calibration> Calibrate(const CalibrationOptions& o) {
   SSDTRAIN_RETURN_IF_ERROR(before());
   SSDTRAIN_RETURN_IF_ERROR(MeasureSsd(o, &out));
   SSDTRAIN_RETURN_IF_ERROR(MeasureTraceOps(**device, o, &out));
+  SSDTRAIN_RETURN_IF_ERROR(MeasureIoOverhead(**device, o, &out));
   return out;
 }
 

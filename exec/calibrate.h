@@ -97,6 +97,15 @@ struct Calibration {
   // Host-side cost per op that the op times do not contain (issuing, event
   // waits): (step time − Σ op times) / ops of the keep-everything replays.
   double op_overhead_us = 0;
+  // Compute time each MiB of SSD traffic (written or read) takes from the
+  // ops beside it: the step of an offload-everything replay (storages of 1 MiB
+  // and more), less its exposed I/O, minus the keep-everything step, over the
+  // MiB it moved; the median of 3 interleaved pairs, on the first trace that
+  // has such storages (the figure is the host's; a large model's replays are
+  // long). On the CPU
+  // backend the engine's copies and submissions share the ops' cores (one core
+  // per rank under mpirun). 0: no trace had such a storage.
+  double io_overhead_us_per_MiB = 0;
 };
 
 Result<Calibration> Calibrate(const CalibrationOptions& options);

@@ -36,6 +36,13 @@ struct GpuOptions {
   double memory_GiB = 0;        // capacity, 2^30 bytes
   double reserved_GiB = 0;      // taken by the runtime, allocator slack and workspaces
   double op_overhead_us = 0;    // launch/dispatch cost added to every op
+  // Compute time each MiB the offload engine moves between the device and the
+  // SSD (written, or read back) takes from the ops beside it, when the engine's
+  // copies and I/O submission run on the cores the ops run on: the CPU
+  // backend, one core per rank under mpirun. The simulator adds it to the op
+  // that next starts. 0 (default): a GPU, whose copies are DMA and whose I/O
+  // threads have cores of their own; `calibrate` measures it.
+  double io_overhead_us_per_MiB = 0;
   // How far the host runs ahead of the device: op i is issued, and the
   // prefetches it triggers start, once op i - issue_ahead_ops has finished.
   // 1 (default): each op when the one before it ends. ssdtrain's executor

@@ -80,6 +80,9 @@ struct StageResult {
   int64_t forward_compute_ns = 0;  // sum of forward op durations
   int64_t compute_busy_ns = 0;     // sum of all op durations, recompute included
   int64_t recompute_ns = 0;
+  // What the offload engine's SSD traffic took from the ops' cores
+  // (gpu.io_overhead_us_per_MiB): time before ops start, not in compute_busy_ns.
+  int64_t io_overhead_ns = 0;
   int64_t exposed_io_ns = 0;  // compute waiting on reads + I/O after the last op
   int64_t peak_gpu_bytes = 0;
   int64_t peak_activation_bytes = 0;

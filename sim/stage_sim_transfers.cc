@@ -12,6 +12,7 @@ void StageSimulator::StartOffload(size_t sid) {
   Storage& s = storages_[sid];
   s.write = WriteState::kQueued;
   const TensorId t = s.root;
+  if (s.action == TensorAction::kOffloadSsd) io_bytes_unpaid_ += s.bytes;
   if (s.action == TensorAction::kOffloadSsd && hw_.storage.gds) {
     auto flow = std::make_shared<FluidNetwork::FlowId>(-1);
     *flow = net_.Start(Bytes{s.bytes}, {{d2h_, d2h_rate_}, {ssd_, ssd_write_rate_, kSsdWriteQueue}},
@@ -99,6 +100,7 @@ void StageSimulator::StartRead(size_t sid, bool after_running_op) {
     MaybeStartHostToDevice(sid);
     return;
   }
+  io_bytes_unpaid_ += s.bytes;  // an SSD read: its CPU cost (gpu.io_overhead_us_per_MiB)
   if (hw_.storage.gds) {
     if (!after_running_op) StartGdsRead(sid);
     return;

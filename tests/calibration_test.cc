@@ -70,7 +70,8 @@ TEST(ApplyCalibration, CpuRunsEveryDtypeAtItsFp32Rate) {
 
 TEST(MeasuredFigures, ListEveryFigureInOrderAndSetThemBack) {
   // What `mpirun -np N ssdtrain calibrate` averages: 1 GEMM, 1 memory pass,
-  // the 6 link and SSD figures, 1 op, the overhead: 10 figures.
+  // the 6 link and SSD figures, 1 op, the op overhead, the SSD traffic's
+  // overhead: 11 figures.
   exec::Calibration c;
   c.gemm = {Sample("fp32", 2'000'000, 100)};
   c.memory = {exec::BandwidthSample{1 << 20, 300}};
@@ -82,19 +83,21 @@ TEST(MeasuredFigures, ListEveryFigureInOrderAndSetThemBack) {
   c.ssd_read_latency_us = 40;
   c.ops = {exec::OpSample{traces::OpKind::kNorm, std::nullopt, "fp32", 4096, 7000}};
   c.op_overhead_us = 30.5;
+  c.io_overhead_us_per_MiB = 250.25;
   const std::vector<double> figures = exec::MeasuredFigures(c);
-  EXPECT_EQ(figures, (std::vector<double>{100, 300, 4, 5, 1.5, 1.75, 90, 40, 7000, 30.5}));
+  EXPECT_EQ(figures, (std::vector<double>{100, 300, 4, 5, 1.5, 1.75, 90, 40, 7000, 30.5, 250.25}));
   // Times stay whole nanoseconds (rounded), rates keep their fractions.
-  ASSERT_TRUE(exec::SetMeasuredFigures({150.6, 250, 3, 6, 1.25, 2, 80, 50, 6999.4, 31}, &c).ok());
+  ASSERT_TRUE(exec::SetMeasuredFigures({150.6, 250, 3, 6, 1.25, 2, 80, 50, 6999.4, 31, 200.5}, &c).ok());
   EXPECT_EQ(c.gemm[0].ns, 151);
   EXPECT_EQ(c.memory[0].ns, 250);
   EXPECT_DOUBLE_EQ(c.ssd_write_GBps, 1.25);
   EXPECT_EQ(c.ops[0].ns, 6999);
   EXPECT_DOUBLE_EQ(c.op_overhead_us, 31);
+  EXPECT_DOUBLE_EQ(c.io_overhead_us_per_MiB, 200.5);
   // A rank that measured other shapes cannot be averaged with this one.
   const Status wrong = exec::SetMeasuredFigures({1, 2, 3}, &c);
   EXPECT_FALSE(wrong.ok());
-  EXPECT_NE(wrong.message().find("3 given, this calibration has 10"), std::string::npos)
+  EXPECT_NE(wrong.message().find("3 given, this calibration has 11"), std::string::npos)
       << wrong.ToString();
 }
 

@@ -150,6 +150,9 @@ class StageSimulator {
   int64_t workspace_bytes_ = 0;  // the executor's GEMM workspace, when counted
   int64_t budget_bytes_ = 0;     // the plan's budget less what other micro-batches hold; 0: none
   int64_t scratch_bytes_ = 0;    // a running recompute's scratch outputs
+  // SSD bytes moved since the last op started, whose CPU cost the next op pays
+  // (gpu.io_overhead_us_per_MiB).
+  int64_t io_bytes_unpaid_ = 0;
   std::vector<Storage> storages_;
   std::vector<std::vector<size_t>> prefetch_at_;  // op id -> storages to prefetch
   std::vector<size_t> reads_after_op_;            // reads waiting for the running op to end

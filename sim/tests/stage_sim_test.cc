@@ -183,6 +183,36 @@ TEST(StageSim, UnlimitedSsdBandwidthMatchesKeepStepTime) {
   EXPECT_LT(ssd->metrics.peak_activation_bytes, keep->metrics.peak_activation_bytes);
 }
 
+TEST(StageSim, SsdTrafficTakesItsCpuCostFromTheOpsCores) {
+  // Four 1 MiB activations offloaded, every transfer hidden (1e9 GB/s); the
+  // last one is forwarded to its backward op, the other three read back: at
+  // 100 us per MiB moved, the step is keep's plus 4 writes and 3 reads of 100
+  // us each, spent before ops start (compute busy unchanged).
+  const traces::Trace trace = ChainTrace(4, 1 << 20, 100, 200);
+  HardwareOptions hw = TestHardware(1e9, 1e9, 1e9);
+  auto keep = SimulateStage(trace, BasePlan(trace), hw);
+  auto plan = MakeFixedPlan("offload-ssd", trace, hw, BasePlan(trace));
+  ASSERT_TRUE(keep.ok() && plan.ok());
+  ASSERT_EQ(plan->placements.size(), 4u);
+  auto free_io = SimulateStage(trace, *plan, hw);
+  hw.gpu.io_overhead_us_per_MiB = 100;
+  auto taxed = SimulateStage(trace, *plan, hw);
+  ASSERT_TRUE(free_io.ok() && taxed.ok());
+  EXPECT_EQ(free_io->step_ns, keep->step_ns);
+  EXPECT_EQ(free_io->io_overhead_ns, 0);
+  EXPECT_EQ(taxed->ssd_bytes_written, 4 << 20);
+  EXPECT_EQ(taxed->ssd_bytes_read, 3 << 20);
+  EXPECT_EQ(taxed->io_overhead_ns, 7 * 100'000);
+  EXPECT_EQ(taxed->step_ns, keep->step_ns + 7 * 100'000);
+  EXPECT_EQ(taxed->compute_busy_ns, keep->compute_busy_ns);
+  // Host offload moves no SSD bytes: no cost.
+  auto host = MakeFixedPlan("offload-host", trace, hw, BasePlan(trace));
+  ASSERT_TRUE(host.ok());
+  auto host_run = SimulateStage(trace, *host, hw);
+  ASSERT_TRUE(host_run.ok());
+  EXPECT_EQ(host_run->io_overhead_ns, 0);
+}
+
 TEST(StageSim, SameInputsGiveByteIdenticalJson) {
   const traces::Trace trace = ChainTrace(6, 1'000'000'000, 50'000'000, 100'000'000);
   const HardwareOptions hw = TestHardware(4, 8, 20);
