@@ -280,15 +280,19 @@ void StageSimulator::RecordBetween() {
   result_.between_passes_activation_bytes = activation;
 }
 
-bool StageSimulator::WritesWillFreeMemory() const {
-  for (const Storage& s : storages_) {
-    if (s.resident && !s.pinned && !s.held && s.pending_forward == 0 &&
-        s.read == ReadState::kNone &&
-        (s.write == WriteState::kQueued || s.write == WriteState::kStaged)) {
-      return true;
-    }
+bool StageSimulator::WritesWillFreeMemory() {
+  // Only a write in flight can free memory; the others leave the list.
+  size_t kept = 0;
+  bool frees = false;
+  for (size_t sid : writes_started_) {
+    const Storage& s = storages_[sid];
+    if (s.write != WriteState::kQueued && s.write != WriteState::kStaged) continue;
+    writes_started_[kept++] = sid;
+    frees = frees || (s.resident && !s.pinned && !s.held && s.pending_forward == 0 &&
+                      s.read == ReadState::kNone);
   }
-  return false;
+  writes_started_.resize(kept);
+  return frees;
 }
 
 void StageSimulator::FirePrefetches(size_t upto, std::optional<size_t> running) {

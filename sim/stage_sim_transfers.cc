@@ -11,6 +11,7 @@ namespace ssdtrain::sim::detail {
 void StageSimulator::StartOffload(size_t sid) {
   Storage& s = storages_[sid];
   s.write = WriteState::kQueued;
+  writes_started_.push_back(sid);
   const TensorId t = s.root;
   if (s.action == TensorAction::kOffloadSsd) io_bytes_unpaid_ += s.bytes;
   if (s.action == TensorAction::kOffloadSsd && hw_.storage.gds) {
