@@ -31,17 +31,8 @@ Status StageSimulator::BuildStorages() {
     s.prefetch_before = info.prefetch_before;
     s.evict_before = info.evict_before;
   }
-  auto to_size = [](const std::vector<std::vector<int>>& in,
-                    std::vector<std::vector<size_t>>& out) {
-    out.resize(in.size());
-    for (size_t i = 0; i < in.size(); ++i) out[i].assign(in[i].begin(), in[i].end());
-  };
-  to_size(sp.prefetch_at, prefetch_at_);
-  to_size(sp.evict_at, evict_at_);
-  to_size(sp.op_inputs, op_inputs_);
-  to_size(sp.op_outputs, op_outputs_);
   for (const traces::Op& op : trace_.ops) {
-    for (size_t s : op_inputs_[static_cast<size_t>(op.id)]) {
+    for (size_t s : resolved_.op_inputs[static_cast<size_t>(op.id)]) {
       ++storages_[s].pending;
       if (op.phase == Phase::kForward) ++storages_[s].pending_forward;
     }
@@ -192,7 +183,7 @@ void StageSimulator::TryIssue() {
     // waits for a write that has not landed yet (the replay does the same).
     if (!item.recompute) {
       bool evicting = false;
-      for (size_t sid : evict_at_[op_index]) {
+      for (size_t sid : resolved_.evict_at[op_index]) {
         Storage& s = storages_[sid];
         s.evict_due = true;
         MaybeRelease(s);
@@ -210,7 +201,7 @@ void StageSimulator::TryIssue() {
     if (!item.recompute) FirePrefetches(op_index);
     bool waiting = false;
     bool pushed = false;
-    for (size_t sid : op_inputs_[op_index]) {
+    for (size_t sid : resolved_.op_inputs[op_index]) {
       Storage& s = storages_[sid];
       if (s.resident) {
         if (s.read == ReadState::kMoving) {
@@ -249,7 +240,7 @@ void StageSimulator::TryIssue() {
     // wait for writes in flight to land and evict (the replay does the same).
     if (!waiting && budget_bytes_ > 0) {
       int64_t need = 0;
-      for (size_t sid : op_outputs_[op_index]) {
+      for (size_t sid : resolved_.op_outputs[op_index]) {
         const Storage& s = storages_[sid];
         if (!s.persistent && !s.resident) need += s.memory;
       }
@@ -299,7 +290,7 @@ void StageSimulator::FirePrefetches(size_t upto, std::optional<size_t> running) 
   if (trace_.ops.empty()) return;
   upto = std::min(upto, trace_.ops.size() - 1);
   for (; prefetched_upto_ <= upto; ++prefetched_upto_) {
-    for (size_t s : prefetch_at_[prefetched_upto_]) {
+    for (size_t s : resolved_.prefetch_at[prefetched_upto_]) {
       Storage& st = storages_[s];
       if (st.resident) {
         Forward(st);
@@ -322,7 +313,7 @@ void StageSimulator::StartItem(const WorkItem& item) {
                        static_cast<size_t>(std::max(1, hw_.gpu.issue_ahead_ops) - 1),
                    static_cast<size_t>(item.op));
   }
-  for (size_t sid : op_inputs_[static_cast<size_t>(item.op)]) storages_[sid].held = false;
+  for (size_t sid : resolved_.op_inputs[static_cast<size_t>(item.op)]) storages_[sid].held = false;
   if (item.recompute) {
     Storage& target = storages_[item.target];
     target.recomputed = true;
@@ -340,7 +331,7 @@ void StageSimulator::StartItem(const WorkItem& item) {
       Sample();
     }
   } else {
-    for (size_t sid : op_outputs_[static_cast<size_t>(item.op)]) {
+    for (size_t sid : resolved_.op_outputs[static_cast<size_t>(item.op)]) {
       Storage& s = storages_[sid];
       if (s.persistent || s.resident) continue;
       Allocate(s);
@@ -389,14 +380,14 @@ void StageSimulator::EndItem(const WorkItem& item, int64_t start) {
       result_.backward_start_ns = start;
     }
     if (op.phase == Phase::kOptimizer) result_.optimizer_ns += end - start;
-    for (size_t sid : op_inputs_[index]) {
+    for (size_t sid : resolved_.op_inputs[index]) {
       Storage& s = storages_[sid];
       --s.pending;
       if (op.phase == Phase::kForward) --s.pending_forward;
     }
     ++next_op_;
   }
-  for (size_t sid : op_outputs_[index]) {
+  for (size_t sid : resolved_.op_outputs[index]) {
     Storage& s = storages_[sid];
     const bool offload =
         s.action == TensorAction::kOffloadSsd || s.action == TensorAction::kOffloadHost;
@@ -406,7 +397,7 @@ void StageSimulator::EndItem(const WorkItem& item, int64_t start) {
     }
     MaybeRelease(s);
   }
-  for (size_t sid : op_inputs_[index]) MaybeRelease(storages_[sid]);
+  for (size_t sid : resolved_.op_inputs[index]) MaybeRelease(storages_[sid]);
   if (!item.recompute) ReleaseReadsAfterOp();
   TryIssue();
 }

@@ -127,65 +127,68 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
   }
 
   // Placements: one action per storage.
-  std::map<TensorId, size_t> placed_at;  // tensor id -> placement index (duplicates)
+  // Tensor id -> the placement that names it (duplicates are refused); -1: none.
+  std::vector<int64_t> placed_at(trace.tensors.size(), -1);
   std::vector<int> first_placement(sp.storages.size(), -1);
   for (size_t i = 0; i < plan.placements.size(); ++i) {
     const Placement& p = plan.placements[i];
-    const std::string at = source + ": placements[" + std::to_string(i) + "]";
+    // Built only for a message: a search resolves thousands of placements a plan.
+    auto at = [&] { return source + ": placements[" + std::to_string(i) + "]"; };
     if (p.tensor < 0 || p.tensor >= n_tensors) {
-      return Status::FailedPrecondition(at + ".tensor: tensor " + std::to_string(p.tensor) +
+      return Status::FailedPrecondition(at() + ".tensor: tensor " + std::to_string(p.tensor) +
                                         " does not exist in the trace");
     }
-    if (auto [it, fresh] = placed_at.emplace(p.tensor, i); !fresh) {
-      return Status::InvalidArgument(at + ".tensor: tensor " + std::to_string(p.tensor) +
+    if (const int64_t earlier = placed_at[static_cast<size_t>(p.tensor)]; earlier >= 0) {
+      return Status::InvalidArgument(at() + ".tensor: tensor " + std::to_string(p.tensor) +
                                      " is already placed by placements[" +
-                                     std::to_string(it->second) + "]");
+                                     std::to_string(earlier) + "]");
     }
+    placed_at[static_cast<size_t>(p.tensor)] = static_cast<int64_t>(i);
     const Tensor& t = trace.tensor(p.tensor);
     if (p.action != TensorAction::kKeep && !t.saved_for_backward) {
-      return Status::InvalidArgument(at + ".action: " + Name(t) +
+      return Status::InvalidArgument(at() + ".action: " + Name(t) +
                                      " is not saved for backward; only saved tensors can be " +
                                      std::string(ToString(p.action)));
     }
     const bool offload =
         p.action == TensorAction::kOffloadSsd || p.action == TensorAction::kOffloadHost;
     if (offload && !t.offloadable) {
-      return Status::InvalidArgument(at + ".action: " + Name(t) + " is not offloadable");
+      return Status::InvalidArgument(at() + ".action: " + Name(t) + " is not offloadable");
     }
     if (p.action == TensorAction::kRecompute && t.producer == kNoOp) {
-      return Status::InvalidArgument(at + ".action: tensor " + std::to_string(t.id) +
+      return Status::InvalidArgument(at() + ".action: tensor " + std::to_string(t.id) +
                                      " has no producer op to recompute it with");
     }
     if (p.prefetch_before != kNoOp && (p.prefetch_before < 0 || p.prefetch_before >= n_ops)) {
-      return Status::InvalidArgument(at + ".prefetch_before: op " +
+      return Status::InvalidArgument(at() + ".prefetch_before: op " +
                                      std::to_string(p.prefetch_before) + " does not exist");
     }
     if (p.evict_before != kNoOp) {
       if (!offload) {
-        return Status::InvalidArgument(at + ".evict_before: only an offloaded tensor is evicted (" +
+        return Status::InvalidArgument(at() + ".evict_before: only an offloaded tensor is evicted (" +
                                        Name(t) + " is " + std::string(ToString(p.action)) + ")");
       }
       if (p.evict_before < 0 || p.evict_before >= n_ops) {
-        return Status::InvalidArgument(at + ".evict_before: op " + std::to_string(p.evict_before) +
+        return Status::InvalidArgument(at() + ".evict_before: op " + std::to_string(p.evict_before) +
                                        " does not exist");
       }
       if (trace.op(p.evict_before).phase == Phase::kOptimizer) {
-        return Status::InvalidArgument(at + ".evict_before: op " + std::to_string(p.evict_before) +
+        return Status::InvalidArgument(at() + ".evict_before: op " + std::to_string(p.evict_before) +
                                        " is in the optimizer phase; a storage is evicted between "
                                        "its last forward use and backward");
       }
     }
     if (p.action == TensorAction::kOffloadSsd) {
       if (!StaysInside(p.file)) {
-        return Status::InvalidArgument(at + ".file: \"" + p.file +
+        return Status::InvalidArgument(at() + ".file: \"" + p.file +
                                        "\" must be a relative name inside the offload directory "
                                        "(no \"..\", not absolute, not empty)");
       }
       if (p.offset < 0 || p.device < 0) {
-        return Status::InvalidArgument(at + ": offset and device must not be negative");
+        return Status::InvalidArgument(at() + ": offset and device must not be negative");
       }
       if (p.offset % kOffloadExtentAlignment != 0) {
-        return Status::InvalidArgument(at + ".offset: " + std::to_string(p.offset) +
+        return Status::InvalidArgument(at() + ".offset: " + std::to_string(p.offset) +
                                        " must be a multiple of " +
                                        std::to_string(kOffloadExtentAlignment) + " (O_DIRECT)");
       }
@@ -194,7 +197,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
     StorageInfo& s = sp.storages[static_cast<size_t>(index)];
     if (s.persistent()) {
       if (p.action != TensorAction::kKeep) {
-        return Status::InvalidArgument(at + ".action: " + Name(t) + " is resident all step (" +
+        return Status::InvalidArgument(at() + ".action: " + Name(t) + " is resident all step (" +
                                        "a weight, weight gradient, optimizer state or step input)" +
                                        "; it can only be kept");
       }
@@ -207,7 +210,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
           p.action != TensorAction::kOffloadSsd ||
           std::tie(p.file, p.device, p.offset) == std::tie(q.file, q.device, q.offset);
       if (p.action != q.action || !same_place) {
-        return Status::InvalidArgument(at + ": " + Name(t) + " shares its storage with tensor " +
+        return Status::InvalidArgument(at() + ": " + Name(t) + " shares its storage with tensor " +
                                        std::to_string(q.tensor) + ", placed by placements[" +
                                        std::to_string(first) + "] as " +
                                        std::string(ToString(q.action)) +
@@ -222,7 +225,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
       }
       if (p.evict_before != s.evict_before) {
         return Status::InvalidArgument(
-            at + ".evict_before: " + Name(t) + " shares its storage with tensor " +
+            at() + ".evict_before: " + Name(t) + " shares its storage with tensor " +
             std::to_string(q.tensor) + ", whose placements[" + std::to_string(first) +
             "] evicts it " +
             (s.evict_before == kNoOp ? "when its write lands"
@@ -264,7 +267,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
       const StorageInfo& b = sp.storages[static_cast<size_t>(list[k].second)];
       if (a.offset + Pad(a.bytes) > b.offset) {
         return Status::InvalidArgument(
-            source + ": placements[" + std::to_string(placed_at.at(b.placed_by)) +
+            source + ": placements[" + std::to_string(placed_at[static_cast<size_t>(b.placed_by)]) +
             "].offset: tensor " + std::to_string(b.placed_by) + " at " + where.second + ":" +
             std::to_string(b.offset) + " overlaps tensor " + std::to_string(a.placed_by) +
             " at offset " + std::to_string(a.offset) + " (" + std::to_string(Pad(a.bytes)) +
@@ -327,7 +330,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
       if (s.evict_before <= s.last_forward_use ||
           (backward != kNoOp && s.evict_before >= backward && !at_pass_end)) {
         return Status::InvalidArgument(
-            source + ": placements[" + std::to_string(placed_at.at(s.placed_by)) +
+            source + ": placements[" + std::to_string(placed_at[static_cast<size_t>(s.placed_by)]) +
             "].evict_before: op " + std::to_string(s.evict_before) + " must come after tensor " +
             std::to_string(s.placed_by) + "'s last forward use (op " +
             std::to_string(s.last_forward_use) + ")" +

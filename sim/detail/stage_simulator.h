@@ -154,14 +154,12 @@ class StageSimulator {
   // (gpu.io_overhead_us_per_MiB).
   int64_t io_bytes_unpaid_ = 0;
   std::vector<Storage> storages_;
-  std::vector<std::vector<size_t>> prefetch_at_;  // op id -> storages to prefetch
   std::vector<size_t> reads_after_op_;            // reads waiting for the running op to end
   // Storages whose write was queued, pruned of the landed and dropped ones when
   // WritesWillFreeMemory looks (it scanned every storage, 40% of a search).
   std::vector<size_t> writes_started_;
-  std::vector<std::vector<size_t>> evict_at_;     // op id -> storages evicted there
-  std::vector<std::vector<size_t>> op_inputs_;    // op id -> unique input storages
-  std::vector<std::vector<size_t>> op_outputs_;   // op id -> unique output storages
+  // Per op, resolved_ lists (traces/storage_plan.h) the storages it reads and
+  // writes, prefetches and evicts; the simulator reads them there.
 
   FluidNetwork::ResourceId d2h_ = 0, h2d_ = 0, host_mem_ = 0, ssd_ = 0;
   BytesPerSec d2h_rate_, h2d_rate_, host_rate_, ssd_read_rate_, ssd_write_rate_;
