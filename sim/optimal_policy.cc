@@ -31,12 +31,26 @@ class Search {
          const PolicyOptions& options)
       : trace_(trace), hw_(hw), budget_(budget), options_(options) {}
 
+  // A plan the search met before (a quarter of its candidates: a move's prefix
+  // can equal the incumbent or an earlier try) is not simulated again: the
+  // simulation is deterministic. Every plan of one search is `base` with its
+  // own placements (and policy name), so the placements are the key.
   Result<Prediction> Evaluate(const traces::Plan& plan) {
+    std::string text;
+    for (const Placement& q : plan.placements) {
+      const int64_t fields[] = {q.tensor, static_cast<int64_t>(q.action), q.prefetch_before,
+                                q.evict_before, q.device, q.offset};
+      text.append(reinterpret_cast<const char*>(fields), sizeof(fields));
+      text.append(q.file).push_back('\0');
+    }
+    if (auto it = seen_.find(text); it != seen_.end()) return it->second;
     ++simulations_;
     SimulateOptions so;
     so.gpu = options_.gpu;
     so.record_timeline = false;
-    return Simulate(trace_, plan, hw_, so);
+    SSDTRAIN_ASSIGN_OR_RETURN(Prediction p, Simulate(trace_, plan, hw_, so));
+    seen_.emplace(std::move(text), p);
+    return p;
   }
   // The peak of the trace's own stage, holding its in-flight micro-batches
   // (the trace stands for every stage in the simulation).
@@ -102,6 +116,7 @@ class Search {
   int64_t budget_;
   const PolicyOptions& options_;
   int simulations_ = 0;
+  std::map<std::string, Prediction> seen_;
 };
 
 std::map<TensorId, TensorAction> Actions(const traces::Plan& plan) {
