@@ -137,32 +137,31 @@ std::string NothingFits(const PolicyComparison& c) {
 std::string DoesNotHelp(const ComparedPolicy& without, const ComparedPolicy* with) {
   const sim::Prediction& p = without.result.prediction;
   const sim::Prediction::StagePeak* need = NeediestStage(p);
-  std::string out = "Verdict: SSD offload does not help here: ";
   const std::string layout = LayoutText(without.result.plan);
+  std::string out = "Verdict: SSD offload does not help here: ";
   if (need == nullptr || need->offloadable_bytes == 0) {
-    out += "the model has no activation a plan may offload";
+    out += "the model has no activation a plan may offload.";
   } else if (need->required_write_GBps > p.array_write_GBps) {
     out += fmt::format(
-        "hiding its writes needs {:.1f} GB/s per GPU, the drives give {:.1f} (stage {}'s {:.2f} "
-        "GB of saved activations per micro-batch behind its {:.1f} ms of forward compute, at {})",
-        need->required_write_GBps, p.array_write_GBps, need->stage,
+        "hiding its writes needs {:.1f} GB/s per GPU, the drives give {:.1f}.\n  (At {}, stage "
+        "{} saves {:.2f} GB of activations per micro-batch in {:.1f} ms of forward compute.)",
+        need->required_write_GBps, p.array_write_GBps, layout, need->stage,
         static_cast<double>(need->offloadable_bytes) / 1e9,
-        static_cast<double>(need->forward_compute_ns) / 1e6, layout);
+        static_cast<double>(need->forward_compute_ns) / 1e6);
   } else {
     out += fmt::format(
-        "the drives keep pace ({:.1f} GB/s needed per GPU, {:.1f} given), but {} at {} fits "
-        "without them and is the fastest",
-        need->required_write_GBps, p.array_write_GBps, without.policy, layout);
+        "the drives keep pace ({:.1f} GB/s needed per GPU, {:.1f} given), but the fastest plan "
+        "fits without them.",
+        need->required_write_GBps, p.array_write_GBps);
   }
-  out += fmt::format("; the best plan is {} at {}, {:.0f} tokens/s.", without.policy, layout,
+  out += fmt::format("\n  The best plan is {} at {}, {:.0f} tokens/s", without.policy, layout,
                      Metrics(without).tokens_per_s);
   if (with != nullptr) {
-    out +=
-        fmt::format(" The fastest plan that writes to the SSD, {} at {}, reaches {:.2f}x of that.",
-                    with->policy, LayoutText(with->result.plan),
-                    Metrics(*with).tokens_per_s / std::max(1e-9, Metrics(without).tokens_per_s));
+    out += fmt::format("; the fastest that writes to the SSD, {} at {}, reaches {:.2f}x of that",
+                       with->policy, LayoutText(with->result.plan),
+                       Metrics(*with).tokens_per_s / std::max(1e-9, Metrics(without).tokens_per_s));
   }
-  return out;
+  return out + ".";
 }
 
 }  // namespace
@@ -310,8 +309,8 @@ std::string Verdict(const PolicyComparison& c) {
   }
   if (with != nullptr && Metrics(*with).tokens_per_s > Metrics(*without).tokens_per_s) {
     return fmt::format(
-        "Verdict: SSD offload buys {:.2f}x over the best plan without it ({} at {}), by {}: {} at "
-        "{}, {:.0f} tokens/s.",
+        "Verdict: SSD offload buys {:.2f}x over the best plan without it ({} at {}), by {}.\n  "
+        "The best plan is {} at {}, {:.0f} tokens/s.",
         Metrics(*with).tokens_per_s / Metrics(*without).tokens_per_s, without->policy,
         LayoutText(without->result.plan), HowItWins(with->result.plan, without->result.plan),
         with->policy, LayoutText(with->result.plan), Metrics(*with).tokens_per_s);
