@@ -254,7 +254,7 @@ Result<PolicyComparison> ComparePolicies(const sim::TraceProvider& provider,
 
 std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOptions& hw) {
   std::string out = fmt::format(
-      "{} on {} x {}: every policy at its best layout, global batch {} sequences{}; {}\n", c.model,
+      "{} on {} x {}: every policy at its best layout, global batch {} sequences{}\n{}\n", c.model,
       c.gpus, c.hardware, c.global_batch,
       c.global_batch_default
           ? fmt::format(" ({} per GPU, the default; --global-batch)", kCompareSequencesPerGpu)
