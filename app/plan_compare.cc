@@ -350,7 +350,8 @@ nlohmann::json ComparisonJson(const PolicyComparison& c, const sim::HardwareOpti
     }
     rows.push_back(std::move(row));
   }
-  return {{"model", c.model},
+  return {{"format", "ssdtrain-policy-comparison"},
+          {"model", c.model},
           {"hardware", c.hardware},
           {"gpus", c.gpus},
           {"global_batch", c.global_batch},

@@ -79,7 +79,11 @@ Result<sim::PlannerResult> CompareAndChoose(const std::string& model,
 std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOptions& hw);
 // "Verdict: ..." in words, one paragraph (no newline).
 std::string Verdict(const PolicyComparison& c);
-// The table and the verdict as JSON (--json).
+// The table and the verdict as JSON (--json): "format"
+// "ssdtrain-policy-comparison", the global batch, budget and usable memory
+// (bytes), one object per policy (its layout, step metrics, worst stage, keep's
+// activation peak at its layout, SSD rates), "chosen" and "verdict".
+// analysis/plots.py rok draws its points.
 nlohmann::json ComparisonJson(const PolicyComparison& c, const sim::HardwareOptions& hw);
 
 }  // namespace ssdtrain::app

@@ -73,6 +73,7 @@ TEST_F(PlanCompareCli, EveryPolicyAtOneGlobalBatchWithAVerdict) {
   }
 
   const nlohmann::json cmp = Json("cmp.json");
+  EXPECT_EQ(cmp.at("format"), "ssdtrain-policy-comparison");  // analysis/plots.py rok reads it
   EXPECT_EQ(cmp.at("global_batch"), 8);
   EXPECT_EQ(cmp.at("model"), "tiny-gpt");
   EXPECT_EQ(cmp.at("memory_budget_bytes"), static_cast<int64_t>(0.1 * (int64_t{1} << 30)));
