@@ -260,15 +260,15 @@ std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOption
           ? fmt::format(" ({} per GPU, the default; --global-batch)", kCompareSequencesPerGpu)
           : "",
       BudgetText(c.budget_bytes, c.budget_given, hw));
-  out += fmt::format("{:<20} {:>9} {:>13} {:>9} {:>9} {:>7} {:>17} {:>15} {:>15}  {}\n", "policy",
+  out += fmt::format("{:<20} {:>11} {:>14} {:>9} {:>9} {:>7} {:>17} {:>15} {:>15}  {}\n", "policy",
                      "tp/pp/dp", "mb x m x dp", "step ms", "tokens/s", "TFLOP/s",
                      "peak GiB (stage)", "saved GiB", "SSD GB/s", "fits");
-  out += fmt::format("{:<20} {:>9} {:>13} {:>9} {:>9} {:>7} {:>17} {:>15} {:>15}\n", "", "", "", "",
-                     "", "per GPU", fmt::format("of {:.2f}", GiB(c.budget_bytes)), "vs keep",
+  out += fmt::format("{:<20} {:>11} {:>14} {:>9} {:>9} {:>7} {:>17} {:>15} {:>15}\n", "", "", "",
+                     "", "", "per GPU", fmt::format("of {:.2f}", GiB(c.budget_bytes)), "vs keep",
                      "need / have");
   for (const ComparedPolicy& r : c.rows) {
     if (!Simulated(r)) {
-      out += fmt::format("{:<20} {:>9} {:>13} {:>9} {:>9} {:>7} {:>17} {:>15} {:>15}  {}\n",
+      out += fmt::format("{:<20} {:>11} {:>14} {:>9} {:>9} {:>7} {:>17} {:>15} {:>15}  {}\n",
                          r.policy, "-", "-", "-", "-", "-", "-", "-", "-", FitsText(r));
       continue;
     }
@@ -280,7 +280,7 @@ std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOption
         r.keep_activation_bytes > 0
             ? 100.0 * static_cast<double>(saved) / static_cast<double>(r.keep_activation_bytes)
             : 0.0;
-    out += fmt::format("{:<20} {:>9} {:>13} {:>9.1f} {:>9.0f} {:>7.3g} {:>17} {:>15} {:>15}  {}\n",
+    out += fmt::format("{:<20} {:>11} {:>14} {:>9.1f} {:>9.0f} {:>7.3g} {:>17} {:>15} {:>15}  {}\n",
                        r.policy,
                        fmt::format("{}/{}/{}{}", p.tp, p.pp, p.dp, p.zero_stage == 1 ? "+Z1" : ""),
                        fmt::format("{} x {} x {}", p.micro_batch, p.num_micro_batches, p.dp),
