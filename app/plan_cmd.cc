@@ -406,7 +406,9 @@ int RunPlan(PlanCmdOptions o) {
       static_cast<double>(m.peak_gpu_bytes) / kGiB,
       static_cast<double>(m.peak_activation_bytes) / kGiB,
       static_cast<double>(m.ssd_bytes_written) / 1e9);
-  std::cout << BudgetText(plan.memory_budget_bytes, po.memory_budget_bytes > 0, *hw) << "\n";
+  std::cout << fmt::format("global batch {} sequences; ",
+                           plan.micro_batch * plan.num_micro_batches * plan.dp)
+            << BudgetText(plan.memory_budget_bytes, po.memory_budget_bytes > 0, *hw) << "\n";
   if (in.config) std::cout << OverriddenConfigNote(*in.config, plan, po);
   std::cout << SsdVerdict(r->prediction);
   if (o.rok) PrintRok(plan.extra["rok"], plan.memory_budget_bytes, std::cout);

@@ -217,14 +217,16 @@ TEST_F(PlanCompareCli, BudgetAboveTheUsableMemoryIsRefusedNamingBoth) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
-// Every plan says the budget it was judged by, and where it comes from.
+// Every plan says the budget it was judged by, where it comes from, and its
+// global batch (micro-batch x micro-batches x dp), so that tokens/s compare.
 TEST_F(PlanCompareCli, TheBudgetInUseIsPrintedWithEveryPlan) {
   const std::string base =
       "plan --model " + Model("tiny-gpt") + " --hardware " + Hardware("cpu-local");
-  CliResult r = RunSsdtrain(base + " -o " + File("plan.json"));
+  CliResult r = RunSsdtrain(base + " --policy keep -o " + File("plan.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("budget 4.00 GiB per GPU (the usable memory: gpu.memory_GiB 4 less "
-                          "gpu.reserved_GiB 0)"),
+  // keep's search on tiny-gpt picks micro-batch 16 with 2 micro-batches: 32 sequences a step.
+  EXPECT_NE(r.output.find("global batch 32 sequences; budget 4.00 GiB per GPU (the usable memory: "
+                          "gpu.memory_GiB 4 less gpu.reserved_GiB 0)"),
             std::string::npos)
       << r.output;
   r = RunSsdtrain(base + " --memory-budget 0.1 -o " + File("plan.json"));
