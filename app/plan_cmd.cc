@@ -478,7 +478,8 @@ Verb AddPlanCommand(CLI::App& app) {
   cmd->add_option("--seq-len", o->seq_len, "sequence length (overrides the model config)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--global-batch", o->global_batch,
-                  "sequences per step (default: micro-batch x m x dp; with --compare, 8 per GPU)");
+                  "sequences per step (default: micro-batch x m x dp; with --compare, 8 per GPU, "
+                  "or a multiple of a pinned micro-batch)");
   cmd->add_option("--tp", o->tp, "fix the tensor-parallel degree (default: search)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--pp", o->pp, "fix the pipeline depth (default: search)")

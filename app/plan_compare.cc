@@ -6,6 +6,7 @@
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <tuple>
 
@@ -186,6 +187,10 @@ Status CheckCompareFlags(bool compare, const std::string& policy, const std::str
   return Status::Ok();
 }
 
+int64_t CompareSequencesPerGpu(const sim::PlannerOptions& o) {
+  return std::lcm(kCompareSequencesPerGpu, o.micro_batch.value_or(1));
+}
+
 Result<int64_t> CompareGlobalBatch(const sim::PlannerOptions& o) {
   if (o.global_batch > 0) return o.global_batch;
   if (o.num_micro_batches && o.micro_batch && o.dp) {
@@ -196,7 +201,7 @@ Result<int64_t> CompareGlobalBatch(const sim::PlannerOptions& o) {
         "--compare runs every policy at one global batch: give --global-batch (or --micro-batch "
         "and --dp beside --num-micro-batches)");
   }
-  return kCompareSequencesPerGpu * o.gpus;
+  return CompareSequencesPerGpu(o) * o.gpus;
 }
 
 Result<PolicyComparison> ComparePolicies(const sim::TraceProvider& provider,
@@ -257,7 +262,7 @@ std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOption
       "{} on {} x {}: every policy at its best layout, global batch {} sequences{}\n{}\n", c.model,
       c.gpus, c.hardware, c.global_batch,
       c.global_batch_default
-          ? fmt::format(" ({} per GPU, the default; --global-batch)", kCompareSequencesPerGpu)
+          ? fmt::format(" ({} per GPU, the default; --global-batch)", c.global_batch / c.gpus)
           : "",
       BudgetText(c.budget_bytes, c.budget_given, hw));
   out += fmt::format("{:<20} {:>11} {:>14} {:>9} {:>9} {:>7} {:>17} {:>15} {:>15}  {}\n", "policy",

@@ -24,6 +24,9 @@ namespace ssdtrain::app {
 // (64 on 8 GPUs, 512 on 64), one value for every policy so their tokens/s
 // compare; it divides by every micro-batch up to 8 at every dp.
 inline constexpr int64_t kCompareSequencesPerGpu = 8;
+// The default's sequences per GPU: kCompareSequencesPerGpu, or its least common
+// multiple with a pinned micro-batch (a trace's own: 16 gives 16 per GPU).
+int64_t CompareSequencesPerGpu(const sim::PlannerOptions& options);
 
 // The policies --compare runs, in its table's order (offload-host left out
 // without host offload).
@@ -42,7 +45,7 @@ struct PolicyComparison {
   std::string model, hardware;
   int64_t gpus = 0;
   int64_t global_batch = 0;
-  bool global_batch_default = false;  // kCompareSequencesPerGpu · gpus
+  bool global_batch_default = false;  // CompareSequencesPerGpu · gpus
   int64_t budget_bytes = 0;
   bool budget_given = false;
   std::vector<ComparedPolicy> rows;  // ComparedPolicies order
@@ -55,7 +58,7 @@ struct PolicyComparison {
 Status CheckCompareFlags(bool compare, const std::string& policy, const std::string& json_path);
 
 // The global batch --compare uses (above): --global-batch, else micro-batch ·
-// m · dp when all three are pinned, else kCompareSequencesPerGpu · gpus; m
+// m · dp when all three are pinned, else CompareSequencesPerGpu · gpus; m
 // pinned alone is refused (each policy's dp and micro-batch would change it).
 Result<int64_t> CompareGlobalBatch(const sim::PlannerOptions& options);
 

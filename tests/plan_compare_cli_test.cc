@@ -113,6 +113,19 @@ TEST_F(PlanCompareCli, EveryPolicyAtOneGlobalBatchWithAVerdict) {
   EXPECT_EQ(chosen->micro_batch, 4);
 }
 
+// A pinned micro-batch (a captured trace's own, or --micro-batch) that does not
+// divide 8 sequences per GPU raises the default to a multiple of it: 16 with
+// micro-batch 16 on one GPU (it would otherwise have no layout).
+TEST_F(PlanCompareCli, PinnedMicroBatchRaisesTheDefaultGlobalBatch) {
+  CliResult r = RunSsdtrain("plan --model " + Model("tiny-gpt") + " --hardware " +
+                            Hardware("cpu-local") + " --micro-batch 16 --compare --json " +
+                            File("cmp.json") + " -o " + File("p.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("global batch 16 sequences (16 per GPU, the default"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(Json("cmp.json").at("global_batch"), 16);
+}
+
 // Llama-3-8B on 8 H100s: keeping everything fits; offloading stage 0's saved
 // activations behind its forward compute would need 153.7 GB/s of writes per
 // GPU where the drives give 6.6: the verdict says so, with both rates.
