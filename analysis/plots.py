@@ -11,7 +11,8 @@ Sub-commands (each writes one PNG):
   timelines  --predicted T --measured T -o out.png   predicted above measured, one row per lane
   memory     LABEL=TIMELINE ... -o out.png           device memory over the step, one line per policy
   rok        FILE ... -o out.png                     activation peak against step time: one point per report,
-                                                     the planner's curve from a plan file (`plan -o`), over-budget
+                                                     the planner's curve from a plan file (`plan -o`) or
+                                                     every policy from `plan --compare --json`, over-budget
                                                      points marked
   bandwidth  --timeline T --write-GBps W --read-GBps R -o out.png
                                                      SSD bandwidth used over the step against what is available
@@ -127,7 +128,8 @@ def rok_points(path):
 
     A step report (`ssdtrain simulate|replay -o`, `plan --prediction`) is one point; a plan file
     (`ssdtrain plan -o`) holds the planner's curve at its best layout in extra.rok, one point per policy,
-    each with over_budget_bytes (`plan --rok` writes them)."""
+    each with over_budget_bytes (`plan --rok` writes them); a policy comparison (`plan --compare --json`) is
+    one point per policy at its own best layout and the comparison's global batch."""
     r = load_json(path)
     fmt = r.get("format") if isinstance(r, dict) else None
     if fmt == "ssdtrain-report":
@@ -139,10 +141,16 @@ def rok_points(path):
             fail(f"{path}: extra.rok: expected the planner's curve (make the plan with ssdtrain plan)")
         return [{"policy": e["policy"], "kind": "plan", "x": e["step_time_ns"] / 1e6,
                  "y": e["peak_activation_bytes"] / 2**20, "over": e.get("over_budget_bytes")} for e in rok]
-    fail(f"{path}: format: expected \"ssdtrain-report\" or \"ssdtrain-plan\"")
+    if fmt == "ssdtrain-policy-comparison":
+        rows = [e for e in r.get("policies", []) if e.get("simulated")]
+        if not rows:
+            fail(f"{path}: policies: no policy was simulated (its weights alone are over the budget)")
+        return [{"policy": e["policy"], "kind": "compare", "x": e["step_time_ns"] / 1e6,
+                 "y": e["peak_activation_bytes"] / 2**20, "over": e.get("over_budget_bytes")} for e in rows]
+    fail(f"{path}: format: expected \"ssdtrain-report\", \"ssdtrain-plan\" or \"ssdtrain-policy-comparison\"")
 
 
-ROK_MARKERS = {"prediction": "x", "run": "o", "plan": "s"}
+ROK_MARKERS = {"prediction": "x", "run": "o", "plan": "s", "compare": "D"}
 OVER_BUDGET_COLOR = "#d62728"
 # Matplotlib's default cycle without its red, which marks the points over the budget.
 POLICY_COLORS = ["C0", "C1", "C2", "C4", "C5", "C6", "C7", "C8", "C9"]
@@ -254,7 +262,8 @@ def draw_rok(paths):
     ax.set_xlabel("step time (ms)")
     ax.set_ylabel("activation peak (MiB)")
     ax.set_title("Recompute-offload-keep: memory against time\n"
-                 "(x predicted, o measured, s planner's curve; hollow red: over the memory budget)", fontsize=10)
+                 "(x predicted, o measured, s planner's curve, D plan --compare; hollow red: over the memory "
+                 "budget)", fontsize=10)
     fig.tight_layout()
     texts = [rok_label(p) for p in points]
     annotations = place_labels(fig, ax, points, texts)

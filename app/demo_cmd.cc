@@ -586,7 +586,8 @@ Verb AddDemoCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--ssd-bandwidth", o->ssd_bandwidth_GBps,
-                  "Cap the SSD path at this many GB/s in the replays and the simulation (0: none)")
+                  "Cap the SSD path at this many GB/s in the replays and the simulation "
+                  "(default: 0, no cap)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--summary", o->summary, "Also write the table as JSON to this file");
   cmd->add_flag("!--no-plots", o->plots, "Skip the plots");

@@ -7,6 +7,8 @@
 #include <optional>
 
 #include "app/command.h"
+#include "app/plan_budget.h"
+#include "app/plan_compare.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/fit.h"
@@ -38,6 +40,8 @@ struct PlanCmdOptions {
   int64_t zero_stage = -1;  // -1: weigh 0 and 1 (--model); with --trace, 0
   std::string schedule;
   bool rok = false;
+  bool compare = false;      // every policy at one global batch (app/plan_compare.h)
+  std::string compare_json;  // --json: the comparison as JSON
   bool no_host_offload = false;
 };
 
@@ -53,6 +57,8 @@ struct PlanInput {
   std::function<std::string(const traces::Plan&)> trace_command;
   std::string trace_path;  // captured: the trace itself; else empty
   int64_t stage = 0;       // captured: the trace's pipeline stage
+  // --model: the layout its config states, which the search may override.
+  std::optional<ConfigLayout> config;
 };
 
 // A layout flag given with --trace against the trace header's field: 0 (not
@@ -162,6 +168,8 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   in.name = base.name;
   in.layers = base.layers;
   in.heads = base.heads;
+  in.config =
+      ConfigLayout{model_path, base.micro_batch, base.tp, base.pp, base.dp, base.zero_stage};
   in.provider = [base, model_path](const sim::TraceShape& s) -> Result<traces::Trace> {
     SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c,
                               models::ApplyOverrides(base, OverridesOf(s), model_path));
@@ -307,6 +315,10 @@ int RunPlan(PlanCmdOptions o) {
   if (o.memory_budget_GiB < 0) {
     return ReportError("plan", Status::InvalidArgument("--memory-budget: must be >= 0 GiB"));
   }
+  Status budget_ok = CheckMemoryBudget(o.memory_budget_GiB, *hw, o.hardware);
+  if (!budget_ok.ok()) return ReportError("plan", budget_ok);
+  Status flags_ok = CheckCompareFlags(o.compare, o.policy, o.compare_json);
+  if (!flags_ok.ok()) return ReportError("plan", flags_ok);
   sim::PlannerOptions po;
   po.gpus = o.gpus;
   po.policy = o.policy;
@@ -324,7 +336,9 @@ int RunPlan(PlanCmdOptions o) {
   po.heads = in.heads;
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
   po.record_timeline = !o.timeline.empty();
-  Result<sim::PlannerResult> r = sim::SearchPlan(in.provider, *hw, po);
+  Result<sim::PlannerResult> r =
+      o.compare ? CompareAndChoose(in.name, in.provider, *hw, po, o.compare_json, std::cout)
+                : sim::SearchPlan(in.provider, *hw, po);
   if (!r.ok()) return ReportError("plan", r.status());
   if (!r->fits) {
     const double budget_GiB =
@@ -392,6 +406,10 @@ int RunPlan(PlanCmdOptions o) {
       static_cast<double>(m.peak_gpu_bytes) / kGiB,
       static_cast<double>(m.peak_activation_bytes) / kGiB,
       static_cast<double>(m.ssd_bytes_written) / 1e9);
+  std::cout << fmt::format("global batch {} sequences; ",
+                           plan.micro_batch * plan.num_micro_batches * plan.dp)
+            << BudgetText(plan.memory_budget_bytes, po.memory_budget_bytes > 0, *hw) << "\n";
+  if (in.config) std::cout << OverriddenConfigNote(*in.config, plan, po);
   std::cout << SsdVerdict(r->prediction);
   if (o.rok) PrintRok(plan.extra["rok"], plan.memory_budget_bytes, std::cout);
   if (!o.timeline.empty()) {
@@ -448,17 +466,20 @@ Verb AddPlanCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--policy", o->policy,
                   "keep, recompute-full, recompute-selective, offload-host, offload-ssd, "
-                  "ssdtrain, ssdtrain-paper, optimal or auto")
+                  "ssdtrain, ssdtrain-paper, optimal or auto (default: auto, the fastest that fits "
+                  "of every policy but ssdtrain-paper)")
       ->check(CLI::IsMember({"keep", "recompute-full", "recompute-selective", "offload-host",
                              "offload-ssd", "ssdtrain", "ssdtrain-paper", "optimal", "auto"}));
   cmd->add_option("--memory-budget", o->memory_budget_GiB,
-                  "GPU memory budget in GiB (default: "
-                  "the GPU's capacity)");
+                  "GPU memory budget in GiB (default: the GPU's usable memory, the hardware "
+                  "config's gpu.memory_GiB less gpu.reserved_GiB; above it is refused)");
   cmd->add_option("--micro-batch", o->micro_batch, "fix the micro-batch size (default: search)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seq-len", o->seq_len, "sequence length (overrides the model config)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--global-batch", o->global_batch, "sequences per step");
+  cmd->add_option("--global-batch", o->global_batch,
+                  "sequences per step (default: micro-batch x m x dp; with --compare, 8 per GPU, "
+                  "or a multiple of a pinned micro-batch)");
   cmd->add_option("--tp", o->tp, "fix the tensor-parallel degree (default: search)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--pp", o->pp, "fix the pipeline depth (default: search)")
@@ -481,6 +502,10 @@ Verb AddPlanCommand(CLI::App& app) {
   cmd->add_option("--prediction", o->prediction,
                   "step report of the prediction (ssdtrain-report, for ssdtrain compare)");
   cmd->add_flag("--rok", o->rok, "print the recompute-offload-keep curve");
+  cmd->add_flag("--compare", o->compare,
+                "every policy at its best layout and one global batch, side by side, with a "
+                "verdict on SSD offload; -o gets the fastest plan that fits");
+  cmd->add_option("--json", o->compare_json, "with --compare: the table and verdict as JSON");
   cmd->add_flag("--no-host-offload", o->no_host_offload,
                 "no offload-host placements (keep pinned host memory out of the plan)");
   return Verb{cmd, [o] { return RunPlan(*o); }};

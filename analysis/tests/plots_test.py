@@ -76,6 +76,21 @@ class RokPlot(unittest.TestCase):
         self.assertTrue(all(a.get_color() == plots.OVER_BUDGET_COLOR for a in over))
         self.assert_labels_apart(fig, ax, annotations)
 
+    # `plan --compare --json`: one point per simulated policy (each at its own best layout); a policy whose
+    # weights alone are over the budget has no point; one over the budget is labelled so.
+    def test_policy_comparison_is_one_point_per_simulated_policy(self):
+        def row(policy, step_ms, activation_MiB, over_MiB):
+            return dict(rok_point(policy, step_ms, activation_MiB, over_MiB), simulated=True)
+        comparison = {"format": "ssdtrain-policy-comparison", "global_batch": 8, "policies": [
+            row("keep", 1241.6, 90.0, 20.0), row("recompute-full", 1648.2, 20.0, 0),
+            row("offload-ssd", 1206.2, 30.0, 0), {"policy": "optimal", "simulated": False, "fits": False}]}
+        fig, ax, annotations = plots.draw_rok([self.write("compare.json", comparison)])
+        self.addCleanup(plots.plt.close, fig)
+        texts = sorted(a.get_text() for a in annotations)
+        self.assertEqual(texts, ["keep (compare)\n20.0 MiB over budget", "offload-ssd (compare)",
+                                 "recompute-full (compare)"])
+        self.assert_labels_apart(fig, ax, annotations)
+
 
 if __name__ == "__main__":
     unittest.main()

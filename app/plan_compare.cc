@@ -1,0 +1,395 @@
+#include "app/plan_compare.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <tuple>
+
+#include "app/plan_budget.h"
+#include "sim/fit.h"
+#include "traces/io.h"
+
+namespace ssdtrain::app {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+double GiB(int64_t bytes) { return static_cast<double>(bytes) / kGiB; }
+
+const traces::StepMetrics& Metrics(const ComparedPolicy& r) { return r.result.prediction.metrics; }
+bool Simulated(const ComparedPolicy& r) { return r.result.simulations > 0; }
+bool WritesSsd(const ComparedPolicy& r) { return Metrics(r).ssd_bytes_written > 0; }
+
+std::string LayoutText(const traces::Plan& p) {
+  return fmt::format("micro-batch {}, tp {}, pp {}, dp {}{}", p.micro_batch, p.tp, p.pp, p.dp,
+                     p.zero_stage == 1 ? " ZeRO-1" : "");
+}
+
+// Keep's activation peak at `plan`'s layout: the planner's search pinned to it.
+Result<int64_t> KeepActivationAt(const sim::TraceProvider& provider, const sim::HardwareOptions& hw,
+                                 sim::PlannerOptions o, const traces::Plan& plan) {
+  o.policy = "keep";
+  o.micro_batch = plan.micro_batch;
+  o.tp = plan.tp;
+  o.pp = plan.pp;
+  o.dp = plan.dp;
+  o.num_micro_batches = plan.num_micro_batches;
+  o.zero_stage = plan.zero_stage;
+  SSDTRAIN_ASSIGN_OR_RETURN(sim::PlannerResult keep, sim::SearchPlan(provider, hw, o));
+  return keep.prediction.metrics.peak_activation_bytes;
+}
+
+size_t ChosenRow(const std::vector<ComparedPolicy>& rows) {
+  std::optional<size_t> fastest, lowest;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ComparedPolicy& r = rows[i];
+    if (r.result.fits &&
+        (!fastest || Metrics(r).tokens_per_s > Metrics(rows[*fastest]).tokens_per_s)) {
+      fastest = i;
+    }
+    if (Simulated(r) &&
+        (!lowest || Metrics(r).peak_gpu_bytes < Metrics(rows[*lowest]).peak_gpu_bytes)) {
+      lowest = i;
+    }
+  }
+  return fastest ? *fastest : lowest.value_or(0);
+}
+
+std::string FitsText(const ComparedPolicy& r) {
+  if (r.result.fits) return "yes";
+  if (!Simulated(r)) return "no: weights and optimizer state alone";
+  if (r.result.over_budget_bytes == 0 && !r.result.shortfall.empty()) {
+    return "no: host memory or disk";
+  }
+  // A small excess in MiB, so that it does not print as 0.00 GiB.
+  const int64_t over = r.result.over_budget_bytes;
+  constexpr int64_t kTenthGiB = (int64_t{1} << 30) / 10;
+  if (over < kTenthGiB) {
+    return fmt::format("no: {:.1f} MiB over", static_cast<double>(over) / (1 << 20));
+  }
+  return fmt::format("no: {:.2f} GiB over", GiB(over));
+}
+
+// The fastest row that fits among those `pick` selects.
+const ComparedPolicy* Fastest(const PolicyComparison& c,
+                              const std::function<bool(const ComparedPolicy&)>& pick) {
+  const ComparedPolicy* best = nullptr;
+  for (const ComparedPolicy& r : c.rows) {
+    if (!r.result.fits || !pick(r)) continue;
+    if (!best || Metrics(r).tokens_per_s > Metrics(*best).tokens_per_s) best = &r;
+  }
+  return best;
+}
+
+// How the plan that writes to the SSD differs from the one that does not.
+std::string HowItWins(const traces::Plan& with, const traces::Plan& without) {
+  std::vector<std::string> parts;
+  if (with.micro_batch > without.micro_batch) {
+    parts.push_back(
+        fmt::format("fitting micro-batch {} (against {})", with.micro_batch, without.micro_batch));
+  }
+  if (with.pp < without.pp) {
+    parts.push_back(fmt::format("fitting pp {} (against {})", with.pp, without.pp));
+  }
+  if (with.tp < without.tp) {
+    parts.push_back(fmt::format("fitting tp {} (against {})", with.tp, without.tp));
+  }
+  if (with.zero_stage < without.zero_stage) parts.emplace_back("fitting without ZeRO-1");
+  if (parts.empty()) {
+    if (without.policy.rfind("recompute", 0) == 0) {
+      return fmt::format("writing to the SSD what {} recomputes", without.policy);
+    }
+    return "at its layout";
+  }
+  std::string out = parts.front();
+  for (size_t i = 1; i < parts.size(); ++i) out += " and " + parts[i];
+  return out;
+}
+
+// The stage of `p` whose offload asks the most write bandwidth.
+const sim::Prediction::StagePeak* NeediestStage(const sim::Prediction& p) {
+  const sim::Prediction::StagePeak* need = nullptr;
+  for (const auto& s : p.stage_peaks) {
+    if (!need || s.required_write_GBps > need->required_write_GBps) need = &s;
+  }
+  return need;
+}
+
+std::string NothingFits(const PolicyComparison& c) {
+  const ComparedPolicy& low = c.rows[c.chosen];
+  if (!Simulated(low)) {
+    return fmt::format(
+        "Verdict: nothing fits the {:.2f} GiB budget: the weights, gradients and optimizer state "
+        "alone need {:.2f} GiB per GPU at the best layout.",
+        GiB(c.budget_bytes), GiB(c.budget_bytes + low.result.over_budget_bytes));
+  }
+  return fmt::format(
+      "Verdict: no policy fits the {:.2f} GiB budget at global batch {}: the lowest-memory plan "
+      "({} at {}) needs {:.2f} GiB per GPU on its worst stage.",
+      GiB(c.budget_bytes), c.global_batch, low.policy, LayoutText(low.result.plan),
+      GiB(Metrics(low).peak_gpu_bytes));
+}
+
+std::string DoesNotHelp(const ComparedPolicy& without, const ComparedPolicy* with) {
+  const sim::Prediction& p = without.result.prediction;
+  const sim::Prediction::StagePeak* need = NeediestStage(p);
+  const std::string layout = LayoutText(without.result.plan);
+  std::string out = "Verdict: SSD offload does not help here: ";
+  if (need == nullptr || need->offloadable_bytes == 0) {
+    out += "the model has no activation a plan may offload.";
+  } else if (need->required_write_GBps > p.array_write_GBps) {
+    out += fmt::format(
+        "hiding its writes needs {:.1f} GB/s per GPU, the drives give {:.1f}.\n  (At {}, stage "
+        "{} saves {:.2f} GB of activations per micro-batch in {:.1f} ms of forward compute.)",
+        need->required_write_GBps, p.array_write_GBps, layout, need->stage,
+        static_cast<double>(need->offloadable_bytes) / 1e9,
+        static_cast<double>(need->forward_compute_ns) / 1e6);
+  } else {
+    out += fmt::format(
+        "the drives keep pace ({:.1f} GB/s needed per GPU, {:.1f} given), but the fastest plan "
+        "fits without them.",
+        need->required_write_GBps, p.array_write_GBps);
+  }
+  out += fmt::format("\n  The best plan is {} at {}, {:.0f} tokens/s", without.policy, layout,
+                     Metrics(without).tokens_per_s);
+  if (with != nullptr) {
+    out += fmt::format("; the fastest that writes to the SSD, {} at {}, reaches {:.2f}x of that",
+                       with->policy, LayoutText(with->result.plan),
+                       Metrics(*with).tokens_per_s / std::max(1e-9, Metrics(without).tokens_per_s));
+  }
+  return out + ".";
+}
+
+}  // namespace
+
+std::vector<std::string> ComparedPolicies(bool allow_host_offload) {
+  std::vector<std::string> out{"keep", "recompute-full", "recompute-selective"};
+  if (allow_host_offload) out.emplace_back("offload-host");
+  for (const char* p : {"offload-ssd", "ssdtrain", "ssdtrain-paper", "optimal"}) {
+    out.emplace_back(p);
+  }
+  return out;
+}
+
+Status CheckCompareFlags(bool compare, const std::string& policy, const std::string& json_path) {
+  if (compare && policy != "auto") {
+    return Status::InvalidArgument("--compare runs every policy: leave --policy " + policy +
+                                   " out");
+  }
+  if (!compare && !json_path.empty()) {
+    return Status::InvalidArgument("--json: the comparison's file; give --compare");
+  }
+  return Status::Ok();
+}
+
+int64_t CompareSequencesPerGpu(const sim::PlannerOptions& o) {
+  return std::lcm(kCompareSequencesPerGpu, o.micro_batch.value_or(1));
+}
+
+Result<int64_t> CompareGlobalBatch(const sim::PlannerOptions& o) {
+  if (o.global_batch > 0) return o.global_batch;
+  if (o.num_micro_batches && o.micro_batch && o.dp) {
+    return *o.micro_batch * *o.num_micro_batches * *o.dp;
+  }
+  if (o.num_micro_batches) {
+    return Status::InvalidArgument(
+        "--compare runs every policy at one global batch: give --global-batch (or --micro-batch "
+        "and --dp beside --num-micro-batches)");
+  }
+  return CompareSequencesPerGpu(o) * o.gpus;
+}
+
+Result<PolicyComparison> ComparePolicies(const sim::TraceProvider& provider,
+                                         const sim::HardwareOptions& hw,
+                                         sim::PlannerOptions options,
+                                         const std::function<void(const std::string&)>& progress) {
+  PolicyComparison c;
+  c.hardware = hw.name;
+  c.gpus = options.gpus;
+  c.global_batch_default = options.global_batch <= 0 && !options.num_micro_batches;
+  SSDTRAIN_ASSIGN_OR_RETURN(c.global_batch, CompareGlobalBatch(options));
+  c.budget_given = options.memory_budget_bytes > 0;
+  c.budget_bytes = c.budget_given ? options.memory_budget_bytes : sim::GpuMemoryBytes(hw);
+  options.global_batch = c.global_batch;
+  options.progress = nullptr;
+  options.record_timeline = false;  // CompareAndChoose records the chosen plan's
+  const std::vector<std::string> policies = ComparedPolicies(options.allow_host_offload);
+  // Keep's activation peak per layout, so that rows at one layout share one search.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>, int64_t> keep_at;
+  for (size_t i = 0; i < policies.size(); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    options.policy = policies[i];
+    Result<sim::PlannerResult> r = sim::SearchPlan(provider, hw, options);
+    if (!r.ok()) return r.status().WithPrefix("--compare, policy " + policies[i]);
+    ComparedPolicy row{policies[i], std::move(*r)};
+    if (Simulated(row)) {
+      const traces::Plan& p = row.result.plan;
+      const auto key = std::tuple{p.micro_batch, p.tp, p.pp, p.dp, p.zero_stage};
+      auto it = keep_at.find(key);
+      if (it == keep_at.end()) {
+        int64_t keep = Metrics(row).peak_activation_bytes;
+        if (row.policy != "keep") {
+          SSDTRAIN_ASSIGN_OR_RETURN(keep, KeepActivationAt(provider, hw, options, p));
+        }
+        it = keep_at.emplace(key, keep).first;
+      }
+      row.keep_activation_bytes = it->second;
+    }
+    row.search_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (progress) {
+      progress(fmt::format(
+          "plan --compare: {}/{} {}: {:.1f} s, {} layouts simulated; {}", i + 1, policies.size(),
+          row.policy, row.search_seconds, row.result.simulated_layouts,
+          !Simulated(row)   ? std::string("nothing simulated")
+          : row.result.fits ? fmt::format("best {} ({:.0f} tokens/s)", LayoutText(row.result.plan),
+                                          Metrics(row).tokens_per_s)
+                            : "nothing fits"));
+    }
+    c.rows.push_back(std::move(row));
+  }
+  c.chosen = ChosenRow(c.rows);
+  return c;
+}
+
+std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOptions& hw) {
+  std::string out = fmt::format(
+      "{} on {} x {}: every policy at its best layout, global batch {} sequences{}\n{}\n", c.model,
+      c.gpus, c.hardware, c.global_batch,
+      c.global_batch_default
+          ? fmt::format(" ({} per GPU, the default; --global-batch)", c.global_batch / c.gpus)
+          : "",
+      BudgetText(c.budget_bytes, c.budget_given, hw));
+  out += fmt::format("{:<20} {:>11} {:>14} {:>9} {:>9} {:>7} {:>17} {:>15} {:>15}  {}\n", "policy",
+                     "tp/pp/dp", "mb x m x dp", "step ms", "tokens/s", "TFLOP/s",
+                     "peak GiB (stage)", "saved GiB", "SSD GB/s", "fits");
+  out += fmt::format("{:<20} {:>11} {:>14} {:>9} {:>9} {:>7} {:>17} {:>15} {:>15}\n", "", "", "",
+                     "", "", "per GPU", fmt::format("of {:.2f}", GiB(c.budget_bytes)), "vs keep",
+                     "need / have");
+  for (const ComparedPolicy& r : c.rows) {
+    if (!Simulated(r)) {
+      out += fmt::format("{:<20} {:>11} {:>14} {:>9} {:>9} {:>7} {:>17} {:>15} {:>15}  {}\n",
+                         r.policy, "-", "-", "-", "-", "-", "-", "-", "-", FitsText(r));
+      continue;
+    }
+    const traces::Plan& p = r.result.plan;
+    const traces::StepMetrics& m = Metrics(r);
+    const sim::Prediction::StagePeak& worst = sim::WorstStage(r.result.prediction);
+    const int64_t saved = r.keep_activation_bytes - m.peak_activation_bytes;
+    const double saved_pct =
+        r.keep_activation_bytes > 0
+            ? 100.0 * static_cast<double>(saved) / static_cast<double>(r.keep_activation_bytes)
+            : 0.0;
+    out += fmt::format("{:<20} {:>11} {:>14} {:>9.1f} {:>9.0f} {:>7.3g} {:>17} {:>15} {:>15}  {}\n",
+                       r.policy,
+                       fmt::format("{}/{}/{}{}", p.tp, p.pp, p.dp, p.zero_stage == 1 ? "+Z1" : ""),
+                       fmt::format("{} x {} x {}", p.micro_batch, p.num_micro_batches, p.dp),
+                       static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s, m.tflops_per_gpu,
+                       fmt::format("{:.2f} ({})", GiB(m.peak_gpu_bytes), worst.stage),
+                       fmt::format("{:.2f} ({:.0f}%)", GiB(saved), saved_pct),
+                       fmt::format("{:.1f} / {:.1f}", m.required_ssd_write_GBps,
+                                   r.result.prediction.array_write_GBps),
+                       FitsText(r));
+  }
+  out +=
+      "(ZeRO-1 marked +Z1; saved: activation peak against keep's at the same layout; SSD "
+      "need: the write rate that hides this plan's writes behind forward compute)\n";
+  return out;
+}
+
+std::string Verdict(const PolicyComparison& c) {
+  const ComparedPolicy* with = Fastest(c, WritesSsd);
+  const ComparedPolicy* without = Fastest(c, [](const ComparedPolicy& r) { return !WritesSsd(r); });
+  if (with == nullptr && without == nullptr) return NothingFits(c);
+  if (without == nullptr) {
+    return fmt::format(
+        "Verdict: SSD offload is what makes it fit: only plans that write to the SSD fit the "
+        "budget; the fastest, {} at {}, runs {:.0f} tokens/s.",
+        with->policy, LayoutText(with->result.plan), Metrics(*with).tokens_per_s);
+  }
+  if (with != nullptr && Metrics(*with).tokens_per_s > Metrics(*without).tokens_per_s) {
+    return fmt::format(
+        "Verdict: SSD offload buys {:.2f}x over the best plan without it ({} at {}), by {}.\n  "
+        "The best plan is {} at {}, {:.0f} tokens/s.",
+        Metrics(*with).tokens_per_s / Metrics(*without).tokens_per_s, without->policy,
+        LayoutText(without->result.plan), HowItWins(with->result.plan, without->result.plan),
+        with->policy, LayoutText(with->result.plan), Metrics(*with).tokens_per_s);
+  }
+  return DoesNotHelp(*without, with);
+}
+
+nlohmann::json ComparisonJson(const PolicyComparison& c, const sim::HardwareOptions& hw) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ComparedPolicy& r : c.rows) {
+    const traces::Plan& p = r.result.plan;
+    const traces::StepMetrics& m = Metrics(r);
+    nlohmann::json row = {{"policy", r.policy},
+                          {"fits", r.result.fits},
+                          {"simulated", Simulated(r)},
+                          {"over_budget_bytes", r.result.over_budget_bytes},
+                          {"shortfall", r.result.shortfall},
+                          {"search_seconds", r.search_seconds}};
+    if (Simulated(r)) {
+      row.update({{"micro_batch", p.micro_batch},
+                  {"tp", p.tp},
+                  {"pp", p.pp},
+                  {"dp", p.dp},
+                  {"zero_stage", p.zero_stage},
+                  {"num_micro_batches", p.num_micro_batches},
+                  {"step_time_ns", m.step_time_ns},
+                  {"tokens_per_s", m.tokens_per_s},
+                  {"tflops_per_gpu", m.tflops_per_gpu},
+                  {"peak_gpu_bytes", m.peak_gpu_bytes},
+                  {"worst_stage", sim::WorstStage(r.result.prediction).stage},
+                  {"peak_activation_bytes", m.peak_activation_bytes},
+                  {"keep_activation_bytes", r.keep_activation_bytes},
+                  {"saved_activation_bytes", r.keep_activation_bytes - m.peak_activation_bytes},
+                  {"ssd_bytes_written", m.ssd_bytes_written},
+                  {"required_ssd_write_GBps", m.required_ssd_write_GBps},
+                  {"array_write_GBps", r.result.prediction.array_write_GBps}});
+    }
+    rows.push_back(std::move(row));
+  }
+  return {{"format", "ssdtrain-policy-comparison"},
+          {"model", c.model},
+          {"hardware", c.hardware},
+          {"gpus", c.gpus},
+          {"global_batch", c.global_batch},
+          {"global_batch_default", c.global_batch_default},
+          {"memory_budget_bytes", c.budget_bytes},
+          {"usable_gpu_bytes", sim::GpuMemoryBytes(hw)},
+          {"policies", rows},
+          {"chosen", c.rows.empty() ? "" : c.rows[c.chosen].policy},
+          {"verdict", Verdict(c)}};
+}
+
+Result<sim::PlannerResult> CompareAndChoose(const std::string& model,
+                                            const sim::TraceProvider& provider,
+                                            const sim::HardwareOptions& hw,
+                                            const sim::PlannerOptions& options,
+                                            const std::string& json_path, std::ostream& out) {
+  SSDTRAIN_ASSIGN_OR_RETURN(PolicyComparison c,
+                            ComparePolicies(provider, hw, options, [](const std::string& line) {
+                              std::cerr << line << "\n";
+                            }));
+  c.model = model;
+  out << ComparisonTable(c, hw) << Verdict(c) << "\n";
+  if (!json_path.empty()) {
+    SSDTRAIN_RETURN_IF_ERROR(traces::WriteJsonFile(ComparisonJson(c, hw), json_path));
+  }
+  ComparedPolicy& chosen = c.rows[c.chosen];
+  if (!options.record_timeline || !Simulated(chosen)) return std::move(chosen.result);
+  // The same search again, now recording the chosen plan's timeline.
+  sim::PlannerOptions again = options;
+  again.policy = chosen.policy;
+  again.global_batch = c.global_batch;
+  again.progress = nullptr;
+  return sim::SearchPlan(provider, hw, again);
+}
+
+}  // namespace ssdtrain::app
