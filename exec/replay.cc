@@ -266,6 +266,11 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
     result.ops = std::move(record->ops);
     result.timeline = std::move(record->timeline);
     result.gradient_buckets = std::move(record->buckets);
+    for (BucketRun& b : result.gradient_buckets) {
+      if (b.after_op == traces::kNoOp) continue;
+      b.after_original_op = whole.original_op[static_cast<size_t>(b.after_op)];
+      b.micro_batch = trace.op(b.after_op).micro_batch;
+    }
     result.tensors_checked = record->checked;
     result.pipeline = record->pipeline;
     if (options.progress) {

@@ -108,6 +108,9 @@ struct BucketRun {
   int64_t bytes = 0;      // the bytes the all-reduce summed
   int64_t gradients = 0;  // the weight gradients in it
   traces::OpId after_op = traces::kNoOp;  // the whole step's op after which it went to host memory
+  // That op in the single-micro-batch trace, and its micro-batch (the last).
+  traces::OpId after_original_op = traces::kNoOp;
+  int64_t micro_batch = 0;
   // From the step's start: posted, and first seen complete (at an op's issue,
   // or at the wait before the optimizer).
   int64_t posted_ns = 0, done_ns = 0;

@@ -59,6 +59,8 @@ nlohmann::json ToJson(const ReplayResult& r) {
       buckets.push_back({{"bytes", b.bytes},
                          {"gradients", b.gradients},
                          {"after_op", b.after_op},
+                         {"after_original_op", b.after_original_op},
+                         {"micro_batch", b.micro_batch},
                          {"posted_ns", b.posted_ns},
                          {"done_ns", b.done_ns}});
     }

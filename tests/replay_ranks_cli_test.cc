@@ -18,6 +18,7 @@
 
 #include "sim/hardware.h"
 #include "tests/cli_util.h"
+#include "traces/dp_buckets.h"
 #include "traces/io.h"
 #include "traces/plan.h"
 #include "traces/report.h"
@@ -319,11 +320,28 @@ TEST_F(ReplayRanksCli, BucketsOfAModelOverFortyMillionParametersAreTheSimulators
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_TRUE(report->verified.value_or(false));
   std::vector<int64_t> measured;
+  std::vector<traces::OpId> after;
   for (const nlohmann::json& b : report->extra.at("gradient_buckets")) {
     measured.push_back(b.at("bytes").get<int64_t>());
+    after.push_back(b.at("after_original_op").get<traces::OpId>());
+    EXPECT_EQ(b.at("micro_batch").get<int64_t>(), 1);  // the last micro-batch's backward
     EXPECT_LE(b.at("posted_ns").get<int64_t>(), b.at("done_ns").get<int64_t>());
   }
   EXPECT_EQ(measured, predicted);
+  // Each went to host memory right after the op that completes it in the
+  // table both sides use: bucket 0 after block 0's fc2, under the backward
+  // still to run.
+  auto traced = RunSsdtrain("trace --model " + model_ + " --micro-batch 1 --seq-len 32 -o " +
+                            File("trace.json"));
+  ASSERT_EQ(traced.exit_code, 0) << traced.output;
+  auto trace = traces::ReadTrace(File("trace.json"));
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  const traces::BucketTable table = traces::GradientBuckets(*trace, 2);
+  std::vector<traces::OpId> complete_after;
+  for (const traces::GradientBucket& b : table.buckets) complete_after.push_back(b.complete_after);
+  EXPECT_EQ(after, complete_after);
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(trace->op(after[0]).name, "L0.fc2.wgrad");
   auto prediction = traces::ReadStepReport(File("predicted.json"));
   ASSERT_TRUE(prediction.ok()) << prediction.status().ToString();
   const nlohmann::json& peak = prediction->extra.at("details").at("stages").at(0);
