@@ -103,6 +103,9 @@ constexpr int kGatherTag = 2;
 // messages and reports go in pieces (a message's pieces in order, as MPI
 // keeps the order of one sender's messages under one tag).
 constexpr int64_t kMaxPieceBytes = int64_t{1} << 30;
+// The most elements one MPI sum takes (its count is an int); larger sums go
+// in pieces.
+constexpr int64_t kMaxSumElements = int64_t{1} << 30;
 
 // What precedes a pipeline message's payload in its first piece.
 struct WireHeader {
@@ -127,9 +130,12 @@ class MpiSync final : public RankSync {
     MPI_Op_create(&SumBf16, /*commute=*/1, &sum_bf16_);
     sent_to_.assign(static_cast<size_t>(size_), 0);
     received_from_.assign(static_cast<size_t>(size_), 0);
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &async_comm_) != MPI_SUCCESS) async_comm_ = MPI_COMM_NULL;
   }
   ~MpiSync() override {
+    (void)WaitAllReduces();  // a failed run's last buckets (exec/step_sync.h)
     Drain();
+    if (async_comm_ != MPI_COMM_NULL) MPI_Comm_free(&async_comm_);
     if (stage_comm_ != MPI_COMM_WORLD) MPI_Comm_free(&stage_comm_);
     MPI_Op_free(&sum_fp16_);
     MPI_Op_free(&sum_bf16_);
@@ -143,11 +149,20 @@ class MpiSync final : public RankSync {
     }
     if (stage_comm_ != MPI_COMM_WORLD) MPI_Comm_free(&stage_comm_);
     stage_comm_ = MPI_COMM_WORLD;
-    if (dp == size_) return Status::Ok();
-    const int rc = MPI_Comm_split(MPI_COMM_WORLD, rank_ / dp, rank_ % dp, &stage_comm_);
+    if (dp != size_) {
+      const int rc = MPI_Comm_split(MPI_COMM_WORLD, rank_ / dp, rank_ % dp, &stage_comm_);
+      if (rc != MPI_SUCCESS) {
+        stage_comm_ = MPI_COMM_WORLD;
+        return MpiError(rc, "MPI_Comm_split into the stages' data-parallel groups");
+      }
+    }
+    // The nonblocking sums on a communicator of their own, so that they never
+    // match a blocking collective of the stage's (or the world's) by order.
+    if (async_comm_ != MPI_COMM_NULL) MPI_Comm_free(&async_comm_);
+    const int rc = MPI_Comm_dup(stage_comm_, &async_comm_);
     if (rc != MPI_SUCCESS) {
-      stage_comm_ = MPI_COMM_WORLD;
-      return MpiError(rc, "MPI_Comm_split into the stages' data-parallel groups");
+      async_comm_ = MPI_COMM_NULL;
+      return MpiError(rc, "MPI_Comm_dup of the stage's data-parallel group");
     }
     return Status::Ok();
   }
@@ -262,38 +277,69 @@ class MpiSync final : public RankSync {
   Status AllReduceSum(void* host, int64_t count, traces::DType dtype) override {
     MPI_Datatype type = MPI_BYTE;
     MPI_Op op = MPI_SUM;
-    switch (dtype) {
-      case traces::DType::kFp32:
-        type = MPI_FLOAT;
-        break;
-      case traces::DType::kFp16:
-        type = MPI_UINT16_T;
-        op = sum_fp16_;
-        break;
-      case traces::DType::kBf16:
-        type = MPI_UINT16_T;
-        op = sum_bf16_;
-        break;
-      case traces::DType::kInt32:
-        type = MPI_INT32_T;
-        break;
-      case traces::DType::kInt64:
-        type = MPI_INT64_T;
-        break;
-      case traces::DType::kUint8:
-        type = MPI_UINT8_T;
-        break;
-    }
+    TypeAndSum(dtype, &type, &op);
     // MPI counts are int: large gradients go in pieces.
     auto* p = static_cast<uint8_t*>(host);
     const int64_t element = traces::DTypeSize(dtype);
-    constexpr int64_t kPiece = int64_t{1} << 30;
-    for (int64_t done = 0; done < count; done += kPiece) {
-      const int n = static_cast<int>(std::min(kPiece, count - done));
+    for (int64_t done = 0; done < count; done += kMaxSumElements) {
+      const int n = static_cast<int>(std::min(kMaxSumElements, count - done));
       const int rc = MPI_Allreduce(MPI_IN_PLACE, p + done * element, n, type, op, stage_comm_);
       if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Allreduce");
     }
     return Status::Ok();
+  }
+
+  Status AllReduceSumAsync(void* host, int64_t count, traces::DType dtype) override {
+    if (async_comm_ == MPI_COMM_NULL) {
+      return Status::Internal("no communicator for the nonblocking all-reduces (MPI_Comm_dup failed)");
+    }
+    MPI_Datatype type = MPI_BYTE;
+    MPI_Op op = MPI_SUM;
+    TypeAndSum(dtype, &type, &op);
+    auto* p = static_cast<uint8_t*>(host);
+    const int64_t element = traces::DTypeSize(dtype);
+    PostedSum sum;
+    Status posted = Status::Ok();
+    for (int64_t done = 0; done < count; done += kMaxSumElements) {
+      const int n = static_cast<int>(std::min(kMaxSumElements, count - done));
+      MPI_Request request = MPI_REQUEST_NULL;
+      const int rc =
+          MPI_Iallreduce(MPI_IN_PLACE, p + done * element, n, type, op, async_comm_, &request);
+      if (rc != MPI_SUCCESS) {
+        posted = MpiError(rc, "MPI_Iallreduce");
+        break;
+      }
+      sum.requests.push_back(request);
+    }
+    sums_.push_back(std::move(sum));  // the pieces posted complete in WaitAllReduces
+    return posted;
+  }
+
+  Status ProgressAllReduces(int64_t* completed) override {
+    while (sums_completed_ < sums_.size()) {
+      std::vector<MPI_Request>& r = sums_[sums_completed_].requests;
+      int done = 0;
+      const int rc = MPI_Testall(static_cast<int>(r.size()), r.data(), &done, MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Testall of the gradients' all-reduces");
+      if (!done) break;
+      ++sums_completed_;
+    }
+    *completed = static_cast<int64_t>(sums_completed_);
+    return Status::Ok();
+  }
+
+  Status WaitAllReduces() override {
+    Status first = Status::Ok();
+    for (PostedSum& sum : sums_) {
+      const int rc = MPI_Waitall(static_cast<int>(sum.requests.size()), sum.requests.data(),
+                                 MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS && first.ok()) {
+        first = MpiError(rc, "MPI_Waitall of the gradients' all-reduces");
+      }
+    }
+    sums_.clear();
+    sums_completed_ = 0;
+    return first;
   }
 
   // Lengths in 64 bits, then each rank's bytes to rank 0 point to point in
@@ -330,6 +376,36 @@ class MpiSync final : public RankSync {
   }
 
  private:
+  // The MPI type and sum of `dtype` (16-bit floats: our own sums, above).
+  void TypeAndSum(traces::DType dtype, MPI_Datatype* type_out, MPI_Op* op_out) const {
+    MPI_Datatype type = MPI_BYTE;
+    MPI_Op op = MPI_SUM;
+    switch (dtype) {
+      case traces::DType::kFp32:
+        type = MPI_FLOAT;
+        break;
+      case traces::DType::kFp16:
+        type = MPI_UINT16_T;
+        op = sum_fp16_;
+        break;
+      case traces::DType::kBf16:
+        type = MPI_UINT16_T;
+        op = sum_bf16_;
+        break;
+      case traces::DType::kInt32:
+        type = MPI_INT32_T;
+        break;
+      case traces::DType::kInt64:
+        type = MPI_INT64_T;
+        break;
+      case traces::DType::kUint8:
+        type = MPI_UINT8_T;
+        break;
+    }
+    *type_out = type;
+    *op_out = op;
+  }
+
   // Another rank's abort message, if one has come: "rank R failed: ...".
   Status CheckAbort() {
     int flag = 0;
@@ -469,6 +545,15 @@ class MpiSync final : public RankSync {
   int rank_ = 0, size_ = 1;
   MPI_Op sum_fp16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL;
   MPI_Comm stage_comm_ = MPI_COMM_WORLD;  // this stage's data-parallel group
+  // The nonblocking sums: a duplicate of stage_comm_, and the sums posted
+  // since the last WaitAllReduces (each one request per piece), of which the
+  // first sums_completed_ have completed.
+  MPI_Comm async_comm_ = MPI_COMM_NULL;
+  struct PostedSum {
+    std::vector<MPI_Request> requests;
+  };
+  std::vector<PostedSum> sums_;
+  size_t sums_completed_ = 0;
   // Point-to-point messages (pipeline pieces and aborts): sends not yet
   // complete, and how many messages went to and came from each rank.
   struct PendingSend {

@@ -18,7 +18,8 @@ class RankSync : public exec::StepSync {
   // in rank order.
   virtual Result<std::vector<std::string>> GatherAtRankZero(const std::string& mine) = 0;
   // The pipeline layout (exec/step_sync.h): ranks of `dp` consecutive ranks
-  // form each stage's data-parallel group, over which AllReduceSum sums from
+  // form each stage's data-parallel group, over which AllReduceSum and
+  // AllReduceSumAsync (on a duplicate of the group's communicator) sum from
   // now on. Collective: every rank calls it, with the same dp.
   virtual Status SplitStages(int dp) = 0;
 };

@@ -17,6 +17,7 @@
 #include "exec/detail/replayer.h"
 #include "exec/detail/test_points.h"
 #include "exec/offload_engine.h"
+#include "traces/dp_buckets.h"
 #include "traces/storage_plan.h"
 #include "traces/whole_step.h"
 
@@ -218,6 +219,10 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   detail::Replayer replayer(trace, options, *device, *engine, *staging, cache, storage_plan,
                             host_memory.get(), agreement);
   replayer.set_pipeline(previous_rank, next_rank);
+  // The buckets the simulator prices too (traces/dp_buckets.h).
+  if (options.sync != nullptr) {
+    replayer.set_buckets(traces::GradientBuckets(trace, std::max<int64_t>(plan.dp, 1)));
+  }
   {
     detail::ScopedThreadAffinity helper_affinity(device->helper_cpus());
     SSDTRAIN_RETURN_IF_ERROR(replayer.Init());
@@ -234,7 +239,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
     const CacheStats before = cache.stats();
     const OffloadStats io_before = engine->Stats();
     auto record = replayer.RunStep(step);
-    if (!record.ok()) return record.status().WithPrefix("step " + std::to_string(step));
+    if (!record.ok()) return record.status();  // "step N: ..."
     const CacheStats delta = cache.stats() - before;
     // Every rank finished this step, its checks included: after the last
     // step's agreement nothing may fail on one rank alone, as the others go
@@ -260,6 +265,12 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
     if (step > 0) result.measured_step_ops.push_back(record->ops);
     result.ops = std::move(record->ops);
     result.timeline = std::move(record->timeline);
+    result.gradient_buckets = std::move(record->buckets);
+    for (BucketRun& b : result.gradient_buckets) {
+      if (b.after_op == traces::kNoOp) continue;
+      b.after_original_op = whole.original_op[static_cast<size_t>(b.after_op)];
+      b.micro_batch = trace.op(b.after_op).micro_batch;
+    }
     result.tensors_checked = record->checked;
     result.pipeline = record->pipeline;
     if (options.progress) {

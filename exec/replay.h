@@ -102,6 +102,20 @@ struct PipelineTraffic {
   int64_t messages_received = 0, bytes_received = 0;
 };
 
+// One data-parallel gradient bucket (traces/dp_buckets.h) as a rank
+// all-reduced it in a step.
+struct BucketRun {
+  int64_t bytes = 0;      // the bytes the all-reduce summed
+  int64_t gradients = 0;  // the weight gradients in it
+  traces::OpId after_op = traces::kNoOp;  // the whole step's op after which it went to host memory
+  // That op in the single-micro-batch trace, and its micro-batch (the last).
+  traces::OpId after_original_op = traces::kNoOp;
+  int64_t micro_batch = 0;
+  // From the step's start: posted, and first seen complete (at an op's issue,
+  // or at the wait before the optimizer).
+  int64_t posted_ns = 0, done_ns = 0;
+};
+
 struct LaneBusy {
   int64_t compute_ns = 0, d2h_ns = 0, h2d_ns = 0, ssd_write_ns = 0, ssd_read_ns = 0;
   // Keyed by traces::ToString(lane) over traces::kBusyLanes, as step reports are.
@@ -146,10 +160,13 @@ struct ReplayResult {
   bool verify = false;
   bool verified = false;        // verify on and every checked tensor matched
   int64_t tensors_checked = 0;  // per step
-  // Ranks (ReplayOptions::sync): the weight gradients' all-reduce per step,
-  // median of the measured steps (copies to and from host included, and the
-  // wait at the agreement before it: with pp > 1 the pipeline's flush).
+  // Ranks (ReplayOptions::sync): the weight gradients' all-reduce not hidden
+  // behind backward per step, median of the measured steps: from the last
+  // backward op's issue to the gradients back on the device (the buckets
+  // still to sum and the copies back; with pp > 1 the pipeline's flush).
   int64_t allreduce_ns = 0;
+  // Ranks: the last step's gradient buckets, in the order they were posted.
+  std::vector<BucketRun> gradient_buckets;
   // What ran: the whole step's micro-batches and schedule (the plan's), and
   // the ranks, pp × dp (1 without ReplayOptions::sync).
   int64_t micro_batches = 1;

@@ -1,5 +1,6 @@
-// Replayer: the data-parallel ranks' gradient all-reduce (exec/step_sync.h).
-// See exec/detail/replayer.h.
+// Replayer: the data-parallel ranks' gradient buckets (traces/dp_buckets.h),
+// each all-reduced over the stage's ranks (exec/step_sync.h) as soon as the
+// last micro-batch's backward has produced it. See exec/detail/replayer.h.
 #include <string>
 
 #include "exec/detail/format_bytes.h"
@@ -9,17 +10,30 @@
 
 namespace ssdtrain::exec::detail {
 
+// One host buffer, the buckets back to back in their order, each bucket its
+// gradients back to back (GradientBucket::offsets): one all-reduce per bucket
+// over a contiguous range, as Megatron's grad buffer does on the device.
 Status Replayer::InitGradients() {
-  if (agreement_.sync() == nullptr) return Status::Ok();
+  if (agreement_.sync() == nullptr || buckets_.buckets.empty()) return Status::Ok();
+  buckets_after_.assign(trace_.ops.size(), {});
   int64_t bytes = 0;
-  for (const traces::StorageInfo& info : plan_.storages) {
-    if (info.persistent() && info.bytes > 0 &&
-        traces::IsWeightGradient(trace_, trace_.tensor(info.root))) {
-      gradients_.push_back(info.root);
-      bytes += info.bytes;
+  for (size_t b = 0; b < buckets_.buckets.size(); ++b) {
+    const traces::GradientBucket& bucket = buckets_.buckets[b];
+    for (TensorId g : bucket.gradients) {
+      if (!life(g).persistent() || life(g).bytes != trace_.tensor(g).bytes) {
+        return Status::Internal("gradient bucket " + std::to_string(b) + ": " +
+                                trace_.tensor(g).name + " is not a resident storage of its bytes");
+      }
     }
+    if (bucket.complete_after == traces::kNoOp) {
+      return Status::Internal("gradient bucket " + std::to_string(b) + " has no backward op");
+    }
+    bucket_offset_.push_back(bytes);
+    bytes += bucket.bytes;
+    buckets_after_[static_cast<size_t>(bucket.complete_after)].push_back(b);
+    SSDTRAIN_ASSIGN_OR_RETURN(auto copied, device_.CreateEvent());
+    bucket_copied_.push_back(std::move(copied));
   }
-  if (bytes == 0) return Status::Ok();
   auto host = HostStaging::Create(device_, bytes);
   if (!host.ok()) {
     return host.status().WithPrefix("host memory for the gradients' all-reduce (" +
@@ -27,6 +41,71 @@ Status Replayer::InitGradients() {
   }
   gradient_host_ = std::move(*host);
   return Status::Ok();
+}
+
+uint8_t* Replayer::BucketHost(size_t b) {
+  return static_cast<uint8_t*>(gradient_host_->base()) + bucket_offset_[b];
+}
+
+void Replayer::ResetBuckets() {
+  buckets_copied_ = buckets_posted_ = buckets_done_ = 0;
+  buckets_waited_ = buckets_.buckets.empty();
+  bucket_runs_.assign(buckets_.buckets.size(), BucketRun{});
+  allreduce_end_ns_ = exposed_begin_ns_ = 0;
+}
+
+// After `op` is issued: the buckets it completes go to host memory behind it
+// on the device-to-host stream.
+Status Replayer::CopyBucketsOut(const traces::Op& op) {
+  if (buckets_after_.empty()) return Status::Ok();
+  for (size_t b : buckets_after_[static_cast<size_t>(op.id)]) {
+    SSDTRAIN_RETURN_IF_ERROR(
+        device_.Wait(Stream::kDeviceToHost, *op_end_[static_cast<size_t>(op.id)]));
+    const traces::GradientBucket& bucket = buckets_.buckets[b];
+    for (size_t i = 0; i < bucket.gradients.size(); ++i) {
+      const TensorId g = bucket.gradients[i];
+      SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(BucketHost(b) + bucket.offsets[i],
+                                                       slot(g).buffer, 0, life(g).bytes));
+    }
+    SSDTRAIN_RETURN_IF_ERROR(device_.Record(*bucket_copied_[b], Stream::kDeviceToHost));
+    bucket_runs_[b].after_op = op.id;
+    buckets_copied_ = b + 1;
+  }
+  return Status::Ok();
+}
+
+// Posts, in order, the buckets whose copies have landed (all of them, waiting
+// for the copies, with `wait`), and lets the posted ones progress.
+Status Replayer::PostBuckets(bool wait) {
+  if (buckets_waited_) return Status::Ok();
+  while (buckets_posted_ < buckets_copied_) {
+    Event& copied = *bucket_copied_[buckets_posted_];
+    if (wait) {
+      SSDTRAIN_RETURN_IF_ERROR(copied.Synchronize().WithPrefix(
+          "copying the gradients to host memory for the all-reduce"));
+    } else if (!copied.Query()) {
+      break;
+    }
+    SSDTRAIN_RETURN_IF_ERROR(PostBucket(buckets_posted_));
+    ++buckets_posted_;
+  }
+  if (buckets_posted_ == buckets_done_) return Status::Ok();
+  int64_t completed = 0;
+  SSDTRAIN_RETURN_IF_ERROR(agreement_.sync()->ProgressAllReduces(&completed));
+  for (; buckets_done_ < static_cast<size_t>(completed); ++buckets_done_) {
+    bucket_runs_[buckets_done_].done_ns = NowNs();
+  }
+  return Status::Ok();
+}
+
+Status Replayer::PostBucket(size_t b) {
+  const traces::GradientBucket& bucket = buckets_.buckets[b];
+  const int64_t now = NowNs();
+  bucket_runs_[b].bytes = bucket.bytes;
+  bucket_runs_[b].gradients = static_cast<int64_t>(bucket.gradients.size());
+  bucket_runs_[b].posted_ns = now;
+  Status st = agreement_.sync()->AllReduceSumAsync(BucketHost(b), bucket.elements(), bucket.dtype);
+  return st.ok() ? st : st.WithPrefix("all-reduce of gradient bucket " + std::to_string(b));
 }
 
 // Enqueues weight gradient `g`'s copy from `host` back to the device.
@@ -38,50 +117,50 @@ Status Replayer::CopyGradientBack(TensorId g, const uint8_t* host) {
   return device_.CopyToDeviceAsync(slot(g).buffer, 0, host, life(g).bytes);
 }
 
-// Copies every weight gradient to host memory, agrees with the other ranks
-// that all got this far, sums them over the ranks and copies them back. The
-// step's clock includes it; the timeline shows it on the network lane.
-Status Replayer::AllReduceGradients() {
-  allreduce_begin_ns_ = NowNs();
-  auto* host = gradient_host_ ? static_cast<uint8_t*>(gradient_host_->base()) : nullptr;
-  Status st = device_.Synchronize(Stream::kCompute);  // the backward has written them
-  int64_t at = 0;
-  for (TensorId g : gradients_) {
-    if (!st.ok()) break;
-    st = device_.CopyToHostAsync(host + at, slot(g).buffer, 0, life(g).bytes);
-    at += life(g).bytes;
+// Before the optimizer: the buckets not posted yet go now (the last ones wait
+// for the end of backward), then every sum completes and the gradients go
+// back to the device. The step's clock includes it; the timeline shows the
+// buckets on the network lane.
+Status Replayer::FinishGradients() {
+  if (buckets_waited_) return Status::Ok();
+  exposed_begin_ns_ = NowNs();
+  SSDTRAIN_RETURN_IF_ERROR(PostBuckets(/*wait=*/true));
+  if (buckets_posted_ != buckets_.buckets.size()) {
+    return Status::Internal("gradient bucket " + std::to_string(buckets_posted_) +
+                            " was never completed by its backward op");
   }
-  if (st.ok()) st = device_.Synchronize(Stream::kDeviceToHost);
-  if (!st.ok()) st = st.WithPrefix("copying the gradients to host memory for the all-reduce");
-  // Nothing fallible between an agreement that all are well and the
-  // all-reduces: no rank waits in an all-reduce another rank will not join.
-  SSDTRAIN_RETURN_IF_ERROR(agreement_.At(st));
-  SSDTRAIN_RETURN_IF_ERROR(SumGradients(host));
+  buckets_waited_ = true;
+  SSDTRAIN_RETURN_IF_ERROR(agreement_.sync()->WaitAllReduces());
+  const int64_t summed = NowNs();
+  for (; buckets_done_ < buckets_.buckets.size(); ++buckets_done_) {
+    bucket_runs_[buckets_done_].done_ns = summed;
+  }
   // Only now what may fail on one rank alone: the copies back. A failure
   // there reaches the others at the step's end agreement.
-  at = 0;
-  for (TensorId g : gradients_) {
-    SSDTRAIN_RETURN_IF_ERROR(CopyGradientBack(g, host + at));
-    at += life(g).bytes;
+  for (size_t b = 0; b < buckets_.buckets.size(); ++b) {
+    const traces::GradientBucket& bucket = buckets_.buckets[b];
+    for (size_t i = 0; i < bucket.gradients.size(); ++i) {
+      SSDTRAIN_RETURN_IF_ERROR(
+          CopyGradientBack(bucket.gradients[i], BucketHost(b) + bucket.offsets[i]));
+    }
   }
   SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kHostToDevice));
   allreduce_end_ns_ = NowNs();
   return Status::Ok();
 }
 
-// Every rank makes every all-reduce, also after one failed here, so that
-// the ranks' collectives pair up; the first failure is the result.
-Status Replayer::SumGradients(uint8_t* host) {
-  Status first = Status::Ok();
-  int64_t at = 0;
-  for (TensorId g : gradients_) {
-    const traces::DType dtype = trace_.tensor(g).dtype;
-    const int64_t count = life(g).bytes / traces::DTypeSize(dtype);
-    Status st = agreement_.sync()->AllReduceSum(host + at, count, dtype);
-    if (first.ok() && !st.ok()) first = st.WithPrefix("all-reduce of " + trace_.tensor(g).name);
-    at += life(g).bytes;
+// A step that failed still makes every bucket's all-reduce (exec/step_sync.h):
+// the other ranks are told first, the copies still in flight land, the
+// buckets not posted go with whatever their bytes are, and all complete.
+void Replayer::CompleteBucketsAfterFailure(const Status& failure) {
+  if (buckets_waited_) return;
+  buckets_waited_ = true;
+  agreement_.Abort(failure);
+  (void)device_.Synchronize(Stream::kDeviceToHost);
+  for (; buckets_posted_ < buckets_.buckets.size(); ++buckets_posted_) {
+    (void)PostBucket(buckets_posted_);
   }
-  return first;
+  (void)agreement_.sync()->WaitAllReduces();
 }
 
 }  // namespace ssdtrain::exec::detail

@@ -40,6 +40,14 @@ Status Replayer::Init() {
 }
 
 Result<Replayer::StepRecord> Replayer::RunStep(int step) {
+  Result<StepRecord> record = RunStepOps(step);
+  if (record.ok()) return record;
+  const Status failed = record.status().WithPrefix("step " + std::to_string(step));
+  CompleteBucketsAfterFailure(failed);
+  return failed;
+}
+
+Result<Replayer::StepRecord> Replayer::RunStepOps(int step) {
   step_ = step;
   cache_.ResetStep();
   issues_.clear();
@@ -48,29 +56,28 @@ Result<Replayer::StepRecord> Replayer::RunStep(int step) {
   traffic_ = {};
   for (Slot& slot : slots_) slot.ResetStep();
   for (auto& seed : received_seed_) seed.reset();
-  allreduce_begin_ns_ = allreduce_end_ns_ = 0;
+  ResetBuckets();
   const int64_t t0 = NowNs();
-  // Data-parallel ranks sum their gradients before the first optimizer op (or
-  // at the end of a step without one).
-  bool reduced = agreement_.sync() == nullptr;
+  // Data-parallel ranks sum each gradient bucket as soon as the last
+  // micro-batch's backward has produced it, and have them all back before
+  // the first optimizer op (or at the end of a step without one).
   for (const traces::Op& op : trace_.ops) {
     Status st = Status::Ok();
-    if (!reduced && op.phase == traces::Phase::kOptimizer) {
-      reduced = true;
-      st = AllReduceGradients();
-    }
+    if (op.phase == traces::Phase::kOptimizer) st = FinishGradients();
     if (st.ok()) st = IssueOp(op);
+    if (st.ok()) st = CopyBucketsOut(op);
+    if (st.ok()) st = PostBuckets(/*wait=*/false);
     // An I/O thread's failure is the cause; what the issue thread saw
     // (an aborted staging wait) is its consequence.
     if (!st.ok()) return error().ok() ? st : error();
   }
-  if (!reduced) SSDTRAIN_RETURN_IF_ERROR(AllReduceGradients());
+  SSDTRAIN_RETURN_IF_ERROR(FinishGradients());
   SSDTRAIN_RETURN_IF_ERROR(FinishStep());
   const int64_t t1 = NowNs();
   StepRecord record;
   record.time_ns = t1 - t0;
   record.checked = checked_;
-  record.allreduce_ns = allreduce_end_ns_ - allreduce_begin_ns_;
+  if (allreduce_end_ns_ > 0) record.allreduce_ns = allreduce_end_ns_ - exposed_begin_ns_;
   record.pipeline = traffic_;
   SSDTRAIN_RETURN_IF_ERROR(CollectTimeline(t0, record));
   SSDTRAIN_RETURN_IF_ERROR(engine_.RemoveAll());

@@ -53,6 +53,19 @@ nlohmann::json ToJson(const ReplayResult& r) {
   j["verify"] = r.verify;
   j["verified"] = r.verified;
   j["tensors_checked"] = r.tensors_checked;
+  if (!r.gradient_buckets.empty()) {
+    nlohmann::json buckets = nlohmann::json::array();
+    for (const BucketRun& b : r.gradient_buckets) {
+      buckets.push_back({{"bytes", b.bytes},
+                         {"gradients", b.gradients},
+                         {"after_op", b.after_op},
+                         {"after_original_op", b.after_original_op},
+                         {"micro_batch", b.micro_batch},
+                         {"posted_ns", b.posted_ns},
+                         {"done_ns", b.done_ns}});
+    }
+    j["gradient_buckets"] = std::move(buckets);
+  }
   return j;
 }
 

@@ -63,9 +63,14 @@ Status Replayer::CollectTimeline(int64_t t0, StepRecord& record) {
       lanes[4].emplace_back(sl.read_begin_ns - t0, sl.read_end_ns - t0);
     }
   }
-  if (allreduce_end_ns_ > 0) {
-    tl.spans.push_back({traces::Lane::kNetwork, allreduce_begin_ns_ - t0, allreduce_end_ns_ - t0,
-                        traces::kNoOp, -1, 0, 0, "data-parallel gradient all-reduce"});
+  // Each bucket from its post to when it was first seen complete.
+  for (const BucketRun& b : bucket_runs_) {
+    BucketRun& run = record.buckets.emplace_back(b);
+    run.posted_ns -= t0;
+    run.done_ns -= t0;
+    tl.spans.push_back({traces::Lane::kNetwork, run.posted_ns, run.done_ns, traces::kNoOp, -1, 0,
+                        static_cast<int>(trace_.header.stage), "data-parallel all-reduce",
+                        b.bytes});
   }
   record.busy = {traces::BusyTime(lanes[0]), traces::BusyTime(lanes[1]), traces::BusyTime(lanes[2]),
                  traces::BusyTime(lanes[3]), traces::BusyTime(lanes[4])};

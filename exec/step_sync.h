@@ -14,31 +14,35 @@
 //   each step: the stage's whole step, its send and recv ops moving real
 //              bytes between neighbours (SendAsync, Receive), its pending
 //              sends completed (WaitSends) before the step ends;
-//              backward done, weight gradients copied to host memory
-//                                      Agree(status)
-//              then                    AllReduceSum(each gradient) over the
-//                                      ranks of this stage, every one of
-//                                      them; only then the copies back
+//              in its last micro-batch's backward, each gradient bucket
+//              (traces/dp_buckets.h), once the op completing it has run
+//              and its gradients are in host memory,
+//                                      AllReduceSumAsync(the bucket) over
+//                                      the ranks of this stage, in the
+//                                      buckets' order, progressed at each
+//                                      later op (ProgressAllReduces);
+//              before the optimizer    WaitAllReduces, then the copies back
 //              step done, its checks   Agree(status)
 //              included
-// Every rank posts all its sends of a step before it goes to the agreement
-// before the gradients, so a neighbour's Receive never waits on a rank that
-// sits in an agreement.
+// Every rank makes every bucket's all-reduce of a step exactly once, in
+// order, also after a failure in that step: a failing rank posts the ones it
+// has not posted (their bytes whatever its buffer holds) and waits for all
+// before its one Agree, so no rank waits for ever in an all-reduce.
 //
 // Failure. A rank that fails anywhere first calls Abort(its error), which
-// sends every other rank a message without waiting; then it calls Agree(its
+// sends every other rank a message without waiting; then, within a step, it
+// completes the step's bucket all-reduces as above; then it calls Agree(its
 // error) once, at the next point in the list above, and stops. A rank blocked
 // in Receive or WaitSends watches for such a message and returns
-// "rank R failed: ..." at once, which is its own failure: it too calls Abort
-// and then Agree once. A rank not blocked on a neighbour reaches its next
-// agreement point and learns of the failure there. So every rank makes exactly
-// one more Agree call after the first failure, and they all meet in it (each
-// rank's engine removes its files as it unwinds). Nothing fallible runs
-// between an Agree that said "all well" and the gradients' all-reduces (a
-// copy back that fails comes after the last of them), so a rank never waits
-// in an all-reduce that another rank will not join; and nothing fallible runs
-// after the last step's Agree, where the CLI's next collective (the gather of
-// the reports) follows.
+// "rank R failed: ..." at once, which is its own failure: it too calls Abort,
+// completes the buckets, and then Agree once. A rank not blocked on a
+// neighbour reaches its next agreement point and learns of the failure there.
+// So every rank makes exactly one more Agree call after the first failure,
+// and they all meet in it (each rank's engine removes its files as it
+// unwinds). A rank waiting in WaitAllReduces does not watch for aborts: it
+// needs none, as its peers' all-reduces come in any case. Nothing fallible
+// runs after the last step's Agree, where the CLI's next collective (the
+// gather of the reports) follows.
 // Messages left unreceived by a failure (sends to a rank that stopped, the
 // abort messages) are drained by the implementation before it shuts down.
 #pragma once
@@ -84,6 +88,20 @@ class StepSync {
   // Sums `count` elements of `dtype` at `host` in place over the ranks of this
   // rank's pipeline stage (its data-parallel group; all ranks when pp = 1).
   virtual Status AllReduceSum(void* host, int64_t count, traces::DType dtype) = 0;
+  // The same sum without waiting for it (the gradient buckets, overlapping
+  // backward): posts it and returns; `host` stays the sum's, untouched by the
+  // caller, until WaitAllReduces has returned. Every rank of the stage posts
+  // the same sums in the same order. The MPI implementation is
+  // MPI_Iallreduce on a communicator of its own; one that cannot overlap may
+  // sum at once.
+  virtual Status AllReduceSumAsync(void* host, int64_t count, traces::DType dtype) = 0;
+  // Lets the posted sums progress without blocking (MPI moves a nonblocking
+  // collective only inside MPI calls) and sets `*completed` to how many of
+  // those posted since the last WaitAllReduces have completed, a prefix in
+  // posting order.
+  virtual Status ProgressAllReduces(int64_t* completed) = 0;
+  // Blocks until every posted sum has completed; the first error among them.
+  virtual Status WaitAllReduces() = 0;
 
   // Pipeline messages (pp > 1). Called by one thread per rank.
   //

@@ -56,25 +56,17 @@ int64_t ParamAllGatherNs(int64_t zero_stage, int64_t param_bytes, int64_t n, dou
   return CollectiveNs(CollectiveKind::kAllGather, param_bytes, n, GBps, latency_us);
 }
 
-std::vector<BucketSpan> BucketedCollective(const std::vector<GradientReady>& gradients,
-                                           int64_t bucket_bytes, CollectiveKind kind, int64_t n,
-                                           double GBps, double latency_us) {
+std::vector<BucketSpan> BucketCollectives(const std::vector<BucketReady>& buckets,
+                                          CollectiveKind kind, int64_t n, double GBps,
+                                          double latency_us) {
   std::vector<BucketSpan> out;
   if (n <= 1) return out;
-  int64_t bytes = 0, ready = 0, link_free = 0;
-  auto close = [&] {
-    const int64_t start = std::max(ready, link_free);
-    link_free = start + CollectiveNs(kind, bytes, n, GBps, latency_us);
-    out.push_back(BucketSpan{start, link_free, bytes});
-    bytes = 0;
-    ready = 0;
-  };
-  for (const GradientReady& g : gradients) {
-    bytes += g.bytes;
-    ready = std::max(ready, g.ready_ns);
-    if (bytes >= bucket_bytes) close();
+  int64_t link_free = 0;
+  for (const BucketReady& b : buckets) {
+    const int64_t start = std::max(b.ready_ns, link_free);
+    link_free = start + CollectiveNs(kind, b.bytes, n, GBps, latency_us);
+    out.push_back(BucketSpan{start, link_free, b.bytes});
   }
-  if (bytes > 0) close();
   return out;
 }
 

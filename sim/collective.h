@@ -50,14 +50,13 @@ int64_t ParamAllGatherNs(int64_t zero_stage, int64_t param_bytes, int64_t n, dou
                          double latency_us);
 
 // Data-parallel gradients exchanged in buckets while backward runs (PyTorch
-// DDP, Megatron's overlapped gradient reduction): gradients join the open bucket in
-// the order backward produces them; a bucket is closed once it holds
-// `bucket_bytes` (or when the last gradient joins), and its collective (`kind`:
-// an all-reduce, or ZeRO-1's reduce-scatter) starts when its last gradient is
-// ready and the previous bucket's has ended (one ring at a time on the
-// data-parallel link).
-struct GradientReady {
-  int64_t ready_ns = 0;  // when backward has produced it
+// DDP, Megatron's overlapped gradient reduction). The buckets themselves, which
+// gradients and how many bytes, are the trace's (traces/dp_buckets.h); here
+// only their timing: each bucket's collective (`kind`: an all-reduce, or
+// ZeRO-1's reduce-scatter) starts when its last gradient is ready and the
+// previous bucket's has ended (one ring at a time on the data-parallel link).
+struct BucketReady {
+  int64_t ready_ns = 0;  // when backward has produced its last gradient
   int64_t bytes = 0;
 };
 struct BucketSpan {
@@ -65,9 +64,9 @@ struct BucketSpan {
   int64_t end_ns = 0;
   int64_t bytes = 0;
 };
-// The buckets' collectives in order; empty when n <= 1 or there is nothing.
-std::vector<BucketSpan> BucketedCollective(const std::vector<GradientReady>& gradients,
-                                           int64_t bucket_bytes, CollectiveKind kind, int64_t n,
-                                           double GBps, double latency_us);
+// The buckets' collectives, in the buckets' order; empty when n <= 1.
+std::vector<BucketSpan> BucketCollectives(const std::vector<BucketReady>& buckets,
+                                          CollectiveKind kind, int64_t n, double GBps,
+                                          double latency_us);
 
 }  // namespace ssdtrain::sim

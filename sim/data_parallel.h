@@ -1,11 +1,13 @@
 // A step's data-parallel exchange (sim/simulate.h), by ZeRO stage
 // (sim/collective.h, GradientCollective): each pipeline stage exchanges its
-// weight gradients with its dp peers in buckets of max(4e7, 1e6·dp)
-// parameters (Megatron's) during its last micro-batch's backward, in the order
-// backward produces them; zero_stage 0 all-reduces each bucket, 1 (Megatron's
-// distributed optimizer) reduce-scatters it and, after the optimizer,
-// all-gathers the stage's updated parameters, not hidden behind compute
-// (Megatron's overlap_param_gather is off by default).
+// weight gradients with its dp peers in its trace's buckets
+// (traces/dp_buckets.h: Megatron's max(4e7, 1e6·dp) parameters, in the order
+// the backward completes them) during its last micro-batch's backward, each
+// bucket once the op that completes it has ended; zero_stage 0 all-reduces
+// each bucket, 1 (Megatron's distributed optimizer) reduce-scatters it and,
+// after the optimizer, all-gathers the stage's updated parameters, not hidden
+// behind compute (Megatron's overlap_param_gather is off by default). A
+// trace without weight gradients exchanges nothing.
 //
 // Thread-safety: a pure function.
 #pragma once
@@ -29,7 +31,8 @@ struct StageRun {
 };
 
 struct DataParallelStep {
-  std::vector<std::vector<BucketSpan>> buckets;  // per stage, in order
+  // Per stage, one per bucket of its trace's table, in its order.
+  std::vector<std::vector<BucketSpan>> buckets;
   // When the last stage's last bucket has ended, never before the pipeline.
   int64_t gradients_done_ns = 0;
   int64_t busy_ns = 0;  // the busiest stage's buckets, end minus start summed

@@ -13,9 +13,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "sim/hardware.h"
 #include "tests/cli_util.h"
+#include "traces/dp_buckets.h"
 #include "traces/io.h"
 #include "traces/plan.h"
 #include "traces/report.h"
@@ -273,6 +276,79 @@ TEST_F(ReplayStagesCli, RanksOtherThanPpTimesDpAreRefused) {
   EXPECT_NE(r.output.find("pp × dp = 2 × 1 = 2, but mpirun started 3 ranks; start mpirun -np 2"),
             std::string::npos)
       << r.output;
+  EXPECT_TRUE(fs::is_empty(File("offload")));
+}
+
+// A GPT of 54.6 M parameters (h 1024, 4 layers, vocabulary 4096, fp32) at
+// micro-batch 1, sequence 32, two micro-batches, dp 2: its gradients fill two
+// Megatron buckets of max(4e7, 1e6·2) = 40 M parameters (traces/dp_buckets.h;
+// tests/dp_buckets_test.cc has the closed form). The simulator's buckets (the
+// prediction's timeline) and the ones the executor all-reduced (rank 0's
+// report) are the same bytes in the same order; the peaks are the
+// prediction's to the byte, the gradients' host copies being host memory.
+TEST_F(ReplayRanksCli, BucketsOfAModelOverFortyMillionParametersAreTheSimulatorsBytesInOrder) {
+  std::ofstream(File("mid-gpt.json"))
+      << R"({"name": "mid-gpt", "family": "gpt", "hidden": 1024, "heads": 8, "layers": 4,
+             "vocab": 4096, "seq_len": 32, "micro_batch": 1, "tp": 1, "pp": 1,
+             "attention": "standard", "dtype": "fp32"})";
+  model_ = File("mid-gpt.json");
+  auto hw = sim::LoadHardware(SourceDir() + "/configs/hardware/cpu-local.json");
+  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
+  hw->gpu.allocation_alignment_bytes = 64;
+  hw->gpu.replay_workspace = true;
+  ASSERT_TRUE(traces::WriteJsonFile(sim::ToJson(*hw), File("hw.json")).ok());
+  auto planned = RunSsdtrain("plan --model " + model_ + " --hardware " + File("hw.json") +
+                             " --gpus 2 --dp 2 --tp 1 --pp 1 --zero-stage 0 --policy keep "
+                             "--micro-batch 1 --num-micro-batches 2 -o " +
+                             File("plan.json") + " --prediction " + File("predicted.json") +
+                             " --timeline " + File("predicted-timeline.json"));
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  std::ifstream timeline_file(File("predicted-timeline.json"));
+  const nlohmann::json timeline = nlohmann::json::parse(timeline_file);
+  std::vector<int64_t> predicted;
+  for (const nlohmann::json& e : timeline.at("traceEvents")) {
+    if (e.value("name", "") == "data-parallel all-reduce") {
+      predicted.push_back(e.at("args").at("bytes").get<int64_t>());
+    }
+  }
+  // 4 bytes a parameter: 41 986 048 and 12 627 968 parameters.
+  EXPECT_EQ(predicted, (std::vector<int64_t>{4 * 41'986'048, 4 * 12'627'968}));
+
+  auto r = MpiReplay(2);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto report = traces::ReadStepReport(File("run.json"));
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->verified.value_or(false));
+  std::vector<int64_t> measured;
+  std::vector<traces::OpId> after;
+  for (const nlohmann::json& b : report->extra.at("gradient_buckets")) {
+    measured.push_back(b.at("bytes").get<int64_t>());
+    after.push_back(b.at("after_original_op").get<traces::OpId>());
+    EXPECT_EQ(b.at("micro_batch").get<int64_t>(), 1);  // the last micro-batch's backward
+    EXPECT_LE(b.at("posted_ns").get<int64_t>(), b.at("done_ns").get<int64_t>());
+  }
+  EXPECT_EQ(measured, predicted);
+  // Each went to host memory right after the op that completes it in the
+  // table both sides use: bucket 0 after block 0's fc2, under the backward
+  // still to run.
+  auto traced = RunSsdtrain("trace --model " + model_ + " --micro-batch 1 --seq-len 32 -o " +
+                            File("trace.json"));
+  ASSERT_EQ(traced.exit_code, 0) << traced.output;
+  auto trace = traces::ReadTrace(File("trace.json"));
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  const traces::BucketTable table = traces::GradientBuckets(*trace, 2);
+  std::vector<traces::OpId> complete_after;
+  for (const traces::GradientBucket& b : table.buckets) complete_after.push_back(b.complete_after);
+  EXPECT_EQ(after, complete_after);
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(trace->op(after[0]).name, "L0.fc2.wgrad");
+  auto prediction = traces::ReadStepReport(File("predicted.json"));
+  ASSERT_TRUE(prediction.ok()) << prediction.status().ToString();
+  const nlohmann::json& peak = prediction->extra.at("details").at("stages").at(0);
+  for (const nlohmann::json& rank : report->extra.at("ranks")) {
+    EXPECT_EQ(rank.at("peak_device_bytes"), peak.at("peak_gpu_bytes"));
+    EXPECT_EQ(rank.at("peak_activation_bytes"), peak.at("peak_activation_bytes"));
+  }
   EXPECT_TRUE(fs::is_empty(File("offload")));
 }
 

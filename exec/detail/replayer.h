@@ -28,6 +28,7 @@
 #include "exec/offload_engine.h"
 #include "exec/replay.h"
 #include "exec/tensor_cache.h"
+#include "traces/dp_buckets.h"
 #include "traces/storage_plan.h"
 #include "traces/timeline.h"
 #include "traces/trace.h"
@@ -46,11 +47,18 @@ class RankAgreement {
     if (!all.ok()) told_ = true;
     return all;
   }
-  // Aborts (a rank blocked on a neighbour learns of it at once), then agrees.
+  // Tells the other ranks of this rank's failure without waiting (a rank
+  // blocked on a neighbour learns of it at once); once.
+  void Abort(const Status& status) {
+    if (sync_ == nullptr || aborted_) return;
+    aborted_ = true;
+    sync_->Abort(status);
+  }
+  // Aborts, then agrees.
   void OnFailure(const Status& status) {
     if (sync_ == nullptr || told_) return;
     told_ = true;
-    sync_->Abort(status);
+    Abort(status);
     (void)sync_->Agree(status);  // the others stop on it; this rank already has
   }
   // A neighbour's abort ended a Receive or WaitSends: the run's error is its.
@@ -62,7 +70,7 @@ class RankAgreement {
 
  private:
   StepSync* sync_;
-  bool told_ = false;
+  bool told_ = false, aborted_ = false;
   Status peer_failure_;
 };
 
@@ -119,7 +127,8 @@ class Replayer {
     std::vector<OpTime> ops;
     traces::Timeline timeline;
     int64_t checked = 0;
-    int64_t allreduce_ns = 0;  // the weight gradients' all-reduce (0: one rank)
+    int64_t allreduce_ns = 0;  // the weight gradients' all-reduce not hidden (0: one rank)
+    std::vector<BucketRun> buckets;  // the gradient buckets' all-reduces (ranks only)
     PipelineTraffic pipeline;  // this step's send and recv ops (pp > 1)
   };
 
@@ -130,7 +139,13 @@ class Replayer {
     next_rank_ = next_rank;
   }
 
-  // Runs step `step` (0 is the warm-up) and removes its files.
+  // Data-parallel ranks: the stage's gradient buckets (traces/dp_buckets.h,
+  // for the whole step's trace), before Init.
+  void set_buckets(traces::BucketTable table) { buckets_ = std::move(table); }
+
+  // Runs step `step` (0 is the warm-up) and removes its files. A failure is
+  // "step N: ..."; the step still completes its bucket all-reduces on this
+  // rank, after telling the others (exec/step_sync.h).
   Result<StepRecord> RunStep(int step);
 
  private:
@@ -217,11 +232,20 @@ class Replayer {
   void CompleteLoop();
   void ReadLoop();
 
-  // Data-parallel ranks (replay_gradients.cc): the weight gradients summed
-  // over the ranks between the last backward op and the optimizer.
+  Result<StepRecord> RunStepOps(int step);
+
+  // Data-parallel ranks (replay_gradients.cc): each gradient bucket copied to
+  // host memory after the op that completes it, its all-reduce posted once
+  // the copy has landed (checked at every op) and progressed at every later
+  // op; all waited for, and the gradients copied back, before the optimizer.
   Status InitGradients();
-  Status AllReduceGradients();
-  Status SumGradients(uint8_t* host);
+  void ResetBuckets();
+  uint8_t* BucketHost(size_t b);
+  Status CopyBucketsOut(const traces::Op& op);
+  Status PostBuckets(bool wait);
+  Status PostBucket(size_t b);
+  Status FinishGradients();
+  void CompleteBucketsAfterFailure(const Status& failure);
   Status CopyGradientBack(TensorId g, const uint8_t* host);
 
   // Pipeline stages on separate ranks (replay_pipeline.cc): each send and
@@ -269,9 +293,20 @@ class Replayer {
   bool staging_stalled_next_ = false;  // an offload waited for staging: the next op's gap is I/O
 
   RankAgreement& agreement_;
-  std::vector<TensorId> gradients_;             // weight-gradient storages, by id
-  std::unique_ptr<HostStaging> gradient_host_;  // their host copies, back to back
-  int64_t allreduce_begin_ns_ = 0, allreduce_end_ns_ = 0;
+  traces::BucketTable buckets_;
+  std::unique_ptr<HostStaging> gradient_host_;  // the buckets' host copies, back to back
+  std::vector<int64_t> bucket_offset_;          // each bucket's in gradient_host_
+  std::vector<std::vector<size_t>> buckets_after_;     // by op id: the buckets it completes
+  std::vector<std::unique_ptr<Event>> bucket_copied_;  // per bucket: its copies to host landed
+  // This step's buckets, each count a prefix in bucket order: copies
+  // enqueued, all-reduces posted, seen complete; and whether all were
+  // waited for (or there are none).
+  size_t buckets_copied_ = 0, buckets_posted_ = 0, buckets_done_ = 0;
+  bool buckets_waited_ = true;
+  std::vector<BucketRun> bucket_runs_;  // this step's, absolute times until CollectTimeline
+  // The end of backward's issue (FinishGradients) and the gradients back on
+  // the device.
+  int64_t exposed_begin_ns_ = 0, allreduce_end_ns_ = 0;
 
   struct Transfer {
     int64_t offset = -1;  // in pipeline_host_; -1: not a send or recv op

@@ -32,8 +32,9 @@ enum class TestPoint {
   // OffloadEngine::Remove (the tensor), before unlinking its file: a positive
   // return is the errno the unlink fails with instead (the file stays).
   kUnlink,
-  // Replayer::AllReduceGradients, before copying weight gradient `id` back to
-  // the device after its all-reduce: a nonzero return makes that copy fail.
+  // Replayer::FinishGradients, before copying weight gradient `id` back to
+  // the device after its bucket's all-reduce: a nonzero return makes that
+  // copy fail.
   kGradientCopyBack,
   // Replay, at the end of step `id`, where it checks that the engine moved the
   // bytes the cache counted: a nonzero return makes the check fail.

@@ -17,6 +17,7 @@
 #include "exec/fault_backend.h"
 #include "exec/replay.h"
 #include "exec/step_sync.h"
+#include "traces/dp_buckets.h"
 #include "exec/tests/io_test_util.h"
 #include "exec/tests/replay_test_util.h"
 #include "traces/uniform_plans.h"
@@ -88,6 +89,20 @@ class ThreadRanks {
       ++allreduces;
       return Status::Ok();
     }
+    // Sums at once, at the stage's barrier: every rank posts the same buckets
+    // in the same order, so they meet there as MPI's nonblocking ones would.
+    Status AllReduceSumAsync(void* host, int64_t count, traces::DType dtype) override {
+      ++posted_;
+      return AllReduceSum(host, count, dtype);
+    }
+    Status ProgressAllReduces(int64_t* completed) override {
+      *completed = posted_;
+      return Status::Ok();
+    }
+    Status WaitAllReduces() override {
+      posted_ = 0;
+      return Status::Ok();
+    }
     Status SendAsync(int to, const PipelineTag& tag, const void* host, int64_t bytes) override {
       Message m{tag, std::vector<uint8_t>(static_cast<const uint8_t*>(host),
                                           static_cast<const uint8_t*>(host) + bytes)};
@@ -137,6 +152,7 @@ class ThreadRanks {
    private:
     ThreadRanks& all_;
     int rank_;
+    int64_t posted_ = 0;  // since the last WaitAllReduces
   };
 
  private:
@@ -196,27 +212,26 @@ TEST(ReplayRanks, EachStepSumsTheGradientsOnEveryRank) {
   ThreadRanks::Rank* ranks[2] = {&r0, &r1};
   RankRun runs[2];
   RunTwoRanks(trace, DataParallel(traces::OffloadAllPlan(trace)), runs, ranks);
-  int weight_gradients = 0;
-  for (const traces::Tensor& t : trace.tensors) {
-    if (t.kind == traces::TensorKind::kGradient && t.alias_of == std::nullopt &&
-        traces::IsWeightGradient(trace, t)) {
-      ++weight_gradients;
-    }
-  }
-  ASSERT_GT(weight_gradients, 0);
+  // Tiny GPT's gradients fit one bucket of 40 M parameters: one all-reduce
+  // per step, of all of them.
+  const traces::BucketTable table = traces::GradientBuckets(trace, 2);
+  ASSERT_EQ(table.buckets.size(), 1u);
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(runs[r].result.ok()) << runs[r].result.status().ToString();
     EXPECT_GT(runs[r].result->allreduce_ns, 0);
     EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
-    // Set-up, then per step (warm-up + 1): before the gradients and at its end.
-    EXPECT_EQ(ranks[r]->agreements, 1 + 2 * 2);
-    EXPECT_EQ(ranks[r]->allreduces, 2 * weight_gradients);
+    // Set-up, then one per step (warm-up + 1) at its end.
+    EXPECT_EQ(ranks[r]->agreements, 1 + 2);
+    EXPECT_EQ(ranks[r]->allreduces, 2);
+    ASSERT_EQ(runs[r].result->gradient_buckets.size(), 1u);
+    EXPECT_EQ(runs[r].result->gradient_buckets[0].bytes, table.bytes);
   }
 }
 
 TEST(ReplayRanks, AWriteErrorOnOneRankStopsBothAndLeavesNoFiles) {
-  // Rank 1's third write fails in the warm-up step's forward pass; rank 0 is
-  // told at the agreement before the gradients and stops too.
+  // Rank 1's third write fails in the warm-up step's forward pass; it still
+  // makes the step's one bucket all-reduce, which rank 0 joins in its
+  // backward, and rank 0 is told at the step's agreement and stops too.
   const traces::Trace trace = TinyGptTrace(1, 128);
   ThreadRanks all(2);
   ThreadRanks::Rank r0(all, 0), r1(all, 1);
@@ -231,7 +246,8 @@ TEST(ReplayRanks, AWriteErrorOnOneRankStopsBothAndLeavesNoFiles) {
       << runs[0].result.status().ToString();
   EXPECT_NE(runs[0].result.status().message().find(runs[1].result.status().message()),
             std::string::npos);
-  EXPECT_EQ(r0.allreduces, 0);
+  EXPECT_EQ(r0.allreduces, 1);
+  EXPECT_EQ(r1.allreduces, 1);
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
 }
 
@@ -318,11 +334,11 @@ TEST(ReplayStages, EachMicroBatchsActivationGoesForwardAndItsGradientBack) {
     EXPECT_EQ(x.pipeline.bytes_sent, kMicroBatches * kStageMessageBytes);
     EXPECT_EQ(x.pipeline.bytes_received, kMicroBatches * kStageMessageBytes);
     EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
-    // Two steps (warm-up + 1) of 4 sends and 4 receives; set-up, then per
-    // step two agreements; no abort.
+    // Two steps (warm-up + 1) of 4 sends and 4 receives; set-up, then one
+    // agreement per step; no abort.
     EXPECT_EQ(ranks[r]->sends, 2 * kMicroBatches);
     EXPECT_EQ(ranks[r]->receives, 2 * kMicroBatches);
-    EXPECT_EQ(ranks[r]->agreements, 1 + 2 * 2);
+    EXPECT_EQ(ranks[r]->agreements, 1 + 2);
     EXPECT_EQ(ranks[r]->aborts, 0);
   }
 }
@@ -361,7 +377,8 @@ TEST(ReplayStages, TwoStagesOfTwoReplicasPairNeighboursAndSumPerStage) {
   // pp = 2 × dp = 2: rank r runs stage r / 2, so ranks 0 and 1 (stage 0) send
   // to ranks 2 and 3 (stage 1), 4 messages of 64 KiB each way per step, and
   // each stage's pair sums its own gradients: every rank one all-reduce per
-  // weight gradient of its stage per step (warm-up + 1).
+  // bucket of its stage (one: a stage of tiny GPT is far under 40 M
+  // parameters) per step (warm-up + 1).
   const traces::Trace stages[2] = {TinyGptTrace(1, kSeq, 2, 0), TinyGptTrace(1, kSeq, 2, 1)};
   ThreadRanks all(4, /*dp=*/2);
   std::vector<std::unique_ptr<ThreadRanks::Rank>> ranks;
@@ -384,13 +401,10 @@ TEST(ReplayStages, TwoStagesOfTwoReplicasPairNeighboursAndSumPerStage) {
     EXPECT_EQ(runs[r].result->stage, r / 2);
     EXPECT_EQ(runs[r].result->pipeline.bytes_sent, kMicroBatches * kStageMessageBytes);
     EXPECT_EQ(runs[r].result->pipeline.bytes_received, kMicroBatches * kStageMessageBytes);
-    int weight_gradients = 0;
-    for (const traces::Tensor& t : stages[r / 2].tensors) {
-      if (t.alias_of == std::nullopt && traces::IsWeightGradient(stages[r / 2], t)) {
-        ++weight_gradients;
-      }
-    }
-    EXPECT_EQ(ranks[static_cast<size_t>(r)]->allreduces, 2 * weight_gradients);
+    const auto buckets =
+        static_cast<int>(traces::GradientBuckets(stages[r / 2], 2).buckets.size());
+    EXPECT_EQ(buckets, 1);
+    EXPECT_EQ(ranks[static_cast<size_t>(r)]->allreduces, 2 * buckets);
     EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
   }
 }

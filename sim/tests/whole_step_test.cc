@@ -163,16 +163,14 @@ TEST(WholeStep, MicroBatchesInFlightShareTheSsd) {
 }
 
 TEST(WholeStep, BucketedAllReduceOverlapsBackward) {
-  // Four 1 GB gradients ready at 1, 2, 3, 4 s, 2 GB buckets, 2 ranks at 10 GB/s:
-  // each bucket's all-reduce takes 2·(2−1)/2 · 2 GB / 10 GB/s = 0.2 s. Bucket 1
-  // (ready at 2 s) runs [2, 2.2] s under backward; only bucket 2 [4, 4.2] s
-  // outlasts it: 0.2 s exposed instead of 0.4 s for one all-reduce after backward.
-  const std::vector<GradientReady> grads = {{1'000'000'000, 1'000'000'000},
-                                            {2'000'000'000, 1'000'000'000},
-                                            {3'000'000'000, 1'000'000'000},
-                                            {4'000'000'000, 1'000'000'000}};
-  std::vector<BucketSpan> b =
-      BucketedCollective(grads, 2'000'000'000, CollectiveKind::kAllReduce, 2, 10, 0);
+  // Two 2 GB buckets (the trace's: traces/dp_buckets.h forms them) ready at 2
+  // and 4 s, 2 ranks at 10 GB/s: each bucket's all-reduce takes
+  // 2·(2−1)/2 · 2 GB / 10 GB/s = 0.2 s. Bucket 1 runs [2, 2.2] s under
+  // backward; only bucket 2 [4, 4.2] s outlasts it: 0.2 s exposed instead of
+  // 0.4 s for one all-reduce after backward.
+  const std::vector<BucketReady> buckets = {{2'000'000'000, 2'000'000'000},
+                                            {4'000'000'000, 2'000'000'000}};
+  std::vector<BucketSpan> b = BucketCollectives(buckets, CollectiveKind::kAllReduce, 2, 10, 0);
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(b[0].start_ns, 2'000'000'000);
   EXPECT_EQ(b[0].end_ns, 2'200'000'000);
@@ -180,12 +178,11 @@ TEST(WholeStep, BucketedAllReduceOverlapsBackward) {
   EXPECT_EQ(b[1].end_ns, 4'200'000'000);
   // At 1 GB/s each bucket takes 2 s: bucket 2 waits for bucket 1 ([2, 4] s) and
   // runs [4, 6] s. One rank: nothing to reduce.
-  b = BucketedCollective(grads, 2'000'000'000, CollectiveKind::kAllReduce, 2, 1, 0);
+  b = BucketCollectives(buckets, CollectiveKind::kAllReduce, 2, 1, 0);
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(b[1].start_ns, 4'000'000'000);
   EXPECT_EQ(b[1].end_ns, 6'000'000'000);
-  EXPECT_TRUE(
-      BucketedCollective(grads, 2'000'000'000, CollectiveKind::kAllReduce, 1, 10, 0).empty());
+  EXPECT_TRUE(BucketCollectives(buckets, CollectiveKind::kAllReduce, 1, 10, 0).empty());
 }
 
 // Two layers; bwd1 (20 ms) produces g1, bwd0 (20 ms) g0, 80 MB each (fp16:
