@@ -4,9 +4,11 @@
 
 #include <cctype>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 
+#include "app/cli_errors.h"
 #include "app/command.h"
 #include "exec/bench_io.h"
 
@@ -38,7 +40,13 @@ Result<int64_t> ParseBytes(const std::string& flag, const std::string& text) {
     return Status::InvalidArgument(flag + ": '" + text +
                                    "' is not a size; expected e.g. 4096, 64k, 4M or 1G");
   }
-  return std::stoll(text.substr(0, pos)) << shift;
+  const int64_t count = std::stoll(text.substr(0, pos));
+  if (count > (std::numeric_limits<int64_t>::max() >> shift)) {
+    return Status::InvalidArgument(flag + ": '" + text + "' is more bytes than fit in 64 bits");
+  }
+  const int64_t bytes = count << shift;
+  if (bytes < 1) return Status::InvalidArgument(flag + ": must be >= 1 byte, got " + text);
+  return bytes;
 }
 
 int Run(const BenchIoFlags& f) {
@@ -79,7 +87,8 @@ Verb AddBenchIoCommand(CLI::App& app) {
   cmd->add_option("--dir", f->dir, "Directory on the SSD to test (a file is made and removed)")
       ->required();
   cmd->add_option("--block-size", f->block_size, "Bytes per request, e.g. 4M (default 4MiB)");
-  cmd->add_option("--queue-depth", f->queue_depth, "Requests in flight (default 32)");
+  cmd->add_option("--queue-depth", f->queue_depth, "Requests in flight (default 32)")
+      ->check(IntAtLeast(1));
   cmd->add_option("--size", f->size, "Bytes written then read, e.g. 1G (default 1GiB)");
   cmd->add_option("--backend", f->backend, "auto, io_uring or posix (default auto)");
   cmd->add_flag("--buffered", f->buffered, "Do not use O_DIRECT");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "app/calibration.h"
+#include "app/cli_errors.h"
 #include "app/command.h"
 #include "app/interconnect_calibration.h"
 #include "app/mpi_sync.h"
@@ -238,32 +239,32 @@ Verb AddCalibrateCommand(CLI::App& app) {
                   "Time --model's ops at this micro-batch (repeatable; default: the config's). "
                   "The simulator uses a measured time only for an op of the same shape, so "
                   "give the micro-batch(es) you will plan at")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--trace", o->traces,
                   "Trace whose ops to time at their real shapes (repeatable)");
   cmd->add_option("--device-memory", o->device_memory_GiB,
                   "Device memory in GiB; 0: on CUDA the GPU's free memory (the config's "
                   "memory_GiB), on the CPU a 4 GiB arena")
-      ->check(CLI::NonNegativeNumber)
+      ->check(RealAtLeast(0))
       ->capture_default_str();
   cmd->add_option("--cuda-device", o->cuda_device,
                   "CUDA device index, in CUDA's order (CUDA_VISIBLE_DEVICES applies)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(IntAtLeast(0))
       ->capture_default_str();
   cmd->add_option("--block-size", o->block_size, "Offload engine request size in bytes")
-      ->check(CLI::PositiveNumber)
+      ->check(IntAtLeast(1))
       ->capture_default_str();
   cmd->add_option("--queue-depth", o->queue_depth, "Offload engine requests in flight")
-      ->check(CLI::PositiveNumber)
+      ->check(IntAtLeast(1))
       ->capture_default_str();
   cmd->add_option("--io-size", o->io_size, "Bytes written then read for the SSD bandwidth")
-      ->check(CLI::PositiveNumber)
+      ->check(IntAtLeast(1))
       ->capture_default_str();
   cmd->add_flag("--allow-buffered-io", o->allow_buffered_io,
                 "Where --dir refuses O_DIRECT (tmpfs, ramfs), measure through the page cache "
                 "instead of failing (the config then says so)");
   cmd->add_option("--repeats", o->repeats, "Timed runs per measurement (the median is kept)")
-      ->check(CLI::PositiveNumber)
+      ->check(IntAtLeast(1))
       ->capture_default_str();
   return Verb{cmd, [o] { return Run(*o); }};
 }

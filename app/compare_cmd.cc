@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "analysis/compare.h"
+#include "app/cli_errors.h"
 #include "app/command.h"
 #include "traces/report.h"
 
@@ -16,7 +17,7 @@ struct CompareOptions {
   std::string predicted;
   std::string measured;
   std::string csv;
-  size_t worst = 10;
+  int64_t worst = 10;
 };
 
 int Run(const CompareOptions& o) {
@@ -43,7 +44,7 @@ int Run(const CompareOptions& o) {
             "steps; simulate the plan the run replayed, or replay the predicted layout",
             o.predicted, o.measured, diff)));
   }
-  Result<analysis::Comparison> c = analysis::Compare(*p, *m, o.worst);
+  Result<analysis::Comparison> c = analysis::Compare(*p, *m, static_cast<size_t>(o.worst));
   if (!c.ok()) {
     return ReportError("compare",
                        c.status().WithPrefix(fmt::format("{} vs {}", o.predicted, o.measured)));
@@ -69,7 +70,8 @@ Verb AddCompareCommand(CLI::App& app) {
   cmd->add_option("--measured", o->measured, "run.json from `ssdtrain replay`")->required();
   cmd->add_option("--csv", o->csv, "Also write the table as CSV");
   cmd->add_option("--worst", o->worst, "How many ops with the largest error to list")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(IntAtLeast(0));
   return Verb{cmd, [o] { return Run(*o); }};
 }
 

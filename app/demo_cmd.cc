@@ -20,6 +20,7 @@
 
 #include "analysis/compare.h"
 #include "app/calibration.h"
+#include "app/cli_errors.h"
 #include "app/command.h"
 #include "app/reports.h"
 #include "exec/calibrate.h"
@@ -578,16 +579,16 @@ Verb AddDemoCommand(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "Measured steps per replay")
-      ->check(CLI::PositiveNumber)
+      ->check(IntAtLeast(1))
       ->capture_default_str();
   cmd->add_option("--rounds", o->rounds,
                   "Replay every policy this many times, interleaved, and report the median "
                   "(evens out a noisy machine)")
-      ->check(CLI::PositiveNumber)
+      ->check(IntAtLeast(1))
       ->capture_default_str();
   cmd->add_option("--ssd-bandwidth", o->ssd_bandwidth_GBps,
                   "Cap the SSD path at this many GB/s in the replays and the simulation (0: none)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(RealAtLeast(0));
   cmd->add_option("--summary", o->summary, "Also write the table as JSON to this file");
   cmd->add_flag("!--no-plots", o->plots, "Skip the plots");
   cmd->add_flag("!--no-verify", o->verify,

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 
+#include "app/cli_errors.h"
 #include "app/command.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
@@ -445,7 +446,7 @@ Verb AddPlanCommand(CLI::App& app) {
   cmd->add_option("--hardware", o->hardware, "hardware config (configs/hardware/*.json)")
       ->required();
   cmd->add_option("--gpus", o->gpus, "GPUs in total (default: 1; with --trace, its tp x pp)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--policy", o->policy,
                   "keep, recompute-full, recompute-selective, offload-host, offload-ssd, "
                   "ssdtrain, ssdtrain-paper, optimal or auto")
@@ -455,25 +456,26 @@ Verb AddPlanCommand(CLI::App& app) {
                   "GPU memory budget in GiB (default: "
                   "the GPU's capacity)");
   cmd->add_option("--micro-batch", o->micro_batch, "fix the micro-batch size (default: search)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--seq-len", o->seq_len, "sequence length (overrides the model config)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--global-batch", o->global_batch, "sequences per step");
+      ->check(IntAtLeast(1));
+  cmd->add_option("--global-batch", o->global_batch, "sequences per step")
+      ->check(IntAtLeast(1));
   cmd->add_option("--tp", o->tp, "fix the tensor-parallel degree (default: search)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--pp", o->pp, "fix the pipeline depth (default: search)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--dp", o->dp, "fix the data-parallel degree (default: search)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--num-micro-batches", o->num_micro_batches,
                   "fix the micro-batches per step (default: --global-batch / (micro-batch x "
                   "dp), else 2 x pp)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--zero-stage", o->zero_stage,
                   "fix Megatron's distributed optimizer: 1 shards the optimizer state over dp "
                   "(ZeRO-1), 0 does not (default: weigh both at every dp > 1; with --trace, 0: "
                   "how the trace was built)")
-      ->check(CLI::Range(0, 1));
+      ->check(IntBetween(0, 1));
   cmd->add_option("--schedule", o->schedule, "fix the pipeline schedule (default: 1f1b)")
       ->check(CLI::IsMember({"1f1b", "gpipe"}));
   cmd->add_option("-o,--output", o->output, "plan JSON to write")->required();

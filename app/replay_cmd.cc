@@ -14,6 +14,7 @@
 #include <iostream>
 #include <optional>
 
+#include "app/cli_errors.h"
 #include "app/command.h"
 #include "app/mpi_sync.h"
 #include "app/reports.h"
@@ -341,31 +342,31 @@ Verb AddReplayCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--steps", flags->steps, "Measured steps, after one warm-up step")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--ssd-bandwidth", flags->ssd_bandwidth_GBps,
                   "Cap on the SSD path in GB/s, one link reads and writes share (0: none)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(RealAtLeast(0));
   cmd->add_flag("--verify", flags->verify,
                 "Fill every tensor with a pattern and check each one backward reads");
   cmd->add_option("--device-memory", flags->device_memory_GiB,
                   "Device memory in GiB (CPU arena; CUDA: 0 = the GPU's free memory)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(RealAtLeast(0));
   cmd->add_option("--staging-memory", flags->staging_MiB, "Pinned host staging memory in MiB")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(RealAbove(0));
   cmd->add_option("--cpu-threads", flags->cpu_threads,
                   "Eigen threads of the CPU backend (1 leaves a core to copies and I/O)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_flag("--no-cpu-pin", flags->no_cpu_pin,
                 "CPU backend: let the scheduler place the compute and copy/I/O threads "
                 "(default: compute on the first CPUs, the rest on the others)");
   cmd->add_option("--cuda-device", flags->cuda_device,
                   "CUDA device index, in CUDA's order (CUDA_VISIBLE_DEVICES applies)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntAtLeast(0));
   cmd->add_option("--io-backend", flags->io_backend, "auto, io_uring or posix")
       ->capture_default_str();
   cmd->add_flag("--allow-buffered-io", flags->allow_buffered_io,
