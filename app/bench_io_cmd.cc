@@ -11,6 +11,7 @@
 #include "app/cli_errors.h"
 #include "app/command.h"
 #include "exec/bench_io.h"
+#include "exec/offload_dir.h"
 
 namespace ssdtrain::app {
 namespace {
@@ -61,6 +62,9 @@ int Run(const BenchIoFlags& f) {
   if (!size.ok()) return ReportError("bench-io", size.status());
   auto backend = exec::ParseBackendKind(f.backend);
   if (!backend.ok()) return ReportError("bench-io", backend.status().WithPrefix("--backend"));
+  if (Status dir = exec::CheckOffloadDir(f.dir, f.allow_buffered_io); !dir.ok()) {
+    return ReportError("bench-io", dir);
+  }
   o.block_size = *bs;
   o.size = *size;
   o.backend = *backend;

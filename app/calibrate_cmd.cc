@@ -18,7 +18,9 @@
 #include "app/command.h"
 #include "app/interconnect_calibration.h"
 #include "app/mpi_sync.h"
+#include "app/outputs.h"
 #include "exec/calibrate.h"
+#include "exec/offload_dir.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/hardware.h"
@@ -111,7 +113,12 @@ int Run(const CalibrateOptions& o) {
   const std::unique_ptr<RankSync> ranks = std::move(*started);
   const bool speaks = ranks == nullptr || ranks->rank() == 0;  // rank 0 prints for all
   auto fail = [&](const Status& st) { return speaks ? ReportError("calibrate", st) : 1; };
-  auto loaded = Load(o);
+  // Before any measurement: rank 0's output (it writes it) and every rank's --dir.
+  Outputs outputs;
+  outputs.Add("-o", o.output);
+  Status usable = speaks ? outputs.Check() : Status::Ok();
+  if (usable.ok()) usable = exec::CheckOffloadDir(o.dir, o.allow_buffered_io);
+  auto loaded = usable.ok() ? Load(o) : decltype(Load(o))(usable);
   std::string dir = o.dir;
   bool made_dir = false;
   if (loaded.ok() && ranks) {
@@ -191,8 +198,8 @@ int Run(const CalibrateOptions& o) {
       ApplyCalibration(base, *c,
                        CalibrationSettings{o.dir, o.base, o.block_size, o.queue_depth,
                                            ranks ? ranks->size() : 1, link});
-  Status s = traces::WriteJsonFile(sim::ToJson(hw), o.output);
-  if (!s.ok()) return ReportError("calibrate", s);
+  outputs.Set("-o", sim::ToJson(hw));
+  if (Status s = outputs.Commit(); !s.ok()) return ReportError("calibrate", s);
   std::cout << fmt::format(
       "{}: {:.1f} GiB; GEMM peak {:.1f} GFLOP/s{}, memory {:.1f} GB/s, copies {:.1f} GB/s d2h / "
       "{:.1f} GB/s h2d, SSD "

@@ -1,13 +1,14 @@
 // ssdtrain compare: a prediction against a measured run.
 #include <fmt/format.h>
 
-#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <memory>
 
 #include "analysis/compare.h"
 #include "app/cli_errors.h"
 #include "app/command.h"
+#include "app/outputs.h"
 #include "traces/report.h"
 
 namespace ssdtrain::app {
@@ -21,6 +22,9 @@ struct CompareOptions {
 };
 
 int Run(const CompareOptions& o) {
+  Outputs outputs;
+  outputs.Add("--csv", o.csv);
+  if (Status s = outputs.Check(); !s.ok()) return ReportError("compare", s);
   Result<traces::StepReport> p = traces::ReadStepReport(o.predicted);
   if (!p.ok()) return ReportError("compare", p.status());
   Result<traces::StepReport> m = traces::ReadStepReport(o.measured);
@@ -49,13 +53,13 @@ int Run(const CompareOptions& o) {
     return ReportError("compare",
                        c.status().WithPrefix(fmt::format("{} vs {}", o.predicted, o.measured)));
   }
-  analysis::PrintComparison(*c, std::cout);
   if (!o.csv.empty()) {
-    std::ofstream out(o.csv);
-    analysis::WriteCsv(*c, out);
-    out.flush();
-    if (!out) return ReportError("compare", Status::IoError(o.csv + ": cannot write"));
+    std::ostringstream csv;
+    analysis::WriteCsv(*c, csv);
+    outputs.SetText("--csv", csv.str());
   }
+  if (Status s = outputs.Commit(); !s.ok()) return ReportError("compare", s);
+  analysis::PrintComparison(*c, std::cout);
   return 0;
 }
 

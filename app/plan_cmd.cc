@@ -8,6 +8,7 @@
 
 #include "app/cli_errors.h"
 #include "app/command.h"
+#include "app/outputs.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/fit.h"
@@ -197,7 +198,8 @@ std::string CapturedReplayLines(const PlanInput& in, const traces::Plan& plan,
     return fmt::format("replay this plan: {}{}\n", ranks, replay);
   }
   return fmt::format(
-      "replay this plan: {} (stage {} of {} alone; every stage replays from --model)\n"
+      "replay this plan: {} --single-rank (stage {} of {} alone; every stage replays from "
+      "--model)\n"
       "note: {} is stage {} of {} and stood for every stage, so the plan holds its memory as "
       "the first stage's, which holds the most micro-batches in flight\n",
       replay, in.stage, plan.pp, in.trace_path, in.stage, plan.pp);
@@ -299,6 +301,11 @@ int RunPlan(PlanCmdOptions o) {
         "plan", Status::InvalidArgument("give exactly one of --model (a config) and --trace (a "
                                         "captured trace)"));
   }
+  Outputs outputs;  // checked before the search, written together after it
+  outputs.Add("-o", o.output);
+  outputs.Add("--timeline", o.timeline);
+  outputs.Add("--prediction", o.prediction);
+  if (Status s = outputs.Check(); !s.ok()) return ReportError("plan", s);
   Result<PlanInput> input = o.trace.empty() ? ModelInput(o) : TraceInput(o);
   if (!input.ok()) return ReportError("plan", input.status());
   if (o.gpus == 0) o.gpus = 1;
@@ -376,12 +383,12 @@ int RunPlan(PlanCmdOptions o) {
                           {"hardware", hw->name}};
   plan.extra["rok"] = r->rok;
   plan.extra["prediction_report"] = traces::ToJson(report);
-  Status w = traces::WritePlan(plan, o.output);
-  if (!w.ok()) return ReportError("plan", w);
-  if (!o.prediction.empty()) {
-    w = traces::WriteStepReport(report, o.prediction);
-    if (!w.ok()) return ReportError("plan", w);
+  outputs.Set("-o", traces::ToJson(plan));
+  outputs.Set("--prediction", traces::ToJson(report));
+  if (!o.timeline.empty()) {
+    outputs.Set("--timeline", traces::ToChromeTrace(r->prediction.timeline, "ssdtrain plan"));
   }
+  if (Status w = outputs.Commit(); !w.ok()) return ReportError("plan", w);
   const traces::StepMetrics& m = r->prediction.metrics;
   std::cout << fmt::format(
       "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {}{} ({} micro-batches): step "
@@ -395,11 +402,6 @@ int RunPlan(PlanCmdOptions o) {
       static_cast<double>(m.ssd_bytes_written) / 1e9);
   std::cout << SsdVerdict(r->prediction);
   if (o.rok) PrintRok(plan.extra["rok"], plan.memory_budget_bytes, std::cout);
-  if (!o.timeline.empty()) {
-    w = traces::WriteJsonFile(traces::ToChromeTrace(r->prediction.timeline, "ssdtrain plan"),
-                              o.timeline);
-    if (!w.ok()) return ReportError("plan", w);
-  }
   const std::string make_trace = in.trace_command(plan);
   if (make_trace.empty()) {
     std::cout << fmt::format("trace for this plan: {} (captured)\n", in.trace_path);

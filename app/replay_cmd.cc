@@ -17,7 +17,9 @@
 #include "app/cli_errors.h"
 #include "app/command.h"
 #include "app/mpi_sync.h"
+#include "app/outputs.h"
 #include "app/reports.h"
+#include "exec/offload_dir.h"
 #include "exec/replay.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
@@ -42,6 +44,7 @@ struct ReplayFlags {
   bool no_cpu_pin = false;
   bool verify = false;
   bool allow_buffered_io = false;
+  bool single_rank = false;
 };
 
 Result<exec::BackendChoice> ParseBackend(const std::string& s) {
@@ -80,6 +83,19 @@ Status CheckRanks(const traces::Plan& plan, const std::string& source, const Ran
                                  std::to_string(dp) + " = " + std::to_string(pp * dp) +
                                  ", but mpirun started " + std::to_string(ranks.size()) +
                                  " ranks; start mpirun -np " + std::to_string(pp * dp));
+}
+
+// One process (no mpirun) runs a plan of pp × dp = 1; a plan of more ranks
+// would run as one stage of one replica and say nothing (--single-rank asks
+// for that).
+Status CheckOneProcess(const traces::Plan& plan, const std::string& source) {
+  const int64_t pp = std::max<int64_t>(plan.pp, 1), dp = std::max<int64_t>(plan.dp, 1);
+  if (pp * dp == 1) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "{}: its layout runs on pp × dp = {} × {} = {} ranks, but this replay is one process; run "
+      "it under `mpirun -np {} ssdtrain replay ...` (with --model: each rank builds its stage's "
+      "trace), or pass --single-rank to replay this trace's stage alone, as one rank",
+      source, pp, dp, pp * dp, pp * dp));
 }
 
 // Stage `stage`'s plan: the plan itself for stage 0, else its entry in the
@@ -157,6 +173,9 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
     return Status::InvalidArgument("--policy: expected keep or offload-all, got \"" + f.policy +
                                    "\"");
   }
+  if (ranks == nullptr && !f.single_rank) {
+    SSDTRAIN_RETURN_IF_ERROR(CheckOneProcess(s.plan, s.plan_source));
+  }
   s.dir = f.dir;
   if (ranks != nullptr) {
     SSDTRAIN_RETURN_IF_ERROR(CheckRanks(s.plan, s.plan_source, *ranks));
@@ -225,10 +244,17 @@ int Run(const ReplayFlags& f) {
   auto fail = [&](const Status& st) { return speaks ? ReportError("replay", st) : 1; };
   auto backend = ParseBackend(f.backend);
   auto io_backend = exec::ParseBackendKind(f.io_backend);
+  // Before any work: rank 0's outputs (it writes them) and every rank's --dir.
+  Outputs outputs;
+  outputs.Add("-o", f.output);
+  outputs.Add("--timeline", f.timeline);
+  Status usable = speaks ? outputs.Check() : Status::Ok();
+  if (usable.ok()) usable = exec::CheckOffloadDir(f.dir, f.allow_buffered_io);
   Result<Setup> setup = !backend.ok() ? Result<Setup>(backend.status())
                         : !io_backend.ok()
                             ? Result<Setup>(io_backend.status().WithPrefix("--io-backend"))
-                            : Prepare(f, ranks.get());
+                        : !usable.ok() ? Result<Setup>(usable)
+                                       : Prepare(f, ranks.get());
   if (ranks) {  // every rank ready, or all stop with the first failure
     Status all = ranks->Agree(setup.ok() ? Status::Ok() : setup.status());
     if (!all.ok()) {
@@ -283,15 +309,13 @@ int Run(const ReplayFlags& f) {
     report = std::move(*whole);
     if (!speaks) return 0;
   }
-  Status written = traces::WriteStepReport(report, f.output);
-  if (!written.ok()) return ReportError("replay", written);
+  outputs.Set("-o", traces::ToJson(report));
   if (!f.timeline.empty()) {
-    written = traces::WriteJsonFile(
-        traces::ToChromeTrace(result->timeline,
-                              "replay " + trace.header.model + " (" + result->backend + ")"),
-        f.timeline);
-    if (!written.ok()) return ReportError("replay", written);
+    outputs.Set("--timeline", traces::ToChromeTrace(result->timeline, "replay " +
+                                                                          trace.header.model + " (" +
+                                                                          result->backend + ")"));
   }
+  if (Status written = outputs.Commit(); !written.ok()) return ReportError("replay", written);
   const auto& m = report.metrics;
   std::cout << fmt::format(
       "{} on {}{}: step {:.3f} ms (median of {}), peak device {:.1f} MiB, peak activations "
@@ -372,6 +396,9 @@ Verb AddReplayCommand(CLI::App& app) {
   cmd->add_flag("--allow-buffered-io", flags->allow_buffered_io,
                 "Where --dir refuses O_DIRECT (tmpfs, ramfs), go through the page cache "
                 "instead of failing (the run file's direct_io says false)");
+  cmd->add_flag("--single-rank", flags->single_rank,
+                "Without mpirun, replay a plan of pp x dp > 1 anyway: the trace's stage alone, "
+                "as one rank (no sends, receives or gradient sums; the run file says 1 rank)");
   cmd->add_option("-o,--output", flags->output, "Run file (JSON)")->required();
   cmd->add_option("--timeline", flags->timeline, "Chrome/Perfetto trace of the last step");
   return {cmd, [flags] { return Run(*flags); }};

@@ -6,6 +6,7 @@
 
 #include "app/cli_errors.h"
 #include "app/command.h"
+#include "app/outputs.h"
 #include "models/build_trace.h"
 #include "models/hf_config.h"
 #include "models/model_config.h"
@@ -79,6 +80,9 @@ void PrintHfReport(const models::HfReport& r, std::ostream& out) {
 }
 
 int Run(const TraceOptions& o) {
+  Outputs outputs;
+  outputs.Add("-o", o.output);
+  if (Status s = outputs.Check(); !s.ok()) return ReportError("trace", s);
   models::HfReport hf;
   Result<models::ModelConfig> config = models::LoadModelConfig(o.model, &hf);
   if (!config.ok()) return ReportError("trace", config.status());

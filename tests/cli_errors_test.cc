@@ -3,12 +3,17 @@
 // state their range, every output path and offload directory is checked
 // before any work, and a failure leaves no output file (README "Bad input").
 #include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "app/outputs.h"
 #include "tests/cli_util.h"
 
 namespace ssdtrain {
@@ -45,6 +50,20 @@ void ExpectError(const CliResult& r, const std::string& verb, const std::string&
   const std::string prefix = verb.empty() ? "ssdtrain: error: " : "ssdtrain " + verb + ": error: ";
   EXPECT_NE(r.output.find(prefix + what), std::string::npos)
       << args << "\nexpected: " << prefix << what << "\n" << r.output;
+}
+
+// The error is the only line: nothing was searched, measured or replayed first.
+void ExpectErrorBeforeWork(const CliResult& r, const std::string& verb, const std::string& what,
+                           const std::string& args) {
+  ExpectError(r, verb, what, args);
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 // CLI11's own errors (a missing required flag, an unknown flag, a value that
@@ -148,6 +167,213 @@ TEST_F(CliErrors, NumericFlagsOutOfRangeAreRefusedStatingTheRange) {
     EXPECT_EQ(r.output.find("000000"), std::string::npos) << args << "\n" << r.output;
   }
   EXPECT_TRUE(fs::is_empty(dir_)) << "a refused command wrote a file";
+}
+
+// Every verb with an output checks each output path (and its offload
+// directory) first: before, `replay -o /nonexist/x.json` replayed the whole
+// step, `replay --timeline /nonexist/t.json` wrote the run file and then
+// failed, `calibrate --dir nope` measured for seconds, `plan -o ok.json
+// --prediction /nonexist/p.json` left ok.json, and `demo --dir nope` left its
+// report folder.
+TEST_F(CliErrors, OutputPathsAndDirectoriesAreCheckedBeforeAnyWork) {
+  const std::string ok = File("ok.json");
+  const std::string bad = "/nonexistent-ssdtrain-folder/out.json";
+  const std::string missing = "its folder /nonexistent-ssdtrain-folder does not exist";
+  const std::string model = Model("tiny-gpt");
+  const std::string replay =
+      "replay --policy keep --backend cpu --steps 1 --model " + model + " --dir " + File("off");
+  fs::create_directories(File("off"));
+  fs::create_directories(File("existing-folder"));
+  struct Case {
+    std::string args, what;
+  };
+  const std::vector<Case> cases = {
+      {"trace --model " + model + " -o " + bad, "-o " + bad + ": cannot be written: " + missing},
+      {"trace --model " + model + " -o " + File("existing-folder"),
+       "-o " + File("existing-folder") + ": is a folder"},
+      {"plan --model " + model + " --hardware " + Hardware("cpu-local") + " -o " + ok +
+           " --prediction " + bad,
+       "--prediction " + bad + ": cannot be written: " + missing},
+      {"plan --model " + model + " --hardware " + Hardware("cpu-local") + " -o " + ok +
+           " --timeline " + bad,
+       "--timeline " + bad + ": cannot be written"},
+      {"plan --model " + model + " --hardware " + Hardware("cpu-local") + " -o " + ok +
+           " --prediction " + ok,
+       "-o and --prediction name the same file"},
+      {"simulate --trace t.json --plan p.json --hardware h.json -o " + ok + " --timeline " + bad,
+       "--timeline " + bad + ": cannot be written"},
+      {replay + " -o " + bad, "-o " + bad + ": cannot be written"},
+      {replay + " -o " + ok + " --timeline " + bad, "--timeline " + bad + ": cannot be written"},
+      {"replay --policy keep --model " + model + " --dir " + File("nope") + " -o " + ok,
+       "offload directory " + File("nope") + " cannot be used"},
+      {"calibrate --dir " + File("off") + " -o " + bad, "-o " + bad + ": cannot be written"},
+      {"calibrate --dir " + File("nope") + " -o " + ok,
+       "offload directory " + File("nope") + " cannot be used"},
+      {"compare --predicted p.json --measured m.json --csv " + bad,
+       "--csv " + bad + ": cannot be written"},
+      {"demo --report " + File("report") + " --summary " + bad,
+       "--summary " + bad + ": cannot be written"},
+      {"demo --report " + File("report") + " --dir " + File("nope"),
+       "offload directory " + File("nope") + " cannot be used"},
+      {"demo --report /nonexistent-ssdtrain-folder/report --dir " + File("off"),
+       "--report /nonexistent-ssdtrain-folder/report: cannot be written: " + missing},
+      {"bench-io --dir " + File("nope"), "offload directory " + File("nope") + " cannot be used"},
+  };
+  for (const Case& c : cases) {
+    const std::string verb = c.args.substr(0, c.args.find(' '));
+    ExpectErrorBeforeWork(RunSsdtrain(c.args), verb, c.what, c.args);
+    EXPECT_FALSE(fs::exists(ok)) << c.args;
+    EXPECT_FALSE(fs::exists(File("report"))) << c.args;
+  }
+  // Nothing but the folders made above.
+  std::vector<std::string> left;
+  for (const auto& e : fs::recursive_directory_iterator(dir_)) left.push_back(e.path().string());
+  EXPECT_EQ(left.size(), 2u) << ::testing::PrintToString(left);
+}
+
+// A step that fails after the checks leaves no output either: the files are
+// written together at the end (app/outputs.h), and a failed demo removes its
+// report folder.
+TEST_F(CliErrors, AFailingLaterStepLeavesNoOutputFile) {
+  const std::string model = Model("tiny-gpt");
+  const std::string hw = Hardware("cpu-local");
+  ASSERT_EQ(RunSsdtrain("trace --model " + model + " -o " + File("t.json")).exit_code, 0);
+  ASSERT_EQ(RunSsdtrain("plan --trace " + File("t.json") + " --hardware " + hw +
+                        " --policy keep -o " + File("p.json"))
+                .exit_code,
+            0);
+  fs::create_directories(File("off"));
+  const std::vector<std::string> outputs = {"o1.json", "o2.json", "o3.json", "o.csv", "report"};
+  struct Case {
+    std::string args, what;
+  };
+  const std::vector<Case> cases = {
+      {"trace --model " + model + " --stage 3 -o " + File("o1.json"), "--stage"},
+      // Does not fit: the search fails after the outputs were checked.
+      {"plan --model " + model + " --hardware " + hw + " --policy keep --memory-budget 0.001 -o " +
+           File("o1.json") + " --prediction " + File("o2.json") + " --timeline " + File("o3.json"),
+       "does not fit"},
+      {"simulate --trace " + File("t.json") + " --plan " + File("p.json") + " --hardware " +
+           File("missing-hw.json") + " -o " + File("o1.json") + " --timeline " + File("o2.json"),
+       "missing-hw.json"},
+      {"replay --policy keep --backend cpu --steps 1 --model " + model + " --dir " + File("off") +
+           " --device-memory 0.01 -o " + File("o1.json") + " --timeline " + File("o2.json"),
+       "raise --device-memory"},
+      {"calibrate --dir " + File("off") + " --base " + File("missing-hw.json") + " -o " +
+           File("o1.json"),
+       "missing-hw.json"},
+      // A plan is not a step report: refused after the --csv path was checked.
+      {"compare --predicted " + File("p.json") + " --measured " + File("p.json") + " --csv " +
+           File("o.csv"),
+       "expected \"ssdtrain-report\""},
+      {"demo --report " + File("report") + " --dir " + File("off") + " --model " +
+           File("missing-model.json") + " --summary " + File("o1.json"),
+       "missing-model.json"},
+  };
+  for (const Case& c : cases) {
+    const std::string verb = c.args.substr(0, c.args.find(' '));
+    CliResult r = RunSsdtrain(c.args);
+    ExpectError(r, verb, "", c.args);
+    EXPECT_NE(r.output.find(c.what), std::string::npos) << c.args << "\n" << r.output;
+    for (const std::string& name : outputs) {
+      EXPECT_FALSE(fs::exists(File(name))) << c.args << ": " << name;
+    }
+    EXPECT_TRUE(fs::is_empty(File("off"))) << c.args;
+  }
+}
+
+// Outputs::Commit writes every file beside its target first: when one cannot
+// be written, none is placed, and a file already at a target is left as it was.
+TEST_F(CliErrors, OutputsAreWrittenAllOrNone) {
+  const std::string first = File("first.json");
+  std::ofstream(first) << "before\n";
+  fs::create_directories(File("gone"));
+  app::Outputs outputs;
+  outputs.Add("-o", first);
+  outputs.Add("--timeline", File("gone/second.json"));
+  outputs.Add("--csv", File("third.csv"));
+  ASSERT_TRUE(outputs.Check().ok());
+  fs::remove(File("gone"));  // between the check and the write
+  outputs.Set("-o", nlohmann::json{{"a", 1}});
+  outputs.Set("--timeline", nlohmann::json{{"b", 2}});
+  outputs.SetText("--csv", "x,y\n");
+  Status s = outputs.Commit();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("--timeline " + File("gone/second.json")), std::string::npos)
+      << s.message();
+  EXPECT_EQ(ReadAll(first), "before\n");
+  EXPECT_FALSE(fs::exists(File("third.csv")));
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir_)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"first.json"});
+
+  fs::create_directories(File("gone"));
+  ASSERT_TRUE(outputs.Commit().ok());
+  EXPECT_EQ(nlohmann::json::parse(ReadAll(first)), (nlohmann::json{{"a", 1}}));
+  EXPECT_EQ(ReadAll(File("third.csv")), "x,y\n");
+}
+
+// A dp 2 plan replayed without mpirun ran as dp 1 and said nothing until
+// compare; now it is refused, naming the ranks to start, unless --single-rank.
+TEST_F(CliErrors, APlanOfSeveralRanksIsRefusedWithoutMpirun) {
+  const std::string model = Model("tiny-gpt");
+  ASSERT_EQ(RunSsdtrain("plan --model " + model + " --hardware " + Hardware("cpu-local") +
+                        " --gpus 2 --dp 2 --micro-batch 1 --seq-len 128 --num-micro-batches 1 "
+                        "--policy keep -o " +
+                        File("plan.json"))
+                .exit_code,
+            0);
+  fs::create_directories(File("off"));
+  const std::string replay = "replay --model " + model + " --plan " + File("plan.json") +
+                             " --dir " + File("off") + " --backend cpu --steps 1 -o " +
+                             File("run.json");
+  CliResult r = RunSsdtrain(replay);
+  ExpectErrorBeforeWork(r, "replay",
+                        File("plan.json") + ": its layout runs on pp × dp = 1 × 2 = 2 ranks", replay);
+  EXPECT_NE(r.output.find("run it under `mpirun -np 2 ssdtrain replay ...`"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(File("run.json")));
+  r = RunSsdtrain(replay + " --single-rank");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(File("run.json")));
+}
+
+bool OnTmpfs(const std::string& path) {
+  struct statfs fs {};
+  return ::statfs(path.c_str(), &fs) == 0 &&
+         (static_cast<unsigned long>(fs.f_type) & 0xffffffffUL) == TMPFS_MAGIC;
+}
+
+// tmpfs takes O_DIRECT since Linux 6.6, so `--dir /dev/shm` was measured as a
+// drive (direct_io: true). Every verb that opens offload files refuses it
+// unless --allow-buffered-io, and then says buffered I/O.
+TEST_F(CliErrors, ADirectoryInMemoryIsRefusedUnlessBufferedIoIsAllowed) {
+  if (!OnTmpfs("/dev/shm")) GTEST_SKIP() << "/dev/shm is not a tmpfs here";
+  const std::string shm = "/dev/shm/ssdtrain-cli-errors-" + std::to_string(::getpid());
+  fs::create_directories(shm);
+  const std::string model = Model("tiny-gpt");
+  const std::string refusal = "offload directory " + shm + " is on tmpfs, which keeps its files in memory";
+  const std::vector<std::string> cases = {
+      "replay --policy keep --backend cpu --steps 1 --model " + model + " --dir " + shm + " -o " +
+          File("run.json"),
+      "calibrate --dir " + shm + " -o " + File("hw.json"),
+      "bench-io --size 1M --dir " + shm,
+      "demo --report " + File("report") + " --dir " + shm,
+  };
+  for (const std::string& args : cases) {
+    const std::string verb = args.substr(0, args.find(' '));
+    ExpectErrorBeforeWork(RunSsdtrain(args), verb, refusal, args);
+    EXPECT_NE(RunSsdtrain(args).output.find("--allow-buffered-io"), std::string::npos) << args;
+  }
+  CliResult r = RunSsdtrain("bench-io --size 1M --block-size 64k --dir " + shm + " --allow-buffered-io");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("buffered I/O: these figures are the page cache's"), std::string::npos)
+      << r.output;
+  r = RunSsdtrain(cases[0] + " --allow-buffered-io");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(ReadAll(File("run.json")).find("\"direct_io\": false"), std::string::npos);
+  EXPECT_TRUE(fs::is_empty(shm));
+  fs::remove_all(shm);
 }
 
 }  // namespace
