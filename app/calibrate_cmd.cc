@@ -268,7 +268,7 @@ Verb AddCalibrateCommand(CLI::App& app) {
       ->check(IntAtLeast(1))
       ->capture_default_str();
   cmd->add_flag("--allow-buffered-io", o->allow_buffered_io,
-                "Where --dir refuses O_DIRECT (tmpfs, ramfs), measure through the page cache "
+                "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, measure through the page cache "
                 "instead of failing (the config then says so)");
   cmd->add_option("--repeats", o->repeats, "Timed runs per measurement (the median is kept)")
       ->check(IntAtLeast(1))

@@ -644,7 +644,7 @@ Verb AddDemoCommand(CLI::App& app) {
                 "Skip each policy's --verify replay before the timed rounds (the table says "
                 "\"skipped\")");
   cmd->add_flag("--allow-buffered-io", o->allow_buffered_io,
-                "Where --dir refuses O_DIRECT (tmpfs, ramfs), go through the page cache instead "
+                "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, go through the page cache instead "
                 "of failing (every SSD figure is then the page cache's)");
   cmd->add_flag("--recalibrate", o->recalibrate,
                 "Measure the machine again instead of using the cached calibration");

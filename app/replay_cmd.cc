@@ -394,7 +394,7 @@ Verb AddReplayCommand(CLI::App& app) {
   cmd->add_option("--io-backend", flags->io_backend, "auto, io_uring or posix")
       ->capture_default_str();
   cmd->add_flag("--allow-buffered-io", flags->allow_buffered_io,
-                "Where --dir refuses O_DIRECT (tmpfs, ramfs), go through the page cache "
+                "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, go through the page cache "
                 "instead of failing (the run file's direct_io says false)");
   cmd->add_flag("--single-rank", flags->single_rank,
                 "Without mpirun, replay a plan of pp x dp > 1 anyway: the trace's stage alone, "
