@@ -96,9 +96,10 @@ Verb AddBenchIoCommand(CLI::App& app) {
   cmd->add_option("--size", f->size, "Bytes written then read, e.g. 1G (default 1GiB)");
   cmd->add_option("--backend", f->backend, "auto, io_uring or posix (default auto)");
   cmd->add_flag("--buffered", f->buffered, "Do not use O_DIRECT");
-  cmd->add_flag("--allow-buffered-io", f->allow_buffered_io,
-                "Where the directory is in memory (tmpfs, ramfs) or refuses O_DIRECT, measure through the "
-                "page cache instead of failing");
+  cmd->add_flag(
+      "--allow-buffered-io", f->allow_buffered_io,
+      "Where the directory is in memory (tmpfs, ramfs) or refuses O_DIRECT, measure through the "
+      "page cache instead of failing");
   return Verb{cmd, [f] { return Run(*f); }};
 }
 

@@ -267,9 +267,10 @@ Verb AddCalibrateCommand(CLI::App& app) {
   cmd->add_option("--io-size", o->io_size, "Bytes written then read for the SSD bandwidth")
       ->check(IntAtLeast(1))
       ->capture_default_str();
-  cmd->add_flag("--allow-buffered-io", o->allow_buffered_io,
-                "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, measure through the page cache "
-                "instead of failing (the config then says so)");
+  cmd->add_flag(
+      "--allow-buffered-io", o->allow_buffered_io,
+      "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, measure through the page cache "
+      "instead of failing (the config then says so)");
   cmd->add_option("--repeats", o->repeats, "Timed runs per measurement (the median is kept)")
       ->check(IntAtLeast(1))
       ->capture_default_str();

@@ -124,7 +124,8 @@ std::string UnknownVerbMessage(const std::string& typed, const std::vector<std::
     return fmt::format("give a verb: {} (ssdtrain --help says what each does)", all);
   }
   const std::vector<std::string> near = NearestVerbs(typed, verbs);
-  const std::string guess = near.empty() ? "" : fmt::format("; did you mean {}?", Join(near, " or "));
+  const std::string guess =
+      near.empty() ? "" : fmt::format("; did you mean {}?", Join(near, " or "));
   return fmt::format("unknown verb \"{}\"{} (the verbs: {})", typed, guess, all);
 }
 

@@ -1,9 +1,9 @@
 // ssdtrain compare: a prediction against a measured run.
 #include <fmt/format.h>
 
-#include <sstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "analysis/compare.h"
 #include "app/cli_errors.h"

@@ -115,7 +115,7 @@ exec::BackendChoice Backend(const std::string& s) {
 class ScratchDir {
  public:
   static Result<std::unique_ptr<ScratchDir>> Make(const std::string& given,
-                                                   bool allow_buffered_io) {
+                                                  bool allow_buffered_io) {
     if (!given.empty()) {
       SSDTRAIN_RETURN_IF_ERROR(exec::CheckOffloadDir(given, allow_buffered_io));
       return std::make_unique<ScratchDir>(given, false);
@@ -644,7 +644,8 @@ Verb AddDemoCommand(CLI::App& app) {
                 "Skip each policy's --verify replay before the timed rounds (the table says "
                 "\"skipped\")");
   cmd->add_flag("--allow-buffered-io", o->allow_buffered_io,
-                "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, go through the page cache instead "
+                "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, go through the page "
+                "cache instead "
                 "of failing (every SSD figure is then the page cache's)");
   cmd->add_flag("--recalibrate", o->recalibrate,
                 "Measure the machine again instead of using the cached calibration");

@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
   // The verb comes first: no verb, or a word that is none, is named with the
   // nearest verbs before CLI11 would say "A subcommand is required".
   const std::string first = argc > 1 ? argv[1] : "";
-  if (first.empty() || (first[0] != '-' && std::find(names.begin(), names.end(), first) ==
-                                               names.end())) {
+  if (first.empty() ||
+      (first[0] != '-' && std::find(names.begin(), names.end(), first) == names.end())) {
     std::cerr << "ssdtrain: error: " << UnknownVerbMessage(first, names) << "\n";
     return 1;
   }

@@ -24,8 +24,7 @@ fs::path FolderOf(const std::string& path) {
 // CBOR for a name ending in .cbor).
 std::string TemporaryPath(const std::string& path) {
   const fs::path p(path);
-  return (FolderOf(path) / (".partial-" + std::to_string(::getpid()) + "-" +
-                            p.filename().string()))
+  return (FolderOf(path) / (".partial-" + std::to_string(::getpid()) + "-" + p.filename().string()))
       .string();
 }
 

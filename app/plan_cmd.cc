@@ -461,12 +461,10 @@ Verb AddPlanCommand(CLI::App& app) {
       ->check(IntAtLeast(1));
   cmd->add_option("--seq-len", o->seq_len, "sequence length (overrides the model config)")
       ->check(IntAtLeast(1));
-  cmd->add_option("--global-batch", o->global_batch, "sequences per step")
-      ->check(IntAtLeast(1));
+  cmd->add_option("--global-batch", o->global_batch, "sequences per step")->check(IntAtLeast(1));
   cmd->add_option("--tp", o->tp, "fix the tensor-parallel degree (default: search)")
       ->check(IntAtLeast(1));
-  cmd->add_option("--pp", o->pp, "fix the pipeline depth (default: search)")
-      ->check(IntAtLeast(1));
+  cmd->add_option("--pp", o->pp, "fix the pipeline depth (default: search)")->check(IntAtLeast(1));
   cmd->add_option("--dp", o->dp, "fix the data-parallel degree (default: search)")
       ->check(IntAtLeast(1));
   cmd->add_option("--num-micro-batches", o->num_micro_batches,

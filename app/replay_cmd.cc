@@ -311,9 +311,9 @@ int Run(const ReplayFlags& f) {
   }
   outputs.Set("-o", traces::ToJson(report));
   if (!f.timeline.empty()) {
-    outputs.Set("--timeline", traces::ToChromeTrace(result->timeline, "replay " +
-                                                                          trace.header.model + " (" +
-                                                                          result->backend + ")"));
+    outputs.Set("--timeline",
+                traces::ToChromeTrace(result->timeline, "replay " + trace.header.model + " (" +
+                                                            result->backend + ")"));
   }
   if (Status written = outputs.Commit(); !written.ok()) return ReportError("replay", written);
   const auto& m = report.metrics;
@@ -393,9 +393,10 @@ Verb AddReplayCommand(CLI::App& app) {
       ->check(IntAtLeast(0));
   cmd->add_option("--io-backend", flags->io_backend, "auto, io_uring or posix")
       ->capture_default_str();
-  cmd->add_flag("--allow-buffered-io", flags->allow_buffered_io,
-                "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, go through the page cache "
-                "instead of failing (the run file's direct_io says false)");
+  cmd->add_flag(
+      "--allow-buffered-io", flags->allow_buffered_io,
+      "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, go through the page cache "
+      "instead of failing (the run file's direct_io says false)");
   cmd->add_flag("--single-rank", flags->single_rank,
                 "Without mpirun, replay a plan of pp x dp > 1 anyway: the trace's stage alone, "
                 "as one rank (no sends, receives or gradient sums; the run file says 1 rank)");

@@ -38,7 +38,8 @@ TEST(BufferedIoCli, BenchIoRefusesTheDirectoryUnlessBufferedIoIsAllowed) {
       "bench-io --dir " + dir.path() + " --size 1M --block-size 64k --queue-depth 4";
   CliResult refused = RunSsdtrain(args);
   EXPECT_NE(refused.exit_code, 0) << refused.output;
-  EXPECT_NE(refused.output.find("offload directory " + dir.path() + kRefusal), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("offload directory " + dir.path() + kRefusal), std::string::npos)
+      << refused.output;
   EXPECT_NE(refused.output.find(kOptIn), std::string::npos) << refused.output;
   EXPECT_TRUE(ListTree(dir.path()).empty());
 
@@ -71,7 +72,8 @@ TEST(BufferedIoCli, ReplayRefusesTheDirectoryUnlessBufferedIoIsAllowedAndTheRunF
 
   CliResult refused = RunSsdtrain(args);
   EXPECT_NE(refused.exit_code, 0) << refused.output;
-  EXPECT_NE(refused.output.find("offload directory " + dir.path() + kRefusal), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("offload directory " + dir.path() + kRefusal), std::string::npos)
+      << refused.output;
   EXPECT_FALSE(fs::exists(run_path));
   EXPECT_TRUE(ListTree(dir.path()).empty());
 

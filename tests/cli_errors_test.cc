@@ -49,7 +49,8 @@ void ExpectError(const CliResult& r, const std::string& verb, const std::string&
   EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
   const std::string prefix = verb.empty() ? "ssdtrain: error: " : "ssdtrain " + verb + ": error: ";
   EXPECT_NE(r.output.find(prefix + what), std::string::npos)
-      << args << "\nexpected: " << prefix << what << "\n" << r.output;
+      << args << "\nexpected: " << prefix << what << "\n"
+      << r.output;
 }
 
 // The error is the only line: nothing was searched, measured or replayed first.
@@ -72,7 +73,8 @@ TEST_F(CliErrors, ParserErrorsCarryTheVerbsPrefixAndExitOne) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"plan", "--hardware is required"},
       {"replay --dir d -o r.json --bogus", "The following argument was not expected: --bogus"},
-      {"compare --predicted a --measured b --worst many", "--worst: must be an integer >= 0, got many"},
+      {"compare --predicted a --measured b --worst many",
+       "--worst: must be an integer >= 0, got many"},
       {"calibrate -o c.json", "--dir is required"},
       {"simulate --trace t --plan p --hardware h", "--output is required"},
   };
@@ -100,8 +102,8 @@ TEST_F(CliErrors, AMistypedVerbIsNamedWithTheNearestVerbs) {
   for (const std::string args : {"", "--bogus"}) {
     CliResult r = RunSsdtrain(args);
     ExpectError(r, "", "give a verb: trace, ", args);
-    for (const char* verb : {"plan", "replay", "calibrate", "compare", "demo", "simulate",
-                             "bench-io", "clean"}) {
+    for (const char* verb :
+         {"plan", "replay", "calibrate", "compare", "demo", "simulate", "bench-io", "clean"}) {
       EXPECT_NE(r.output.find(verb), std::string::npos) << verb << "\n" << r.output;
     }
   }
@@ -177,8 +179,9 @@ TEST_F(CliErrors, NumericFlagsOutOfRangeAreRefusedStatingTheRange) {
 // report folder.
 TEST_F(CliErrors, OutputPathsAndDirectoriesAreCheckedBeforeAnyWork) {
   const std::string ok = File("ok.json");
-  const std::string bad = "/nonexistent-ssdtrain-folder/out.json";
-  const std::string missing = "its folder /nonexistent-ssdtrain-folder does not exist";
+  // A folder inside the test's own, so that nothing outside it is ever made.
+  const std::string bad = File("missing") + "/out.json";
+  const std::string missing = "its folder " + File("missing") + " does not exist";
   const std::string model = Model("tiny-gpt");
   const std::string replay =
       "replay --policy keep --backend cpu --steps 1 --model " + model + " --dir " + File("off");
@@ -215,8 +218,8 @@ TEST_F(CliErrors, OutputPathsAndDirectoriesAreCheckedBeforeAnyWork) {
        "--summary " + bad + ": cannot be written"},
       {"demo --report " + File("report") + " --dir " + File("nope"),
        "offload directory " + File("nope") + " cannot be used"},
-      {"demo --report /nonexistent-ssdtrain-folder/report --dir " + File("off"),
-       "--report /nonexistent-ssdtrain-folder/report: cannot be written: " + missing},
+      {"demo --report " + File("missing") + "/report --dir " + File("off"),
+       "--report " + File("missing") + "/report: cannot be written: " + missing},
       {"bench-io --dir " + File("nope"), "offload directory " + File("nope") + " cannot be used"},
   };
   for (const Case& c : cases) {
@@ -328,8 +331,8 @@ TEST_F(CliErrors, APlanOfSeveralRanksIsRefusedWithoutMpirun) {
                              " --dir " + File("off") + " --backend cpu --steps 1 -o " +
                              File("run.json");
   CliResult r = RunSsdtrain(replay);
-  ExpectErrorBeforeWork(r, "replay",
-                        File("plan.json") + ": its layout runs on pp × dp = 1 × 2 = 2 ranks", replay);
+  ExpectErrorBeforeWork(
+      r, "replay", File("plan.json") + ": its layout runs on pp × dp = 1 × 2 = 2 ranks", replay);
   EXPECT_NE(r.output.find("run it under `mpirun -np 2 ssdtrain replay ...`"), std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(File("run.json")));
@@ -352,7 +355,8 @@ TEST_F(CliErrors, ADirectoryInMemoryIsRefusedUnlessBufferedIoIsAllowed) {
   const std::string shm = "/dev/shm/ssdtrain-cli-errors-" + std::to_string(::getpid());
   fs::create_directories(shm);
   const std::string model = Model("tiny-gpt");
-  const std::string refusal = "offload directory " + shm + " is on tmpfs, which keeps its files in memory";
+  const std::string refusal =
+      "offload directory " + shm + " is on tmpfs, which keeps its files in memory";
   const std::vector<std::string> cases = {
       "replay --policy keep --backend cpu --steps 1 --model " + model + " --dir " + shm + " -o " +
           File("run.json"),
@@ -365,7 +369,8 @@ TEST_F(CliErrors, ADirectoryInMemoryIsRefusedUnlessBufferedIoIsAllowed) {
     ExpectErrorBeforeWork(RunSsdtrain(args), verb, refusal, args);
     EXPECT_NE(RunSsdtrain(args).output.find("--allow-buffered-io"), std::string::npos) << args;
   }
-  CliResult r = RunSsdtrain("bench-io --size 1M --block-size 64k --dir " + shm + " --allow-buffered-io");
+  CliResult r =
+      RunSsdtrain("bench-io --size 1M --block-size 64k --dir " + shm + " --allow-buffered-io");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("buffered I/O: these figures are the page cache's"), std::string::npos)
       << r.output;
