@@ -221,6 +221,7 @@ TEST_F(CliErrors, OutputPathsAndDirectoriesAreCheckedBeforeAnyWork) {
       {"demo --report " + File("missing") + "/report --dir " + File("off"),
        "--report " + File("missing") + "/report: cannot be written: " + missing},
       {"bench-io --dir " + File("nope"), "offload directory " + File("nope") + " cannot be used"},
+      {"clean --dir " + File("nope"), "offload directory " + File("nope") + " cannot be read"},
   };
   for (const Case& c : cases) {
     const std::string verb = c.args.substr(0, c.args.find(' '));
