@@ -65,7 +65,7 @@ Status Outputs::Check() const {
     const fs::path folder = FolderOf(f.path);
     if (!fs::is_directory(folder, ec)) {
       return Status::NotFound(what + ": cannot be written: its folder " + folder.string() +
-                              " does not exist");
+                              (fs::exists(folder, ec) ? " is not a folder" : " does not exist"));
     }
     if (::access(folder.c_str(), W_OK | X_OK) != 0) {
       return Status::IoError(what + ": cannot be written: its folder " + folder.string() +
@@ -74,7 +74,9 @@ Status Outputs::Check() const {
     for (size_t j = 0; j < i; ++j) {
       const File& g = files_[j];
       if (g.path.empty()) continue;
-      if (fs::weakly_canonical(g.path, ec) == fs::weakly_canonical(f.path, ec)) {
+      std::error_code eg, ef;
+      const fs::path a = fs::weakly_canonical(g.path, eg), b = fs::weakly_canonical(f.path, ef);
+      if (!eg && !ef && a == b) {
         return Status::InvalidArgument(g.flag + " and " + f.flag + " name the same file, " +
                                        f.path + "; give each its own");
       }
