@@ -4,11 +4,14 @@
 
 #include <cctype>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 
+#include "app/cli_errors.h"
 #include "app/command.h"
 #include "exec/bench_io.h"
+#include "exec/offload_dir.h"
 
 namespace ssdtrain::app {
 namespace {
@@ -38,7 +41,13 @@ Result<int64_t> ParseBytes(const std::string& flag, const std::string& text) {
     return Status::InvalidArgument(flag + ": '" + text +
                                    "' is not a size; expected e.g. 4096, 64k, 4M or 1G");
   }
-  return std::stoll(text.substr(0, pos)) << shift;
+  const int64_t count = std::stoll(text.substr(0, pos));
+  if (count > (std::numeric_limits<int64_t>::max() >> shift)) {
+    return Status::InvalidArgument(flag + ": '" + text + "' is more bytes than fit in 64 bits");
+  }
+  const int64_t bytes = count << shift;
+  if (bytes < 1) return Status::InvalidArgument(flag + ": must be >= 1 byte, got " + text);
+  return bytes;
 }
 
 int Run(const BenchIoFlags& f) {
@@ -53,6 +62,9 @@ int Run(const BenchIoFlags& f) {
   if (!size.ok()) return ReportError("bench-io", size.status());
   auto backend = exec::ParseBackendKind(f.backend);
   if (!backend.ok()) return ReportError("bench-io", backend.status().WithPrefix("--backend"));
+  if (Status dir = exec::CheckOffloadDir(f.dir, f.allow_buffered_io); !dir.ok()) {
+    return ReportError("bench-io", dir);
+  }
   o.block_size = *bs;
   o.size = *size;
   o.backend = *backend;
@@ -79,13 +91,15 @@ Verb AddBenchIoCommand(CLI::App& app) {
   cmd->add_option("--dir", f->dir, "Directory on the SSD to test (a file is made and removed)")
       ->required();
   cmd->add_option("--block-size", f->block_size, "Bytes per request, e.g. 4M (default 4MiB)");
-  cmd->add_option("--queue-depth", f->queue_depth, "Requests in flight (default 32)");
+  cmd->add_option("--queue-depth", f->queue_depth, "Requests in flight (default 32)")
+      ->check(IntAtLeast(1));
   cmd->add_option("--size", f->size, "Bytes written then read, e.g. 1G (default 1GiB)");
   cmd->add_option("--backend", f->backend, "auto, io_uring or posix (default auto)");
   cmd->add_flag("--buffered", f->buffered, "Do not use O_DIRECT");
-  cmd->add_flag("--allow-buffered-io", f->allow_buffered_io,
-                "Where the directory refuses O_DIRECT (tmpfs, ramfs), measure through the "
-                "page cache instead of failing");
+  cmd->add_flag(
+      "--allow-buffered-io", f->allow_buffered_io,
+      "Where the directory is in memory (tmpfs, ramfs) or refuses O_DIRECT, measure through the "
+      "page cache instead of failing");
   return Verb{cmd, [f] { return Run(*f); }};
 }
 

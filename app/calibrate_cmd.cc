@@ -14,10 +14,13 @@
 #include <vector>
 
 #include "app/calibration.h"
+#include "app/cli_errors.h"
 #include "app/command.h"
 #include "app/interconnect_calibration.h"
 #include "app/mpi_sync.h"
+#include "app/outputs.h"
 #include "exec/calibrate.h"
+#include "exec/offload_dir.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/hardware.h"
@@ -110,7 +113,12 @@ int Run(const CalibrateOptions& o) {
   const std::unique_ptr<RankSync> ranks = std::move(*started);
   const bool speaks = ranks == nullptr || ranks->rank() == 0;  // rank 0 prints for all
   auto fail = [&](const Status& st) { return speaks ? ReportError("calibrate", st) : 1; };
-  auto loaded = Load(o);
+  // Before any measurement: rank 0's output (it writes it) and every rank's --dir.
+  Outputs outputs;
+  outputs.Add("-o", o.output);
+  Status usable = speaks ? outputs.Check() : Status::Ok();
+  if (usable.ok()) usable = exec::CheckOffloadDir(o.dir, o.allow_buffered_io);
+  auto loaded = usable.ok() ? Load(o) : decltype(Load(o))(usable);
   std::string dir = o.dir;
   bool made_dir = false;
   if (loaded.ok() && ranks) {
@@ -190,8 +198,8 @@ int Run(const CalibrateOptions& o) {
       ApplyCalibration(base, *c,
                        CalibrationSettings{o.dir, o.base, o.block_size, o.queue_depth,
                                            ranks ? ranks->size() : 1, link});
-  Status s = traces::WriteJsonFile(sim::ToJson(hw), o.output);
-  if (!s.ok()) return ReportError("calibrate", s);
+  outputs.Set("-o", sim::ToJson(hw));
+  if (Status s = outputs.Commit(); !s.ok()) return ReportError("calibrate", s);
   std::cout << fmt::format(
       "{}: {:.1f} GiB; GEMM peak {:.1f} GFLOP/s{}, memory {:.1f} GB/s, copies {:.1f} GB/s d2h / "
       "{:.1f} GB/s h2d, SSD "
@@ -238,32 +246,33 @@ Verb AddCalibrateCommand(CLI::App& app) {
                   "Time --model's ops at this micro-batch (repeatable; default: the config's). "
                   "The simulator uses a measured time only for an op of the same shape, so "
                   "give the micro-batch(es) you will plan at")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--trace", o->traces,
                   "Trace whose ops to time at their real shapes (repeatable)");
   cmd->add_option("--device-memory", o->device_memory_GiB,
                   "Device memory in GiB; 0: on CUDA the GPU's free memory (the config's "
                   "memory_GiB), on the CPU a 4 GiB arena")
-      ->check(CLI::NonNegativeNumber)
+      ->check(RealAtLeast(0))
       ->capture_default_str();
   cmd->add_option("--cuda-device", o->cuda_device,
                   "CUDA device index, in CUDA's order (CUDA_VISIBLE_DEVICES applies)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(IntAtLeast(0))
       ->capture_default_str();
   cmd->add_option("--block-size", o->block_size, "Offload engine request size in bytes")
-      ->check(CLI::PositiveNumber)
+      ->check(IntAtLeast(1))
       ->capture_default_str();
   cmd->add_option("--queue-depth", o->queue_depth, "Offload engine requests in flight")
-      ->check(CLI::PositiveNumber)
+      ->check(IntAtLeast(1))
       ->capture_default_str();
   cmd->add_option("--io-size", o->io_size, "Bytes written then read for the SSD bandwidth")
-      ->check(CLI::PositiveNumber)
+      ->check(IntAtLeast(1))
       ->capture_default_str();
-  cmd->add_flag("--allow-buffered-io", o->allow_buffered_io,
-                "Where --dir refuses O_DIRECT (tmpfs, ramfs), measure through the page cache "
-                "instead of failing (the config then says so)");
+  cmd->add_flag(
+      "--allow-buffered-io", o->allow_buffered_io,
+      "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, measure through the page cache "
+      "instead of failing (the config then says so)");
   cmd->add_option("--repeats", o->repeats, "Timed runs per measurement (the median is kept)")
-      ->check(CLI::PositiveNumber)
+      ->check(IntAtLeast(1))
       ->capture_default_str();
   return Verb{cmd, [o] { return Run(*o); }};
 }

@@ -1,12 +1,14 @@
 // ssdtrain compare: a prediction against a measured run.
 #include <fmt/format.h>
 
-#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "analysis/compare.h"
+#include "app/cli_errors.h"
 #include "app/command.h"
+#include "app/outputs.h"
 #include "traces/report.h"
 
 namespace ssdtrain::app {
@@ -16,10 +18,13 @@ struct CompareOptions {
   std::string predicted;
   std::string measured;
   std::string csv;
-  size_t worst = 10;
+  int64_t worst = 10;
 };
 
 int Run(const CompareOptions& o) {
+  Outputs outputs;
+  outputs.Add("--csv", o.csv);
+  if (Status s = outputs.Check(); !s.ok()) return ReportError("compare", s);
   Result<traces::StepReport> p = traces::ReadStepReport(o.predicted);
   if (!p.ok()) return ReportError("compare", p.status());
   Result<traces::StepReport> m = traces::ReadStepReport(o.measured);
@@ -43,18 +48,18 @@ int Run(const CompareOptions& o) {
             "steps; simulate the plan the run replayed, or replay the predicted layout",
             o.predicted, o.measured, diff)));
   }
-  Result<analysis::Comparison> c = analysis::Compare(*p, *m, o.worst);
+  Result<analysis::Comparison> c = analysis::Compare(*p, *m, static_cast<size_t>(o.worst));
   if (!c.ok()) {
     return ReportError("compare",
                        c.status().WithPrefix(fmt::format("{} vs {}", o.predicted, o.measured)));
   }
-  analysis::PrintComparison(*c, std::cout);
   if (!o.csv.empty()) {
-    std::ofstream out(o.csv);
-    analysis::WriteCsv(*c, out);
-    out.flush();
-    if (!out) return ReportError("compare", Status::IoError(o.csv + ": cannot write"));
+    std::ostringstream csv;
+    analysis::WriteCsv(*c, csv);
+    outputs.SetText("--csv", csv.str());
   }
+  if (Status s = outputs.Commit(); !s.ok()) return ReportError("compare", s);
+  analysis::PrintComparison(*c, std::cout);
   return 0;
 }
 
@@ -69,7 +74,8 @@ Verb AddCompareCommand(CLI::App& app) {
   cmd->add_option("--measured", o->measured, "run.json from `ssdtrain replay`")->required();
   cmd->add_option("--csv", o->csv, "Also write the table as CSV");
   cmd->add_option("--worst", o->worst, "How many ops with the largest error to list")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(IntAtLeast(0));
   return Verb{cmd, [o] { return Run(*o); }};
 }
 

@@ -20,9 +20,12 @@
 
 #include "analysis/compare.h"
 #include "app/calibration.h"
+#include "app/cli_errors.h"
 #include "app/command.h"
+#include "app/outputs.h"
 #include "app/reports.h"
 #include "exec/calibrate.h"
+#include "exec/offload_dir.h"
 #include "exec/replay.h"
 #include "exec/signal_cleanup.h"
 #include "models/build_trace.h"
@@ -111,9 +114,10 @@ exec::BackendChoice Backend(const std::string& s) {
 // An offload directory that is removed when the demo ends, also on error.
 class ScratchDir {
  public:
-  static Result<std::unique_ptr<ScratchDir>> Make(const std::string& given) {
+  static Result<std::unique_ptr<ScratchDir>> Make(const std::string& given,
+                                                  bool allow_buffered_io) {
     if (!given.empty()) {
-      if (!fs::is_directory(given)) return Status::NotFound("--dir " + given + ": not a directory");
+      SSDTRAIN_RETURN_IF_ERROR(exec::CheckOffloadDir(given, allow_buffered_io));
       return std::make_unique<ScratchDir>(given, false);
     }
     const char* tmp = std::getenv("TMPDIR");
@@ -123,6 +127,8 @@ class ScratchDir {
       return Status::IoError(pattern + ": cannot create a temporary offload directory (set --dir)");
     }
     auto dir = std::make_unique<ScratchDir>(pattern, true);
+    // $TMPDIR may be a tmpfs: said now, not when the first replay opens it.
+    SSDTRAIN_RETURN_IF_ERROR(exec::CheckOffloadDir(pattern, allow_buffered_io));
     // Ctrl-C or SIGTERM removes it too, after the engine's run directory in it.
     auto guard = exec::ScopedSignalCleanup::Make(fs::absolute(pattern).string());
     if (!guard.ok()) return guard.status();
@@ -148,7 +154,10 @@ class Demo {
 
   int Run() {
     Status s = RunAll();
-    if (!s.ok()) return ReportError("demo", s);
+    if (!s.ok()) {
+      RemoveReport();
+      return ReportError("demo", s);
+    }
     return 0;
   }
 
@@ -159,16 +168,51 @@ class Demo {
     std::cerr << fmt::format("demo [{:6.1f} s] {}\n", sec, line);
   }
 
-  Status RunAll() {
+  // A failed demo leaves no output: the files it wrote, and the report folder
+  // if it made it.
+  void RemoveReport() const {
+    std::error_code ec;
+    if (made_report_) {
+      fs::remove_all(report_, ec);
+      return;
+    }
+    for (const std::string& name : files_) fs::remove(report_ / name, ec);
+  }
+
+  // Every output and the offload directory checked before any work; then the
+  // report folder made (its parent folder exists: checked).
+  Status CheckOutputs() {
     report_ =
         o_.report.empty() ? fs::absolute("ssdtrain-report-" + Stamp()) : fs::absolute(o_.report);
+    Outputs outputs;
+    outputs.Add("--summary", o_.summary);
+    SSDTRAIN_RETURN_IF_ERROR(outputs.Check());
     std::error_code ec;
-    fs::create_directories(report_, ec);
+    if (fs::exists(report_, ec)) {
+      if (!fs::is_directory(report_, ec)) {
+        return Status::InvalidArgument("--report " + report_.string() + ": is not a folder");
+      }
+      if (::access(report_.c_str(), W_OK | X_OK) != 0) {
+        return Status::IoError("--report " + report_.string() + ": is not writable");
+      }
+    } else {
+      Outputs folder;  // its parent must exist and be writable, as for a file
+      folder.Add("--report", report_.string());
+      SSDTRAIN_RETURN_IF_ERROR(folder.Check());
+    }
+    return Status::Ok();
+  }
+
+  Status RunAll() {
+    SSDTRAIN_RETURN_IF_ERROR(CheckOutputs());
+    SSDTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> scratch,
+                              ScratchDir::Make(o_.dir, o_.allow_buffered_io));
+    dir_ = scratch->path();
+    std::error_code ec;
+    made_report_ = fs::create_directory(report_, ec);
     if (ec)
       return Status::IoError(report_.string() + ": cannot create the report folder (" +
                              ec.message() + ")");
-    SSDTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<ScratchDir> scratch, ScratchDir::Make(o_.dir));
-    dir_ = scratch->path();
 
     SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig config, models::LoadModelConfig(o_.model));
     SSDTRAIN_ASSIGN_OR_RETURN(trace_, models::BuildTrace(config, 0));
@@ -280,7 +324,11 @@ class Demo {
     return Status::Ok();
   }
 
-  std::string File(const std::string& name) const { return (report_ / name).string(); }
+  // The path of a file in the report folder, remembered (RemoveReport).
+  std::string File(const std::string& name) const {
+    if (std::find(files_.begin(), files_.end(), name) == files_.end()) files_.push_back(name);
+    return (report_ / name).string();
+  }
 
   void ApplySsdCap() {
     if (o_.ssd_bandwidth_GBps <= 0) return;
@@ -552,6 +600,8 @@ class Demo {
   const DemoOptions o_;
   std::chrono::steady_clock::time_point start_;
   fs::path report_;
+  bool made_report_ = false;                // the report folder was made by this demo
+  mutable std::vector<std::string> files_;  // the names File has given, in the report folder
   std::string dir_;
   traces::Trace trace_;
   sim::HardwareOptions hw_;
@@ -578,24 +628,25 @@ Verb AddDemoCommand(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "Measured steps per replay")
-      ->check(CLI::PositiveNumber)
+      ->check(IntAtLeast(1))
       ->capture_default_str();
   cmd->add_option("--rounds", o->rounds,
                   "Replay every policy this many times, interleaved, and report the median "
                   "(evens out a noisy machine)")
-      ->check(CLI::PositiveNumber)
+      ->check(IntAtLeast(1))
       ->capture_default_str();
   cmd->add_option("--ssd-bandwidth", o->ssd_bandwidth_GBps,
                   "Cap the SSD path at this many GB/s in the replays and the simulation "
                   "(default: 0, no cap)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(RealAtLeast(0));
   cmd->add_option("--summary", o->summary, "Also write the table as JSON to this file");
   cmd->add_flag("!--no-plots", o->plots, "Skip the plots");
   cmd->add_flag("!--no-verify", o->verify,
                 "Skip each policy's --verify replay before the timed rounds (the table says "
                 "\"skipped\")");
   cmd->add_flag("--allow-buffered-io", o->allow_buffered_io,
-                "Where --dir refuses O_DIRECT (tmpfs, ramfs), go through the page cache instead "
+                "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, go through the page "
+                "cache instead "
                 "of failing (every SSD figure is then the page cache's)");
   cmd->add_flag("--recalibrate", o->recalibrate,
                 "Measure the machine again instead of using the cached calibration");

@@ -6,7 +6,9 @@
 #include <memory>
 #include <optional>
 
+#include "app/cli_errors.h"
 #include "app/command.h"
+#include "app/outputs.h"
 #include "app/plan_budget.h"
 #include "app/plan_compare.h"
 #include "models/build_trace.h"
@@ -204,7 +206,8 @@ std::string CapturedReplayLines(const PlanInput& in, const traces::Plan& plan,
     return fmt::format("replay this plan: {}{}\n", ranks, replay);
   }
   return fmt::format(
-      "replay this plan: {} (stage {} of {} alone; every stage replays from --model)\n"
+      "replay this plan: {} --single-rank (stage {} of {} alone; every stage replays from "
+      "--model)\n"
       "note: {} is stage {} of {} and stood for every stage, so the plan holds its memory as "
       "the first stage's, which holds the most micro-batches in flight\n",
       replay, in.stage, plan.pp, in.trace_path, in.stage, plan.pp);
@@ -306,6 +309,12 @@ int RunPlan(PlanCmdOptions o) {
         "plan", Status::InvalidArgument("give exactly one of --model (a config) and --trace (a "
                                         "captured trace)"));
   }
+  Outputs outputs;  // checked before the search, written together after it
+  outputs.Add("-o", o.output);
+  outputs.Add("--timeline", o.timeline);
+  outputs.Add("--prediction", o.prediction);
+  outputs.Add("--json", o.compare_json);
+  if (Status s = outputs.Check(); !s.ok()) return ReportError("plan", s);
   Result<PlanInput> input = o.trace.empty() ? ModelInput(o) : TraceInput(o);
   if (!input.ok()) return ReportError("plan", input.status());
   if (o.gpus == 0) o.gpus = 1;
@@ -336,8 +345,9 @@ int RunPlan(PlanCmdOptions o) {
   po.heads = in.heads;
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
   po.record_timeline = !o.timeline.empty();
+  nlohmann::json comparison;  // --json
   Result<sim::PlannerResult> r =
-      o.compare ? CompareAndChoose(in.name, in.provider, *hw, po, o.compare_json, std::cout)
+      o.compare ? CompareAndChoose(in.name, in.provider, *hw, po, &comparison, std::cout)
                 : sim::SearchPlan(in.provider, *hw, po);
   if (!r.ok()) return ReportError("plan", r.status());
   if (!r->fits) {
@@ -389,12 +399,13 @@ int RunPlan(PlanCmdOptions o) {
                           {"hardware", hw->name}};
   plan.extra["rok"] = r->rok;
   plan.extra["prediction_report"] = traces::ToJson(report);
-  Status w = traces::WritePlan(plan, o.output);
-  if (!w.ok()) return ReportError("plan", w);
-  if (!o.prediction.empty()) {
-    w = traces::WriteStepReport(report, o.prediction);
-    if (!w.ok()) return ReportError("plan", w);
+  outputs.Set("-o", traces::ToJson(plan));
+  outputs.Set("--prediction", traces::ToJson(report));
+  if (o.compare) outputs.Set("--json", std::move(comparison));
+  if (!o.timeline.empty()) {
+    outputs.Set("--timeline", traces::ToChromeTrace(r->prediction.timeline, "ssdtrain plan"));
   }
+  if (Status w = outputs.Commit(); !w.ok()) return ReportError("plan", w);
   const traces::StepMetrics& m = r->prediction.metrics;
   std::cout << fmt::format(
       "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {}{} ({} micro-batches): step "
@@ -412,11 +423,6 @@ int RunPlan(PlanCmdOptions o) {
   if (in.config) std::cout << OverriddenConfigNote(*in.config, plan, po);
   std::cout << SsdVerdict(r->prediction);
   if (o.rok) PrintRok(plan.extra["rok"], plan.memory_budget_bytes, std::cout);
-  if (!o.timeline.empty()) {
-    w = traces::WriteJsonFile(traces::ToChromeTrace(r->prediction.timeline, "ssdtrain plan"),
-                              o.timeline);
-    if (!w.ok()) return ReportError("plan", w);
-  }
   const std::string make_trace = in.trace_command(plan);
   if (make_trace.empty()) {
     std::cout << fmt::format("trace for this plan: {} (captured)\n", in.trace_path);
@@ -463,7 +469,7 @@ Verb AddPlanCommand(CLI::App& app) {
   cmd->add_option("--hardware", o->hardware, "hardware config (configs/hardware/*.json)")
       ->required();
   cmd->add_option("--gpus", o->gpus, "GPUs in total (default: 1; with --trace, its tp x pp)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--policy", o->policy,
                   "keep, recompute-full, recompute-selective, offload-host, offload-ssd, "
                   "ssdtrain, ssdtrain-paper, optimal or auto (default: auto, the fastest that fits "
@@ -474,27 +480,27 @@ Verb AddPlanCommand(CLI::App& app) {
                   "GPU memory budget in GiB (default: the GPU's usable memory, the hardware "
                   "config's gpu.memory_GiB less gpu.reserved_GiB; above it is refused)");
   cmd->add_option("--micro-batch", o->micro_batch, "fix the micro-batch size (default: search)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--seq-len", o->seq_len, "sequence length (overrides the model config)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--global-batch", o->global_batch,
                   "sequences per step (default: micro-batch x m x dp; with --compare, 8 per GPU, "
-                  "or a multiple of a pinned micro-batch)");
+                  "or a multiple of a pinned micro-batch)")
+      ->check(IntAtLeast(1));
   cmd->add_option("--tp", o->tp, "fix the tensor-parallel degree (default: search)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--pp", o->pp, "fix the pipeline depth (default: search)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
+  cmd->add_option("--pp", o->pp, "fix the pipeline depth (default: search)")->check(IntAtLeast(1));
   cmd->add_option("--dp", o->dp, "fix the data-parallel degree (default: search)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--num-micro-batches", o->num_micro_batches,
                   "fix the micro-batches per step (default: --global-batch / (micro-batch x "
                   "dp), else 2 x pp)")
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--zero-stage", o->zero_stage,
                   "fix Megatron's distributed optimizer: 1 shards the optimizer state over dp "
                   "(ZeRO-1), 0 does not (default: weigh both at every dp > 1; with --trace, 0: "
                   "how the trace was built)")
-      ->check(CLI::Range(0, 1));
+      ->check(IntBetween(0, 1));
   cmd->add_option("--schedule", o->schedule, "fix the pipeline schedule (default: 1f1b)")
       ->check(CLI::IsMember({"1f1b", "gpipe"}));
   cmd->add_option("-o,--output", o->output, "plan JSON to write")->required();

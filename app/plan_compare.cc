@@ -372,16 +372,14 @@ Result<sim::PlannerResult> CompareAndChoose(const std::string& model,
                                             const sim::TraceProvider& provider,
                                             const sim::HardwareOptions& hw,
                                             const sim::PlannerOptions& options,
-                                            const std::string& json_path, std::ostream& out) {
+                                            nlohmann::json* json, std::ostream& out) {
   SSDTRAIN_ASSIGN_OR_RETURN(PolicyComparison c,
                             ComparePolicies(provider, hw, options, [](const std::string& line) {
                               std::cerr << line << "\n";
                             }));
   c.model = model;
   out << ComparisonTable(c, hw) << Verdict(c) << "\n";
-  if (!json_path.empty()) {
-    SSDTRAIN_RETURN_IF_ERROR(traces::WriteJsonFile(ComparisonJson(c, hw), json_path));
-  }
+  if (json != nullptr) *json = ComparisonJson(c, hw);
   ComparedPolicy& chosen = c.rows[c.chosen];
   if (!options.record_timeline || !Simulated(chosen)) return std::move(chosen.result);
   // The same search again, now recording the chosen plan's timeline.

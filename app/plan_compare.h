@@ -70,14 +70,15 @@ Result<PolicyComparison> ComparePolicies(const sim::TraceProvider& provider,
                                          const std::function<void(const std::string&)>& progress);
 
 // `plan --compare`: ComparePolicies with progress on stderr, the table and the
-// verdict on `out`, the JSON to `json_path` (unless empty); returns the chosen
+// verdict on `out`, the JSON in `*json` (unless null; `plan` writes it with its
+// other outputs, all or none); returns the chosen
 // row's result (with its timeline when options.record_timeline), which `plan`
 // then writes and prints as it does any plan.
 Result<sim::PlannerResult> CompareAndChoose(const std::string& model,
                                             const sim::TraceProvider& provider,
                                             const sim::HardwareOptions& hw,
                                             const sim::PlannerOptions& options,
-                                            const std::string& json_path, std::ostream& out);
+                                            nlohmann::json* json, std::ostream& out);
 
 std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOptions& hw);
 // "Verdict: ..." in words, one paragraph (no newline).

@@ -14,9 +14,12 @@
 #include <iostream>
 #include <optional>
 
+#include "app/cli_errors.h"
 #include "app/command.h"
 #include "app/mpi_sync.h"
+#include "app/outputs.h"
 #include "app/reports.h"
+#include "exec/offload_dir.h"
 #include "exec/replay.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
@@ -41,6 +44,7 @@ struct ReplayFlags {
   bool no_cpu_pin = false;
   bool verify = false;
   bool allow_buffered_io = false;
+  bool single_rank = false;
 };
 
 Result<exec::BackendChoice> ParseBackend(const std::string& s) {
@@ -79,6 +83,19 @@ Status CheckRanks(const traces::Plan& plan, const std::string& source, const Ran
                                  std::to_string(dp) + " = " + std::to_string(pp * dp) +
                                  ", but mpirun started " + std::to_string(ranks.size()) +
                                  " ranks; start mpirun -np " + std::to_string(pp * dp));
+}
+
+// One process (no mpirun) runs a plan of pp × dp = 1; a plan of more ranks
+// would run as one stage of one replica and say nothing (--single-rank asks
+// for that).
+Status CheckOneProcess(const traces::Plan& plan, const std::string& source) {
+  const int64_t pp = std::max<int64_t>(plan.pp, 1), dp = std::max<int64_t>(plan.dp, 1);
+  if (pp * dp == 1) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "{}: its layout runs on pp × dp = {} × {} = {} ranks, but this replay is one process; run "
+      "it under `mpirun -np {} ssdtrain replay ...` (with --model: each rank builds its stage's "
+      "trace), or pass --single-rank to replay this trace's stage alone, as one rank",
+      source, pp, dp, pp * dp, pp * dp));
 }
 
 // Stage `stage`'s plan: the plan itself for stage 0, else its entry in the
@@ -156,6 +173,9 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
     return Status::InvalidArgument("--policy: expected keep or offload-all, got \"" + f.policy +
                                    "\"");
   }
+  if (ranks == nullptr && !f.single_rank) {
+    SSDTRAIN_RETURN_IF_ERROR(CheckOneProcess(s.plan, s.plan_source));
+  }
   s.dir = f.dir;
   if (ranks != nullptr) {
     SSDTRAIN_RETURN_IF_ERROR(CheckRanks(s.plan, s.plan_source, *ranks));
@@ -224,10 +244,17 @@ int Run(const ReplayFlags& f) {
   auto fail = [&](const Status& st) { return speaks ? ReportError("replay", st) : 1; };
   auto backend = ParseBackend(f.backend);
   auto io_backend = exec::ParseBackendKind(f.io_backend);
+  // Before any work: rank 0's outputs (it writes them) and every rank's --dir.
+  Outputs outputs;
+  outputs.Add("-o", f.output);
+  outputs.Add("--timeline", f.timeline);
+  Status usable = speaks ? outputs.Check() : Status::Ok();
+  if (usable.ok()) usable = exec::CheckOffloadDir(f.dir, f.allow_buffered_io);
   Result<Setup> setup = !backend.ok() ? Result<Setup>(backend.status())
                         : !io_backend.ok()
                             ? Result<Setup>(io_backend.status().WithPrefix("--io-backend"))
-                            : Prepare(f, ranks.get());
+                        : !usable.ok() ? Result<Setup>(usable)
+                                       : Prepare(f, ranks.get());
   if (ranks) {  // every rank ready, or all stop with the first failure
     Status all = ranks->Agree(setup.ok() ? Status::Ok() : setup.status());
     if (!all.ok()) {
@@ -282,15 +309,13 @@ int Run(const ReplayFlags& f) {
     report = std::move(*whole);
     if (!speaks) return 0;
   }
-  Status written = traces::WriteStepReport(report, f.output);
-  if (!written.ok()) return ReportError("replay", written);
+  outputs.Set("-o", traces::ToJson(report));
   if (!f.timeline.empty()) {
-    written = traces::WriteJsonFile(
-        traces::ToChromeTrace(result->timeline,
-                              "replay " + trace.header.model + " (" + result->backend + ")"),
-        f.timeline);
-    if (!written.ok()) return ReportError("replay", written);
+    outputs.Set("--timeline",
+                traces::ToChromeTrace(result->timeline, "replay " + trace.header.model + " (" +
+                                                            result->backend + ")"));
   }
+  if (Status written = outputs.Commit(); !written.ok()) return ReportError("replay", written);
   const auto& m = report.metrics;
   std::cout << fmt::format(
       "{} on {}{}: step {:.3f} ms (median of {}), peak device {:.1f} MiB, peak activations "
@@ -341,36 +366,40 @@ Verb AddReplayCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--steps", flags->steps, "Measured steps, after one warm-up step")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_option("--ssd-bandwidth", flags->ssd_bandwidth_GBps,
                   "Cap on the SSD path in GB/s, one link reads and writes share (0: none)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(RealAtLeast(0));
   cmd->add_flag("--verify", flags->verify,
                 "Fill every tensor with a pattern and check each one backward reads");
   cmd->add_option("--device-memory", flags->device_memory_GiB,
                   "Device memory in GiB (CPU arena; CUDA: 0 = the GPU's free memory)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(RealAtLeast(0));
   cmd->add_option("--staging-memory", flags->staging_MiB, "Pinned host staging memory in MiB")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(RealAbove(0));
   cmd->add_option("--cpu-threads", flags->cpu_threads,
                   "Eigen threads of the CPU backend (1 leaves a core to copies and I/O)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(IntAtLeast(1));
   cmd->add_flag("--no-cpu-pin", flags->no_cpu_pin,
                 "CPU backend: let the scheduler place the compute and copy/I/O threads "
                 "(default: compute on the first CPUs, the rest on the others)");
   cmd->add_option("--cuda-device", flags->cuda_device,
                   "CUDA device index, in CUDA's order (CUDA_VISIBLE_DEVICES applies)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntAtLeast(0));
   cmd->add_option("--io-backend", flags->io_backend, "auto, io_uring or posix")
       ->capture_default_str();
-  cmd->add_flag("--allow-buffered-io", flags->allow_buffered_io,
-                "Where --dir refuses O_DIRECT (tmpfs, ramfs), go through the page cache "
-                "instead of failing (the run file's direct_io says false)");
+  cmd->add_flag(
+      "--allow-buffered-io", flags->allow_buffered_io,
+      "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, go through the page cache "
+      "instead of failing (the run file's direct_io says false)");
+  cmd->add_flag("--single-rank", flags->single_rank,
+                "Without mpirun, replay a plan of pp x dp > 1 anyway: the trace's stage alone, "
+                "as one rank (no sends, receives or gradient sums; the run file says 1 rank)");
   cmd->add_option("-o,--output", flags->output, "Run file (JSON)")->required();
   cmd->add_option("--timeline", flags->timeline, "Chrome/Perfetto trace of the last step");
   return {cmd, [flags] { return Run(*flags); }};

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "app/command.h"
+#include "app/outputs.h"
 #include "sim/hardware.h"
 #include "sim/simulate.h"
 #include "traces/io.h"
@@ -17,6 +18,10 @@ struct SimulateCmdOptions {
 };
 
 int RunSimulate(const SimulateCmdOptions& o) {
+  Outputs outputs;  // checked first, written together at the end
+  outputs.Add("-o", o.output);
+  outputs.Add("--timeline", o.timeline);
+  if (Status s = outputs.Check(); !s.ok()) return ReportError("simulate", s);
   Result<traces::Trace> trace = traces::ReadTrace(o.trace);
   if (!trace.ok()) return ReportError("simulate", trace.status());
   Result<traces::Plan> plan = traces::ReadPlan(o.plan);
@@ -29,12 +34,11 @@ int RunSimulate(const SimulateCmdOptions& o) {
   so.record_timeline = !o.timeline.empty();
   Result<sim::Prediction> p = sim::Simulate(*trace, *plan, *hw, so);
   if (!p.ok()) return ReportError("simulate", p.status());
-  Status w = traces::WriteStepReport(sim::PredictionReport(*p, *trace, *plan, *hw), o.output);
-  if (!w.ok()) return ReportError("simulate", w);
+  outputs.Set("-o", traces::ToJson(sim::PredictionReport(*p, *trace, *plan, *hw)));
   if (!o.timeline.empty()) {
-    w = traces::WriteJsonFile(traces::ToChromeTrace(p->timeline, "ssdtrain simulate"), o.timeline);
-    if (!w.ok()) return ReportError("simulate", w);
+    outputs.Set("--timeline", traces::ToChromeTrace(p->timeline, "ssdtrain simulate"));
   }
+  if (Status w = outputs.Commit(); !w.ok()) return ReportError("simulate", w);
   const traces::StepMetrics& m = p->metrics;
   std::cout << "step " << static_cast<double>(m.step_time_ns) / 1e6 << " ms, " << m.tokens_per_s
             << " tokens/s, peak GPU " << static_cast<double>(m.peak_gpu_bytes) / (1 << 30)

@@ -4,7 +4,9 @@
 #include <iostream>
 #include <memory>
 
+#include "app/cli_errors.h"
 #include "app/command.h"
+#include "app/outputs.h"
 #include "models/build_trace.h"
 #include "models/hf_config.h"
 #include "models/model_config.h"
@@ -78,6 +80,9 @@ void PrintHfReport(const models::HfReport& r, std::ostream& out) {
 }
 
 int Run(const TraceOptions& o) {
+  Outputs outputs;
+  outputs.Add("-o", o.output);
+  if (Status s = outputs.Check(); !s.ok()) return ReportError("trace", s);
   models::HfReport hf;
   Result<models::ModelConfig> config = models::LoadModelConfig(o.model, &hf);
   if (!config.ok()) return ReportError("trace", config.status());
@@ -123,31 +128,36 @@ Verb AddTraceCommand(CLI::App& app) {
   cmd->add_option("-o,--output", o->output, "Output trace (.json, or .cbor for CBOR)");
   cmd->add_flag("--summary", o->summary,
                 "Print a per-layer table (also printed when no -o is given)");
-  cmd->add_option("--stage", o->stage, "Pipeline stage to trace (default 0)");
+  cmd->add_option("--stage", o->stage, "Pipeline stage to trace (default 0)")->check(IntAtLeast(0));
   cmd->add_option_function<int64_t>(
-      "--micro-batch", [o](int64_t v) { o->overrides.micro_batch = v; },
-      "Micro-batch size (overrides the config)");
+         "--micro-batch", [o](int64_t v) { o->overrides.micro_batch = v; },
+         "Micro-batch size (overrides the config)")
+      ->check(IntAtLeast(1));
   cmd->add_option_function<int64_t>(
-      "--seq-len", [o](int64_t v) { o->overrides.seq_len = v; },
-      "Sequence length (overrides the config)");
+         "--seq-len", [o](int64_t v) { o->overrides.seq_len = v; },
+         "Sequence length (overrides the config)")
+      ->check(IntAtLeast(1));
   cmd->add_option_function<int64_t>(
-      "--tp", [o](int64_t v) { o->overrides.tp = v; },
-      "Tensor-parallel degree (overrides the config)");
+         "--tp", [o](int64_t v) { o->overrides.tp = v; },
+         "Tensor-parallel degree (overrides the config)")
+      ->check(IntAtLeast(1));
   cmd->add_flag_function(
       "--sequence-parallel", [o](int64_t) { o->overrides.sequence_parallel = true; },
       "Use sequence parallelism with tensor parallelism");
   cmd->add_option_function<int64_t>(
-      "--pp", [o](int64_t v) { o->overrides.pp = v; },
-      "Pipeline-parallel degree (overrides the config)");
+         "--pp", [o](int64_t v) { o->overrides.pp = v; },
+         "Pipeline-parallel degree (overrides the config)")
+      ->check(IntAtLeast(1));
   cmd->add_option_function<int64_t>(
-      "--dp", [o](int64_t v) { o->overrides.dp = v; },
-      "Data-parallel degree the optimizer state is sharded over with --zero-stage 1 "
-      "(overrides the config)");
+         "--dp", [o](int64_t v) { o->overrides.dp = v; },
+         "Data-parallel degree the optimizer state is sharded over with --zero-stage 1 "
+         "(overrides the config)")
+      ->check(IntAtLeast(1));
   cmd->add_option_function<int64_t>(
          "--zero-stage", [o](int64_t v) { o->overrides.zero_stage = v; },
          "0, or 1: the optimizer state sharded over --dp (Megatron's distributed optimizer; "
          "overrides the config)")
-      ->check(CLI::Range(0, 1));
+      ->check(IntBetween(0, 1));
   cmd->add_option_function<std::string>(
          "--attention", [o](const std::string& v) { o->overrides.attention = v; },
          "standard or flash")

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "exec/bench_io.h"
+#include "exec/offload_dir.h"
 #include "exec/offload_engine.h"
 #include "exec/replay.h"
 #include "traces/uniform_plans.h"
@@ -414,6 +415,8 @@ Status SetMeasuredFigures(const std::vector<double>& figures, Calibration* c) {
 
 Result<Calibration> Calibrate(const CalibrationOptions& o) {
   if (o.repeats < 1) return Status::InvalidArgument("calibrate: repeats must be at least 1");
+  // The SSD is measured last, after seconds of GEMMs: its directory is checked first.
+  SSDTRAIN_RETURN_IF_ERROR(CheckOffloadDir(o.dir, o.allow_buffered_io));
   Calibration out;
   std::string picked;
   DeviceOptions device_options = o.device;

@@ -6,6 +6,7 @@ list(APPEND SSDTRAIN_EXEC_IO_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/fault_backend.cc
   ${CMAKE_CURRENT_LIST_DIR}/checksum.cc
   ${CMAKE_CURRENT_LIST_DIR}/offload_engine.cc
+  ${CMAKE_CURRENT_LIST_DIR}/offload_dir.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine_jobs.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine_file_table.cc
   ${CMAKE_CURRENT_LIST_DIR}/engine_io_loop.cc

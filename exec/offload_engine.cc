@@ -21,6 +21,7 @@
 #include "exec/detail/errno_text.h"
 #include "exec/detail/round_up.h"
 #include "exec/detail/staging_pool.h"
+#include "exec/offload_dir.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -126,15 +127,9 @@ Status OffloadEngine::Impl::Init() {
 }
 
 Status OffloadEngine::Impl::OpenDir(const std::string& path, int run_id, int index) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    return Status::NotFound("offload directory " + path + " cannot be used: " + ErrnoText(errno) +
-                            "; create it or point --dir elsewhere");
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return Status::InvalidArgument("offload directory " + path +
-                                   " is not a directory; point --dir at a directory");
-  }
+  // A file system in memory is refused below, after the O_DIRECT probe (whose
+  // refusal, tmpfs's before Linux 6.6, says more).
+  SSDTRAIN_RETURN_IF_ERROR(CheckOffloadDir(path, /*allow_buffered_io=*/true));
   Dir d;
   d.path = std::filesystem::absolute(path).lexically_normal().string();
   if (d.path.size() > 1 && d.path.back() == '/') d.path.pop_back();
@@ -183,6 +178,17 @@ Status OffloadEngine::Impl::OpenDir(const std::string& path, int run_id, int ind
     ::unlinkat(dir.fd, kProbe, 0);
     if (fd >= 0) {
       ::close(fd);
+      // It took O_DIRECT, as tmpfs does since Linux 6.6: memory all the same.
+      const std::string memory = MemoryFileSystem(dir.path);
+      if (!memory.empty() && !options.allow_buffered_io) {
+        return CheckOffloadDir(dir.path, /*allow_buffered_io=*/false);
+      }
+      if (!memory.empty()) {
+        dir.direct = false;
+        Warn(dir.path + ": is on " + memory +
+             ", which keeps its files in memory; using buffered I/O there "
+             "(--allow-buffered-io): what is measured there is memory, not the drive");
+      }
     } else if (fd == -EINVAL && options.allow_buffered_io) {
       dir.direct = false;
       Warn(dir.path +
@@ -200,6 +206,10 @@ Status OffloadEngine::Impl::OpenDir(const std::string& path, int run_id, int ind
                              "); make it writable or point --dir elsewhere");
     }
   } else {
+    // Buffered by choice: a file system in memory is still not a drive.
+    if (!MemoryFileSystem(dir.path).empty() && !options.allow_buffered_io) {
+      return CheckOffloadDir(dir.path, /*allow_buffered_io=*/false);
+    }
     dir.direct = false;
   }
   return Status::Ok();

@@ -21,8 +21,8 @@
 // state here, used for nothing but that signal-safe cleanup.
 //
 // Failures. Every error is a Status saying what happened and what to change:
-// an unwritable directory, a directory that refuses O_DIRECT (unless
-// OffloadOptions::allow_buffered_io), a full disk ("disk full: N bytes needed in D; free
+// an unwritable directory, a directory that refuses O_DIRECT or is on tmpfs or
+// ramfs (unless OffloadOptions::allow_buffered_io; exec/offload_dir.h), a full disk ("disk full: N bytes needed in D; free
 // space or point --dir elsewhere"), EIO, EOF before the requested length, a
 // checksum mismatch (naming the tensor and the file). Completions follow
 // liburing: -EAGAIN is resubmitted (with a growing backoff when it repeats),
@@ -81,7 +81,8 @@ struct OffloadOptions {
   // some overlay file systems). false: Create fails naming the directory, since
   // figures measured there would be the page cache's, not the drive's. true:
   // buffered I/O in that directory, with one warning (--allow-buffered-io);
-  // direct_io() then says false.
+  // direct_io() then says false. A directory on tmpfs or ramfs (memory, not a
+  // drive; tmpfs takes O_DIRECT since Linux 6.6) is treated alike.
   bool allow_buffered_io = false;
   bool register_buffers = true;  // fixed buffers; falls back with one warning where refused
   bool preallocate = true;       // fallocate each extent before writing (early ENOSPC, like fio)

@@ -93,6 +93,20 @@ TEST_F(CalibrateRanksCli, AFailureOnOneRankEndsBothWithItsMessage) {
   EXPECT_TRUE(fs::is_empty(File("offload/rank-1")));
 }
 
+// A missing --dir ends every rank before anything is measured, naming the
+// directory (one process used to time its GEMMs for seconds first).
+TEST_F(CalibrateRanksCli, AMissingDirectoryEndsEveryRankBeforeAnyMeasurement) {
+  fs::remove(File("offload"));
+  auto r = MpiCalibrate(2);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("ssdtrain calibrate: error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("offload directory " + File("offload") + " cannot be used"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("calibrate ["), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(File("hw.json")));
+}
+
 TEST_F(CalibrateRanksCli, ABadArgumentOnEveryRankIsSaidOnce) {
   auto r = MpiCalibrate(2, "--trace " + File("missing.json"));
   EXPECT_NE(r.exit_code, 0);

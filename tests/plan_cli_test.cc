@@ -385,8 +385,10 @@ TEST_F(PlanCli, ZeroOnePlanRoundTripsAndReplayRebuildsItsTrace) {
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(traces::Fingerprint(*t), plan->trace_fingerprint);
   fs::create_directories(File("offload"));
+  // One process replays the dp 2 plan's rank only when asked (--single-rank).
   r = RunSsdtrain("replay --model " + model + " --plan " + File("plan.json") + " --dir " +
-                  File("offload") + " --backend cpu --steps 1 -o " + File("run.json"));
+                  File("offload") + " --backend cpu --steps 1 --single-rank -o " +
+                  File("run.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   Result<traces::StepReport> run = traces::ReadStepReport(File("run.json"));
   ASSERT_TRUE(run.ok()) << run.status().ToString();

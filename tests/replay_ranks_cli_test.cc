@@ -90,6 +90,20 @@ TEST_F(ReplayRanksCli, TwoDataParallelRanksWriteOneVerifiedReportAndNoFiles) {
   EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank directories or files left";
 }
 
+// Rank 0 writes the outputs: an unwritable one ends every rank before any
+// replays (before, the ranks replayed the whole step and then failed).
+TEST_F(ReplayRanksCli, AnUnwritableOutputEndsEveryRankBeforeAnyReplays) {
+  const std::string timeline = File("missing") + "/t.json";
+  auto r = MpiReplay(2, "--timeline " + timeline);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("ssdtrain replay: error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--timeline " + timeline + ": cannot be written"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("replay: step"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(File("run.json")));
+  EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank directories or files left";
+}
+
 TEST_F(ReplayRanksCli, AFailureOnOneRankEndsBothWithItsMessage) {
   // Rank 1's directory cannot be made (a file has its name).
   { std::ofstream(File("offload/rank-1")) << "in the way"; }
