@@ -15,8 +15,8 @@ namespace {
 using traces::detail::JsonPath;
 using traces::detail::ObjectReader;
 
-constexpr std::array<std::string_view, 5> kSupported = {"bert", "gpt2", "llama", "mistral",
-                                                        "qwen2"};
+constexpr std::array<std::string_view, 7> kSupported = {"bert",  "gpt2",  "llama", "mistral",
+                                                        "qwen2", "qwen3", "t5"};
 // Mixture-of-experts model_types: refused until the MoE issue adds them.
 constexpr std::array<std::string_view, 11> kMoe = {
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
@@ -25,6 +25,11 @@ constexpr std::array<std::string_view, 4> kGelus = {"gelu", "gelu_new", "gelu_fa
                                                     "gelu_pytorch_tanh"};
 // BERT's segment vocabulary as the bert family builds it (detail/embedding.cc).
 constexpr int64_t kBertTokenTypes = 2;
+// T5's relative-position buckets as the t5 family builds them (detail/embedding.cc).
+constexpr int64_t kT5RelativeBuckets = 32;
+// T5 has relative positions and no maximum; its pre-training input length is 512
+// tokens (Raffel et al. 2020, section 3.1.2).
+constexpr int64_t kT5PretrainingLength = 512;
 constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
 
 template <size_t N>
@@ -120,12 +125,13 @@ Status CheckHeads(const Fields& f, const ModelConfig& c, const char* heads, cons
 // A sliding window shorter than the positions changes attention's cost and saved
 // bytes at long sequences, which the trace does not model.
 Status CheckSlidingWindow(Fields& f, const std::string& model_type, int64_t max_positions) {
+  const bool qwen = model_type == "qwen2" || model_type == "qwen3";
   bool used = true;
-  if (model_type == "qwen2") {
+  if (qwen) {
     SSDTRAIN_ASSIGN_OR_RETURN(used, f.BoolOr("use_sliding_window", false));
   }
   SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> window, f.OptionalSize("sliding_window", ""));
-  if (model_type == "qwen2" && f.Has("max_window_layers") && !used) {
+  if (qwen && f.Has("max_window_layers") && !used) {
     f.Assume("sliding_window and max_window_layers unused: use_sliding_window is false");
   }
   if (used && window && *window < max_positions) {
@@ -134,12 +140,13 @@ Status CheckSlidingWindow(Fields& f, const std::string& model_type, int64_t max_
         Str(*window) + " (shorter than max_position_embeddings " + Str(max_positions) +
             "): sliding-window attention is",
         "null, or at least max_position_embeddings" +
-            std::string(model_type == "qwen2" ? ", or use_sliding_window false" : ""));
+            std::string(qwen ? ", or use_sliding_window false" : ""));
   }
   return Status::Ok();
 }
 
-// llama, mistral and qwen2: RMSNorm, rotary positions, SwiGLU, no biases, untied.
+// llama, mistral, qwen2 and qwen3: RMSNorm, rotary positions, SwiGLU, no biases
+// (qwen2: on q/k/v only), untied; qwen3 normalises each head's q and k.
 Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelConfig* c) {
   c->family = "llama";
   SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
@@ -167,15 +174,23 @@ Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelCon
                          "true (an output layer tied to the embeddings) for " + model_type + " is",
                          "false");
   }
-  if (model_type == "llama") {
+  if (model_type == "llama" || model_type == "qwen3") {
     SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "attention_bias", "true (q/k/v/o biases) is"));
+  }
+  if (model_type == "llama") {
     SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "mlp_bias", "true (MLP biases) is"));
   } else {
     SSDTRAIN_RETURN_IF_ERROR(CheckSlidingWindow(f, model_type, positions));
   }
   if (model_type == "qwen2") {
-    f.Assume("qwen2's q/k/v projection biases (" + Str((c->heads + 2 * KvHeads(*c)) * HeadDim(*c)) +
-             " parameters per layer) are not in the trace");
+    c->qkv_bias = true;
+    f.Assume("q/k/v projection biases (" + Str((c->heads + 2 * KvHeads(*c)) * HeadDim(*c)) +
+             " parameters per layer): qwen2 always has them");
+  }
+  if (model_type == "qwen3") {
+    c->qk_norm = true;
+    f.Assume("per-head RMSNorm of q and k (2 x head_dim " + Str(HeadDim(*c)) +
+             " weights per layer): qwen3 always has them");
   }
   return positions;
 }
@@ -238,6 +253,52 @@ Result<int64_t> ReadBert(Fields& f, ModelConfig* c) {
   return positions;
 }
 
+// T5: RMSNorm, relative position bias, ReLU MLP, no biases, tied output layer.
+Result<int64_t> ReadT5(Fields& f, ModelConfig* c) {
+  c->family = "t5";
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("d_model", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->head_dim, f.Size("d_kv", "head_dim"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->encoder_layers, f.Size("num_layers", "encoder_layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> decoder,
+                            f.OptionalSize("num_decoder_layers", ""));
+  if (!decoder) f.Assume("decoder layers = num_layers: num_decoder_layers is absent");
+  c->layers = c->encoder_layers + decoder.value_or(c->encoder_layers);
+  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("d_ff", "ffn_hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string proj, f.StringOr("feed_forward_proj", "relu"));
+  if (proj != "relu") {
+    return f.NotModelled("feed_forward_proj",
+                         "\"" + proj + "\" (a gated or non-ReLU feed-forward) is",
+                         "relu, the two-matrix ReLU MLP");
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(bool gated, f.BoolOr("is_gated_act", false));
+  if (gated) return f.NotModelled("is_gated_act", "true (a gated feed-forward) is", "false");
+  SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", true));
+  if (!tied)
+    return f.NotModelled("tie_word_embeddings", "false (an untied output layer) is", "true");
+  SSDTRAIN_ASSIGN_OR_RETURN(bool enc_dec, f.BoolOr("is_encoder_decoder", true));
+  if (!enc_dec) {
+    return f.NotModelled("is_encoder_decoder", "false (an encoder or decoder alone) is", "true");
+  }
+  if (f.Has("relative_attention_num_buckets")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(int64_t buckets, f.Size("relative_attention_num_buckets", ""));
+    if (buckets != kT5RelativeBuckets) {
+      return f.NotModelled("relative_attention_num_buckets",
+                           Str(buckets) + " relative-position buckets are",
+                           Str(kT5RelativeBuckets));
+    }
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> positions, f.OptionalSize("n_positions", ""));
+  if (!positions) {
+    f.Assume("max positions " + Str(kT5PretrainingLength) +
+             ": T5's positions are relative; n_positions is absent, so its pre-training input "
+             "length");
+  }
+  f.Assume("encoder and decoder both of seq_len tokens");
+  return positions.value_or(kT5PretrainingLength);
+}
+
 // seq_len and dtype: the training-time choices the file does not make.
 Status ReadTrainingDefaults(Fields& f, int64_t positions, ModelConfig* c) {
   c->seq_len = std::min(positions, kHfDefaultSeqLen);
@@ -264,6 +325,7 @@ Status ReadTrainingDefaults(Fields& f, int64_t positions, ModelConfig* c) {
 Result<int64_t> ReadFamily(Fields& f, const std::string& model_type, ModelConfig* c) {
   if (model_type == "gpt2") return ReadGpt2(f, c);
   if (model_type == "bert") return ReadBert(f, c);
+  if (model_type == "t5") return ReadT5(f, c);
   return ReadLlamaLike(f, model_type, c);
 }
 

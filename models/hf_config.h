@@ -6,27 +6,36 @@
 //
 //   model_type        family  width / depth / heads / ffn
 //   llama, mistral,   llama   hidden_size, num_hidden_layers, num_attention_heads,
-//   qwen2                     num_key_value_heads, head_dim, intermediate_size
+//   qwen2, qwen3              num_key_value_heads, head_dim, intermediate_size
 //   gpt2              gpt     n_embd, n_layer, n_head, n_inner (null: 4·n_embd)
 //   bert              bert    hidden_size, num_hidden_layers, num_attention_heads,
 //                             intermediate_size
+//   t5                t5      d_model, num_layers (encoder) + num_decoder_layers
+//                             (absent: num_layers), num_heads, d_kv (head_dim), d_ff
+//
+// qwen2 always has q/k/v biases (ModelConfig::qkv_bias) and qwen3 a per-head
+// RMSNorm of q and k (qk_norm); neither has a field in the file.
 //
 // and vocab_size, max_position_embeddings (gpt2: n_positions), the activation
 // (llama family: silu, the three-matrix SwiGLU MLP; gpt2 and bert: gelu, two
-// matrices) and tie_word_embeddings (llama family untied, gpt2 and bert tied).
+// matrices; t5: feed_forward_proj relu, two matrices) and tie_word_embeddings
+// (llama family untied, gpt2, bert and t5 tied).
 //
 // A field that changes the compute in a way the trace does not model is refused
 // with "FILE: FIELD: ... not modelled (supported: ...)", never approximated:
 // another activation, tied llama embeddings, attention or MLP biases
 // (attention_bias, mlp_bias), a sliding window shorter than the positions, BERT's
-// relative position embeddings or other token-type counts. Mixture-of-experts
+// relative position embeddings or other token-type counts, T5's gated feed-forward
+// (feed_forward_proj gated-gelu, as Flan-T5 and T5 v1.1 have), untied T5 output
+// layers or other relative-position bucket counts. Mixture-of-experts
 // model_types are refused as planned; any other model_type names the supported
 // ones. Fields that do not change the compute (token ids, rope_theta,
 // rope_scaling, norm epsilons, dropout rates...) are ignored and listed in the
 // report.
 //
 // Training-time choices are not in the file and get these defaults:
-// seq_len min(max_position_embeddings, 4096), micro_batch 1, dtype the file's
+// seq_len min(max_position_embeddings, 4096) (t5: n_positions, or 512, its
+// pre-training length, without one), micro_batch 1, dtype the file's
 // torch_dtype (or `dtype`; bfloat16 -> bf16, float16 -> fp16, float32 -> fp32)
 // or bf16 without one, tp 1, pp 1, standard attention, Adam with mixed precision.
 // The CLI's flags override them (ApplyOverrides).

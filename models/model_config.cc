@@ -159,6 +159,10 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
         source, "encoder_layers",
         "only the t5 family has encoder_layers, got " + Str(c.encoder_layers) + " for " + c.family);
   }
+  if (c.family != "llama" && (c.qkv_bias || c.qk_norm)) {
+    return Bad(source, c.qkv_bias ? "qkv_bias" : "qk_norm",
+               "is only modelled for the llama family, not " + c.family);
+  }
   return Status::Ok();
 }
 
@@ -174,6 +178,8 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.layers, r.Int("layers"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.encoder_layers, r.IntOr("encoder_layers", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.ffn_hidden, r.IntOr("ffn_hidden", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.qkv_bias, r.BoolOr("qkv_bias", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.qk_norm, r.BoolOr("qk_norm", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.vocab, r.Int("vocab"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.seq_len, r.Int("seq_len"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.micro_batch, r.IntOr("micro_batch", 1));
@@ -216,7 +222,7 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf) {
 }
 
 nlohmann::json ToJson(const ModelConfig& c) {
-  return nlohmann::json{{"name", c.name},
+  nlohmann::json j{{"name", c.name},
                         {"family", c.family},
                         {"hidden", c.hidden},
                         {"heads", c.heads},
@@ -237,6 +243,9 @@ nlohmann::json ToJson(const ModelConfig& c) {
                         {"precision", c.precision},
                         {"zero_stage", c.zero_stage},
                         {"dp", c.dp}};
+  if (c.qkv_bias) j["qkv_bias"] = true;
+  if (c.qk_norm) j["qk_norm"] = true;
+  return j;
 }
 
 Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,

@@ -48,7 +48,13 @@ TensorId SelfAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle& 
   TensorId q = b.View("q", qkv, d.Full(q_width));
   TensorId k = b.View("k", qkv, d.Full(kv_width));
   const TensorId v = b.View("v", qkv, d.Full(kv_width));
-  st->q = ColumnForward(b, d, "qkv", ln, d.h, q_width + 2 * kv_width, {qkv, q, k, v}, style.bias);
+  st->q = ColumnForward(b, d, "qkv", ln, d.h, q_width + 2 * kv_width, {qkv, q, k, v},
+                        style.bias || style.qkv_bias);
+  st->qk_norm = style.qk_norm;
+  if (style.qk_norm) {
+    q = HeadNormForward(b, d, "q_norm", q, &st->q_norm);
+    k = HeadNormForward(b, d, "k_norm", k, &st->k_norm);
+  }
   st->rotary = style.rotary;
   if (style.rotary) {
     st->q_pre = q;
@@ -123,6 +129,10 @@ TensorId AttentionSublayerBackward(TraceBuilder& b, const Dims& d, const Attenti
          kRotaryFlops * (Elements(b.shape(g_q)) + Elements(b.shape(g_k))));
     g.q = g_q;
     g.k = g_k;
+  }
+  if (st.qk_norm) {
+    g.q = NormBackward(b, d, st.q_norm, g.q, kNoTensor);
+    g.k = NormBackward(b, d, st.k_norm, g.k, kNoTensor);
   }
   TensorId g_ln = kNoTensor;
   if (cross) {

@@ -1,5 +1,5 @@
 // One transformer block (forward and backward) in Megatron-LM's pre-norm layout:
-// x → norm → QKV → [rotary] → attention → projection → [dropout] + x
+// x → norm → QKV → [q/k norm] → [rotary] → attention → projection → [dropout] + x
 //   → [norm → Q, KV(encoder output) → attention → projection → [dropout] + ·]  (T5 decoder)
 //   → norm → fc1 → GELU | ReLU | SwiGLU → fc2 → [dropout] + ·
 // The forward records in BlockState what its backward reads; the backward emits
@@ -26,6 +26,8 @@ struct AttentionSublayer {
   NormState norm;
   LinearState q;   // self-attention: the fused QKV layer; cross-attention: Q only
   LinearState kv;  // cross-attention only: K and V from the encoder output
+  bool qk_norm = false;
+  NormState q_norm, k_norm;  // Qwen3: per-head RMSNorm of q and k, before rotary
   bool rotary = false;
   TensorId q_pre = kNoTensor, k_pre = kNoTensor;  // rotary inputs (views of the QKV output)
   AttentionState core;

@@ -30,7 +30,8 @@ Dims MakeDims(const ModelConfig& c) {
   return d;
 }
 
-BlockStyle StyleFor(const std::string& family) {
+BlockStyle StyleFor(const ModelConfig& c) {
+  const std::string& family = c.family;
   BlockStyle s;
   if (family == "t5") {
     s.norm = NormKind::kRmsNorm;
@@ -43,6 +44,8 @@ BlockStyle StyleFor(const std::string& family) {
     s.dropout = false;
     s.bias = false;
     s.rotary = true;
+    s.qkv_bias = c.qkv_bias;
+    s.qk_norm = c.qk_norm;
   }
   return s;
 }

@@ -21,6 +21,8 @@ struct BlockStyle {
   bool bias = true;       // linear layers carry biases
   bool rotary = false;    // rotary position embedding on q and k
   bool rel_bias = false;  // T5 relative position bias added to the attention scores
+  bool qkv_bias = false;  // the QKV layer carries a bias even where `bias` is false (Qwen2)
+  bool qk_norm = false;   // RMSNorm over each head's q and k before rotary (Qwen3)
 };
 
 // Sizes seen by one tensor-parallel rank. Element counts unless named otherwise.
@@ -46,6 +48,6 @@ struct Dims {
 Dims MakeDims(const ModelConfig& c);
 // The config's optimizer, precision and ZeRO stage as the builder accounts them.
 OptimizerSpec OptimizerFor(const ModelConfig& c);
-BlockStyle StyleFor(const std::string& family);
+BlockStyle StyleFor(const ModelConfig& c);
 
 }  // namespace ssdtrain::models::detail

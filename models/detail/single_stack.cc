@@ -10,7 +10,7 @@ namespace ssdtrain::models::detail {
 
 traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& header) {
   const Dims d = MakeDims(c);
-  const BlockStyle style = StyleFor(c.family);
+  const BlockStyle style = StyleFor(c);
   const bool first = header.stage == 0;
   const bool last = header.stage == header.pp - 1;
   const int lo = static_cast<int>(header.first_layer);

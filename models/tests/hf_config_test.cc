@@ -64,10 +64,42 @@ TEST(HfConfig, MistralNemoHasItsPublishedParameterCountWithItsExplicitHeadDim) {
   EXPECT_EQ(KvHeads(*c), 8);
 }
 
-// Qwen2.5-7B: 7.61 B (its Hugging Face model card, "Number of Parameters: 7.61B");
-// the trace leaves out the q/k/v biases (28 x 4608 parameters).
-TEST(HfConfig, Qwen25SevenBHasItsPublishedParameterCount) {
+// Qwen2.5-7B: 7.61 B (its Hugging Face model card, "Number of Parameters: 7.61B").
+// 2 x 152064 x 3584 untied embeddings + 28 x (3584 x 4608 q/k/v + 4608 q/k/v biases
+// + 3584² out + 3 x 3584 x 18944 + 2 x 3584) + 3584 = 7,615,616,512.
+TEST(HfConfig, Qwen25SevenBHasItsPublishedParameterCountWithItsQkvBiases) {
+  EXPECT_EQ(Params("qwen2.5-7b"), 7615616512);
   ExpectNear(Params("qwen2.5-7b"), 7.61e9);
+}
+
+// Qwen3-8B: 8.2 B (its Hugging Face model card, Qwen/Qwen3-8B, "Number of Parameters:
+// 8.2B"). head_dim 128 is explicit, 8 kv heads, and each layer normalises q and k per
+// head: 2 x 151936 x 4096 + 36 x (4096 x 6144 + 2 x 128 + 4096 x 4096 + 3 x 4096 x 12288
+// + 2 x 4096) + 4096 = 8,190,735,360.
+TEST(HfConfig, Qwen3EightBHasItsPublishedParameterCountWithItsQkNorms) {
+  EXPECT_EQ(Params("qwen3-8b"), 8190735360);
+  ExpectNear(Params("qwen3-8b"), 8.2e9);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("qwen3-8b"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_EQ(HeadDim(*c), 128);
+  EXPECT_EQ(c->dtype, "fp32");  // its "dtype": "float32"
+}
+
+// T5-small: 60.5 M (Hugging Face hub, google-t5/t5-small, "60.5M params"; Raffel et al.
+// 2020 give "60 million"). Tied 32128 x 512 embeddings, 6 encoder and 6 decoder blocks
+// with d_kv 64 x 8 heads, d_ff 2048, ReLU: 16,449,536 + 6 x 3,146,752 + 6 x 4,195,840
+// + 2 x 512 final norms + 2 x 32 x 8 bias tables = 60,506,624.
+TEST(HfConfig, T5SmallHasItsPublishedParameterCount) {
+  EXPECT_EQ(Params("t5-small"), 60506624);
+  ExpectNear(Params("t5-small"), 60.5e6);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("t5-small"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->family, "t5");
+  EXPECT_EQ(c->encoder_layers, 6);
+  EXPECT_EQ(c->layers, 12);
+  EXPECT_EQ(c->seq_len, 512);  // n_positions 512
 }
 
 // GPT-2 small: 124 M (Hugging Face hub, openai-community/gpt2, "124M params"); the
@@ -122,7 +154,8 @@ TEST(HfConfig, FolderIsReadAsItsConfigJsonAndNamedAfterTheFolder) {
 
 TEST(HfConfig, EveryRealDenseFileTracesAndValidates) {
   for (const char* model : {"llama-2-7b-chat-hf", "meta-llama-3-8b-instruct",
-                            "mistral-nemo-base-2407", "qwen2.5-7b", "gpt2", "bert-base-uncased"}) {
+                            "mistral-nemo-base-2407", "qwen2.5-7b", "qwen3-8b", "gpt2",
+                            "bert-base-uncased", "t5-small"}) {
     SCOPED_TRACE(model);
     Result<ModelConfig> c = LoadModelConfig(HfDir(model));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -189,7 +222,7 @@ TEST_F(HfConfigErrors, UnknownModelTypeNamesTheSupportedOnes) {
   EXPECT_EQ(Message(R"("model_type": "rwkv", "architectures": ["RwkvForCausalLM"])"),
             File() +
                 ": model_type: \"rwkv\" is not supported (supported: bert, gpt2, llama, "
-                "mistral, qwen2)");
+                "mistral, qwen2, qwen3, t5)");
 }
 
 TEST_F(HfConfigErrors, ArchitecturesWithoutModelTypeNameTheModelType) {
