@@ -192,6 +192,20 @@ class HfConfigErrors : public ::testing::Test {
            "vocab_size": 32000, "max_position_embeddings": 4096)" +
         extra);
   }
+  // A T5-small-shaped file with `extra` fields appended.
+  std::string T5(const std::string& extra) {
+    return Message(R"("model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8,
+           "d_kv": 64, "d_ff": 2048, "vocab_size": 32128)" +
+                   extra);
+  }
+  // A Qwen3-8B-shaped file with `extra` fields appended.
+  std::string Qwen3(const std::string& extra) {
+    return Message(
+        R"("model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+           "intermediate_size": 12288, "vocab_size": 151936, "max_position_embeddings": 40960)" +
+        extra);
+  }
   std::string File() const { return (dir_ / "config.json").string(); }
   fs::path dir_;
 };
@@ -277,6 +291,88 @@ TEST_F(HfConfigErrors, UnknownTorchDtypeIsNotModelled) {
             File() +
                 ": torch_dtype: \"int8\" is not modelled (supported: bfloat16, float16, "
                 "float32)");
+}
+
+TEST_F(HfConfigErrors, T5MissingDkvNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8,
+           "d_ff": 2048, "vocab_size": 32128)"),
+            File() + ": d_kv: missing required field");
+}
+
+TEST_F(HfConfigErrors, T5WrongTypeNamesTheField) {
+  EXPECT_EQ(T5(R"(, "num_decoder_layers": "6")"),
+            File() + ": num_decoder_layers: expected an integer or null, got string");
+}
+
+// Flan-T5 and T5 v1.1: the gated-GELU feed-forward of three matrices.
+TEST_F(HfConfigErrors, T5GatedFeedForwardIsNotModelled) {
+  EXPECT_EQ(T5(R"(, "feed_forward_proj": "gated-gelu")"),
+            File() +
+                ": feed_forward_proj: \"gated-gelu\" (a gated or non-ReLU feed-forward) is not "
+                "modelled (supported: relu, the two-matrix ReLU MLP)");
+}
+
+TEST_F(HfConfigErrors, T5UntiedOutputIsNotModelled) {
+  EXPECT_EQ(T5(R"(, "tie_word_embeddings": false)"),
+            File() +
+                ": tie_word_embeddings: false (an untied output layer) is not modelled "
+                "(supported: true)");
+}
+
+TEST_F(HfConfigErrors, T5OtherBucketCountIsNotModelled) {
+  EXPECT_EQ(T5(R"(, "relative_attention_num_buckets": 64)"),
+            File() +
+                ": relative_attention_num_buckets: 64 relative-position buckets are not "
+                "modelled (supported: 32)");
+}
+
+// Without n_positions (as Flan-T5's file has none) seq_len is T5's pre-training 512.
+TEST(HfConfig, T5WithoutPositionsAssumesItsPretrainingLength) {
+  nlohmann::json j = {{"model_type", "t5"}, {"d_model", 512},   {"num_layers", 6},
+                      {"num_heads", 8},     {"d_kv", 32},       {"d_ff", 2048},
+                      {"vocab_size", 32128}, {"num_decoder_layers", 2}};
+  const Result<ModelConfig> c = ModelConfigFromHfJson(j, "t.json", "t", nullptr);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->seq_len, 512);
+  EXPECT_EQ(c->layers, 8);  // 6 encoder + 2 decoder
+  EXPECT_EQ(HeadDim(*c), 32);  // d_kv, not d_model / num_heads (64)
+}
+
+TEST_F(HfConfigErrors, Qwen3AttentionBiasIsNotModelled) {
+  EXPECT_EQ(Qwen3(R"(, "attention_bias": true)"),
+            File() + ": attention_bias: true (q/k/v/o biases) is not modelled (supported: false)");
+}
+
+TEST_F(HfConfigErrors, Qwen3HeadDimWrongTypeNamesTheField) {
+  EXPECT_EQ(Qwen3(R"(, "head_dim": 128.5)"), File() + ": head_dim: expected an integer or null, got number");
+}
+
+TEST_F(HfConfigErrors, Qwen3SlidingWindowInUseIsNotModelled) {
+  EXPECT_EQ(Qwen3(R"(, "use_sliding_window": true, "sliding_window": 4096)"),
+            File() +
+                ": sliding_window: 4096 (shorter than max_position_embeddings 40960): "
+                "sliding-window attention is not modelled (supported: null, or at least "
+                "max_position_embeddings, or use_sliding_window false)");
+}
+
+TEST_F(HfConfigErrors, Qwen3KvHeadsNotDividingHeadsNameTheKvHeads) {
+  EXPECT_EQ(Qwen3(R"(, "num_key_value_heads": 5)"),
+            File() + ": num_key_value_heads: 5 does not divide num_attention_heads 32");
+}
+
+// Our own configs reject qk_norm and qkv_bias outside the llama family.
+TEST(HfConfig, QkNormOutsideLlamaIsRejected) {
+  ModelConfig c;
+  c.name = "g";
+  c.family = "gpt";
+  c.hidden = 64;
+  c.heads = 4;
+  c.layers = 2;
+  c.vocab = 128;
+  c.seq_len = 16;
+  c.qk_norm = true;
+  EXPECT_EQ(ValidateConfig(c, "g.json").message(),
+            "g.json: qk_norm: is only modelled for the llama family, not gpt");
 }
 
 }  // namespace
