@@ -15,8 +15,8 @@ namespace {
 using traces::detail::JsonPath;
 using traces::detail::ObjectReader;
 
-constexpr std::array<std::string_view, 7> kSupported = {"bert",  "gpt2",  "llama", "mistral",
-                                                        "qwen2", "qwen3", "t5"};
+constexpr std::array<std::string_view, 8> kSupported = {"bert",  "gpt2",  "llama", "mistral",
+                                                        "phi",   "qwen2", "qwen3", "t5"};
 // Mixture-of-experts model_types: refused until the MoE issue adds them.
 constexpr std::array<std::string_view, 11> kMoe = {
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
@@ -64,6 +64,11 @@ class Fields {
       return Bad(name, "expected a positive integer or null, got " + Str(*v));
     }
     if (v) Read(name, Str(*v), target);
+    return v;
+  }
+  Result<double> NumberOr(const std::string& name, double fallback) {
+    SSDTRAIN_ASSIGN_OR_RETURN(double v, r_.NumberOr(name, fallback));
+    if (r_.Has(name)) Read(name, std::to_string(v), "");
     return v;
   }
   Result<bool> BoolOr(const std::string& name, bool fallback) {
@@ -299,6 +304,65 @@ Result<int64_t> ReadT5(Fields& f, ModelConfig* c) {
   return positions.value_or(kT5PretrainingLength);
 }
 
+// A dropout the phi family does not build: its rate must be 0.
+Status RequireNoDropout(Fields& f, const std::string& field, const std::string& where) {
+  SSDTRAIN_ASSIGN_OR_RETURN(double rate, f.NumberOr(field, 0.0));
+  if (rate != 0.0) {
+    return f.NotModelled(field, std::to_string(rate) + " (dropout on " + where + ") is", "0.0");
+  }
+  return Status::Ok();
+}
+
+// Phi-2: a parallel block (one LayerNorm, attention and GELU MLP side by side),
+// partial rotary, biases everywhere, dropout on the branch outputs only, an untied
+// output layer with a bias.
+Result<int64_t> ReadPhi(Fields& f, ModelConfig* c) {
+  c->family = "phi";
+  c->parallel_block = true;
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv,
+                            f.OptionalSize("num_key_value_heads", ""));
+  if (kv && *kv != c->heads) {
+    return f.NotModelled("num_key_value_heads",
+                         Str(*kv) + " (grouped-query attention) for phi is",
+                         "null or num_attention_heads " + Str(c->heads));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("max_position_embeddings", ""));
+  SSDTRAIN_RETURN_IF_ERROR(CheckHeads(f, *c, "num_attention_heads", "hidden_size", ""));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("hidden_act", "gelu_new"));
+  if (!OneOf(kGelus, act)) return f.NotModelled("hidden_act", "\"" + act + "\" is", List(kGelus));
+  SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", false));
+  if (tied) {
+    return f.NotModelled("tie_word_embeddings", "true (an output layer tied to the embeddings) is",
+                         "false");
+  }
+  SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "qk_layernorm", "true (LayerNorm of q and k) is"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "attention_dropout", "attention probabilities"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "embd_pdrop", "the embeddings"));
+  SSDTRAIN_ASSIGN_OR_RETURN(double rotary, f.NumberOr("partial_rotary_factor", 0.5));
+  if (!(rotary > 0.0 && rotary <= 1.0)) {
+    return f.Bad("partial_rotary_factor",
+                 "expected a fraction in (0, 1], got " + std::to_string(rotary));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(double resid, f.NumberOr("resid_pdrop", 0.1));
+  if (!(resid > 0.0)) {
+    return f.NotModelled("resid_pdrop",
+                         std::to_string(resid) + " (no dropout on the branch outputs) for phi is",
+                         "a rate above 0, Phi-2's layout");
+  }
+  f.Assume("a parallel block: phi's attention and MLP read one input LayerNorm");
+  f.Assume("residual dropout on both branch outputs (resid_pdrop); its rate does not change "
+           "the compute");
+  f.Assume("the rotary op is costed over all of q and k (partial_rotary_factor rotates part "
+           "and copies the rest; the tensors are the same)");
+  f.Assume("q/k/v, dense, fc1, fc2 and lm_head biases: phi always has them");
+  return positions;
+}
+
 // seq_len and dtype: the training-time choices the file does not make.
 Status ReadTrainingDefaults(Fields& f, int64_t positions, ModelConfig* c) {
   c->seq_len = std::min(positions, kHfDefaultSeqLen);
@@ -326,6 +390,7 @@ Result<int64_t> ReadFamily(Fields& f, const std::string& model_type, ModelConfig
   if (model_type == "gpt2") return ReadGpt2(f, c);
   if (model_type == "bert") return ReadBert(f, c);
   if (model_type == "t5") return ReadT5(f, c);
+  if (model_type == "phi") return ReadPhi(f, c);
   return ReadLlamaLike(f, model_type, c);
 }
 

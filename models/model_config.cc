@@ -16,7 +16,7 @@ namespace {
 using traces::detail::JsonPath;
 using traces::detail::ObjectReader;
 
-constexpr std::array<std::string_view, 4> kFamilies = {"gpt", "bert", "t5", "llama"};
+constexpr std::array<std::string_view, 5> kFamilies = {"gpt", "bert", "t5", "llama", "phi"};
 constexpr std::array<std::string_view, 2> kAttentions = {"standard", "flash"};
 constexpr std::array<std::string_view, 3> kDTypes = {"fp16", "bf16", "fp32"};
 constexpr std::array<std::string_view, 2> kOptimizers = {"adam", "sgd"};
@@ -159,6 +159,10 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
         source, "encoder_layers",
         "only the t5 family has encoder_layers, got " + Str(c.encoder_layers) + " for " + c.family);
   }
+  if (c.family == "t5" && c.parallel_block) {
+    return Bad(source, "parallel_block",
+               "is not modelled for t5 (its decoder blocks have cross-attention)");
+  }
   if (c.family != "llama" && (c.qkv_bias || c.qk_norm)) {
     return Bad(source, c.qkv_bias ? "qkv_bias" : "qk_norm",
                "is only modelled for the llama family, not " + c.family);
@@ -180,6 +184,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.ffn_hidden, r.IntOr("ffn_hidden", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.qkv_bias, r.BoolOr("qkv_bias", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.qk_norm, r.BoolOr("qk_norm", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.parallel_block, r.BoolOr("parallel_block", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.vocab, r.Int("vocab"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.seq_len, r.Int("seq_len"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.micro_batch, r.IntOr("micro_batch", 1));
@@ -245,6 +250,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
                         {"dp", c.dp}};
   if (c.qkv_bias) j["qkv_bias"] = true;
   if (c.qk_norm) j["qk_norm"] = true;
+  if (c.parallel_block) j["parallel_block"] = true;
   return j;
 }
 

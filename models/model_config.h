@@ -20,7 +20,7 @@ namespace ssdtrain::models {
 // encoder_layers for t5); every other field has the default shown.
 struct ModelConfig {
   std::string name;                // "gpt-1.3b"; equals the file's stem
-  std::string family;              // gpt, bert, t5, llama
+  std::string family;              // gpt, bert, t5, llama, phi
   int64_t hidden = 0;              // h (model width)
   int64_t heads = 0;               // a (query heads)
   int64_t kv_heads = 0;            // grouped-query attention; 0 means = heads
@@ -32,6 +32,9 @@ struct ModelConfig {
   bool qkv_bias = false;           // the q/k/v projection carries a bias (Qwen2)
   bool qk_norm = false;            // RMSNorm over each head's q and k, weight [head_dim],
                                    // before rotary (Qwen3)
+  // Attention and MLP side by side (GPT-J, Phi-2): both read one shared norm of the
+  // block input, and both outputs are added to the residual. Not for t5.
+  bool parallel_block = false;
   int64_t vocab = 0;               // tokens; padded to a multiple of 128·tp as Megatron-LM does
   int64_t seq_len = 0;             // s (tokens per sample; t5: encoder and decoder alike)
   int64_t micro_batch = 1;         // b (samples per micro-batch)
@@ -70,7 +73,8 @@ struct HfReport;  // hf_config.h
 // and assumed, and is left empty for our own configs.
 Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = nullptr);
 // The config as JSON, every field written (ModelConfigFromJson reads it back equal);
-// qkv_bias and qk_norm only where true, so configs without them print as before.
+// qkv_bias, qk_norm and parallel_block only where true, so configs without them
+// print as before.
 nlohmann::json ToJson(const ModelConfig& c);
 // Applies overrides, then checks consistency with ValidateConfig.
 Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,

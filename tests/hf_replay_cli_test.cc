@@ -103,5 +103,16 @@ TEST_F(HfReplayCli, Qwen25ReducedReplaysVerified) {
                                               {"vocab_size", 1024}}));
 }
 
+// Phi-2's file reduced the same way: the parallel block (one LayerNorm feeding
+// attention and MLP, their gradients summed), rotary, biases, the lm_head bias.
+TEST_F(HfReplayCli, Phi2ReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("phi-2", {{"hidden_size", 256},
+                                         {"num_hidden_layers", 2},
+                                         {"num_attention_heads", 4},
+                                         {"num_key_value_heads", 4},
+                                         {"intermediate_size", 2048},
+                                         {"vocab_size", 1024}}));
+}
+
 }  // namespace
 }  // namespace ssdtrain

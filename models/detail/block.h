@@ -2,6 +2,9 @@
 // x → norm → QKV → [q/k norm] → [rotary] → attention → projection → [dropout] + x
 //   → [norm → Q, KV(encoder output) → attention → projection → [dropout] + ·]  (T5 decoder)
 //   → norm → fc1 → GELU | ReLU | SwiGLU → fc2 → [dropout] + ·
+// A parallel block (BlockStyle::parallel; GPT-J, Phi-2) instead runs
+// x → norm → {QKV … projection, fc1 … fc2} on the one norm output, then adds
+// both outputs (each through its dropout) to x.
 // The forward records in BlockState what its backward reads; the backward emits
 // its ops in reverse, each reading the saved tensors it needs and the incoming
 // gradient.
@@ -45,6 +48,7 @@ struct MlpSublayer {
 };
 
 struct BlockState {
+  bool parallel = false;  // self.norm is the shared norm; mlp.norm is unused
   AttentionSublayer self;
   bool has_cross = false;
   AttentionSublayer cross;

@@ -46,7 +46,13 @@ BlockStyle StyleFor(const ModelConfig& c) {
     s.rotary = true;
     s.qkv_bias = c.qkv_bias;
     s.qk_norm = c.qk_norm;
+  } else if (family == "phi") {
+    // Phi-2: GPT's LayerNorm, GELU and biases with rotary positions; dropout only
+    // on the two branch outputs (resid_pdrop), none on attention probabilities.
+    s.rotary = true;
+    s.attention_dropout = false;
   }
+  s.parallel = c.parallel_block;
   return s;
 }
 

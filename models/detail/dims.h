@@ -17,12 +17,14 @@ enum class MlpKind { kGelu, kRelu, kSwiglu };
 struct BlockStyle {
   NormKind norm = NormKind::kLayerNorm;
   MlpKind mlp = MlpKind::kGelu;
-  bool dropout = true;    // attention-probability, post-projection and post-MLP dropout
+  bool dropout = true;    // post-projection and post-MLP (residual) dropout
+  bool attention_dropout = true;  // attention-probability dropout (needs `dropout`)
   bool bias = true;       // linear layers carry biases
   bool rotary = false;    // rotary position embedding on q and k
   bool rel_bias = false;  // T5 relative position bias added to the attention scores
   bool qkv_bias = false;  // the QKV layer carries a bias even where `bias` is false (Qwen2)
   bool qk_norm = false;   // RMSNorm over each head's q and k before rotary (Qwen3)
+  bool parallel = false;  // attention and MLP read one shared norm; both add to the residual
 };
 
 // Sizes seen by one tensor-parallel rank. Element counts unless named otherwise.

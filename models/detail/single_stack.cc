@@ -20,13 +20,14 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   b.SetOptimizer(OptimizerFor(c));
 
   EmbeddingOptions emb;
-  emb.learned_positions = c.family != "llama";
+  const bool rotary = c.family == "llama" || c.family == "phi";
+  emb.learned_positions = !rotary;
   emb.token_types = c.family == "bert";
   emb.norm = c.family == "bert";
-  emb.dropout = style.dropout;
+  emb.dropout = style.dropout && c.family != "phi";  // Phi-2's embd_pdrop is 0
   // GPT and BERT tie the output layer to the word embeddings; with pp > 1 the last
   // stage keeps its own copy, as Megatron-LM does.
-  const bool tied = c.family != "llama";
+  const bool tied = !rotary;
 
   b.SetPhase(Phase::kForward);
   EmbeddingState embedding;
@@ -41,7 +42,8 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   HeadState head;
   if (last) {
     const TensorId word = tied && first ? embedding.word : kNoTensor;
-    HeadForward(b, d, style.norm, c.family == "bert", x, word, &head);
+    HeadForward(b, d, style.norm, c.family == "bert", x, word, &head,
+                /*output_bias=*/c.family == "phi");
   } else {
     Send(b, "stage_output", x);
   }

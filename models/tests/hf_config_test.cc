@@ -111,6 +111,21 @@ TEST(HfConfig, BertBaseHasItsPublishedParameterCount) {
   ExpectNear(Params("bert-base-uncased"), 110e6);
 }
 
+// Phi-2: 2.78 B (Hugging Face hub, microsoft/phi-2, "2.78B params"; Microsoft's
+// announcement rounds it to "2.7 billion"). A parallel block: one LayerNorm feeds
+// attention and MLP. 51200 x 2560 embeddings + lm_head 51200 x 2560 with a bias
+// + 32 x (3 x 2560² + 3 x 2560 q/k/v + 2560² + 2560 dense + 2 x 2560 x 10240 + 10240 + 2560
+// fc1/fc2 + 2 x 2560 LayerNorm) + 2 x 2560 final LayerNorm = 2,779,683,840.
+TEST(HfConfig, Phi2HasItsPublishedParameterCountWithOneNormPerBlock) {
+  EXPECT_EQ(Params("phi-2"), 2779683840);
+  ExpectNear(Params("phi-2"), 2.78e9);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("phi-2"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->family, "phi");
+  EXPECT_TRUE(c->parallel_block);
+  EXPECT_EQ(c->dtype, "fp16");
+}
+
 // The Llama-3-8B config.json and configs/models/llama-3-8b.json describe one model:
 // at the same training settings their traces agree on weights and saved bytes.
 TEST(HfConfig, Llama3FileTracesLikeOurLlama3Config) {
@@ -155,7 +170,7 @@ TEST(HfConfig, FolderIsReadAsItsConfigJsonAndNamedAfterTheFolder) {
 TEST(HfConfig, EveryRealDenseFileTracesAndValidates) {
   for (const char* model : {"llama-2-7b-chat-hf", "meta-llama-3-8b-instruct",
                             "mistral-nemo-base-2407", "qwen2.5-7b", "qwen3-8b", "gpt2",
-                            "bert-base-uncased", "t5-small"}) {
+                            "bert-base-uncased", "t5-small", "phi-2"}) {
     SCOPED_TRACE(model);
     Result<ModelConfig> c = LoadModelConfig(HfDir(model));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -206,6 +221,14 @@ class HfConfigErrors : public ::testing::Test {
            "intermediate_size": 12288, "vocab_size": 151936, "max_position_embeddings": 40960)" +
         extra);
   }
+  // A Phi-2-shaped file with `extra` fields appended.
+  std::string Phi(const std::string& extra) {
+    return Message(
+        R"("model_type": "phi", "hidden_size": 2560, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "intermediate_size": 10240, "vocab_size": 51200,
+           "max_position_embeddings": 2048, "resid_pdrop": 0.1)" +
+        extra);
+  }
   std::string File() const { return (dir_ / "config.json").string(); }
   fs::path dir_;
 };
@@ -236,7 +259,7 @@ TEST_F(HfConfigErrors, UnknownModelTypeNamesTheSupportedOnes) {
   EXPECT_EQ(Message(R"("model_type": "rwkv", "architectures": ["RwkvForCausalLM"])"),
             File() +
                 ": model_type: \"rwkv\" is not supported (supported: bert, gpt2, llama, "
-                "mistral, qwen2, qwen3, t5)");
+                "mistral, phi, qwen2, qwen3, t5)");
 }
 
 TEST_F(HfConfigErrors, ArchitecturesWithoutModelTypeNameTheModelType) {
@@ -373,6 +396,72 @@ TEST(HfConfig, QkNormOutsideLlamaIsRejected) {
   c.qk_norm = true;
   EXPECT_EQ(ValidateConfig(c, "g.json").message(),
             "g.json: qk_norm: is only modelled for the llama family, not gpt");
+}
+
+TEST_F(HfConfigErrors, PhiMissingKeyNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "phi", "hidden_size": 2560, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "vocab_size": 51200, "max_position_embeddings": 2048)"),
+            File() + ": intermediate_size: missing required field");
+}
+
+TEST_F(HfConfigErrors, PhiRotaryFactorWrongTypeNamesTheField) {
+  EXPECT_EQ(Phi(R"(, "partial_rotary_factor": "0.4")"),
+            File() + ": partial_rotary_factor: expected a number, got string");
+}
+
+TEST_F(HfConfigErrors, PhiRotaryFactorOutOfRangeNamesTheField) {
+  EXPECT_EQ(Phi(R"(, "partial_rotary_factor": 1.5)"),
+            File() + ": partial_rotary_factor: expected a fraction in (0, 1], got 1.500000");
+}
+
+TEST_F(HfConfigErrors, PhiGroupedQueryAttentionIsNotModelled) {
+  EXPECT_EQ(Phi(R"(, "num_key_value_heads": 8)"),
+            File() +
+                ": num_key_value_heads: 8 (grouped-query attention) for phi is not modelled "
+                "(supported: null or num_attention_heads 32)");
+}
+
+TEST_F(HfConfigErrors, PhiQkLayerNormIsNotModelled) {
+  EXPECT_EQ(Phi(R"(, "qk_layernorm": true)"),
+            File() +
+                ": qk_layernorm: true (LayerNorm of q and k) is not modelled (supported: false)");
+}
+
+TEST_F(HfConfigErrors, PhiAttentionDropoutIsNotModelled) {
+  EXPECT_EQ(Phi(R"(, "attention_dropout": 0.1)"),
+            File() +
+                ": attention_dropout: 0.100000 (dropout on attention probabilities) is not "
+                "modelled (supported: 0.0)");
+}
+
+TEST_F(HfConfigErrors, PhiWithoutResidualDropoutIsNotModelled) {
+  EXPECT_EQ(Phi(R"(, "resid_pdrop": 0.0)"),
+            File() +
+                ": resid_pdrop: 0.000000 (no dropout on the branch outputs) for phi is not "
+                "modelled (supported: a rate above 0, Phi-2's layout)");
+}
+
+TEST_F(HfConfigErrors, PhiTiedEmbeddingsAreNotModelled) {
+  EXPECT_EQ(Phi(R"(, "tie_word_embeddings": true)"),
+            File() +
+                ": tie_word_embeddings: true (an output layer tied to the embeddings) is not "
+                "modelled (supported: false)");
+}
+
+TEST(HfConfig, ParallelBlockIsRejectedForT5) {
+  ModelConfig c;
+  c.name = "t";
+  c.family = "t5";
+  c.hidden = 64;
+  c.heads = 4;
+  c.layers = 4;
+  c.encoder_layers = 2;
+  c.vocab = 128;
+  c.seq_len = 16;
+  c.parallel_block = true;
+  EXPECT_EQ(ValidateConfig(c, "t.json").message(),
+            "t.json: parallel_block: is not modelled for t5 (its decoder blocks have "
+            "cross-attention)");
 }
 
 }  // namespace
