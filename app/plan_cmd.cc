@@ -8,6 +8,7 @@
 
 #include "app/command.h"
 #include "models/build_trace.h"
+#include "models/hf_config.h"
 #include "models/model_config.h"
 #include "sim/fit.h"
 #include "sim/hardware.h"
@@ -435,7 +436,7 @@ Verb AddPlanCommand(CLI::App& app) {
       "plan", "Search micro-batch, pipeline and tensor parallelism and an offload policy");
   cmd->add_option("--model", o->model,
                   "model config (configs/models/*.json), or a Hugging Face config.json or its "
-                  "folder (model_type llama, mistral, qwen2, gpt2, bert; seq_len min(max "
+                  "folder (model_type " + models::HfSupportedModelTypes() + "; seq_len min(max "
                   "positions, 4096), micro-batch 1, dtype its torch_dtype or bf16; `ssdtrain "
                   "trace --summary` shows what is read and assumed)");
   cmd->add_option("--trace", o->trace,

@@ -115,7 +115,7 @@ Verb AddTraceCommand(CLI::App& app) {
       "trace", "Build the operator trace of one training step from a model config");
   cmd->add_option("--model", o->model,
                   "Model config: ours (configs/models/*.json) or a Hugging Face config.json "
-                  "(or its folder; model_type llama, mistral, qwen2, gpt2 or bert). From a "
+                  "(or its folder; model_type " + models::HfSupportedModelTypes() + "). From a "
                   "Hugging Face file: seq_len min(max positions, 4096), micro-batch 1, dtype "
                   "its torch_dtype or bf16, tp 1, pp 1, standard attention; --summary prints "
                   "what was read and assumed")

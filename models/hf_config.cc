@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string_view>
 
 #include "traces/detail/json_fields.h"
@@ -45,6 +46,12 @@ std::string List(const std::array<std::string_view, N>& names) {
 }
 
 std::string Str(int64_t v) { return std::to_string(v); }
+// Shortest form: 0.1, 0, 1.5.
+std::string Num(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
 
 // Reads fields of one config object, recording each for the report.
 class Fields {
@@ -68,7 +75,7 @@ class Fields {
   }
   Result<double> NumberOr(const std::string& name, double fallback) {
     SSDTRAIN_ASSIGN_OR_RETURN(double v, r_.NumberOr(name, fallback));
-    if (r_.Has(name)) Read(name, std::to_string(v), "");
+    if (r_.Has(name)) Read(name, Num(v), "");
     return v;
   }
   Result<bool> BoolOr(const std::string& name, bool fallback) {
@@ -308,7 +315,7 @@ Result<int64_t> ReadT5(Fields& f, ModelConfig* c) {
 Status RequireNoDropout(Fields& f, const std::string& field, const std::string& where) {
   SSDTRAIN_ASSIGN_OR_RETURN(double rate, f.NumberOr(field, 0.0));
   if (rate != 0.0) {
-    return f.NotModelled(field, std::to_string(rate) + " (dropout on " + where + ") is", "0.0");
+    return f.NotModelled(field, Num(rate) + " (dropout on " + where + ") is", "0.0");
   }
   return Status::Ok();
 }
@@ -346,12 +353,12 @@ Result<int64_t> ReadPhi(Fields& f, ModelConfig* c) {
   SSDTRAIN_ASSIGN_OR_RETURN(double rotary, f.NumberOr("partial_rotary_factor", 0.5));
   if (!(rotary > 0.0 && rotary <= 1.0)) {
     return f.Bad("partial_rotary_factor",
-                 "expected a fraction in (0, 1], got " + std::to_string(rotary));
+                 "expected a fraction in (0, 1], got " + Num(rotary));
   }
   SSDTRAIN_ASSIGN_OR_RETURN(double resid, f.NumberOr("resid_pdrop", 0.1));
   if (!(resid > 0.0)) {
     return f.NotModelled("resid_pdrop",
-                         std::to_string(resid) + " (no dropout on the branch outputs) for phi is",
+                         Num(resid) + " (no dropout on the branch outputs) for phi is",
                          "a rate above 0, Phi-2's layout");
   }
   f.Assume("a parallel block: phi's attention and MLP read one input LayerNorm");
@@ -403,6 +410,8 @@ void ListIgnored(const nlohmann::json& j, const std::vector<std::string>& read, 
 }
 
 }  // namespace
+
+std::string HfSupportedModelTypes() { return List(kSupported); }
 
 bool IsHfConfig(const nlohmann::json& j) {
   return j.is_object() && (j.contains("model_type") || j.contains("architectures"));

@@ -12,14 +12,20 @@
 //                             intermediate_size
 //   t5                t5      d_model, num_layers (encoder) + num_decoder_layers
 //                             (absent: num_layers), num_heads, d_kv (head_dim), d_ff
+//   phi               phi     hidden_size, num_hidden_layers, num_attention_heads,
+//                             intermediate_size (num_key_value_heads must equal heads)
 //
 // qwen2 always has q/k/v biases (ModelConfig::qkv_bias) and qwen3 a per-head
-// RMSNorm of q and k (qk_norm); neither has a field in the file.
+// RMSNorm of q and k (qk_norm); neither has a field in the file. phi is Phi-2's
+// parallel block (parallel_block: one LayerNorm feeds attention and the GELU MLP),
+// with rotary positions (partial_rotary_factor is read; the rotary op is costed over
+// all of q and k), biases on every linear and on lm_head, and dropout on the two
+// branch outputs only: attention_dropout and embd_pdrop must be 0, resid_pdrop above 0.
 //
 // and vocab_size, max_position_embeddings (gpt2: n_positions), the activation
 // (llama family: silu, the three-matrix SwiGLU MLP; gpt2 and bert: gelu, two
-// matrices; t5: feed_forward_proj relu, two matrices) and tie_word_embeddings
-// (llama family untied, gpt2, bert and t5 tied).
+// matrices; t5: feed_forward_proj relu, two matrices; phi: hidden_act gelu*) and
+// tie_word_embeddings (llama family and phi untied, gpt2, bert and t5 tied).
 //
 // A field that changes the compute in a way the trace does not model is refused
 // with "FILE: FIELD: ... not modelled (supported: ...)", never approximated:
@@ -27,7 +33,8 @@
 // (attention_bias, mlp_bias), a sliding window shorter than the positions, BERT's
 // relative position embeddings or other token-type counts, T5's gated feed-forward
 // (feed_forward_proj gated-gelu, as Flan-T5 and T5 v1.1 have), untied T5 output
-// layers or other relative-position bucket counts. Mixture-of-experts
+// layers or other relative-position bucket counts, phi's qk_layernorm, grouped-query
+// attention or other dropout placements. Mixture-of-experts
 // model_types are refused as planned; any other model_type names the supported
 // ones. Fields that do not change the compute (token ids, rope_theta,
 // rope_scaling, norm epsilons, dropout rates...) are ignored and listed in the
@@ -60,6 +67,9 @@ struct HfReport {
 
 // The default sequence length cap: seq_len = min(max_position_embeddings, this).
 inline constexpr int64_t kHfDefaultSeqLen = 4096;
+
+// The supported model_types, comma-separated ("bert, gpt2, ..."), for help texts.
+std::string HfSupportedModelTypes();
 
 // True for a JSON object with a `model_type` or an `architectures` key.
 bool IsHfConfig(const nlohmann::json& j);
