@@ -265,7 +265,8 @@ Result<int64_t> ReadBert(Fields& f, ModelConfig* c) {
   return positions;
 }
 
-// T5: RMSNorm, relative position bias, ReLU MLP, no biases, tied output layer.
+// T5: RMSNorm, relative position bias, no biases; a ReLU MLP and a tied output layer
+// (T5), or a GeGLU MLP and an untied one (Flan-T5, T5 v1.1).
 Result<int64_t> ReadT5(Fields& f, ModelConfig* c) {
   c->family = "t5";
   SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("d_model", "hidden"));
@@ -279,16 +280,28 @@ Result<int64_t> ReadT5(Fields& f, ModelConfig* c) {
   SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("d_ff", "ffn_hidden"));
   SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
   SSDTRAIN_ASSIGN_OR_RETURN(std::string proj, f.StringOr("feed_forward_proj", "relu"));
-  if (proj != "relu") {
-    return f.NotModelled("feed_forward_proj",
-                         "\"" + proj + "\" (a gated or non-ReLU feed-forward) is",
-                         "relu, the two-matrix ReLU MLP");
+  if (proj != "relu" && proj != "gated-gelu") {
+    return f.NotModelled("feed_forward_proj", "\"" + proj + "\" is",
+                         "relu (two matrices) or gated-gelu (GeGLU, three matrices)");
   }
-  SSDTRAIN_ASSIGN_OR_RETURN(bool gated, f.BoolOr("is_gated_act", false));
-  if (gated) return f.NotModelled("is_gated_act", "true (a gated feed-forward) is", "false");
+  c->gated_mlp = proj == "gated-gelu";
+  SSDTRAIN_ASSIGN_OR_RETURN(bool gated, f.BoolOr("is_gated_act", c->gated_mlp));
+  if (gated != c->gated_mlp) {
+    return f.Bad("is_gated_act", std::string(gated ? "true" : "false") +
+                                     " contradicts feed_forward_proj \"" + proj + "\"");
+  }
+  // transformers uses gelu_new for "gated-gelu" whatever dense_act_fn says; for
+  // "relu" it is ReLU.
+  if (f.Has("dense_act_fn")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("dense_act_fn", ""));
+    const std::string expected = c->gated_mlp ? "gelu_new" : "relu";
+    if (act != expected) {
+      return f.NotModelled("dense_act_fn", "\"" + act + "\" with feed_forward_proj \"" + proj +
+                                               "\" is", expected);
+    }
+  }
   SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", true));
-  if (!tied)
-    return f.NotModelled("tie_word_embeddings", "false (an untied output layer) is", "true");
+  c->untied_output = !tied;
   SSDTRAIN_ASSIGN_OR_RETURN(bool enc_dec, f.BoolOr("is_encoder_decoder", true));
   if (!enc_dec) {
     return f.NotModelled("is_encoder_decoder", "false (an encoder or decoder alone) is", "true");

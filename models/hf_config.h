@@ -24,17 +24,19 @@
 //
 // and vocab_size, max_position_embeddings (gpt2: n_positions), the activation
 // (llama family: silu, the three-matrix SwiGLU MLP; gpt2 and bert: gelu, two
-// matrices; t5: feed_forward_proj relu, two matrices; phi: hidden_act gelu*) and
-// tie_word_embeddings (llama family and phi untied, gpt2, bert and t5 tied).
+// matrices; t5: feed_forward_proj relu, two matrices, or gated-gelu, the GeGLU of
+// three (ModelConfig::gated_mlp; Flan-T5, T5 v1.1); phi: hidden_act gelu*) and
+// tie_word_embeddings (llama family and phi untied, gpt2 and bert tied, t5 either:
+// untied_output).
 //
 // A field that changes the compute in a way the trace does not model is refused
 // with "FILE: FIELD: ... not modelled (supported: ...)", never approximated:
 // another activation, tied llama embeddings, attention or MLP biases
 // (attention_bias, mlp_bias), a sliding window shorter than the positions, BERT's
-// relative position embeddings or other token-type counts, T5's gated feed-forward
-// (feed_forward_proj gated-gelu, as Flan-T5 and T5 v1.1 have), untied T5 output
-// layers or other relative-position bucket counts, phi's qk_layernorm, grouped-query
-// attention or other dropout placements. Mixture-of-experts
+// relative position embeddings or other token-type counts, T5 feed-forwards other
+// than relu and gated-gelu (or a dense_act_fn other than the one transformers uses
+// with them) or other relative-position bucket counts, phi's qk_layernorm,
+// grouped-query attention or other dropout placements. Mixture-of-experts
 // model_types are refused as planned; any other model_type names the supported
 // ones. Fields that do not change the compute (token ids, rope_theta,
 // rope_scaling, norm epsilons, dropout rates...) are ignored and listed in the

@@ -163,6 +163,10 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
     return Bad(source, "parallel_block",
                "is not modelled for t5 (its decoder blocks have cross-attention)");
   }
+  if (c.family != "t5" && (c.gated_mlp || c.untied_output)) {
+    return Bad(source, c.gated_mlp ? "gated_mlp" : "untied_output",
+               "is only modelled for the t5 family, not " + c.family);
+  }
   if (c.family != "llama" && (c.qkv_bias || c.qk_norm)) {
     return Bad(source, c.qkv_bias ? "qkv_bias" : "qk_norm",
                "is only modelled for the llama family, not " + c.family);
@@ -185,6 +189,8 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.qkv_bias, r.BoolOr("qkv_bias", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.qk_norm, r.BoolOr("qk_norm", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.parallel_block, r.BoolOr("parallel_block", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.gated_mlp, r.BoolOr("gated_mlp", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.untied_output, r.BoolOr("untied_output", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.vocab, r.Int("vocab"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.seq_len, r.Int("seq_len"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.micro_batch, r.IntOr("micro_batch", 1));
@@ -251,6 +257,8 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.qkv_bias) j["qkv_bias"] = true;
   if (c.qk_norm) j["qk_norm"] = true;
   if (c.parallel_block) j["parallel_block"] = true;
+  if (c.gated_mlp) j["gated_mlp"] = true;
+  if (c.untied_output) j["untied_output"] = true;
   return j;
 }
 

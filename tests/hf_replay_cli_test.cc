@@ -80,6 +80,18 @@ TEST_F(HfReplayCli, T5SmallReplaysVerified) {
   ExpectVerifiedReplay(SourceDir() + "/models/tests/hf/t5-small");
 }
 
+// Flan-T5-large's file reduced to 2 + 2 blocks of width 128 with d_kv 48 (4 heads x 48
+// = 192, not 128): the GeGLU feed-forward, the untied output layer, T5's cross-attention.
+TEST_F(HfReplayCli, FlanT5ReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("flan-t5-large", {{"d_model", 128},
+                                                 {"num_layers", 2},
+                                                 {"num_decoder_layers", 2},
+                                                 {"num_heads", 4},
+                                                 {"d_kv", 48},
+                                                 {"d_ff", 1024},
+                                                 {"vocab_size", 1024}}));
+}
+
 // Qwen3-8B's file reduced to 2 layers of width 256 (FFN 2048, so that its SwiGLU
 // input is offloadable at the 64 KiB floor): q/k norms, explicit head_dim
 // (64, not 256 / 8), grouped-query attention with 2 kv heads, SwiGLU, untied output.

@@ -100,7 +100,8 @@ TensorId CrossAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle&
 TensorId MlpBranch(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId ln,
                    MlpSublayer* st) {
   st->kind = style.mlp;
-  const int64_t fc1_width = style.mlp == MlpKind::kSwiglu ? 2 * d.ffn : d.ffn;
+  const bool gated = style.mlp == MlpKind::kSwiglu || style.mlp == MlpKind::kGeglu;
+  const int64_t fc1_width = gated ? 2 * d.ffn : d.ffn;
   const TensorId f1 = b.Activation("fc1.out", d.Full(fc1_width), d.act);
   st->fc1 = ColumnForward(b, d, "fc1", ln, d.h, fc1_width, {f1}, style.bias);
   const TensorId a = b.Activation("act.out", d.Full(d.ffn), d.act);
@@ -116,6 +117,10 @@ TensorId MlpBranch(TraceBuilder& b, const Dims& d, const BlockStyle& style, Tens
       break;
     case MlpKind::kSwiglu:
       b.Op("swiglu", OpKind::kElementwise, {f1}, {a}, kSwigluFlops * n);
+      st->act_saved = f1;
+      break;
+    case MlpKind::kGeglu:
+      b.Op("geglu", OpKind::kElementwise, {f1}, {a}, kGegluFlops * n);
       st->act_saved = f1;
       break;
   }
@@ -192,6 +197,10 @@ TensorId MlpBranchBackward(TraceBuilder& b, const Dims& d, const MlpSublayer& st
     case MlpKind::kSwiglu:
       b.Op("swiglu.bwd", OpKind::kElementwise, {st.act_saved, g_a}, {g_f1},
            kBackwardFactor * kSwigluFlops * n);
+      break;
+    case MlpKind::kGeglu:
+      b.Op("geglu.bwd", OpKind::kElementwise, {st.act_saved, g_a}, {g_f1},
+           kBackwardFactor * kGegluFlops * n);
       break;
   }
   return ColumnBackward(b, d, st.fc1, {g_f1});

@@ -1,7 +1,7 @@
 // One transformer block (forward and backward) in Megatron-LM's pre-norm layout:
 // x → norm → QKV → [q/k norm] → [rotary] → attention → projection → [dropout] + x
 //   → [norm → Q, KV(encoder output) → attention → projection → [dropout] + ·]  (T5 decoder)
-//   → norm → fc1 → GELU | ReLU | SwiGLU → fc2 → [dropout] + ·
+//   → norm → fc1 → GELU | ReLU | SwiGLU | GeGLU → fc2 → [dropout] + ·
 // A parallel block (BlockStyle::parallel; GPT-J, Phi-2) instead runs
 // x → norm → {QKV … projection, fc1 … fc2} on the one norm output, then adds
 // both outputs (each through its dropout) to x.

@@ -35,7 +35,7 @@ BlockStyle StyleFor(const ModelConfig& c) {
   BlockStyle s;
   if (family == "t5") {
     s.norm = NormKind::kRmsNorm;
-    s.mlp = MlpKind::kRelu;
+    s.mlp = c.gated_mlp ? MlpKind::kGeglu : MlpKind::kRelu;
     s.bias = false;
     s.rel_bias = true;
   } else if (family == "llama") {

@@ -11,7 +11,7 @@
 namespace ssdtrain::models::detail {
 
 enum class NormKind { kLayerNorm, kRmsNorm };
-enum class MlpKind { kGelu, kRelu, kSwiglu };
+enum class MlpKind { kGelu, kRelu, kSwiglu, kGeglu };
 
 // What a family's transformer block is made of.
 struct BlockStyle {

@@ -111,6 +111,20 @@ TEST(HfConfig, BertBaseHasItsPublishedParameterCount) {
   ExpectNear(Params("bert-base-uncased"), 110e6);
 }
 
+// Flan-T5-large: 783 M (Hugging Face hub, google/flan-t5-large, "783M params"). Its
+// GeGLU feed-forward has three matrices and its output layer its own weight:
+// 2 x 32128 x 1024 + 24 x (4 x 1024² + 3 x 1024 x 2816 + 2 x 1024) + 24 x (8 x 1024²
+// + 3 x 1024 x 2816 + 3 x 1024) + 2 x 1024 + 2 x 32 x 16 = 783,150,080.
+TEST(HfConfig, FlanT5LargeHasItsPublishedParameterCountWithItsGatedMlp) {
+  EXPECT_EQ(Params("flan-t5-large"), 783150080);
+  ExpectNear(Params("flan-t5-large"), 783e6);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("flan-t5-large"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->gated_mlp);
+  EXPECT_TRUE(c->untied_output);
+  EXPECT_EQ(c->layers, 48);
+}
+
 // Phi-2: 2.78 B (Hugging Face hub, microsoft/phi-2, "2.78B params"; Microsoft's
 // announcement rounds it to "2.7 billion"). A parallel block: one LayerNorm feeds
 // attention and MLP. 51200 x 2560 embeddings + lm_head 51200 x 2560 with a bias
@@ -170,7 +184,7 @@ TEST(HfConfig, FolderIsReadAsItsConfigJsonAndNamedAfterTheFolder) {
 TEST(HfConfig, EveryRealDenseFileTracesAndValidates) {
   for (const char* model : {"llama-2-7b-chat-hf", "meta-llama-3-8b-instruct",
                             "mistral-nemo-base-2407", "qwen2.5-7b", "qwen3-8b", "gpt2",
-                            "bert-base-uncased", "t5-small", "phi-2"}) {
+                            "bert-base-uncased", "t5-small", "flan-t5-large", "phi-2"}) {
     SCOPED_TRACE(model);
     Result<ModelConfig> c = LoadModelConfig(HfDir(model));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -327,19 +341,28 @@ TEST_F(HfConfigErrors, T5WrongTypeNamesTheField) {
             File() + ": num_decoder_layers: expected an integer or null, got string");
 }
 
-// Flan-T5 and T5 v1.1: the gated-GELU feed-forward of three matrices.
-TEST_F(HfConfigErrors, T5GatedFeedForwardIsNotModelled) {
-  EXPECT_EQ(T5(R"(, "feed_forward_proj": "gated-gelu")"),
+TEST_F(HfConfigErrors, T5OtherFeedForwardIsNotModelled) {
+  EXPECT_EQ(T5(R"(, "feed_forward_proj": "gated-silu")"),
             File() +
-                ": feed_forward_proj: \"gated-gelu\" (a gated or non-ReLU feed-forward) is not "
-                "modelled (supported: relu, the two-matrix ReLU MLP)");
+                ": feed_forward_proj: \"gated-silu\" is not modelled (supported: relu (two "
+                "matrices) or gated-gelu (GeGLU, three matrices))");
 }
 
-TEST_F(HfConfigErrors, T5UntiedOutputIsNotModelled) {
-  EXPECT_EQ(T5(R"(, "tie_word_embeddings": false)"),
+TEST_F(HfConfigErrors, T5GatedFlagContradictingTheFeedForwardNamesIt) {
+  EXPECT_EQ(T5(R"(, "feed_forward_proj": "relu", "is_gated_act": true)"),
+            File() + ": is_gated_act: true contradicts feed_forward_proj \"relu\"");
+}
+
+TEST_F(HfConfigErrors, T5OtherDenseActivationIsNotModelled) {
+  EXPECT_EQ(T5(R"(, "feed_forward_proj": "relu", "dense_act_fn": "gelu")"),
             File() +
-                ": tie_word_embeddings: false (an untied output layer) is not modelled "
-                "(supported: true)");
+                ": dense_act_fn: \"gelu\" with feed_forward_proj \"relu\" is not modelled "
+                "(supported: relu)");
+}
+
+TEST_F(HfConfigErrors, T5WrongTypeForTiedEmbeddingsNamesTheField) {
+  EXPECT_EQ(T5(R"(, "tie_word_embeddings": "no")"),
+            File() + ": tie_word_embeddings: expected true or false, got string");
 }
 
 TEST_F(HfConfigErrors, T5OtherBucketCountIsNotModelled) {
@@ -383,18 +406,29 @@ TEST_F(HfConfigErrors, Qwen3KvHeadsNotDividingHeadsNameTheKvHeads) {
             File() + ": num_key_value_heads: 5 does not divide num_attention_heads 32");
 }
 
+// Flan-T5-small's shapes (d_kv 64 x 6 heads = 384, not d_model 512): GeGLU, untied.
+// 2 x 32128 x 512 + 8 x (2 x 512 x 384 q/o + 2 x 512 x 384 k/v + 3 x 512 x 1024 + 2 x 512)
+// + 8 x (4 x 512 x 384 + 4 x 512 x 384 cross + 3 x 512 x 1024 + 3 x 512) + 2 x 512
+// + 2 x 32 x 6 = 76,961,152; Hugging Face hub, google/flan-t5-small: "77M params".
+TEST(HfConfig, GatedT5WithDkvOtherThanWidthOverHeads) {
+  nlohmann::json j = {{"model_type", "t5"},     {"d_model", 512},
+                      {"num_layers", 8},        {"num_decoder_layers", 8},
+                      {"num_heads", 6},         {"d_kv", 64},
+                      {"d_ff", 1024},           {"vocab_size", 32128},
+                      {"feed_forward_proj", "gated-gelu"}, {"tie_word_embeddings", false}};
+  const Result<ModelConfig> c = ModelConfigFromHfJson(j, "t.json", "t", nullptr);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(HeadDim(*c), 64);
+  EXPECT_EQ(ParameterCount(*c).value(), 76961152);
+  ExpectNear(ParameterCount(*c).value(), 77e6);
+}
+
 // Our own configs reject qk_norm and qkv_bias outside the llama family.
 TEST(HfConfig, QkNormOutsideLlamaIsRejected) {
-  ModelConfig c;
-  c.name = "g";
-  c.family = "gpt";
-  c.hidden = 64;
-  c.heads = 4;
-  c.layers = 2;
-  c.vocab = 128;
-  c.seq_len = 16;
-  c.qk_norm = true;
-  EXPECT_EQ(ValidateConfig(c, "g.json").message(),
+  Result<ModelConfig> c = LoadModelConfig(HfDir("gpt2"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  c->qk_norm = true;
+  EXPECT_EQ(ValidateConfig(*c, "g.json").message(),
             "g.json: qk_norm: is only modelled for the llama family, not gpt");
 }
 
@@ -449,17 +483,10 @@ TEST_F(HfConfigErrors, PhiTiedEmbeddingsAreNotModelled) {
 }
 
 TEST(HfConfig, ParallelBlockIsRejectedForT5) {
-  ModelConfig c;
-  c.name = "t";
-  c.family = "t5";
-  c.hidden = 64;
-  c.heads = 4;
-  c.layers = 4;
-  c.encoder_layers = 2;
-  c.vocab = 128;
-  c.seq_len = 16;
-  c.parallel_block = true;
-  EXPECT_EQ(ValidateConfig(c, "t.json").message(),
+  Result<ModelConfig> c = LoadModelConfig(HfDir("t5-small"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  c->parallel_block = true;
+  EXPECT_EQ(ValidateConfig(*c, "t.json").message(),
             "t.json: parallel_block: is not modelled for t5 (its decoder blocks have "
             "cross-attention)");
 }
