@@ -16,16 +16,18 @@ namespace {
 using traces::detail::JsonPath;
 using traces::detail::ObjectReader;
 
-constexpr std::array<std::string_view, 8> kSupported = {"bert",  "gpt2",  "llama", "mistral",
-                                                        "phi",   "qwen2", "qwen3", "t5"};
+constexpr std::array<std::string_view, 9> kSupported = {
+    "bert", "gpt2", "llama", "mistral", "phi", "qwen2", "qwen3", "roberta", "t5"};
 // Mixture-of-experts model_types: refused until the MoE issue adds them.
 constexpr std::array<std::string_view, 11> kMoe = {
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
     "olmoe",   "phimoe",    "dbrx",      "granitemoe",  "jetmoe"};
 constexpr std::array<std::string_view, 4> kGelus = {"gelu", "gelu_new", "gelu_fast",
                                                     "gelu_pytorch_tanh"};
-// BERT's segment vocabulary as the bert family builds it (detail/embedding.cc).
+// BERT's segment vocabulary as the bert family builds it by default (detail/embedding.cc).
 constexpr int64_t kBertTokenTypes = 2;
+// RoBERTa's pad token id: its positions start at pad_token_id + 1.
+constexpr int64_t kRobertaPadToken = 1;
 // T5's relative-position buckets as the t5 family builds them (detail/embedding.cc).
 constexpr int64_t kT5RelativeBuckets = 32;
 // T5 has relative positions and no maximum; its pre-training input length is 512
@@ -71,6 +73,12 @@ class Fields {
       return Bad(name, "expected a positive integer or null, got " + Str(*v));
     }
     if (v) Read(name, Str(*v), target);
+    return v;
+  }
+  // A non-negative integer (a token id), or `fallback` when absent.
+  Result<int64_t> IndexOr(const std::string& name, int64_t fallback) {
+    SSDTRAIN_ASSIGN_OR_RETURN(int64_t v, r_.IntInOr(name, fallback, 0, kMaxSize));
+    if (r_.Has(name)) Read(name, Str(v), "");
     return v;
   }
   Result<double> NumberOr(const std::string& name, double fallback) {
@@ -232,8 +240,10 @@ Result<int64_t> ReadGpt2(Fields& f, ModelConfig* c) {
   return positions;
 }
 
-// BERT: as Megatron's BERT with --bert-no-binary-head (no pooler, MLM head).
-Result<int64_t> ReadBert(Fields& f, ModelConfig* c) {
+// BERT and RoBERTa: as Megatron's BERT with --bert-no-binary-head (no pooler, MLM
+// head). RoBERTa is BERT's architecture with one token type and positions that
+// start after the pad token.
+Result<int64_t> ReadBert(Fields& f, const std::string& model_type, ModelConfig* c) {
   c->family = "bert";
   SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
   SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
@@ -249,11 +259,10 @@ Result<int64_t> ReadBert(Fields& f, ModelConfig* c) {
     return f.NotModelled("position_embedding_type", "\"" + pos + "\" is", "absolute");
   }
   if (f.Has("type_vocab_size")) {
-    SSDTRAIN_ASSIGN_OR_RETURN(int64_t types, f.Size("type_vocab_size", ""));
-    if (types != kBertTokenTypes) {
-      return f.NotModelled("type_vocab_size", Str(types) + " token types are",
-                           Str(kBertTokenTypes));
-    }
+    SSDTRAIN_ASSIGN_OR_RETURN(int64_t types, f.Size("type_vocab_size", "token_types"));
+    if (types != kBertTokenTypes) c->token_types = types;
+  } else {
+    f.Assume("token types " + Str(kBertTokenTypes) + ": type_vocab_size is absent");
   }
   SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", true));
   if (!tied)
@@ -262,7 +271,15 @@ Result<int64_t> ReadBert(Fields& f, ModelConfig* c) {
   SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "add_cross_attention", "true (cross-attention) is"));
   f.Assume("the masked-LM head (dense, GELU, LayerNorm, tied logits), no pooler or NSP head");
   f.Assume("learned position embeddings of seq_len rows (the file allows " + Str(positions) + ")");
-  return positions;
+  if (model_type != "roberta") return positions;
+  // RoBERTa's position ids count from pad_token_id + 1: the rows below are never used.
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t pad, f.IndexOr("pad_token_id", kRobertaPadToken));
+  if (pad + 1 >= positions) {
+    return f.Bad("pad_token_id", Str(pad) + " leaves no positions of max_position_embeddings " +
+                                     Str(positions) + " (RoBERTa's positions start at pad + 1)");
+  }
+  f.Assume("max positions " + Str(positions - pad - 1) + ": roberta's start at pad_token_id + 1");
+  return positions - pad - 1;
 }
 
 // T5: RMSNorm, relative position bias, no biases; a ReLU MLP and a tied output layer
@@ -408,7 +425,7 @@ Status ReadTrainingDefaults(Fields& f, int64_t positions, ModelConfig* c) {
 
 Result<int64_t> ReadFamily(Fields& f, const std::string& model_type, ModelConfig* c) {
   if (model_type == "gpt2") return ReadGpt2(f, c);
-  if (model_type == "bert") return ReadBert(f, c);
+  if (model_type == "bert" || model_type == "roberta") return ReadBert(f, model_type, c);
   if (model_type == "t5") return ReadT5(f, c);
   if (model_type == "phi") return ReadPhi(f, c);
   return ReadLlamaLike(f, model_type, c);

@@ -8,8 +8,8 @@
 //   llama, mistral,   llama   hidden_size, num_hidden_layers, num_attention_heads,
 //   qwen2, qwen3              num_key_value_heads, head_dim, intermediate_size
 //   gpt2              gpt     n_embd, n_layer, n_head, n_inner (null: 4·n_embd)
-//   bert              bert    hidden_size, num_hidden_layers, num_attention_heads,
-//                             intermediate_size
+//   bert, roberta     bert    hidden_size, num_hidden_layers, num_attention_heads,
+//                             intermediate_size, type_vocab_size (token_types)
 //   t5                t5      d_model, num_layers (encoder) + num_decoder_layers
 //                             (absent: num_layers), num_heads, d_kv (head_dim), d_ff
 //   phi               phi     hidden_size, num_hidden_layers, num_attention_heads,
@@ -22,7 +22,8 @@
 // all of q and k), biases on every linear and on lm_head, and dropout on the two
 // branch outputs only: attention_dropout and embd_pdrop must be 0, resid_pdrop above 0.
 //
-// and vocab_size, max_position_embeddings (gpt2: n_positions), the activation
+// and vocab_size, max_position_embeddings (gpt2: n_positions; roberta: less its
+// first pad_token_id + 1 positions, which its position ids skip), the activation
 // (llama family: silu, the three-matrix SwiGLU MLP; gpt2 and bert: gelu, two
 // matrices; t5: feed_forward_proj relu, two matrices, or gated-gelu, the GeGLU of
 // three (ModelConfig::gated_mlp; Flan-T5, T5 v1.1); phi: hidden_act gelu*) and
@@ -33,7 +34,7 @@
 // with "FILE: FIELD: ... not modelled (supported: ...)", never approximated:
 // another activation, tied llama embeddings, attention or MLP biases
 // (attention_bias, mlp_bias), a sliding window shorter than the positions, BERT's
-// relative position embeddings or other token-type counts, T5 feed-forwards other
+// or RoBERTa's relative position embeddings, T5 feed-forwards other
 // than relu and gated-gelu (or a dense_act_fn other than the one transformers uses
 // with them) or other relative-position bucket counts, phi's qk_layernorm,
 // grouped-query attention or other dropout placements. Mixture-of-experts

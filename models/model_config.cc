@@ -110,6 +110,7 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   const std::pair<const char*, int64_t> non_negative[] = {{"kv_heads", c.kv_heads},
                                                           {"head_dim", c.head_dim},
                                                           {"encoder_layers", c.encoder_layers},
+                                                          {"token_types", c.token_types},
                                                           {"ffn_hidden", c.ffn_hidden}};
   for (const auto& [field, value] : non_negative) {
     if (value < 0) {
@@ -163,6 +164,10 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
     return Bad(source, "parallel_block",
                "is not modelled for t5 (its decoder blocks have cross-attention)");
   }
+  if (c.family != "bert" && c.token_types != 0) {
+    return Bad(source, "token_types",
+               "is only modelled for the bert family, not " + c.family);
+  }
   if (c.family != "t5" && (c.gated_mlp || c.untied_output)) {
     return Bad(source, c.gated_mlp ? "gated_mlp" : "untied_output",
                "is only modelled for the t5 family, not " + c.family);
@@ -189,6 +194,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.qkv_bias, r.BoolOr("qkv_bias", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.qk_norm, r.BoolOr("qk_norm", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.parallel_block, r.BoolOr("parallel_block", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.token_types, r.IntOr("token_types", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.gated_mlp, r.BoolOr("gated_mlp", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.untied_output, r.BoolOr("untied_output", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.vocab, r.Int("vocab"));
@@ -257,6 +263,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.qkv_bias) j["qkv_bias"] = true;
   if (c.qk_norm) j["qk_norm"] = true;
   if (c.parallel_block) j["parallel_block"] = true;
+  if (c.token_types != 0) j["token_types"] = c.token_types;
   if (c.gated_mlp) j["gated_mlp"] = true;
   if (c.untied_output) j["untied_output"] = true;
   return j;

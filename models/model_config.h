@@ -35,6 +35,7 @@ struct ModelConfig {
   // Attention and MLP side by side (GPT-J, Phi-2): both read one shared norm of the
   // block input, and both outputs are added to the residual. Not for t5.
   bool parallel_block = false;
+  int64_t token_types = 0;         // bert only: segment-type rows; 0 means BERT's 2 (RoBERTa: 1)
   // t5 only (Flan-T5, T5 v1.1): what their blocks and head change from T5's.
   bool gated_mlp = false;          // GeGLU MLP: fc1 projects to 2·ffn_hidden, gelu(gate)·up
   bool untied_output = false;      // the output layer has its own weight, not the embeddings'
@@ -76,8 +77,8 @@ struct HfReport;  // hf_config.h
 // and assumed, and is left empty for our own configs.
 Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = nullptr);
 // The config as JSON, every field written (ModelConfigFromJson reads it back equal);
-// qkv_bias, qk_norm, parallel_block, gated_mlp and untied_output only where true,
-// so configs without them print as before.
+// qkv_bias, qk_norm, parallel_block, gated_mlp and untied_output only where true
+// and token_types only where set, so configs without them print as before.
 nlohmann::json ToJson(const ModelConfig& c);
 // Applies overrides, then checks consistency with ValidateConfig.
 Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,

@@ -92,6 +92,16 @@ TEST_F(HfReplayCli, FlanT5ReducedReplaysVerified) {
                                                  {"vocab_size", 1024}}));
 }
 
+// RoBERTa-base's file reduced to 2 layers: one token type, positions after the pad
+// token, the MLM head.
+TEST_F(HfReplayCli, RobertaReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("roberta-base", {{"hidden_size", 256},
+                                                {"num_hidden_layers", 2},
+                                                {"num_attention_heads", 4},
+                                                {"intermediate_size", 1024},
+                                                {"vocab_size", 1024}}));
+}
+
 // Qwen3-8B's file reduced to 2 layers of width 256 (FFN 2048, so that its SwiGLU
 // input is offloadable at the 64 KiB floor): q/k norms, explicit head_dim
 // (64, not 256 / 8), grouped-query attention with 2 kv heads, SwiGLU, untied output.

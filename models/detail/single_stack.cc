@@ -23,6 +23,7 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   const bool rotary = c.family == "llama" || c.family == "phi";
   emb.learned_positions = !rotary;
   emb.token_types = c.family == "bert";
+  if (c.token_types != 0) emb.token_type_rows = c.token_types;
   emb.norm = c.family == "bert";
   emb.dropout = style.dropout && c.family != "phi";  // Phi-2's embd_pdrop is 0
   // GPT and BERT tie the output layer to the word embeddings; with pp > 1 the last

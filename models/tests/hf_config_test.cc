@@ -140,6 +140,21 @@ TEST(HfConfig, Phi2HasItsPublishedParameterCountWithOneNormPerBlock) {
   EXPECT_EQ(c->dtype, "fp16");
 }
 
+// RoBERTa-base: 125 M (Hugging Face hub, FacebookAI/roberta-base, "125M params"; Liu
+// et al. 2019 train BERT-base's architecture). BERT's block with one token type and
+// positions from pad_token_id + 1 (514 - 2 = 512 usable): 50304 (50265 padded) x 768
+// + 512 x 768 + 1 x 768 + 2 x 768 + 12 x 7,087,872 + the MLM head's 594,432 (final
+// LayerNorm, dense, LayerNorm) = 124,677,120.
+TEST(HfConfig, RobertaBaseHasItsPublishedParameterCount) {
+  EXPECT_EQ(Params("roberta-base"), 124677120);
+  ExpectNear(Params("roberta-base"), 125e6);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("roberta-base"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->family, "bert");
+  EXPECT_EQ(c->token_types, 1);
+  EXPECT_EQ(c->seq_len, 512);  // max_position_embeddings 514 - (pad_token_id 1 + 1)
+}
+
 // The Llama-3-8B config.json and configs/models/llama-3-8b.json describe one model:
 // at the same training settings their traces agree on weights and saved bytes.
 TEST(HfConfig, Llama3FileTracesLikeOurLlama3Config) {
@@ -184,7 +199,8 @@ TEST(HfConfig, FolderIsReadAsItsConfigJsonAndNamedAfterTheFolder) {
 TEST(HfConfig, EveryRealDenseFileTracesAndValidates) {
   for (const char* model : {"llama-2-7b-chat-hf", "meta-llama-3-8b-instruct",
                             "mistral-nemo-base-2407", "qwen2.5-7b", "qwen3-8b", "gpt2",
-                            "bert-base-uncased", "t5-small", "flan-t5-large", "phi-2"}) {
+                            "bert-base-uncased", "roberta-base", "t5-small", "flan-t5-large",
+                            "phi-2"}) {
     SCOPED_TRACE(model);
     Result<ModelConfig> c = LoadModelConfig(HfDir(model));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -273,7 +289,7 @@ TEST_F(HfConfigErrors, UnknownModelTypeNamesTheSupportedOnes) {
   EXPECT_EQ(Message(R"("model_type": "rwkv", "architectures": ["RwkvForCausalLM"])"),
             File() +
                 ": model_type: \"rwkv\" is not supported (supported: bert, gpt2, llama, "
-                "mistral, phi, qwen2, qwen3, t5)");
+                "mistral, phi, qwen2, qwen3, roberta, t5)");
 }
 
 TEST_F(HfConfigErrors, ArchitecturesWithoutModelTypeNameTheModelType) {
@@ -489,6 +505,37 @@ TEST(HfConfig, ParallelBlockIsRejectedForT5) {
   EXPECT_EQ(ValidateConfig(*c, "t.json").message(),
             "t.json: parallel_block: is not modelled for t5 (its decoder blocks have "
             "cross-attention)");
+}
+
+TEST_F(HfConfigErrors, RobertaPadTokenWrongTypeNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "roberta", "hidden_size": 768, "num_hidden_layers": 12,
+           "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 50265,
+           "max_position_embeddings": 514, "pad_token_id": "1")"),
+            File() + ": pad_token_id: expected an integer, got string");
+}
+
+TEST_F(HfConfigErrors, RobertaPadTokenLeavingNoPositionsNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "roberta", "hidden_size": 768, "num_hidden_layers": 12,
+           "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 50265,
+           "max_position_embeddings": 514, "pad_token_id": 513)"),
+            File() +
+                ": pad_token_id: 513 leaves no positions of max_position_embeddings 514 "
+                "(RoBERTa's positions start at pad + 1)");
+}
+
+TEST_F(HfConfigErrors, RobertaMissingKeyNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "roberta", "hidden_size": 768, "num_hidden_layers": 12,
+           "num_attention_heads": 12, "vocab_size": 50265, "max_position_embeddings": 514)"),
+            File() + ": intermediate_size: missing required field");
+}
+
+TEST_F(HfConfigErrors, RobertaRelativePositionsAreNotModelled) {
+  EXPECT_EQ(Message(R"("model_type": "roberta", "hidden_size": 768, "num_hidden_layers": 12,
+           "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 50265,
+           "max_position_embeddings": 514, "position_embedding_type": "relative_key")"),
+            File() +
+                ": position_embedding_type: \"relative_key\" is not modelled (supported: "
+                "absolute)");
 }
 
 }  // namespace
