@@ -16,8 +16,8 @@ namespace {
 using traces::detail::JsonPath;
 using traces::detail::ObjectReader;
 
-constexpr std::array<std::string_view, 9> kSupported = {
-    "bert", "gpt2", "llama", "mistral", "phi", "qwen2", "qwen3", "roberta", "t5"};
+constexpr std::array<std::string_view, 11> kSupported = {
+    "bert", "gpt2", "gptj", "llama", "mistral", "opt", "phi", "qwen2", "qwen3", "roberta", "t5"};
 // Mixture-of-experts model_types: refused until the MoE issue adds them.
 constexpr std::array<std::string_view, 11> kMoe = {
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
@@ -400,6 +400,105 @@ Result<int64_t> ReadPhi(Fields& f, ModelConfig* c) {
   return positions;
 }
 
+// A residual dropout the family builds: its rate must be above 0.
+Status RequireResidualDropout(Fields& f, const std::string& field, const std::string& family,
+                              double fallback) {
+  SSDTRAIN_ASSIGN_OR_RETURN(double rate, f.NumberOr(field, fallback));
+  if (!(rate > 0.0)) {
+    return f.NotModelled(field,
+                         Num(rate) + " (no dropout on the branch outputs) for " + family + " is",
+                         "a rate above 0, as published");
+  }
+  return Status::Ok();
+}
+
+// OPT: GPT's pre-LayerNorm block with ReLU, learned positions, biases, dropout on
+// the branch outputs only, tied output layer.
+Result<int64_t> ReadOpt(Fields& f, ModelConfig* c) {
+  c->family = "opt";
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("ffn_dim", "ffn_hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("max_position_embeddings", ""));
+  SSDTRAIN_RETURN_IF_ERROR(CheckHeads(f, *c, "num_attention_heads", "hidden_size", ""));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("activation_function", "relu"));
+  if (act != "relu") return f.NotModelled("activation_function", "\"" + act + "\" is", "relu");
+  SSDTRAIN_ASSIGN_OR_RETURN(bool pre_norm, f.BoolOr("do_layer_norm_before", true));
+  if (!pre_norm) {
+    return f.NotModelled("do_layer_norm_before", "false (post-LayerNorm blocks, OPT-350m) is",
+                         "true");
+  }
+  if (f.Has("word_embed_proj_dim")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(int64_t proj, f.Size("word_embed_proj_dim", ""));
+    if (proj != c->hidden) {
+      return f.NotModelled("word_embed_proj_dim",
+                           Str(proj) + " (embeddings projected in and out of hidden_size " +
+                               Str(c->hidden) + ") is",
+                           "hidden_size");
+    }
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(bool bias, f.BoolOr("enable_bias", true));
+  if (!bias) return f.NotModelled("enable_bias", "false (no linear biases) is", "true");
+  SSDTRAIN_ASSIGN_OR_RETURN(bool affine, f.BoolOr("layer_norm_elementwise_affine", true));
+  if (!affine) {
+    return f.NotModelled("layer_norm_elementwise_affine", "false (LayerNorms without weights) is",
+                         "true");
+  }
+  SSDTRAIN_RETURN_IF_ERROR(
+      RequireFalse(f, "_remove_final_layer_norm", "true (no final LayerNorm) is"));
+  SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", true));
+  if (!tied)
+    return f.NotModelled("tie_word_embeddings", "false (an untied output layer) is", "true");
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "attention_dropout", "attention probabilities"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "activation_dropout", "the ReLU output"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "layerdrop", "whole layers"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireResidualDropout(f, "dropout", "opt", 0.1));
+  f.Assume("residual dropout on both branch outputs (dropout); its rate does not change the "
+           "compute");
+  f.Assume("learned position embeddings of seq_len rows (OPT's table has max_position_embeddings "
+           "+ 2 = " + Str(positions + 2) + ", its first two never used)");
+  return positions;
+}
+
+// GPT-J: a parallel block (one LayerNorm), rotary over rotary_dim of each head, no
+// attention biases, MLP biases, no dropout, an untied output layer with a bias.
+Result<int64_t> ReadGptj(Fields& f, ModelConfig* c) {
+  c->family = "gptj";
+  c->parallel_block = true;
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("n_embd", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("n_layer", "layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("n_head", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> inner, f.OptionalSize("n_inner", "ffn_hidden"));
+  c->ffn_hidden = inner.value_or(0);
+  if (!inner) f.Assume("ffn_hidden 4 x n_embd: n_inner is null or absent");
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("n_positions", ""));
+  SSDTRAIN_RETURN_IF_ERROR(CheckHeads(f, *c, "n_head", "n_embd", ""));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("activation_function", "gelu_new"));
+  if (!OneOf(kGelus, act)) {
+    return f.NotModelled("activation_function", "\"" + act + "\" is", List(kGelus));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", false));
+  if (tied) {
+    return f.NotModelled("tie_word_embeddings", "true (an output layer tied to the embeddings) is",
+                         "false");
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> rotary, f.OptionalSize("rotary_dim", ""));
+  if (rotary && *rotary > HeadDim(*c)) {
+    return f.Bad("rotary_dim", Str(*rotary) + " exceeds the head width " + Str(HeadDim(*c)));
+  }
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "attn_pdrop", "attention probabilities"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "embd_pdrop", "the embeddings"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "resid_pdrop", "the branch outputs"));
+  f.Assume("a parallel block: gptj's attention and MLP read one LayerNorm (ln_1)");
+  f.Assume("the rotary op is costed over all of q and k (rotary_dim rotates part of each head "
+           "and copies the rest; the tensors are the same)");
+  f.Assume("fc_in, fc_out and lm_head biases, none on q/k/v/out_proj: gptj always has them so");
+  return positions;
+}
+
 // seq_len and dtype: the training-time choices the file does not make.
 Status ReadTrainingDefaults(Fields& f, int64_t positions, ModelConfig* c) {
   c->seq_len = std::min(positions, kHfDefaultSeqLen);
@@ -428,6 +527,8 @@ Result<int64_t> ReadFamily(Fields& f, const std::string& model_type, ModelConfig
   if (model_type == "bert" || model_type == "roberta") return ReadBert(f, model_type, c);
   if (model_type == "t5") return ReadT5(f, c);
   if (model_type == "phi") return ReadPhi(f, c);
+  if (model_type == "opt") return ReadOpt(f, c);
+  if (model_type == "gptj") return ReadGptj(f, c);
   return ReadLlamaLike(f, model_type, c);
 }
 

@@ -14,6 +14,8 @@
 //                             (absent: num_layers), num_heads, d_kv (head_dim), d_ff
 //   phi               phi     hidden_size, num_hidden_layers, num_attention_heads,
 //                             intermediate_size (num_key_value_heads must equal heads)
+//   opt               opt     hidden_size, num_hidden_layers, num_attention_heads, ffn_dim
+//   gptj              gptj    n_embd, n_layer, n_head, n_inner (null: 4·n_embd)
 //
 // qwen2 always has q/k/v biases (ModelConfig::qkv_bias) and qwen3 a per-head
 // RMSNorm of q and k (qk_norm); neither has a field in the file. phi is Phi-2's
@@ -21,13 +23,20 @@
 // with rotary positions (partial_rotary_factor is read; the rotary op is costed over
 // all of q and k), biases on every linear and on lm_head, and dropout on the two
 // branch outputs only: attention_dropout and embd_pdrop must be 0, resid_pdrop above 0.
+// opt is GPT's pre-LayerNorm block with ReLU, biases, learned positions (OPT's table
+// has 2 unused rows more than seq_len), tied output, dropout on the branch outputs
+// only (attention_dropout, activation_dropout, layerdrop 0; dropout above 0); OPT-350m
+// (do_layer_norm_before false, word_embed_proj_dim 512) is refused. gptj is GPT-J's
+// parallel block on one LayerNorm, rotary (rotary_dim of each head, costed over all
+// of it), biases on fc_in / fc_out and lm_head only, no dropout (every pdrop 0).
 //
 // and vocab_size, max_position_embeddings (gpt2: n_positions; roberta: less its
 // first pad_token_id + 1 positions, which its position ids skip), the activation
 // (llama family: silu, the three-matrix SwiGLU MLP; gpt2 and bert: gelu, two
 // matrices; t5: feed_forward_proj relu, two matrices, or gated-gelu, the GeGLU of
-// three (ModelConfig::gated_mlp; Flan-T5, T5 v1.1); phi: hidden_act gelu*) and
-// tie_word_embeddings (llama family and phi untied, gpt2 and bert tied, t5 either:
+// three (ModelConfig::gated_mlp; Flan-T5, T5 v1.1); phi: hidden_act gelu*; opt:
+// activation_function relu; gptj: activation_function gelu*) and tie_word_embeddings
+// (llama family, phi and gptj untied, gpt2, bert and opt tied, t5 either:
 // untied_output).
 //
 // A field that changes the compute in a way the trace does not model is refused

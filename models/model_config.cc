@@ -16,7 +16,8 @@ namespace {
 using traces::detail::JsonPath;
 using traces::detail::ObjectReader;
 
-constexpr std::array<std::string_view, 5> kFamilies = {"gpt", "bert", "t5", "llama", "phi"};
+constexpr std::array<std::string_view, 7> kFamilies = {"gpt", "bert", "t5",  "llama",
+                                                       "phi", "opt",  "gptj"};
 constexpr std::array<std::string_view, 2> kAttentions = {"standard", "flash"};
 constexpr std::array<std::string_view, 3> kDTypes = {"fp16", "bf16", "fp32"};
 constexpr std::array<std::string_view, 2> kOptimizers = {"adam", "sgd"};

@@ -20,7 +20,7 @@ namespace ssdtrain::models {
 // encoder_layers for t5); every other field has the default shown.
 struct ModelConfig {
   std::string name;                // "gpt-1.3b"; equals the file's stem
-  std::string family;              // gpt, bert, t5, llama, phi
+  std::string family;              // gpt, bert, t5, llama, phi, opt, gptj
   int64_t hidden = 0;              // h (model width)
   int64_t heads = 0;               // a (query heads)
   int64_t kv_heads = 0;            // grouped-query attention; 0 means = heads

@@ -102,6 +102,27 @@ TEST_F(HfReplayCli, RobertaReducedReplaysVerified) {
                                                 {"vocab_size", 1024}}));
 }
 
+// OPT-1.3B's file reduced: learned positions, the ReLU MLP, biases, residual-only dropout.
+TEST_F(HfReplayCli, OptReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("opt-1.3b", {{"hidden_size", 256},
+                                            {"num_hidden_layers", 2},
+                                            {"num_attention_heads", 4},
+                                            {"ffn_dim", 2048},
+                                            {"vocab_size", 1024},
+                                            {"word_embed_proj_dim", 256}}));
+}
+
+// GPT-J-6B's file reduced: the parallel block with biases on the MLP only and no
+// dropout (fc_out's bias added in the residual add), the lm_head bias.
+TEST_F(HfReplayCli, GptJReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("gpt-j-6b", {{"n_embd", 256},
+                                            {"n_layer", 2},
+                                            {"n_head", 4},
+                                            {"rotary_dim", 16},
+                                            {"n_inner", 2048},
+                                            {"vocab_size", 1024}}));
+}
+
 // Qwen3-8B's file reduced to 2 layers of width 256 (FFN 2048, so that its SwiGLU
 // input is offloadable at the 64 KiB floor): q/k norms, explicit head_dim
 // (64, not 256 / 8), grouped-query attention with 2 kv heads, SwiGLU, untied output.

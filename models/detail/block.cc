@@ -5,21 +5,24 @@
 namespace ssdtrain::models::detail {
 namespace {
 
-TensorId ResidualForward(TraceBuilder& b, const Dims& d, const BlockStyle& style,
+// `bias`: the row-parallel layer's bias is added here.
+TensorId ResidualForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, bool bias,
                          const std::string& name, TensorId y, TensorId x, ResidualState* st) {
   st->name = name;
   const TensorId out = b.Activation(name + ".out", d.Stream(), d.act);
   const int64_t n = Elements(d.Stream());
-  if (!style.dropout) {
-    b.Op(name + ".residual_add", OpKind::kElementwise, {y, x}, {out}, kAddFlops * n);
-    return out;
-  }
   std::vector<TensorId> inputs = {y};
-  if (style.bias) {
+  if (bias) {
     st->bias = b.Weight(name + ".bias", {d.h}, d.act);
     inputs.push_back(st->bias);
   }
   inputs.push_back(x);
+  if (!style.dropout) {
+    // GPT-J's fc_out bias has no dropout after it: a fused bias-residual add.
+    b.Op(name + (bias ? ".bias_residual_add" : ".residual_add"), OpKind::kElementwise, inputs,
+         {out}, (bias ? 2 : 1) * kAddFlops * n);
+    return out;
+  }
   st->mask = b.Activation(name + ".dropout_mask", d.Stream(), DType::kUint8);
   // Megatron's fused bias-dropout-add: bias add, dropout, residual add.
   b.Op(name + ".dropout_add", OpKind::kDropout, inputs, {out, st->mask},
@@ -29,7 +32,16 @@ TensorId ResidualForward(TraceBuilder& b, const Dims& d, const BlockStyle& style
 
 // Returns the gradient of the branch output y; the residual's gradient is g_out itself.
 TensorId ResidualBackward(TraceBuilder& b, const Dims& d, const ResidualState& st, TensorId g_out) {
-  if (st.mask == kNoTensor) return g_out;
+  if (st.mask == kNoTensor) {
+    if (st.bias != kNoTensor) {
+      // The bias gradient: g_out summed over the tokens.
+      std::vector<TensorId> inputs = {g_out};
+      const TensorId g_bias = b.WeightGrad(st.bias, inputs);
+      b.Op(st.name + ".bias.bwd", OpKind::kElementwise, inputs, {g_bias},
+           kAddFlops * Elements(d.Stream()));
+    }
+    return g_out;
+  }
   std::vector<TensorId> inputs = {st.mask, g_out};
   const TensorId g_y = b.Gradient(st.name + ".branch.grad", d.Stream(), d.act);
   std::vector<TensorId> outputs = {g_y};
@@ -49,7 +61,7 @@ TensorId SelfAttentionBranch(TraceBuilder& b, const Dims& d, const BlockStyle& s
   TensorId k = b.View("k", qkv, d.Full(kv_width));
   const TensorId v = b.View("v", qkv, d.Full(kv_width));
   st->q = ColumnForward(b, d, "qkv", ln, d.h, q_width + 2 * kv_width, {qkv, q, k, v},
-                        style.bias || style.qkv_bias);
+                        style.attn_bias || style.qkv_bias);
   st->qk_norm = style.qk_norm;
   if (style.qk_norm) {
     q = HeadNormForward(b, d, "q_norm", q, &st->q_norm);
@@ -75,7 +87,7 @@ TensorId SelfAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle& 
                               TensorId rel_bias, AttentionSublayer* st) {
   const TensorId ln = NormForward(b, d, style.norm, "ln1", x, &st->norm);
   const TensorId y = SelfAttentionBranch(b, d, style, ln, rel_bias, st);
-  return ResidualForward(b, d, style, "attn_out", y, x, &st->residual);
+  return ResidualForward(b, d, style, style.attn_bias, "attn_out", y, x, &st->residual);
 }
 
 TensorId CrossAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
@@ -84,16 +96,17 @@ TensorId CrossAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle&
   const int64_t q_width = d.heads * d.d;
   const int64_t kv_width = d.kv_heads * d.d;
   const TensorId q = b.Activation("cross_q.out", d.Full(q_width), d.act);
-  st->q = ColumnForward(b, d, "cross_q", ln, d.h, q_width, {q}, style.bias);
+  st->q = ColumnForward(b, d, "cross_q", ln, d.h, q_width, {q}, style.attn_bias);
   const TensorId kv = b.Activation("cross_kv.out", d.Full(2 * kv_width), d.act);
   const TensorId k = b.View("cross_k", kv, d.Full(kv_width));
   const TensorId v = b.View("cross_v", kv, d.Full(kv_width));
-  st->kv = ColumnForward(b, d, "cross_kv", encoder_out, d.h, 2 * kv_width, {kv, k, v}, style.bias);
+  st->kv = ColumnForward(b, d, "cross_kv", encoder_out, d.h, 2 * kv_width, {kv, k, v},
+                        style.attn_bias);
   const TensorId ctx = AttentionForward(b, d, style.dropout && style.attention_dropout,
                                         "cross_attn", q, k, v, kNoTensor, &st->core);
   TensorId y = kNoTensor;
   st->proj = RowForward(b, d, "cross_proj", ctx, q_width, d.h, &y);
-  return ResidualForward(b, d, style, "cross_out", y, x, &st->residual);
+  return ResidualForward(b, d, style, style.attn_bias, "cross_out", y, x, &st->residual);
 }
 
 // fc1 through fc2, on the norm output `ln`; returns fc2's output.
@@ -103,7 +116,7 @@ TensorId MlpBranch(TraceBuilder& b, const Dims& d, const BlockStyle& style, Tens
   const bool gated = style.mlp == MlpKind::kSwiglu || style.mlp == MlpKind::kGeglu;
   const int64_t fc1_width = gated ? 2 * d.ffn : d.ffn;
   const TensorId f1 = b.Activation("fc1.out", d.Full(fc1_width), d.act);
-  st->fc1 = ColumnForward(b, d, "fc1", ln, d.h, fc1_width, {f1}, style.bias);
+  st->fc1 = ColumnForward(b, d, "fc1", ln, d.h, fc1_width, {f1}, style.mlp_bias);
   const TensorId a = b.Activation("act.out", d.Full(d.ffn), d.act);
   const int64_t n = d.s * d.b * d.ffn;
   switch (style.mlp) {
@@ -133,7 +146,7 @@ TensorId MlpForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, Ten
                     MlpSublayer* st) {
   const TensorId ln = NormForward(b, d, style.norm, "ln2", x, &st->norm);
   const TensorId y = MlpBranch(b, d, style, ln, st);
-  return ResidualForward(b, d, style, "mlp_out", y, x, &st->residual);
+  return ResidualForward(b, d, style, style.mlp_bias, "mlp_out", y, x, &st->residual);
 }
 
 // Both branches on one norm of x; out = x + attention + MLP (each through its dropout).
@@ -142,8 +155,9 @@ TensorId ParallelBlockForward(TraceBuilder& b, const Dims& d, const BlockStyle& 
   const TensorId ln = NormForward(b, d, style.norm, "ln1", x, &st->self.norm);
   const TensorId attn = SelfAttentionBranch(b, d, style, ln, rel_bias, &st->self);
   const TensorId mlp = MlpBranch(b, d, style, ln, &st->mlp);
-  const TensorId h = ResidualForward(b, d, style, "attn_out", attn, x, &st->self.residual);
-  return ResidualForward(b, d, style, "mlp_out", mlp, h, &st->mlp.residual);
+  const TensorId h =
+      ResidualForward(b, d, style, style.attn_bias, "attn_out", attn, x, &st->self.residual);
+  return ResidualForward(b, d, style, style.mlp_bias, "mlp_out", mlp, h, &st->mlp.residual);
 }
 
 // From the projection output's gradient to the gradient of the norm output.

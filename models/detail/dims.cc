@@ -36,13 +36,13 @@ BlockStyle StyleFor(const ModelConfig& c) {
   if (family == "t5") {
     s.norm = NormKind::kRmsNorm;
     s.mlp = c.gated_mlp ? MlpKind::kGeglu : MlpKind::kRelu;
-    s.bias = false;
+    s.attn_bias = s.mlp_bias = false;
     s.rel_bias = true;
   } else if (family == "llama") {
     s.norm = NormKind::kRmsNorm;
     s.mlp = MlpKind::kSwiglu;
     s.dropout = false;
-    s.bias = false;
+    s.attn_bias = s.mlp_bias = false;
     s.rotary = true;
     s.qkv_bias = c.qkv_bias;
     s.qk_norm = c.qk_norm;
@@ -51,6 +51,18 @@ BlockStyle StyleFor(const ModelConfig& c) {
     // on the two branch outputs (resid_pdrop), none on attention probabilities.
     s.rotary = true;
     s.attention_dropout = false;
+    s.embedding_dropout = false;
+  } else if (family == "opt") {
+    // OPT: GPT's block with ReLU; dropout after each branch only (attention_dropout
+    // and the embeddings' are 0 in every published OPT).
+    s.mlp = MlpKind::kRelu;
+    s.attention_dropout = false;
+    s.embedding_dropout = false;
+  } else if (family == "gptj") {
+    // GPT-J: rotary, no dropout (its pdrops are 0), biases on the MLP only.
+    s.rotary = true;
+    s.dropout = false;
+    s.attn_bias = false;
   }
   s.parallel = c.parallel_block;
   return s;

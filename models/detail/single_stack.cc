@@ -20,15 +20,14 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   b.SetOptimizer(OptimizerFor(c));
 
   EmbeddingOptions emb;
-  const bool rotary = c.family == "llama" || c.family == "phi";
-  emb.learned_positions = !rotary;
+  emb.learned_positions = !style.rotary;
   emb.token_types = c.family == "bert";
   if (c.token_types != 0) emb.token_type_rows = c.token_types;
   emb.norm = c.family == "bert";
-  emb.dropout = style.dropout && c.family != "phi";  // Phi-2's embd_pdrop is 0
+  emb.dropout = style.dropout && style.embedding_dropout;
   // GPT and BERT tie the output layer to the word embeddings; with pp > 1 the last
   // stage keeps its own copy, as Megatron-LM does.
-  const bool tied = !rotary;
+  const bool tied = c.family == "gpt" || c.family == "bert" || c.family == "opt";
 
   b.SetPhase(Phase::kForward);
   EmbeddingState embedding;
@@ -44,7 +43,7 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   if (last) {
     const TensorId word = tied && first ? embedding.word : kNoTensor;
     HeadForward(b, d, style.norm, c.family == "bert", x, word, &head,
-                /*output_bias=*/c.family == "phi");
+                /*output_bias=*/c.family == "phi" || c.family == "gptj");
   } else {
     Send(b, "stage_output", x);
   }

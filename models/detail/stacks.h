@@ -8,8 +8,9 @@
 namespace ssdtrain::models::detail {
 
 // GPT (causal decoder), BERT (encoder, MLM head), Llama (RMSNorm, SwiGLU, rotary,
-// grouped-query attention, untied output layer) and Phi (GPT's block with rotary
-// positions, an untied output layer with a bias): one stack of identical blocks.
+// grouped-query attention, untied output layer), Phi and GPT-J (parallel blocks,
+// rotary positions, an untied output layer with a bias) and OPT (GPT's block with
+// ReLU): one stack of identical blocks.
 traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& header);
 
 // T5: encoder blocks [0, encoder_layers), then decoder blocks with cross-attention

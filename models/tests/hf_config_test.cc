@@ -155,6 +155,32 @@ TEST(HfConfig, RobertaBaseHasItsPublishedParameterCount) {
   EXPECT_EQ(c->seq_len, 512);  // max_position_embeddings 514 - (pad_token_id 1 + 1)
 }
 
+// OPT-1.3B: 1.32 B (Hugging Face hub, facebook/opt-1.3b, "1.32B params"; Zhang et al.
+// 2022, Table 1, name it 1.3B). GPT's pre-LayerNorm block with ReLU and ffn_dim 8192:
+// 50304 (50272 padded) x 2048 tied + 2048 x 2048 positions + 24 x 50,356,224 + 2 x 2048
+// = 1,315,819,520 (transformers' 1,315,758,080 has 50272 rows and OPT's 2050 positions).
+TEST(HfConfig, Opt13BHasItsPublishedParameterCount) {
+  EXPECT_EQ(Params("opt-1.3b"), 1315819520);
+  ExpectNear(Params("opt-1.3b"), 1.32e9);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("opt-1.3b"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->family, "opt");
+  EXPECT_EQ(FfnHidden(*c), 8192);
+}
+
+// GPT-J-6B: 6,053,381,344 (its model card, EleutherAI/gpt-j-6b, "n_parameters"). A
+// parallel block; q/k/v/out without biases, fc_in/fc_out and lm_head with them; n_inner
+// null -> 4 x 4096: 2 x 50432 (50400 padded) x 4096 + 50432 + 28 x (4 x 4096² + 2 x 4096
+// x 16384 + 16384 + 4096 + 2 x 4096) + 2 x 4096 = 6,051,144,960.
+TEST(HfConfig, GptJSixBHasItsPublishedParameterCount) {
+  EXPECT_EQ(Params("gpt-j-6b"), 6051144960);
+  ExpectNear(Params("gpt-j-6b"), 6053381344.0);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("gpt-j-6b"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->parallel_block);
+  EXPECT_EQ(FfnHidden(*c), 16384);
+}
+
 // The Llama-3-8B config.json and configs/models/llama-3-8b.json describe one model:
 // at the same training settings their traces agree on weights and saved bytes.
 TEST(HfConfig, Llama3FileTracesLikeOurLlama3Config) {
@@ -200,7 +226,7 @@ TEST(HfConfig, EveryRealDenseFileTracesAndValidates) {
   for (const char* model : {"llama-2-7b-chat-hf", "meta-llama-3-8b-instruct",
                             "mistral-nemo-base-2407", "qwen2.5-7b", "qwen3-8b", "gpt2",
                             "bert-base-uncased", "roberta-base", "t5-small", "flan-t5-large",
-                            "phi-2"}) {
+                            "phi-2", "opt-1.3b", "gpt-j-6b"}) {
     SCOPED_TRACE(model);
     Result<ModelConfig> c = LoadModelConfig(HfDir(model));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -288,8 +314,8 @@ TEST_F(HfConfigErrors, KvHeadsNotDividingHeadsNameTheKvHeads) {
 TEST_F(HfConfigErrors, UnknownModelTypeNamesTheSupportedOnes) {
   EXPECT_EQ(Message(R"("model_type": "rwkv", "architectures": ["RwkvForCausalLM"])"),
             File() +
-                ": model_type: \"rwkv\" is not supported (supported: bert, gpt2, llama, "
-                "mistral, phi, qwen2, qwen3, roberta, t5)");
+                ": model_type: \"rwkv\" is not supported (supported: bert, gpt2, gptj, llama, "
+                "mistral, opt, phi, qwen2, qwen3, roberta, t5)");
 }
 
 TEST_F(HfConfigErrors, ArchitecturesWithoutModelTypeNameTheModelType) {
@@ -536,6 +562,70 @@ TEST_F(HfConfigErrors, RobertaRelativePositionsAreNotModelled) {
             File() +
                 ": position_embedding_type: \"relative_key\" is not modelled (supported: "
                 "absolute)");
+}
+
+TEST_F(HfConfigErrors, OptPostLayerNormIsNotModelled) {
+  EXPECT_EQ(Message(R"("model_type": "opt", "hidden_size": 1024, "num_hidden_layers": 24,
+           "num_attention_heads": 16, "ffn_dim": 4096, "vocab_size": 50272,
+           "max_position_embeddings": 2048, "do_layer_norm_before": false)"),
+            File() +
+                ": do_layer_norm_before: false (post-LayerNorm blocks, OPT-350m) is not modelled "
+                "(supported: true)");
+}
+
+TEST_F(HfConfigErrors, OptProjectedEmbeddingsAreNotModelled) {
+  EXPECT_EQ(Message(R"("model_type": "opt", "hidden_size": 1024, "num_hidden_layers": 24,
+           "num_attention_heads": 16, "ffn_dim": 4096, "vocab_size": 50272,
+           "max_position_embeddings": 2048, "word_embed_proj_dim": 512)"),
+            File() +
+                ": word_embed_proj_dim: 512 (embeddings projected in and out of hidden_size "
+                "1024) is not modelled (supported: hidden_size)");
+}
+
+TEST_F(HfConfigErrors, OptMissingFfnDimNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "opt", "hidden_size": 2048, "num_hidden_layers": 24,
+           "num_attention_heads": 32, "vocab_size": 50272, "max_position_embeddings": 2048)"),
+            File() + ": ffn_dim: missing required field");
+}
+
+TEST_F(HfConfigErrors, OptWrongTypeNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "opt", "hidden_size": 2048, "num_hidden_layers": 24,
+           "num_attention_heads": 32, "ffn_dim": 8192, "vocab_size": 50272,
+           "max_position_embeddings": 2048, "dropout": "0.1")"),
+            File() + ": dropout: expected a number, got string");
+}
+
+TEST_F(HfConfigErrors, OptLayerDropIsNotModelled) {
+  EXPECT_EQ(Message(R"("model_type": "opt", "hidden_size": 2048, "num_hidden_layers": 24,
+           "num_attention_heads": 32, "ffn_dim": 8192, "vocab_size": 50272,
+           "max_position_embeddings": 2048, "layerdrop": 0.1)"),
+            File() + ": layerdrop: 0.1 (dropout on whole layers) is not modelled (supported: 0.0)");
+}
+
+TEST_F(HfConfigErrors, GptjDropoutIsNotModelled) {
+  EXPECT_EQ(Message(R"("model_type": "gptj", "n_embd": 4096, "n_layer": 28, "n_head": 16,
+           "vocab_size": 50400, "n_positions": 2048, "resid_pdrop": 0.1)"),
+            File() +
+                ": resid_pdrop: 0.1 (dropout on the branch outputs) is not modelled (supported: "
+                "0.0)");
+}
+
+TEST_F(HfConfigErrors, GptjRotaryWiderThanTheHeadNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "gptj", "n_embd": 4096, "n_layer": 28, "n_head": 16,
+           "vocab_size": 50400, "n_positions": 2048, "rotary_dim": 512)"),
+            File() + ": rotary_dim: 512 exceeds the head width 256");
+}
+
+TEST_F(HfConfigErrors, GptjHeadsNotDividingWidthNameTheHeads) {
+  EXPECT_EQ(Message(R"("model_type": "gptj", "n_embd": 4096, "n_layer": 28, "n_head": 15,
+           "vocab_size": 50400, "n_positions": 2048)"),
+            File() + ": n_head: 15 does not divide n_embd 4096 (and no head_dim is given)");
+}
+
+TEST_F(HfConfigErrors, GptjMissingKeyNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "gptj", "n_embd": 4096, "n_head": 16,
+           "vocab_size": 50400, "n_positions": 2048)"),
+            File() + ": n_layer: missing required field");
 }
 
 }  // namespace
