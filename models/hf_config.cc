@@ -155,12 +155,11 @@ Status CheckSlidingWindow(Fields& f, const std::string& model_type, int64_t max_
     f.Assume("sliding_window and max_window_layers unused: use_sliding_window is false");
   }
   if (used && window && *window < max_positions) {
-    return f.NotModelled(
-        "sliding_window",
-        Str(*window) + " (shorter than max_position_embeddings " + Str(max_positions) +
-            "): sliding-window attention is",
-        "null, or at least max_position_embeddings" +
-            std::string(qwen ? ", or use_sliding_window false" : ""));
+    return f.NotModelled("sliding_window",
+                         Str(*window) + " (shorter than max_position_embeddings " +
+                             Str(max_positions) + "): sliding-window attention is",
+                         "null, or at least max_position_embeddings" +
+                             std::string(qwen ? ", or use_sliding_window false" : ""));
   }
   return Status::Ok();
 }
@@ -313,8 +312,8 @@ Result<int64_t> ReadT5(Fields& f, ModelConfig* c) {
     SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("dense_act_fn", ""));
     const std::string expected = c->gated_mlp ? "gelu_new" : "relu";
     if (act != expected) {
-      return f.NotModelled("dense_act_fn", "\"" + act + "\" with feed_forward_proj \"" + proj +
-                                               "\" is", expected);
+      return f.NotModelled("dense_act_fn",
+                           "\"" + act + "\" with feed_forward_proj \"" + proj + "\" is", expected);
     }
   }
   SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", true));
@@ -359,11 +358,9 @@ Result<int64_t> ReadPhi(Fields& f, ModelConfig* c) {
   SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
   SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
   SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
-  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv,
-                            f.OptionalSize("num_key_value_heads", ""));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv, f.OptionalSize("num_key_value_heads", ""));
   if (kv && *kv != c->heads) {
-    return f.NotModelled("num_key_value_heads",
-                         Str(*kv) + " (grouped-query attention) for phi is",
+    return f.NotModelled("num_key_value_heads", Str(*kv) + " (grouped-query attention) for phi is",
                          "null or num_attention_heads " + Str(c->heads));
   }
   SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
@@ -382,8 +379,7 @@ Result<int64_t> ReadPhi(Fields& f, ModelConfig* c) {
   SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "embd_pdrop", "the embeddings"));
   SSDTRAIN_ASSIGN_OR_RETURN(double rotary, f.NumberOr("partial_rotary_factor", 0.5));
   if (!(rotary > 0.0 && rotary <= 1.0)) {
-    return f.Bad("partial_rotary_factor",
-                 "expected a fraction in (0, 1], got " + Num(rotary));
+    return f.Bad("partial_rotary_factor", "expected a fraction in (0, 1], got " + Num(rotary));
   }
   SSDTRAIN_ASSIGN_OR_RETURN(double resid, f.NumberOr("resid_pdrop", 0.1));
   if (!(resid > 0.0)) {
@@ -392,10 +388,12 @@ Result<int64_t> ReadPhi(Fields& f, ModelConfig* c) {
                          "a rate above 0, Phi-2's layout");
   }
   f.Assume("a parallel block: phi's attention and MLP read one input LayerNorm");
-  f.Assume("residual dropout on both branch outputs (resid_pdrop); its rate does not change "
-           "the compute");
-  f.Assume("the rotary op is costed over all of q and k (partial_rotary_factor rotates part "
-           "and copies the rest; the tensors are the same)");
+  f.Assume(
+      "residual dropout on both branch outputs (resid_pdrop); its rate does not change "
+      "the compute");
+  f.Assume(
+      "the rotary op is costed over all of q and k (partial_rotary_factor rotates part "
+      "and copies the rest; the tensors are the same)");
   f.Assume("q/k/v, dense, fc1, fc2 and lm_head biases: phi always has them");
   return positions;
 }
@@ -433,10 +431,10 @@ Result<int64_t> ReadOpt(Fields& f, ModelConfig* c) {
   if (f.Has("word_embed_proj_dim")) {
     SSDTRAIN_ASSIGN_OR_RETURN(int64_t proj, f.Size("word_embed_proj_dim", ""));
     if (proj != c->hidden) {
-      return f.NotModelled("word_embed_proj_dim",
-                           Str(proj) + " (embeddings projected in and out of hidden_size " +
-                               Str(c->hidden) + ") is",
-                           "hidden_size");
+      return f.NotModelled(
+          "word_embed_proj_dim",
+          Str(proj) + " (embeddings projected in and out of hidden_size " + Str(c->hidden) + ") is",
+          "hidden_size");
     }
   }
   SSDTRAIN_ASSIGN_OR_RETURN(bool bias, f.BoolOr("enable_bias", true));
@@ -455,10 +453,13 @@ Result<int64_t> ReadOpt(Fields& f, ModelConfig* c) {
   SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "activation_dropout", "the ReLU output"));
   SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "layerdrop", "whole layers"));
   SSDTRAIN_RETURN_IF_ERROR(RequireResidualDropout(f, "dropout", "opt", 0.1));
-  f.Assume("residual dropout on both branch outputs (dropout); its rate does not change the "
-           "compute");
-  f.Assume("learned position embeddings of seq_len rows (OPT's table has max_position_embeddings "
-           "+ 2 = " + Str(positions + 2) + ", its first two never used)");
+  f.Assume(
+      "residual dropout on both branch outputs (dropout); its rate does not change the "
+      "compute");
+  f.Assume(
+      "learned position embeddings of seq_len rows (OPT's table has max_position_embeddings "
+      "+ 2 = " +
+      Str(positions + 2) + ", its first two never used)");
   return positions;
 }
 
@@ -493,8 +494,9 @@ Result<int64_t> ReadGptj(Fields& f, ModelConfig* c) {
   SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "embd_pdrop", "the embeddings"));
   SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "resid_pdrop", "the branch outputs"));
   f.Assume("a parallel block: gptj's attention and MLP read one LayerNorm (ln_1)");
-  f.Assume("the rotary op is costed over all of q and k (rotary_dim rotates part of each head "
-           "and copies the rest; the tensors are the same)");
+  f.Assume(
+      "the rotary op is costed over all of q and k (rotary_dim rotates part of each head "
+      "and copies the rest; the tensors are the same)");
   f.Assume("fc_in, fc_out and lm_head biases, none on q/k/v/out_proj: gptj always has them so");
   return positions;
 }

@@ -166,8 +166,7 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
                "is not modelled for t5 (its decoder blocks have cross-attention)");
   }
   if (c.family != "bert" && c.token_types != 0) {
-    return Bad(source, "token_types",
-               "is only modelled for the bert family, not " + c.family);
+    return Bad(source, "token_types", "is only modelled for the bert family, not " + c.family);
   }
   if (c.family != "t5" && (c.gated_mlp || c.untied_output)) {
     return Bad(source, c.gated_mlp ? "gated_mlp" : "untied_output",
@@ -241,26 +240,26 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf) {
 
 nlohmann::json ToJson(const ModelConfig& c) {
   nlohmann::json j{{"name", c.name},
-                        {"family", c.family},
-                        {"hidden", c.hidden},
-                        {"heads", c.heads},
-                        {"kv_heads", c.kv_heads},
-                        {"head_dim", c.head_dim},
-                        {"layers", c.layers},
-                        {"encoder_layers", c.encoder_layers},
-                        {"ffn_hidden", c.ffn_hidden},
-                        {"vocab", c.vocab},
-                        {"seq_len", c.seq_len},
-                        {"micro_batch", c.micro_batch},
-                        {"tp", c.tp},
-                        {"sequence_parallel", c.sequence_parallel},
-                        {"pp", c.pp},
-                        {"attention", c.attention},
-                        {"dtype", c.dtype},
-                        {"optimizer", c.optimizer},
-                        {"precision", c.precision},
-                        {"zero_stage", c.zero_stage},
-                        {"dp", c.dp}};
+                   {"family", c.family},
+                   {"hidden", c.hidden},
+                   {"heads", c.heads},
+                   {"kv_heads", c.kv_heads},
+                   {"head_dim", c.head_dim},
+                   {"layers", c.layers},
+                   {"encoder_layers", c.encoder_layers},
+                   {"ffn_hidden", c.ffn_hidden},
+                   {"vocab", c.vocab},
+                   {"seq_len", c.seq_len},
+                   {"micro_batch", c.micro_batch},
+                   {"tp", c.tp},
+                   {"sequence_parallel", c.sequence_parallel},
+                   {"pp", c.pp},
+                   {"attention", c.attention},
+                   {"dtype", c.dtype},
+                   {"optimizer", c.optimizer},
+                   {"precision", c.precision},
+                   {"zero_stage", c.zero_stage},
+                   {"dp", c.dp}};
   if (c.qkv_bias) j["qkv_bias"] = true;
   if (c.qk_norm) j["qk_norm"] = true;
   if (c.parallel_block) j["parallel_block"] = true;

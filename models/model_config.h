@@ -19,23 +19,23 @@ namespace ssdtrain::models {
 // Required fields: name, family, hidden, heads, layers, vocab, seq_len (and
 // encoder_layers for t5); every other field has the default shown.
 struct ModelConfig {
-  std::string name;                // "gpt-1.3b"; equals the file's stem
-  std::string family;              // gpt, bert, t5, llama, phi, opt, gptj
-  int64_t hidden = 0;              // h (model width)
-  int64_t heads = 0;               // a (query heads)
-  int64_t kv_heads = 0;            // grouped-query attention; 0 means = heads
-  int64_t head_dim = 0;            // per-head width; 0 means hidden / heads (T5-11B: 128)
-  int64_t layers = 0;              // transformer blocks (for t5: encoder + decoder)
-  int64_t encoder_layers = 0;      // t5 only; decoder_layers = layers - encoder_layers
-  int64_t ffn_hidden = 0;          // 0 means 4h
+  std::string name;            // "gpt-1.3b"; equals the file's stem
+  std::string family;          // gpt, bert, t5, llama, phi, opt, gptj
+  int64_t hidden = 0;          // h (model width)
+  int64_t heads = 0;           // a (query heads)
+  int64_t kv_heads = 0;        // grouped-query attention; 0 means = heads
+  int64_t head_dim = 0;        // per-head width; 0 means hidden / heads (T5-11B: 128)
+  int64_t layers = 0;          // transformer blocks (for t5: encoder + decoder)
+  int64_t encoder_layers = 0;  // t5 only; decoder_layers = layers - encoder_layers
+  int64_t ffn_hidden = 0;      // 0 means 4h
   // llama family only (Qwen2, Qwen3): what its q/k/v attention adds to Llama's.
-  bool qkv_bias = false;           // the q/k/v projection carries a bias (Qwen2)
-  bool qk_norm = false;            // RMSNorm over each head's q and k, weight [head_dim],
-                                   // before rotary (Qwen3)
+  bool qkv_bias = false;  // the q/k/v projection carries a bias (Qwen2)
+  bool qk_norm = false;   // RMSNorm over each head's q and k, weight [head_dim],
+                          // before rotary (Qwen3)
   // Attention and MLP side by side (GPT-J, Phi-2): both read one shared norm of the
   // block input, and both outputs are added to the residual. Not for t5.
   bool parallel_block = false;
-  int64_t token_types = 0;         // bert only: segment-type rows; 0 means BERT's 2 (RoBERTa: 1)
+  int64_t token_types = 0;  // bert only: segment-type rows; 0 means BERT's 2 (RoBERTa: 1)
   // t5 only (Flan-T5, T5 v1.1): what their blocks and head change from T5's.
   bool gated_mlp = false;          // GeGLU MLP: fc1 projects to 2·ffn_hidden, gelu(gate)·up
   bool untied_output = false;      // the output layer has its own weight, not the embeddings'

@@ -59,10 +59,9 @@ class HfReplayCli : public ::testing::Test {
     testing::CliResult traced = RunSsdtrain("trace --model " + model + " --seq-len " +
                                             std::to_string(kSeqLen) + " -o " + File("t.json"));
     ASSERT_EQ(traced.exit_code, 0) << traced.output;
-    testing::CliResult run = RunSsdtrain("replay --trace " + File("t.json") +
-                                         " --policy offload-all --backend cpu --dir " +
-                                         File("offload") + " --steps 1 --verify -o " +
-                                         File("run.json"));
+    testing::CliResult run = RunSsdtrain(
+        "replay --trace " + File("t.json") + " --policy offload-all --backend cpu --dir " +
+        File("offload") + " --steps 1 --verify -o " + File("run.json"));
     ASSERT_EQ(run.exit_code, 0) << run.output;
     auto report = traces::ReadStepReport(File("run.json"));
     ASSERT_TRUE(report.ok()) << report.status().ToString();

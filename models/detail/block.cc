@@ -100,8 +100,8 @@ TensorId CrossAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle&
   const TensorId kv = b.Activation("cross_kv.out", d.Full(2 * kv_width), d.act);
   const TensorId k = b.View("cross_k", kv, d.Full(kv_width));
   const TensorId v = b.View("cross_v", kv, d.Full(kv_width));
-  st->kv = ColumnForward(b, d, "cross_kv", encoder_out, d.h, 2 * kv_width, {kv, k, v},
-                        style.attn_bias);
+  st->kv =
+      ColumnForward(b, d, "cross_kv", encoder_out, d.h, 2 * kv_width, {kv, k, v}, style.attn_bias);
   const TensorId ctx = AttentionForward(b, d, style.dropout && style.attention_dropout,
                                         "cross_attn", q, k, v, kNoTensor, &st->core);
   TensorId y = kNoTensor;

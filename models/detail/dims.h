@@ -17,15 +17,15 @@ enum class MlpKind { kGelu, kRelu, kSwiglu, kGeglu };
 struct BlockStyle {
   NormKind norm = NormKind::kLayerNorm;
   MlpKind mlp = MlpKind::kGelu;
-  bool dropout = true;    // post-projection and post-MLP (residual) dropout
+  bool dropout = true;            // post-projection and post-MLP (residual) dropout
   bool attention_dropout = true;  // attention-probability dropout (needs `dropout`)
-  bool attn_bias = true;  // the attention's linear layers (QKV, projection) carry biases
-  bool mlp_bias = true;   // the MLP's linear layers (fc1, fc2) carry biases
+  bool attn_bias = true;          // the attention's linear layers (QKV, projection) carry biases
+  bool mlp_bias = true;           // the MLP's linear layers (fc1, fc2) carry biases
   bool embedding_dropout = true;  // dropout after the embeddings (needs `dropout`)
-  bool rotary = false;    // rotary position embedding on q and k
-  bool rel_bias = false;  // T5 relative position bias added to the attention scores
-  bool qkv_bias = false;  // the QKV layer carries a bias even where `bias` is false (Qwen2)
-  bool qk_norm = false;   // RMSNorm over each head's q and k before rotary (Qwen3)
+  bool rotary = false;            // rotary position embedding on q and k
+  bool rel_bias = false;          // T5 relative position bias added to the attention scores
+  bool qkv_bias = false;          // the QKV layer carries a bias even where `bias` is false (Qwen2)
+  bool qk_norm = false;           // RMSNorm over each head's q and k before rotary (Qwen3)
   bool parallel = false;  // attention and MLP read one shared norm; both add to the residual
 };
 

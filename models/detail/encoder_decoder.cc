@@ -74,8 +74,8 @@ traces::Trace BuildEncoderDecoder(const ModelConfig& c, const traces::Header& he
     }
     b.SetLayer(traces::kNoLayer);
     if (last) {
-      HeadForward(b, d, style.norm, /*mlm_transform=*/false, y,
-                  c.untied_output ? kNoTensor : word, &head);
+      HeadForward(b, d, style.norm, /*mlm_transform=*/false, y, c.untied_output ? kNoTensor : word,
+                  &head);
     } else {
       Send(b, "decoder_output", y);
     }

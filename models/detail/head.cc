@@ -24,8 +24,8 @@ void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transfo
   }
   st->logits = b.Activation("logits", d.Full(d.vocab), d.act);
   if (word == kNoTensor) word = b.Weight("output.weight", {d.vocab, d.h}, d.act);
-  st->logits_layer = ColumnForward(b, d, "lm_head", z, d.h, d.vocab, {st->logits},
-                                   output_bias, word, /*replicated_input=*/mlm_transform);
+  st->logits_layer = ColumnForward(b, d, "lm_head", z, d.h, d.vocab, {st->logits}, output_bias,
+                                   word, /*replicated_input=*/mlm_transform);
   st->labels = b.Input("labels", {d.b, d.s}, DType::kInt64);
   const TensorId loss = b.Activation("loss", {1}, DType::kFp32);
   b.Op("loss", OpKind::kLoss, {st->logits, st->labels}, {loss},

@@ -223,10 +223,10 @@ TEST(HfConfig, FolderIsReadAsItsConfigJsonAndNamedAfterTheFolder) {
 }
 
 TEST(HfConfig, EveryRealDenseFileTracesAndValidates) {
-  for (const char* model : {"llama-2-7b-chat-hf", "meta-llama-3-8b-instruct",
-                            "mistral-nemo-base-2407", "qwen2.5-7b", "qwen3-8b", "gpt2",
-                            "bert-base-uncased", "roberta-base", "t5-small", "flan-t5-large",
-                            "phi-2", "opt-1.3b", "gpt-j-6b"}) {
+  for (const char* model :
+       {"llama-2-7b-chat-hf", "meta-llama-3-8b-instruct", "mistral-nemo-base-2407", "qwen2.5-7b",
+        "qwen3-8b", "gpt2", "bert-base-uncased", "roberta-base", "t5-small", "flan-t5-large",
+        "phi-2", "opt-1.3b", "gpt-j-6b"}) {
     SCOPED_TRACE(model);
     Result<ModelConfig> c = LoadModelConfig(HfDir(model));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -416,13 +416,13 @@ TEST_F(HfConfigErrors, T5OtherBucketCountIsNotModelled) {
 
 // Without n_positions (as Flan-T5's file has none) seq_len is T5's pre-training 512.
 TEST(HfConfig, T5WithoutPositionsAssumesItsPretrainingLength) {
-  nlohmann::json j = {{"model_type", "t5"}, {"d_model", 512},   {"num_layers", 6},
-                      {"num_heads", 8},     {"d_kv", 32},       {"d_ff", 2048},
-                      {"vocab_size", 32128}, {"num_decoder_layers", 2}};
+  nlohmann::json j = {
+      {"model_type", "t5"}, {"d_model", 512}, {"num_layers", 6},     {"num_heads", 8},
+      {"d_kv", 32},         {"d_ff", 2048},   {"vocab_size", 32128}, {"num_decoder_layers", 2}};
   const Result<ModelConfig> c = ModelConfigFromHfJson(j, "t.json", "t", nullptr);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->seq_len, 512);
-  EXPECT_EQ(c->layers, 8);  // 6 encoder + 2 decoder
+  EXPECT_EQ(c->layers, 8);     // 6 encoder + 2 decoder
   EXPECT_EQ(HeadDim(*c), 32);  // d_kv, not d_model / num_heads (64)
 }
 
@@ -432,7 +432,8 @@ TEST_F(HfConfigErrors, Qwen3AttentionBiasIsNotModelled) {
 }
 
 TEST_F(HfConfigErrors, Qwen3HeadDimWrongTypeNamesTheField) {
-  EXPECT_EQ(Qwen3(R"(, "head_dim": 128.5)"), File() + ": head_dim: expected an integer or null, got number");
+  EXPECT_EQ(Qwen3(R"(, "head_dim": 128.5)"),
+            File() + ": head_dim: expected an integer or null, got number");
 }
 
 TEST_F(HfConfigErrors, Qwen3SlidingWindowInUseIsNotModelled) {
@@ -453,11 +454,16 @@ TEST_F(HfConfigErrors, Qwen3KvHeadsNotDividingHeadsNameTheKvHeads) {
 // + 8 x (4 x 512 x 384 + 4 x 512 x 384 cross + 3 x 512 x 1024 + 3 x 512) + 2 x 512
 // + 2 x 32 x 6 = 76,961,152; Hugging Face hub, google/flan-t5-small: "77M params".
 TEST(HfConfig, GatedT5WithDkvOtherThanWidthOverHeads) {
-  nlohmann::json j = {{"model_type", "t5"},     {"d_model", 512},
-                      {"num_layers", 8},        {"num_decoder_layers", 8},
-                      {"num_heads", 6},         {"d_kv", 64},
-                      {"d_ff", 1024},           {"vocab_size", 32128},
-                      {"feed_forward_proj", "gated-gelu"}, {"tie_word_embeddings", false}};
+  nlohmann::json j = {{"model_type", "t5"},
+                      {"d_model", 512},
+                      {"num_layers", 8},
+                      {"num_decoder_layers", 8},
+                      {"num_heads", 6},
+                      {"d_kv", 64},
+                      {"d_ff", 1024},
+                      {"vocab_size", 32128},
+                      {"feed_forward_proj", "gated-gelu"},
+                      {"tie_word_embeddings", false}};
   const Result<ModelConfig> c = ModelConfigFromHfJson(j, "t.json", "t", nullptr);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(HeadDim(*c), 64);
@@ -498,9 +504,9 @@ TEST_F(HfConfigErrors, PhiGroupedQueryAttentionIsNotModelled) {
 }
 
 TEST_F(HfConfigErrors, PhiQkLayerNormIsNotModelled) {
-  EXPECT_EQ(Phi(R"(, "qk_layernorm": true)"),
-            File() +
-                ": qk_layernorm: true (LayerNorm of q and k) is not modelled (supported: false)");
+  EXPECT_EQ(
+      Phi(R"(, "qk_layernorm": true)"),
+      File() + ": qk_layernorm: true (LayerNorm of q and k) is not modelled (supported: false)");
 }
 
 TEST_F(HfConfigErrors, PhiAttentionDropoutIsNotModelled) {
