@@ -13,6 +13,7 @@
 #include <string>
 
 #include "models/build_trace.h"
+#include "models/tests/trace_stats.h"
 #include "traces/summary.h"
 #include "traces/validate.h"
 
@@ -179,6 +180,20 @@ TEST(HfConfig, GptJSixBHasItsPublishedParameterCount) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(c->parallel_block);
   EXPECT_EQ(FfnHidden(*c), 16384);
+}
+
+// Korthikanti's per-layer saved bytes where the formula applies: GPT-2's real file at
+// fp16 (its default seq_len 1024, micro-batch 1, standard attention) saves exactly
+// s·b·h·(34 + 5·a·s/h) = 1024 x 768 x (34 + 5 x 12 x 1024 / 768) = 89,653,248 bytes
+// in every block.
+TEST(HfConfig, Gpt2FileSavesKorthikantisBytesPerLayer) {
+  Result<ModelConfig> c = LoadModelConfig(HfDir("gpt2"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  c->dtype = "fp16";
+  ASSERT_EQ(c->seq_len, 1024);
+  const Result<traces::Trace> t = BuildTrace(*c);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  for (int l = 0; l < 12; ++l) EXPECT_EQ(testing::StatsOf(*t, l).saved_bytes, 89653248) << l;
 }
 
 // The Llama-3-8B config.json and configs/models/llama-3-8b.json describe one model:
