@@ -58,8 +58,9 @@ std::string Num(double v) {
 // Reads fields of one config object, recording each for the report.
 class Fields {
  public:
-  Fields(ObjectReader r, const std::string& source, HfReport* report)
-      : r_(std::move(r)), source_(source), report_(report) {}
+  // `j` is the object `r` reads; it outlives the Fields.
+  Fields(ObjectReader r, const nlohmann::json& j, const std::string& source, HfReport* report)
+      : r_(std::move(r)), j_(j), source_(source), report_(report) {}
 
   Result<int64_t> Size(const std::string& name, const std::string& target) {
     Result<int64_t> v = r_.IntIn(name, 1, kMaxSize);
@@ -72,7 +73,11 @@ class Fields {
     if (v && (*v < 1 || *v > kMaxSize)) {
       return Bad(name, "expected a positive integer or null, got " + Str(*v));
     }
-    if (v) Read(name, Str(*v), target);
+    if (v) {
+      Read(name, Str(*v), target);
+    } else if (j_.contains(name)) {
+      Read(name, "null", "");  // read: null selects the documented default
+    }
     return v;
   }
   // A non-negative integer (a token id), or `fallback` when absent.
@@ -117,6 +122,7 @@ class Fields {
     }
   }
   ObjectReader r_;
+  const nlohmann::json& j_;
   std::string source_;
   HfReport* report_;
   std::vector<std::string> names_;
@@ -571,7 +577,7 @@ Result<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j, const std::st
                                    "\" is not supported (supported: " + List(kSupported) + ")");
   }
   if (report != nullptr) report->model_type = model_type;
-  Fields f(std::move(r), source, report);
+  Fields f(std::move(r), j, source, report);
   ModelConfig c;
   c.name = name;
   SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, ReadFamily(f, model_type, &c));
