@@ -12,6 +12,7 @@
 #include "app/plan_budget.h"
 #include "app/plan_compare.h"
 #include "models/build_trace.h"
+#include "models/hf_config.h"
 #include "models/model_config.h"
 #include "sim/fit.h"
 #include "sim/hardware.h"
@@ -458,10 +459,11 @@ Verb AddPlanCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "plan", "Search micro-batch, pipeline and tensor parallelism and an offload policy");
   cmd->add_option("--model", o->model,
-                  "model config (configs/models/*.json), or a Hugging Face config.json or its "
-                  "folder (model_type llama, mistral, qwen2, gpt2, bert; seq_len min(max "
-                  "positions, 4096), micro-batch 1, dtype its torch_dtype or bf16; `ssdtrain "
-                  "trace --summary` shows what is read and assumed)");
+                  fmt::format("model config (configs/models/*.json), or a Hugging Face "
+                              "config.json or its folder (model_type {}; seq_len min(max "
+                              "positions, 4096), micro-batch 1, dtype its torch_dtype or bf16; "
+                              "`ssdtrain trace --summary` shows what is read and assumed)",
+                              models::HfSupportedModelTypes()));
   cmd->add_option("--trace", o->trace,
                   "a trace (ssdtrain.capture or ssdtrain trace) instead of --model: planned at "
                   "its own micro-batch, sequence length, tp and pp, on tp x pp GPUs unless "

@@ -119,11 +119,12 @@ Verb AddTraceCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "trace", "Build the operator trace of one training step from a model config");
   cmd->add_option("--model", o->model,
-                  "Model config: ours (configs/models/*.json) or a Hugging Face config.json "
-                  "(or its folder; model_type llama, mistral, qwen2, gpt2 or bert). From a "
-                  "Hugging Face file: seq_len min(max positions, 4096), micro-batch 1, dtype "
-                  "its torch_dtype or bf16, tp 1, pp 1, standard attention; --summary prints "
-                  "what was read and assumed")
+                  fmt::format("Model config: ours (configs/models/*.json) or a Hugging Face "
+                              "config.json (or its folder; model_type {}). From a Hugging Face "
+                              "file: seq_len min(max positions, 4096), micro-batch 1, dtype its "
+                              "torch_dtype or bf16, tp 1, pp 1, standard attention; --summary "
+                              "prints what was read and assumed",
+                              models::HfSupportedModelTypes()))
       ->required();
   cmd->add_option("-o,--output", o->output, "Output trace (.json, or .cbor for CBOR)");
   cmd->add_flag("--summary", o->summary,

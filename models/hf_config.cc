@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string_view>
 
 #include "traces/detail/json_fields.h"
@@ -15,16 +16,23 @@ namespace {
 using traces::detail::JsonPath;
 using traces::detail::ObjectReader;
 
-constexpr std::array<std::string_view, 5> kSupported = {"bert", "gpt2", "llama", "mistral",
-                                                        "qwen2"};
+constexpr std::array<std::string_view, 11> kSupported = {
+    "bert", "gpt2", "gptj", "llama", "mistral", "opt", "phi", "qwen2", "qwen3", "roberta", "t5"};
 // Mixture-of-experts model_types: refused until the MoE issue adds them.
 constexpr std::array<std::string_view, 11> kMoe = {
     "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
     "olmoe",   "phimoe",    "dbrx",      "granitemoe",  "jetmoe"};
 constexpr std::array<std::string_view, 4> kGelus = {"gelu", "gelu_new", "gelu_fast",
                                                     "gelu_pytorch_tanh"};
-// BERT's segment vocabulary as the bert family builds it (detail/embedding.cc).
+// BERT's segment vocabulary as the bert family builds it by default (detail/embedding.cc).
 constexpr int64_t kBertTokenTypes = 2;
+// RoBERTa's pad token id: its positions start at pad_token_id + 1.
+constexpr int64_t kRobertaPadToken = 1;
+// T5's relative-position buckets as the t5 family builds them (detail/embedding.cc).
+constexpr int64_t kT5RelativeBuckets = 32;
+// T5 has relative positions and no maximum; its pre-training input length is 512
+// tokens (Raffel et al. 2020, section 3.1.2).
+constexpr int64_t kT5PretrainingLength = 512;
 constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
 
 template <size_t N>
@@ -40,12 +48,19 @@ std::string List(const std::array<std::string_view, N>& names) {
 }
 
 std::string Str(int64_t v) { return std::to_string(v); }
+// Shortest form: 0.1, 0, 1.5.
+std::string Num(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
 
 // Reads fields of one config object, recording each for the report.
 class Fields {
  public:
-  Fields(ObjectReader r, const std::string& source, HfReport* report)
-      : r_(std::move(r)), source_(source), report_(report) {}
+  // `j` is the object `r` reads; it outlives the Fields.
+  Fields(ObjectReader r, const nlohmann::json& j, const std::string& source, HfReport* report)
+      : r_(std::move(r)), j_(j), source_(source), report_(report) {}
 
   Result<int64_t> Size(const std::string& name, const std::string& target) {
     Result<int64_t> v = r_.IntIn(name, 1, kMaxSize);
@@ -58,7 +73,22 @@ class Fields {
     if (v && (*v < 1 || *v > kMaxSize)) {
       return Bad(name, "expected a positive integer or null, got " + Str(*v));
     }
-    if (v) Read(name, Str(*v), target);
+    if (v) {
+      Read(name, Str(*v), target);
+    } else if (j_.contains(name)) {
+      Read(name, "null", "");  // read: null selects the documented default
+    }
+    return v;
+  }
+  // A non-negative integer (a token id), or `fallback` when absent.
+  Result<int64_t> IndexOr(const std::string& name, int64_t fallback) {
+    SSDTRAIN_ASSIGN_OR_RETURN(int64_t v, r_.IntInOr(name, fallback, 0, kMaxSize));
+    if (r_.Has(name)) Read(name, Str(v), "");
+    return v;
+  }
+  Result<double> NumberOr(const std::string& name, double fallback) {
+    SSDTRAIN_ASSIGN_OR_RETURN(double v, r_.NumberOr(name, fallback));
+    if (r_.Has(name)) Read(name, Num(v), "");
     return v;
   }
   Result<bool> BoolOr(const std::string& name, bool fallback) {
@@ -92,6 +122,7 @@ class Fields {
     }
   }
   ObjectReader r_;
+  const nlohmann::json& j_;
   std::string source_;
   HfReport* report_;
   std::vector<std::string> names_;
@@ -120,26 +151,27 @@ Status CheckHeads(const Fields& f, const ModelConfig& c, const char* heads, cons
 // A sliding window shorter than the positions changes attention's cost and saved
 // bytes at long sequences, which the trace does not model.
 Status CheckSlidingWindow(Fields& f, const std::string& model_type, int64_t max_positions) {
+  const bool qwen = model_type == "qwen2" || model_type == "qwen3";
   bool used = true;
-  if (model_type == "qwen2") {
+  if (qwen) {
     SSDTRAIN_ASSIGN_OR_RETURN(used, f.BoolOr("use_sliding_window", false));
   }
   SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> window, f.OptionalSize("sliding_window", ""));
-  if (model_type == "qwen2" && f.Has("max_window_layers") && !used) {
+  if (qwen && f.Has("max_window_layers") && !used) {
     f.Assume("sliding_window and max_window_layers unused: use_sliding_window is false");
   }
   if (used && window && *window < max_positions) {
-    return f.NotModelled(
-        "sliding_window",
-        Str(*window) + " (shorter than max_position_embeddings " + Str(max_positions) +
-            "): sliding-window attention is",
-        "null, or at least max_position_embeddings" +
-            std::string(model_type == "qwen2" ? ", or use_sliding_window false" : ""));
+    return f.NotModelled("sliding_window",
+                         Str(*window) + " (shorter than max_position_embeddings " +
+                             Str(max_positions) + "): sliding-window attention is",
+                         "null, or at least max_position_embeddings" +
+                             std::string(qwen ? ", or use_sliding_window false" : ""));
   }
   return Status::Ok();
 }
 
-// llama, mistral and qwen2: RMSNorm, rotary positions, SwiGLU, no biases, untied.
+// llama, mistral, qwen2 and qwen3: RMSNorm, rotary positions, SwiGLU, no biases
+// (qwen2: on q/k/v only), untied; qwen3 normalises each head's q and k.
 Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelConfig* c) {
   c->family = "llama";
   SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
@@ -167,15 +199,23 @@ Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelCon
                          "true (an output layer tied to the embeddings) for " + model_type + " is",
                          "false");
   }
-  if (model_type == "llama") {
+  if (model_type == "llama" || model_type == "qwen3") {
     SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "attention_bias", "true (q/k/v/o biases) is"));
+  }
+  if (model_type == "llama") {
     SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "mlp_bias", "true (MLP biases) is"));
   } else {
     SSDTRAIN_RETURN_IF_ERROR(CheckSlidingWindow(f, model_type, positions));
   }
   if (model_type == "qwen2") {
-    f.Assume("qwen2's q/k/v projection biases (" + Str((c->heads + 2 * KvHeads(*c)) * HeadDim(*c)) +
-             " parameters per layer) are not in the trace");
+    c->qkv_bias = true;
+    f.Assume("q/k/v projection biases (" + Str((c->heads + 2 * KvHeads(*c)) * HeadDim(*c)) +
+             " parameters per layer): qwen2 always has them");
+  }
+  if (model_type == "qwen3") {
+    c->qk_norm = true;
+    f.Assume("per-head RMSNorm of q and k (2 x head_dim " + Str(HeadDim(*c)) +
+             " weights per layer): qwen3 always has them");
   }
   return positions;
 }
@@ -205,8 +245,10 @@ Result<int64_t> ReadGpt2(Fields& f, ModelConfig* c) {
   return positions;
 }
 
-// BERT: as Megatron's BERT with --bert-no-binary-head (no pooler, MLM head).
-Result<int64_t> ReadBert(Fields& f, ModelConfig* c) {
+// BERT and RoBERTa: as Megatron's BERT with --bert-no-binary-head (no pooler, MLM
+// head). RoBERTa is BERT's architecture with one token type and positions that
+// start after the pad token.
+Result<int64_t> ReadBert(Fields& f, const std::string& model_type, ModelConfig* c) {
   c->family = "bert";
   SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
   SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
@@ -222,11 +264,10 @@ Result<int64_t> ReadBert(Fields& f, ModelConfig* c) {
     return f.NotModelled("position_embedding_type", "\"" + pos + "\" is", "absolute");
   }
   if (f.Has("type_vocab_size")) {
-    SSDTRAIN_ASSIGN_OR_RETURN(int64_t types, f.Size("type_vocab_size", ""));
-    if (types != kBertTokenTypes) {
-      return f.NotModelled("type_vocab_size", Str(types) + " token types are",
-                           Str(kBertTokenTypes));
-    }
+    SSDTRAIN_ASSIGN_OR_RETURN(int64_t types, f.Size("type_vocab_size", "token_types"));
+    if (types != kBertTokenTypes) c->token_types = types;
+  } else {
+    f.Assume("token types " + Str(kBertTokenTypes) + ": type_vocab_size is absent");
   }
   SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", true));
   if (!tied)
@@ -235,6 +276,234 @@ Result<int64_t> ReadBert(Fields& f, ModelConfig* c) {
   SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "add_cross_attention", "true (cross-attention) is"));
   f.Assume("the masked-LM head (dense, GELU, LayerNorm, tied logits), no pooler or NSP head");
   f.Assume("learned position embeddings of seq_len rows (the file allows " + Str(positions) + ")");
+  if (model_type != "roberta") return positions;
+  // RoBERTa's position ids count from pad_token_id + 1: the rows below are never used.
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t pad, f.IndexOr("pad_token_id", kRobertaPadToken));
+  if (pad + 1 >= positions) {
+    return f.Bad("pad_token_id", Str(pad) + " leaves no positions of max_position_embeddings " +
+                                     Str(positions) + " (RoBERTa's positions start at pad + 1)");
+  }
+  f.Assume("max positions " + Str(positions - pad - 1) + ": roberta's start at pad_token_id + 1");
+  return positions - pad - 1;
+}
+
+// T5: RMSNorm, relative position bias, no biases; a ReLU MLP and a tied output layer
+// (T5), or a GeGLU MLP and an untied one (Flan-T5, T5 v1.1).
+Result<int64_t> ReadT5(Fields& f, ModelConfig* c) {
+  c->family = "t5";
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("d_model", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->head_dim, f.Size("d_kv", "head_dim"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->encoder_layers, f.Size("num_layers", "encoder_layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> decoder,
+                            f.OptionalSize("num_decoder_layers", ""));
+  if (!decoder) f.Assume("decoder layers = num_layers: num_decoder_layers is absent");
+  c->layers = c->encoder_layers + decoder.value_or(c->encoder_layers);
+  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("d_ff", "ffn_hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string proj, f.StringOr("feed_forward_proj", "relu"));
+  if (proj != "relu" && proj != "gated-gelu") {
+    return f.NotModelled("feed_forward_proj", "\"" + proj + "\" is",
+                         "relu (two matrices) or gated-gelu (GeGLU, three matrices)");
+  }
+  c->gated_mlp = proj == "gated-gelu";
+  SSDTRAIN_ASSIGN_OR_RETURN(bool gated, f.BoolOr("is_gated_act", c->gated_mlp));
+  if (gated != c->gated_mlp) {
+    return f.Bad("is_gated_act", std::string(gated ? "true" : "false") +
+                                     " contradicts feed_forward_proj \"" + proj + "\"");
+  }
+  // transformers uses gelu_new for "gated-gelu" whatever dense_act_fn says; for
+  // "relu" it is ReLU.
+  if (f.Has("dense_act_fn")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("dense_act_fn", ""));
+    const std::string expected = c->gated_mlp ? "gelu_new" : "relu";
+    if (act != expected) {
+      return f.NotModelled("dense_act_fn",
+                           "\"" + act + "\" with feed_forward_proj \"" + proj + "\" is", expected);
+    }
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", true));
+  c->untied_output = !tied;
+  SSDTRAIN_ASSIGN_OR_RETURN(bool enc_dec, f.BoolOr("is_encoder_decoder", true));
+  if (!enc_dec) {
+    return f.NotModelled("is_encoder_decoder", "false (an encoder or decoder alone) is", "true");
+  }
+  if (f.Has("relative_attention_num_buckets")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(int64_t buckets, f.Size("relative_attention_num_buckets", ""));
+    if (buckets != kT5RelativeBuckets) {
+      return f.NotModelled("relative_attention_num_buckets",
+                           Str(buckets) + " relative-position buckets are",
+                           Str(kT5RelativeBuckets));
+    }
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> positions, f.OptionalSize("n_positions", ""));
+  if (!positions) {
+    f.Assume("max positions " + Str(kT5PretrainingLength) +
+             ": T5's positions are relative; n_positions is absent, so its pre-training input "
+             "length");
+  }
+  f.Assume("encoder and decoder both of seq_len tokens");
+  return positions.value_or(kT5PretrainingLength);
+}
+
+// A dropout the phi family does not build: its rate must be 0.
+Status RequireNoDropout(Fields& f, const std::string& field, const std::string& where) {
+  SSDTRAIN_ASSIGN_OR_RETURN(double rate, f.NumberOr(field, 0.0));
+  if (rate != 0.0) {
+    return f.NotModelled(field, Num(rate) + " (dropout on " + where + ") is", "0.0");
+  }
+  return Status::Ok();
+}
+
+// Phi-2: a parallel block (one LayerNorm, attention and GELU MLP side by side),
+// partial rotary, biases everywhere, dropout on the branch outputs only, an untied
+// output layer with a bias.
+Result<int64_t> ReadPhi(Fields& f, ModelConfig* c) {
+  c->family = "phi";
+  c->parallel_block = true;
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv, f.OptionalSize("num_key_value_heads", ""));
+  if (kv && *kv != c->heads) {
+    return f.NotModelled("num_key_value_heads", Str(*kv) + " (grouped-query attention) for phi is",
+                         "null or num_attention_heads " + Str(c->heads));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("max_position_embeddings", ""));
+  SSDTRAIN_RETURN_IF_ERROR(CheckHeads(f, *c, "num_attention_heads", "hidden_size", ""));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("hidden_act", "gelu_new"));
+  if (!OneOf(kGelus, act)) return f.NotModelled("hidden_act", "\"" + act + "\" is", List(kGelus));
+  SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", false));
+  if (tied) {
+    return f.NotModelled("tie_word_embeddings", "true (an output layer tied to the embeddings) is",
+                         "false");
+  }
+  SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "qk_layernorm", "true (LayerNorm of q and k) is"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "attention_dropout", "attention probabilities"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "embd_pdrop", "the embeddings"));
+  SSDTRAIN_ASSIGN_OR_RETURN(double rotary, f.NumberOr("partial_rotary_factor", 0.5));
+  if (!(rotary > 0.0 && rotary <= 1.0)) {
+    return f.Bad("partial_rotary_factor", "expected a fraction in (0, 1], got " + Num(rotary));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(double resid, f.NumberOr("resid_pdrop", 0.1));
+  if (!(resid > 0.0)) {
+    return f.NotModelled("resid_pdrop",
+                         Num(resid) + " (no dropout on the branch outputs) for phi is",
+                         "a rate above 0, Phi-2's layout");
+  }
+  f.Assume("a parallel block: phi's attention and MLP read one input LayerNorm");
+  f.Assume(
+      "residual dropout on both branch outputs (resid_pdrop); its rate does not change "
+      "the compute");
+  f.Assume(
+      "the rotary op is costed over all of q and k (partial_rotary_factor rotates part "
+      "and copies the rest; the tensors are the same)");
+  f.Assume("q/k/v, dense, fc1, fc2 and lm_head biases: phi always has them");
+  return positions;
+}
+
+// A residual dropout the family builds: its rate must be above 0.
+Status RequireResidualDropout(Fields& f, const std::string& field, const std::string& family,
+                              double fallback) {
+  SSDTRAIN_ASSIGN_OR_RETURN(double rate, f.NumberOr(field, fallback));
+  if (!(rate > 0.0)) {
+    return f.NotModelled(field,
+                         Num(rate) + " (no dropout on the branch outputs) for " + family + " is",
+                         "a rate above 0, as published");
+  }
+  return Status::Ok();
+}
+
+// OPT: GPT's pre-LayerNorm block with ReLU, learned positions, biases, dropout on
+// the branch outputs only, tied output layer.
+Result<int64_t> ReadOpt(Fields& f, ModelConfig* c) {
+  c->family = "opt";
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("ffn_dim", "ffn_hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("max_position_embeddings", ""));
+  SSDTRAIN_RETURN_IF_ERROR(CheckHeads(f, *c, "num_attention_heads", "hidden_size", ""));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("activation_function", "relu"));
+  if (act != "relu") return f.NotModelled("activation_function", "\"" + act + "\" is", "relu");
+  SSDTRAIN_ASSIGN_OR_RETURN(bool pre_norm, f.BoolOr("do_layer_norm_before", true));
+  if (!pre_norm) {
+    return f.NotModelled("do_layer_norm_before", "false (post-LayerNorm blocks, OPT-350m) is",
+                         "true");
+  }
+  if (f.Has("word_embed_proj_dim")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(int64_t proj, f.Size("word_embed_proj_dim", ""));
+    if (proj != c->hidden) {
+      return f.NotModelled(
+          "word_embed_proj_dim",
+          Str(proj) + " (embeddings projected in and out of hidden_size " + Str(c->hidden) + ") is",
+          "hidden_size");
+    }
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(bool bias, f.BoolOr("enable_bias", true));
+  if (!bias) return f.NotModelled("enable_bias", "false (no linear biases) is", "true");
+  SSDTRAIN_ASSIGN_OR_RETURN(bool affine, f.BoolOr("layer_norm_elementwise_affine", true));
+  if (!affine) {
+    return f.NotModelled("layer_norm_elementwise_affine", "false (LayerNorms without weights) is",
+                         "true");
+  }
+  SSDTRAIN_RETURN_IF_ERROR(
+      RequireFalse(f, "_remove_final_layer_norm", "true (no final LayerNorm) is"));
+  SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", true));
+  if (!tied)
+    return f.NotModelled("tie_word_embeddings", "false (an untied output layer) is", "true");
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "attention_dropout", "attention probabilities"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "activation_dropout", "the ReLU output"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "layerdrop", "whole layers"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireResidualDropout(f, "dropout", "opt", 0.1));
+  f.Assume(
+      "residual dropout on both branch outputs (dropout); its rate does not change the "
+      "compute");
+  f.Assume(
+      "learned position embeddings of seq_len rows (OPT's table has max_position_embeddings "
+      "+ 2 = " +
+      Str(positions + 2) + ", its first two never used)");
+  return positions;
+}
+
+// GPT-J: a parallel block (one LayerNorm), rotary over rotary_dim of each head, no
+// attention biases, MLP biases, no dropout, an untied output layer with a bias.
+Result<int64_t> ReadGptj(Fields& f, ModelConfig* c) {
+  c->family = "gptj";
+  c->parallel_block = true;
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("n_embd", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("n_layer", "layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("n_head", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> inner, f.OptionalSize("n_inner", "ffn_hidden"));
+  c->ffn_hidden = inner.value_or(0);
+  if (!inner) f.Assume("ffn_hidden 4 x n_embd: n_inner is null or absent");
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("n_positions", ""));
+  SSDTRAIN_RETURN_IF_ERROR(CheckHeads(f, *c, "n_head", "n_embd", ""));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("activation_function", "gelu_new"));
+  if (!OneOf(kGelus, act)) {
+    return f.NotModelled("activation_function", "\"" + act + "\" is", List(kGelus));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", false));
+  if (tied) {
+    return f.NotModelled("tie_word_embeddings", "true (an output layer tied to the embeddings) is",
+                         "false");
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> rotary, f.OptionalSize("rotary_dim", ""));
+  if (rotary && *rotary > HeadDim(*c)) {
+    return f.Bad("rotary_dim", Str(*rotary) + " exceeds the head width " + Str(HeadDim(*c)));
+  }
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "attn_pdrop", "attention probabilities"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "embd_pdrop", "the embeddings"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "resid_pdrop", "the branch outputs"));
+  f.Assume("a parallel block: gptj's attention and MLP read one LayerNorm (ln_1)");
+  f.Assume(
+      "the rotary op is costed over all of q and k (rotary_dim rotates part of each head "
+      "and copies the rest; the tensors are the same)");
+  f.Assume("fc_in, fc_out and lm_head biases, none on q/k/v/out_proj: gptj always has them so");
   return positions;
 }
 
@@ -263,7 +532,11 @@ Status ReadTrainingDefaults(Fields& f, int64_t positions, ModelConfig* c) {
 
 Result<int64_t> ReadFamily(Fields& f, const std::string& model_type, ModelConfig* c) {
   if (model_type == "gpt2") return ReadGpt2(f, c);
-  if (model_type == "bert") return ReadBert(f, c);
+  if (model_type == "bert" || model_type == "roberta") return ReadBert(f, model_type, c);
+  if (model_type == "t5") return ReadT5(f, c);
+  if (model_type == "phi") return ReadPhi(f, c);
+  if (model_type == "opt") return ReadOpt(f, c);
+  if (model_type == "gptj") return ReadGptj(f, c);
   return ReadLlamaLike(f, model_type, c);
 }
 
@@ -276,6 +549,8 @@ void ListIgnored(const nlohmann::json& j, const std::vector<std::string>& read, 
 }
 
 }  // namespace
+
+std::string HfSupportedModelTypes() { return List(kSupported); }
 
 bool IsHfConfig(const nlohmann::json& j) {
   return j.is_object() && (j.contains("model_type") || j.contains("architectures"));
@@ -302,7 +577,7 @@ Result<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j, const std::st
                                    "\" is not supported (supported: " + List(kSupported) + ")");
   }
   if (report != nullptr) report->model_type = model_type;
-  Fields f(std::move(r), source, report);
+  Fields f(std::move(r), j, source, report);
   ModelConfig c;
   c.name = name;
   SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, ReadFamily(f, model_type, &c));

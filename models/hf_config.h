@@ -6,27 +6,55 @@
 //
 //   model_type        family  width / depth / heads / ffn
 //   llama, mistral,   llama   hidden_size, num_hidden_layers, num_attention_heads,
-//   qwen2                     num_key_value_heads, head_dim, intermediate_size
+//   qwen2, qwen3              num_key_value_heads, head_dim, intermediate_size
 //   gpt2              gpt     n_embd, n_layer, n_head, n_inner (null: 4·n_embd)
-//   bert              bert    hidden_size, num_hidden_layers, num_attention_heads,
-//                             intermediate_size
+//   bert, roberta     bert    hidden_size, num_hidden_layers, num_attention_heads,
+//                             intermediate_size, type_vocab_size (token_types)
+//   t5                t5      d_model, num_layers (encoder) + num_decoder_layers
+//                             (absent: num_layers), num_heads, d_kv (head_dim), d_ff
+//   phi               phi     hidden_size, num_hidden_layers, num_attention_heads,
+//                             intermediate_size (num_key_value_heads must equal heads)
+//   opt               opt     hidden_size, num_hidden_layers, num_attention_heads, ffn_dim
+//   gptj              gptj    n_embd, n_layer, n_head, n_inner (null: 4·n_embd)
 //
-// and vocab_size, max_position_embeddings (gpt2: n_positions), the activation
+// qwen2 always has q/k/v biases (ModelConfig::qkv_bias) and qwen3 a per-head
+// RMSNorm of q and k (qk_norm); neither has a field in the file. phi is Phi-2's
+// parallel block (parallel_block: one LayerNorm feeds attention and the GELU MLP),
+// with rotary positions (partial_rotary_factor is read; the rotary op is costed over
+// all of q and k), biases on every linear and on lm_head, and dropout on the two
+// branch outputs only: attention_dropout and embd_pdrop must be 0, resid_pdrop above 0.
+// opt is GPT's pre-LayerNorm block with ReLU, biases, learned positions (OPT's table
+// has 2 unused rows more than seq_len), tied output, dropout on the branch outputs
+// only (attention_dropout, activation_dropout, layerdrop 0; dropout above 0); OPT-350m
+// (do_layer_norm_before false, word_embed_proj_dim 512) is refused. gptj is GPT-J's
+// parallel block on one LayerNorm, rotary (rotary_dim of each head, costed over all
+// of it), biases on fc_in / fc_out and lm_head only, no dropout (every pdrop 0).
+//
+// and vocab_size, max_position_embeddings (gpt2: n_positions; roberta: less its
+// first pad_token_id + 1 positions, which its position ids skip), the activation
 // (llama family: silu, the three-matrix SwiGLU MLP; gpt2 and bert: gelu, two
-// matrices) and tie_word_embeddings (llama family untied, gpt2 and bert tied).
+// matrices; t5: feed_forward_proj relu, two matrices, or gated-gelu, the GeGLU of
+// three (ModelConfig::gated_mlp; Flan-T5, T5 v1.1); phi: hidden_act gelu*; opt:
+// activation_function relu; gptj: activation_function gelu*) and tie_word_embeddings
+// (llama family, phi and gptj untied, gpt2, bert and opt tied, t5 either:
+// untied_output).
 //
 // A field that changes the compute in a way the trace does not model is refused
 // with "FILE: FIELD: ... not modelled (supported: ...)", never approximated:
 // another activation, tied llama embeddings, attention or MLP biases
 // (attention_bias, mlp_bias), a sliding window shorter than the positions, BERT's
-// relative position embeddings or other token-type counts. Mixture-of-experts
+// or RoBERTa's relative position embeddings, T5 feed-forwards other
+// than relu and gated-gelu (or a dense_act_fn other than the one transformers uses
+// with them) or other relative-position bucket counts, phi's qk_layernorm,
+// grouped-query attention or other dropout placements. Mixture-of-experts
 // model_types are refused as planned; any other model_type names the supported
 // ones. Fields that do not change the compute (token ids, rope_theta,
 // rope_scaling, norm epsilons, dropout rates...) are ignored and listed in the
 // report.
 //
 // Training-time choices are not in the file and get these defaults:
-// seq_len min(max_position_embeddings, 4096), micro_batch 1, dtype the file's
+// seq_len min(max_position_embeddings, 4096) (t5: n_positions, or 512, its
+// pre-training length, without one), micro_batch 1, dtype the file's
 // torch_dtype (or `dtype`; bfloat16 -> bf16, float16 -> fp16, float32 -> fp32)
 // or bf16 without one, tp 1, pp 1, standard attention, Adam with mixed precision.
 // The CLI's flags override them (ApplyOverrides).
@@ -51,6 +79,9 @@ struct HfReport {
 
 // The default sequence length cap: seq_len = min(max_position_embeddings, this).
 inline constexpr int64_t kHfDefaultSeqLen = 4096;
+
+// The supported model_types, comma-separated ("bert, gpt2, ..."), for help texts.
+std::string HfSupportedModelTypes();
 
 // True for a JSON object with a `model_type` or an `architectures` key.
 bool IsHfConfig(const nlohmann::json& j);

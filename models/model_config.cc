@@ -16,7 +16,8 @@ namespace {
 using traces::detail::JsonPath;
 using traces::detail::ObjectReader;
 
-constexpr std::array<std::string_view, 4> kFamilies = {"gpt", "bert", "t5", "llama"};
+constexpr std::array<std::string_view, 7> kFamilies = {"gpt", "bert", "t5",  "llama",
+                                                       "phi", "opt",  "gptj"};
 constexpr std::array<std::string_view, 2> kAttentions = {"standard", "flash"};
 constexpr std::array<std::string_view, 3> kDTypes = {"fp16", "bf16", "fp32"};
 constexpr std::array<std::string_view, 2> kOptimizers = {"adam", "sgd"};
@@ -110,6 +111,7 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   const std::pair<const char*, int64_t> non_negative[] = {{"kv_heads", c.kv_heads},
                                                           {"head_dim", c.head_dim},
                                                           {"encoder_layers", c.encoder_layers},
+                                                          {"token_types", c.token_types},
                                                           {"ffn_hidden", c.ffn_hidden}};
   for (const auto& [field, value] : non_negative) {
     if (value < 0) {
@@ -159,6 +161,21 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
         source, "encoder_layers",
         "only the t5 family has encoder_layers, got " + Str(c.encoder_layers) + " for " + c.family);
   }
+  if (c.family == "t5" && c.parallel_block) {
+    return Bad(source, "parallel_block",
+               "is not modelled for t5 (its decoder blocks have cross-attention)");
+  }
+  if (c.family != "bert" && c.token_types != 0) {
+    return Bad(source, "token_types", "is only modelled for the bert family, not " + c.family);
+  }
+  if (c.family != "t5" && (c.gated_mlp || c.untied_output)) {
+    return Bad(source, c.gated_mlp ? "gated_mlp" : "untied_output",
+               "is only modelled for the t5 family, not " + c.family);
+  }
+  if (c.family != "llama" && (c.qkv_bias || c.qk_norm)) {
+    return Bad(source, c.qkv_bias ? "qkv_bias" : "qk_norm",
+               "is only modelled for the llama family, not " + c.family);
+  }
   return Status::Ok();
 }
 
@@ -174,6 +191,12 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.layers, r.Int("layers"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.encoder_layers, r.IntOr("encoder_layers", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.ffn_hidden, r.IntOr("ffn_hidden", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.qkv_bias, r.BoolOr("qkv_bias", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.qk_norm, r.BoolOr("qk_norm", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.parallel_block, r.BoolOr("parallel_block", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.token_types, r.IntOr("token_types", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.gated_mlp, r.BoolOr("gated_mlp", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.untied_output, r.BoolOr("untied_output", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.vocab, r.Int("vocab"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.seq_len, r.Int("seq_len"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.micro_batch, r.IntOr("micro_batch", 1));
@@ -216,27 +239,34 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf) {
 }
 
 nlohmann::json ToJson(const ModelConfig& c) {
-  return nlohmann::json{{"name", c.name},
-                        {"family", c.family},
-                        {"hidden", c.hidden},
-                        {"heads", c.heads},
-                        {"kv_heads", c.kv_heads},
-                        {"head_dim", c.head_dim},
-                        {"layers", c.layers},
-                        {"encoder_layers", c.encoder_layers},
-                        {"ffn_hidden", c.ffn_hidden},
-                        {"vocab", c.vocab},
-                        {"seq_len", c.seq_len},
-                        {"micro_batch", c.micro_batch},
-                        {"tp", c.tp},
-                        {"sequence_parallel", c.sequence_parallel},
-                        {"pp", c.pp},
-                        {"attention", c.attention},
-                        {"dtype", c.dtype},
-                        {"optimizer", c.optimizer},
-                        {"precision", c.precision},
-                        {"zero_stage", c.zero_stage},
-                        {"dp", c.dp}};
+  nlohmann::json j{{"name", c.name},
+                   {"family", c.family},
+                   {"hidden", c.hidden},
+                   {"heads", c.heads},
+                   {"kv_heads", c.kv_heads},
+                   {"head_dim", c.head_dim},
+                   {"layers", c.layers},
+                   {"encoder_layers", c.encoder_layers},
+                   {"ffn_hidden", c.ffn_hidden},
+                   {"vocab", c.vocab},
+                   {"seq_len", c.seq_len},
+                   {"micro_batch", c.micro_batch},
+                   {"tp", c.tp},
+                   {"sequence_parallel", c.sequence_parallel},
+                   {"pp", c.pp},
+                   {"attention", c.attention},
+                   {"dtype", c.dtype},
+                   {"optimizer", c.optimizer},
+                   {"precision", c.precision},
+                   {"zero_stage", c.zero_stage},
+                   {"dp", c.dp}};
+  if (c.qkv_bias) j["qkv_bias"] = true;
+  if (c.qk_norm) j["qk_norm"] = true;
+  if (c.parallel_block) j["parallel_block"] = true;
+  if (c.token_types != 0) j["token_types"] = c.token_types;
+  if (c.gated_mlp) j["gated_mlp"] = true;
+  if (c.untied_output) j["untied_output"] = true;
+  return j;
 }
 
 Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,

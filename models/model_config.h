@@ -19,15 +19,26 @@ namespace ssdtrain::models {
 // Required fields: name, family, hidden, heads, layers, vocab, seq_len (and
 // encoder_layers for t5); every other field has the default shown.
 struct ModelConfig {
-  std::string name;                // "gpt-1.3b"; equals the file's stem
-  std::string family;              // gpt, bert, t5, llama
-  int64_t hidden = 0;              // h (model width)
-  int64_t heads = 0;               // a (query heads)
-  int64_t kv_heads = 0;            // grouped-query attention; 0 means = heads
-  int64_t head_dim = 0;            // per-head width; 0 means hidden / heads (T5-11B: 128)
-  int64_t layers = 0;              // transformer blocks (for t5: encoder + decoder)
-  int64_t encoder_layers = 0;      // t5 only; decoder_layers = layers - encoder_layers
-  int64_t ffn_hidden = 0;          // 0 means 4h
+  std::string name;            // "gpt-1.3b"; equals the file's stem
+  std::string family;          // gpt, bert, t5, llama, phi, opt, gptj
+  int64_t hidden = 0;          // h (model width)
+  int64_t heads = 0;           // a (query heads)
+  int64_t kv_heads = 0;        // grouped-query attention; 0 means = heads
+  int64_t head_dim = 0;        // per-head width; 0 means hidden / heads (T5-11B: 128)
+  int64_t layers = 0;          // transformer blocks (for t5: encoder + decoder)
+  int64_t encoder_layers = 0;  // t5 only; decoder_layers = layers - encoder_layers
+  int64_t ffn_hidden = 0;      // 0 means 4h
+  // llama family only (Qwen2, Qwen3): what its q/k/v attention adds to Llama's.
+  bool qkv_bias = false;  // the q/k/v projection carries a bias (Qwen2)
+  bool qk_norm = false;   // RMSNorm over each head's q and k, weight [head_dim],
+                          // before rotary (Qwen3)
+  // Attention and MLP side by side (GPT-J, Phi-2): both read one shared norm of the
+  // block input, and both outputs are added to the residual. Not for t5.
+  bool parallel_block = false;
+  int64_t token_types = 0;  // bert only: segment-type rows; 0 means BERT's 2 (RoBERTa: 1)
+  // t5 only (Flan-T5, T5 v1.1): what their blocks and head change from T5's.
+  bool gated_mlp = false;          // GeGLU MLP: fc1 projects to 2·ffn_hidden, gelu(gate)·up
+  bool untied_output = false;      // the output layer has its own weight, not the embeddings'
   int64_t vocab = 0;               // tokens; padded to a multiple of 128·tp as Megatron-LM does
   int64_t seq_len = 0;             // s (tokens per sample; t5: encoder and decoder alike)
   int64_t micro_batch = 1;         // b (samples per micro-batch)
@@ -65,7 +76,9 @@ struct HfReport;  // hf_config.h
 // after its folder (HfConfigName); `hf` (may be null) then receives what was read
 // and assumed, and is left empty for our own configs.
 Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = nullptr);
-// The config as JSON, every field written (ModelConfigFromJson reads it back equal).
+// The config as JSON, every field written (ModelConfigFromJson reads it back equal);
+// qkv_bias, qk_norm, parallel_block, gated_mlp and untied_output only where true
+// and token_types only where set, so configs without them print as before.
 nlohmann::json ToJson(const ModelConfig& c);
 // Applies overrides, then checks consistency with ValidateConfig.
 Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
@@ -73,7 +86,8 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // Positive sizes; known family/attention/dtype; heads divide hidden (unless
 // head_dim is set); kv_heads divide heads; tp divides heads, kv_heads, ffn_hidden
 // (and seq_len with sequence parallelism); pp divides layers; t5 has
-// 0 < encoder_layers < layers; only llama has kv_heads other than heads;
+// 0 < encoder_layers < layers; only llama has kv_heads other than heads, qkv_bias
+// or qk_norm;
 // optimizer adam or sgd, precision mixed or pure, zero_stage 0 or 1, dp >= 1.
 Status ValidateConfig(const ModelConfig& c, const std::string& source);
 

@@ -5,21 +5,24 @@
 namespace ssdtrain::models::detail {
 namespace {
 
-TensorId ResidualForward(TraceBuilder& b, const Dims& d, const BlockStyle& style,
+// `bias`: the row-parallel layer's bias is added here.
+TensorId ResidualForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, bool bias,
                          const std::string& name, TensorId y, TensorId x, ResidualState* st) {
   st->name = name;
   const TensorId out = b.Activation(name + ".out", d.Stream(), d.act);
   const int64_t n = Elements(d.Stream());
-  if (!style.dropout) {
-    b.Op(name + ".residual_add", OpKind::kElementwise, {y, x}, {out}, kAddFlops * n);
-    return out;
-  }
   std::vector<TensorId> inputs = {y};
-  if (style.bias) {
+  if (bias) {
     st->bias = b.Weight(name + ".bias", {d.h}, d.act);
     inputs.push_back(st->bias);
   }
   inputs.push_back(x);
+  if (!style.dropout) {
+    // GPT-J's fc_out bias has no dropout after it: a fused bias-residual add.
+    b.Op(name + (bias ? ".bias_residual_add" : ".residual_add"), OpKind::kElementwise, inputs,
+         {out}, (bias ? 2 : 1) * kAddFlops * n);
+    return out;
+  }
   st->mask = b.Activation(name + ".dropout_mask", d.Stream(), DType::kUint8);
   // Megatron's fused bias-dropout-add: bias add, dropout, residual add.
   b.Op(name + ".dropout_add", OpKind::kDropout, inputs, {out, st->mask},
@@ -29,7 +32,16 @@ TensorId ResidualForward(TraceBuilder& b, const Dims& d, const BlockStyle& style
 
 // Returns the gradient of the branch output y; the residual's gradient is g_out itself.
 TensorId ResidualBackward(TraceBuilder& b, const Dims& d, const ResidualState& st, TensorId g_out) {
-  if (st.mask == kNoTensor) return g_out;
+  if (st.mask == kNoTensor) {
+    if (st.bias != kNoTensor) {
+      // The bias gradient: g_out summed over the tokens.
+      std::vector<TensorId> inputs = {g_out};
+      const TensorId g_bias = b.WeightGrad(st.bias, inputs);
+      b.Op(st.name + ".bias.bwd", OpKind::kElementwise, inputs, {g_bias},
+           kAddFlops * Elements(d.Stream()));
+    }
+    return g_out;
+  }
   std::vector<TensorId> inputs = {st.mask, g_out};
   const TensorId g_y = b.Gradient(st.name + ".branch.grad", d.Stream(), d.act);
   std::vector<TensorId> outputs = {g_y};
@@ -39,16 +51,22 @@ TensorId ResidualBackward(TraceBuilder& b, const Dims& d, const ResidualState& s
   return g_y;
 }
 
-TensorId SelfAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
-                              TensorId rel_bias, AttentionSublayer* st) {
-  const TensorId ln = NormForward(b, d, style.norm, "ln1", x, &st->norm);
+// QKV through the projection, on the norm output `ln`; returns the projection output.
+TensorId SelfAttentionBranch(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId ln,
+                             TensorId rel_bias, AttentionSublayer* st) {
   const int64_t q_width = d.heads * d.d;
   const int64_t kv_width = d.kv_heads * d.d;
   const TensorId qkv = b.Activation("qkv.out", d.Full(q_width + 2 * kv_width), d.act);
   TensorId q = b.View("q", qkv, d.Full(q_width));
   TensorId k = b.View("k", qkv, d.Full(kv_width));
   const TensorId v = b.View("v", qkv, d.Full(kv_width));
-  st->q = ColumnForward(b, d, "qkv", ln, d.h, q_width + 2 * kv_width, {qkv, q, k, v}, style.bias);
+  st->q = ColumnForward(b, d, "qkv", ln, d.h, q_width + 2 * kv_width, {qkv, q, k, v},
+                        style.attn_bias || style.qkv_bias);
+  st->qk_norm = style.qk_norm;
+  if (style.qk_norm) {
+    q = HeadNormForward(b, d, "q_norm", q, &st->q_norm);
+    k = HeadNormForward(b, d, "k_norm", k, &st->k_norm);
+  }
   st->rotary = style.rotary;
   if (style.rotary) {
     st->q_pre = q;
@@ -58,10 +76,18 @@ TensorId SelfAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle& 
     b.Op("rotary", OpKind::kElementwise, {st->q_pre, st->k_pre}, {q, k},
          kRotaryFlops * d.s * d.b * (q_width + kv_width));
   }
-  const TensorId ctx = AttentionForward(b, d, style.dropout, "attn", q, k, v, rel_bias, &st->core);
+  const TensorId ctx = AttentionForward(b, d, style.dropout && style.attention_dropout, "attn", q,
+                                        k, v, rel_bias, &st->core);
   TensorId y = kNoTensor;
   st->proj = RowForward(b, d, "proj", ctx, q_width, d.h, &y);
-  return ResidualForward(b, d, style, "attn_out", y, x, &st->residual);
+  return y;
+}
+
+TensorId SelfAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
+                              TensorId rel_bias, AttentionSublayer* st) {
+  const TensorId ln = NormForward(b, d, style.norm, "ln1", x, &st->norm);
+  const TensorId y = SelfAttentionBranch(b, d, style, ln, rel_bias, st);
+  return ResidualForward(b, d, style, style.attn_bias, "attn_out", y, x, &st->residual);
 }
 
 TensorId CrossAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
@@ -70,25 +96,27 @@ TensorId CrossAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle&
   const int64_t q_width = d.heads * d.d;
   const int64_t kv_width = d.kv_heads * d.d;
   const TensorId q = b.Activation("cross_q.out", d.Full(q_width), d.act);
-  st->q = ColumnForward(b, d, "cross_q", ln, d.h, q_width, {q}, style.bias);
+  st->q = ColumnForward(b, d, "cross_q", ln, d.h, q_width, {q}, style.attn_bias);
   const TensorId kv = b.Activation("cross_kv.out", d.Full(2 * kv_width), d.act);
   const TensorId k = b.View("cross_k", kv, d.Full(kv_width));
   const TensorId v = b.View("cross_v", kv, d.Full(kv_width));
-  st->kv = ColumnForward(b, d, "cross_kv", encoder_out, d.h, 2 * kv_width, {kv, k, v}, style.bias);
-  const TensorId ctx =
-      AttentionForward(b, d, style.dropout, "cross_attn", q, k, v, kNoTensor, &st->core);
+  st->kv =
+      ColumnForward(b, d, "cross_kv", encoder_out, d.h, 2 * kv_width, {kv, k, v}, style.attn_bias);
+  const TensorId ctx = AttentionForward(b, d, style.dropout && style.attention_dropout,
+                                        "cross_attn", q, k, v, kNoTensor, &st->core);
   TensorId y = kNoTensor;
   st->proj = RowForward(b, d, "cross_proj", ctx, q_width, d.h, &y);
-  return ResidualForward(b, d, style, "cross_out", y, x, &st->residual);
+  return ResidualForward(b, d, style, style.attn_bias, "cross_out", y, x, &st->residual);
 }
 
-TensorId MlpForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
-                    MlpSublayer* st) {
-  const TensorId ln = NormForward(b, d, style.norm, "ln2", x, &st->norm);
+// fc1 through fc2, on the norm output `ln`; returns fc2's output.
+TensorId MlpBranch(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId ln,
+                   MlpSublayer* st) {
   st->kind = style.mlp;
-  const int64_t fc1_width = style.mlp == MlpKind::kSwiglu ? 2 * d.ffn : d.ffn;
+  const bool gated = style.mlp == MlpKind::kSwiglu || style.mlp == MlpKind::kGeglu;
+  const int64_t fc1_width = gated ? 2 * d.ffn : d.ffn;
   const TensorId f1 = b.Activation("fc1.out", d.Full(fc1_width), d.act);
-  st->fc1 = ColumnForward(b, d, "fc1", ln, d.h, fc1_width, {f1}, style.bias);
+  st->fc1 = ColumnForward(b, d, "fc1", ln, d.h, fc1_width, {f1}, style.mlp_bias);
   const TensorId a = b.Activation("act.out", d.Full(d.ffn), d.act);
   const int64_t n = d.s * d.b * d.ffn;
   switch (style.mlp) {
@@ -104,16 +132,38 @@ TensorId MlpForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, Ten
       b.Op("swiglu", OpKind::kElementwise, {f1}, {a}, kSwigluFlops * n);
       st->act_saved = f1;
       break;
+    case MlpKind::kGeglu:
+      b.Op("geglu", OpKind::kElementwise, {f1}, {a}, kGegluFlops * n);
+      st->act_saved = f1;
+      break;
   }
   TensorId y = kNoTensor;
   st->fc2 = RowForward(b, d, "fc2", a, d.ffn, d.h, &y);
-  return ResidualForward(b, d, style, "mlp_out", y, x, &st->residual);
+  return y;
 }
 
-TensorId AttentionSublayerBackward(TraceBuilder& b, const Dims& d, const AttentionSublayer& st,
-                                   bool cross, TensorId g_out, TensorId* g_rel_bias,
-                                   TensorId* g_encoder_out) {
-  const TensorId g_y = ResidualBackward(b, d, st.residual, g_out);
+TensorId MlpForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
+                    MlpSublayer* st) {
+  const TensorId ln = NormForward(b, d, style.norm, "ln2", x, &st->norm);
+  const TensorId y = MlpBranch(b, d, style, ln, st);
+  return ResidualForward(b, d, style, style.mlp_bias, "mlp_out", y, x, &st->residual);
+}
+
+// Both branches on one norm of x; out = x + attention + MLP (each through its dropout).
+TensorId ParallelBlockForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
+                              TensorId rel_bias, BlockState* st) {
+  const TensorId ln = NormForward(b, d, style.norm, "ln1", x, &st->self.norm);
+  const TensorId attn = SelfAttentionBranch(b, d, style, ln, rel_bias, &st->self);
+  const TensorId mlp = MlpBranch(b, d, style, ln, &st->mlp);
+  const TensorId h =
+      ResidualForward(b, d, style, style.attn_bias, "attn_out", attn, x, &st->self.residual);
+  return ResidualForward(b, d, style, style.mlp_bias, "mlp_out", mlp, h, &st->mlp.residual);
+}
+
+// From the projection output's gradient to the gradient of the norm output.
+TensorId AttentionBranchBackward(TraceBuilder& b, const Dims& d, const AttentionSublayer& st,
+                                 bool cross, TensorId g_y, TensorId* g_rel_bias,
+                                 TensorId* g_encoder_out) {
   const TensorId g_ctx = RowBackward(b, d, st.proj, g_y);
   AttentionGrads g = AttentionBackward(b, d, st.core, g_ctx, g_rel_bias);
   if (st.rotary) {
@@ -124,19 +174,28 @@ TensorId AttentionSublayerBackward(TraceBuilder& b, const Dims& d, const Attenti
     g.q = g_q;
     g.k = g_k;
   }
-  TensorId g_ln = kNoTensor;
+  if (st.qk_norm) {
+    g.q = NormBackward(b, d, st.q_norm, g.q, kNoTensor);
+    g.k = NormBackward(b, d, st.k_norm, g.k, kNoTensor);
+  }
   if (cross) {
     const TensorId g_enc = ColumnBackward(b, d, st.kv, {g.k, g.v});
     *g_encoder_out = AccumulateGrad(b, "encoder_out.grad_sum", *g_encoder_out, g_enc);
-    g_ln = ColumnBackward(b, d, st.q, {g.q});
-  } else {
-    g_ln = ColumnBackward(b, d, st.q, {g.q, g.k, g.v});
+    return ColumnBackward(b, d, st.q, {g.q});
   }
+  return ColumnBackward(b, d, st.q, {g.q, g.k, g.v});
+}
+
+TensorId AttentionSublayerBackward(TraceBuilder& b, const Dims& d, const AttentionSublayer& st,
+                                   bool cross, TensorId g_out, TensorId* g_rel_bias,
+                                   TensorId* g_encoder_out) {
+  const TensorId g_y = ResidualBackward(b, d, st.residual, g_out);
+  const TensorId g_ln = AttentionBranchBackward(b, d, st, cross, g_y, g_rel_bias, g_encoder_out);
   return NormBackward(b, d, st.norm, g_ln, g_out);
 }
 
-TensorId MlpBackward(TraceBuilder& b, const Dims& d, const MlpSublayer& st, TensorId g_out) {
-  const TensorId g_y = ResidualBackward(b, d, st.residual, g_out);
+// From fc2's output gradient to the gradient of the norm output.
+TensorId MlpBranchBackward(TraceBuilder& b, const Dims& d, const MlpSublayer& st, TensorId g_y) {
   const TensorId g_a = RowBackward(b, d, st.fc2, g_y);
   const TensorId g_f1 = b.Gradient("fc1.out.grad", d.Full(st.fc1.out), d.act);
   const int64_t n = d.s * d.b * d.ffn;
@@ -153,9 +212,32 @@ TensorId MlpBackward(TraceBuilder& b, const Dims& d, const MlpSublayer& st, Tens
       b.Op("swiglu.bwd", OpKind::kElementwise, {st.act_saved, g_a}, {g_f1},
            kBackwardFactor * kSwigluFlops * n);
       break;
+    case MlpKind::kGeglu:
+      b.Op("geglu.bwd", OpKind::kElementwise, {st.act_saved, g_a}, {g_f1},
+           kBackwardFactor * kGegluFlops * n);
+      break;
   }
-  const TensorId g_ln = ColumnBackward(b, d, st.fc1, {g_f1});
+  return ColumnBackward(b, d, st.fc1, {g_f1});
+}
+
+TensorId MlpBackward(TraceBuilder& b, const Dims& d, const MlpSublayer& st, TensorId g_out) {
+  const TensorId g_y = ResidualBackward(b, d, st.residual, g_out);
+  const TensorId g_ln = MlpBranchBackward(b, d, st, g_y);
   return NormBackward(b, d, st.norm, g_ln, g_out);
+}
+
+// The residual passes g_out to x and to both branches; the branches' gradients
+// of the shared norm output are summed before its backward.
+TensorId ParallelBlockBackward(TraceBuilder& b, const Dims& d, const BlockState& st, TensorId g_out,
+                               TensorId* g_rel_bias) {
+  const TensorId g_mlp = ResidualBackward(b, d, st.mlp.residual, g_out);
+  const TensorId g_ln_mlp = MlpBranchBackward(b, d, st.mlp, g_mlp);
+  const TensorId g_attn = ResidualBackward(b, d, st.self.residual, g_out);
+  TensorId no_encoder = kNoTensor;
+  const TensorId g_ln_attn =
+      AttentionBranchBackward(b, d, st.self, /*cross=*/false, g_attn, g_rel_bias, &no_encoder);
+  const TensorId g_ln = AccumulateGrad(b, "ln1.out.grad_sum", g_ln_mlp, g_ln_attn);
+  return NormBackward(b, d, st.self.norm, g_ln, g_out);
 }
 
 }  // namespace
@@ -169,6 +251,8 @@ TensorId AccumulateGrad(TraceBuilder& b, const std::string& name, TensorId sum, 
 
 TensorId BlockForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
                       TensorId rel_bias, TensorId encoder_out, BlockState* st) {
+  st->parallel = style.parallel;
+  if (style.parallel) return ParallelBlockForward(b, d, style, x, rel_bias, st);
   TensorId h = SelfAttentionForward(b, d, style, x, rel_bias, &st->self);
   st->has_cross = encoder_out != kNoTensor;
   if (st->has_cross) h = CrossAttentionForward(b, d, style, h, encoder_out, &st->cross);
@@ -177,6 +261,7 @@ TensorId BlockForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, T
 
 TensorId BlockBackward(TraceBuilder& b, const Dims& d, const BlockState& st, TensorId g_out,
                        TensorId* g_rel_bias, TensorId* g_encoder_out) {
+  if (st.parallel) return ParallelBlockBackward(b, d, st, g_out, g_rel_bias);
   TensorId g = MlpBackward(b, d, st.mlp, g_out);
   if (st.has_cross) {
     g = AttentionSublayerBackward(b, d, st.cross, /*cross=*/true, g, g_rel_bias, g_encoder_out);

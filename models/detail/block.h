@@ -1,7 +1,10 @@
 // One transformer block (forward and backward) in Megatron-LM's pre-norm layout:
-// x → norm → QKV → [rotary] → attention → projection → [dropout] + x
+// x → norm → QKV → [q/k norm] → [rotary] → attention → projection → [dropout] + x
 //   → [norm → Q, KV(encoder output) → attention → projection → [dropout] + ·]  (T5 decoder)
-//   → norm → fc1 → GELU | ReLU | SwiGLU → fc2 → [dropout] + ·
+//   → norm → fc1 → GELU | ReLU | SwiGLU | GeGLU → fc2 → [dropout] + ·
+// A parallel block (BlockStyle::parallel; GPT-J, Phi-2) instead runs
+// x → norm → {QKV … projection, fc1 … fc2} on the one norm output, then adds
+// both outputs (each through its dropout) to x.
 // The forward records in BlockState what its backward reads; the backward emits
 // its ops in reverse, each reading the saved tensors it needs and the incoming
 // gradient.
@@ -26,6 +29,8 @@ struct AttentionSublayer {
   NormState norm;
   LinearState q;   // self-attention: the fused QKV layer; cross-attention: Q only
   LinearState kv;  // cross-attention only: K and V from the encoder output
+  bool qk_norm = false;
+  NormState q_norm, k_norm;  // Qwen3: per-head RMSNorm of q and k, before rotary
   bool rotary = false;
   TensorId q_pre = kNoTensor, k_pre = kNoTensor;  // rotary inputs (views of the QKV output)
   AttentionState core;
@@ -43,6 +48,7 @@ struct MlpSublayer {
 };
 
 struct BlockState {
+  bool parallel = false;  // self.norm is the shared norm; mlp.norm is unused
   AttentionSublayer self;
   bool has_cross = false;
   AttentionSublayer cross;

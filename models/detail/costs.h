@@ -14,6 +14,7 @@ inline constexpr int64_t kDropoutFlops = 2;  // compare a random draw, scale
 inline constexpr int64_t kGeluFlops = 8;     // tanh approximation
 inline constexpr int64_t kReluFlops = 1;
 inline constexpr int64_t kSwigluFlops = 6;     // silu of the gate, times the up projection
+inline constexpr int64_t kGegluFlops = 9;      // gelu (tanh) of the gate, times the up projection
 inline constexpr int64_t kRotaryFlops = 3;     // two multiplies and an add per element
 inline constexpr int64_t kAddFlops = 1;        // residual add, bias add, gradient sum
 inline constexpr int64_t kLossFlops = 5;       // softmax cross-entropy per logit

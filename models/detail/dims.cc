@@ -30,20 +30,41 @@ Dims MakeDims(const ModelConfig& c) {
   return d;
 }
 
-BlockStyle StyleFor(const std::string& family) {
+BlockStyle StyleFor(const ModelConfig& c) {
+  const std::string& family = c.family;
   BlockStyle s;
   if (family == "t5") {
     s.norm = NormKind::kRmsNorm;
-    s.mlp = MlpKind::kRelu;
-    s.bias = false;
+    s.mlp = c.gated_mlp ? MlpKind::kGeglu : MlpKind::kRelu;
+    s.attn_bias = s.mlp_bias = false;
     s.rel_bias = true;
   } else if (family == "llama") {
     s.norm = NormKind::kRmsNorm;
     s.mlp = MlpKind::kSwiglu;
     s.dropout = false;
-    s.bias = false;
+    s.attn_bias = s.mlp_bias = false;
     s.rotary = true;
+    s.qkv_bias = c.qkv_bias;
+    s.qk_norm = c.qk_norm;
+  } else if (family == "phi") {
+    // Phi-2: GPT's LayerNorm, GELU and biases with rotary positions; dropout only
+    // on the two branch outputs (resid_pdrop), none on attention probabilities.
+    s.rotary = true;
+    s.attention_dropout = false;
+    s.embedding_dropout = false;
+  } else if (family == "opt") {
+    // OPT: GPT's block with ReLU; dropout after each branch only (attention_dropout
+    // and the embeddings' are 0 in every published OPT).
+    s.mlp = MlpKind::kRelu;
+    s.attention_dropout = false;
+    s.embedding_dropout = false;
+  } else if (family == "gptj") {
+    // GPT-J: rotary, no dropout (its pdrops are 0), biases on the MLP only.
+    s.rotary = true;
+    s.dropout = false;
+    s.attn_bias = false;
   }
+  s.parallel = c.parallel_block;
   return s;
 }
 

@@ -11,16 +11,22 @@
 namespace ssdtrain::models::detail {
 
 enum class NormKind { kLayerNorm, kRmsNorm };
-enum class MlpKind { kGelu, kRelu, kSwiglu };
+enum class MlpKind { kGelu, kRelu, kSwiglu, kGeglu };
 
 // What a family's transformer block is made of.
 struct BlockStyle {
   NormKind norm = NormKind::kLayerNorm;
   MlpKind mlp = MlpKind::kGelu;
-  bool dropout = true;    // attention-probability, post-projection and post-MLP dropout
-  bool bias = true;       // linear layers carry biases
-  bool rotary = false;    // rotary position embedding on q and k
-  bool rel_bias = false;  // T5 relative position bias added to the attention scores
+  bool dropout = true;            // post-projection and post-MLP (residual) dropout
+  bool attention_dropout = true;  // attention-probability dropout (needs `dropout`)
+  bool attn_bias = true;          // the attention's linear layers (QKV, projection) carry biases
+  bool mlp_bias = true;           // the MLP's linear layers (fc1, fc2) carry biases
+  bool embedding_dropout = true;  // dropout after the embeddings (needs `dropout`)
+  bool rotary = false;            // rotary position embedding on q and k
+  bool rel_bias = false;          // T5 relative position bias added to the attention scores
+  bool qkv_bias = false;          // the QKV layer carries a bias even where `bias` is false (Qwen2)
+  bool qk_norm = false;           // RMSNorm over each head's q and k before rotary (Qwen3)
+  bool parallel = false;  // attention and MLP read one shared norm; both add to the residual
 };
 
 // Sizes seen by one tensor-parallel rank. Element counts unless named otherwise.
@@ -46,6 +52,6 @@ struct Dims {
 Dims MakeDims(const ModelConfig& c);
 // The config's optimizer, precision and ZeRO stage as the builder accounts them.
 OptimizerSpec OptimizerFor(const ModelConfig& c);
-BlockStyle StyleFor(const std::string& family);
+BlockStyle StyleFor(const ModelConfig& c);
 
 }  // namespace ssdtrain::models::detail

@@ -8,8 +8,6 @@ namespace {
 
 // T5's relative attention: 32 buckets of relative distance (Raffel et al., 2020).
 constexpr int64_t kRelativeBuckets = 32;
-// BERT's segment (token type) vocabulary.
-constexpr int64_t kTokenTypes = 2;
 
 }  // namespace
 
@@ -28,7 +26,7 @@ TensorId EmbeddingForward(TraceBuilder& b, const Dims& d, const EmbeddingOptions
   }
   if (options.token_types) {
     st->types = b.Input(name + ".token_types", {d.b, d.s}, DType::kInt64);
-    st->type = b.Weight(name + ".token_type_embeddings", {kTokenTypes, d.h}, d.act);
+    st->type = b.Weight(name + ".token_type_embeddings", {options.token_type_rows, d.h}, d.act);
     inputs.push_back(st->types);
     inputs.push_back(st->type);
     ++tables;

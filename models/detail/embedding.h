@@ -13,7 +13,8 @@ namespace ssdtrain::models::detail {
 
 struct EmbeddingOptions {
   bool learned_positions = true;  // GPT, BERT
-  bool token_types = false;       // BERT (two segment types)
+  bool token_types = false;       // BERT
+  int64_t token_type_rows = 2;    // segment types: BERT 2, RoBERTa 1
   bool norm = false;              // BERT's embedding LayerNorm
   bool dropout = true;
 };

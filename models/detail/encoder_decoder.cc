@@ -15,7 +15,7 @@ namespace ssdtrain::models::detail {
 // decoder stream and the encoder output on. Gradients travel the same way back.
 traces::Trace BuildEncoderDecoder(const ModelConfig& c, const traces::Header& header) {
   const Dims d = MakeDims(c);
-  const BlockStyle style = StyleFor(c.family);
+  const BlockStyle style = StyleFor(c);
   const bool last = header.stage == header.pp - 1;
   const int lo = static_cast<int>(header.first_layer);
   const int hi = lo + static_cast<int>(header.stage_layers);
@@ -74,7 +74,8 @@ traces::Trace BuildEncoderDecoder(const ModelConfig& c, const traces::Header& he
     }
     b.SetLayer(traces::kNoLayer);
     if (last) {
-      HeadForward(b, d, style.norm, /*mlm_transform=*/false, y, word, &head);
+      HeadForward(b, d, style.norm, /*mlm_transform=*/false, y, c.untied_output ? kNoTensor : word,
+                  &head);
     } else {
       Send(b, "decoder_output", y);
     }

@@ -5,7 +5,7 @@
 namespace ssdtrain::models::detail {
 
 void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transform, TensorId x,
-                 TensorId word, HeadState* st) {
+                 TensorId word, HeadState* st, bool output_bias) {
   TensorId z = NormForward(b, d, norm, "final_norm", x, &st->final_norm);
   st->mlm_transform = mlm_transform;
   if (mlm_transform) {
@@ -24,8 +24,8 @@ void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transfo
   }
   st->logits = b.Activation("logits", d.Full(d.vocab), d.act);
   if (word == kNoTensor) word = b.Weight("output.weight", {d.vocab, d.h}, d.act);
-  st->logits_layer = ColumnForward(b, d, "lm_head", z, d.h, d.vocab, {st->logits},
-                                   /*with_bias=*/false, word, /*replicated_input=*/mlm_transform);
+  st->logits_layer = ColumnForward(b, d, "lm_head", z, d.h, d.vocab, {st->logits}, output_bias,
+                                   word, /*replicated_input=*/mlm_transform);
   st->labels = b.Input("labels", {d.b, d.s}, DType::kInt64);
   const TensorId loss = b.Activation("loss", {1}, DType::kFp32);
   b.Op("loss", OpKind::kLoss, {st->logits, st->labels}, {loss},

@@ -15,6 +15,16 @@ TensorId NormForward(TraceBuilder& b, const Dims& d, NormKind kind, const std::s
   return y;
 }
 
+TensorId HeadNormForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x,
+                         NormState* st) {
+  st->name = name;
+  st->input = x;
+  st->weight = b.Weight(name + ".weight", {d.d}, d.act);
+  const TensorId y = b.Activation(name + ".out", b.shape(x), d.act);
+  b.Op(name, OpKind::kNorm, {x, st->weight}, {y}, kNormFlops * Elements(b.shape(x)));
+  return y;
+}
+
 TensorId NormBackward(TraceBuilder& b, const Dims& d, const NormState& st, TensorId g_output,
                       TensorId g_residual) {
   std::vector<TensorId> inputs = {st.input, st.weight, g_output};

@@ -18,6 +18,10 @@ struct NormState {
 
 TensorId NormForward(TraceBuilder& b, const Dims& d, NormKind kind, const std::string& name,
                      TensorId x, NormState* st);
+// RMSNorm over each head's `d.d` elements of x [s, b, heads·d], weight [d.d] (Qwen3's
+// q_norm and k_norm); its backward is NormBackward's.
+TensorId HeadNormForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x,
+                         NormState* st);
 // Returns the input's gradient (plus `g_residual` when it is not kNoTensor).
 TensorId NormBackward(TraceBuilder& b, const Dims& d, const NormState& st, TensorId g_output,
                       TensorId g_residual);

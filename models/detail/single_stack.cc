@@ -10,7 +10,7 @@ namespace ssdtrain::models::detail {
 
 traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& header) {
   const Dims d = MakeDims(c);
-  const BlockStyle style = StyleFor(c.family);
+  const BlockStyle style = StyleFor(c);
   const bool first = header.stage == 0;
   const bool last = header.stage == header.pp - 1;
   const int lo = static_cast<int>(header.first_layer);
@@ -20,13 +20,14 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   b.SetOptimizer(OptimizerFor(c));
 
   EmbeddingOptions emb;
-  emb.learned_positions = c.family != "llama";
+  emb.learned_positions = !style.rotary;
   emb.token_types = c.family == "bert";
+  if (c.token_types != 0) emb.token_type_rows = c.token_types;
   emb.norm = c.family == "bert";
-  emb.dropout = style.dropout;
+  emb.dropout = style.dropout && style.embedding_dropout;
   // GPT and BERT tie the output layer to the word embeddings; with pp > 1 the last
   // stage keeps its own copy, as Megatron-LM does.
-  const bool tied = c.family != "llama";
+  const bool tied = c.family == "gpt" || c.family == "bert" || c.family == "opt";
 
   b.SetPhase(Phase::kForward);
   EmbeddingState embedding;
@@ -41,7 +42,8 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   HeadState head;
   if (last) {
     const TensorId word = tied && first ? embedding.word : kNoTensor;
-    HeadForward(b, d, style.norm, c.family == "bert", x, word, &head);
+    HeadForward(b, d, style.norm, c.family == "bert", x, word, &head,
+                /*output_bias=*/c.family == "phi" || c.family == "gptj");
   } else {
     Send(b, "stage_output", x);
   }

@@ -1,8 +1,10 @@
 // Per-family structure: what each family's blocks contain and share.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "models/tests/test_configs.h"
 #include "models/tests/trace_stats.h"
@@ -172,6 +174,31 @@ TEST(Bert, HasTokenTypesEmbeddingNormAndMlmHead) {
     EXPECT_NE(OpNamed(tr, "embedding.norm"), nullptr);
     EXPECT_NE(OpNamed(tr, "mlm.dense"), nullptr);
     EXPECT_NE(OpNamed(tr, "mlm.gelu"), nullptr);
+  }
+}
+
+// A parallel block (Phi, GPT-J): one norm per block, read by both the QKV and the
+// fc1 gemm; the two branch gradients of its output are summed before its backward.
+TEST(ParallelBlock, OneNormFeedsAttentionAndMlp) {
+  for (const char* family : {"phi", "gptj"}) {
+    SCOPED_TRACE(family);
+    ModelConfig c;
+    c.name = "parallel-test";
+    c.family = family;
+    c.parallel_block = true;
+    c.hidden = 256;
+    c.heads = 4;
+    c.layers = 2;
+    c.vocab = 1000;
+    c.seq_len = 128;
+    const traces::Trace tr = MustBuild(c);
+    for (const traces::Op& op : tr.ops) EXPECT_NE(op.name, "L0.ln2");
+    const traces::Tensor& ln = Named(tr, "L0.ln1.out");
+    std::vector<std::string> readers;
+    for (traces::OpId op : ln.consumers) readers.push_back(tr.ops[op].name);
+    EXPECT_NE(std::find(readers.begin(), readers.end(), "L0.qkv"), readers.end());
+    EXPECT_NE(std::find(readers.begin(), readers.end(), "L0.fc1"), readers.end());
+    EXPECT_NE(OpNamed(tr, "L0.ln1.out.grad_sum"), nullptr);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "models/build_trace.h"
+#include "models/tests/trace_stats.h"
 #include "traces/summary.h"
 #include "traces/validate.h"
 
@@ -64,10 +65,42 @@ TEST(HfConfig, MistralNemoHasItsPublishedParameterCountWithItsExplicitHeadDim) {
   EXPECT_EQ(KvHeads(*c), 8);
 }
 
-// Qwen2.5-7B: 7.61 B (its Hugging Face model card, "Number of Parameters: 7.61B");
-// the trace leaves out the q/k/v biases (28 x 4608 parameters).
-TEST(HfConfig, Qwen25SevenBHasItsPublishedParameterCount) {
+// Qwen2.5-7B: 7.61 B (its Hugging Face model card, "Number of Parameters: 7.61B").
+// 2 x 152064 x 3584 untied embeddings + 28 x (3584 x 4608 q/k/v + 4608 q/k/v biases
+// + 3584² out + 3 x 3584 x 18944 + 2 x 3584) + 3584 = 7,615,616,512.
+TEST(HfConfig, Qwen25SevenBHasItsPublishedParameterCountWithItsQkvBiases) {
+  EXPECT_EQ(Params("qwen2.5-7b"), 7615616512);
   ExpectNear(Params("qwen2.5-7b"), 7.61e9);
+}
+
+// Qwen3-8B: 8.2 B (its Hugging Face model card, Qwen/Qwen3-8B, "Number of Parameters:
+// 8.2B"). head_dim 128 is explicit, 8 kv heads, and each layer normalises q and k per
+// head: 2 x 151936 x 4096 + 36 x (4096 x 6144 + 2 x 128 + 4096 x 4096 + 3 x 4096 x 12288
+// + 2 x 4096) + 4096 = 8,190,735,360.
+TEST(HfConfig, Qwen3EightBHasItsPublishedParameterCountWithItsQkNorms) {
+  EXPECT_EQ(Params("qwen3-8b"), 8190735360);
+  ExpectNear(Params("qwen3-8b"), 8.2e9);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("qwen3-8b"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_EQ(HeadDim(*c), 128);
+  EXPECT_EQ(c->dtype, "fp32");  // its "dtype": "float32"
+}
+
+// T5-small: 60.5 M (Hugging Face hub, google-t5/t5-small, "60.5M params"; Raffel et al.
+// 2020 give "60 million"). Tied 32128 x 512 embeddings, 6 encoder and 6 decoder blocks
+// with d_kv 64 x 8 heads, d_ff 2048, ReLU: 16,449,536 + 6 x 3,146,752 + 6 x 4,195,840
+// + 2 x 512 final norms + 2 x 32 x 8 bias tables = 60,506,624.
+TEST(HfConfig, T5SmallHasItsPublishedParameterCount) {
+  EXPECT_EQ(Params("t5-small"), 60506624);
+  ExpectNear(Params("t5-small"), 60.5e6);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("t5-small"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->family, "t5");
+  EXPECT_EQ(c->encoder_layers, 6);
+  EXPECT_EQ(c->layers, 12);
+  EXPECT_EQ(c->seq_len, 512);  // n_positions 512
 }
 
 // GPT-2 small: 124 M (Hugging Face hub, openai-community/gpt2, "124M params"); the
@@ -77,6 +110,90 @@ TEST(HfConfig, Gpt2HasItsPublishedParameterCount) { ExpectNear(Params("gpt2"), 1
 // BERT-base: 110 M (Devlin et al. 2019, §3: "BERT-BASE ... Total Parameters=110M").
 TEST(HfConfig, BertBaseHasItsPublishedParameterCount) {
   ExpectNear(Params("bert-base-uncased"), 110e6);
+}
+
+// Flan-T5-large: 783 M (Hugging Face hub, google/flan-t5-large, "783M params"). Its
+// GeGLU feed-forward has three matrices and its output layer its own weight:
+// 2 x 32128 x 1024 + 24 x (4 x 1024² + 3 x 1024 x 2816 + 2 x 1024) + 24 x (8 x 1024²
+// + 3 x 1024 x 2816 + 3 x 1024) + 2 x 1024 + 2 x 32 x 16 = 783,150,080.
+TEST(HfConfig, FlanT5LargeHasItsPublishedParameterCountWithItsGatedMlp) {
+  EXPECT_EQ(Params("flan-t5-large"), 783150080);
+  ExpectNear(Params("flan-t5-large"), 783e6);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("flan-t5-large"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->gated_mlp);
+  EXPECT_TRUE(c->untied_output);
+  EXPECT_EQ(c->layers, 48);
+}
+
+// Phi-2: 2.78 B (Hugging Face hub, microsoft/phi-2, "2.78B params"; Microsoft's
+// announcement rounds it to "2.7 billion"). A parallel block: one LayerNorm feeds
+// attention and MLP. 51200 x 2560 embeddings + lm_head 51200 x 2560 with a bias
+// + 32 x (3 x 2560² + 3 x 2560 q/k/v + 2560² + 2560 dense + 2 x 2560 x 10240 + 10240 + 2560
+// fc1/fc2 + 2 x 2560 LayerNorm) + 2 x 2560 final LayerNorm = 2,779,683,840.
+TEST(HfConfig, Phi2HasItsPublishedParameterCountWithOneNormPerBlock) {
+  EXPECT_EQ(Params("phi-2"), 2779683840);
+  ExpectNear(Params("phi-2"), 2.78e9);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("phi-2"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->family, "phi");
+  EXPECT_TRUE(c->parallel_block);
+  EXPECT_EQ(c->dtype, "fp16");
+}
+
+// RoBERTa-base: 125 M (Hugging Face hub, FacebookAI/roberta-base, "125M params"; Liu
+// et al. 2019 train BERT-base's architecture). BERT's block with one token type and
+// positions from pad_token_id + 1 (514 - 2 = 512 usable): 50304 (50265 padded) x 768
+// + 512 x 768 + 1 x 768 + 2 x 768 + 12 x 7,087,872 + the MLM head's 594,432 (final
+// LayerNorm, dense, LayerNorm) = 124,677,120.
+TEST(HfConfig, RobertaBaseHasItsPublishedParameterCount) {
+  EXPECT_EQ(Params("roberta-base"), 124677120);
+  ExpectNear(Params("roberta-base"), 125e6);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("roberta-base"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->family, "bert");
+  EXPECT_EQ(c->token_types, 1);
+  EXPECT_EQ(c->seq_len, 512);  // max_position_embeddings 514 - (pad_token_id 1 + 1)
+}
+
+// OPT-1.3B: 1.32 B (Hugging Face hub, facebook/opt-1.3b, "1.32B params"; Zhang et al.
+// 2022, Table 1, name it 1.3B). GPT's pre-LayerNorm block with ReLU and ffn_dim 8192:
+// 50304 (50272 padded) x 2048 tied + 2048 x 2048 positions + 24 x 50,356,224 + 2 x 2048
+// = 1,315,819,520 (transformers' 1,315,758,080 has 50272 rows and OPT's 2050 positions).
+TEST(HfConfig, Opt13BHasItsPublishedParameterCount) {
+  EXPECT_EQ(Params("opt-1.3b"), 1315819520);
+  ExpectNear(Params("opt-1.3b"), 1.32e9);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("opt-1.3b"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->family, "opt");
+  EXPECT_EQ(FfnHidden(*c), 8192);
+}
+
+// GPT-J-6B: 6,053,381,344 (its model card, EleutherAI/gpt-j-6b, "n_parameters"). A
+// parallel block; q/k/v/out without biases, fc_in/fc_out and lm_head with them; n_inner
+// null -> 4 x 4096: 2 x 50432 (50400 padded) x 4096 + 50432 + 28 x (4 x 4096² + 2 x 4096
+// x 16384 + 16384 + 4096 + 2 x 4096) + 2 x 4096 = 6,051,144,960.
+TEST(HfConfig, GptJSixBHasItsPublishedParameterCount) {
+  EXPECT_EQ(Params("gpt-j-6b"), 6051144960);
+  ExpectNear(Params("gpt-j-6b"), 6053381344.0);
+  const Result<ModelConfig> c = LoadModelConfig(HfDir("gpt-j-6b"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->parallel_block);
+  EXPECT_EQ(FfnHidden(*c), 16384);
+}
+
+// Korthikanti's per-layer saved bytes where the formula applies: GPT-2's real file at
+// fp16 (its default seq_len 1024, micro-batch 1, standard attention) saves exactly
+// s·b·h·(34 + 5·a·s/h) = 1024 x 768 x (34 + 5 x 12 x 1024 / 768) = 89,653,248 bytes
+// in every block.
+TEST(HfConfig, Gpt2FileSavesKorthikantisBytesPerLayer) {
+  Result<ModelConfig> c = LoadModelConfig(HfDir("gpt2"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  c->dtype = "fp16";
+  ASSERT_EQ(c->seq_len, 1024);
+  const Result<traces::Trace> t = BuildTrace(*c);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  for (int l = 0; l < 12; ++l) EXPECT_EQ(testing::StatsOf(*t, l).saved_bytes, 89653248) << l;
 }
 
 // The Llama-3-8B config.json and configs/models/llama-3-8b.json describe one model:
@@ -121,8 +238,10 @@ TEST(HfConfig, FolderIsReadAsItsConfigJsonAndNamedAfterTheFolder) {
 }
 
 TEST(HfConfig, EveryRealDenseFileTracesAndValidates) {
-  for (const char* model : {"llama-2-7b-chat-hf", "meta-llama-3-8b-instruct",
-                            "mistral-nemo-base-2407", "qwen2.5-7b", "gpt2", "bert-base-uncased"}) {
+  for (const char* model :
+       {"llama-2-7b-chat-hf", "meta-llama-3-8b-instruct", "mistral-nemo-base-2407", "qwen2.5-7b",
+        "qwen3-8b", "gpt2", "bert-base-uncased", "roberta-base", "t5-small", "flan-t5-large",
+        "phi-2", "opt-1.3b", "gpt-j-6b"}) {
     SCOPED_TRACE(model);
     Result<ModelConfig> c = LoadModelConfig(HfDir(model));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -159,6 +278,28 @@ class HfConfigErrors : public ::testing::Test {
            "vocab_size": 32000, "max_position_embeddings": 4096)" +
         extra);
   }
+  // A T5-small-shaped file with `extra` fields appended.
+  std::string T5(const std::string& extra) {
+    return Message(R"("model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8,
+           "d_kv": 64, "d_ff": 2048, "vocab_size": 32128)" +
+                   extra);
+  }
+  // A Qwen3-8B-shaped file with `extra` fields appended.
+  std::string Qwen3(const std::string& extra) {
+    return Message(
+        R"("model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+           "intermediate_size": 12288, "vocab_size": 151936, "max_position_embeddings": 40960)" +
+        extra);
+  }
+  // A Phi-2-shaped file with `extra` fields appended.
+  std::string Phi(const std::string& extra) {
+    return Message(
+        R"("model_type": "phi", "hidden_size": 2560, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "intermediate_size": 10240, "vocab_size": 51200,
+           "max_position_embeddings": 2048, "resid_pdrop": 0.1)" +
+        extra);
+  }
   std::string File() const { return (dir_ / "config.json").string(); }
   fs::path dir_;
 };
@@ -188,8 +329,8 @@ TEST_F(HfConfigErrors, KvHeadsNotDividingHeadsNameTheKvHeads) {
 TEST_F(HfConfigErrors, UnknownModelTypeNamesTheSupportedOnes) {
   EXPECT_EQ(Message(R"("model_type": "rwkv", "architectures": ["RwkvForCausalLM"])"),
             File() +
-                ": model_type: \"rwkv\" is not supported (supported: bert, gpt2, llama, "
-                "mistral, qwen2)");
+                ": model_type: \"rwkv\" is not supported (supported: bert, gpt2, gptj, llama, "
+                "mistral, opt, phi, qwen2, qwen3, roberta, t5)");
 }
 
 TEST_F(HfConfigErrors, ArchitecturesWithoutModelTypeNameTheModelType) {
@@ -244,6 +385,268 @@ TEST_F(HfConfigErrors, UnknownTorchDtypeIsNotModelled) {
             File() +
                 ": torch_dtype: \"int8\" is not modelled (supported: bfloat16, float16, "
                 "float32)");
+}
+
+TEST_F(HfConfigErrors, T5MissingDkvNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8,
+           "d_ff": 2048, "vocab_size": 32128)"),
+            File() + ": d_kv: missing required field");
+}
+
+TEST_F(HfConfigErrors, T5WrongTypeNamesTheField) {
+  EXPECT_EQ(T5(R"(, "num_decoder_layers": "6")"),
+            File() + ": num_decoder_layers: expected an integer or null, got string");
+}
+
+TEST_F(HfConfigErrors, T5OtherFeedForwardIsNotModelled) {
+  EXPECT_EQ(T5(R"(, "feed_forward_proj": "gated-silu")"),
+            File() +
+                ": feed_forward_proj: \"gated-silu\" is not modelled (supported: relu (two "
+                "matrices) or gated-gelu (GeGLU, three matrices))");
+}
+
+TEST_F(HfConfigErrors, T5GatedFlagContradictingTheFeedForwardNamesIt) {
+  EXPECT_EQ(T5(R"(, "feed_forward_proj": "relu", "is_gated_act": true)"),
+            File() + ": is_gated_act: true contradicts feed_forward_proj \"relu\"");
+}
+
+TEST_F(HfConfigErrors, T5OtherDenseActivationIsNotModelled) {
+  EXPECT_EQ(T5(R"(, "feed_forward_proj": "relu", "dense_act_fn": "gelu")"),
+            File() +
+                ": dense_act_fn: \"gelu\" with feed_forward_proj \"relu\" is not modelled "
+                "(supported: relu)");
+}
+
+TEST_F(HfConfigErrors, T5WrongTypeForTiedEmbeddingsNamesTheField) {
+  EXPECT_EQ(T5(R"(, "tie_word_embeddings": "no")"),
+            File() + ": tie_word_embeddings: expected true or false, got string");
+}
+
+TEST_F(HfConfigErrors, T5OtherBucketCountIsNotModelled) {
+  EXPECT_EQ(T5(R"(, "relative_attention_num_buckets": 64)"),
+            File() +
+                ": relative_attention_num_buckets: 64 relative-position buckets are not "
+                "modelled (supported: 32)");
+}
+
+// Without n_positions (as Flan-T5's file has none) seq_len is T5's pre-training 512.
+TEST(HfConfig, T5WithoutPositionsAssumesItsPretrainingLength) {
+  nlohmann::json j = {
+      {"model_type", "t5"}, {"d_model", 512}, {"num_layers", 6},     {"num_heads", 8},
+      {"d_kv", 32},         {"d_ff", 2048},   {"vocab_size", 32128}, {"num_decoder_layers", 2}};
+  const Result<ModelConfig> c = ModelConfigFromHfJson(j, "t.json", "t", nullptr);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->seq_len, 512);
+  EXPECT_EQ(c->layers, 8);     // 6 encoder + 2 decoder
+  EXPECT_EQ(HeadDim(*c), 32);  // d_kv, not d_model / num_heads (64)
+}
+
+TEST_F(HfConfigErrors, Qwen3AttentionBiasIsNotModelled) {
+  EXPECT_EQ(Qwen3(R"(, "attention_bias": true)"),
+            File() + ": attention_bias: true (q/k/v/o biases) is not modelled (supported: false)");
+}
+
+TEST_F(HfConfigErrors, Qwen3HeadDimWrongTypeNamesTheField) {
+  EXPECT_EQ(Qwen3(R"(, "head_dim": 128.5)"),
+            File() + ": head_dim: expected an integer or null, got number");
+}
+
+TEST_F(HfConfigErrors, Qwen3SlidingWindowInUseIsNotModelled) {
+  EXPECT_EQ(Qwen3(R"(, "use_sliding_window": true, "sliding_window": 4096)"),
+            File() +
+                ": sliding_window: 4096 (shorter than max_position_embeddings 40960): "
+                "sliding-window attention is not modelled (supported: null, or at least "
+                "max_position_embeddings, or use_sliding_window false)");
+}
+
+TEST_F(HfConfigErrors, Qwen3KvHeadsNotDividingHeadsNameTheKvHeads) {
+  EXPECT_EQ(Qwen3(R"(, "num_key_value_heads": 5)"),
+            File() + ": num_key_value_heads: 5 does not divide num_attention_heads 32");
+}
+
+// Flan-T5-small's shapes (d_kv 64 x 6 heads = 384, not d_model 512): GeGLU, untied.
+// 2 x 32128 x 512 + 8 x (2 x 512 x 384 q/o + 2 x 512 x 384 k/v + 3 x 512 x 1024 + 2 x 512)
+// + 8 x (4 x 512 x 384 + 4 x 512 x 384 cross + 3 x 512 x 1024 + 3 x 512) + 2 x 512
+// + 2 x 32 x 6 = 76,961,152; Hugging Face hub, google/flan-t5-small: "77M params".
+TEST(HfConfig, GatedT5WithDkvOtherThanWidthOverHeads) {
+  nlohmann::json j = {{"model_type", "t5"},
+                      {"d_model", 512},
+                      {"num_layers", 8},
+                      {"num_decoder_layers", 8},
+                      {"num_heads", 6},
+                      {"d_kv", 64},
+                      {"d_ff", 1024},
+                      {"vocab_size", 32128},
+                      {"feed_forward_proj", "gated-gelu"},
+                      {"tie_word_embeddings", false}};
+  const Result<ModelConfig> c = ModelConfigFromHfJson(j, "t.json", "t", nullptr);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(HeadDim(*c), 64);
+  EXPECT_EQ(ParameterCount(*c).value(), 76961152);
+  ExpectNear(ParameterCount(*c).value(), 77e6);
+}
+
+// Our own configs reject qk_norm and qkv_bias outside the llama family.
+TEST(HfConfig, QkNormOutsideLlamaIsRejected) {
+  Result<ModelConfig> c = LoadModelConfig(HfDir("gpt2"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  c->qk_norm = true;
+  EXPECT_EQ(ValidateConfig(*c, "g.json").message(),
+            "g.json: qk_norm: is only modelled for the llama family, not gpt");
+}
+
+TEST_F(HfConfigErrors, PhiMissingKeyNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "phi", "hidden_size": 2560, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "vocab_size": 51200, "max_position_embeddings": 2048)"),
+            File() + ": intermediate_size: missing required field");
+}
+
+TEST_F(HfConfigErrors, PhiRotaryFactorWrongTypeNamesTheField) {
+  EXPECT_EQ(Phi(R"(, "partial_rotary_factor": "0.4")"),
+            File() + ": partial_rotary_factor: expected a number, got string");
+}
+
+TEST_F(HfConfigErrors, PhiRotaryFactorOutOfRangeNamesTheField) {
+  EXPECT_EQ(Phi(R"(, "partial_rotary_factor": 1.5)"),
+            File() + ": partial_rotary_factor: expected a fraction in (0, 1], got 1.5");
+}
+
+TEST_F(HfConfigErrors, PhiGroupedQueryAttentionIsNotModelled) {
+  EXPECT_EQ(Phi(R"(, "num_key_value_heads": 8)"),
+            File() +
+                ": num_key_value_heads: 8 (grouped-query attention) for phi is not modelled "
+                "(supported: null or num_attention_heads 32)");
+}
+
+TEST_F(HfConfigErrors, PhiQkLayerNormIsNotModelled) {
+  EXPECT_EQ(
+      Phi(R"(, "qk_layernorm": true)"),
+      File() + ": qk_layernorm: true (LayerNorm of q and k) is not modelled (supported: false)");
+}
+
+TEST_F(HfConfigErrors, PhiAttentionDropoutIsNotModelled) {
+  EXPECT_EQ(Phi(R"(, "attention_dropout": 0.1)"),
+            File() +
+                ": attention_dropout: 0.1 (dropout on attention probabilities) is not "
+                "modelled (supported: 0.0)");
+}
+
+TEST_F(HfConfigErrors, PhiWithoutResidualDropoutIsNotModelled) {
+  EXPECT_EQ(Phi(R"(, "resid_pdrop": 0.0)"),
+            File() +
+                ": resid_pdrop: 0 (no dropout on the branch outputs) for phi is not "
+                "modelled (supported: a rate above 0, Phi-2's layout)");
+}
+
+TEST_F(HfConfigErrors, PhiTiedEmbeddingsAreNotModelled) {
+  EXPECT_EQ(Phi(R"(, "tie_word_embeddings": true)"),
+            File() +
+                ": tie_word_embeddings: true (an output layer tied to the embeddings) is not "
+                "modelled (supported: false)");
+}
+
+TEST(HfConfig, ParallelBlockIsRejectedForT5) {
+  Result<ModelConfig> c = LoadModelConfig(HfDir("t5-small"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  c->parallel_block = true;
+  EXPECT_EQ(ValidateConfig(*c, "t.json").message(),
+            "t.json: parallel_block: is not modelled for t5 (its decoder blocks have "
+            "cross-attention)");
+}
+
+TEST_F(HfConfigErrors, RobertaPadTokenWrongTypeNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "roberta", "hidden_size": 768, "num_hidden_layers": 12,
+           "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 50265,
+           "max_position_embeddings": 514, "pad_token_id": "1")"),
+            File() + ": pad_token_id: expected an integer, got string");
+}
+
+TEST_F(HfConfigErrors, RobertaPadTokenLeavingNoPositionsNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "roberta", "hidden_size": 768, "num_hidden_layers": 12,
+           "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 50265,
+           "max_position_embeddings": 514, "pad_token_id": 513)"),
+            File() +
+                ": pad_token_id: 513 leaves no positions of max_position_embeddings 514 "
+                "(RoBERTa's positions start at pad + 1)");
+}
+
+TEST_F(HfConfigErrors, RobertaMissingKeyNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "roberta", "hidden_size": 768, "num_hidden_layers": 12,
+           "num_attention_heads": 12, "vocab_size": 50265, "max_position_embeddings": 514)"),
+            File() + ": intermediate_size: missing required field");
+}
+
+TEST_F(HfConfigErrors, RobertaRelativePositionsAreNotModelled) {
+  EXPECT_EQ(Message(R"("model_type": "roberta", "hidden_size": 768, "num_hidden_layers": 12,
+           "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 50265,
+           "max_position_embeddings": 514, "position_embedding_type": "relative_key")"),
+            File() +
+                ": position_embedding_type: \"relative_key\" is not modelled (supported: "
+                "absolute)");
+}
+
+TEST_F(HfConfigErrors, OptPostLayerNormIsNotModelled) {
+  EXPECT_EQ(Message(R"("model_type": "opt", "hidden_size": 1024, "num_hidden_layers": 24,
+           "num_attention_heads": 16, "ffn_dim": 4096, "vocab_size": 50272,
+           "max_position_embeddings": 2048, "do_layer_norm_before": false)"),
+            File() +
+                ": do_layer_norm_before: false (post-LayerNorm blocks, OPT-350m) is not modelled "
+                "(supported: true)");
+}
+
+TEST_F(HfConfigErrors, OptProjectedEmbeddingsAreNotModelled) {
+  EXPECT_EQ(Message(R"("model_type": "opt", "hidden_size": 1024, "num_hidden_layers": 24,
+           "num_attention_heads": 16, "ffn_dim": 4096, "vocab_size": 50272,
+           "max_position_embeddings": 2048, "word_embed_proj_dim": 512)"),
+            File() +
+                ": word_embed_proj_dim: 512 (embeddings projected in and out of hidden_size "
+                "1024) is not modelled (supported: hidden_size)");
+}
+
+TEST_F(HfConfigErrors, OptMissingFfnDimNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "opt", "hidden_size": 2048, "num_hidden_layers": 24,
+           "num_attention_heads": 32, "vocab_size": 50272, "max_position_embeddings": 2048)"),
+            File() + ": ffn_dim: missing required field");
+}
+
+TEST_F(HfConfigErrors, OptWrongTypeNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "opt", "hidden_size": 2048, "num_hidden_layers": 24,
+           "num_attention_heads": 32, "ffn_dim": 8192, "vocab_size": 50272,
+           "max_position_embeddings": 2048, "dropout": "0.1")"),
+            File() + ": dropout: expected a number, got string");
+}
+
+TEST_F(HfConfigErrors, OptLayerDropIsNotModelled) {
+  EXPECT_EQ(Message(R"("model_type": "opt", "hidden_size": 2048, "num_hidden_layers": 24,
+           "num_attention_heads": 32, "ffn_dim": 8192, "vocab_size": 50272,
+           "max_position_embeddings": 2048, "layerdrop": 0.1)"),
+            File() + ": layerdrop: 0.1 (dropout on whole layers) is not modelled (supported: 0.0)");
+}
+
+TEST_F(HfConfigErrors, GptjDropoutIsNotModelled) {
+  EXPECT_EQ(Message(R"("model_type": "gptj", "n_embd": 4096, "n_layer": 28, "n_head": 16,
+           "vocab_size": 50400, "n_positions": 2048, "resid_pdrop": 0.1)"),
+            File() +
+                ": resid_pdrop: 0.1 (dropout on the branch outputs) is not modelled (supported: "
+                "0.0)");
+}
+
+TEST_F(HfConfigErrors, GptjRotaryWiderThanTheHeadNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "gptj", "n_embd": 4096, "n_layer": 28, "n_head": 16,
+           "vocab_size": 50400, "n_positions": 2048, "rotary_dim": 512)"),
+            File() + ": rotary_dim: 512 exceeds the head width 256");
+}
+
+TEST_F(HfConfigErrors, GptjHeadsNotDividingWidthNameTheHeads) {
+  EXPECT_EQ(Message(R"("model_type": "gptj", "n_embd": 4096, "n_layer": 28, "n_head": 15,
+           "vocab_size": 50400, "n_positions": 2048)"),
+            File() + ": n_head: 15 does not divide n_embd 4096 (and no head_dim is given)");
+}
+
+TEST_F(HfConfigErrors, GptjMissingKeyNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "gptj", "n_embd": 4096, "n_head": 16,
+           "vocab_size": 50400, "n_positions": 2048)"),
+            File() + ": n_layer: missing required field");
 }
 
 }  // namespace

@@ -158,8 +158,8 @@ TEST(ModelConfig, SequenceParallelNeedsSeqLenDivisibleByTp) {
 
 TEST(ModelConfig, UnknownEnumValues) {
   EXPECT_EQ(WithField("family", "\"mamba\"").message(),
-            "configs/models/x.json: family: unknown family \"mamba\", expected gpt, bert, t5 or "
-            "llama");
+            "configs/models/x.json: family: unknown family \"mamba\", expected gpt, bert, t5, "
+            "llama, phi, opt or gptj");
   EXPECT_EQ(WithField("attention", "\"sparse\"").message(),
             "configs/models/x.json: attention: unknown attention \"sparse\", expected standard "
             "or flash");

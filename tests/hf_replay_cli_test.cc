@@ -1,0 +1,160 @@
+// End to end: Hugging Face config.json files (models/tests/hf/) traced at a small
+// sequence length and replayed with --verify on the CPU backend, every saved
+// offloadable activation through the SSD path (--policy offload-all).
+//
+// A file whose model is too big for a CI machine (Qwen3-8B: 8.2 B parameters, 33 GB
+// of fp32 weights) is replayed as a reduced copy: the real file with only its size
+// fields rewritten (widths, depth, heads, vocabulary), so every other field, and so
+// the family mapping under test, is the file's own. Small published models (T5-small)
+// are replayed whole.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/cli_util.h"
+#include "traces/report.h"
+
+namespace ssdtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::RunSsdtrain;
+using testing::SourceDir;
+
+// Short enough for a CPU replay of a whole small model in seconds.
+constexpr int kSeqLen = 16;
+
+class HfReplayCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ssdtrain-hf-replay-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_ / "offload");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string File(const std::string& name) const { return (dir_ / name).string(); }
+
+  // models/tests/hf/<model>/config.json with `sizes` written over its fields, saved
+  // as <dir>/<model>-reduced/config.json; returns that folder.
+  std::string Reduced(const std::string& model, const nlohmann::json& sizes) const {
+    std::ifstream in(SourceDir() + "/models/tests/hf/" + model + "/config.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    for (const auto& [key, value] : sizes.items()) {
+      EXPECT_TRUE(j.contains(key)) << model << " has no " << key << " to reduce";
+      j[key] = value;
+    }
+    const fs::path folder = dir_ / (model + "-reduced");
+    fs::create_directories(folder);
+    std::ofstream(folder / "config.json") << j.dump(2);
+    return folder.string();
+  }
+
+  // Traces `model` (a config folder) at kSeqLen, replays it with --verify and
+  // expects a verified run that wrote to the SSD and left no file behind.
+  void ExpectVerifiedReplay(const std::string& model) {
+    testing::CliResult traced = RunSsdtrain("trace --model " + model + " --seq-len " +
+                                            std::to_string(kSeqLen) + " -o " + File("t.json"));
+    ASSERT_EQ(traced.exit_code, 0) << traced.output;
+    testing::CliResult run = RunSsdtrain(
+        "replay --trace " + File("t.json") + " --policy offload-all --backend cpu --dir " +
+        File("offload") + " --steps 1 --verify -o " + File("run.json"));
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    auto report = traces::ReadStepReport(File("run.json"));
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    ASSERT_TRUE(report->verified.has_value());
+    EXPECT_TRUE(*report->verified);
+    EXPECT_GT(report->metrics.ssd_bytes_written, 0);
+    EXPECT_TRUE(fs::is_empty(File("offload"))) << "offload files left";
+  }
+  fs::path dir_;
+};
+
+// T5-small whole (60.5 M parameters): encoder, decoder with cross-attention, the
+// relative position bias, tied embeddings.
+TEST_F(HfReplayCli, T5SmallReplaysVerified) {
+  ExpectVerifiedReplay(SourceDir() + "/models/tests/hf/t5-small");
+}
+
+// Flan-T5-large's file reduced to 2 + 2 blocks of width 128 with d_kv 48 (4 heads x 48
+// = 192, not 128): the GeGLU feed-forward, the untied output layer, T5's cross-attention.
+TEST_F(HfReplayCli, FlanT5ReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("flan-t5-large", {{"d_model", 128},
+                                                 {"num_layers", 2},
+                                                 {"num_decoder_layers", 2},
+                                                 {"num_heads", 4},
+                                                 {"d_kv", 48},
+                                                 {"d_ff", 1024},
+                                                 {"vocab_size", 1024}}));
+}
+
+// RoBERTa-base's file reduced to 2 layers: one token type, positions after the pad
+// token, the MLM head.
+TEST_F(HfReplayCli, RobertaReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("roberta-base", {{"hidden_size", 256},
+                                                {"num_hidden_layers", 2},
+                                                {"num_attention_heads", 4},
+                                                {"intermediate_size", 1024},
+                                                {"vocab_size", 1024}}));
+}
+
+// OPT-1.3B's file reduced: learned positions, the ReLU MLP, biases, residual-only dropout.
+TEST_F(HfReplayCli, OptReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("opt-1.3b", {{"hidden_size", 256},
+                                            {"num_hidden_layers", 2},
+                                            {"num_attention_heads", 4},
+                                            {"ffn_dim", 2048},
+                                            {"vocab_size", 1024},
+                                            {"word_embed_proj_dim", 256}}));
+}
+
+// GPT-J-6B's file reduced: the parallel block with biases on the MLP only and no
+// dropout (fc_out's bias added in the residual add), the lm_head bias.
+TEST_F(HfReplayCli, GptJReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("gpt-j-6b", {{"n_embd", 256},
+                                            {"n_layer", 2},
+                                            {"n_head", 4},
+                                            {"rotary_dim", 16},
+                                            {"n_inner", 2048},
+                                            {"vocab_size", 1024}}));
+}
+
+// Qwen3-8B's file reduced to 2 layers of width 256 (FFN 2048, so that its SwiGLU
+// input is offloadable at the 64 KiB floor): q/k norms, explicit head_dim
+// (64, not 256 / 8), grouped-query attention with 2 kv heads, SwiGLU, untied output.
+TEST_F(HfReplayCli, Qwen3ReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("qwen3-8b", {{"hidden_size", 256},
+                                            {"num_hidden_layers", 2},
+                                            {"num_attention_heads", 8},
+                                            {"num_key_value_heads", 2},
+                                            {"head_dim", 64},
+                                            {"intermediate_size", 2048},
+                                            {"vocab_size", 1024}}));
+}
+
+// Qwen2.5-7B's file reduced the same way: the q/k/v biases.
+TEST_F(HfReplayCli, Qwen25ReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("qwen2.5-7b", {{"hidden_size", 256},
+                                              {"num_hidden_layers", 2},
+                                              {"num_attention_heads", 4},
+                                              {"num_key_value_heads", 2},
+                                              {"intermediate_size", 2048},
+                                              {"vocab_size", 1024}}));
+}
+
+// Phi-2's file reduced the same way: the parallel block (one LayerNorm feeding
+// attention and MLP, their gradients summed), rotary, biases, the lm_head bias.
+TEST_F(HfReplayCli, Phi2ReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("phi-2", {{"hidden_size", 256},
+                                         {"num_hidden_layers", 2},
+                                         {"num_attention_heads", 4},
+                                         {"num_key_value_heads", 4},
+                                         {"intermediate_size", 2048},
+                                         {"vocab_size", 1024}}));
+}
+
+}  // namespace
+}  // namespace ssdtrain
