@@ -245,6 +245,23 @@ Status MeasureSsd(const CalibrationOptions& o, Calibration* out) {
   return Status::Ok();
 }
 
+// The replays calibration runs: on its device (warm already: a replay's first
+// step is not spent touching it), through the offload engine it measured.
+ReplayOptions CalibrationReplay(Device& device, const CalibrationOptions& o, int steps) {
+  ReplayOptions ro;
+  ro.dir = o.dir;
+  ro.backend = o.backend;
+  ro.steps = steps;
+  ro.device_memory_bytes = device.capacity_bytes();
+  ro.cpu_compute_threads = o.device.cpu_compute_threads;
+  ro.cpu_pin_threads = o.device.cpu_pin_threads;
+  ro.device = &device;
+  ro.block_size = o.block_size;
+  ro.queue_depth = o.queue_depth;
+  ro.allow_buffered_io = o.allow_buffered_io;
+  return ro;
+}
+
 // Times every op of each trace in a keep-everything replay and folds ops of the
 // same kind and shape into one sample (the median over layers).
 Status MeasureTraceOps(Device& device, const CalibrationOptions& o, Calibration* out) {
@@ -257,17 +274,7 @@ Status MeasureTraceOps(Device& device, const CalibrationOptions& o, Calibration*
     if (o.progress)
       o.progress("timing the ops of " + trace.header.model + " at micro-batch " +
                  std::to_string(trace.header.micro_batch) + " (keep-everything replay)");
-    ReplayOptions ro;
-    ro.dir = o.dir;
-    ro.backend = o.backend;
-    ro.steps = kOpTimingSteps;
-    ro.device_memory_bytes = device.capacity_bytes();
-    ro.cpu_compute_threads = o.device.cpu_compute_threads;
-    ro.cpu_pin_threads = o.device.cpu_pin_threads;
-    ro.device = &device;  // warm already: the replay's first step is not spent touching it
-    ro.block_size = o.block_size;
-    ro.queue_depth = o.queue_depth;
-    ro.allow_buffered_io = o.allow_buffered_io;
+    const ReplayOptions ro = CalibrationReplay(device, o, kOpTimingSteps);
     // A machine that is still settling (right after a build, say) gives steps
     // of unequal length; such a replay would set every op's time. Measure
     // again until the steps agree, a few times at most, and keep the steadiest.
@@ -339,17 +346,7 @@ Status MeasureIoOverhead(Device& device, const CalibrationOptions& o, Calibratio
       o.progress("what SSD traffic costs the ops of " + trace.header.model +
                  " (keep and offload-everything replays, " + std::to_string(kIoOverheadPairs) +
                  " pairs)");
-    ReplayOptions ro;
-    ro.dir = o.dir;
-    ro.backend = o.backend;
-    ro.steps = kIoOverheadSteps;
-    ro.device_memory_bytes = device.capacity_bytes();
-    ro.cpu_compute_threads = o.device.cpu_compute_threads;
-    ro.cpu_pin_threads = o.device.cpu_pin_threads;
-    ro.device = &device;
-    ro.block_size = o.block_size;
-    ro.queue_depth = o.queue_depth;
-    ro.allow_buffered_io = o.allow_buffered_io;
+    const ReplayOptions ro = CalibrationReplay(device, o, kIoOverheadSteps);
     std::vector<double> pairs;
     for (int p = 0; p < kIoOverheadPairs; ++p) {
       if (o.before_measurement) SSDTRAIN_RETURN_IF_ERROR(o.before_measurement());

@@ -24,23 +24,9 @@ using testing::CliResult;
 using testing::RunSsdtrain;
 using testing::SourceDir;
 
-class CliErrors : public ::testing::Test {
+class CliErrors : public testing::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ssdtrain-cli-errors-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string File(const std::string& name) const { return (dir_ / name).string(); }
-  static std::string Model(const std::string& name) {
-    return SourceDir() + "/configs/models/" + name + ".json";
-  }
-  static std::string Hardware(const std::string& name) {
-    return SourceDir() + "/configs/hardware/" + name + ".json";
-  }
-  fs::path dir_;
+  CliErrors() : CliTest("cli-errors") {}
 };
 
 // Exit 1 and one line that starts "ssdtrain VERB: error: " and holds `what`.

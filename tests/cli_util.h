@@ -1,11 +1,15 @@
 // Runs the built `ssdtrain` binary from tests, capturing exit status and output.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <utility>
 
 namespace ssdtrain::testing {
 
@@ -34,5 +38,28 @@ inline CliResult Shell(const std::string& command) {
 inline CliResult RunSsdtrain(const std::string& args) {
   return Shell(SsdtrainBinary() + " " + args);
 }
+
+// A CLI test's fixture: a fresh folder per test (named by `prefix`, the
+// process and the test), removed after it, and the shipped configs by name.
+class CliTest : public ::testing::Test {
+ protected:
+  explicit CliTest(std::string prefix) : prefix_(std::move(prefix)) {}
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ssdtrain-" + prefix_ + "-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string File(const std::string& name) const { return (dir_ / name).string(); }
+  static std::string Model(const std::string& name) {
+    return SourceDir() + "/configs/models/" + name + ".json";
+  }
+  static std::string Hardware(const std::string& name) {
+    return SourceDir() + "/configs/hardware/" + name + ".json";
+  }
+  std::string prefix_;
+  std::filesystem::path dir_;
+};
 
 }  // namespace ssdtrain::testing

@@ -26,22 +26,9 @@ using testing::SourceDir;
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
-class PlanCli : public ::testing::Test {
+class PlanCli : public testing::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ssdtrain-plan-cli-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string File(const std::string& name) const { return (dir_ / name).string(); }
-  static std::string Model(const std::string& name) {
-    return SourceDir() + "/configs/models/" + name + ".json";
-  }
-  static std::string Hardware(const std::string& name) {
-    return SourceDir() + "/configs/hardware/" + name + ".json";
-  }
+  PlanCli() : CliTest("plan-cli") {}
   // A copy of a shipped config with one field changed.
   std::string Edited(const std::string& path, const std::string& name,
                      const std::function<void(nlohmann::json&)>& edit) const {
@@ -51,7 +38,6 @@ class PlanCli : public ::testing::Test {
     EXPECT_TRUE(traces::WriteJsonFile(*j, File(name)).ok());
     return File(name);
   }
-  fs::path dir_;
 };
 
 // tiny-gpt on cpu-local under a 0.1 GiB budget (keep needs 0.17 GiB, the

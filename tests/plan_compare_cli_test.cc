@@ -21,28 +21,14 @@ using testing::CliResult;
 using testing::RunSsdtrain;
 using testing::SourceDir;
 
-class PlanCompareCli : public ::testing::Test {
+class PlanCompareCli : public testing::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ssdtrain-plan-compare-cli-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string File(const std::string& name) const { return (dir_ / name).string(); }
-  static std::string Model(const std::string& name) {
-    return SourceDir() + "/configs/models/" + name + ".json";
-  }
-  static std::string Hardware(const std::string& name) {
-    return SourceDir() + "/configs/hardware/" + name + ".json";
-  }
+  PlanCompareCli() : CliTest("plan-compare-cli") {}
   nlohmann::json Json(const std::string& name) const {
     Result<nlohmann::json> j = traces::ReadJsonFile(File(name));
     EXPECT_TRUE(j.ok()) << j.status().ToString();
     return j.ok() ? *j : nlohmann::json::object();
   }
-  fs::path dir_;
 };
 
 const std::vector<std::string> kComparedPolicies{
