@@ -523,10 +523,10 @@ TEST_F(PlanCli, CompareRefusesAPredictionOfAnotherLayout) {
   ASSERT_TRUE(run->layout.has_value());
   EXPECT_EQ(*run->layout, (traces::ReportLayout{4, 1, 1, 1, 1, "1f1b"}));
 
-  r = RunSsdtrain("compare --predicted " + File("pred-one.json") + " --measured " +
+  r = RunSsdtrain("compare --prediction " + File("pred-one.json") + " --measured " +
                   File("run.json"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  r = RunSsdtrain("compare --predicted " + File("pred-four.json") + " --measured " +
+  r = RunSsdtrain("compare --prediction " + File("pred-four.json") + " --measured " +
                   File("run.json"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("layout differs (num_micro_batches 4 vs 1"), std::string::npos)
@@ -545,13 +545,13 @@ TEST_F(PlanCli, CompareRefusesAPredictionOfAnotherLayout) {
                   " --dir " + File("offload") + " --backend cpu --steps 1 -o " +
                   File("run-two.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = RunSsdtrain("compare --predicted " + File("pred-two.json") + " --measured " +
+  r = RunSsdtrain("compare --prediction " + File("pred-two.json") + " --measured " +
                   File("run-two.json"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   // A report without a layout cannot be checked: refused, naming the file.
   const std::string old =
       Edited(File("pred-one.json"), "old.json", [](nlohmann::json& j) { j.erase("layout"); });
-  r = RunSsdtrain("compare --predicted " + old + " --measured " + File("run.json"));
+  r = RunSsdtrain("compare --prediction " + old + " --measured " + File("run.json"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("old.json: layout: missing"), std::string::npos) << r.output;
 }
