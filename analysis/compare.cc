@@ -119,6 +119,8 @@ void PrintComparison(const Comparison& c, std::ostream& out) {
     out << fmt::format("{:<24} {:>14} {:>14} {:>9}\n", r.name, Fmt(r.predicted, r.unit),
                        Fmt(r.measured, r.unit), FmtError(r.relative_error));
   }
+  out << "error = (predicted - measured) / measured: + where the prediction is above the "
+         "measurement (slower, larger), - where below\n";
   if (!c.worst_ops.empty()) {
     out << fmt::format("\nops with the largest absolute error\n{:>8} {:>14} {:>14} {:>14}\n", "op",
                        "predicted", "measured", "abs error");

@@ -411,13 +411,13 @@ int RunPlan(PlanCmdOptions o) {
   std::cout << fmt::format(
       "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {}{} ({} micro-batches): step "
       "{:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} "
-      "GiB), SSD writes {:.2f} GB/step\n",
+      "GiB), SSD writes {:.2f} GiB/step\n",
       in.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp, plan.pp, plan.dp,
       plan.zero_stage == 1 ? " ZeRO-1" : "", plan.num_micro_batches,
       static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s, m.tflops_per_gpu,
       static_cast<double>(m.peak_gpu_bytes) / kGiB,
       static_cast<double>(m.peak_activation_bytes) / kGiB,
-      static_cast<double>(m.ssd_bytes_written) / 1e9);
+      static_cast<double>(m.ssd_bytes_written) / kGiB);
   std::cout << fmt::format("global batch {} sequences; ",
                            plan.micro_batch * plan.num_micro_batches * plan.dp)
             << BudgetText(plan.memory_budget_bytes, po.memory_budget_bytes > 0, *hw) << "\n";

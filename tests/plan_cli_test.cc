@@ -510,6 +510,11 @@ TEST_F(PlanCli, CompareRefusesAPredictionOfAnotherLayout) {
                             " --micro-batch 4 --global-batch 4 --policy keep -o " +
                             File("one.json") + " --prediction " + File("pred-one.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // One unit family on the headline: GiB for memory and for the SSD's bytes per step.
+  const size_t at = r.output.rfind('\n', r.output.find("SSD writes")) + 1;
+  const std::string headline = r.output.substr(at, r.output.find('\n', at) - at);
+  EXPECT_NE(headline.find("GiB/step"), std::string::npos) << r.output;
+  EXPECT_EQ(headline.find(" GB"), std::string::npos) << r.output;
   r = RunSsdtrain("plan --model " + model + " --hardware " + hw +
                   " --micro-batch 4 --num-micro-batches 4 --policy keep -o " + File("four.json") +
                   " --prediction " + File("pred-four.json"));
@@ -526,6 +531,11 @@ TEST_F(PlanCli, CompareRefusesAPredictionOfAnotherLayout) {
   r = RunSsdtrain("compare --prediction " + File("pred-one.json") + " --measured " +
                   File("run.json"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  // The sign of the error is stated (issue 30 item 7).
+  EXPECT_NE(r.output.find("error = (predicted - measured) / measured: + where the prediction is "
+                          "above the measurement"),
+            std::string::npos)
+      << r.output;
   r = RunSsdtrain("compare --prediction " + File("pred-four.json") + " --measured " +
                   File("run.json"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
