@@ -441,6 +441,16 @@ int RunPlan(PlanCmdOptions o) {
   } else {
     std::cout << CapturedReplayLines(in, plan, o.output);
   }
+  // A preset leaves the executor's GEMM workspace out of the plan's memory
+  // (sim::GpuOptions::replay_workspace); a config `calibrate` writes counts it.
+  if (!hw->gpu.replay_workspace) {
+    std::cout << fmt::format(
+        "note: {} is not calibrated (no gpu.replay_workspace), so this plan leaves out the "
+        "replay's GEMM workspace and a replay may find it over its budget; to replay on this "
+        "machine, run `ssdtrain calibrate --dir OFFLOAD_DIR -o hw.json` first and plan with "
+        "--hardware hw.json\n",
+        o.hardware);
+  }
   // A config measured by one process predicts ranks that each had a machine
   // of their own; ranks that share this one (cores, disk) run slower.
   if (n_ranks > 1 && hw->calibrated_ranks > 0 && hw->calibrated_ranks != n_ranks) {

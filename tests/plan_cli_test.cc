@@ -515,6 +515,13 @@ TEST_F(PlanCli, CompareRefusesAPredictionOfAnotherLayout) {
   const std::string headline = r.output.substr(at, r.output.find('\n', at) - at);
   EXPECT_NE(headline.find("GiB/step"), std::string::npos) << r.output;
   EXPECT_EQ(headline.find(" GB"), std::string::npos) << r.output;
+  // cpu-local is a preset: the plan says to calibrate before a replay here (issue 30 item 4).
+  EXPECT_NE(r.output.find("note: " + hw + " is not calibrated (no gpu.replay_workspace)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("run `ssdtrain calibrate --dir OFFLOAD_DIR -o hw.json` first"),
+            std::string::npos)
+      << r.output;
   r = RunSsdtrain("plan --model " + model + " --hardware " + hw +
                   " --micro-batch 4 --num-micro-batches 4 --policy keep -o " + File("four.json") +
                   " --prediction " + File("pred-four.json"));
