@@ -338,7 +338,8 @@ TEST_F(PlanCli, PinnedLayoutIsThePlansLayoutAndPrintsItsReplayCommand) {
   EXPECT_EQ(plan->schedule, "gpipe");
   // pp × dp = 2 × 2 ranks, each building its own stage's trace from the
   // config; stage 1's plan travels in the plan file.
-  EXPECT_NE(r.output.find("replay this plan: mpirun -np 4 ssdtrain replay --model " +
+  EXPECT_NE(r.output.find("replay this plan: mpirun -np 4 " + fs::canonical(testing::SsdtrainBinary()).string() +
+                              " replay --model " +
                           Model("tiny-gpt") + " --plan " + File("plan.json")),
             std::string::npos)
       << r.output;
@@ -442,7 +443,9 @@ TEST_F(PlanCli, TraceAtTp2PlansAtItsOwnShapeWithNoFlags) {
   EXPECT_EQ(plan->tp, 2);
   EXPECT_EQ(plan->dp, 2);
   EXPECT_NE(
-      r.output.find("replay this plan: mpirun -np 2 ssdtrain replay --trace " + File("t.json")),
+      r.output.find("replay this plan: mpirun -np 2 " +
+                    fs::canonical(testing::SsdtrainBinary()).string() + " replay --trace " +
+                    File("t.json")),
       std::string::npos)
       << r.output;
 }
@@ -519,8 +522,20 @@ TEST_F(PlanCli, CompareRefusesAPredictionOfAnotherLayout) {
   EXPECT_NE(r.output.find("note: " + hw + " is not calibrated (no gpu.replay_workspace)"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("run `ssdtrain calibrate --dir OFFLOAD_DIR -o hw.json` first"),
+  const std::string binary = fs::canonical(testing::SsdtrainBinary()).string();
+  EXPECT_NE(r.output.find("run `" + binary + " calibrate --dir OFFLOAD_DIR -o hw.json` first"),
             std::string::npos)
+      << r.output;
+  // The next commands run as printed: they name this build's binary, which is
+  // not on PATH as "ssdtrain" here (issue 30 item 7).
+  const std::string said = "trace for this plan: ";
+  const size_t from = r.output.find(said);
+  ASSERT_NE(from, std::string::npos) << r.output;
+  const std::string next =
+      r.output.substr(from + said.size(), r.output.find('\n', from) - from - said.size());
+  EXPECT_EQ(next.rfind(binary + " trace ", 0), 0u) << next;
+  EXPECT_EQ(testing::Shell(next + " -o " + File("again.json")).exit_code, 0) << next;
+  EXPECT_NE(r.output.find("replay this plan: " + binary + " replay --model "), std::string::npos)
       << r.output;
   r = RunSsdtrain("plan --model " + model + " --hardware " + hw +
                   " --micro-batch 4 --num-micro-batches 4 --policy keep -o " + File("four.json") +
