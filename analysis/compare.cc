@@ -34,9 +34,8 @@ double RelativeError(double predicted, double measured) {
 Result<Comparison> Compare(const traces::StepReport& p, const traces::StepReport& m, size_t worst) {
   if (p.kind != "prediction" || m.kind != "run") {
     return Status::InvalidArgument(
-        fmt::format("expected a prediction and a measured run, got a {} and a {} (pass --predicted "
-                    "from `ssdtrain "
-                    "simulate` and --measured from `ssdtrain replay`)",
+        fmt::format("expected a prediction and a measured run, got a {} and a {} (pass --prediction "
+                    "from `ssdtrain simulate` and --measured from `ssdtrain replay`)",
                     p.kind, m.kind));
   }
   if (p.model != m.model || p.trace_fingerprint != m.trace_fingerprint) {
@@ -120,6 +119,8 @@ void PrintComparison(const Comparison& c, std::ostream& out) {
     out << fmt::format("{:<24} {:>14} {:>14} {:>9}\n", r.name, Fmt(r.predicted, r.unit),
                        Fmt(r.measured, r.unit), FmtError(r.relative_error));
   }
+  out << "error = (predicted - measured) / measured: + where the prediction is above the "
+         "measurement (slower, larger), - where below\n";
   if (!c.worst_ops.empty()) {
     out << fmt::format("\nops with the largest absolute error\n{:>8} {:>14} {:>14} {:>14}\n", "op",
                        "predicted", "measured", "abs error");

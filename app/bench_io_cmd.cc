@@ -2,14 +2,13 @@
 // on a directory, the measurement fio makes with --direct=1 --ioengine=io_uring.
 #include <fmt/format.h>
 
-#include <cctype>
 #include <iostream>
-#include <limits>
 #include <memory>
 #include <string>
 
 #include "app/cli_errors.h"
 #include "app/command.h"
+#include "app/sizes.h"
 #include "exec/bench_io.h"
 #include "exec/offload_dir.h"
 
@@ -21,34 +20,10 @@ struct BenchIoFlags {
   std::string block_size = "4MiB";
   int queue_depth = 32;
   std::string size = "1GiB";
-  std::string backend = "auto";
+  std::string io_backend = "auto";
   bool buffered = false;
   bool allow_buffered_io = false;
 };
-
-// "4096", "4k", "4KiB", "4M", "1G", "1GiB" (binary multiples, as fio reads them).
-Result<int64_t> ParseBytes(const std::string& flag, const std::string& text) {
-  size_t pos = 0;
-  while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) ++pos;
-  std::string unit = text.substr(pos);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  int shift = -1;
-  if (unit.empty() || unit == "b") shift = 0;
-  if (unit == "k" || unit == "kib" || unit == "kb") shift = 10;
-  if (unit == "m" || unit == "mib" || unit == "mb") shift = 20;
-  if (unit == "g" || unit == "gib" || unit == "gb") shift = 30;
-  if (pos == 0 || pos > 12 || shift < 0) {
-    return Status::InvalidArgument(flag + ": '" + text +
-                                   "' is not a size; expected e.g. 4096, 64k, 4M or 1G");
-  }
-  const int64_t count = std::stoll(text.substr(0, pos));
-  if (count > (std::numeric_limits<int64_t>::max() >> shift)) {
-    return Status::InvalidArgument(flag + ": '" + text + "' is more bytes than fit in 64 bits");
-  }
-  const int64_t bytes = count << shift;
-  if (bytes < 1) return Status::InvalidArgument(flag + ": must be >= 1 byte, got " + text);
-  return bytes;
-}
 
 int Run(const BenchIoFlags& f) {
   exec::BenchIoOptions o;
@@ -56,12 +31,14 @@ int Run(const BenchIoFlags& f) {
   o.queue_depth = f.queue_depth;
   o.direct_io = !f.buffered;
   o.allow_buffered_io = f.allow_buffered_io;
-  auto bs = ParseBytes("--block-size", f.block_size);
+  auto bs = ParseSize("--block-size", f.block_size);
   if (!bs.ok()) return ReportError("bench-io", bs.status());
-  auto size = ParseBytes("--size", f.size);
+  auto size = ParseSize("--size", f.size);
   if (!size.ok()) return ReportError("bench-io", size.status());
-  auto backend = exec::ParseBackendKind(f.backend);
-  if (!backend.ok()) return ReportError("bench-io", backend.status().WithPrefix("--backend"));
+  auto backend = exec::ParseBackendKind(f.io_backend);
+  if (!backend.ok()) {
+    return ReportError("bench-io", backend.status().WithPrefix("--io-backend"));
+  }
   if (Status dir = exec::CheckOffloadDir(f.dir, f.allow_buffered_io); !dir.ok()) {
     return ReportError("bench-io", dir);
   }
@@ -90,11 +67,14 @@ Verb AddBenchIoCommand(CLI::App& app) {
       "bench-io", "Sequential write then read bandwidth of the offload engine on a directory");
   cmd->add_option("--dir", f->dir, "Directory on the SSD to test (a file is made and removed)")
       ->required();
-  cmd->add_option("--block-size", f->block_size, "Bytes per request, e.g. 4M (default 4MiB)");
+  cmd->add_option("--block-size", f->block_size, "Bytes per request: a size, e.g. 4M, 1G or 4096 (default 4MiB)");
   cmd->add_option("--queue-depth", f->queue_depth, "Requests in flight (default 32)")
       ->check(IntAtLeast(1));
-  cmd->add_option("--size", f->size, "Bytes written then read, e.g. 1G (default 1GiB)");
-  cmd->add_option("--backend", f->backend, "auto, io_uring or posix (default auto)");
+  cmd->add_option("--size", f->size, "Bytes written then read: a size, e.g. 64M, 1G or plain bytes (default 1GiB)");
+  cmd->add_option("--io-backend", f->io_backend,
+                  "I/O engine: auto, io_uring or posix (default auto); as replay's --io-backend");
+  // --backend names the device in every other verb.
+  AddAlias(cmd, "--backend", "--io-backend", f->io_backend);
   cmd->add_flag("--buffered", f->buffered, "Do not use O_DIRECT");
   cmd->add_flag(
       "--allow-buffered-io", f->allow_buffered_io,

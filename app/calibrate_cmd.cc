@@ -16,6 +16,7 @@
 #include "app/calibration.h"
 #include "app/cli_errors.h"
 #include "app/command.h"
+#include "app/sizes.h"
 #include "app/interconnect_calibration.h"
 #include "app/mpi_sync.h"
 #include "app/outputs.h"
@@ -258,14 +259,17 @@ Verb AddCalibrateCommand(CLI::App& app) {
                   "CUDA device index, in CUDA's order (CUDA_VISIBLE_DEVICES applies)")
       ->check(IntAtLeast(0))
       ->capture_default_str();
-  cmd->add_option("--block-size", o->block_size, "Offload engine request size in bytes")
-      ->check(IntAtLeast(1))
+  cmd->add_option("--block-size", o->block_size,
+                  "Offload engine request size: a size, e.g. 4M or 4194304")
+      ->transform(SizeBytes())
       ->capture_default_str();
   cmd->add_option("--queue-depth", o->queue_depth, "Offload engine requests in flight")
       ->check(IntAtLeast(1))
       ->capture_default_str();
-  cmd->add_option("--io-size", o->io_size, "Bytes written then read for the SSD bandwidth")
-      ->check(IntAtLeast(1))
+  cmd->add_option("--io-size", o->io_size,
+                  "Bytes written then read for the SSD bandwidth: a size, e.g. 512M, 1G or plain "
+                  "bytes")
+      ->transform(SizeBytes())
       ->capture_default_str();
   cmd->add_flag(
       "--allow-buffered-io", o->allow_buffered_io,

@@ -8,6 +8,7 @@
 #include "analysis/compare.h"
 #include "app/cli_errors.h"
 #include "app/command.h"
+#include "app/sizes.h"
 #include "app/outputs.h"
 #include "traces/report.h"
 
@@ -22,6 +23,9 @@ struct CompareOptions {
 };
 
 int Run(const CompareOptions& o) {
+  if (o.predicted.empty()) {
+    return ReportError("compare", Status::InvalidArgument("--prediction is required"));
+  }
   Outputs outputs;
   outputs.Add("--csv", o.csv);
   if (Status s = outputs.Check(); !s.ok()) return ReportError("compare", s);
@@ -69,8 +73,10 @@ Verb AddCompareCommand(CLI::App& app) {
   auto o = std::make_shared<CompareOptions>();
   CLI::App* cmd =
       app.add_subcommand("compare", "Compare a simulated prediction with a measured run");
-  cmd->add_option("--predicted", o->predicted, "prediction.json from `ssdtrain simulate`")
-      ->required();
+  cmd->add_option("--prediction", o->predicted,
+                  "Prediction file: `ssdtrain plan --prediction` or `ssdtrain simulate -o`");
+  // The same file is plan's --prediction; the old name stays an alias.
+  AddAlias(cmd, "--predicted", "--prediction", o->predicted);
   cmd->add_option("--measured", o->measured, "run.json from `ssdtrain replay`")->required();
   cmd->add_option("--csv", o->csv, "Also write the table as CSV");
   cmd->add_option("--worst", o->worst, "How many ops with the largest error to list")

@@ -11,6 +11,7 @@
 #include "app/outputs.h"
 #include "app/plan_budget.h"
 #include "app/plan_compare.h"
+#include "app/self_path.h"
 #include "models/build_trace.h"
 #include "models/hf_config.h"
 #include "models/model_config.h"
@@ -183,8 +184,8 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   };
   in.trace_command = [base, model_path](const traces::Plan& plan) {
     std::string command =
-        fmt::format("ssdtrain trace --model {} --micro-batch {} --seq-len {} --tp {} --pp {}",
-                    model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
+        fmt::format("{} trace --model {} --micro-batch {} --seq-len {} --tp {} --pp {}",
+                    SelfCommand(), model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
     if (plan.zero_stage != 0) {
       command += fmt::format(" --dp {} --zero-stage {}", plan.dp, plan.zero_stage);
     }
@@ -200,7 +201,7 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
 std::string CapturedReplayLines(const PlanInput& in, const traces::Plan& plan,
                                 const std::string& plan_path) {
   const std::string replay =
-      fmt::format("ssdtrain replay --trace {} --plan {} --dir OFFLOAD_DIR -o run.json",
+      fmt::format("{} replay --trace {} --plan {} --dir OFFLOAD_DIR -o run.json", SelfCommand(),
                   in.trace_path, plan_path);
   if (plan.pp == 1) {
     const std::string ranks = plan.dp > 1 ? fmt::format("mpirun -np {} ", plan.dp) : "";
@@ -411,13 +412,13 @@ int RunPlan(PlanCmdOptions o) {
   std::cout << fmt::format(
       "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {}{} ({} micro-batches): step "
       "{:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} "
-      "GiB), SSD writes {:.2f} GB/step\n",
+      "GiB), SSD writes {:.2f} GiB/step\n",
       in.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp, plan.pp, plan.dp,
       plan.zero_stage == 1 ? " ZeRO-1" : "", plan.num_micro_batches,
       static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s, m.tflops_per_gpu,
       static_cast<double>(m.peak_gpu_bytes) / kGiB,
       static_cast<double>(m.peak_activation_bytes) / kGiB,
-      static_cast<double>(m.ssd_bytes_written) / 1e9);
+      static_cast<double>(m.ssd_bytes_written) / kGiB);
   std::cout << fmt::format("global batch {} sequences; ",
                            plan.micro_batch * plan.num_micro_batches * plan.dp)
             << BudgetText(plan.memory_budget_bytes, po.memory_budget_bytes > 0, *hw) << "\n";
@@ -435,11 +436,21 @@ int RunPlan(PlanCmdOptions o) {
   if (!o.model.empty()) {
     // Each rank builds its own stage's trace from the model config.
     std::cout << fmt::format(
-        "replay this plan: {}ssdtrain replay --model {} --plan {} --dir OFFLOAD_DIR -o "
+        "replay this plan: {}{} replay --model {} --plan {} --dir OFFLOAD_DIR -o "
         "run.json{}\n",
-        ranks, o.model, o.output, n_ranks > 1 ? " (rank r runs stage r / dp)" : "");
+        ranks, SelfCommand(), o.model, o.output, n_ranks > 1 ? " (rank r runs stage r / dp)" : "");
   } else {
     std::cout << CapturedReplayLines(in, plan, o.output);
+  }
+  // A preset leaves the executor's GEMM workspace out of the plan's memory
+  // (sim::GpuOptions::replay_workspace); a config `calibrate` writes counts it.
+  if (!hw->gpu.replay_workspace) {
+    std::cout << fmt::format(
+        "note: {} is not calibrated (no gpu.replay_workspace), so this plan leaves out the "
+        "replay's GEMM workspace and a replay may find it over its budget; to replay on this "
+        "machine, run `{} calibrate --dir OFFLOAD_DIR -o hw.json` first and plan with "
+        "--hardware hw.json\n",
+        o.hardware, SelfCommand());
   }
   // A config measured by one process predicts ranks that each had a machine
   // of their own; ranks that share this one (cores, disk) run slower.

@@ -19,6 +19,7 @@
 #include "app/mpi_sync.h"
 #include "app/outputs.h"
 #include "app/reports.h"
+#include "app/sizes.h"
 #include "exec/offload_dir.h"
 #include "exec/replay.h"
 #include "models/build_trace.h"
@@ -136,7 +137,7 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
     return Status::InvalidArgument("give exactly one of --trace FILE or --model CONFIG");
   }
   if (f.plan.empty() == f.policy.empty()) {
-    return Status::InvalidArgument("give exactly one of --plan FILE or --policy keep|offload-all");
+    return Status::InvalidArgument("give exactly one of --plan FILE or --policy keep|offload-ssd");
   }
   Setup s;
   s.plan_source = f.plan;
@@ -166,11 +167,11 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   } else if (f.policy == "keep") {
     s.plan = traces::KeepAllPlan(s.trace);
     s.plan_source = "--policy keep";
-  } else if (f.policy == "offload-all") {
+  } else if (f.policy == "offload-ssd") {
     s.plan = traces::OffloadAllPlan(s.trace);
-    s.plan_source = "--policy offload-all";
+    s.plan_source = "--policy offload-ssd";
   } else {
-    return Status::InvalidArgument("--policy: expected keep or offload-all, got \"" + f.policy +
+    return Status::InvalidArgument("--policy: expected keep or offload-ssd, got \"" + f.policy +
                                    "\"");
   }
   if (ranks == nullptr && !f.single_rank) {
@@ -358,8 +359,17 @@ Verb AddReplayCommand(CLI::App& app) {
                   "plan's layout (micro-batch, sequence length, tp, pp)");
   cmd->add_option("--plan", flags->plan, "Plan file (from `ssdtrain plan`)");
   cmd->add_option("--policy", flags->policy,
-                  "Instead of --plan: a built-in plan, keep or offload-all (every saved "
-                  "offloadable activation to the SSD)");
+                  "Instead of --plan: a built-in plan, keep or offload-ssd (every saved "
+                  "offloadable activation to the SSD; the names plan uses)")
+      ->transform(CLI::Validator(
+          [](std::string& input) -> std::string {
+            // Its old name, before replay and plan shared one vocabulary.
+            if (input == "offload-all") {
+              input = RenamedValue("replay", "--policy", "offload-all", "offload-ssd");
+            }
+            return "";
+          },
+          ""));
   cmd->add_option("--dir", flags->dir, "Offload directory (on the SSD)")->required();
   cmd->add_option("--backend", flags->backend,
                   "Device: auto (CUDA when a GPU is usable), cpu, cuda")

@@ -66,7 +66,7 @@ TEST(BufferedIoCli, ReplayRefusesTheDirectoryUnlessBufferedIoIsAllowedAndTheRunF
   ASSERT_TRUE(traces::WriteTrace(*trace, trace_path).ok());
   const std::string run_path = work.path() + "/run.json";
   const std::string args = "replay --trace " + trace_path +
-                           " --policy offload-all --backend cpu --steps 1 --device-memory 0.25 "
+                           " --policy offload-ssd --backend cpu --steps 1 --device-memory 0.25 "
                            "--staging-memory 16 --dir " +
                            dir.path() + " -o " + run_path;
 

@@ -59,7 +59,7 @@ TEST_F(CliErrors, ParserErrorsCarryTheVerbsPrefixAndExitOne) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"plan", "--hardware is required"},
       {"replay --dir d -o r.json --bogus", "The following argument was not expected: --bogus"},
-      {"compare --predicted a --measured b --worst many",
+      {"compare --prediction a --measured b --worst many",
        "--worst: must be an integer >= 0, got many"},
       {"calibrate -o c.json", "--dir is required"},
       {"simulate --trace t --plan p --hardware h", "--output is required"},
@@ -106,7 +106,7 @@ TEST_F(CliErrors, NumericFlagsOutOfRangeAreRefusedStatingTheRange) {
   const std::string calibrate = "calibrate --dir " + dir_.string() + " -o " + File("c.json") + " ";
   const std::string trace = "trace --model " + Model("tiny-gpt") + " -o " + File("t.json") + " ";
   const std::string demo = "demo --report " + File("report") + " ";
-  const std::string compare = "compare --predicted a --measured b ";
+  const std::string compare = "compare --prediction a --measured b ";
   const std::string bench = "bench-io --dir " + dir_.string() + " ";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {plan + "--micro-batch -1", "--micro-batch: must be >= 1, got -1"},
@@ -128,9 +128,9 @@ TEST_F(CliErrors, NumericFlagsOutOfRangeAreRefusedStatingTheRange) {
       {replay + "--cpu-threads 0", "--cpu-threads: must be >= 1, got 0"},
       {replay + "--cuda-device -1", "--cuda-device: must be >= 0, got -1"},
       {calibrate + "--micro-batch 2 --micro-batch 0", "--micro-batch: must be >= 1, got 0"},
-      {calibrate + "--block-size 0", "--block-size: must be >= 1, got 0"},
+      {calibrate + "--block-size 0", "--block-size: must be >= 1 byte, got 0"},
       {calibrate + "--queue-depth 0", "--queue-depth: must be >= 1, got 0"},
-      {calibrate + "--io-size -1", "--io-size: must be >= 1, got -1"},
+      {calibrate + "--io-size -1", "--io-size: must be a size such as 4096, 64k, 4M or 1G, got -1"},
       {calibrate + "--repeats 0", "--repeats: must be >= 1, got 0"},
       {calibrate + "--device-memory -1", "--device-memory: must be >= 0, got -1"},
       {calibrate + "--cuda-device -1", "--cuda-device: must be >= 0, got -1"},
@@ -198,7 +198,7 @@ TEST_F(CliErrors, OutputPathsAndDirectoriesAreCheckedBeforeAnyWork) {
       {"calibrate --dir " + File("off") + " -o " + bad, "-o " + bad + ": cannot be written"},
       {"calibrate --dir " + File("nope") + " -o " + ok,
        "offload directory " + File("nope") + " cannot be used"},
-      {"compare --predicted p.json --measured m.json --csv " + bad,
+      {"compare --prediction p.json --measured m.json --csv " + bad,
        "--csv " + bad + ": cannot be written"},
       {"demo --report " + File("report") + " --summary " + bad,
        "--summary " + bad + ": cannot be written"},
@@ -253,7 +253,7 @@ TEST_F(CliErrors, AFailingLaterStepLeavesNoOutputFile) {
            File("o1.json"),
        "missing-hw.json"},
       // A plan is not a step report: refused after the --csv path was checked.
-      {"compare --predicted " + File("p.json") + " --measured " + File("p.json") + " --csv " +
+      {"compare --prediction " + File("p.json") + " --measured " + File("p.json") + " --csv " +
            File("o.csv"),
        "expected \"ssdtrain-report\""},
       {"demo --report " + File("report") + " --dir " + File("off") + " --model " +

@@ -1,6 +1,6 @@
 // End to end: Hugging Face config.json files (models/tests/hf/) traced at a small
 // sequence length and replayed with --verify on the CPU backend, every saved
-// offloadable activation through the SSD path (--policy offload-all).
+// offloadable activation through the SSD path (--policy offload-ssd).
 //
 // A file whose model is too big for a CI machine (Qwen3-8B: 8.2 B parameters, 33 GB
 // of fp32 weights) is replayed as a reduced copy: the real file with only its size
@@ -60,7 +60,7 @@ class HfReplayCli : public ::testing::Test {
                                             std::to_string(kSeqLen) + " -o " + File("t.json"));
     ASSERT_EQ(traced.exit_code, 0) << traced.output;
     testing::CliResult run = RunSsdtrain(
-        "replay --trace " + File("t.json") + " --policy offload-all --backend cpu --dir " +
+        "replay --trace " + File("t.json") + " --policy offload-ssd --backend cpu --dir " +
         File("offload") + " --steps 1 --verify -o " + File("run.json"));
     ASSERT_EQ(run.exit_code, 0) << run.output;
     auto report = traces::ReadStepReport(File("run.json"));

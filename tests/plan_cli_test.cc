@@ -324,7 +324,8 @@ TEST_F(PlanCli, PinnedLayoutIsThePlansLayoutAndPrintsItsReplayCommand) {
   EXPECT_EQ(plan->schedule, "gpipe");
   // pp × dp = 2 × 2 ranks, each building its own stage's trace from the
   // config; stage 1's plan travels in the plan file.
-  EXPECT_NE(r.output.find("replay this plan: mpirun -np 4 ssdtrain replay --model " +
+  EXPECT_NE(r.output.find("replay this plan: mpirun -np 4 " + fs::canonical(testing::SsdtrainBinary()).string() +
+                              " replay --model " +
                           Model("tiny-gpt") + " --plan " + File("plan.json")),
             std::string::npos)
       << r.output;
@@ -428,7 +429,9 @@ TEST_F(PlanCli, TraceAtTp2PlansAtItsOwnShapeWithNoFlags) {
   EXPECT_EQ(plan->tp, 2);
   EXPECT_EQ(plan->dp, 2);
   EXPECT_NE(
-      r.output.find("replay this plan: mpirun -np 2 ssdtrain replay --trace " + File("t.json")),
+      r.output.find("replay this plan: mpirun -np 2 " +
+                    fs::canonical(testing::SsdtrainBinary()).string() + " replay --trace " +
+                    File("t.json")),
       std::string::npos)
       << r.output;
 }
@@ -496,6 +499,30 @@ TEST_F(PlanCli, CompareRefusesAPredictionOfAnotherLayout) {
                             " --micro-batch 4 --global-batch 4 --policy keep -o " +
                             File("one.json") + " --prediction " + File("pred-one.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // One unit family on the headline: GiB for memory and for the SSD's bytes per step.
+  const size_t at = r.output.rfind('\n', r.output.find("SSD writes")) + 1;
+  const std::string headline = r.output.substr(at, r.output.find('\n', at) - at);
+  EXPECT_NE(headline.find("GiB/step"), std::string::npos) << r.output;
+  EXPECT_EQ(headline.find(" GB"), std::string::npos) << r.output;
+  // cpu-local is a preset: the plan says to calibrate before a replay here (issue 30 item 4).
+  EXPECT_NE(r.output.find("note: " + hw + " is not calibrated (no gpu.replay_workspace)"),
+            std::string::npos)
+      << r.output;
+  const std::string binary = fs::canonical(testing::SsdtrainBinary()).string();
+  EXPECT_NE(r.output.find("run `" + binary + " calibrate --dir OFFLOAD_DIR -o hw.json` first"),
+            std::string::npos)
+      << r.output;
+  // The next commands run as printed: they name this build's binary, which is
+  // not on PATH as "ssdtrain" here (issue 30 item 7).
+  const std::string said = "trace for this plan: ";
+  const size_t from = r.output.find(said);
+  ASSERT_NE(from, std::string::npos) << r.output;
+  const std::string next =
+      r.output.substr(from + said.size(), r.output.find('\n', from) - from - said.size());
+  EXPECT_EQ(next.rfind(binary + " trace ", 0), 0u) << next;
+  EXPECT_EQ(testing::Shell(next + " -o " + File("again.json")).exit_code, 0) << next;
+  EXPECT_NE(r.output.find("replay this plan: " + binary + " replay --model "), std::string::npos)
+      << r.output;
   r = RunSsdtrain("plan --model " + model + " --hardware " + hw +
                   " --micro-batch 4 --num-micro-batches 4 --policy keep -o " + File("four.json") +
                   " --prediction " + File("pred-four.json"));
@@ -509,10 +536,15 @@ TEST_F(PlanCli, CompareRefusesAPredictionOfAnotherLayout) {
   ASSERT_TRUE(run->layout.has_value());
   EXPECT_EQ(*run->layout, (traces::ReportLayout{4, 1, 1, 1, 1, "1f1b"}));
 
-  r = RunSsdtrain("compare --predicted " + File("pred-one.json") + " --measured " +
+  r = RunSsdtrain("compare --prediction " + File("pred-one.json") + " --measured " +
                   File("run.json"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  r = RunSsdtrain("compare --predicted " + File("pred-four.json") + " --measured " +
+  // The sign of the error is stated (issue 30 item 7).
+  EXPECT_NE(r.output.find("error = (predicted - measured) / measured: + where the prediction is "
+                          "above the measurement"),
+            std::string::npos)
+      << r.output;
+  r = RunSsdtrain("compare --prediction " + File("pred-four.json") + " --measured " +
                   File("run.json"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("layout differs (num_micro_batches 4 vs 1"), std::string::npos)
@@ -531,13 +563,13 @@ TEST_F(PlanCli, CompareRefusesAPredictionOfAnotherLayout) {
                   " --dir " + File("offload") + " --backend cpu --steps 1 -o " +
                   File("run-two.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = RunSsdtrain("compare --predicted " + File("pred-two.json") + " --measured " +
+  r = RunSsdtrain("compare --prediction " + File("pred-two.json") + " --measured " +
                   File("run-two.json"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   // A report without a layout cannot be checked: refused, naming the file.
   const std::string old =
       Edited(File("pred-one.json"), "old.json", [](nlohmann::json& j) { j.erase("layout"); });
-  r = RunSsdtrain("compare --predicted " + old + " --measured " + File("run.json"));
+  r = RunSsdtrain("compare --prediction " + old + " --measured " + File("run.json"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("old.json: layout: missing"), std::string::npos) << r.output;
 }

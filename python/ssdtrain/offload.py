@@ -21,7 +21,7 @@ Leaf modules (modules without children) split forward into groups: group g
 starts when the g-th leaf module's forward starts. The schedule is a function
 of the groups only, so memory is deterministic:
 - a storage saved in group g is written at the start of group g + keep_last
-  (policy "all": keep_last = 0, at once; policy "ssdtrain": keep_last = 2, so
+  (policy "offload-ssd": keep_last = 0, at once; policy "ssdtrain": keep_last = 2, so
   the storages of the last two leaf modules, which backward needs first, are
   never written: the paper's rule of keeping the last layers);
 - its write must have landed by the start of group g + keep_last + write_lag
@@ -34,7 +34,7 @@ With ``plan=`` and ``trace=`` (a plan ``ssdtrain plan --trace`` made for a trace
 ``ssdtrain.capture`` wrote), the plan decides instead (ssdtrain/plan.py): each
 storage is matched to the trace's by its save number and checked (bytes, dtype,
 shape: a run that is not the captured one raises ``ssdtrain.PlanError``);
-offload-ssd storages are written when saved (as under "all") and released at the
+offload-ssd storages are written when saved (as under "offload-ssd") and released at the
 plan's eviction points, mapped to the first save or unpack after each (a plan
 without them: they land within ``write_lag`` leaf modules), keep storages stay,
 ``min_bytes`` and ``prefetch`` do not apply; reads are issued at the plan's
@@ -66,6 +66,7 @@ run on autograd's device threads, so the cache takes a lock.
 """
 
 import os
+import warnings
 import re
 import threading
 import time
@@ -79,7 +80,9 @@ from .saved import SaveOrder
 
 OffloadError = _engine.OffloadError
 
-POLICIES = ("ssdtrain", "all", "none")
+POLICIES = ("ssdtrain", "offload-ssd", "keep")  # the names `ssdtrain plan` and `replay` use
+# The old names, still accepted with a DeprecationWarning.
+OLD_POLICIES = {"all": "offload-ssd", "none": "keep"}
 # Storages smaller than this stay in memory: a request per tiny tensor costs
 # more than the memory it frees (the paper keeps small tensors too).
 DEFAULT_MIN_BYTES = 64 << 10
@@ -184,6 +187,11 @@ class Offload:
                              f"what is offloaded; give one of them")
         if plan is None:
             policy = policy or "ssdtrain"
+            if policy in OLD_POLICIES:
+                warnings.warn(f"offload: policy '{policy}' is now '{OLD_POLICIES[policy]}' (the "
+                              f"name ssdtrain plan and replay use); '{policy}' still works",
+                              DeprecationWarning, stacklevel=3)
+                policy = OLD_POLICIES[policy]
             if policy not in POLICIES:
                 raise ValueError(f"offload: policy '{policy}': expected one of "
                                  f"{', '.join(POLICIES)}")
@@ -197,7 +205,7 @@ class Offload:
         self.model = model
         self.dir = dir
         # A plan decides what is written (ssdtrain/plan.py); writes start when the
-        # storage is saved, as under policy "all".
+        # storage is saved, as under policy "offload-ssd".
         self.plan = StepPlan(plan, trace) if plan is not None else None
         self.policy = "plan" if plan is not None else policy
         self.keep_last = SSDTRAIN_KEEP_LAST if self.policy == "ssdtrain" else 0
@@ -366,7 +374,7 @@ class Offload:
         if placed is not None:
             offload = placed.offload
         else:
-            offload = self.policy != "none" and nbytes >= self.min_bytes
+            offload = self.policy != "keep" and nbytes >= self.min_bytes
         if offload:
             s.state = "queued"
             if placed is None or placed.evict_before is None:  # else the plan's point
@@ -641,7 +649,8 @@ class Offload:
 
 def offload(model, dir, policy=None, plan=None, trace=None, **options):
     """Offloads the activations autograd saves inside the ``with`` block to files in
-    ``dir``, by `policy` ("ssdtrain" by default, "all" or "none") or by `plan` (a
+    ``dir``, by `policy` ("ssdtrain" by default, "offload-ssd" or "keep"; the old
+    "all" and "none" still work, with a DeprecationWarning) or by `plan` (a
     plan file made for the captured trace `trace`). See the module docstring for
     the schedule and ``Offload`` for options."""
     return Offload(model, dir, policy=policy, plan=plan, trace=trace, **options)

@@ -33,7 +33,7 @@ class OffloadFailures(unittest.TestCase):
     def test_eio_on_a_write_raises_in_forward_naming_tensor_and_file(self):
         # The 4th write request fails with EIO; its wait comes at a leaf-module
         # boundary of forward, so forward raises.
-        off = ssdtrain.offload(self.model, self.dir, policy="all", faults=[("write", 3, "eio", 1)])
+        off = ssdtrain.offload(self.model, self.dir, policy="offload-ssd", faults=[("write", 3, "eio", 1)])
         with self.assertRaises(ssdtrain.OffloadError) as cm:
             with off:
                 loss_fn(self.model(self.idx), self.targets).backward()
@@ -46,7 +46,7 @@ class OffloadFailures(unittest.TestCase):
         self.assertEqual(os.listdir(self.dir), [])
 
     def test_eio_on_a_read_raises_in_backward_and_no_gradient_is_made(self):
-        off = ssdtrain.offload(self.model, self.dir, policy="all", faults=[("read", 0, "eio", 1)])
+        off = ssdtrain.offload(self.model, self.dir, policy="offload-ssd", faults=[("read", 0, "eio", 1)])
         with self.assertRaises(ssdtrain.OffloadError) as cm:
             with off:
                 loss = loss_fn(self.model(self.idx), self.targets)
@@ -58,7 +58,7 @@ class OffloadFailures(unittest.TestCase):
         self.assertEqual(os.listdir(self.dir), [])
 
     def test_a_corrupt_extent_raises_a_checksum_mismatch_not_zeros(self):
-        off = ssdtrain.offload(self.model, self.dir, policy="all")
+        off = ssdtrain.offload(self.model, self.dir, policy="offload-ssd")
         with self.assertRaises(ssdtrain.OffloadError) as cm:
             with off:
                 loss = loss_fn(self.model(self.idx), self.targets)
@@ -79,7 +79,7 @@ class OffloadFailures(unittest.TestCase):
 
     def test_an_exception_in_training_code_removes_the_files(self):
         with self.assertRaisesRegex(ValueError, "user code"):
-            with ssdtrain.offload(self.model, self.dir, policy="all") as off:
+            with ssdtrain.offload(self.model, self.dir, policy="offload-ssd") as off:
                 loss_fn(self.model(self.idx), self.targets)
                 self.assertGreater(len(all_files(off.run_dirs()[0])), 0)
                 raise ValueError("user code")
@@ -108,7 +108,7 @@ class OffloadFailures(unittest.TestCase):
             model.blocks[3].fc1.register_forward_pre_hook(hook)
             model.blocks[3].fc2.register_forward_pre_hook(hook)
             idx, targets = batch(0)
-            with ssdtrain.offload(model, {self.dir!r}, policy="all") as off:
+            with ssdtrain.offload(model, {self.dir!r}, policy="offload-ssd") as off:
                 loss_fn(model(idx), targets).backward()
             print("not interrupted")
         """)

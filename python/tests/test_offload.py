@@ -7,6 +7,7 @@ import pathlib
 import shutil
 import tempfile
 import unittest
+import warnings
 
 import torch
 
@@ -89,7 +90,7 @@ class OffloadTraining(unittest.TestCase):
                 self.assertTrue(torch.equal(bits(a), bits(b)), f"step {step}: a gradient differs")
 
     def test_policy_all_is_bitwise_identical_and_writes_every_large_storage(self):
-        run = train(self.dir, policy="all")
+        run = train(self.dir, policy="offload-ssd")
         self.assertBitwiseEqual(run)
         torch.manual_seed(0)
         model = GPT()
@@ -117,7 +118,7 @@ class OffloadTraining(unittest.TestCase):
         self.assertEqual(len({x["end"]["peak_saved_bytes"] for x in run[2]}), 1)
 
     def test_policy_none_keeps_exactly_what_autograd_saves(self):
-        run = train(self.dir, policy="none")
+        run = train(self.dir, policy="keep")
         self.assertBitwiseEqual(run)
         torch.manual_seed(0)
         total, _ = saved_storage_bytes(GPT(), *batch(0), ssdtrain.DEFAULT_MIN_BYTES)
@@ -141,7 +142,7 @@ class OffloadTraining(unittest.TestCase):
         self.assertEqual(os.listdir(self.dir), [])
 
     def test_stats_use_the_run_report_names_and_dir_may_be_a_path(self):
-        _, _, stats = train(pathlib.Path(self.dir), policy="all", steps=1)
+        _, _, stats = train(pathlib.Path(self.dir), policy="offload-ssd", steps=1)
         for name in ("ssd_bytes_written", "ssd_bytes_read", "peak_saved_bytes", "exposed_io_ns"):
             self.assertIn(name, stats[0]["final"])
         self.assertEqual(stats[0]["final"]["ssd_bytes_written"],
@@ -152,7 +153,7 @@ class OffloadTraining(unittest.TestCase):
         model = GPT()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         losses, grads = [], []
-        with ssdtrain.offload(model, self.dir, policy="all") as off:
+        with ssdtrain.offload(model, self.dir, policy="offload-ssd") as off:
             for step in range(STEPS):
                 idx, targets = batch(step)
                 opt.zero_grad()
@@ -173,6 +174,16 @@ class OffloadTraining(unittest.TestCase):
             ssdtrain.offload(GPT(), self.dir, policy="most")
         with self.assertRaisesRegex(ValueError, "no-such-dir"):
             ssdtrain.offload(GPT(), os.path.join(self.dir, "no-such-dir"))
+
+    def test_old_policy_names_still_work_with_a_deprecation_warning(self):
+        # The names are plan's and replay's (offload-ssd, keep); all and none were Python's own.
+        for old, now in (("all", "offload-ssd"), ("none", "keep")):
+            with self.assertWarnsRegex(DeprecationWarning, f"policy '{old}' is now '{now}'"):
+                off = ssdtrain.offload(GPT(), self.dir, policy=old)
+            self.assertEqual(off.policy, now)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            self.assertEqual(ssdtrain.offload(GPT(), self.dir, policy="keep").policy, "keep")
 
 
 if __name__ == "__main__":

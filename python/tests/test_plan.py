@@ -264,8 +264,8 @@ class OffloadByPlan(unittest.TestCase):
             ssdtrain.offload(GPT(), **self.offload_args(path))
         with self.assertRaisesRegex(ValueError, "together with trace="):
             ssdtrain.offload(GPT(), self.dir, plan=self.plan_path)
-        with self.assertRaisesRegex(ValueError, "policy 'all' and plan= given"):
-            ssdtrain.offload(GPT(), policy="all", **self.offload_args())
+        with self.assertRaisesRegex(ValueError, "policy 'offload-ssd' and plan= given"):
+            ssdtrain.offload(GPT(), policy="offload-ssd", **self.offload_args())
 
 
 if __name__ == "__main__":
