@@ -33,10 +33,10 @@ double RelativeError(double predicted, double measured) {
 
 Result<Comparison> Compare(const traces::StepReport& p, const traces::StepReport& m, size_t worst) {
   if (p.kind != "prediction" || m.kind != "run") {
-    return Status::InvalidArgument(
-        fmt::format("expected a prediction and a measured run, got a {} and a {} (pass --prediction "
-                    "from `ssdtrain simulate` and --measured from `ssdtrain replay`)",
-                    p.kind, m.kind));
+    return Status::InvalidArgument(fmt::format(
+        "expected a prediction and a measured run, got a {} and a {} (pass --prediction "
+        "from `ssdtrain simulate` and --measured from `ssdtrain replay`)",
+        p.kind, m.kind));
   }
   if (p.model != m.model || p.trace_fingerprint != m.trace_fingerprint) {
     return Status::FailedPrecondition(

@@ -67,10 +67,12 @@ Verb AddBenchIoCommand(CLI::App& app) {
       "bench-io", "Sequential write then read bandwidth of the offload engine on a directory");
   cmd->add_option("--dir", f->dir, "Directory on the SSD to test (a file is made and removed)")
       ->required();
-  cmd->add_option("--block-size", f->block_size, "Bytes per request: a size, e.g. 4M, 1G or 4096 (default 4MiB)");
+  cmd->add_option("--block-size", f->block_size,
+                  "Bytes per request: a size, e.g. 4M, 1G or 4096 (default 4MiB)");
   cmd->add_option("--queue-depth", f->queue_depth, "Requests in flight (default 32)")
       ->check(IntAtLeast(1));
-  cmd->add_option("--size", f->size, "Bytes written then read: a size, e.g. 64M, 1G or plain bytes (default 1GiB)");
+  cmd->add_option("--size", f->size,
+                  "Bytes written then read: a size, e.g. 64M, 1G or plain bytes (default 1GiB)");
   cmd->add_option("--io-backend", f->io_backend,
                   "I/O engine: auto, io_uring or posix (default auto); as replay's --io-backend");
   // --backend names the device in every other verb.

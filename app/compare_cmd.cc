@@ -8,8 +8,8 @@
 #include "analysis/compare.h"
 #include "app/cli_errors.h"
 #include "app/command.h"
-#include "app/sizes.h"
 #include "app/outputs.h"
+#include "app/sizes.h"
 #include "traces/report.h"
 
 namespace ssdtrain::app {

@@ -312,7 +312,8 @@ class MpiSync final : public RankSync {
 
   Status AllReduceSumAsync(void* host, int64_t count, traces::DType dtype) override {
     if (async_comm_ == MPI_COMM_NULL) {
-      return Status::Internal("no communicator for the nonblocking all-reduces (MPI_Comm_dup failed)");
+      return Status::Internal(
+          "no communicator for the nonblocking all-reduces (MPI_Comm_dup failed)");
     }
     MPI_Datatype type = MPI_BYTE;
     MPI_Op op = MPI_SUM;

@@ -23,10 +23,10 @@ traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace&
   if (run.verify) r.verified = run.verified;
   // The executor's own figures (cache, step times, plan checks) ride along.
   nlohmann::json j = exec::ToJson(run);
-  for (const char* key : {"backend", "io_backend", "direct_io", "step_times_ns",
-                          "planned_peak_activation_bytes", "planned_peak_device_bytes",
-                          "plan_offloaded_bytes", "workspace_bytes", "cache", "tensors_checked",
-                          "gradient_buckets"}) {
+  for (const char* key :
+       {"backend", "io_backend", "direct_io", "step_times_ns", "planned_peak_activation_bytes",
+        "planned_peak_device_bytes", "plan_offloaded_bytes", "workspace_bytes", "cache",
+        "tensors_checked", "gradient_buckets"}) {
     if (j.contains(key)) r.extra[key] = j[key];
   }
   return r;

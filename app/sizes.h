@@ -14,8 +14,8 @@ namespace ssdtrain::app {
 // `text` as a byte count of at least 1; an error names `flag` and the syntax.
 Result<int64_t> ParseSize(const std::string& flag, const std::string& text);
 
-// A CLI11 transform (not check: it rewrites) for an integer flag that takes a size: rewrites "64M" to its
-// bytes before the flag's integer conversion, and refuses what is not a size
+// A CLI11 transform (not check: it rewrites) for an integer flag that takes a size: rewrites "64M"
+// to its bytes before the flag's integer conversion, and refuses what is not a size
 // ("must be a size such as 4096, 64k, 4M or 1G, got 64X").
 CLI::Validator SizeBytes();
 
@@ -26,8 +26,7 @@ template <typename T>
 CLI::Option* AddAlias(CLI::App* cmd, const std::string& old_flag, const std::string& flag,
                       T& target) {
   const std::string verb = cmd->get_name();
-  return cmd
-      ->add_option(old_flag, target, "Old name of " + flag + " (still accepted, with a note)")
+  return cmd->add_option(old_flag, target, "Old name of " + flag + " (still accepted, with a note)")
       ->each([verb, old_flag, flag](const std::string&) {
         std::cerr << "ssdtrain " << verb << ": note: " << old_flag << " is now " << flag << "; "
                   << old_flag << " still works\n";

@@ -354,13 +354,14 @@ Status MeasureIoOverhead(Device& device, const CalibrationOptions& o, Calibratio
       if (!keep.ok()) return keep.status().WithPrefix("SSD traffic's cost, " + trace.header.model);
       if (o.before_measurement) SSDTRAIN_RETURN_IF_ERROR(o.before_measurement());
       Result<ReplayResult> moved = Replay(trace, offload_plan, ro, "calibration offload plan");
-      if (!moved.ok()) return moved.status().WithPrefix("SSD traffic's cost, " + trace.header.model);
+      if (!moved.ok())
+        return moved.status().WithPrefix("SSD traffic's cost, " + trace.header.model);
       const traces::StepMetrics& m = moved->metrics;
       const int64_t bytes = m.ssd_bytes_written + m.ssd_bytes_read;
       if (bytes <= 0) continue;
       const int64_t extra = m.step_time_ns - m.exposed_io_ns - keep->metrics.step_time_ns;
-      pairs.push_back(std::max<double>(0, static_cast<double>(extra) / 1e3 /
-                                              (static_cast<double>(bytes) / 1048576.0)));
+      pairs.push_back(std::max<double>(
+          0, static_cast<double>(extra) / 1e3 / (static_cast<double>(bytes) / 1048576.0)));
     }
     if (!pairs.empty()) {
       std::sort(pairs.begin(), pairs.end());
