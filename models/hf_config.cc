@@ -220,9 +220,9 @@ Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelCon
   return positions;
 }
 
-// GPT-2: learned positions, LayerNorm, GELU MLP, biases, dropout, tied output.
-Result<int64_t> ReadGpt2(Fields& f, ModelConfig* c) {
-  c->family = "gpt";
+// The GPT-2 field names GPT-J shares: widths, depth, heads, the MLP, the
+// vocabulary and the GELU; returns n_positions.
+Result<int64_t> ReadGpt2Shape(Fields& f, ModelConfig* c) {
   SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("n_embd", "hidden"));
   SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("n_layer", "layers"));
   SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("n_head", "heads"));
@@ -236,6 +236,13 @@ Result<int64_t> ReadGpt2(Fields& f, ModelConfig* c) {
   if (!OneOf(kGelus, act)) {
     return f.NotModelled("activation_function", "\"" + act + "\" is", List(kGelus));
   }
+  return positions;
+}
+
+// GPT-2: learned positions, LayerNorm, GELU MLP, biases, dropout, tied output.
+Result<int64_t> ReadGpt2(Fields& f, ModelConfig* c) {
+  c->family = "gpt";
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t positions, ReadGpt2Shape(f, c));
   SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", true));
   if (!tied)
     return f.NotModelled("tie_word_embeddings", "false (an untied output layer) is", "true");
@@ -474,19 +481,7 @@ Result<int64_t> ReadOpt(Fields& f, ModelConfig* c) {
 Result<int64_t> ReadGptj(Fields& f, ModelConfig* c) {
   c->family = "gptj";
   c->parallel_block = true;
-  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("n_embd", "hidden"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("n_layer", "layers"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("n_head", "heads"));
-  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> inner, f.OptionalSize("n_inner", "ffn_hidden"));
-  c->ffn_hidden = inner.value_or(0);
-  if (!inner) f.Assume("ffn_hidden 4 x n_embd: n_inner is null or absent");
-  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
-  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("n_positions", ""));
-  SSDTRAIN_RETURN_IF_ERROR(CheckHeads(f, *c, "n_head", "n_embd", ""));
-  SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("activation_function", "gelu_new"));
-  if (!OneOf(kGelus, act)) {
-    return f.NotModelled("activation_function", "\"" + act + "\" is", List(kGelus));
-  }
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t positions, ReadGpt2Shape(f, c));
   SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", false));
   if (tied) {
     return f.NotModelled("tie_word_embeddings", "true (an output layer tied to the embeddings) is",
