@@ -1,6 +1,7 @@
 // Calibration: measures the machine the executor runs on — GEMM throughput over
 // a range of shapes, memory-bound op bandwidth, copy bandwidth each way between
-// device memory and staging buffers, the SSD path's bandwidth and latency
+// device memory and staging buffers (at the sizes of the first trace's offload
+// candidates, else one 64 MiB copy), the SSD path's bandwidth and latency
 // through the offload engine — and, for given traces, every op's time at its
 // real shape. `ssdtrain calibrate` turns the result into a hardware config the
 // simulator reads (exec never includes sim: the app joins the two).
@@ -109,6 +110,19 @@ struct Calibration {
 };
 
 Result<Calibration> Calibrate(const CalibrationOptions& options);
+
+// The copies Calibrate times each way, with how many of each one step moves:
+// the storages of the first trace with offload candidates
+// (traces::OffloadCandidates), at most the 8 sizes that carry the most bytes,
+// most first; one 64 MiB copy when no trace has any. A replay's copies of a
+// few MiB run from the caches and faster than one large copy, so d2h_GBps and
+// h2d_GBps are these copies' bytes over their time (each size at its median).
+struct CopySize {
+  int64_t bytes = 0;
+  int64_t count = 0;
+  bool operator==(const CopySize&) const = default;
+};
+std::vector<CopySize> CopySizes(const std::vector<traces::Trace>& traces);
 
 // Every measured figure of `c` (times, bandwidths, latencies, the op
 // overhead), in an order fixed by what was measured: calibrations with the

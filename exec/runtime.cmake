@@ -51,6 +51,9 @@ function(ssdtrain_exec_runtime_tests)
   ssdtrain_test(exec_replay_test
     SOURCES ${dir}/replay_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
     DEPS ssdtrain::exec ssdtrain::models)
+  ssdtrain_test(exec_calibrate_test
+    SOURCES ${dir}/calibrate_test.cc ${dir}/replay_test_util.cc
+    DEPS ssdtrain::exec ssdtrain::models)
   ssdtrain_test(exec_replay_ranks_test
     SOURCES ${dir}/replay_ranks_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
     DEPS ssdtrain::exec ssdtrain::models)
