@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "exec/bench_io.h"
+#include "exec/detail/calibrate_copies.h"
 #include "exec/offload_dir.h"
 #include "exec/offload_engine.h"
 #include "exec/replay.h"
@@ -28,9 +29,7 @@ constexpr int64_t kWidths[] = {256, 512, 1024};
 // Memory-bound passes: bytes moved (half read, half written).
 constexpr int64_t kMemoryBytes[] = {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20,
                                     int64_t{64} << 20, int64_t{256} << 20};
-constexpr int64_t kCopyBytes = int64_t{64} << 20;  // the copy timed without traces
-constexpr size_t kCopySizes = 8;                   // distinct copy sizes timed at most
-constexpr int64_t kLatencyBytes = 4096;            // one O_DIRECT block
+constexpr int64_t kLatencyBytes = 4096;  // one O_DIRECT block
 constexpr int kLatencyProbes = 7;
 constexpr int kOpTimingSteps = 4;     // measured keep-everything steps per trace, after a warm-up
 constexpr int kOpTimingAttempts = 3;  // replays at most, until the steps agree
@@ -160,55 +159,6 @@ Status MeasureMemory(Device& device, const CalibrationOptions& o, Calibration* o
       return ns.status().WithPrefix("memory-bound pass of " + std::to_string(bytes) + " bytes");
     out->memory.push_back(BandwidthSample{bytes, *ns});
   }
-  return Status::Ok();
-}
-
-// Each way's bandwidth: the bytes of one step's copies (CopySizes) over the
-// time they take, each size at its median of o.repeats copies.
-Status MeasureCopies(Device& device, const CalibrationOptions& o, Calibration* out) {
-  const std::vector<CopySize> sizes = CopySizes(o.traces);
-  int64_t largest = 0;
-  for (const CopySize& c : sizes) largest = std::max(largest, c.bytes);
-  const int64_t capacity = (largest + 4095) / 4096 * 4096;
-  Result<DeviceBuffer> buf = device.Allocate(capacity);
-  if (!buf.ok()) return buf.status().WithPrefix("copy benchmark");
-  void* host = std::aligned_alloc(4096, static_cast<size_t>(capacity));
-  if (host == nullptr) {
-    device.Free(*buf);
-    return Status::ResourceExhausted("copy benchmark: cannot allocate " + std::to_string(capacity) +
-                                     " bytes of host memory");
-  }
-  std::fill_n(static_cast<char*>(host), capacity, 1);
-  Status status = device.RegisterHostMemory(host, capacity);
-  const bool registered = status.ok();
-  double bytes_total = 0, d2h_ns = 0, h2d_ns = 0;
-  for (const auto& [bytes, n] : sizes) {
-    std::vector<int64_t> d2h, h2d;
-    for (int r = 0; r <= o.repeats && status.ok(); ++r) {
-      auto start = Clock::now();
-      status = device.CopyToHostAsync(host, *buf, 0, bytes);
-      if (status.ok()) status = device.Synchronize(Stream::kDeviceToHost);
-      if (r > 0) d2h.push_back(ElapsedNs(start));
-      if (!status.ok()) break;
-      start = Clock::now();
-      status = device.CopyToDeviceAsync(*buf, 0, host, bytes);
-      if (status.ok()) status = device.Synchronize(Stream::kHostToDevice);
-      if (r > 0) h2d.push_back(ElapsedNs(start));
-    }
-    if (!status.ok()) break;
-    bytes_total += static_cast<double>(bytes) * static_cast<double>(n);
-    d2h_ns += static_cast<double>(std::max<int64_t>(1, Median(d2h))) * static_cast<double>(n);
-    h2d_ns += static_cast<double>(std::max<int64_t>(1, Median(h2d))) * static_cast<double>(n);
-  }
-  if (registered) {
-    const Status unregistered = device.UnregisterHostMemory(host);
-    if (status.ok()) status = unregistered;
-  }
-  std::free(host);
-  device.Free(*buf);
-  if (!status.ok()) return status.WithPrefix("copy benchmark");
-  out->d2h_GBps = bytes_total / d2h_ns;
-  out->h2d_GBps = bytes_total / h2d_ns;
   return Status::Ok();
 }
 
@@ -406,23 +356,6 @@ void ForEachFigure(C& c, F f) {
 
 }  // namespace
 
-std::vector<CopySize> CopySizes(const std::vector<traces::Trace>& traces) {
-  std::map<int64_t, int64_t> count;  // storage bytes -> storages
-  for (const traces::Trace& trace : traces) {
-    for (traces::TensorId id : traces::OffloadCandidates(trace))
-      ++count[trace.tensor(trace.StorageOf(id)).bytes];
-    if (!count.empty()) break;
-  }
-  if (count.empty()) return {CopySize{kCopyBytes, 1}};
-  std::vector<CopySize> sizes;
-  for (const auto& [bytes, n] : count) sizes.push_back(CopySize{bytes, n});
-  std::stable_sort(sizes.begin(), sizes.end(), [](const CopySize& a, const CopySize& b) {
-    return a.bytes * a.count > b.bytes * b.count;
-  });
-  if (sizes.size() > kCopySizes) sizes.resize(kCopySizes);
-  return sizes;
-}
-
 std::vector<double> MeasuredFigures(const Calibration& c) {
   std::vector<double> out;
   ForEachFigure(c, [&](const auto& x) { out.push_back(static_cast<double>(x)); });
@@ -476,7 +409,7 @@ Result<Calibration> Calibrate(const CalibrationOptions& o) {
   SSDTRAIN_RETURN_IF_ERROR(MeasureMemory(**device, o, &out));
   if (o.progress) o.progress("copy bandwidth device <-> staging");
   SSDTRAIN_RETURN_IF_ERROR(before());
-  SSDTRAIN_RETURN_IF_ERROR(MeasureCopies(**device, o, &out));
+  SSDTRAIN_RETURN_IF_ERROR(detail::MeasureCopies(**device, o, &out));
   if (o.progress) o.progress("SSD path through the offload engine in " + o.dir);
   SSDTRAIN_RETURN_IF_ERROR(before());
   SSDTRAIN_RETURN_IF_ERROR(MeasureSsd(o, &out));

@@ -116,7 +116,7 @@ Result<Calibration> Calibrate(const CalibrationOptions& options);
 // (traces::OffloadCandidates), at most the 8 sizes that carry the most bytes,
 // most first; one 64 MiB copy when no trace has any. A replay's copies of a
 // few MiB run from the caches and faster than one large copy, so d2h_GBps and
-// h2d_GBps are these copies' bytes over their time (each size at its median).
+// h2d_GBps are these copies' bytes over their time, queued back to back.
 struct CopySize {
   int64_t bytes = 0;
   int64_t count = 0;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <thread>
 
 #include "sim/detail/planner_layouts.h"
 #include "sim/fit.h"
@@ -54,6 +55,9 @@ class Search {
          int64_t budget)
       : cache_(provider), hw_(hw), options_(options), budget_(budget) {
     policy_options_.allow_host_offload = options.allow_host_offload;
+    threads_ = options.threads > 0
+                   ? options.threads
+                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
   TraceCache& cache() { return cache_; }
   int64_t simulations() const { return simulations_; }
@@ -79,8 +83,8 @@ class Search {
     base.schedule = options_.schedule.value_or("1f1b");
     base.memory_budget_bytes = budget_;
     Candidate c;
-    SSDTRAIN_ASSIGN_OR_RETURN(c.plans,
-                              PlanStages(traces, policy, hw_, base, budget_, policy_options_));
+    SSDTRAIN_ASSIGN_OR_RETURN(
+        c.plans, PlanStages(traces, policy, hw_, base, budget_, policy_options_, threads_));
     SimulateOptions so;
     so.record_timeline = timeline;
     SSDTRAIN_ASSIGN_OR_RETURN(c.prediction, Simulate(c.plans.Inputs(), hw_, so));
@@ -97,6 +101,7 @@ class Search {
   const PlannerOptions& options_;
   const int64_t budget_;
   PolicyOptions policy_options_;
+  int threads_ = 1;
   int64_t simulations_ = 0;
 };
 

@@ -88,6 +88,9 @@ struct PlannerOptions {
   bool allow_host_offload = true;  // false: auto skips offload-host; optimal never uses host
   std::function<void(const std::string&)> progress;  // one line per event; may be empty
   bool record_timeline = false;  // the chosen plan's predicted timeline in prediction.timeline
+  // Threads for the optimizer's per-stage searches (sim/stage_plans.h); 0: one
+  // per hardware thread. The result does not depend on it.
+  int threads = 0;
 };
 
 struct PlannerResult {

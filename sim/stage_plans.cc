@@ -1,6 +1,9 @@
 #include "sim/stage_plans.h"
 
 #include <algorithm>
+#include <atomic>
+#include <optional>
+#include <thread>
 
 #include "sim/optimal_policy.h"
 #include "traces/storage_plan.h"
@@ -37,43 +40,79 @@ std::vector<StageInput> StagePlans::Inputs() const {
   return in;
 }
 
+namespace {
+
+// One stage's plan under `policy`, eviction points placed; `simulations`
+// counts the stage simulations it ran.
+Result<traces::Plan> PlanStage(const traces::Trace& trace, const std::string& policy,
+                               const HardwareOptions& hw, const traces::Plan& base, int64_t budget,
+                               const PolicyOptions& options, int64_t* simulations) {
+  traces::Plan layout = base;
+  layout.model = trace.header.model;
+  layout.trace_fingerprint = traces::Fingerprint(trace);
+  traces::Plan plan;
+  bool keep_fits = false;
+  if (policy == "optimal") {
+    SSDTRAIN_ASSIGN_OR_RETURN(keep_fits, KeepFits(trace, hw, layout, budget, options));
+    ++*simulations;
+  }
+  if (keep_fits) {
+    // Nothing is faster than keeping everything: the search would end there.
+    SSDTRAIN_ASSIGN_OR_RETURN(plan, MakeFixedPlan("keep", trace, hw, layout, options));
+    plan.policy = "optimal";
+  } else if (policy == "optimal") {
+    SSDTRAIN_ASSIGN_OR_RETURN(OptimalResult opt,
+                              MakeOptimalPlan(trace, hw, layout, budget, options));
+    *simulations += opt.simulations;
+    plan = std::move(opt.plan);
+  } else {
+    SSDTRAIN_ASSIGN_OR_RETURN(plan, MakeFixedPlan(policy, trace, hw, layout, options));
+  }
+  plan.memory_budget_bytes = budget;
+  SSDTRAIN_ASSIGN_OR_RETURN(plan, PlaceEvictions(trace, std::move(plan), hw));
+  ++*simulations;
+  return plan;
+}
+
+}  // namespace
+
 Result<StagePlans> PlanStages(const std::vector<const traces::Trace*>& traces,
                               const std::string& policy, const HardwareOptions& hw,
                               const traces::Plan& base, int64_t budget,
-                              const PolicyOptions& options) {
+                              const PolicyOptions& options, int threads) {
   const std::vector<int64_t> stages = RepresentativeStages(base.pp);
   if (traces.size() != stages.size()) {
     return Status::Internal("PlanStages: " + std::to_string(traces.size()) + " traces for " +
                             std::to_string(stages.size()) + " stages");
   }
+  const size_t n = stages.size();
+  std::vector<std::optional<Result<traces::Plan>>> plans(n);
+  std::vector<int64_t> simulations(n, 0);
+  auto plan_stage = [&](size_t i) {
+    plans[i].emplace(PlanStage(*traces[i], policy, hw, base, budget, options, &simulations[i]));
+  };
+  // The optimizer's stages are independent searches of thousands of
+  // simulations: one thread each, up to `threads`. A fixed policy's stage is
+  // two simulations, not worth a thread. The plans are the same either way.
+  const size_t workers =
+      policy == "optimal" ? std::min<size_t>(n, static_cast<size_t>(std::max(1, threads))) : 1;
+  if (workers <= 1) {
+    for (size_t i = 0; i < n; ++i) plan_stage(i);
+  } else {
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < n; i = next++) plan_stage(i);
+    };
+    std::vector<std::thread> pool;
+    for (size_t w = 1; w < workers; ++w) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+  }
   StagePlans out;
-  for (size_t i = 0; i < stages.size(); ++i) {
-    const traces::Trace& trace = *traces[i];
-    traces::Plan layout = base;
-    layout.model = trace.header.model;
-    layout.trace_fingerprint = traces::Fingerprint(trace);
-    traces::Plan plan;
-    bool keep_fits = false;
-    if (policy == "optimal") {
-      SSDTRAIN_ASSIGN_OR_RETURN(keep_fits, KeepFits(trace, hw, layout, budget, options));
-      ++out.simulations;
-    }
-    if (keep_fits) {
-      // Nothing is faster than keeping everything: the search would end there.
-      SSDTRAIN_ASSIGN_OR_RETURN(plan, MakeFixedPlan("keep", trace, hw, layout, options));
-      plan.policy = "optimal";
-    } else if (policy == "optimal") {
-      SSDTRAIN_ASSIGN_OR_RETURN(OptimalResult opt,
-                                MakeOptimalPlan(trace, hw, layout, budget, options));
-      out.simulations += opt.simulations;
-      plan = std::move(opt.plan);
-    } else {
-      SSDTRAIN_ASSIGN_OR_RETURN(plan, MakeFixedPlan(policy, trace, hw, layout, options));
-    }
-    plan.memory_budget_bytes = budget;
-    SSDTRAIN_ASSIGN_OR_RETURN(plan, PlaceEvictions(trace, std::move(plan), hw));
-    ++out.simulations;
-    out.stages.push_back(StagePlan{stages[i], traces[i], std::move(plan)});
+  for (size_t i = 0; i < n; ++i) {
+    if (!plans[i]->ok()) return plans[i]->status();  // the first failing stage's
+    out.simulations += simulations[i];
+    out.stages.push_back(StagePlan{stages[i], traces[i], std::move(**plans[i])});
   }
   return out;
 }

@@ -45,11 +45,14 @@ struct StagePlans {
 
 // Plans every representative stage (`traces[i]` is stage
 // RepresentativeStages(base.pp)[i]'s trace) under `policy` with `base`'s
-// layout and `budget` (bytes per GPU), eviction points placed.
+// layout and `budget` (bytes per GPU), eviction points placed. Under
+// "optimal", up to `threads` stages are searched at once (each on its own
+// thread; the plans and the simulation count do not depend on it); the first
+// failing stage's error, in stage order, is returned.
 Result<StagePlans> PlanStages(const std::vector<const traces::Trace*>& traces,
                               const std::string& policy, const HardwareOptions& hw,
                               const traces::Plan& base, int64_t budget,
-                              const PolicyOptions& options);
+                              const PolicyOptions& options, int threads = 1);
 
 // `plan`, made for a stage's trace, on `trace`: another stage of the same
 // shape (the middle stages of a pipeline). Its model and fingerprint become

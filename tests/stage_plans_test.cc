@@ -15,6 +15,7 @@
 #include "sim/pipeline.h"
 #include "sim/planner.h"
 #include "tests/planner_invariants.h"
+#include "traces/plan.h"
 #include "traces/storage_plan.h"
 #include "traces/whole_step.h"
 
@@ -31,7 +32,7 @@ sim::TraceProvider ProviderFor(const models::ModelConfig& base, const std::strin
   return testing::ModelTraceProvider(base, model);
 }
 
-Result<sim::PlannerResult> Plan(const std::string& policy, int64_t budget) {
+Result<sim::PlannerResult> Plan(const std::string& policy, int64_t budget, int threads = 0) {
   const std::string model = Config("models", "ssdtrain-gpt-h8192-l4");
   SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig base, models::LoadModelConfig(model));
   SSDTRAIN_ASSIGN_OR_RETURN(sim::HardwareOptions hw,
@@ -47,6 +48,7 @@ Result<sim::PlannerResult> Plan(const std::string& policy, int64_t budget) {
   po.memory_budget_bytes = budget;
   po.layers = base.layers;
   po.heads = base.heads;
+  po.threads = threads;
   return sim::SearchPlan(provider, hw, po);
 }
 
@@ -81,6 +83,24 @@ TEST(StagePlans, StageZeroGivesUpMemoryTheLastKeepsAndTheWorstPeakFallsAtKeepsSt
               keep->prediction.stage_peaks[s].peak_gpu_bytes)
         << s;
   }
+}
+
+// The optimizer's stages searched on one thread each give the plans, the
+// prediction and the simulation count of one thread searching them in turn.
+TEST(StagePlans, ThreadsDoNotChangeThePlans) {
+  auto one = Plan("optimal", 10 * kGiB, 1);
+  auto three = Plan("optimal", 10 * kGiB, 3);
+  ASSERT_TRUE(one.ok() && three.ok());
+  EXPECT_EQ(traces::ToJson(one->plan).dump(), traces::ToJson(three->plan).dump());
+  ASSERT_EQ(one->stage_plans.size(), three->stage_plans.size());
+  for (size_t i = 0; i < one->stage_plans.size(); ++i) {
+    EXPECT_EQ(one->stage_plans[i].first, three->stage_plans[i].first);
+    EXPECT_EQ(traces::ToJson(one->stage_plans[i].second).dump(),
+              traces::ToJson(three->stage_plans[i].second).dump());
+  }
+  EXPECT_EQ(one->prediction.metrics.step_time_ns, three->prediction.metrics.step_time_ns);
+  EXPECT_EQ(one->prediction.metrics.peak_gpu_bytes, three->prediction.metrics.peak_gpu_bytes);
+  EXPECT_EQ(one->simulations, three->simulations);
 }
 
 // The planner's promise against the replay's own check, unrolled for real: GPT-13B
