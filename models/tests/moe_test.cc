@@ -98,7 +98,7 @@ TEST(MoeParameters, MixtralPresetTracesLikeTheRealFile) {
   }
 }
 
-// tiny-moe, the model the CPU demo replays: 6.6 M parameters, 4.3 M of them active.
+// tiny-moe, the model the CPU demo replays: 7.5 M parameters, 4.0 M of them active.
 TEST(MoeParameters, TinyMoeIsAFewMillionParameters) {
   Result<ModelConfig> c =
       LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-moe.json");
