@@ -20,6 +20,7 @@
 #include "sim/planner.h"
 #include "sim/policy.h"
 #include "sim/simulate.h"
+#include "tests/fast_io_cpu.h"
 #include "traces/storage_plan.h"
 
 namespace ssdtrain {
@@ -46,21 +47,7 @@ traces::Trace Trace(const models::ModelConfig& c) {
   return *t;
 }
 
-// As memory_agreement_test.cc: the CPU backend's memory accounting, I/O far faster
-// than any op.
-sim::HardwareOptions FastIoCpu() {
-  auto hw = sim::LoadHardware(SSDTRAIN_SOURCE_DIR "/configs/hardware/cpu-local.json");
-  EXPECT_TRUE(hw.ok()) << hw.status().message();
-  hw->gpu.allocation_alignment_bytes = 64;
-  hw->gpu.replay_workspace = true;
-  hw->gpu.issue_ahead_ops = exec::ReplayOptions{}.max_ops_ahead;
-  hw->host_link.d2h_GBps = hw->host_link.h2d_GBps = 1e6;
-  hw->host_link.latency_us = 0;
-  hw->host_memory.bandwidth_GBps = 1e6;
-  hw->storage.drive.read_GBps = hw->storage.drive.write_GBps = 1e6;
-  hw->storage.drive.read_latency_us = hw->storage.drive.write_latency_us = 0;
-  return *hw;
-}
+using testing::FastIoCpu;
 
 class MoeReplay : public ::testing::Test {
  protected:
