@@ -79,8 +79,8 @@ Result<int64_t> ReadQwenMoe(Fields& f, const std::string& model_type, ModelConfi
                    "layer " + Str(l) + " is outside [0, num_hidden_layers " + Str(c->layers) + ")");
     }
   }
-  SSDTRAIN_ASSIGN_OR_RETURN(bool norm_topk, f.BoolOr("norm_topk_prob", false));
-  (void)norm_topk;  // renormalising the k weights changes no shape
+  // Renormalising the k weights or not changes no shape: read, type-checked, unused.
+  SSDTRAIN_RETURN_IF_ERROR(f.BoolOr("norm_topk_prob", false).status());
   if (model_type == "qwen2_moe") {
     SSDTRAIN_ASSIGN_OR_RETURN(c->shared_expert_ffn_hidden, f.Size("shared_expert_intermediate_size",
                                                                   "shared_expert_ffn_hidden"));
