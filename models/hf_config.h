@@ -53,9 +53,8 @@
 // mixture-of-experts model_types (deepseek_v2/v3: multi-head latent attention;
 // gpt_oss: sliding-window layers, attention sinks, expert biases; olmoe, phimoe,
 // dbrx, granitemoe, jetmoe) are refused naming what is not modelled; any other
-// model_type names the supported ones. Fields that do not change the compute (token ids, rope_theta,
-// rope_scaling, norm epsilons, dropout rates...) are ignored and listed in the
-// report.
+// model_type names the supported ones. Fields that do not change the compute (token ids,
+// rope_theta, rope_scaling, norm epsilons, dropout rates...) are ignored and listed in the report.
 //
 // Training-time choices are not in the file and get these defaults:
 // seq_len min(max_position_embeddings, 4096) (t5: n_positions, or 512, its
