@@ -10,6 +10,7 @@
 #include "models/build_trace.h"
 #include "models/hf_config.h"
 #include "models/model_config.h"
+#include "models/moe_config.h"
 #include "traces/io.h"
 #include "traces/summary.h"
 
@@ -107,6 +108,14 @@ int Run(const TraceOptions& o) {
     PrintHfReport(hf, std::cout);
     std::cout << fmt::format("parameters: {} ({:.3f} B; vocabulary padded to a multiple of 128)\n",
                              *params, static_cast<double>(*params) / 1e9);
+    if (models::IsMoe(*applied)) {
+      Result<int64_t> active = models::ActiveParameterCount(*applied);
+      if (!active.ok()) return ReportError("trace", active.status());
+      std::cout << fmt::format(
+          "active parameters per token: {} ({:.3f} B; {} of {} experts in {} of {} layers)\n",
+          *active, static_cast<double>(*active) / 1e9, applied->experts_per_token, applied->experts,
+          models::MoeLayerCount(*applied), applied->layers);
+    }
     PrintSummary(*trace, std::cout);
   }
   return 0;

@@ -8,20 +8,20 @@
 #include <sstream>
 #include <string_view>
 
+#include "models/detail/hf_fields.h"
 #include "traces/detail/json_fields.h"
 
 namespace ssdtrain::models {
 namespace {
 
+using detail::Fields;
+using detail::Num;
+using detail::Str;
 using traces::detail::JsonPath;
 using traces::detail::ObjectReader;
 
 constexpr std::array<std::string_view, 11> kSupported = {
     "bert", "gpt2", "gptj", "llama", "mistral", "opt", "phi", "qwen2", "qwen3", "roberta", "t5"};
-// Mixture-of-experts model_types: refused until the MoE issue adds them.
-constexpr std::array<std::string_view, 11> kMoe = {
-    "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss",
-    "olmoe",   "phimoe",    "dbrx",      "granitemoe",  "jetmoe"};
 constexpr std::array<std::string_view, 4> kGelus = {"gelu", "gelu_new", "gelu_fast",
                                                     "gelu_pytorch_tanh"};
 // BERT's segment vocabulary as the bert family builds it by default (detail/embedding.cc).
@@ -33,7 +33,6 @@ constexpr int64_t kT5RelativeBuckets = 32;
 // T5 has relative positions and no maximum; its pre-training input length is 512
 // tokens (Raffel et al. 2020, section 3.1.2).
 constexpr int64_t kT5PretrainingLength = 512;
-constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
 
 template <size_t N>
 bool OneOf(const std::array<std::string_view, N>& names, const std::string& v) {
@@ -46,87 +45,6 @@ std::string List(const std::array<std::string_view, N>& names) {
   for (size_t i = 0; i < N; ++i) out += (i > 0 ? ", " : "") + std::string(names[i]);
   return out;
 }
-
-std::string Str(int64_t v) { return std::to_string(v); }
-// Shortest form: 0.1, 0, 1.5.
-std::string Num(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
-
-// Reads fields of one config object, recording each for the report.
-class Fields {
- public:
-  // `j` is the object `r` reads; it outlives the Fields.
-  Fields(ObjectReader r, const nlohmann::json& j, const std::string& source, HfReport* report)
-      : r_(std::move(r)), j_(j), source_(source), report_(report) {}
-
-  Result<int64_t> Size(const std::string& name, const std::string& target) {
-    Result<int64_t> v = r_.IntIn(name, 1, kMaxSize);
-    if (v.ok()) Read(name, Str(*v), target);
-    return v;
-  }
-  // null or absent -> nullopt; else a positive integer.
-  Result<std::optional<int64_t>> OptionalSize(const std::string& name, const std::string& target) {
-    SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> v, r_.OptionalInt(name));
-    if (v && (*v < 1 || *v > kMaxSize)) {
-      return Bad(name, "expected a positive integer or null, got " + Str(*v));
-    }
-    if (v) {
-      Read(name, Str(*v), target);
-    } else if (j_.contains(name)) {
-      Read(name, "null", "");  // read: null selects the documented default
-    }
-    return v;
-  }
-  // A non-negative integer (a token id), or `fallback` when absent.
-  Result<int64_t> IndexOr(const std::string& name, int64_t fallback) {
-    SSDTRAIN_ASSIGN_OR_RETURN(int64_t v, r_.IntInOr(name, fallback, 0, kMaxSize));
-    if (r_.Has(name)) Read(name, Str(v), "");
-    return v;
-  }
-  Result<double> NumberOr(const std::string& name, double fallback) {
-    SSDTRAIN_ASSIGN_OR_RETURN(double v, r_.NumberOr(name, fallback));
-    if (r_.Has(name)) Read(name, Num(v), "");
-    return v;
-  }
-  Result<bool> BoolOr(const std::string& name, bool fallback) {
-    SSDTRAIN_ASSIGN_OR_RETURN(bool v, r_.BoolOr(name, fallback));
-    if (r_.Has(name)) Read(name, v ? "true" : "false", "");
-    return v;
-  }
-  Result<std::string> StringOr(const std::string& name, const std::string& fallback) {
-    SSDTRAIN_ASSIGN_OR_RETURN(std::string v, r_.StringOr(name, fallback));
-    if (r_.Has(name)) Read(name, "\"" + v + "\"", "");
-    return v;
-  }
-  bool Has(const std::string& name) const { return r_.Has(name); }
-  void Assume(const std::string& what) {
-    if (report_ != nullptr) report_->assumed.push_back(what);
-  }
-  Status Bad(const std::string& field, const std::string& what) const {
-    return Status::InvalidArgument(source_ + ": " + field + ": " + what);
-  }
-  Status NotModelled(const std::string& field, const std::string& what,
-                     const std::string& supported) const {
-    return Bad(field, what + " not modelled (supported: " + supported + ")");
-  }
-  const std::vector<std::string>& read() const { return names_; }
-
- private:
-  void Read(const std::string& name, const std::string& value, const std::string& target) {
-    names_.push_back(name);
-    if (report_ != nullptr) {
-      report_->read.push_back(name + " " + value + (target.empty() ? "" : " -> " + target));
-    }
-  }
-  ObjectReader r_;
-  const nlohmann::json& j_;
-  std::string source_;
-  HfReport* report_;
-  std::vector<std::string> names_;
-};
 
 Status RequireFalse(Fields& f, const std::string& field, const std::string& what) {
   SSDTRAIN_ASSIGN_OR_RETURN(bool v, f.BoolOr(field, false));
@@ -146,6 +64,14 @@ Status CheckHeads(const Fields& f, const ModelConfig& c, const char* heads, cons
     return f.Bad(kv, Str(c.kv_heads) + " does not divide " + heads + " " + Str(c.heads));
   }
   return Status::Ok();
+}
+
+// The dense model_type whose attention a MoE model_type shares.
+std::string DenseAttentionOf(const std::string& model_type) {
+  if (model_type == "mixtral") return "mistral";
+  if (model_type == "qwen2_moe") return "qwen2";
+  if (model_type == "qwen3_moe") return "qwen3";
+  return model_type;
 }
 
 // A sliding window shorter than the positions changes attention's cost and saved
@@ -170,10 +96,14 @@ Status CheckSlidingWindow(Fields& f, const std::string& model_type, int64_t max_
   return Status::Ok();
 }
 
+}  // namespace
+
 // llama, mistral, qwen2 and qwen3: RMSNorm, rotary positions, SwiGLU, no biases
-// (qwen2: on q/k/v only), untied; qwen3 normalises each head's q and k.
-Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelConfig* c) {
+// (qwen2: on q/k/v only), untied; qwen3 normalises each head's q and k. mixtral,
+// qwen2_moe and qwen3_moe have the attention of mistral, qwen2 and qwen3.
+Result<int64_t> detail::ReadLlamaLike(Fields& f, const std::string& model_type, ModelConfig* c) {
   c->family = "llama";
+  const std::string dense = DenseAttentionOf(model_type);
   SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
   SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
   SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
@@ -199,26 +129,28 @@ Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelCon
                          "true (an output layer tied to the embeddings) for " + model_type + " is",
                          "false");
   }
-  if (model_type == "llama" || model_type == "qwen3") {
+  if (dense == "llama" || dense == "qwen3") {
     SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "attention_bias", "true (q/k/v/o biases) is"));
   }
-  if (model_type == "llama") {
+  if (dense == "llama") {
     SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "mlp_bias", "true (MLP biases) is"));
   } else {
-    SSDTRAIN_RETURN_IF_ERROR(CheckSlidingWindow(f, model_type, positions));
+    SSDTRAIN_RETURN_IF_ERROR(CheckSlidingWindow(f, dense, positions));
   }
-  if (model_type == "qwen2") {
+  if (dense == "qwen2") {
     c->qkv_bias = true;
     f.Assume("q/k/v projection biases (" + Str((c->heads + 2 * KvHeads(*c)) * HeadDim(*c)) +
              " parameters per layer): qwen2 always has them");
   }
-  if (model_type == "qwen3") {
+  if (dense == "qwen3") {
     c->qk_norm = true;
     f.Assume("per-head RMSNorm of q and k (2 x head_dim " + Str(HeadDim(*c)) +
              " weights per layer): qwen3 always has them");
   }
   return positions;
 }
+
+namespace {
 
 // The GPT-2 field names GPT-J shares: widths, depth, heads, the MLP, the
 // vocabulary and the GELU; returns n_positions.
@@ -532,7 +464,8 @@ Result<int64_t> ReadFamily(Fields& f, const std::string& model_type, ModelConfig
   if (model_type == "phi") return ReadPhi(f, c);
   if (model_type == "opt") return ReadOpt(f, c);
   if (model_type == "gptj") return ReadGptj(f, c);
-  return ReadLlamaLike(f, model_type, c);
+  if (detail::IsHfMoeType(model_type)) return detail::ReadHfMoe(f, model_type, c);
+  return detail::ReadLlamaLike(f, model_type, c);
 }
 
 void ListIgnored(const nlohmann::json& j, const std::vector<std::string>& read, HfReport* report) {
@@ -545,7 +478,9 @@ void ListIgnored(const nlohmann::json& j, const std::vector<std::string>& read, 
 
 }  // namespace
 
-std::string HfSupportedModelTypes() { return List(kSupported); }
+std::string HfSupportedModelTypes() {
+  return List(kSupported) + "; mixture of experts: " + detail::HfMoeSupported();
+}
 
 bool IsHfConfig(const nlohmann::json& j) {
   return j.is_object() && (j.contains("model_type") || j.contains("architectures"));
@@ -562,14 +497,10 @@ Result<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j, const std::st
                                           const std::string& name, HfReport* report) {
   SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Make(j, JsonPath(source, "")));
   SSDTRAIN_ASSIGN_OR_RETURN(std::string model_type, r.String("model_type"));
-  if (OneOf(kMoe, model_type)) {
+  if (!OneOf(kSupported, model_type) && !detail::IsHfMoeType(model_type)) {
     return Status::InvalidArgument(source + ": model_type: \"" + model_type +
-                                   "\" is a mixture-of-experts model; mixture-of-experts is "
-                                   "planned, not yet modelled");
-  }
-  if (!OneOf(kSupported, model_type)) {
-    return Status::InvalidArgument(source + ": model_type: \"" + model_type +
-                                   "\" is not supported (supported: " + List(kSupported) + ")");
+                                   "\" is not supported (supported: " + HfSupportedModelTypes() +
+                                   ")");
   }
   if (report != nullptr) report->model_type = model_type;
   Fields f(std::move(r), j, source, report);

@@ -16,6 +16,9 @@
 //                             intermediate_size (num_key_value_heads must equal heads)
 //   opt               opt     hidden_size, num_hidden_layers, num_attention_heads, ffn_dim
 //   gptj              gptj    n_embd, n_layer, n_head, n_inner (null: 4·n_embd)
+//   mixtral,          llama   as mistral / qwen2 / qwen3, plus the experts
+//   qwen2_moe,                (mixture of experts: hf_moe_config.cc has the mapping,
+//   qwen3_moe                 moe_config.h the model)
 //
 // qwen2 always has q/k/v biases (ModelConfig::qkv_bias) and qwen3 a per-head
 // RMSNorm of q and k (qk_norm); neither has a field in the file. phi is Phi-2's
@@ -46,11 +49,12 @@
 // or RoBERTa's relative position embeddings, T5 feed-forwards other
 // than relu and gated-gelu (or a dense_act_fn other than the one transformers uses
 // with them) or other relative-position bucket counts, phi's qk_layernorm,
-// grouped-query attention or other dropout placements. Mixture-of-experts
-// model_types are refused as planned; any other model_type names the supported
-// ones. Fields that do not change the compute (token ids, rope_theta,
-// rope_scaling, norm epsilons, dropout rates...) are ignored and listed in the
-// report.
+// grouped-query attention or other dropout placements. The other
+// mixture-of-experts model_types (deepseek_v2/v3: multi-head latent attention;
+// gpt_oss: sliding-window layers, attention sinks, expert biases; olmoe, phimoe,
+// dbrx, granitemoe, jetmoe) are refused naming what is not modelled; any other
+// model_type names the supported ones. Fields that do not change the compute (token ids,
+// rope_theta, rope_scaling, norm epsilons, dropout rates...) are ignored and listed in the report.
 //
 // Training-time choices are not in the file and get these defaults:
 // seq_len min(max_position_embeddings, 4096) (t5: n_positions, or 512, its

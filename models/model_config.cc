@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "models/hf_config.h"
+#include "models/moe_config.h"
 #include "traces/detail/json_fields.h"
 #include "traces/io.h"
 
@@ -176,7 +177,7 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
     return Bad(source, c.qkv_bias ? "qkv_bias" : "qk_norm",
                "is only modelled for the llama family, not " + c.family);
   }
-  return Status::Ok();
+  return ValidateMoe(c, source);
 }
 
 Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::string& source) {
@@ -209,6 +210,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.precision, r.StringOr("precision", "mixed"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.zero_stage, r.IntOr("zero_stage", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dp, r.IntOr("dp", 1));
+  SSDTRAIN_RETURN_IF_ERROR(ReadMoeFields(r, &c));
   SSDTRAIN_RETURN_IF_ERROR(r.CheckNoUnknown());
   SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source));
   return c;
@@ -266,6 +268,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.token_types != 0) j["token_types"] = c.token_types;
   if (c.gated_mlp) j["gated_mlp"] = true;
   if (c.untied_output) j["untied_output"] = true;
+  MoeFieldsToJson(c, j);
   return j;
 }
 

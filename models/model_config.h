@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "traces/status.h"
 
@@ -54,6 +55,18 @@ struct ModelConfig {
                                     // paper's pure FP16). fp32 models have no master copy.
   int64_t zero_stage = 0;           // 0, or 1: optimizer state sharded over the dp ranks
   int64_t dp = 1;                   // data-parallel degree the state is sharded over
+  // Mixture of experts (llama family only; models/moe_config.h has the rules):
+  // experts = 0 is a dense model and every other field below is then unused.
+  int64_t experts = 0;                   // E routed experts per MoE layer
+  int64_t experts_per_token = 0;         // k: experts each token is dispatched to (top-k)
+  int64_t expert_ffn_hidden = 0;         // each expert's (SwiGLU) width; 0 means ffn_hidden
+  int64_t shared_expert_ffn_hidden = 0;  // one shared expert every token sees; 0: none
+  bool shared_expert_gate = false;       // a sigmoid gate [1, h] on the shared expert (Qwen2-MoE)
+  double capacity_factor = 0.0;          // 0: no capacity; else each expert takes at most
+                                         // ceil(capacity_factor · tokens · k / E) tokens
+  int64_t first_dense_layers = 0;        // the first this many layers are dense
+  int64_t moe_layer_step = 1;            // layer l is MoE when (l + 1) % step == 0
+  std::vector<int64_t> dense_layers;     // further layers that stay dense (mlp_only_layers)
 };
 
 // Command-line overrides; unset fields keep the config's value.
@@ -78,7 +91,8 @@ struct HfReport;  // hf_config.h
 Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = nullptr);
 // The config as JSON, every field written (ModelConfigFromJson reads it back equal);
 // qkv_bias, qk_norm, parallel_block, gated_mlp and untied_output only where true
-// and token_types only where set, so configs without them print as before.
+// and token_types only where set, and the MoE fields only for a MoE config, so
+// configs without them print as before.
 nlohmann::json ToJson(const ModelConfig& c);
 // Applies overrides, then checks consistency with ValidateConfig.
 Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
@@ -88,7 +102,8 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // (and seq_len with sequence parallelism); pp divides layers; t5 has
 // 0 < encoder_layers < layers; only llama has kv_heads other than heads, qkv_bias
 // or qk_norm;
-// optimizer adam or sgd, precision mixed or pure, zero_stage 0 or 1, dp >= 1.
+// optimizer adam or sgd, precision mixed or pure, zero_stage 0 or 1, dp >= 1;
+// and the MoE rules (ValidateMoe, moe_config.h).
 Status ValidateConfig(const ModelConfig& c, const std::string& source);
 
 // Derived sizes with the defaults resolved (kv_heads 0 -> heads, and so on).

@@ -156,5 +156,32 @@ TEST_F(HfReplayCli, Phi2ReducedReplaysVerified) {
                                          {"vocab_size", 1024}}));
 }
 
+// Mixtral-8x7B's file reduced the same way (4 of its 8 experts): the router, the
+// permute, the experts' gemms at 8 rows each (16 tokens x top-2 over 4), the
+// unpermute weighted by the router.
+TEST_F(HfReplayCli, MixtralReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("mixtral-8x7b-v0.1", {{"hidden_size", 256},
+                                                     {"num_hidden_layers", 2},
+                                                     {"num_attention_heads", 8},
+                                                     {"num_key_value_heads", 2},
+                                                     {"intermediate_size", 2048},
+                                                     {"num_local_experts", 4},
+                                                     {"vocab_size", 1024}}));
+}
+
+// Qwen3-30B-A3B's file reduced the same way (16 experts, its top-8): q/k norms and
+// routed experts of moe_intermediate_size.
+TEST_F(HfReplayCli, Qwen3MoeReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("qwen3-30b-a3b", {{"hidden_size", 256},
+                                                 {"num_hidden_layers", 2},
+                                                 {"num_attention_heads", 8},
+                                                 {"num_key_value_heads", 2},
+                                                 {"head_dim", 64},
+                                                 {"intermediate_size", 1024},
+                                                 {"moe_intermediate_size", 1024},
+                                                 {"num_experts", 16},
+                                                 {"vocab_size", 1024}}));
+}
+
 }  // namespace
 }  // namespace ssdtrain

@@ -18,6 +18,7 @@
 #include "sim/hardware.h"
 #include "sim/policy.h"
 #include "sim/simulate.h"
+#include "tests/fast_io_cpu.h"
 #include "tests/micro_gpt.h"
 #include "traces/storage_plan.h"
 
@@ -35,22 +36,7 @@ traces::Trace MicroGpt() {
   return *trace;
 }
 
-// The CPU backend's hardware as calibrate records its memory (64-byte arena
-// granularity, the GEMM workspace counted) and its run-ahead (the replay issues
-// op i when op i - 2 has ended), with I/O links far faster than any op.
-sim::HardwareOptions FastIoCpu() {
-  auto hw = sim::LoadHardware(SSDTRAIN_SOURCE_DIR "/configs/hardware/cpu-local.json");
-  EXPECT_TRUE(hw.ok()) << hw.status().message();
-  hw->gpu.allocation_alignment_bytes = 64;
-  hw->gpu.replay_workspace = true;
-  hw->gpu.issue_ahead_ops = exec::ReplayOptions{}.max_ops_ahead;
-  hw->host_link.d2h_GBps = hw->host_link.h2d_GBps = 1e6;
-  hw->host_link.latency_us = 0;
-  hw->host_memory.bandwidth_GBps = 1e6;
-  hw->storage.drive.read_GBps = hw->storage.drive.write_GBps = 1e6;
-  hw->storage.drive.read_latency_us = hw->storage.drive.write_latency_us = 0;
-  return *hw;
-}
+using testing::FastIoCpu;
 
 // A verified CPU replay that waits for each write after every op, so that
 // evictions land where the simulator puts them.

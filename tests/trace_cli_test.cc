@@ -160,15 +160,17 @@ TEST_F(TraceCli, MalformedHuggingFaceConfigNamesFileAndFieldAndWritesNothing) {
   EXPECT_FALSE(fs::exists(File("t.json")));
 }
 
-// A mixture-of-experts file (Qwen3-30B-A3B's real config.json) is refused in one line.
-TEST_F(TraceCli, MixtureOfExpertsHuggingFaceConfigIsRefused) {
+// A mixture-of-experts file (Qwen3-30B-A3B's real config.json): --summary prints
+// the total and the active parameters (models/tests/moe_test.cc derives both).
+TEST_F(TraceCli, MixtureOfExpertsHuggingFaceConfigPrintsTotalAndActiveParameters) {
   testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() +
-                                     "/models/tests/hf/qwen3-30b-a3b -o " + File("t.json"));
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("model_type: \"qwen3_moe\" is a mixture-of-experts model"),
+                                     "/models/tests/hf/qwen3-30b-a3b --seq-len 64 --summary");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("parameters: 30532122624 (30.532 B"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("active parameters per token: 3353032704 (3.353 B; 8 of 128 experts "
+                          "in 48 of 48 layers)"),
             std::string::npos)
       << r.output;
-  EXPECT_FALSE(fs::exists(File("t.json")));
 }
 
 }  // namespace

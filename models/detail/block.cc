@@ -143,9 +143,11 @@ TensorId MlpBranch(TraceBuilder& b, const Dims& d, const BlockStyle& style, Tens
 }
 
 TensorId MlpForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
-                    MlpSublayer* st) {
+                    const MoeSpec* moe, MlpSublayer* st) {
   const TensorId ln = NormForward(b, d, style.norm, "ln2", x, &st->norm);
-  const TensorId y = MlpBranch(b, d, style, ln, st);
+  st->moe = moe != nullptr;
+  const TensorId y =
+      st->moe ? MoeBranchForward(b, d, *moe, ln, &st->routed) : MlpBranch(b, d, style, ln, st);
   return ResidualForward(b, d, style, style.mlp_bias, "mlp_out", y, x, &st->residual);
 }
 
@@ -222,7 +224,8 @@ TensorId MlpBranchBackward(TraceBuilder& b, const Dims& d, const MlpSublayer& st
 
 TensorId MlpBackward(TraceBuilder& b, const Dims& d, const MlpSublayer& st, TensorId g_out) {
   const TensorId g_y = ResidualBackward(b, d, st.residual, g_out);
-  const TensorId g_ln = MlpBranchBackward(b, d, st, g_y);
+  const TensorId g_ln =
+      st.moe ? MoeBranchBackward(b, d, st.routed, g_y) : MlpBranchBackward(b, d, st, g_y);
   return NormBackward(b, d, st.norm, g_ln, g_out);
 }
 
@@ -250,13 +253,13 @@ TensorId AccumulateGrad(TraceBuilder& b, const std::string& name, TensorId sum, 
 }
 
 TensorId BlockForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
-                      TensorId rel_bias, TensorId encoder_out, BlockState* st) {
+                      TensorId rel_bias, TensorId encoder_out, BlockState* st, const MoeSpec* moe) {
   st->parallel = style.parallel;
   if (style.parallel) return ParallelBlockForward(b, d, style, x, rel_bias, st);
   TensorId h = SelfAttentionForward(b, d, style, x, rel_bias, &st->self);
   st->has_cross = encoder_out != kNoTensor;
   if (st->has_cross) h = CrossAttentionForward(b, d, style, h, encoder_out, &st->cross);
-  return MlpForward(b, d, style, h, &st->mlp);
+  return MlpForward(b, d, style, h, moe, &st->mlp);
 }
 
 TensorId BlockBackward(TraceBuilder& b, const Dims& d, const BlockState& st, TensorId g_out,

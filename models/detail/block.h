@@ -13,6 +13,7 @@
 #include "models/detail/attention.h"
 #include "models/detail/dims.h"
 #include "models/detail/linear.h"
+#include "models/detail/moe.h"
 #include "models/detail/norm.h"
 #include "models/detail/trace_builder.h"
 
@@ -44,6 +45,8 @@ struct MlpSublayer {
   MlpKind kind = MlpKind::kGelu;
   TensorId act_saved = kNoTensor;  // what the activation's backward reads
   LinearState fc2;
+  bool moe = false;  // a routed MLP (moe) replaces fc1 … fc2
+  MoeState routed;
   ResidualState residual;
 };
 
@@ -57,9 +60,11 @@ struct BlockState {
 
 // x: the residual stream [s_local, b, h]. `rel_bias`: T5's position bias for the
 // self-attention, or kNoTensor. `encoder_out`: the encoder's output for a T5
-// decoder block (adds cross-attention), or kNoTensor. Returns the block output.
+// decoder block (adds cross-attention), or kNoTensor. `moe`: the block's routed
+// MLP (detail/moe.h) in place of the dense one, or null. Returns the block output.
 TensorId BlockForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
-                      TensorId rel_bias, TensorId encoder_out, BlockState* st);
+                      TensorId rel_bias, TensorId encoder_out, BlockState* st,
+                      const MoeSpec* moe = nullptr);
 // Returns the gradient of the block input. `*g_rel_bias` and `*g_encoder_out` are
 // running sums over the blocks, read and replaced where the block uses them.
 TensorId BlockBackward(TraceBuilder& b, const Dims& d, const BlockState& st, TensorId g_out,

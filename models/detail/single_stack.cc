@@ -5,12 +5,14 @@
 #include "models/detail/head.h"
 #include "models/detail/pipeline.h"
 #include "models/detail/stacks.h"
+#include "models/moe_config.h"
 
 namespace ssdtrain::models::detail {
 
 traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& header) {
   const Dims d = MakeDims(c);
   const BlockStyle style = StyleFor(c);
+  const MoeSpec moe = MoeSpecFor(c);
   const bool first = header.stage == 0;
   const bool last = header.stage == header.pp - 1;
   const int lo = static_cast<int>(header.first_layer);
@@ -36,7 +38,8 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   std::vector<BlockState> blocks(n);
   for (int l = lo; l < hi; ++l) {
     b.SetLayer(l);
-    x = BlockForward(b, d, style, x, kNoTensor, kNoTensor, &blocks[static_cast<size_t>(l - lo)]);
+    x = BlockForward(b, d, style, x, kNoTensor, kNoTensor, &blocks[static_cast<size_t>(l - lo)],
+                     IsMoeLayer(c, l) ? &moe : nullptr);
   }
   b.SetLayer(traces::kNoLayer);
   HeadState head;

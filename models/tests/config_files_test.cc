@@ -27,8 +27,9 @@ std::vector<fs::path> ConfigFiles() {
 
 TEST(ConfigFiles, EveryShippedConfigLoadsTracesEveryStageAndValidates) {
   const std::vector<fs::path> files = ConfigFiles();
-  // 4 GPT, BERT-large, 2 T5, 2 Llama, 9 SSDTrain paper models, tiny and small GPT.
-  EXPECT_EQ(files.size(), 20u);
+  // 4 GPT, BERT-large, 2 T5, 2 Llama, 9 SSDTrain paper models, tiny and small GPT,
+  // Mixtral-8x7B and tiny-moe.
+  EXPECT_EQ(files.size(), 22u);
   for (const fs::path& path : files) {
     SCOPED_TRACE(path.string());
     const Result<ModelConfig> c = LoadModelConfig(path.string());
@@ -54,6 +55,8 @@ TEST(ConfigFiles, ShipsTheRequiredModels) {
                            "llama-2-7b",
                            "llama-3-8b",
                            "tiny-gpt",
+                           "mixtral-8x7b",
+                           "tiny-moe",
                            "small-gpt",
                            "ssdtrain-gpt-h8192-l4",
                            "ssdtrain-gpt-h12288-l3",

@@ -330,20 +330,13 @@ TEST_F(HfConfigErrors, UnknownModelTypeNamesTheSupportedOnes) {
   EXPECT_EQ(Message(R"("model_type": "rwkv", "architectures": ["RwkvForCausalLM"])"),
             File() +
                 ": model_type: \"rwkv\" is not supported (supported: bert, gpt2, gptj, llama, "
-                "mistral, opt, phi, qwen2, qwen3, roberta, t5)");
+                "mistral, opt, phi, qwen2, qwen3, roberta, t5; mixture of experts: mixtral, "
+                "qwen2_moe, qwen3_moe)");
 }
 
 TEST_F(HfConfigErrors, ArchitecturesWithoutModelTypeNameTheModelType) {
   EXPECT_EQ(Message(R"("architectures": ["LlamaForCausalLM"])"),
             File() + ": model_type: missing required field");
-}
-
-TEST(HfConfig, MixtureOfExpertsIsRefusedAsPlanned) {
-  const std::string path = HfDir("qwen3-30b-a3b") + "/config.json";
-  EXPECT_EQ(LoadModelConfig(path).status().message(),
-            path +
-                ": model_type: \"qwen3_moe\" is a mixture-of-experts model; "
-                "mixture-of-experts is planned, not yet modelled");
 }
 
 TEST_F(HfConfigErrors, SlidingWindowShorterThanThePositionsIsNotModelled) {

@@ -1,0 +1,125 @@
+// The field reader the Hugging Face config readers share (hf_config.cc for the
+// dense families, hf_moe_config.cc for the mixture-of-experts ones): each field
+// read is recorded for the report, and errors name the file and the field.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "models/hf_config.h"
+#include "traces/detail/json_fields.h"
+
+namespace ssdtrain::models::detail {
+
+inline constexpr int64_t kHfMaxSize = std::numeric_limits<int32_t>::max();
+
+inline std::string Str(int64_t v) { return std::to_string(v); }
+// Shortest form: 0.1, 0, 1.5.
+inline std::string Num(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+// Reads fields of one config object, recording each for the report.
+class Fields {
+ public:
+  // `j` is the object `r` reads; it outlives the Fields.
+  Fields(traces::detail::ObjectReader r, const nlohmann::json& j, const std::string& source,
+         HfReport* report)
+      : r_(std::move(r)), j_(j), source_(source), report_(report) {}
+
+  Result<int64_t> Size(const std::string& name, const std::string& target) {
+    Result<int64_t> v = r_.IntIn(name, 1, kHfMaxSize);
+    if (v.ok()) Read(name, Str(*v), target);
+    return v;
+  }
+  // null or absent -> nullopt; else a positive integer.
+  Result<std::optional<int64_t>> OptionalSize(const std::string& name, const std::string& target) {
+    SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> v, r_.OptionalInt(name));
+    if (v && (*v < 1 || *v > kHfMaxSize)) {
+      return Bad(name, "expected a positive integer or null, got " + Str(*v));
+    }
+    if (v) {
+      Read(name, Str(*v), target);
+    } else if (j_.contains(name)) {
+      Read(name, "null", "");  // read: null selects the documented default
+    }
+    return v;
+  }
+  // A non-negative integer (a token id), or `fallback` when absent.
+  Result<int64_t> IndexOr(const std::string& name, int64_t fallback) {
+    SSDTRAIN_ASSIGN_OR_RETURN(int64_t v, r_.IntInOr(name, fallback, 0, kHfMaxSize));
+    if (r_.Has(name)) Read(name, Str(v), "");
+    return v;
+  }
+  Result<double> NumberOr(const std::string& name, double fallback) {
+    SSDTRAIN_ASSIGN_OR_RETURN(double v, r_.NumberOr(name, fallback));
+    if (r_.Has(name)) Read(name, Num(v), "");
+    return v;
+  }
+  Result<bool> BoolOr(const std::string& name, bool fallback) {
+    SSDTRAIN_ASSIGN_OR_RETURN(bool v, r_.BoolOr(name, fallback));
+    if (r_.Has(name)) Read(name, v ? "true" : "false", "");
+    return v;
+  }
+  Result<std::string> StringOr(const std::string& name, const std::string& fallback) {
+    SSDTRAIN_ASSIGN_OR_RETURN(std::string v, r_.StringOr(name, fallback));
+    if (r_.Has(name)) Read(name, "\"" + v + "\"", "");
+    return v;
+  }
+  // A list of integers, or `fallback` when absent.
+  Result<std::vector<int64_t>> IntListOr(const std::string& name, std::vector<int64_t> fallback) {
+    if (!r_.Has(name)) return fallback;
+    SSDTRAIN_ASSIGN_OR_RETURN(std::vector<int64_t> v, r_.IntArray(name));
+    std::string text;
+    for (int64_t x : v) text += (text.empty() ? "" : ", ") + Str(x);
+    Read(name, "[" + text + "]", "");
+    return v;
+  }
+  bool Has(const std::string& name) const { return r_.Has(name); }
+  void Assume(const std::string& what) {
+    if (report_ != nullptr) report_->assumed.push_back(what);
+  }
+  Status Bad(const std::string& field, const std::string& what) const {
+    return Status::InvalidArgument(source_ + ": " + field + ": " + what);
+  }
+  Status NotModelled(const std::string& field, const std::string& what,
+                     const std::string& supported) const {
+    return Bad(field, what + " not modelled (supported: " + supported + ")");
+  }
+  const std::vector<std::string>& read() const { return names_; }
+
+ private:
+  void Read(const std::string& name, const std::string& value, const std::string& target) {
+    names_.push_back(name);
+    if (report_ != nullptr) {
+      report_->read.push_back(name + " " + value + (target.empty() ? "" : " -> " + target));
+    }
+  }
+  traces::detail::ObjectReader r_;
+  const nlohmann::json& j_;
+  std::string source_;
+  HfReport* report_;
+  std::vector<std::string> names_;
+};
+
+// llama, mistral, qwen2, qwen3 and their mixture-of-experts kin (mixtral,
+// qwen2_moe, qwen3_moe): RMSNorm, rotary, SwiGLU, untied; reads the attention,
+// intermediate_size (as ffn_hidden), vocabulary and positions. Returns the positions.
+Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelConfig* c);
+
+// The mixture-of-experts model_types: true for every one we know of, read or refused.
+bool IsHfMoeType(const std::string& model_type);
+// The ones read ("mixtral, qwen2_moe, qwen3_moe").
+std::string HfMoeSupported();
+// Reads a MoE model_type (IsHfMoeType) onto `c`, or refuses it naming the field
+// it does not model. Returns the positions.
+Result<int64_t> ReadHfMoe(Fields& f, const std::string& model_type, ModelConfig* c);
+
+}  // namespace ssdtrain::models::detail

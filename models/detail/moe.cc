@@ -1,0 +1,223 @@
+#include "models/detail/moe.h"
+
+#include "models/detail/block.h"
+#include "models/detail/costs.h"
+#include "models/detail/linear.h"
+#include "models/moe_config.h"
+
+namespace ssdtrain::models::detail {
+namespace {
+
+// Top-k selection over the E scores of a token: one compare per score per pick
+// is the order of magnitude (the op is memory-bound).
+constexpr int64_t kTopkFlopsPerScore = 2;
+// The combine multiplies each expert row by its weight and adds it: two per element.
+constexpr int64_t kCombineFlops = 2;
+// The shared expert's gate: sigmoid and multiply per element.
+constexpr int64_t kGateFlops = 3;
+// The router's softmax and top-k run in fp32, as Hugging Face and Megatron-Core do.
+constexpr DType kRouterDType = DType::kFp32;
+// Row maps and expert indices are int64 (torch's topk and argsort indices).
+constexpr DType kIndexDType = DType::kInt64;
+
+int64_t Rows(const std::vector<int64_t>& rows) { return Elements(rows); }
+
+std::vector<int64_t> Shape(const std::vector<int64_t>& rows, int64_t width) {
+  std::vector<int64_t> shape = rows;
+  shape.push_back(width);
+  return shape;
+}
+
+// x [rows, h] → fc1 [rows, 2f] → SwiGLU [rows, f] → fc2 [rows, h].
+TensorId ExpertForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x,
+                       std::vector<int64_t> rows, int64_t ffn, ExpertState* st) {
+  st->name = name;
+  st->rows = std::move(rows);
+  st->ffn = ffn;
+  st->in = x;
+  const int64_t m = Rows(st->rows);
+  st->fc1_weight = b.Weight(name + ".fc1.weight", {2 * ffn, d.h}, d.act);
+  st->fc1_out = b.Activation(name + ".fc1.out", Shape(st->rows, 2 * ffn), d.act);
+  b.Gemm(name + ".fc1", {x, st->fc1_weight}, {st->fc1_out}, {.m = m, .n = 2 * ffn, .k = d.h});
+  st->act = b.Activation(name + ".act.out", Shape(st->rows, ffn), d.act);
+  b.Op(name + ".swiglu", OpKind::kElementwise, {st->fc1_out}, {st->act}, kSwigluFlops * m * ffn);
+  st->fc2_weight = b.Weight(name + ".fc2.weight", {d.h, ffn}, d.act);
+  st->out = b.Activation(name + ".fc2.out", Shape(st->rows, d.h), d.act);
+  b.Gemm(name + ".fc2", {st->act, st->fc2_weight}, {st->out}, {.m = m, .n = d.h, .k = ffn});
+  return st->out;
+}
+
+// Returns the gradient of the expert's input.
+TensorId ExpertBackward(TraceBuilder& b, const Dims& d, const ExpertState& st, TensorId g_out) {
+  const int64_t m = Rows(st.rows);
+  const std::string& n = st.name;
+  const TensorId g_act = b.Gradient(n + ".act.out.grad", Shape(st.rows, st.ffn), d.act);
+  b.Gemm(n + ".fc2.dgrad", {g_out, st.fc2_weight}, {g_act}, {.m = m, .n = st.ffn, .k = d.h});
+  std::vector<TensorId> fc2_inputs = {st.act, g_out};
+  const TensorId g_fc2 = b.WeightGrad(st.fc2_weight, fc2_inputs);
+  b.Gemm(n + ".fc2.wgrad", fc2_inputs, {g_fc2}, {.m = d.h, .n = st.ffn, .k = m});
+  const TensorId g_fc1_out = b.Gradient(n + ".fc1.out.grad", Shape(st.rows, 2 * st.ffn), d.act);
+  b.Op(n + ".swiglu.bwd", OpKind::kElementwise, {st.fc1_out, g_act}, {g_fc1_out},
+       kBackwardFactor * kSwigluFlops * m * st.ffn);
+  const TensorId g_in = b.Gradient(n + ".in.grad", Shape(st.rows, d.h), d.act);
+  b.Gemm(n + ".fc1.dgrad", {g_fc1_out, st.fc1_weight}, {g_in}, {.m = m, .n = d.h, .k = 2 * st.ffn});
+  std::vector<TensorId> fc1_inputs = {st.in, g_fc1_out};
+  const TensorId g_fc1 = b.WeightGrad(st.fc1_weight, fc1_inputs);
+  b.Gemm(n + ".fc1.wgrad", fc1_inputs, {g_fc1}, {.m = 2 * st.ffn, .n = d.h, .k = m});
+  return g_in;
+}
+
+// Router gemm, softmax and top-k; records scores, weights and indices in `st`.
+void RouterForward(TraceBuilder& b, const Dims& d, MoeState* st) {
+  const MoeSpec& spec = st->spec;
+  const int64_t tokens = d.s * d.b;
+  st->router_weight = b.Weight("router.weight", {spec.experts, d.h}, d.act);
+  const TensorId logits = b.Activation("router.logits", d.Full(spec.experts), d.act);
+  b.Gemm("router", {st->x, st->router_weight}, {logits},
+         {.m = tokens, .n = spec.experts, .k = d.h});
+  st->scores = b.Activation("router.scores", d.Full(spec.experts), kRouterDType);
+  st->weights = b.Activation("router.weights", d.Full(spec.top_k), d.act);
+  st->indices = b.Activation("router.indices", d.Full(spec.top_k), kIndexDType);
+  b.Op("router.softmax_topk", OpKind::kSoftmax, {logits}, {st->scores, st->weights, st->indices},
+       (kSoftmaxFlops + kTopkFlopsPerScore * spec.top_k) * tokens * spec.experts);
+}
+
+// Returns the gradient of x through the router.
+TensorId RouterBackward(TraceBuilder& b, const Dims& d, const MoeState& st, TensorId g_weights) {
+  const MoeSpec& spec = st.spec;
+  const int64_t tokens = d.s * d.b;
+  const TensorId g_logits = b.Gradient("router.logits.grad", d.Full(spec.experts), d.act);
+  b.Op("router.softmax_topk.bwd", OpKind::kSoftmax, {st.scores, st.weights, st.indices, g_weights},
+       {g_logits}, kBackwardFactor * kSoftmaxFlops * tokens * spec.experts);
+  const TensorId g_x = b.Gradient("router.in.grad", d.Full(d.h), d.act);
+  b.Gemm("router.dgrad", {g_logits, st.router_weight}, {g_x},
+         {.m = tokens, .n = d.h, .k = spec.experts});
+  std::vector<TensorId> inputs = {st.x, g_logits};
+  const TensorId g_w = b.WeightGrad(st.router_weight, inputs);
+  b.Gemm("router.wgrad", inputs, {g_w}, {.m = spec.experts, .n = d.h, .k = tokens});
+  return g_x;
+}
+
+// The shared expert on every token, through its gate when it has one.
+TensorId SharedForward(TraceBuilder& b, const Dims& d, MoeState* st) {
+  const TensorId y = ExpertForward(b, d, "shared_expert", st->x, {d.s, d.b}, st->spec.shared_ffn,
+                                   &st->shared_expert);
+  if (!st->spec.shared_gate) return y;
+  st->shared_raw = y;
+  st->gate_weight = b.Weight("shared_gate.weight", {1, d.h}, d.act);
+  st->gate = b.Activation("shared_gate.out", d.Full(1), d.act);
+  b.Gemm("shared_gate", {st->x, st->gate_weight}, {st->gate}, {.m = d.s * d.b, .n = 1, .k = d.h});
+  const TensorId gated = b.Activation("shared_expert.gated", d.Full(d.h), d.act);
+  b.Op("shared_gate.sigmoid_mul", OpKind::kElementwise, {st->gate, y}, {gated},
+       kGateFlops * d.s * d.b * d.h);
+  return gated;
+}
+
+// Returns the gradient of x through the shared expert (and its gate).
+TensorId SharedBackward(TraceBuilder& b, const Dims& d, const MoeState& st, TensorId g_y) {
+  if (!st.spec.shared_gate) return ExpertBackward(b, d, st.shared_expert, g_y);
+  const TensorId g_raw = b.Gradient("shared_expert.fc2.out.grad", d.Full(d.h), d.act);
+  const TensorId g_gate = b.Gradient("shared_gate.out.grad", d.Full(1), d.act);
+  b.Op("shared_gate.sigmoid_mul.bwd", OpKind::kElementwise, {st.gate, st.shared_raw, g_y},
+       {g_raw, g_gate}, kBackwardFactor * kGateFlops * d.s * d.b * d.h);
+  const TensorId g_x_gate = b.Gradient("shared_gate.in.grad", d.Full(d.h), d.act);
+  b.Gemm("shared_gate.dgrad", {g_gate, st.gate_weight}, {g_x_gate},
+         {.m = d.s * d.b, .n = d.h, .k = 1});
+  std::vector<TensorId> inputs = {st.x, g_gate};
+  const TensorId g_w = b.WeightGrad(st.gate_weight, inputs);
+  b.Gemm("shared_gate.wgrad", inputs, {g_w}, {.m = 1, .n = d.h, .k = d.s * d.b});
+  const TensorId g_x = ExpertBackward(b, d, st.shared_expert, g_raw);
+  return AccumulateGrad(b, "shared_expert.in.grad_sum", g_x, g_x_gate);
+}
+
+int64_t Routed(const MoeSpec& spec) {
+  int64_t rows = 0;
+  for (int64_t t : spec.tokens) rows += t;
+  return rows;
+}
+
+}  // namespace
+
+MoeSpec MoeSpecFor(const ModelConfig& c) {
+  MoeSpec spec;
+  if (!IsMoe(c)) return spec;
+  spec.experts = c.experts;
+  spec.top_k = c.experts_per_token;
+  spec.ffn = ExpertFfnHidden(c) / c.tp;
+  spec.shared_ffn = c.shared_expert_ffn_hidden / c.tp;
+  spec.shared_gate = c.shared_expert_gate;
+  for (int64_t e = 0; e < c.experts; ++e) spec.tokens.push_back(ExpertTokens(c, e));
+  return spec;
+}
+
+TensorId MoeBranchForward(TraceBuilder& b, const Dims& d, const MoeSpec& spec, TensorId ln,
+                          MoeState* st) {
+  st->spec = spec;
+  st->x = d.sp ? AllGatherSeq(b, d, "moe.in_gathered", ln, TensorKind::kActivation) : ln;
+  RouterForward(b, d, st);
+  const int64_t routed = Routed(spec);
+  const TensorId permuted = b.Activation("moe.permuted", {routed, d.h}, d.act);
+  st->row_map = b.Activation("moe.row_map", {routed}, kIndexDType);
+  std::vector<TensorId> dispatched = {permuted, st->row_map};
+  for (int64_t e = 0; e < spec.experts; ++e) {
+    dispatched.push_back(b.View("expert" + std::to_string(e) + ".in", permuted,
+                                {spec.tokens[static_cast<size_t>(e)], d.h}));
+  }
+  b.Op("moe.permute", OpKind::kElementwise, {st->x, st->indices}, dispatched, 0);
+  st->experts.resize(static_cast<size_t>(spec.experts));
+  std::vector<TensorId> combine_inputs;
+  for (int64_t e = 0; e < spec.experts; ++e) {
+    const size_t i = static_cast<size_t>(e);
+    combine_inputs.push_back(ExpertForward(b, d, "expert" + std::to_string(e), dispatched[i + 2],
+                                           {spec.tokens[i]}, spec.ffn, &st->experts[i]));
+  }
+  combine_inputs.push_back(st->weights);
+  combine_inputs.push_back(st->row_map);
+  TensorId y = b.Activation("moe.combined", d.Full(d.h), d.act);
+  b.Op("moe.unpermute", OpKind::kElementwise, combine_inputs, {y}, kCombineFlops * routed * d.h);
+  st->shared = spec.shared_ffn > 0;
+  if (st->shared) {
+    const TensorId shared = SharedForward(b, d, st);
+    const TensorId sum = b.Activation("moe.out", d.Full(d.h), d.act);
+    b.Op("moe.shared_add", OpKind::kElementwise, {y, shared}, {sum}, kAddFlops * d.s * d.b * d.h);
+    y = sum;
+  }
+  if (d.sp) return ReduceScatterSeq(b, d, "moe.out_shard", y, TensorKind::kActivation);
+  if (d.t > 1) return AllReduce(b, d, "moe.out_reduced", y);
+  return y;
+}
+
+TensorId MoeBranchBackward(TraceBuilder& b, const Dims& d, const MoeState& st, TensorId g_y) {
+  const MoeSpec& spec = st.spec;
+  const TensorId g_full =
+      d.sp ? AllGatherSeq(b, d, "moe.out.grad_full", g_y, TensorKind::kGradient) : g_y;
+  const TensorId g_shared = st.shared ? SharedBackward(b, d, st, g_full) : kNoTensor;
+  std::vector<TensorId> combine_inputs = {st.row_map, st.weights};
+  std::vector<TensorId> g_expert_outs;
+  for (const ExpertState& e : st.experts) {
+    combine_inputs.push_back(e.out);
+    g_expert_outs.push_back(b.Gradient(e.name + ".fc2.out.grad", Shape(e.rows, d.h), d.act));
+  }
+  combine_inputs.push_back(g_full);
+  const TensorId g_weights = b.Gradient("router.weights.grad", d.Full(spec.top_k), d.act);
+  std::vector<TensorId> combine_outputs = g_expert_outs;
+  combine_outputs.push_back(g_weights);
+  const int64_t routed = Routed(spec);
+  b.Op("moe.unpermute.bwd", OpKind::kElementwise, combine_inputs, combine_outputs,
+       kCombineFlops * routed * d.h);
+  std::vector<TensorId> dispatch_inputs = {st.row_map};
+  for (size_t e = st.experts.size(); e-- > 0;) {
+    dispatch_inputs.push_back(ExpertBackward(b, d, st.experts[e], g_expert_outs[e]));
+  }
+  const TensorId g_dispatch = b.Gradient("moe.in.grad_dispatch", d.Full(d.h), d.act);
+  b.Op("moe.permute.bwd", OpKind::kElementwise, dispatch_inputs, {g_dispatch},
+       kAddFlops * routed * d.h);
+  TensorId g_x = RouterBackward(b, d, st, g_weights);
+  g_x = AccumulateGrad(b, "moe.in.grad_sum", g_dispatch, g_x);
+  if (g_shared != kNoTensor) g_x = AccumulateGrad(b, "moe.in.grad_sum_shared", g_x, g_shared);
+  if (d.sp) return ReduceScatterSeq(b, d, "moe.in.grad_shard", g_x, TensorKind::kGradient);
+  if (d.t > 1) return AllReduce(b, d, "moe.in.grad_reduced", g_x);
+  return g_x;
+}
+
+}  // namespace ssdtrain::models::detail

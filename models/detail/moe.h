@@ -1,0 +1,62 @@
+// The routed MLP of a mixture-of-experts block (models/moe_config.h has the
+// config side). On the norm output x [s_local, b, h], with T = s·b tokens:
+//   [all-gather x over tp with SP] → router gemm [T, E] → softmax (fp32) + top-k
+//   → permute (x rows to their k experts, a [R, h] buffer and its int64 row map,
+//   R = Σ tokens_e) → per expert e: fc1 [tokens_e, 2f] → SwiGLU → fc2 [tokens_e, h]
+//   → unpermute (each row times its router weight, summed back to [s, b, h])
+//   [+ shared expert on all T tokens, optionally through a sigmoid gate]
+//   → [all-reduce, or reduce-scatter with SP, over tp].
+// Experts are split over tp as the dense MLP is (f = width / tp per rank); the
+// router is replicated. The backward runs the same in reverse; the router's
+// gradient and the dispatch gradient are summed into the norm output's gradient.
+#pragma once
+
+#include <vector>
+
+#include "models/detail/dims.h"
+#include "models/detail/trace_builder.h"
+#include "models/model_config.h"
+
+namespace ssdtrain::models::detail {
+
+// One MoE layer's sizes on one tensor-parallel rank.
+struct MoeSpec {
+  int64_t experts = 0;
+  int64_t top_k = 0;
+  int64_t ffn = 0;         // each expert's width on this rank
+  int64_t shared_ffn = 0;  // the shared expert's width on this rank; 0: none
+  bool shared_gate = false;
+  std::vector<int64_t> tokens;  // per expert: the rows it receives
+};
+
+MoeSpec MoeSpecFor(const ModelConfig& c);
+
+// A SwiGLU FFN over `rows` rows (a routed or the shared expert).
+struct ExpertState {
+  std::string name;
+  std::vector<int64_t> rows;  // the row shape: {tokens} or {s, b}
+  int64_t ffn = 0;
+  TensorId in = kNoTensor, fc1_weight = kNoTensor, fc1_out = kNoTensor;
+  TensorId act = kNoTensor, fc2_weight = kNoTensor, out = kNoTensor;
+};
+
+struct MoeState {
+  MoeSpec spec;
+  TensorId x = kNoTensor;  // the router's and experts' input [s, b, h] (gathered with SP)
+  TensorId router_weight = kNoTensor;
+  TensorId scores = kNoTensor, weights = kNoTensor, indices = kNoTensor;
+  TensorId row_map = kNoTensor;
+  std::vector<ExpertState> experts;
+  bool shared = false;
+  ExpertState shared_expert;
+  TensorId gate_weight = kNoTensor, gate = kNoTensor, shared_raw = kNoTensor;
+};
+
+// `ln` is the MLP norm's output [s_local, b, h]; returns the branch output in the
+// residual stream's layout.
+TensorId MoeBranchForward(TraceBuilder& b, const Dims& d, const MoeSpec& spec, TensorId ln,
+                          MoeState* st);
+// Returns the gradient of `ln`.
+TensorId MoeBranchBackward(TraceBuilder& b, const Dims& d, const MoeState& st, TensorId g_y);
+
+}  // namespace ssdtrain::models::detail

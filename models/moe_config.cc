@@ -1,0 +1,165 @@
+#include "models/moe_config.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "models/build_trace.h"
+#include "traces/detail/json_fields.h"
+
+namespace ssdtrain::models {
+namespace {
+
+// A SwiGLU expert: gate and up projections [2·width, h] and the down projection [h, width].
+constexpr int64_t kSwigluMatrices = 3;
+
+Status Bad(const std::string& source, const std::string& field, const std::string& what) {
+  return Status::InvalidArgument(source + ": " + field + ": " + what);
+}
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+int64_t RoutedAssignments(const ModelConfig& c) {
+  return c.seq_len * c.micro_batch * c.experts_per_token;
+}
+
+// Fields that only a MoE config may set, with the value that means "unset".
+Status CheckDenseHasNoMoeFields(const ModelConfig& c, const std::string& source) {
+  const std::pair<const char*, bool> set[] = {
+      {"experts_per_token", c.experts_per_token != 0},
+      {"expert_ffn_hidden", c.expert_ffn_hidden != 0},
+      {"shared_expert_ffn_hidden", c.shared_expert_ffn_hidden != 0},
+      {"shared_expert_gate", c.shared_expert_gate},
+      {"capacity_factor", c.capacity_factor != 0.0},
+      {"first_dense_layers", c.first_dense_layers != 0},
+      {"moe_layer_step", c.moe_layer_step != 1},
+      {"dense_layers", !c.dense_layers.empty()}};
+  for (const auto& [field, is_set] : set) {
+    if (is_set) return Bad(source, field, "is a mixture-of-experts field and needs experts > 0");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsMoe(const ModelConfig& c) { return c.experts > 0; }
+
+bool IsMoeLayer(const ModelConfig& c, int64_t layer) {
+  if (!IsMoe(c) || layer < c.first_dense_layers) return false;
+  if ((layer + 1) % c.moe_layer_step != 0) return false;
+  return std::find(c.dense_layers.begin(), c.dense_layers.end(), layer) == c.dense_layers.end();
+}
+
+int64_t MoeLayerCount(const ModelConfig& c) {
+  int64_t n = 0;
+  for (int64_t l = 0; l < c.layers; ++l) n += IsMoeLayer(c, l) ? 1 : 0;
+  return n;
+}
+
+int64_t ExpertFfnHidden(const ModelConfig& c) {
+  return c.expert_ffn_hidden != 0 ? c.expert_ffn_hidden : FfnHidden(c);
+}
+
+int64_t ExpertTokens(const ModelConfig& c, int64_t expert) {
+  const int64_t assignments = RoutedAssignments(c);
+  const int64_t even = assignments / c.experts + (expert < assignments % c.experts ? 1 : 0);
+  if (c.capacity_factor <= 0.0) return even;
+  const auto capacity = static_cast<int64_t>(std::ceil(
+      c.capacity_factor * static_cast<double>(assignments) / static_cast<double>(c.experts)));
+  return std::min(even, capacity);
+}
+
+int64_t ExpertParameters(const ModelConfig& c) {
+  return kSwigluMatrices * c.hidden * ExpertFfnHidden(c);
+}
+
+Result<int64_t> ActiveParameterCount(const ModelConfig& c) {
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t total, ParameterCount(c));
+  if (!IsMoe(c)) return total;
+  return total - MoeLayerCount(c) * (c.experts - c.experts_per_token) * ExpertParameters(c);
+}
+
+Status ReadMoeFields(const traces::detail::ObjectReader& r, ModelConfig* c) {
+  SSDTRAIN_ASSIGN_OR_RETURN(c->experts, r.IntOr("experts", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->experts_per_token, r.IntOr("experts_per_token", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->expert_ffn_hidden, r.IntOr("expert_ffn_hidden", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->shared_expert_ffn_hidden, r.IntOr("shared_expert_ffn_hidden", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->shared_expert_gate, r.BoolOr("shared_expert_gate", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->capacity_factor, r.NumberOr("capacity_factor", 0.0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->first_dense_layers, r.IntOr("first_dense_layers", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->moe_layer_step, r.IntOr("moe_layer_step", 1));
+  if (r.Has("dense_layers")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(c->dense_layers, r.IntArray("dense_layers"));
+  }
+  return Status::Ok();
+}
+
+void MoeFieldsToJson(const ModelConfig& c, nlohmann::json& j) {
+  if (!IsMoe(c)) return;
+  j["experts"] = c.experts;
+  j["experts_per_token"] = c.experts_per_token;
+  j["expert_ffn_hidden"] = c.expert_ffn_hidden;
+  j["shared_expert_ffn_hidden"] = c.shared_expert_ffn_hidden;
+  j["shared_expert_gate"] = c.shared_expert_gate;
+  j["capacity_factor"] = c.capacity_factor;
+  j["first_dense_layers"] = c.first_dense_layers;
+  j["moe_layer_step"] = c.moe_layer_step;
+  j["dense_layers"] = c.dense_layers;
+}
+
+Status ValidateMoe(const ModelConfig& c, const std::string& source) {
+  if (c.experts < 0)
+    return Bad(source, "experts", "expected 0 (dense) or more, got " + Str(c.experts));
+  if (!IsMoe(c)) return CheckDenseHasNoMoeFields(c, source);
+  if (c.family != "llama") {
+    return Bad(source, "experts",
+               "mixture of experts is only modelled for the llama family, not " + c.family);
+  }
+  if (c.parallel_block) return Bad(source, "parallel_block", "is not modelled with experts");
+  if (c.experts_per_token < 1 || c.experts_per_token > c.experts) {
+    return Bad(source, "experts_per_token",
+               "expected 1 to experts (" + Str(c.experts) + "), got " + Str(c.experts_per_token));
+  }
+  const std::pair<const char*, int64_t> widths[] = {
+      {"expert_ffn_hidden", c.expert_ffn_hidden},
+      {"shared_expert_ffn_hidden", c.shared_expert_ffn_hidden},
+      {"first_dense_layers", c.first_dense_layers}};
+  for (const auto& [field, value] : widths) {
+    if (value < 0) return Bad(source, field, "expected 0 or more, got " + Str(value));
+  }
+  if (ExpertFfnHidden(c) % c.tp != 0) {
+    return Bad(source, "tp",
+               Str(c.tp) + " does not divide expert_ffn_hidden " + Str(ExpertFfnHidden(c)));
+  }
+  if (c.shared_expert_ffn_hidden % c.tp != 0) {
+    return Bad(
+        source, "tp",
+        Str(c.tp) + " does not divide shared_expert_ffn_hidden " + Str(c.shared_expert_ffn_hidden));
+  }
+  if (c.shared_expert_gate && c.shared_expert_ffn_hidden == 0) {
+    return Bad(source, "shared_expert_gate",
+               "needs a shared expert (shared_expert_ffn_hidden > 0)");
+  }
+  if (!(c.capacity_factor >= 0.0) || !std::isfinite(c.capacity_factor)) {
+    return Bad(
+        source, "capacity_factor",
+        "expected 0 (no capacity) or a positive number, got " + std::to_string(c.capacity_factor));
+  }
+  if (c.moe_layer_step < 1) {
+    return Bad(source, "moe_layer_step", "expected 1 or more, got " + Str(c.moe_layer_step));
+  }
+  for (int64_t l : c.dense_layers) {
+    if (l < 0 || l >= c.layers) {
+      return Bad(source, "dense_layers",
+                 "layer " + Str(l) + " is outside [0, layers " + Str(c.layers) + ")");
+    }
+  }
+  if (RoutedAssignments(c) < c.experts) {
+    return Bad(source, "experts",
+               Str(c.experts) + " experts receive no token from seq_len " + Str(c.seq_len) +
+                   " x micro_batch " + Str(c.micro_batch) + " x experts_per_token " +
+                   Str(c.experts_per_token) + " (expected at least one token per expert)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace ssdtrain::models
