@@ -54,6 +54,11 @@ struct ModelConfig {
                                     // paper's pure FP16). fp32 models have no master copy.
   int64_t zero_stage = 0;           // 0, or 1: optimizer state sharded over the dp ranks
   int64_t dp = 1;                   // data-parallel degree the state is sharded over
+  // Megatron-LM's --fp16-lm-cross-entropy: the loss on the 16-bit logits. Off
+  // (Megatron's default): the loss runs on logits.float(), an fp32 copy of the
+  // logits whose softmax the vocabulary-parallel cross-entropy saves in place.
+  // No effect on fp32 models, whose logits are fp32 already.
+  bool fp16_lm_cross_entropy = false;
 };
 
 // Command-line overrides; unset fields keep the config's value.
@@ -77,7 +82,8 @@ struct HfReport;  // hf_config.h
 // and assumed, and is left empty for our own configs.
 Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = nullptr);
 // The config as JSON, every field written (ModelConfigFromJson reads it back equal);
-// qkv_bias, qk_norm, parallel_block, gated_mlp and untied_output only where true
+// qkv_bias, qk_norm, parallel_block, gated_mlp, untied_output and
+// fp16_lm_cross_entropy only where true
 // and token_types only where set, so configs without them print as before.
 nlohmann::json ToJson(const ModelConfig& c);
 // Applies overrides, then checks consistency with ValidateConfig.
