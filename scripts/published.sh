@@ -76,10 +76,12 @@ for run in table["runs"]:
         continue
     report = json.load(open(prediction))
     details = report["extra"]["details"]
-    row.update(status="ok", schedule=schedule[1],
+    layout = report["layout"]
+    row.update(status="ok", schedule=layout["schedule"],
+               planned_layout={k: layout[k] for k in ("tp", "pp", "dp", "micro_batch")},
                predicted_s=report["step_time_ns"] / 1e9,
                peak_GiB=report["peak_gpu_bytes"] / 2**30,
-               micro_batches=report["layout"]["num_micro_batches"],
+               micro_batches=layout["num_micro_batches"],
                pipeline_s=details["pipeline_ns"] / 1e9,
                allreduce_exposed_s=details["allreduce_ns"] / 1e9,
                optimizer_s=details["optimizer_ns"] / 1e9)

@@ -91,6 +91,11 @@ TEST_F(PublishedRunsCli, EveryRunIsPlannedAtItsLayoutAndFitsAnA100) {
     ++planned;
     // The plan is the published layout: m = global batch / (micro-batch · dp).
     const int64_t dp = row.at("dp");
+    const nlohmann::json& planned = row.at("planned_layout");
+    EXPECT_EQ(planned.at("tp"), run.at("tp"));
+    EXPECT_EQ(planned.at("pp"), run.at("pp"));
+    EXPECT_EQ(planned.at("dp").get<int64_t>(), dp);
+    EXPECT_EQ(planned.at("micro_batch"), run.at("micro_batch"));
     EXPECT_EQ(dp * run.at("tp").get<int64_t>() * run.at("pp").get<int64_t>(),
               run.at("gpus").get<int64_t>());
     EXPECT_EQ(row.at("micro_batches").get<int64_t>() * run.at("micro_batch").get<int64_t>() * dp,
