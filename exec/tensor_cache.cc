@@ -14,7 +14,7 @@ TensorCache::TensorCache(const traces::StoragePlan& plan) : plan_(plan) {
     e.bytes = s.bytes;
     e.host = s.action == traces::TensorAction::kOffloadHost;
   }
-  auto roots = [&plan](const std::vector<std::vector<int>>& by_op,
+  auto roots = [&plan](const traces::OpLists& by_op,
                        std::vector<std::vector<traces::TensorId>>* out) {
     out->resize(by_op.size());
     for (size_t op = 0; op < by_op.size(); ++op) {

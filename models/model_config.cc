@@ -211,6 +211,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.zero_stage, r.IntOr("zero_stage", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dp, r.IntOr("dp", 1));
   SSDTRAIN_RETURN_IF_ERROR(ReadMoeFields(r, &c));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.fp16_lm_cross_entropy, r.BoolOr("fp16_lm_cross_entropy", false));
   SSDTRAIN_RETURN_IF_ERROR(r.CheckNoUnknown());
   SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source));
   return c;
@@ -269,6 +270,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.gated_mlp) j["gated_mlp"] = true;
   if (c.untied_output) j["untied_output"] = true;
   MoeFieldsToJson(c, j);
+  if (c.fp16_lm_cross_entropy) j["fp16_lm_cross_entropy"] = true;
   return j;
 }
 

@@ -67,6 +67,11 @@ struct ModelConfig {
   int64_t first_dense_layers = 0;        // the first this many layers are dense
   int64_t moe_layer_step = 1;            // layer l is MoE when (l + 1) % step == 0
   std::vector<int64_t> dense_layers;     // further layers that stay dense (mlp_only_layers)
+  // Megatron-LM's --fp16-lm-cross-entropy: the loss on the 16-bit logits. Off
+  // (Megatron's default): the loss runs on logits.float(), an fp32 copy of the
+  // logits whose softmax the vocabulary-parallel cross-entropy saves in place.
+  // No effect on fp32 models, whose logits are fp32 already.
+  bool fp16_lm_cross_entropy = false;
 };
 
 // Command-line overrides; unset fields keep the config's value.
@@ -90,9 +95,9 @@ struct HfReport;  // hf_config.h
 // and assumed, and is left empty for our own configs.
 Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = nullptr);
 // The config as JSON, every field written (ModelConfigFromJson reads it back equal);
-// qkv_bias, qk_norm, parallel_block, gated_mlp and untied_output only where true
-// and token_types only where set, and the MoE fields only for a MoE config, so
-// configs without them print as before.
+// qkv_bias, qk_norm, parallel_block, gated_mlp, untied_output and
+// fp16_lm_cross_entropy only where true and token_types only where set, and the
+// MoE fields only for a MoE config, so configs without them print as before.
 nlohmann::json ToJson(const ModelConfig& c);
 // Applies overrides, then checks consistency with ValidateConfig.
 Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,

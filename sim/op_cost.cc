@@ -68,7 +68,11 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
           op.kind == OpKind::kGemm ? hw_.gpu.gemm_efficiency : hw_.gpu.attention_efficiency;
       const double flops = static_cast<double>(op.flops);
       const double compute = flops / (peak_flops_ * Efficiency(curve, flops));
-      return CeilSecondsToNs(std::max(compute, bytes / mem_bw)) + overhead;
+      // A GEMM of low arithmetic intensity (attention's batched QK^T and AV
+      // with a head-sized k or n) is bound by the bandwidth kernels reach,
+      // not the datasheet's: the memory curve, as for elementwise kinds.
+      const double memory = bytes / (mem_bw * Efficiency(hw_.gpu.memory_efficiency, bytes));
+      return CeilSecondsToNs(std::max(compute, memory)) + overhead;
     }
     default: {
       const double eff = Efficiency(hw_.gpu.memory_efficiency, bytes);

@@ -2,7 +2,7 @@
 // In order of preference: the op's own measured_ns (when the options allow it),
 // an entry of the hardware's measured op-time table, then a roofline estimate:
 //   gemm, attention:  max(flops / (peak[dtype] · clock_scale · eff(flops)),
-//                         bytes / memory_bw)
+//                         bytes / (memory_bw · eff_memory(bytes)))
 //   memory-bound kinds: bytes / (memory_bw · eff(bytes))
 //   collective:  a ring over the tensor-parallel group priced by its kind
 //                (sim/collective.h: all-reduce 2·(t−1)/t · S / tp_GBps, all-gather

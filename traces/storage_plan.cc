@@ -96,6 +96,17 @@ int64_t ReplayWorkspaceBytes(const Trace& trace, int64_t output_region_bytes) {
   return bytes;
 }
 
+OpLists OpLists::Grouped(size_t ops, const std::vector<std::pair<size_t, int>>& pairs) {
+  OpLists out;
+  out.begin_.assign(ops + 1, 0);
+  for (const auto& [op, storage] : pairs) ++out.begin_[op + 1];
+  for (size_t op = 0; op < ops; ++op) out.begin_[op + 1] += out.begin_[op];
+  out.data_.resize(pairs.size());
+  std::vector<size_t> next(out.begin_.begin(), out.begin_.end() - 1);
+  for (const auto& [op, storage] : pairs) out.data_[next[op]++] = storage;
+  return out;
+}
+
 Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std::string& source) {
   const auto n_tensors = static_cast<int64_t>(trace.tensors.size());
   const auto n_ops = static_cast<int64_t>(trace.ops.size());
@@ -140,8 +151,8 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
     }
     if (const int64_t earlier = placed_at[static_cast<size_t>(p.tensor)]; earlier >= 0) {
       return Status::InvalidArgument(at() + ".tensor: tensor " + std::to_string(p.tensor) +
-                                     " is already placed by placements[" +
-                                     std::to_string(earlier) + "]");
+                                     " is already placed by placements[" + std::to_string(earlier) +
+                                     "]");
     }
     placed_at[static_cast<size_t>(p.tensor)] = static_cast<int64_t>(i);
     const Tensor& t = trace.tensor(p.tensor);
@@ -165,15 +176,17 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
     }
     if (p.evict_before != kNoOp) {
       if (!offload) {
-        return Status::InvalidArgument(at() + ".evict_before: only an offloaded tensor is evicted (" +
+        return Status::InvalidArgument(at() +
+                                       ".evict_before: only an offloaded tensor is evicted (" +
                                        Name(t) + " is " + std::string(ToString(p.action)) + ")");
       }
       if (p.evict_before < 0 || p.evict_before >= n_ops) {
-        return Status::InvalidArgument(at() + ".evict_before: op " + std::to_string(p.evict_before) +
-                                       " does not exist");
+        return Status::InvalidArgument(at() + ".evict_before: op " +
+                                       std::to_string(p.evict_before) + " does not exist");
       }
       if (trace.op(p.evict_before).phase == Phase::kOptimizer) {
-        return Status::InvalidArgument(at() + ".evict_before: op " + std::to_string(p.evict_before) +
+        return Status::InvalidArgument(at() + ".evict_before: op " +
+                                       std::to_string(p.evict_before) +
                                        " is in the optimizer phase; a storage is evicted between "
                                        "its last forward use and backward");
       }
@@ -277,21 +290,14 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
   }
 
   // Lifetimes and per-op storage lists.
-  sp.op_inputs.resize(trace.ops.size());
-  sp.op_outputs.resize(trace.ops.size());
-  sp.prefetch_at.resize(trace.ops.size());
-  sp.evict_at.resize(trace.ops.size());
-  auto unique_add = [](std::vector<int>& v, int s) {
-    if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
-  };
   for (const Op& op : trace.ops) {
-    auto touch = [&](TensorId t, std::vector<int>& list) -> Status {
+    auto touch = [&](TensorId t, OpLists& list) -> Status {
       if (t < 0 || t >= n_tensors) {
         return Status::InvalidArgument(source + ": op " + std::to_string(op.id) + " names tensor " +
                                        std::to_string(t) + ", which the trace does not have");
       }
       const int index = sp.index_of[static_cast<size_t>(t)];
-      unique_add(list, index);
+      list.AddUnique(index);
       StorageInfo& s = sp.storages[static_cast<size_t>(index)];
       s.last_use = std::max(s.last_use, op.id);
       if (op.phase == Phase::kForward) {
@@ -301,18 +307,17 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
       }
       return Status::Ok();
     };
-    for (TensorId t : op.inputs) {
-      SSDTRAIN_RETURN_IF_ERROR(touch(t, sp.op_inputs[static_cast<size_t>(op.id)]));
-    }
-    for (TensorId t : op.outputs) {
-      SSDTRAIN_RETURN_IF_ERROR(touch(t, sp.op_outputs[static_cast<size_t>(op.id)]));
-    }
+    for (TensorId t : op.inputs) SSDTRAIN_RETURN_IF_ERROR(touch(t, sp.op_inputs));
+    sp.op_inputs.EndOp();
+    for (TensorId t : op.outputs) SSDTRAIN_RETURN_IF_ERROR(touch(t, sp.op_outputs));
+    sp.op_outputs.EndOp();
   }
+  std::vector<std::pair<size_t, int>> prefetches, evictions;  // (op, storage)
   const std::map<int, OpId> pass_end = ForwardPassEnds(trace);
   for (size_t i = 0; i < sp.storages.size(); ++i) {
     StorageInfo& s = sp.storages[i];
     if (s.offloaded() && s.prefetch_before != kNoOp) {
-      sp.prefetch_at[static_cast<size_t>(s.prefetch_before)].push_back(static_cast<int>(i));
+      prefetches.emplace_back(static_cast<size_t>(s.prefetch_before), static_cast<int>(i));
     }
     if (s.offloaded() && s.evict_before != kNoOp) {
       // A point in its own micro-batch's backward is the end of that forward pass.
@@ -338,9 +343,11 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
                                      " (its prefetch point or first backward use)"
                                : ""));
       }
-      sp.evict_at[static_cast<size_t>(s.evict_before)].push_back(static_cast<int>(i));
+      evictions.emplace_back(static_cast<size_t>(s.evict_before), static_cast<int>(i));
     }
   }
+  sp.prefetch_at = OpLists::Grouped(trace.ops.size(), prefetches);
+  sp.evict_at = OpLists::Grouped(trace.ops.size(), evictions);
   return sp;
 }
 
@@ -379,7 +386,7 @@ class StaticWalk {
   void Run(const Op& op) {
     const auto id = static_cast<size_t>(op.id);
     for (int i : sp_.prefetch_at[id]) Add(i);
-    touched_ = sp_.op_inputs[id];
+    touched_.assign(sp_.op_inputs[id].begin(), sp_.op_inputs[id].end());
     for (int i : sp_.op_outputs[id]) {
       if (std::find(touched_.begin(), touched_.end(), i) == touched_.end()) touched_.push_back(i);
     }

@@ -43,8 +43,12 @@
 // Thread-safety: a StoragePlan is immutable after ResolvePlan; share it freely.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "traces/plan.h"
@@ -100,13 +104,38 @@ struct StorageInfo {
   }
 };
 
+// Per op id, a list of storage indexes, stored flat (one allocation for all
+// ops, where a vector per op costs a search thousands of allocations a plan).
+class OpLists {
+ public:
+  std::span<const int> operator[](size_t op) const {
+    return {data_.data() + begin_[op], data_.data() + begin_[op + 1]};
+  }
+  size_t size() const { return begin_.size() - 1; }
+  // Building op by op, in op id order: Add the next op's entries, then EndOp.
+  void Add(int storage) { data_.push_back(storage); }
+  void AddUnique(int storage) {  // unless the open op already lists it
+    if (std::find(data_.begin() + static_cast<std::ptrdiff_t>(begin_.back()), data_.end(),
+                  storage) == data_.end()) {
+      data_.push_back(storage);
+    }
+  }
+  void EndOp() { begin_.push_back(data_.size()); }
+  // `ops` lists from (op, storage) pairs, each op's in the pairs' order.
+  static OpLists Grouped(size_t ops, const std::vector<std::pair<size_t, int>>& pairs);
+
+ private:
+  std::vector<int> data_;
+  std::vector<size_t> begin_{0};  // begin_[op]..begin_[op + 1]: op's entries
+};
+
 struct StoragePlan {
   std::vector<StorageInfo> storages;  // one per storage, in root-id order
   std::vector<int> index_of;          // tensor id -> index into storages
   // Per op id: the unique storages it reads and writes, and the storages whose
   // read the plan issues when the op is issued.
   // evict_at: the storages whose planned eviction point the op is.
-  std::vector<std::vector<int>> op_inputs, op_outputs, prefetch_at, evict_at;
+  OpLists op_inputs, op_outputs, prefetch_at, evict_at;
   int64_t persistent_bytes = 0;   // raw bytes resident all step
   int64_t ssd_bytes = 0;          // unique offload-ssd bytes (written once per step)
   int64_t host_region_bytes = 0;  // the offload-host region, padded extents

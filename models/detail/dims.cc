@@ -27,6 +27,7 @@ Dims MakeDims(const ModelConfig& c) {
   d.vocab = PaddedVocab(c) / c.tp;
   d.flash = c.attention == "flash";
   d.act = *traces::ParseDType(c.dtype);
+  d.fp32_loss = !c.fp16_lm_cross_entropy && d.act != traces::DType::kFp32;
   return d;
 }
 

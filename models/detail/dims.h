@@ -43,6 +43,8 @@ struct Dims {
   int64_t ffn = 0;       // MLP width on this rank
   int64_t vocab = 0;     // padded vocabulary rows on this rank
   bool flash = false;
+  // The loss runs on an fp32 copy of 16-bit logits (ModelConfig::fp16_lm_cross_entropy off).
+  bool fp32_loss = false;
   traces::DType act = traces::DType::kFp16;  // activations, weights and gradients
 
   std::vector<int64_t> Stream() const { return {s_local, b, h}; }  // residual stream

@@ -27,15 +27,28 @@ void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transfo
   st->logits_layer = ColumnForward(b, d, "lm_head", z, d.h, d.vocab, {st->logits}, output_bias,
                                    word, /*replicated_input=*/mlm_transform);
   st->labels = b.Input("labels", {d.b, d.s}, DType::kInt64);
+  const int64_t n = Elements(b.shape(st->logits));
+  st->loss_input = st->logits;
+  if (d.fp32_loss) {
+    st->loss_input = b.Activation("logits.float", b.shape(st->logits), DType::kFp32);
+    b.Op("logits.float", OpKind::kElementwise, {st->logits}, {st->loss_input}, 0);
+  }
+  st->softmax = b.View("loss.softmax", st->loss_input, b.shape(st->loss_input));
   const TensorId loss = b.Activation("loss", {1}, DType::kFp32);
-  b.Op("loss", OpKind::kLoss, {st->logits, st->labels}, {loss},
-       kLossFlops * Elements(b.shape(st->logits)));
+  b.Op("loss", OpKind::kLoss, {st->loss_input, st->labels}, {st->softmax, loss}, kLossFlops * n);
 }
 
 TensorId HeadBackward(TraceBuilder& b, const Dims& d, const HeadState& st) {
-  const TensorId g_logits = b.Gradient("logits.grad", b.shape(st.logits), d.act);
-  b.Op("loss.bwd", OpKind::kLoss, {st.logits, st.labels}, {g_logits},
-       kBackwardFactor * kLossFlops * Elements(b.shape(st.logits)));
+  const int64_t n = Elements(b.shape(st.logits));
+  // softmax − one-hot, scaled by the loss gradient, over the softmax's storage.
+  TensorId g_logits = b.View("logits.grad", st.softmax, b.shape(st.softmax), TensorKind::kGradient);
+  b.Op("loss.bwd", OpKind::kLoss, {st.softmax, st.labels}, {g_logits},
+       kBackwardFactor * kLossFlops * n);
+  if (st.loss_input != st.logits) {
+    const TensorId g16 = b.Gradient("logits.grad.half", b.shape(st.logits), d.act);
+    b.Op("logits.float.bwd", OpKind::kElementwise, {g_logits}, {g16}, 0);
+    g_logits = g16;
+  }
   TensorId g = ColumnBackward(b, d, st.logits_layer, {g_logits});
   if (st.mlm_transform) {
     g = NormBackward(b, d, st.mlm_norm, g, kNoTensor);

@@ -1,6 +1,10 @@
 // The language-model head and loss on the last stage: final norm, (BERT: the MLM
 // transform dense → GELU → LayerNorm), vocabulary-parallel logits, softmax
-// cross-entropy. Logits and loss stay on the GPU (never offloadable).
+// cross-entropy as Megatron-LM's _VocabParallelCrossEntropy runs it: on
+// logits.float() unless --fp16-lm-cross-entropy (Dims::fp32_loss), computing the
+// softmax in place over its input and saving it; backward turns that softmax
+// into the logits' gradient in place, and the fp32 gradient is cast back to the
+// logits' dtype. Logits and loss stay on the GPU (never offloadable).
 #pragma once
 
 #include "models/detail/dims.h"
@@ -18,6 +22,9 @@ struct HeadState {
   NormState mlm_norm;
   LinearState logits_layer;
   TensorId logits = kNoTensor, labels = kNoTensor;
+  // The cross-entropy's input (logits, or their fp32 copy: Dims::fp32_loss)
+  // and the softmax it saves for backward, a view of that input (in place).
+  TensorId loss_input = kNoTensor, softmax = kNoTensor;
 };
 
 // x: the last block's output [s_local, b, h]. `word`: the tied word table, or

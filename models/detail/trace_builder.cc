@@ -74,9 +74,10 @@ TensorId TraceBuilder::Weight(const std::string& name, std::vector<int64_t> shap
   return id;
 }
 
-TensorId TraceBuilder::View(const std::string& name, TensorId root, std::vector<int64_t> shape) {
+TensorId TraceBuilder::View(const std::string& name, TensorId root, std::vector<int64_t> shape,
+                            std::optional<TensorKind> kind) {
   const traces::Tensor& r = tensor(root);
-  const TensorId id = AddTensor(name, std::move(shape), r.dtype, r.kind);
+  const TensorId id = AddTensor(name, std::move(shape), r.dtype, kind.value_or(r.kind));
   trace_.tensors[Index(id)].alias_of = root;
   return id;
 }

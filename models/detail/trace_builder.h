@@ -65,7 +65,9 @@ class TraceBuilder {
   // A parameter of the current layer: no producer, updated by that layer's optimizer op.
   TensorId Weight(const std::string& name, std::vector<int64_t> shape, DType dtype);
   // A view sharing `root`'s storage (alias_of); the op that produces root lists it too.
-  TensorId View(const std::string& name, TensorId root, std::vector<int64_t> shape);
+  // Of root's kind, or of `kind` (a gradient an op writes over a saved activation in place).
+  TensorId View(const std::string& name, TensorId root, std::vector<int64_t> shape,
+                std::optional<TensorKind> kind = std::nullopt);
 
   // Appends an op in the current phase and layer. bytes_read sums the inputs;
   // bytes_written sums the outputs, except views of another output (no new bytes).

@@ -17,7 +17,7 @@ TEST(Hardware, EveryShippedConfigLoads) {
   for (const char* name :
        {"a100-pcie-ssdtrain-paper", "a100-pcie-40gb-ssdtrain-paper", "a100-pcie-40gb-4x-980pro",
         "h100-sxm-4x-gen5-nvme", "h100-sxm-8x-gen5-nvme", "h200-sxm-4x-gen5-nvme",
-        "h200-sxm-8x-gen5-nvme", "cpu-local"}) {
+        "h200-sxm-8x-gen5-nvme", "dgx-a100-80gb", "dgx-h100", "cpu-local"}) {
     auto hw = LoadHardware(Config(name));
     ASSERT_TRUE(hw.ok()) << hw.status().message();
     EXPECT_EQ(hw->name, name);
@@ -135,6 +135,35 @@ TEST(OpCost, RooflineAndMeasuredTable) {
   OpCostModel measured(*hw, 1, "fp32");
   // The measured duration replaces the roofline; the 2 µs per-op issue overhead stays on top.
   EXPECT_EQ(measured.OpTimeNs(gemm), 12345 + 2'000);
+}
+
+TEST(OpCost, LowIntensityGemmRunsAtTheMemoryCurvesBandwidth) {
+  HardwareOptions hw;
+  hw.gpu.peak_tflops_fp16 = 100;
+  hw.gpu.memory_GBps = 1000;
+  hw.gpu.memory_efficiency = {{1e9, 0.5}};
+  traces::Op gemm;
+  gemm.kind = traces::OpKind::kGemm;
+  gemm.flops = 1'000'000'000;       // 10 µs at 100 TFLOP/s
+  gemm.bytes_read = 1'000'000'000;  // 1 GB at 1000 GB/s · 0.5: 2 ms, which bounds it
+  OpCostModel model(hw, 1, "fp16");
+  EXPECT_EQ(model.OpTimeNs(gemm), 2'000'000);
+}
+
+TEST(Hardware, DgxPresetsLoadWithCurvesOfTheirOwn) {
+  auto a100 = LoadHardware(Config("dgx-a100-80gb"));
+  auto h100 = LoadHardware(Config("dgx-h100"));
+  ASSERT_TRUE(a100.ok()) << a100.status().message();
+  ASSERT_TRUE(h100.ok()) << h100.status().message();
+  EXPECT_EQ(a100->gpus_per_node, 8);
+  EXPECT_EQ(h100->gpus_per_node, 8);
+  // Each GPU's efficiency comes from its own measurements (sim/README.md).
+  ASSERT_FALSE(a100->gpu.gemm_efficiency.empty());
+  ASSERT_FALSE(h100->gpu.gemm_efficiency.empty());
+  EXPECT_NE(a100->gpu.gemm_efficiency.back().efficiency,
+            h100->gpu.gemm_efficiency.back().efficiency);
+  EXPECT_NE(a100->gpu.memory_efficiency.back().efficiency,
+            h100->gpu.memory_efficiency.back().efficiency);
 }
 
 }  // namespace

@@ -16,7 +16,6 @@ constexpr double kStepCostBound = 1.03;
 constexpr int kBudgetRounds = 8;
 constexpr double kSecondsPerYear = 365.0 * 86400.0;
 constexpr double kTB = 1e12;
-constexpr int64_t kFp32OverFp16 = 2;
 
 PolicyOptions ReportedGpu() {
   PolicyOptions o;
@@ -96,8 +95,6 @@ Result<ModelRow> EvaluateModel(const models::ModelConfig& config, const Hardware
   for (const traces::Tensor& t : trace.tensors) {
     if (t.alias_of) continue;
     if (traces::IsWeightGradient(trace, t)) row.weight_grad_bytes += t.bytes;
-    // fp32 is twice the fp16 logits' bytes; two such copies.
-    if (t.name == "logits") row.fp32_loss_bytes += 2 * kFp32OverFp16 * t.bytes;
   }
   const int64_t persistent = row.persistent_bytes;
   SSDTRAIN_ASSIGN_OR_RETURN(row.keep, RunFixed("keep", trace, base, hw, persistent));

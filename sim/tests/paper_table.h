@@ -44,13 +44,12 @@ struct ModelRow {
   std::string model;
   int64_t persistent_bytes = 0;       // weights, gradients, optimizer state
   int64_t step_activation_bytes = 0;  // every saved activation of the step, deduplicated
-  // Sensitivity of the paper-way cut to two facts the simulation does not
-  // model (docs/PERFORMANCE.md): weight gradients allocated during backward
+  // Sensitivity of the paper-way cut to a fact the simulation does not model
+  // (docs/PERFORMANCE.md): weight gradients allocated during backward
   // (optimizer.zero_grad(set_to_none=True) frees them after each step, so they
-  // count in a forward+backward peak), and Megatron's fp32 cross-entropy (the
-  // loss runs on logits.float() and saves an fp32 softmax of the same size).
+  // count in a forward+backward peak). Megatron's fp32 cross-entropy is in the
+  // trace (models/detail/head.h).
   int64_t weight_grad_bytes = 0;
-  int64_t fp32_loss_bytes = 0;  // two fp32 copies of the rank's logits
   Run keep, recompute_full, ssdtrain, ssdtrain_paper;
   Run optimal_same_budget;  // optimal under ssdtrain-paper's device peak
   Run optimal_3pct;         // optimal at the lowest budget found with step <= 1.03 keep

@@ -4,10 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
+#include <vector>
+
 #include "traces/tests/small_trace.h"
 
 namespace ssdtrain::traces {
 namespace {
+
+std::vector<int> Ints(std::span<const int> s) { return {s.begin(), s.end()}; }
 
 // SmallTrace (tests/small_trace.h): every tensor is 128 bytes; x (0) and w (1)
 // are step inputs, a (2) and b (3) activations, v (5) a view of b, gb (6) an
@@ -53,7 +58,7 @@ TEST(ResolvePlan, AViewAndItsBaseAreOneStorage) {
   EXPECT_EQ(b.first_backward_use, 3);
   EXPECT_EQ(b.last_use, 3);
   // op3 reads l and v: two storages, v counted as b.
-  EXPECT_EQ(sp->op_inputs[3], (std::vector<int>{sp->IndexOf(4), sp->IndexOf(3)}));
+  EXPECT_EQ(Ints(sp->op_inputs[3]), (std::vector<int>{sp->IndexOf(4), sp->IndexOf(3)}));
 }
 
 TEST(ResolvePlan, OneRuleOfResidency) {
@@ -195,7 +200,7 @@ TEST(ResolvePlan, AnEvictionPointInBackwardIsTheEndOfTheForwardPass) {
       auto sp = ResolvePlan(t, PlanWith(t, {SsdEvict(2, evict, prefetch)}), "p.json");
       ASSERT_TRUE(sp.ok()) << sp.status().message();
       EXPECT_EQ(sp->of(2).evict_before, 3);
-      EXPECT_EQ(sp->evict_at[3], (std::vector<int>{sp->IndexOf(2)}));
+      EXPECT_EQ(Ints(sp->evict_at[3]), (std::vector<int>{sp->IndexOf(2)}));
       EXPECT_TRUE(sp->evict_at[4].empty());
     }
   }
@@ -206,7 +211,7 @@ TEST(ResolvePlan, AnEvictionPointLiesBetweenTheLastForwardUseAndBackward) {
   auto sp = ResolvePlan(t, PlanWith(t, {SsdEvict(2, 3)}), "p.json");
   ASSERT_TRUE(sp.ok()) << sp.status().message();
   EXPECT_EQ(sp->of(2).evict_before, 3);
-  EXPECT_EQ(sp->evict_at[3], (std::vector<int>{sp->IndexOf(2)}));
+  EXPECT_EQ(Ints(sp->evict_at[3]), (std::vector<int>{sp->IndexOf(2)}));
   EXPECT_TRUE(sp->evict_at[2].empty());
   for (const OpId bad : {OpId{0}, OpId{1}}) {
     const Status s = ResolvePlan(t, PlanWith(t, {SsdEvict(2, bad)}), "p.json").status();

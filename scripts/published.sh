@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Predicted against published: Narayanan et al., SC21 (arXiv 2104.04473), Table 1,
+# the weak-scaling runs of GPT on Selene (DGX A100 80 GB nodes). The runs, their
+# layouts and the published times are one data file,
+# configs/published/megatron-sc21-table1.json (its description gives the FLOP
+# formula the times are derived with); tests/published_runs_cli_test.cc runs this
+# script and holds its figures. Each run is `ssdtrain plan` pinned to its
+# published layout (tp, pp, dp, micro-batch, global batch; recompute-full, ZeRO
+# off, the model configs' fp16, sequence 2048, vocabulary 51200) on the hardware
+# preset; a run that does not fit the preset's GPU fails the script.
+#
+# The interleaved runs (layers_per_chunk > 0) are planned with
+# `--schedule interleaved --virtual-stages v`, v = layers / (pp · layers_per_chunk),
+# once `ssdtrain plan --help` offers that schedule; until then their rows say
+# "needs --schedule interleaved" and stay out of the median and the worst error.
+#
+#   scripts/published.sh                      builds ssdtrain in build/ (or $SSDTRAIN_BUILD_DIR)
+#   scripts/published.sh --hardware X.json    another preset
+#   scripts/published.sh --json out.json      also writes the rows and statistics as JSON
+#   SSDTRAIN_BIN=/path/to/ssdtrain scripts/published.sh   an already built binary, no build
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+hardware=$root/configs/hardware/dgx-a100-80gb.json
+json_out=
+while (($# > 0)); do
+  case $1 in
+    --hardware) hardware=$2; shift 2 ;;
+    --json) json_out=$2; shift 2 ;;
+    *) echo "published.sh: unknown argument $1 (expected --hardware FILE or --json FILE)" >&2; exit 2 ;;
+  esac
+done
+if [[ -z ${SSDTRAIN_BIN:-} ]]; then
+  build=${SSDTRAIN_BUILD_DIR:-$root/build}
+  SSDTRAIN_BUILD_DIR=$build SSDTRAIN_TARGET=ssdtrain "$root/scripts/build.sh" >/dev/null
+  SSDTRAIN_BIN=$build/app/ssdtrain
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 - "$root" "$SSDTRAIN_BIN" "$hardware" "$work" "$json_out" <<'PY'
+import json, os, statistics, subprocess, sys
+
+root, binary, hardware, work, json_out = sys.argv[1:6]
+table_path = os.path.join(root, "configs/published/megatron-sc21-table1.json")
+table = json.load(open(table_path))
+help_text = subprocess.run([binary, "plan", "--help"], capture_output=True, text=True).stdout
+interleaved_known = "interleaved" in help_text
+
+rows, failed = [], []
+for run in table["runs"]:
+    model_path = os.path.join(root, "configs/models", run["model"] + ".json")
+    layers = json.load(open(model_path))["layers"]
+    dp = run["gpus"] // (run["tp"] * run["pp"])
+    row = {"model": run["model"], "gpus": run["gpus"], "tp": run["tp"], "pp": run["pp"],
+           "dp": dp, "micro_batch": run["micro_batch"], "global_batch": run["global_batch"],
+           "published_s": run["seconds_per_iteration"]}
+    schedule = ["--schedule", "1f1b"]
+    if run["layers_per_chunk"] > 0:
+        v = layers // (run["pp"] * run["layers_per_chunk"])
+        row["virtual_stages"] = v
+        if not interleaved_known:
+            row["status"] = "needs --schedule interleaved"
+            rows.append(row)
+            continue
+        schedule = ["--schedule", "interleaved", "--virtual-stages", str(v)]
+    plan, prediction = os.path.join(work, "plan.json"), os.path.join(work, "prediction.json")
+    command = [binary, "plan", "--model", model_path, "--hardware", hardware,
+               "--gpus", str(run["gpus"]), "--tp", str(run["tp"]), "--pp", str(run["pp"]),
+               "--dp", str(dp), "--micro-batch", str(run["micro_batch"]),
+               "--global-batch", str(run["global_batch"]), "--policy", "recompute-full",
+               "--zero-stage", "0"] + schedule + ["-o", plan, "--prediction", prediction]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        row["status"] = "plan failed: " + done.stderr.strip().splitlines()[-1]
+        failed.append(row["model"])
+        rows.append(row)
+        continue
+    report = json.load(open(prediction))
+    details = report["extra"]["details"]
+    layout = report["layout"]
+    row.update(status="ok", schedule=layout["schedule"],
+               planned_layout={k: layout[k] for k in ("tp", "pp", "dp", "micro_batch")},
+               predicted_s=report["step_time_ns"] / 1e9,
+               peak_GiB=report["peak_gpu_bytes"] / 2**30,
+               micro_batches=layout["num_micro_batches"],
+               pipeline_s=details["pipeline_ns"] / 1e9,
+               allreduce_exposed_s=details["allreduce_ns"] / 1e9,
+               optimizer_s=details["optimizer_ns"] / 1e9)
+    row["error"] = (row["predicted_s"] - row["published_s"]) / row["published_s"]
+    rows.append(row)
+
+print(f"Narayanan et al. SC21 Table 1 against `ssdtrain plan` on {os.path.relpath(hardware, root)}")
+print("(each run pinned to its published layout: recompute-full, ZeRO off, fp16, sequence 2048, "
+      "vocabulary 51200; times in s per iteration)")
+print(f"{'model':>22} {'GPUs':>5} {'tp':>3} {'pp':>3} {'dp':>4} {'mb':>3} {'batch':>5} "
+      f"{'schedule':>12} {'predicted':>10} {'published':>10} {'error':>7} {'peak GiB':>9}")
+for r in rows:
+    head = (f"{r['model']:>22} {r['gpus']:>5} {r['tp']:>3} {r['pp']:>3} {r['dp']:>4} "
+            f"{r['micro_batch']:>3} {r['global_batch']:>5}")
+    if r["status"] != "ok":
+        print(f"{head} {'':>12} {'':>10} {r['published_s']:>10.2f}  {r['status']}")
+        continue
+    schedule = r["schedule"] + (f" v={r['virtual_stages']}" if r["schedule"] == "interleaved" else "")
+    print(f"{head} {schedule:>12} {r['predicted_s']:>10.2f} {r['published_s']:>10.2f} "
+          f"{100 * r['error']:>+6.1f}% {r['peak_GiB']:>9.1f}")
+errors = [abs(r["error"]) for r in rows if r["status"] == "ok"]
+excluded = [r for r in rows if r["status"].startswith("needs")]
+stats = {"runs": len(errors), "excluded": len(excluded),
+         "median_abs_error": statistics.median(errors) if errors else None,
+         "worst_abs_error": max(errors) if errors else None}
+if errors:
+    print(f"median |error| {100 * stats['median_abs_error']:.1f}%, worst {100 * stats['worst_abs_error']:.1f}% "
+          f"over {len(errors)} run(s)" +
+          (f"; {len(excluded)} interleaved run(s) excluded: this ssdtrain has no --schedule interleaved"
+           if excluded else ""))
+if json_out:
+    json.dump({"hardware": os.path.relpath(hardware, root), "rows": rows, "statistics": stats},
+              open(json_out, "w"), indent=2)
+if failed:
+    print("published.sh: no plan for " + ", ".join(failed), file=sys.stderr)
+    sys.exit(1)
+PY
