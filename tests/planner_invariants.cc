@@ -52,9 +52,16 @@ void CheckStagePeaks(const SweepCase& c, const std::string& policy, const sim::P
       out.push_back(where + ": " + sp.status().message());
       continue;
     }
-    const int64_t k = sim::MicroBatchesInFlight(stage, p.pp, p.num_micro_batches, *schedule);
-    const traces::StaticPeaks replay = traces::WholeStepStaticPeaks(
-        *t, *sp, k, std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes));
+    // Interleaved: k chunks of v per micro-batch; the replay's closed form for
+    // one micro-batch plus the chunks the others hold (traces::HeldByOtherChunks).
+    const int64_t v = *schedule == sim::PipelineSchedule::kInterleaved ? p.virtual_stages : 1;
+    const int64_t k = sim::ChunksInFlight(stage, p.pp, p.num_micro_batches, *schedule, v);
+    const int64_t alignment = std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes);
+    traces::StaticPeaks replay = traces::WholeStepStaticPeaks(*t, *sp, v == 1 ? k : 1, alignment);
+    if (v > 1) {
+      replay.device_bytes +=
+          traces::HeldByOtherChunks(traces::BetweenPasses(*t, *sp, alignment).device_bytes, k, v);
+    }
     const sim::Prediction::StagePeak* predicted = nullptr;
     for (const auto& sp_ : r.prediction.stage_peaks) {
       if (sp_.stage == stage) predicted = &sp_;
