@@ -152,6 +152,26 @@ std::string Progress(const Layout& l, const std::optional<Best>& best_fit) {
   return line;
 }
 
+// Layouts are searched interleaved with their most chunks per stage (the least
+// bubble and memory); at the winner, whether 1F1B or interleaved, every other
+// v the options allow is tried with its policy (fewer chunks, fewer sends).
+Status TryOtherChunkCounts(Search& search, const PlannerOptions& o, Best& best) {
+  if (o.virtual_stages || (o.schedule && *o.schedule != "interleaved")) return Status::Ok();
+  const Layout at = best.layout;
+  for (int64_t v : detail::VirtualStagesToTry(o, at.pp, at.m)) {
+    if (at.schedule == traces::Schedule::kInterleaved && v == at.virtual_stages) continue;
+    Layout l = at;
+    l.schedule = traces::Schedule::kInterleaved;
+    l.virtual_stages = v;
+    SSDTRAIN_ASSIGN_OR_RETURN(Candidate c, search.Evaluate(l, best.policy, false));
+    if (c.fits &&
+        c.prediction.metrics.tokens_per_s > best.candidate.prediction.metrics.tokens_per_s) {
+      best = Best{l, best.policy, std::move(c), best.rok};
+    }
+  }
+  return Status::Ok();
+}
+
 // The chosen interleaved plan against its layout and policy under 1F1B.
 Result<PlannerResult::ScheduleComparison> AgainstOneFOneB(Search& search, const Best& chosen) {
   Layout one_f_one_b = chosen.layout;
@@ -232,6 +252,7 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
     if (lowest_here) best_any->rok = rok;
     Say(options, Progress(l, best_fit));
   }
+  if (best_fit) SSDTRAIN_RETURN_IF_ERROR(TryOtherChunkCounts(search, options, *best_fit));
   Best chosen = best_fit ? std::move(*best_fit) : std::move(*best_any);
   if (options.record_timeline) {
     SSDTRAIN_ASSIGN_OR_RETURN(chosen.candidate,

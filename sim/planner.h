@@ -1,5 +1,6 @@
-// The planner's search: micro-batch size, pipeline depth, tensor-parallel
-// degree (up to one node's GPUs) and policy, for the highest predicted
+// The planner's search: micro-batch size, pipeline depth and schedule (1F1B,
+// or interleaved with v model chunks per stage), tensor-parallel degree (up
+// to one node's GPUs) and policy, for the highest predicted
 // throughput that fits in GPU memory; the remaining factor of the GPU count is
 // data parallelism.
 //
@@ -82,9 +83,10 @@ struct PlannerOptions {
   std::optional<int64_t> zero_stage;
   // "1f1b", "gpipe" or "interleaved"; unset: 1f1b (never slower than GPipe in
   // this model: the same makespan for equal stages, fewer micro-batches held)
-  // and interleaved, each layout with pp >= 2 and m a multiple of pp also
-  // tried with v model chunks per stage for each v that divides layers / pp,
-  // 2 .. 8 (detail::VirtualStagesToTry).
+  // and interleaved: each layout with pp >= 2 and m a multiple of pp is also
+  // tried with the most model chunks per stage v that divides layers / pp, up
+  // to 8 (the least bubble and memory), and the winning layout with every
+  // other such v from 2 (fewer sends; detail::VirtualStagesToTry).
   std::optional<std::string> schedule;
   // `--virtual-stages`: pins v (needs schedule "interleaved"; layers must
   // divide by pp·v and m be a multiple of pp).

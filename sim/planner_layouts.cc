@@ -157,10 +157,6 @@ Status CheckPins(const PlannerOptions& o) {
   return Status::Ok();
 }
 
-namespace {
-
-// The pinned v, else every v from 2 to kMaxVirtualStages that divides layers / pp;
-// only those that can run interleaved at pp and m (traces::InterleavedError).
 std::vector<int64_t> VirtualStagesToTry(const PlannerOptions& o, int64_t pp, int64_t m) {
   std::vector<int64_t> vs;
   if (o.virtual_stages) {
@@ -172,8 +168,6 @@ std::vector<int64_t> VirtualStagesToTry(const PlannerOptions& o, int64_t pp, int
                 [&](int64_t v) { return !traces::InterleavedError(pp, m, v, o.layers).empty(); });
   return vs;
 }
-
-}  // namespace
 
 std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOptions& hw) {
   std::vector<Layout> layouts;
@@ -205,11 +199,12 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
               layouts.back().schedule = s;
               continue;
             }
-            for (int64_t v : VirtualStagesToTry(o, pp, m)) {
-              layouts.push_back(l);
-              layouts.back().schedule = s;
-              layouts.back().virtual_stages = v;
-            }
+            // The most chunks: the least bubble and memory (the winner tries the rest).
+            const std::vector<int64_t> vs = VirtualStagesToTry(o, pp, m);
+            if (vs.empty()) continue;
+            layouts.push_back(l);
+            layouts.back().schedule = s;
+            layouts.back().virtual_stages = vs.back();
           }
         }
       }

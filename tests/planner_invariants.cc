@@ -151,10 +151,12 @@ SweepOutcome CheckPlannerInvariants(const SweepCase& c) {
       CheckStagePeaks(c, policy, *r, provider, *hw, out.violations);
     }
     out.lines.push_back(fmt::format(
-        "{}: {} tp {} pp {} dp {} mb {} m {}: {:.0f} tokens/s, worst stage peak {:.2f} GiB{} "
-        "({:.1f} s)",
+        "{}: {} tp {} pp {} dp {} mb {} m {} {}{}: {:.0f} tokens/s, worst stage peak {:.2f} "
+        "GiB{} ({:.1f} s)",
         where, r->fits ? "fits" : "does not fit", r->plan.tp, r->plan.pp, r->plan.dp,
-        r->plan.micro_batch, r->plan.num_micro_batches, r->prediction.metrics.tokens_per_s,
+        r->plan.micro_batch, r->plan.num_micro_batches, r->plan.schedule,
+        r->plan.virtual_stages > 1 ? fmt::format(" v={}", r->plan.virtual_stages) : "",
+        r->prediction.metrics.tokens_per_s,
         static_cast<double>(r->prediction.metrics.peak_gpu_bytes) / (1 << 30),
         r->fits ? "" : " (over budget)", seconds));
     searched.emplace(policy, Searched{std::move(*r), seconds});

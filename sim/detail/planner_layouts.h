@@ -49,11 +49,18 @@ std::string PinsText(const PlannerOptions& o);
 // each time and add sends).
 inline constexpr int64_t kMaxVirtualStages = 8;
 
+// The chunks per stage a layout of `pp` stages and `m` micro-batches may be
+// interleaved with, ascending: the pinned v, else every v from 2 to
+// kMaxVirtualStages that divides layers / pp; only those that can run at pp
+// and m (traces::InterleavedError).
+std::vector<int64_t> VirtualStagesToTry(const PlannerOptions& o, int64_t pp, int64_t m);
+
 // Every layout the options allow: tp over powers of two up to one node (or
 // pinned), pp over the divisors of the layers, dp the rest of the GPUs, the
 // micro-batch 1 .. 16 (or pinned), m from the global batch (or pinned, or 2·pp);
 // each under 1F1B and, where pp >= 2 and m is a multiple of pp, interleaved
-// with each v of VirtualStagesToTry (or the pinned schedule and v).
+// with the largest v of VirtualStagesToTry (or the pinned schedule and v): the
+// least bubble and memory; the search tries the others at its winner.
 std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOptions& hw);
 
 struct BoundedLayouts {
