@@ -11,8 +11,12 @@ namespace {
 
 using Task = traces::StageTask;
 
-// Chunk c's share of a stage's `ns` of v chunks: ⌊ns·(c + 1)/v⌋ − ⌊ns·c/v⌋.
-int64_t ChunkNs(int64_t ns, int64_t c, int64_t v) { return ns * (c + 1) / v - ns * c / v; }
+// Chunk c's share of a stage's `ns` of v chunks: `given`'s, else
+// ⌊ns·(c + 1)/v⌋ − ⌊ns·c/v⌋.
+int64_t ChunkNs(int64_t ns, const std::vector<int64_t>& given, int64_t c, int64_t v) {
+  if (given.size() == static_cast<size_t>(v)) return given[static_cast<size_t>(c)];
+  return ns * (c + 1) / v - ns * c / v;
+}
 
 }  // namespace
 
@@ -89,8 +93,10 @@ Result<PipelineResult> SimulatePipeline(const std::vector<StageTimes>& stages, i
       if (ready < 0) break;
       ++next[s];
       const int64_t start = std::max(ready, stage_free[s]);
-      const int64_t duration =
-          ChunkNs(task.forward ? stages[s].forward_ns : stages[s].backward_ns, task.chunk, v);
+      const StageTimes& st = stages[s];
+      const int64_t duration = task.forward
+                                   ? ChunkNs(st.forward_ns, st.chunk_forward_ns, task.chunk, v)
+                                   : ChunkNs(st.backward_ns, st.chunk_backward_ns, task.chunk, v);
       const int64_t end = start + duration;
       stage_free[s] = end;
       result.stage_end_ns[s] = end;

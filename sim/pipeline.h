@@ -8,13 +8,13 @@
 // i holds up to min(p − i, m) micro-batches of activations; GPipe's holds m.
 //
 // Interleaved (v model chunks per stage, traces/whole_step.h): virtual stage
-// c·p + s is chunk c of stage s; chunk c's forward takes ⌊F·(c + 1)/v⌋ −
-// ⌊F·c/v⌋ of the stage's F, and its backward likewise (its layers are 1/v of
-// the stage's; a stage's embedding or head is spread over its chunks with the
-// layers, an approximation). Uniform stages with free sends take
-// (m·v + p − 1)·(F + B)/v: the bubble is (p − 1)/(v·m) of the ideal step
-// m·(F + B), the fraction (p − 1)/(v·m + p − 1). Stage i holds
-// traces::ChunksInFlight chunks, stage 0 the most.
+// c·p + s is chunk c of stage s; chunk c's forward and backward take the
+// stage's chunk times where given (StageTimes::chunk_forward_ns; Simulate
+// gives them from the stage's ops, the embedding in chunk 0 and the head in
+// the last: sim/chunk_times.h), else ⌊F·(c + 1)/v⌋ − ⌊F·c/v⌋ of its F and B. Uniform stages with
+// free sends take (m·v + p − 1)·(F + B)/v: the bubble is (p − 1)/(v·m) of the ideal step m·(F + B),
+// the fraction (p − 1)/(v·m + p − 1). Stage i holds traces::ChunksInFlight chunks, stage 0 the
+// most.
 //
 // Sends: each micro-batch's activations (forward) and gradients (backward)
 // cross the link from each virtual stage to the next, v·p − 1 sends each way
@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "traces/status.h"
@@ -40,8 +41,17 @@ using PipelineSchedule = traces::Schedule;
 Result<PipelineSchedule> ParseSchedule(const std::string& s);  // "gpipe", "1f1b", "interleaved"
 
 struct StageTimes {
+  StageTimes(int64_t forward = 0, int64_t backward = 0, std::vector<int64_t> chunk_forward = {},
+             std::vector<int64_t> chunk_backward = {})
+      : forward_ns(forward),
+        backward_ns(backward),
+        chunk_forward_ns(std::move(chunk_forward)),
+        chunk_backward_ns(std::move(chunk_backward)) {}
   int64_t forward_ns = 0;   // one micro-batch
   int64_t backward_ns = 0;  // one micro-batch
+  // Interleaved: each chunk's share (v each, sim/chunk_times.h); empty: the
+  // even split ⌊F·(c + 1)/v⌋ − ⌊F·c/v⌋.
+  std::vector<int64_t> chunk_forward_ns, chunk_backward_ns;
 };
 
 // One forward or backward of one micro-batch (one chunk of it, interleaved) on

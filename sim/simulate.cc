@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 
+#include "sim/chunk_times.h"
 #include "sim/collective.h"
 #include "sim/data_parallel.h"
 #include "sim/pipeline.h"
@@ -221,6 +222,11 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     const StageResult& r = result_for(s);
     const int64_t fwd = r.forward_end_ns;
     times.push_back(StageTimes{fwd, std::max<int64_t>(0, r.step_ns - fwd - r.optimizer_ns)});
+    if (v > 1) {
+      ChunkTimes chunks = ChunkTimesOf(*stages[index_for(s)].trace, r, v);
+      times.back().chunk_forward_ns = std::move(chunks.forward_ns);
+      times.back().chunk_backward_ns = std::move(chunks.backward_ns);
+    }
   }
   const int64_t send_ns =
       p > 1 ? SendNs(SendBytes(first), hw.interconnect.pp_GBps, hw.interconnect.latency_us) : 0;

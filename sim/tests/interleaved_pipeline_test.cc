@@ -3,9 +3,11 @@
 // extra point-to-point sends.
 #include <gtest/gtest.h>
 
+#include "sim/chunk_times.h"
 #include "sim/pipeline.h"
 #include "sim/policy.h"
 #include "sim/simulate.h"
+#include "sim/stage_sim.h"
 #include "sim/tests/test_traces.h"
 
 namespace ssdtrain::sim {
@@ -138,6 +140,37 @@ TEST(InterleavedStep, ChunksInFlightSetEachStagesPeakToTheByte) {
   // The device peak grows by the same chunks: 3 · 2000 bytes over 1F1B's 1 · 4000.
   EXPECT_EQ(r->stage_peaks[0].peak_gpu_bytes - one_f_one_b->stage_peaks[0].peak_gpu_bytes, 2000);
   EXPECT_EQ(r->pipeline_sends, 2 * 3 * 8);
+}
+
+TEST(InterleavedStep, EachChunkTakesItsOwnOpsTime) {
+  // 4 blocks, v = 2: chunk 0 holds blocks 0 and 1, chunk 1 blocks 2 and 3.
+  // Block 0's forward takes 300 ns (an embedding's weight), the others 100; each
+  // backward op 200. Forward: chunk 0 300 + 100 = 400, chunk 1 200; backward
+  // (chunk 1 first): 400 each.
+  traces::Trace t = ChainTrace(4, 1000, 100, 200);
+  t.ops[0].measured_ns = 300;
+  auto r = SimulateStage(t, BasePlan(t), TestHardware(1, 1, 10));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const ChunkTimes c = ChunkTimesOf(t, *r, 2);
+  EXPECT_EQ(c.forward_ns, (std::vector<int64_t>{400, 200}));
+  EXPECT_EQ(c.backward_ns, (std::vector<int64_t>{400, 400}));
+  // Blocks that do not split into v chunks: none given (the even split).
+  EXPECT_TRUE(ChunkTimesOf(t, *r, 3).forward_ns.empty());
+  // In the pipeline, p = 2, m = 2, free sends, the heavier chunk 0 shows.
+  // Stage 0: F0.0 [0, 400], F1.0 [400, 800]; stage 1: F0.0 [400, 800], F1.0
+  // [800, 1200]; stage 0: F0.1 [800, 1000], F1.1 [1200, 1400]; stage 1: F0.1
+  // [1200, 1400], B0.1 [1400, 1800], F1.1 [1800, 2000], B1.1 [2000, 2400];
+  // stage 0: B0.1 [1800, 2200], B1.1 [2400, 2800]; stage 1: B0.0 [2400, 2800],
+  // B1.0 [2800, 3200]; stage 0: B0.0 [2800, 3200], B1.0 [3200, 3600]. The even
+  // split (forward 300 and 300) runs the same order in 3500.
+  const StageTimes stage{600, 800, c.forward_ns, c.backward_ns};
+  auto pipe = SimulatePipeline({stage, stage}, 2, PipelineSchedule::kInterleaved, 0, false, 2);
+  ASSERT_TRUE(pipe.ok()) << pipe.status().message();
+  EXPECT_EQ(pipe->makespan_ns, 3600);
+  auto even = SimulatePipeline({StageTimes{600, 800}, StageTimes{600, 800}}, 2,
+                               PipelineSchedule::kInterleaved, 0, false, 2);
+  ASSERT_TRUE(even.ok());
+  EXPECT_EQ(even->makespan_ns, 3500);
 }
 
 TEST(InterleavedStep, RefusesLayersThatDoNotSplitIntoChunks) {
