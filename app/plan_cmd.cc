@@ -11,6 +11,7 @@
 #include "app/outputs.h"
 #include "app/plan_budget.h"
 #include "app/plan_compare.h"
+#include "app/plan_schedule.h"
 #include "app/self_path.h"
 #include "models/build_trace.h"
 #include "models/hf_config.h"
@@ -43,6 +44,7 @@ struct PlanCmdOptions {
   int64_t tp = 0, pp = 0, dp = 0, num_micro_batches = 0;
   int64_t zero_stage = -1;  // -1: weigh 0 and 1 (--model); with --trace, 0
   std::string schedule;
+  int64_t virtual_stages = 0;  // 0: searched (with --schedule interleaved)
   bool rok = false;
   bool compare = false;      // every policy at one global batch (app/plan_compare.h)
   std::string compare_json;  // --json: the comparison as JSON
@@ -260,7 +262,8 @@ std::string SsdVerdict(const sim::Prediction& p) {
       "SSD: offloading stage {}'s saved activations ({:.2f} GB per micro-batch, {} held at once) "
       "behind its {:.1f} ms of forward compute needs {:.1f} GB/s of writes per GPU; its drives "
       "write {:.1f} GB/s",
-      need->stage, static_cast<double>(need->offloadable_bytes) / 1e9, need->in_flight,
+      need->stage, static_cast<double>(need->offloadable_bytes) / 1e9,
+      InFlightText(need->in_flight, p.virtual_stages),
       static_cast<double>(need->forward_compute_ns) / 1e6, need->required_write_GBps,
       p.array_write_GBps);
   if (p.metrics.ssd_bytes_written > 0) {
@@ -341,7 +344,14 @@ int RunPlan(PlanCmdOptions o) {
   if (o.dp > 0) po.dp = o.dp;
   if (o.num_micro_batches > 0) po.num_micro_batches = o.num_micro_batches;
   if (o.zero_stage >= 0) po.zero_stage = o.zero_stage;
-  if (!o.schedule.empty()) po.schedule = o.schedule;
+  if (!o.schedule.empty()) {
+    po.schedule = o.schedule;
+  } else if (!o.trace.empty()) {
+    // A trace is planned at its own shape, to replay: 1F1B, unless --schedule
+    // asks for interleaved (planned, not yet replayed).
+    po.schedule = "1f1b";
+  }
+  if (o.virtual_stages > 0) po.virtual_stages = o.virtual_stages;
   po.allow_host_offload = !o.no_host_offload;
   po.layers = in.layers;
   po.heads = in.heads;
@@ -379,12 +389,13 @@ int RunPlan(PlanCmdOptions o) {
     std::cerr << fmt::format(
         "ssdtrain plan: error: {} does not fit on {} GPUs of {} under any policy: the "
         "lowest-memory plan found ({}, micro-batch {}, tp {}, pp {}{}) needs {:.3f} GiB per GPU "
-        "on stage {}, which holds {} micro-batch(es) at once, {:.3f} GiB more than the {:.3f} "
-        "GiB budget\n",
+        "on stage {}, which holds {}{} at once, {:.3f} GiB more than the {:.3f} GiB budget\n",
         in.name, o.gpus, hw->name, r->plan.policy, r->plan.micro_batch, r->plan.tp, r->plan.pp,
         r->plan.zero_stage == 1 ? ", ZeRO-1" : "",
         static_cast<double>(r->prediction.metrics.peak_gpu_bytes) / kGiB, worst.stage,
-        worst.in_flight, static_cast<double>(r->over_budget_bytes) / kGiB, budget_GiB);
+        InFlightText(worst.in_flight, r->prediction.virtual_stages),
+        r->prediction.virtual_stages > 1 ? "" : " micro-batch(es)",
+        static_cast<double>(r->over_budget_bytes) / kGiB, budget_GiB);
     return 1;
   }
   traces::Plan plan = r->plan;
@@ -410,11 +421,11 @@ int RunPlan(PlanCmdOptions o) {
   if (Status w = outputs.Commit(); !w.ok()) return ReportError("plan", w);
   const traces::StepMetrics& m = r->prediction.metrics;
   std::cout << fmt::format(
-      "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {}{} ({} micro-batches): step "
+      "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {}{} ({} micro-batches{}): step "
       "{:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} "
       "GiB), SSD writes {:.2f} GiB/step\n",
       in.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp, plan.pp, plan.dp,
-      plan.zero_stage == 1 ? " ZeRO-1" : "", plan.num_micro_batches,
+      plan.zero_stage == 1 ? " ZeRO-1" : "", plan.num_micro_batches, ScheduleText(plan, in.layers),
       static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s, m.tflops_per_gpu,
       static_cast<double>(m.peak_gpu_bytes) / kGiB,
       static_cast<double>(m.peak_activation_bytes) / kGiB,
@@ -423,6 +434,7 @@ int RunPlan(PlanCmdOptions o) {
                            plan.micro_batch * plan.num_micro_batches * plan.dp)
             << BudgetText(plan.memory_budget_bytes, po.memory_budget_bytes > 0, *hw) << "\n";
   if (in.config) std::cout << OverriddenConfigNote(*in.config, plan, po);
+  std::cout << ScheduleVerdict(*r);
   std::cout << SsdVerdict(r->prediction);
   if (o.rok) PrintRok(plan.extra["rok"], plan.memory_budget_bytes, std::cout);
   const std::string make_trace = in.trace_command(plan);
@@ -433,7 +445,9 @@ int RunPlan(PlanCmdOptions o) {
   }
   const int64_t n_ranks = plan.pp * plan.dp;
   const std::string ranks = n_ranks > 1 ? fmt::format("mpirun -np {} ", n_ranks) : "";
-  if (!o.model.empty()) {
+  if (const std::string refused = NotReplayedText(plan); !refused.empty()) {
+    std::cout << refused;
+  } else if (!o.model.empty()) {
     // Each rank builds its own stage's trace from the model config.
     std::cout << fmt::format(
         "replay this plan: {}{} replay --model {} --plan {} --dir OFFLOAD_DIR -o "
@@ -514,8 +528,14 @@ Verb AddPlanCommand(CLI::App& app) {
                   "(ZeRO-1), 0 does not (default: weigh both at every dp > 1; with --trace, 0: "
                   "how the trace was built)")
       ->check(IntBetween(0, 1));
-  cmd->add_option("--schedule", o->schedule, "fix the pipeline schedule (default: 1f1b)")
-      ->check(CLI::IsMember({"1f1b", "gpipe"}));
+  cmd->add_option("--schedule", o->schedule,
+                  "fix the pipeline schedule: 1f1b, gpipe or interleaved (Megatron's interleaved "
+                  "1F1B; default: weigh 1f1b and interleaved)")
+      ->check(CLI::IsMember({"1f1b", "gpipe", "interleaved"}));
+  cmd->add_option("--virtual-stages", o->virtual_stages,
+                  "with --schedule interleaved: fix the model chunks per stage, v (layers / (pp x "
+                  "v) is Megatron's --num-layers-per-virtual-pipeline-stage; default: search)")
+      ->check(IntAtLeast(1));
   cmd->add_option("-o,--output", o->output, "plan JSON to write")->required();
   cmd->add_option("--timeline", o->timeline, "Chrome/Perfetto trace of the predicted step");
   cmd->add_option("--prediction", o->prediction,

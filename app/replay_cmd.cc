@@ -29,6 +29,7 @@
 #include "traces/report.h"
 #include "traces/timeline.h"
 #include "traces/uniform_plans.h"
+#include "traces/whole_step.h"
 
 namespace ssdtrain::app {
 namespace {
@@ -144,6 +145,9 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   std::optional<traces::Plan> read;
   if (!f.plan.empty()) {
     SSDTRAIN_ASSIGN_OR_RETURN(read, traces::ReadPlan(f.plan));
+    if (read->schedule == traces::ToString(traces::Schedule::kInterleaved)) {
+      return Status::FailedPrecondition(f.plan + ": " + std::string(traces::kNotReplayedYet));
+    }
   }
   // Rank r runs stage r / dp (exec/step_sync.h); one process runs stage 0.
   int64_t stage = 0;

@@ -21,13 +21,14 @@ Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan pla
   }
   if (!offloads) return plan;
   SSDTRAIN_ASSIGN_OR_RETURN(const PipelineSchedule schedule, ParseSchedule(plan.schedule));
-  const bool several = MicroBatchesInFlight(trace.header.stage, std::max<int64_t>(1, plan.pp),
-                                            plan.num_micro_batches, schedule) > 1;
+  const int64_t v = schedule == PipelineSchedule::kInterleaved ? plan.virtual_stages : 1;
   StageSimOptions so;
   so.gpu = SlowestArray(hw);  // as Simulate places a stage
   so.record_timeline = false;
-  so.in_flight = MicroBatchesInFlight(trace.header.stage, std::max<int64_t>(1, plan.pp),
-                                      plan.num_micro_batches, schedule);
+  so.in_flight = ChunksInFlight(trace.header.stage, std::max<int64_t>(1, plan.pp),
+                                plan.num_micro_batches, schedule, v);
+  so.virtual_stages = v;
+  const bool several = so.in_flight > v;
   SSDTRAIN_ASSIGN_OR_RETURN(StageResult r, SimulateStage(trace, plan, hw, so));
   if (several && r.ssd_bytes_written + r.ssd_bytes_read > 0) {
     // Where the prediction has the writes land: with the SSD shared by the

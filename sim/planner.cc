@@ -80,7 +80,8 @@ class Search {
     base.dp = l.dp;
     base.zero_stage = l.zero_stage;
     base.num_micro_batches = l.m;
-    base.schedule = options_.schedule.value_or("1f1b");
+    base.schedule = std::string(traces::ToString(l.schedule));
+    base.virtual_stages = l.virtual_stages;
     base.memory_budget_bytes = budget_;
     Candidate c;
     SSDTRAIN_ASSIGN_OR_RETURN(
@@ -143,7 +144,10 @@ PlannerResult ResultOf(Best best, int64_t budget) {
 std::string Progress(const Layout& l, const std::optional<Best>& best_fit) {
   std::string line = "plan: simulated mb=" + std::to_string(l.micro_batch) +
                      " tp=" + std::to_string(l.tp) + " pp=" + std::to_string(l.pp) +
-                     " dp=" + std::to_string(l.dp) + (l.zero_stage == 1 ? " zero=1" : "");
+                     " dp=" + std::to_string(l.dp) + (l.zero_stage == 1 ? " zero=1" : "") +
+                     (l.schedule == traces::Schedule::kInterleaved
+                          ? " interleaved v=" + std::to_string(l.virtual_stages)
+                          : std::string());
   if (best_fit) {
     line +=
         " (best so far " +
@@ -151,6 +155,42 @@ std::string Progress(const Layout& l, const std::optional<Best>& best_fit) {
         " tokens/s)";
   }
   return line;
+}
+
+// Layouts are searched interleaved with their most chunks per stage (the least
+// bubble and memory); at the winner, whether 1F1B or interleaved, every other
+// v the options allow is tried with its policy (fewer chunks, fewer sends).
+Status TryOtherChunkCounts(Search& search, const PlannerOptions& o, Best& best) {
+  if (o.virtual_stages || (o.schedule && *o.schedule != "interleaved")) return Status::Ok();
+  const Layout at = best.layout;
+  for (int64_t v : detail::VirtualStagesToTry(o, at.pp, at.m)) {
+    if (at.schedule == traces::Schedule::kInterleaved && v == at.virtual_stages) continue;
+    Layout l = at;
+    l.schedule = traces::Schedule::kInterleaved;
+    l.virtual_stages = v;
+    SSDTRAIN_ASSIGN_OR_RETURN(Candidate c, search.Evaluate(l, best.policy, false));
+    if (c.fits &&
+        c.prediction.metrics.tokens_per_s > best.candidate.prediction.metrics.tokens_per_s) {
+      best = Best{l, best.policy, std::move(c), best.rok};
+    }
+  }
+  return Status::Ok();
+}
+
+// The chosen interleaved plan against its layout and policy under 1F1B.
+Result<PlannerResult::ScheduleComparison> AgainstOneFOneB(Search& search, const Best& chosen) {
+  Layout one_f_one_b = chosen.layout;
+  one_f_one_b.schedule = traces::Schedule::kOneFOneB;
+  one_f_one_b.virtual_stages = 1;
+  SSDTRAIN_ASSIGN_OR_RETURN(const Candidate c, search.Evaluate(one_f_one_b, chosen.policy, false));
+  PlannerResult::ScheduleComparison out;
+  out.virtual_stages = chosen.layout.virtual_stages;
+  out.tokens_per_s = chosen.candidate.prediction.metrics.tokens_per_s;
+  out.bubble_fraction = chosen.candidate.prediction.bubble_fraction;
+  out.one_f_one_b_tokens_per_s = c.prediction.metrics.tokens_per_s;
+  out.one_f_one_b_bubble_fraction = c.prediction.bubble_fraction;
+  out.one_f_one_b_fits = c.fits;
+  return out;
 }
 
 }  // namespace
@@ -217,12 +257,18 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
     if (lowest_here) best_any->rok = rok;
     Say(options, Progress(l, best_fit));
   }
+  if (best_fit) SSDTRAIN_RETURN_IF_ERROR(TryOtherChunkCounts(search, options, *best_fit));
   Best chosen = best_fit ? std::move(*best_fit) : std::move(*best_any);
   if (options.record_timeline) {
     SSDTRAIN_ASSIGN_OR_RETURN(chosen.candidate,
                               search.Evaluate(chosen.layout, chosen.policy, true));
   }
+  std::optional<PlannerResult::ScheduleComparison> comparison;
+  if (chosen.layout.schedule == traces::Schedule::kInterleaved) {
+    SSDTRAIN_ASSIGN_OR_RETURN(comparison, AgainstOneFOneB(search, chosen));
+  }
   PlannerResult out = ResultOf(std::move(chosen), budget);
+  out.interleaved_vs_1f1b = comparison;
   out.layouts = n_layouts;
   out.simulated_layouts = simulated_layouts;
   out.simulations = search.simulations();

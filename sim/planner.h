@@ -1,5 +1,6 @@
-// The planner's search: micro-batch size, pipeline depth, tensor-parallel
-// degree (up to one node's GPUs) and policy, for the highest predicted
+// The planner's search: micro-batch size, pipeline depth and schedule (1F1B,
+// or interleaved with v model chunks per stage), tensor-parallel degree (up
+// to one node's GPUs) and policy, for the highest predicted
 // throughput that fits in GPU memory; the remaining factor of the GPU count is
 // data parallelism.
 //
@@ -80,9 +81,16 @@ struct PlannerOptions {
   // with both (the sharded state fits where the whole one may not; its
   // parameter all-gather costs time) and dp = 1 with 0.
   std::optional<int64_t> zero_stage;
-  // "1f1b" or "gpipe"; unset: 1f1b, which is never slower than GPipe in this
-  // model (the same makespan for equal stages) and holds fewer micro-batches.
+  // "1f1b", "gpipe" or "interleaved"; unset: 1f1b (never slower than GPipe in
+  // this model: the same makespan for equal stages, fewer micro-batches held)
+  // and interleaved: each layout with pp >= 2 and m a multiple of pp is also
+  // tried with the most model chunks per stage v that divides layers / pp, up
+  // to 8 (the least bubble and memory), and the winning layout with every
+  // other such v from 2 (fewer sends; detail::VirtualStagesToTry).
   std::optional<std::string> schedule;
+  // `--virtual-stages`: pins v (needs schedule "interleaved"; layers must
+  // divide by pp·v and m be a multiple of pp).
+  std::optional<int64_t> virtual_stages;
   int64_t layers = 0;              // the model's blocks (pp must divide it)
   int64_t heads = 0;               // tp must divide it
   bool allow_host_offload = true;  // false: auto skips offload-host; optimal never uses host
@@ -107,6 +115,15 @@ struct PlannerResult {
   // ones when pp > 2, then the last stage when pp > 1), by stage index; a
   // middle stage k > 1 runs stage 1's plan (RetargetPlan onto its trace).
   std::vector<std::pair<int64_t, traces::Plan>> stage_plans;
+  // When the chosen plan is interleaved: the same layout and policy under
+  // 1F1B, for the summary ("interleaved v=2 beats 1f1b by X%: bubble a → b").
+  struct ScheduleComparison {
+    int64_t virtual_stages = 0;
+    double tokens_per_s = 0, one_f_one_b_tokens_per_s = 0;
+    double bubble_fraction = 0, one_f_one_b_bubble_fraction = 0;
+    bool one_f_one_b_fits = false;
+  };
+  std::optional<ScheduleComparison> interleaved_vs_1f1b;
 };
 
 Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOptions& hw,

@@ -33,6 +33,46 @@ std::vector<int64_t> ZeroStages(const PlannerOptions& o, int64_t dp) {
   return {0};
 }
 
+// Unset: 1F1B and interleaved (GPipe is never faster than 1F1B here).
+std::vector<traces::Schedule> SchedulesToTry(const PlannerOptions& o) {
+  if (!o.schedule) return {traces::Schedule::kOneFOneB, traces::Schedule::kInterleaved};
+  Result<traces::Schedule> s = traces::ParseSchedule(*o.schedule);
+  return {s.ok() ? *s : traces::Schedule::kOneFOneB};
+}
+
+// --virtual-stages and an interleaved --schedule against the other pins.
+Status CheckInterleavedPins(const PlannerOptions& o) {
+  const bool interleaved = o.schedule && *o.schedule == "interleaved";
+  if (o.virtual_stages && !interleaved) {
+    return Status::InvalidArgument(Flag("--virtual-stages", *o.virtual_stages) +
+                                   ": needs --schedule interleaved" +
+                                   (o.schedule ? ", got --schedule " + *o.schedule : ""));
+  }
+  if (!interleaved) return Status::Ok();
+  std::string what = "--schedule interleaved";
+  if (o.virtual_stages) what.append(1, ' ').append(Flag("--virtual-stages", *o.virtual_stages));
+  if (o.virtual_stages && *o.virtual_stages < 2) {
+    return Status::InvalidArgument(what + ": needs at least 2 model chunks per stage (" +
+                                   "--virtual-stages 1 is --schedule 1f1b)");
+  }
+  if (o.pp && *o.pp < 2) {
+    return Status::InvalidArgument(what + ": needs --pp 2 or more, got " + Flag("--pp", *o.pp));
+  }
+  if (o.pp && o.virtual_stages && o.layers % (*o.pp * *o.virtual_stages) != 0) {
+    return Status::InvalidArgument(
+        what + ": the model's " + std::to_string(o.layers) + " layers do not divide by " +
+        Flag("--pp", *o.pp) + " x " + Flag("--virtual-stages", *o.virtual_stages) + " = " +
+        std::to_string(*o.pp * *o.virtual_stages) +
+        " (Megatron's --num-layers-per-virtual-pipeline-stage is layers / (pp x v))");
+  }
+  if (o.pp && o.num_micro_batches && *o.num_micro_batches % *o.pp != 0) {
+    return Status::InvalidArgument(what + ": " + Flag("--num-micro-batches", *o.num_micro_batches) +
+                                   " is not a multiple of " + Flag("--pp", *o.pp) +
+                                   ", as Megatron-LM's interleaved schedule requires");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 // " (pinned: --tp 2 --pp 4)" for the pins that are set, else "".
@@ -50,6 +90,8 @@ std::string PinsText(const PlannerOptions& o) {
   add("--num-micro-batches", o.num_micro_batches);
   add("--zero-stage", o.zero_stage);
   if (o.global_batch > 0) add("--global-batch", o.global_batch);
+  if (o.schedule) pins.append(" --schedule ").append(*o.schedule);
+  add("--virtual-stages", o.virtual_stages);
   if (pins.empty()) return pins;
   return std::string(" (pinned:").append(pins).append(")");
 }
@@ -73,6 +115,7 @@ Status CheckPins(const PlannerOptions& o) {
     Result<PipelineSchedule> s = ParseSchedule(*o.schedule);
     if (!s.ok()) return s.status().WithPrefix("--schedule");
   }
+  SSDTRAIN_RETURN_IF_ERROR(CheckInterleavedPins(o));
   const std::string gpus = Flag("--gpus", o.gpus);
   if (o.tp && o.heads > 0 && o.heads % *o.tp != 0) {
     return Status::InvalidArgument(Flag("--tp", *o.tp) + ": does not divide the model's " +
@@ -114,6 +157,18 @@ Status CheckPins(const PlannerOptions& o) {
   return Status::Ok();
 }
 
+std::vector<int64_t> VirtualStagesToTry(const PlannerOptions& o, int64_t pp, int64_t m) {
+  std::vector<int64_t> vs;
+  if (o.virtual_stages) {
+    vs.push_back(*o.virtual_stages);
+  } else if (pp >= 2) {
+    for (int64_t v = 2; v <= kMaxVirtualStages && v <= o.layers / pp; ++v) vs.push_back(v);
+  }
+  std::erase_if(vs,
+                [&](int64_t v) { return !traces::InterleavedError(pp, m, v, o.layers).empty(); });
+  return vs;
+}
+
 std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOptions& hw) {
   std::vector<Layout> layouts;
   const int64_t max_tp = o.tp ? *o.tp : std::min<int64_t>(hw.gpus_per_node, o.gpus);
@@ -136,7 +191,22 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
           if (o.num_micro_batches && o.global_batch != mb * dp * m) continue;
           m = o.global_batch / (mb * dp);
         }
-        for (int64_t zero : ZeroStages(o, dp)) layouts.push_back(Layout{mb, tp, pp, dp, m, zero});
+        for (int64_t zero : ZeroStages(o, dp)) {
+          const Layout l{mb, tp, pp, dp, m, zero};
+          for (traces::Schedule s : SchedulesToTry(o)) {
+            if (s != traces::Schedule::kInterleaved) {
+              layouts.push_back(l);
+              layouts.back().schedule = s;
+              continue;
+            }
+            // The most chunks: the least bubble and memory (the winner tries the rest).
+            const std::vector<int64_t> vs = VirtualStagesToTry(o, pp, m);
+            if (vs.empty()) continue;
+            layouts.push_back(l);
+            layouts.back().schedule = s;
+            layouts.back().virtual_stages = vs.back();
+          }
+        }
       }
     }
   }
@@ -176,8 +246,10 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
         CollectiveNs(GradientCollective(l.zero_stage), grads, l.dp, GBps, latency_us);
     const int64_t gather =
         ParamAllGatherNs(l.zero_stage, ParameterBytes(*t), l.dp, GBps, latency_us);
+    // Interleaved: (m·v + pp − 1) chunks of compute / v each (sim/pipeline.h).
+    const int64_t v = l.virtual_stages;
     const int64_t step =
-        (l.m + l.pp - 1) * compute + std::max<int64_t>(0, exchange - backward) + gather;
+        (l.m * v + l.pp - 1) * compute / v + std::max<int64_t>(0, exchange - backward) + gather;
     const double tokens = static_cast<double>(l.micro_batch * l.m * l.dp * t->header.seq_len);
     l.bound_tokens_per_s = step > 0 ? tokens / (static_cast<double>(step) * 1e-9) : 0;
     feasible.push_back(l);

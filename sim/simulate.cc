@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 
+#include "sim/chunk_times.h"
 #include "sim/collective.h"
 #include "sim/data_parallel.h"
 #include "sim/pipeline.h"
@@ -22,7 +23,7 @@ constexpr double kSecondsPerDayOverGBPerTB = 86.4;
 // The whole step as the pipeline ran it: each stage's forwards and backwards
 // (compute lane), its sends and its gradient buckets (network lane).
 traces::Timeline PipelineTimeline(const PipelineResult& pipe, const DataParallelStep& dp,
-                                  int64_t zero_stage, int64_t optimizer_ns) {
+                                  int64_t zero_stage, int64_t optimizer_ns, int64_t v) {
   const std::vector<std::vector<BucketSpan>>& buckets = dp.buckets;
   traces::Timeline tl;
   int64_t end = 0;
@@ -48,6 +49,7 @@ traces::Timeline PipelineTimeline(const PipelineResult& pipe, const DataParallel
         span.name = "send gradients";
         break;
     }
+    if (v > 1) span.name += " chunk " + std::to_string(t.chunk);
     end = std::max(end, t.end_ns);
     tl.spans.push_back(std::move(span));
   }
@@ -121,17 +123,18 @@ StageSimOptions SharedSsdOptions(const StageResult& alone, StageSimOptions optio
 }
 
 int64_t HeldByOtherMicroBatches(const traces::Trace& trace, const traces::StoragePlan& plan,
-                                int64_t alignment, int64_t in_flight) {
-  if (in_flight <= 1) return 0;
-  return (in_flight - 1) * traces::BetweenPasses(trace, plan, alignment).device_bytes;
+                                int64_t alignment, int64_t in_flight, int64_t v) {
+  if (in_flight <= v) return 0;
+  return traces::HeldByOtherChunks(traces::BetweenPasses(trace, plan, alignment).device_bytes,
+                                   in_flight, v);
 }
 
 Result<int64_t> HeldByOtherMicroBatches(const traces::Trace& trace, const traces::Plan& plan,
-                                        const HardwareOptions& hw, int64_t in_flight) {
-  if (in_flight <= 1 || plan.memory_budget_bytes <= 0) return int64_t{0};
+                                        const HardwareOptions& hw, int64_t in_flight, int64_t v) {
+  if (in_flight <= v || plan.memory_budget_bytes <= 0) return int64_t{0};
   SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan sp, traces::ResolvePlan(trace, plan, "plan"));
   return HeldByOtherMicroBatches(trace, sp, std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes),
-                                 in_flight);
+                                 in_flight, v);
 }
 
 Result<Prediction> Simulate(const std::vector<StageInput>& stages, const HardwareOptions& hw,
@@ -150,6 +153,12 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
                                    std::to_string(first.header.layers) + " layers");
   }
   SSDTRAIN_ASSIGN_OR_RETURN(PipelineSchedule schedule, ParseSchedule(layout.schedule));
+  const int64_t v = schedule == PipelineSchedule::kInterleaved ? layout.virtual_stages : 1;
+  if (schedule == PipelineSchedule::kInterleaved) {
+    const std::string why =
+        traces::InterleavedError(layout.pp, layout.num_micro_batches, v, first.header.layers);
+    if (!why.empty()) return Status::InvalidArgument("plan: virtual_stages: interleaved " + why);
+  }
   StageSimOptions so;
   so.gpu = options.gpu >= 0 ? options.gpu : SlowestArray(hw);
   // A whole step's timeline is the pipeline's (PipelineTimeline); one
@@ -170,12 +179,13 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     if (!in.trace || !in.plan) return Status::InvalidArgument("simulate: missing stage input");
   }
   // Each input's options: the budget less what its stages' other micro-batches
-  // hold (the most of any stage it stands for).
-  std::vector<int64_t> most_in_flight(stages.size(), 1);
+  // (chunks, interleaved) hold (the most of any stage it stands for).
+  std::vector<int64_t> most_in_flight(stages.size(), v);
   for (int64_t s = 0; s < p; ++s) {
     int64_t& k = most_in_flight[index_for(s)];
-    k = std::max(k, MicroBatchesInFlight(s, p, m, schedule));
+    k = std::max(k, ChunksInFlight(s, p, m, schedule, v));
   }
+  so.virtual_stages = v;
   std::vector<StageSimOptions> input_options(stages.size(), so);
   for (size_t i = 0; i < stages.size(); ++i) input_options[i].in_flight = most_in_flight[i];
   std::vector<StageResult> results;
@@ -192,7 +202,7 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   std::vector<std::optional<StageResult>> shared(results.size());
   std::vector<bool> holds_several(static_cast<size_t>(p), false);
   for (int64_t s = 0; s < p; ++s) {
-    if (MicroBatchesInFlight(s, p, m, schedule) < 2) continue;
+    if (ChunksInFlight(s, p, m, schedule, v) <= v) continue;
     holds_several[static_cast<size_t>(s)] = true;
     const size_t i = index_for(s);
     const StageResult& alone = results[i];
@@ -212,15 +222,22 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     const StageResult& r = result_for(s);
     const int64_t fwd = r.forward_end_ns;
     times.push_back(StageTimes{fwd, std::max<int64_t>(0, r.step_ns - fwd - r.optimizer_ns)});
+    if (v > 1) {
+      ChunkTimes chunks = ChunkTimesOf(*stages[index_for(s)].trace, r, v);
+      times.back().chunk_forward_ns = std::move(chunks.forward_ns);
+      times.back().chunk_backward_ns = std::move(chunks.backward_ns);
+    }
   }
   const int64_t send_ns =
       p > 1 ? SendNs(SendBytes(first), hw.interconnect.pp_GBps, hw.interconnect.latency_us) : 0;
-  SSDTRAIN_ASSIGN_OR_RETURN(PipelineResult pipe,
-                            SimulatePipeline(times, m, schedule, send_ns, options.record_timeline));
+  SSDTRAIN_ASSIGN_OR_RETURN(PipelineResult pipe, SimulatePipeline(times, m, schedule, send_ns,
+                                                                  options.record_timeline, v));
 
   Prediction out;
   out.pipeline_ns = pipe.makespan_ns;
   out.bubble_fraction = pipe.bubble_fraction;
+  out.virtual_stages = v;
+  out.pipeline_sends = pipe.sends;
   int64_t optimizer = 0;
   for (const StageResult& r : results) optimizer = std::max(optimizer, r.optimizer_ns);
   out.optimizer_ns = optimizer;
@@ -243,10 +260,12 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   out.array_write_GBps = array.write_GBps;
   for (int64_t s = 0; s < p; ++s) {
     const StageResult& r = result_for(s);
-    const int64_t k = std::max<int64_t>(1, pipe.max_in_flight[static_cast<size_t>(s)]);
+    const int64_t k = std::max<int64_t>(v, pipe.max_in_flight[static_cast<size_t>(s)]);
     Prediction::StagePeak peak{
-        s, r.peak_gpu_bytes + (k - 1) * r.between_passes_bytes,
-        r.peak_activation_bytes + (k - 1) * r.between_passes_activation_bytes, k};
+        s, r.peak_gpu_bytes + traces::HeldByOtherChunks(r.between_passes_bytes, k, v),
+        r.peak_activation_bytes +
+            traces::HeldByOtherChunks(r.between_passes_activation_bytes, k, v),
+        k};
     peak.offloadable_bytes = offloadable[index_for(s)];
     peak.forward_compute_ns = r.forward_compute_ns;
     peak.required_write_GBps =
@@ -303,7 +322,7 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
       if (mem.empty()) mem = r.timeline.memory;
     }
   } else if (options.record_timeline) {
-    out.timeline = PipelineTimeline(pipe, exchange, layout.zero_stage, optimizer);
+    out.timeline = PipelineTimeline(pipe, exchange, layout.zero_stage, optimizer, v);
   }
   return out;
 }
@@ -331,6 +350,8 @@ nlohmann::json PredictionToJson(const Prediction& p) {
                   {"optimizer_ns", p.optimizer_ns},
                   {"param_all_gather_ns", p.param_all_gather_ns},
                   {"bubble_fraction", p.bubble_fraction},
+                  {"virtual_stages", p.virtual_stages},
+                  {"pipeline_sends", p.pipeline_sends},
                   {"forwarded_storages", p.forwarded_storages},
                   {"dropped_writes", p.dropped_writes},
                   {"recompute_ns_per_micro_batch", p.recompute_ns},

@@ -16,6 +16,10 @@
 //   plus (k − 1)·between_passes_bytes (what a micro-batch holds while it
 //   waits between its passes: sim/stage_sim.h), the closed form of the
 //   unrolled step that the replay runs (traces::WholeStepStaticPeaks).
+//   Interleaved (v chunks per stage, the plan's virtual_stages), a stage
+//   holding k chunks needs the one-micro-batch peak (all v chunks of one
+//   micro-batch) plus traces::HeldByOtherChunks, ⌈(k − v)·between_passes/v⌉:
+//   each chunk holds 1/v of the stage's activations.
 // - Data parallelism: each stage exchanges its weight gradients in buckets
 //   of max(4e7, 1e6·dp) parameters (Megatron's) during its last micro-batch's
 //   backward, in the order backward produces them (sim/data_parallel.h): an
@@ -77,6 +81,8 @@ struct Prediction {
   int64_t optimizer_ns = 0;
   int64_t param_all_gather_ns = 0;  // ZeRO-1: after the optimizer, the longest stage's
   double bubble_fraction = 0;
+  int64_t virtual_stages = 1;  // interleaved: model chunks per stage
+  int64_t pipeline_sends = 0;  // point-to-point sends per step (sim/pipeline.h)
   int64_t forwarded_storages = 0;
   int64_t dropped_writes = 0;
   int64_t recompute_ns = 0;     // per micro-batch, stage 0
@@ -89,7 +95,7 @@ struct Prediction {
   struct StagePeak {
     int64_t stage = 0;
     int64_t peak_gpu_bytes = 0, peak_activation_bytes = 0;
-    int64_t in_flight = 1;  // micro-batches the stage holds at once
+    int64_t in_flight = 1;  // chunks the stage holds at once (micro-batches, v = 1)
     // What offloading the stage would ask of its drives: the saved activations
     // a plan may offload (traces::OffloadCandidates, each storage once) of one
     // micro-batch, written behind its forward compute, at
@@ -108,14 +114,17 @@ struct Prediction {
 // micro-batch simulated by itself.
 StageSimOptions SharedSsdOptions(const StageResult& alone, StageSimOptions options);
 // What a stage's other micro-batches hold while one runs, as the budget sees it:
-// (in_flight − 1) · traces::BetweenPasses of the plan (its storages between the
-// passes with instantaneous I/O: a replay's backpressure lets the waiting
-// micro-batches' writes land and evict before it holds the next one back).
+// traces::HeldByOtherChunks of traces::BetweenPasses of the plan (its storages
+// between the passes with instantaneous I/O: a replay's backpressure lets the
+// waiting micro-batches' writes land and evict before it holds the next one
+// back), for `in_flight` chunks of `v` per micro-batch: (in_flight − 1) ·
+// BetweenPasses with v = 1.
 Result<int64_t> HeldByOtherMicroBatches(const traces::Trace& trace, const traces::Plan& plan,
-                                        const HardwareOptions& hw, int64_t in_flight);
+                                        const HardwareOptions& hw, int64_t in_flight,
+                                        int64_t v = 1);
 // The same on a resolved plan, storages rounded to `alignment`.
 int64_t HeldByOtherMicroBatches(const traces::Trace& trace, const traces::StoragePlan& plan,
-                                int64_t alignment, int64_t in_flight);
+                                int64_t alignment, int64_t in_flight, int64_t v = 1);
 
 // The layout (micro_batch, pp, dp, zero_stage, num_micro_batches, schedule)
 // comes from stages[0].plan.

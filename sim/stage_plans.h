@@ -1,6 +1,7 @@
 // Per-stage plans (DESIGN.md, "The planner's promise"): under 1F1B stage i of
-// p holds min(p − i, m) micro-batches at once (GPipe: m), so each stage is
-// planned for its own in-flight count. Stage 0 holds the most and offloads or
+// p holds min(p − i, m) micro-batches at once (GPipe: m; interleaved:
+// traces::ChunksInFlight chunks of 1/v each), so each stage is planned for its
+// own in-flight count. Stage 0 holds the most and offloads or
 // recomputes the most; the last stage holds one.
 //
 // Three stages stand for all of them, as in the simulation (sim/simulate.h):

@@ -44,7 +44,8 @@ Status StageSimulator::BuildStorages() {
   result_.host_region_bytes = sp.host_region_bytes;
   if (budget_bytes_ > 0) {
     budget_bytes_ = std::max<int64_t>(
-        1, budget_bytes_ - HeldByOtherMicroBatches(trace_, sp, alignment_, options_.in_flight));
+        1, budget_bytes_ - HeldByOtherMicroBatches(trace_, sp, alignment_, options_.in_flight,
+                                                   options_.virtual_stages));
   }
   return Status::Ok();
 }

@@ -63,7 +63,9 @@ struct StageSimOptions {
   // Micro-batches the stage holds at once (sim/simulate.h): the plan's budget,
   // which a replay applies to the whole step, leaves this one what the other
   // in_flight − 1 do not hold between their passes (HeldByOtherMicroBatches).
+  // Interleaved: chunks held at once, `virtual_stages` of them per micro-batch.
   int64_t in_flight = 1;
+  int64_t virtual_stages = 1;
 };
 
 struct OpTiming {
@@ -86,7 +88,7 @@ struct StageResult {
   int64_t exposed_io_ns = 0;  // compute waiting on reads + I/O after the last op
   int64_t peak_gpu_bytes = 0;
   int64_t peak_activation_bytes = 0;
-  int64_t static_bytes = 0;           // resident all step (weights, grads, optimizer state)
+  int64_t static_bytes = 0;  // resident all step (weights, grads, optimizer state)
   // What the micro-batch holds while it waits between its forward and its
   // backward pass: the non-persistent storages resident when its first backward
   // op is issued, after that op's eviction points and before its reads and

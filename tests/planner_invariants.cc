@@ -52,9 +52,16 @@ void CheckStagePeaks(const SweepCase& c, const std::string& policy, const sim::P
       out.push_back(where + ": " + sp.status().message());
       continue;
     }
-    const int64_t k = sim::MicroBatchesInFlight(stage, p.pp, p.num_micro_batches, *schedule);
-    const traces::StaticPeaks replay = traces::WholeStepStaticPeaks(
-        *t, *sp, k, std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes));
+    // Interleaved: k chunks of v per micro-batch; the replay's closed form for
+    // one micro-batch plus the chunks the others hold (traces::HeldByOtherChunks).
+    const int64_t v = *schedule == sim::PipelineSchedule::kInterleaved ? p.virtual_stages : 1;
+    const int64_t k = sim::ChunksInFlight(stage, p.pp, p.num_micro_batches, *schedule, v);
+    const int64_t alignment = std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes);
+    traces::StaticPeaks replay = traces::WholeStepStaticPeaks(*t, *sp, v == 1 ? k : 1, alignment);
+    if (v > 1) {
+      replay.device_bytes +=
+          traces::HeldByOtherChunks(traces::BetweenPasses(*t, *sp, alignment).device_bytes, k, v);
+    }
     const sim::Prediction::StagePeak* predicted = nullptr;
     for (const auto& sp_ : r.prediction.stage_peaks) {
       if (sp_.stage == stage) predicted = &sp_;
@@ -144,10 +151,12 @@ SweepOutcome CheckPlannerInvariants(const SweepCase& c) {
       CheckStagePeaks(c, policy, *r, provider, *hw, out.violations);
     }
     out.lines.push_back(fmt::format(
-        "{}: {} tp {} pp {} dp {} mb {} m {}: {:.0f} tokens/s, worst stage peak {:.2f} GiB{} "
-        "({:.1f} s)",
+        "{}: {} tp {} pp {} dp {} mb {} m {} {}{}: {:.0f} tokens/s, worst stage peak {:.2f} "
+        "GiB{} ({:.1f} s)",
         where, r->fits ? "fits" : "does not fit", r->plan.tp, r->plan.pp, r->plan.dp,
-        r->plan.micro_batch, r->plan.num_micro_batches, r->prediction.metrics.tokens_per_s,
+        r->plan.micro_batch, r->plan.num_micro_batches, r->plan.schedule,
+        r->plan.virtual_stages > 1 ? fmt::format(" v={}", r->plan.virtual_stages) : "",
+        r->prediction.metrics.tokens_per_s,
         static_cast<double>(r->prediction.metrics.peak_gpu_bytes) / (1 << 30),
         r->fits ? "" : " (over budget)", seconds));
     searched.emplace(policy, Searched{std::move(*r), seconds});

@@ -126,6 +126,7 @@ TEST(StagePlans, AtPp8AndM32EveryStagesPredictedPeakIsItsUnrolledStepsStaticPeak
     po.pp = 8;
     po.num_micro_batches = 32;
     po.micro_batch = 2;
+    po.schedule = "1f1b";  // unpinned, interleaved wins, which the replay cannot unroll yet
     po.policy = policy;
     po.layers = base->layers;
     po.heads = base->heads;

@@ -8,6 +8,7 @@
 #include "traces/detail/json_fields.h"
 #include "traces/io.h"
 #include "traces/storage_plan.h"
+#include "traces/whole_step.h"
 
 namespace ssdtrain::traces {
 namespace {
@@ -132,6 +133,7 @@ json ToJson(const Plan& plan) {
          {"placements", std::move(placements)},
          {"extra", plan.extra}};
   if (plan.zero_stage != 0) j["zero_stage"] = plan.zero_stage;
+  if (plan.virtual_stages != 1) j["virtual_stages"] = plan.virtual_stages;
   if (plan.prediction) j["prediction"] = ToJson(*plan.prediction);
   return j;
 }
@@ -166,11 +168,23 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
   }
   SSDTRAIN_ASSIGN_OR_RETURN(plan.num_micro_batches, r.IntOr("num_micro_batches", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.schedule, r.StringOr("schedule", "1f1b"));
-  if (plan.schedule != "1f1b" && plan.schedule != "gpipe") {
+  Result<Schedule> schedule = ParseSchedule(plan.schedule);
+  if (!schedule.ok()) {
     return r.At("schedule")
-        .Error("unknown value \"" + plan.schedule + "\"; expected 1f1b or gpipe");
+        .Error("unknown value \"" + plan.schedule + "\"; expected 1f1b, gpipe or interleaved");
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.virtual_stages, r.IntOr("virtual_stages", 1));
+  if (*schedule != Schedule::kInterleaved && plan.virtual_stages != 1) {
+    return r.At("virtual_stages")
+        .Error("expected 1 under schedule " + plan.schedule + ", got " +
+               std::to_string(plan.virtual_stages) + " (model chunks are interleaved only)");
   }
   SSDTRAIN_ASSIGN_OR_RETURN(plan.memory_budget_bytes, r.IntOr("memory_budget_bytes", 0));
+  if (*schedule == Schedule::kInterleaved) {
+    const std::string why =
+        InterleavedError(plan.pp, plan.num_micro_batches, plan.virtual_stages, 0);
+    if (!why.empty()) return r.At("virtual_stages").Error("interleaved " + why);
+  }
   for (auto [field, value] : {std::pair{"micro_batch", plan.micro_batch}, std::pair{"tp", plan.tp},
                               std::pair{"pp", plan.pp}, std::pair{"dp", plan.dp},
                               std::pair{"num_micro_batches", plan.num_micro_batches}}) {

@@ -79,7 +79,11 @@ struct Plan {
   // JSON: optional, written when 1.
   int64_t zero_stage = 0;
   int64_t num_micro_batches = 1;
-  std::string schedule = "1f1b";    // 1f1b or gpipe
+  std::string schedule = "1f1b";  // 1f1b, gpipe or interleaved (traces/whole_step.h)
+  // Interleaved: model chunks per stage (Megatron's virtual pipeline stages,
+  // each chunk layers / (pp · v) layers), >= 2; 1 for the other schedules.
+  // JSON: optional (default 1), written when not 1.
+  int64_t virtual_stages = 1;
   int64_t memory_budget_bytes = 0;  // 0: no budget
   std::vector<Placement> placements;
   std::optional<StepMetrics> prediction;

@@ -11,13 +11,79 @@ namespace ssdtrain::traces {
 Result<Schedule> ParseSchedule(std::string_view s, const std::string& field) {
   if (s == "gpipe") return Schedule::kGpipe;
   if (s == "1f1b") return Schedule::kOneFOneB;
-  return Status::InvalidArgument(field + ": expected \"1f1b\" or \"gpipe\", got \"" +
-                                 std::string(s) + "\"");
+  if (s == "interleaved") return Schedule::kInterleaved;
+  return Status::InvalidArgument(
+      field + ": expected \"1f1b\", \"gpipe\" or \"interleaved\", got \"" + std::string(s) + "\"");
 }
 
-std::string_view ToString(Schedule s) { return s == Schedule::kGpipe ? "gpipe" : "1f1b"; }
+std::string_view ToString(Schedule s) {
+  switch (s) {
+    case Schedule::kGpipe:
+      return "gpipe";
+    case Schedule::kOneFOneB:
+      return "1f1b";
+    case Schedule::kInterleaved:
+      return "interleaved";
+  }
+  return "1f1b";
+}
 
-std::vector<StageTask> StageOrder(Schedule schedule, int64_t p, int64_t stage, int64_t m) {
+std::string InterleavedError(int64_t p, int64_t m, int64_t v, int64_t layers) {
+  const std::string pv = "pp x v = " + std::to_string(p) + " x " + std::to_string(v);
+  if (v < 2) return "needs at least 2 model chunks per stage, got " + std::to_string(v);
+  if (p < 2) return "needs at least 2 pipeline stages, got pp = " + std::to_string(p);
+  if (layers > 0 && layers % (p * v) != 0) {
+    return "the model's " + std::to_string(layers) + " layers do not divide by " + pv + " = " +
+           std::to_string(p * v) + " (each chunk holds layers / (pp x v) layers)";
+  }
+  if (m % p != 0) {
+    return "the " + std::to_string(m) +
+           " micro-batches are not a multiple of pp = " + std::to_string(p) +
+           " (Megatron-LM interleaves groups of pp micro-batches)";
+  }
+  return "";
+}
+
+namespace {
+
+// Megatron-LM's interleaved order (whole_step.h): chunk steps k = 0 .. m·v − 1.
+std::vector<StageTask> InterleavedOrder(int64_t p, int64_t stage, int64_t m, int64_t v) {
+  const int64_t total = m * v, group = p * v;
+  auto step = [&](int64_t k, bool forward) {
+    const int64_t chunk = (k % group) / p;
+    return StageTask{forward, (k / group) * p + k % p, forward ? chunk : v - 1 - chunk};
+  };
+  const int64_t warmup = std::min(total, (p - stage - 1) * 2 + (v - 1) * p);
+  std::vector<StageTask> order;
+  int64_t f = 0, b = 0;
+  for (; f < warmup; ++f) order.push_back(step(f, true));
+  while (f < total) {
+    order.push_back(step(f++, true));
+    order.push_back(step(b++, false));
+  }
+  while (b < total) order.push_back(step(b++, false));
+  return order;
+}
+
+}  // namespace
+
+int64_t ChunksInFlight(Schedule schedule, int64_t p, int64_t stage, int64_t m, int64_t v) {
+  int64_t held = 0, most = 0;
+  for (const StageTask& t : StageOrder(schedule, p, stage, m, v)) {
+    held += t.forward ? 1 : -1;
+    most = std::max(most, held);
+  }
+  return most;
+}
+
+int64_t HeldByOtherChunks(int64_t between_passes_bytes, int64_t chunks_in_flight, int64_t v) {
+  if (chunks_in_flight <= v || v < 1) return 0;
+  return ((chunks_in_flight - v) * between_passes_bytes + v - 1) / v;
+}
+
+std::vector<StageTask> StageOrder(Schedule schedule, int64_t p, int64_t stage, int64_t m,
+                                  int64_t v) {
+  if (schedule == Schedule::kInterleaved) return InterleavedOrder(p, stage, m, v);
   std::vector<StageTask> order;
   if (schedule == Schedule::kGpipe) {
     for (int64_t i = 0; i < m; ++i) order.push_back({true, i});
@@ -65,6 +131,9 @@ Result<WholeStep> UnrollStep(const Trace& trace, const Plan& plan, const std::st
   }
   SSDTRAIN_ASSIGN_OR_RETURN(const Schedule schedule,
                             ParseSchedule(plan.schedule, plan_source + ": schedule"));
+  if (schedule == Schedule::kInterleaved) {
+    return Status::FailedPrecondition(plan_source + ": " + std::string(kNotReplayedYet));
+  }
   if (MicroBatchesIn(trace) != 1) {
     return Status::InvalidArgument("the trace of " + trace.header.model +
                                    " already holds several micro-batches; unroll a single one");

@@ -11,6 +11,15 @@
 //   and one backward, then the remaining backwards (Narayanan et al. 2021,
 //   PipeDream-Flush; Megatron-LM's forward_backward_pipelining_without_
 //   interleaving). Backwards run in micro-batch order under both.
+//   Interleaved 1F1B (Megatron-LM's forward_backward_pipelining_with_
+//   interleaving, Narayanan et al. SC21) gives each stage v model chunks
+//   (virtual stage c·p + stage holds chunk c) and counts passes in chunk steps,
+//   m·v forwards and m·v backwards: the k-th forward step runs micro-batch
+//   (k / (p·v))·p + k mod p on chunk (k mod (p·v)) / p, the k-th backward step
+//   the same micro-batch on chunk v − 1 − (k mod (p·v)) / p; warm-up is
+//   min((p − stage − 1)·2 + (v − 1)·p, m·v) forward steps, then one forward and
+//   one backward alternate, then the remaining backwards. It requires m a
+//   multiple of p and v >= 2 (InterleavedError).
 // - Tensors: storages resident all step (IsPersistent: weights, weight
 //   gradients, optimizer state, step inputs) are shared by the micro-batches;
 //   every other storage exists once per micro-batch. Micro-batch 0 keeps the
@@ -29,6 +38,7 @@
 //   its offload file under "mb<k>-" + the file's name, at the same offset (so extents that did not
 //   overlap still do not).
 // With m == 1 the trace and plan come back unchanged (same fingerprint).
+// The interleaved schedule is refused (not yet replayed: kNotReplayedYet).
 #pragma once
 
 #include <cstdint>
@@ -42,19 +52,46 @@
 
 namespace ssdtrain::traces {
 
-enum class Schedule { kGpipe, kOneFOneB };
-// "gpipe" or "1f1b"; the error names `field`.
+enum class Schedule { kGpipe, kOneFOneB, kInterleaved };
+// "gpipe", "1f1b" or "interleaved"; the error names `field`.
 Result<Schedule> ParseSchedule(std::string_view s, const std::string& field = "schedule");
 std::string_view ToString(Schedule s);
+
+// Why `v` model chunks per stage cannot run interleaved over `p` stages, `m`
+// micro-batches and `layers` blocks (empty when they can): v >= 2, p >= 2,
+// layers divisible by p·v (each chunk layers / (p·v) blocks, Megatron's
+// --num-layers-per-virtual-pipeline-stage), m a multiple of p (Megatron's
+// rule). The reason names the quantities, not the caller's flags or fields.
+std::string InterleavedError(int64_t p, int64_t m, int64_t v, int64_t layers);
 
 struct StageTask {
   bool forward = true;
   int64_t micro_batch = 0;
+  int64_t chunk = 0;  // interleaved: the model chunk (0 .. v − 1); else 0
   bool operator==(const StageTask&) const = default;
 };
 
-// The order in which stage `stage` of `p` runs the passes of `m` micro-batches.
-std::vector<StageTask> StageOrder(Schedule schedule, int64_t p, int64_t stage, int64_t m);
+// The order in which stage `stage` of `p` runs the passes of `m` micro-batches;
+// `v`: model chunks per stage (interleaved only, which needs InterleavedError
+// empty; 1 for the others).
+std::vector<StageTask> StageOrder(Schedule schedule, int64_t p, int64_t stage, int64_t m,
+                                  int64_t v = 1);
+
+// The most chunk passes stage `stage` holds at once (forwarded, not yet
+// backwarded) in StageOrder: a chunk holds 1/v of the stage's activations of one
+// micro-batch. With v = 1 these are micro-batches: 1F1B min(p − stage, m), GPipe
+// m. Interleaved: min((p − stage − 1)·2 + (v − 1)·p + 1, m·v); on stage 0
+// v·p + p − 1 chunks, p + (p − 1)/v micro-batches' worth (Korthikanti et al.
+// 2022), where 1F1B holds p.
+int64_t ChunksInFlight(Schedule schedule, int64_t p, int64_t stage, int64_t m, int64_t v = 1);
+
+// What a stage's other passes hold while one micro-batch runs all its v chunks
+// (a single-micro-batch simulation holds the v chunks itself): the stage holds
+// `chunks_in_flight` chunks, each 1/v of `between_passes_bytes` (one
+// micro-batch's storages between its passes), so the others hold
+// ceil((chunks_in_flight − v) · between_passes_bytes / v); 0 when
+// chunks_in_flight <= v. With v = 1: (k − 1) · between_passes_bytes.
+int64_t HeldByOtherChunks(int64_t between_passes_bytes, int64_t chunks_in_flight, int64_t v);
 
 struct WholeStep {
   Trace trace;
@@ -63,6 +100,10 @@ struct WholeStep {
   // (its micro-batch is Op::micro_batch).
   std::vector<OpId> original_op;
 };
+
+// Why UnrollStep (and so `replay`) refuses an interleaved plan.
+inline constexpr std::string_view kNotReplayedYet =
+    "interleaved schedule is planned but not yet replayed; plan with --schedule 1f1b to replay";
 
 // Unrolls `trace` (one micro-batch of stage trace.header.stage of
 // trace.header.pp) and `plan` (checked against it) into the stage's whole step

@@ -12,12 +12,15 @@
 #include "sim/planner.h"
 #include "traces/status.h"
 #include "traces/trace.h"
+#include "traces/whole_step.h"
 
 namespace ssdtrain::sim::detail {
 
 struct Layout {
   int64_t micro_batch = 1, tp = 1, pp = 1, dp = 1, m = 1;
   int64_t zero_stage = 0;  // 1: the optimizer state sharded over dp (ZeRO-1)
+  traces::Schedule schedule = traces::Schedule::kOneFOneB;
+  int64_t virtual_stages = 1;  // interleaved: model chunks per stage
   // Compute-only throughput from the cost model in the closed-form pipeline:
   // no plan of this layout is faster.
   double bound_tokens_per_s = 0;
@@ -41,9 +44,23 @@ Status CheckPins(const PlannerOptions& o);
 // " (pinned: --tp 2 --pp 4)" for the pins that are set, else "".
 std::string PinsText(const PlannerOptions& o);
 
+// The model chunks per stage the search tries interleaved: the divisors of
+// layers / pp from 2 to kMaxVirtualStages (more chunks cut the bubble less
+// each time and add sends).
+inline constexpr int64_t kMaxVirtualStages = 8;
+
+// The chunks per stage a layout of `pp` stages and `m` micro-batches may be
+// interleaved with, ascending: the pinned v, else every v from 2 to
+// kMaxVirtualStages that divides layers / pp; only those that can run at pp
+// and m (traces::InterleavedError).
+std::vector<int64_t> VirtualStagesToTry(const PlannerOptions& o, int64_t pp, int64_t m);
+
 // Every layout the options allow: tp over powers of two up to one node (or
 // pinned), pp over the divisors of the layers, dp the rest of the GPUs, the
-// micro-batch 1 .. 16 (or pinned), m from the global batch (or pinned, or 2·pp).
+// micro-batch 1 .. 16 (or pinned), m from the global batch (or pinned, or 2·pp);
+// each under 1F1B and, where pp >= 2 and m is a multiple of pp, interleaved
+// with the largest v of VirtualStagesToTry (or the pinned schedule and v): the
+// least bubble and memory; the search tries the others at its winner.
 std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOptions& hw);
 
 struct BoundedLayouts {
@@ -52,7 +69,8 @@ struct BoundedLayouts {
 };
 // Sets each layout's bound and keeps those whose static memory (with ZeRO-1,
 // the sharded optimizer state) fits `budget`. The bound: the compute of
-// m + pp − 1 micro-batches of stage 0 (the closed-form pipeline), the
+// m + pp − 1 micro-batches of stage 0 (the closed-form pipeline; interleaved
+// m + (pp − 1)/v), the
 // gradient exchange that outlasts one backward, and ZeRO-1's parameter
 // all-gather.
 Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cache,

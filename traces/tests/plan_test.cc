@@ -47,6 +47,38 @@ TEST(Plan, ZeroStageIsWrittenWhenOneAndReadBack) {
             "p.json: zero_stage: expected 0 or 1 (1: the optimizer state sharded over dp), got 3");
 }
 
+TEST(Plan, InterleavedRecordsItsVirtualStagesAndOldPlansLoad) {
+  const Trace t = testing::SmallTrace();
+  Plan p = SmallPlan(t);
+  // A plan from before interleaving has no virtual_stages: it loads as 1.
+  EXPECT_FALSE(ToJson(p).contains("virtual_stages"));
+  Result<Plan> old = PlanFromJson(ToJson(p), "p.json");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->schedule, "1f1b");
+  EXPECT_EQ(old->virtual_stages, 1);
+  p.pp = 4;
+  p.num_micro_batches = 8;
+  p.schedule = "interleaved";
+  p.virtual_stages = 2;
+  const nlohmann::json j = ToJson(p);
+  EXPECT_EQ(j.at("schedule"), "interleaved");
+  EXPECT_EQ(j.at("virtual_stages"), 2);
+  Result<Plan> back = PlanFromJson(j, "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->virtual_stages, 2);
+  EXPECT_EQ(ToJson(*back), j);
+  nlohmann::json odd = j;
+  odd["num_micro_batches"] = 6;
+  EXPECT_EQ(PlanFromJson(odd, "p.json").status().message(),
+            "p.json: virtual_stages: interleaved the 6 micro-batches are not a multiple of pp = 4 "
+            "(Megatron-LM interleaves groups of pp micro-batches)");
+  nlohmann::json chunks = j;
+  chunks["schedule"] = "1f1b";
+  EXPECT_EQ(PlanFromJson(chunks, "p.json").status().message(),
+            "p.json: virtual_stages: expected 1 under schedule 1f1b, got 2 (model chunks are "
+            "interleaved only)");
+}
+
 TEST(Plan, RefusesPlanForAnotherTrace) {
   Trace t = testing::SmallTrace();
   Plan p = SmallPlan(t);

@@ -56,10 +56,12 @@ TEST(StageOrder, GpipeHoldsEveryMicroBatch) {
 TEST(ParseSchedule, NamesTheFieldAndWhatItExpects) {
   EXPECT_EQ(*ParseSchedule("gpipe"), Schedule::kGpipe);
   EXPECT_EQ(*ParseSchedule("1f1b"), Schedule::kOneFOneB);
-  auto bad = ParseSchedule("interleaved", "p.json: schedule");
+  EXPECT_EQ(*ParseSchedule("interleaved"), Schedule::kInterleaved);
+  auto bad = ParseSchedule("zero-bubble", "p.json: schedule");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
-            "p.json: schedule: expected \"1f1b\" or \"gpipe\", got \"interleaved\"");
+            "p.json: schedule: expected \"1f1b\", \"gpipe\" or \"interleaved\", got "
+            "\"zero-bubble\"");
 }
 
 Plan OffloadA(const Trace& t, int64_t m, std::string schedule) {

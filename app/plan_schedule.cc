@@ -1,0 +1,47 @@
+#include "app/plan_schedule.h"
+
+#include <fmt/format.h>
+
+#include "traces/whole_step.h"
+
+namespace ssdtrain::app {
+
+std::string ScheduleText(const traces::Plan& plan, int64_t layers) {
+  if (plan.schedule != "interleaved") return "";
+  std::string text = fmt::format(", interleaved v={}", plan.virtual_stages);
+  const int64_t chunks = plan.pp * plan.virtual_stages;
+  if (layers > 0 && chunks > 0) {
+    const int64_t per_chunk = layers / chunks;
+    text += fmt::format(" ({} layer{} per chunk)", per_chunk, per_chunk == 1 ? "" : "s");
+  }
+  return text;
+}
+
+std::string InFlightText(int64_t in_flight, int64_t v) {
+  if (v <= 1) return std::to_string(in_flight);
+  return fmt::format("{} chunks, {:.1f} micro-batches' worth,", in_flight,
+                     static_cast<double>(in_flight) / static_cast<double>(v));
+}
+
+std::string NotReplayedText(const traces::Plan& plan) {
+  if (plan.schedule != traces::ToString(traces::Schedule::kInterleaved)) return "";
+  return fmt::format("replay: {}\n", traces::kNotReplayedYet);
+}
+
+std::string ScheduleVerdict(const sim::PlannerResult& r) {
+  if (!r.interleaved_vs_1f1b) return "";
+  const sim::PlannerResult::ScheduleComparison& c = *r.interleaved_vs_1f1b;
+  constexpr double kPercent = 100.0;
+  const double gain = c.one_f_one_b_tokens_per_s > 0
+                          ? (c.tokens_per_s / c.one_f_one_b_tokens_per_s - 1.0) * kPercent
+                          : 0.0;
+  const std::string how = gain >= 0 ? fmt::format("beats 1f1b by {:.1f}%", gain)
+                                    : fmt::format("is {:.1f}% slower than 1f1b", -gain);
+  return fmt::format(
+      "interleaved v={} {}: bubble {:.1f}% -> {:.1f}% (1f1b at this layout and policy: {:.0f} "
+      "tokens/s{})\n",
+      c.virtual_stages, how, c.one_f_one_b_bubble_fraction * kPercent, c.bubble_fraction * kPercent,
+      c.one_f_one_b_tokens_per_s, c.one_f_one_b_fits ? "" : ", over the memory budget");
+}
+
+}  // namespace ssdtrain::app

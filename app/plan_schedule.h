@@ -1,0 +1,31 @@
+// What `ssdtrain plan` says about the pipeline schedule it chose: the layout
+// text for an interleaved plan and, when interleaved won, by how much against
+// 1F1B at the same layout and policy (sim::PlannerResult::interleaved_vs_1f1b).
+#pragma once
+
+#include <string>
+
+#include "sim/planner.h"
+#include "traces/plan.h"
+
+namespace ssdtrain::app {
+
+// ", interleaved v=2 (5 layers per chunk)" for an interleaved plan of a model
+// of `layers` blocks; "" for the other schedules.
+std::string ScheduleText(const traces::Plan& plan, int64_t layers);
+
+// What a stage holding `in_flight` passes holds, for sim::Prediction::StagePeak:
+// "4" with v = 1 (micro-batches); interleaved "29 chunks, 9.7 micro-batches'
+// worth," for 29 chunks of v = 3.
+std::string InFlightText(int64_t in_flight, int64_t v);
+
+// What to say instead of a replay command for a plan the executor cannot run
+// yet (interleaved: traces::kNotReplayedYet); "" when it can.
+std::string NotReplayedText(const traces::Plan& plan);
+
+// "interleaved v=2 beats 1f1b by 7.9%: bubble 27.3% -> 15.8% (1f1b at this
+// layout: 1234 tokens/s)\n" when the plan is interleaved; "" otherwise. A
+// 1F1B plan that does not fit the budget is said so.
+std::string ScheduleVerdict(const sim::PlannerResult& r);
+
+}  // namespace ssdtrain::app
