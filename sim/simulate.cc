@@ -364,7 +364,7 @@ traces::StepReport PredictionReport(const Prediction& p, const traces::Trace& tr
   for (size_t i = 0; i < p.ops.size(); ++i) {
     if (p.ops[i].start_ns < 0) continue;
     r.ops.push_back(
-        traces::OpTiming{static_cast<traces::OpId>(i), p.ops[i].start_ns, p.ops[i].end_ns});
+        traces::TimingOf(trace, static_cast<traces::OpId>(i), p.ops[i].start_ns, p.ops[i].end_ns));
   }
   r.extra["details"] = PredictionToJson(p)["details"];
   return r;
