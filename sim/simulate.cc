@@ -7,6 +7,7 @@
 #include "sim/collective.h"
 #include "sim/data_parallel.h"
 #include "sim/pipeline.h"
+#include "sim/step_timeline.h"
 #include "traces/duration.h"
 #include "traces/storage_plan.h"
 #include "traces/uniform_plans.h"
@@ -152,9 +153,10 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   SSDTRAIN_ASSIGN_OR_RETURN(PipelineSchedule schedule, ParseSchedule(layout.schedule));
   StageSimOptions so;
   so.gpu = options.gpu >= 0 ? options.gpu : SlowestArray(hw);
-  // A whole step's timeline is the pipeline's (PipelineTimeline); one
-  // micro-batch of one stage shows its ops and transfers.
-  so.record_timeline = options.record_timeline && layout.pp == 1 && layout.num_micro_batches == 1;
+  // One micro-batch of one stage shows its ops and transfers; a whole step
+  // shows the pipeline (PipelineTimeline) with each stage's ops and transfers
+  // placed at its tasks (AddStageSpans).
+  so.record_timeline = options.record_timeline;
   so.use_trace_measurements = options.use_trace_measurements;
 
   const int64_t p = layout.pp, m = layout.num_micro_batches;
@@ -304,6 +306,7 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     }
   } else if (options.record_timeline) {
     out.timeline = PipelineTimeline(pipe, exchange, layout.zero_stage, optimizer);
+    for (int64_t s = 0; s < p; ++s) AddStageSpans(out.timeline, pipe, s, result_for(s));
   }
   return out;
 }
