@@ -96,14 +96,18 @@ Result<Comparison> Compare(const traces::StepReport& p, const traces::StepReport
   add("ssd_bytes_read", "bytes", static_cast<double>(p.metrics.ssd_bytes_read),
       static_cast<double>(m.metrics.ssd_bytes_read));
 
-  std::unordered_map<traces::OpId, int64_t> predicted;
-  for (const traces::OpTiming& t : p.ops) predicted[t.op] = t.end_ns - t.start_ns;
+  std::unordered_map<traces::OpId, const traces::OpTiming*> predicted;
+  for (const traces::OpTiming& t : p.ops) predicted[t.op] = &t;
   for (const traces::OpTiming& t : m.ops) {
     auto it = predicted.find(t.op);
     if (it == predicted.end()) continue;
-    const int64_t measured = t.end_ns - t.start_ns;
-    c.worst_ops.push_back(
-        OpErrorRow{t.op, it->second, measured, std::llabs(it->second - measured)});
+    const int64_t predicted_ns = it->second->end_ns - it->second->start_ns;
+    const int64_t measured_ns = t.end_ns - t.start_ns;
+    // Both reports name the op from the same trace (their fingerprints agree);
+    // an older one has no names, so take whichever side has it.
+    c.worst_ops.push_back(OpErrorRow{t.op, it->second->name.empty() ? t.name : it->second->name,
+                                     predicted_ns, measured_ns,
+                                     std::llabs(predicted_ns - measured_ns)});
   }
   std::stable_sort(
       c.worst_ops.begin(), c.worst_ops.end(),
@@ -122,11 +126,14 @@ void PrintComparison(const Comparison& c, std::ostream& out) {
   out << "error = (predicted - measured) / measured: + where the prediction is above the "
          "measurement (slower, larger), - where below\n";
   if (!c.worst_ops.empty()) {
-    out << fmt::format("\nops with the largest absolute error\n{:>8} {:>14} {:>14} {:>14}\n", "op",
-                       "predicted", "measured", "abs error");
+    size_t name_width = 4;
+    for (const OpErrorRow& r : c.worst_ops) name_width = std::max(name_width, r.name.size());
+    out << fmt::format("\nops with the largest absolute error\n{:>8} {:<{}} {:>14} {:>14} {:>14}\n",
+                       "op", "name", name_width, "predicted", "measured", "abs error");
     for (const OpErrorRow& r : c.worst_ops) {
-      out << fmt::format("{:>8} {:>11.3f} ms {:>11.3f} ms {:>11.3f} ms\n", r.op,
-                         r.predicted_ns / 1e6, r.measured_ns / 1e6, r.abs_error_ns / 1e6);
+      out << fmt::format("{:>8} {:<{}} {:>11.3f} ms {:>11.3f} ms {:>11.3f} ms\n", r.op,
+                         r.name.empty() ? "-" : r.name, name_width, r.predicted_ns / 1e6,
+                         r.measured_ns / 1e6, r.abs_error_ns / 1e6);
     }
   }
 }

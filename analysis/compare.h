@@ -23,6 +23,7 @@ struct MetricRow {
 
 struct OpErrorRow {
   traces::OpId op = traces::kNoOp;
+  std::string name;          // the trace's op name, from either report; empty when neither has it
   int64_t predicted_ns = 0;  // duration
   int64_t measured_ns = 0;
   int64_t abs_error_ns = 0;

@@ -258,17 +258,19 @@ std::string SsdVerdict(const sim::Prediction& p) {
     if (s.required_write_GBps > need->required_write_GBps) need = &s;
   }
   if (need->offloadable_bytes == 0) return "SSD: the model has no activation a plan may offload\n";
+  // Sizes in GiB, as the headline's; drive rates in GB/s, as drives are rated,
+  // said once in bytes so that the two are not read as one family.
   std::string line = fmt::format(
-      "SSD: offloading stage {}'s saved activations ({:.2f} GB per micro-batch, {} held at once) "
-      "behind its {:.1f} ms of forward compute needs {:.1f} GB/s of writes per GPU; its drives "
-      "write {:.1f} GB/s",
-      need->stage, static_cast<double>(need->offloadable_bytes) / 1e9,
+      "SSD: offloading stage {}'s saved activations ({:.2f} GiB per micro-batch, {} held at once) "
+      "behind its {:.1f} ms of forward compute needs {:.1f} GB/s (1e9 B/s) of writes per GPU; its "
+      "drives write {:.1f} GB/s",
+      need->stage, static_cast<double>(need->offloadable_bytes) / kGiB,
       InFlightText(need->in_flight, p.virtual_stages),
       static_cast<double>(need->forward_compute_ns) / 1e6, need->required_write_GBps,
       p.array_write_GBps);
   if (p.metrics.ssd_bytes_written > 0) {
-    return line + fmt::format("; this plan writes {:.2f} GB per step\n",
-                              static_cast<double>(p.metrics.ssd_bytes_written) / 1e9);
+    return line + fmt::format("; this plan writes {:.2f} GiB/step\n",
+                              static_cast<double>(p.metrics.ssd_bytes_written) / kGiB);
   }
   if (need->required_write_GBps > p.array_write_GBps) {
     return line + fmt::format(

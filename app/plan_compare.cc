@@ -145,10 +145,9 @@ std::string DoesNotHelp(const ComparedPolicy& without, const ComparedPolicy* wit
   } else if (need->required_write_GBps > p.array_write_GBps) {
     out += fmt::format(
         "hiding its writes needs {:.1f} GB/s per GPU, the drives give {:.1f}.\n  (At {}, stage "
-        "{} saves {:.2f} GB of activations per micro-batch in {:.1f} ms of forward compute.)",
+        "{} saves {:.2f} GiB of activations per micro-batch in {:.1f} ms of forward compute.)",
         need->required_write_GBps, p.array_write_GBps, layout, need->stage,
-        static_cast<double>(need->offloadable_bytes) / 1e9,
-        static_cast<double>(need->forward_compute_ns) / 1e6);
+        GiB(need->offloadable_bytes), static_cast<double>(need->forward_compute_ns) / 1e6);
   } else {
     out += fmt::format(
         "the drives keep pace ({:.1f} GB/s needed per GPU, {:.1f} given), but the fastest plan "
@@ -298,7 +297,8 @@ std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOption
   }
   out +=
       "(ZeRO-1 marked +Z1; saved: activation peak against keep's at the same layout; SSD "
-      "need: the write rate that hides this plan's writes behind forward compute)\n";
+      "need: the write rate that hides this plan's writes behind forward compute, in GB/s = 1e9 "
+      "B/s as drives are rated)\n";
   return out;
 }
 

@@ -17,7 +17,8 @@ traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace&
   // Per op, as a prediction has them: micro-batch 0's, under the ids of the
   // single-micro-batch trace (the same ops when the plan has one micro-batch).
   for (const exec::OpTime& t : run.ops) {
-    if (t.micro_batch == 0) r.ops.push_back(traces::OpTiming{t.original_op, t.start_ns, t.end_ns});
+    if (t.micro_batch == 0)
+      r.ops.push_back(traces::TimingOf(trace, t.original_op, t.start_ns, t.end_ns));
   }
   r.steps = run.steps;
   if (run.verify) r.verified = run.verified;

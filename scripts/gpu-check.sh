@@ -150,7 +150,7 @@ echo "== replay tests (CPU backend, same build)"
 echo "== replay the tiny GPT on the GPU, with --verify"
 mkdir -p "$dir" "$out"
 "$build/app/ssdtrain" trace --model "$root/configs/models/tiny-gpt.json" -o "$out/tiny-gpt.json"
-for policy in keep offload-all; do
+for policy in keep offload-ssd; do
   "$build/app/ssdtrain" replay --trace "$out/tiny-gpt.json" --policy "$policy" --dir "$dir" \
     --backend cuda --verify --steps 5 -o "$out/run-$policy.json" \
     --timeline "$out/run-$policy-trace.json"

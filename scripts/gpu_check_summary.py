@@ -3,7 +3,7 @@
 
     scripts/gpu_check_summary.py OUT
 
-OUT holds, for each policy (keep, offload-all), the run files of
+OUT holds, for each policy (keep, offload-ssd), the run files of
 `ssdtrain replay`: run-POLICY.json (with --verify) and time-POLICY.json
 (without, for the step times). Prints one row per policy and the offload/keep
 ratios; exits 1 when a replay did not verify, and with a message naming the
@@ -13,7 +13,7 @@ Standard library only: runs with any python3.
 import json
 import sys
 
-POLICIES = ("keep", "offload-all")
+POLICIES = ("keep", "offload-ssd")
 MiB = 2**20
 
 

@@ -67,29 +67,37 @@ int AdaptiveFirstKeptLayer(const traces::Trace& trace, const HardwareOptions& hw
   if (!hw.storage.gds) write_GBps = std::min(write_GBps, hw.host_memory.bandwidth_GBps / 2);
   const double write_Bps = write_GBps * 1e9;
   OpCostModel cost(hw, std::max<int64_t>(1, trace.header.tp), trace.header.dtype);
-  std::map<int, double> layer_seconds, layer_bytes;
+  // Each layer's forward start (the forward time before its first op) and the
+  // whole forward pass's time, in op order.
+  std::map<int, double> layer_start, layer_bytes;
   double forward_seconds = 0;
   for (const traces::Op& op : trace.ops) {
     if (op.phase != Phase::kForward) continue;
-    const double s = static_cast<double>(cost.OpTimeNs(op)) * 1e-9;
-    forward_seconds += s;
-    if (op.layer != traces::kNoLayer) layer_seconds[op.layer] += s;
+    if (op.layer != traces::kNoLayer) layer_start.emplace(op.layer, forward_seconds);
+    forward_seconds += static_cast<double>(cost.OpTimeNs(op)) * 1e-9;
   }
   for (TensorId t : traces::OffloadCandidates(trace, options.min_offload_bytes)) {
     layer_bytes[trace.tensor(t).layer] +=
         static_cast<double>(trace.tensor(trace.StorageOf(t)).bytes);
   }
-  // SSDTrain (FlashTrain tensor_cache.py, solve_num_adaptive_keep_layers): keep
-  // layer n and all later ones once (Σ_{p<n} bytes_p + 2·bytes_n) /
-  // (3·T_fwd − 2·Σ_{p<n} T_p) > B_write (backward assumed 2× forward).
-  double bytes_before = 0, seconds_before = 0;
+  // The writes must hide behind the forward pass, as traces::RequiredWriteGBps
+  // (what a plan reports it needs) counts them: offload layers 0..n−1 while,
+  // for every offloaded layer p, the bytes of layers p..n−1 fit in what the
+  // drives write from p's start to the end of the forward pass,
+  // Σ_{p≤q<n} bytes_q ≤ B_write · (T_fwd − start_p). For p = 0 this is the
+  // plan's need (bytes over forward time) at most B_write. (FlashTrain's
+  // solve_num_adaptive_keep_layers also counts backward, 2× forward, as write
+  // time: its plans need more than the drives give; ssdtrain-paper keeps it.)
+  double min_slack = 0;  // min over offloaded p of B·(T_fwd − start_p) − Σ_{p≤q<n} bytes_q
+  bool any = false;
   int last_layer = -1;
-  for (const auto& [layer, seconds] : layer_seconds) {
+  for (const auto& [layer, start] : layer_start) {
     const double bytes = layer_bytes.count(layer) ? layer_bytes[layer] : 0;
-    const double window = 3 * forward_seconds - 2 * seconds_before;
-    if (window <= 0 || (bytes_before + 2 * bytes) / window > write_Bps) return layer;
-    bytes_before += bytes;
-    seconds_before += seconds;
+    const double own = write_Bps * (forward_seconds - start) - bytes;
+    const double slack = any ? std::min(min_slack - bytes, own) : own;
+    if (slack < 0) return layer;
+    min_slack = slack;
+    any = true;
     last_layer = layer;
   }
   return last_layer + 1;

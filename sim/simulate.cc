@@ -8,6 +8,7 @@
 #include "sim/collective.h"
 #include "sim/data_parallel.h"
 #include "sim/pipeline.h"
+#include "sim/step_timeline.h"
 #include "traces/duration.h"
 #include "traces/storage_plan.h"
 #include "traces/uniform_plans.h"
@@ -161,9 +162,10 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   }
   StageSimOptions so;
   so.gpu = options.gpu >= 0 ? options.gpu : SlowestArray(hw);
-  // A whole step's timeline is the pipeline's (PipelineTimeline); one
-  // micro-batch of one stage shows its ops and transfers.
-  so.record_timeline = options.record_timeline && layout.pp == 1 && layout.num_micro_batches == 1;
+  // One micro-batch of one stage shows its ops and transfers; a whole step
+  // shows the pipeline (PipelineTimeline) with each stage's ops and transfers
+  // placed at its tasks (AddStageSpans).
+  so.record_timeline = options.record_timeline;
   so.use_trace_measurements = options.use_trace_measurements;
 
   const int64_t p = layout.pp, m = layout.num_micro_batches;
@@ -323,6 +325,11 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     }
   } else if (options.record_timeline) {
     out.timeline = PipelineTimeline(pipe, exchange, layout.zero_stage, optimizer, v);
+    // Interleaved tasks are chunks, not whole micro-batches: their spans stay
+    // the pipeline's alone.
+    if (v == 1) {
+      for (int64_t s = 0; s < p; ++s) AddStageSpans(out.timeline, pipe, s, result_for(s));
+    }
   }
   return out;
 }
@@ -385,7 +392,7 @@ traces::StepReport PredictionReport(const Prediction& p, const traces::Trace& tr
   for (size_t i = 0; i < p.ops.size(); ++i) {
     if (p.ops[i].start_ns < 0) continue;
     r.ops.push_back(
-        traces::OpTiming{static_cast<traces::OpId>(i), p.ops[i].start_ns, p.ops[i].end_ns});
+        traces::TimingOf(trace, static_cast<traces::OpId>(i), p.ops[i].start_ns, p.ops[i].end_ns));
   }
   r.extra["details"] = PredictionToJson(p)["details"];
   return r;

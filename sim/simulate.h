@@ -69,7 +69,8 @@ struct SimulateOptions {
 struct Prediction {
   traces::StepMetrics metrics;
   // pp = 1, m = 1: the stage's ops and transfers; a whole step: each stage's
-  // forwards, backwards, sends, gradient buckets and optimizer (PipelineTimeline).
+  // forwards, backwards, sends, gradient buckets and optimizer (PipelineTimeline),
+  // with its ops and transfers in every forward and backward (step_timeline.h).
   traces::Timeline timeline;
   std::map<std::string, int64_t> lane_busy_ns;  // per step, stage 0
   std::vector<OpTiming> ops;                    // stage 0, first micro-batch, by op id

@@ -52,11 +52,13 @@ class GpuCheck : public ::testing::Test {
     CliResult t =
         RunSsdtrain("trace --model " + Path("micro-gpt.json") + " -o " + Path("trace.json"));
     ASSERT_EQ(t.exit_code, 0) << t.output;
-    for (const std::string policy : {"keep", "offload-all"}) {
+    for (const std::string policy : {"keep", "offload-ssd"}) {
       const std::string common = "replay --trace " + Path("trace.json") + " --policy " + policy +
                                  " --dir " + Path("offload") + " --backend cpu --steps 1 ";
       CliResult v = RunSsdtrain(common + "--verify -o " + Path("out/run-" + policy + ".json"));
       ASSERT_EQ(v.exit_code, 0) << v.output;
+      // The policy names are today's (offload-all would be renamed with a note).
+      EXPECT_EQ(v.output.find("note: --policy"), std::string::npos) << v.output;
       CliResult u = RunSsdtrain(common + "-o " + Path("out/time-" + policy + ".json"));
       ASSERT_EQ(u.exit_code, 0) << u.output;
     }
@@ -77,7 +79,7 @@ TEST_F(GpuCheck, SummaryReadsTheRunFilesOfTheCpuBackend) {
   MakeRunFiles();
   // The count of checked tensors is under "extra" in a run file; the row
   // shows it beside `verified`.
-  Result<nlohmann::json> run = traces::ReadJsonFile(Path("out/run-offload-all.json"));
+  Result<nlohmann::json> run = traces::ReadJsonFile(Path("out/run-offload-ssd.json"));
   ASSERT_TRUE(run.ok()) << run.status().ToString();
   const int64_t checked = (*run)["extra"]["tensors_checked"].get<int64_t>();
   EXPECT_GT(checked, 0);
@@ -102,14 +104,14 @@ TEST_F(GpuCheck, SummaryFailsWhenAReplayDidNotVerify) {
 
 TEST_F(GpuCheck, SummaryNamesTheFileAndFieldItLacks) {
   MakeRunFiles();
-  Result<nlohmann::json> run = traces::ReadJsonFile(Path("out/run-offload-all.json"));
+  Result<nlohmann::json> run = traces::ReadJsonFile(Path("out/run-offload-ssd.json"));
   ASSERT_TRUE(run.ok());
   (*run)["extra"].erase("tensors_checked");
-  ASSERT_TRUE(traces::WriteJsonFile(*run, Path("out/run-offload-all.json")).ok());
+  ASSERT_TRUE(traces::WriteJsonFile(*run, Path("out/run-offload-ssd.json")).ok());
   const CliResult r = Summary();
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(
-      r.output.find(Path("out/run-offload-all.json") + ": no field \"extra.tensors_checked\""),
+      r.output.find(Path("out/run-offload-ssd.json") + ": no field \"extra.tensors_checked\""),
       std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;

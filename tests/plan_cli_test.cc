@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <regex>
+#include <sstream>
 
 #include "models/build_trace.h"
 #include "models/model_config.h"
@@ -54,7 +55,24 @@ TEST_F(PlanCli, TinyGptPlanUnderASmallBudgetIsAcceptedByItsTrace) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // The progress lines and the trace command.
   EXPECT_NE(r.output.find("plan: simulated mb=4 tp=1 pp=1 dp=1"), std::string::npos) << r.output;
+  // The SSD line speaks the headline's units: sizes in GiB, the bytes per step
+  // as "GiB/step" with the same figure; drive rates in GB/s, said once to be
+  // 1e9 B/s (issue 30 item 6).
   std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("SSD writes ([0-9.]+) GiB/step\n")))
+      << r.output;
+  const std::string per_step = m[1].str();
+  const size_t ssd = r.output.find("\nSSD: ");
+  ASSERT_NE(ssd, std::string::npos) << r.output;
+  const std::string ssd_line = r.output.substr(ssd + 1, r.output.find('\n', ssd + 1) - ssd - 1);
+  EXPECT_TRUE(std::regex_search(ssd_line, std::regex("\\([0-9.]+ GiB per micro-batch")))
+      << ssd_line;
+  EXPECT_NE(ssd_line.find(" GB/s (1e9 B/s) of writes per GPU; its drives write "),
+            std::string::npos)
+      << ssd_line;
+  EXPECT_NE(ssd_line.find("; this plan writes " + per_step + " GiB/step"), std::string::npos)
+      << ssd_line;
+  EXPECT_FALSE(std::regex_search(ssd_line, std::regex(" GB[^/]|GB$"))) << ssd_line;
   ASSERT_TRUE(std::regex_search(r.output, m, std::regex("ssdtrain trace (--model [^\n]*)")))
       << r.output;
   CliResult t = RunSsdtrain("trace " + m[1].str() + " -o " + File("trace.json"));
@@ -90,6 +108,7 @@ TEST_F(PlanCli, TinyGptPlanUnderASmallBudgetIsAcceptedByItsTrace) {
   ASSERT_EQ(pred->ops.size(), trace->ops.size());  // every op of the one stage ran
   for (size_t i = 0; i < pred->ops.size(); ++i) {
     EXPECT_EQ(pred->ops[i].op, static_cast<traces::OpId>(i));
+    EXPECT_EQ(pred->ops[i].name, trace->ops[i].name);
     EXPECT_LE(pred->ops[i].start_ns, pred->ops[i].end_ns);
   }
   // The plan carries the same report.
@@ -324,8 +343,8 @@ TEST_F(PlanCli, PinnedLayoutIsThePlansLayoutAndPrintsItsReplayCommand) {
   EXPECT_EQ(plan->schedule, "gpipe");
   // pp × dp = 2 × 2 ranks, each building its own stage's trace from the
   // config; stage 1's plan travels in the plan file.
-  EXPECT_NE(r.output.find("replay this plan: mpirun -np 4 " + fs::canonical(testing::SsdtrainBinary()).string() +
-                              " replay --model " +
+  EXPECT_NE(r.output.find("replay this plan: mpirun -np 4 " +
+                          fs::canonical(testing::SsdtrainBinary()).string() + " replay --model " +
                           Model("tiny-gpt") + " --plan " + File("plan.json")),
             std::string::npos)
       << r.output;
@@ -428,11 +447,10 @@ TEST_F(PlanCli, TraceAtTp2PlansAtItsOwnShapeWithNoFlags) {
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->tp, 2);
   EXPECT_EQ(plan->dp, 2);
-  EXPECT_NE(
-      r.output.find("replay this plan: mpirun -np 2 " +
-                    fs::canonical(testing::SsdtrainBinary()).string() + " replay --trace " +
-                    File("t.json")),
-      std::string::npos)
+  EXPECT_NE(r.output.find("replay this plan: mpirun -np 2 " +
+                          fs::canonical(testing::SsdtrainBinary()).string() + " replay --trace " +
+                          File("t.json")),
+            std::string::npos)
       << r.output;
 }
 
@@ -536,9 +554,31 @@ TEST_F(PlanCli, CompareRefusesAPredictionOfAnotherLayout) {
   ASSERT_TRUE(run->layout.has_value());
   EXPECT_EQ(*run->layout, (traces::ReportLayout{4, 1, 1, 1, 1, "1f1b"}));
 
+  // Both sides name each op as the trace names it.
+  Result<traces::Trace> trace = traces::ReadTrace(File("t.json"));
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  Result<traces::StepReport> pred = traces::ReadStepReport(File("pred-one.json"));
+  ASSERT_TRUE(pred.ok()) << pred.status().ToString();
+  for (const traces::StepReport* report : {&*run, &*pred}) {
+    ASSERT_EQ(report->ops.size(), trace->ops.size()) << report->kind;
+    for (const traces::OpTiming& t : report->ops) {
+      EXPECT_EQ(t.name, trace->ops.at(t.op).name) << report->kind << " op " << t.op;
+    }
+  }
   r = RunSsdtrain("compare --prediction " + File("pred-one.json") + " --measured " +
-                  File("run.json"));
+                  File("run.json") + " --worst 1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  // The worst op is named by index and name (issue 30 item 7).
+  const std::string worst_header = "ops with the largest absolute error\n";
+  const size_t table = r.output.find(worst_header);
+  ASSERT_NE(table, std::string::npos) << r.output;
+  std::istringstream rows(r.output.substr(r.output.find('\n', table + worst_header.size()) + 1));
+  traces::OpId worst = traces::kNoOp;
+  std::string worst_name;
+  rows >> worst >> worst_name;
+  ASSERT_GE(worst, 0) << r.output;
+  ASSERT_LT(static_cast<size_t>(worst), trace->ops.size()) << r.output;
+  EXPECT_EQ(worst_name, trace->ops[worst].name) << r.output;
   // The sign of the error is stated (issue 30 item 7).
   EXPECT_NE(r.output.find("error = (predicted - measured) / measured: + where the prediction is "
                           "above the measurement"),

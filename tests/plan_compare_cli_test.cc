@@ -125,6 +125,11 @@ TEST_F(PlanCompareCli, VerdictSaysWhySsdOffloadDoesNotHelp) {
       r.output, std::regex("Verdict: SSD offload does not help here: hiding its writes needs "
                            "[0-9.]+ GB/s per GPU, the drives give 6.6")))
       << r.output;
+  // Sizes in GiB, drive rates in GB/s, said to be 1e9 B/s (issue 30 item 6).
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("saves [0-9.]+ GiB of activations per "
+                                                     "micro-batch")))
+      << r.output;
+  EXPECT_NE(r.output.find("in GB/s = 1e9 B/s as drives are rated"), std::string::npos) << r.output;
 }
 
 // Under 0.065 GiB no policy fits tiny-gpt: the table and the verdict say so,

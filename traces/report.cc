@@ -24,6 +24,12 @@ StepReport NewStepReport(std::string kind, const Trace& trace, const Plan& plan,
   return r;
 }
 
+OpTiming TimingOf(const Trace& trace, OpId op, int64_t start_ns, int64_t end_ns) {
+  OpTiming t{op, start_ns, end_ns, ""};
+  if (op >= 0 && static_cast<size_t>(op) < trace.ops.size()) t.name = trace.ops[op].name;
+  return t;
+}
+
 ReportLayout LayoutOf(const Plan& plan) {
   return ReportLayout{plan.micro_batch,       plan.tp,      plan.pp, plan.dp,
                       plan.num_micro_batches, plan.schedule};
@@ -57,8 +63,11 @@ json ToJson(const StepReport& r) {
   j["peak_device_bytes"] = r.metrics.peak_gpu_bytes;
   j["lane_busy_ns"] = r.lane_busy_ns;
   json ops = json::array();
-  for (const OpTiming& t : r.ops)
-    ops.push_back(json{{"op", t.op}, {"start_ns", t.start_ns}, {"end_ns", t.end_ns}});
+  for (const OpTiming& t : r.ops) {
+    json op{{"op", t.op}, {"start_ns", t.start_ns}, {"end_ns", t.end_ns}};
+    if (!t.name.empty()) op["name"] = t.name;
+    ops.push_back(std::move(op));
+  }
   j["ops"] = std::move(ops);
   j["steps"] = r.steps;
   j["verified"] = r.verified ? json(*r.verified) : json(nullptr);
@@ -118,6 +127,7 @@ Result<StepReport> StepReportFromJson(const json& j, const std::string& source) 
       SSDTRAIN_ASSIGN_OR_RETURN(t.op, o.Int("op"));
       SSDTRAIN_ASSIGN_OR_RETURN(t.start_ns, o.Int("start_ns"));
       SSDTRAIN_ASSIGN_OR_RETURN(t.end_ns, o.Int("end_ns"));
+      SSDTRAIN_ASSIGN_OR_RETURN(t.name, o.StringOr("name", ""));
       out.ops.push_back(t);
     }
   }

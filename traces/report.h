@@ -25,7 +25,15 @@ struct OpTiming {
   OpId op = kNoOp;
   int64_t start_ns = 0;  // from the start of the step
   int64_t end_ns = 0;
+  // The trace's name of the op ("L3.adam"); JSON "name", empty in reports
+  // written before it existed.
+  std::string name;
 };
+
+// Op `op` of `trace` (the single-micro-batch trace, whose ids reports use)
+// timed from start_ns to end_ns, named as the trace names it: the one place
+// both the simulator's predictions and the executor's runs take the name from.
+OpTiming TimingOf(const Trace& trace, OpId op, int64_t start_ns, int64_t end_ns);
 
 // The training layout a report covers: what the plan laid out (a prediction)
 // or what the replay ran (a run: each stage's whole step, the plan's

@@ -14,7 +14,7 @@ traces::StepReport Report(std::string kind, int64_t step_ns) {
   r.trace_fingerprint = 0x1234;
   r.metrics.step_time_ns = step_ns;
   r.lane_busy_ns["compute"] = step_ns;
-  r.ops = {{0, 0, 100}, {1, 100, 400}, {2, 400, step_ns}};
+  r.ops = {{0, 0, 100, "embed"}, {1, 100, 400, "L0.qkv"}, {2, 400, step_ns, "L0.adam"}};
   return r;
 }
 
@@ -36,6 +36,60 @@ TEST(Compare, WorstOpsSortedByAbsoluteError) {
   ASSERT_EQ(c->worst_ops.size(), 2u);
   EXPECT_EQ(c->worst_ops[0].op, 1);
   EXPECT_EQ(c->worst_ops[0].abs_error_ns, 300);
+}
+
+TEST(Compare, WorstOpsNamedAsTheTraceNamesThem) {
+  traces::StepReport p = Report("prediction", 1000);
+  traces::StepReport m = Report("run", 1000);
+  m.ops[1].end_ns = 700;
+  // A measured report from before op names: the prediction's name is used.
+  for (traces::OpTiming& t : m.ops) t.name.clear();
+  Result<Comparison> c = Compare(p, m, 1);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->worst_ops.size(), 1u);
+  EXPECT_EQ(c->worst_ops[0].name, "L0.qkv");
+  std::ostringstream out;
+  PrintComparison(*c, out);
+  EXPECT_NE(out.str().find("       1 L0.qkv "), std::string::npos) << out.str();
+  // Neither side named: the row says so with "-" rather than a blank column.
+  for (traces::OpTiming& t : p.ops) t.name.clear();
+  c = Compare(p, m, 1);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->worst_ops[0].name, "");
+  out.str("");
+  PrintComparison(*c, out);
+  EXPECT_NE(out.str().find("       1 -    "), std::string::npos) << out.str();
+}
+
+TEST(Compare, TimingOfNamesTheOpFromTheTrace) {
+  traces::Trace trace;
+  trace.ops.resize(2);
+  trace.ops[0].name = "embed";
+  trace.ops[1].id = 1;
+  trace.ops[1].name = "L3.adam";
+  const traces::OpTiming t = traces::TimingOf(trace, 1, 10, 30);
+  EXPECT_EQ(t.op, 1);
+  EXPECT_EQ(t.start_ns, 10);
+  EXPECT_EQ(t.end_ns, 30);
+  EXPECT_EQ(t.name, "L3.adam");
+  EXPECT_EQ(traces::TimingOf(trace, 7, 0, 1).name, "");  // not in the trace: unnamed
+}
+
+TEST(Compare, ReportWithoutOpNamesStillLoads) {
+  nlohmann::json j = traces::ToJson(Report("run", 5000));
+  ASSERT_EQ(j["ops"][1]["name"], "L0.qkv");
+  for (nlohmann::json& op : j["ops"]) op.erase("name");
+  Result<traces::StepReport> back = traces::StepReportFromJson(j, "old-run.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_EQ(back->ops.size(), 3u);
+  EXPECT_EQ(back->ops[1].name, "");
+  EXPECT_EQ(back->ops[1].end_ns, 400);
+  // A name of the wrong type is refused, naming the field.
+  j["ops"][1]["name"] = 5;
+  Result<traces::StepReport> bad = traces::StepReportFromJson(j, "bad-run.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("ops[1].name"), std::string::npos)
+      << bad.status().ToString();
 }
 
 TEST(Compare, EachStagesPeaksBesideTheLargestOfItsRanks) {
