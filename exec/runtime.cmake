@@ -15,6 +15,8 @@ list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/replay_timeline.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_gradients.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_pipeline.cc
+  ${CMAKE_CURRENT_LIST_DIR}/replay_tensor_parallel.cc
+  ${CMAKE_CURRENT_LIST_DIR}/host_sum.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_output.cc
 )
 # Sanitizer builds compile at -O1 (scripts/sanitize.sh), where Eigen's GEMM

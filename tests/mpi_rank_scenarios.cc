@@ -2,16 +2,22 @@
 // `mpirun -np 2 mpi_rank_scenarios SCENARIO DIR`, over the MPI StepSync the
 // CLI uses (app/mpi_sync.cc). Each rank prints one line, "rank R: ok" or
 // "rank R: error: <message>", and exits 0 or 1. Faults come from the
-// executor's test points (exec/detail/test_points.h), installed on rank 1.
+// executor's test points (exec/detail/test_points.h), installed on rank 1 (on
+// rank 0 for the tensor-parallel payload, which rank 1 receives), or from the
+// fault-injecting I/O backend (exec/fault_backend.h).
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "app/mpi_sync.h"
 #include "exec/detail/test_points.h"
+#include "exec/fault_backend.h"
+#include "exec/io_backend.h"
 #include "exec/replay.h"
 #include "exec/tests/replay_test_util.h"
 #include "traces/uniform_plans.h"
@@ -28,13 +34,66 @@ int FailGradientCopyBack(TestPoint point, int64_t) {
 int FailLastStepsByteCheck(TestPoint point, int64_t step) {
   return point == TestPoint::kStepBytesChecked && step == 1 ? 1 : 0;
 }
+// Every piece of every collective this rank sends: a byte flipped after its
+// checksum.
+int CorruptCollectivePieces(TestPoint point, int64_t) {
+  return point == TestPoint::kCollectiveSend ? 1 : 0;
+}
+
+// The two ranks are the tensor-parallel group of tiny GPT at tp 2
+// (micro-batch 1, sequence 128, every saved activation to the SSD, verified),
+// each in its own folder of `dir`: rank 0 with `hook` installed, rank 1 with
+// `backend` as its I/O backend when given; then they gather their reports.
+Status ReplayTensorParallel(app::RankSync& ranks, const std::string& dir,
+                            exec::detail::TestHook hook,
+                            std::function<std::unique_ptr<exec::IoBackend>()> backend) {
+  SSDTRAIN_RETURN_IF_ERROR(ranks.SplitStages(ranks.size(), 1));
+  const traces::Trace trace = exec::testing::TinyGptTrace(1, 128, 1, 0, ranks.size());
+  traces::Plan plan = traces::OffloadAllPlan(trace);
+  plan.tp = ranks.size();
+  const std::string mine = dir + "/rank-" + std::to_string(ranks.rank());
+  std::filesystem::create_directories(mine);
+  exec::ReplayOptions o = exec::testing::CpuOptions(mine);
+  o.sync = &ranks;
+  o.verify = true;
+  o.cpu_pin_threads = false;  // the ranks share one machine
+  if (ranks.rank() == 0) exec::detail::SetTestHook(hook);
+  if (ranks.rank() == 1) o.make_io_backend = std::move(backend);
+  Result<exec::ReplayResult> result = exec::Replay(trace, plan, o, "offload-all");
+  exec::detail::SetTestHook(nullptr);
+  SSDTRAIN_RETURN_IF_ERROR(result.status());
+  return ranks.GatherAtRankZero("rank " + std::to_string(ranks.rank())).status();
+}
+
+// Rank 1's first offload write fails with EIO (the fault-injecting backend
+// over plain pwrite).
+Status TensorParallelWriteFails(app::RankSync& ranks, const std::string& dir) {
+  auto backend = [] {
+    exec::FaultOptions f;
+    f.rules = {{exec::IoOp::kWrite, 0, exec::FaultKind::kEio, 1}};
+    auto inner = exec::MakeIoBackend(exec::BackendKind::kPosix, 32, [](std::string_view) {});
+    return std::unique_ptr<exec::IoBackend>(
+        std::make_unique<exec::FaultBackend>(std::move(*inner), std::move(f)));
+  };
+  return ReplayTensorParallel(ranks, dir, nullptr, backend);
+}
+
+// Rank 0's all-reduce pieces arrive at rank 1 with a flipped byte.
+Status TensorParallelPayloadCorrupt(app::RankSync& ranks, const std::string& dir) {
+  return ReplayTensorParallel(ranks, dir, CorruptCollectivePieces, nullptr);
+}
+
+// Both ranks replay tiny GPT at tp 2 verified, with nothing injected.
+Status TensorParallelReplays(app::RankSync& ranks, const std::string& dir) {
+  return ReplayTensorParallel(ranks, dir, nullptr, nullptr);
+}
 
 // Every rank replays tiny GPT (micro-batch 1, sequence 128, every saved
 // activation to the SSD) as one data-parallel replica, in its own folder of
 // `dir`, with `hook` installed on rank 1; then the ranks gather their reports
 // at rank 0, as `ssdtrain replay` does after a replay that succeeded.
 Status ReplayAndGather(app::RankSync& ranks, const std::string& dir, exec::detail::TestHook hook) {
-  SSDTRAIN_RETURN_IF_ERROR(ranks.SplitStages(ranks.size()));
+  SSDTRAIN_RETURN_IF_ERROR(ranks.SplitStages(1, ranks.size()));
   const traces::Trace trace = exec::testing::TinyGptTrace(1, 128);
   traces::Plan plan = traces::OffloadAllPlan(trace);
   plan.dp = ranks.size();
@@ -141,6 +200,9 @@ const std::map<std::string, Scenario>& Scenarios() {
       {"large-micro-batch-tags", LargeMicroBatchTags},
       {"large-message", LargeMessage},
       {"large-gather", LargeGather},
+      {"tp-replays", TensorParallelReplays},
+      {"tp-write-fails", TensorParallelWriteFails},
+      {"tp-payload-corrupt", TensorParallelPayloadCorrupt},
   };
   return scenarios;
 }

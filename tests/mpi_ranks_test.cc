@@ -94,6 +94,35 @@ TEST_F(MpiRanks, AFailedByteCheckOnTheLastStepEndsBothWithItsMessage) {
   ExpectBothEndWithRankOnesFailure(r, "step 1: the engine moved");
 }
 
+// Two ranks of one tensor-parallel group (tiny GPT at tp 2): their
+// collectives exchange real pieces, each checked by CRC32C and, verified,
+// against the sum of the group's patterns.
+TEST_F(MpiRanks, ATensorParallelGroupReplaysVerified) {
+  auto r = Run("tp-replays");
+  ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
+  EXPECT_EQ(Said(r, 0), "ok") << r.output;
+  EXPECT_EQ(Said(r, 1), "ok") << r.output;
+  for (const char* rank : {"rank-0", "rank-1"}) {
+    EXPECT_TRUE(fs::is_empty(dir_ / rank)) << rank << ": files left";
+  }
+}
+
+TEST_F(MpiRanks, AnEioOnOneTensorParallelRanksWriteEndsBothWithItsMessage) {
+  // Rank 1's first offload write fails while rank 0 goes on to the next
+  // collective of the pair, where it waits for rank 1's piece: rank 1's
+  // abort must end that wait.
+  auto r = Run("tp-write-fails");
+  ExpectBothEndWithRankOnesFailure(r, "step 0: ");
+  EXPECT_NE(Said(r, 1).find("Input/output error"), std::string::npos) << r.output;
+}
+
+TEST_F(MpiRanks, ACorruptAllReducePayloadEndsBothWithTheReceiversMessage) {
+  // Rank 0 flips a byte of each collective piece after its checksum: rank 1
+  // finds the first (an all-reduce's) wrong on arrival.
+  auto r = Run("tp-payload-corrupt");
+  ExpectBothEndWithRankOnesFailure(r, "all_reduce piece from rank 0 arrived with CRC32C");
+}
+
 TEST_F(MpiRanks, PipelineTagsOfAnyMicroBatchArriveAsSent) {
   // Micro-batch 2047's gradient 7 (whose former 15-bit tag was the abort's)
   // and micro-batch 1,000,000's gradient 31.

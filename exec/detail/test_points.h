@@ -39,11 +39,14 @@ enum class TestPoint {
   // Replay, at the end of step `id`, where it checks that the engine moved the
   // bytes the cache counted: a nonzero return makes the check fail.
   kStepBytesChecked,
+  // Replayer::SendPiece of collective op `id` (tensor-parallel ranks), after
+  // the piece's checksum: a nonzero return flips its first byte on the wire.
+  kCollectiveSend,
 };
 
 // `id`: the tensor, storage or step concerned, or 0. Returns 0, or
 // (kUringSubmit, kFallocate, kUnlink) an errno to fail with, or (kUringInit,
-// kGradientCopyBack, kStepBytesChecked) nonzero to act.
+// kGradientCopyBack, kStepBytesChecked, kCollectiveSend) nonzero to act.
 using TestHook = int (*)(TestPoint point, int64_t id);
 
 // Installs `hook` (nullptr: none). Thread-safe.
