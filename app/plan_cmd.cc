@@ -437,11 +437,13 @@ int RunPlan(PlanCmdOptions o) {
   const int64_t n_ranks = std::max<int64_t>(plan.tp, 1) * plan.pp * plan.dp;
   const std::string ranks = n_ranks > 1 ? fmt::format("mpirun -np {} ", n_ranks) : "";
   if (!o.model.empty()) {
-    // Each rank builds its own stage's trace from the model config.
+    // Each rank builds its own shard's trace from the model config.
     std::cout << fmt::format(
         "replay this plan: {}{} replay --model {} --plan {} --dir OFFLOAD_DIR -o "
         "run.json{}\n",
-        ranks, SelfCommand(), o.model, o.output, n_ranks > 1 ? " (rank r runs stage r / dp)" : "");
+        ranks, SelfCommand(), o.model, o.output,
+        n_ranks > 1 ? " (rank r runs stage r / (tp x dp), replica (r / tp) % dp, shard r % tp)"
+                    : "");
   } else {
     std::cout << CapturedReplayLines(in, plan, o.output);
   }

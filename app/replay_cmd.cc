@@ -443,9 +443,11 @@ Verb AddReplayCommand(CLI::App& app) {
       "--allow-buffered-io", flags->allow_buffered_io,
       "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, go through the page cache "
       "instead of failing (the run file's direct_io says false)");
-  cmd->add_flag("--single-rank", flags->single_rank,
-                "Without mpirun, replay a plan of pp x dp > 1 anyway: the trace's stage alone, "
-                "as one rank (no sends, receives or gradient sums; the run file says 1 rank)");
+  cmd->add_flag(
+      "--single-rank", flags->single_rank,
+      "Without mpirun, replay a plan of tp x pp x dp > 1 anyway: the trace's shard alone, "
+      "as one rank (no sends, receives, collectives or gradient sums; the run file says 1 "
+      "rank)");
   cmd->add_option("-o,--output", flags->output, "Run file (JSON)")->required();
   cmd->add_option("--timeline", flags->timeline, "Chrome/Perfetto trace of the last step");
   return {cmd, [flags] { return Run(*flags); }};
