@@ -1,17 +1,22 @@
 #include "app/reports.h"
 
+#include <algorithm>
+
 namespace ssdtrain::app {
 
 traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace& trace,
                              const traces::Plan& plan) {
   // What the replay ran: the whole step of the trace's stage (its micro-batches
-  // in its schedule); across ranks (pp × dp of them) every stage of the
-  // pipeline on each data-parallel replica; one process runs one stage, so pp 1.
+  // in its schedule); across ranks (tp × pp × dp of them) every tensor-parallel
+  // shard of every stage of the pipeline on each data-parallel replica; one
+  // process runs one shard of one stage, so pp 1.
   const int64_t pp = run.ranks > 1 ? trace.header.pp : 1;
+  const int64_t tp = std::max<int64_t>(trace.header.tp, 1);
+  const int64_t dp = run.ranks > 1 ? run.ranks / (pp * tp) : 1;
   traces::StepReport r =
       traces::NewStepReport("run", trace, plan, run.device,
-                            traces::ReportLayout{trace.header.micro_batch, trace.header.tp, pp,
-                                                 run.ranks / pp, run.micro_batches, run.schedule});
+                            traces::ReportLayout{trace.header.micro_batch, trace.header.tp, pp, dp,
+                                                 run.micro_batches, run.schedule});
   r.metrics = run.metrics;
   r.lane_busy_ns = run.busy.ByLane();
   // Per op, as a prediction has them: micro-batch 0's, under the ids of the

@@ -5,7 +5,8 @@
 // (every collective's pieces checked by CRC32C and against the group's
 // patterns), leaves no files, and every rank's memory peaks are its stage's
 // prediction to the byte; the step time is printed beside the prediction,
-// not gated (four ranks share this machine's cores). Built only with MPI
+// not gated (four ranks share this machine's cores), and `compare` sets each
+// kind of collective's measured time beside its predicted one. Built only with MPI
 // (SSDTRAIN_HAVE_MPI).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -135,7 +136,8 @@ class ReplayTensorParallelCli : public ::testing::Test {
 
   // Rank 0's collectives in the last step are its trace's, each micro-batch's
   // once per kind, and it sent (n − 1)/n of each payload S per phase (two for
-  // an all-reduce, n = 2): S for an all-reduce, S / 2 for a gather or scatter.
+  // an all-reduce, n = 2): S for an all-reduce, S / 2 for a gather or scatter;
+  // the prediction has the same, and compare shows each kind's times.
   void ExpectRankZerosCollectivesAreTheTraces(int micro_batches) {
     auto traced = RunSsdtrain("trace --model " + model_ +
                               " --micro-batch 1 --seq-len 128 --tp 2 -o " + File("trace.json"));
@@ -159,6 +161,20 @@ class ReplayTensorParallelCli : public ::testing::Test {
     }
     EXPECT_EQ(ran, count);
     EXPECT_EQ(c.at("bytes_sent").get<int64_t>(), sent);
+    // The prediction prices the same collectives (stage 0's, by kind).
+    std::map<std::string, int64_t> priced;
+    for (const auto& [kind, figures] : predicted_.extra.at("details").at("collectives").items()) {
+      priced[kind] = figures.at("count").get<int64_t>();
+    }
+    EXPECT_EQ(priced, count);
+    // compare sets each kind's measured time beside the predicted one.
+    auto compared = RunSsdtrain("compare --prediction " + File("predicted.json") + " --measured " +
+                                File("run.json"));
+    ASSERT_EQ(compared.exit_code, 0) << compared.output;
+    for (const auto& [kind, n] : count) {
+      EXPECT_NE(compared.output.find("collective." + kind + " "), std::string::npos)
+          << compared.output;
+    }
   }
 
   fs::path dir_;
