@@ -185,7 +185,7 @@ struct ReplayResult {
   // Ranks: the last step's gradient buckets, in the order they were posted.
   std::vector<BucketRun> gradient_buckets;
   // What ran: the whole step's micro-batches and schedule (the plan's), and
-  // the ranks, pp × dp (1 without ReplayOptions::sync).
+  // the ranks, tp × pp × dp (1 without ReplayOptions::sync).
   int64_t micro_batches = 1;
   std::string schedule = "1f1b";
   int ranks = 1;

@@ -47,6 +47,9 @@ function(ssdtrain_exec_runtime_tests)
   ssdtrain_test(exec_cpu_affinity_test
     SOURCES ${dir}/cpu_affinity_test.cc
     DEPS ssdtrain::exec)
+  ssdtrain_test(exec_host_sum_test
+    SOURCES ${dir}/host_sum_test.cc
+    DEPS ssdtrain::exec)
   ssdtrain_test(exec_tensor_cache_test
     SOURCES ${dir}/tensor_cache_test.cc
     DEPS ssdtrain::exec)
