@@ -29,6 +29,7 @@
 
 #include "exec/checksum.h"
 #include "exec/detail/format_bytes.h"
+#include "exec/detail/rank_message.h"
 #include "exec/detail/replayer.h"
 #include "exec/detail/test_points.h"
 #include "exec/host_sum.h"
@@ -36,18 +37,7 @@
 namespace ssdtrain::exec::detail {
 namespace {
 
-struct Trailer {
-  uint32_t crc = 0;
-  uint32_t unused = 0;
-  uint64_t seed = 0;
-};
-static_assert(sizeof(Trailer) == 16);
-constexpr int64_t kTrailerBytes = sizeof(Trailer);
-
-std::string OpName(const traces::Op& op) {
-  return "op " + std::to_string(op.id) + " (" + op.name + ", micro-batch " +
-         std::to_string(op.micro_batch) + ")";
-}
+constexpr int64_t kTrailerBytes = sizeof(MessageTrailer);
 
 // The first byte of [p, p + bytes) that differs from the pattern of `seed`
 // at byte `offset` onwards; -1 when none does.
@@ -71,7 +61,7 @@ Status Replayer::InitTensorParallel() {
   for (const traces::Op& op : trace_.ops) {
     if (op.kind != traces::OpKind::kCollective) continue;
     if (op.inputs.size() != 1 || op.outputs.size() != 1) {
-      return Status::InvalidArgument(OpName(op) +
+      return Status::InvalidArgument(RankOpName(op) +
                                      ": a collective op reads one tensor and writes "
                                      "one, this one lists " +
                                      std::to_string(op.inputs.size()) + " and " +
@@ -85,7 +75,7 @@ Status Replayer::InitTensorParallel() {
     const bool sharded = in.bytes != out.bytes;
     if (in.dtype != out.dtype || full % element != 0 || (sharded && shard * n != full)) {
       return Status::InvalidArgument(
-          OpName(op) + ": a collective over " + std::to_string(n) + " ranks of " +
+          RankOpName(op) + ": a collective over " + std::to_string(n) + " ranks of " +
           std::to_string(in.bytes) + " bytes in, " + std::to_string(out.bytes) +
           " bytes out: expected one dtype, whole elements and, for a gather or scatter, the full "
           "tensor n times the shard");
@@ -113,7 +103,7 @@ Status Replayer::SendPiece(const traces::Op& op, int phase, int64_t to, const ui
                            int64_t bytes, uint64_t seed) {
   uint8_t* message = scratch_;
   std::memcpy(message, data, static_cast<size_t>(bytes));
-  Trailer t;
+  MessageTrailer t;
   t.crc = Crc32c(message, static_cast<size_t>(bytes));
   t.seed = seed;
   std::memcpy(message + bytes, &t, sizeof(t));
@@ -123,8 +113,9 @@ Status Replayer::SendPiece(const traces::Op& op, int phase, int64_t to, const ui
   Status st =
       agreement_.sync()->SendAsync(rank, PieceTag(op, phase), message, bytes + kTrailerBytes);
   if (!st.ok()) {
-    return st.WithPrefix(OpName(op) + ": sending its " + std::string(traces::ToString(Kind(op))) +
-                         " piece to rank " + std::to_string(rank));
+    return st.WithPrefix(RankOpName(op) + ": sending its " +
+                         std::string(traces::ToString(Kind(op))) + " piece to rank " +
+                         std::to_string(rank));
   }
   ++collectives_.pieces_sent;
   collectives_.bytes_sent += bytes;
@@ -143,7 +134,7 @@ Status Replayer::ReceivePiece(const traces::Op& op, int phase, int64_t from, uin
     agreement_.PeerFailed(st);
     return st;
   }
-  const std::string what = OpName(op) + ": the " + std::string(traces::ToString(Kind(op))) +
+  const std::string what = RankOpName(op) + ": the " + std::string(traces::ToString(Kind(op))) +
                            " piece from rank " + std::to_string(rank);
   if (!st.ok()) return st.WithPrefix(what);
   if (!(got == expected) || received != bytes + kTrailerBytes) {
@@ -152,7 +143,7 @@ Status Replayer::ReceivePiece(const traces::Op& op, int phase, int64_t from, uin
         " bytes), but its next message is " + got.Describe() + " (" +
         std::to_string(received - kTrailerBytes) + " bytes): the group's orders disagree");
   }
-  Trailer t;
+  MessageTrailer t;
   std::memcpy(&t, message + bytes, sizeof(t));
   const uint32_t crc = Crc32c(message, static_cast<size_t>(bytes));
   if (crc != t.crc) {
@@ -171,7 +162,7 @@ Status Replayer::ReceivePiece(const traces::Op& op, int phase, int64_t from, uin
 Status Replayer::CheckContribution(const traces::Op& op, int64_t from, const uint8_t* p,
                                    int64_t bytes, uint64_t seed, uint64_t expected_seed,
                                    int64_t offset) {
-  const std::string what = "verify: " + OpName(op) + ": the contribution of rank " +
+  const std::string what = "verify: " + RankOpName(op) + ": the contribution of rank " +
                            std::to_string(tp_ranks_[static_cast<size_t>(from)]);
   if (seed != expected_seed) {
     return Status::Corruption(what + " has seed " + std::to_string(seed) + ", expected " +
@@ -255,7 +246,7 @@ Status Replayer::AllGatherPhase(const traces::Op& op, int phase, const uint8_t* 
     if (!expected) continue;
     const std::vector<uint8_t> want = expected(j);
     if (std::memcmp(want.data(), out + lo, static_cast<size_t>(hi - lo)) != 0) {
-      return Status::Corruption("verify: " + OpName(op) + ": the piece of rank " +
+      return Status::Corruption("verify: " + RankOpName(op) + ": the piece of rank " +
                                 std::to_string(tp_ranks_[static_cast<size_t>(j)]) +
                                 " is not the group's sum of their patterns");
     }
@@ -285,7 +276,7 @@ Status Replayer::CollectiveFor(const traces::Op& op, const DeviceBuffer& input,
   if (check) {
     const int64_t bad = PatternMismatch(in, in_t.bytes, seed, 0);
     if (bad >= 0) {
-      return Status::Corruption("verify: " + OpName(op) + ": its input " + in_t.name +
+      return Status::Corruption("verify: " + RankOpName(op) + ": its input " + in_t.name +
                                 " differs from its pattern at byte " + std::to_string(bad));
     }
   }
@@ -310,7 +301,7 @@ Status Replayer::CollectiveFor(const traces::Op& op, const DeviceBuffer& input,
         const int64_t lo = chunks[static_cast<size_t>(tp_index_)];
         const std::vector<uint8_t> want = ExpectedSum(seed, in_t.dtype, lo, out_t.bytes);
         if (std::memcmp(want.data(), out, static_cast<size_t>(out_t.bytes)) != 0) {
-          return Status::Corruption("verify: " + OpName(op) +
+          return Status::Corruption("verify: " + RankOpName(op) +
                                     ": the summed shard is not the group's sum of its patterns");
         }
       }
@@ -328,7 +319,7 @@ Status Replayer::CollectiveFor(const traces::Op& op, const DeviceBuffer& input,
       if (check) {
         const std::vector<uint8_t> want = expected(tp_index_);
         if (std::memcmp(want.data(), out + lo, want.size()) != 0) {
-          return Status::Corruption("verify: " + OpName(op) +
+          return Status::Corruption("verify: " + RankOpName(op) +
                                     ": this rank's summed chunk is not the group's sum");
         }
       }

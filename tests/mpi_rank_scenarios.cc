@@ -40,29 +40,51 @@ int CorruptCollectivePieces(TestPoint point, int64_t) {
   return point == TestPoint::kCollectiveSend ? 1 : 0;
 }
 
-// The two ranks are the tensor-parallel group of tiny GPT at tp 2
-// (micro-batch 1, sequence 128, every saved activation to the SSD, verified),
-// each in its own folder of `dir`: rank 0 with `hook` installed, rank 1 with
-// `backend` as its I/O backend when given; then they gather their reports.
-Status ReplayTensorParallel(app::RankSync& ranks, const std::string& dir,
-                            exec::detail::TestHook hook,
-                            std::function<std::unique_ptr<exec::IoBackend>()> backend) {
-  SSDTRAIN_RETURN_IF_ERROR(ranks.SplitStages(ranks.size(), 1));
-  const traces::Trace trace = exec::testing::TinyGptTrace(1, 128, 1, 0, ranks.size());
+// How the ranks replay tiny GPT (micro-batch 1, sequence 128, every saved
+// activation to the SSD): as data-parallel replicas or as one
+// tensor-parallel group (tp = every rank, verified), each in its own folder;
+// `hook` installed on rank `hook_rank`, rank 1's I/O backend `backend` when
+// given.
+struct RankRun {
+  bool tensor_parallel = false;
+  exec::detail::TestHook hook = nullptr;
+  int hook_rank = 1;
+  std::function<std::unique_ptr<exec::IoBackend>()> backend;
+};
+
+// Replays as `run` says, then the ranks gather their reports at rank 0, as
+// `ssdtrain replay` does after a replay that succeeded.
+Status ReplayAndGather(app::RankSync& ranks, const std::string& dir, const RankRun& run) {
+  const int tp = run.tensor_parallel ? ranks.size() : 1;
+  SSDTRAIN_RETURN_IF_ERROR(ranks.SplitStages(tp, ranks.size() / tp));
+  const traces::Trace trace = exec::testing::TinyGptTrace(1, 128, 1, 0, tp);
   traces::Plan plan = traces::OffloadAllPlan(trace);
-  plan.tp = ranks.size();
+  plan.tp = tp;
+  plan.dp = ranks.size() / tp;
   const std::string mine = dir + "/rank-" + std::to_string(ranks.rank());
   std::filesystem::create_directories(mine);
   exec::ReplayOptions o = exec::testing::CpuOptions(mine);
   o.sync = &ranks;
-  o.verify = true;
+  o.verify = run.tensor_parallel;
   o.cpu_pin_threads = false;  // the ranks share one machine
-  if (ranks.rank() == 0) exec::detail::SetTestHook(hook);
-  if (ranks.rank() == 1) o.make_io_backend = std::move(backend);
+  if (ranks.rank() == run.hook_rank) exec::detail::SetTestHook(run.hook);
+  if (ranks.rank() == 1) o.make_io_backend = run.backend;
   Result<exec::ReplayResult> result = exec::Replay(trace, plan, o, "offload-all");
   exec::detail::SetTestHook(nullptr);
   SSDTRAIN_RETURN_IF_ERROR(result.status());
   return ranks.GatherAtRankZero("rank " + std::to_string(ranks.rank())).status();
+}
+
+Status GradientCopyBackFails(app::RankSync& ranks, const std::string& dir) {
+  RankRun run;
+  run.hook = FailGradientCopyBack;
+  return ReplayAndGather(ranks, dir, run);
+}
+
+Status LastStepsByteCheckFails(app::RankSync& ranks, const std::string& dir) {
+  RankRun run;
+  run.hook = FailLastStepsByteCheck;
+  return ReplayAndGather(ranks, dir, run);
 }
 
 // Rank 1's first offload write fails with EIO (the fault-injecting backend
@@ -75,46 +97,26 @@ Status TensorParallelWriteFails(app::RankSync& ranks, const std::string& dir) {
     return std::unique_ptr<exec::IoBackend>(
         std::make_unique<exec::FaultBackend>(std::move(*inner), std::move(f)));
   };
-  return ReplayTensorParallel(ranks, dir, nullptr, backend);
+  RankRun run;
+  run.tensor_parallel = true;
+  run.backend = backend;
+  return ReplayAndGather(ranks, dir, run);
 }
 
 // Rank 0's all-reduce pieces arrive at rank 1 with a flipped byte.
 Status TensorParallelPayloadCorrupt(app::RankSync& ranks, const std::string& dir) {
-  return ReplayTensorParallel(ranks, dir, CorruptCollectivePieces, nullptr);
+  RankRun run;
+  run.tensor_parallel = true;
+  run.hook = CorruptCollectivePieces;
+  run.hook_rank = 0;
+  return ReplayAndGather(ranks, dir, run);
 }
 
 // Both ranks replay tiny GPT at tp 2 verified, with nothing injected.
 Status TensorParallelReplays(app::RankSync& ranks, const std::string& dir) {
-  return ReplayTensorParallel(ranks, dir, nullptr, nullptr);
-}
-
-// Every rank replays tiny GPT (micro-batch 1, sequence 128, every saved
-// activation to the SSD) as one data-parallel replica, in its own folder of
-// `dir`, with `hook` installed on rank 1; then the ranks gather their reports
-// at rank 0, as `ssdtrain replay` does after a replay that succeeded.
-Status ReplayAndGather(app::RankSync& ranks, const std::string& dir, exec::detail::TestHook hook) {
-  SSDTRAIN_RETURN_IF_ERROR(ranks.SplitStages(1, ranks.size()));
-  const traces::Trace trace = exec::testing::TinyGptTrace(1, 128);
-  traces::Plan plan = traces::OffloadAllPlan(trace);
-  plan.dp = ranks.size();
-  const std::string mine = dir + "/rank-" + std::to_string(ranks.rank());
-  std::filesystem::create_directories(mine);
-  exec::ReplayOptions o = exec::testing::CpuOptions(mine);
-  o.sync = &ranks;
-  o.cpu_pin_threads = false;  // the ranks share one machine
-  if (ranks.rank() == 1) exec::detail::SetTestHook(hook);
-  Result<exec::ReplayResult> result = exec::Replay(trace, plan, o, "offload-all");
-  exec::detail::SetTestHook(nullptr);
-  SSDTRAIN_RETURN_IF_ERROR(result.status());
-  return ranks.GatherAtRankZero("rank " + std::to_string(ranks.rank())).status();
-}
-
-Status GradientCopyBackFails(app::RankSync& ranks, const std::string& dir) {
-  return ReplayAndGather(ranks, dir, FailGradientCopyBack);
-}
-
-Status LastStepsByteCheckFails(app::RankSync& ranks, const std::string& dir) {
-  return ReplayAndGather(ranks, dir, FailLastStepsByteCheck);
+  RankRun run;
+  run.tensor_parallel = true;
+  return ReplayAndGather(ranks, dir, run);
 }
 
 // Rank 0 sends rank 1 one pipeline message under each tag; rank 1 checks

@@ -28,9 +28,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::RunSsdtrain;
-using testing::Shell;
-using testing::SourceDir;
-using testing::SsdtrainBinary;
 
 // A replay of this size ends in seconds; one still running after this has hung.
 constexpr int kHangGuardSeconds = 300;
@@ -40,26 +37,22 @@ struct Layout {
   int ranks() const { return tp * pp * dp; }
 };
 
-class ReplayTensorParallelCli : public ::testing::Test {
+class ReplayTensorParallelCli : public testing::CliTest {
  protected:
+  ReplayTensorParallelCli() : CliTest("tp-cli") {}
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ssdtrain-tp-cli-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    CliTest::SetUp();
     fs::create_directories(dir_ / "offload");
-    model_ = SourceDir() + "/configs/models/tiny-gpt.json";
+    model_ = Model("tiny-gpt");
     // The CPU backend's memory as calibrate records it (64-byte arena
     // granularity, the GEMM workspace counted), so that the plan's peaks are
     // the replay's.
-    auto hw = sim::LoadHardware(SourceDir() + "/configs/hardware/cpu-local.json");
+    auto hw = sim::LoadHardware(Hardware("cpu-local"));
     ASSERT_TRUE(hw.ok()) << hw.status().ToString();
     hw->gpu.allocation_alignment_bytes = 64;
     hw->gpu.replay_workspace = true;
     ASSERT_TRUE(traces::WriteJsonFile(sim::ToJson(*hw), File("hw.json")).ok());
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string File(const std::string& name) const { return (dir_ / name).string(); }
-
   // tiny-gpt with sequence parallelism (a copy of its config that says so).
   void UseSequenceParallelism() {
     std::ifstream in(model_);
@@ -87,11 +80,12 @@ class ReplayTensorParallelCli : public ::testing::Test {
         planned.output.find("replay this plan: mpirun -np " + std::to_string(l.ranks()) + " "),
         std::string::npos)
         << planned.output;
-    auto r = Shell("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout " +
-                   std::to_string(kHangGuardSeconds) + " mpirun --oversubscribe -np " +
-                   std::to_string(l.ranks()) + " " + SsdtrainBinary() + " replay --model " +
-                   model_ + " --plan " + File("plan.json") + " --dir " + File("offload") +
-                   " --steps 1 --verify -o " + File("run.json"));
+    auto r =
+        testing::Shell("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout " +
+                       std::to_string(kHangGuardSeconds) + " mpirun --oversubscribe -np " +
+                       std::to_string(l.ranks()) + " " + testing::SsdtrainBinary() +
+                       " replay --model " + model_ + " --plan " + File("plan.json") + " --dir " +
+                       File("offload") + " --steps 1 --verify -o " + File("run.json"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("x " + std::to_string(l.ranks()) + " ranks"), std::string::npos)
         << r.output;
@@ -177,7 +171,6 @@ class ReplayTensorParallelCli : public ::testing::Test {
     }
   }
 
-  fs::path dir_;
   std::string model_;
   traces::StepReport report_, predicted_;
 };
