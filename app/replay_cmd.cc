@@ -27,7 +27,6 @@
 #include "exec/step_sync.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
-#include "traces/collective_kind.h"
 #include "traces/io.h"
 #include "traces/plan.h"
 #include "traces/report.h"
@@ -250,24 +249,6 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
   return mine;
 }
 
-// What a rank's collectives moved and took in the last step: pieces and
-// bytes, and per kind their count and wall time (compare reads them).
-nlohmann::json CollectivesJson(const exec::CollectiveTraffic& c) {
-  nlohmann::json by_kind = nlohmann::json::object();
-  for (traces::CollectiveKind kind :
-       {traces::CollectiveKind::kAllReduce, traces::CollectiveKind::kAllGather,
-        traces::CollectiveKind::kReduceScatter}) {
-    const exec::CollectiveTraffic::Time& t = c.by_kind[static_cast<size_t>(kind)];
-    if (t.count > 0)
-      by_kind[std::string(traces::ToString(kind))] = {{"count", t.count}, {"ns", t.ns}};
-  }
-  return {{"pieces_sent", c.pieces_sent},
-          {"bytes_sent", c.bytes_sent},
-          {"pieces_received", c.pieces_received},
-          {"bytes_received", c.bytes_received},
-          {"by_kind", by_kind}};
-}
-
 int Run(const ReplayFlags& f) {
   auto started = StartRanksIfLaunched();
   if (!started.ok()) return ReportError("replay", started.status());
@@ -353,7 +334,7 @@ int Run(const ReplayFlags& f) {
   const auto& m = report.metrics;
   std::cout << fmt::format(
       "{} on {}{}: step {:.3f} ms (median of {}), peak device {:.1f} MiB, peak activations "
-      "{:.1f} MiB, SSD wrote {:.1f} MiB read {:.1f} MiB{}{}, exposed I/O {:.3f} ms{}{}\n",
+      "{:.1f} MiB, SSD wrote {:.1f} MiB read {:.1f} MiB{}{}, exposed I/O {:.3f} ms{}{}{}\n",
       trace.header.model, result->backend, ranks ? fmt::format(" x {} ranks", ranks->size()) : "",
       m.step_time_ns / 1e6, result->steps, m.peak_gpu_bytes / 1048576.0,
       m.peak_activation_bytes / 1048576.0, m.ssd_bytes_written / 1048576.0,
@@ -365,6 +346,7 @@ int Run(const ReplayFlags& f) {
       result->direct_io ? "" : " (buffered I/O: through the page cache, not the drive)",
       m.exposed_io_ns / 1e6,
       ranks ? fmt::format(", gradient all-reduce {:.3f} ms", result->allreduce_ns / 1e6) : "",
+      CollectivesLine(result->collectives),
       report.verified ? fmt::format(", verified {} tensors{}", result->tensors_checked,
                                     *report.verified ? "" : " (a rank did not verify)")
                       : "");

@@ -1,6 +1,10 @@
 #include "app/reports.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+
+#include "traces/collective_kind.h"
 
 namespace ssdtrain::app {
 
@@ -35,6 +39,32 @@ traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace&
     if (j.contains(key)) r.extra[key] = j[key];
   }
   return r;
+}
+
+nlohmann::json CollectivesJson(const exec::CollectiveTraffic& c) {
+  nlohmann::json by_kind = nlohmann::json::object();
+  for (traces::CollectiveKind kind : traces::kCollectiveKinds) {
+    const exec::CollectiveTraffic::Time& t = c.by_kind[static_cast<size_t>(kind)];
+    if (t.count > 0)
+      by_kind[std::string(traces::ToString(kind))] = {{"count", t.count}, {"ns", t.ns}};
+  }
+  return {{"pieces_sent", c.pieces_sent},
+          {"bytes_sent", c.bytes_sent},
+          {"pieces_received", c.pieces_received},
+          {"bytes_received", c.bytes_received},
+          {"by_kind", by_kind}};
+}
+
+std::string CollectivesLine(const exec::CollectiveTraffic& c) {
+  int64_t ns = 0;
+  std::string kinds;
+  for (traces::CollectiveKind kind : traces::kCollectiveKinds) {
+    const exec::CollectiveTraffic::Time& t = c.by_kind[static_cast<size_t>(kind)];
+    if (t.count == 0) continue;
+    ns += t.ns;
+    kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", t.count, traces::ToString(kind));
+  }
+  return kinds.empty() ? "" : fmt::format(", tp collectives {:.3f} ms ({})", ns / 1e6, kinds);
 }
 
 }  // namespace ssdtrain::app

@@ -37,6 +37,7 @@
 #include "exec/io_backend.h"
 #include "exec/step_sync.h"
 #include "exec/tensor_cache.h"
+#include "traces/collective_kind.h"
 #include "traces/plan.h"
 #include "traces/status.h"
 #include "traces/timeline.h"
@@ -116,7 +117,7 @@ struct CollectiveTraffic {
     int64_t count = 0;
     int64_t ns = 0;
   };
-  std::array<Time, 3> by_kind;
+  std::array<Time, traces::kCollectiveKinds.size()> by_kind;
 };
 
 // One data-parallel gradient bucket (traces/dp_buckets.h) as a rank

@@ -103,12 +103,15 @@ Status Replayer::SendPiece(const traces::Op& op, int phase, int64_t to, const ui
                            int64_t bytes, uint64_t seed) {
   uint8_t* message = scratch_;
   std::memcpy(message, data, static_cast<size_t>(bytes));
+  // Tests: a byte flipped before its checksum (a wrong contribution) or after
+  // it (a payload corrupted on the wire).
+  const int flip = bytes > 0 ? HitTestPoint(TestPoint::kCollectiveSend, op.id) : 0;
+  if (flip == kFlipBeforeChecksum) message[0] ^= 0xff;
   MessageTrailer t;
   t.crc = Crc32c(message, static_cast<size_t>(bytes));
   t.seed = seed;
   std::memcpy(message + bytes, &t, sizeof(t));
-  // Tests: a byte flipped after its checksum (a corrupt payload on the wire).
-  if (bytes > 0 && HitTestPoint(TestPoint::kCollectiveSend, op.id) != 0) message[0] ^= 0xff;
+  if (flip == kFlipAfterChecksum) message[0] ^= 0xff;
   const int rank = tp_ranks_[static_cast<size_t>(to)];
   Status st =
       agreement_.sync()->SendAsync(rank, PieceTag(op, phase), message, bytes + kTrailerBytes);

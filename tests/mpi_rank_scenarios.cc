@@ -35,9 +35,12 @@ int FailLastStepsByteCheck(TestPoint point, int64_t step) {
   return point == TestPoint::kStepBytesChecked && step == 1 ? 1 : 0;
 }
 // Every piece of every collective this rank sends: a byte flipped after its
-// checksum.
+// checksum, or before it.
 int CorruptCollectivePieces(TestPoint point, int64_t) {
-  return point == TestPoint::kCollectiveSend ? 1 : 0;
+  return point == TestPoint::kCollectiveSend ? exec::detail::kFlipAfterChecksum : 0;
+}
+int WrongCollectivePieces(TestPoint point, int64_t) {
+  return point == TestPoint::kCollectiveSend ? exec::detail::kFlipBeforeChecksum : 0;
 }
 
 // How the ranks replay tiny GPT (micro-batch 1, sequence 128, every saved
@@ -108,6 +111,15 @@ Status TensorParallelPayloadCorrupt(app::RankSync& ranks, const std::string& dir
   RankRun run;
   run.tensor_parallel = true;
   run.hook = CorruptCollectivePieces;
+  run.hook_rank = 0;
+  return ReplayAndGather(ranks, dir, run);
+}
+
+// Rank 0's pieces checksum, but its contribution is not its pattern.
+Status TensorParallelContributionWrong(app::RankSync& ranks, const std::string& dir) {
+  RankRun run;
+  run.tensor_parallel = true;
+  run.hook = WrongCollectivePieces;
   run.hook_rank = 0;
   return ReplayAndGather(ranks, dir, run);
 }
@@ -205,6 +217,7 @@ const std::map<std::string, Scenario>& Scenarios() {
       {"tp-replays", TensorParallelReplays},
       {"tp-write-fails", TensorParallelWriteFails},
       {"tp-payload-corrupt", TensorParallelPayloadCorrupt},
+      {"tp-contribution-wrong", TensorParallelContributionWrong},
   };
   return scenarios;
 }

@@ -123,6 +123,16 @@ TEST_F(MpiRanks, ACorruptAllReducePayloadEndsBothWithTheReceiversMessage) {
   ExpectBothEndWithRankOnesFailure(r, "all_reduce piece from rank 0 arrived with CRC32C");
 }
 
+TEST_F(MpiRanks, AWrongContributionThatChecksumsFailsVerification) {
+  // Rank 0 flips a byte before the checksum: the piece arrives as sent, but
+  // rank 1's verification finds it is not rank 0's pattern.
+  auto r = Run("tp-contribution-wrong");
+  ExpectBothEndWithRankOnesFailure(r, "verify: op 1 (embedding.out_reduced.all_reduce");
+  EXPECT_NE(Said(r, 1).find("the contribution of rank 0 differs from its pattern at byte "),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(MpiRanks, PipelineTagsOfAnyMicroBatchArriveAsSent) {
   // Micro-batch 2047's gradient 7 (whose former 15-bit tag was the abort's)
   // and micro-batch 1,000,000's gradient 31.

@@ -5,6 +5,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 
@@ -13,6 +14,9 @@
 namespace ssdtrain::traces {
 
 enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter };
+// Every kind, in the enum's order (an index of a per-kind array).
+inline constexpr std::array<CollectiveKind, 3> kCollectiveKinds = {
+    CollectiveKind::kAllReduce, CollectiveKind::kAllGather, CollectiveKind::kReduceScatter};
 // "all_reduce", "all_gather", "reduce_scatter".
 std::string_view ToString(CollectiveKind kind);
 
