@@ -23,7 +23,7 @@
 //              (traces/dp_buckets.h), once the op completing it has run
 //              and its gradients are in host memory,
 //                                      AllReduceSumAsync(the bucket) over
-//                                      the ranks of this stage, in the
+//                                      its data-parallel group, in the
 //                                      buckets' order, progressed at each
 //                                      later op (ProgressAllReduces);
 //              before the optimizer    WaitAllReduces, then the copies back
@@ -49,8 +49,9 @@
 // needs none, as its peers' all-reduces come in any case. Nothing fallible
 // runs after the last step's Agree, where the CLI's next collective (the
 // gather of the reports) follows.
-// Messages left unreceived by a failure (sends to a rank that stopped, the
-// abort messages) are drained by the implementation before it shuts down.
+// Messages left unreceived by a failure (sends to a rank that stopped, a
+// collective's pieces a stopped peer never took, the abort messages) are
+// drained by the implementation before it shuts down.
 #pragma once
 
 #include <cstdint>
