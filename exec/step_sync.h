@@ -1,6 +1,6 @@
 // StepSync: what a replay needs from the other ranks of a multi-process run
 // (`mpirun -np N ssdtrain replay ...`; the MPI implementation is
-// app/mpi_sync.cc, the tests' in-process one exec/tests/replay_ranks_test.cc).
+// app/mpi_sync.cc, the tests' in-process one exec/tests/thread_ranks.h).
 // The replay stays free of MPI.
 //
 // Layout (RankLayout below): N = tp × pp × dp ranks in Megatron-LM's order,
