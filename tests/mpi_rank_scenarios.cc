@@ -106,29 +106,29 @@ Status TensorParallelWriteFails(app::RankSync& ranks, const std::string& dir) {
   return ReplayAndGather(ranks, dir, run);
 }
 
-// Rank 0's all-reduce pieces arrive at rank 1 with a flipped byte.
-Status TensorParallelPayloadCorrupt(app::RankSync& ranks, const std::string& dir) {
+// The two ranks as one tensor-parallel group, `hook` (when set) on rank 0.
+Status ReplayTensorParallelGroup(app::RankSync& ranks, const std::string& dir,
+                                 exec::detail::TestHook hook) {
   RankRun run;
   run.tensor_parallel = true;
-  run.hook = CorruptCollectivePieces;
+  run.hook = hook;
   run.hook_rank = 0;
   return ReplayAndGather(ranks, dir, run);
+}
+
+// Rank 0's all-reduce pieces arrive at rank 1 with a flipped byte.
+Status TensorParallelPayloadCorrupt(app::RankSync& ranks, const std::string& dir) {
+  return ReplayTensorParallelGroup(ranks, dir, CorruptCollectivePieces);
 }
 
 // Rank 0's pieces checksum, but its contribution is not its pattern.
 Status TensorParallelContributionWrong(app::RankSync& ranks, const std::string& dir) {
-  RankRun run;
-  run.tensor_parallel = true;
-  run.hook = WrongCollectivePieces;
-  run.hook_rank = 0;
-  return ReplayAndGather(ranks, dir, run);
+  return ReplayTensorParallelGroup(ranks, dir, WrongCollectivePieces);
 }
 
 // Both ranks replay tiny GPT at tp 2 verified, with nothing injected.
 Status TensorParallelReplays(app::RankSync& ranks, const std::string& dir) {
-  RankRun run;
-  run.tensor_parallel = true;
-  return ReplayAndGather(ranks, dir, run);
+  return ReplayTensorParallelGroup(ranks, dir, nullptr);
 }
 
 // Rank 0 sends rank 1 one pipeline message under each tag; rank 1 checks

@@ -64,6 +64,12 @@ class MpiRanks : public ::testing::Test {
       EXPECT_TRUE(fs::is_empty(dir_ / rank)) << rank << ": files left";
     }
   }
+  // Both ranks said ok, and none hung.
+  static void ExpectBothOk(const testing::CliResult& r) {
+    ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
+    EXPECT_EQ(Said(r, 0), "ok") << r.output;
+    EXPECT_EQ(Said(r, 1), "ok") << r.output;
+  }
   // True when this machine has `bytes` of memory available (MemAvailable).
   static bool MemoryAvailable(int64_t bytes) {
     std::ifstream meminfo("/proc/meminfo");
@@ -99,9 +105,7 @@ TEST_F(MpiRanks, AFailedByteCheckOnTheLastStepEndsBothWithItsMessage) {
 // against the sum of the group's patterns.
 TEST_F(MpiRanks, ATensorParallelGroupReplaysVerified) {
   auto r = Run("tp-replays");
-  ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
-  EXPECT_EQ(Said(r, 0), "ok") << r.output;
-  EXPECT_EQ(Said(r, 1), "ok") << r.output;
+  ExpectBothOk(r);
   for (const char* rank : {"rank-0", "rank-1"}) {
     EXPECT_TRUE(fs::is_empty(dir_ / rank)) << rank << ": files left";
   }
@@ -137,9 +141,7 @@ TEST_F(MpiRanks, PipelineTagsOfAnyMicroBatchArriveAsSent) {
   // Micro-batch 2047's gradient 7 (whose former 15-bit tag was the abort's)
   // and micro-batch 1,000,000's gradient 31.
   auto r = Run("large-micro-batch-tags");
-  ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
-  EXPECT_EQ(Said(r, 0), "ok") << r.output;
-  EXPECT_EQ(Said(r, 1), "ok") << r.output;
+  ExpectBothOk(r);
 }
 
 // The large scenarios hold about 6 GiB on the two ranks together.
@@ -148,17 +150,13 @@ constexpr int64_t kLargeScenarioMemory = int64_t{8} << 30;
 TEST_F(MpiRanks, AMessagePastMpisIntCountArrivesWhole) {
   if (!MemoryAvailable(kLargeScenarioMemory)) GTEST_SKIP() << "needs 8 GiB of free memory";
   auto r = Run("large-message");
-  ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
-  EXPECT_EQ(Said(r, 0), "ok") << r.output;
-  EXPECT_EQ(Said(r, 1), "ok") << r.output;
+  ExpectBothOk(r);
 }
 
 TEST_F(MpiRanks, ReportsPastMpisIntCountInAllAreGatheredWhole) {
   if (!MemoryAvailable(kLargeScenarioMemory)) GTEST_SKIP() << "needs 8 GiB of free memory";
   auto r = Run("large-gather");
-  ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
-  EXPECT_EQ(Said(r, 0), "ok") << r.output;
-  EXPECT_EQ(Said(r, 1), "ok") << r.output;
+  ExpectBothOk(r);
 }
 
 }  // namespace
