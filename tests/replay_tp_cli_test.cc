@@ -63,16 +63,17 @@ class ReplayTensorParallelCli : public testing::CliTest {
     model_ = File("tiny-gpt-sp.json");
   }
 
-  // Plans tiny-gpt at `l` (micro-batch 1, sequence 128, 2 micro-batches
-  // under 1F1B, every saved activation to the SSD), checks that plan prints
-  // the ranks' count, and replays it on that many ranks, one measured step,
-  // verified.
+  // Plans tiny-gpt at `l` (micro-batch 4, sequence 128, 2 micro-batches
+  // under 1F1B, every saved activation of 1 MiB or more to the SSD: a
+  // shard's MLP activations, 4 × 128 × 1024 / 2 × 4 bytes), checks that plan
+  // prints the ranks' count, and replays it on that many ranks, one measured
+  // step, verified.
   void PlanAndReplay(const Layout& l) {
     auto planned =
         RunSsdtrain("plan --model " + model_ + " --hardware " + File("hw.json") + " --gpus " +
                     std::to_string(l.ranks()) + " --tp " + std::to_string(l.tp) + " --pp " +
                     std::to_string(l.pp) + " --dp " + std::to_string(l.dp) +
-                    " --num-micro-batches 2 --schedule 1f1b --policy offload-ssd --micro-batch 1 "
+                    " --num-micro-batches 2 --schedule 1f1b --policy offload-ssd --micro-batch 4 "
                     "--seq-len 128 -o " +
                     File("plan.json") + " --prediction " + File("predicted.json"));
     ASSERT_EQ(planned.exit_code, 0) << planned.output;
@@ -118,6 +119,7 @@ class ReplayTensorParallelCli : public testing::CliTest {
       EXPECT_TRUE(rank.at("verified").get<bool>());
       EXPECT_EQ(rank.at("peak_device_bytes"), stages[stage].at("peak_gpu_bytes"));
       EXPECT_EQ(rank.at("peak_activation_bytes"), stages[stage].at("peak_activation_bytes"));
+      EXPECT_GT(rank.at("ssd_bytes_written").get<int64_t>(), 0);
       // Its tensor-parallel partner (tp 2) received what it sent.
       const nlohmann::json& mine = rank.at("collectives");
       const nlohmann::json& partner = ranks[r ^ 1].at("collectives");
@@ -134,7 +136,7 @@ class ReplayTensorParallelCli : public testing::CliTest {
   // the prediction has the same, and compare shows each kind's times.
   void ExpectRankZerosCollectivesAreTheTraces(int micro_batches) {
     auto traced = RunSsdtrain("trace --model " + model_ +
-                              " --micro-batch 1 --seq-len 128 --tp 2 -o " + File("trace.json"));
+                              " --micro-batch 4 --seq-len 128 --tp 2 -o " + File("trace.json"));
     ASSERT_EQ(traced.exit_code, 0) << traced.output;
     auto trace = traces::ReadTrace(File("trace.json"));
     ASSERT_TRUE(trace.ok()) << trace.status().ToString();
