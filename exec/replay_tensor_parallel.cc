@@ -21,7 +21,10 @@
 // the group's patterns, computed here by the same SumInto in the same order.
 // The output then gets its own pattern, as any op's does. A recompute of a
 // collective exchanges again (every rank of the group runs the same plan).
-// See exec/detail/replayer.h.
+// What it waits for, as a pipeline send does (exec/replay_pipeline.cc): its
+// copy out goes on the device-to-host stream the offload copies share, so it
+// waits for every offload copy queued before it; the simulator models no such
+// wait. See exec/detail/replayer.h.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -259,7 +262,6 @@ Status Replayer::AllGatherPhase(const traces::Op& op, int phase, const uint8_t* 
 
 Status Replayer::CollectiveFor(const traces::Op& op, const DeviceBuffer& input,
                                const DeviceBuffer& output) {
-  const int64_t started = NowNs();
   const traces::Tensor& in_t = trace_.tensor(op.inputs[0]);
   const traces::Tensor& out_t = trace_.tensor(op.outputs[0]);
   const traces::CollectiveKind kind = Kind(op);
@@ -272,8 +274,10 @@ Status Replayer::CollectiveFor(const traces::Op& op, const DeviceBuffer& input,
   uint8_t* in = static_cast<uint8_t*>(collective_host_->base());
   uint8_t* out = in + in_t.bytes;
   scratch_ = out + out_t.bytes;  // a message, then a received piece
-  // After every op before it (its input's producer among them).
+  // After every op before it (its input's producer among them); its time
+  // starts there.
   SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kCompute));
+  const int64_t started = NowNs();
   SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(in, input, 0, in_t.bytes));
   SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kDeviceToHost));
   if (check) {
