@@ -24,6 +24,26 @@ std::string FmtError(double e) {
   return fmt::format("{:+.1f}%", 100.0 * e);
 }
 
+// The tensor-parallel collectives' time by kind, predicted (stage 0's,
+// details.collectives) against measured (rank 0's, stage 0's first shard:
+// extra.ranks[0].collectives.by_kind), where both have them.
+template <typename Add>
+void AddCollectives(const traces::StepReport& p, const traces::StepReport& m, const Add& add) {
+  const auto details = p.extra.find("details");
+  const auto ranks = m.extra.find("ranks");
+  if (details == p.extra.end() || !details->contains("collectives") || ranks == m.extra.end() ||
+      !ranks->is_array() || ranks->empty()) {
+    return;
+  }
+  const nlohmann::json& measured = (*ranks)[0]
+                                       .value("collectives", nlohmann::json::object())
+                                       .value("by_kind", nlohmann::json::object());
+  for (const auto& [kind, predicted] : (*details)["collectives"].items()) {
+    if (!measured.contains(kind)) continue;
+    add("collective." + kind, "ns", predicted.value("ns", 0.0), measured.at(kind).value("ns", 0.0));
+  }
+}
+
 }  // namespace
 
 double RelativeError(double predicted, double measured) {
@@ -91,6 +111,7 @@ Result<Comparison> Compare(const traces::StepReport& p, const traces::StepReport
           static_cast<double>(activation));
     }
   }
+  AddCollectives(p, m, add);
   add("ssd_bytes_written", "bytes", static_cast<double>(p.metrics.ssd_bytes_written),
       static_cast<double>(m.metrics.ssd_bytes_written));
   add("ssd_bytes_read", "bytes", static_cast<double>(p.metrics.ssd_bytes_read),

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "exec/host_sum.h"
+
 #ifdef SSDTRAIN_WITH_MPI
 #include <mpi.h>
 #endif
@@ -50,40 +52,12 @@ Result<std::unique_ptr<RankSync>> StartRanks() {
 
 namespace {
 
-float HalfToFloat(uint16_t h) {
-  _Float16 f;
-  std::memcpy(&f, &h, 2);
-  return static_cast<float>(f);
-}
-uint16_t FloatToHalf(float x) {
-  const _Float16 f = static_cast<_Float16>(x);
-  uint16_t h;
-  std::memcpy(&h, &f, 2);
-  return h;
-}
-float Bf16ToFloat(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-uint16_t FloatToBf16(float x) {  // round to nearest even
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 // MPI has no 16-bit floating-point sum: these add in fp32 and round back.
 void SumFp16(void* in, void* inout, int* len, MPI_Datatype*) {
-  auto* a = static_cast<const uint16_t*>(in);
-  auto* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = FloatToHalf(HalfToFloat(a[i]) + HalfToFloat(b[i]));
+  exec::SumInto(traces::DType::kFp16, in, inout, *len);
 }
 void SumBf16(void* in, void* inout, int* len, MPI_Datatype*) {
-  auto* a = static_cast<const uint16_t*>(in);
-  auto* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = FloatToBf16(Bf16ToFloat(a[i]) + Bf16ToFloat(b[i]));
+  exec::SumInto(traces::DType::kBf16, in, inout, *len);
 }
 
 Status MpiError(int code, const std::string& what) {
@@ -113,10 +87,13 @@ struct WireHeader {
   int64_t gradient = 0;
   int64_t index = 0;
   int64_t bytes = 0;  // the payload's
+  int64_t collective = 0;
 };
 constexpr int64_t kHeaderBytes = sizeof(WireHeader);
 
-exec::PipelineTag TagOf(const WireHeader& h) { return {h.micro_batch, h.gradient != 0, h.index}; }
+exec::PipelineTag TagOf(const WireHeader& h) {
+  return {h.micro_batch, h.gradient != 0, h.index, h.collective != 0};
+}
 // How a blocked Receive or WaitSends waits between two polls: for its first
 // kSpinFor it only yields the core (a message that is nearly there costs a few
 // microseconds, not a sleep's 20 to 40: the 8-byte ping-pong measured 38-45 us
@@ -162,15 +139,20 @@ class MpiSync final : public RankSync {
     MPI_Finalize();
   }
 
-  Status SplitStages(int dp) override {
-    if (dp < 1 || size_ % dp != 0) {
-      return Status::InvalidArgument("dp = " + std::to_string(dp) + " does not divide the " +
+  Status SplitStages(int tp, int dp) override {
+    if (tp < 1 || dp < 1 || size_ % (tp * dp) != 0) {
+      return Status::InvalidArgument("tp × dp = " + std::to_string(tp) + " × " +
+                                     std::to_string(dp) + " does not divide the " +
                                      std::to_string(size_) + " ranks");
     }
     if (stage_comm_ != MPI_COMM_WORLD) MPI_Comm_free(&stage_comm_);
     stage_comm_ = MPI_COMM_WORLD;
     if (dp != size_) {
-      const int rc = MPI_Comm_split(MPI_COMM_WORLD, rank_ / dp, rank_ % dp, &stage_comm_);
+      const exec::RankLayout layout{tp, dp, size_ / (tp * dp)};
+      // One group per stage and tensor-parallel index, ordered by replica.
+      const int color = static_cast<int>(layout.StageOf(rank_) * tp + layout.TpIndexOf(rank_));
+      const int rc = MPI_Comm_split(MPI_COMM_WORLD, color,
+                                    static_cast<int>(layout.DpIndexOf(rank_)), &stage_comm_);
       if (rc != MPI_SUCCESS) {
         stage_comm_ = MPI_COMM_WORLD;
         return MpiError(rc, "MPI_Comm_split into the stages' data-parallel groups");
@@ -197,7 +179,8 @@ class MpiSync final : public RankSync {
     const int64_t total = kHeaderBytes + bytes;
     PendingSend send;
     send.copy = TakeCopy(total);
-    const WireHeader header{tag.micro_batch, tag.gradient ? 1 : 0, tag.index, bytes};
+    const WireHeader header{tag.micro_batch, tag.gradient ? 1 : 0, tag.index, bytes,
+                            tag.collective ? 1 : 0};
     std::memcpy(send.copy->data(), &header, sizeof(header));
     std::memcpy(send.copy->data() + kHeaderBytes, host, static_cast<size_t>(bytes));
     Status posted = Status::Ok();

@@ -1,4 +1,4 @@
-// The ranks of `mpirun -np N ssdtrain replay` (N = pp × dp): exec::StepSync on
+// The ranks of `mpirun -np N ssdtrain replay` (N = tp × pp × dp): exec::StepSync on
 // MPI (Open MPI from Debian). Built when CMake finds MPI (SSDTRAIN_MPI); a
 // build without it refuses to run under mpirun, saying so.
 #pragma once
@@ -17,11 +17,12 @@ class RankSync : public exec::StepSync {
   // Everything on this rank's strings gathered at rank 0 (empty elsewhere),
   // in rank order.
   virtual Result<std::vector<std::string>> GatherAtRankZero(const std::string& mine) = 0;
-  // The pipeline layout (exec/step_sync.h): ranks of `dp` consecutive ranks
-  // form each stage's data-parallel group, over which AllReduceSum and
-  // AllReduceSumAsync (on a duplicate of the group's communicator) sum from
-  // now on. Collective: every rank calls it, with the same dp.
-  virtual Status SplitStages(int dp) = 0;
+  // The layout (exec/step_sync.h, RankLayout): the ranks of a stage with the
+  // same tensor-parallel index form its data-parallel group, over which
+  // AllReduceSum and AllReduceSumAsync (on a duplicate of the group's
+  // communicator) sum from now on. Collective: every rank calls it, with the
+  // same tp and dp.
+  virtual Status SplitStages(int tp, int dp) = 0;
 };
 
 // True when this process was started by mpirun with more than one rank.

@@ -206,7 +206,9 @@ std::string CapturedReplayLines(const PlanInput& in, const traces::Plan& plan,
       fmt::format("{} replay --trace {} --plan {} --dir OFFLOAD_DIR -o run.json", SelfCommand(),
                   in.trace_path, plan_path);
   if (plan.pp == 1) {
-    const std::string ranks = plan.dp > 1 ? fmt::format("mpirun -np {} ", plan.dp) : "";
+    // Megatron-LM's ranks (exec/step_sync.h): every tensor-parallel shard of every replica.
+    const int64_t n_ranks = std::max<int64_t>(plan.tp, 1) * plan.dp;
+    const std::string ranks = n_ranks > 1 ? fmt::format("mpirun -np {} ", n_ranks) : "";
     return fmt::format("replay this plan: {}{}\n", ranks, replay);
   }
   return fmt::format(
@@ -445,16 +447,19 @@ int RunPlan(PlanCmdOptions o) {
   } else {
     std::cout << "trace for this plan: " << make_trace << "\n";
   }
-  const int64_t n_ranks = plan.pp * plan.dp;
+  // One rank per GPU of the layout (exec/step_sync.h: tp fastest, then dp, then pp).
+  const int64_t n_ranks = std::max<int64_t>(plan.tp, 1) * plan.pp * plan.dp;
   const std::string ranks = n_ranks > 1 ? fmt::format("mpirun -np {} ", n_ranks) : "";
   if (const std::string refused = NotReplayedText(plan); !refused.empty()) {
     std::cout << refused;
   } else if (!o.model.empty()) {
-    // Each rank builds its own stage's trace from the model config.
+    // Each rank builds its own shard's trace from the model config.
     std::cout << fmt::format(
         "replay this plan: {}{} replay --model {} --plan {} --dir OFFLOAD_DIR -o "
         "run.json{}\n",
-        ranks, SelfCommand(), o.model, o.output, n_ranks > 1 ? " (rank r runs stage r / dp)" : "");
+        ranks, SelfCommand(), o.model, o.output,
+        n_ranks > 1 ? " (rank r runs stage r / (tp x dp), replica (r / tp) % dp, shard r % tp)"
+                    : "");
   } else {
     std::cout << CapturedReplayLines(in, plan, o.output);
   }

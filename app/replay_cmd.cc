@@ -1,11 +1,13 @@
 // ssdtrain replay: run a plan on a device (CPU or CUDA) with real SSD files,
 // and write the measured run (and, optionally, a Chrome/Perfetto timeline).
-// Under `mpirun -np N` (N = the plan's pp × dp): rank r replays stage r / dp's
-// whole step (data-parallel replica r % dp) in its own directory under --dir,
-// its send and recv ops moving the activations and gradients between
-// neighbouring stages, the ranks of each stage sum their weight gradients
-// every step (exec/step_sync.h), a failure on one ends all, and rank 0 writes
-// one report with each rank's figures.
+// Under `mpirun -np N` (N = the plan's tp × pp × dp, Megatron-LM's rank order:
+// tp fastest, then dp, then pp; exec/step_sync.h): each rank replays its
+// stage's whole step as its tensor-parallel shard of its data-parallel
+// replica, in its own directory under --dir; its send and recv ops move the
+// activations and gradients between neighbouring stages, its collective ops
+// run between the ranks of its tensor-parallel group, each data-parallel
+// group sums its weight gradients every step, a failure on one ends all, and
+// rank 0 writes one report with each rank's figures.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include "app/sizes.h"
 #include "exec/offload_dir.h"
 #include "exec/replay.h"
+#include "exec/step_sync.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "traces/io.h"
@@ -77,27 +80,31 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
   return models::BuildTrace(config, stage);
 }
 
-// N ranks run a plan of pp × dp = N.
-Status CheckRanks(const traces::Plan& plan, const std::string& source, const RankSync& ranks) {
-  const int64_t pp = std::max<int64_t>(plan.pp, 1), dp = std::max<int64_t>(plan.dp, 1);
-  if (pp * dp == ranks.size()) return Status::Ok();
-  return Status::InvalidArgument(source + ": pp × dp = " + std::to_string(pp) + " × " +
-                                 std::to_string(dp) + " = " + std::to_string(pp * dp) +
-                                 ", but mpirun started " + std::to_string(ranks.size()) +
-                                 " ranks; start mpirun -np " + std::to_string(pp * dp));
+exec::RankLayout LayoutOfPlan(const traces::Plan& plan, const traces::Trace* trace = nullptr) {
+  const int64_t pp = trace != nullptr ? trace->header.pp : plan.pp;
+  return {std::max<int64_t>(plan.tp, 1), std::max<int64_t>(plan.dp, 1), std::max<int64_t>(pp, 1)};
 }
 
-// One process (no mpirun) runs a plan of pp × dp = 1; a plan of more ranks
-// would run as one stage of one replica and say nothing (--single-rank asks
-// for that).
-Status CheckOneProcess(const traces::Plan& plan, const std::string& source) {
-  const int64_t pp = std::max<int64_t>(plan.pp, 1), dp = std::max<int64_t>(plan.dp, 1);
-  if (pp * dp == 1) return Status::Ok();
+// N ranks run a plan of tp × pp × dp = N.
+Status CheckRanks(const traces::Plan& plan, const std::string& source, const RankSync& ranks) {
+  const exec::RankLayout l = LayoutOfPlan(plan);
+  if (l.size() == ranks.size()) return Status::Ok();
   return Status::InvalidArgument(fmt::format(
-      "{}: its layout runs on pp × dp = {} × {} = {} ranks, but this replay is one process; run "
-      "it under `mpirun -np {} ssdtrain replay ...` (with --model: each rank builds its stage's "
-      "trace), or pass --single-rank to replay this trace's stage alone, as one rank",
-      source, pp, dp, pp * dp, pp * dp));
+      "{}: tp × pp × dp = {} × {} × {} = {}, but mpirun started {} ranks; start mpirun -np {}",
+      source, l.tp, l.pp, l.dp, l.size(), ranks.size(), l.size()));
+}
+
+// One process (no mpirun) runs a plan of tp × pp × dp = 1; a plan of more
+// ranks would run as one shard of one stage of one replica and say nothing
+// (--single-rank asks for that).
+Status CheckOneProcess(const traces::Plan& plan, const std::string& source) {
+  const exec::RankLayout l = LayoutOfPlan(plan);
+  if (l.size() == 1) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "{}: its layout runs on tp × pp × dp = {} × {} × {} = {} ranks, but this replay is one "
+      "process; run it under `mpirun -np {} ssdtrain replay ...` (with --model: each rank builds "
+      "its shard's trace), or pass --single-rank to replay this trace's shard alone, as one rank",
+      source, l.tp, l.pp, l.dp, l.size(), l.size()));
 }
 
 // Stage `stage`'s plan: the plan itself for stage 0, else its entry in the
@@ -149,11 +156,11 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
       return Status::FailedPrecondition(f.plan + ": " + std::string(traces::kNotReplayedYet));
     }
   }
-  // Rank r runs stage r / dp (exec/step_sync.h); one process runs stage 0.
+  // Rank r runs stage r / (tp × dp) (exec/step_sync.h); one process runs stage 0.
   int64_t stage = 0;
   if (ranks != nullptr && read) {
     SSDTRAIN_RETURN_IF_ERROR(CheckRanks(*read, s.plan_source, *ranks));
-    stage = ranks->rank() / std::max<int64_t>(read->dp, 1);
+    stage = LayoutOfPlan(*read).StageOf(ranks->rank());
     if (read->pp > 1 && !f.trace.empty()) {
       return Status::InvalidArgument(
           "--trace: with pp = " + std::to_string(read->pp) +
@@ -191,7 +198,8 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
 
 // Rank 0's whole-step report: rank 0's own, with the slowest rank's step time,
 // the largest peaks, the tokens of every data-parallel replica, and each
-// rank's figures (its stage, peaks and pipeline traffic).
+// rank's figures (its place in the layout, peaks, pipeline and collective
+// traffic).
 Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces::Plan& plan,
                                            RankSync& ranks) {
   SSDTRAIN_ASSIGN_OR_RETURN(std::vector<std::string> all,
@@ -200,7 +208,8 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
   nlohmann::json per_rank = nlohmann::json::array();
   traces::StepMetrics& m = mine.metrics;
   const double tokens_one_rank = m.tokens_per_s * static_cast<double>(m.step_time_ns);
-  const int64_t dp = std::max<int64_t>(plan.dp, 1);
+  const exec::RankLayout layout = LayoutOfPlan(plan);
+  const int64_t dp = layout.dp;
   for (size_t r = 0; r < all.size(); ++r) {
     const std::string source = "rank " + std::to_string(r) + "'s report";
     SSDTRAIN_ASSIGN_OR_RETURN(nlohmann::json doc, traces::ParseJson(all[r], false, source));
@@ -208,8 +217,9 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
     const traces::StepMetrics& x = rep.metrics;
     per_rank.push_back(
         {{"rank", r},
-         {"stage", static_cast<int64_t>(r) / dp},
-         {"dp_index", static_cast<int64_t>(r) % dp},
+         {"stage", layout.StageOf(static_cast<int64_t>(r))},
+         {"dp_index", layout.DpIndexOf(static_cast<int64_t>(r))},
+         {"tp_index", layout.TpIndexOf(static_cast<int64_t>(r))},
          {"step_time_ns", x.step_time_ns},
          {"peak_device_bytes", x.peak_gpu_bytes},
          {"peak_activation_bytes", x.peak_activation_bytes},
@@ -222,7 +232,8 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
          {"exposed_io_ns", x.exposed_io_ns},
          {"allreduce_ns", rep.extra.value("allreduce_ns", int64_t{0})},
          {"verified", rep.verified.value_or(false)},
-         {"pipeline", rep.extra.value("pipeline", nlohmann::json::object())}});
+         {"pipeline", rep.extra.value("pipeline", nlohmann::json::object())},
+         {"collectives", rep.extra.value("collectives", nlohmann::json::object())}});
     m.step_time_ns = std::max(m.step_time_ns, x.step_time_ns);
     m.peak_gpu_bytes = std::max(m.peak_gpu_bytes, x.peak_gpu_bytes);
     m.peak_activation_bytes = std::max(m.peak_activation_bytes, x.peak_activation_bytes);
@@ -233,7 +244,8 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
     if (mine.verified && rep.verified) *mine.verified = *mine.verified && *rep.verified;
   }
   if (m.step_time_ns > 0) {
-    // Each data-parallel replica trains its own tokens; the stages share them.
+    // Each data-parallel replica trains its own tokens; its stages and
+    // tensor-parallel shards share them.
     m.tokens_per_s =
         tokens_one_rank * static_cast<double>(dp) / static_cast<double>(m.step_time_ns);
   }
@@ -268,9 +280,10 @@ int Run(const ReplayFlags& f) {
     }
   }
   if (!setup.ok()) return fail(setup.status());
-  if (ranks) {  // each stage's data-parallel group for the gradients' sums
+  if (ranks) {  // each stage's data-parallel groups for the gradients' sums
+    const exec::RankLayout layout = LayoutOfPlan(setup->plan);
     Status split =
-        ranks->Agree(ranks->SplitStages(static_cast<int>(std::max<int64_t>(setup->plan.dp, 1))));
+        ranks->Agree(ranks->SplitStages(static_cast<int>(layout.tp), static_cast<int>(layout.dp)));
     if (!split.ok()) {
       if (setup->made_dir) std::filesystem::remove(setup->dir);
       return fail(split);
@@ -309,6 +322,7 @@ int Run(const ReplayFlags& f) {
                                 {"bytes_sent", t.bytes_sent},
                                 {"messages_received", t.messages_received},
                                 {"bytes_received", t.bytes_received}};
+    report.extra["collectives"] = CollectivesJson(result->collectives);
     auto whole = WholeStepReport(std::move(report), plan, *ranks);
     if (!whole.ok()) return fail(whole.status());
     report = std::move(*whole);
@@ -324,7 +338,7 @@ int Run(const ReplayFlags& f) {
   const auto& m = report.metrics;
   std::cout << fmt::format(
       "{} on {}{}: step {:.3f} ms (median of {}), peak device {:.1f} MiB, peak activations "
-      "{:.1f} MiB, SSD wrote {:.1f} MiB read {:.1f} MiB{}{}, exposed I/O {:.3f} ms{}{}\n",
+      "{:.1f} MiB, SSD wrote {:.1f} MiB read {:.1f} MiB{}{}, exposed I/O {:.3f} ms{}{}{}\n",
       trace.header.model, result->backend, ranks ? fmt::format(" x {} ranks", ranks->size()) : "",
       m.step_time_ns / 1e6, result->steps, m.peak_gpu_bytes / 1048576.0,
       m.peak_activation_bytes / 1048576.0, m.ssd_bytes_written / 1048576.0,
@@ -336,6 +350,7 @@ int Run(const ReplayFlags& f) {
       result->direct_io ? "" : " (buffered I/O: through the page cache, not the drive)",
       m.exposed_io_ns / 1e6,
       ranks ? fmt::format(", gradient all-reduce {:.3f} ms", result->allreduce_ns / 1e6) : "",
+      CollectivesLine(result->collectives),
       report.verified ? fmt::format(", verified {} tensors{}", result->tensors_checked,
                                     *report.verified ? "" : " (a rank did not verify)")
                       : "");
@@ -349,13 +364,16 @@ Verb AddReplayCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "replay", "Run a plan on a device with real SSD offload files and measure it");
   cmd->footer(
-      "Under `mpirun -np N` (N = the plan's pp x dp): rank r runs pipeline stage r / dp as "
-      "data-parallel replica r % dp (Megatron-LM's order: a stage's ranks are consecutive), in "
-      "DIR/rank-<r>; its send and recv ops move the activations and gradients to and from the "
-      "neighbouring stages' ranks, each stage's ranks sum their weight gradients every step, a "
-      "failure on one rank ends all, and rank 0 writes the report. With pp > 1 give --model: "
-      "each rank builds its own stage's trace (stage k's plan comes from the plan file's "
-      "extra.stage_plans, written by `ssdtrain plan`).");
+      "Under `mpirun -np N` (N = the plan's tp x pp x dp): Megatron-LM's rank order, tp "
+      "fastest, then dp, then pp: rank r runs pipeline stage r / (tp x dp) as data-parallel "
+      "replica (r / tp) % dp and tensor-parallel shard r % tp, in DIR/rank-<r>; its send and "
+      "recv ops move the activations and gradients to and from the neighbouring stages' ranks, "
+      "its collective ops (all-reduce; all-gather and reduce-scatter with sequence parallelism) "
+      "run between the ranks of its tensor-parallel group, each data-parallel group sums its "
+      "weight gradients every step, a failure on one rank ends all, and rank 0 writes the "
+      "report. With pp > 1 or tp > 1 give --model: each rank builds its own shard's trace "
+      "(stage k's plan comes from the plan file's extra.stage_plans, written by `ssdtrain "
+      "plan`).");
   cmd->add_option("--trace", flags->trace, "Operator trace (JSON or .cbor)");
   cmd->add_option("--model", flags->model,
                   "Instead of --trace: a model config (configs/models/*.json, or a Hugging Face "
@@ -411,9 +429,11 @@ Verb AddReplayCommand(CLI::App& app) {
       "--allow-buffered-io", flags->allow_buffered_io,
       "Where --dir is in memory (tmpfs, ramfs) or refuses O_DIRECT, go through the page cache "
       "instead of failing (the run file's direct_io says false)");
-  cmd->add_flag("--single-rank", flags->single_rank,
-                "Without mpirun, replay a plan of pp x dp > 1 anyway: the trace's stage alone, "
-                "as one rank (no sends, receives or gradient sums; the run file says 1 rank)");
+  cmd->add_flag(
+      "--single-rank", flags->single_rank,
+      "Without mpirun, replay a plan of tp x pp x dp > 1 anyway: the trace's shard alone, "
+      "as one rank (no sends, receives, collectives or gradient sums; the run file says 1 "
+      "rank)");
   cmd->add_option("-o,--output", flags->output, "Run file (JSON)")->required();
   cmd->add_option("--timeline", flags->timeline, "Chrome/Perfetto trace of the last step");
   return {cmd, [flags] { return Run(*flags); }};

@@ -1,17 +1,26 @@
 #include "app/reports.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "traces/collective_kind.h"
+
 namespace ssdtrain::app {
 
 traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace& trace,
                              const traces::Plan& plan) {
   // What the replay ran: the whole step of the trace's stage (its micro-batches
-  // in its schedule); across ranks (pp × dp of them) every stage of the
-  // pipeline on each data-parallel replica; one process runs one stage, so pp 1.
+  // in its schedule); across ranks (tp × pp × dp of them) every tensor-parallel
+  // shard of every stage of the pipeline on each data-parallel replica; one
+  // process runs one shard of one stage, so pp 1.
   const int64_t pp = run.ranks > 1 ? trace.header.pp : 1;
+  const int64_t tp = std::max<int64_t>(trace.header.tp, 1);
+  const int64_t dp = run.ranks > 1 ? run.ranks / (pp * tp) : 1;
   traces::StepReport r =
       traces::NewStepReport("run", trace, plan, run.device,
-                            traces::ReportLayout{trace.header.micro_batch, trace.header.tp, pp,
-                                                 run.ranks / pp, run.micro_batches, run.schedule});
+                            traces::ReportLayout{trace.header.micro_batch, trace.header.tp, pp, dp,
+                                                 run.micro_batches, run.schedule});
   r.metrics = run.metrics;
   r.lane_busy_ns = run.busy.ByLane();
   // Per op, as a prediction has them: micro-batch 0's, under the ids of the
@@ -31,6 +40,32 @@ traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace&
     if (j.contains(key)) r.extra[key] = j[key];
   }
   return r;
+}
+
+nlohmann::json CollectivesJson(const exec::CollectiveTraffic& c) {
+  nlohmann::json by_kind = nlohmann::json::object();
+  for (traces::CollectiveKind kind : traces::kCollectiveKinds) {
+    const exec::CollectiveTraffic::Time& t = c.by_kind[static_cast<size_t>(kind)];
+    if (t.count > 0)
+      by_kind[std::string(traces::ToString(kind))] = {{"count", t.count}, {"ns", t.ns}};
+  }
+  return {{"pieces_sent", c.pieces_sent},
+          {"bytes_sent", c.bytes_sent},
+          {"pieces_received", c.pieces_received},
+          {"bytes_received", c.bytes_received},
+          {"by_kind", by_kind}};
+}
+
+std::string CollectivesLine(const exec::CollectiveTraffic& c) {
+  int64_t ns = 0;
+  std::string kinds;
+  for (traces::CollectiveKind kind : traces::kCollectiveKinds) {
+    const exec::CollectiveTraffic::Time& t = c.by_kind[static_cast<size_t>(kind)];
+    if (t.count == 0) continue;
+    ns += t.ns;
+    kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", t.count, traces::ToString(kind));
+  }
+  return kinds.empty() ? "" : fmt::format(", tp collectives {:.3f} ms ({})", ns / 1e6, kinds);
 }
 
 }  // namespace ssdtrain::app

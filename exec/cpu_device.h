@@ -14,7 +14,9 @@
 //   memory-bound pass that reads bytes_read from the inputs and writes
 //   bytes_written to the outputs (cycling over the buffers when the op's count
 //   exceeds them). Collectives and send/recv have no peer here: only their
-//   memory traffic is run.
+//   memory traffic is run. Across ranks (exec/step_sync.h) the replay runs
+//   them for real instead, through host memory (exec/replay_pipeline.cc,
+//   exec/replay_tensor_parallel.cc).
 // - "PCIe" is memcpy between the arena and host (staging) memory, on one
 //   device-to-host thread and one host-to-device thread.
 // - Eigen runs on `cpu_compute_threads` threads (default 1, so that the copy and

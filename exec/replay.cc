@@ -79,26 +79,38 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
     }
   }
   if (options.steps < 1) return Status::InvalidArgument("--steps must be at least 1");
-  // The ranks' layout (exec/step_sync.h): rank r runs stage r / dp.
+  // The ranks' layout (exec/step_sync.h, RankLayout): Megatron-LM's order.
   int previous_rank = -1, next_rank = -1;
+  int64_t tp_index = 0;
+  std::vector<int> tp_group;
   if (options.sync != nullptr) {
-    const int64_t pp = trace.header.pp, dp = std::max<int64_t>(plan.dp, 1);
+    const RankLayout layout{std::max<int64_t>(plan.tp, 1), std::max<int64_t>(plan.dp, 1),
+                            trace.header.pp};
     const int rank = options.sync->rank();
-    if (options.sync->size() != pp * dp) {
-      return Status::InvalidArgument(plan_source + ": pp × dp = " + std::to_string(pp) + " × " +
-                                     std::to_string(dp) + " = " + std::to_string(pp * dp) +
-                                     " ranks, but the run has " +
+    if (options.sync->size() != layout.size()) {
+      return Status::InvalidArgument(plan_source + ": tp × pp × dp = " + std::to_string(layout.tp) +
+                                     " × " + std::to_string(layout.pp) + " × " +
+                                     std::to_string(layout.dp) + " = " +
+                                     std::to_string(layout.size()) + " ranks, but the run has " +
                                      std::to_string(options.sync->size()));
     }
-    if (rank / dp != trace.header.stage) {
-      return Status::InvalidArgument("rank " + std::to_string(rank) + " runs stage " +
-                                     std::to_string(rank / dp) +
-                                     " (rank / dp), but its trace is "
-                                     "stage " +
-                                     std::to_string(trace.header.stage));
+    if (std::max<int64_t>(trace.header.tp, 1) != layout.tp) {
+      return Status::InvalidArgument(
+          plan_source + ": tp = " + std::to_string(layout.tp) +
+          ", but the trace is traced at tp = " + std::to_string(trace.header.tp));
     }
-    if (trace.header.stage > 0) previous_rank = rank - static_cast<int>(dp);
-    if (trace.header.stage + 1 < pp) next_rank = rank + static_cast<int>(dp);
+    if (layout.StageOf(rank) != trace.header.stage) {
+      return Status::InvalidArgument(
+          "rank " + std::to_string(rank) + " runs stage " + std::to_string(layout.StageOf(rank)) +
+          " (rank / (tp × dp)), but its trace is stage " + std::to_string(trace.header.stage));
+    }
+    const int64_t stride = layout.tp * layout.dp;
+    if (trace.header.stage > 0) previous_rank = rank - static_cast<int>(stride);
+    if (trace.header.stage + 1 < layout.pp) next_rank = rank + static_cast<int>(stride);
+    tp_index = layout.TpIndexOf(rank);
+    for (int64_t t = 0; t < layout.tp; ++t) {
+      tp_group.push_back(layout.Rank(layout.StageOf(rank), layout.DpIndexOf(rank), t));
+    }
   }
   if (options.max_ops_ahead < 1) return Status::InvalidArgument("max_ops_ahead must be at least 1");
   // What the plan means: the one resolution the simulator uses too.
@@ -207,6 +219,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   result.schedule = plan.schedule;
   result.ranks = options.sync != nullptr ? options.sync->size() : 1;
   result.stage = trace.header.stage;
+  result.tp_index = tp_index;
   result.planned_peak_activation_bytes = planned.activation_bytes;
   result.planned_peak_device_bytes = planned.device_bytes;
   result.plan_offloaded_bytes = storage_plan.ssd_bytes;
@@ -219,6 +232,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   detail::Replayer replayer(trace, options, *device, *engine, *staging, cache, storage_plan,
                             host_memory.get(), agreement);
   replayer.set_pipeline(previous_rank, next_rank);
+  replayer.set_tensor_parallel(tp_index, tp_group);
   // The buckets the simulator prices too (traces/dp_buckets.h).
   if (options.sync != nullptr) {
     replayer.set_buckets(traces::GradientBuckets(trace, std::max<int64_t>(plan.dp, 1)));
@@ -273,6 +287,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
     }
     result.tensors_checked = record->checked;
     result.pipeline = record->pipeline;
+    result.collectives = record->collectives;
     if (options.progress) {
       char line[300];
       const std::string host = delta.bytes_to_host == 0

@@ -25,6 +25,7 @@
 // run, and the engine removes its files.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -36,6 +37,7 @@
 #include "exec/io_backend.h"
 #include "exec/step_sync.h"
 #include "exec/tensor_cache.h"
+#include "traces/collective_kind.h"
 #include "traces/plan.h"
 #include "traces/status.h"
 #include "traces/timeline.h"
@@ -86,13 +88,15 @@ struct ReplayOptions {
   // Tests: an I/O backend to use instead of io_backend (e.g. a FaultBackend).
   std::function<std::unique_ptr<IoBackend>()> make_io_backend;
   // The ranks of a multi-process run (exec/step_sync.h): sync->size() must be
-  // the plan's pp × dp, and this rank's stage (rank / dp) the trace's. Each
-  // step's weight gradients are summed over the ranks of the stage between the
-  // last backward op and the optimizer (through host memory); with pp > 1 the
-  // send and recv ops move their tensors' bytes between neighbouring stages
-  // (through pinned host memory, a CRC32C checked on arrival); every rank
-  // stops when one fails. Null: a single process (send and recv ops then run
-  // as memory passes).
+  // the plan's tp × pp × dp, and this rank's stage (exec::RankLayout) the
+  // trace's. Each step's weight gradients are summed over the stage's
+  // data-parallel group in buckets during the last backward (through host
+  // memory); with pp > 1 the send and recv ops move their tensors' bytes
+  // between neighbouring stages, and with tp > 1 the collective ops run
+  // between the ranks of the tensor-parallel group (both through pinned host
+  // memory, a CRC32C checked on arrival); every rank stops when one fails.
+  // Null: a single process (send, recv and collective ops then run as memory
+  // passes).
   StepSync* sync = nullptr;
 };
 
@@ -102,11 +106,25 @@ struct PipelineTraffic {
   int64_t messages_received = 0, bytes_received = 0;
 };
 
+// What a rank's tensor-parallel collectives (tp > 1) moved and took in one
+// step: the pieces it sent and received (payload bytes), and per kind
+// (indexed by traces::CollectiveKind) how many ran and their wall time, from
+// the ops before them done to the result back on the device.
+struct CollectiveTraffic {
+  int64_t pieces_sent = 0, bytes_sent = 0;
+  int64_t pieces_received = 0, bytes_received = 0;
+  struct Time {
+    int64_t count = 0;
+    int64_t ns = 0;
+  };
+  std::array<Time, traces::kCollectiveKinds.size()> by_kind;
+};
+
 // One data-parallel gradient bucket (traces/dp_buckets.h) as a rank
 // all-reduced it in a step.
 struct BucketRun {
-  int64_t bytes = 0;      // the bytes the all-reduce summed
-  int64_t gradients = 0;  // the weight gradients in it
+  int64_t bytes = 0;                      // the bytes the all-reduce summed
+  int64_t gradients = 0;                  // the weight gradients in it
   traces::OpId after_op = traces::kNoOp;  // the whole step's op after which it went to host memory
   // That op in the single-micro-batch trace, and its micro-batch (the last).
   traces::OpId after_original_op = traces::kNoOp;
@@ -168,7 +186,7 @@ struct ReplayResult {
   // Ranks: the last step's gradient buckets, in the order they were posted.
   std::vector<BucketRun> gradient_buckets;
   // What ran: the whole step's micro-batches and schedule (the plan's), and
-  // the ranks, pp × dp (1 without ReplayOptions::sync).
+  // the ranks, tp × pp × dp (1 without ReplayOptions::sync).
   int64_t micro_batches = 1;
   std::string schedule = "1f1b";
   int ranks = 1;
@@ -176,6 +194,10 @@ struct ReplayResult {
   // rank's stage, and what its send and recv ops moved in the last step.
   int64_t stage = 0;
   PipelineTraffic pipeline;
+  // Tensor-parallel ranks (tp > 1 with ReplayOptions::sync): this rank's
+  // index in its group, and what its collectives moved in the last step.
+  int64_t tp_index = 0;
+  CollectiveTraffic collectives;
   traces::Timeline timeline;  // the last step's, times from its start
 };
 

@@ -33,6 +33,7 @@ Status Replayer::Init() {
   SSDTRAIN_ASSIGN_OR_RETURN(workspace_bytes_, device_.ReserveWorkspace(trace_));
   SSDTRAIN_RETURN_IF_ERROR(InitGradients());
   SSDTRAIN_RETURN_IF_ERROR(InitPipeline());
+  SSDTRAIN_RETURN_IF_ERROR(InitTensorParallel());
   submitter_ = std::thread([this] { SubmitLoop(); });
   completer_ = std::thread([this] { CompleteLoop(); });
   reader_ = std::thread([this] { ReadLoop(); });
@@ -54,6 +55,7 @@ Result<Replayer::StepRecord> Replayer::RunStepOps(int step) {
   samples_.clear();
   checked_ = 0;
   traffic_ = {};
+  collectives_ = {};
   for (Slot& slot : slots_) slot.ResetStep();
   for (auto& seed : received_seed_) seed.reset();
   ResetBuckets();
@@ -79,6 +81,7 @@ Result<Replayer::StepRecord> Replayer::RunStepOps(int step) {
   record.checked = checked_;
   if (allreduce_end_ns_ > 0) record.allreduce_ns = allreduce_end_ns_ - exposed_begin_ns_;
   record.pipeline = traffic_;
+  record.collectives = collectives_;
   SSDTRAIN_RETURN_IF_ERROR(CollectTimeline(t0, record));
   SSDTRAIN_RETURN_IF_ERROR(engine_.RemoveAll());
   return record;
@@ -137,7 +140,13 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
     scratch.push_back(*b);
     outs.push_back(*b);
   }
-  Status st = Run(producer, ins, outs, {s}, /*recompute=*/true, *io_dependent);
+  Status st = Status::Ok();
+  if (Exchanges(producer)) {  // the group recomputes it too, in the same order
+    st = Run(producer, ins, outs, {s}, /*recompute=*/true, *io_dependent, /*kernel=*/false,
+             [&] { return CollectiveFor(producer, ins[0], outs[0]); });
+  } else {
+    st = Run(producer, ins, outs, {s}, /*recompute=*/true, *io_dependent);
+  }
   for (DeviceBuffer b : scratch) device_.Free(b);
   for (TensorId s2 : rebuilt_for_this) Release(s2);
   return st;
@@ -153,7 +162,8 @@ DeviceBuffer Replayer::View(TensorId t) {
 // after the op see it.
 Status Replayer::Run(const traces::Op& op, const std::vector<DeviceBuffer>& ins,
                      const std::vector<DeviceBuffer>& outs, const std::vector<TensorId>& fill,
-                     bool recompute, bool io_dependent, bool kernel) {
+                     bool recompute, bool io_dependent, bool kernel,
+                     const std::function<Status()>& between) {
   Event* start = nullptr;
   Event* end = nullptr;
   if (recompute) {
@@ -173,7 +183,8 @@ Status Replayer::Run(const traces::Op& op, const std::vector<DeviceBuffer>& ins,
   if (!op.outputs.empty()) dtype = trace_.tensor(op.outputs[0]).dtype;
   SSDTRAIN_RETURN_IF_ERROR(device_.Record(*start, Stream::kCompute));
   if (kernel) SSDTRAIN_RETURN_IF_ERROR(device_.RunOpAsync(op, OpBuffers{ins, outs, dtype}));
-  if (kernel && options_.verify) {
+  if (!kernel && between) SSDTRAIN_RETURN_IF_ERROR(between());
+  if ((kernel || between) && options_.verify) {
     for (TensorId s : fill) {
       if (!slot(s).buffer.valid()) continue;
       SSDTRAIN_RETURN_IF_ERROR(
@@ -265,8 +276,14 @@ Status Replayer::IssueOp(const traces::Op& op) {
   if (transfer && op.kind == traces::OpKind::kRecv) {
     SSDTRAIN_RETURN_IF_ERROR(ReceiveFor(op, outs[0]));
   }
-  SSDTRAIN_RETURN_IF_ERROR(Run(op, ins, outs, fill, /*recompute=*/false, io_dependent,
-                               /*kernel=*/!transfer));
+  if (Exchanges(op)) {  // between the tensor-parallel group's ranks
+    SSDTRAIN_RETURN_IF_ERROR(Run(op, ins, outs, fill, /*recompute=*/false, io_dependent,
+                                 /*kernel=*/false,
+                                 [&] { return CollectiveFor(op, ins[0], outs[0]); }));
+  } else {
+    SSDTRAIN_RETURN_IF_ERROR(Run(op, ins, outs, fill, /*recompute=*/false, io_dependent,
+                                 /*kernel=*/!transfer));
+  }
   if (transfer && op.kind == traces::OpKind::kSend) SSDTRAIN_RETURN_IF_ERROR(SendFor(op, ins[0]));
   for (TensorId s : produced) {
     if (cache_.OnProduced(s) && life(s).bytes > 0) {

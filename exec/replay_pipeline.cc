@@ -17,23 +17,13 @@
 
 #include "exec/checksum.h"
 #include "exec/detail/format_bytes.h"
+#include "exec/detail/rank_message.h"
 #include "exec/detail/replayer.h"
 
 namespace ssdtrain::exec::detail {
 namespace {
 
-struct Trailer {
-  uint32_t crc = 0;
-  uint32_t unused = 0;
-  uint64_t seed = 0;
-};
-static_assert(sizeof(Trailer) == 16);
 constexpr int64_t kMessageAlignment = 64;  // each message on its own cache lines
-
-std::string OpName(const traces::Op& op) {
-  return "op " + std::to_string(op.id) + " (" + op.name + ", micro-batch " +
-         std::to_string(op.micro_batch) + ")";
-}
 
 }  // namespace
 
@@ -50,15 +40,16 @@ Status Replayer::InitPipeline() {
     const std::vector<TensorId>& tensors = send ? op.inputs : op.outputs;
     if (tensors.size() != 1) {
       return Status::InvalidArgument(
-          OpName(op) + ": a pipeline " + std::string(send ? "send" : "recv") +
+          RankOpName(op) + ": a pipeline " + std::string(send ? "send" : "recv") +
           " op moves one tensor, this one lists " + std::to_string(tensors.size()));
     }
     const bool gradient = op.phase == traces::Phase::kBackward;
     // Activations go forward (to the next stage), gradients back.
     const int peer = (send != gradient) ? next_rank_ : previous_rank_;
     if (peer < 0) {
-      return Status::InvalidArgument(OpName(op) + ": stage " + std::to_string(trace_.header.stage) +
-                                     " of " + std::to_string(trace_.header.pp) + " has no " +
+      return Status::InvalidArgument(RankOpName(op) + ": stage " +
+                                     std::to_string(trace_.header.stage) + " of " +
+                                     std::to_string(trace_.header.pp) + " has no " +
                                      (send != gradient ? "next" : "previous") + " stage");
     }
     Transfer& x = transfers_[static_cast<size_t>(op.id)];
@@ -67,7 +58,7 @@ Status Replayer::InitPipeline() {
     x.tag.index = count[{op.micro_batch, gradient, send}]++;
     x.bytes = trace_.tensor(tensors[0]).bytes;
     x.offset = at;
-    at += (x.bytes + static_cast<int64_t>(sizeof(Trailer)) + kMessageAlignment - 1) /
+    at += (x.bytes + static_cast<int64_t>(sizeof(MessageTrailer)) + kMessageAlignment - 1) /
           kMessageAlignment * kMessageAlignment;
   }
   if (at == 0) return Status::Ok();
@@ -88,14 +79,14 @@ Status Replayer::SendFor(const traces::Op& op, const DeviceBuffer& input) {
       device_.Wait(Stream::kDeviceToHost, *op_end_[static_cast<size_t>(op.id)]));
   SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(host, input, 0, x.bytes));
   SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kDeviceToHost));
-  Trailer t;
+  MessageTrailer t;
   t.crc = Crc32c(host, static_cast<size_t>(x.bytes));
   t.seed = SeedOf(trace_.StorageOf(op.inputs[0]));
   std::memcpy(host + x.bytes, &t, sizeof(t));
   const int to = x.tag.gradient ? previous_rank_ : next_rank_;
   Status st = agreement_.sync()->SendAsync(to, x.tag, host,
-                                           x.bytes + static_cast<int64_t>(sizeof(Trailer)));
-  if (!st.ok()) return st.WithPrefix(OpName(op) + ": sending " + x.tag.Describe());
+                                           x.bytes + static_cast<int64_t>(sizeof(MessageTrailer)));
+  if (!st.ok()) return st.WithPrefix(RankOpName(op) + ": sending " + x.tag.Describe());
   ++traffic_.messages_sent;
   traffic_.bytes_sent += x.bytes;
   return Status::Ok();
@@ -105,7 +96,7 @@ Status Replayer::ReceiveFor(const traces::Op& op, const DeviceBuffer& output) {
   const Transfer& x = transfers_[static_cast<size_t>(op.id)];
   uint8_t* host = static_cast<uint8_t*>(pipeline_host_->base()) + x.offset;
   const int from = x.tag.gradient ? next_rank_ : previous_rank_;
-  const int64_t expected = x.bytes + static_cast<int64_t>(sizeof(Trailer));
+  const int64_t expected = x.bytes + static_cast<int64_t>(sizeof(MessageTrailer));
   PipelineTag got;
   int64_t bytes = 0;
   Status st = agreement_.sync()->Receive(from, host, expected, &got, &bytes);
@@ -113,19 +104,20 @@ Status Replayer::ReceiveFor(const traces::Op& op, const DeviceBuffer& output) {
     agreement_.PeerFailed(st);
     return st;
   }
-  if (!st.ok()) return st.WithPrefix(OpName(op) + ": receiving " + x.tag.Describe());
+  if (!st.ok()) return st.WithPrefix(RankOpName(op) + ": receiving " + x.tag.Describe());
   if (!(got == x.tag) || bytes != expected) {
     return Status::FailedPrecondition(
-        OpName(op) + ": expected " + x.tag.Describe() + " (" + std::to_string(x.bytes) +
+        RankOpName(op) + ": expected " + x.tag.Describe() + " (" + std::to_string(x.bytes) +
         " bytes) from rank " + std::to_string(from) + ", but its next message is " +
-        got.Describe() + " (" + std::to_string(bytes - static_cast<int64_t>(sizeof(Trailer))) +
+        got.Describe() + " (" +
+        std::to_string(bytes - static_cast<int64_t>(sizeof(MessageTrailer))) +
         " bytes): the stages' orders disagree");
   }
-  Trailer t;
+  MessageTrailer t;
   std::memcpy(&t, host + x.bytes, sizeof(t));
   const uint32_t crc = Crc32c(host, static_cast<size_t>(x.bytes));
   if (crc != t.crc) {
-    return Status::Corruption(OpName(op) + ": " + x.tag.Describe() + " from rank " +
+    return Status::Corruption(RankOpName(op) + ": " + x.tag.Describe() + " from rank " +
                               std::to_string(from) + " arrived with CRC32C " + std::to_string(crc) +
                               ", sent with " + std::to_string(t.crc));
   }
@@ -138,7 +130,7 @@ Status Replayer::ReceiveFor(const traces::Op& op, const DeviceBuffer& output) {
   if (options_.verify) {
     // The sender filled it with its pattern: the bytes arrived as sent.
     Status ok = device_.CheckPattern(output, t.seed, Stream::kCompute);
-    if (!ok.ok()) return ok.WithPrefix("verify: " + OpName(op) + ": " + x.tag.Describe());
+    if (!ok.ok()) return ok.WithPrefix("verify: " + RankOpName(op) + ": " + x.tag.Describe());
   }
   ++traffic_.messages_received;
   traffic_.bytes_received += x.bytes;

@@ -15,6 +15,8 @@ list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/replay_timeline.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_gradients.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_pipeline.cc
+  ${CMAKE_CURRENT_LIST_DIR}/replay_tensor_parallel.cc
+  ${CMAKE_CURRENT_LIST_DIR}/host_sum.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_output.cc
 )
 # Sanitizer builds compile at -O1 (scripts/sanitize.sh), where Eigen's GEMM
@@ -45,6 +47,9 @@ function(ssdtrain_exec_runtime_tests)
   ssdtrain_test(exec_cpu_affinity_test
     SOURCES ${dir}/cpu_affinity_test.cc
     DEPS ssdtrain::exec)
+  ssdtrain_test(exec_host_sum_test
+    SOURCES ${dir}/host_sum_test.cc
+    DEPS ssdtrain::exec)
   ssdtrain_test(exec_tensor_cache_test
     SOURCES ${dir}/tensor_cache_test.cc
     DEPS ssdtrain::exec)
@@ -56,5 +61,8 @@ function(ssdtrain_exec_runtime_tests)
     DEPS ssdtrain::exec ssdtrain::models)
   ssdtrain_test(exec_replay_ranks_test
     SOURCES ${dir}/replay_ranks_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
+    DEPS ssdtrain::exec ssdtrain::models)
+  ssdtrain_test(exec_replay_tp_ranks_test
+    SOURCES ${dir}/replay_tp_ranks_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
     DEPS ssdtrain::exec ssdtrain::models)
 endfunction()

@@ -1,24 +1,29 @@
 // StepSync: what a replay needs from the other ranks of a multi-process run
 // (`mpirun -np N ssdtrain replay ...`; the MPI implementation is
-// app/mpi_sync.cc, the tests' in-process one exec/tests/replay_ranks_test.cc).
+// app/mpi_sync.cc, the tests' in-process one exec/tests/thread_ranks.h).
 // The replay stays free of MPI.
 //
-// Layout: N = pp × dp ranks; rank r runs pipeline stage r / dp as data-parallel
-// replica r % dp (Megatron-LM's order with tp = 1: the ranks of one stage are
-// consecutive and form its data-parallel group). Stage s's neighbours are
-// rank r − dp (stage s − 1) and rank r + dp (stage s + 1): activations go
-// forward to r + dp, gradients back to r − dp.
+// Layout (RankLayout below): N = tp × pp × dp ranks in Megatron-LM's order,
+// tensor-parallel fastest, then data-parallel, then pipeline: rank
+// r = stage·(tp·dp) + dp_index·tp + tp_index. The tp ranks of one stage and
+// replica are consecutive and form its tensor-parallel group; the ranks of a
+// stage with the same tp_index form its data-parallel group. Stage s's
+// neighbours are rank r − tp·dp (stage s − 1) and rank r + tp·dp (stage
+// s + 1): activations go forward, gradients back.
 //
 // The protocol, the same on every rank so that collectives always pair up:
 //   set-up done                        Agree(status)
 //   each step: the stage's whole step, its send and recv ops moving real
-//              bytes between neighbours (SendAsync, Receive), its pending
+//              bytes between neighbours (SendAsync, Receive), its
+//              collective ops (tp > 1) exchanging their pieces with the
+//              other ranks of its tensor-parallel group the same way
+//              (exec/replay_tensor_parallel.cc), its pending
 //              sends completed (WaitSends) before the step ends;
 //              in its last micro-batch's backward, each gradient bucket
 //              (traces/dp_buckets.h), once the op completing it has run
 //              and its gradients are in host memory,
 //                                      AllReduceSumAsync(the bucket) over
-//                                      the ranks of this stage, in the
+//                                      its data-parallel group, in the
 //                                      buckets' order, progressed at each
 //                                      later op (ProgressAllReduces);
 //              before the optimizer    WaitAllReduces, then the copies back
@@ -34,7 +39,8 @@
 // completes the step's bucket all-reduces as above; then it calls Agree(its
 // error) once, at the next point in the list above, and stops. A rank blocked
 // in Receive or WaitSends watches for such a message and returns
-// "rank R failed: ..." at once, which is its own failure: it too calls Abort,
+// "rank R failed: ..." at once (a tensor-parallel collective waits in
+// Receive too), which is its own failure: it too calls Abort,
 // completes the buckets, and then Agree once. A rank not blocked on a
 // neighbour reaches its next agreement point and learns of the failure there.
 // So every rank makes exactly one more Agree call after the first failure,
@@ -43,8 +49,9 @@
 // needs none, as its peers' all-reduces come in any case. Nothing fallible
 // runs after the last step's Agree, where the CLI's next collective (the
 // gather of the reports) follows.
-// Messages left unreceived by a failure (sends to a rank that stopped, the
-// abort messages) are drained by the implementation before it shuts down.
+// Messages left unreceived by a failure (sends to a rank that stopped, a
+// collective's pieces a stopped peer never took, the abort messages) are
+// drained by the implementation before it shuts down.
 #pragma once
 
 #include <cstdint>
@@ -55,27 +62,39 @@
 
 namespace ssdtrain::exec {
 
-// Which of a step's pipeline messages: the `index`th send (in trace order) of
-// micro-batch `micro_batch`'s forward (an activation, to the next stage) or
-// backward (a gradient, to the previous stage) pass. Any values: a StepSync
+// Which of a step's point-to-point messages: the `index`th send (in trace
+// order) of micro-batch `micro_batch`'s forward (an activation, to the next
+// stage) or backward (a gradient, to the previous stage) pass; or, with
+// `collective`, a piece of a tensor-parallel collective (`index` names the op
+// and the piece, exec/replay_tensor_parallel.cc). Any values: a StepSync
 // carries the tag with the message (app/mpi_sync.cc: in a header before the
 // payload, not in MPI's tag, which holds 15 bits for certain).
 struct PipelineTag {
   int64_t micro_batch = 0;
   bool gradient = false;
   int64_t index = 0;
+  bool collective = false;
   bool operator==(const PipelineTag&) const = default;
-  // "the activation 0 of micro-batch 2"
+  // "the activation 0 of micro-batch 2", "the collective piece 9 of micro-batch 2"
   std::string Describe() const {
-    return std::string(gradient ? "the gradient " : "the activation ") + std::to_string(index) +
-           " of micro-batch " + std::to_string(micro_batch);
+    return std::string(collective ? "the collective piece "
+                       : gradient ? "the gradient "
+                                  : "the activation ") +
+           std::to_string(index) + " of micro-batch " + std::to_string(micro_batch);
   }
 };
 
-// The rank of `stage`'s data-parallel replica `dp_index` (layout above).
-inline int RankOf(int64_t stage, int64_t dp_index, int64_t dp) {
-  return static_cast<int>(stage * dp + dp_index);
-}
+// Where each rank sits (the layout above).
+struct RankLayout {
+  int64_t tp = 1, dp = 1, pp = 1;
+  int64_t size() const { return tp * dp * pp; }
+  int64_t StageOf(int64_t rank) const { return rank / (tp * dp); }
+  int64_t DpIndexOf(int64_t rank) const { return rank / tp % dp; }
+  int64_t TpIndexOf(int64_t rank) const { return rank % tp; }
+  int Rank(int64_t stage, int64_t dp_index, int64_t tp_index) const {
+    return static_cast<int>(stage * tp * dp + dp_index * tp + tp_index);
+  }
+};
 
 class StepSync {
  public:
@@ -86,7 +105,7 @@ class StepSync {
   // own error, or the error of the lowest failing rank, naming it.
   virtual Status Agree(const Status& local) = 0;
   // Sums `count` elements of `dtype` at `host` in place over the ranks of this
-  // rank's pipeline stage (its data-parallel group; all ranks when pp = 1).
+  // rank's data-parallel group (all ranks when tp = pp = 1).
   virtual Status AllReduceSum(void* host, int64_t count, traces::DType dtype) = 0;
   // The same sum without waiting for it (the gradient buckets, overlapping
   // backward): posts it and returns; `host` stays the sum's, untouched by the
@@ -103,7 +122,11 @@ class StepSync {
   // Blocks until every posted sum has completed; the first error among them.
   virtual Status WaitAllReduces() = 0;
 
-  // Pipeline messages (pp > 1). Called by one thread per rank.
+  // Point-to-point messages: the pipeline's (pp > 1) and the pieces of the
+  // tensor-parallel collectives (tp > 1). Called by one thread per rank.
+  // Why not MPI's collectives for tp: a rank blocked in one cannot see another
+  // rank's abort, nor leave it when a peer has stopped; messages can be
+  // waited for with an eye on aborts and drained at the end.
   //
   // Posts `bytes` at `host` (any size: the MPI implementation sends more
   // than its int count in pieces) to rank `to` under `tag` and returns without

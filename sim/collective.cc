@@ -6,30 +6,6 @@
 
 namespace ssdtrain::sim {
 
-std::string_view ToString(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllGather:
-      return "all_gather";
-    case CollectiveKind::kReduceScatter:
-      return "reduce_scatter";
-    case CollectiveKind::kAllReduce:
-      break;
-  }
-  return "all_reduce";
-}
-
-CollectiveKind ClassifyCollective(const traces::Op& op) {
-  if (op.bytes_written > op.bytes_read) return CollectiveKind::kAllGather;
-  if (op.bytes_read > op.bytes_written && op.bytes_written > 0) {
-    return CollectiveKind::kReduceScatter;
-  }
-  return CollectiveKind::kAllReduce;
-}
-
-int64_t CollectivePayloadBytes(const traces::Op& op) {
-  return std::max(op.bytes_read, op.bytes_written);
-}
-
 int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, double GBps,
                      double latency_us) {
   if (n <= 1) return 0;

@@ -15,19 +15,17 @@
 #include <string_view>
 #include <vector>
 
+#include "traces/collective_kind.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::sim {
 
-enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter };
-std::string_view ToString(CollectiveKind kind);
-
-// A trace's kCollective op by its shape: an all-gather writes more than it
-// reads (the gathered tensor), a reduce-scatter reads more than it writes (the
-// shard); equal sizes are an all-reduce.
-CollectiveKind ClassifyCollective(const traces::Op& op);
-// The payload S of a kCollective op: the larger of bytes read and written.
-int64_t CollectivePayloadBytes(const traces::Op& op);
+// What a kCollective op is, and its payload S: decided in traces/, which the
+// executor's tensor-parallel ranks read too.
+using traces::ClassifyCollective;
+using traces::CollectiveKind;
+using traces::CollectivePayloadBytes;
+using traces::ToString;
 
 // The ring's time for `payload_bytes` over `n` ranks (see the formulas above).
 int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, double GBps,

@@ -9,6 +9,7 @@
 #include "sim/data_parallel.h"
 #include "sim/pipeline.h"
 #include "sim/step_timeline.h"
+#include "traces/collective_kind.h"
 #include "traces/duration.h"
 #include "traces/storage_plan.h"
 #include "traces/uniform_plans.h"
@@ -309,6 +310,15 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   out.lane_busy_ns[std::string(traces::ToString(traces::Lane::kCompute))] -=
       (m - 1) * stage0.optimizer_ns;
   out.ops = stage0.ops;
+  for (const traces::Op& op : first.ops) {
+    if (op.kind != traces::OpKind::kCollective || layout.tp <= 1) continue;
+    const auto i = static_cast<size_t>(op.id);
+    if (i >= out.ops.size()) continue;
+    Prediction::CollectiveTotal& t =
+        out.collectives[std::string(traces::ToString(traces::ClassifyCollective(op)))];
+    t.count += m;
+    t.ns += m * (out.ops[i].end_ns - out.ops[i].start_ns);
+  }
   out.forwarded_storages = stage0.forwarded_storages;
   out.dropped_writes = stage0.dropped_writes;
   out.recompute_ns = stage0.recompute_ns;
@@ -375,6 +385,10 @@ nlohmann::json PredictionToJson(const Prediction& p) {
                       {"required_write_GBps", sp.required_write_GBps}});
   }
   j["details"]["stages"] = stages;
+  nlohmann::json collectives = nlohmann::json::object();
+  for (const auto& [kind, t] : p.collectives)
+    collectives[kind] = {{"count", t.count}, {"ns", t.ns}};
+  j["details"]["collectives"] = collectives;
   j["details"]["array_write_GBps"] = p.array_write_GBps;
   return j;
 }

@@ -86,7 +86,15 @@ struct Prediction {
   int64_t pipeline_sends = 0;  // point-to-point sends per step (sim/pipeline.h)
   int64_t forwarded_storages = 0;
   int64_t dropped_writes = 0;
-  int64_t recompute_ns = 0;     // per micro-batch, stage 0
+  int64_t recompute_ns = 0;  // per micro-batch, stage 0
+  // Stage 0's tensor-parallel collectives in a step, by kind
+  // (traces::ToString(CollectiveKind)): how many, and their time (each
+  // micro-batch's ops as the first one's, op by op; recomputes left out).
+  struct CollectiveTotal {
+    int64_t count = 0;
+    int64_t ns = 0;
+  };
+  std::map<std::string, CollectiveTotal> collectives;
   int64_t peak_host_bytes = 0;  // stage 0's one micro-batch: host copies and bounce staging
   // The pinned offload-host regions a replay of the step holds on the worst
   // stage: m micro-batches' regions (traces::UnrollStep gives each its own).

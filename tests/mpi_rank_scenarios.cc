@@ -2,16 +2,22 @@
 // `mpirun -np 2 mpi_rank_scenarios SCENARIO DIR`, over the MPI StepSync the
 // CLI uses (app/mpi_sync.cc). Each rank prints one line, "rank R: ok" or
 // "rank R: error: <message>", and exits 0 or 1. Faults come from the
-// executor's test points (exec/detail/test_points.h), installed on rank 1.
+// executor's test points (exec/detail/test_points.h), installed on rank 1 (on
+// rank 0 for the tensor-parallel payload, which rank 1 receives), or from the
+// fault-injecting I/O backend (exec/fault_backend.h).
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "app/mpi_sync.h"
 #include "exec/detail/test_points.h"
+#include "exec/fault_backend.h"
+#include "exec/io_backend.h"
 #include "exec/replay.h"
 #include "exec/tests/replay_test_util.h"
 #include "traces/uniform_plans.h"
@@ -28,22 +34,44 @@ int FailGradientCopyBack(TestPoint point, int64_t) {
 int FailLastStepsByteCheck(TestPoint point, int64_t step) {
   return point == TestPoint::kStepBytesChecked && step == 1 ? 1 : 0;
 }
+// Every piece of every collective this rank sends: a byte flipped after its
+// checksum, or before it.
+int CorruptCollectivePieces(TestPoint point, int64_t) {
+  return point == TestPoint::kCollectiveSend ? exec::detail::kFlipAfterChecksum : 0;
+}
+int WrongCollectivePieces(TestPoint point, int64_t) {
+  return point == TestPoint::kCollectiveSend ? exec::detail::kFlipBeforeChecksum : 0;
+}
 
-// Every rank replays tiny GPT (micro-batch 1, sequence 128, every saved
-// activation to the SSD) as one data-parallel replica, in its own folder of
-// `dir`, with `hook` installed on rank 1; then the ranks gather their reports
-// at rank 0, as `ssdtrain replay` does after a replay that succeeded.
-Status ReplayAndGather(app::RankSync& ranks, const std::string& dir, exec::detail::TestHook hook) {
-  SSDTRAIN_RETURN_IF_ERROR(ranks.SplitStages(ranks.size()));
-  const traces::Trace trace = exec::testing::TinyGptTrace(1, 128);
+// How the ranks replay tiny GPT (micro-batch 1, sequence 128, every saved
+// activation to the SSD): as data-parallel replicas or as one
+// tensor-parallel group (tp = every rank, verified), each in its own folder;
+// `hook` installed on rank `hook_rank`, rank 1's I/O backend `backend` when
+// given.
+struct RankRun {
+  bool tensor_parallel = false;
+  exec::detail::TestHook hook = nullptr;
+  int hook_rank = 1;
+  std::function<std::unique_ptr<exec::IoBackend>()> backend;
+};
+
+// Replays as `run` says, then the ranks gather their reports at rank 0, as
+// `ssdtrain replay` does after a replay that succeeded.
+Status ReplayAndGather(app::RankSync& ranks, const std::string& dir, const RankRun& run) {
+  const int tp = run.tensor_parallel ? ranks.size() : 1;
+  SSDTRAIN_RETURN_IF_ERROR(ranks.SplitStages(tp, ranks.size() / tp));
+  const traces::Trace trace = exec::testing::TinyGptTrace(1, 128, 1, 0, tp);
   traces::Plan plan = traces::OffloadAllPlan(trace);
-  plan.dp = ranks.size();
+  plan.tp = tp;
+  plan.dp = ranks.size() / tp;
   const std::string mine = dir + "/rank-" + std::to_string(ranks.rank());
   std::filesystem::create_directories(mine);
   exec::ReplayOptions o = exec::testing::CpuOptions(mine);
   o.sync = &ranks;
+  o.verify = run.tensor_parallel;
   o.cpu_pin_threads = false;  // the ranks share one machine
-  if (ranks.rank() == 1) exec::detail::SetTestHook(hook);
+  if (ranks.rank() == run.hook_rank) exec::detail::SetTestHook(run.hook);
+  if (ranks.rank() == 1) o.make_io_backend = run.backend;
   Result<exec::ReplayResult> result = exec::Replay(trace, plan, o, "offload-all");
   exec::detail::SetTestHook(nullptr);
   SSDTRAIN_RETURN_IF_ERROR(result.status());
@@ -51,11 +79,56 @@ Status ReplayAndGather(app::RankSync& ranks, const std::string& dir, exec::detai
 }
 
 Status GradientCopyBackFails(app::RankSync& ranks, const std::string& dir) {
-  return ReplayAndGather(ranks, dir, FailGradientCopyBack);
+  RankRun run;
+  run.hook = FailGradientCopyBack;
+  return ReplayAndGather(ranks, dir, run);
 }
 
 Status LastStepsByteCheckFails(app::RankSync& ranks, const std::string& dir) {
-  return ReplayAndGather(ranks, dir, FailLastStepsByteCheck);
+  RankRun run;
+  run.hook = FailLastStepsByteCheck;
+  return ReplayAndGather(ranks, dir, run);
+}
+
+// Rank 1's first offload write fails with EIO (the fault-injecting backend
+// over plain pwrite).
+Status TensorParallelWriteFails(app::RankSync& ranks, const std::string& dir) {
+  auto backend = [] {
+    exec::FaultOptions f;
+    f.rules = {{exec::IoOp::kWrite, 0, exec::FaultKind::kEio, 1}};
+    auto inner = exec::MakeIoBackend(exec::BackendKind::kPosix, 32, [](std::string_view) {});
+    return std::unique_ptr<exec::IoBackend>(
+        std::make_unique<exec::FaultBackend>(std::move(*inner), std::move(f)));
+  };
+  RankRun run;
+  run.tensor_parallel = true;
+  run.backend = backend;
+  return ReplayAndGather(ranks, dir, run);
+}
+
+// The two ranks as one tensor-parallel group, `hook` (when set) on rank 0.
+Status ReplayTensorParallelGroup(app::RankSync& ranks, const std::string& dir,
+                                 exec::detail::TestHook hook) {
+  RankRun run;
+  run.tensor_parallel = true;
+  run.hook = hook;
+  run.hook_rank = 0;
+  return ReplayAndGather(ranks, dir, run);
+}
+
+// Rank 0's all-reduce pieces arrive at rank 1 with a flipped byte.
+Status TensorParallelPayloadCorrupt(app::RankSync& ranks, const std::string& dir) {
+  return ReplayTensorParallelGroup(ranks, dir, CorruptCollectivePieces);
+}
+
+// Rank 0's pieces checksum, but its contribution is not its pattern.
+Status TensorParallelContributionWrong(app::RankSync& ranks, const std::string& dir) {
+  return ReplayTensorParallelGroup(ranks, dir, WrongCollectivePieces);
+}
+
+// Both ranks replay tiny GPT at tp 2 verified, with nothing injected.
+Status TensorParallelReplays(app::RankSync& ranks, const std::string& dir) {
+  return ReplayTensorParallelGroup(ranks, dir, nullptr);
 }
 
 // Rank 0 sends rank 1 one pipeline message under each tag; rank 1 checks
@@ -141,6 +214,10 @@ const std::map<std::string, Scenario>& Scenarios() {
       {"large-micro-batch-tags", LargeMicroBatchTags},
       {"large-message", LargeMessage},
       {"large-gather", LargeGather},
+      {"tp-replays", TensorParallelReplays},
+      {"tp-write-fails", TensorParallelWriteFails},
+      {"tp-payload-corrupt", TensorParallelPayloadCorrupt},
+      {"tp-contribution-wrong", TensorParallelContributionWrong},
   };
   return scenarios;
 }

@@ -64,6 +64,12 @@ class MpiRanks : public ::testing::Test {
       EXPECT_TRUE(fs::is_empty(dir_ / rank)) << rank << ": files left";
     }
   }
+  // Both ranks said ok, and none hung.
+  static void ExpectBothOk(const testing::CliResult& r) {
+    ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
+    EXPECT_EQ(Said(r, 0), "ok") << r.output;
+    EXPECT_EQ(Said(r, 1), "ok") << r.output;
+  }
   // True when this machine has `bytes` of memory available (MemAvailable).
   static bool MemoryAvailable(int64_t bytes) {
     std::ifstream meminfo("/proc/meminfo");
@@ -94,13 +100,48 @@ TEST_F(MpiRanks, AFailedByteCheckOnTheLastStepEndsBothWithItsMessage) {
   ExpectBothEndWithRankOnesFailure(r, "step 1: the engine moved");
 }
 
+// Two ranks of one tensor-parallel group (tiny GPT at tp 2): their
+// collectives exchange real pieces, each checked by CRC32C and, verified,
+// against the sum of the group's patterns.
+TEST_F(MpiRanks, ATensorParallelGroupReplaysVerified) {
+  auto r = Run("tp-replays");
+  ExpectBothOk(r);
+  for (const char* rank : {"rank-0", "rank-1"}) {
+    EXPECT_TRUE(fs::is_empty(dir_ / rank)) << rank << ": files left";
+  }
+}
+
+TEST_F(MpiRanks, AnEioOnOneTensorParallelRanksWriteEndsBothWithItsMessage) {
+  // Rank 1's first offload write fails while rank 0 goes on to the next
+  // collective of the pair, where it waits for rank 1's piece: rank 1's
+  // abort must end that wait.
+  auto r = Run("tp-write-fails");
+  ExpectBothEndWithRankOnesFailure(r, "step 0: ");
+  EXPECT_NE(Said(r, 1).find("Input/output error"), std::string::npos) << r.output;
+}
+
+TEST_F(MpiRanks, ACorruptAllReducePayloadEndsBothWithTheReceiversMessage) {
+  // Rank 0 flips a byte of each collective piece after its checksum: rank 1
+  // finds the first (an all-reduce's) wrong on arrival.
+  auto r = Run("tp-payload-corrupt");
+  ExpectBothEndWithRankOnesFailure(r, "all_reduce piece from rank 0 arrived with CRC32C");
+}
+
+TEST_F(MpiRanks, AWrongContributionThatChecksumsFailsVerification) {
+  // Rank 0 flips a byte before the checksum: the piece arrives as sent, but
+  // rank 1's verification finds it is not rank 0's pattern.
+  auto r = Run("tp-contribution-wrong");
+  ExpectBothEndWithRankOnesFailure(r, "verify: op 1 (embedding.out_reduced.all_reduce");
+  EXPECT_NE(Said(r, 1).find("the contribution of rank 0 differs from its pattern at byte "),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(MpiRanks, PipelineTagsOfAnyMicroBatchArriveAsSent) {
   // Micro-batch 2047's gradient 7 (whose former 15-bit tag was the abort's)
   // and micro-batch 1,000,000's gradient 31.
   auto r = Run("large-micro-batch-tags");
-  ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
-  EXPECT_EQ(Said(r, 0), "ok") << r.output;
-  EXPECT_EQ(Said(r, 1), "ok") << r.output;
+  ExpectBothOk(r);
 }
 
 // The large scenarios hold about 6 GiB on the two ranks together.
@@ -109,17 +150,13 @@ constexpr int64_t kLargeScenarioMemory = int64_t{8} << 30;
 TEST_F(MpiRanks, AMessagePastMpisIntCountArrivesWhole) {
   if (!MemoryAvailable(kLargeScenarioMemory)) GTEST_SKIP() << "needs 8 GiB of free memory";
   auto r = Run("large-message");
-  ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
-  EXPECT_EQ(Said(r, 0), "ok") << r.output;
-  EXPECT_EQ(Said(r, 1), "ok") << r.output;
+  ExpectBothOk(r);
 }
 
 TEST_F(MpiRanks, ReportsPastMpisIntCountInAllAreGatheredWhole) {
   if (!MemoryAvailable(kLargeScenarioMemory)) GTEST_SKIP() << "needs 8 GiB of free memory";
   auto r = Run("large-gather");
-  ASSERT_NE(r.exit_code, kTimedOut) << "hung: " << r.output;
-  EXPECT_EQ(Said(r, 0), "ok") << r.output;
-  EXPECT_EQ(Said(r, 1), "ok") << r.output;
+  ExpectBothOk(r);
 }
 
 }  // namespace

@@ -341,9 +341,9 @@ TEST_F(PlanCli, PinnedLayoutIsThePlansLayoutAndPrintsItsReplayCommand) {
   EXPECT_EQ(plan->micro_batch, 2);
   EXPECT_EQ(plan->num_micro_batches, 4);
   EXPECT_EQ(plan->schedule, "gpipe");
-  // pp × dp = 2 × 2 ranks, each building its own stage's trace from the
-  // config; stage 1's plan travels in the plan file.
-  EXPECT_NE(r.output.find("replay this plan: mpirun -np 4 " +
+  // tp × pp × dp = 2 × 2 × 2 ranks, each building its own shard's trace
+  // from the config; stage 1's plan travels in the plan file.
+  EXPECT_NE(r.output.find("replay this plan: mpirun -np 8 " +
                           fs::canonical(testing::SsdtrainBinary()).string() + " replay --model " +
                           Model("tiny-gpt") + " --plan " + File("plan.json")),
             std::string::npos)
@@ -447,7 +447,8 @@ TEST_F(PlanCli, TraceAtTp2PlansAtItsOwnShapeWithNoFlags) {
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->tp, 2);
   EXPECT_EQ(plan->dp, 2);
-  EXPECT_NE(r.output.find("replay this plan: mpirun -np 2 " +
+  // tp × dp = 2 × 2 ranks, each replaying the trace's shard.
+  EXPECT_NE(r.output.find("replay this plan: mpirun -np 4 " +
                           fs::canonical(testing::SsdtrainBinary()).string() + " replay --trace " +
                           File("t.json")),
             std::string::npos)

@@ -37,7 +37,7 @@ OpTiming TimingOf(const Trace& trace, OpId op, int64_t start_ns, int64_t end_ns)
 
 // The training layout a report covers: what the plan laid out (a prediction)
 // or what the replay ran (a run: each stage's whole step, the plan's
-// micro-batches in its schedule, on its pp × dp ranks under mpirun; one
+// micro-batches in its schedule, on its tp × pp × dp ranks under mpirun; one
 // process runs one stage, so pp 1). `ssdtrain compare` refuses to set
 // two reports side by side whose layouts differ.
 struct ReportLayout {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -28,6 +29,7 @@
 #include "exec/offload_engine.h"
 #include "exec/replay.h"
 #include "exec/tensor_cache.h"
+#include "traces/collective_kind.h"
 #include "traces/dp_buckets.h"
 #include "traces/storage_plan.h"
 #include "traces/timeline.h"
@@ -127,9 +129,10 @@ class Replayer {
     std::vector<OpTime> ops;
     traces::Timeline timeline;
     int64_t checked = 0;
-    int64_t allreduce_ns = 0;  // the weight gradients' all-reduce not hidden (0: one rank)
+    int64_t allreduce_ns = 0;        // the weight gradients' all-reduce not hidden (0: one rank)
     std::vector<BucketRun> buckets;  // the gradient buckets' all-reduces (ranks only)
-    PipelineTraffic pipeline;  // this step's send and recv ops (pp > 1)
+    PipelineTraffic pipeline;        // this step's send and recv ops (pp > 1)
+    CollectiveTraffic collectives;   // this step's collective ops (tp > 1)
   };
 
   // Pipeline stages on separate ranks: the ranks of the previous and next
@@ -137,6 +140,15 @@ class Replayer {
   void set_pipeline(int previous_rank, int next_rank) {
     previous_rank_ = previous_rank;
     next_rank_ = next_rank;
+  }
+
+  // Tensor-parallel ranks: this rank's index in its group and the group's
+  // ranks in order (fewer than two: collective ops run as memory passes),
+  // before Init. The verification seeds differ by index (TpSeedSalt).
+  void set_tensor_parallel(int64_t tp_index, std::vector<int> group) {
+    tp_index_ = tp_index;
+    tp_ranks_ = std::move(group);
+    seed_salt_ = tensor_parallel() ? TpSeedSalt(tp_index) : 0;
   }
 
   // Data-parallel ranks: the stage's gradient buckets (traces/dp_buckets.h,
@@ -219,10 +231,12 @@ class Replayer {
   Status Need(TensorId s, const traces::Op& op, bool* io_dependent);
   Status Recompute(TensorId s, const traces::Op& at, bool* io_dependent);
   DeviceBuffer View(TensorId t);
-  // `kernel` false: only the op's two events (a send or recv between ranks).
+  // `kernel` false: only the op's two events (a send or recv between ranks),
+  // with `between` (when set) run between them instead (a collective).
   Status Run(const traces::Op& op, const std::vector<DeviceBuffer>& ins,
              const std::vector<DeviceBuffer>& outs, const std::vector<TensorId>& fill,
-             bool recompute, bool io_dependent, bool kernel = true);
+             bool recompute, bool io_dependent, bool kernel = true,
+             const std::function<Status()>& between = {});
   Status IssueOp(const traces::Op& op);
   Status QueueOffload(TensorId s, const traces::Op& op);
   Status FinishStep();
@@ -265,8 +279,42 @@ class Replayer {
   // received storage.
   uint64_t SeedOf(TensorId s) const {
     const auto& r = received_seed_[static_cast<size_t>(s)];
-    return r ? *r : Seed(s, step_);
+    return r ? *r : Seed(s, step_) ^ seed_salt_;
   }
+
+  // Tensor-parallel ranks (replay_tensor_parallel.cc): each collective op's
+  // input, output and messages in one pinned host region, reused op by op.
+  bool tensor_parallel() const { return tp_ranks_.size() > 1; }
+  bool Exchanges(const traces::Op& op) const {
+    return tensor_parallel() && op.kind == traces::OpKind::kCollective;
+  }
+  static uint64_t TpSeedSalt(int64_t tp_index) { return static_cast<uint64_t>(tp_index) << 56; }
+  static traces::CollectiveKind Kind(const traces::Op& op) {
+    return traces::ClassifyCollective(op);
+  }
+  // The tag of phase `phase` (0, or the all-reduce's gather 1) of `op`.
+  static PipelineTag PieceTag(const traces::Op& op, int phase) {
+    return {op.micro_batch, op.phase == traces::Phase::kBackward, op.id * 2 + phase, true};
+  }
+  // Peer `peer`'s verification seed of the storage this rank seeds `mine`.
+  uint64_t PeerSeed(uint64_t mine, int64_t peer) const;
+  using PieceCheck = std::function<std::vector<uint8_t>(int64_t)>;
+  Status InitTensorParallel();
+  Status CollectiveFor(const traces::Op& op, const DeviceBuffer& input, const DeviceBuffer& output);
+  Status SendPiece(const traces::Op& op, int phase, int64_t to, const uint8_t* data, int64_t bytes,
+                   uint64_t seed);
+  Status ReceivePiece(const traces::Op& op, int phase, int64_t from, uint8_t* into, int64_t bytes,
+                      uint64_t* seed);
+  Status CheckContribution(const traces::Op& op, int64_t from, const uint8_t* p, int64_t bytes,
+                           uint64_t seed, uint64_t expected_seed, int64_t offset);
+  std::vector<uint8_t> ExpectedSum(uint64_t my_seed, traces::DType dtype, int64_t offset,
+                                   int64_t bytes) const;
+  Status ReduceScatterPhase(const traces::Op& op, const uint8_t* in, uint8_t* out,
+                            const std::vector<int64_t>& chunks, traces::DType dtype, uint64_t seed,
+                            bool check);
+  Status AllGatherPhase(const traces::Op& op, int phase, const uint8_t* mine, uint8_t* out,
+                        const std::vector<int64_t>& chunks, uint64_t seed,
+                        const PieceCheck& expected);
 
   // The measured step (replay_timeline.cc).
   Status CollectTimeline(int64_t t0, StepRecord& record);
@@ -294,8 +342,8 @@ class Replayer {
 
   RankAgreement& agreement_;
   traces::BucketTable buckets_;
-  std::unique_ptr<HostStaging> gradient_host_;  // the buckets' host copies, back to back
-  std::vector<int64_t> bucket_offset_;          // each bucket's in gradient_host_
+  std::unique_ptr<HostStaging> gradient_host_;         // the buckets' host copies, back to back
+  std::vector<int64_t> bucket_offset_;                 // each bucket's in gradient_host_
   std::vector<std::vector<size_t>> buckets_after_;     // by op id: the buckets it completes
   std::vector<std::unique_ptr<Event>> bucket_copied_;  // per bucket: its copies to host landed
   // This step's buckets, each count a prefix in bucket order: copies
@@ -318,6 +366,13 @@ class Replayer {
   std::unique_ptr<HostStaging> pipeline_host_;          // the messages, each at its offset
   std::vector<std::optional<uint64_t>> received_seed_;  // by storage, this step
   PipelineTraffic traffic_;                             // this step's
+
+  int64_t tp_index_ = 0;
+  std::vector<int> tp_ranks_;                     // the tensor-parallel group, in order
+  uint64_t seed_salt_ = 0;                        // TpSeedSalt(tp_index_) with tp > 1
+  std::unique_ptr<HostStaging> collective_host_;  // see InitTensorParallel
+  uint8_t* scratch_ = nullptr;                    // the current collective's messages
+  CollectiveTraffic collectives_;                 // this step's
 
   Mutex mu_;    // guards what is marked below, and the slots' read_status and read_done
   CondVar cv_;  // a queue, pending_writes_, error_ or a read changed

@@ -39,11 +39,19 @@ enum class TestPoint {
   // Replay, at the end of step `id`, where it checks that the engine moved the
   // bytes the cache counted: a nonzero return makes the check fail.
   kStepBytesChecked,
+  // Replayer::SendPiece of collective op `id` (tensor-parallel ranks): a
+  // return of kFlipAfterChecksum flips the piece's first byte after its
+  // checksum (corrupt on the wire), kFlipBeforeChecksum before it (a wrong
+  // contribution whose checksum holds).
+  kCollectiveSend,
 };
+constexpr int kFlipAfterChecksum = 1;
+constexpr int kFlipBeforeChecksum = 2;
 
 // `id`: the tensor, storage or step concerned, or 0. Returns 0, or
 // (kUringSubmit, kFallocate, kUnlink) an errno to fail with, or (kUringInit,
-// kGradientCopyBack, kStepBytesChecked) nonzero to act.
+// kGradientCopyBack, kStepBytesChecked) nonzero to act, or (kCollectiveSend)
+// which byte flip.
 using TestHook = int (*)(TestPoint point, int64_t id);
 
 // Installs `hook` (nullptr: none). Thread-safe.

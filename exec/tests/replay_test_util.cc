@@ -8,7 +8,8 @@
 
 namespace ssdtrain::exec::testing {
 
-traces::Trace TinyGptTrace(int64_t micro_batch, int64_t seq_len, int64_t pp, int64_t stage) {
+traces::Trace TinyGptTrace(int64_t micro_batch, int64_t seq_len, int64_t pp, int64_t stage,
+                           int64_t tp, bool sequence_parallel) {
   const std::string path = std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-gpt.json";
   auto config = models::LoadModelConfig(path);
   if (!config.ok()) throw std::runtime_error(config.status().ToString());
@@ -16,6 +17,8 @@ traces::Trace TinyGptTrace(int64_t micro_batch, int64_t seq_len, int64_t pp, int
   if (micro_batch > 0) o.micro_batch = micro_batch;
   if (seq_len > 0) o.seq_len = seq_len;
   if (pp > 1) o.pp = pp;
+  if (tp > 1) o.tp = tp;
+  if (sequence_parallel) o.sequence_parallel = true;
   auto applied = models::ApplyOverrides(*config, o, path);
   if (!applied.ok()) throw std::runtime_error(applied.status().ToString());
   auto trace = models::BuildTrace(*applied, stage);

@@ -11,7 +11,7 @@ namespace ssdtrain::exec::testing {
 // `micro_batch` and `seq_len` overrides when positive (smaller = faster tests);
 // with pp > 1, stage `stage`'s trace.
 traces::Trace TinyGptTrace(int64_t micro_batch = 0, int64_t seq_len = 0, int64_t pp = 1,
-                           int64_t stage = 0);
+                           int64_t stage = 0, int64_t tp = 1, bool sequence_parallel = false);
 
 // CPU backend, one measured step after the warm-up, files under `dir`.
 ReplayOptions CpuOptions(const std::string& dir);

@@ -1,0 +1,344 @@
+// Replayer: the tensor-parallel ranks' collectives (exec/step_sync.h). A
+// kCollective op of the trace (traces/collective_kind.h: all-reduce, or
+// all-gather and reduce-scatter under sequence parallelism) runs for real
+// between the tp ranks of its group, with the trace's bytes: its input is
+// copied to pinned host memory once the ops before it have run, exchanged
+// with the group's other ranks as point-to-point messages (each piece
+// followed by a trailer: CRC32C of the payload, the sender's verification
+// seed; checked on arrival), reduced on the host in rank order (so that every
+// rank gets the same bits) and copied into the op's output.
+//   all-gather      each rank sends its shard to every other; the full tensor
+//                   is the shards in rank order (the sequence dimension is
+//                   the outermost)
+//   reduce-scatter  rank j receives chunk j of every rank's full input and
+//                   sums them: its shard
+//   all-reduce      a reduce-scatter, then an all-gather of the summed chunks
+//                   (each rank moves 2·(n−1)/n of the tensor, as the ring of
+//                   sim/collective.h does, in n−1 messages a phase)
+// Under --verify every rank's input holds its own pattern (the seeds differ
+// by tensor-parallel index: SeedOf), so what arrives is known: each received
+// contribution must be its sender's pattern, and each summed chunk the sum of
+// the group's patterns, computed here by the same SumInto in the same order.
+// The output then gets its own pattern, as any op's does. A recompute of a
+// collective exchanges again (every rank of the group runs the same plan).
+// What it waits for, as a pipeline send does (exec/replay_pipeline.cc): its
+// copy out goes on the device-to-host stream the offload copies share, so it
+// waits for every offload copy queued before it; the simulator models no such
+// wait. See exec/detail/replayer.h.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "exec/checksum.h"
+#include "exec/detail/format_bytes.h"
+#include "exec/detail/rank_message.h"
+#include "exec/detail/replayer.h"
+#include "exec/detail/test_points.h"
+#include "exec/host_sum.h"
+
+namespace ssdtrain::exec::detail {
+namespace {
+
+constexpr int64_t kTrailerBytes = sizeof(MessageTrailer);
+
+// The first byte of [p, p + bytes) that differs from the pattern of `seed`
+// at byte `offset` onwards; -1 when none does.
+int64_t PatternMismatch(const uint8_t* p, int64_t bytes, uint64_t seed, int64_t offset) {
+  for (int64_t i = 0; i < bytes; ++i) {
+    if (p[i] != PatternByte(seed, static_cast<uint64_t>(offset + i))) return i;
+  }
+  return -1;
+}
+
+void FillPattern(uint8_t* p, int64_t bytes, uint64_t seed, int64_t offset) {
+  for (int64_t i = 0; i < bytes; ++i) p[i] = PatternByte(seed, static_cast<uint64_t>(offset + i));
+}
+
+}  // namespace
+
+Status Replayer::InitTensorParallel() {
+  if (!tensor_parallel()) return Status::Ok();
+  const auto n = static_cast<int64_t>(tp_ranks_.size());
+  int64_t most = 0;
+  for (const traces::Op& op : trace_.ops) {
+    if (op.kind != traces::OpKind::kCollective) continue;
+    if (op.inputs.size() != 1 || op.outputs.size() != 1) {
+      return Status::InvalidArgument(RankOpName(op) +
+                                     ": a collective op reads one tensor and writes "
+                                     "one, this one lists " +
+                                     std::to_string(op.inputs.size()) + " and " +
+                                     std::to_string(op.outputs.size()));
+    }
+    const traces::Tensor& in = trace_.tensor(op.inputs[0]);
+    const traces::Tensor& out = trace_.tensor(op.outputs[0]);
+    const int64_t full = std::max(in.bytes, out.bytes);
+    const int64_t shard = std::min(in.bytes, out.bytes);
+    const int64_t element = traces::DTypeSize(in.dtype);
+    const bool sharded = in.bytes != out.bytes;
+    if (in.dtype != out.dtype || full % element != 0 || (sharded && shard * n != full)) {
+      return Status::InvalidArgument(
+          RankOpName(op) + ": a collective over " + std::to_string(n) + " ranks of " +
+          std::to_string(in.bytes) + " bytes in, " + std::to_string(out.bytes) +
+          " bytes out: expected one dtype, whole elements and, for a gather or scatter, the full "
+          "tensor n times the shard");
+    }
+    // The input, the output, and one received piece per rank (a piece is at
+    // most the shard or one chunk of the full tensor, plus its trailer).
+    const int64_t piece = sharded ? shard : (full / element + n - 1) / n * element;
+    most = std::max(most, in.bytes + out.bytes + n * (piece + kTrailerBytes));
+  }
+  if (most == 0) return Status::Ok();
+  auto host = HostStaging::Create(device_, most);
+  if (!host.ok()) {
+    return host.status().WithPrefix("host memory for the tensor-parallel collectives (" +
+                                    FormatBytes(most) + ")");
+  }
+  collective_host_ = std::move(*host);
+  return Status::Ok();
+}
+
+uint64_t Replayer::PeerSeed(uint64_t mine, int64_t peer) const {
+  return mine ^ seed_salt_ ^ TpSeedSalt(peer);
+}
+
+Status Replayer::SendPiece(const traces::Op& op, int phase, int64_t to, const uint8_t* data,
+                           int64_t bytes, uint64_t seed) {
+  uint8_t* message = scratch_;
+  std::memcpy(message, data, static_cast<size_t>(bytes));
+  // Tests: a byte flipped before its checksum (a wrong contribution) or after
+  // it (a payload corrupted on the wire).
+  const int flip = bytes > 0 ? HitTestPoint(TestPoint::kCollectiveSend, op.id) : 0;
+  if (flip == kFlipBeforeChecksum) message[0] ^= 0xff;
+  MessageTrailer t;
+  t.crc = Crc32c(message, static_cast<size_t>(bytes));
+  t.seed = seed;
+  std::memcpy(message + bytes, &t, sizeof(t));
+  if (flip == kFlipAfterChecksum) message[0] ^= 0xff;
+  const int rank = tp_ranks_[static_cast<size_t>(to)];
+  Status st =
+      agreement_.sync()->SendAsync(rank, PieceTag(op, phase), message, bytes + kTrailerBytes);
+  if (!st.ok()) {
+    return st.WithPrefix(RankOpName(op) + ": sending its " +
+                         std::string(traces::ToString(Kind(op))) + " piece to rank " +
+                         std::to_string(rank));
+  }
+  ++collectives_.pieces_sent;
+  collectives_.bytes_sent += bytes;
+  return Status::Ok();
+}
+
+Status Replayer::ReceivePiece(const traces::Op& op, int phase, int64_t from, uint8_t* into,
+                              int64_t bytes, uint64_t* seed) {
+  const int rank = tp_ranks_[static_cast<size_t>(from)];
+  uint8_t* message = scratch_;
+  PipelineTag got;
+  int64_t received = 0;
+  const PipelineTag expected = PieceTag(op, phase);
+  Status st = agreement_.sync()->Receive(rank, message, bytes + kTrailerBytes, &got, &received);
+  if (st.code() == Status::Code::kUnavailable) {
+    agreement_.PeerFailed(st);
+    return st;
+  }
+  const std::string what = RankOpName(op) + ": the " + std::string(traces::ToString(Kind(op))) +
+                           " piece from rank " + std::to_string(rank);
+  if (!st.ok()) return st.WithPrefix(what);
+  if (!(got == expected) || received != bytes + kTrailerBytes) {
+    return Status::FailedPrecondition(
+        what + ": expected " + expected.Describe() + " (" + std::to_string(bytes) +
+        " bytes), but its next message is " + got.Describe() + " (" +
+        std::to_string(received - kTrailerBytes) + " bytes): the group's orders disagree");
+  }
+  MessageTrailer t;
+  std::memcpy(&t, message + bytes, sizeof(t));
+  const uint32_t crc = Crc32c(message, static_cast<size_t>(bytes));
+  if (crc != t.crc) {
+    return Status::Corruption(what + " arrived with CRC32C " + std::to_string(crc) +
+                              ", sent with " + std::to_string(t.crc));
+  }
+  std::memcpy(into, message, static_cast<size_t>(bytes));
+  *seed = t.seed;
+  ++collectives_.pieces_received;
+  collectives_.bytes_received += bytes;
+  return Status::Ok();
+}
+
+// `what` received from peer `from` under --verify: the pattern of the seed
+// that rank's input has (`expected_seed`) from byte `offset` of it.
+Status Replayer::CheckContribution(const traces::Op& op, int64_t from, const uint8_t* p,
+                                   int64_t bytes, uint64_t seed, uint64_t expected_seed,
+                                   int64_t offset) {
+  const std::string what = "verify: " + RankOpName(op) + ": the contribution of rank " +
+                           std::to_string(tp_ranks_[static_cast<size_t>(from)]);
+  if (seed != expected_seed) {
+    return Status::Corruption(what + " has seed " + std::to_string(seed) + ", expected " +
+                              std::to_string(expected_seed));
+  }
+  const int64_t bad = PatternMismatch(p, bytes, seed, offset);
+  if (bad < 0) return Status::Ok();
+  return Status::Corruption(what + " differs from its pattern at byte " +
+                            std::to_string(offset + bad));
+}
+
+// The sum of every rank's pattern over bytes [offset, offset + bytes) of the
+// full tensor, in rank order, as the chunk's owner sums the contributions.
+std::vector<uint8_t> Replayer::ExpectedSum(uint64_t my_seed, traces::DType dtype, int64_t offset,
+                                           int64_t bytes) const {
+  std::vector<uint8_t> sum(static_cast<size_t>(bytes)), next(static_cast<size_t>(bytes));
+  const int64_t count = bytes / traces::DTypeSize(dtype);
+  for (size_t r = 0; r < tp_ranks_.size(); ++r) {
+    uint8_t* into = r == 0 ? sum.data() : next.data();
+    FillPattern(into, bytes, PeerSeed(my_seed, static_cast<int64_t>(r)), offset);
+    if (r > 0) SumInto(dtype, next.data(), sum.data(), count);
+  }
+  return sum;
+}
+
+// Reduce-scatter of `in` (the full tensor): this rank's chunk, the sum over
+// the group in rank order, written at `out`. `chunks[j]`: chunk j's first
+// byte; chunks[n] the tensor's bytes.
+Status Replayer::ReduceScatterPhase(const traces::Op& op, const uint8_t* in, uint8_t* out,
+                                    const std::vector<int64_t>& chunks, traces::DType dtype,
+                                    uint64_t seed, bool check) {
+  const auto n = static_cast<int64_t>(tp_ranks_.size());
+  const int64_t me = tp_index_;
+  for (int64_t j = 0; j < n; ++j) {
+    if (j == me) continue;
+    const int64_t lo = chunks[static_cast<size_t>(j)], hi = chunks[static_cast<size_t>(j) + 1];
+    SSDTRAIN_RETURN_IF_ERROR(SendPiece(op, 0, j, in + lo, hi - lo, seed));
+  }
+  const int64_t lo = chunks[static_cast<size_t>(me)], hi = chunks[static_cast<size_t>(me) + 1];
+  const int64_t bytes = hi - lo;
+  uint8_t* piece = scratch_ + bytes + kTrailerBytes;
+  for (int64_t r = 0; r < n; ++r) {
+    const uint8_t* contribution = in + lo;
+    if (r != me) {
+      uint64_t theirs = 0;
+      SSDTRAIN_RETURN_IF_ERROR(ReceivePiece(op, 0, r, piece, bytes, &theirs));
+      if (check) {
+        SSDTRAIN_RETURN_IF_ERROR(
+            CheckContribution(op, r, piece, bytes, theirs, PeerSeed(seed, r), lo));
+      }
+      contribution = piece;
+    }
+    if (r == 0) {
+      std::memmove(out, contribution, static_cast<size_t>(bytes));
+    } else {
+      SumInto(dtype, contribution, out, bytes / traces::DTypeSize(dtype));
+    }
+  }
+  return Status::Ok();
+}
+
+// All-gather: this rank's `bytes` at `mine` to every other, and theirs into
+// `out` at chunks[j]. `expected(j)`: what rank j's piece must be under
+// --verify (empty: not checked).
+Status Replayer::AllGatherPhase(const traces::Op& op, int phase, const uint8_t* mine, uint8_t* out,
+                                const std::vector<int64_t>& chunks, uint64_t seed,
+                                const PieceCheck& expected) {
+  const auto n = static_cast<int64_t>(tp_ranks_.size());
+  const int64_t me = tp_index_;
+  const int64_t my_lo = chunks[static_cast<size_t>(me)];
+  const int64_t my_bytes = chunks[static_cast<size_t>(me) + 1] - my_lo;
+  for (int64_t j = 0; j < n; ++j) {
+    if (j != me) SSDTRAIN_RETURN_IF_ERROR(SendPiece(op, phase, j, mine, my_bytes, seed));
+  }
+  if (out + my_lo != mine) std::memmove(out + my_lo, mine, static_cast<size_t>(my_bytes));
+  for (int64_t j = 0; j < n; ++j) {
+    if (j == me) continue;
+    const int64_t lo = chunks[static_cast<size_t>(j)], hi = chunks[static_cast<size_t>(j) + 1];
+    uint64_t theirs = 0;
+    SSDTRAIN_RETURN_IF_ERROR(ReceivePiece(op, phase, j, out + lo, hi - lo, &theirs));
+    if (!expected) continue;
+    const std::vector<uint8_t> want = expected(j);
+    if (std::memcmp(want.data(), out + lo, static_cast<size_t>(hi - lo)) != 0) {
+      return Status::Corruption("verify: " + RankOpName(op) + ": the piece of rank " +
+                                std::to_string(tp_ranks_[static_cast<size_t>(j)]) +
+                                " is not the group's sum of their patterns");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Replayer::CollectiveFor(const traces::Op& op, const DeviceBuffer& input,
+                               const DeviceBuffer& output) {
+  const traces::Tensor& in_t = trace_.tensor(op.inputs[0]);
+  const traces::Tensor& out_t = trace_.tensor(op.outputs[0]);
+  const traces::CollectiveKind kind = Kind(op);
+  const auto n = static_cast<int64_t>(tp_ranks_.size());
+  const TensorId in_storage = trace_.StorageOf(op.inputs[0]);
+  const uint64_t seed = SeedOf(in_storage);
+  // Under --verify a persistent input (a weight's gradient) holds sums of
+  // earlier steps, not a pattern: only its checksums are checked.
+  const bool check = options_.verify && !life(in_storage).persistent();
+  uint8_t* in = static_cast<uint8_t*>(collective_host_->base());
+  uint8_t* out = in + in_t.bytes;
+  scratch_ = out + out_t.bytes;  // a message, then a received piece
+  // After every op before it (its input's producer among them); its time
+  // starts there.
+  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kCompute));
+  const int64_t started = NowNs();
+  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(in, input, 0, in_t.bytes));
+  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kDeviceToHost));
+  if (check) {
+    const int64_t bad = PatternMismatch(in, in_t.bytes, seed, 0);
+    if (bad >= 0) {
+      return Status::Corruption("verify: " + RankOpName(op) + ": its input " + in_t.name +
+                                " differs from its pattern at byte " + std::to_string(bad));
+    }
+  }
+  const int64_t full = std::max(in_t.bytes, out_t.bytes);
+  const int64_t element = traces::DTypeSize(in_t.dtype);
+  std::vector<int64_t> chunks;  // element-aligned, in rank order
+  for (int64_t j = 0; j <= n; ++j) chunks.push_back(full / element * j / n * element);
+  switch (kind) {
+    case traces::CollectiveKind::kAllGather: {
+      auto expected = [&](int64_t j) {
+        std::vector<uint8_t> p(static_cast<size_t>(in_t.bytes));
+        FillPattern(p.data(), in_t.bytes, PeerSeed(seed, j), 0);
+        return p;
+      };
+      SSDTRAIN_RETURN_IF_ERROR(AllGatherPhase(op, 0, in, out, chunks, seed,
+                                              check ? PieceCheck(expected) : PieceCheck()));
+      break;
+    }
+    case traces::CollectiveKind::kReduceScatter:
+      SSDTRAIN_RETURN_IF_ERROR(ReduceScatterPhase(op, in, out, chunks, in_t.dtype, seed, check));
+      if (check) {
+        const int64_t lo = chunks[static_cast<size_t>(tp_index_)];
+        const std::vector<uint8_t> want = ExpectedSum(seed, in_t.dtype, lo, out_t.bytes);
+        if (std::memcmp(want.data(), out, static_cast<size_t>(out_t.bytes)) != 0) {
+          return Status::Corruption("verify: " + RankOpName(op) +
+                                    ": the summed shard is not the group's sum of its patterns");
+        }
+      }
+      break;
+    case traces::CollectiveKind::kAllReduce: {
+      const int64_t lo = chunks[static_cast<size_t>(tp_index_)];
+      SSDTRAIN_RETURN_IF_ERROR(
+          ReduceScatterPhase(op, in, out + lo, chunks, in_t.dtype, seed, check));
+      auto expected = [&](int64_t j) {
+        const int64_t at = chunks[static_cast<size_t>(j)];
+        return ExpectedSum(seed, in_t.dtype, at, chunks[static_cast<size_t>(j) + 1] - at);
+      };
+      SSDTRAIN_RETURN_IF_ERROR(AllGatherPhase(op, 1, out + lo, out, chunks, seed,
+                                              check ? PieceCheck(expected) : PieceCheck()));
+      if (check) {
+        const std::vector<uint8_t> want = expected(tp_index_);
+        if (std::memcmp(want.data(), out + lo, want.size()) != 0) {
+          return Status::Corruption("verify: " + RankOpName(op) +
+                                    ": this rank's summed chunk is not the group's sum");
+        }
+      }
+      break;
+    }
+  }
+  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToDeviceAsync(output, 0, out, out_t.bytes));
+  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kHostToDevice));
+  CollectiveTraffic::Time& time = collectives_.by_kind[static_cast<size_t>(kind)];
+  ++time.count;
+  time.ns += NowNs() - started;
+  return Status::Ok();
+}
+
+}  // namespace ssdtrain::exec::detail

@@ -1,0 +1,134 @@
+// Tensor-parallel ranks in one process (exec/tests/thread_ranks.h): two
+// threads replay tiny GPT's two shards at tp 2, their collectives exchanging
+// real pieces (exec/replay_tensor_parallel.cc); the MPI side runs under
+// mpirun in tests/mpi_ranks_test.cc and tests/replay_tp_cli_test.cc.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "exec/fault_backend.h"
+#include "exec/replay.h"
+#include "exec/tests/io_test_util.h"
+#include "exec/tests/replay_test_util.h"
+#include "exec/tests/thread_ranks.h"
+#include "traces/collective_kind.h"
+#include "traces/uniform_plans.h"
+
+namespace ssdtrain::exec {
+namespace {
+
+using testing::CpuOptions;
+using testing::ListTree;
+using testing::TempDir;
+using testing::ThreadRanks;
+using testing::TinyGptTrace;
+
+constexpr int64_t kSeq = 128;
+
+struct ShardRun {
+  TempDir dir;
+  Result<ReplayResult> result = Status::Internal("not run");
+};
+
+// Replays tiny GPT (micro-batch 1, sequence 128, every saved activation to
+// the SSD, verified) at tp 2 on two thread ranks, rank 1's first write
+// failing with EIO when `fail_write`.
+void RunShards(const traces::Trace& trace, ShardRun runs[2], bool fail_write = false) {
+  traces::Plan plan = traces::OffloadAllPlan(trace);
+  plan.tp = 2;
+  ThreadRanks all(2, /*dp=*/1);
+  ThreadRanks::Rank ranks[2] = {{all, 0}, {all, 1}};
+  std::thread threads[2];
+  for (int r = 0; r < 2; ++r) {
+    threads[r] = std::thread([&, r] {
+      ReplayOptions o = CpuOptions(runs[r].dir.path());
+      o.sync = &ranks[r];
+      o.verify = true;
+      o.cpu_pin_threads = false;  // two ranks on one machine
+      if (fail_write && r == 1) {
+        o.make_io_backend = []() -> std::unique_ptr<IoBackend> {
+          FaultOptions f;
+          f.rules.push_back({IoOp::kWrite, 0, FaultKind::kEio, 1});
+          auto inner = MakeIoBackend(BackendKind::kPosix, 32, nullptr);
+          return std::make_unique<FaultBackend>(std::move(*inner), f);
+        };
+      }
+      runs[r].result = Replay(trace, plan, o, "offload-all");
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+// Per step, rank r sends (n − 1)/n of each collective's payload S per phase
+// (n = 2): S for an all-reduce (two phases), S / 2 for a gather or scatter.
+int64_t BytesSentPerStep(const traces::Trace& trace) {
+  int64_t sent = 0;
+  for (const traces::Op& op : trace.ops) {
+    if (op.kind != traces::OpKind::kCollective) continue;
+    const int64_t s = traces::CollectivePayloadBytes(op);
+    sent += traces::ClassifyCollective(op) == traces::CollectiveKind::kAllReduce ? s : s / 2;
+  }
+  return sent;
+}
+
+int64_t CountOf(const traces::Trace& trace, traces::CollectiveKind kind) {
+  int64_t n = 0;
+  for (const traces::Op& op : trace.ops) {
+    n += op.kind == traces::OpKind::kCollective && traces::ClassifyCollective(op) == kind;
+  }
+  return n;
+}
+
+void ExpectBothShardsExchangedTheTracesCollectives(const traces::Trace& trace, ShardRun runs[2]) {
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(runs[r].result.ok()) << runs[r].result.status().ToString();
+    const ReplayResult& res = *runs[r].result;
+    EXPECT_TRUE(res.verified);
+    EXPECT_EQ(res.tp_index, r);
+    for (traces::CollectiveKind kind : traces::kCollectiveKinds) {
+      EXPECT_EQ(res.collectives.by_kind[static_cast<size_t>(kind)].count, CountOf(trace, kind))
+          << traces::ToString(kind);
+    }
+    EXPECT_EQ(res.collectives.bytes_sent, BytesSentPerStep(trace));
+    EXPECT_EQ(res.collectives.bytes_received, runs[1 - r].result->collectives.bytes_sent);
+    // The shards are the same shape: the same memory, to the byte.
+    EXPECT_EQ(res.metrics.peak_gpu_bytes, runs[1 - r].result->metrics.peak_gpu_bytes);
+    EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
+  }
+}
+
+TEST(ReplayTensorParallel, TwoShardsAllReduceVerified) {
+  const traces::Trace trace = TinyGptTrace(1, kSeq, 1, 0, /*tp=*/2);
+  ASSERT_GT(CountOf(trace, traces::CollectiveKind::kAllReduce), 0);
+  ShardRun runs[2];
+  RunShards(trace, runs);
+  ExpectBothShardsExchangedTheTracesCollectives(trace, runs);
+}
+
+TEST(ReplayTensorParallel, SequenceParallelShardsGatherAndScatterVerified) {
+  const traces::Trace trace = TinyGptTrace(1, kSeq, 1, 0, /*tp=*/2, /*sequence_parallel=*/true);
+  ASSERT_GT(CountOf(trace, traces::CollectiveKind::kAllGather), 0);
+  ASSERT_GT(CountOf(trace, traces::CollectiveKind::kReduceScatter), 0);
+  ShardRun runs[2];
+  RunShards(trace, runs);
+  ExpectBothShardsExchangedTheTracesCollectives(trace, runs);
+}
+
+TEST(ReplayTensorParallel, AWriteErrorOnOneShardStopsBothAndLeavesNoFiles) {
+  // Rank 1's first offload write fails; rank 0, waiting for its piece of a
+  // collective, is woken by its abort.
+  const traces::Trace trace = TinyGptTrace(1, kSeq, 1, 0, /*tp=*/2);
+  ShardRun runs[2];
+  RunShards(trace, runs, /*fail_write=*/true);
+  ASSERT_FALSE(runs[1].result.ok());
+  EXPECT_NE(runs[1].result.status().message().find("Input/output error"), std::string::npos)
+      << runs[1].result.status().ToString();
+  ASSERT_FALSE(runs[0].result.ok());
+  EXPECT_EQ(runs[0].result.status().message(),
+            "rank 1 failed: " + runs[1].result.status().message());
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(ListTree(runs[r].dir.path()).empty()) << r;
+}
+
+}  // namespace
+}  // namespace ssdtrain::exec
