@@ -235,8 +235,6 @@ class Offload:
         self._names = {}  # sid -> (name, bytes), for messages
         self._next_sid = 0
         self._group = 0
-        self._group_names = {}
-        self._module_stack = []
         self._in_backward = False
         self._failed = None
         self._resident = 0
@@ -250,6 +248,7 @@ class Offload:
     def __enter__(self):
         self.engine = _engine.Engine(**self._engine_args)
         self._order = SaveOrder(self.model)  # the parameters as they are now
+        self._hooks.extend(self._order.hooks(self.model))
         for name, m in self.model.named_modules():
             if not any(True for _ in m.children()):
                 self._hooks.append(m.register_forward_pre_hook(self._make_pre_hook(name)))
@@ -297,8 +296,7 @@ class Offload:
 
     def _root_pre_hook(self, module, args):
         with self._lock:
-            self._raise_if_failed()
-            self._order.start_forward(args)
+            self._raise_if_failed()  # SaveOrder's own pre-hook, run before, started it
             self._in_backward = False
             previous, self._current = self._current, _Forward(self._order.forwards - 1)
             if self.plan is not None and not previous.in_backward:
@@ -311,7 +309,6 @@ class Offload:
             if self._in_backward:
                 return
             self._group += 1
-            self._group_names[self._group] = name
             g = self._group
             for s in list(self._by_group.get(g - self.keep_last, ())):
                 if s.state == "queued":
@@ -325,12 +322,11 @@ class Offload:
     def _pack(self, t):
         with self._lock:
             self._raise_if_failed()
-            if self._in_backward:
-                # A new forward after a backward: a new step.
-                self._in_backward = False
             self._counts["saved_tensors"] += 1
+            # Not numbered (kept as it is): a parameter, buffer or model input, or
+            # a save of a checkpointed block's recomputation in backward.
             seen = self._order.see(t)
-            if seen is None:  # a parameter, buffer or model input: kept as it is
+            if seen is None:
                 return t
             entry, new = seen
             if new:
@@ -348,7 +344,7 @@ class Offload:
     def _new_storage(self, entry, t):
         """The _Storage for a storage saved for the first time, its write queued
         or started when it is to be offloaded."""
-        module = self._group_names.get(self._group, "<model>")
+        module = entry.module
         placed = None
         if self.plan is not None:
             base = t._base if t._base is not None else t
@@ -391,6 +387,7 @@ class Offload:
         with self._lock:
             self._raise_if_failed()
             self._in_backward = True
+            self._order.start_backward()
             s = h.storage
             if self.plan is not None:
                 self._apply_plan_at_unpack(s)
