@@ -9,11 +9,19 @@ FLOPs (2·m·n·k per gemm, one per output element otherwise) and bytes. Every
 tensor an op makes becomes a tensor row with its real dtype, shape and bytes; a
 tensor on a storage already seen (a view: view, transpose, split, expand, ...)
 becomes a row with ``alias_of`` its storage's first row and no bytes of its own.
-Tensors autograd saves (seen through saved-tensor hooks) are marked
+Tensors autograd saves in forward (seen through saved-tensor hooks) are marked
 ``saved_for_backward``, and the root row of each storage they are on is named
-``<name>:saved<k>`` with its save number k (ssdtrain/saved.py: the order in
-which autograd first saves each storage, apart from parameters and inputs),
-which ``offload(plan=...)`` uses to find a run's storages in the trace.
+``<module>.t<row>:saved<k>`` with its save number k and the module that first
+saves it (ssdtrain/saved.py: the order in which autograd first saves each
+storage, apart from parameters and inputs), which ``offload(plan=...)`` uses to
+find a run's storages in the trace.
+Checkpointing (torch.utils.checkpoint): the forward of a checkpointed block
+saves what the checkpoint saves (reentrant: its inputs; not reentrant: nothing,
+the checkpoint's own hooks replace these); its recomputation in backward is
+traced as ops named ``<module>.recompute.<op>``, in phase backward, whose
+tensors are of kind workspace and whose saves live within backward. Autocast
+and bf16 models need nothing: capture under the same ``torch.autocast`` as
+training, and each tensor row has the dtype the op produced.
 Module names come from forward hooks on every module: an op's name is its
 module's qualified name and the aten op, and its layer is the first integer in
 that name (``blocks.3.fc1`` -> 3; -1 outside numbered modules, and 0 everywhere

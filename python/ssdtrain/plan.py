@@ -2,15 +2,19 @@
 plan="plan.json", trace="captured.json")``.
 
 Which storage is which. ``ssdtrain.capture`` names the root row of every saved
-storage with its save number (ssdtrain/saved.py); a run numbers its saved
-storages with the same code, so the k-th storage a run saves is the trace's
-storage numbered k. Each is checked as it is saved: its bytes, dtype and shape
-must be the trace row's, and a run must save exactly as many storages as the
-trace; the first difference raises ``PlanError`` naming the storage (save
-number, module, what the trace has and what the run has) before anything of it
-is written. The plan itself is checked against the trace by the C++ reader
-(``traces::ValidatePlan``: model, trace fingerprint, placements) and resolved
-per storage by ``traces::ResolvePlan``, the one meaning of a plan.
+storage with its save number and the module that first saved it
+(ssdtrain/saved.py); a run numbers its saved storages with the same code, so
+the k-th storage a run saves is the trace's storage numbered k. Each is checked
+as it is saved, by what survives a change of view: its bytes, its dtype and
+the module that first saves it must be the trace's (not its shape: capture sees
+the tensors below autograd, a run those above, and the two may view one storage
+differently, ``[16, 128, 64]`` against ``[4, 4, 128, 64]``), and a run must
+save exactly as many storages as the trace; the first difference raises
+``PlanError`` naming the storage (save number, module, what the trace has and
+what the run has) before anything of it is written. The plan itself is checked
+against the trace by the C++ reader (``traces::ValidatePlan``: model, trace
+fingerprint, placements) and resolved per storage by ``traces::ResolvePlan``,
+the one meaning of a plan.
 
 What is applied. offload-ssd: the storage is written through the engine when
 autograd saves it (its producer has run), released at its eviction point (below;

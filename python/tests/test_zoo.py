@@ -146,7 +146,11 @@ class Zoo(unittest.TestCase):
             planned = sum(s.bytes for s in plan.storages if s.offload)
             for s in stats:
                 self.assertEqual(s["end"]["ssd_bytes_written"], micro_batches * planned, what)
+                # Forward's peak is the plan's (StepPlan.forward_peak). Backward's
+                # reads may add to it (a prefetch lands before autograd frees the
+                # storage it replaces), but the same every step.
                 self.assertEqual(s["forward"]["peak_saved_bytes"], plan.forward_peak(), what)
+            self.assertEqual(len({s["end"]["peak_saved_bytes"] for s in stats}), 1, what)
             if ckpt is None:  # checkpointed blocks save only their inputs, under 1 MiB
                 self.assertGreater(planned, 0, f"{what}: the plan offloads nothing")
         return trace

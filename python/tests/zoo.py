@@ -32,8 +32,7 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.proj = nn.Linear(hidden, hidden)
         self.drop = nn.Dropout(0.1)
-        self.register_buffer("mask", torch.ones(SEQ, SEQ, dtype=torch.bool).triu(1),
-                             persistent=False)
+        self.register_buffer("bias", torch.tril(torch.ones(SEQ, SEQ)).view(1, 1, SEQ, SEQ))
 
     def forward(self, x):
         b, s, h = x.shape
@@ -43,7 +42,7 @@ class CausalSelfAttention(nn.Module):
         k = k.view(b, s, a, d).transpose(1, 2)
         v = v.view(b, s, a, d).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
-        att = att.masked_fill(self.mask[:s, :s], float("-inf"))
+        att = att.masked_fill(self.bias[:, :, :s, :s] == 0, float("-inf"))
         att = self.drop(F.softmax(att, dim=-1))
         y = (att @ v).transpose(1, 2).contiguous().view(b, s, h)
         return self.drop(self.proj(y))
@@ -83,45 +82,46 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
-class TorchEncoder(nn.Module):
-    """nn.TransformerEncoder, its layers through checkpoint when asked."""
+class TorchStack(nn.Module):
+    """An embedding, PyTorch's own layers (`stack`: nn.TransformerEncoder or
+    nn.TransformerDecoder of `layer`s) and a head."""
 
-    def __init__(self, ckpt=None):
+    def __init__(self, ckpt, layer, stack):
         super().__init__()
         self.ckpt = ckpt
         self.tok = nn.Embedding(VOCAB, HIDDEN)
-        layer = nn.TransformerEncoderLayer(HIDDEN, HEADS, 4 * HIDDEN, dropout=0.1,
-                                           batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, LAYERS)
+        self.stack = stack(layer(HIDDEN, HEADS, 4 * HIDDEN, dropout=0.1, batch_first=True),
+                           LAYERS)
         self.head = nn.Linear(HIDDEN, VOCAB)
+
+
+class TorchEncoder(TorchStack):
+    """nn.TransformerEncoder, its layers through checkpoint when asked."""
+
+    def __init__(self, ckpt=None):
+        super().__init__(ckpt, nn.TransformerEncoderLayer, nn.TransformerEncoder)
 
     def forward(self, idx):
         x = self.tok(idx)
         if self.ckpt is None:
-            x = self.encoder(x)
+            x = self.stack(x)
         else:
-            for layer in self.encoder.layers:
+            for layer in self.stack.layers:
                 x = call(layer, self.ckpt, x)
         return self.head(x)
 
 
-class TorchDecoder(nn.Module):
+class TorchDecoder(TorchStack):
     """nn.TransformerDecoder over an embedded memory, with a causal mask."""
 
     def __init__(self, ckpt=None):
-        super().__init__()
-        self.ckpt = ckpt
-        self.tok = nn.Embedding(VOCAB, HIDDEN)
-        layer = nn.TransformerDecoderLayer(HIDDEN, HEADS, 4 * HIDDEN, dropout=0.1,
-                                           batch_first=True)
-        self.decoder = nn.TransformerDecoder(layer, LAYERS)
-        self.head = nn.Linear(HIDDEN, VOCAB)
+        super().__init__(ckpt, nn.TransformerDecoderLayer, nn.TransformerDecoder)
         mask = torch.full((SEQ, SEQ), float("-inf")).triu(1)
         self.register_buffer("mask", mask, persistent=False)
 
     def forward(self, idx, memory_idx):
         x, memory = self.tok(idx), self.tok(memory_idx)
-        for layer in self.decoder.layers:
+        for layer in self.stack.layers:
             x = call(layer, self.ckpt, x, memory, self.mask)
         return self.head(x)
 
