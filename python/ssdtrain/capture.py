@@ -248,7 +248,9 @@ class _Recorder:
     def pack(self, t):
         with self.lock:
             r = self.row_of(t, None, "a saved tensor")
-            self.tensors[r].setdefault("_module", self.current_module())
+            # The module its gradient's ops are named by (the recomputed block's own).
+            module = self.order.module() if self.recomputing() else self.current_module()
+            self.tensors[r].setdefault("_module", module)
             if self.phase == "backward":  # a checkpointed block's recomputation saves
                 return t  # for its own gradient only: nothing lives across the gap
             self.tensors[r]["saved_for_backward"] = True

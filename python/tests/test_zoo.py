@@ -126,6 +126,10 @@ class Zoo(unittest.TestCase):
         what = f"{name}, checkpoint {ckpt}, autocast {amp}, {micro_batches} micro-batch(es)"
         trace, trace_path, plan_path = self.capture_and_plan(name, ckpt, amp, micro_batches)
         self.assertEqual(ssdtrain.saved_bytes(trace), hooked_saved_bytes(name, ckpt, amp), what)
+        # A checkpointed block's recomputation is traced in backward, as such.
+        recompute = [o for o in trace["ops"] if ".recompute." in o["name"]]
+        self.assertEqual(bool(recompute), ckpt is not None, what)
+        self.assertTrue(all(o["phase"] == "backward" for o in recompute), what)
         reference, _ = train(name, ckpt, amp, micro_batches)
         offload_dir = tempfile.mkdtemp(prefix="ssdtrain-zoo-run-", dir=self.tmp)
         # "offload-ssd" writes every storage of at least MIN_BYTES; "ssdtrain" (the
