@@ -84,7 +84,7 @@ import weakref
 
 import torch
 
-from . import _engine
+from . import _engine, ranks
 from .plan import PlanError, StepPlan
 from .saved import SaveOrder
 from .transfers import _ON_DISK, OffloadError, Transfers, _Handle, _Storage
@@ -213,6 +213,11 @@ class Offload(Transfers):
             # autograd turns an exception in a saved-tensor hook into a
             # RuntimeError; hand the caller the OffloadError itself.
             raise self._failed from exc
+        if self._failed is None and isinstance(exc, Exception):
+            peer = ranks.peer_failure()  # another rank's offload failed (ssdtrain/ranks.py)
+            if peer is not None:
+                raise OffloadError(f"ssdtrain.offload: this rank's step failed because {peer}") \
+                    from exc
         return False
 
     def close(self):

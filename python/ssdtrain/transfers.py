@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from . import _engine
+from . import _engine, ranks
 
 OffloadError = _engine.OffloadError
 
@@ -244,6 +244,7 @@ class Transfers:
         err = OffloadError(f"ssdtrain.offload: {what} saved tensor {name} (storage {sid}, "
                            f"{nbytes} bytes, file {path}) failed: {e}")
         self._failed = err
+        ranks.publish(str(err))
         raise err from e
 
     def _raise_if_failed(self):
