@@ -1,7 +1,10 @@
 """A CPU training step of the test GPT (4 blocks, hidden 256, sequence 128,
 micro-batch 4) with ssdtrain.offload against without, interleaved round by
-round so that both see the same machine load. Prints the median step times,
-their ratio and the offload statistics; --json writes them.
+round so that both see the same machine load. Policy "plan" is the
+plan-driven path: the step captured (ssdtrain.capture), planned by `ssdtrain
+plan --trace --policy offload-ssd` on configs/hardware/cpu-local.json, and run
+by offload(plan=..., trace=...). Prints the median step times, their ratio
+and the offload statistics; --json writes them.
 
     PYTHONPATH=build/python /usr/bin/python3 python/bench/offload_bench.py --dir /var/tmp
 """
@@ -10,15 +13,30 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "python", "tests"))
 import ssdtrain  # noqa: E402
 from gpt import GPT, batch, loss_fn  # noqa: E402
+from test_plan import HEADER  # noqa: E402
+
+
+def planned(model, idx, targets, d, cli):
+    """offload() arguments for policy "plan": the step captured and planned in d."""
+    trace, plan = os.path.join(d, "captured.json"), os.path.join(d, "plan.json")
+    ssdtrain.capture(model, (idx,), loss_fn=lambda out: loss_fn(out, targets), path=trace,
+                     header=HEADER)
+    model.zero_grad()
+    subprocess.run([cli, "plan", "--trace", trace, "--policy", "offload-ssd", "--hardware",
+                    os.path.join(ROOT, "configs", "hardware", "cpu-local.json"), "-o", plan],
+                   check=True, capture_output=True)
+    return dict(plan=plan, trace=trace)
 
 
 def step(model, opt, idx, targets, dir=None, policy=None):
@@ -28,7 +46,8 @@ def step(model, opt, idx, targets, dir=None, policy=None):
     if dir is None:
         loss_fn(model(idx), targets).backward()
     else:
-        with ssdtrain.offload(model, dir, policy=policy) as off:
+        how = policy if isinstance(policy, dict) else dict(policy=policy)
+        with ssdtrain.offload(model, dir, **how) as off:
             loss_fn(model(idx), targets).backward()
             stats = off.stats()
     opt.step()
@@ -39,8 +58,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="/var/tmp", help="offload directory (on the SSD)")
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--policies", default="none,ssdtrain,all",
-                    help="offload policies, comma-separated (none: the hooks, nothing written)")
+    ap.add_argument("--policies", default="keep,ssdtrain,offload-ssd,plan",
+                    help="offload policies, comma-separated (keep: the hooks, nothing written; "
+                         "plan: by a plan for the captured step)")
+    ap.add_argument("--cli", default=os.path.join(ROOT, "build", "app", "ssdtrain"),
+                    help="the ssdtrain binary (for policy plan)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -48,15 +70,19 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     idx, targets = batch(0)
     policies = args.policies.split(",")
-    with tempfile.TemporaryDirectory(dir=args.dir, prefix="ssdtrain-bench-") as d:
+    with tempfile.TemporaryDirectory(prefix="ssdtrain-bench-plan-") as plan_dir, \
+            tempfile.TemporaryDirectory(dir=args.dir, prefix="ssdtrain-bench-") as d:
+        how = {p: p for p in policies}
+        if "plan" in how:
+            how["plan"] = planned(model, idx, targets, plan_dir, args.cli)
         for p in [None] + policies:  # warm-up: allocator, page cache, engine
-            step(model, opt, idx, targets, d if p else None, p)
+            step(model, opt, idx, targets, d if p else None, how.get(p))
         times = {p: [] for p in ["baseline"] + policies}
         stats = {}
         for _ in range(args.rounds):
             times["baseline"].append(step(model, opt, idx, targets)[0])
             for p in policies:
-                ns, stats[p] = step(model, opt, idx, targets, d, p)
+                ns, stats[p] = step(model, opt, idx, targets, d, how[p])
                 times[p].append(ns)
         assert os.listdir(d) == [], "offload files left behind"
     base = statistics.median(times["baseline"])

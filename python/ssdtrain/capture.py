@@ -9,11 +9,19 @@ FLOPs (2·m·n·k per gemm, one per output element otherwise) and bytes. Every
 tensor an op makes becomes a tensor row with its real dtype, shape and bytes; a
 tensor on a storage already seen (a view: view, transpose, split, expand, ...)
 becomes a row with ``alias_of`` its storage's first row and no bytes of its own.
-Tensors autograd saves (seen through saved-tensor hooks) are marked
+Tensors autograd saves in forward (seen through saved-tensor hooks) are marked
 ``saved_for_backward``, and the root row of each storage they are on is named
-``<name>:saved<k>`` with its save number k (ssdtrain/saved.py: the order in
-which autograd first saves each storage, apart from parameters and inputs),
-which ``offload(plan=...)`` uses to find a run's storages in the trace.
+``<module>.t<row>:saved<k>`` with its save number k and the module that first
+saves it (ssdtrain/saved.py: the order in which autograd first saves each
+storage, apart from parameters and inputs), which ``offload(plan=...)`` uses to
+find a run's storages in the trace.
+Checkpointing (torch.utils.checkpoint): the forward of a checkpointed block
+saves what the checkpoint saves (reentrant: its inputs; not reentrant: nothing,
+the checkpoint's own hooks replace these); its recomputation in backward is
+traced as ops named ``<module>.recompute.<op>``, in phase backward, whose
+tensors are of kind workspace and whose saves live within backward. Autocast
+and bf16 models need nothing: capture under the same ``torch.autocast`` as
+training, and each tensor row has the dtype the op produced.
 Module names come from forward hooks on every module: an op's name is its
 module's qualified name and the aten op, and its layer is the first integer in
 that name (``blocks.3.fc1`` -> 3; -1 outside numbered modules, and 0 everywhere
@@ -131,7 +139,6 @@ class _Recorder:
         self.params.update({id(b): n for n, b in model.named_buffers()})
         self.inputs = {id(t) for t in tree_flatten(inputs)[0] if isinstance(t, torch.Tensor)}
         self.phase = "forward"
-        self.module_stack = []
         self.backward_module = ""
         self.order = SaveOrder(model)
         self.lock = threading.Lock()
@@ -163,6 +170,8 @@ class _Recorder:
             kind, name = "weight", self.params[key]
         elif key in self.inputs:
             kind, name = "input", f"input{rid}"
+        elif self.recomputing():  # lives until the block's gradient is done
+            kind, name = "workspace", f"{module}.t{rid}"
         else:
             kind = "gradient" if self.phase == "backward" else "activation"
             name = f"{module or '<model>'}.t{rid}"
@@ -174,10 +183,16 @@ class _Recorder:
 
     # ---- ops --------------------------------------------------------------
 
+    def recomputing(self):
+        """A module's forward runs in backward: a checkpointed block's recomputation."""
+        return self.phase == "backward" and bool(self.order.stack)
+
     def current_module(self):
+        if self.recomputing():
+            return self.order.module() + ".recompute"
         if self.phase == "backward":
             return self.backward_module
-        return self.module_stack[-1] if self.module_stack else ""
+        return self.order.module() if self.order.stack else ""
 
     def record(self, func, args, kwargs, out):
         with self.lock:
@@ -233,12 +248,16 @@ class _Recorder:
     def pack(self, t):
         with self.lock:
             r = self.row_of(t, None, "a saved tensor")
+            # The module its gradient's ops are named by (the recomputed block's own).
+            module = self.order.module() if self.recomputing() else self.current_module()
+            self.tensors[r].setdefault("_module", module)
+            if self.phase == "backward":  # a checkpointed block's recomputation saves
+                return t  # for its own gradient only: nothing lives across the gap
             self.tensors[r]["saved_for_backward"] = True
-            self.tensors[r].setdefault("_module", self.current_module())
             seen = self.order.see(t)
             if seen is not None and seen[1]:
-                root = self.tensors[_root(self.tensors, r)]
-                root["name"] = saved_name(root["name"], seen[0].index)
+                root = _root(self.tensors, r)
+                self.tensors[root]["name"] = saved_name(seen[0].module, root, seen[0].index)
         return t
 
     def unpack(self, t):
@@ -249,14 +268,25 @@ class _Recorder:
         return t
 
 
+def _returns_tensor(func):
+    returns = func._schema.returns
+    return len(returns) == 1 and str(returns[0].type) == "Tensor"
+
+
 class _Mode(TorchDispatchMode):
     def __init__(self, recorder):
         super().__init__()
         self.recorder = recorder
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if args and isinstance(args[0], (int, float, bool)) and \
+                func.overloadpacket.__name__ in ("detach", "alias"):
+            # The other half of the case below: a hook that detaches such a
+            # number (torch.utils.checkpoint's) is handed the Python number.
+            return torch.tensor(args[0])
         out = func(*args, **(kwargs or {}))
-        if not isinstance(out, (torch.Tensor, tuple, list)) and isinstance(args[0], torch.Tensor):
+        if isinstance(out, (int, float, bool)) and isinstance(args[0], torch.Tensor) and \
+                _returns_tensor(func):
             # torch 1.13 turns a detached wrapped number (the 8 saved by x / 8) into
             # a Python number on the way out of the mode, and autograd wants a
             # tensor back: hand it one of the same dtype.
@@ -316,20 +346,13 @@ def capture(model, example_inputs, loss_fn=None, path=None, header=None, min_byt
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     rec = _Recorder(model, example_inputs)
-    hooks = [rec.order.hook(model)]
-    for name, m in model.named_modules():
-        def pre(mod, args, name=name):
-            rec.module_stack.append(name)
-
-        def post(mod, args, out, name=name):
-            rec.module_stack.pop()
-        hooks.append(m.register_forward_pre_hook(pre))
-        hooks.append(m.register_forward_hook(post))
+    hooks = rec.order.hooks(model)
     try:
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack), _Mode(rec):
             out = model(*example_inputs)
             loss = loss_fn(out) if loss_fn is not None else out.sum()
             rec.phase = "backward"
+            rec.order.start_backward()
             loss.backward()
     finally:
         for h in hooks:

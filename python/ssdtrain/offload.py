@@ -15,7 +15,9 @@ are. Every other storage is written whole to a file of its own by the engine
 (io_uring, O_DIRECT, a CRC32C per extent) and released once the write has
 landed; backward reads it back into a fresh tensor, checks it, and rebuilds the
 saved view (dtype, shape, strides, offset) on it, so the values autograd sees
-are bitwise the ones it saved.
+are bitwise the ones it saved. This module decides when; how a storage's bytes
+move (writes, reads, forwarding, CUDA staging, failure messages) is
+ssdtrain/transfers.py.
 
 Leaf modules (modules without children) split forward into groups: group g
 starts when the g-th leaf module's forward starts. The schedule is a function
@@ -32,8 +34,10 @@ of the groups only, so memory is deterministic:
   is handed over as is: forwarding, no read.
 With ``plan=`` and ``trace=`` (a plan ``ssdtrain plan --trace`` made for a trace
 ``ssdtrain.capture`` wrote), the plan decides instead (ssdtrain/plan.py): each
-storage is matched to the trace's by its save number and checked (bytes, dtype,
-shape: a run that is not the captured one raises ``ssdtrain.PlanError``);
+storage is matched to the trace's by its save number and checked by what
+survives a change of view (bytes, dtype, the module that first saves it;
+ssdtrain/saved.py: a run that is not the captured one raises
+``ssdtrain.PlanError``);
 offload-ssd storages are written when saved (as under "offload-ssd") and released at the
 plan's eviction points, mapped to the first save or unpack after each (a plan
 without them: they land within ``write_lag`` leaf modules), keep storages stay,
@@ -61,24 +65,29 @@ written from there; reads land in pinned memory and are copied back on that
 stream, with the consuming stream waiting on it. This path has not run on a
 GPU yet. CPU tensors are written and read in place.
 
+Checkpointing. torch.utils.checkpoint's saves reach these hooks where the
+checkpoint makes them through autograd: with ``use_reentrant=True`` the
+checkpoint's inputs are saved in forward (and offloaded like any storage), and
+its recomputation in backward saves what it needs for that block only (kept,
+not numbered). With ``use_reentrant=False`` (torch 1.13) the checkpoint's own
+saved-tensor hooks replace these inside the block, and its inputs are held by
+the checkpoint, not saved: nothing of the block is offloaded.
+
 Thread-safety: one ``offload`` block at a time per thread of forward; unpack may
 run on autograd's device threads, so the cache takes a lock.
 """
 
 import os
-import warnings
-import re
 import threading
-import time
+import warnings
 import weakref
 
 import torch
 
-from . import _engine
+from . import _engine, ranks
 from .plan import PlanError, StepPlan
 from .saved import SaveOrder
-
-OffloadError = _engine.OffloadError
+from .transfers import _ON_DISK, OffloadError, Transfers, _Handle, _Storage
 
 POLICIES = ("ssdtrain", "offload-ssd", "keep")  # the names `ssdtrain plan` and `replay` use
 # The old names, still accepted with a DeprecationWarning.
@@ -97,14 +106,6 @@ DEFAULT_QUEUE_DEPTH = 16
 DEFAULT_PREFETCH = 2
 
 
-# How the engine names a tensor in a message: "writing tensor 6 to /d/t6.bin",
-# "checksum mismatch reading tensor 3 from /d/t3.bin".
-_ENGINE_TENSOR = re.compile(r"(writing|reading) tensor (\d+) (?:to|from) (\S+)")
-
-# States whose storage has a file (or a write in flight).
-_ON_DISK = ("writing", "forwarding", "written", "reading", "read")
-
-
 class _Forward:
     """One forward of the model (a micro-batch) and what its plan still owes it:
     forwards may run several before their backwards (gradient accumulation), so
@@ -121,60 +122,9 @@ class _Forward:
         self.in_backward = False  # its backward has started (and its count was checked)
 
 
-class _Storage:
-    """One deduplicated storage and where its bytes are."""
-
-    __slots__ = ("sid", "entry", "forward", "nbytes", "name", "group", "device", "tensor",
-                 "state", "ticket", "buffer", "refs", "file", "handles", "pinned", "event")
-
-    def __init__(self, sid, entry, forward, nbytes, name, group, device, tensor):
-        self.sid = sid
-        self.entry = entry  # its saved.SavedEntry (save number, storage key)
-        self.forward = forward  # the _Forward that saved it
-        self.nbytes = nbytes
-        self.name = name
-        self.group = group
-        self.device = device
-        self.tensor = tensor  # the first saved tensor on it, while resident
-        # kept | queued | writing | forwarding | written | reading | read | freed
-        self.state = "kept"
-        self.ticket = None
-        self.buffer = None  # bytes read back (uint8, nbytes), or the pinned copy
-        self.refs = 0  # live pack handles
-        self.file = ""
-        self.handles = []  # weak references to the handles, to drop their tensors
-        self.pinned = None
-        self.event = None
 
 
-class _Handle:
-    """What autograd keeps in place of a saved tensor."""
-
-    __slots__ = ("cache", "storage", "tensor", "dtype", "size", "stride", "offset",
-                 "__weakref__")
-
-    def __init__(self, cache, storage, tensor):
-        self.cache = cache
-        self.storage = storage
-        self.tensor = tensor  # the saved tensor itself while the storage is resident
-        self.dtype = tensor.dtype
-        self.size = tuple(tensor.size())
-        self.stride = tuple(tensor.stride())
-        self.offset = tensor.storage_offset()
-
-    def __del__(self):
-        try:
-            self.cache._drop(self.storage)
-        except Exception:  # interpreter shutdown: the cache may be gone already
-            pass
-
-
-def _storage_of(t):
-    s = t.storage()
-    return s.data_ptr(), s.nbytes()
-
-
-class Offload:
+class Offload(Transfers):
     """The object ``offload(...)`` returns; use it as a context manager."""
 
     def __init__(self, model, dir, policy=None, plan=None, trace=None,
@@ -235,8 +185,6 @@ class Offload:
         self._names = {}  # sid -> (name, bytes), for messages
         self._next_sid = 0
         self._group = 0
-        self._group_names = {}
-        self._module_stack = []
         self._in_backward = False
         self._failed = None
         self._resident = 0
@@ -250,9 +198,10 @@ class Offload:
     def __enter__(self):
         self.engine = _engine.Engine(**self._engine_args)
         self._order = SaveOrder(self.model)  # the parameters as they are now
-        for name, m in self.model.named_modules():
+        self._hooks.extend(self._order.hooks(self.model))
+        for m in self.model.modules():
             if not any(True for _ in m.children()):
-                self._hooks.append(m.register_forward_pre_hook(self._make_pre_hook(name)))
+                self._hooks.append(m.register_forward_pre_hook(self._next_group))
         self._hooks.append(self.model.register_forward_pre_hook(self._root_pre_hook))
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._saved_hooks.__enter__()
@@ -264,6 +213,11 @@ class Offload:
             # autograd turns an exception in a saved-tensor hook into a
             # RuntimeError; hand the caller the OffloadError itself.
             raise self._failed from exc
+        if self._failed is None and isinstance(exc, Exception):
+            peer = ranks.peer_failure()  # another rank's offload failed (ssdtrain/ranks.py)
+            if peer is not None:
+                raise OffloadError(f"ssdtrain.offload: this rank's step failed because {peer}") \
+                    from exc
         return False
 
     def close(self):
@@ -290,28 +244,22 @@ class Offload:
 
     # ---- module hooks: groups --------------------------------------------
 
-    def _make_pre_hook(self, name):
-        def pre_hook(module, args):
-            self._next_group(name)
-        return pre_hook
-
     def _root_pre_hook(self, module, args):
         with self._lock:
-            self._raise_if_failed()
-            self._order.start_forward(args)
+            self._raise_if_failed()  # SaveOrder's own pre-hook, run before, started it
             self._in_backward = False
             previous, self._current = self._current, _Forward(self._order.forwards - 1)
             if self.plan is not None and not previous.in_backward:
                 # The points after its last save, up to its forward's end, are behind us.
                 self._evict_late(previous, self.plan.forward_end)
 
-    def _next_group(self, name):
+    def _next_group(self, module, args):
+        """A leaf module's forward starts: the next group."""
         with self._lock:
             self._raise_if_failed()
             if self._in_backward:
                 return
             self._group += 1
-            self._group_names[self._group] = name
             g = self._group
             for s in list(self._by_group.get(g - self.keep_last, ())):
                 if s.state == "queued":
@@ -325,12 +273,11 @@ class Offload:
     def _pack(self, t):
         with self._lock:
             self._raise_if_failed()
-            if self._in_backward:
-                # A new forward after a backward: a new step.
-                self._in_backward = False
             self._counts["saved_tensors"] += 1
+            # Not numbered (kept as it is): a parameter, buffer or model input, or
+            # a save of a checkpointed block's recomputation in backward.
             seen = self._order.see(t)
-            if seen is None:  # a parameter, buffer or model input: kept as it is
+            if seen is None:
                 return t
             entry, new = seen
             if new:
@@ -348,7 +295,7 @@ class Offload:
     def _new_storage(self, entry, t):
         """The _Storage for a storage saved for the first time, its write queued
         or started when it is to be offloaded."""
-        module = self._group_names.get(self._group, "<model>")
+        module = entry.module
         placed = None
         if self.plan is not None:
             base = t._base if t._base is not None else t
@@ -391,6 +338,7 @@ class Offload:
         with self._lock:
             self._raise_if_failed()
             self._in_backward = True
+            self._order.start_backward()
             s = h.storage
             if self.plan is not None:
                 self._apply_plan_at_unpack(s)
@@ -433,19 +381,6 @@ class Offload:
                 self._start_read(p)
                 self._counts["prefetched_storages"] += 1
 
-    def _view(self, s, h):
-        if s.device.type == "cuda":
-            if s.tensor is None:
-                stream = self._copy_stream(s.device)
-                with torch.cuda.stream(stream):
-                    s.tensor = s.buffer.to(s.device, non_blocking=True)
-                torch.cuda.current_stream(s.device).wait_stream(stream)
-                s.tensor.record_stream(torch.cuda.current_stream(s.device))
-            base = s.tensor
-        else:
-            base = s.buffer
-        return base.view(h.dtype).as_strided(h.size, h.stride, h.offset)
-
     def _drop(self, s):
         with self._lock:
             s.refs -= 1
@@ -455,38 +390,7 @@ class Offload:
                 except OffloadError as e:  # raised again by the next hook
                     self._failed = self._failed or e
 
-    # ---- the schedule -----------------------------------------------------
-
-    def _start_write(self, s):
-        try:
-            if s.device.type == "cuda":
-                self._stage_to_host(s)
-                src = s.pinned
-            else:
-                src = s.tensor
-            s.ticket = self.engine.write_async(s.sid, _storage_of(src)[0], s.nbytes)
-        except OffloadError as e:
-            self._fail(s, "writing", e)
-        s.state = "writing"
-        try:
-            s.file = self.engine.file_path(s.sid)
-        except OffloadError:
-            pass  # the engine failed since: the wait on this write reports why
-
-    def _land_write(self, s):
-        t0 = time.perf_counter_ns()
-        try:
-            self.engine.wait(s.ticket)
-        except OffloadError as e:
-            self._fail(s, "writing", e)
-        finally:
-            self._exposed_ns += time.perf_counter_ns() - t0
-        s.ticket = None
-        s.state = "written"
-        s.pinned = None
-        self._release(s)
-        self._counts["offloaded_storages"] += 1
-        self._counts["offloaded_bytes"] += s.nbytes
+    # ---- the plan's eviction points ----------------------------------------
 
     def _evict(self, fwd, save_numbers):
         """The plan's eviction point of these storages of forward `fwd`: each
@@ -502,127 +406,7 @@ class Offload:
         due, fwd.late_done = self.plan.late_evictions_due(fwd.late_done, reached)
         self._evict(fwd, due)
 
-    def _release(self, s):
-        """Drops every reference this cache holds to the storage's memory."""
-        s.tensor = None
-        for ref in s.handles:
-            h = ref()
-            if h is not None:
-                h.tensor = None
-        self._add_resident(-s.nbytes)
-
-    def _start_read(self, s):
-        pin = s.device.type == "cuda"
-        s.buffer = torch.empty(s.nbytes, dtype=torch.uint8, pin_memory=pin)
-        self._add_resident(s.nbytes)
-        try:
-            s.ticket = self.engine.read_async(s.sid, s.buffer.data_ptr(), s.nbytes)
-        except OffloadError as e:
-            self._fail(s, "reading", e)
-        s.state = "reading"
-
-    def _land_read(self, s):
-        t0 = time.perf_counter_ns()
-        try:
-            self.engine.wait(s.ticket)
-        except OffloadError as e:
-            s.buffer = None  # never hand back bytes that were not checked
-            self._fail(s, "reading", e)
-        finally:
-            self._exposed_ns += time.perf_counter_ns() - t0
-        s.ticket = None
-        s.state = "read"
-
-    def _forward(self, s):
-        """Backward needs s before its write was released: hand over the resident
-        tensor and skip the read (a write in flight is left to finish; its file goes
-        with the storage)."""
-        if s.state == "writing":
-            s.state = "forwarding"
-            self._counts["forwarded_storages"] += 1
-            self._counts["forwarded_bytes"] += s.nbytes
-        else:  # queued: one of the last keep_last leaf modules', never written
-            s.state = "kept"
-            self._counts["kept_last_bytes"] += s.nbytes
-
-    def _forget(self, s):
-        """The last saved tensor on s is gone: free its memory and its file."""
-        if s.ticket is not None:
-            try:
-                self.engine.wait(s.ticket)
-            except OffloadError:
-                pass  # the engine has failed; nothing of s is used any more
-            s.ticket = None
-        if s.state != "written":  # every other state holds the bytes in memory
-            self._add_resident(-s.nbytes)
-        if s.state in _ON_DISK and not self.engine.closed:
-            try:
-                self.engine.remove(s.sid)
-            except OffloadError:
-                pass  # after a failure the engine has removed every file already
-        s.tensor = None
-        s.buffer = None
-        s.pinned = None
-        s.state = "freed"
-        self._order.forget(s.entry)
-        if s.forward.by_index.get(s.entry.index) is s:
-            del s.forward.by_index[s.entry.index]
-        self._live.pop(s.sid, None)
-        group = self._by_group.get(s.group)
-        if group is not None and s in group:
-            group.remove(s)
-            if not group:
-                del self._by_group[s.group]
-
-    # ---- CUDA staging -----------------------------------------------------
-
-    def _copy_stream(self, device):
-        streams = self.__dict__.setdefault("_streams", {})
-        if device not in streams:
-            streams[device] = torch.cuda.Stream(device)
-        return streams[device]
-
-    def _stage_to_host(self, s):
-        stream = self._copy_stream(s.device)
-        stream.wait_stream(torch.cuda.current_stream(s.device))
-        s.pinned = torch.empty(s.nbytes, dtype=torch.uint8, pin_memory=True)
-        src = s.tensor
-        flat = torch.empty(0, dtype=src.dtype, device=s.device).set_(src.storage())
-        flat = flat.view(torch.uint8)
-        with torch.cuda.stream(stream):
-            s.pinned.copy_(flat, non_blocking=True)
-            s.event = torch.cuda.Event()
-            s.event.record(stream)
-        s.event.synchronize()
-
-    # ---- failures ---------------------------------------------------------
-
-    def _fail(self, s, what, e):
-        """Raises OffloadError naming the saved tensor and file the engine failed on:
-        the engine's message names them by id (the failure is sticky, so a later
-        wait may report an earlier tensor's failure)."""
-        culprit = _ENGINE_TENSOR.findall(str(e))
-        if culprit:
-            verb, sid, path = culprit[-1]
-            name, nbytes = self._names.get(int(sid), (f"t{sid}", 0))
-            what, sid = verb, int(sid)
-        else:
-            name, nbytes, sid, path = s.name, s.nbytes, s.sid, s.file or "not created"
-        err = OffloadError(f"ssdtrain.offload: {what} saved tensor {name} (storage {sid}, "
-                           f"{nbytes} bytes, file {path}) failed: {e}")
-        self._failed = err
-        raise err from e
-
-    def _raise_if_failed(self):
-        if self._failed is not None:
-            raise self._failed
-
     # ---- statistics -------------------------------------------------------
-
-    def _add_resident(self, delta):
-        self._resident += delta
-        if self._resident > self._peak:
-            self._peak = self._resident
 
     def _stats_locked(self):
         e = self.engine.stats()

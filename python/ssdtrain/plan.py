@@ -2,15 +2,19 @@
 plan="plan.json", trace="captured.json")``.
 
 Which storage is which. ``ssdtrain.capture`` names the root row of every saved
-storage with its save number (ssdtrain/saved.py); a run numbers its saved
-storages with the same code, so the k-th storage a run saves is the trace's
-storage numbered k. Each is checked as it is saved: its bytes, dtype and shape
-must be the trace row's, and a run must save exactly as many storages as the
-trace; the first difference raises ``PlanError`` naming the storage (save
-number, module, what the trace has and what the run has) before anything of it
-is written. The plan itself is checked against the trace by the C++ reader
-(``traces::ValidatePlan``: model, trace fingerprint, placements) and resolved
-per storage by ``traces::ResolvePlan``, the one meaning of a plan.
+storage with its save number and the module that first saved it
+(ssdtrain/saved.py); a run numbers its saved storages with the same code, so
+the k-th storage a run saves is the trace's storage numbered k. Each is checked
+as it is saved, by what survives a change of view: its bytes, its dtype and
+the module that first saves it must be the trace's (not its shape: capture sees
+the tensors below autograd, a run those above, and the two may view one storage
+differently, ``[16, 128, 64]`` against ``[4, 4, 128, 64]``), and a run must
+save exactly as many storages as the trace; the first difference raises
+``PlanError`` naming the storage (save number, module, what the trace has and
+what the run has) before anything of it is written. The plan itself is checked
+against the trace by the C++ reader (``traces::ValidatePlan``: model, trace
+fingerprint, placements) and resolved per storage by ``traces::ResolvePlan``,
+the one meaning of a plan.
 
 What is applied. offload-ssd: the storage is written through the engine when
 autograd saves it (its producer has run), released at its eviction point (below;
@@ -54,8 +58,8 @@ import bisect
 import os
 
 from . import _engine
-from .capture import _dtype_name, storage_shape
-from .saved import saved_index
+from .capture import _dtype_name
+from .saved import saved_index, saved_module
 
 PlanError = _engine.PlanError
 
@@ -72,13 +76,14 @@ _UNSUPPORTED = {
 class PlacedStorage:
     """One numbered storage of the trace and what the plan does with it."""
 
-    __slots__ = ("index", "root", "name", "bytes", "dtype", "shape", "offload",
+    __slots__ = ("index", "root", "name", "module", "bytes", "dtype", "shape", "offload",
                  "producer", "first_backward_use", "prefetch_before", "evict_before")
 
     def __init__(self, index, row):
         self.index = index
         self.root = row["root"]
         self.name = row["name"]
+        self.module = saved_module(row["name"])
         self.bytes = row["bytes"]
         self.dtype = row["dtype"]
         self.shape = list(row["shape"])
@@ -173,6 +178,21 @@ class StepPlan:
                 evictions.setdefault(at, []).append(s.index)
         return evictions, sorted(late)
 
+    def forward_peak(self):
+        """The resident saved bytes a run of this plan holds at most in forward:
+        in save order, the storages whose eviction points a save stands for
+        released first (``_evictions``), then that storage counted. None when
+        some offloaded storage has no eviction point (it follows write_lag,
+        which depends on the module order, not on the plan)."""
+        if any(s.offload and s.evict_before is None for s in self.storages):
+            return None
+        resident = peak = 0
+        for s in self.storages:
+            resident -= sum(self.storages[k].bytes for k in self.evictions.get(s.index, ()))
+            resident += s.bytes
+            peak = max(peak, resident)
+        return peak
+
     def late_evictions_due(self, done, reached):
         """The late evictions a run owes once it has reached op `reached` (None:
         none), from the `done`-th on (a forward's first `done` were applied
@@ -190,23 +210,25 @@ class StepPlan:
 
     def check(self, index, base, module):
         """The placement of the run's storage numbered `index`, whose base tensor is
-        `base` (saved in `module`); raises PlanError when it is not the trace's."""
+        `base`, first saved in `module`; raises PlanError when it is not the
+        trace's storage of that number. What is compared survives a change of
+        view (ssdtrain/saved.py): bytes, dtype and module, not the shape."""
+        nbytes = base.storage().nbytes()
         if index >= len(self.storages):
             raise self._mismatch(
-                f"saved storage {index} (in {module}: {base.storage().nbytes()} bytes "
-                f"{str(base.dtype).replace('torch.', '')} {list(base.shape)}) is one more "
-                f"than the {len(self.storages)} the trace has")
+                f"saved storage {index} (in {module}: {nbytes} bytes "
+                f"{str(base.dtype).replace('torch.', '')}) is one more than the "
+                f"{len(self.storages)} the trace has")
         s = self.storages[index]
         try:
             dtype = _dtype_name(base.dtype, f"saved storage {index}")
         except ValueError as e:
             raise self._mismatch(str(e)) from e
-        got = (base.storage().nbytes(), dtype, storage_shape(base))
-        if got != (s.bytes, s.dtype, s.shape):
+        if (nbytes, dtype, module) != (s.bytes, s.dtype, s.module):
             raise self._mismatch(
-                f"saved storage {index} (in {module}) is {got[0]} bytes {got[1]} {got[2]}, "
+                f"saved storage {index} is {nbytes} bytes {dtype} first saved in {module}, "
                 f"but the trace's storage {index} ({s.name}) is {s.bytes} bytes {s.dtype} "
-                f"{s.shape}")
+                f"first saved in {s.module}")
         return s
 
     def check_count(self, count, forward):
