@@ -3,7 +3,8 @@
 #   scripts/sanitize.sh asan   ASan + UBSan (first report aborts) in build-asan/,
 #                              runs every test except the accuracy test
 #   scripts/sanitize.sh tsan   ThreadSanitizer in build-tsan/, runs the executor's
-#                              tests (exec_*), the code with threads
+#                              tests (exec_*) and the planner's threads
+#                              (sim_task_pool_test, stage_plans_test)
 # The ASan build also holds the libFuzzer programs (-DSSDTRAIN_FUZZ=ON), so that
 # scripts/fuzz.sh reuses it instead of compiling everything a third time.
 # Extra arguments go to ctest (e.g. -R OffloadEngine); --configure-only stops
@@ -78,14 +79,16 @@ if [[ $kind == asan ]]; then
   cmake --build "$build" -j "$jobs"
   ctest --test-dir "$build" --output-on-failure -j "$jobs" -E "$(join "${exclude_asan[@]}")" "$@"
 else
-  # Only the executor's test programs (and the library they need).
+  # Only the executor's test programs (and the library they need), and the
+  # planner's threads: its pool and the search on several threads.
   targets=$(ninja -C "$build" -t targets all | sed -n 's/^\(exec_[a-z_]*\): phony$/\1/p')
   if [[ -z $targets ]]; then
     echo "sanitize.sh: no exec_* test programs in $build" >&2
     exit 1
   fi
+  targets+=" sim_task_pool_test stage_plans_test"
   # shellcheck disable=SC2086  # one target per word
   cmake --build "$build" -j "$jobs" --target $targets
-  ctest --test-dir "$build" --output-on-failure -j "$jobs" -L '^exec_' \
+  ctest --test-dir "$build" --output-on-failure -j "$jobs" -L '^(exec_|sim_task_pool_test$|stage_plans_test$)' \
     -E "$(join "${exclude_tsan[@]}")" "$@"
 fi

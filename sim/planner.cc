@@ -46,21 +46,31 @@ struct Candidate {
   Prediction prediction;
   bool fits = false;
   int64_t over_budget_bytes = 0;
-  std::string shortfall;  // HostAndDiskShortfall: why it cannot run beside GPU memory
+  std::string shortfall;    // HostAndDiskShortfall: why it cannot run beside GPU memory
+  int64_t simulations = 0;  // stage and whole-step simulations it took
 };
 
 class Search {
  public:
   Search(const TraceProvider& provider, const HardwareOptions& hw, const PlannerOptions& options,
          int64_t budget)
-      : cache_(provider), hw_(hw), options_(options), budget_(budget) {
+      : cache_(provider),
+        hw_(hw),
+        options_(options),
+        budget_(budget),
+        threads_(options.threads > 0
+                     ? options.threads
+                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
+        pool_(threads_) {
     policy_options_.allow_host_offload = options.allow_host_offload;
-    threads_ = options.threads > 0
-                   ? options.threads
-                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
   TraceCache& cache() { return cache_; }
+  int threads() const { return threads_; }
+  detail::TaskPool& pool() { return pool_; }
   int64_t simulations() const { return simulations_; }
+  // A candidate the search's answer depends on: its simulations are counted
+  // (a window's candidates past the sequential search's stops are not).
+  void Count(const Candidate& c) { simulations_ += c.simulations; }
 
   Result<std::vector<const traces::Trace*>> StageTraces(const Layout& l) {
     std::vector<const traces::Trace*> out;
@@ -71,7 +81,15 @@ class Search {
     return out;
   }
 
+  // Counted.
   Result<Candidate> Evaluate(const Layout& l, const std::string& policy, bool timeline) {
+    SSDTRAIN_ASSIGN_OR_RETURN(Candidate c, EvaluateUncounted(l, policy, timeline));
+    Count(c);
+    return c;
+  }
+  // Safe to call from several threads once StageTraces(l) has been called
+  // for `l` (the trace cache is then only read).
+  Result<Candidate> EvaluateUncounted(const Layout& l, const std::string& policy, bool timeline) {
     SSDTRAIN_ASSIGN_OR_RETURN(std::vector<const traces::Trace*> traces, StageTraces(l));
     traces::Plan base = BasePlan(*traces[0]);
     base.micro_batch = l.micro_batch;
@@ -85,11 +103,11 @@ class Search {
     base.memory_budget_bytes = budget_;
     Candidate c;
     SSDTRAIN_ASSIGN_OR_RETURN(
-        c.plans, PlanStages(traces, policy, hw_, base, budget_, policy_options_, threads_));
+        c.plans, PlanStages(traces, policy, hw_, base, budget_, policy_options_, &pool_));
     SimulateOptions so;
     so.record_timeline = timeline;
     SSDTRAIN_ASSIGN_OR_RETURN(c.prediction, Simulate(c.plans.Inputs(), hw_, so));
-    simulations_ += c.plans.simulations + 1;
+    c.simulations = c.plans.simulations + 1;
     c.over_budget_bytes = OverBudgetBytes(c.prediction, budget_);
     c.shortfall = HostAndDiskShortfall(c.prediction, hw_);
     c.fits = FitsBudget(c.prediction, budget_) && c.shortfall.empty();
@@ -102,7 +120,8 @@ class Search {
   const PlannerOptions& options_;
   const int64_t budget_;
   PolicyOptions policy_options_;
-  int threads_ = 1;
+  const int threads_;
+  detail::TaskPool pool_;  // after threads_
   int64_t simulations_ = 0;
 };
 
@@ -177,6 +196,36 @@ Status TryOtherChunkCounts(Search& search, const PlannerOptions& o, Best& best) 
   return Status::Ok();
 }
 
+// The candidates of layouts [first, end) of `layouts`, each layout a task of
+// the search's pool (its stages tasks of their own), each in `policies`' order up
+// to where one thread searching them in turn could stop: after keep, when
+// keep cannot beat `bar` (the best plan that fits before the window) and no
+// candidate of the layout beat it either. That thread's running best is at
+// least `bar`, so it stops at the same place or earlier, never later: the
+// window holds every candidate it would take, and the caller takes them in
+// its order (and counts only those). Trace shapes must be cached already.
+std::vector<std::vector<Result<Candidate>>> EvaluateWindow(Search& search,
+                                                           const std::vector<Layout>& layouts,
+                                                           size_t first, size_t end,
+                                                           const std::vector<std::string>& policies,
+                                                           std::optional<double> bar) {
+  std::vector<std::vector<Result<Candidate>>> out(end - first);
+  auto layout = [&](size_t k) {
+    const size_t i = first + k;
+    bool beat = false;
+    for (const std::string& policy : policies) {
+      out[k].push_back(search.EvaluateUncounted(layouts[i], policy, false));
+      const Result<Candidate>& r = out[k].back();
+      if (!r.ok()) return;
+      const double tokens = r->prediction.metrics.tokens_per_s;
+      if (r->fits && (!bar || tokens > *bar)) beat = true;
+      if (policy == "keep" && bar && !beat && tokens <= *bar) return;
+    }
+  };
+  search.pool().ForEach(end - first, layout);
+  return out;
+}
+
 // The chosen interleaved plan against its layout and policy under 1F1B.
 Result<PlannerResult::ScheduleComparison> AgainstOneFOneB(Search& search, const Best& chosen) {
   Layout one_f_one_b = chosen.layout;
@@ -225,37 +274,61 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
   }
   std::optional<Best> best_fit, best_any;
   int64_t simulated_layouts = 0;
-  for (const Layout& l : bounded.feasible) {
-    // The bound is never below a plan's throughput: no later layout can win.
-    if (best_fit && l.bound_tokens_per_s <= best_fit->candidate.prediction.metrics.tokens_per_s) {
-      break;
+  auto best_tokens = [&] {
+    return best_fit ? std::optional<double>(best_fit->candidate.prediction.metrics.tokens_per_s)
+                    : std::nullopt;
+  };
+  const std::vector<Layout>& feasible = bounded.feasible;
+  bool done = false;
+  for (size_t first = 0; first < feasible.size() && !done;) {
+    // The next window of layouts the bound still lets win, searched at once.
+    const std::optional<double> bar = best_tokens();
+    size_t end = first;
+    while (end < feasible.size() && end - first < static_cast<size_t>(search.threads()) &&
+           !(bar && feasible[end].bound_tokens_per_s <= *bar)) {
+      SSDTRAIN_RETURN_IF_ERROR(search.StageTraces(feasible[end]).status());
+      ++end;
     }
-    ++simulated_layouts;
-    nlohmann::json rok = nlohmann::json::array();
-    bool best_here = false, lowest_here = false;
-    for (const std::string& policy : policies) {
-      SSDTRAIN_ASSIGN_OR_RETURN(Candidate c, search.Evaluate(l, policy, false));
-      rok.push_back(RokPoint(policy, c));
-      const double tokens = c.prediction.metrics.tokens_per_s;
-      if (c.fits && (!best_fit || tokens > best_fit->candidate.prediction.metrics.tokens_per_s)) {
-        best_fit = Best{l, policy, c, {}};
-        best_here = true;
-      }
-      if (!best_any || c.prediction.metrics.peak_gpu_bytes <
-                           best_any->candidate.prediction.metrics.peak_gpu_bytes) {
-        best_any = Best{l, policy, std::move(c), {}};
-        lowest_here = true;
-      }
-      // Nothing at a layout is faster than keeping everything (sim/stage_plans.h):
-      // when keep cannot beat the best plan that fits, no other policy here can.
-      if (policy == "keep" && best_fit && !best_here &&
-          tokens <= best_fit->candidate.prediction.metrics.tokens_per_s) {
+    if (end == first) break;
+    std::vector<std::vector<Result<Candidate>>> found =
+        EvaluateWindow(search, feasible, first, end, policies, bar);
+    // Taken in order, as one thread would take them.
+    for (size_t i = first; i < end; ++i) {
+      const Layout& l = feasible[i];
+      // The bound is never below a plan's throughput: no later layout can win.
+      if (best_fit && l.bound_tokens_per_s <= *best_tokens()) {
+        done = true;
         break;
       }
+      ++simulated_layouts;
+      nlohmann::json rok = nlohmann::json::array();
+      bool best_here = false, lowest_here = false;
+      for (size_t k = 0; k < found[i - first].size(); ++k) {
+        const std::string& policy = policies[k];
+        Result<Candidate>& r = found[i - first][k];
+        if (!r.ok()) return r.status();
+        Candidate& c = *r;
+        search.Count(c);
+        rok.push_back(RokPoint(policy, c));
+        const double tokens = c.prediction.metrics.tokens_per_s;
+        if (c.fits && (!best_fit || tokens > *best_tokens())) {
+          best_fit = Best{l, policy, c, {}};
+          best_here = true;
+        }
+        if (!best_any || c.prediction.metrics.peak_gpu_bytes <
+                             best_any->candidate.prediction.metrics.peak_gpu_bytes) {
+          best_any = Best{l, policy, std::move(c), {}};
+          lowest_here = true;
+        }
+        // Nothing at a layout is faster than keeping everything (sim/stage_plans.h):
+        // when keep cannot beat the best plan that fits, no other policy here can.
+        if (policy == "keep" && best_fit && !best_here && tokens <= *best_tokens()) break;
+      }
+      if (best_here) best_fit->rok = rok;
+      if (lowest_here) best_any->rok = rok;
+      Say(options, Progress(l, best_fit));
     }
-    if (best_here) best_fit->rok = rok;
-    if (lowest_here) best_any->rok = rok;
-    Say(options, Progress(l, best_fit));
+    first = end;
   }
   if (best_fit) SSDTRAIN_RETURN_IF_ERROR(TryOtherChunkCounts(search, options, *best_fit));
   Best chosen = best_fit ? std::move(*best_fit) : std::move(*best_any);

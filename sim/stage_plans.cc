@@ -1,9 +1,7 @@
 #include "sim/stage_plans.h"
 
 #include <algorithm>
-#include <atomic>
 #include <optional>
-#include <thread>
 
 #include "sim/optimal_policy.h"
 #include "traces/storage_plan.h"
@@ -79,7 +77,7 @@ Result<traces::Plan> PlanStage(const traces::Trace& trace, const std::string& po
 Result<StagePlans> PlanStages(const std::vector<const traces::Trace*>& traces,
                               const std::string& policy, const HardwareOptions& hw,
                               const traces::Plan& base, int64_t budget,
-                              const PolicyOptions& options, int threads) {
+                              const PolicyOptions& options, detail::TaskPool* pool) {
   const std::vector<int64_t> stages = RepresentativeStages(base.pp);
   if (traces.size() != stages.size()) {
     return Status::Internal("PlanStages: " + std::to_string(traces.size()) + " traces for " +
@@ -92,21 +90,12 @@ Result<StagePlans> PlanStages(const std::vector<const traces::Trace*>& traces,
     plans[i].emplace(PlanStage(*traces[i], policy, hw, base, budget, options, &simulations[i]));
   };
   // The optimizer's stages are independent searches of thousands of
-  // simulations: one thread each, up to `threads`. A fixed policy's stage is
-  // two simulations, not worth a thread. The plans are the same either way.
-  const size_t workers =
-      policy == "optimal" ? std::min<size_t>(n, static_cast<size_t>(std::max(1, threads))) : 1;
-  if (workers <= 1) {
-    for (size_t i = 0; i < n; ++i) plan_stage(i);
+  // simulations: a task each on `pool`. A fixed policy's stage is two
+  // simulations, not worth a task. The plans are the same either way.
+  if (pool != nullptr && policy == "optimal") {
+    pool->ForEach(n, plan_stage);
   } else {
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t i = next++; i < n; i = next++) plan_stage(i);
-    };
-    std::vector<std::thread> pool;
-    for (size_t w = 1; w < workers; ++w) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
+    for (size_t i = 0; i < n; ++i) plan_stage(i);
   }
   StagePlans out;
   for (size_t i = 0; i < n; ++i) {

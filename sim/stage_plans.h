@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "sim/detail/task_pool.h"
 #include "sim/hardware.h"
 #include "sim/policy.h"
 #include "sim/simulate.h"
@@ -47,13 +48,13 @@ struct StagePlans {
 // Plans every representative stage (`traces[i]` is stage
 // RepresentativeStages(base.pp)[i]'s trace) under `policy` with `base`'s
 // layout and `budget` (bytes per GPU), eviction points placed. Under
-// "optimal", up to `threads` stages are searched at once (each on its own
-// thread; the plans and the simulation count do not depend on it); the first
-// failing stage's error, in stage order, is returned.
+// "optimal", with a `pool`, the stages are searched as its tasks, at once (the
+// plans and the simulation count do not depend on it); the first failing
+// stage's error, in stage order, is returned.
 Result<StagePlans> PlanStages(const std::vector<const traces::Trace*>& traces,
                               const std::string& policy, const HardwareOptions& hw,
                               const traces::Plan& base, int64_t budget,
-                              const PolicyOptions& options, int threads = 1);
+                              const PolicyOptions& options, detail::TaskPool* pool = nullptr);
 
 // `plan`, made for a stage's trace, on `trace`: another stage of the same
 // shape (the middle stages of a pipeline). Its model and fingerprint become

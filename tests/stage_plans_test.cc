@@ -108,6 +108,42 @@ TEST(StagePlans, ThreadsDoNotChangeThePlans) {
   EXPECT_EQ(one->simulations, three->simulations);
 }
 
+// The whole search, its layouts searched a window at a time on several
+// threads, returns what one thread returns: the plan, every stage's plan, the
+// --rok rows, the layouts simulated and the simulations counted. GPT-13B on 64
+// H100s, every policy and layout (1F1B, interleaved and ZeRO-1 among them).
+TEST(StagePlans, ThreadsDoNotChangeTheSearch) {
+  const std::string model = Config("models", "gpt-13b");
+  auto base = models::LoadModelConfig(model);
+  auto hw = sim::LoadHardware(Config("hardware", "h100-sxm-8x-gen5-nvme"));
+  ASSERT_TRUE(base.ok() && hw.ok());
+  sim::TraceProvider provider = ProviderFor(*base, model);
+  auto search = [&](int threads) {
+    sim::PlannerOptions po;
+    po.gpus = 64;
+    po.layers = base->layers;
+    po.heads = base->heads;
+    po.threads = threads;
+    return sim::SearchPlan(provider, *hw, po);
+  };
+  auto one = search(1);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_GT(one->simulated_layouts, 3);
+  for (int threads : {2, 3}) {
+    auto many = search(threads);
+    ASSERT_TRUE(many.ok()) << many.status().message();
+    EXPECT_EQ(traces::ToJson(one->plan).dump(), traces::ToJson(many->plan).dump()) << threads;
+    ASSERT_EQ(one->stage_plans.size(), many->stage_plans.size());
+    for (size_t i = 0; i < one->stage_plans.size(); ++i) {
+      EXPECT_EQ(traces::ToJson(one->stage_plans[i].second).dump(),
+                traces::ToJson(many->stage_plans[i].second).dump());
+    }
+    EXPECT_EQ(one->rok.dump(), many->rok.dump()) << threads;
+    EXPECT_EQ(one->simulated_layouts, many->simulated_layouts) << threads;
+    EXPECT_EQ(one->simulations, many->simulations) << threads;
+  }
+}
+
 // The planner's promise against the replay's own check, unrolled for real: GPT-13B
 // on 64 H100s at tp 8, pp 8 and 32 micro-batches under 1F1B. Each returned
 // stage plan (stage 0 holding 8 micro-batches, stage 1 standing for the middle
