@@ -92,8 +92,10 @@ void ExpectBothShardsExchangedTheTracesCollectives(const traces::Trace& trace, S
     }
     EXPECT_EQ(res.collectives.bytes_sent, BytesSentPerStep(trace));
     EXPECT_EQ(res.collectives.bytes_received, runs[1 - r].result->collectives.bytes_sent);
-    // The shards are the same shape: the same memory, to the byte.
-    EXPECT_EQ(res.metrics.peak_gpu_bytes, runs[1 - r].result->metrics.peak_gpu_bytes);
+    // No peak equality here: this plan has no eviction points, so each
+    // storage leaves the device when its write lands, which is timing's (two
+    // shards under load differed by one 32 KiB storage). Peaks to the byte
+    // against the prediction, with planned eviction points: replay_tp_cli_test.
     EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
   }
 }

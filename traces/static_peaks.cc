@@ -1,0 +1,111 @@
+// The static peaks of a resolved plan (traces/storage_plan.h): a walk over
+// the trace's ops with instantaneous I/O.
+#include <algorithm>
+#include <vector>
+
+#include "traces/storage_plan.h"
+
+namespace ssdtrain::traces {
+
+namespace {
+
+// The static walk (instantaneous I/O) over a trace's ops, in issue order.
+class StaticWalk {
+ public:
+  StaticWalk(const StoragePlan& sp, int64_t alignment)
+      : sp_(sp), alignment_(alignment), resident_(sp.storages.size(), false) {
+    for (const StorageInfo& s : sp.storages) {
+      if (s.persistent()) total_ += DeviceBytes(s.bytes, alignment_);
+    }
+    persistent_ = total_;
+    peaks_.device_bytes = total_;
+  }
+  // Evictions at the op's planned points (its writes have landed).
+  void Evict(const Op& op) {
+    for (int i : sp_.evict_at[static_cast<size_t>(op.id)]) Remove(i);
+  }
+  // The rest of the op: its reads, allocations, the peak, then its frees.
+  void Run(const Op& op) {
+    const auto id = static_cast<size_t>(op.id);
+    for (int i : sp_.prefetch_at[id]) Add(i);
+    touched_.assign(sp_.op_inputs[id].begin(), sp_.op_inputs[id].end());
+    for (int i : sp_.op_outputs[id]) {
+      if (std::find(touched_.begin(), touched_.end(), i) == touched_.end()) touched_.push_back(i);
+    }
+    for (int i : touched_) {
+      if (!sp_.storages[static_cast<size_t>(i)].persistent()) Add(i);
+    }
+    peaks_.activation_bytes = std::max(peaks_.activation_bytes, activation_);
+    peaks_.device_bytes = std::max(peaks_.device_bytes, total_);
+    for (int i : touched_) {
+      const StorageInfo& s = sp_.storages[static_cast<size_t>(i)];
+      if (s.persistent()) continue;
+      if (s.last_use == op.id) {
+        Remove(i);
+      } else if (op.phase == Phase::kForward && s.last_forward_use == op.id &&
+                 ((s.offloaded() && s.evict_before == kNoOp) ||
+                  s.action == TensorAction::kRecompute)) {
+        Remove(i);  // written and evicted at once / dropped until recomputed
+      }
+    }
+  }
+  const StaticPeaks& peaks() const { return peaks_; }
+  // What is resident now beyond the persistent storages.
+  StaticPeaks Now() const { return StaticPeaks{activation_, total_ - persistent_}; }
+
+ private:
+  void Add(int i) {
+    if (resident_[static_cast<size_t>(i)]) return;
+    resident_[static_cast<size_t>(i)] = true;
+    const StorageInfo& s = sp_.storages[static_cast<size_t>(i)];
+    total_ += DeviceBytes(s.bytes, alignment_);
+    if (s.activation()) activation_ += DeviceBytes(s.bytes, alignment_);
+  }
+  void Remove(int i) {
+    if (!resident_[static_cast<size_t>(i)]) return;
+    resident_[static_cast<size_t>(i)] = false;
+    const StorageInfo& s = sp_.storages[static_cast<size_t>(i)];
+    total_ -= DeviceBytes(s.bytes, alignment_);
+    if (s.activation()) activation_ -= DeviceBytes(s.bytes, alignment_);
+  }
+
+  const StoragePlan& sp_;
+  const int64_t alignment_;
+  std::vector<bool> resident_;
+  std::vector<int> touched_;
+  int64_t activation_ = 0, total_ = 0, persistent_ = 0;
+  StaticPeaks peaks_;
+};
+
+}  // namespace
+
+StaticPeaks ComputeStaticPeaks(const Trace& trace, const StoragePlan& sp, int64_t alignment) {
+  StaticWalk walk(sp, alignment);
+  for (const Op& op : trace.ops) {
+    walk.Evict(op);
+    walk.Run(op);
+  }
+  return walk.peaks();
+}
+
+StaticPeaks BetweenPasses(const Trace& trace, const StoragePlan& sp, int64_t alignment) {
+  StaticWalk walk(sp, alignment);
+  for (const Op& op : trace.ops) {
+    walk.Evict(op);
+    if (op.phase != Phase::kForward) return walk.Now();
+    walk.Run(op);
+  }
+  return walk.Now();
+}
+
+StaticPeaks WholeStepStaticPeaks(const Trace& trace, const StoragePlan& sp, int64_t in_flight,
+                                 int64_t alignment) {
+  StaticPeaks peaks = ComputeStaticPeaks(trace, sp, alignment);
+  if (in_flight <= 1) return peaks;
+  const StaticPeaks between = BetweenPasses(trace, sp, alignment);
+  peaks.device_bytes += (in_flight - 1) * between.device_bytes;
+  peaks.activation_bytes += (in_flight - 1) * between.activation_bytes;
+  return peaks;
+}
+
+}  // namespace ssdtrain::traces
