@@ -1,6 +1,7 @@
-// The field reader the Hugging Face config readers share (hf_config.cc for the
-// dense families, hf_moe_config.cc for the mixture-of-experts ones): each field
-// read is recorded for the report, and errors name the file and the field.
+// The field reader the Hugging Face config readers share (hf_<family>_config.cc
+// for the dense families, hf_moe_config.cc for the mixture-of-experts ones,
+// hf_config.cc for the defaults): each field read is recorded for the report,
+// and errors name the file and the field.
 #pragma once
 
 #include <algorithm>
