@@ -31,6 +31,8 @@ if(NOT SSDTRAIN_HAVE_CUDA)
 endif()
 list(APPEND SSDTRAIN_EXEC_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/cuda_device.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_ops.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_streams.cc
   ${CMAKE_CURRENT_LIST_DIR}/cuda_kernels.cu
 )
 

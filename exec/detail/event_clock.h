@@ -1,6 +1,6 @@
 // The arithmetic that puts CUDA event times on the host's steady clock, kept
 // free of CUDA so that it is unit-tested in every build
-// (exec/tests/cuda_host_logic_test.cc). Used by exec/cuda_device.cc.
+// (exec/tests/cuda_host_logic_test.cc). Used by exec/cuda_streams.cc.
 //
 // cudaEventElapsedTime returns float milliseconds. Measured from one epoch
 // fixed when the device was made, the float's step grows with the device's age

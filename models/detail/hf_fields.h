@@ -1,14 +1,18 @@
-// The field reader the Hugging Face config readers share (hf_config.cc for the
-// dense families, hf_moe_config.cc for the mixture-of-experts ones): each field
-// read is recorded for the report, and errors name the file and the field.
+// The field reader the Hugging Face config readers share (hf_<family>_config.cc
+// for the dense families, hf_moe_config.cc for the mixture-of-experts ones,
+// hf_config.cc for the defaults): each field read is recorded for the report,
+// and errors name the file and the field.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/hf_config.h"
@@ -108,6 +112,42 @@ class Fields {
   HfReport* report_;
   std::vector<std::string> names_;
 };
+
+// The activations read as GELU (gpt2, gptj, phi).
+inline constexpr std::array<std::string_view, 4> kGelus = {"gelu", "gelu_new", "gelu_fast",
+                                                           "gelu_pytorch_tanh"};
+
+template <size_t N>
+bool OneOf(const std::array<std::string_view, N>& names, const std::string& v) {
+  return std::find(names.begin(), names.end(), v) != names.end();
+}
+
+// "a, b, c": the names, comma-separated.
+template <size_t N>
+std::string List(const std::array<std::string_view, N>& names) {
+  std::string out;
+  for (size_t i = 0; i < N; ++i) out += (i > 0 ? ", " : "") + std::string(names[i]);
+  return out;
+}
+
+// The field checks the readers share (detail/hf_checks.cc). `field` true is
+// refused as `what` not modelled.
+Status RequireFalse(Fields& f, const std::string& field, const std::string& what);
+// Heads divide the width (unless head_dim is explicit) and kv heads divide heads,
+// in the file's own field names.
+Status CheckHeads(const Fields& f, const ModelConfig& c, const char* heads, const char* hidden,
+                  const char* kv);
+// A dropout the trace does not build (on `where`): its rate must be 0.
+Status RequireNoDropout(Fields& f, const std::string& field, const std::string& where);
+
+// The dense families' readers, one file each (hf_<family>_config.cc): each
+// maps its model_type's fields onto `c` and returns the positions.
+Result<int64_t> ReadGpt2(Fields& f, ModelConfig* c);
+Result<int64_t> ReadGptj(Fields& f, ModelConfig* c);
+Result<int64_t> ReadBert(Fields& f, const std::string& model_type, ModelConfig* c);
+Result<int64_t> ReadT5(Fields& f, ModelConfig* c);
+Result<int64_t> ReadPhi(Fields& f, ModelConfig* c);
+Result<int64_t> ReadOpt(Fields& f, ModelConfig* c);
 
 // llama, mistral, qwen2, qwen3 and their mixture-of-experts kin (mixtral,
 // qwen2_moe, qwen3_moe): RMSNorm, rotary, SwiGLU, untied; reads the attention,

@@ -1,0 +1,176 @@
+// What `ssdtrain plan` plans from (app/plan_input.h): a captured trace at its
+// own shape, or a model config at every layout, and the other stages' plans.
+#include "app/plan_input.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "app/self_path.h"
+#include "models/build_trace.h"
+#include "models/model_config.h"
+#include "traces/io.h"
+
+namespace ssdtrain::app {
+namespace {
+
+// A layout flag given with --trace against the trace header's field: 0 (not
+// given) takes the trace's value; another value is refused, naming both.
+Status CheckTraceField(std::string_view flag, int64_t given, std::string_view field,
+                       std::string_view field_name, int64_t traced, const std::string& path) {
+  if (given == 0 || given == traced) return Status::Ok();
+  return Status::InvalidArgument(
+      fmt::format("{} {} contradicts the trace {} (captured at {} {}: header.{}); a trace is "
+                  "planned at its own shape: leave {} out",
+                  flag, given, path, field_name, traced, field, flag));
+}
+
+// `plan --trace`: the trace's shape (micro-batch, sequence, tp, pp) as the
+// defaults of the flags, and its GPU count, tp·pp (·dp where --dp is given),
+// as --gpus's; --gpus may add data parallelism (a multiple of tp·pp), since
+// a trace is one data-parallel replica's and its header holds no dp.
+Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdOptions& o) {
+  SSDTRAIN_RETURN_IF_ERROR(
+      CheckTraceField("--seq-len", o.seq_len, "seq_len", "sequence length", h.seq_len, path));
+  SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--micro-batch", o.micro_batch, "micro_batch",
+                                           "micro-batch", h.micro_batch, path));
+  SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--tp", o.tp, "tp", "tp", h.tp, path));
+  SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--pp", o.pp, "pp", "pp", h.pp, path));
+  const int64_t replica = h.tp * h.pp;
+  if (o.gpus > 0 && o.gpus % replica != 0) {
+    return Status::InvalidArgument(fmt::format(
+        "--gpus {} contradicts the trace {} (captured at tp {} and pp {}: header.tp, header.pp), "
+        "which plans on a multiple of {} GPU(s)",
+        o.gpus, path, h.tp, h.pp, replica));
+  }
+  if (o.gpus == 0) o.gpus = replica * std::max<int64_t>(o.dp, 1);
+  // The trace's optimizer state is as it was built: --zero-stage says how
+  // (ssdtrain trace --dp --zero-stage); the search cannot rebuild it.
+  if (o.zero_stage < 0) o.zero_stage = 0;
+  o.seq_len = h.seq_len;
+  o.micro_batch = h.micro_batch;
+  o.tp = h.tp;
+  o.pp = h.pp;
+  return Status::Ok();
+}
+
+// A trace is one stage of its pipeline: it stands for every stage the planner
+// asks for (as one trace does in sim::Simulate), so the plan holds its memory
+// as the first stage's (pp micro-batches in flight under 1F1B), never less
+// than its own stage holds.
+sim::TraceProvider OneStageProvider(std::shared_ptr<const traces::Trace> trace,
+                                    const std::string& path) {
+  return [trace, path](const sim::TraceShape& s) -> Result<traces::Trace> {
+    const traces::Header& th = trace->header;
+    if (s.micro_batch != th.micro_batch || s.tp != th.tp || s.pp != th.pp) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: a captured trace has one shape (micro-batch {}, tp {}, pp {}); the planner asked "
+          "for micro-batch {}, tp {}, pp {}",
+          path, th.micro_batch, th.tp, th.pp, s.micro_batch, s.tp, s.pp));
+    }
+    return *trace;
+  };
+}
+
+// Stage `stage`'s trace at the plan's layout.
+sim::TraceShape ShapeOf(const traces::Plan& plan, int64_t stage) {
+  return sim::TraceShape{plan.micro_batch, plan.tp, plan.pp, stage, plan.dp, plan.zero_stage};
+}
+
+// The config overrides that build a trace of `s` (sim::TraceShape).
+models::ConfigOverrides OverridesOf(const sim::TraceShape& s) {
+  models::ConfigOverrides ov;
+  ov.micro_batch = s.micro_batch;
+  ov.tp = s.tp;
+  ov.pp = s.pp;
+  ov.dp = s.dp;
+  ov.zero_stage = s.zero_stage;
+  return ov;
+}
+
+}  // namespace
+
+Result<PlanInput> TraceInput(PlanCmdOptions& o) {
+  SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace trace, traces::ReadTrace(o.trace));
+  const traces::Header& h = trace.header;
+  SSDTRAIN_RETURN_IF_ERROR(TakeTraceShape(h, o.trace, o));
+  PlanInput in;
+  in.name = h.model;
+  in.layers = h.layers;
+  in.heads = h.heads;
+  in.stage = h.stage;
+  auto shared = std::make_shared<const traces::Trace>(std::move(trace));
+  in.provider = OneStageProvider(shared, o.trace);
+  in.stage0 = [shared](const traces::Plan&) -> Result<traces::Trace> { return *shared; };
+  in.trace_command = [](const traces::Plan&) { return std::string(); };
+  in.trace_path = o.trace;
+  return in;
+}
+
+Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
+  Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
+  if (!config.ok()) return config.status();
+  if (o.seq_len > 0) {
+    models::ConfigOverrides ov;
+    ov.seq_len = o.seq_len;
+    config = models::ApplyOverrides(*config, ov, o.model);
+    if (!config.ok()) return config.status();
+  }
+  const models::ModelConfig base = *config;
+  const std::string model_path = o.model;
+  PlanInput in;
+  in.name = base.name;
+  in.layers = base.layers;
+  in.heads = base.heads;
+  in.config =
+      ConfigLayout{model_path, base.micro_batch, base.tp, base.pp, base.dp, base.zero_stage};
+  in.provider = [base, model_path](const sim::TraceShape& s) -> Result<traces::Trace> {
+    SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c,
+                              models::ApplyOverrides(base, OverridesOf(s), model_path));
+    return models::BuildTrace(c, s.stage);
+  };
+  in.stage0 = [provider = in.provider](const traces::Plan& plan) -> Result<traces::Trace> {
+    return provider(ShapeOf(plan, 0));
+  };
+  in.trace_command = [base, model_path](const traces::Plan& plan) {
+    std::string command =
+        fmt::format("{} trace --model {} --micro-batch {} --seq-len {} --tp {} --pp {}",
+                    SelfCommand(), model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
+    if (plan.zero_stage != 0) {
+      command += fmt::format(" --dp {} --zero-stage {}", plan.dp, plan.zero_stage);
+    }
+    return command;
+  };
+  return in;
+}
+
+Status AttachStagePlans(const PlanInput& in, const sim::PlannerResult& r, traces::Plan& plan) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (int64_t k = 1; k < plan.pp; ++k) {
+    std::optional<traces::Plan> stage_plan;
+    for (const auto& [stage, p] : r.stage_plans) {
+      if (stage == k) stage_plan = p;
+    }
+    if (!stage_plan) {
+      if (r.stage_plans.empty()) {
+        return Status::Internal("the planner returned no plan for stage " + std::to_string(k));
+      }
+      // A middle stage runs stage 1's plan, which holds more micro-batches
+      // than it does (sim/stage_plans.h).
+      SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace t, in.provider(ShapeOf(plan, k)));
+      Result<traces::Plan> retargeted = sim::RetargetPlan(r.stage_plans.front().second, t);
+      if (!retargeted.ok()) return retargeted.status().WithPrefix("stage " + std::to_string(k));
+      stage_plan = std::move(*retargeted);
+    }
+    stage_plan->extra = nlohmann::json::object();
+    stage_plan->prediction.reset();
+    stages.push_back({{"stage", k}, {"plan", traces::ToJson(*stage_plan)}});
+  }
+  plan.extra["stage_plans"] = stages;
+  return Status::Ok();
+}
+
+}  // namespace ssdtrain::app

@@ -1,0 +1,69 @@
+// `ssdtrain plan`'s options, and what the search plans from (app/plan_cmd.cc):
+// a model config or a captured trace, and the plans of a pipeline's other
+// stages put into the plan file.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "app/plan_budget.h"
+#include "sim/planner.h"
+#include "sim/stage_plans.h"
+#include "traces/plan.h"
+#include "traces/status.h"
+#include "traces/trace.h"
+
+namespace ssdtrain::app {
+
+struct PlanCmdOptions {
+  std::string model, trace, hardware, output, timeline, policy = "auto";
+  int64_t gpus = 0;  // 0: 1 from --model; from --trace, its tp·pp (TakeTraceShape)
+  double memory_budget_GiB = 0;
+  std::string prediction;
+  int64_t micro_batch = 0;
+  int64_t seq_len = 0;
+  int64_t global_batch = 0;
+  // Pins: 0 (or empty) leaves that part of the layout to the search.
+  int64_t tp = 0, pp = 0, dp = 0, num_micro_batches = 0;
+  int64_t zero_stage = -1;  // -1: weigh 0 and 1 (--model); with --trace, 0
+  std::string schedule;
+  int64_t virtual_stages = 0;  // 0: searched (with --schedule interleaved)
+  bool rok = false;
+  bool compare = false;      // every policy at one global batch (app/plan_compare.h)
+  std::string compare_json;  // --json: the comparison as JSON
+  bool no_host_offload = false;
+};
+
+// The search's input: a model config (every layout the planner tries is built
+// from it), or a captured trace (ssdtrain.capture), which exists at one shape
+// only, so the search is pinned to it.
+struct PlanInput {
+  std::string name;
+  int64_t layers = 0, heads = 0;
+  sim::TraceProvider provider;
+  std::function<Result<traces::Trace>(const traces::Plan&)> stage0;
+  // The command that builds the plan's (stage 0) trace; empty for a captured trace.
+  std::function<std::string(const traces::Plan&)> trace_command;
+  std::string trace_path;  // captured: the trace itself; else empty
+  int64_t stage = 0;       // captured: the trace's pipeline stage
+  // --model: the layout its config states, which the search may override.
+  std::optional<ConfigLayout> config;
+};
+
+// Reads the trace and sets `o`'s shape and GPU count from it (TakeTraceShape).
+Result<PlanInput> TraceInput(PlanCmdOptions& o);
+
+// Builds every layout the planner tries from --model (--seq-len applied).
+Result<PlanInput> ModelInput(const PlanCmdOptions& o);
+
+// With pp > 1, the plan of every other stage goes into the plan file
+// (extra.stage_plans: [{stage, plan}]): the planner's own for stage 1 and the
+// last stage, and for stages between them the policy of its stage 1 applied
+// to each stage's trace, eviction points placed alike (the simulator lets
+// stage 1 stand for them). Each
+// rank of `mpirun ... ssdtrain replay` replays its stage's.
+Status AttachStagePlans(const PlanInput& in, const sim::PlannerResult& r, traces::Plan& plan);
+
+}  // namespace ssdtrain::app

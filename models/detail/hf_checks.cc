@@ -1,0 +1,34 @@
+// The field checks the Hugging Face family readers share (detail/hf_fields.h).
+#include <string>
+
+#include "models/detail/hf_fields.h"
+
+namespace ssdtrain::models::detail {
+
+Status RequireFalse(Fields& f, const std::string& field, const std::string& what) {
+  SSDTRAIN_ASSIGN_OR_RETURN(bool v, f.BoolOr(field, false));
+  if (v) return f.NotModelled(field, what, "false");
+  return Status::Ok();
+}
+
+Status CheckHeads(const Fields& f, const ModelConfig& c, const char* heads, const char* hidden,
+                  const char* kv) {
+  if (c.head_dim == 0 && c.hidden % c.heads != 0) {
+    return f.Bad(heads, Str(c.heads) + " does not divide " + hidden + " " + Str(c.hidden) +
+                            " (and no head_dim is given)");
+  }
+  if (c.kv_heads != 0 && c.heads % c.kv_heads != 0) {
+    return f.Bad(kv, Str(c.kv_heads) + " does not divide " + heads + " " + Str(c.heads));
+  }
+  return Status::Ok();
+}
+
+Status RequireNoDropout(Fields& f, const std::string& field, const std::string& where) {
+  SSDTRAIN_ASSIGN_OR_RETURN(double rate, f.NumberOr(field, 0.0));
+  if (rate != 0.0) {
+    return f.NotModelled(field, Num(rate) + " (dropout on " + where + ") is", "0.0");
+  }
+  return Status::Ok();
+}
+
+}  // namespace ssdtrain::models::detail

@@ -1,0 +1,95 @@
+// Hugging Face configs of the llama family (see hf_config.h): llama, mistral,
+// qwen2 and qwen3, whose attention the MoE readers share (hf_moe_config.cc).
+#include <optional>
+#include <string>
+
+#include "models/detail/hf_fields.h"
+
+namespace ssdtrain::models::detail {
+namespace {
+
+// The dense model_type whose attention a MoE model_type shares.
+std::string DenseAttentionOf(const std::string& model_type) {
+  if (model_type == "mixtral") return "mistral";
+  if (model_type == "qwen2_moe") return "qwen2";
+  if (model_type == "qwen3_moe") return "qwen3";
+  return model_type;
+}
+
+// A sliding window shorter than the positions changes attention's cost and saved
+// bytes at long sequences, which the trace does not model.
+Status CheckSlidingWindow(Fields& f, const std::string& model_type, int64_t max_positions) {
+  const bool qwen = model_type == "qwen2" || model_type == "qwen3";
+  bool used = true;
+  if (qwen) {
+    SSDTRAIN_ASSIGN_OR_RETURN(used, f.BoolOr("use_sliding_window", false));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> window, f.OptionalSize("sliding_window", ""));
+  if (qwen && f.Has("max_window_layers") && !used) {
+    f.Assume("sliding_window and max_window_layers unused: use_sliding_window is false");
+  }
+  if (used && window && *window < max_positions) {
+    return f.NotModelled("sliding_window",
+                         Str(*window) + " (shorter than max_position_embeddings " +
+                             Str(max_positions) + "): sliding-window attention is",
+                         "null, or at least max_position_embeddings" +
+                             std::string(qwen ? ", or use_sliding_window false" : ""));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// llama, mistral, qwen2 and qwen3: RMSNorm, rotary positions, SwiGLU, no biases
+// (qwen2: on q/k/v only), untied; qwen3 normalises each head's q and k. mixtral,
+// qwen2_moe and qwen3_moe have the attention of mistral, qwen2 and qwen3.
+Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelConfig* c) {
+  c->family = "llama";
+  const std::string dense = DenseAttentionOf(model_type);
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv,
+                            f.OptionalSize("num_key_value_heads", "kv_heads"));
+  c->kv_heads = kv.value_or(0);
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim,
+                            f.OptionalSize("head_dim", "head_dim"));
+  c->head_dim = head_dim.value_or(0);
+  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("max_position_embeddings", ""));
+  SSDTRAIN_RETURN_IF_ERROR(
+      CheckHeads(f, *c, "num_attention_heads", "hidden_size", "num_key_value_heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("hidden_act", "silu"));
+  if (act != "silu") {
+    return f.NotModelled("hidden_act", "\"" + act + "\" for " + model_type + " is",
+                         "silu, the SwiGLU MLP of three matrices");
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", false));
+  if (tied) {
+    return f.NotModelled("tie_word_embeddings",
+                         "true (an output layer tied to the embeddings) for " + model_type + " is",
+                         "false");
+  }
+  if (dense == "llama" || dense == "qwen3") {
+    SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "attention_bias", "true (q/k/v/o biases) is"));
+  }
+  if (dense == "llama") {
+    SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "mlp_bias", "true (MLP biases) is"));
+  } else {
+    SSDTRAIN_RETURN_IF_ERROR(CheckSlidingWindow(f, dense, positions));
+  }
+  if (dense == "qwen2") {
+    c->qkv_bias = true;
+    f.Assume("q/k/v projection biases (" + Str((c->heads + 2 * KvHeads(*c)) * HeadDim(*c)) +
+             " parameters per layer): qwen2 always has them");
+  }
+  if (dense == "qwen3") {
+    c->qk_norm = true;
+    f.Assume("per-head RMSNorm of q and k (2 x head_dim " + Str(HeadDim(*c)) +
+             " weights per layer): qwen3 always has them");
+  }
+  return positions;
+}
+
+}  // namespace ssdtrain::models::detail
