@@ -56,7 +56,6 @@ class Search {
          int64_t budget)
       : cache_(provider),
         hw_(hw),
-        options_(options),
         budget_(budget),
         threads_(options.threads > 0
                      ? options.threads
@@ -117,7 +116,6 @@ class Search {
  private:
   TraceCache cache_;
   const HardwareOptions& hw_;
-  const PlannerOptions& options_;
   const int64_t budget_;
   PolicyOptions policy_options_;
   const int threads_;
