@@ -1,5 +1,6 @@
 #include "exec/host_sum.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace ssdtrain::exec {
@@ -21,17 +22,48 @@ void Add16(const void* in, void* inout, int64_t count) {
 
 }  // namespace
 
+// IEEE 754 binary16 in software: clang 14 has no _Float16 on x86 (the
+// sanitizer builds), and the conversions are exact (to float) or rounded to
+// nearest even (from float), as the hardware's.
 float HalfToFloat(uint16_t h) {
-  _Float16 f;
-  std::memcpy(&f, &h, 2);
-  return static_cast<float>(f);
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  uint32_t bits = 0;
+  if (exponent == 0) {  // zero or subnormal: mantissa · 2^-24, exact in float
+    const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;
+    std::memcpy(&bits, &magnitude, 4);
+    bits |= sign;
+  } else if (exponent == 31) {  // infinity or NaN
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 uint16_t FloatToHalf(float x) {
-  const _Float16 f = static_cast<_Float16>(x);
-  uint16_t h;
-  std::memcpy(&h, &f, 2);
-  return h;
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude >= 0x7f800000u) {  // infinity, or NaN kept quiet
+    return static_cast<uint16_t>(
+        sign | 0x7c00u | (magnitude > 0x7f800000u ? 0x200u | ((magnitude >> 13) & 0x3ffu) : 0u));
+  }
+  if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520
+  if (magnitude < 0x38800000u) {  // below 2^-14: a subnormal half (or zero)
+    float f;
+    std::memcpy(&f, &magnitude, 4);
+    // f · 2^24 is exact; nearbyint rounds it to nearest even (the default mode).
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(f * 16777216.0f)));
+  }
+  uint32_t h = (((magnitude >> 23) - 112) << 10) | ((magnitude >> 13) & 0x3ffu);
+  const uint32_t rest = magnitude & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry moves into the exponent
+  return static_cast<uint16_t>(sign | h);
 }
 
 float Bf16ToFloat(uint16_t b) {

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace ssdtrain::exec {
@@ -23,6 +25,55 @@ TEST(HostSum, Fp16AddsInFp32AndRoundsBack) {
   SumInto(traces::DType::kFp16, a.data(), b.data(), 2);
   EXPECT_EQ(HalfToFloat(b[0]), 3.75f);
   EXPECT_EQ(HalfToFloat(b[1]), 2048.0f);
+}
+
+// The software binary16 against known encodings: the largest half, the
+// first value that rounds to infinity, the smallest subnormal, ties to even.
+TEST(HostSum, HalfConversionsKnownValues) {
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(65519.996f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);         // a tie, to the even 0
+  EXPECT_EQ(FloatToHalf(std::ldexp(3.0f, -25)), 0x0002);         // 1.5 ulp: a tie, to 2
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // a tie, to even
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(3.0f, -11)), 0x3c02);  // a tie, to even
+  EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(HalfToFloat(0x03ff), std::ldexp(1023.0f, -24));
+  EXPECT_EQ(HalfToFloat(0x7bff), 65504.0f);
+  EXPECT_TRUE(std::isinf(HalfToFloat(0x7c00)));
+  EXPECT_TRUE(std::isnan(HalfToFloat(0x7e00)));
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::nanf("")))));
+}
+
+// Every half round-trips, and where the compiler has _Float16 (gcc; not
+// clang 14 on x86), every half and a sweep of floats convert as it does.
+TEST(HostSum, HalfConversionsMatchTheHardwareType) {
+  for (uint32_t h = 0; h <= 0xffff; ++h) {
+    const float f = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(FloatToHalf(f), h) << h;
+#if defined(__FLT16_MAX__)
+    _Float16 x;
+    const auto bits = static_cast<uint16_t>(h);
+    std::memcpy(&x, &bits, 2);
+    ASSERT_EQ(f, static_cast<float>(x)) << h;
+#endif
+  }
+#if defined(__FLT16_MAX__)
+  for (uint64_t b = 0; b <= 0xffffffffu; b += 4099) {
+    const auto bits = static_cast<uint32_t>(b);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (std::isnan(f)) continue;
+    const _Float16 x = static_cast<_Float16>(f);
+    uint16_t expected;
+    std::memcpy(&expected, &x, 2);
+    ASSERT_EQ(FloatToHalf(f), expected) << bits;
+  }
+#endif
 }
 
 TEST(HostSum, Bf16RoundsToNearestEven) {
