@@ -108,7 +108,7 @@ TEST(StagePlans, ThreadsDoNotChangeThePlans) {
   EXPECT_EQ(one->simulations, three->simulations);
 }
 
-// The whole search, its layouts searched a window at a time on several
+// The whole search, its layouts searched a window at a time on three
 // threads, returns what one thread returns: the plan, every stage's plan, the
 // --rok rows, the layouts simulated and the simulations counted. GPT-13B on 64
 // H100s, every policy and layout (1F1B, interleaved and ZeRO-1 among them).
@@ -129,7 +129,9 @@ TEST(StagePlans, ThreadsDoNotChangeTheSearch) {
   auto one = search(1);
   ASSERT_TRUE(one.ok()) << one.status().message();
   EXPECT_GT(one->simulated_layouts, 3);
-  for (int threads : {2, 3}) {
+  // Three threads: windows of three layouts, more tasks than this VM's cores.
+  // One count only: TSan runs this test, 127 s with two counts.
+  for (int threads : {3}) {
     auto many = search(threads);
     ASSERT_TRUE(many.ok()) << many.status().message();
     EXPECT_EQ(traces::ToJson(one->plan).dump(), traces::ToJson(many->plan).dump()) << threads;
