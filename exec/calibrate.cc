@@ -20,7 +20,9 @@
 namespace ssdtrain::exec {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = detail::CalibrationClock;
+using detail::ElapsedNs;
+using detail::Median;
 
 // GEMM shapes: squares, and transformer projections (tokens x out x in) at a few widths.
 constexpr int64_t kSquareSides[] = {128, 256, 512, 1024, 2048};
@@ -37,15 +39,6 @@ constexpr double kOpTimingSteadySpread = 0.04;  // (slowest - fastest) / fastest
 constexpr int kIoOverheadPairs = 3;             // keep / offload-everything replay pairs
 constexpr int kIoOverheadSteps = 1;             // measured steps of each, after a warm-up
 constexpr int64_t kIoOverheadMinBytes = int64_t{1} << 20;  // storages the offload replay moves
-
-int64_t Median(std::vector<int64_t> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-int64_t ElapsedNs(Clock::time_point since) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count();
-}
 
 // A one-op trace: inputs and outputs sized for `op`, so that the device can run it.
 traces::Trace OneOpTrace(traces::Op op, std::vector<int64_t> input_bytes,

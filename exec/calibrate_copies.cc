@@ -14,21 +14,13 @@
 namespace ssdtrain::exec {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = detail::CalibrationClock;
+using detail::ElapsedNs;
+using detail::Median;
 
-constexpr int64_t kCopyBytes = int64_t{64} << 20;  // the copy timed without traces
-constexpr size_t kCopySizes = 8;
-constexpr int64_t kBatchBytes = int64_t{256} << 20;  // one timed batch of copies, at most //
-                                                     // distinct copy sizes timed at most
-
-int64_t Median(std::vector<int64_t> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-int64_t ElapsedNs(Clock::time_point since) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - since).count();
-}
+constexpr int64_t kCopyBytes = int64_t{64} << 20;    // the copy timed without traces
+constexpr size_t kCopySizes = 8;                     // distinct copy sizes timed at most
+constexpr int64_t kBatchBytes = int64_t{256} << 20;  // one timed batch of copies, at most
 
 }  // namespace
 

@@ -194,6 +194,15 @@ Status TryOtherChunkCounts(Search& search, const PlannerOptions& o, Best& best) 
   return Status::Ok();
 }
 
+// Nothing at a layout is faster than keeping everything (sim/stage_plans.h):
+// after keep, when keep cannot beat `best` (the best plan that fits so far)
+// and no candidate of this layout has, no other policy here can. The rule of
+// both the window's search and the order its candidates are taken in.
+bool NoPolicyHereCanWin(const std::string& policy, double tokens, std::optional<double> best,
+                        bool beaten_here) {
+  return policy == "keep" && best && !beaten_here && tokens <= *best;
+}
+
 // The candidates of layouts [first, end) of `layouts`, each layout a task of
 // the search's pool (its stages tasks of their own), each in `policies`' order up
 // to where one thread searching them in turn could stop: after keep, when
@@ -217,7 +226,7 @@ std::vector<std::vector<Result<Candidate>>> EvaluateWindow(Search& search,
       if (!r.ok()) return;
       const double tokens = r->prediction.metrics.tokens_per_s;
       if (r->fits && (!bar || tokens > *bar)) beat = true;
-      if (policy == "keep" && bar && !beat && tokens <= *bar) return;
+      if (NoPolicyHereCanWin(policy, tokens, bar, beat)) return;
     }
   };
   search.pool().ForEach(end - first, layout);
@@ -318,9 +327,7 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
           best_any = Best{l, policy, std::move(c), {}};
           lowest_here = true;
         }
-        // Nothing at a layout is faster than keeping everything (sim/stage_plans.h):
-        // when keep cannot beat the best plan that fits, no other policy here can.
-        if (policy == "keep" && best_fit && !best_here && tokens <= *best_tokens()) break;
+        if (NoPolicyHereCanWin(policy, tokens, best_tokens(), best_here)) break;
       }
       if (best_here) best_fit->rok = rok;
       if (lowest_here) best_any->rok = rok;
