@@ -165,8 +165,9 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   so.gpu = options.gpu >= 0 ? options.gpu : SlowestArray(hw);
   // One micro-batch of one stage shows its ops and transfers; a whole step
   // shows the pipeline (PipelineTimeline) with each stage's ops and transfers
-  // placed at its tasks (AddStageSpans).
-  so.record_timeline = options.record_timeline;
+  // placed at its tasks (AddStageSpans; not for interleaved chunks, whose
+  // spans stay the pipeline's, so their stages record none).
+  so.record_timeline = options.record_timeline && v == 1;
   so.use_trace_measurements = options.use_trace_measurements;
 
   const int64_t p = layout.pp, m = layout.num_micro_batches;
