@@ -77,10 +77,11 @@ Status ReadGpu(const ObjectReader& r, GpuOptions* g) {
   }
   SSDTRAIN_ASSIGN_OR_RETURN(g->op_overhead_us,
                             r.NumberOr("op_overhead_us", g->op_overhead_us, Sign::kNonNegative));
-  SSDTRAIN_ASSIGN_OR_RETURN(g->io_overhead_us_per_MiB,
-                            r.NumberOr("io_overhead_us_per_MiB", g->io_overhead_us_per_MiB,
-                                       Sign::kNonNegative));
+  SSDTRAIN_ASSIGN_OR_RETURN(
+      g->io_overhead_us_per_MiB,
+      r.NumberOr("io_overhead_us_per_MiB", g->io_overhead_us_per_MiB, Sign::kNonNegative));
   SSDTRAIN_RETURN_IF_ERROR(ReadInt(r, "issue_ahead_ops", 1, &g->issue_ahead_ops));
+  SSDTRAIN_RETURN_IF_ERROR(ReadInt(r, "sm_count", 0, &g->sm_count));
   SSDTRAIN_ASSIGN_OR_RETURN(
       g->allocation_alignment_bytes,
       r.IntInOr("allocation_alignment_bytes", g->allocation_alignment_bytes, 1, kInt64Max));
@@ -311,6 +312,7 @@ nlohmann::json ToJson(const HardwareOptions& hw) {
         {"memory_GiB", hw.gpu.memory_GiB},
         {"reserved_GiB", hw.gpu.reserved_GiB},
         {"op_overhead_us", hw.gpu.op_overhead_us},
+        {"sm_count", hw.gpu.sm_count},
         {"io_overhead_us_per_MiB", hw.gpu.io_overhead_us_per_MiB},
         {"issue_ahead_ops", hw.gpu.issue_ahead_ops},
         {"allocation_alignment_bytes", hw.gpu.allocation_alignment_bytes},

@@ -36,6 +36,12 @@ struct GpuOptions {
   double memory_GiB = 0;        // capacity, 2^30 bytes
   double reserved_GiB = 0;      // taken by the runtime, allocator slack and workspaces
   double op_overhead_us = 0;    // launch/dispatch cost added to every op
+  // Streaming multiprocessors (A100: 108, H100 SXM: 132). > 0: a GEMM's
+  // efficiency also follows its shape, the tile and wave quantization of its
+  // output (sim/op_cost.h, GemmShapeEfficiency), and the gemm curve is the
+  // full-wave figure; 0 (default): by FLOPs alone (CPU backends, and presets
+  // whose curve already folds small shapes in).
+  int sm_count = 0;
   // Compute time each MiB the offload engine moves between the device and the
   // SSD (written, or read back) takes from the ops beside it, when the engine's
   // copies and I/O submission run on the cores the ops run on: the CPU

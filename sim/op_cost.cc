@@ -14,6 +14,17 @@ constexpr double kGiga = 1e9;
 
 using traces::CeilSecondsToNs;
 
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// q for tiles of tm × tn (rows of the output by columns).
+double TileShare(const traces::GemmDims& d, int64_t sms, int64_t tm, int64_t tn) {
+  const int64_t tiles = d.batch * CeilDiv(d.m, tm) * CeilDiv(d.n, tn);
+  const int64_t waves = CeilDiv(tiles, sms);
+  const double slots = static_cast<double>(waves) * static_cast<double>(sms) *
+                       static_cast<double>(tm) * static_cast<double>(tn);
+  return static_cast<double>(d.batch) * static_cast<double>(d.m) * static_cast<double>(d.n) / slots;
+}
+
 }  // namespace
 
 double Efficiency(const std::vector<EfficiencyPoint>& curve, double size) {
@@ -28,6 +39,12 @@ double Efficiency(const std::vector<EfficiencyPoint>& curve, double size) {
     }
   }
   return curve.back().efficiency;
+}
+
+double GemmShapeEfficiency(const traces::GemmDims& dims, int sm_count) {
+  if (sm_count <= 0 || dims.m <= 0 || dims.n <= 0 || dims.batch <= 0) return 1.0;
+  return std::max(TileShare(dims, sm_count, kGemmTileRows, kGemmTileCols),
+                  TileShare(dims, sm_count, kGemmTileCols, kGemmTileRows));
 }
 
 OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
@@ -67,7 +84,11 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
       const auto& curve =
           op.kind == OpKind::kGemm ? hw_.gpu.gemm_efficiency : hw_.gpu.attention_efficiency;
       const double flops = static_cast<double>(op.flops);
-      const double compute = flops / (peak_flops_ * Efficiency(curve, flops));
+      // The curve is the full-wave figure; a gemm's shape takes its share.
+      const double shape = op.kind == OpKind::kGemm && op.gemm
+                               ? GemmShapeEfficiency(*op.gemm, hw_.gpu.sm_count)
+                               : 1.0;
+      const double compute = flops / (peak_flops_ * Efficiency(curve, flops) * shape);
       // A GEMM of low arithmetic intensity (attention's batched QK^T and AV
       // with a head-sized k or n) is bound by the bandwidth kernels reach,
       // not the datasheet's: the memory curve, as for elementwise kinds.

@@ -1,8 +1,10 @@
 // How long one op of a trace takes on the hardware model, in nanoseconds.
 // In order of preference: the op's own measured_ns (when the options allow it),
 // an entry of the hardware's measured op-time table, then a roofline estimate:
-//   gemm, attention:  max(flops / (peak[dtype] · clock_scale · eff(flops)),
+//   gemm, attention:  max(flops / (peak[dtype] · clock_scale · eff(flops) · q),
 //                         bytes / (memory_bw · eff_memory(bytes)))
+//                     q = GemmShapeEfficiency(dims, sm_count) for a gemm with
+//                     dims on a GPU with sm_count > 0, else 1
 //   memory-bound kinds: bytes / (memory_bw · eff(bytes))
 //   collective:  a ring over the tensor-parallel group priced by its kind
 //                (sim/collective.h: all-reduce 2·(t−1)/t · S / tp_GBps, all-gather
@@ -52,5 +54,18 @@ class OpCostModel {
 
 // Efficiency at `size` on `curve` (log-linear interpolation, clamped; 1 when empty).
 double Efficiency(const std::vector<EfficiencyPoint>& curve, double size);
+
+// The share of a GEMM's tile slots that compute its output (NVIDIA, "Matrix
+// Multiplication Background User's Guide", ch. 3, tile and wave quantization):
+// cuBLAS cuts the batch × m × n output into tiles of kGemmTileRows ×
+// kGemmTileCols (either way round: the one that wastes less), one tile per SM
+// at a time, so the tiles run in waves of sm_count and a partial tile at an
+// edge, or a last wave with SMs idle, takes as long as a full one:
+//   tiles = batch · ⌈m / tm⌉ · ⌈n / tn⌉,  waves = ⌈tiles / sm_count⌉,
+//   q = batch · m · n / (waves · sm_count · tm · tn)   in (0, 1].
+// 1 when sm_count ≤ 0 or a dim is not positive.
+inline constexpr int64_t kGemmTileRows = 256;
+inline constexpr int64_t kGemmTileCols = 128;
+double GemmShapeEfficiency(const traces::GemmDims& dims, int sm_count);
 
 }  // namespace ssdtrain::sim
