@@ -77,8 +77,8 @@ Status MeasureCopies(Device& device, const CalibrationOptions& o, Calibration* o
     const auto start = Clock::now();
     for (const CopySize& c : batch) {
       for (int64_t i = 0; i < c.count && status.ok(); ++i) {
-        status = to_host ? device.CopyToHostAsync(host, *buf, 0, c.bytes)
-                         : device.CopyToDeviceAsync(*buf, 0, host, c.bytes);
+        status = to_host ? device.CopyToHostAsync(host, *buf, 0, c.bytes, Stream::kDeviceToHost)
+                         : device.CopyToDeviceAsync(*buf, 0, host, c.bytes, Stream::kHostToDevice);
       }
     }
     if (status.ok())

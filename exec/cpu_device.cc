@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <thread>
 #include <vector>
 
@@ -140,7 +141,9 @@ CpuDevice::CpuDevice(const DeviceOptions& options)
       ranges_(options.capacity_bytes, kAlignment),
       compute_(std::make_unique<detail::StreamWorker>("cpu compute")),
       d2h_(std::make_unique<detail::StreamWorker>("cpu d2h")),
-      h2d_(std::make_unique<detail::StreamWorker>("cpu h2d")) {
+      h2d_(std::make_unique<detail::StreamWorker>("cpu h2d")),
+      send_(std::make_unique<detail::StreamWorker>("cpu send")),
+      receive_(std::make_unique<detail::StreamWorker>("cpu recv")) {
   // The arena is reserved, not committed: pages cost memory once touched.
   void* p = capacity_ > 0 ? mmap(nullptr, static_cast<size_t>(capacity_), PROT_READ | PROT_WRITE,
                                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
@@ -160,19 +163,16 @@ CpuDevice::CpuDevice(const DeviceOptions& options)
   if (!cores_.compute.empty()) {
     // Each worker pins itself (GEMM helper threads inherit the compute mask).
     // A failure is reported here, not made the stream's sticky error.
-    Status results[3];
-    auto pin = [](std::vector<int> cpus, Status* out) {
-      return [cpus = std::move(cpus), out] {
+    Status results[std::size(kAllStreams)];
+    for (size_t i = 0; i < std::size(kAllStreams); ++i) {
+      const Stream s = kAllStreams[i];
+      std::vector<int> cpus = s == Stream::kCompute ? cores_.compute : cores_.helpers;
+      worker(s).Enqueue([cpus = std::move(cpus), out = &results[i]] {
         *out = detail::PinCurrentThread(cpus);
         return Status::Ok();
-      };
-    };
-    compute_->Enqueue(pin(cores_.compute, &results[0]));
-    d2h_->Enqueue(pin(cores_.helpers, &results[1]));
-    h2d_->Enqueue(pin(cores_.helpers, &results[2]));
-    (void)compute_->Synchronize();
-    (void)d2h_->Synchronize();
-    (void)h2d_->Synchronize();
+      });
+    }
+    for (Stream s : kAllStreams) (void)worker(s).Synchronize();
     Status pinned;
     for (const Status& r : results) {
       if (pinned.ok()) pinned = r;
@@ -193,6 +193,8 @@ CpuDevice::~CpuDevice() {
   compute_.reset();
   d2h_.reset();
   h2d_.reset();
+  send_.reset();
+  receive_.reset();
   Free(workspace_.buffer);
   if (base_ != nullptr) munmap(base_, static_cast<size_t>(capacity_));
 }
@@ -235,9 +237,13 @@ detail::StreamWorker& CpuDevice::worker(Stream stream) {
     case Stream::kDeviceToHost:
       return *d2h_;
     case Stream::kHostToDevice:
+      return *h2d_;
+    case Stream::kSend:
+      return *send_;
+    case Stream::kReceive:
       break;
   }
-  return *h2d_;
+  return *receive_;
 }
 
 int64_t CpuDevice::allocation_alignment() const { return kAlignment; }
@@ -368,9 +374,10 @@ Status CpuDevice::CheckPattern(DeviceBuffer buffer, uint64_t seed, Stream stream
   return Status::Ok();
 }
 
-Status CpuDevice::CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset, int64_t bytes) {
+Status CpuDevice::CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset, int64_t bytes,
+                                  Stream stream) {
   SSDTRAIN_RETURN_IF_ERROR(CheckRange(src, offset, bytes, "device-to-host copy"));
-  d2h_->Enqueue([=]() -> Status {
+  worker(stream).Enqueue([=]() -> Status {
     std::memcpy(host_dst, static_cast<const uint8_t*>(src.ptr) + offset,
                 static_cast<size_t>(bytes));
     return Status::Ok();
@@ -379,9 +386,9 @@ Status CpuDevice::CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offs
 }
 
 Status CpuDevice::CopyToDeviceAsync(DeviceBuffer dst, int64_t offset, const void* host_src,
-                                    int64_t bytes) {
+                                    int64_t bytes, Stream stream) {
   SSDTRAIN_RETURN_IF_ERROR(CheckRange(dst, offset, bytes, "host-to-device copy"));
-  h2d_->Enqueue([=]() -> Status {
+  worker(stream).Enqueue([=]() -> Status {
     std::memcpy(static_cast<uint8_t*>(dst.ptr) + offset, host_src, static_cast<size_t>(bytes));
     return Status::Ok();
   });

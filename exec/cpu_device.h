@@ -18,7 +18,7 @@
 //   them for real instead, through host memory (exec/replay_pipeline.cc,
 //   exec/replay_tensor_parallel.cc).
 // - "PCIe" is memcpy between the arena and host (staging) memory, on one
-//   device-to-host thread and one host-to-device thread.
+//   thread per copy stream: device-to-host, host-to-device, send, receive.
 // - Eigen runs on `cpu_compute_threads` threads (default 1, so that the copy and
 //   I/O threads keep the other core of a 2-core machine); more threads split
 //   each GEMM's columns.
@@ -66,9 +66,10 @@ class CpuDevice final : public Device {
   Status FillPatternAsync(DeviceBuffer buffer, uint64_t seed, Stream stream) override;
   Status CheckPattern(DeviceBuffer buffer, uint64_t seed, Stream stream) override;
 
-  Status CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset, int64_t bytes) override;
-  Status CopyToDeviceAsync(DeviceBuffer dst, int64_t offset, const void* host_src,
-                           int64_t bytes) override;
+  Status CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset, int64_t bytes,
+                         Stream stream) override;
+  Status CopyToDeviceAsync(DeviceBuffer dst, int64_t offset, const void* host_src, int64_t bytes,
+                           Stream stream) override;
   Status RegisterHostMemory(void*, int64_t) override { return Status::Ok(); }
   Status UnregisterHostMemory(void*) override { return Status::Ok(); }
 
@@ -98,7 +99,7 @@ class CpuDevice final : public Device {
   std::string base_error_;         // why base_ is null
   Workspace workspace_;
   // Declared last: joined first on destruction, while the state above lives.
-  std::unique_ptr<detail::StreamWorker> compute_, d2h_, h2d_;
+  std::unique_ptr<detail::StreamWorker> compute_, d2h_, h2d_, send_, receive_;
 };
 
 }  // namespace ssdtrain::exec

@@ -42,7 +42,7 @@ CudaDevice::~CudaDevice() {
   if (compute_ != nullptr) cudaDeviceSynchronize();
   if (blas_ != nullptr) cublasDestroy(blas_);
   anchor_.reset();
-  for (cudaStream_t s : {compute_, d2h_, h2d_, clock_}) {
+  for (cudaStream_t s : {compute_, d2h_, h2d_, send_, receive_, clock_}) {
     if (s != nullptr) cudaStreamDestroy(s);
   }
   if (words_ != nullptr) cudaFree(words_);
@@ -80,7 +80,7 @@ Status CudaDevice::Init() {
   ranges_ = detail::RangeAllocator(capacity_, kAlignment);
   SSDTRAIN_CUDA_TRY(
       cudaMalloc(reinterpret_cast<void**>(&words_), detail::kDeviceWords * sizeof(*words_)));
-  for (cudaStream_t* s : {&compute_, &d2h_, &h2d_, &clock_}) {
+  for (cudaStream_t* s : {&compute_, &d2h_, &h2d_, &send_, &receive_, &clock_}) {
     SSDTRAIN_CUDA_TRY(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
   }
   SSDTRAIN_CUDA_TRY(cublasCreate(&blas_));

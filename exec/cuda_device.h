@@ -9,7 +9,8 @@
 //   device count when there is no such GPU). Every call that enqueues work
 //   first makes it the calling thread's current device, since the runtime's
 //   current device is per thread and the replay drives streams from several.
-// - Three non-blocking streams: compute, device-to-host, host-to-device.
+// - Five non-blocking streams: compute, device-to-host, host-to-device (the
+//   offload's copies), send and receive (the pipeline's messages).
 //   Cross-stream order only through cudaEvents (Device::Record / Wait), made
 //   with cudaEventBlockingSync so that waiting host threads sleep, not spin.
 // - GEMM ops: cublasGemmStridedBatchedEx in the dtype OpBuffers::dtype names

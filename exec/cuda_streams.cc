@@ -30,25 +30,27 @@ Result<int64_t> CudaEvent::TimeNs() {
   return detail::EventHostNs(anchor->host_ns, ms);
 }
 
-Status CudaDevice::CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset,
-                                   int64_t bytes) {
+Status CudaDevice::CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset, int64_t bytes,
+                                   Stream stream) {
   if (offset < 0 || bytes < 0 || offset + bytes > src.bytes) {
     return Status::InvalidArgument("device-to-host copy outside its device buffer");
   }
   SSDTRAIN_RETURN_IF_ERROR(BindDevice(options_.cuda_device_index));
   SSDTRAIN_CUDA_TRY(cudaMemcpyAsync(host_dst, static_cast<const uint8_t*>(src.ptr) + offset,
-                                    static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, d2h_));
+                                    static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
+                                    get(stream)));
   return Status::Ok();
 }
 
 Status CudaDevice::CopyToDeviceAsync(DeviceBuffer dst, int64_t offset, const void* host_src,
-                                     int64_t bytes) {
+                                     int64_t bytes, Stream stream) {
   if (offset < 0 || bytes < 0 || offset + bytes > dst.bytes) {
     return Status::InvalidArgument("host-to-device copy outside its device buffer");
   }
   SSDTRAIN_RETURN_IF_ERROR(BindDevice(options_.cuda_device_index));
   SSDTRAIN_CUDA_TRY(cudaMemcpyAsync(static_cast<uint8_t*>(dst.ptr) + offset, host_src,
-                                    static_cast<size_t>(bytes), cudaMemcpyHostToDevice, h2d_));
+                                    static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
+                                    get(stream)));
   return Status::Ok();
 }
 

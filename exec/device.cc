@@ -12,9 +12,13 @@ std::string_view ToString(Stream s) {
     case Stream::kDeviceToHost:
       return "d2h";
     case Stream::kHostToDevice:
+      return "h2d";
+    case Stream::kSend:
+      return "send";
+    case Stream::kReceive:
       break;
   }
-  return "h2d";
+  return "recv";
 }
 
 Result<std::unique_ptr<Device>> MakeDevice(BackendChoice choice, const DeviceOptions& options,

@@ -1,6 +1,7 @@
 // The device interface: memory with a capacity limit, an in-order compute
-// stream that runs a trace's ops at their real shapes, device-to-host and
-// host-to-device copy streams, and events for every cross-stream dependency.
+// stream that runs a trace's ops at their real shapes, copy streams (the
+// offload's device-to-host and host-to-device, the pipeline's send and
+// receive), and events for every cross-stream dependency.
 // Two implementations: CpuDevice (exec/cpu_device.h, runs anywhere) and
 // CudaDevice (exec/cuda_device.h, built with CUDA, used when a GPU is present).
 // One conformance suite (exec/tests/device_conformance_test.cc) runs against both.
@@ -13,8 +14,8 @@
 //
 // Thread-safety: each stream is driven by one host thread at a time;
 // different streams may be driven from different threads (the replay issues
-// compute and D2H work from its issue thread and H2D copies from its read
-// thread). Allocate/Free, used_bytes and peak_bytes may be called from any
+// compute, D2H, send and receive work from its issue thread and H2D copies
+// from its read thread). Allocate/Free, used_bytes and peak_bytes may be called from any
 // thread. Events may be recorded, waited on and queried from any thread.
 #pragma once
 
@@ -31,8 +32,15 @@
 
 namespace ssdtrain::exec {
 
-enum class Stream { kCompute, kDeviceToHost, kHostToDevice };
-std::string_view ToString(Stream s);  // compute, d2h, h2d
+// kDeviceToHost and kHostToDevice carry the offload's copies (evictions and
+// prefetches); kSend and kReceive the pipeline's messages between stages
+// (exec/replay_pipeline.cc), so that a message's copy waits for its own
+// dependencies (events), not behind the offload copies queued before it.
+enum class Stream { kCompute, kDeviceToHost, kHostToDevice, kSend, kReceive };
+std::string_view ToString(Stream s);  // compute, d2h, h2d, send, recv
+// Every stream, in SynchronizeAll's order.
+inline constexpr Stream kAllStreams[] = {Stream::kCompute, Stream::kDeviceToHost,
+                                         Stream::kHostToDevice, Stream::kSend, Stream::kReceive};
 
 // A device allocation. Owned by whoever allocated it; released with Device::Free.
 struct DeviceBuffer {
@@ -114,14 +122,15 @@ class Device {
   virtual Status FillPatternAsync(DeviceBuffer buffer, uint64_t seed, Stream stream) = 0;
   virtual Status CheckPattern(DeviceBuffer buffer, uint64_t seed, Stream stream) = 0;
 
-  // Copies between device memory and host memory, on the kDeviceToHost and
-  // kHostToDevice streams. The host memory must stay valid until the copy
+  // Copies between device memory and host memory, enqueued on `stream` (any
+  // stream; the offload uses kDeviceToHost and kHostToDevice, the pipeline
+  // kSend and kReceive). The host memory must stay valid until the copy
   // completes (an event recorded after it). For full speed on CUDA, host
   // memory should be registered with RegisterHostMemory first.
-  virtual Status CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset,
-                                 int64_t bytes) = 0;
+  virtual Status CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset, int64_t bytes,
+                                 Stream stream) = 0;
   virtual Status CopyToDeviceAsync(DeviceBuffer dst, int64_t offset, const void* host_src,
-                                   int64_t bytes) = 0;
+                                   int64_t bytes, Stream stream) = 0;
   // Pins host memory (cudaHostRegister) for fast copies; a no-op on CPU.
   // Unregister before freeing the memory.
   virtual Status RegisterHostMemory(void* ptr, int64_t bytes) = 0;
@@ -137,10 +146,10 @@ class Device {
   virtual Status Synchronize(Stream stream) = 0;
   // Synchronizes every stream, also those after one that fails (callers free
   // buffers next, and the other streams' work may still be using them), and
-  // returns the first error: compute, then device-to-host, then host-to-device.
+  // returns the first error, in kAllStreams' order.
   Status SynchronizeAll() {
-    Status first = Synchronize(Stream::kCompute);
-    for (Stream s : {Stream::kDeviceToHost, Stream::kHostToDevice}) {
+    Status first = Status::Ok();
+    for (Stream s : kAllStreams) {
       Status st = Synchronize(s);
       if (first.ok()) first = std::move(st);
     }

@@ -35,6 +35,8 @@ function(ssdtrain_exec_tests)
     DEPS ssdtrain::exec)
   ssdtrain_test(exec_io_fault_test
     SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_fault_test.cc
+            ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_unwind_test.cc
+            ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_cleanup_test.cc
             ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_test_util.cc
     DEPS ssdtrain::exec)
   ssdtrain_test(exec_io_stress_test
@@ -43,6 +45,7 @@ function(ssdtrain_exec_tests)
     DEPS ssdtrain::exec)
   ssdtrain_test(exec_io_fault_matrix_test
     SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_fault_matrix_test.cc
+            ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_signal_matrix_test.cc
             ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_test_util.cc
     DEPS ssdtrain::exec)
   # Under clang: the thread-safety analysis the build runs with (Helpers.cmake)

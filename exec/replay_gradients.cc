@@ -65,7 +65,8 @@ Status Replayer::CopyBucketsOut(const traces::Op& op) {
     for (size_t i = 0; i < bucket.gradients.size(); ++i) {
       const TensorId g = bucket.gradients[i];
       SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(BucketHost(b) + bucket.offsets[i],
-                                                       slot(g).buffer, 0, life(g).bytes));
+                                                       slot(g).buffer, 0, life(g).bytes,
+                                                       Stream::kDeviceToHost));
     }
     SSDTRAIN_RETURN_IF_ERROR(device_.Record(*bucket_copied_[b], Stream::kDeviceToHost));
     bucket_runs_[b].after_op = op.id;
@@ -114,7 +115,7 @@ Status Replayer::CopyGradientBack(TensorId g, const uint8_t* host) {
     return Status::Internal("copying " + trace_.tensor(g).name +
                             " back to the device after its all-reduce: injected by a test");
   }
-  return device_.CopyToDeviceAsync(slot(g).buffer, 0, host, life(g).bytes);
+  return device_.CopyToDeviceAsync(slot(g).buffer, 0, host, life(g).bytes, Stream::kHostToDevice);
 }
 
 // Before the optimizer: the buckets not posted yet go now (the last ones wait

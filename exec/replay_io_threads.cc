@@ -140,7 +140,8 @@ void Replayer::ReadLoop() {
     if (st.ok()) st = device_.Wait(Stream::kHostToDevice, *sl.h2d_ready);
     if (st.ok()) st = device_.Record(*sl.h2d_start, Stream::kHostToDevice);
     if (st.ok()) {
-      st = device_.CopyToDeviceAsync(sl.buffer, 0, sl.staging.data, life(job.storage).bytes);
+      st = device_.CopyToDeviceAsync(sl.buffer, 0, sl.staging.data, life(job.storage).bytes,
+                                     Stream::kHostToDevice);
     }
     if (st.ok()) st = device_.Record(*sl.h2d_end, Stream::kHostToDevice);
     if (st.ok()) st = sl.h2d_end->Synchronize();

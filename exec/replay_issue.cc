@@ -334,7 +334,8 @@ Status Replayer::QueueOffload(TensorId s, const traces::Op& op) {
   SSDTRAIN_RETURN_IF_ERROR(
       device_.Wait(Stream::kDeviceToHost, *op_end_[static_cast<size_t>(op.id)]));
   SSDTRAIN_RETURN_IF_ERROR(device_.Record(*sl.d2h_start, Stream::kDeviceToHost));
-  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(sl.staging.data, sl.buffer, 0, life(s).bytes));
+  SSDTRAIN_RETURN_IF_ERROR(
+      device_.CopyToHostAsync(sl.staging.data, sl.buffer, 0, life(s).bytes, Stream::kDeviceToHost));
   SSDTRAIN_RETURN_IF_ERROR(device_.Record(*sl.d2h_end, Stream::kDeviceToHost));
   sl.copied_out = true;
   {

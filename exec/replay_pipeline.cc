@@ -5,11 +5,16 @@
 // message from its neighbour, checks that it is the one expected (micro-batch,
 // activation or gradient, index, size, CRC32C) and copies it into its output
 // before any later op runs. See exec/detail/replayer.h.
-// What they wait for (issue 31 item 10, not yet changed): a send's copy goes
-// on the device-to-host stream the offload copies share, and the issue
-// thread synchronizes that stream, so a send waits for every offload copy
-// queued before it; a recv synchronizes the compute stream (every op issued
-// before it) before its copy in. The simulator models neither wait.
+// What they wait for: a send's copy out goes on the send stream and waits
+// (an event) for the send op, so for its input's producer, never behind the
+// offload copies queued on the device-to-host stream; the issue thread waits
+// for that copy alone, then posts the message. A recv's copy in goes on the
+// receive stream after the compute work issued before it (whose memory its
+// output may reuse) and before the ops after it (events), not behind the
+// prefetches on the host-to-device stream; the issue thread does not wait for
+// it. As the simulator's pipeline (sim/pipeline.h): a send leaves when its
+// micro-batch's pass ends, and the next pass starts when its input arrived
+// and the stage is free. exec/README.md says more.
 #include <cstring>
 #include <map>
 #include <string>
@@ -62,6 +67,9 @@ Status Replayer::InitPipeline() {
           kMessageAlignment * kMessageAlignment;
   }
   if (at == 0) return Status::Ok();
+  for (auto* e : {&compute_before_receive_, &received_}) {
+    SSDTRAIN_ASSIGN_OR_RETURN(*e, device_.CreateEvent());
+  }
   auto host = HostStaging::Create(device_, at);
   if (!host.ok()) {
     return host.status().WithPrefix("host memory for the pipeline's messages (" + FormatBytes(at) +
@@ -75,10 +83,9 @@ Status Replayer::SendFor(const traces::Op& op, const DeviceBuffer& input) {
   const Transfer& x = transfers_[static_cast<size_t>(op.id)];
   uint8_t* host = static_cast<uint8_t*>(pipeline_host_->base()) + x.offset;
   // After the op (and so the input's producer) has run on the compute stream.
-  SSDTRAIN_RETURN_IF_ERROR(
-      device_.Wait(Stream::kDeviceToHost, *op_end_[static_cast<size_t>(op.id)]));
-  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(host, input, 0, x.bytes));
-  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kDeviceToHost));
+  SSDTRAIN_RETURN_IF_ERROR(device_.Wait(Stream::kSend, *op_end_[static_cast<size_t>(op.id)]));
+  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(host, input, 0, x.bytes, Stream::kSend));
+  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kSend));
   MessageTrailer t;
   t.crc = Crc32c(host, static_cast<size_t>(x.bytes));
   t.seed = SeedOf(trace_.StorageOf(op.inputs[0]));
@@ -123,13 +130,10 @@ Status Replayer::ReceiveFor(const traces::Op& op, const DeviceBuffer& output) {
   }
   const TensorId s = trace_.StorageOf(op.outputs[0]);
   received_seed_[static_cast<size_t>(s)] = t.seed;
-  // The output may reuse memory an op still queued on compute reads.
-  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kCompute));
-  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToDeviceAsync(output, 0, host, x.bytes));
-  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kHostToDevice));
+  SSDTRAIN_RETURN_IF_ERROR(CopyInReceived(output, host, x.bytes));
   if (options_.verify) {
     // The sender filled it with its pattern: the bytes arrived as sent.
-    Status ok = device_.CheckPattern(output, t.seed, Stream::kCompute);
+    Status ok = device_.CheckPattern(output, t.seed, Stream::kReceive);
     if (!ok.ok()) return ok.WithPrefix("verify: " + RankOpName(op) + ": " + x.tag.Describe());
   }
   ++traffic_.messages_received;
@@ -140,9 +144,17 @@ Status Replayer::ReceiveFor(const traces::Op& op, const DeviceBuffer& output) {
 Status Replayer::RestoreReceived(TensorId s, const traces::Op& recv) {
   const Transfer& x = transfers_[static_cast<size_t>(recv.id)];
   const uint8_t* host = static_cast<const uint8_t*>(pipeline_host_->base()) + x.offset;
-  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kCompute));
-  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToDeviceAsync(slot(s).buffer, 0, host, x.bytes));
-  return device_.Synchronize(Stream::kHostToDevice);
+  return CopyInReceived(slot(s).buffer, host, x.bytes);
+}
+
+Status Replayer::CopyInReceived(const DeviceBuffer& dst, const uint8_t* host, int64_t bytes) {
+  // The host bytes stay until the step ends (each message has its own place),
+  // and the step's end waits for compute, which waits for this copy.
+  SSDTRAIN_RETURN_IF_ERROR(device_.Record(*compute_before_receive_, Stream::kCompute));
+  SSDTRAIN_RETURN_IF_ERROR(device_.Wait(Stream::kReceive, *compute_before_receive_));
+  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToDeviceAsync(dst, 0, host, bytes, Stream::kReceive));
+  SSDTRAIN_RETURN_IF_ERROR(device_.Record(*received_, Stream::kReceive));
+  return device_.Wait(Stream::kCompute, *received_);
 }
 
 Status Replayer::WaitSends() {

@@ -278,8 +278,9 @@ Status Replayer::CollectiveFor(const traces::Op& op, const DeviceBuffer& input,
   // starts there.
   SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kCompute));
   const int64_t started = NowNs();
-  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(in, input, 0, in_t.bytes));
-  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kDeviceToHost));
+  // On the message streams, not behind the offload's queued copies.
+  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(in, input, 0, in_t.bytes, Stream::kSend));
+  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kSend));
   if (check) {
     const int64_t bad = PatternMismatch(in, in_t.bytes, seed, 0);
     if (bad >= 0) {
@@ -333,8 +334,9 @@ Status Replayer::CollectiveFor(const traces::Op& op, const DeviceBuffer& input,
       break;
     }
   }
-  SSDTRAIN_RETURN_IF_ERROR(device_.CopyToDeviceAsync(output, 0, out, out_t.bytes));
-  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kHostToDevice));
+  SSDTRAIN_RETURN_IF_ERROR(
+      device_.CopyToDeviceAsync(output, 0, out, out_t.bytes, Stream::kReceive));
+  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kReceive));
   CollectiveTraffic::Time& time = collectives_.by_kind[static_cast<size_t>(kind)];
   ++time.count;
   time.ns += NowNs() - started;

@@ -56,13 +56,15 @@ function(ssdtrain_exec_runtime_tests)
     SOURCES ${dir}/tensor_cache_test.cc
     DEPS ssdtrain::exec)
   ssdtrain_test(exec_replay_test
-    SOURCES ${dir}/replay_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
+    SOURCES ${dir}/replay_test.cc ${dir}/replay_faults_test.cc ${dir}/replay_test_util.cc
+            ${dir}/io_test_util.cc
     DEPS ssdtrain::exec ssdtrain::models)
   ssdtrain_test(exec_calibrate_test
     SOURCES ${dir}/calibrate_test.cc ${dir}/replay_test_util.cc
     DEPS ssdtrain::exec ssdtrain::models)
   ssdtrain_test(exec_replay_ranks_test
-    SOURCES ${dir}/replay_ranks_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
+    SOURCES ${dir}/replay_ranks_test.cc ${dir}/replay_streams_test.cc ${dir}/replay_test_util.cc
+            ${dir}/io_test_util.cc
     DEPS ssdtrain::exec ssdtrain::models)
   ssdtrain_test(exec_replay_tp_ranks_test
     SOURCES ${dir}/replay_tp_ranks_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc

@@ -114,9 +114,10 @@ class CudaDevice final : public Device {
   Status CheckPattern(DeviceBuffer buffer, uint64_t seed, Stream stream) override;
 
   // Copies, events and streams (cuda_streams.cc).
-  Status CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset, int64_t bytes) override;
-  Status CopyToDeviceAsync(DeviceBuffer dst, int64_t offset, const void* host_src,
-                           int64_t bytes) override;
+  Status CopyToHostAsync(void* host_dst, DeviceBuffer src, int64_t offset, int64_t bytes,
+                         Stream stream) override;
+  Status CopyToDeviceAsync(DeviceBuffer dst, int64_t offset, const void* host_src, int64_t bytes,
+                           Stream stream) override;
   Status RegisterHostMemory(void* ptr, int64_t bytes) override;
   Status UnregisterHostMemory(void* ptr) override;
   Result<std::unique_ptr<Event>> CreateEvent() override;
@@ -126,7 +127,19 @@ class CudaDevice final : public Device {
 
  private:
   cudaStream_t get(Stream s) const {
-    return s == Stream::kCompute ? compute_ : s == Stream::kDeviceToHost ? d2h_ : h2d_;
+    switch (s) {
+      case Stream::kCompute:
+        return compute_;
+      case Stream::kDeviceToHost:
+        return d2h_;
+      case Stream::kHostToDevice:
+        return h2d_;
+      case Stream::kSend:
+        return send_;
+      case Stream::kReceive:
+        break;
+    }
+    return receive_;
   }
 
   // Records a new anchor on the idle clock stream and waits for it (at once:
@@ -161,7 +174,8 @@ class CudaDevice final : public Device {
   DeviceBuffer workspace_;
   unsigned long long* words_ = nullptr;  // layout: exec/detail/device_words.h
   // clock_ only ever holds anchors, so an anchor completes as soon as it is recorded.
-  cudaStream_t compute_ = nullptr, d2h_ = nullptr, h2d_ = nullptr, clock_ = nullptr;
+  cudaStream_t compute_ = nullptr, d2h_ = nullptr, h2d_ = nullptr, send_ = nullptr,
+               receive_ = nullptr, clock_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::mutex anchor_mu_;
   std::shared_ptr<const Anchor> anchor_;  // guarded by anchor_mu_

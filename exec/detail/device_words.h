@@ -14,7 +14,7 @@
 namespace ssdtrain::exec::detail {
 
 constexpr int kReadSinkWord = 0;
-constexpr int kDeviceWords = 4;  // the sink and one mismatch word per stream (3)
+constexpr int kDeviceWords = 6;  // the sink and one mismatch word per stream (5)
 
 // The index of `stream`'s first-mismatch word.
 constexpr int MismatchWord(Stream stream) {
@@ -24,9 +24,13 @@ constexpr int MismatchWord(Stream stream) {
     case Stream::kDeviceToHost:
       return 2;
     case Stream::kHostToDevice:
+      return 3;
+    case Stream::kSend:
+      return 4;
+    case Stream::kReceive:
       break;
   }
-  return 3;
+  return 5;
 }
 
 }  // namespace ssdtrain::exec::detail

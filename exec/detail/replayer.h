@@ -274,6 +274,10 @@ class Replayer {
   Status ReceiveFor(const traces::Op& op, const DeviceBuffer& output);
   // A received storage again from its host copy (the plan recomputes it).
   Status RestoreReceived(TensorId s, const traces::Op& recv);
+  // Enqueues a received message's copy into `dst` on the receive stream,
+  // after the compute work issued so far (it may still read `dst`'s memory)
+  // and before any compute work issued later; blocks on neither.
+  Status CopyInReceived(const DeviceBuffer& dst, const uint8_t* host, int64_t bytes);
   Status WaitSends();
   // The verification seed of storage `s` this step: the sender's, for a
   // received storage.
@@ -366,6 +370,9 @@ class Replayer {
   std::unique_ptr<HostStaging> pipeline_host_;          // the messages, each at its offset
   std::vector<std::optional<uint64_t>> received_seed_;  // by storage, this step
   PipelineTraffic traffic_;                             // this step's
+  // CopyInReceived's order: compute so far, then the copy; the copy, then
+  // compute from there on (re-recorded for each message).
+  std::unique_ptr<Event> compute_before_receive_, received_;
 
   int64_t tp_index_ = 0;
   std::vector<int> tp_ranks_;                     // the tensor-parallel group, in order

@@ -103,18 +103,18 @@ TEST(EventClock, AnchorChainsDeviceTimeAndTakesTheHostClockAfterAQuietSpell) {
 }
 
 TEST(DeviceWords, EachStreamChecksIntoItsOwnWord) {
-  // Three streams, three distinct mismatch words, none of them the read sink,
+  // Five streams, five distinct mismatch words, none of them the read sink,
   // all inside the kDeviceWords-word allocation.
   std::set<int> words;
-  for (Stream s : {Stream::kCompute, Stream::kDeviceToHost, Stream::kHostToDevice}) {
+  for (Stream s : kAllStreams) {
     const int w = MismatchWord(s);
     EXPECT_NE(w, kReadSinkWord) << ToString(s);
     EXPECT_GE(w, 0) << ToString(s);
     EXPECT_LT(w, kDeviceWords) << ToString(s);
     words.insert(w);
   }
-  EXPECT_EQ(words.size(), 3u);
-  EXPECT_EQ(kDeviceWords, 4);
+  EXPECT_EQ(words.size(), 5u);
+  EXPECT_EQ(kDeviceWords, 6);
 }
 
 TEST(GemmWorkspace, OutputMatricesOfOneCallNeverShareElements) {

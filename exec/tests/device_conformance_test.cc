@@ -11,6 +11,7 @@
 
 #include "exec/cuda_device.h"
 #include "exec/device.h"
+#include "exec/tests/forwarding_device.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -59,29 +60,33 @@ TEST_P(DeviceConformance, AllocationPastCapacityFailsWithResourceExhausted) {
 }
 
 TEST_P(DeviceConformance, PatternSurvivesDeviceToHostToDeviceRoundTrip) {
-  // Fill on compute; the D2H copy waits on an event after the fill, so the host
-  // sees the pattern; the H2D copy back into a fresh buffer checks clean.
+  // Fill on compute; the copy out waits on an event after the fill, so the
+  // host sees the pattern; the copy back into a fresh buffer checks clean. On
+  // the offload's copy streams and on the pipeline's (send, receive) alike.
   constexpr int64_t kBytes = 3 * kMiB + 13;  // odd size: exercises the tail
-  DeviceBuffer src = Alloc(kBytes), dst = Alloc(kBytes);
-  std::vector<uint8_t> host(kBytes);
-  ASSERT_TRUE(device_->RegisterHostMemory(host.data(), kBytes).ok());
-  auto filled = NewEvent(), copied_out = NewEvent();
-  ASSERT_TRUE(device_->FillPatternAsync(src, 42, Stream::kCompute).ok());
-  ASSERT_TRUE(device_->Record(*filled, Stream::kCompute).ok());
-  ASSERT_TRUE(device_->Wait(Stream::kDeviceToHost, *filled).ok());
-  ASSERT_TRUE(device_->CopyToHostAsync(host.data(), src, 0, kBytes).ok());
-  ASSERT_TRUE(device_->Record(*copied_out, Stream::kDeviceToHost).ok());
-  ASSERT_TRUE(copied_out->Synchronize().ok());
-  for (int64_t i = 0; i < kBytes; i += 4099) ASSERT_EQ(host[i], PatternByte(42, i)) << i;
-  ASSERT_EQ(host[kBytes - 1], PatternByte(42, kBytes - 1));
-  ASSERT_TRUE(device_->CopyToDeviceAsync(dst, 0, host.data(), kBytes).ok());
-  EXPECT_TRUE(device_->CheckPattern(dst, 42, Stream::kHostToDevice).ok());
-  // Another seed's pattern does not match.
-  EXPECT_EQ(device_->CheckPattern(dst, 43, Stream::kHostToDevice).code(),
-            Status::Code::kCorruption);
-  ASSERT_TRUE(device_->UnregisterHostMemory(host.data()).ok());
-  device_->Free(src);
-  device_->Free(dst);
+  for (auto [out, in] : {std::pair{Stream::kDeviceToHost, Stream::kHostToDevice},
+                         std::pair{Stream::kSend, Stream::kReceive}}) {
+    SCOPED_TRACE(std::string(ToString(out)) + " then " + std::string(ToString(in)));
+    DeviceBuffer src = Alloc(kBytes), dst = Alloc(kBytes);
+    std::vector<uint8_t> host(kBytes);
+    ASSERT_TRUE(device_->RegisterHostMemory(host.data(), kBytes).ok());
+    auto filled = NewEvent(), copied_out = NewEvent();
+    ASSERT_TRUE(device_->FillPatternAsync(src, 42, Stream::kCompute).ok());
+    ASSERT_TRUE(device_->Record(*filled, Stream::kCompute).ok());
+    ASSERT_TRUE(device_->Wait(out, *filled).ok());
+    ASSERT_TRUE(device_->CopyToHostAsync(host.data(), src, 0, kBytes, out).ok());
+    ASSERT_TRUE(device_->Record(*copied_out, out).ok());
+    ASSERT_TRUE(copied_out->Synchronize().ok());
+    for (int64_t i = 0; i < kBytes; i += 4099) ASSERT_EQ(host[i], PatternByte(42, i)) << i;
+    ASSERT_EQ(host[kBytes - 1], PatternByte(42, kBytes - 1));
+    ASSERT_TRUE(device_->CopyToDeviceAsync(dst, 0, host.data(), kBytes, in).ok());
+    EXPECT_TRUE(device_->CheckPattern(dst, 42, in).ok());
+    // Another seed's pattern does not match.
+    EXPECT_EQ(device_->CheckPattern(dst, 43, in).code(), Status::Code::kCorruption);
+    ASSERT_TRUE(device_->UnregisterHostMemory(host.data()).ok());
+    device_->Free(src);
+    device_->Free(dst);
+  }
 }
 
 TEST_P(DeviceConformance, CheckPatternNamesTheFirstCorruptByte) {
@@ -89,7 +94,7 @@ TEST_P(DeviceConformance, CheckPatternNamesTheFirstCorruptByte) {
   DeviceBuffer b = Alloc(kBytes);
   ASSERT_TRUE(device_->FillPatternAsync(b, 7, Stream::kHostToDevice).ok());
   const uint8_t wrong = static_cast<uint8_t>(PatternByte(7, 1000) ^ 0xff);
-  ASSERT_TRUE(device_->CopyToDeviceAsync(b, 1000, &wrong, 1).ok());
+  ASSERT_TRUE(device_->CopyToDeviceAsync(b, 1000, &wrong, 1, Stream::kHostToDevice).ok());
   Status s = device_->CheckPattern(b, 7, Stream::kHostToDevice);
   EXPECT_EQ(s.code(), Status::Code::kCorruption);
   EXPECT_NE(s.message().find("byte 1000 "), std::string::npos) << s.message();
@@ -168,7 +173,7 @@ TEST_P(DeviceConformance, ChecksOnTwoStreamsFromTwoThreadsKeepTheirOwnResults) {
   ASSERT_TRUE(device_->FillPatternAsync(good, 3, Stream::kCompute).ok());
   ASSERT_TRUE(device_->FillPatternAsync(bad, 3, Stream::kHostToDevice).ok());
   const uint8_t wrong = static_cast<uint8_t>(PatternByte(3, 100) ^ 0xff);
-  ASSERT_TRUE(device_->CopyToDeviceAsync(bad, 100, &wrong, 1).ok());
+  ASSERT_TRUE(device_->CopyToDeviceAsync(bad, 100, &wrong, 1, Stream::kHostToDevice).ok());
   ASSERT_TRUE(device_->SynchronizeAll().ok());
   int good_failures = 0, bad_misreports = 0;
   std::thread other([&] {
@@ -255,63 +260,22 @@ TEST(MakeDevice, CudaDeviceIsUsableFromAThreadThatDidNotMakeIt) {
 
 // A real CPU device whose compute stream reports a failure on Synchronize and
 // which records the streams synchronized; everything else goes to the device.
-class ComputeFailsOnSync final : public Device {
+class ComputeFailsOnSync final : public testing::ForwardingDevice {
  public:
-  explicit ComputeFailsOnSync(std::unique_ptr<Device> inner) : inner_(std::move(inner)) {}
+  using ForwardingDevice::ForwardingDevice;
   std::vector<Stream> synchronized;
 
-  std::string Describe() const override { return inner_->Describe(); }
-  std::string_view kind() const override { return inner_->kind(); }
-  Result<DeviceBuffer> Allocate(int64_t bytes) override { return inner_->Allocate(bytes); }
-  void Free(DeviceBuffer buffer) override { inner_->Free(buffer); }
-  int64_t capacity_bytes() const override { return inner_->capacity_bytes(); }
-  int64_t allocation_alignment() const override { return inner_->allocation_alignment(); }
-  int64_t workspace_output_region_bytes() const override {
-    return inner_->workspace_output_region_bytes();
-  }
-  int64_t used_bytes() const override { return inner_->used_bytes(); }
-  int64_t peak_bytes() const override { return inner_->peak_bytes(); }
-  void ResetPeak() override { inner_->ResetPeak(); }
-  Status RunOpAsync(const traces::Op& op, const OpBuffers& buffers) override {
-    return inner_->RunOpAsync(op, buffers);
-  }
-  Result<int64_t> ReserveWorkspace(const traces::Trace& trace) override {
-    return inner_->ReserveWorkspace(trace);
-  }
-  Status FillPatternAsync(DeviceBuffer buffer, uint64_t seed, Stream stream) override {
-    return inner_->FillPatternAsync(buffer, seed, stream);
-  }
-  Status CheckPattern(DeviceBuffer buffer, uint64_t seed, Stream stream) override {
-    return inner_->CheckPattern(buffer, seed, stream);
-  }
-  Status CopyToHostAsync(void* dst, DeviceBuffer src, int64_t offset, int64_t bytes) override {
-    return inner_->CopyToHostAsync(dst, src, offset, bytes);
-  }
-  Status CopyToDeviceAsync(DeviceBuffer dst, int64_t offset, const void* src,
-                           int64_t bytes) override {
-    return inner_->CopyToDeviceAsync(dst, offset, src, bytes);
-  }
-  Status RegisterHostMemory(void* ptr, int64_t bytes) override {
-    return inner_->RegisterHostMemory(ptr, bytes);
-  }
-  Status UnregisterHostMemory(void* ptr) override { return inner_->UnregisterHostMemory(ptr); }
-  Result<std::unique_ptr<Event>> CreateEvent() override { return inner_->CreateEvent(); }
-  Status Record(Event& event, Stream stream) override { return inner_->Record(event, stream); }
-  Status Wait(Stream stream, Event& event) override { return inner_->Wait(stream, event); }
   Status Synchronize(Stream stream) override {
     synchronized.push_back(stream);
-    Status st = inner_->Synchronize(stream);
+    Status st = ForwardingDevice::Synchronize(stream);
     if (stream == Stream::kCompute) return Status::Internal("compute stream failed");
     return st;
   }
-
- private:
-  std::unique_ptr<Device> inner_;
 };
 
 TEST(Device, SynchronizeAllWaitsOnEveryStreamAfterOneFails) {
   // Callers free buffers right after SynchronizeAll (the replay's teardown), so
-  // a compute failure must not skip waiting for the two copy streams: three
+  // a compute failure must not skip waiting for the four copy streams: five
   // streams synchronized, in order, and compute's error returned.
   auto inner = MakeDevice(BackendChoice::kCpu, DeviceOptions{}, nullptr);
   ASSERT_TRUE(inner.ok()) << inner.status().ToString();
@@ -320,7 +284,7 @@ TEST(Device, SynchronizeAllWaitsOnEveryStreamAfterOneFails) {
   EXPECT_EQ(st.code(), Status::Code::kInternal);
   EXPECT_EQ(st.message(), "compute stream failed");
   const std::vector<Stream> expected = {Stream::kCompute, Stream::kDeviceToHost,
-                                        Stream::kHostToDevice};
+                                        Stream::kHostToDevice, Stream::kSend, Stream::kReceive};
   EXPECT_EQ(device.synchronized, expected);
 }
 

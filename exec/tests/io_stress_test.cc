@@ -18,6 +18,7 @@
 
 #include "exec/fault_backend.h"
 #include "exec/offload_engine.h"
+#include "exec/tests/io_fault_util.h"
 #include "exec/tests/io_test_util.h"
 
 namespace ssdtrain::exec {
@@ -25,6 +26,7 @@ namespace {
 
 using testing::ListTree;
 using testing::RandomBytes;
+using testing::Rule;
 using testing::TempDir;
 
 constexpr int kThreads = 4;
@@ -34,15 +36,6 @@ constexpr int kDepth = 8;
 constexpr int64_t kMaxTensor = 200 * 1000;
 // Per thread, tensor ids [thread * kIdStride, ...): no two threads share one.
 constexpr traces::TensorId kIdStride = 100000;
-
-FaultRule Rule(IoOp op, int64_t nth, FaultKind kind, int64_t count) {
-  FaultRule r;
-  r.op = op;
-  r.nth = nth;
-  r.kind = kind;
-  r.count = count;
-  return r;
-}
 
 // Tallies of one stress run.
 struct Tally {

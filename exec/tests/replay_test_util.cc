@@ -5,6 +5,7 @@
 
 #include "models/build_trace.h"
 #include "models/model_config.h"
+#include "traces/uniform_plans.h"
 
 namespace ssdtrain::exec::testing {
 
@@ -34,6 +35,17 @@ ReplayOptions CpuOptions(const std::string& dir) {
   o.device_memory_bytes = int64_t{1} << 30;
   o.staging_bytes = int64_t{64} << 20;
   return o;
+}
+
+traces::Plan HostPlan(const traces::Trace& trace, bool every_other) {
+  traces::Plan plan = traces::OffloadAllPlan(trace);
+  plan.policy = every_other ? "offload-mixed" : "offload-host";
+  for (size_t i = 0; i < plan.placements.size(); ++i) {
+    if (every_other && i % 2 == 1) continue;
+    plan.placements[i].action = traces::TensorAction::kOffloadHost;
+    plan.placements[i].file.clear();
+  }
+  return plan;
 }
 
 int64_t OffloadedStorageBytes(const traces::Trace& trace, const traces::Plan& plan) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "exec/replay.h"
+#include "traces/plan.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::exec::testing {
@@ -15,6 +16,10 @@ traces::Trace TinyGptTrace(int64_t micro_batch = 0, int64_t seq_len = 0, int64_t
 
 // CPU backend, one measured step after the warm-up, files under `dir`.
 ReplayOptions CpuOptions(const std::string& dir);
+
+// traces::OffloadAllPlan with every placement (or, with `every_other`, every
+// other one) sent to host memory instead of the SSD.
+traces::Plan HostPlan(const traces::Trace& trace, bool every_other);
 
 // Unique bytes of the storages a plan offloads, to the SSD or to host memory
 // (what one step must copy out, counting a tensor and its views once).

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -121,6 +122,8 @@ class ThreadRanks {
       *tag = m.tag;
       *bytes = static_cast<int64_t>(m.bytes.size());
       ++receives;
+      lock.unlock();
+      if (on_receive) on_receive();
       return Status::Ok();
     }
     Status WaitSends() override { return Status::Ok(); }
@@ -135,6 +138,8 @@ class ThreadRanks {
     }
     int agreements = 0, allreduces = 0, sends = 0, receives = 0, aborts = 0;
     int flip_byte_of_send = -1;  // the send (0 = the first) whose first byte flips on the way
+    // Called on this rank's thread after each message it received; set before the ranks start.
+    std::function<void()> on_receive;
 
    private:
     ThreadRanks& all_;

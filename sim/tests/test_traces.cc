@@ -1,5 +1,9 @@
 #include "sim/tests/test_traces.h"
 
+#include <utility>
+
+#include "sim/policy.h"
+
 namespace ssdtrain::sim::testing {
 
 traces::TensorId TraceBuilder::Tensor(const std::string& name, int64_t bytes,
@@ -97,6 +101,13 @@ HardwareOptions TestHardware(double ssd_write_GBps, double ssd_read_GBps, double
   hw.interconnect.pp_GBps = 10;
   hw.interconnect.dp_GBps = 10;
   return hw;
+}
+
+traces::Plan PlanWith(const traces::Trace& trace, std::vector<traces::Placement> placements) {
+  traces::Plan plan = BasePlan(trace);
+  plan.policy = "test";
+  plan.placements = std::move(placements);
+  return plan;
 }
 
 }  // namespace ssdtrain::sim::testing

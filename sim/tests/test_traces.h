@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sim/hardware.h"
+#include "traces/plan.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::sim::testing {
@@ -30,6 +31,10 @@ class TraceBuilder {
 // A weight of `weight_bytes` is read by every op.
 traces::Trace ChainTrace(int layers, int64_t act_bytes, int64_t fwd_ns, int64_t bwd_ns,
                          int64_t weight_bytes = 1000);
+
+// The unnamed plan template of `trace` (sim::BasePlan) under policy "test",
+// with `placements`.
+traces::Plan PlanWith(const traces::Trace& trace, std::vector<traces::Placement> placements);
 
 // Round-number hardware: GDS, no latencies, one drive per GPU, 80 GiB GPU.
 HardwareOptions TestHardware(double ssd_write_GBps, double ssd_read_GBps, double pcie_GBps);
