@@ -95,7 +95,7 @@ py::object OpOrNone(traces::OpId op) {
 
 // One dict per saved storage (in root-id order): root, name, bytes, dtype,
 // shape (the root row's), action, prefetch_before, evict_before, producer and
-// first_backward_use (op ids or None); plus the plan's model, policy, fingerprint and
+// first_backward_use, last_use (op ids or None); plus the plan's model, policy, fingerprint and
 // ssd_bytes, and backward_start (the trace's first backward op, or None).
 py::dict ResolvePlanFiles(const std::string& trace_path, const std::string& plan_path) {
   Result<traces::Trace> trace = Status::Internal("not read");
@@ -130,6 +130,7 @@ py::dict ResolvePlanFiles(const std::string& trace_path, const std::string& plan
     d["evict_before"] = OpOrNone(s.evict_before);
     d["producer"] = OpOrNone(s.producer);
     d["first_backward_use"] = OpOrNone(s.first_backward_use);
+    d["last_use"] = OpOrNone(s.last_use);
     storages.append(std::move(d));
   }
   traces::OpId backward_start = traces::kNoOp;

@@ -27,7 +27,12 @@ module's qualified name and the aten op, and its layer is the first integer in
 that name (``blocks.3.fc1`` -> 3; -1 outside numbered modules, and 0 everywhere
 for a model without numbered modules, e.g. one block). A backward op takes the
 module of the saved tensor autograd last unpacked, i.e. of the forward op whose
-gradient is running.
+gradient is running. Each unpack of a tensor on a numbered saved storage is an
+op of its own, ``<module>.unpack`` (no FLOPs, no bytes), reading that tensor
+where autograd unpacks it: at the start of its gradient's node, before the
+node's aten ops, so a storage's first backward use is where ``offload`` needs
+it back (and sees it unpacked), and the unpacks of one node come before the
+frees of what it saved.
 
 The format is traces/FORMAT.md (version 1); the C++ reader validates it on
 load, so ``ssdtrain plan --trace`` and ``ssdtrain replay --trace`` take the
@@ -45,7 +50,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .saved import SaveOrder, saved_name
+from .saved import SaveOrder, saved_index, saved_name
 
 FORMAT = "ssdtrain-trace"
 VERSION = 1
@@ -265,7 +270,22 @@ class _Recorder:
             r = self.ids.get(id(t))
             if r is not None:
                 self.backward_module = self.tensors[r].get("_module", "")
+                root = self.tensors[_root(self.tensors, r)]
+                if saved_index(root["name"]) is not None and not self.recomputing():
+                    self._record_unpack(r)
         return t
+
+    def _record_unpack(self, r):
+        """An op that reads saved tensor r (on a numbered storage: what offload
+        sees unpacked) where autograd unpacks it: at the start of its gradient's
+        node, before that node's aten ops (and before the node ends and autograd
+        frees what it saved), where ``offload`` reads it back."""
+        oid = len(self.ops)
+        self.tensors[r]["consumers"].append(oid)
+        self.ops.append(dict(
+            id=oid, name=f"{self.backward_module or '<model>'}.unpack", kind="elementwise",
+            phase="backward", layer=_layer_of(self.backward_module), micro_batch=0, stage=0,
+            stream=0, inputs=[r], outputs=[], flops=0, bytes_read=0, bytes_written=0, gemm=None))
 
 
 def _returns_tensor(func):

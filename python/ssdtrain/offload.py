@@ -42,7 +42,7 @@ offload-ssd storages are written when saved (as under "offload-ssd") and release
 plan's eviction points, mapped to the first save or unpack after each (a plan
 without them: they land within ``write_lag`` leaf modules), keep storages stay,
 ``min_bytes`` and ``prefetch`` do not apply; reads are issued at the plan's
-prefetch points, mapped to the first unpack at or after each, or on demand.
+prefetch points, mapped to the last unpack at or before each, or on demand.
 Several forwards may run before their backwards (gradient accumulation): each
 is a micro-batch of the plan with its own state (``_Forward``), and its
 backward applies its own storages' points.
@@ -189,6 +189,7 @@ class Offload(Transfers):
         self._failed = None
         self._resident = 0
         self._peak = 0
+        self._read_peak = 0  # the most resident at a read in backward (Transfers)
         self._exposed_ns = 0
         self._counts = dict(saved_tensors=0, saved_storages=0, dedup_hits=0,
                             offloaded_storages=0, offloaded_bytes=0, forwarded_storages=0,
@@ -412,7 +413,8 @@ class Offload(Transfers):
         e = self.engine.stats()
         out = dict(self._counts)
         out.update(ssd_bytes_written=e["bytes_written"], ssd_bytes_read=e["bytes_read"],
-                   peak_saved_bytes=self._peak, saved_bytes_now=self._resident,
+                   peak_saved_bytes=self._peak, peak_saved_bytes_at_reads=self._read_peak,
+                   saved_bytes_now=self._resident,
                    exposed_io_ns=self._exposed_ns, files_live=sum(
                        1 for s in self._live.values()
                        if s.state in _ON_DISK),
@@ -423,6 +425,8 @@ class Offload(Transfers):
     def stats(self):
         """Counters, with the run report's names: ssd_bytes_written, ssd_bytes_read,
         peak_saved_bytes (resident saved-tensor bytes this cache held at most),
+        peak_saved_bytes_at_reads (the most of them right after a read in
+        backward: the part of the peak backward's reads make; 0 without reads),
         exposed_io_ns (time forward and backward waited on the SSD path);
         evicted_at_plan_points: storages released at a plan's eviction point."""
         with self._lock:

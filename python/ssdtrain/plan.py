@@ -27,12 +27,20 @@ here the engine keeps one file per storage in its run directory.
 
 Prefetch points. A plan issues a storage's read when backward op
 ``prefetch_before`` starts; a run sees no ops, only the unpacks of saved
-storages. An op maps to the first unpack at or after it: the read of S is
-issued at the first unpack of any storage whose first backward use in the trace
-is the earliest one at or after S's prefetch op (no such op, or no prefetch
-point: on demand, when S itself is unpacked). Backward unpacks storages in the
-order the trace's backward ops use them, so the read goes out no later than the
-plan says, give or take the ops between two unpacks.
+storages. Capture writes an op where autograd unpacks each saved tensor
+(``<module>.unpack``), so a storage's first backward use in the trace is its
+first unpack. An op maps to the last unpack at or before it: the read of S is
+issued at the first unpack of any storage whose first backward use is the
+latest one at or before S's prefetch op (before every one: backward's first
+unpack), so it goes out no later than the plan says, give or take the ops
+between two unpacks (none, or no prefetch point: on demand, when S itself is
+unpacked). Not the first unpack after it: a planner puts the point a few ops
+before S's own unpack, often after the unpack before it, and that would be S's
+own, a read on demand.
+
+Memory. ``peaks()`` walks these rules over the trace: the resident saved bytes
+a run of the plan holds at most, which ``offload`` measures the same way
+(``peak_saved_bytes``, ``peak_saved_bytes_at_reads``).
 
 Eviction points. A plan frees a storage's memory when op ``evict_before`` (in
 forward or in backward) is issued, waiting for its write to land if it has not
@@ -55,6 +63,7 @@ checks its own count.
 """
 
 import bisect
+import collections
 import os
 
 from . import _engine
@@ -62,6 +71,11 @@ from .capture import _dtype_name
 from .saved import saved_index, saved_module
 
 PlanError = _engine.PlanError
+# StepPlan.peaks(): the resident saved bytes at most after forward's last save
+# (forward), right after a read in backward (at_reads; 0: backward reads nothing)
+# and over the whole forward and backward (step): offload's peak_saved_bytes
+# after forward, its peak_saved_bytes_at_reads and peak_saved_bytes at the end.
+Peaks = collections.namedtuple("Peaks", "forward at_reads step")
 
 _UNSUPPORTED = {
     "recompute": "recompute plans are not supported by the Python offload (it does not "
@@ -77,7 +91,8 @@ class PlacedStorage:
     """One numbered storage of the trace and what the plan does with it."""
 
     __slots__ = ("index", "root", "name", "module", "bytes", "dtype", "shape", "offload",
-                 "producer", "first_backward_use", "prefetch_before", "evict_before")
+                 "producer", "first_backward_use", "last_use", "prefetch_before",
+                 "evict_before")
 
     def __init__(self, index, row):
         self.index = index
@@ -90,6 +105,7 @@ class PlacedStorage:
         self.offload = row["action"] == "offload-ssd"
         self.producer = row["producer"]
         self.first_backward_use = row["first_backward_use"]
+        self.last_use = row["last_use"]
         self.prefetch_before = row["prefetch_before"] if self.offload else None
         self.evict_before = row["evict_before"] if self.offload else None
 
@@ -146,8 +162,8 @@ class StepPlan:
         for s in self.storages:
             if s.prefetch_before is None:
                 continue
-            i = bisect.bisect_left(ops, s.prefetch_before)
-            for t in first_use[ops[i]] if i < len(ops) else ():
+            i = max(bisect.bisect_right(ops, s.prefetch_before) - 1, 0)
+            for t in first_use[ops[i]] if ops else ():
                 if t != s.index:
                     triggers.setdefault(t, []).append(s.index)
         return triggers
@@ -178,20 +194,55 @@ class StepPlan:
                 evictions.setdefault(at, []).append(s.index)
         return evictions, sorted(late)
 
-    def forward_peak(self):
-        """The resident saved bytes a run of this plan holds at most in forward:
-        in save order, the storages whose eviction points a save stands for
-        released first (``_evictions``), then that storage counted. None when
-        some offloaded storage has no eviction point (it follows write_lag,
-        which depends on the module order, not on the plan)."""
+    def peaks(self):
+        """The resident saved bytes a run of this plan holds at most (``Peaks``),
+        by offload's own rules (the points above) walked over the trace.
+        Forward, in save order: the storages whose eviction points a save stands
+        for released, then that storage counted. Backward, in op order: at a
+        storage's first backward use (capture's unpack op, where autograd
+        unpacks it), the late eviction points up to that op released, the reads
+        mapped to it (``triggers``) counted, then its own read if it is on disk;
+        at its last use it is freed (autograd frees what a node saved when the
+        node ends, before the next node unpacks anything); a storage no backward
+        op uses stays. None when some offloaded storage has no eviction point (it
+        follows write_lag, which depends on the module order, not on the plan).
+        One forward and its backward at a time."""
         if any(s.offload and s.evict_before is None for s in self.storages):
             return None
-        resident = peak = 0
+        state = {}  # save number -> "resident" | "released" | "freed"
+        now = dict(resident=0, peak=0, at_reads=0)
+
+        def add(k, read):
+            state[k] = "resident"
+            now["resident"] += self.storages[k].bytes
+            now["peak"] = max(now["peak"], now["resident"])
+            if read:
+                now["at_reads"] = max(now["at_reads"], now["resident"])
+
+        def release(ks, to="released"):
+            for k in ks:
+                if state.get(k) == "resident" and (self.storages[k].offload or to == "freed"):
+                    state[k] = to
+                    now["resident"] -= self.storages[k].bytes
+
         for s in self.storages:
-            resident -= sum(self.storages[k].bytes for k in self.evictions.get(s.index, ()))
-            resident += s.bytes
-            peak = max(peak, resident)
-        return peak
+            release(self.evictions.get(s.index, ()))
+            add(s.index, False)
+        forward = now["peak"]
+        used = [s for s in self.storages if s.first_backward_use is not None]
+        events = sorted([(s.first_backward_use, 0, s.index) for s in used] +
+                        [(s.last_use, 1, s.index) for s in used])
+        late_done = 0
+        for op, free, k in events:
+            if free:
+                release((k,), "freed")
+                continue
+            due, late_done = self.late_evictions_due(late_done, op)
+            release(due)
+            for p in list(self.triggers.get(k, ())) + [k]:
+                if state[p] == "released":
+                    add(p, True)
+        return Peaks(forward, now["at_reads"], now["peak"])
 
     def late_evictions_due(self, done, reached):
         """The late evictions a run owes once it has reached op `reached` (None:

@@ -84,7 +84,8 @@ def _storage_of(t):
 
 class Transfers:
     """The mixin ``Offload`` moves storages with. It uses the engine (``engine``),
-    the counters (``_counts``, ``_exposed_ns``, ``_resident``, ``_peak``), the
+    the counters (``_counts``, ``_exposed_ns``, ``_resident``, ``_peak``,
+    ``_read_peak``; ``_in_backward``), the
     names for messages (``_names``), the sticky failure (``_failed``), the live
     storages (``_live``, ``_by_group``) and the save order (``_order``) of the
     ``Offload`` it is part of; callers hold its lock."""
@@ -253,5 +254,6 @@ class Transfers:
 
     def _add_resident(self, delta):
         self._resident += delta
-        if self._resident > self._peak:
-            self._peak = self._resident
+        self._peak = max(self._peak, self._resident)
+        if delta > 0 and self._in_backward:  # a read
+            self._read_peak = max(self._read_peak, self._resident)

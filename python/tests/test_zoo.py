@@ -2,11 +2,13 @@
 through torch.utils.checkpoint (reentrant and not) and under bf16 autocast,
 captured, planned by `ssdtrain plan --trace --policy offload-ssd` and trained
 3 SGD steps by offload(policy=...) and by offload(plan=..., trace=...): bitwise
-what training without offload computes, the plan's forward peak of resident
-saved bytes exactly, capture's saved bytes equal to a count by plain
-saved-tensor hooks, and no file left."""
+what training without offload computes, the plan's peaks of resident saved
+bytes exactly (StepPlan.peaks: after forward, at backward's reads, over the
+whole step), capture's saved bytes equal to a count by plain saved-tensor
+hooks, and no file left."""
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -150,14 +152,19 @@ class Zoo(unittest.TestCase):
             planned = sum(s.bytes for s in plan.storages if s.offload)
             for s in stats:
                 self.assertEqual(s["end"]["ssd_bytes_written"], micro_batches * planned, what)
-                # Forward's peak is the plan's (StepPlan.forward_peak). Backward's
-                # reads may add to it (a prefetch lands before autograd frees the
-                # storage it replaces), but the same every step.
-                self.assertEqual(s["forward"]["peak_saved_bytes"], plan.forward_peak(), what)
-            self.assertEqual(len({s["end"]["peak_saved_bytes"] for s in stats}), 1, what)
+                self.assert_peaks(plan, s, what)
             if ckpt is None:  # checkpointed blocks save only their inputs, under 1 MiB
                 self.assertGreater(planned, 0, f"{what}: the plan offloads nothing")
+                self.assertGreater(plan.peaks().at_reads, 0, f"{what}: backward reads nothing")
         return trace
+
+    def assert_peaks(self, plan, stats, what):
+        """A step's resident saved bytes are the plan's (StepPlan.peaks), to the
+        byte: after forward, right after backward's reads, over the whole step."""
+        peaks = plan.peaks()
+        self.assertEqual(stats["forward"]["peak_saved_bytes"], peaks.forward, what)
+        self.assertEqual(stats["end"]["peak_saved_bytes_at_reads"], peaks.at_reads, what)
+        self.assertEqual(stats["end"]["peak_saved_bytes"], peaks.step, what)
 
     def check_model(self, name):
         for ckpt, amp in VARIANTS:
@@ -197,6 +204,31 @@ class Zoo(unittest.TestCase):
 
     def test_a_module_called_twice(self):
         self.check("shared", "non-reentrant", False)
+
+    def test_a_plan_reading_everything_at_backward_start_peaks_in_backward(self):
+        # Every read moved to backward's first op: the step's peak is backward's,
+        # above forward's, and still the plan's to the byte.
+        _, trace_path, plan_path = self.capture_and_plan("gpt", None, False)
+        with open(trace_path) as f:
+            start = min(o["id"] for o in json.load(f)["ops"] if o["phase"] == "backward")
+        with open(plan_path) as f:
+            early = json.load(f)
+        for p in early["placements"]:
+            if p["action"] == "offload-ssd" and p["evict_before"] < start:
+                p["prefetch_before"] = start
+        early_path = os.path.join(self.tmp, "gpt-early.plan.json")
+        with open(early_path, "w") as f:
+            json.dump(early, f)
+        plan = StepPlan(early_path, trace_path)
+        self.assertGreater(plan.peaks().step, plan.peaks().forward)
+        self.assertEqual(plan.peaks().at_reads, plan.peaks().step)
+        offload_dir = tempfile.mkdtemp(prefix="ssdtrain-zoo-run-", dir=self.tmp)
+        run, stats = train("gpt", None, False, dir=offload_dir, plan=early_path,
+                           trace=trace_path)
+        self.assertTrue(all(same_bits(a, b) for a, b in zip(run, train("gpt", None, False)[0])))
+        for s in stats:
+            self.assert_peaks(plan, s, "gpt, every read at backward's start")
+        self.assertEqual(os.listdir(offload_dir), [])
 
     def test_a_real_difference_is_refused_naming_the_storage(self):
         _, trace_path, plan_path = self.capture_and_plan("gpt", None, False)
