@@ -34,10 +34,7 @@ Result<int64_t> ReadPhi(Fields& f, ModelConfig* c) {
   SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "qk_layernorm", "true (LayerNorm of q and k) is"));
   SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "attention_dropout", "attention probabilities"));
   SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "embd_pdrop", "the embeddings"));
-  SSDTRAIN_ASSIGN_OR_RETURN(double rotary, f.NumberOr("partial_rotary_factor", 0.5));
-  if (!(rotary > 0.0 && rotary <= 1.0)) {
-    return f.Bad("partial_rotary_factor", "expected a fraction in (0, 1], got " + Num(rotary));
-  }
+  SSDTRAIN_RETURN_IF_ERROR(CheckRotaryFraction(f, "partial_rotary_factor", 0.5));
   SSDTRAIN_ASSIGN_OR_RETURN(double resid, f.NumberOr("resid_pdrop", 0.1));
   if (!(resid > 0.0)) {
     return f.NotModelled("resid_pdrop",
@@ -48,9 +45,6 @@ Result<int64_t> ReadPhi(Fields& f, ModelConfig* c) {
   f.Assume(
       "residual dropout on both branch outputs (resid_pdrop); its rate does not change "
       "the compute");
-  f.Assume(
-      "the rotary op is costed over all of q and k (partial_rotary_factor rotates part "
-      "and copies the rest; the tensors are the same)");
   f.Assume("q/k/v, dense, fc1, fc2 and lm_head biases: phi always has them");
   return positions;
 }

@@ -31,4 +31,17 @@ Status RequireNoDropout(Fields& f, const std::string& field, const std::string& 
   return Status::Ok();
 }
 
+Status CheckRotaryFraction(Fields& f, const std::string& field, double fallback) {
+  SSDTRAIN_ASSIGN_OR_RETURN(double rotary, f.NumberOr(field, fallback));
+  if (!(rotary > 0.0 && rotary <= 1.0)) {
+    return f.Bad(field, "expected a fraction in (0, 1], got " + Num(rotary));
+  }
+  if (rotary < 1.0) {
+    f.Assume(field + " " + Num(rotary) +
+             ": the rotary op is costed over all of q and k (it rotates part of each head and "
+             "copies the rest into the same tensors; memory and op times do not change)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace ssdtrain::models::detail
