@@ -19,9 +19,7 @@ constexpr int64_t kGemmaDefaultHeadDim = 256;
 // nothing for the backward and is not traced.
 Result<int64_t> ReadGemma(Fields& f, ModelConfig* c) {
   c->family = "gemma";
-  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t positions, ReadLlamaNamedShape(f, c));
   SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv,
                             f.OptionalSize("num_key_value_heads", "kv_heads"));
   c->kv_heads = kv.value_or(0);
@@ -32,9 +30,6 @@ Result<int64_t> ReadGemma(Fields& f, ModelConfig* c) {
     f.Assume("head_dim " + Str(kGemmaDefaultHeadDim) +
              ": the file has none (transformers' GemmaConfig default)");
   }
-  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
-  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("max_position_embeddings", ""));
   SSDTRAIN_RETURN_IF_ERROR(
       CheckHeads(f, *c, "num_attention_heads", "hidden_size", "num_key_value_heads"));
   // transformers reads hidden_activation, and hidden_act where that is null or absent.

@@ -58,18 +58,13 @@ Status ReadPhi3Extras(Fields& f) {
 Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelConfig* c) {
   c->family = "llama";
   const std::string dense = DenseAttentionOf(model_type);
-  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t positions, ReadLlamaNamedShape(f, c));
   SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv,
                             f.OptionalSize("num_key_value_heads", "kv_heads"));
   c->kv_heads = kv.value_or(0);
   SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim,
                             f.OptionalSize("head_dim", "head_dim"));
   c->head_dim = head_dim.value_or(0);
-  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
-  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("max_position_embeddings", ""));
   SSDTRAIN_RETURN_IF_ERROR(
       CheckHeads(f, *c, "num_attention_heads", "hidden_size", "num_key_value_heads"));
   SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("hidden_act", "silu"));

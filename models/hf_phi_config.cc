@@ -12,17 +12,12 @@ namespace ssdtrain::models::detail {
 Result<int64_t> ReadPhi(Fields& f, ModelConfig* c) {
   c->family = "phi";
   c->parallel_block = true;
-  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t positions, ReadLlamaNamedShape(f, c));
   SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv, f.OptionalSize("num_key_value_heads", ""));
   if (kv && *kv != c->heads) {
     return f.NotModelled("num_key_value_heads", Str(*kv) + " (grouped-query attention) for phi is",
                          "null or num_attention_heads " + Str(c->heads));
   }
-  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
-  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("max_position_embeddings", ""));
   SSDTRAIN_RETURN_IF_ERROR(CheckHeads(f, *c, "num_attention_heads", "hidden_size", ""));
   SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("hidden_act", "gelu_new"));
   if (!OneOf(kGelus, act)) return f.NotModelled("hidden_act", "\"" + act + "\" is", List(kGelus));

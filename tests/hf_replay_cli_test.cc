@@ -228,11 +228,13 @@ TEST_F(HfReplayCli, Phi35ReducedReplaysVerified) {
 
 // Falcon-7B's layout at a small size, composed in FalconConfig's field names (no
 // genuine copy of its config.json was found): multi-query attention (one kv head),
-// the parallel block on one LayerNorm, no biases, the tied output layer.
+// the parallel block on one LayerNorm, no biases, the tied output layer (FFN 2048,
+// so that its GELU input is offloadable at the 64 KiB floor).
 TEST_F(HfReplayCli, FalconComposedReplaysVerified) {
   ExpectVerifiedReplay(Composed("falcon-small", {{"model_type", "falcon"},
                                                  {"alibi", false},
                                                  {"bias", false},
+                                                 {"ffn_hidden_size", 2048},
                                                  {"hidden_size", 256},
                                                  {"multi_query", true},
                                                  {"new_decoder_architecture", false},

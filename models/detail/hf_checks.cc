@@ -5,6 +5,15 @@
 
 namespace ssdtrain::models::detail {
 
+Result<int64_t> ReadLlamaNamedShape(Fields& f, ModelConfig* c) {
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  return f.Size("max_position_embeddings", "");
+}
+
 Status RequireFalse(Fields& f, const std::string& field, const std::string& what) {
   SSDTRAIN_ASSIGN_OR_RETURN(bool v, f.BoolOr(field, false));
   if (v) return f.NotModelled(field, what, "false");

@@ -133,6 +133,11 @@ std::string List(const std::array<std::string_view, N>& names) {
   return out;
 }
 
+// The shape most readers share, in Llama's field names: hidden_size, num_hidden_layers,
+// num_attention_heads, intermediate_size (as ffn_hidden) and vocab_size onto `c`;
+// returns max_position_embeddings (detail/hf_checks.cc).
+Result<int64_t> ReadLlamaNamedShape(Fields& f, ModelConfig* c);
+
 // The field checks the readers share (detail/hf_checks.cc). `field` true is
 // refused as `what` not modelled.
 Status RequireFalse(Fields& f, const std::string& field, const std::string& what);
