@@ -21,8 +21,11 @@ using detail::Str;
 using traces::detail::JsonPath;
 using traces::detail::ObjectReader;
 
-constexpr std::array<std::string_view, 11> kSupported = {
-    "bert", "gpt2", "gptj", "llama", "mistral", "opt", "phi", "qwen2", "qwen3", "roberta", "t5"};
+constexpr std::array<std::string_view, 15> kSupported = {
+    "bert", "falcon", "gemma", "gpt2",  "gpt_neox", "gptj",    "llama", "mistral",
+    "opt",  "phi",    "phi3",  "qwen2", "qwen3",    "roberta", "t5"};
+// Read to be refused naming the field that the trace does not model.
+constexpr std::array<std::string_view, 1> kRefused = {"gemma2"};
 
 // seq_len and dtype: the training-time choices the file does not make.
 Status ReadTrainingDefaults(Fields& f, int64_t positions, ModelConfig* c) {
@@ -54,6 +57,10 @@ Result<int64_t> ReadFamily(Fields& f, const std::string& model_type, ModelConfig
   if (model_type == "phi") return detail::ReadPhi(f, c);
   if (model_type == "opt") return detail::ReadOpt(f, c);
   if (model_type == "gptj") return detail::ReadGptj(f, c);
+  if (model_type == "gpt_neox") return detail::ReadNeox(f, c);
+  if (model_type == "falcon") return detail::ReadFalcon(f, c);
+  if (model_type == "gemma") return detail::ReadGemma(f, c);
+  if (model_type == "gemma2") return detail::ReadGemma2(f);
   if (detail::IsHfMoeType(model_type)) return detail::ReadHfMoe(f, model_type, c);
   return detail::ReadLlamaLike(f, model_type, c);
 }
@@ -87,7 +94,8 @@ Result<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j, const std::st
                                           const std::string& name, HfReport* report) {
   SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Make(j, JsonPath(source, "")));
   SSDTRAIN_ASSIGN_OR_RETURN(std::string model_type, r.String("model_type"));
-  if (!OneOf(kSupported, model_type) && !detail::IsHfMoeType(model_type)) {
+  if (!OneOf(kSupported, model_type) && !OneOf(kRefused, model_type) &&
+      !detail::IsHfMoeType(model_type)) {
     return Status::InvalidArgument(source + ": model_type: \"" + model_type +
                                    "\" is not supported (supported: " + HfSupportedModelTypes() +
                                    ")");

@@ -16,6 +16,14 @@
 //                             intermediate_size (num_key_value_heads must equal heads)
 //   opt               opt     hidden_size, num_hidden_layers, num_attention_heads, ffn_dim
 //   gptj              gptj    n_embd, n_layer, n_head, n_inner (null: 4·n_embd)
+//   phi3              llama   as llama (fused qkv_proj / gate_up_proj: the same gemms)
+//   gpt_neox          neox    hidden_size, num_hidden_layers, num_attention_heads,
+//                             intermediate_size, use_parallel_residual, rotary_pct
+//   falcon            falcon  hidden_size, num_hidden_layers, num_attention_heads,
+//                             multi_query (one kv head), ffn_hidden_size (null: 4h),
+//                             parallel_attn
+//   gemma             gemma   as llama plus head_dim (absent: 256),
+//                             hidden_activation (null: hidden_act)
 //   mixtral,          llama   as mistral / qwen2 / qwen3, plus the experts
 //   qwen2_moe,                (mixture of experts: hf_moe_config.cc has the mapping,
 //   qwen3_moe                 moe_config.h the model)
@@ -32,15 +40,30 @@
 // (do_layer_norm_before false, word_embed_proj_dim 512) is refused. gptj is GPT-J's
 // parallel block on one LayerNorm, rotary (rotary_dim of each head, costed over all
 // of it), biases on fc_in / fc_out and lm_head only, no dropout (every pdrop 0).
+// gpt_neox is a parallel block (use_parallel_residual, the default) whose attention
+// and MLP read their own LayerNorm, or GPT's sequential block; rotary, biases on
+// every linear but embed_out, untied, no dropout. falcon is Falcon-7B's layout:
+// rotary, no biases (bias false), a tied output, no dropout, one kv head with
+// multi_query, parallel_attn on one LayerNorm; alibi, bias, new_decoder_architecture
+// (Falcon-40B's two LayerNorms and kv groups) and the post-LayerNorm residual are
+// refused. gemma is Llama's block with a GeGLU MLP and a tied output (its embedding
+// scaling by sqrt(hidden_size) is not traced: a constant multiply that saves
+// nothing); gemma2 is refused (attention and final-logit soft-capping, alternating
+// sliding-window layers, four norms per block). phi3 is read as llama: dropout
+// rates must be 0, and a sliding window is held to llama's rule. Partial rotary
+// (phi and phi3 partial_rotary_factor, gpt_neox rotary_pct) is read and checked
+// but changes neither the tensors nor the op times (CheckRotaryFraction,
+// detail/hf_fields.h).
 //
 // and vocab_size, max_position_embeddings (gpt2: n_positions; roberta: less its
 // first pad_token_id + 1 positions, which its position ids skip), the activation
-// (llama family: silu, the three-matrix SwiGLU MLP; gpt2 and bert: gelu, two
+// (llama family and phi3: silu, the three-matrix SwiGLU MLP; gpt2, bert, gpt_neox
+// and falcon: gelu, two
 // matrices; t5: feed_forward_proj relu, two matrices, or gated-gelu, the GeGLU of
 // three (ModelConfig::gated_mlp; Flan-T5, T5 v1.1); phi: hidden_act gelu*; opt:
 // activation_function relu; gptj: activation_function gelu*) and tie_word_embeddings
-// (llama family, phi and gptj untied, gpt2, bert and opt tied, t5 either:
-// untied_output).
+// (llama family, phi, gptj and gpt_neox untied, gpt2, bert, opt, falcon and gemma
+// tied, t5 either: untied_output).
 //
 // A field that changes the compute in a way the trace does not model is refused
 // with "FILE: FIELD: ... not modelled (supported: ...)", never approximated:

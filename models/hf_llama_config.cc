@@ -1,5 +1,5 @@
 // Hugging Face configs of the llama family (see hf_config.h): llama, mistral,
-// qwen2 and qwen3, whose attention the MoE readers share (hf_moe_config.cc).
+// qwen2, qwen3 and phi3; the MoE readers share their attention (hf_moe_config.cc).
 #include <optional>
 #include <string>
 
@@ -38,26 +38,33 @@ Status CheckSlidingWindow(Fields& f, const std::string& model_type, int64_t max_
   return Status::Ok();
 }
 
+// Phi-3 is Llama's block with q/k/v fused in one qkv_proj and gate/up in one
+// gate_up_proj (the trace's QKV and fc1 gemms are fused so already: the same weights
+// and flops), dropout rates that must be 0, and partial rotary (Phi-4-mini).
+Status ReadPhi3Extras(Fields& f) {
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "attention_dropout", "attention probabilities"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "embd_pdrop", "the embeddings"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "resid_pdrop", "the branch outputs"));
+  SSDTRAIN_RETURN_IF_ERROR(CheckRotaryFraction(f, "partial_rotary_factor", 1.0));
+  f.Assume("phi3's fused qkv_proj and gate_up_proj: the trace's QKV and fc1 gemms (same weights)");
+  return Status::Ok();
+}
+
 }  // namespace
 
-// llama, mistral, qwen2 and qwen3: RMSNorm, rotary positions, SwiGLU, no biases
+// llama, mistral, qwen2, qwen3 and phi3: RMSNorm, rotary positions, SwiGLU, no biases
 // (qwen2: on q/k/v only), untied; qwen3 normalises each head's q and k. mixtral,
 // qwen2_moe and qwen3_moe have the attention of mistral, qwen2 and qwen3.
 Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelConfig* c) {
   c->family = "llama";
   const std::string dense = DenseAttentionOf(model_type);
-  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t positions, ReadLlamaNamedShape(f, c));
   SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv,
                             f.OptionalSize("num_key_value_heads", "kv_heads"));
   c->kv_heads = kv.value_or(0);
   SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim,
                             f.OptionalSize("head_dim", "head_dim"));
   c->head_dim = head_dim.value_or(0);
-  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
-  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("max_position_embeddings", ""));
   SSDTRAIN_RETURN_IF_ERROR(
       CheckHeads(f, *c, "num_attention_heads", "hidden_size", "num_key_value_heads"));
   SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("hidden_act", "silu"));
@@ -71,7 +78,7 @@ Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelCon
                          "true (an output layer tied to the embeddings) for " + model_type + " is",
                          "false");
   }
-  if (dense == "llama" || dense == "qwen3") {
+  if (dense == "llama" || dense == "qwen3" || dense == "phi3") {
     SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "attention_bias", "true (q/k/v/o biases) is"));
   }
   if (dense == "llama") {
@@ -89,6 +96,7 @@ Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelCon
     f.Assume("per-head RMSNorm of q and k (2 x head_dim " + Str(HeadDim(*c)) +
              " weights per layer): qwen3 always has them");
   }
+  if (dense == "phi3") SSDTRAIN_RETURN_IF_ERROR(ReadPhi3Extras(f));
   return positions;
 }
 

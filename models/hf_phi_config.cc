@@ -12,17 +12,12 @@ namespace ssdtrain::models::detail {
 Result<int64_t> ReadPhi(Fields& f, ModelConfig* c) {
   c->family = "phi";
   c->parallel_block = true;
-  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t positions, ReadLlamaNamedShape(f, c));
   SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv, f.OptionalSize("num_key_value_heads", ""));
   if (kv && *kv != c->heads) {
     return f.NotModelled("num_key_value_heads", Str(*kv) + " (grouped-query attention) for phi is",
                          "null or num_attention_heads " + Str(c->heads));
   }
-  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
-  SSDTRAIN_ASSIGN_OR_RETURN(int64_t positions, f.Size("max_position_embeddings", ""));
   SSDTRAIN_RETURN_IF_ERROR(CheckHeads(f, *c, "num_attention_heads", "hidden_size", ""));
   SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("hidden_act", "gelu_new"));
   if (!OneOf(kGelus, act)) return f.NotModelled("hidden_act", "\"" + act + "\" is", List(kGelus));
@@ -34,10 +29,7 @@ Result<int64_t> ReadPhi(Fields& f, ModelConfig* c) {
   SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "qk_layernorm", "true (LayerNorm of q and k) is"));
   SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "attention_dropout", "attention probabilities"));
   SSDTRAIN_RETURN_IF_ERROR(RequireNoDropout(f, "embd_pdrop", "the embeddings"));
-  SSDTRAIN_ASSIGN_OR_RETURN(double rotary, f.NumberOr("partial_rotary_factor", 0.5));
-  if (!(rotary > 0.0 && rotary <= 1.0)) {
-    return f.Bad("partial_rotary_factor", "expected a fraction in (0, 1], got " + Num(rotary));
-  }
+  SSDTRAIN_RETURN_IF_ERROR(CheckRotaryFraction(f, "partial_rotary_factor", 0.5));
   SSDTRAIN_ASSIGN_OR_RETURN(double resid, f.NumberOr("resid_pdrop", 0.1));
   if (!(resid > 0.0)) {
     return f.NotModelled("resid_pdrop",
@@ -48,9 +40,6 @@ Result<int64_t> ReadPhi(Fields& f, ModelConfig* c) {
   f.Assume(
       "residual dropout on both branch outputs (resid_pdrop); its rate does not change "
       "the compute");
-  f.Assume(
-      "the rotary op is costed over all of q and k (partial_rotary_factor rotates part "
-      "and copies the rest; the tensors are the same)");
   f.Assume("q/k/v, dense, fc1, fc2 and lm_head biases: phi always has them");
   return positions;
 }

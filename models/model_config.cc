@@ -17,8 +17,10 @@ namespace {
 using traces::detail::JsonPath;
 using traces::detail::ObjectReader;
 
-constexpr std::array<std::string_view, 7> kFamilies = {"gpt", "bert", "t5",  "llama",
-                                                       "phi", "opt",  "gptj"};
+constexpr std::array<std::string_view, 10> kFamilies = {"gpt", "bert", "t5",   "llama",  "phi",
+                                                        "opt", "gptj", "neox", "falcon", "gemma"};
+// The families whose attention may have fewer kv heads than query heads.
+constexpr std::array<std::string_view, 3> kGroupedQueryFamilies = {"llama", "falcon", "gemma"};
 constexpr std::array<std::string_view, 2> kAttentions = {"standard", "flash"};
 constexpr std::array<std::string_view, 3> kDTypes = {"fp16", "bf16", "fp32"};
 constexpr std::array<std::string_view, 2> kOptimizers = {"adam", "sgd"};
@@ -127,10 +129,11 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   if (c.heads % kv != 0) {
     return Bad(source, "kv_heads", Str(kv) + " does not divide heads " + Str(c.heads));
   }
-  if (kv != c.heads && c.family != "llama") {
+  if (kv != c.heads && !OneOf(kGroupedQueryFamilies, c.family)) {
     return Bad(source, "kv_heads",
                "grouped-query attention (kv_heads " + Str(kv) + " != heads " + Str(c.heads) +
-                   ") is only modelled for the llama family, not " + c.family);
+                   ") is only modelled for the " + List(kGroupedQueryFamilies) + " families, not " +
+                   c.family);
   }
   if (c.heads % c.tp != 0) {
     return Bad(source, "tp", Str(c.tp) + " does not divide heads " + Str(c.heads));

@@ -21,10 +21,10 @@ namespace ssdtrain::models {
 // encoder_layers for t5); every other field has the default shown.
 struct ModelConfig {
   std::string name;            // "gpt-1.3b"; equals the file's stem
-  std::string family;          // gpt, bert, t5, llama, phi, opt, gptj
+  std::string family;          // gpt, bert, t5, llama, phi, opt, gptj, neox, falcon, gemma
   int64_t hidden = 0;          // h (model width)
   int64_t heads = 0;           // a (query heads)
-  int64_t kv_heads = 0;        // grouped-query attention; 0 means = heads
+  int64_t kv_heads = 0;        // grouped-query attention (llama, falcon, gemma); 0 means = heads
   int64_t head_dim = 0;        // per-head width; 0 means hidden / heads (T5-11B: 128)
   int64_t layers = 0;          // transformer blocks (for t5: encoder + decoder)
   int64_t encoder_layers = 0;  // t5 only; decoder_layers = layers - encoder_layers
@@ -105,7 +105,8 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // Positive sizes; known family/attention/dtype; heads divide hidden (unless
 // head_dim is set); kv_heads divide heads; tp divides heads, kv_heads, ffn_hidden
 // (and seq_len with sequence parallelism); pp divides layers; t5 has
-// 0 < encoder_layers < layers; only llama has kv_heads other than heads, qkv_bias
+// 0 < encoder_layers < layers; only llama, falcon and gemma have kv_heads other
+// than heads; only llama has qkv_bias
 // or qk_norm;
 // optimizer adam or sgd, precision mixed or pure, zero_stage 0 or 1, dp >= 1;
 // and the MoE rules (ValidateMoe, moe_config.h).

@@ -53,6 +53,15 @@ class HfReplayCli : public ::testing::Test {
     return folder.string();
   }
 
+  // `j` saved as <dir>/<name>/config.json (a composed file: none genuine was found);
+  // returns that folder.
+  std::string Composed(const std::string& name, const nlohmann::json& j) const {
+    const fs::path folder = dir_ / name;
+    fs::create_directories(folder);
+    std::ofstream(folder / "config.json") << j.dump(2);
+    return folder.string();
+  }
+
   // Traces `model` (a config folder) at kSeqLen, replays it with --verify and
   // expects a verified run that wrote to the SSD and left no file behind.
   void ExpectVerifiedReplay(const std::string& model) {
@@ -180,6 +189,58 @@ TEST_F(HfReplayCli, Qwen3MoeReducedReplaysVerified) {
                                                  {"intermediate_size", 1024},
                                                  {"moe_intermediate_size", 1024},
                                                  {"num_experts", 16},
+                                                 {"vocab_size", 1024}}));
+}
+
+// Pythia-6.9B's file reduced the same way: GPT-NeoX's parallel block with a
+// LayerNorm per branch (the two norm backwards chained), rotary over a quarter of
+// each head, biases on every linear, the untied embed_out.
+TEST_F(HfReplayCli, PythiaReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("pythia-6.9b-deduped", {{"hidden_size", 256},
+                                                       {"num_hidden_layers", 2},
+                                                       {"num_attention_heads", 4},
+                                                       {"intermediate_size", 2048},
+                                                       {"vocab_size", 1024}}));
+}
+
+// Gemma-7B's file reduced the same way: explicit head_dim (64, not 256 / 8), two kv
+// heads, the GeGLU MLP, RMSNorm, the output layer tied to the embeddings.
+TEST_F(HfReplayCli, GemmaReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("gemma-7b", {{"hidden_size", 256},
+                                            {"num_hidden_layers", 2},
+                                            {"num_attention_heads", 8},
+                                            {"num_key_value_heads", 2},
+                                            {"head_dim", 64},
+                                            {"intermediate_size", 2048},
+                                            {"vocab_size", 1024}}));
+}
+
+// Phi-3.5-mini's file reduced the same way: Llama's block as phi3 (its longrope
+// scaling ignored: it changes no tensor).
+TEST_F(HfReplayCli, Phi35ReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("phi-3.5-mini-instruct", {{"hidden_size", 256},
+                                                         {"num_hidden_layers", 2},
+                                                         {"num_attention_heads", 4},
+                                                         {"num_key_value_heads", 4},
+                                                         {"intermediate_size", 2048},
+                                                         {"vocab_size", 1024}}));
+}
+
+// Falcon-7B's layout at a small size, composed in FalconConfig's field names (no
+// genuine copy of its config.json was found): multi-query attention (one kv head),
+// the parallel block on one LayerNorm, no biases, the tied output layer (FFN 2048,
+// so that its GELU input is offloadable at the 64 KiB floor).
+TEST_F(HfReplayCli, FalconComposedReplaysVerified) {
+  ExpectVerifiedReplay(Composed("falcon-small", {{"model_type", "falcon"},
+                                                 {"alibi", false},
+                                                 {"bias", false},
+                                                 {"ffn_hidden_size", 2048},
+                                                 {"hidden_size", 256},
+                                                 {"multi_query", true},
+                                                 {"new_decoder_architecture", false},
+                                                 {"num_attention_heads", 4},
+                                                 {"num_hidden_layers", 2},
+                                                 {"parallel_attn", true},
                                                  {"vocab_size", 1024}}));
 }
 

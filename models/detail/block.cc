@@ -151,12 +151,16 @@ TensorId MlpForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, Ten
   return ResidualForward(b, d, style, style.mlp_bias, "mlp_out", y, x, &st->residual);
 }
 
-// Both branches on one norm of x; out = x + attention + MLP (each through its dropout).
+// Both branches on one norm of x (or each on its own, two_norms); out = x + attention
+// + MLP (each through its dropout).
 TensorId ParallelBlockForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
                               TensorId rel_bias, BlockState* st) {
   const TensorId ln = NormForward(b, d, style.norm, "ln1", x, &st->self.norm);
   const TensorId attn = SelfAttentionBranch(b, d, style, ln, rel_bias, &st->self);
-  const TensorId mlp = MlpBranch(b, d, style, ln, &st->mlp);
+  st->two_norms = style.parallel_two_norms;
+  const TensorId ln_mlp =
+      st->two_norms ? NormForward(b, d, style.norm, "ln2", x, &st->mlp.norm) : ln;
+  const TensorId mlp = MlpBranch(b, d, style, ln_mlp, &st->mlp);
   const TensorId h =
       ResidualForward(b, d, style, style.attn_bias, "attn_out", attn, x, &st->self.residual);
   return ResidualForward(b, d, style, style.mlp_bias, "mlp_out", mlp, h, &st->mlp.residual);
@@ -230,7 +234,8 @@ TensorId MlpBackward(TraceBuilder& b, const Dims& d, const MlpSublayer& st, Tens
 }
 
 // The residual passes g_out to x and to both branches; the branches' gradients
-// of the shared norm output are summed before its backward.
+// of the shared norm output are summed before its backward (with two norms, each
+// norm's backward adds its input gradient to the other's).
 TensorId ParallelBlockBackward(TraceBuilder& b, const Dims& d, const BlockState& st, TensorId g_out,
                                TensorId* g_rel_bias) {
   const TensorId g_mlp = ResidualBackward(b, d, st.mlp.residual, g_out);
@@ -239,6 +244,10 @@ TensorId ParallelBlockBackward(TraceBuilder& b, const Dims& d, const BlockState&
   TensorId no_encoder = kNoTensor;
   const TensorId g_ln_attn =
       AttentionBranchBackward(b, d, st.self, /*cross=*/false, g_attn, g_rel_bias, &no_encoder);
+  if (st.two_norms) {
+    const TensorId g_x = NormBackward(b, d, st.mlp.norm, g_ln_mlp, g_out);
+    return NormBackward(b, d, st.self.norm, g_ln_attn, g_x);
+  }
   const TensorId g_ln = AccumulateGrad(b, "ln1.out.grad_sum", g_ln_mlp, g_ln_attn);
   return NormBackward(b, d, st.self.norm, g_ln, g_out);
 }

@@ -4,7 +4,8 @@
 //   → norm → fc1 → GELU | ReLU | SwiGLU | GeGLU → fc2 → [dropout] + ·
 // A parallel block (BlockStyle::parallel; GPT-J, Phi-2) instead runs
 // x → norm → {QKV … projection, fc1 … fc2} on the one norm output, then adds
-// both outputs (each through its dropout) to x.
+// both outputs (each through its dropout) to x; GPT-NeoX's (parallel_two_norms)
+// gives fc1 a second norm of x.
 // The forward records in BlockState what its backward reads; the backward emits
 // its ops in reverse, each reading the saved tensors it needs and the incoming
 // gradient.
@@ -51,7 +52,8 @@ struct MlpSublayer {
 };
 
 struct BlockState {
-  bool parallel = false;  // self.norm is the shared norm; mlp.norm is unused
+  bool parallel = false;   // self.norm is the shared norm; mlp.norm is unused, unless
+  bool two_norms = false;  // the MLP reads its own norm of the block input (GPT-NeoX)
   AttentionSublayer self;
   bool has_cross = false;
   AttentionSublayer cross;

@@ -64,6 +64,24 @@ BlockStyle StyleFor(const ModelConfig& c) {
     s.rotary = true;
     s.dropout = false;
     s.attn_bias = false;
+  } else if (family == "neox") {
+    // GPT-NeoX (Pythia): GPT's LayerNorm, GELU and biases with rotary positions, no
+    // dropout (its rates are 0); a parallel block gives the MLP its own norm.
+    s.rotary = true;
+    s.dropout = false;
+    s.parallel_two_norms = true;
+  } else if (family == "falcon") {
+    // Falcon-7B: LayerNorm, GELU, rotary, no biases (bias false), no dropout.
+    s.rotary = true;
+    s.dropout = false;
+    s.attn_bias = s.mlp_bias = false;
+  } else if (family == "gemma") {
+    // Gemma: Llama's RMSNorm and rotary, no biases or dropout, a GeGLU MLP.
+    s.norm = NormKind::kRmsNorm;
+    s.mlp = MlpKind::kGeglu;
+    s.dropout = false;
+    s.attn_bias = s.mlp_bias = false;
+    s.rotary = true;
   }
   s.parallel = c.parallel_block;
   return s;

@@ -27,6 +27,9 @@ struct BlockStyle {
   bool qkv_bias = false;          // the QKV layer carries a bias even where `bias` is false (Qwen2)
   bool qk_norm = false;           // RMSNorm over each head's q and k before rotary (Qwen3)
   bool parallel = false;  // attention and MLP read one shared norm; both add to the residual
+  // With `parallel`: the MLP reads a norm of its own of the same block input
+  // (GPT-NeoX's use_parallel_residual: input_layernorm and post_attention_layernorm).
+  bool parallel_two_norms = false;
 };
 
 // Sizes seen by one tensor-parallel rank. Element counts unless named otherwise.

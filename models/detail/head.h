@@ -29,7 +29,8 @@ struct HeadState {
 
 // x: the last block's output [s_local, b, h]. `word`: the tied word table, or
 // kNoTensor for an untied output layer (Llama). `output_bias`: the logits layer
-// carries a bias (Phi-2's lm_head).
+// carries a bias (Phi-2's and GPT-J's lm_head; BERT's MLM output bias, its
+// BertLMHead.bias, on the tied logits).
 void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transform, TensorId x,
                  TensorId word, HeadState* st, bool output_bias = false);
 // Returns the gradient of x.

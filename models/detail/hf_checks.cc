@@ -5,6 +5,15 @@
 
 namespace ssdtrain::models::detail {
 
+Result<int64_t> ReadLlamaNamedShape(Fields& f, ModelConfig* c) {
+  SSDTRAIN_ASSIGN_OR_RETURN(c->hidden, f.Size("hidden_size", "hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->layers, f.Size("num_hidden_layers", "layers"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->heads, f.Size("num_attention_heads", "heads"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->ffn_hidden, f.Size("intermediate_size", "ffn_hidden"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->vocab, f.Size("vocab_size", "vocab"));
+  return f.Size("max_position_embeddings", "");
+}
+
 Status RequireFalse(Fields& f, const std::string& field, const std::string& what) {
   SSDTRAIN_ASSIGN_OR_RETURN(bool v, f.BoolOr(field, false));
   if (v) return f.NotModelled(field, what, "false");
@@ -27,6 +36,19 @@ Status RequireNoDropout(Fields& f, const std::string& field, const std::string& 
   SSDTRAIN_ASSIGN_OR_RETURN(double rate, f.NumberOr(field, 0.0));
   if (rate != 0.0) {
     return f.NotModelled(field, Num(rate) + " (dropout on " + where + ") is", "0.0");
+  }
+  return Status::Ok();
+}
+
+Status CheckRotaryFraction(Fields& f, const std::string& field, double fallback) {
+  SSDTRAIN_ASSIGN_OR_RETURN(double rotary, f.NumberOr(field, fallback));
+  if (!(rotary > 0.0 && rotary <= 1.0)) {
+    return f.Bad(field, "expected a fraction in (0, 1], got " + Num(rotary));
+  }
+  if (rotary < 1.0) {
+    f.Assume(field + " " + Num(rotary) +
+             ": the rotary op is costed over all of q and k (it rotates part of each head and "
+             "copies the rest into the same tensors; memory and op times do not change)");
   }
   return Status::Ok();
 }

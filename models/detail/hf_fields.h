@@ -87,6 +87,9 @@ class Fields {
     return v;
   }
   bool Has(const std::string& name) const { return r_.Has(name); }
+  bool IsNull(const std::string& name) const { return j_.contains(name) && j_[name].is_null(); }
+  // Records a null field as read (null selects the documented default).
+  void ReadNull(const std::string& name) { Read(name, "null", ""); }
   void Assume(const std::string& what) {
     if (report_ != nullptr) report_->assumed.push_back(what);
   }
@@ -113,7 +116,7 @@ class Fields {
   std::vector<std::string> names_;
 };
 
-// The activations read as GELU (gpt2, gptj, phi).
+// The activations read as GELU (gpt2, gptj, phi, gpt_neox, gemma).
 inline constexpr std::array<std::string_view, 4> kGelus = {"gelu", "gelu_new", "gelu_fast",
                                                            "gelu_pytorch_tanh"};
 
@@ -130,6 +133,11 @@ std::string List(const std::array<std::string_view, N>& names) {
   return out;
 }
 
+// The shape most readers share, in Llama's field names: hidden_size, num_hidden_layers,
+// num_attention_heads, intermediate_size (as ffn_hidden) and vocab_size onto `c`;
+// returns max_position_embeddings (detail/hf_checks.cc).
+Result<int64_t> ReadLlamaNamedShape(Fields& f, ModelConfig* c);
+
 // The field checks the readers share (detail/hf_checks.cc). `field` true is
 // refused as `what` not modelled.
 Status RequireFalse(Fields& f, const std::string& field, const std::string& what);
@@ -139,6 +147,14 @@ Status CheckHeads(const Fields& f, const ModelConfig& c, const char* heads, cons
                   const char* kv);
 // A dropout the trace does not build (on `where`): its rate must be 0.
 Status RequireNoDropout(Fields& f, const std::string& field, const std::string& where);
+// The fraction of each head that rotary rotates (phi's partial_rotary_factor,
+// gpt_neox's rotary_pct), `fallback` when absent: a number in (0, 1]. It changes
+// neither the trace's tensors nor its op times, so it is read, checked and reported:
+// the rotated part and the copied rest are one q (k) tensor, saved whole for the
+// attention, and the rotary op, memory-bound, reads and writes all of q and k
+// whatever the fraction (only its arithmetic, which no memory-bound time counts, is
+// smaller).
+Status CheckRotaryFraction(Fields& f, const std::string& field, double fallback);
 
 // The dense families' readers, one file each (hf_<family>_config.cc): each
 // maps its model_type's fields onto `c` and returns the positions.
@@ -148,6 +164,11 @@ Result<int64_t> ReadBert(Fields& f, const std::string& model_type, ModelConfig* 
 Result<int64_t> ReadT5(Fields& f, ModelConfig* c);
 Result<int64_t> ReadPhi(Fields& f, ModelConfig* c);
 Result<int64_t> ReadOpt(Fields& f, ModelConfig* c);
+Result<int64_t> ReadNeox(Fields& f, ModelConfig* c);
+Result<int64_t> ReadFalcon(Fields& f, ModelConfig* c);
+Result<int64_t> ReadGemma(Fields& f, ModelConfig* c);
+// gemma2 is refused, naming the first field it has that the trace does not model.
+Result<int64_t> ReadGemma2(Fields& f);
 
 // llama, mistral, qwen2, qwen3 and their mixture-of-experts kin (mixtral,
 // qwen2_moe, qwen3_moe): RMSNorm, rotary, SwiGLU, untied; reads the attention,

@@ -27,9 +27,10 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   if (c.token_types != 0) emb.token_type_rows = c.token_types;
   emb.norm = c.family == "bert";
   emb.dropout = style.dropout && style.embedding_dropout;
-  // GPT and BERT tie the output layer to the word embeddings; with pp > 1 the last
-  // stage keeps its own copy, as Megatron-LM does.
-  const bool tied = c.family == "gpt" || c.family == "bert" || c.family == "opt";
+  // GPT, BERT, OPT, Falcon and Gemma tie the output layer to the word embeddings; with pp > 1 the
+  // last stage keeps its own copy, as Megatron-LM does.
+  const bool tied = c.family == "gpt" || c.family == "bert" || c.family == "opt" ||
+                    c.family == "falcon" || c.family == "gemma";
 
   b.SetPhase(Phase::kForward);
   EmbeddingState embedding;
@@ -46,7 +47,7 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   if (last) {
     const TensorId word = tied && first ? embedding.word : kNoTensor;
     HeadForward(b, d, style.norm, c.family == "bert", x, word, &head,
-                /*output_bias=*/c.family == "phi" || c.family == "gptj");
+                /*output_bias=*/c.family == "phi" || c.family == "gptj" || c.family == "bert");
   } else {
     Send(b, "stage_output", x);
   }

@@ -9,8 +9,10 @@ namespace ssdtrain::models::detail {
 
 // GPT (causal decoder), BERT (encoder, MLM head), Llama (RMSNorm, SwiGLU, rotary,
 // grouped-query attention, untied output layer), Phi and GPT-J (parallel blocks,
-// rotary positions, an untied output layer with a bias) and OPT (GPT's block with
-// ReLU): one stack of identical blocks.
+// rotary positions, an untied output layer with a bias), OPT (GPT's block with
+// ReLU), GPT-NeoX (rotary, biases, a parallel block with two norms, untied), Falcon
+// (rotary, multi-query, no biases, tied) and Gemma (Llama's with GeGLU and a tied
+// output): one stack of identical blocks.
 traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& header);
 
 // T5: encoder blocks [0, encoder_layers), then decoder blocks with cross-attention

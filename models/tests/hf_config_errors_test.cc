@@ -2,7 +2,6 @@
 // each refused with one line naming the file and the field (the real files are
 // read in hf_config_test.cc).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -10,31 +9,14 @@
 
 #include "models/hf_config.h"
 #include "models/model_config.h"
+#include "models/tests/hf_test_files.h"
 
 namespace ssdtrain::models {
 namespace {
 
-namespace fs = std::filesystem;
-
 // Malformed and unsupported files: one line naming the file and the field.
-class HfConfigErrors : public ::testing::Test {
+class HfConfigErrors : public testing::HfFileTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ssdtrain-hf-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  // A Llama-2-7B-shaped file with `extra` fields appended (later keys win).
-  std::string Message(const std::string& fields) {
-    const std::string path = (dir_ / "config.json").string();
-    std::ofstream(path) << "{" << fields << "}";
-    const Status s = LoadModelConfig(path).status();
-    EXPECT_FALSE(s.ok());
-    EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
-    return s.message();
-  }
   std::string Llama(const std::string& extra) {
     return Message(
         R"("model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
@@ -64,8 +46,6 @@ class HfConfigErrors : public ::testing::Test {
            "max_position_embeddings": 2048, "resid_pdrop": 0.1)" +
         extra);
   }
-  std::string File() const { return (dir_ / "config.json").string(); }
-  fs::path dir_;
 };
 
 TEST_F(HfConfigErrors, WrongTypeNamesTheField) {
@@ -93,9 +73,9 @@ TEST_F(HfConfigErrors, KvHeadsNotDividingHeadsNameTheKvHeads) {
 TEST_F(HfConfigErrors, UnknownModelTypeNamesTheSupportedOnes) {
   EXPECT_EQ(Message(R"("model_type": "rwkv", "architectures": ["RwkvForCausalLM"])"),
             File() +
-                ": model_type: \"rwkv\" is not supported (supported: bert, gpt2, gptj, llama, "
-                "mistral, opt, phi, qwen2, qwen3, roberta, t5; mixture of experts: mixtral, "
-                "qwen2_moe, qwen3_moe)");
+                ": model_type: \"rwkv\" is not supported (supported: bert, falcon, gemma, gpt2, "
+                "gpt_neox, gptj, llama, mistral, opt, phi, phi3, qwen2, qwen3, roberta, t5; "
+                "mixture of experts: mixtral, qwen2_moe, qwen3_moe)");
 }
 
 TEST_F(HfConfigErrors, ArchitecturesWithoutModelTypeNameTheModelType) {

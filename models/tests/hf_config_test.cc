@@ -103,7 +103,13 @@ TEST(HfConfig, T5SmallHasItsPublishedParameterCount) {
 TEST(HfConfig, Gpt2HasItsPublishedParameterCount) { ExpectNear(Params("gpt2"), 124e6); }
 
 // BERT-base: 110 M (Devlin et al. 2019, §3: "BERT-BASE ... Total Parameters=110M").
+// 30592 (30522 padded) x 768 words + 512 x 768 positions + 2 x 768 token types + the
+// embedding LayerNorm 2 x 768 + 12 x 7,087,872 + the MLM head: final LayerNorm, dense
+// 768² + 768, LayerNorm, and the output bias of 30592 on the tied logits (HF's
+// cls.predictions.bias) = 109,569,664 (transformers' BertForMaskedLM: 109,514,298,
+// 30522 rows, post-LN with no final LayerNorm).
 TEST(HfConfig, BertBaseHasItsPublishedParameterCount) {
+  EXPECT_EQ(Params("bert-base-uncased"), 109569664);
   ExpectNear(Params("bert-base-uncased"), 110e6);
 }
 
@@ -140,9 +146,9 @@ TEST(HfConfig, Phi2HasItsPublishedParameterCountWithOneNormPerBlock) {
 // et al. 2019 train BERT-base's architecture). BERT's block with one token type and
 // positions from pad_token_id + 1 (514 - 2 = 512 usable): 50304 (50265 padded) x 768
 // + 512 x 768 + 1 x 768 + 2 x 768 + 12 x 7,087,872 + the MLM head's 594,432 (final
-// LayerNorm, dense, LayerNorm) = 124,677,120.
+// LayerNorm, dense, LayerNorm) + its output bias 50304 = 124,727,424.
 TEST(HfConfig, RobertaBaseHasItsPublishedParameterCount) {
-  EXPECT_EQ(Params("roberta-base"), 124677120);
+  EXPECT_EQ(Params("roberta-base"), 124727424);
   ExpectNear(Params("roberta-base"), 125e6);
   const Result<ModelConfig> c = LoadModelConfig(HfDir("roberta-base"));
   ASSERT_TRUE(c.ok()) << c.status().ToString();

@@ -134,10 +134,10 @@ TEST(ModelConfig, TpMustDivideHeadsAndKvHeads) {
             "x.json: kv_heads: 3 does not divide heads 16");
 }
 
-TEST(ModelConfig, GroupedQueryAttentionIsLlamaOnly) {
+TEST(ModelConfig, GroupedQueryAttentionIsLlamaFalconAndGemmaOnly) {
   EXPECT_EQ(WithField("kv_heads", "4").message(),
             "configs/models/x.json: kv_heads: grouped-query attention (kv_heads 4 != heads 16) "
-            "is only modelled for the llama family, not gpt");
+            "is only modelled for the llama, falcon or gemma families, not gpt");
 }
 
 TEST(ModelConfig, LayersMustBeDivisibleByPp) {
@@ -159,7 +159,7 @@ TEST(ModelConfig, SequenceParallelNeedsSeqLenDivisibleByTp) {
 TEST(ModelConfig, UnknownEnumValues) {
   EXPECT_EQ(WithField("family", "\"mamba\"").message(),
             "configs/models/x.json: family: unknown family \"mamba\", expected gpt, bert, t5, "
-            "llama, phi, opt or gptj");
+            "llama, phi, opt, gptj, neox, falcon or gemma");
   EXPECT_EQ(WithField("attention", "\"sparse\"").message(),
             "configs/models/x.json: attention: unknown attention \"sparse\", expected standard "
             "or flash");

@@ -1,0 +1,252 @@
+// The gpt_neox, falcon, gemma and phi3 readers (models/hf_neox_config.cc,
+// hf_falcon_config.cc, hf_gemma_config.cc, hf_llama_config.cc): each real file's
+// parameter count against the published figure, the block each family builds, and
+// the fields each refuses, named with the file.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "models/build_trace.h"
+#include "models/hf_config.h"
+#include "models/tests/hf_test_files.h"
+#include "traces/validate.h"
+
+namespace ssdtrain::models {
+namespace {
+
+std::string HfDir(const std::string& model) {
+  return std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/" + model;
+}
+
+int64_t Params(const ModelConfig& c) {
+  const Result<int64_t> p = ParameterCount(c);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return p.ok() ? *p : 0;
+}
+
+ModelConfig Load(const std::string& path) {
+  const Result<ModelConfig> c = LoadModelConfig(path);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? *c : ModelConfig{};
+}
+
+using HfFile = testing::HfFileTest;
+
+// Within 0.5% of the published count.
+void ExpectNear(int64_t params, double published) {
+  EXPECT_LT(std::abs(static_cast<double>(params) - published), 0.005 * published)
+      << params << " vs published " << published;
+}
+
+// The names of the ops that read tensor `name` of a trace built at seq_len 128.
+std::vector<std::string> Readers(const traces::Trace& tr, const std::string& name) {
+  std::vector<std::string> out;
+  for (const traces::Tensor& t : tr.tensors) {
+    if (t.name != name) continue;
+    for (traces::OpId op : t.consumers) out.push_back(tr.ops[op].name);
+  }
+  return out;
+}
+bool HasOp(const traces::Trace& tr, const std::string& name) {
+  return std::any_of(tr.ops.begin(), tr.ops.end(),
+                     [&](const traces::Op& op) { return op.name == name; });
+}
+traces::Trace Small(ModelConfig c) {
+  c.seq_len = 128;
+  const Result<traces::Trace> t = BuildTrace(c);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? *t : traces::Trace{};
+}
+
+// Pythia-6.9B: 6,857,302,016 (EleutherAI's Pythia table, "Total Params"):
+// 2 x 50432 x 4096 untied + 32 x (12 x 4096² + 13 x 4096: four biased linears and two
+// LayerNorms) + 2 x 4096 = 6,857,302,016 exactly.
+TEST(HfFamilies, Pythia69BHasItsPublishedParameterCountWithTwoNormsPerBlock) {
+  const ModelConfig c = Load(HfDir("pythia-6.9b-deduped"));
+  EXPECT_EQ(c.family, "neox");
+  EXPECT_TRUE(c.parallel_block);
+  EXPECT_EQ(Params(c), 6857302016);
+  ExpectNear(Params(c), 6.86e9);
+}
+
+// Gemma-7B: 8.54 B (Gemma report, Table 2: 786,825,216 embedding + 7,751,248,896
+// non-embedding parameters; its embedding counts 256128 rows, the file's vocab_size
+// 256000). Explicit head_dim 256 (16 x 256 = 4096, not 3072), GeGLU, tied output:
+// 256000 x 3072 + 28 x (4 x 3072 x 4096 + 3 x 3072 x 24576 + 2 x 3072) + 3072.
+TEST(HfFamilies, Gemma7BHasItsPublishedParameterCountWithItsHeadDimAndGeglu) {
+  const ModelConfig c = Load(HfDir("gemma-7b"));
+  EXPECT_EQ(c.family, "gemma");
+  EXPECT_EQ(HeadDim(c), 256);
+  EXPECT_EQ(Params(c), 8537680896);
+  ExpectNear(Params(c), 8.54e9);
+}
+
+// Phi-3.5-mini: 3.82 B (Hugging Face hub, microsoft/Phi-3.5-mini-instruct, "3.82B
+// params"; Phi-3-mini's shapes). 2 x 32128 (32064 padded to 128) x 3072 untied +
+// 32 x (4 x 3072² + 3 x 3072 x 8192 + 2 x 3072) + 3072 = 3,821,472,768.
+TEST(HfFamilies, Phi35MiniHasItsPublishedParameterCount) {
+  const ModelConfig c = Load(HfDir("phi-3.5-mini-instruct"));
+  EXPECT_EQ(c.family, "llama");
+  EXPECT_EQ(Params(c), 3821472768);
+  ExpectNear(Params(c), 3.82e9);
+}
+
+TEST(HfFamilies, EveryNewRealFileTracesAndValidates) {
+  for (const char* model : {"pythia-6.9b-deduped", "gemma-7b", "phi-3.5-mini-instruct"}) {
+    SCOPED_TRACE(model);
+    const traces::Trace t = Small(Load(HfDir(model)));
+    EXPECT_TRUE(traces::Validate(t, model).ok());
+  }
+}
+
+// GPT-NeoX's parallel block: the attention reads ln1, the MLP its own ln2 of the
+// same input; the two norm backwards chain, with no summed norm-output gradient.
+TEST(HfFamilies, NeoxParallelBlockGivesTheMlpItsOwnNorm) {
+  const traces::Trace t = Small(Load(HfDir("pythia-6.9b-deduped")));
+  const std::vector<std::string> ln1 = Readers(t, "L0.ln1.out");
+  EXPECT_NE(std::find(ln1.begin(), ln1.end(), "L0.qkv"), ln1.end());
+  EXPECT_EQ(std::find(ln1.begin(), ln1.end(), "L0.fc1"), ln1.end());
+  const std::vector<std::string> ln2 = Readers(t, "L0.ln2.out");
+  EXPECT_NE(std::find(ln2.begin(), ln2.end(), "L0.fc1"), ln2.end());
+  EXPECT_FALSE(HasOp(t, "L0.ln1.out.grad_sum"));
+  EXPECT_TRUE(HasOp(t, "L0.rotary"));
+}
+
+// Falcon-7B's shapes as an inline object (no genuine copy of tiiuae/falcon-7b's
+// config.json was found; see models/tests/hf/README.md), in the field names of
+// transformers' FalconConfig: 6.92 B (Hugging Face hub, tiiuae/falcon-7b, "6.92B
+// params"). One kv head, no biases, one LayerNorm per parallel block, tied output:
+// 65024 x 4544 + 32 x (4544 x (4544 + 2 x 64) + 4544² + 2 x 4 x 4544² + 2 x 4544)
+// + 2 x 4544 = 6,921,720,704.
+TEST_F(HfFile, Falcon7BShapesHaveFalcon7BsPublishedParameterCount) {
+  Write(R"("model_type": "falcon", "alibi": false, "bias": false, "hidden_size": 4544,
+           "multi_query": true, "new_decoder_architecture": false, "num_attention_heads": 71,
+           "num_hidden_layers": 32, "parallel_attn": true, "vocab_size": 65024)");
+  const ModelConfig c = Load(File());
+  EXPECT_EQ(KvHeads(c), 1);
+  EXPECT_EQ(c.seq_len, 2048);
+  EXPECT_EQ(Params(c), 6921720704);
+  ExpectNear(Params(c), 6.92e9);
+  const traces::Trace t = Small(c);
+  const std::vector<std::string> ln1 = Readers(t, "L0.ln1.out");
+  EXPECT_NE(std::find(ln1.begin(), ln1.end(), "L0.fc1"), ln1.end());
+  EXPECT_TRUE(HasOp(t, "L0.ln1.out.grad_sum"));
+}
+
+class HfFamilyErrors : public testing::HfFileTest {
+ protected:
+  std::string Neox(const std::string& extra) const {
+    return Message(R"("model_type": "gpt_neox", "hidden_size": 2048, "num_hidden_layers": 24,
+           "num_attention_heads": 16, "intermediate_size": 8192, "vocab_size": 50304,
+           "max_position_embeddings": 2048)" +
+                   extra);
+  }
+  std::string Falcon(const std::string& extra) const {
+    return Message(R"("model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32,
+           "num_attention_heads": 71, "vocab_size": 65024)" +
+                   extra);
+  }
+  std::string Gemma(const std::string& extra) const {
+    return Message(R"("model_type": "gemma", "hidden_size": 2048, "num_hidden_layers": 18,
+           "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+           "intermediate_size": 16384, "vocab_size": 256000, "max_position_embeddings": 8192)" +
+                   extra);
+  }
+  std::string Phi3(const std::string& extra) const {
+    return Message(R"("model_type": "phi3", "hidden_size": 3072, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 8192,
+           "vocab_size": 32064, "max_position_embeddings": 4096)" +
+                   extra);
+  }
+};
+
+TEST_F(HfFamilyErrors, WrongTypesNameTheField) {
+  EXPECT_EQ(Neox(R"(, "rotary_pct": "0.25")"),
+            File() + ": rotary_pct: expected a number, got string");
+  EXPECT_EQ(Falcon(R"(, "multi_query": 1)"),
+            File() + ": multi_query: expected true or false, got integer");
+  EXPECT_EQ(Gemma(R"(, "head_dim": "256")"),
+            File() + ": head_dim: expected an integer or null, got string");
+  EXPECT_EQ(Phi3(R"(, "intermediate_size": 81.92)"),
+            File() + ": intermediate_size: expected an integer, got number");
+}
+
+TEST_F(HfFamilyErrors, MissingKeysNameTheField) {
+  EXPECT_EQ(Message(R"("model_type": "gpt_neox", "hidden_size": 2048)"),
+            File() + ": num_hidden_layers: missing required field");
+  EXPECT_EQ(Message(R"("model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32)"),
+            File() + ": num_attention_heads: missing required field");
+  EXPECT_EQ(Message(R"("model_type": "gemma", "hidden_size": 2048, "num_hidden_layers": 18,
+           "num_attention_heads": 8, "intermediate_size": 16384, "vocab_size": 256000)"),
+            File() + ": max_position_embeddings: missing required field");
+}
+
+TEST_F(HfFamilyErrors, HeadsThatDoNotDivideNameTheirField) {
+  EXPECT_EQ(Neox(R"(, "num_attention_heads": 15)"),
+            File() +
+                ": num_attention_heads: 15 does not divide hidden_size 2048 (and no head_dim "
+                "is given)");
+  EXPECT_EQ(Falcon(R"(, "num_attention_heads": 70)"),
+            File() +
+                ": num_attention_heads: 70 does not divide hidden_size 4544 (and no head_dim "
+                "is given)");
+  EXPECT_EQ(Gemma(R"(, "num_key_value_heads": 3)"),
+            File() + ": num_key_value_heads: 3 does not divide num_attention_heads 8");
+  EXPECT_EQ(Phi3(R"(, "num_key_value_heads": 5)"),
+            File() + ": num_key_value_heads: 5 does not divide num_attention_heads 32");
+}
+
+TEST_F(HfFamilyErrors, WhatTheTraceDoesNotModelIsRefusedNamingTheField) {
+  EXPECT_EQ(Neox(R"(, "tie_word_embeddings": true)"),
+            File() +
+                ": tie_word_embeddings: true (an output layer tied to the embeddings) is not "
+                "modelled (supported: false)");
+  EXPECT_EQ(Neox(R"(, "rotary_pct": 1.5)"),
+            File() + ": rotary_pct: expected a fraction in (0, 1], got 1.5");
+  EXPECT_EQ(Falcon(R"(, "alibi": true)"),
+            File() + ": alibi: true (ALiBi attention biases) is not modelled (supported: false)");
+  EXPECT_EQ(Falcon(R"(, "new_decoder_architecture": true, "num_kv_heads": 8)"),
+            File() +
+                ": new_decoder_architecture: true (Falcon-40B/180B: two LayerNorms ln_attn and "
+                "ln_mlp, grouped kv heads) is not modelled (supported: false)");
+  EXPECT_EQ(
+      Falcon(R"(, "bias": true)"),
+      File() + ": bias: true (biases on every linear layer) is not modelled (supported: false)");
+  EXPECT_EQ(Gemma(R"(, "hidden_activation": "relu")"),
+            File() +
+                ": hidden_activation: \"relu\" is not modelled (supported: gelu, gelu_new, "
+                "gelu_fast, gelu_pytorch_tanh, the GeGLU MLP)");
+  EXPECT_EQ(Message(R"("model_type": "gemma2", "attn_logit_softcapping": 50.0)"),
+            File() +
+                ": attn_logit_softcapping: 50 (tanh soft-capping of the attention scores) for "
+                "gemma2 is not modelled (supported: gemma; gemma2's soft-capping, alternating "
+                "sliding-window layers and four norms per block are not modelled)");
+  EXPECT_EQ(Phi3(R"(, "sliding_window": 2047)"),
+            File() +
+                ": sliding_window: 2047 (shorter than max_position_embeddings 4096): "
+                "sliding-window attention is not modelled (supported: null, or at least "
+                "max_position_embeddings)");
+  EXPECT_EQ(Phi3(R"(, "resid_pdrop": 0.1)"),
+            File() +
+                ": resid_pdrop: 0.1 (dropout on the branch outputs) is not modelled (supported: "
+                "0.0)");
+}
+
+// gemma reads hidden_act where hidden_activation is null, as transformers does.
+TEST_F(HfFile, GemmaNullHiddenActivationFallsBackToHiddenAct) {
+  Write(R"("model_type": "gemma", "hidden_size": 256, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 1, "intermediate_size": 1024,
+           "vocab_size": 1024, "max_position_embeddings": 512, "hidden_act": "gelu",
+           "hidden_activation": null)");
+  HfReport report;
+  const Result<ModelConfig> c = LoadModelConfig(File(), &report);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(HeadDim(*c), 256);  // transformers' default, not 256 / 4
+  EXPECT_EQ(std::count(report.ignored.begin(), report.ignored.end(), "hidden_activation"), 0);
+}
+
+}  // namespace
+}  // namespace ssdtrain::models
