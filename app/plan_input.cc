@@ -77,7 +77,8 @@ sim::TraceProvider OneStageProvider(std::shared_ptr<const traces::Trace> trace,
 
 // Stage `stage`'s trace at the plan's layout.
 sim::TraceShape ShapeOf(const traces::Plan& plan, int64_t stage) {
-  return sim::TraceShape{plan.micro_batch, plan.tp, plan.pp, stage, plan.dp, plan.zero_stage};
+  return sim::TraceShape{plan.micro_batch, plan.tp,         plan.pp, stage,
+                         plan.dp,          plan.zero_stage, plan.ep};
 }
 
 // The config overrides that build a trace of `s` (sim::TraceShape).
@@ -88,6 +89,7 @@ models::ConfigOverrides OverridesOf(const sim::TraceShape& s) {
   ov.pp = s.pp;
   ov.dp = s.dp;
   ov.zero_stage = s.zero_stage;
+  if (s.ep != 1) ov.ep = s.ep;  // a dense config refuses any ep
   return ov;
 }
 
@@ -125,8 +127,9 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   in.name = base.name;
   in.layers = base.layers;
   in.heads = base.heads;
-  in.config =
-      ConfigLayout{model_path, base.micro_batch, base.tp, base.pp, base.dp, base.zero_stage};
+  in.experts = base.experts;
+  in.config = ConfigLayout{model_path, base.micro_batch, base.tp, base.pp,
+                           base.dp,    base.zero_stage,  base.ep};
   in.provider = [base, model_path](const sim::TraceShape& s) -> Result<traces::Trace> {
     SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c,
                               models::ApplyOverrides(base, OverridesOf(s), model_path));
@@ -141,6 +144,8 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
                     SelfCommand(), model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
     if (plan.zero_stage != 0) {
       command += fmt::format(" --dp {} --zero-stage {}", plan.dp, plan.zero_stage);
+    } else if (plan.ep != 1) {
+      command += fmt::format(" --dp {} --ep {}", plan.dp, plan.ep);
     }
     return command;
   };
