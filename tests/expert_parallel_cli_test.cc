@@ -4,6 +4,7 @@
 // replay refuses an ep > 1 plan (its all-to-all is not replayed).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -93,6 +94,7 @@ TEST_F(ExpertParallelCli, ReplayRefusesAnEpPlanNamingTheField) {
   Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->ep, 2);
+  std::filesystem::create_directories(File("offload"));
   CliResult r = RunSsdtrain("replay --model " + Model("tiny-moe") + " --plan " + File("plan.json") +
                             " --dir " + File("offload") + " -o " + File("run.json"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
