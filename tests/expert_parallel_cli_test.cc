@@ -86,6 +86,23 @@ TEST_F(ExpertParallelCli, AnImpossibleEpIsRefusedNamingTheFlag) {
       << trace.output;
 }
 
+TEST_F(ExpertParallelCli, ATraceBuiltAtAnEpIsPlannedAtIt) {
+  CliResult traced =
+      RunSsdtrain("trace --model " + Model("tiny-moe") + " --dp 2 --ep 2 -o " + File("t.json"));
+  ASSERT_EQ(traced.exit_code, 0) << traced.output;
+  const std::string base = "plan --trace " + File("t.json") + " --hardware " +
+                           Hardware("cpu-local") + " --gpus 2 --policy keep -o " +
+                           File("plan.json");
+  CliResult planned = RunSsdtrain(base);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->ep, 2);
+  CliResult other = RunSsdtrain(base + " --ep 1");
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.output.find("--ep 1 contradicts the trace"), std::string::npos) << other.output;
+}
+
 TEST_F(ExpertParallelCli, ReplayRefusesAnEpPlanNamingTheField) {
   CliResult planned =
       RunSsdtrain("plan --model " + Model("tiny-moe") + " --hardware " + Hardware("cpu-local") +
