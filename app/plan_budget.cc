@@ -52,6 +52,9 @@ std::string OverriddenConfigNote(const ConfigLayout& config, const traces::Plan&
     fields.push_back({"zero_stage", config.zero_stage, plan.zero_stage, "--zero-stage",
                       pins.zero_stage.has_value()});
   }
+  if (config.ep != 1 || plan.ep != 1) {
+    fields.push_back({"ep", config.ep, plan.ep, "--ep", pins.ep.has_value()});
+  }
   std::string stated, chosen, flags;
   for (const Field& f : fields) {
     if (f.pinned || f.config == f.plan) continue;

@@ -28,10 +28,12 @@ std::string BudgetText(int64_t budget_bytes, bool given, const sim::HardwareOpti
 struct ConfigLayout {
   std::string path;
   int64_t micro_batch = 1, tp = 1, pp = 1, dp = 1, zero_stage = 0;
+  int64_t ep = 1;
 };
 
 // One line naming each config value that the search overrode (micro_batch,
-// tp, pp; dp and zero_stage where the config's zero_stage is 1), with the
+// tp, pp; dp and zero_stage where the config's zero_stage is 1; ep where the
+// config or the plan spreads experts), with the
 // flags that would pin them; a value a flag pinned is the user's, not named.
 // "" when the plan uses every one.
 std::string OverriddenConfigNote(const ConfigLayout& config, const traces::Plan& plan,

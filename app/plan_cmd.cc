@@ -64,6 +64,8 @@ int RunPlan(PlanCmdOptions o) {
   if (o.dp > 0) po.dp = o.dp;
   if (o.num_micro_batches > 0) po.num_micro_batches = o.num_micro_batches;
   if (o.zero_stage >= 0) po.zero_stage = o.zero_stage;
+  if (o.ep != 0) po.ep = o.ep;  // CheckPins refuses a negative one, naming --ep
+  po.experts = in.experts;
   if (!o.schedule.empty()) {
     po.schedule = o.schedule;
   } else if (!o.trace.empty()) {
@@ -141,11 +143,12 @@ int RunPlan(PlanCmdOptions o) {
   if (Status w = outputs.Commit(); !w.ok()) return ReportError("plan", w);
   const traces::StepMetrics& m = r->prediction.metrics;
   std::cout << fmt::format(
-      "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {}{} ({} micro-batches{}): step "
+      "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {}{}{} ({} micro-batches{}): step "
       "{:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} "
       "GiB), SSD writes {:.2f} GiB/step\n",
       in.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp, plan.pp, plan.dp,
-      plan.zero_stage == 1 ? " ZeRO-1" : "", plan.num_micro_batches, ScheduleText(plan, in.layers),
+      in.experts > 0 ? fmt::format(" ep {}", plan.ep) : "", plan.zero_stage == 1 ? " ZeRO-1" : "",
+      plan.num_micro_batches, ScheduleText(plan, in.layers),
       static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s, m.tflops_per_gpu,
       static_cast<double>(m.peak_gpu_bytes) / kGiB,
       static_cast<double>(m.peak_activation_bytes) / kGiB,
@@ -251,6 +254,10 @@ Verb AddPlanCommand(CLI::App& app) {
                   "(ZeRO-1), 0 does not (default: weigh both at every dp > 1; with --trace, 0: "
                   "how the trace was built)")
       ->check(IntBetween(0, 1));
+  cmd->add_option("--ep", o->ep,
+                  "fix the expert-parallel degree of a MoE model: each rank holds experts / ep "
+                  "experts per layer; ep must divide the experts and dp (default: search the "
+                  "powers of two that do; a dense model has ep 1)");
   cmd->add_option("--schedule", o->schedule,
                   "fix the pipeline schedule: 1f1b, gpipe or interleaved (Megatron's interleaved "
                   "1F1B; default: weigh 1f1b and interleaved)")

@@ -26,7 +26,8 @@ bool Simulated(const ComparedPolicy& r) { return r.result.simulations > 0; }
 bool WritesSsd(const ComparedPolicy& r) { return Metrics(r).ssd_bytes_written > 0; }
 
 std::string LayoutText(const traces::Plan& p) {
-  return fmt::format("micro-batch {}, tp {}, pp {}, dp {}{}", p.micro_batch, p.tp, p.pp, p.dp,
+  return fmt::format("micro-batch {}, tp {}, pp {}, dp {}{}{}", p.micro_batch, p.tp, p.pp, p.dp,
+                     p.ep > 1 ? fmt::format(" ep {}", p.ep) : "",
                      p.zero_stage == 1 ? " ZeRO-1" : "");
 }
 
@@ -40,6 +41,7 @@ Result<int64_t> KeepActivationAt(const sim::TraceProvider& provider, const sim::
   o.dp = plan.dp;
   o.num_micro_batches = plan.num_micro_batches;
   o.zero_stage = plan.zero_stage;
+  o.ep = plan.ep;
   SSDTRAIN_ASSIGN_OR_RETURN(sim::PlannerResult keep, sim::SearchPlan(provider, hw, o));
   return keep.prediction.metrics.peak_activation_bytes;
 }
@@ -219,7 +221,7 @@ Result<PolicyComparison> ComparePolicies(const sim::TraceProvider& provider,
   options.record_timeline = false;  // CompareAndChoose records the chosen plan's
   const std::vector<std::string> policies = ComparedPolicies(options.allow_host_offload);
   // Keep's activation peak per layout, so that rows at one layout share one search.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>, int64_t> keep_at;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>, int64_t> keep_at;
   for (size_t i = 0; i < policies.size(); ++i) {
     const auto start = std::chrono::steady_clock::now();
     options.policy = policies[i];
@@ -228,7 +230,7 @@ Result<PolicyComparison> ComparePolicies(const sim::TraceProvider& provider,
     ComparedPolicy row{policies[i], std::move(*r)};
     if (Simulated(row)) {
       const traces::Plan& p = row.result.plan;
-      const auto key = std::tuple{p.micro_batch, p.tp, p.pp, p.dp, p.zero_stage};
+      const auto key = std::tuple{p.micro_batch, p.tp, p.pp, p.dp, p.zero_stage, p.ep};
       auto it = keep_at.find(key);
       if (it == keep_at.end()) {
         int64_t keep = Metrics(row).peak_activation_bytes;
@@ -284,16 +286,17 @@ std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOption
         r.keep_activation_bytes > 0
             ? 100.0 * static_cast<double>(saved) / static_cast<double>(r.keep_activation_bytes)
             : 0.0;
-    out += fmt::format("{:<20} {:>11} {:>14} {:>9.1f} {:>9.0f} {:>7.3g} {:>17} {:>15} {:>15}  {}\n",
-                       r.policy,
-                       fmt::format("{}/{}/{}{}", p.tp, p.pp, p.dp, p.zero_stage == 1 ? "+Z1" : ""),
-                       fmt::format("{} x {} x {}", p.micro_batch, p.num_micro_batches, p.dp),
-                       static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s, m.tflops_per_gpu,
-                       fmt::format("{:.2f} ({})", GiB(m.peak_gpu_bytes), worst.stage),
-                       fmt::format("{:.2f} ({:.0f}%)", GiB(saved), saved_pct),
-                       fmt::format("{:.1f} / {:.1f}", m.required_ssd_write_GBps,
-                                   r.result.prediction.array_write_GBps),
-                       FitsText(r));
+    out += fmt::format(
+        "{:<20} {:>11} {:>14} {:>9.1f} {:>9.0f} {:>7.3g} {:>17} {:>15} {:>15}  {}\n", r.policy,
+        fmt::format("{}/{}/{}{}{}", p.tp, p.pp, p.dp, p.ep > 1 ? fmt::format("e{}", p.ep) : "",
+                    p.zero_stage == 1 ? "+Z1" : ""),
+        fmt::format("{} x {} x {}", p.micro_batch, p.num_micro_batches, p.dp),
+        static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s, m.tflops_per_gpu,
+        fmt::format("{:.2f} ({})", GiB(m.peak_gpu_bytes), worst.stage),
+        fmt::format("{:.2f} ({:.0f}%)", GiB(saved), saved_pct),
+        fmt::format("{:.1f} / {:.1f}", m.required_ssd_write_GBps,
+                    r.result.prediction.array_write_GBps),
+        FitsText(r));
   }
   out +=
       "(ZeRO-1 marked +Z1; saved: activation peak against keep's at the same layout; SSD "

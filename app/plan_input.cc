@@ -39,6 +39,7 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
                                            "micro-batch", h.micro_batch, path));
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--tp", o.tp, "tp", "tp", h.tp, path));
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--pp", o.pp, "pp", "pp", h.pp, path));
+  SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--ep", o.ep, "ep", "ep", h.ep, path));
   const int64_t replica = h.tp * h.pp;
   if (o.gpus > 0 && o.gpus % replica != 0) {
     return Status::InvalidArgument(fmt::format(
@@ -54,6 +55,7 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
   o.micro_batch = h.micro_batch;
   o.tp = h.tp;
   o.pp = h.pp;
+  if (h.ep > 1) o.ep = h.ep;  // ep 1 stays unpinned: a dense search, its pins as they were
   return Status::Ok();
 }
 
@@ -65,11 +67,11 @@ sim::TraceProvider OneStageProvider(std::shared_ptr<const traces::Trace> trace,
                                     const std::string& path) {
   return [trace, path](const sim::TraceShape& s) -> Result<traces::Trace> {
     const traces::Header& th = trace->header;
-    if (s.micro_batch != th.micro_batch || s.tp != th.tp || s.pp != th.pp) {
+    if (s.micro_batch != th.micro_batch || s.tp != th.tp || s.pp != th.pp || s.ep != th.ep) {
       return Status::InvalidArgument(fmt::format(
-          "{}: a captured trace has one shape (micro-batch {}, tp {}, pp {}); the planner asked "
-          "for micro-batch {}, tp {}, pp {}",
-          path, th.micro_batch, th.tp, th.pp, s.micro_batch, s.tp, s.pp));
+          "{}: a captured trace has one shape (micro-batch {}, tp {}, pp {}, ep {}); the planner "
+          "asked for micro-batch {}, tp {}, pp {}, ep {}",
+          path, th.micro_batch, th.tp, th.pp, th.ep, s.micro_batch, s.tp, s.pp, s.ep));
     }
     return *trace;
   };
@@ -77,7 +79,8 @@ sim::TraceProvider OneStageProvider(std::shared_ptr<const traces::Trace> trace,
 
 // Stage `stage`'s trace at the plan's layout.
 sim::TraceShape ShapeOf(const traces::Plan& plan, int64_t stage) {
-  return sim::TraceShape{plan.micro_batch, plan.tp, plan.pp, stage, plan.dp, plan.zero_stage};
+  return sim::TraceShape{plan.micro_batch, plan.tp,         plan.pp, stage,
+                         plan.dp,          plan.zero_stage, plan.ep};
 }
 
 // The config overrides that build a trace of `s` (sim::TraceShape).
@@ -88,6 +91,7 @@ models::ConfigOverrides OverridesOf(const sim::TraceShape& s) {
   ov.pp = s.pp;
   ov.dp = s.dp;
   ov.zero_stage = s.zero_stage;
+  if (s.ep != 1) ov.ep = s.ep;  // a dense config refuses any ep
   return ov;
 }
 
@@ -101,6 +105,9 @@ Result<PlanInput> TraceInput(PlanCmdOptions& o) {
   in.name = h.model;
   in.layers = h.layers;
   in.heads = h.heads;
+  // A trace records its ep, not its experts' count, which ep divides: it
+  // stands for that count in the planner's checks of the (pinned) ep.
+  in.experts = h.ep > 1 ? h.ep : 0;
   in.stage = h.stage;
   auto shared = std::make_shared<const traces::Trace>(std::move(trace));
   in.provider = OneStageProvider(shared, o.trace);
@@ -125,8 +132,9 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   in.name = base.name;
   in.layers = base.layers;
   in.heads = base.heads;
-  in.config =
-      ConfigLayout{model_path, base.micro_batch, base.tp, base.pp, base.dp, base.zero_stage};
+  in.experts = base.experts;
+  in.config = ConfigLayout{model_path, base.micro_batch, base.tp, base.pp,
+                           base.dp,    base.zero_stage,  base.ep};
   in.provider = [base, model_path](const sim::TraceShape& s) -> Result<traces::Trace> {
     SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c,
                               models::ApplyOverrides(base, OverridesOf(s), model_path));
@@ -141,6 +149,8 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
                     SelfCommand(), model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
     if (plan.zero_stage != 0) {
       command += fmt::format(" --dp {} --zero-stage {}", plan.dp, plan.zero_stage);
+    } else if (plan.ep != 1) {
+      command += fmt::format(" --dp {} --ep {}", plan.dp, plan.ep);
     }
     return command;
   };

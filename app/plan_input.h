@@ -28,6 +28,7 @@ struct PlanCmdOptions {
   // Pins: 0 (or empty) leaves that part of the layout to the search.
   int64_t tp = 0, pp = 0, dp = 0, num_micro_batches = 0;
   int64_t zero_stage = -1;  // -1: weigh 0 and 1 (--model); with --trace, 0
+  int64_t ep = 0;           // expert parallelism (MoE models); 0: searched
   std::string schedule;
   int64_t virtual_stages = 0;  // 0: searched (with --schedule interleaved)
   bool rok = false;
@@ -42,6 +43,7 @@ struct PlanCmdOptions {
 struct PlanInput {
   std::string name;
   int64_t layers = 0, heads = 0;
+  int64_t experts = 0;  // routed experts per MoE layer; 0: dense (ep stays 1)
   sim::TraceProvider provider;
   std::function<Result<traces::Trace>(const traces::Plan&)> stage0;
   // The command that builds the plan's (stage 0) trace; empty for a captured trace.

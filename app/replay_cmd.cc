@@ -74,6 +74,7 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
     // The optimizer state is sharded as the plan's trace was (zero_stage 1: over dp).
     layout.dp = plan->dp;
     layout.zero_stage = plan->zero_stage;
+    if (plan->ep != 1) layout.ep = plan->ep;
     if (plan->seq_len > 0) layout.seq_len = plan->seq_len;
     SSDTRAIN_ASSIGN_OR_RETURN(config, models::ApplyOverrides(config, layout, f.model));
   }
@@ -152,6 +153,7 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   std::optional<traces::Plan> read;
   if (!f.plan.empty()) {
     SSDTRAIN_ASSIGN_OR_RETURN(read, traces::ReadPlan(f.plan));
+    SSDTRAIN_RETURN_IF_ERROR(exec::RefuseExpertParallel(read->ep, f.plan));
     if (read->schedule == traces::ToString(traces::Schedule::kInterleaved)) {
       return Status::FailedPrecondition(f.plan + ": " + std::string(traces::kNotReplayedYet));
     }

@@ -164,6 +164,11 @@ Verb AddTraceCommand(CLI::App& app) {
          "(overrides the config)")
       ->check(IntAtLeast(1));
   cmd->add_option_function<int64_t>(
+      "--ep", [o](int64_t v) { o->overrides.ep = v; },
+      "Expert-parallel degree of a MoE model: this rank holds experts / ep experts per layer, "
+      "with an all-to-all before and after them; must divide the experts and --dp "
+      "(overrides the config)");
+  cmd->add_option_function<int64_t>(
          "--zero-stage", [o](int64_t v) { o->overrides.zero_stage = v; },
          "0, or 1: the optimizer state sharded over --dp (Megatron's distributed optimizer; "
          "overrides the config)")

@@ -57,12 +57,26 @@ Status CheckStepBytes(int step, const CacheStats& delta, const OffloadStats& io_
                           std::to_string(delta.bytes_read));
 }
 
+}  // namespace
+
+Status RefuseExpertParallel(int64_t ep, const std::string& source) {
+  if (ep <= 1) return Status::Ok();
+  return Status::FailedPrecondition(
+      source + ": ep: " + std::to_string(ep) +
+      ": replay does not run expert parallelism (the all-to-all between the ep ranks); plan "
+      "with --ep 1 to replay this model");
+}
+
+namespace {
+
 Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
                                   const traces::Plan& step_plan, const ReplayOptions& options,
                                   const std::string& plan_source,
                                   detail::RankAgreement& agreement) {
   // Everything that can be refused is refused before a device or a file exists.
   SSDTRAIN_RETURN_IF_ERROR(traces::ValidatePlan(step_plan, one_micro_batch, plan_source));
+  SSDTRAIN_RETURN_IF_ERROR(
+      RefuseExpertParallel(std::max(step_plan.ep, one_micro_batch.header.ep), plan_source));
   // The stage's whole step: its micro-batches in the schedule's order
   // (traces/whole_step.h; the simulator unrolls the same way).
   SSDTRAIN_ASSIGN_OR_RETURN(const traces::WholeStep whole,

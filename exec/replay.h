@@ -201,6 +201,12 @@ struct ReplayResult {
   traces::Timeline timeline;  // the last step's, times from its start
 };
 
+// Expert parallelism (ep > 1) does not replay yet (its all-to-all between the
+// ep ranks): FailedPrecondition naming `source`'s ep field; Ok for ep <= 1.
+// Replay checks the plan and its trace with it; `ssdtrain replay` checks the
+// plan file before anything else.
+Status RefuseExpertParallel(int64_t ep, const std::string& source);
+
 // Runs the replay. `plan_source` names the plan file in messages.
 Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan,
                             const ReplayOptions& options, const std::string& plan_source);

@@ -265,6 +265,11 @@ Status Replayer::CollectiveFor(const traces::Op& op, const DeviceBuffer& input,
   const traces::Tensor& in_t = trace_.tensor(op.inputs[0]);
   const traces::Tensor& out_t = trace_.tensor(op.outputs[0]);
   const traces::CollectiveKind kind = Kind(op);
+  if (kind == traces::CollectiveKind::kAllToAll) {
+    // Refused before replay starts (exec/replay.cc: ep); this is the guard.
+    return Status::FailedPrecondition(
+        RankOpName(op) + ": the expert-parallel all-to-all does not replay (ep 1 only)");
+  }
   const auto n = static_cast<int64_t>(tp_ranks_.size());
   const TensorId in_storage = trace_.StorageOf(op.inputs[0]);
   const uint64_t seed = SeedOf(in_storage);
@@ -314,6 +319,8 @@ Status Replayer::CollectiveFor(const traces::Op& op, const DeviceBuffer& input,
         }
       }
       break;
+    case traces::CollectiveKind::kAllToAll:
+      break;  // refused above
     case traces::CollectiveKind::kAllReduce: {
       const int64_t lo = chunks[static_cast<size_t>(tp_index_)];
       SSDTRAIN_RETURN_IF_ERROR(

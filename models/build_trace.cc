@@ -26,6 +26,7 @@ Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
   h.tp = config.tp;
   h.sequence_parallel = config.sequence_parallel && config.tp > 1;
   h.pp = config.pp;
+  h.ep = config.ep;
   h.stage = stage;
   h.stage_layers = config.layers / config.pp;
   h.first_layer = stage * h.stage_layers;
@@ -39,6 +40,7 @@ Result<int64_t> ParameterCount(const ModelConfig& config) {
   ModelConfig whole = config;
   whole.tp = 1;
   whole.pp = 1;
+  whole.ep = 1;  // every expert
   whole.sequence_parallel = false;
   SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace trace, BuildTrace(whole, 0));
   int64_t params = 0;

@@ -285,6 +285,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.pp) c.pp = *o.pp;
   if (o.dp) c.dp = *o.dp;
   if (o.zero_stage) c.zero_stage = *o.zero_stage;
+  if (o.ep) c.ep = *o.ep;
   if (o.sequence_parallel) c.sequence_parallel = *o.sequence_parallel;
   if (o.attention) c.attention = *o.attention;
   if (o.dtype) c.dtype = *o.dtype;
@@ -299,6 +300,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.pp) add("--pp", std::to_string(*o.pp));
   if (o.dp) add("--dp", std::to_string(*o.dp));
   if (o.zero_stage) add("--zero-stage", std::to_string(*o.zero_stage));
+  if (o.ep) add("--ep", std::to_string(*o.ep));
   if (o.sequence_parallel && *o.sequence_parallel) add("--sequence-parallel", "");
   if (o.attention) add("--attention", *o.attention);
   if (o.dtype) add("--dtype", *o.dtype);

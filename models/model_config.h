@@ -67,6 +67,9 @@ struct ModelConfig {
   int64_t first_dense_layers = 0;        // the first this many layers are dense
   int64_t moe_layer_step = 1;            // layer l is MoE when (l + 1) % step == 0
   std::vector<int64_t> dense_layers;     // further layers that stay dense (mlp_only_layers)
+  // Expert-parallel degree: each rank holds E/ep routed experts per MoE layer
+  // and runs them at the tokens the ep group routes to them (ep divides E and dp).
+  int64_t ep = 1;
   // Megatron-LM's --fp16-lm-cross-entropy: the loss on the 16-bit logits. Off
   // (Megatron's default): the loss runs on logits.float(), an fp32 copy of the
   // logits whose softmax the vocabulary-parallel cross-entropy saves in place.
@@ -80,6 +83,7 @@ struct ConfigOverrides {
   // The data-parallel degree and ZeRO stage: the optimizer state is sharded
   // over dp when zero_stage is 1 (the planner's searched dp, a plan's dp).
   std::optional<int64_t> dp, zero_stage;
+  std::optional<int64_t> ep;  // expert parallelism (MoE models)
   std::optional<bool> sequence_parallel;
   std::optional<std::string> attention, dtype;
 };

@@ -32,14 +32,44 @@ Status CheckDenseHasNoMoeFields(const ModelConfig& c, const std::string& source)
       {"capacity_factor", c.capacity_factor != 0.0},
       {"first_dense_layers", c.first_dense_layers != 0},
       {"moe_layer_step", c.moe_layer_step != 1},
-      {"dense_layers", !c.dense_layers.empty()}};
+      {"dense_layers", !c.dense_layers.empty()},
+      {"ep", c.ep != 1}};
   for (const auto& [field, is_set] : set) {
     if (is_set) return Bad(source, field, "is a mixture-of-experts field and needs experts > 0");
   }
   return Status::Ok();
 }
 
+// ep against the experts and the data-parallel ranks (see moe_config.h).
+Status ValidateExpertParallel(const ModelConfig& c, const std::string& source) {
+  if (c.ep < 1) return Bad(source, "ep", "expected a positive integer, got " + Str(c.ep));
+  if (c.experts % c.ep != 0) {
+    return Bad(source, "ep", Str(c.ep) + " does not divide the " + Str(c.experts) + " experts");
+  }
+  if ((c.dp * c.tp) % (c.ep * c.tp) != 0) {
+    return Bad(source, "ep",
+               "ep x tp = " + Str(c.ep) + " x " + Str(c.tp) +
+                   " does not divide dp x tp = " + Str(c.dp) + " x " + Str(c.tp) +
+                   " (Megatron-Core's expert ranks; the experts are split over tp, so ep must "
+                   "divide dp " +
+                   Str(c.dp) + ")");
+  }
+  if (c.ep > 1 && c.zero_stage == 1) {
+    return Bad(source, "ep",
+               Str(c.ep) +
+                   " with zero_stage 1 is not modelled (Megatron-Core shards the "
+                   "experts' optimizer state over dp / ep, the rest over dp); use zero_stage 0");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+int64_t LocalExperts(const ModelConfig& c) { return IsMoe(c) ? c.experts / c.ep : 0; }
+
+int64_t LocalExpertTokens(const ModelConfig& c, int64_t local) {
+  return c.ep * ExpertTokens(c, local);
+}
 
 bool IsMoe(const ModelConfig& c) { return c.experts > 0; }
 
@@ -90,6 +120,7 @@ Status ReadMoeFields(const traces::detail::ObjectReader& r, ModelConfig* c) {
   if (r.Has("dense_layers")) {
     SSDTRAIN_ASSIGN_OR_RETURN(c->dense_layers, r.IntArray("dense_layers"));
   }
+  SSDTRAIN_ASSIGN_OR_RETURN(c->ep, r.IntOr("ep", 1));
   return Status::Ok();
 }
 
@@ -104,6 +135,7 @@ void MoeFieldsToJson(const ModelConfig& c, nlohmann::json& j) {
   j["first_dense_layers"] = c.first_dense_layers;
   j["moe_layer_step"] = c.moe_layer_step;
   j["dense_layers"] = c.dense_layers;
+  if (c.ep != 1) j["ep"] = c.ep;
 }
 
 Status ValidateMoe(const ModelConfig& c, const std::string& source) {
@@ -153,6 +185,7 @@ Status ValidateMoe(const ModelConfig& c, const std::string& source) {
                  "layer " + Str(l) + " is outside [0, layers " + Str(c.layers) + ")");
     }
   }
+  SSDTRAIN_RETURN_IF_ERROR(ValidateExpertParallel(c, source));
   if (RoutedAssignments(c) < c.experts) {
     return Bad(source, "experts",
                Str(c.experts) + " experts receive no token from seq_len " + Str(c.seq_len) +

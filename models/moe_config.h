@@ -39,6 +39,16 @@ int64_t ExpertFfnHidden(const ModelConfig& c);
 // Tokens routed to each expert in one micro-batch: seq_len · micro_batch · k
 // spread evenly, bounded by the capacity (see above). `expert` in [0, experts).
 int64_t ExpertTokens(const ModelConfig& c, int64_t expert);
+// Expert parallelism: the ep ranks of a group (strided by tp, as Megatron-Core
+// lays out its expert ranks: the experts are split over tp as the dense MLP is,
+// so ep · tp must divide dp · tp, i.e. ep divides dp) each hold E/ep experts
+// (this trace: the group's first rank, experts [0, E/ep)). Every replica routes
+// its micro-batch alike (balanced), so local expert j receives ExpertTokens(j)
+// tokens from each of the ep ranks. An all-to-all sends each rank's permuted
+// rows to their experts' ranks (dispatch) and brings the outputs back (combine).
+int64_t LocalExperts(const ModelConfig& c);
+// Rows local expert `local` (in [0, E/ep)) runs at: ep · ExpertTokens(local).
+int64_t LocalExpertTokens(const ModelConfig& c, int64_t local);
 // Parameters of one routed expert (its SwiGLU's three matrices): 3 · hidden · width.
 int64_t ExpertParameters(const ModelConfig& c);
 // Parameters a token passes through: ParameterCount less the (E - k) experts of
@@ -53,7 +63,9 @@ void MoeFieldsToJson(const ModelConfig& c, nlohmann::json& j);
 // family, no parallel block, 1 <= experts_per_token <= experts, tp divides the
 // expert and shared-expert widths, every expert receives at least one token
 // (seq_len · micro_batch · k >= experts), capacity_factor >= 0, moe_layer_step >= 1,
-// dense_layers inside [0, layers), shared_expert_gate only with a shared expert.
+// dense_layers inside [0, layers), shared_expert_gate only with a shared expert;
+// ep >= 1 divides experts and dp (ep · tp divides dp · tp), and ep > 1 only with
+// zero_stage 0; a dense model has ep 1.
 Status ValidateMoe(const ModelConfig& c, const std::string& source);
 
 }  // namespace ssdtrain::models

@@ -18,6 +18,10 @@ int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, doub
   return traces::CeilSecondsToNs(seconds);
 }
 
+double AllToAllGBps(const HardwareOptions& hw, int64_t tp, int64_t ep) {
+  return tp * ep <= hw.gpus_per_node ? hw.interconnect.tp_GBps : hw.interconnect.dp_GBps;
+}
+
 int64_t SendNs(int64_t bytes, double GBps, double latency_us) {
   return traces::CeilSecondsToNs(static_cast<double>(bytes) / (GBps * 1e9) + latency_us * 1e-6);
 }

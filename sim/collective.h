@@ -3,8 +3,12 @@
 //   all-reduce      2·(n−1)/n · S / B  +  2·(n−1) · latency
 //   all-gather      (n−1)/n · S / B    +  (n−1) · latency
 //   reduce-scatter  (n−1)/n · S / B    +  (n−1) · latency
+//   all-to-all      (n−1)/n · S / B    +  (n−1) · latency
 // S is the collective's payload: the full (unsharded) tensor, i.e. the
-// all-reduce's buffer, the all-gather's output, the reduce-scatter's input.
+// all-reduce's buffer, the all-gather's output, the reduce-scatter's input;
+// for the all-to-all (expert parallelism's dispatch and combine) each rank's
+// buffer, of which it keeps 1/n and sends (n−1)/n, one piece to each peer
+// (NCCL's pairwise exchange: n−1 steps).
 // B is the per-rank link bandwidth (1e9 B/s), latency the per-step link latency.
 // Every duration is 0 when n <= 1 and rounds up to whole nanoseconds.
 //
@@ -15,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/hardware.h"
 #include "traces/collective_kind.h"
 #include "traces/trace.h"
 
@@ -30,6 +35,11 @@ using traces::ToString;
 // The ring's time for `payload_bytes` over `n` ranks (see the formulas above).
 int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, double GBps,
                      double latency_us);
+
+// The link an expert-parallel all-to-all runs on: the ep group is strided by tp
+// (Megatron-Core's expert ranks), so it spans tp·ep GPUs: within a node
+// (tp_GBps, NVLink) when tp·ep <= gpus_per_node, else the data-parallel link.
+double AllToAllGBps(const HardwareOptions& hw, int64_t tp, int64_t ep);
 
 // One point-to-point message (a pipeline send between stages): S / B + latency.
 int64_t SendNs(int64_t bytes, double GBps, double latency_us);

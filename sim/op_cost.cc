@@ -48,8 +48,8 @@ double GemmShapeEfficiency(const traces::GemmDims& dims, int sm_count) {
 }
 
 OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
-                         bool use_trace_measurements)
-    : hw_(hw), tp_(tp), use_trace_measurements_(use_trace_measurements) {
+                         bool use_trace_measurements, int64_t ep)
+    : hw_(hw), tp_(tp), ep_(ep), use_trace_measurements_(use_trace_measurements) {
   double tflops = hw.gpu.peak_tflops_fp16;
   if (dtype == "bf16") tflops = hw.gpu.peak_tflops_bf16;
   if (dtype == "fp32") tflops = hw.gpu.peak_tflops_fp32;
@@ -74,11 +74,15 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
     case OpKind::kSend:
     case OpKind::kRecv:
       return 0;
-    case OpKind::kCollective:
-      if (tp_ <= 1) return 0;
-      return CollectiveNs(ClassifyCollective(op), CollectivePayloadBytes(op), tp_,
-                          hw_.interconnect.tp_GBps, hw_.interconnect.latency_us) +
+    case OpKind::kCollective: {
+      const CollectiveKind kind = ClassifyCollective(op);
+      const bool all_to_all = kind == CollectiveKind::kAllToAll;
+      const int64_t n = all_to_all ? ep_ : tp_;
+      if (n <= 1) return 0;
+      const double GBps = all_to_all ? AllToAllGBps(hw_, tp_, ep_) : hw_.interconnect.tp_GBps;
+      return CollectiveNs(kind, CollectivePayloadBytes(op), n, GBps, hw_.interconnect.latency_us) +
              overhead;
+    }
     case OpKind::kGemm:
     case OpKind::kAttention: {
       const auto& curve =

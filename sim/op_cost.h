@@ -29,10 +29,11 @@ namespace ssdtrain::sim {
 
 class OpCostModel {
  public:
-  // `tp` is the tensor-parallel degree collectives run over; `dtype` the
-  // trace's compute dtype ("fp16", "bf16", "fp32").
+  // `tp` is the tensor-parallel degree collectives run over, `ep` the
+  // expert-parallel degree of the all-to-all; `dtype` the trace's compute
+  // dtype ("fp16", "bf16", "fp32").
   OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
-              bool use_trace_measurements = true);
+              bool use_trace_measurements = true, int64_t ep = 1);
 
   // A measured time (the trace's measured_ns, or the hardware's measured op
   // table) plus the per-op overhead, else the roofline estimate.
@@ -46,6 +47,7 @@ class OpCostModel {
   using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t>;
   const HardwareOptions& hw_;
   int64_t tp_;
+  int64_t ep_;
   double peak_flops_;  // FLOP/s at the configured clock
   bool use_trace_measurements_;
   std::map<GemmKey, int64_t> gemm_times_;

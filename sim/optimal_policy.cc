@@ -38,8 +38,9 @@ class Search {
   Result<Prediction> Evaluate(const traces::Plan& plan) {
     std::string text;
     for (const Placement& q : plan.placements) {
-      const int64_t fields[] = {q.tensor, static_cast<int64_t>(q.action), q.prefetch_before,
-                                q.evict_before, q.device, q.offset};
+      const int64_t fields[] = {q.tensor,          static_cast<int64_t>(q.action),
+                                q.prefetch_before, q.evict_before,
+                                q.device,          q.offset};
       text.append(reinterpret_cast<const char*>(fields), sizeof(fields));
       text.append(q.file).push_back('\0');
     }
@@ -214,7 +215,8 @@ Result<OptimalResult> MakeOptimalPlan(const traces::Trace& trace, const Hardware
   const std::vector<TensorId> candidates =
       traces::OffloadCandidates(trace, options.min_offload_bytes);
   std::vector<TensorId> all_movable = candidates;
-  OpCostModel cost(hw, std::max<int64_t>(1, trace.header.tp), trace.header.dtype);
+  OpCostModel cost(hw, std::max<int64_t>(1, trace.header.tp), trace.header.dtype, true,
+                   trace.header.ep);
   constexpr int kRounds = 3;
   for (int round = 0; round < kRounds; ++round) {
     bool any = false;

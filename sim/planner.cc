@@ -96,6 +96,7 @@ class Search {
     base.pp = l.pp;
     base.dp = l.dp;
     base.zero_stage = l.zero_stage;
+    base.ep = l.ep;
     base.num_micro_batches = l.m;
     base.schedule = std::string(traces::ToString(l.schedule));
     base.virtual_stages = l.virtual_stages;
@@ -162,6 +163,7 @@ std::string Progress(const Layout& l, const std::optional<Best>& best_fit) {
   std::string line = "plan: simulated mb=" + std::to_string(l.micro_batch) +
                      " tp=" + std::to_string(l.tp) + " pp=" + std::to_string(l.pp) +
                      " dp=" + std::to_string(l.dp) + (l.zero_stage == 1 ? " zero=1" : "") +
+                     (l.ep > 1 ? " ep=" + std::to_string(l.ep) : std::string()) +
                      (l.schedule == traces::Schedule::kInterleaved
                           ? " interleaved v=" + std::to_string(l.virtual_stages)
                           : std::string());

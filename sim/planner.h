@@ -55,6 +55,7 @@ struct TraceShape {
   int64_t stage = 0;
   int64_t dp = 1;
   int64_t zero_stage = 0;  // 0, or 1: optimizer state sharded over dp
+  int64_t ep = 1;          // expert parallelism: E/ep experts per MoE layer here
   auto operator<=>(const TraceShape&) const = default;
 };
 
@@ -91,6 +92,13 @@ struct PlannerOptions {
   // `--virtual-stages`: pins v (needs schedule "interleaved"; layers must
   // divide by pp·v and m be a multiple of pp).
   std::optional<int64_t> virtual_stages;
+  // Expert parallelism (`--ep`), for a model with `experts` > 0 routed experts
+  // per MoE layer: pinned, or every power of two dividing both the experts and
+  // dp (ep · tp divides dp · tp, Megatron-Core's rule with the experts split
+  // over tp), with ZeRO stage 0 where ep > 1. A dense model (experts 0) keeps
+  // ep 1 and its search; --ep > 1 on it is refused.
+  std::optional<int64_t> ep;
+  int64_t experts = 0;
   int64_t layers = 0;              // the model's blocks (pp must divide it)
   int64_t heads = 0;               // tp must divide it
   bool allow_host_offload = true;  // false: auto skips offload-host; optimal never uses host

@@ -33,6 +33,18 @@ std::vector<int64_t> ZeroStages(const PlannerOptions& o, int64_t dp) {
   return {0};
 }
 
+// The expert-parallel degrees a layout of `dp` replicas is tried with: the
+// pin, else (a MoE model) every power of two dividing the experts and dp; 1
+// for a dense model.
+std::vector<int64_t> ExpertDegrees(const PlannerOptions& o, int64_t dp) {
+  if (o.ep) return dp % *o.ep == 0 ? std::vector<int64_t>{*o.ep} : std::vector<int64_t>{};
+  std::vector<int64_t> eps;
+  for (int64_t ep = 1; ep <= std::max<int64_t>(o.experts, 1); ep *= 2) {
+    if (dp % ep == 0 && (o.experts == 0 || o.experts % ep == 0)) eps.push_back(ep);
+  }
+  return eps;
+}
+
 // Unset: 1F1B and interleaved (GPipe is never faster than 1F1B here).
 std::vector<traces::Schedule> SchedulesToTry(const PlannerOptions& o) {
   if (!o.schedule) return {traces::Schedule::kOneFOneB, traces::Schedule::kInterleaved};
@@ -73,6 +85,33 @@ Status CheckInterleavedPins(const PlannerOptions& o) {
   return Status::Ok();
 }
 
+// --ep against the model and the other pins.
+Status CheckExpertPins(const PlannerOptions& o) {
+  if (!o.ep || *o.ep == 1) return Status::Ok();
+  const std::string ep = Flag("--ep", *o.ep);
+  if (o.experts == 0) {
+    return Status::InvalidArgument(ep + ": the model is dense (no routed experts to spread)");
+  }
+  if (o.experts % *o.ep != 0) {
+    return Status::InvalidArgument(ep + ": does not divide the model's " +
+                                   std::to_string(o.experts) + " experts");
+  }
+  if (o.dp && *o.dp % *o.ep != 0) {
+    return Status::InvalidArgument(ep + " x tp: does not divide " + Flag("--dp", *o.dp) +
+                                   " x tp (Megatron-Core's expert ranks; the experts are split "
+                                   "over tp, so ep must divide dp)");
+  }
+  if (o.gpus % *o.ep != 0) {
+    return Status::InvalidArgument(ep + ": does not divide " + Flag("--gpus", o.gpus));
+  }
+  if (o.zero_stage && *o.zero_stage == 1) {
+    return Status::InvalidArgument(ep +
+                                   " with --zero-stage 1: not modelled (Megatron-Core "
+                                   "shards the experts' optimizer state over dp / ep)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 // " (pinned: --tp 2 --pp 4)" for the pins that are set, else "".
@@ -89,6 +128,7 @@ std::string PinsText(const PlannerOptions& o) {
   add("--micro-batch", o.micro_batch);
   add("--num-micro-batches", o.num_micro_batches);
   add("--zero-stage", o.zero_stage);
+  add("--ep", o.ep);
   if (o.global_batch > 0) add("--global-batch", o.global_batch);
   if (o.schedule) pins.append(" --schedule ").append(*o.schedule);
   add("--virtual-stages", o.virtual_stages);
@@ -107,6 +147,8 @@ Status CheckPins(const PlannerOptions& o) {
   SSDTRAIN_RETURN_IF_ERROR(positive("--dp", o.dp));
   SSDTRAIN_RETURN_IF_ERROR(positive("--micro-batch", o.micro_batch));
   SSDTRAIN_RETURN_IF_ERROR(positive("--num-micro-batches", o.num_micro_batches));
+  SSDTRAIN_RETURN_IF_ERROR(positive("--ep", o.ep));
+  SSDTRAIN_RETURN_IF_ERROR(CheckExpertPins(o));
   if (o.zero_stage && *o.zero_stage != 0 && *o.zero_stage != 1) {
     return Status::InvalidArgument(Flag("--zero-stage", *o.zero_stage) +
                                    ": expected 0 or 1 (1: the optimizer state sharded over dp)");
@@ -169,6 +211,27 @@ std::vector<int64_t> VirtualStagesToTry(const PlannerOptions& o, int64_t pp, int
   return vs;
 }
 
+namespace {
+
+// `l` under each schedule the search tries.
+void AddSchedules(const PlannerOptions& o, const Layout& l, std::vector<Layout>& layouts) {
+  for (traces::Schedule s : SchedulesToTry(o)) {
+    if (s != traces::Schedule::kInterleaved) {
+      layouts.push_back(l);
+      layouts.back().schedule = s;
+      continue;
+    }
+    // The most chunks: the least bubble and memory (the winner tries the rest).
+    const std::vector<int64_t> vs = VirtualStagesToTry(o, l.pp, l.m);
+    if (vs.empty()) continue;
+    layouts.push_back(l);
+    layouts.back().schedule = s;
+    layouts.back().virtual_stages = vs.back();
+  }
+}
+
+}  // namespace
+
 std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOptions& hw) {
   std::vector<Layout> layouts;
   const int64_t max_tp = o.tp ? *o.tp : std::min<int64_t>(hw.gpus_per_node, o.gpus);
@@ -191,20 +254,12 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
           if (o.num_micro_batches && o.global_batch != mb * dp * m) continue;
           m = o.global_batch / (mb * dp);
         }
-        for (int64_t zero : ZeroStages(o, dp)) {
-          const Layout l{mb, tp, pp, dp, m, zero};
-          for (traces::Schedule s : SchedulesToTry(o)) {
-            if (s != traces::Schedule::kInterleaved) {
-              layouts.push_back(l);
-              layouts.back().schedule = s;
-              continue;
-            }
-            // The most chunks: the least bubble and memory (the winner tries the rest).
-            const std::vector<int64_t> vs = VirtualStagesToTry(o, pp, m);
-            if (vs.empty()) continue;
-            layouts.push_back(l);
-            layouts.back().schedule = s;
-            layouts.back().virtual_stages = vs.back();
+        for (int64_t ep : ExpertDegrees(o, dp)) {
+          for (int64_t zero : ZeroStages(o, dp)) {
+            if (ep > 1 && zero == 1) continue;  // not modelled (CheckExpertPins)
+            Layout l{mb, tp, pp, dp, m, zero};
+            l.ep = ep;
+            AddSchedules(o, l, layouts);
           }
         }
       }
@@ -219,7 +274,7 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
   int64_t min_static = INT64_MAX;
   for (Layout& l : layouts) {
     SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache.Get(l.Shape(0)));
-    OpCostModel cost(hw, l.tp, t->header.dtype);
+    OpCostModel cost(hw, l.tp, t->header.dtype, true, l.ep);
     int64_t compute = 0, backward = 0, static_bytes = 0, grads = 0;
     for (const traces::Op& op : t->ops) {
       if (op.phase == traces::Phase::kOptimizer) continue;

@@ -312,11 +312,13 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
       (m - 1) * stage0.optimizer_ns;
   out.ops = stage0.ops;
   for (const traces::Op& op : first.ops) {
-    if (op.kind != traces::OpKind::kCollective || layout.tp <= 1) continue;
+    if (op.kind != traces::OpKind::kCollective) continue;
+    const traces::CollectiveKind kind = traces::ClassifyCollective(op);
+    const bool all_to_all = kind == traces::CollectiveKind::kAllToAll;
+    if ((all_to_all ? first.header.ep : layout.tp) <= 1) continue;
     const auto i = static_cast<size_t>(op.id);
     if (i >= out.ops.size()) continue;
-    Prediction::CollectiveTotal& t =
-        out.collectives[std::string(traces::ToString(traces::ClassifyCollective(op)))];
+    Prediction::CollectiveTotal& t = out.collectives[std::string(traces::ToString(kind))];
     t.count += m;
     t.ns += m * (out.ops[i].end_ns - out.ops[i].start_ns);
   }

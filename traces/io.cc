@@ -80,25 +80,27 @@ class DepthLimitedDomBuilder {
 json OptionalId(int64_t id) { return id < 0 ? json(nullptr) : json(id); }
 
 json HeaderToJson(const Header& h) {
-  return json{{"model", h.model},
-              {"family", h.family},
-              {"hidden", h.hidden},
-              {"heads", h.heads},
-              {"kv_heads", h.kv_heads},
-              {"layers", h.layers},
-              {"ffn_hidden", h.ffn_hidden},
-              {"vocab", h.vocab},
-              {"seq_len", h.seq_len},
-              {"micro_batch", h.micro_batch},
-              {"tp", h.tp},
-              {"sequence_parallel", h.sequence_parallel},
-              {"pp", h.pp},
-              {"stage", h.stage},
-              {"first_layer", h.first_layer},
-              {"stage_layers", h.stage_layers},
-              {"dtype", h.dtype},
-              {"attention", h.attention},
-              {"units", {{"time", h.time_unit}, {"size", h.size_unit}}}};
+  json j{{"model", h.model},
+         {"family", h.family},
+         {"hidden", h.hidden},
+         {"heads", h.heads},
+         {"kv_heads", h.kv_heads},
+         {"layers", h.layers},
+         {"ffn_hidden", h.ffn_hidden},
+         {"vocab", h.vocab},
+         {"seq_len", h.seq_len},
+         {"micro_batch", h.micro_batch},
+         {"tp", h.tp},
+         {"sequence_parallel", h.sequence_parallel},
+         {"pp", h.pp},
+         {"stage", h.stage},
+         {"first_layer", h.first_layer},
+         {"stage_layers", h.stage_layers},
+         {"dtype", h.dtype},
+         {"attention", h.attention},
+         {"units", {{"time", h.time_unit}, {"size", h.size_unit}}}};
+  if (h.ep != 1) j["ep"] = h.ep;  // written only where experts are spread
+  return j;
 }
 
 json TensorToJson(const Tensor& t) {
@@ -171,6 +173,7 @@ Result<Header> ParseHeader(const json& j, const JsonPath& at) {
   SSDTRAIN_ASSIGN_OR_RETURN(h.tp, r.IntOr("tp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(h.sequence_parallel, r.BoolOr("sequence_parallel", false));
   SSDTRAIN_ASSIGN_OR_RETURN(h.pp, r.IntOr("pp", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(h.ep, r.IntOr("ep", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(h.stage, r.IntOr("stage", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(h.first_layer, r.IntOr("first_layer", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(h.stage_layers, r.IntOr("stage_layers", h.layers));

@@ -133,6 +133,7 @@ json ToJson(const Plan& plan) {
          {"placements", std::move(placements)},
          {"extra", plan.extra}};
   if (plan.zero_stage != 0) j["zero_stage"] = plan.zero_stage;
+  if (plan.ep != 1) j["ep"] = plan.ep;
   if (plan.virtual_stages != 1) j["virtual_stages"] = plan.virtual_stages;
   if (plan.prediction) j["prediction"] = ToJson(*plan.prediction);
   return j;
@@ -160,6 +161,7 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
   SSDTRAIN_ASSIGN_OR_RETURN(plan.tp, r.IntOr("tp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.pp, r.IntOr("pp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.dp, r.IntOr("dp", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.ep, r.IntOr("ep", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.zero_stage, r.IntOr("zero_stage", 0));
   if (plan.zero_stage != 0 && plan.zero_stage != 1) {
     return r.At("zero_stage")
@@ -185,9 +187,10 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
         InterleavedError(plan.pp, plan.num_micro_batches, plan.virtual_stages, 0);
     if (!why.empty()) return r.At("virtual_stages").Error("interleaved " + why);
   }
-  for (auto [field, value] : {std::pair{"micro_batch", plan.micro_batch}, std::pair{"tp", plan.tp},
-                              std::pair{"pp", plan.pp}, std::pair{"dp", plan.dp},
-                              std::pair{"num_micro_batches", plan.num_micro_batches}}) {
+  for (auto [field, value] :
+       {std::pair{"micro_batch", plan.micro_batch}, std::pair{"tp", plan.tp},
+        std::pair{"pp", plan.pp}, std::pair{"dp", plan.dp}, std::pair{"ep", plan.ep},
+        std::pair{"num_micro_batches", plan.num_micro_batches}}) {
     if (value <= 0)
       return r.At(field).Error("expected a positive integer, got " + std::to_string(value));
   }
@@ -235,6 +238,7 @@ Plan PlanTemplate(const Trace& trace, std::string policy) {
   plan.seq_len = trace.header.seq_len;
   plan.tp = std::max<int64_t>(1, trace.header.tp);
   plan.pp = std::max<int64_t>(1, trace.header.pp);
+  plan.ep = std::max<int64_t>(1, trace.header.ep);
   return plan;
 }
 

@@ -73,6 +73,10 @@ struct Plan {
   int64_t tp = 1;
   int64_t pp = 1;
   int64_t dp = 1;
+  // Expert-parallel degree (MoE models): each rank holds E/ep routed experts of
+  // every MoE layer; ep divides dp (models/moe_config.h). JSON: optional
+  // (default 1), written when not 1.
+  int64_t ep = 1;
   // 0, or 1: Megatron's distributed optimizer (ZeRO stage 1): each of the dp
   // ranks holds 1/dp of the optimizer state (the trace is built so), the
   // gradients are reduce-scattered and the updated parameters all-gathered.
@@ -105,7 +109,7 @@ Result<Plan> ReadPlan(const std::string& path);
 Status WritePlan(const Plan& plan, const std::string& path);
 
 // A plan for `trace` with no placements (everything kept): the trace's model,
-// fingerprint and layout (micro-batch, sequence, tp, pp; dp and micro-batch
+// fingerprint and layout (micro-batch, sequence, tp, pp, ep; dp and micro-batch
 // count 1), no budget. Every policy, the planner and the executor's built-in
 // plans start from this.
 Plan PlanTemplate(const Trace& trace, std::string policy = "keep");

@@ -115,6 +115,7 @@ uint64_t Fingerprint(const Trace& trace) {
                     hd.stage_layers, static_cast<int64_t>(hd.sequence_parallel)}) {
     h.Add(v);
   }
+  if (hd.ep != 1) h.Add(hd.ep);  // dense and ep-1 traces keep their fingerprints
   h.Add(hd.dtype);
   h.Add(hd.attention);
   h.Add(static_cast<int64_t>(trace.tensors.size()));

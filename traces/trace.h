@@ -36,7 +36,7 @@ enum class OpKind {
   kDropout,
   kEmbedding,
   kLoss,
-  kCollective,  // tensor-parallel all-reduce / all-gather / reduce-scatter
+  kCollective,  // tp all-reduce / all-gather / reduce-scatter; ep all-to-all
   kSend,        // pipeline activation send to the next stage
   kRecv,        // pipeline activation receive from the previous stage
   kOptimizer,
@@ -118,6 +118,10 @@ struct Header {
   int64_t tp = 1;
   bool sequence_parallel = false;
   int64_t pp = 1;
+  // Expert-parallel degree: the routed experts of each MoE layer are spread
+  // over ep ranks, this trace holding E/ep of them, with an all-to-all
+  // (traces/collective_kind.h) before and after them. 1 for dense models.
+  int64_t ep = 1;
   int64_t stage = 0;        // this trace's pipeline stage
   int64_t first_layer = 0;  // blocks [first_layer, first_layer + stage_layers) live here
   int64_t stage_layers = 0;

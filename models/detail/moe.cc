@@ -4,6 +4,7 @@
 #include "models/detail/costs.h"
 #include "models/detail/linear.h"
 #include "models/moe_config.h"
+#include "traces/collective_kind.h"
 
 namespace ssdtrain::models::detail {
 namespace {
@@ -130,10 +131,34 @@ TensorId SharedBackward(TraceBuilder& b, const Dims& d, const MoeState& st, Tens
   return AccumulateGrad(b, "shared_expert.in.grad_sum", g_x, g_x_gate);
 }
 
+// The rows this rank's experts run at: Σ tokens (ep > 1: received from the ep ranks).
 int64_t Routed(const MoeSpec& spec) {
   int64_t rows = 0;
   for (int64_t t : spec.tokens) rows += t;
   return rows;
+}
+
+std::string AllToAllName(const std::string& what) {
+  return "moe." + what + "." + std::string(traces::kAllToAllSuffix);
+}
+
+// The experts' inputs: views of the permuted rows (ep 1), or of the rows the
+// dispatch all-to-all receives from the ep ranks. Returns {views...}.
+std::vector<TensorId> Dispatch(TraceBuilder& b, const Dims& d, const MoeSpec& spec,
+                               TensorId permuted) {
+  TensorId root = permuted;
+  std::vector<TensorId> outputs;
+  if (spec.ep > 1) {
+    root = b.Activation("moe.received", {Routed(spec), d.h}, d.act);
+    outputs.push_back(root);
+  }
+  std::vector<TensorId> views;
+  for (size_t e = 0; e < spec.tokens.size(); ++e) {
+    views.push_back(b.View("expert" + std::to_string(e) + ".in", root, {spec.tokens[e], d.h}));
+  }
+  outputs.insert(outputs.end(), views.begin(), views.end());
+  if (spec.ep > 1) b.Op(AllToAllName("dispatch"), OpKind::kCollective, {permuted}, outputs, 0);
+  return views;
 }
 
 }  // namespace
@@ -146,7 +171,9 @@ MoeSpec MoeSpecFor(const ModelConfig& c) {
   spec.ffn = ExpertFfnHidden(c) / c.tp;
   spec.shared_ffn = c.shared_expert_ffn_hidden / c.tp;
   spec.shared_gate = c.shared_expert_gate;
-  for (int64_t e = 0; e < c.experts; ++e) spec.tokens.push_back(ExpertTokens(c, e));
+  spec.ep = c.ep;
+  for (int64_t e = 0; e < LocalExperts(c); ++e) spec.tokens.push_back(LocalExpertTokens(c, e));
+  for (int64_t e = 0; e < c.experts; ++e) spec.routed += ExpertTokens(c, e);
   return spec;
 }
 
@@ -155,21 +182,34 @@ TensorId MoeBranchForward(TraceBuilder& b, const Dims& d, const MoeSpec& spec, T
   st->spec = spec;
   st->x = d.sp ? AllGatherSeq(b, d, "moe.in_gathered", ln, TensorKind::kActivation) : ln;
   RouterForward(b, d, st);
-  const int64_t routed = Routed(spec);
+  const int64_t routed = spec.routed;
   const TensorId permuted = b.Activation("moe.permuted", {routed, d.h}, d.act);
   st->row_map = b.Activation("moe.row_map", {routed}, kIndexDType);
-  std::vector<TensorId> dispatched = {permuted, st->row_map};
-  for (int64_t e = 0; e < spec.experts; ++e) {
-    dispatched.push_back(b.View("expert" + std::to_string(e) + ".in", permuted,
-                                {spec.tokens[static_cast<size_t>(e)], d.h}));
+  std::vector<TensorId> permute_outputs = {permuted, st->row_map};
+  // ep 1: the experts' input views are the permute's outputs too.
+  const size_t first_view = permute_outputs.size();
+  if (spec.ep == 1) {
+    for (size_t e = 0; e < spec.tokens.size(); ++e) {
+      permute_outputs.push_back(
+          b.View("expert" + std::to_string(e) + ".in", permuted, {spec.tokens[e], d.h}));
+    }
   }
-  b.Op("moe.permute", OpKind::kElementwise, {st->x, st->indices}, dispatched, 0);
-  st->experts.resize(static_cast<size_t>(spec.experts));
-  std::vector<TensorId> combine_inputs;
-  for (int64_t e = 0; e < spec.experts; ++e) {
-    const size_t i = static_cast<size_t>(e);
-    combine_inputs.push_back(ExpertForward(b, d, "expert" + std::to_string(e), dispatched[i + 2],
-                                           {spec.tokens[i]}, spec.ffn, &st->experts[i]));
+  b.Op("moe.permute", OpKind::kElementwise, {st->x, st->indices}, permute_outputs, 0);
+  const std::vector<TensorId> dispatched =
+      spec.ep == 1
+          ? std::vector<TensorId>(permute_outputs.begin() + first_view, permute_outputs.end())
+          : Dispatch(b, d, spec, permuted);
+  st->experts.resize(spec.tokens.size());
+  std::vector<TensorId> outs;
+  for (size_t i = 0; i < spec.tokens.size(); ++i) {
+    outs.push_back(ExpertForward(b, d, "expert" + std::to_string(i), dispatched[i],
+                                 {spec.tokens[i]}, spec.ffn, &st->experts[i]));
+  }
+  std::vector<TensorId> combine_inputs = outs;
+  if (spec.ep > 1) {
+    st->returned = b.Activation("moe.returned", {routed, d.h}, d.act);
+    b.Op(AllToAllName("combine"), OpKind::kCollective, outs, {st->returned}, 0);
+    combine_inputs = {st->returned};
   }
   combine_inputs.push_back(st->weights);
   combine_inputs.push_back(st->row_map);
@@ -192,22 +232,38 @@ TensorId MoeBranchBackward(TraceBuilder& b, const Dims& d, const MoeState& st, T
   const TensorId g_full =
       d.sp ? AllGatherSeq(b, d, "moe.out.grad_full", g_y, TensorKind::kGradient) : g_y;
   const TensorId g_shared = st.shared ? SharedBackward(b, d, st, g_full) : kNoTensor;
+  const bool ep = spec.ep > 1;
   std::vector<TensorId> combine_inputs = {st.row_map, st.weights};
   std::vector<TensorId> g_expert_outs;
   for (const ExpertState& e : st.experts) {
-    combine_inputs.push_back(e.out);
+    if (!ep) combine_inputs.push_back(e.out);
     g_expert_outs.push_back(b.Gradient(e.name + ".fc2.out.grad", Shape(e.rows, d.h), d.act));
   }
+  if (ep) combine_inputs.push_back(st.returned);
   combine_inputs.push_back(g_full);
   const TensorId g_weights = b.Gradient("router.weights.grad", d.Full(spec.top_k), d.act);
-  std::vector<TensorId> combine_outputs = g_expert_outs;
+  const int64_t routed = spec.routed;
+  // ep > 1: the unpermute's gradient rows go back to the experts' ranks.
+  const TensorId g_returned =
+      ep ? b.Gradient("moe.returned.grad", {routed, d.h}, d.act) : kNoTensor;
+  std::vector<TensorId> combine_outputs = ep ? std::vector<TensorId>{g_returned} : g_expert_outs;
   combine_outputs.push_back(g_weights);
-  const int64_t routed = Routed(spec);
   b.Op("moe.unpermute.bwd", OpKind::kElementwise, combine_inputs, combine_outputs,
        kCombineFlops * routed * d.h);
-  std::vector<TensorId> dispatch_inputs = {st.row_map};
+  if (ep) {
+    b.Op(AllToAllName("combine.bwd"), OpKind::kCollective, {g_returned}, g_expert_outs, 0);
+  }
+  std::vector<TensorId> g_ins;
   for (size_t e = st.experts.size(); e-- > 0;) {
-    dispatch_inputs.push_back(ExpertBackward(b, d, st.experts[e], g_expert_outs[e]));
+    g_ins.push_back(ExpertBackward(b, d, st.experts[e], g_expert_outs[e]));
+  }
+  std::vector<TensorId> dispatch_inputs = {st.row_map};
+  if (ep) {
+    const TensorId g_permuted = b.Gradient("moe.permuted.grad", {routed, d.h}, d.act);
+    b.Op(AllToAllName("dispatch.bwd"), OpKind::kCollective, g_ins, {g_permuted}, 0);
+    dispatch_inputs.push_back(g_permuted);
+  } else {
+    dispatch_inputs.insert(dispatch_inputs.end(), g_ins.begin(), g_ins.end());
   }
   const TensorId g_dispatch = b.Gradient("moe.in.grad_dispatch", d.Full(d.h), d.act);
   b.Op("moe.permute.bwd", OpKind::kElementwise, dispatch_inputs, {g_dispatch},

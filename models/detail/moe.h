@@ -4,6 +4,10 @@
 //   → permute (x rows to their k experts, a [R, h] buffer and its int64 row map,
 //   R = Σ tokens_e) → per expert e: fc1 [tokens_e, 2f] → SwiGLU → fc2 [tokens_e, h]
 //   → unpermute (each row times its router weight, summed back to [s, b, h])
+//   With ep > 1 the permuted rows go to their experts' ranks by an all-to-all
+//   (moe.dispatch), this rank runs its E/ep experts at the rows it receives, and
+//   a second all-to-all (moe.combine) returns the outputs before the unpermute;
+//   the backward runs both all-to-alls on the gradients.
 //   [+ shared expert on all T tokens, optionally through a sigmoid gate]
 //   → [all-reduce, or reduce-scatter with SP, over tp].
 // Experts are split over tp as the dense MLP is (f = width / tp per rank); the
@@ -26,7 +30,11 @@ struct MoeSpec {
   int64_t ffn = 0;         // each expert's width on this rank
   int64_t shared_ffn = 0;  // the shared expert's width on this rank; 0: none
   bool shared_gate = false;
-  std::vector<int64_t> tokens;  // per expert: the rows it receives
+  std::vector<int64_t> tokens;  // per expert this rank runs: the rows it receives
+  // Expert parallelism: ep > 1 holds experts.size() = E/ep of the E experts,
+  // each at the tokens of all ep ranks; `routed` rows leave this rank's permute.
+  int64_t ep = 1;
+  int64_t routed = 0;  // Σ ExpertTokens over all E experts: this rank's dispatched rows
 };
 
 MoeSpec MoeSpecFor(const ModelConfig& c);
@@ -46,6 +54,7 @@ struct MoeState {
   TensorId router_weight = kNoTensor;
   TensorId scores = kNoTensor, weights = kNoTensor, indices = kNoTensor;
   TensorId row_map = kNoTensor;
+  TensorId returned = kNoTensor;  // ep > 1: the combine all-to-all's output [routed, h]
   std::vector<ExpertState> experts;
   bool shared = false;
   ExpertState shared_expert;

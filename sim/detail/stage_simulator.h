@@ -89,7 +89,7 @@ class StageSimulator {
         hw_(hw),
         options_(options),
         cost_(hw, std::max<int64_t>(1, trace.header.tp), trace.header.dtype,
-              options.use_trace_measurements),
+              options.use_trace_measurements, std::max<int64_t>(1, trace.header.ep)),
         net_(engine_),
         alignment_(std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes)),
         workspace_bytes_(hw.gpu.replay_workspace
@@ -154,7 +154,7 @@ class StageSimulator {
   // (gpu.io_overhead_us_per_MiB).
   int64_t io_bytes_unpaid_ = 0;
   std::vector<Storage> storages_;
-  std::vector<size_t> reads_after_op_;            // reads waiting for the running op to end
+  std::vector<size_t> reads_after_op_;  // reads waiting for the running op to end
   // Storages whose write was queued, pruned of the landed and dropped ones when
   // WritesWillFreeMemory looks (it scanned every storage, 40% of a search).
   std::vector<size_t> writes_started_;

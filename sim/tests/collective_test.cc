@@ -31,6 +31,16 @@ TEST(Collective, AllGatherAndReduceScatterAreOneRingPass) {
             600'015'000);
 }
 
+TEST(Collective, AllToAllSendsAllButItsOwnShareOfThePayload) {
+  // Each rank keeps 1/4 of its 8 GB and sends (4−1)/4 of it, one piece to each
+  // of 3 peers: 0.6 s over 10 GB/s, plus 3 steps × 5 µs = 15 µs.
+  EXPECT_EQ(CollectiveNs(CollectiveKind::kAllToAll, kPayload, kRanks, kGBps, kLatencyUs),
+            600'015'000);
+  // Two ranks: half of it, one step.
+  EXPECT_EQ(CollectiveNs(CollectiveKind::kAllToAll, kPayload, 2, kGBps, kLatencyUs), 400'005'000);
+  EXPECT_EQ(CollectiveNs(CollectiveKind::kAllToAll, kPayload, 1, kGBps, kLatencyUs), 0);
+}
+
 TEST(Collective, ASendIsItsBytesOverTheLinkPlusOneLatency) {
   // 8 GB / 10 GB/s = 0.8 s, plus 5 µs (rounded up to whole ns: 0.800005 is not
   // exact in binary, so it may land one ns above).
@@ -69,6 +79,13 @@ traces::Op CollectiveOp(int64_t read, int64_t written) {
   return op;
 }
 
+// The same op named as the MoE dispatch and combine are (models/detail/moe.cc).
+traces::Op AllToAllOp(int64_t read, int64_t written) {
+  traces::Op op = CollectiveOp(read, written);
+  op.name = "L1.moe.dispatch." + std::string(traces::kAllToAllSuffix);
+  return op;
+}
+
 TEST(Collective, KindFollowsTheOpsShape) {
   // all-gather: shard in, 4× larger tensor out; reduce-scatter: the reverse.
   EXPECT_EQ(ClassifyCollective(CollectiveOp(1000, 4000)), CollectiveKind::kAllGather);
@@ -76,6 +93,31 @@ TEST(Collective, KindFollowsTheOpsShape) {
   EXPECT_EQ(ClassifyCollective(CollectiveOp(4000, 4000)), CollectiveKind::kAllReduce);
   EXPECT_EQ(CollectivePayloadBytes(CollectiveOp(1000, 4000)), 4000);
   EXPECT_EQ(CollectivePayloadBytes(CollectiveOp(4000, 1000)), 4000);
+  // The all-to-all is named: its sizes alone would read as an all-reduce.
+  EXPECT_EQ(ClassifyCollective(AllToAllOp(4000, 4000)), CollectiveKind::kAllToAll);
+  EXPECT_EQ(ClassifyCollective(AllToAllOp(4000, 3000)), CollectiveKind::kAllToAll);
+  EXPECT_EQ(CollectivePayloadBytes(AllToAllOp(4000, 3000)), 4000);
+  EXPECT_EQ(ToString(CollectiveKind::kAllToAll), "all_to_all");
+}
+
+TEST(Collective, CostModelPricesTheAllToAllOverTheExpertParallelGroup) {
+  // ep = 4 at tp 1 and 2: the group spans tp·ep = 4 or 8 GPUs, inside an
+  // 8-GPU node, on tp_GBps (10); at tp 4 it spans 16, across nodes, on the
+  // data-parallel link (dp_GBps 5): 8 GB · 3/4 over 5 GB/s = 1.2 s + 15 µs.
+  HardwareOptions hw = testing::TestHardware(1, 1, 10);
+  hw.gpu.op_overhead_us = 0;
+  hw.gpus_per_node = 8;
+  hw.interconnect.tp_GBps = kGBps;
+  hw.interconnect.dp_GBps = kGBps / 2;
+  hw.interconnect.latency_us = kLatencyUs;
+  const traces::Op op = AllToAllOp(kPayload, kPayload);
+  EXPECT_EQ(OpCostModel(hw, 1, "fp16", true, kRanks).RooflineNs(op), 600'015'000);
+  EXPECT_EQ(OpCostModel(hw, 2, "fp16", true, kRanks).RooflineNs(op), 600'015'000);
+  EXPECT_EQ(OpCostModel(hw, 4, "fp16", true, kRanks).RooflineNs(op), 1'200'015'000);
+  // ep 1: nothing to exchange, whatever tp is; the tp collectives ignore ep.
+  EXPECT_EQ(OpCostModel(hw, 4, "fp16", true, 1).RooflineNs(op), 0);
+  EXPECT_EQ(OpCostModel(hw, 1, "fp16", true, kRanks).RooflineNs(CollectiveOp(kPayload, kPayload)),
+            0);
 }
 
 TEST(Collective, CostModelPricesTraceCollectivesByKindOnTheTensorParallelGroup) {

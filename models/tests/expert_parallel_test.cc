@@ -1,0 +1,177 @@
+// Expert parallelism in the trace: each rank's expert memory in closed form at
+// ep = 1, 2, 4, the dispatch and combine all-to-alls and their payloads, the
+// experts' gemms at the tokens the group routes to them, and the refusals.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "models/build_trace.h"
+#include "models/moe_config.h"
+#include "models/tests/trace_stats.h"
+#include "traces/collective_kind.h"
+#include "traces/storage_plan.h"
+#include "traces/validate.h"
+
+namespace ssdtrain::models {
+namespace {
+
+// tiny-moe: h 256, 8 experts of width 256, top-2, fp32 (adam mixed: 2 fp32
+// moments, no master copy), 4 layers of which the first is dense; micro-batch
+// 4 × 256 tokens. dp 4 lets ep reach 4.
+ModelConfig TinyMoe(int64_t ep) {
+  Result<ModelConfig> c =
+      LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-moe.json");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  ConfigOverrides o;
+  o.dp = 4;
+  o.ep = ep;
+  Result<ModelConfig> with = ApplyOverrides(*c, o, "tiny-moe.json");
+  EXPECT_TRUE(with.ok()) << with.status().ToString();
+  return with.ok() ? *with : ModelConfig{};
+}
+
+traces::Trace Build(const ModelConfig& c) {
+  Result<traces::Trace> t = BuildTrace(c, 0);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  if (!t.ok()) return {};
+  EXPECT_TRUE(traces::Validate(*t, "tiny-moe").ok());
+  return *t;
+}
+
+bool IsRoutedExpert(const std::string& name) {
+  return name.find(".expert") != std::string::npos;  // not "shared_expert"
+}
+
+struct Static {
+  int64_t expert_weights = 0, expert_grads = 0, total = 0;
+};
+
+Static StaticBytes(const traces::Trace& t) {
+  Static s;
+  for (const traces::Tensor& x : t.tensors) {
+    if (x.alias_of) continue;
+    const bool grad = traces::IsWeightGradient(t, x);
+    if (x.kind == traces::TensorKind::kWeight && IsRoutedExpert(x.name))
+      s.expert_weights += x.bytes;
+    if (grad && IsRoutedExpert(x.name)) s.expert_grads += x.bytes;
+    if (x.kind == traces::TensorKind::kWeight || x.kind == traces::TensorKind::kOptimizerState ||
+        grad) {
+      s.total += x.bytes;
+    }
+  }
+  return s;
+}
+
+// One expert: 3 · 256 · 256 = 196,608 parameters; 4 bytes of weight, 4 of
+// gradient, 8 of adam state each. Three MoE layers of E/ep experts per rank.
+constexpr int64_t kExpertParams = 3 * 256 * 256;
+constexpr int64_t kMoeLayers = 3;
+constexpr int64_t kExperts = 8;
+
+TEST(ExpertParallel, EachRankHoldsItsShareOfTheExpertsWeightsGradientsAndState) {
+  const Static one = StaticBytes(Build(TinyMoe(1)));
+  for (int64_t ep : {1, 2, 4}) {
+    SCOPED_TRACE("ep " + std::to_string(ep));
+    const Static s = StaticBytes(Build(TinyMoe(ep)));
+    const int64_t local = kExperts / ep;
+    EXPECT_EQ(s.expert_weights, kMoeLayers * local * kExpertParams * 4);
+    EXPECT_EQ(s.expert_grads, kMoeLayers * local * kExpertParams * 4);
+    // Weights, gradients and optimizer state together: 16 bytes a parameter,
+    // the other (E − E/ep) experts' gone and nothing else changed.
+    EXPECT_EQ(one.total - s.total, kMoeLayers * (kExperts - local) * kExpertParams * 16);
+  }
+  // To the byte: ep 1, 2, 4 hold 75,497,472, 37,748,736 and 18,874,368 bytes of
+  // routed experts' weights, gradients and state.
+  EXPECT_EQ(kMoeLayers * kExperts * kExpertParams * 16, 75'497'472);
+}
+
+TEST(ExpertParallel, DispatchAndCombineAreAllToAllsAroundTheLocalExperts) {
+  const traces::Trace t = Build(TinyMoe(2));
+  EXPECT_EQ(t.header.ep, 2);
+  // Layer 1 (the first MoE layer): dispatch and combine forward, their
+  // gradients backward; each moves the 4 · 256 · 2 = 2048 routed rows of
+  // h = 256 fp32: 2 MiB.
+  int all_to_alls = 0;
+  for (const traces::Op& op : t.ops) {
+    if (op.kind != traces::OpKind::kCollective || op.layer != 1) continue;
+    ASSERT_EQ(traces::ClassifyCollective(op), traces::CollectiveKind::kAllToAll) << op.name;
+    EXPECT_EQ(traces::CollectivePayloadBytes(op), 2048 * 256 * 4) << op.name;
+    EXPECT_EQ(traces::CollectiveRanks(traces::ClassifyCollective(op), t.header), 2);
+    ++all_to_alls;
+  }
+  EXPECT_EQ(all_to_alls, 4);
+  // Four local experts, each at 2 ranks × 2048 / 8 = 512 tokens.
+  int experts = 0;
+  for (const traces::Op& op : t.ops) {
+    if (op.layer != 1 || op.name.find(".fc1") == std::string::npos || !op.gemm ||
+        op.phase != traces::Phase::kForward || !IsRoutedExpert(op.name)) {
+      continue;
+    }
+    EXPECT_EQ(op.gemm->m, 512) << op.name;
+    ++experts;
+  }
+  EXPECT_EQ(experts, 4);
+}
+
+TEST(ExpertParallel, BalancedRoutingSavesTheSameBytesPerLayerAtAnyEp) {
+  // The experts' rows per rank stay 2048 (E/ep experts at ep times the
+  // tokens); the combine's returned rows are saved where the experts'
+  // outputs were.
+  const traces::Trace one = Build(TinyMoe(1));
+  const traces::Trace four = Build(TinyMoe(4));
+  EXPECT_EQ(testing::StatsOf(four, 1).saved_bytes, testing::StatsOf(one, 1).saved_bytes);
+  EXPECT_EQ(testing::StatsOf(four, 1).forward_flops, testing::StatsOf(one, 1).forward_flops);
+}
+
+TEST(ExpertParallel, TheEp1TraceHasNoAllToAll) {
+  for (const traces::Op& op : Build(TinyMoe(1)).ops) {
+    if (op.kind == traces::OpKind::kCollective) {
+      EXPECT_NE(traces::ClassifyCollective(op), traces::CollectiveKind::kAllToAll);
+    }
+  }
+}
+
+std::string Refusal(ModelConfig c, const ConfigOverrides& o) {
+  Result<ModelConfig> r = ApplyOverrides(std::move(c), o, "m.json");
+  EXPECT_FALSE(r.ok());
+  return r.ok() ? std::string() : r.status().message();
+}
+
+TEST(ExpertParallel, RefusesAnEpThatTheExpertsOrTheDataParallelRanksDoNotDivide) {
+  const ModelConfig c = TinyMoe(1);
+  ConfigOverrides o;
+  o.ep = 3;
+  EXPECT_NE(Refusal(c, o).find("m.json with --ep 3: ep: 3 does not divide the 8 experts"),
+            std::string::npos)
+      << Refusal(c, o);
+  o.ep = 8;
+  o.dp = 4;
+  EXPECT_NE(Refusal(c, o).find("ep: ep x tp = 8 x 1 does not divide dp x tp = 4 x 1"),
+            std::string::npos)
+      << Refusal(c, o);
+  o.ep = 2;
+  o.zero_stage = 1;
+  EXPECT_NE(Refusal(c, o).find("ep: 2 with zero_stage 1 is not modelled"), std::string::npos)
+      << Refusal(c, o);
+  o = ConfigOverrides{};
+  o.ep = 0;
+  EXPECT_NE(Refusal(c, o).find("ep: expected a positive integer, got 0"), std::string::npos);
+}
+
+TEST(ExpertParallel, ADenseModelRefusesEp) {
+  ModelConfig dense = TinyMoe(1);
+  dense.experts = 0;
+  dense.experts_per_token = 0;
+  dense.expert_ffn_hidden = 0;
+  dense.shared_expert_ffn_hidden = 0;
+  dense.shared_expert_gate = false;
+  dense.first_dense_layers = 0;
+  ConfigOverrides o;
+  o.ep = 2;
+  EXPECT_NE(Refusal(dense, o).find("ep: is a mixture-of-experts field and needs experts > 0"),
+            std::string::npos)
+      << Refusal(dense, o);
+}
+
+}  // namespace
+}  // namespace ssdtrain::models

@@ -1,0 +1,124 @@
+// End to end: expert parallelism in `ssdtrain plan`, `trace` and `replay`.
+// Mixtral-8x7B on 64 H100s is planned with ep searched beside tp, pp and dp
+// and fits on every stage; impossible --ep pins are refused naming the flag;
+// replay refuses an ep > 1 plan (its all-to-all is not replayed).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/cli_util.h"
+#include "traces/io.h"
+#include "traces/plan.h"
+#include "traces/report.h"
+
+namespace ssdtrain {
+namespace {
+
+using testing::CliResult;
+using testing::CliTest;
+using testing::RunSsdtrain;
+
+class ExpertParallelCli : public CliTest {
+ protected:
+  ExpertParallelCli() : CliTest("ep-cli") {}
+};
+
+TEST_F(ExpertParallelCli, MixtralOn64H100sChoosesEpAndFitsOnEveryStage) {
+  CliResult r = RunSsdtrain("plan --model " + Model("mixtral-8x7b") + " --hardware " +
+                            Hardware("h100-sxm-8x-gen5-nvme") + " --gpus 64 -o " +
+                            File("plan.json") + " --prediction " + File("predicted.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  // The search weighed ep with tp, pp and dp: 8 experts over ep ranks that
+  // divide dp, and tp · pp · dp covers the GPUs.
+  EXPECT_GT(plan->ep, 1) << r.output;
+  EXPECT_EQ(8 % plan->ep, 0);
+  EXPECT_EQ(plan->dp % plan->ep, 0);
+  EXPECT_EQ(plan->tp * plan->pp * plan->dp, 64);
+  EXPECT_NE(r.output.find(" dp " + std::to_string(plan->dp) + " ep " + std::to_string(plan->ep)),
+            std::string::npos)
+      << r.output;
+  // The trace command builds the plan's shard: E/ep experts.
+  EXPECT_NE(r.output.find("--dp " + std::to_string(plan->dp) + " --ep " + std::to_string(plan->ep)),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("replay: not yet for ep " + std::to_string(plan->ep)), std::string::npos)
+      << r.output;
+  // Every stage's predicted peak within the budget, and the all-to-alls priced.
+  Result<traces::StepReport> predicted = traces::ReadStepReport(File("predicted.json"));
+  ASSERT_TRUE(predicted.ok()) << predicted.status().ToString();
+  const nlohmann::json& stages = predicted->extra.at("details").at("stages");
+  ASSERT_EQ(stages.size(), static_cast<size_t>(plan->pp));
+  ASSERT_GT(plan->memory_budget_bytes, 0);
+  for (const nlohmann::json& s : stages) {
+    EXPECT_GT(s.at("peak_gpu_bytes").get<int64_t>(), 0);
+    EXPECT_LE(s.at("peak_gpu_bytes").get<int64_t>(), plan->memory_budget_bytes) << s.dump();
+  }
+  const nlohmann::json& collectives = predicted->extra.at("details").at("collectives");
+  ASSERT_TRUE(collectives.contains("all_to_all")) << collectives.dump();
+  EXPECT_GT(collectives.at("all_to_all").at("ns").get<int64_t>(), 0);
+}
+
+TEST_F(ExpertParallelCli, AnImpossibleEpIsRefusedNamingTheFlag) {
+  const std::string base = "plan --model " + Model("tiny-moe") + " --hardware " +
+                           Hardware("cpu-local") + " --gpus 4 -o " + File("plan.json");
+  CliResult three = RunSsdtrain(base + " --ep 3");
+  EXPECT_EQ(three.exit_code, 1);
+  EXPECT_NE(three.output.find("--ep 3: does not divide the model's 8 experts"), std::string::npos)
+      << three.output;
+  CliResult dp = RunSsdtrain(base + " --dp 1 --ep 2");
+  EXPECT_EQ(dp.exit_code, 1);
+  EXPECT_NE(dp.output.find("--ep 2 x tp: does not divide --dp 1 x tp"), std::string::npos)
+      << dp.output;
+  CliResult dense = RunSsdtrain("plan --model " + Model("tiny-gpt") + " --hardware " +
+                                Hardware("cpu-local") + " --gpus 2 --ep 2 -o " + File("d.json"));
+  EXPECT_EQ(dense.exit_code, 1);
+  EXPECT_NE(dense.output.find("--ep 2: the model is dense"), std::string::npos) << dense.output;
+  // `trace` refuses it by the config's field, naming the flag it came from.
+  CliResult trace =
+      RunSsdtrain("trace --model " + Model("tiny-moe") + " --ep 2 -o " + File("t.json"));
+  EXPECT_EQ(trace.exit_code, 1);
+  EXPECT_NE(trace.output.find("with --ep 2: ep: ep x tp = 2 x 1 does not divide dp x tp = 1 x 1"),
+            std::string::npos)
+      << trace.output;
+}
+
+TEST_F(ExpertParallelCli, ATraceBuiltAtAnEpIsPlannedAtIt) {
+  CliResult traced =
+      RunSsdtrain("trace --model " + Model("tiny-moe") + " --dp 2 --ep 2 -o " + File("t.json"));
+  ASSERT_EQ(traced.exit_code, 0) << traced.output;
+  const std::string base = "plan --trace " + File("t.json") + " --hardware " +
+                           Hardware("cpu-local") + " --gpus 2 --policy keep -o " +
+                           File("plan.json");
+  CliResult planned = RunSsdtrain(base);
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->ep, 2);
+  CliResult other = RunSsdtrain(base + " --ep 1");
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.output.find("--ep 1 contradicts the trace"), std::string::npos) << other.output;
+}
+
+TEST_F(ExpertParallelCli, ReplayRefusesAnEpPlanNamingTheField) {
+  CliResult planned =
+      RunSsdtrain("plan --model " + Model("tiny-moe") + " --hardware " + Hardware("cpu-local") +
+                  " --gpus 2 --tp 1 --pp 1 --dp 2 --ep 2 --policy keep -o " + File("plan.json"));
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->ep, 2);
+  std::filesystem::create_directories(File("offload"));
+  CliResult r = RunSsdtrain("replay --model " + Model("tiny-moe") + " --plan " + File("plan.json") +
+                            " --dir " + File("offload") + " -o " + File("run.json"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(File("plan.json") + ": ep: 2: replay does not run expert parallelism"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace ssdtrain
