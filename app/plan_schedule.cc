@@ -23,11 +23,6 @@ std::string InFlightText(int64_t in_flight, int64_t v) {
                      static_cast<double>(in_flight) / static_cast<double>(v));
 }
 
-std::string NotReplayedText(const traces::Plan& plan) {
-  if (plan.schedule != traces::ToString(traces::Schedule::kInterleaved)) return "";
-  return fmt::format("replay: {}\n", traces::kNotReplayedYet);
-}
-
 std::string ScheduleVerdict(const sim::PlannerResult& r) {
   if (!r.interleaved_vs_1f1b) return "";
   const sim::PlannerResult::ScheduleComparison& c = *r.interleaved_vs_1f1b;

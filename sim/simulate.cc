@@ -9,8 +9,10 @@
 #include "sim/data_parallel.h"
 #include "sim/pipeline.h"
 #include "sim/step_timeline.h"
+#include "traces/chunks.h"
 #include "traces/collective_kind.h"
 #include "traces/duration.h"
+#include "traces/step_peaks.h"
 #include "traces/storage_plan.h"
 #include "traces/uniform_plans.h"
 
@@ -19,6 +21,32 @@ namespace {
 
 constexpr double kGiga = 1e9;
 constexpr double kTera = 1e12;
+
+// An interleaved stage's peaks as its replay holds them: the simulated
+// micro-batch's peak with the whole step's static peak (its chunks unrolled,
+// traces/step_peaks.h) in place of the micro-batch's own, so that what I/O
+// lag adds in the simulation stays. A stage trace that does not split into
+// chunks keeps the closed form (traces::HeldByOtherChunks).
+Status InterleavedPeaks(const StageInput& in, const StageResult& r, const traces::Plan& layout,
+                        const HardwareOptions& hw, Prediction::StagePeak* peak) {
+  const int64_t v = layout.virtual_stages;
+  if (traces::ChunkOfOps(*in.trace, v).empty()) return Status::Ok();
+  const int64_t alignment = std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes);
+  SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan one,
+                            traces::ResolvePlan(*in.trace, *in.plan, "plan"));
+  const traces::StaticPeaks alone = traces::ComputeStaticPeaks(*in.trace, one, alignment);
+  traces::Plan step = *in.plan;
+  step.pp = layout.pp;
+  step.num_micro_batches = layout.num_micro_batches;
+  step.schedule = layout.schedule;
+  step.virtual_stages = v;
+  SSDTRAIN_ASSIGN_OR_RETURN(const traces::StaticPeaks whole,
+                            traces::UnrolledStaticPeaks(*in.trace, step, alignment));
+  peak->peak_gpu_bytes = r.peak_gpu_bytes - alone.device_bytes + whole.device_bytes;
+  peak->peak_activation_bytes =
+      r.peak_activation_bytes - alone.activation_bytes + whole.activation_bytes;
+  return Status::Ok();
+}
 // Endurance: days = TBW[TB] / (86.4 · write rate[GB/s]); 86.4 = 86400 s/day / 1000 GB/TB.
 constexpr double kSecondsPerDayOverGBPerTB = 86.4;
 
@@ -270,6 +298,9 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
         r.peak_activation_bytes +
             traces::HeldByOtherChunks(r.between_passes_activation_bytes, k, v),
         k};
+    if (v > 1 && options.unrolled_interleaved_peaks) {
+      SSDTRAIN_RETURN_IF_ERROR(InterleavedPeaks(stages[index_for(s)], r, layout, hw, &peak));
+    }
     peak.offloadable_bytes = offloadable[index_for(s)];
     peak.forward_compute_ns = r.forward_compute_ns;
     peak.required_write_GBps =
