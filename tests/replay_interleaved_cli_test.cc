@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <string>
 
-#include "sim/hardware.h"
 #include "tests/cli_util.h"
+#include "tests/replay_hardware.h"
 #include "traces/io.h"
 #include "traces/report.h"
 
@@ -40,14 +40,8 @@ class ReplayInterleavedCli : public testing::CliTest {
   void SetUp() override {
     CliTest::SetUp();
     fs::create_directories(dir_ / "offload");
-    // The CPU backend's memory as calibrate records it (64-byte arena
-    // granularity, the GEMM workspace counted), so that the plan's peaks are
-    // the replay's.
-    auto hw = sim::LoadHardware(Hardware("cpu-local"));
-    ASSERT_TRUE(hw.ok()) << hw.status().ToString();
-    hw->gpu.allocation_alignment_bytes = 64;
-    hw->gpu.replay_workspace = true;
-    ASSERT_TRUE(traces::WriteJsonFile(sim::ToJson(*hw), File("hw.json")).ok());
+    const Status written = testing::WriteReplayHardware(Hardware("cpu-local"), File("hw.json"));
+    ASSERT_TRUE(written.ok()) << written.ToString();
   }
 
   // Plans tiny-gpt (4 layers: one per chunk) at micro-batch 2, sequence 256,

@@ -17,8 +17,8 @@
 #include <map>
 #include <string>
 
-#include "sim/hardware.h"
 #include "tests/cli_util.h"
+#include "tests/replay_hardware.h"
 #include "traces/collective_kind.h"
 #include "traces/io.h"
 #include "traces/report.h"
@@ -44,14 +44,8 @@ class ReplayTensorParallelCli : public testing::CliTest {
     CliTest::SetUp();
     fs::create_directories(dir_ / "offload");
     model_ = Model("tiny-gpt");
-    // The CPU backend's memory as calibrate records it (64-byte arena
-    // granularity, the GEMM workspace counted), so that the plan's peaks are
-    // the replay's.
-    auto hw = sim::LoadHardware(Hardware("cpu-local"));
-    ASSERT_TRUE(hw.ok()) << hw.status().ToString();
-    hw->gpu.allocation_alignment_bytes = 64;
-    hw->gpu.replay_workspace = true;
-    ASSERT_TRUE(traces::WriteJsonFile(sim::ToJson(*hw), File("hw.json")).ok());
+    const Status written = testing::WriteReplayHardware(Hardware("cpu-local"), File("hw.json"));
+    ASSERT_TRUE(written.ok()) << written.ToString();
   }
   // tiny-gpt with sequence parallelism (a copy of its config that says so).
   void UseSequenceParallelism() {
