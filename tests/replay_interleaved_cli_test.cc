@@ -14,7 +14,7 @@
 #include <string>
 
 #include "tests/cli_util.h"
-#include "tests/replay_hardware.h"
+#include "tests/replay_ranks.h"
 #include "traces/io.h"
 #include "traces/report.h"
 
@@ -24,8 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::RunSsdtrain;
 
-// A replay of this size ends in seconds; one still running after this has hung.
-constexpr int kHangGuardSeconds = 300;
 constexpr int kStages = 2, kChunks = 2, kMicroBatches = 4;
 // Each micro-batch crosses v·p − 1 chunk boundaries each way, half of them
 // from each rank: 3.
@@ -58,11 +56,8 @@ class ReplayInterleavedCli : public testing::CliTest {
     ASSERT_EQ(planned.exit_code, 0) << planned.output;
     EXPECT_NE(planned.output.find("replay this plan: mpirun -np 2 "), std::string::npos)
         << planned.output;
-    auto r = testing::Shell("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout " +
-                            std::to_string(kHangGuardSeconds) + " mpirun --oversubscribe -np 2 " +
-                            testing::SsdtrainBinary() + " replay --model " + Model("tiny-gpt") +
-                            " --plan " + File("plan.json") + " --dir " + File("offload") +
-                            " --steps 1 --verify -o " + File("run.json"));
+    auto r = testing::MpiReplay(kStages, Model("tiny-gpt"), File("plan.json"), File("offload"),
+                                File("run.json"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     auto report = traces::ReadStepReport(File("run.json"));
     ASSERT_TRUE(report.ok()) << report.status().ToString();

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "tests/cli_util.h"
-#include "tests/replay_hardware.h"
+#include "tests/replay_ranks.h"
 #include "traces/dp_buckets.h"
 #include "traces/io.h"
 #include "traces/plan.h"

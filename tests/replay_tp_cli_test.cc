@@ -18,7 +18,7 @@
 #include <string>
 
 #include "tests/cli_util.h"
-#include "tests/replay_hardware.h"
+#include "tests/replay_ranks.h"
 #include "traces/collective_kind.h"
 #include "traces/io.h"
 #include "traces/report.h"
@@ -28,9 +28,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::RunSsdtrain;
-
-// A replay of this size ends in seconds; one still running after this has hung.
-constexpr int kHangGuardSeconds = 300;
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
@@ -76,11 +73,7 @@ class ReplayTensorParallelCli : public testing::CliTest {
         std::string::npos)
         << planned.output;
     auto r =
-        testing::Shell("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout " +
-                       std::to_string(kHangGuardSeconds) + " mpirun --oversubscribe -np " +
-                       std::to_string(l.ranks()) + " " + testing::SsdtrainBinary() +
-                       " replay --model " + model_ + " --plan " + File("plan.json") + " --dir " +
-                       File("offload") + " --steps 1 --verify -o " + File("run.json"));
+        testing::MpiReplay(l.ranks(), model_, File("plan.json"), File("offload"), File("run.json"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("x " + std::to_string(l.ranks()) + " ranks"), std::string::npos)
         << r.output;
