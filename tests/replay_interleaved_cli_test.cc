@@ -32,15 +32,9 @@ constexpr int kSentPerMicroBatch = (kChunks * kStages - 1) * 2 / kStages;
 // hidden 256 × 4 bytes (fp32).
 constexpr int64_t kMessageBytes = 2 * 256 * 256 * 4;
 
-class ReplayInterleavedCli : public testing::CliTest {
+class ReplayInterleavedCli : public testing::ReplayRanksTest {
  protected:
-  ReplayInterleavedCli() : CliTest("interleaved-replay-cli") {}
-  void SetUp() override {
-    CliTest::SetUp();
-    fs::create_directories(dir_ / "offload");
-    const Status written = testing::WriteReplayHardware(Hardware("cpu-local"), File("hw.json"));
-    ASSERT_TRUE(written.ok()) << written.ToString();
-  }
+  ReplayInterleavedCli() : ReplayRanksTest("interleaved-replay-cli") {}
 
   // Plans tiny-gpt (4 layers: one per chunk) at micro-batch 2, sequence 256,
   // 4 micro-batches, interleaved pp 2 × v 2 with `policy`, checks that plan
@@ -59,12 +53,7 @@ class ReplayInterleavedCli : public testing::CliTest {
     auto r = testing::MpiReplay(kStages, Model("tiny-gpt"), File("plan.json"), File("offload"),
                                 File("run.json"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    auto report = traces::ReadStepReport(File("run.json"));
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
-    report_ = *report;
-    auto predicted = traces::ReadStepReport(File("predicted.json"));
-    ASSERT_TRUE(predicted.ok()) << predicted.status().ToString();
-    predicted_ = *predicted;
+    ASSERT_NO_FATAL_FAILURE(ReadReports());
     std::printf("interleaved pp 2 x v 2, %s: step %.3f ms measured, %.3f ms predicted\n",
                 policy.c_str(), report_.metrics.step_time_ns / 1e6,
                 predicted_.metrics.step_time_ns / 1e6);
@@ -102,8 +91,6 @@ class ReplayInterleavedCli : public testing::CliTest {
     }
     EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank directories or files left";
   }
-
-  traces::StepReport report_, predicted_;
 };
 
 TEST_F(ReplayInterleavedCli, KeptChunksOnTwoRanksHoldTheirPredictedPeaks) {

@@ -4,11 +4,16 @@
 // peaks are the replay's to the byte), and the mpirun line that replays a plan.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <filesystem>
 #include <string>
+#include <utility>
 
 #include "sim/hardware.h"
 #include "tests/cli_util.h"
 #include "traces/io.h"
+#include "traces/report.h"
 #include "traces/status.h"
 
 namespace ssdtrain::testing {
@@ -20,6 +25,29 @@ inline Status WriteReplayHardware(const std::string& preset, const std::string& 
   hw.gpu.replay_workspace = true;
   return traces::WriteJsonFile(sim::ToJson(hw), path);
 }
+
+// A CLI test of replays on ranks: its folder holds an empty offload/ and that
+// hardware as hw.json.
+class ReplayRanksTest : public CliTest {
+ protected:
+  explicit ReplayRanksTest(std::string prefix) : CliTest(std::move(prefix)) {}
+  void SetUp() override {
+    CliTest::SetUp();
+    std::filesystem::create_directories(dir_ / "offload");
+    const Status written = WriteReplayHardware(Hardware("cpu-local"), File("hw.json"));
+    ASSERT_TRUE(written.ok()) << written.ToString();
+  }
+  // The run's report (run.json) and the plan's prediction (predicted.json).
+  void ReadReports() {
+    auto report = traces::ReadStepReport(File("run.json"));
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    report_ = *report;
+    auto predicted = traces::ReadStepReport(File("predicted.json"));
+    ASSERT_TRUE(predicted.ok()) << predicted.status().ToString();
+    predicted_ = *predicted;
+  }
+  traces::StepReport report_, predicted_;
+};
 
 // A replay of this size ends in seconds; one still running after this has hung.
 inline constexpr int kReplayHangGuardSeconds = 300;

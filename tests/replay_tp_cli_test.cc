@@ -34,15 +34,12 @@ struct Layout {
   int ranks() const { return tp * pp * dp; }
 };
 
-class ReplayTensorParallelCli : public testing::CliTest {
+class ReplayTensorParallelCli : public testing::ReplayRanksTest {
  protected:
-  ReplayTensorParallelCli() : CliTest("tp-cli") {}
+  ReplayTensorParallelCli() : ReplayRanksTest("tp-cli") {}
   void SetUp() override {
-    CliTest::SetUp();
-    fs::create_directories(dir_ / "offload");
+    ReplayRanksTest::SetUp();
     model_ = Model("tiny-gpt");
-    const Status written = testing::WriteReplayHardware(Hardware("cpu-local"), File("hw.json"));
-    ASSERT_TRUE(written.ok()) << written.ToString();
   }
   // tiny-gpt with sequence parallelism (a copy of its config that says so).
   void UseSequenceParallelism() {
@@ -77,12 +74,7 @@ class ReplayTensorParallelCli : public testing::CliTest {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("x " + std::to_string(l.ranks()) + " ranks"), std::string::npos)
         << r.output;
-    auto report = traces::ReadStepReport(File("run.json"));
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
-    report_ = *report;
-    auto predicted = traces::ReadStepReport(File("predicted.json"));
-    ASSERT_TRUE(predicted.ok()) << predicted.status().ToString();
-    predicted_ = *predicted;
+    ASSERT_NO_FATAL_FAILURE(ReadReports());
     std::printf("tp %d x pp %d x dp %d: step %.3f ms measured, %.3f ms predicted\n", l.tp, l.pp,
                 l.dp, report_.metrics.step_time_ns / 1e6, predicted_.metrics.step_time_ns / 1e6);
   }
@@ -161,7 +153,6 @@ class ReplayTensorParallelCli : public testing::CliTest {
   }
 
   std::string model_;
-  traces::StepReport report_, predicted_;
 };
 
 TEST_F(ReplayTensorParallelCli, TwoTensorParallelRanksAllReduceVerified) {
