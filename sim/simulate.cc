@@ -7,6 +7,7 @@
 #include "sim/chunk_times.h"
 #include "sim/collective.h"
 #include "sim/data_parallel.h"
+#include "sim/detail/interleaved_peaks.h"
 #include "sim/pipeline.h"
 #include "sim/step_timeline.h"
 #include "traces/chunks.h"
@@ -22,39 +23,6 @@ namespace {
 constexpr double kGiga = 1e9;
 constexpr double kTera = 1e12;
 
-// An interleaved stage's peaks as its replay holds them: the simulated
-// micro-batch's peak with the whole step's static peak (its chunks unrolled,
-// traces/step_peaks.h) in place of the micro-batch's own, so that what I/O
-// lag adds in the simulation stays. A stage trace that does not split into
-// chunks keeps the closed form (traces::HeldByOtherChunks). A trace standing
-// for stage `stage` (the middle stages') is unrolled in that stage's order.
-Status InterleavedPeaks(const StageInput& in, int64_t stage, const StageResult& r,
-                        const traces::Plan& layout, const HardwareOptions& hw,
-                        Prediction::StagePeak* peak) {
-  const int64_t v = layout.virtual_stages;
-  if (traces::ChunkOfOps(*in.trace, v).empty()) return Status::Ok();
-  const int64_t alignment = std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes);
-  SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan one,
-                            traces::ResolvePlan(*in.trace, *in.plan, "plan"));
-  const traces::StaticPeaks alone = traces::ComputeStaticPeaks(*in.trace, one, alignment);
-  traces::Plan step = *in.plan;
-  step.pp = layout.pp;
-  step.num_micro_batches = layout.num_micro_batches;
-  step.schedule = layout.schedule;
-  step.virtual_stages = v;
-  std::optional<traces::Trace> standing_in;
-  if (in.trace->header.stage != stage) {
-    standing_in = *in.trace;
-    standing_in->header.stage = stage;
-  }
-  SSDTRAIN_ASSIGN_OR_RETURN(
-      const traces::StaticPeaks whole,
-      traces::UnrolledStaticPeaks(standing_in ? *standing_in : *in.trace, step, alignment));
-  peak->peak_gpu_bytes = r.peak_gpu_bytes - alone.device_bytes + whole.device_bytes;
-  peak->peak_activation_bytes =
-      r.peak_activation_bytes - alone.activation_bytes + whole.activation_bytes;
-  return Status::Ok();
-}
 // Endurance: days = TBW[TB] / (86.4 · write rate[GB/s]); 86.4 = 86400 s/day / 1000 GB/TB.
 constexpr double kSecondsPerDayOverGBPerTB = 86.4;
 
@@ -307,7 +275,8 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
             traces::HeldByOtherChunks(r.between_passes_activation_bytes, k, v),
         k};
     if (v > 1 && options.unrolled_interleaved_peaks) {
-      SSDTRAIN_RETURN_IF_ERROR(InterleavedPeaks(stages[index_for(s)], s, r, layout, hw, &peak));
+      SSDTRAIN_RETURN_IF_ERROR(
+          detail::InterleavedPeaks(stages[index_for(s)], s, r, layout, hw, &peak));
     }
     peak.offloadable_bytes = offloadable[index_for(s)];
     peak.forward_compute_ns = r.forward_compute_ns;
