@@ -55,8 +55,8 @@ Status MpiSync::SendAsync(int to, const exec::PipelineTag& tag, const void* host
   const int64_t total = kHeaderBytes + bytes;
   PendingSend send;
   send.copy = TakeCopy(total);
-  const WireHeader header{tag.micro_batch, tag.gradient ? 1 : 0, tag.index, bytes,
-                          tag.collective ? 1 : 0};
+  const WireHeader header{tag.micro_batch, tag.gradient ? 1 : 0,   tag.index,
+                          bytes,           tag.collective ? 1 : 0, tag.chunk};
   std::memcpy(send.copy->data(), &header, sizeof(header));
   std::memcpy(send.copy->data() + kHeaderBytes, host, static_cast<size_t>(bytes));
   Status posted = Status::Ok();

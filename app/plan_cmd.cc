@@ -70,7 +70,7 @@ int RunPlan(PlanCmdOptions o) {
     po.schedule = o.schedule;
   } else if (!o.trace.empty()) {
     // A trace is planned at its own shape, to replay: 1F1B, unless --schedule
-    // asks for interleaved (planned, not yet replayed).
+    // asks for interleaved.
     po.schedule = "1f1b";
   }
   if (o.virtual_stages > 0) po.virtual_stages = o.virtual_stages;

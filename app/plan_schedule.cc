@@ -24,14 +24,11 @@ std::string InFlightText(int64_t in_flight, int64_t v) {
 }
 
 std::string NotReplayedText(const traces::Plan& plan) {
-  if (plan.ep > 1) {
-    return fmt::format(
-        "replay: not yet for ep {} (replay does not run the all-to-all between expert-parallel "
-        "ranks; plan with --ep 1 to replay)\n",
-        plan.ep);
-  }
-  if (plan.schedule != traces::ToString(traces::Schedule::kInterleaved)) return "";
-  return fmt::format("replay: {}\n", traces::kNotReplayedYet);
+  if (plan.ep <= 1) return "";
+  return fmt::format(
+      "replay: not yet for ep {} (replay does not run the all-to-all between expert-parallel "
+      "ranks; plan with --ep 1 to replay)\n",
+      plan.ep);
 }
 
 std::string ScheduleVerdict(const sim::PlannerResult& r) {

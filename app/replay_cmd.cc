@@ -154,9 +154,6 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   if (!f.plan.empty()) {
     SSDTRAIN_ASSIGN_OR_RETURN(read, traces::ReadPlan(f.plan));
     SSDTRAIN_RETURN_IF_ERROR(exec::RefuseExpertParallel(read->ep, f.plan));
-    if (read->schedule == traces::ToString(traces::Schedule::kInterleaved)) {
-      return Status::FailedPrecondition(f.plan + ": " + std::string(traces::kNotReplayedYet));
-    }
   }
   // Rank r runs stage r / (tp × dp) (exec/step_sync.h); one process runs stage 0.
   int64_t stage = 0;

@@ -24,9 +24,10 @@ traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace&
   r.metrics = run.metrics;
   r.lane_busy_ns = run.busy.ByLane();
   // Per op, as a prediction has them: micro-batch 0's, under the ids of the
-  // single-micro-batch trace (the same ops when the plan has one micro-batch).
+  // single-micro-batch trace (the same ops when the plan has one micro-batch;
+  // an interleaved chunk boundary's send and recv repeat no op of it).
   for (const exec::OpTime& t : run.ops) {
-    if (t.micro_batch == 0)
+    if (t.micro_batch == 0 && t.original_op != traces::kNoOp)
       r.ops.push_back(traces::TimingOf(trace, t.original_op, t.start_ns, t.end_ns));
   }
   r.steps = run.steps;

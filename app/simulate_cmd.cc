@@ -32,6 +32,7 @@ int RunSimulate(const SimulateCmdOptions& o) {
   if (!hw.ok()) return ReportError("simulate", hw.status());
   sim::SimulateOptions so;
   so.record_timeline = !o.timeline.empty();
+  so.unrolled_interleaved_peaks = true;
   Result<sim::Prediction> p = sim::Simulate(*trace, *plan, *hw, so);
   if (!p.ok()) return ReportError("simulate", p.status());
   outputs.Set("-o", traces::ToJson(sim::PredictionReport(*p, *trace, *plan, *hw)));

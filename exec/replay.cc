@@ -93,6 +93,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
     }
   }
   if (options.steps < 1) return Status::InvalidArgument("--steps must be at least 1");
+  const bool interleaved = plan.schedule == "interleaved";
   // The ranks' layout (exec/step_sync.h, RankLayout): Megatron-LM's order.
   int previous_rank = -1, next_rank = -1;
   int64_t tp_index = 0;
@@ -121,6 +122,10 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
     const int64_t stride = layout.tp * layout.dp;
     if (trace.header.stage > 0) previous_rank = rank - static_cast<int>(stride);
     if (trace.header.stage + 1 < layout.pp) next_rank = rank + static_cast<int>(stride);
+    // Interleaved chunks wrap from the last stage to stage 0 (traces/chunks.h).
+    const int wrap = static_cast<int>((layout.pp - 1) * stride);
+    if (interleaved && layout.pp > 1 && previous_rank < 0) previous_rank = rank + wrap;
+    if (interleaved && layout.pp > 1 && next_rank < 0) next_rank = rank - wrap;
     tp_index = layout.TpIndexOf(rank);
     for (int64_t t = 0; t < layout.tp; ++t) {
       tp_group.push_back(layout.Rank(layout.StageOf(rank), layout.DpIndexOf(rank), t));
@@ -245,7 +250,8 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
 
   detail::Replayer replayer(trace, options, *device, *engine, *staging, cache, storage_plan,
                             host_memory.get(), agreement);
-  replayer.set_pipeline(previous_rank, next_rank);
+  replayer.set_pipeline(previous_rank, next_rank,
+                        interleaved ? whole.chunk : std::vector<int64_t>{});
   replayer.set_tensor_parallel(tp_index, tp_group);
   // The buckets the simulator prices too (traces/dp_buckets.h).
   if (options.sync != nullptr) {

@@ -32,12 +32,20 @@ constexpr int64_t kMessageAlignment = 64;  // each message on its own cache line
 
 }  // namespace
 
+// Interleaved: the chunk whose message a recv of chunk `chunk` takes. Chunk c
+// of stage s is virtual stage c·p + s (traces/chunks.h): an activation comes
+// from virtual stage c·p + s − 1, a gradient from c·p + s + 1.
+int64_t Replayer::SendingChunk(int64_t chunk, bool gradient) const {
+  const int64_t p = trace_.header.pp, from = chunk * p + trace_.header.stage + (gradient ? 1 : -1);
+  return from / p;
+}
+
 Status Replayer::InitPipeline() {
   received_seed_.assign(trace_.tensors.size(), std::nullopt);
   transfers_.assign(trace_.ops.size(), Transfer{});
   if (!pipelined()) return Status::Ok();
-  // The index of each send (recv) among its micro-batch's pass.
-  std::map<std::tuple<int64_t, bool, bool>, int64_t> count;
+  // The index of each send (recv) among its micro-batch's pass (of its chunk).
+  std::map<std::tuple<int64_t, bool, bool, int64_t>, int64_t> count;
   int64_t at = 0;
   for (const traces::Op& op : trace_.ops) {
     if (!Transfers(op)) continue;
@@ -60,7 +68,9 @@ Status Replayer::InitPipeline() {
     Transfer& x = transfers_[static_cast<size_t>(op.id)];
     x.tag.micro_batch = op.micro_batch;
     x.tag.gradient = gradient;
-    x.tag.index = count[{op.micro_batch, gradient, send}]++;
+    const int64_t chunk = chunk_.empty() ? -1 : chunk_[static_cast<size_t>(op.id)];
+    x.tag.index = count[{op.micro_batch, gradient, send, chunk}]++;
+    x.tag.chunk = chunk < 0 || send ? chunk : SendingChunk(chunk, gradient);
     x.bytes = trace_.tensor(tensors[0]).bytes;
     x.offset = at;
     at += (x.bytes + static_cast<int64_t>(sizeof(MessageTrailer)) + kMessageAlignment - 1) /

@@ -9,7 +9,9 @@
 // replica are consecutive and form its tensor-parallel group; the ranks of a
 // stage with the same tp_index form its data-parallel group. Stage s's
 // neighbours are rank r − tp·dp (stage s − 1) and rank r + tp·dp (stage
-// s + 1): activations go forward, gradients back.
+// s + 1): activations go forward, gradients back. Interleaved 1F1B wraps: the
+// last stage's next is stage 0 and stage 0's previous the last stage
+// (traces/chunks.h: chunk c of the last stage feeds chunk c + 1 of stage 0).
 //
 // The protocol, the same on every rank so that collectives always pair up:
 //   set-up done                        Agree(status)
@@ -74,13 +76,17 @@ struct PipelineTag {
   bool gradient = false;
   int64_t index = 0;
   bool collective = false;
+  // Interleaved 1F1B: the model chunk that sent it (traces/chunks.h); -1: none.
+  int64_t chunk = -1;
   bool operator==(const PipelineTag&) const = default;
-  // "the activation 0 of micro-batch 2", "the collective piece 9 of micro-batch 2"
+  // "the activation 0 of micro-batch 2", "the collective piece 9 of micro-batch 2",
+  // interleaved "the gradient 0 of micro-batch 2 from chunk 1"
   std::string Describe() const {
     return std::string(collective ? "the collective piece "
                        : gradient ? "the gradient "
                                   : "the activation ") +
-           std::to_string(index) + " of micro-batch " + std::to_string(micro_batch);
+           std::to_string(index) + " of micro-batch " + std::to_string(micro_batch) +
+           (chunk >= 0 ? " from chunk " + std::to_string(chunk) : "");
   }
 };
 

@@ -2,27 +2,10 @@
 
 #include <algorithm>
 
+#include "traces/chunks.h"
+
 namespace ssdtrain::sim {
 namespace {
-
-// Each op's chunk in its phase (-1: the optimizer's, or not yet placed).
-std::vector<int64_t> ChunkOfOps(const traces::Trace& trace, int64_t v) {
-  const int64_t per_chunk = trace.header.stage_layers / v;
-  std::vector<int64_t> chunk(trace.ops.size(), -1);
-  for (const traces::Phase phase : {traces::Phase::kForward, traces::Phase::kBackward}) {
-    // Ops outside the blocks take the chunk of the last block op before them,
-    // or before any, the first chunk the phase runs.
-    int64_t current = phase == traces::Phase::kForward ? 0 : v - 1;
-    for (const traces::Op& op : trace.ops) {
-      if (op.phase != phase) continue;
-      if (op.layer != traces::kNoLayer) {
-        current = std::clamp<int64_t>((op.layer - trace.header.first_layer) / per_chunk, 0, v - 1);
-      }
-      chunk[static_cast<size_t>(op.id)] = current;
-    }
-  }
-  return chunk;
-}
 
 // Durations between consecutive chunk ends, in the order the phase runs them.
 std::vector<int64_t> Split(const std::vector<int64_t>& chunk_end, int64_t begin, int64_t end) {
@@ -43,7 +26,7 @@ ChunkTimes ChunkTimesOf(const traces::Trace& trace, const StageResult& r, int64_
   if (v < 2 || h.stage_layers < v || h.stage_layers % v != 0 || r.ops.size() != trace.ops.size()) {
     return {};
   }
-  const std::vector<int64_t> chunk = ChunkOfOps(trace, v);
+  const std::vector<int64_t> chunk = traces::ChunkOfOps(trace, v);
   // The end of each chunk's last op, by phase; -1: none ran.
   std::vector<int64_t> forward_end(static_cast<size_t>(v), -1), backward_end(forward_end);
   for (const traces::Op& op : trace.ops) {

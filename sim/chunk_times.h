@@ -1,11 +1,10 @@
 // An interleaved stage's model chunks (sim/pipeline.h): how long each chunk's
 // forward and backward take, from the stage's simulated micro-batch.
 //
-// Chunk c of v holds the stage's blocks local c·L/v .. (c + 1)·L/v − 1 (L =
-// header.stage_layers, local = Op::layer − header.first_layer); ops outside the
-// blocks (kNoLayer: embedding before the first block, head and loss after the
-// last) belong to the chunk next to them: chunk 0 before the blocks in forward
-// order, chunk v − 1 after. A chunk's forward lasts from the end of the
+// Each op's chunk is traces::ChunkOfOps (traces/chunks.h, the replay's too):
+// chunk c of v holds the stage's blocks local c·L/v .. (c + 1)·L/v − 1, the
+// embedding in chunk 0, the head and loss in chunk v − 1. A chunk's forward
+// lasts from the end of the
 // previous chunk's last forward op (0 for chunk 0) to the end of its own last
 // one (forward_end_ns for the last chunk); backward runs the chunks in reverse
 // from forward_end_ns, chunk 0 ending where the micro-batch's backward does

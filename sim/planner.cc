@@ -81,14 +81,16 @@ class Search {
   }
 
   // Counted.
-  Result<Candidate> Evaluate(const Layout& l, const std::string& policy, bool timeline) {
-    SSDTRAIN_ASSIGN_OR_RETURN(Candidate c, EvaluateUncounted(l, policy, timeline));
+  Result<Candidate> Evaluate(const Layout& l, const std::string& policy, bool timeline,
+                             bool unrolled_peaks = false) {
+    SSDTRAIN_ASSIGN_OR_RETURN(Candidate c, EvaluateUncounted(l, policy, timeline, unrolled_peaks));
     Count(c);
     return c;
   }
   // Safe to call from several threads once StageTraces(l) has been called
   // for `l` (the trace cache is then only read).
-  Result<Candidate> EvaluateUncounted(const Layout& l, const std::string& policy, bool timeline) {
+  Result<Candidate> EvaluateUncounted(const Layout& l, const std::string& policy, bool timeline,
+                                      bool unrolled_peaks = false) {
     SSDTRAIN_ASSIGN_OR_RETURN(std::vector<const traces::Trace*> traces, StageTraces(l));
     traces::Plan base = BasePlan(*traces[0]);
     base.micro_batch = l.micro_batch;
@@ -106,6 +108,7 @@ class Search {
         c.plans, PlanStages(traces, policy, hw_, base, budget_, policy_options_, &pool_));
     SimulateOptions so;
     so.record_timeline = timeline;
+    so.unrolled_interleaved_peaks = unrolled_peaks;
     SSDTRAIN_ASSIGN_OR_RETURN(c.prediction, Simulate(c.plans.Inputs(), hw_, so));
     c.simulations = c.plans.simulations + 1;
     c.over_budget_bytes = OverBudgetBytes(c.prediction, budget_);
@@ -339,9 +342,12 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
   }
   if (best_fit) SSDTRAIN_RETURN_IF_ERROR(TryOtherChunkCounts(search, options, *best_fit));
   Best chosen = best_fit ? std::move(*best_fit) : std::move(*best_any);
-  if (options.record_timeline) {
-    SSDTRAIN_ASSIGN_OR_RETURN(chosen.candidate,
-                              search.Evaluate(chosen.layout, chosen.policy, true));
+  // The chosen plan's prediction: its timeline when asked; interleaved, its
+  // stages' peaks from the unrolled step (SimulateOptions::unrolled_interleaved_peaks).
+  const bool interleaved = chosen.layout.schedule == traces::Schedule::kInterleaved;
+  if (options.record_timeline || interleaved) {
+    SSDTRAIN_ASSIGN_OR_RETURN(chosen.candidate, search.Evaluate(chosen.layout, chosen.policy,
+                                                                options.record_timeline, true));
   }
   std::optional<PlannerResult::ScheduleComparison> comparison;
   if (chosen.layout.schedule == traces::Schedule::kInterleaved) {

@@ -7,10 +7,13 @@
 #include "sim/chunk_times.h"
 #include "sim/collective.h"
 #include "sim/data_parallel.h"
+#include "sim/detail/interleaved_peaks.h"
 #include "sim/pipeline.h"
 #include "sim/step_timeline.h"
+#include "traces/chunks.h"
 #include "traces/collective_kind.h"
 #include "traces/duration.h"
+#include "traces/step_peaks.h"
 #include "traces/storage_plan.h"
 #include "traces/uniform_plans.h"
 
@@ -19,6 +22,7 @@ namespace {
 
 constexpr double kGiga = 1e9;
 constexpr double kTera = 1e12;
+
 // Endurance: days = TBW[TB] / (86.4 · write rate[GB/s]); 86.4 = 86400 s/day / 1000 GB/TB.
 constexpr double kSecondsPerDayOverGBPerTB = 86.4;
 
@@ -270,6 +274,10 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
         r.peak_activation_bytes +
             traces::HeldByOtherChunks(r.between_passes_activation_bytes, k, v),
         k};
+    if (v > 1 && options.unrolled_interleaved_peaks) {
+      SSDTRAIN_RETURN_IF_ERROR(
+          detail::InterleavedPeaks(stages[index_for(s)], s, r, layout, hw, &peak));
+    }
     peak.offloadable_bytes = offloadable[index_for(s)];
     peak.forward_compute_ns = r.forward_compute_ns;
     peak.required_write_GBps =

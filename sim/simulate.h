@@ -19,7 +19,11 @@
 //   Interleaved (v chunks per stage, the plan's virtual_stages), a stage
 //   holding k chunks needs the one-micro-batch peak (all v chunks of one
 //   micro-batch) plus traces::HeldByOtherChunks, ⌈(k − v)·between_passes/v⌉:
-//   each chunk holds 1/v of the stage's activations.
+//   each chunk holds 1/v of the stage's activations. That is a closed form;
+//   with SimulateOptions::unrolled_interleaved_peaks the stage's static peak
+//   is instead its whole step's, unrolled as the replay runs it
+//   (traces/step_peaks.h), which the chunk boundaries' copies and the
+//   chunks' unequal parts make differ from it by a fraction of a percent.
 // - Data parallelism: each stage exchanges its weight gradients in buckets
 //   of max(4e7, 1e6·dp) parameters (Megatron's) during its last micro-batch's
 //   backward, in the order backward produces them (sim/data_parallel.h): an
@@ -64,6 +68,12 @@ struct SimulateOptions {
   int gpu = -1;  // storage array to use; -1: the slowest
   bool record_timeline = true;
   bool use_trace_measurements = true;
+  // Interleaved: each stage's peaks from its whole step unrolled
+  // (traces/step_peaks.h: exactly what the replay holds) instead of the
+  // closed form ⌈(k − v)·between_passes/v⌉ (below). The unrolling costs about
+  // a stage's ops × m per stage, so the planner's search uses the closed form
+  // and only its chosen plan this.
+  bool unrolled_interleaved_peaks = false;
 };
 
 struct Prediction {

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "sim/hardware.h"
 #include "tests/cli_util.h"
+#include "tests/replay_ranks.h"
 #include "traces/dp_buckets.h"
 #include "traces/io.h"
 #include "traces/plan.h"
@@ -243,11 +243,9 @@ TEST_F(ReplayStagesCli, TwoStagesOfTwoReplicasOnFourRanks) {
 // micro-batches; middle stages run stage 1's plan (sim/stage_plans.h).
 void ReplayStagesCli::ExpectEveryStageHoldsItsPredictedPeak(int stages, int m,
                                                             const std::string& policy) {
-  auto hw = sim::LoadHardware(SourceDir() + "/configs/hardware/cpu-local.json");
-  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
-  hw->gpu.allocation_alignment_bytes = 64;
-  hw->gpu.replay_workspace = true;
-  ASSERT_TRUE(traces::WriteJsonFile(sim::ToJson(*hw), File("hw.json")).ok());
+  const Status written = testing::WriteReplayHardware(
+      SourceDir() + "/configs/hardware/cpu-local.json", File("hw.json"));
+  ASSERT_TRUE(written.ok()) << written.ToString();
   auto planned =
       RunSsdtrain("plan --model " + model_ + " --hardware " + File("hw.json") + " --gpus " +
                   std::to_string(stages) + " --pp " + std::to_string(stages) +
@@ -310,11 +308,9 @@ TEST_F(ReplayRanksCli, BucketsOfAModelOverFortyMillionParametersAreTheSimulators
              "vocab": 4096, "seq_len": 32, "micro_batch": 1, "tp": 1, "pp": 1,
              "attention": "standard", "dtype": "fp32"})";
   model_ = File("mid-gpt.json");
-  auto hw = sim::LoadHardware(SourceDir() + "/configs/hardware/cpu-local.json");
-  ASSERT_TRUE(hw.ok()) << hw.status().ToString();
-  hw->gpu.allocation_alignment_bytes = 64;
-  hw->gpu.replay_workspace = true;
-  ASSERT_TRUE(traces::WriteJsonFile(sim::ToJson(*hw), File("hw.json")).ok());
+  const Status written = testing::WriteReplayHardware(
+      SourceDir() + "/configs/hardware/cpu-local.json", File("hw.json"));
+  ASSERT_TRUE(written.ok()) << written.ToString();
   auto planned = RunSsdtrain("plan --model " + model_ + " --hardware " + File("hw.json") +
                              " --gpus 2 --dp 2 --tp 1 --pp 1 --zero-stage 0 --policy keep "
                              "--micro-batch 1 --num-micro-batches 2 -o " +

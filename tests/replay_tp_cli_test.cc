@@ -17,8 +17,8 @@
 #include <map>
 #include <string>
 
-#include "sim/hardware.h"
 #include "tests/cli_util.h"
+#include "tests/replay_ranks.h"
 #include "traces/collective_kind.h"
 #include "traces/io.h"
 #include "traces/report.h"
@@ -29,29 +29,17 @@ namespace {
 namespace fs = std::filesystem;
 using testing::RunSsdtrain;
 
-// A replay of this size ends in seconds; one still running after this has hung.
-constexpr int kHangGuardSeconds = 300;
-
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
   int ranks() const { return tp * pp * dp; }
 };
 
-class ReplayTensorParallelCli : public testing::CliTest {
+class ReplayTensorParallelCli : public testing::ReplayRanksTest {
  protected:
-  ReplayTensorParallelCli() : CliTest("tp-cli") {}
+  ReplayTensorParallelCli() : ReplayRanksTest("tp-cli") {}
   void SetUp() override {
-    CliTest::SetUp();
-    fs::create_directories(dir_ / "offload");
+    ReplayRanksTest::SetUp();
     model_ = Model("tiny-gpt");
-    // The CPU backend's memory as calibrate records it (64-byte arena
-    // granularity, the GEMM workspace counted), so that the plan's peaks are
-    // the replay's.
-    auto hw = sim::LoadHardware(Hardware("cpu-local"));
-    ASSERT_TRUE(hw.ok()) << hw.status().ToString();
-    hw->gpu.allocation_alignment_bytes = 64;
-    hw->gpu.replay_workspace = true;
-    ASSERT_TRUE(traces::WriteJsonFile(sim::ToJson(*hw), File("hw.json")).ok());
   }
   // tiny-gpt with sequence parallelism (a copy of its config that says so).
   void UseSequenceParallelism() {
@@ -82,20 +70,11 @@ class ReplayTensorParallelCli : public testing::CliTest {
         std::string::npos)
         << planned.output;
     auto r =
-        testing::Shell("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout " +
-                       std::to_string(kHangGuardSeconds) + " mpirun --oversubscribe -np " +
-                       std::to_string(l.ranks()) + " " + testing::SsdtrainBinary() +
-                       " replay --model " + model_ + " --plan " + File("plan.json") + " --dir " +
-                       File("offload") + " --steps 1 --verify -o " + File("run.json"));
+        testing::MpiReplay(l.ranks(), model_, File("plan.json"), File("offload"), File("run.json"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("x " + std::to_string(l.ranks()) + " ranks"), std::string::npos)
         << r.output;
-    auto report = traces::ReadStepReport(File("run.json"));
-    ASSERT_TRUE(report.ok()) << report.status().ToString();
-    report_ = *report;
-    auto predicted = traces::ReadStepReport(File("predicted.json"));
-    ASSERT_TRUE(predicted.ok()) << predicted.status().ToString();
-    predicted_ = *predicted;
+    ASSERT_NO_FATAL_FAILURE(ReadReports());
     std::printf("tp %d x pp %d x dp %d: step %.3f ms measured, %.3f ms predicted\n", l.tp, l.pp,
                 l.dp, report_.metrics.step_time_ns / 1e6, predicted_.metrics.step_time_ns / 1e6);
   }
@@ -174,7 +153,6 @@ class ReplayTensorParallelCli : public testing::CliTest {
   }
 
   std::string model_;
-  traces::StepReport report_, predicted_;
 };
 
 TEST_F(ReplayTensorParallelCli, TwoTensorParallelRanksAllReduceVerified) {

@@ -147,16 +147,20 @@ TEST(StagePlans, ThreadsDoNotChangeTheSearch) {
 }
 
 // The planner's promise against the replay's own check, unrolled for real: GPT-13B
-// on 64 H100s at tp 8, pp 8 and 32 micro-batches under 1F1B. Each returned
+// on 64 H100s at tp 8, pp 8 and 32 micro-batches, under 1F1B and interleaved. Each returned
 // stage plan (stage 0 holding 8 micro-batches, stage 1 standing for the middle
 // ones, the last) unrolled into its whole step (traces::UnrollStep, as the
 // replay does) peaks at exactly the predicted stage peak, within the budget.
-TEST(StagePlans, AtPp8AndM32EveryStagesPredictedPeakIsItsUnrolledStepsStaticPeak) {
+// `schedule` with `v` chunks per stage (interleaved; else 1): the search
+// pinned to it, each returned stage plan unrolled and resolved, its static
+// peak against the predicted stage peak.
+void ExpectEveryStagesPeakIsItsUnrolledSteps(const std::string& schedule, int64_t v) {
   const std::string model = Config("models", "gpt-13b");
   auto base = models::LoadModelConfig(model);
   auto hw = sim::LoadHardware(Config("hardware", "h100-sxm-8x-gen5-nvme"));
   ASSERT_TRUE(base.ok() && hw.ok());
   sim::TraceProvider provider = ProviderFor(*base, model);
+  const traces::Schedule sched = *traces::ParseSchedule(schedule);
   for (const char* policy : {"offload-ssd", "ssdtrain", "optimal"}) {
     sim::PlannerOptions po;
     po.gpus = 64;
@@ -164,7 +168,8 @@ TEST(StagePlans, AtPp8AndM32EveryStagesPredictedPeakIsItsUnrolledStepsStaticPeak
     po.pp = 8;
     po.num_micro_batches = 32;
     po.micro_batch = 2;
-    po.schedule = "1f1b";  // unpinned, interleaved wins, which the replay cannot unroll yet
+    po.schedule = schedule;
+    if (v > 1) po.virtual_stages = v;
     po.policy = policy;
     po.layers = base->layers;
     po.heads = base->heads;
@@ -185,11 +190,25 @@ TEST(StagePlans, AtPp8AndM32EveryStagesPredictedPeakIsItsUnrolledStepsStaticPeak
           traces::ComputeStaticPeaks(whole->trace, *sp, hw->gpu.allocation_alignment_bytes)
               .device_bytes;
       const sim::Prediction::StagePeak& predicted = r->prediction.stage_peaks[stage];
-      EXPECT_EQ(predicted.in_flight, 8 - stage) << policy << " stage " << stage;
+      EXPECT_EQ(predicted.in_flight, traces::ChunksInFlight(sched, 8, stage, 32, v))
+          << policy << " stage " << stage;
       EXPECT_EQ(replay, predicted.peak_gpu_bytes) << policy << " stage " << stage;
       EXPECT_LE(replay, sim::GpuMemoryBytes(*hw)) << policy << " stage " << stage;
     }
   }
+}
+
+TEST(StagePlans, AtPp8AndM32EveryStagesPredictedPeakIsItsUnrolledStepsStaticPeak) {
+  // 1F1B: stage s holds 8 − s micro-batches.
+  ExpectEveryStagesPeakIsItsUnrolledSteps("1f1b", 1);
+}
+
+// Interleaved, v = 5 (gpt-13b's 40 layers: one per chunk): stage s holds
+// (8 − s − 1)·2 + 4·8 + 1 chunks; the chosen plan's stage peaks are its
+// unrolled step's (sim::SimulateOptions::unrolled_interleaved_peaks), chunk
+// boundaries' copies included, as the replay holds them.
+TEST(StagePlans, InterleavedAtPp8AndM32EveryStagesPredictedPeakIsItsUnrolledStepsStaticPeak) {
+  ExpectEveryStagesPeakIsItsUnrolledSteps("interleaved", 5);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 
+#include "traces/chunks.h"
 #include "traces/storage_plan.h"
 
 namespace ssdtrain::traces {
@@ -113,6 +114,26 @@ std::string InMicroBatch(int64_t k, const std::string& name) {
   return "mb" + std::to_string(k) + "." + name;
 }
 
+// The plan's placements on the chunked trace: op ids moved; a boundary tensor's
+// placement on the copy its taking chunk saves (traces/chunks.h).
+Plan PlanOnChunks(const Plan& plan, const ChunkedTrace& c) {
+  Plan out = plan;
+  for (Placement& p : out.placements) {
+    const TensorId copy = c.received_as[static_cast<size_t>(p.tensor)];
+    if (copy != p.tensor && c.trace.tensor(copy).saved_for_backward) p.tensor = copy;
+    if (p.prefetch_before != kNoOp)
+      p.prefetch_before = c.op_of[static_cast<size_t>(p.prefetch_before)];
+    if (p.evict_before != kNoOp) p.evict_before = c.op_of[static_cast<size_t>(p.evict_before)];
+  }
+  return out;
+}
+
+// The chunk whose forward pass makes tensor `t`'s storage (0 for an input).
+int64_t ChunkOf(const ChunkedTrace& c, TensorId t) {
+  const OpId producer = c.trace.tensor(c.trace.StorageOf(t)).producer;
+  return producer == kNoOp ? 0 : std::max<int64_t>(0, c.chunk[static_cast<size_t>(producer)]);
+}
+
 // Micro-batch k >= 1's offload file: "mb<k>-" before the file's own name.
 std::string FileOf(int64_t k, const std::string& file) {
   if (k == 0) return file;
@@ -123,26 +144,37 @@ std::string FileOf(int64_t k, const std::string& file) {
 
 }  // namespace
 
-Result<WholeStep> UnrollStep(const Trace& trace, const Plan& plan, const std::string& plan_source) {
-  const int64_t m = plan.num_micro_batches;
+Result<WholeStep> UnrollStep(const Trace& one, const Plan& step_plan,
+                             const std::string& plan_source) {
+  const int64_t m = step_plan.num_micro_batches;
   if (m < 1) {
     return Status::InvalidArgument(plan_source + ": num_micro_batches: expected at least 1, got " +
                                    std::to_string(m));
   }
   SSDTRAIN_ASSIGN_OR_RETURN(const Schedule schedule,
-                            ParseSchedule(plan.schedule, plan_source + ": schedule"));
-  if (schedule == Schedule::kInterleaved) {
-    return Status::FailedPrecondition(plan_source + ": " + std::string(kNotReplayedYet));
-  }
-  if (MicroBatchesIn(trace) != 1) {
-    return Status::InvalidArgument("the trace of " + trace.header.model +
+                            ParseSchedule(step_plan.schedule, plan_source + ": schedule"));
+  if (MicroBatchesIn(one) != 1) {
+    return Status::InvalidArgument("the trace of " + one.header.model +
                                    " already holds several micro-batches; unroll a single one");
   }
-  if (m == 1) {
-    WholeStep same{trace, plan, {}};
-    for (const Op& op : trace.ops) same.original_op.push_back(op.id);
+  const int64_t v = schedule == Schedule::kInterleaved ? step_plan.virtual_stages : 1;
+  if (m == 1 && v == 1) {
+    WholeStep same{one, step_plan, {}, std::vector<int64_t>(one.ops.size(), 0)};
+    for (const Op& op : one.ops) same.original_op.push_back(op.id);
     return same;
   }
+  if (schedule == Schedule::kInterleaved) {
+    const std::string why = InterleavedError(one.header.pp, m, v, one.header.layers);
+    if (!why.empty()) {
+      return Status::InvalidArgument(plan_source + ": virtual_stages: interleaved " + why);
+    }
+  }
+  // The stage in its chunks (traces/chunks.h), each boundary a send and a recv;
+  // one chunk without interleaving.
+  SSDTRAIN_ASSIGN_OR_RETURN(const ChunkedTrace chunked, SplitIntoChunks(one, v));
+  const Trace& trace = chunked.trace;
+  const Plan plan = PlanOnChunks(step_plan, chunked);
+  const auto vv = static_cast<size_t>(v);
 
   const size_t n_tensors = trace.tensors.size(), n_ops = trace.ops.size();
   const auto mm = static_cast<size_t>(m);
@@ -213,21 +245,24 @@ Result<WholeStep> UnrollStep(const Trace& trace, const Plan& plan, const std::st
       }
     }
     op_id[k][static_cast<size_t>(orig.id)] = op.id;
-    out.original_op.push_back(orig.id);
+    out.original_op.push_back(chunked.original_op[static_cast<size_t>(orig.id)]);
+    out.chunk.push_back(chunked.chunk[static_cast<size_t>(orig.id)]);
     u.ops.push_back(std::move(op));
   };
-  // pass_end[k]: the first op issued after micro-batch k's forward pass.
-  std::vector<OpId> pass_end(mm, kNoOp);
-  std::optional<size_t> ended;  // the micro-batch whose forward pass just ended
-  for (const StageTask& task : StageOrder(schedule, trace.header.pp, trace.header.stage, m)) {
+  // pass_end[k][c]: the first op issued after micro-batch k's forward pass of chunk c.
+  std::vector<std::vector<OpId>> pass_end(mm, std::vector<OpId>(vv, kNoOp));
+  std::optional<std::pair<size_t, size_t>> ended;  // the pass that just ended
+  for (const StageTask& task : StageOrder(schedule, trace.header.pp, trace.header.stage, m, v)) {
     const Phase phase = task.forward ? Phase::kForward : Phase::kBackward;
     for (const Op& op : trace.ops) {
-      if (op.phase != phase) continue;
-      if (ended) pass_end[*ended] = static_cast<OpId>(u.ops.size());
+      if (op.phase != phase || chunked.chunk[static_cast<size_t>(op.id)] != task.chunk) continue;
+      if (ended) pass_end[ended->first][ended->second] = static_cast<OpId>(u.ops.size());
       ended.reset();
       emit(op, static_cast<size_t>(task.micro_batch));
     }
-    if (task.forward) ended = static_cast<size_t>(task.micro_batch);
+    if (task.forward) {
+      ended = {static_cast<size_t>(task.micro_batch), static_cast<size_t>(task.chunk)};
+    }
   }
   for (const Op& op : trace.ops) {
     if (op.phase == Phase::kOptimizer) emit(op, 0);
@@ -259,7 +294,7 @@ Result<WholeStep> UnrollStep(const Trace& trace, const Plan& plan, const std::st
       if (orig.evict_before != kNoOp) {  // after a forward use: never in the optimizer
         // A point in backward is the end of the forward pass (storage_plan.h).
         pl.evict_before = trace.op(orig.evict_before).phase == Phase::kBackward
-                              ? pass_end[k]
+                              ? pass_end[k][static_cast<size_t>(ChunkOf(chunked, orig.tensor))]
                               : op_id[k][static_cast<size_t>(orig.evict_before)];
       }
       if (!pl.file.empty()) pl.file = FileOf(static_cast<int64_t>(k), pl.file);

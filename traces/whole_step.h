@@ -37,8 +37,13 @@
 //   becomes the first op issued after that micro-batch's forward pass; micro-batch k >= 1 writes
 //   its offload file under "mb<k>-" + the file's name, at the same offset (so extents that did not
 //   overlap still do not).
-// With m == 1 the trace and plan come back unchanged (same fingerprint).
-// The interleaved schedule is refused (not yet replayed: kNotReplayedYet).
+// - Interleaved: the stage's trace split into its v model chunks first
+//   (traces/chunks.h: each chunk boundary a send and a recv, the taking chunk
+//   reading a copy of its own), each chunk step running its chunk's ops of
+//   the phase; an eviction point in backward becomes the first op issued after
+//   the forward pass of that micro-batch's chunk that made the storage. A
+//   boundary tensor's placement applies to the copy its taking chunk saves.
+// With m == 1 (and no interleaving) the trace and plan come back unchanged (same fingerprint).
 #pragma once
 
 #include <cstdint>
@@ -98,12 +103,11 @@ struct WholeStep {
   Plan plan;
   // For each op of `trace`, the op of the single-micro-batch trace it repeats
   // (its micro-batch is Op::micro_batch).
+  // kNoOp for the send and recv of an interleaved chunk boundary, which repeat none.
   std::vector<OpId> original_op;
+  // For each op of `trace`, its model chunk (0 without interleaving; -1: the optimizer's).
+  std::vector<int64_t> chunk;
 };
-
-// Why UnrollStep (and so `replay`) refuses an interleaved plan.
-inline constexpr std::string_view kNotReplayedYet =
-    "interleaved schedule is planned but not yet replayed; plan with --schedule 1f1b to replay";
 
 // Unrolls `trace` (one micro-batch of stage trace.header.stage of
 // trace.header.pp) and `plan` (checked against it) into the stage's whole step

@@ -43,11 +43,12 @@ struct WireHeader {
   int64_t index = 0;
   int64_t bytes = 0;  // the payload's
   int64_t collective = 0;
+  int64_t chunk = -1;  // PipelineTag::chunk
 };
 inline constexpr int64_t kHeaderBytes = sizeof(WireHeader);
 
 inline exec::PipelineTag TagOf(const WireHeader& h) {
-  return {h.micro_batch, h.gradient != 0, h.index, h.collective != 0};
+  return {h.micro_batch, h.gradient != 0, h.index, h.collective != 0, h.chunk};
 }
 
 class MpiSync final : public RankSync {

@@ -136,10 +136,14 @@ class Replayer {
   };
 
   // Pipeline stages on separate ranks: the ranks of the previous and next
-  // stage (-1: none). Without a call, send and recv ops run as memory passes.
-  void set_pipeline(int previous_rank, int next_rank) {
+  // stage (-1: none; interleaved, they wrap: exec/step_sync.h). Without a
+  // call, send and recv ops run as memory passes. Interleaved: `chunk`, each
+  // op's model chunk (traces::WholeStep::chunk), which the messages' tags
+  // carry, the sending chunk's.
+  void set_pipeline(int previous_rank, int next_rank, std::vector<int64_t> chunk = {}) {
     previous_rank_ = previous_rank;
     next_rank_ = next_rank;
+    chunk_ = std::move(chunk);
   }
 
   // Tensor-parallel ranks: this rank's index in its group and the group's
@@ -265,6 +269,7 @@ class Replayer {
   // Pipeline stages on separate ranks (replay_pipeline.cc): each send and
   // recv op of the step has a fixed place in one pinned host region, its
   // payload followed by a trailer (CRC32C, verification seed).
+  int64_t SendingChunk(int64_t chunk, bool gradient) const;
   bool pipelined() const { return previous_rank_ >= 0 || next_rank_ >= 0; }
   bool Transfers(const traces::Op& op) const {
     return pipelined() && (op.kind == traces::OpKind::kSend || op.kind == traces::OpKind::kRecv);
@@ -366,7 +371,8 @@ class Replayer {
     PipelineTag tag;
   };
   int previous_rank_ = -1, next_rank_ = -1;
-  std::vector<Transfer> transfers_;                     // by op id
+  std::vector<int64_t> chunk_;       // by op: its model chunk (interleaved only; else empty)
+  std::vector<Transfer> transfers_;  // by op id
   std::unique_ptr<HostStaging> pipeline_host_;          // the messages, each at its offset
   std::vector<std::optional<uint64_t>> received_seed_;  // by storage, this step
   PipelineTraffic traffic_;                             // this step's

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "traces/tests/small_trace.h"
 #include "traces/whole_step.h"
 
 namespace ssdtrain::traces {
@@ -134,22 +133,6 @@ TEST(InterleavedError, NamesWhatInterleavingRequires) {
   EXPECT_EQ(InterleavedError(4, 6, 2, 24),
             "the 6 micro-batches are not a multiple of pp = 4 (Megatron-LM interleaves groups of "
             "pp micro-batches)");
-}
-
-TEST(UnrollStep, RefusesTheInterleavedScheduleUntilTheReplayRunsIt) {
-  const Trace t = testing::SmallTrace();
-  Plan p;
-  p.model = t.header.model;
-  p.trace_fingerprint = Fingerprint(t);
-  p.pp = 2;
-  p.num_micro_batches = 2;
-  p.schedule = "interleaved";
-  p.virtual_stages = 2;
-  auto w = UnrollStep(t, p, "p.json");
-  ASSERT_FALSE(w.ok());
-  EXPECT_EQ(w.status().message(),
-            "p.json: interleaved schedule is planned but not yet replayed; plan with --schedule "
-            "1f1b to replay");
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+// What the multi-rank replay tests share: the hardware they plan with (the
+// cpu-local preset with the CPU backend's memory as calibrate records it,
+// 64-byte arena granularity and the GEMM workspace counted, so that a plan's
+// peaks are the replay's to the byte), and the mpirun line that replays a plan.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <utility>
+
+#include "sim/hardware.h"
+#include "tests/cli_util.h"
+#include "traces/io.h"
+#include "traces/report.h"
+#include "traces/status.h"
+
+namespace ssdtrain::testing {
+
+// Writes that hardware config, made from the preset at `preset`, to `path`.
+inline Status WriteReplayHardware(const std::string& preset, const std::string& path) {
+  SSDTRAIN_ASSIGN_OR_RETURN(sim::HardwareOptions hw, sim::LoadHardware(preset));
+  hw.gpu.allocation_alignment_bytes = 64;
+  hw.gpu.replay_workspace = true;
+  return traces::WriteJsonFile(sim::ToJson(hw), path);
+}
+
+// A CLI test of replays on ranks: its folder holds an empty offload/ and that
+// hardware as hw.json.
+class ReplayRanksTest : public CliTest {
+ protected:
+  explicit ReplayRanksTest(std::string prefix) : CliTest(std::move(prefix)) {}
+  void SetUp() override {
+    CliTest::SetUp();
+    std::filesystem::create_directories(dir_ / "offload");
+    const Status written = WriteReplayHardware(Hardware("cpu-local"), File("hw.json"));
+    ASSERT_TRUE(written.ok()) << written.ToString();
+  }
+  // The run's report (run.json) and the plan's prediction (predicted.json).
+  void ReadReports() {
+    auto report = traces::ReadStepReport(File("run.json"));
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    report_ = *report;
+    auto predicted = traces::ReadStepReport(File("predicted.json"));
+    ASSERT_TRUE(predicted.ok()) << predicted.status().ToString();
+    predicted_ = *predicted;
+  }
+  traces::StepReport report_, predicted_;
+};
+
+// A replay of this size ends in seconds; one still running after this has hung.
+inline constexpr int kReplayHangGuardSeconds = 300;
+
+// `mpirun -np ranks ssdtrain replay --model model --plan plan --dir dir
+// --steps 1 --verify -o out`, as root where the container runs so (Open MPI
+// asks for both variables), ended after kReplayHangGuardSeconds.
+inline CliResult MpiReplay(int ranks, const std::string& model, const std::string& plan,
+                           const std::string& dir, const std::string& out) {
+  return Shell("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout " +
+               std::to_string(kReplayHangGuardSeconds) + " mpirun --oversubscribe -np " +
+               std::to_string(ranks) + " " + SsdtrainBinary() + " replay --model " + model +
+               " --plan " + plan + " --dir " + dir + " --steps 1 --verify -o " + out);
+}
+
+}  // namespace ssdtrain::testing

@@ -1,0 +1,212 @@
+#include "traces/chunks.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+namespace ssdtrain::traces {
+
+std::vector<int64_t> ChunkOfOps(const Trace& trace, int64_t v) {
+  const int64_t layers = trace.header.stage_layers;
+  if (v < 1 || layers < v || layers % v != 0) return {};
+  const int64_t per_chunk = layers / v;
+  std::vector<int64_t> chunk(trace.ops.size(), -1);
+  for (const Phase phase : {Phase::kForward, Phase::kBackward}) {
+    int64_t current = phase == Phase::kForward ? 0 : v - 1;
+    for (const Op& op : trace.ops) {
+      if (op.phase != phase) continue;
+      if (op.layer != kNoLayer) {
+        current = std::clamp<int64_t>((op.layer - trace.header.first_layer) / per_chunk, 0, v - 1);
+      }
+      chunk[static_cast<size_t>(op.id)] = current;
+    }
+  }
+  return chunk;
+}
+
+namespace {
+
+std::string Names(const Trace& trace, const std::vector<TensorId>& ids) {
+  std::string out;
+  for (TensorId id : ids) out += (out.empty() ? "" : ", ") + trace.tensor(id).name;
+  return out.empty() ? "none" : out;
+}
+
+// The tensors each boundary moves: forward[c], chunk c − 1's forward to chunk
+// c; backward[c], chunk c's backward to chunk c − 1 (c >= 1). `taker`: by
+// tensor, the chunk that reads it across a boundary (-1: none).
+Status FindBoundaries(const Trace& trace, const std::vector<int64_t>& chunk,
+                      std::vector<std::vector<TensorId>>* forward,
+                      std::vector<std::vector<TensorId>>* backward, std::vector<int64_t>* taker) {
+  for (const Tensor& t : trace.tensors) {
+    if (t.producer == kNoOp) continue;
+    const Op& p = trace.op(t.producer);
+    const int64_t from = chunk[static_cast<size_t>(p.id)];
+    if (from < 0) continue;
+    for (OpId c : t.consumers) {
+      const int64_t to = chunk[static_cast<size_t>(c)];
+      if (to < 0 || to == from) continue;
+      const bool ahead = p.phase == Phase::kForward && to == from + 1;
+      const bool back =
+          p.phase == Phase::kBackward && trace.op(c).phase == Phase::kBackward && to == from - 1;
+      if (!ahead && !back) {
+        return Status::FailedPrecondition(
+            "tensor " + t.name + " of chunk " + std::to_string(from) + "'s " +
+            std::string(ToString(p.phase)) + " is read by " + trace.op(c).name + " of chunk " +
+            std::to_string(to) + ": only the neighbouring chunk's pass may take a chunk's output");
+      }
+      std::vector<TensorId>& list =
+          ahead ? (*forward)[static_cast<size_t>(to)] : (*backward)[static_cast<size_t>(from)];
+      if (list.empty() || list.back() != t.id) list.push_back(t.id);
+      (*taker)[static_cast<size_t>(t.id)] = to;
+    }
+  }
+  for (size_t c = 1; c < forward->size(); ++c) {
+    for (const bool ahead : {true, false}) {
+      const std::vector<TensorId>& list = ahead ? (*forward)[c] : (*backward)[c];
+      if (list.size() == 1) continue;
+      const std::string from = std::to_string(ahead ? c - 1 : c);
+      const std::string to = std::to_string(ahead ? c : c - 1);
+      return Status::FailedPrecondition("chunk " + from + "'s " + (ahead ? "forward" : "backward") +
+                                        " hands chunk " + to + " " + std::to_string(list.size()) +
+                                        " tensors (" + Names(trace, list) +
+                                        "); a chunk boundary moves exactly one");
+    }
+  }
+  return Status::Ok();
+}
+
+Op Transfer(const Trace& trace, OpKind kind, Phase phase, TensorId t, const std::string& name) {
+  Op op;
+  op.name = name;
+  op.kind = kind;
+  op.phase = phase;
+  op.stage = static_cast<int>(trace.header.stage);
+  if (kind == OpKind::kSend) {
+    op.inputs = {t};
+    op.bytes_read = trace.tensor(t).bytes;
+  } else {
+    op.outputs = {t};
+    op.bytes_written = trace.tensor(t).bytes;
+  }
+  return op;
+}
+
+// Producers (the first writer) and consumers (in issue order) from the ops.
+void Relink(Trace* u) {
+  for (Tensor& t : u->tensors) {
+    t.producer = kNoOp;
+    t.consumers.clear();
+  }
+  for (const Op& op : u->ops) {
+    for (TensorId t : op.inputs) {
+      std::vector<OpId>& c = u->tensors[static_cast<size_t>(t)].consumers;
+      if (c.empty() || c.back() != op.id) c.push_back(op.id);
+    }
+    for (TensorId t : op.outputs) {
+      OpId& p = u->tensors[static_cast<size_t>(t)].producer;
+      if (p == kNoOp) p = op.id;
+    }
+  }
+}
+
+}  // namespace
+
+Result<ChunkedTrace> SplitIntoChunks(const Trace& trace, int64_t v) {
+  if (v == 1) {  // one chunk: the trace itself
+    ChunkedTrace same{trace, {}, {}, {}, std::vector<TensorId>(trace.tensors.size())};
+    for (const Op& op : trace.ops) {
+      same.chunk.push_back(op.phase == Phase::kOptimizer ? -1 : 0);
+      same.original_op.push_back(op.id);
+    }
+    same.op_of = same.original_op;
+    std::iota(same.received_as.begin(), same.received_as.end(), TensorId{0});
+    return same;
+  }
+  const std::vector<int64_t> chunk = ChunkOfOps(trace, v);
+  const std::string where =
+      "the trace of " + trace.header.model + " stage " + std::to_string(trace.header.stage);
+  if (chunk.empty()) {
+    return Status::InvalidArgument(where + " holds " + std::to_string(trace.header.stage_layers) +
+                                   " blocks, which do not split into " + std::to_string(v) +
+                                   " model chunks");
+  }
+  const auto vv = static_cast<size_t>(v);
+  std::vector<std::vector<TensorId>> forward(vv), backward(vv);
+  std::vector<int64_t> taker(trace.tensors.size(), -1);
+  SSDTRAIN_RETURN_IF_ERROR(
+      FindBoundaries(trace, chunk, &forward, &backward, &taker).WithPrefix(where));
+
+  ChunkedTrace out;
+  Trace& u = out.trace;
+  u.header = trace.header;
+  u.tensors = trace.tensors;
+  out.received_as.resize(trace.tensors.size());
+  std::iota(out.received_as.begin(), out.received_as.end(), TensorId{0});
+  for (const bool ahead : {true, false}) {
+    for (size_t c = 1; c < vv; ++c) {
+      const TensorId from = ahead ? forward[c][0] : backward[c][0];
+      Tensor copy = trace.tensor(from);
+      copy.id = static_cast<TensorId>(u.tensors.size());
+      copy.name += ".chunk" + std::to_string(ahead ? c : c - 1);
+      copy.kind = ahead ? TensorKind::kActivation : TensorKind::kGradient;
+      copy.alias_of.reset();
+      out.received_as[static_cast<size_t>(from)] = copy.id;
+      u.tensors.push_back(std::move(copy));
+    }
+  }
+
+  out.op_of.assign(trace.ops.size(), kNoOp);
+  auto add = [&](Op op, int64_t c, OpId original) {
+    op.id = static_cast<OpId>(u.ops.size());
+    out.chunk.push_back(c);
+    out.original_op.push_back(original);
+    u.ops.push_back(std::move(op));
+  };
+  int64_t last[2] = {-1, -1};  // the chunk of the phase's last op (forward, backward)
+  for (const Op& op : trace.ops) {
+    const int64_t c = chunk[static_cast<size_t>(op.id)];
+    if (c >= 0) {
+      const bool ahead = op.phase == Phase::kForward;
+      int64_t& prev = last[ahead ? 0 : 1];
+      if (prev >= 0 && c != prev) {
+        if (c != prev + (ahead ? 1 : -1)) {
+          return Status::FailedPrecondition(where + ": " + op.name + " of chunk " +
+                                            std::to_string(c) + " follows chunk " +
+                                            std::to_string(prev) + "'s ops in its phase");
+        }
+        const TensorId b =
+            ahead ? forward[static_cast<size_t>(c)][0] : backward[static_cast<size_t>(prev)][0];
+        const TensorId copy = out.received_as[static_cast<size_t>(b)];
+        add(Transfer(u, OpKind::kSend, op.phase, b, u.tensor(copy).name + ".send"), prev, kNoOp);
+        add(Transfer(u, OpKind::kRecv, op.phase, copy, u.tensor(copy).name + ".recv"), c, kNoOp);
+      }
+      prev = c;
+    }
+    Op moved = op;
+    for (TensorId& t : moved.inputs) {
+      if (c >= 0 && taker[static_cast<size_t>(t)] == c) t = out.received_as[static_cast<size_t>(t)];
+    }
+    out.op_of[static_cast<size_t>(op.id)] = static_cast<OpId>(u.ops.size());
+    add(std::move(moved), c, op.id);
+  }
+  for (const Edge& e : trace.edges) {
+    u.edges.push_back(
+        {out.op_of[static_cast<size_t>(e.from)], out.op_of[static_cast<size_t>(e.to)], e.kind});
+  }
+  Relink(&u);
+  // A boundary tensor and its copy are saved for backward where a backward op
+  // still reads them.
+  for (size_t t = 0; t < u.tensors.size(); ++t) {
+    const bool boundary =
+        t >= trace.tensors.size() || out.received_as[t] != static_cast<TensorId>(t);
+    if (!boundary) continue;
+    Tensor& x = u.tensors[t];
+    x.saved_for_backward = x.saved_for_backward &&
+                           std::any_of(x.consumers.begin(), x.consumers.end(),
+                                       [&](OpId o) { return u.op(o).phase == Phase::kBackward; });
+  }
+  return out;
+}
+
+}  // namespace ssdtrain::traces
