@@ -80,25 +80,28 @@ class DepthLimitedDomBuilder {
 json OptionalId(int64_t id) { return id < 0 ? json(nullptr) : json(id); }
 
 json HeaderToJson(const Header& h) {
-  return json{{"model", h.model},
-              {"family", h.family},
-              {"hidden", h.hidden},
-              {"heads", h.heads},
-              {"kv_heads", h.kv_heads},
-              {"layers", h.layers},
-              {"ffn_hidden", h.ffn_hidden},
-              {"vocab", h.vocab},
-              {"seq_len", h.seq_len},
-              {"micro_batch", h.micro_batch},
-              {"tp", h.tp},
-              {"sequence_parallel", h.sequence_parallel},
-              {"pp", h.pp},
-              {"stage", h.stage},
-              {"first_layer", h.first_layer},
-              {"stage_layers", h.stage_layers},
-              {"dtype", h.dtype},
-              {"attention", h.attention},
-              {"units", {{"time", h.time_unit}, {"size", h.size_unit}}}};
+  json j{{"model", h.model},
+         {"family", h.family},
+         {"hidden", h.hidden},
+         {"heads", h.heads},
+         {"kv_heads", h.kv_heads},
+         {"layers", h.layers},
+         {"ffn_hidden", h.ffn_hidden},
+         {"vocab", h.vocab},
+         {"seq_len", h.seq_len},
+         {"micro_batch", h.micro_batch},
+         {"tp", h.tp},
+         {"sequence_parallel", h.sequence_parallel},
+         {"pp", h.pp},
+         {"stage", h.stage},
+         {"first_layer", h.first_layer},
+         {"stage_layers", h.stage_layers},
+         {"dtype", h.dtype},
+         {"attention", h.attention},
+         {"units", {{"time", h.time_unit}, {"size", h.size_unit}}}};
+  // Written only where not the default, so traces without it print as before.
+  if (h.weight_grads != "persistent") j["weight_grads"] = h.weight_grads;
+  return j;
 }
 
 json TensorToJson(const Tensor& t) {
@@ -176,6 +179,12 @@ Result<Header> ParseHeader(const json& j, const JsonPath& at) {
   SSDTRAIN_ASSIGN_OR_RETURN(h.stage_layers, r.IntOr("stage_layers", h.layers));
   SSDTRAIN_ASSIGN_OR_RETURN(h.dtype, r.String("dtype"));
   SSDTRAIN_ASSIGN_OR_RETURN(h.attention, r.StringOr("attention", "standard"));
+  SSDTRAIN_ASSIGN_OR_RETURN(h.weight_grads, r.StringOr("weight_grads", "persistent"));
+  if (h.weight_grads != "persistent" && h.weight_grads != "set_to_none") {
+    return r.At("weight_grads")
+        .Error("unknown value \"" + h.weight_grads +
+               "\"; expected \"persistent\" or \"set_to_none\"");
+  }
   SSDTRAIN_ASSIGN_OR_RETURN(const json* units, r.Value("units"));
   SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader u, ObjectReader::Make(*units, r.At("units")));
   SSDTRAIN_ASSIGN_OR_RETURN(h.time_unit, u.String("time"));
