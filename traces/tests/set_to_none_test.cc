@@ -10,6 +10,7 @@
 // The peak (op3) is one gradient's 128 bytes lower under set_to_none.
 #include <gtest/gtest.h>
 
+#include "traces/io.h"
 #include "traces/storage_plan.h"
 #include "traces/tests/small_trace.h"
 #include "traces/uniform_plans.h"
@@ -121,6 +122,20 @@ TEST(SetToNone, GpipesClosedFormIsAnUpperBound) {
   auto sp = ResolvePlan(t, Keep(t, 1, "1f1b"), "p.json");
   ASSERT_TRUE(sp.ok());
   EXPECT_EQ(WholeStepStaticPeaks(t, *sp, 2, 1, 2).device_bytes, 10 * kB);
+}
+
+TEST(SetToNone, TheHeaderFieldRoundTripsAndABadValueIsNamed) {
+  const Trace t = WithOptimizer("set_to_none");
+  nlohmann::json j = ToJson(t);
+  EXPECT_EQ(j.at("header").at("weight_grads"), "set_to_none");
+  auto back = TraceFromJson(j, "t.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->header.weight_grads, "set_to_none");
+  EXPECT_FALSE(ToJson(WithOptimizer("persistent")).at("header").contains("weight_grads"));
+  j["header"]["weight_grads"] = "lazy";
+  EXPECT_EQ(TraceFromJson(j, "t.json").status().message(),
+            "t.json: header.weight_grads: unknown value \"lazy\"; expected \"persistent\" or "
+            "\"set_to_none\"");
 }
 
 TEST(SetToNone, TheHeaderFieldChangesTheFingerprint) {
