@@ -10,7 +10,7 @@ namespace ssdtrain::traces {
 namespace {
 
 struct Completion {
-  OpId op = kNoOp;   // the completing op; the end of backward for unwritten ones
+  OpId op = kNoOp;  // the completing op; the end of backward for unwritten ones
   int64_t rank = 0;  // position in that op's outputs; after them all when unwritten
   TensorId gradient = 0;
 };

@@ -1,6 +1,7 @@
 #include "traces/timeline.h"
 
 #include <algorithm>
+
 #include <array>
 #include <map>
 
