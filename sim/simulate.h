@@ -20,6 +20,10 @@
 //   holding k chunks needs the one-micro-batch peak (all v chunks of one
 //   micro-batch) plus traces::HeldByOtherChunks, ⌈(k − v)·between_passes/v⌉:
 //   each chunk holds 1/v of the stage's activations.
+//   With set_to_none weight gradients and m > 1 (traces::LaterPassesHoldGradients)
+//   the one-micro-batch peak is StageResult::peak_gpu_bytes_gradients_held: the
+//   later micro-batches run beside every gradient micro-batch 0 made. (The
+//   policies' budget does not yet take those gradients off.)
 // - Data parallelism: each stage exchanges its weight gradients in buckets
 //   of max(4e7, 1e6·dp) parameters (Megatron's) during its last micro-batch's
 //   backward, in the order backward produces them (sim/data_parallel.h): an
