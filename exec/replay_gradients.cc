@@ -20,9 +20,12 @@ Status Replayer::InitGradients() {
   for (size_t b = 0; b < buckets_.buckets.size(); ++b) {
     const traces::GradientBucket& bucket = buckets_.buckets[b];
     for (TensorId g : bucket.gradients) {
-      if (!life(g).persistent() || life(g).bytes != trace_.tensor(g).bytes) {
+      // Resident all step, or (set_to_none) from its first writer to the optimizer.
+      const bool held =
+          life(g).persistent() || life(g).role == traces::StorageRole::kWeightGradient;
+      if (!held || life(g).bytes != trace_.tensor(g).bytes) {
         return Status::Internal("gradient bucket " + std::to_string(b) + ": " +
-                                trace_.tensor(g).name + " is not a resident storage of its bytes");
+                                trace_.tensor(g).name + " is not a weight gradient's own storage");
       }
     }
     if (bucket.complete_after == traces::kNoOp) {

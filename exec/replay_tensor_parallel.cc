@@ -273,9 +273,10 @@ Status Replayer::CollectiveFor(const traces::Op& op, const DeviceBuffer& input,
   const auto n = static_cast<int64_t>(tp_ranks_.size());
   const TensorId in_storage = trace_.StorageOf(op.inputs[0]);
   const uint64_t seed = SeedOf(in_storage);
-  // Under --verify a persistent input (a weight's gradient) holds sums of
-  // earlier steps, not a pattern: only its checksums are checked.
-  const bool check = options_.verify && !life(in_storage).persistent();
+  // Under --verify a persistent input (a weight's gradient, set_to_none ones
+  // too) holds sums of earlier writes, not a pattern: only its checksums are checked.
+  const bool check = options_.verify && !life(in_storage).persistent() &&
+                     life(in_storage).role != traces::StorageRole::kWeightGradient;
   uint8_t* in = static_cast<uint8_t*>(collective_host_->base());
   uint8_t* out = in + in_t.bytes;
   scratch_ = out + out_t.bytes;  // a message, then a received piece

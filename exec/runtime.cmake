@@ -56,8 +56,8 @@ function(ssdtrain_exec_runtime_tests)
     SOURCES ${dir}/tensor_cache_test.cc
     DEPS ssdtrain::exec)
   ssdtrain_test(exec_replay_test
-    SOURCES ${dir}/replay_test.cc ${dir}/replay_faults_test.cc ${dir}/replay_test_util.cc
-            ${dir}/io_test_util.cc
+    SOURCES ${dir}/replay_test.cc ${dir}/replay_faults_test.cc ${dir}/replay_set_to_none_test.cc
+            ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
     DEPS ssdtrain::exec ssdtrain::models)
   ssdtrain_test(exec_calibrate_test
     SOURCES ${dir}/calibrate_test.cc ${dir}/replay_test_util.cc

@@ -32,6 +32,7 @@ Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
   h.first_layer = stage * h.stage_layers;
   h.dtype = config.dtype;
   h.attention = config.attention;
+  h.weight_grads = config.weight_grads;
   if (config.family == "t5") return detail::BuildEncoderDecoder(config, h);
   return detail::BuildSingleStack(config, h);
 }

@@ -25,6 +25,7 @@ constexpr std::array<std::string_view, 2> kAttentions = {"standard", "flash"};
 constexpr std::array<std::string_view, 3> kDTypes = {"fp16", "bf16", "fp32"};
 constexpr std::array<std::string_view, 2> kOptimizers = {"adam", "sgd"};
 constexpr std::array<std::string_view, 2> kPrecisions = {"mixed", "pure"};
+constexpr std::array<std::string_view, 2> kWeightGrads = {"persistent", "set_to_none"};
 // Adam keeps two moments per parameter; momentum SGD one buffer (Megatron-LM's
 // --optimizer sgd runs torch.optim.SGD with --sgd-momentum, 0.9 by default).
 constexpr int64_t kAdamMoments = 2;
@@ -99,6 +100,11 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
     return Bad(source, "precision",
                "unknown precision \"" + c.precision + "\", expected " + List(kPrecisions) +
                    " (mixed: fp32 master weights; pure: none)");
+  }
+  if (!OneOf(kWeightGrads, c.weight_grads)) {
+    return Bad(source, "weight_grads",
+               "unknown value \"" + c.weight_grads + "\", expected " + List(kWeightGrads) +
+                   " (persistent: one grad buffer all step; set_to_none: allocated in backward)");
   }
   if (c.zero_stage != 0 && c.zero_stage != 1) {
     return Bad(source, "zero_stage",
@@ -215,6 +221,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.dp, r.IntOr("dp", 1));
   SSDTRAIN_RETURN_IF_ERROR(ReadMoeFields(r, &c));
   SSDTRAIN_ASSIGN_OR_RETURN(c.fp16_lm_cross_entropy, r.BoolOr("fp16_lm_cross_entropy", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.weight_grads, r.StringOr("weight_grads", "persistent"));
   SSDTRAIN_RETURN_IF_ERROR(r.CheckNoUnknown());
   SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source));
   return c;
@@ -274,6 +281,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.untied_output) j["untied_output"] = true;
   MoeFieldsToJson(c, j);
   if (c.fp16_lm_cross_entropy) j["fp16_lm_cross_entropy"] = true;
+  if (c.weight_grads != "persistent") j["weight_grads"] = c.weight_grads;
   return j;
 }
 

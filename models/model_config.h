@@ -75,6 +75,14 @@ struct ModelConfig {
   // logits whose softmax the vocabulary-parallel cross-entropy saves in place.
   // No effect on fp32 models, whose logits are fp32 already.
   bool fp16_lm_cross_entropy = false;
+  // Where the weight gradients live (traces::Header::weight_grads). "persistent"
+  // (Megatron-LM's default: its DDP allocates one contiguous grad buffer when the
+  // model is wrapped, param.main_grad views into it, and each step zeroes it in
+  // place, zero_grad_buffer): resident all step. "set_to_none" (PyTorch's plain
+  // optimizer.zero_grad(set_to_none=True), its default since 2.0): each weight
+  // gradient is allocated by the backward op that first writes it, kept across
+  // the later micro-batches' backwards and freed after the optimizer step.
+  std::string weight_grads = "persistent";
 };
 
 // Command-line overrides; unset fields keep the config's value.
@@ -100,7 +108,8 @@ struct HfReport;  // hf_config.h
 Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = nullptr);
 // The config as JSON, every field written (ModelConfigFromJson reads it back equal);
 // qkv_bias, qk_norm, parallel_block, gated_mlp, untied_output and
-// fp16_lm_cross_entropy only where true and token_types only where set, and the
+// fp16_lm_cross_entropy only where true, weight_grads only where set_to_none,
+// token_types only where set, and the
 // MoE fields only for a MoE config, so configs without them print as before.
 nlohmann::json ToJson(const ModelConfig& c);
 // Applies overrides, then checks consistency with ValidateConfig.
@@ -112,7 +121,8 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // 0 < encoder_layers < layers; only llama, falcon and gemma have kv_heads other
 // than heads; only llama has qkv_bias
 // or qk_norm;
-// optimizer adam or sgd, precision mixed or pure, zero_stage 0 or 1, dp >= 1;
+// optimizer adam or sgd, precision mixed or pure, weight_grads persistent or
+// set_to_none, zero_stage 0 or 1, dp >= 1;
 // and the MoE rules (ValidateMoe, moe_config.h).
 Status ValidateConfig(const ModelConfig& c, const std::string& source);
 

@@ -269,8 +269,12 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   for (int64_t s = 0; s < p; ++s) {
     const StageResult& r = result_for(s);
     const int64_t k = std::max<int64_t>(v, pipe.max_in_flight[static_cast<size_t>(s)]);
+    const traces::Trace& stage_trace = *stages[index_for(s)].trace;
+    const int64_t own = traces::LaterPassesHoldGradients(stage_trace, m)
+                            ? r.peak_gpu_bytes_gradients_held
+                            : r.peak_gpu_bytes;
     Prediction::StagePeak peak{
-        s, r.peak_gpu_bytes + traces::HeldByOtherChunks(r.between_passes_bytes, k, v),
+        s, own + traces::HeldByOtherChunks(r.between_passes_bytes, k, v),
         r.peak_activation_bytes +
             traces::HeldByOtherChunks(r.between_passes_activation_bytes, k, v),
         k};

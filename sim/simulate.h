@@ -24,6 +24,10 @@
 //   is instead its whole step's, unrolled as the replay runs it
 //   (traces/step_peaks.h), which the chunk boundaries' copies and the
 //   chunks' unequal parts make differ from it by a fraction of a percent.
+//   With set_to_none weight gradients and m > 1 (traces::LaterPassesHoldGradients)
+//   the one-micro-batch peak is StageResult::peak_gpu_bytes_gradients_held: the
+//   later micro-batches run beside every gradient micro-batch 0 made. (The
+//   policies' budget does not yet take those gradients off.)
 // - Data parallelism: each stage exchanges its weight gradients in buckets
 //   of max(4e7, 1e6·dp) parameters (Megatron's) during its last micro-batch's
 //   backward, in the order backward produces them (sim/data_parallel.h): an

@@ -25,6 +25,8 @@ Status StageSimulator::BuildStorages() {
     s.memory = traces::DeviceBytes(info.bytes, alignment_);
     s.persistent = info.persistent();
     s.activation = info.activation();
+    s.weight_gradient = info.role == traces::StorageRole::kWeightGradient;
+    if (s.weight_gradient) gradients_unallocated_ += s.memory;
     s.saved = info.saved;
     s.action = info.action;
     s.producer = info.producer;
@@ -77,6 +79,8 @@ void StageSimulator::SetUpResources() {
 
 void StageSimulator::Sample() {
   result_.peak_gpu_bytes = std::max(result_.peak_gpu_bytes, device_bytes_);
+  result_.peak_gpu_bytes_gradients_held =
+      std::max(result_.peak_gpu_bytes_gradients_held, device_bytes_ + gradients_unallocated_);
   result_.peak_activation_bytes = std::max(result_.peak_activation_bytes, activation_bytes_);
   result_.peak_host_bytes = std::max(result_.peak_host_bytes, host_bytes_);
   if (!options_.record_timeline) return;
@@ -111,6 +115,8 @@ void StageSimulator::Allocate(Storage& s) {
   if (s.resident) return;
   s.resident = true;
   device_bytes_ += s.memory;
+  if (s.weight_gradient && !s.allocated_once) gradients_unallocated_ -= s.memory;
+  s.allocated_once = true;
   if (s.activation) activation_bytes_ += s.memory;
   Sample();
 }

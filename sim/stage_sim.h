@@ -87,6 +87,10 @@ struct StageResult {
   int64_t io_overhead_ns = 0;
   int64_t exposed_io_ns = 0;  // compute waiting on reads + I/O after the last op
   int64_t peak_gpu_bytes = 0;
+  // The peak had every set_to_none weight gradient been resident from the start:
+  // the one-micro-batch peak of a later micro-batch's passes
+  // (traces::LaterPassesHoldGradients). Equals peak_gpu_bytes with persistent ones.
+  int64_t peak_gpu_bytes_gradients_held = 0;
   int64_t peak_activation_bytes = 0;
   int64_t static_bytes = 0;  // resident all step (weights, grads, optimizer state)
   // What the micro-batch holds while it waits between its forward and its

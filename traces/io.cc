@@ -100,6 +100,8 @@ json HeaderToJson(const Header& h) {
          {"attention", h.attention},
          {"units", {{"time", h.time_unit}, {"size", h.size_unit}}}};
   if (h.ep != 1) j["ep"] = h.ep;  // written only where experts are spread
+  // Written only where not the default, so traces without it print as before.
+  if (h.weight_grads != "persistent") j["weight_grads"] = h.weight_grads;
   return j;
 }
 
@@ -179,6 +181,12 @@ Result<Header> ParseHeader(const json& j, const JsonPath& at) {
   SSDTRAIN_ASSIGN_OR_RETURN(h.stage_layers, r.IntOr("stage_layers", h.layers));
   SSDTRAIN_ASSIGN_OR_RETURN(h.dtype, r.String("dtype"));
   SSDTRAIN_ASSIGN_OR_RETURN(h.attention, r.StringOr("attention", "standard"));
+  SSDTRAIN_ASSIGN_OR_RETURN(h.weight_grads, r.StringOr("weight_grads", "persistent"));
+  if (h.weight_grads != "persistent" && h.weight_grads != "set_to_none") {
+    return r.At("weight_grads")
+        .Error("unknown value \"" + h.weight_grads +
+               "\"; expected \"persistent\" or \"set_to_none\"");
+  }
   SSDTRAIN_ASSIGN_OR_RETURN(const json* units, r.Value("units"));
   SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader u, ObjectReader::Make(*units, r.At("units")));
   SSDTRAIN_ASSIGN_OR_RETURN(h.time_unit, u.String("time"));

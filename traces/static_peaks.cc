@@ -12,12 +12,19 @@ namespace {
 // The static walk (instantaneous I/O) over a trace's ops, in issue order.
 class StaticWalk {
  public:
-  StaticWalk(const StoragePlan& sp, int64_t alignment)
+  // `gradients_held`: the set_to_none weight gradients are resident from the
+  // start (a later micro-batch's passes: micro-batch 0's backward made them).
+  StaticWalk(const StoragePlan& sp, int64_t alignment, bool gradients_held = false)
       : sp_(sp), alignment_(alignment), resident_(sp.storages.size(), false) {
     for (const StorageInfo& s : sp.storages) {
       if (s.persistent()) total_ += DeviceBytes(s.bytes, alignment_);
     }
     persistent_ = total_;
+    for (size_t i = 0; i < sp.storages.size(); ++i) {
+      if (gradients_held && sp.storages[i].role == StorageRole::kWeightGradient) {
+        Add(static_cast<int>(i));
+      }
+    }
     peaks_.device_bytes = total_;
   }
   // Evictions at the op's planned points (its writes have landed).
@@ -77,15 +84,24 @@ class StaticWalk {
   StaticPeaks peaks_;
 };
 
-}  // namespace
-
-StaticPeaks ComputeStaticPeaks(const Trace& trace, const StoragePlan& sp, int64_t alignment) {
-  StaticWalk walk(sp, alignment);
+StaticPeaks Walk(const Trace& trace, const StoragePlan& sp, int64_t alignment,
+                 bool gradients_held) {
+  StaticWalk walk(sp, alignment, gradients_held);
   for (const Op& op : trace.ops) {
     walk.Evict(op);
     walk.Run(op);
   }
   return walk.peaks();
+}
+
+}  // namespace
+
+bool LaterPassesHoldGradients(const Trace& trace, int64_t micro_batches) {
+  return micro_batches > 1 && GradientsSetToNone(trace);
+}
+
+StaticPeaks ComputeStaticPeaks(const Trace& trace, const StoragePlan& sp, int64_t alignment) {
+  return Walk(trace, sp, alignment, /*gradients_held=*/false);
 }
 
 StaticPeaks BetweenPasses(const Trace& trace, const StoragePlan& sp, int64_t alignment) {
@@ -99,8 +115,8 @@ StaticPeaks BetweenPasses(const Trace& trace, const StoragePlan& sp, int64_t ali
 }
 
 StaticPeaks WholeStepStaticPeaks(const Trace& trace, const StoragePlan& sp, int64_t in_flight,
-                                 int64_t alignment) {
-  StaticPeaks peaks = ComputeStaticPeaks(trace, sp, alignment);
+                                 int64_t alignment, int64_t micro_batches) {
+  StaticPeaks peaks = Walk(trace, sp, alignment, LaterPassesHoldGradients(trace, micro_batches));
   if (in_flight <= 1) return peaks;
   const StaticPeaks between = BetweenPasses(trace, sp, alignment);
   peaks.device_bytes += (in_flight - 1) * between.device_bytes;

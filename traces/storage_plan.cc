@@ -49,9 +49,12 @@ bool IsWeightGradient(const Trace& trace, const Tensor& t) {
   return false;
 }
 
+bool GradientsSetToNone(const Trace& trace) { return trace.header.weight_grads == "set_to_none"; }
+
 bool IsPersistent(const Trace& trace, const Tensor& t) {
   return t.producer == kNoOp || t.kind == TensorKind::kWeight ||
-         t.kind == TensorKind::kOptimizerState || IsWeightGradient(trace, t);
+         t.kind == TensorKind::kOptimizerState ||
+         (!GradientsSetToNone(trace) && IsWeightGradient(trace, t));
 }
 
 std::string OffloadFileName(TensorId storage) {
@@ -115,6 +118,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
     s.bytes = t.bytes;
     s.producer = t.producer;
     s.role = IsPersistent(trace, t)              ? StorageRole::kPersistent
+             : IsWeightGradient(trace, t)        ? StorageRole::kWeightGradient
              : t.kind == TensorKind::kActivation ? StorageRole::kActivation
                                                  : StorageRole::kTransient;
     sp.index_of[static_cast<size_t>(root)] = static_cast<int>(sp.storages.size());
@@ -300,6 +304,12 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
     sp.op_inputs.EndOp();
     for (TensorId t : op.outputs) SSDTRAIN_RETURN_IF_ERROR(touch(t, sp.op_outputs));
     sp.op_outputs.EndOp();
+  }
+  for (StorageInfo& s : sp.storages) {  // a weight gradient read by nothing: the step's result
+    if (s.role == StorageRole::kWeightGradient && !trace.ops.empty() &&
+        trace.tensor(s.root).consumers.empty()) {
+      s.last_use = trace.ops.back().id;
+    }
   }
   std::vector<std::pair<size_t, int>> prefetches, evictions;  // (op, storage)
   const std::map<int, OpId> pass_end = ForwardPassEnds(trace);

@@ -13,6 +13,11 @@
 //   gradients (a gradient read by the optimizer, or by nothing: the step's
 //   result) and optimizer state are resident all step. Every other storage is
 //   allocated when its producer is issued and freed after its last use.
+//   Under the header's weight_grads "set_to_none" a weight gradient is such a
+//   storage too (kWeightGradient): allocated by the backward op that first
+//   writes it (its producer; in a whole step the first micro-batch's, the later
+//   ones accumulate into it), freed after its last use, the optimizer's op that
+//   reads it last (one read by nothing lives to the step's last op).
 // - Placement: at most one action per storage. Placements on several members
 //   of one storage must agree on the action and, for offload-ssd, on the file,
 //   device and offset; their prefetch points may differ and the earliest wins
@@ -59,16 +64,19 @@ namespace ssdtrain::traces {
 inline constexpr int64_t kOffloadExtentAlignment = 4096;
 
 enum class StorageRole {
-  kPersistent,  // resident all step
-  kActivation,  // TensorKind::kActivation: counted in the activation peak
-  kTransient,   // the rest (activation gradients, workspaces, losses)
+  kPersistent,      // resident all step
+  kActivation,      // TensorKind::kActivation: counted in the activation peak
+  kTransient,       // the rest (activation gradients, workspaces, losses)
+  kWeightGradient,  // weight_grads set_to_none: from its first writer to the optimizer
 };
 
 // A gradient with a consumer in the optimizer phase, or with no consumer at all.
 bool IsWeightGradient(const Trace& trace, const Tensor& t);
 // Resident all step: step inputs without a producer, weights, weight gradients
-// and optimizer state.
+// (unless the header's weight_grads is set_to_none) and optimizer state.
 bool IsPersistent(const Trace& trace, const Tensor& t);
+// The trace's weight gradients are allocated in backward (header weight_grads).
+bool GradientsSetToNone(const Trace& trace);
 
 // "t<id>.bin": the offload file of a storage when a plan does not name one.
 std::string OffloadFileName(TensorId storage);
@@ -169,7 +177,18 @@ StaticPeaks ComputeStaticPeaks(const Trace& trace, const StoragePlan& storage_pl
 // device and the activation peak alike.
 StaticPeaks BetweenPasses(const Trace& trace, const StoragePlan& storage_plan,
                           int64_t alignment = 1);
+// Under weight_grads set_to_none with `micro_batches` > 1, micro-batch 0's
+// backward allocates every weight gradient and the later passes run with all of
+// them resident (LaterPassesHoldGradients): the one-micro-batch peak is then that
+// of the walk with the weight gradients resident from the start. This is exact
+// where a later micro-batch's pass runs beside k − 1 others, as 1F1B's steady
+// state does (m > p − stage); otherwise (GPipe, or m <= p − stage) it is an upper
+// bound. With persistent gradients or one micro-batch it is exact as above.
 StaticPeaks WholeStepStaticPeaks(const Trace& trace, const StoragePlan& storage_plan,
-                                 int64_t in_flight, int64_t alignment = 1);
+                                 int64_t in_flight, int64_t alignment = 1,
+                                 int64_t micro_batches = 1);
+// A whole step of `micro_batches` runs passes after micro-batch 0's backward has
+// allocated the set_to_none weight gradients (the simulator's peak follows it).
+bool LaterPassesHoldGradients(const Trace& trace, int64_t micro_batches);
 
 }  // namespace ssdtrain::traces

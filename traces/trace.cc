@@ -118,6 +118,7 @@ uint64_t Fingerprint(const Trace& trace) {
   if (hd.ep != 1) h.Add(hd.ep);  // dense and ep-1 traces keep their fingerprints
   h.Add(hd.dtype);
   h.Add(hd.attention);
+  if (hd.weight_grads != "persistent") h.Add(hd.weight_grads);  // older fingerprints stay
   h.Add(static_cast<int64_t>(trace.tensors.size()));
   for (const Tensor& t : trace.tensors) {
     h.Add(t.bytes);

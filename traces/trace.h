@@ -127,6 +127,11 @@ struct Header {
   int64_t stage_layers = 0;
   std::string dtype = "fp16";
   std::string attention = "standard";  // standard or flash
+  // Where the weight gradients live (traces/storage_plan.h, "Residency"):
+  // "persistent" (a buffer resident all step, Megatron-LM's contiguous grad
+  // buffer) or "set_to_none" (each allocated by its first writer in backward,
+  // freed after the optimizer: PyTorch's zero_grad(set_to_none=True)).
+  std::string weight_grads = "persistent";
   std::string time_unit = "ns";
   std::string size_unit = "bytes";
 };

@@ -143,12 +143,12 @@ Status CheckOps(const Trace& trace, const std::string& source) {
     for (size_t k = 0; k < op.outputs.size(); ++k) {
       const TensorId t = op.outputs[k];
       const std::string kat = at + ".outputs[" + std::to_string(k) + "]";
-      // Accumulation (FORMAT.md): a tensor resident all step (a weight
-      // gradient over several micro-batches) may be written again by later
+      // Accumulation (FORMAT.md): a tensor resident all step or a weight
+      // gradient (over several micro-batches) may be written again by later
       // ops after the one that produced it.
       const Tensor& out = trace.tensor(t);
-      const bool accumulates =
-          out.producer != kNoOp && out.producer < op.id && IsPersistent(trace, out);
+      const bool accumulates = out.producer != kNoOp && out.producer < op.id &&
+                               (IsPersistent(trace, out) || IsWeightGradient(trace, out));
       if (out.producer != op.id && !accumulates) {
         return Bad(source, kat,
                    "tensor " + std::to_string(t) + " names op " +

@@ -178,13 +178,14 @@ Result<WholeStep> UnrollStep(const Trace& one, const Plan& step_plan,
 
   const size_t n_tensors = trace.tensors.size(), n_ops = trace.ops.size();
   const auto mm = static_cast<size_t>(m);
-  // Shared by every micro-batch: resident-all-step storages and whatever the
-  // optimizer produces.
+  // Shared by every micro-batch: resident-all-step storages, the weight
+  // gradients (set_to_none too: accumulated over the micro-batches) and
+  // whatever the optimizer produces.
   std::vector<bool> shared(n_tensors, false);
   for (const Tensor& t : trace.tensors) {
     const Tensor& root = trace.tensor(trace.StorageOf(t.id));
     shared[static_cast<size_t>(t.id)] =
-        IsPersistent(trace, root) ||
+        IsPersistent(trace, root) || IsWeightGradient(trace, root) ||
         (root.producer != kNoOp && trace.op(root.producer).phase == Phase::kOptimizer);
   }
   // tensor_id[k][t]: micro-batch k's id of tensor t.

@@ -21,7 +21,8 @@
 //   one backward alternate, then the remaining backwards. It requires m a
 //   multiple of p and v >= 2 (InterleavedError).
 // - Tensors: storages resident all step (IsPersistent: weights, weight
-//   gradients, optimizer state, step inputs) are shared by the micro-batches;
+//   gradients, optimizer state, step inputs) and the weight gradients under
+//   set_to_none (allocated by micro-batch 0's backward) are shared by the micro-batches;
 //   every other storage exists once per micro-batch. Micro-batch 0 keeps the
 //   single-micro-batch trace's ids; micro-batch k >= 1 gets new ids, appended in
 //   the order of the original tensors. A weight gradient is produced by the

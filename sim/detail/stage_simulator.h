@@ -47,6 +47,8 @@ struct Storage {
   int64_t memory = 0;  // device bytes: `bytes` rounded to the allocation granularity
   bool persistent = false;
   bool activation = false;
+  bool weight_gradient = false;  // set_to_none (traces::StorageRole::kWeightGradient)
+  bool allocated_once = false;
   bool saved = false;
   TensorAction action = TensorAction::kKeep;
   OpId producer = traces::kNoOp;
@@ -172,6 +174,8 @@ class StageSimulator {
   bool between_recorded_ = false;
   int64_t wait_start_ = -1;
   int64_t device_bytes_ = 0, activation_bytes_ = 0, host_bytes_ = 0;
+  // Set_to_none weight gradients not yet allocated (peak_gpu_bytes_gradients_held).
+  int64_t gradients_unallocated_ = 0;
   std::vector<std::pair<int64_t, int64_t>> lane_intervals_[6];
   StageResult result_;
 };

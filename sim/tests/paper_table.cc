@@ -103,6 +103,17 @@ Result<ModelRow> EvaluateModel(const models::ModelConfig& config, const Hardware
   SSDTRAIN_ASSIGN_OR_RETURN(row.ssdtrain, RunFixed("ssdtrain", trace, base, hw, persistent));
   SSDTRAIN_ASSIGN_OR_RETURN(row.ssdtrain_paper,
                             RunFixed("ssdtrain-paper", trace, base, hw, persistent));
+  models::ModelConfig set_to_none = config;
+  set_to_none.weight_grads = "set_to_none";
+  SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace grads_trace, models::BuildTrace(set_to_none, 0));
+  const traces::Plan grads_base = BasePlan(grads_trace);
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t grads_persistent,
+                            PersistentBytes(grads_trace, grads_base, hw));
+  SSDTRAIN_ASSIGN_OR_RETURN(row.keep_set_to_none,
+                            RunFixed("keep", grads_trace, grads_base, hw, grads_persistent));
+  SSDTRAIN_ASSIGN_OR_RETURN(
+      row.ssdtrain_paper_set_to_none,
+      RunFixed("ssdtrain-paper", grads_trace, grads_base, hw, grads_persistent));
   SSDTRAIN_ASSIGN_OR_RETURN(
       row.optimal_same_budget,
       RunOptimal(trace, base, hw, row.ssdtrain_paper.device_peak, persistent));

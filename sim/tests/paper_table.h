@@ -44,12 +44,12 @@ struct ModelRow {
   std::string model;
   int64_t persistent_bytes = 0;       // weights, gradients, optimizer state
   int64_t step_activation_bytes = 0;  // every saved activation of the step, deduplicated
-  // Sensitivity of the paper-way cut to a fact the simulation does not model
-  // (docs/PERFORMANCE.md): weight gradients allocated during backward
-  // (optimizer.zero_grad(set_to_none=True) frees them after each step, so they
-  // count in a forward+backward peak). Megatron's fp32 cross-entropy is in the
-  // trace (models/detail/head.h).
+  // Weight gradients allocated during backward (weight_grads set_to_none,
+  // PyTorch's optimizer.zero_grad(set_to_none=True)), traced and simulated: then
+  // they count in the paper's forward+backward peak. The rows above keep
+  // Megatron's persistent grad buffer; both carry Megatron's fp32 cross-entropy.
   int64_t weight_grad_bytes = 0;
+  Run keep_set_to_none, ssdtrain_paper_set_to_none;
   Run keep, recompute_full, ssdtrain, ssdtrain_paper;
   Run optimal_same_budget;  // optimal under ssdtrain-paper's device peak
   Run optimal_3pct;         // optimal at the lowest budget found with step <= 1.03 keep

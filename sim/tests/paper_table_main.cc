@@ -80,18 +80,16 @@ int main(int argc, char** argv) {
       " opt=b: optimal under ssdtrain-paper's device peak, cut%%; opt3%%: optimal at the lowest\n"
       " budget found with step <= 1.03 x keep, cut%% the paper's way and ours)\n\n");
   std::printf(
-      "Sensitivity of ssdtrain-paper's cut (arithmetic on the simulated peaks, an estimate, not a\n"
-      "simulation): + weight gradients allocated in backward (set_to_none after each step),\n"
-      "added to keep's and ssdtrain-paper's peaks alike; Megatron's fp32 cross-entropy\n"
-      "(logits.float() and its saved fp32 softmax) is in the simulated trace\n");
-  std::printf("%-24s | %8s | %6s %7s\n", "model", "grads GiB", "cut%", "+grads");
+      "Weight gradients allocated in backward (weight_grads set_to_none, traced and simulated;\n"
+      "the rows above keep Megatron's persistent grad buffer): act and ssdtrain-paper's cut\n");
+  std::printf("%-24s | %8s | %6s | %8s %8s %6s\n", "model", "grads GiB", "cut%", "keep act",
+              "ssd-p act", "cut%");
   for (const ModelRow& r : rows) {
-    auto cut = [&](int64_t extra) {
-      return 100.0 * (1.0 - static_cast<double>(r.ssdtrain_paper.paper_activation + extra) /
-                                static_cast<double>(r.keep.paper_activation + extra));
-    };
-    std::printf("%-24s | %8.2f | %6.1f %7.1f\n", r.model.c_str(), Gib(r.weight_grad_bytes), cut(0),
-                cut(r.weight_grad_bytes));
+    std::printf("%-24s | %8.2f | %6.1f | %8.2f %8.2f %6.1f\n", r.model.c_str(),
+                Gib(r.weight_grad_bytes), Cut(r.ssdtrain_paper, r.keep),
+                Gib(r.keep_set_to_none.paper_activation),
+                Gib(r.ssdtrain_paper_set_to_none.paper_activation),
+                Cut(r.ssdtrain_paper_set_to_none, r.keep_set_to_none));
   }
   std::printf("\n");
 
