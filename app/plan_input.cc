@@ -9,6 +9,7 @@
 #include <optional>
 #include <string_view>
 
+#include "app/model_provider.h"
 #include "app/self_path.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
@@ -83,18 +84,6 @@ sim::TraceShape ShapeOf(const traces::Plan& plan, int64_t stage) {
                          plan.dp,          plan.zero_stage, plan.ep};
 }
 
-// The config overrides that build a trace of `s` (sim::TraceShape).
-models::ConfigOverrides OverridesOf(const sim::TraceShape& s) {
-  models::ConfigOverrides ov;
-  ov.micro_batch = s.micro_batch;
-  ov.tp = s.tp;
-  ov.pp = s.pp;
-  ov.dp = s.dp;
-  ov.zero_stage = s.zero_stage;
-  if (s.ep != 1) ov.ep = s.ep;  // a dense config refuses any ep
-  return ov;
-}
-
 }  // namespace
 
 Result<PlanInput> TraceInput(PlanCmdOptions& o) {
@@ -135,11 +124,7 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   in.experts = base.experts;
   in.config = ConfigLayout{model_path, base.micro_batch, base.tp, base.pp,
                            base.dp,    base.zero_stage,  base.ep};
-  in.provider = [base, model_path](const sim::TraceShape& s) -> Result<traces::Trace> {
-    SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c,
-                              models::ApplyOverrides(base, OverridesOf(s), model_path));
-    return models::BuildTrace(c, s.stage);
-  };
+  in.provider = ModelTraceProvider(base, model_path);
   in.stage0 = [provider = in.provider](const traces::Plan& plan) -> Result<traces::Trace> {
     return provider(ShapeOf(plan, 0));
   };

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "app/model_provider.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/engine.h"
@@ -94,16 +95,7 @@ void PlanSearch(benchmark::State& state, const models::ModelConfig& base,
                 const sim::HardwareOptions& hw, int64_t gpus, int64_t global_batch) {
   int64_t simulations = 0, simulated_layouts = 0, layouts = 0;
   for (auto _ : state) {
-    sim::TraceProvider provider = [&base](const sim::TraceShape& s) -> Result<traces::Trace> {
-      models::ConfigOverrides ov;
-      ov.micro_batch = s.micro_batch;
-      ov.tp = s.tp;
-      ov.pp = s.pp;
-      ov.dp = s.dp;
-      ov.zero_stage = s.zero_stage;
-      SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c, models::ApplyOverrides(base, ov, base.name));
-      return models::BuildTrace(c, s.stage);
-    };
+    sim::TraceProvider provider = app::ModelTraceProvider(base, base.name);
     sim::PlannerOptions po;
     po.gpus = gpus;
     po.global_batch = global_batch;

@@ -14,6 +14,7 @@
 #include "sim/pipeline.h"
 #include "sim/planner.h"
 #include "sim/policy.h"
+#include "traces/step_peaks.h"
 #include "traces/storage_plan.h"
 
 namespace ssdtrain::testing {
@@ -42,7 +43,7 @@ void CheckStagePeaks(const SweepCase& c, const std::string& policy, const sim::P
         fmt::format("{} --policy {}: stage {} ({}, tp {} pp {} mb {} m {})", CaseName(c), policy,
                     stage, plan->policy, p.tp, p.pp, p.micro_batch, p.num_micro_batches);
     Result<traces::Trace> t =
-        provider(sim::TraceShape{p.micro_batch, p.tp, p.pp, stage, p.dp, p.zero_stage});
+        provider(sim::TraceShape{p.micro_batch, p.tp, p.pp, stage, p.dp, p.zero_stage, p.ep});
     if (!t.ok()) {
       out.push_back(where + ": " + t.status().message());
       continue;
@@ -52,15 +53,26 @@ void CheckStagePeaks(const SweepCase& c, const std::string& policy, const sim::P
       out.push_back(where + ": " + sp.status().message());
       continue;
     }
-    // Interleaved: k chunks of v per micro-batch; the replay's closed form for
-    // one micro-batch plus the chunks the others hold (traces::HeldByOtherChunks).
+    // Interleaved: the stage's whole step unrolled, chunk boundaries and all,
+    // as the replay runs it (traces/step_peaks.h); else the 1F1B closed form.
     const int64_t v = *schedule == sim::PipelineSchedule::kInterleaved ? p.virtual_stages : 1;
     const int64_t k = sim::ChunksInFlight(stage, p.pp, p.num_micro_batches, *schedule, v);
     const int64_t alignment = std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes);
-    traces::StaticPeaks replay = traces::WholeStepStaticPeaks(*t, *sp, v == 1 ? k : 1, alignment);
+    traces::StaticPeaks replay;
     if (v > 1) {
-      replay.device_bytes +=
-          traces::HeldByOtherChunks(traces::BetweenPasses(*t, *sp, alignment).device_bytes, k, v);
+      traces::Plan step = *plan;
+      step.pp = p.pp;
+      step.num_micro_batches = p.num_micro_batches;
+      step.schedule = p.schedule;
+      step.virtual_stages = v;
+      Result<traces::StaticPeaks> unrolled = traces::UnrolledStaticPeaks(*t, step, alignment);
+      if (!unrolled.ok()) {
+        out.push_back(where + ": " + unrolled.status().message());
+        continue;
+      }
+      replay = *unrolled;
+    } else {
+      replay = traces::WholeStepStaticPeaks(*t, *sp, k, alignment);
     }
     const sim::Prediction::StagePeak* predicted = nullptr;
     for (const auto& sp_ : r.prediction.stage_peaks) {
@@ -87,18 +99,6 @@ void CheckStagePeaks(const SweepCase& c, const std::string& policy, const sim::P
 
 }  // namespace
 
-sim::TraceProvider ModelTraceProvider(const models::ModelConfig& config, const std::string& path) {
-  return [config, path](const sim::TraceShape& s) -> Result<traces::Trace> {
-    models::ConfigOverrides ov;
-    ov.micro_batch = s.micro_batch;
-    ov.tp = s.tp;
-    ov.pp = s.pp;
-    ov.dp = s.dp;
-    ov.zero_stage = s.zero_stage;
-    SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig m, models::ApplyOverrides(config, ov, path));
-    return models::BuildTrace(m, s.stage);
-  };
-}
 
 std::vector<std::string> AllPlannerPolicies() {
   std::vector<std::string> out(std::begin(sim::kFixedPolicies), std::end(sim::kFixedPolicies));

@@ -18,15 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "app/model_provider.h"
 #include "models/model_config.h"
 #include "sim/planner.h"
 
 namespace ssdtrain::testing {
 
 // The planner's traces from a model config, as `ssdtrain plan --model` builds
-// them: each shape's micro-batch, tp, pp, dp and zero stage override the
-// config's (`path` names the config in messages).
-sim::TraceProvider ModelTraceProvider(const models::ModelConfig& config, const std::string& path);
+// them (app/model_provider.h).
+using app::ModelTraceProvider;
 
 struct SweepCase {
   std::string model;     // a model config path
