@@ -51,10 +51,10 @@
 # minutes before, and which the twin spread of a step time (I/O hidden behind
 # compute) does not measure; the gate catches a lane mispredicted by a factor.
 #
-#   scripts/accuracy.sh [--bin B] [--out DIR] [--models "tiny-gpt small-gpt"] [--cap GBps]
+#   scripts/accuracy.sh [--bin B] [--out DIR] [--models "tiny-gpt small-gpt tiny-moe"] [--cap GBps]
 #                       [--slow-cap GBps] [--median-max 0.05] [--worst-max 0.10]
 #                       [--memory-max 0.02] [--steps 2] [--rounds 3] [--whole-steps 3] [--verify]
-#                       [--capped-models "tiny-gpt small-gpt"]
+#                       [--capped-models "tiny-gpt small-gpt tiny-moe"]
 #
 # --capped-models: the models also run under --cap (default: every model).
 #
@@ -64,7 +64,7 @@
 # bytes are checked by the replay tests and the walkthrough already).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin=$root/build/app/ssdtrain out="" models="tiny-gpt small-gpt" cap=0.15 slow_cap=0.05 median_max=0.05 worst_max=0.10 memory_max=0.02 steps=2 rounds=3 whole_steps=3
+bin=$root/build/app/ssdtrain out="" models="tiny-gpt small-gpt tiny-moe" cap=0.15 slow_cap=0.05 median_max=0.05 worst_max=0.10 memory_max=0.02 steps=2 rounds=3 whole_steps=3
 verify=--no-verify
 while [[ $# -gt 0 ]]; do
   case "$1" in
