@@ -99,7 +99,6 @@ void CheckStagePeaks(const SweepCase& c, const std::string& policy, const sim::P
 
 }  // namespace
 
-
 std::vector<std::string> AllPlannerPolicies() {
   std::vector<std::string> out(std::begin(sim::kFixedPolicies), std::end(sim::kFixedPolicies));
   out.emplace_back("optimal");
