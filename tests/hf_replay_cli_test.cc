@@ -53,15 +53,6 @@ class HfReplayCli : public ::testing::Test {
     return folder.string();
   }
 
-  // `j` saved as <dir>/<name>/config.json (a composed file: none genuine was found);
-  // returns that folder.
-  std::string Composed(const std::string& name, const nlohmann::json& j) const {
-    const fs::path folder = dir_ / name;
-    fs::create_directories(folder);
-    std::ofstream(folder / "config.json") << j.dump(2);
-    return folder.string();
-  }
-
   // Traces `model` (a config folder) at kSeqLen, replays it with --verify and
   // expects a verified run that wrote to the SSD and left no file behind.
   void ExpectVerifiedReplay(const std::string& model) {
@@ -225,6 +216,19 @@ TEST_F(HfReplayCli, GemmaReducedReplaysVerified) {
                                             {"vocab_size", 1024}}));
 }
 
+// Gemma-2-9B's file reduced the same way: Gemma's block with the soft-capped scores
+// and logits, four RMSNorms per block, its sliding window (4096) longer than the
+// sequence.
+TEST_F(HfReplayCli, Gemma2ReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("gemma-2-9b", {{"hidden_size", 256},
+                                              {"num_hidden_layers", 2},
+                                              {"num_attention_heads", 8},
+                                              {"num_key_value_heads", 2},
+                                              {"head_dim", 64},
+                                              {"intermediate_size", 2048},
+                                              {"vocab_size", 1024}}));
+}
+
 // Phi-3.5-mini's file reduced the same way: Llama's block as phi3 (its longrope
 // scaling ignored: it changes no tensor).
 TEST_F(HfReplayCli, Phi35ReducedReplaysVerified) {
@@ -236,22 +240,13 @@ TEST_F(HfReplayCli, Phi35ReducedReplaysVerified) {
                                                          {"vocab_size", 1024}}));
 }
 
-// Falcon-7B's layout at a small size, composed in FalconConfig's field names (no
-// genuine copy of its config.json was found): multi-query attention (one kv head),
-// the parallel block on one LayerNorm, no biases, the tied output layer (FFN 2048,
-// so that its GELU input is offloadable at the 64 KiB floor).
-TEST_F(HfReplayCli, FalconComposedReplaysVerified) {
-  ExpectVerifiedReplay(Composed("falcon-small", {{"model_type", "falcon"},
-                                                 {"alibi", false},
-                                                 {"bias", false},
-                                                 {"ffn_hidden_size", 2048},
-                                                 {"hidden_size", 256},
-                                                 {"multi_query", true},
-                                                 {"new_decoder_architecture", false},
-                                                 {"num_attention_heads", 4},
-                                                 {"num_hidden_layers", 2},
-                                                 {"parallel_attn", true},
-                                                 {"vocab_size", 1024}}));
+// Falcon-7B's genuine file (RWConfig's names) reduced the same way: multi-query
+// attention (one kv head), the parallel block on one LayerNorm, no biases, the tied
+// output layer; width 512, so that the GELU input (4 x 512 wide, bf16) reaches the
+// 64 KiB offload floor.
+TEST_F(HfReplayCli, Falcon7BReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced(
+      "falcon-7b", {{"hidden_size", 512}, {"n_head", 8}, {"n_layer", 2}, {"vocab_size", 1024}}));
 }
 
 }  // namespace
