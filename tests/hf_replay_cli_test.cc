@@ -53,6 +53,14 @@ class HfReplayCli : public ::testing::Test {
     return folder.string();
   }
 
+  // The reduction of the grouped-query files (Qwen3, Gemma, Gemma 2): 2 layers of
+  // width 256, 8 heads of 64 (head_dim explicit) over 2 kv heads, FFN 2048.
+  static nlohmann::json GroupedQuerySizes() {
+    return {{"hidden_size", 256},       {"num_hidden_layers", 2}, {"num_attention_heads", 8},
+            {"num_key_value_heads", 2}, {"head_dim", 64},         {"intermediate_size", 2048},
+            {"vocab_size", 1024}};
+  }
+
   // Traces `model` (a config folder) at kSeqLen, replays it with --verify and
   // expects a verified run that wrote to the SSD and left no file behind.
   void ExpectVerifiedReplay(const std::string& model) {
@@ -136,13 +144,7 @@ TEST_F(HfReplayCli, GptJReducedReplaysVerified) {
 // input is offloadable at the 64 KiB floor): q/k norms, explicit head_dim
 // (64, not 256 / 8), grouped-query attention with 2 kv heads, SwiGLU, untied output.
 TEST_F(HfReplayCli, Qwen3ReducedReplaysVerified) {
-  ExpectVerifiedReplay(Reduced("qwen3-8b", {{"hidden_size", 256},
-                                            {"num_hidden_layers", 2},
-                                            {"num_attention_heads", 8},
-                                            {"num_key_value_heads", 2},
-                                            {"head_dim", 64},
-                                            {"intermediate_size", 2048},
-                                            {"vocab_size", 1024}}));
+  ExpectVerifiedReplay(Reduced("qwen3-8b", GroupedQuerySizes()));
 }
 
 // Qwen2.5-7B's file reduced the same way: the q/k/v biases.
@@ -207,26 +209,14 @@ TEST_F(HfReplayCli, PythiaReducedReplaysVerified) {
 // Gemma-7B's file reduced the same way: explicit head_dim (64, not 256 / 8), two kv
 // heads, the GeGLU MLP, RMSNorm, the output layer tied to the embeddings.
 TEST_F(HfReplayCli, GemmaReducedReplaysVerified) {
-  ExpectVerifiedReplay(Reduced("gemma-7b", {{"hidden_size", 256},
-                                            {"num_hidden_layers", 2},
-                                            {"num_attention_heads", 8},
-                                            {"num_key_value_heads", 2},
-                                            {"head_dim", 64},
-                                            {"intermediate_size", 2048},
-                                            {"vocab_size", 1024}}));
+  ExpectVerifiedReplay(Reduced("gemma-7b", GroupedQuerySizes()));
 }
 
 // Gemma-2-9B's file reduced the same way: Gemma's block with the soft-capped scores
 // and logits, four RMSNorms per block, its sliding window (4096) longer than the
 // sequence.
 TEST_F(HfReplayCli, Gemma2ReducedReplaysVerified) {
-  ExpectVerifiedReplay(Reduced("gemma-2-9b", {{"hidden_size", 256},
-                                              {"num_hidden_layers", 2},
-                                              {"num_attention_heads", 8},
-                                              {"num_key_value_heads", 2},
-                                              {"head_dim", 64},
-                                              {"intermediate_size", 2048},
-                                              {"vocab_size", 1024}}));
+  ExpectVerifiedReplay(Reduced("gemma-2-9b", GroupedQuerySizes()));
 }
 
 // Phi-3.5-mini's file reduced the same way: Llama's block as phi3 (its longrope

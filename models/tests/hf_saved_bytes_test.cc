@@ -53,15 +53,17 @@ int64_t AdjustedKorthikanti(const ModelConfig& c, const Block& blk) {
   return s * b * (bytes * widths + masks) + a * s * s * b * per_score;
 }
 
-// Every block of `model`'s real file (at its own seq_len, micro-batch 1, its dtype,
-// standard attention) saves exactly `expected` bytes.
-void ExpectEveryBlockSaves(const std::string& model, int64_t expected) {
+// `model`'s real file (at its own seq_len, micro-batch 1, its dtype, standard
+// attention): the adjusted form for `blk` equals `closed_form`, and every block saves
+// exactly that.
+void ExpectEveryBlockSaves(const std::string& model, const Block& blk, int64_t closed_form) {
   const Result<ModelConfig> c = LoadModelConfig(HfDir(model));
   ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(AdjustedKorthikanti(*c, blk), closed_form);
   const Result<traces::Trace> t = BuildTrace(*c);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   for (int l = 0; l < c->layers; ++l) {
-    EXPECT_EQ(testing::StatsOf(*t, l).saved_bytes, expected) << model << " layer " << l;
+    EXPECT_EQ(testing::StatsOf(*t, l).saved_bytes, closed_form) << model << " layer " << l;
   }
 }
 
@@ -80,46 +82,32 @@ TEST(HfSavedBytes, AdjustedFormIsKorthikantisForGpt2) {
 // LayerNorm per branch (block input, two outputs), rotary, GELU, no dropout:
 // 2048 x 2 x (3h + 3h + 2h + h + 2f) + 32 x 2048² x 2 = 2048 x 2 x 69632 + 268,435,456.
 TEST(HfSavedBytes, PythiaSavesTheAdjustedFormPerBlock) {
-  const Result<ModelConfig> c = LoadModelConfig(HfDir("pythia-6.9b-deduped"));
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  const int64_t expected = AdjustedKorthikanti(*c, {.norm_tensors = 3, .rotary = true});
-  EXPECT_EQ(expected, 2048LL * 2 * 69632 + 268435456);
-  ExpectEveryBlockSaves("pythia-6.9b-deduped", expected);
+  ExpectEveryBlockSaves("pythia-6.9b-deduped", {.norm_tensors = 3, .rotary = true},
+                        2048LL * 2 * 69632 + 268435456);
 }
 
 // Falcon-7B (bf16, s 2048, h 4544, 71 heads of 64, one kv head, f 4h): one LayerNorm
 // per parallel block, rotary, GELU, no dropout:
 // 2048 x 2 x (2h + (h + 128) + (h + 64) + h + 8h) + 71 x 2048² x 2 = 838,336,512.
 TEST(HfSavedBytes, Falcon7BSavesTheAdjustedFormPerBlock) {
-  const Result<ModelConfig> c = LoadModelConfig(HfDir("falcon-7b"));
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  const int64_t expected = AdjustedKorthikanti(*c, {.norm_tensors = 2, .rotary = true});
-  EXPECT_EQ(expected, 838336512);
-  ExpectEveryBlockSaves("falcon-7b", expected);
+  ExpectEveryBlockSaves("falcon-7b", {.norm_tensors = 2, .rotary = true}, 838336512);
 }
 
 // Gemma-7B (bf16, s 4096, h 3072, 16 heads of 256, f 24576): sequential RMSNorms,
 // rotary, q and kv 4096 wide (16 x 256, not h), GeGLU (three f-wide tensors), no
 // dropout: 4096 x 2 x (4h + 3 x 4096 + 2 x 4096 + 4096 + 3f) + 16 x 4096² x 2.
 TEST(HfSavedBytes, Gemma7BSavesTheAdjustedFormPerBlock) {
-  const Result<ModelConfig> c = LoadModelConfig(HfDir("gemma-7b"));
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  const int64_t expected =
-      AdjustedKorthikanti(*c, {.norm_tensors = 4, .rotary = true, .mlp_widths = 3});
-  EXPECT_EQ(expected, 4096LL * 2 * (4 * 3072 + 6 * 4096 + 3 * 24576) + 16LL * 4096 * 4096 * 2);
-  ExpectEveryBlockSaves("gemma-7b", expected);
+  ExpectEveryBlockSaves("gemma-7b", {.norm_tensors = 4, .rotary = true, .mlp_widths = 3},
+                        4096LL * 2 * (4 * 3072 + 6 * 4096 + 3 * 24576) + 16LL * 4096 * 4096 * 2);
 }
 
 // Phi-3.5-mini (bf16, s 4096, h 3072, 32 heads of 96, 32 kv heads, f 8192): Llama's
 // block (sequential RMSNorms, rotary, SwiGLU, no dropout):
 // 4096 x 2 x (4h + 3h + 2h + h + 3f) + 32 x 4096² x 2.
 TEST(HfSavedBytes, Phi35MiniSavesTheAdjustedFormPerBlock) {
-  const Result<ModelConfig> c = LoadModelConfig(HfDir("phi-3.5-mini-instruct"));
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  const int64_t expected =
-      AdjustedKorthikanti(*c, {.norm_tensors = 4, .rotary = true, .mlp_widths = 3});
-  EXPECT_EQ(expected, 4096LL * 2 * (10 * 3072 + 3 * 8192) + 32LL * 4096 * 4096 * 2);
-  ExpectEveryBlockSaves("phi-3.5-mini-instruct", expected);
+  ExpectEveryBlockSaves("phi-3.5-mini-instruct",
+                        {.norm_tensors = 4, .rotary = true, .mlp_widths = 3},
+                        4096LL * 2 * (10 * 3072 + 3 * 8192) + 32LL * 4096 * 4096 * 2);
 }
 
 // Gemma-2-9B (bf16, s 4096, h 3584, 16 heads of 256, 8 kv heads, f 14336): Gemma's
@@ -127,12 +115,9 @@ TEST(HfSavedBytes, Phi35MiniSavesTheAdjustedFormPerBlock) {
 // and the soft-capped scores saved beside the probabilities:
 // 4096 x 2 x (6h + (4096 + 2 x 2048) + (4096 + 2048) + 4096 + 3f) + 16 x 4096² x 2 x 2.
 TEST(HfSavedBytes, Gemma2NineBSavesTheAdjustedFormPerBlock) {
-  const Result<ModelConfig> c = LoadModelConfig(HfDir("gemma-2-9b"));
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  const int64_t expected = AdjustedKorthikanti(
-      *c, {.norm_tensors = 6, .rotary = true, .mlp_widths = 3, .softcap = true});
-  EXPECT_EQ(expected, 1753219072);
-  ExpectEveryBlockSaves("gemma-2-9b", expected);
+  ExpectEveryBlockSaves("gemma-2-9b",
+                        {.norm_tensors = 6, .rotary = true, .mlp_widths = 3, .softcap = true},
+                        1753219072);
 }
 
 }  // namespace
