@@ -302,6 +302,30 @@ TEST(HfFamilies, Gemma2SoftCapsScoresAndLogitsAndPostNormsEachBranch) {
   EXPECT_TRUE(traces::Validate(t, "gemma-2-9b").ok());
 }
 
+// With FlashAttention the scores are capped inside the kernel (no op, nothing more
+// saved); the logits' cap stays. Without the fp32 copy (an fp32 model) the loss's
+// softmax gets its own buffer: the capped logits are still read by the cap's backward.
+TEST(HfFamilies, Gemma2FlashCapsInTheKernelAndTheLossKeepsTheCappedLogits) {
+  ModelConfig c = Load(HfDir("gemma-2-9b"));
+  c.attention = "flash";
+  const traces::Trace flash = Small(c);
+  EXPECT_TRUE(HasOp(flash, "L0.attn.flash"));
+  EXPECT_FALSE(HasOp(flash, "L0.attn.softcap"));
+  EXPECT_TRUE(HasOp(flash, "logits.softcap"));
+  c.attention = "standard";
+  c.dtype = "fp32";
+  const traces::Trace fp32 = Small(c);
+  const std::vector<std::string> capped = Readers(fp32, "logits.capped");
+  EXPECT_NE(std::find(capped.begin(), capped.end(), "loss"), capped.end());
+  EXPECT_NE(std::find(capped.begin(), capped.end(), "logits.softcap.bwd"), capped.end());
+  const auto softmax =
+      std::find_if(fp32.tensors.begin(), fp32.tensors.end(),
+                   [](const traces::Tensor& t) { return t.name == "loss.softmax"; });
+  ASSERT_NE(softmax, fp32.tensors.end());
+  EXPECT_FALSE(softmax->alias_of.has_value());
+  EXPECT_TRUE(traces::Validate(fp32, "gemma-2-9b fp32").ok());
+}
+
 // What Gemma 2 may be and the trace does not model is refused naming the field.
 TEST_F(HfFamilyErrors, Gemma2RefusesWhatItDoesNotModel) {
   const std::string gemma2 = R"("model_type": "gemma2", "hidden_size": 2304,
