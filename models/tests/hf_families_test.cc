@@ -118,9 +118,9 @@ TEST(HfFamilies, NeoxParallelBlockGivesTheMlpItsOwnNorm) {
 
 // Falcon-7B's genuine config.json (tiiuae/falcon-7b as first published, in the original
 // RWConfig's names: model_type RefinedWebModel, n_head, n_layer; models/tests/hf/README.md):
-// 6.92 B (the figure the issue states for Falcon-7B, from its Hugging Face hub page; the
-// model card's table, 32 layers, d_model 4544, head_dim 64, vocabulary 65024, gives this
-// count exactly). One kv head, no biases, one LayerNorm per parallel block, tied output:
+// 6.92 B (the published figure as the issue states it for Falcon-7B; the model card's
+// table, 32 layers, d_model 4544, head_dim 64, vocabulary 65024, gives this count
+// exactly). One kv head, no biases, one LayerNorm per parallel block, tied output:
 // 65024 x 4544 + 32 x (4544 x (4544 + 2 x 64) + 4544² + 2 x 4 x 4544² + 2 x 4544)
 // + 2 x 4544 = 6,921,720,704.
 TEST(HfFamilies, Falcon7BHasItsPublishedParameterCount) {
@@ -272,11 +272,11 @@ TEST_F(HfFamilyErrors, RefinedWebFilesAreRefusedNamingTheirField) {
             File() + ": n_head: missing required field");
 }
 
-// Gemma-2-9B's genuine config.json: 9.24 B (the figure the issue states; the Gemma 2
-// report, arXiv 2408.00118, gives 917,504,000 embedding and 8,324,201,984
-// non-embedding parameters). GQA with head_dim 256 (16 x 256 = 4096, not 3584), GeGLU,
-// four RMSNorms per block, tied output: 256000 x 3584 + 42 x (2 x 3584 x 4096 + 2 x 3584
-// x 2048 + 3 x 3584 x 14336 + 4 x 3584) + 3584 = 9,241,705,984.
+// Gemma-2-9B's genuine config.json: 9.24 B (the published figure as the issue states
+// it for google/gemma-2-9b; the Gemma 2 report is arXiv 2408.00118). GQA with head_dim
+// 256 (16 x 256 = 4096, not 3584), GeGLU, four RMSNorms per block, tied output:
+// 256000 x 3584 + 42 x (2 x 3584 x 4096 + 2 x 3584 x 2048 + 3 x 3584 x 14336
+// + 4 x 3584) + 3584 = 9,241,705,984.
 TEST(HfFamilies, Gemma2NineBHasItsPublishedParameterCount) {
   const ModelConfig c = Load(HfDir("gemma-2-9b"));
   EXPECT_EQ(c.family, "gemma2");
