@@ -21,11 +21,11 @@ using detail::Str;
 using traces::detail::JsonPath;
 using traces::detail::ObjectReader;
 
-constexpr std::array<std::string_view, 15> kSupported = {
-    "bert", "falcon", "gemma", "gpt2",  "gpt_neox", "gptj",    "llama", "mistral",
-    "opt",  "phi",    "phi3",  "qwen2", "qwen3",    "roberta", "t5"};
-// Read to be refused naming the field that the trace does not model.
-constexpr std::array<std::string_view, 1> kRefused = {"gemma2"};
+constexpr std::array<std::string_view, 16> kSupported = {
+    "bert",    "falcon", "gemma", "gemma2", "gpt2",  "gpt_neox", "gptj",    "llama",
+    "mistral", "opt",    "phi",   "phi3",   "qwen2", "qwen3",    "roberta", "t5"};
+// Falcon's original RWConfig files, read by the falcon reader in their own names.
+constexpr std::array<std::string_view, 2> kFalconRw = {"RefinedWebModel", "RefinedWeb"};
 
 // seq_len and dtype: the training-time choices the file does not make.
 Status ReadTrainingDefaults(Fields& f, int64_t positions, ModelConfig* c) {
@@ -58,9 +58,11 @@ Result<int64_t> ReadFamily(Fields& f, const std::string& model_type, ModelConfig
   if (model_type == "opt") return detail::ReadOpt(f, c);
   if (model_type == "gptj") return detail::ReadGptj(f, c);
   if (model_type == "gpt_neox") return detail::ReadNeox(f, c);
-  if (model_type == "falcon") return detail::ReadFalcon(f, c);
+  if (model_type == "falcon" || OneOf(kFalconRw, model_type)) {
+    return detail::ReadFalcon(f, OneOf(kFalconRw, model_type), c);
+  }
   if (model_type == "gemma") return detail::ReadGemma(f, c);
-  if (model_type == "gemma2") return detail::ReadGemma2(f);
+  if (model_type == "gemma2") return detail::ReadGemma2(f, c);
   if (detail::IsHfMoeType(model_type)) return detail::ReadHfMoe(f, model_type, c);
   return detail::ReadLlamaLike(f, model_type, c);
 }
@@ -76,7 +78,8 @@ void ListIgnored(const nlohmann::json& j, const std::vector<std::string>& read, 
 }  // namespace
 
 std::string HfSupportedModelTypes() {
-  return List(kSupported) + "; mixture of experts: " + detail::HfMoeSupported();
+  return List(kSupported) + ", " + List(kFalconRw) +
+         "; mixture of experts: " + detail::HfMoeSupported();
 }
 
 bool IsHfConfig(const nlohmann::json& j) {
@@ -94,7 +97,7 @@ Result<ModelConfig> ModelConfigFromHfJson(const nlohmann::json& j, const std::st
                                           const std::string& name, HfReport* report) {
   SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Make(j, JsonPath(source, "")));
   SSDTRAIN_ASSIGN_OR_RETURN(std::string model_type, r.String("model_type"));
-  if (!OneOf(kSupported, model_type) && !OneOf(kRefused, model_type) &&
+  if (!OneOf(kSupported, model_type) && !OneOf(kFalconRw, model_type) &&
       !detail::IsHfMoeType(model_type)) {
     return Status::InvalidArgument(source + ": model_type: \"" + model_type +
                                    "\" is not supported (supported: " + HfSupportedModelTypes() +

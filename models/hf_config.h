@@ -22,8 +22,13 @@
 //   falcon            falcon  hidden_size, num_hidden_layers, num_attention_heads,
 //                             multi_query (one kv head), ffn_hidden_size (null: 4h),
 //                             parallel_attn
+//   RefinedWebModel,  falcon  as falcon with n_layer, n_head (RWConfig's names; its
+//   RefinedWeb                multi_query and parallel_attn default to false)
 //   gemma             gemma   as llama plus head_dim (absent: 256),
 //                             hidden_activation (null: hidden_act)
+//   gemma2            gemma2  as gemma plus attn_logit_softcapping,
+//                             final_logit_softcapping, query_pre_attn_scalar,
+//                             sliding_window (absent: Gemma2Config's 50, 30, 256, 4096)
 //   mixtral,          llama   as mistral / qwen2 / qwen3, plus the experts
 //   qwen2_moe,                (mixture of experts: hf_moe_config.cc has the mapping,
 //   qwen3_moe                 moe_config.h the model)
@@ -46,10 +51,14 @@
 // rotary, no biases (bias false), a tied output, no dropout, one kv head with
 // multi_query, parallel_attn on one LayerNorm; alibi, bias, new_decoder_architecture
 // (Falcon-40B's two LayerNorms and kv groups) and the post-LayerNorm residual are
-// refused. gemma is Llama's block with a GeGLU MLP and a tied output (its embedding
-// scaling by sqrt(hidden_size) is not traced: a constant multiply that saves
-// nothing); gemma2 is refused (attention and final-logit soft-capping, alternating
-// sliding-window layers, four norms per block). phi3 is read as llama: dropout
+// refused; the original RWConfig files (RefinedWebModel: Falcon-7B, Falcon-RW;
+// RefinedWeb: Falcon-40B) are read in their own names. gemma is Llama's block with a
+// GeGLU MLP and a tied output (its embedding scaling by sqrt(hidden_size) is not
+// traced: a constant multiply that saves nothing); gemma2 adds the soft-capping of
+// the attention scores and final logits (tanh ops, their outputs saved), a post-norm
+// per branch (four RMSNorms per block) and a sliding window on every other block,
+// which must be at least the sequence length (it then masks nothing; a shorter one,
+// or null soft-capping, is refused). phi3 is read as llama: dropout
 // rates must be 0, and a sliding window is held to llama's rule. Partial rotary
 // (phi and phi3 partial_rotary_factor, gpt_neox rotary_pct) is read and checked
 // but changes neither the tensors nor the op times (CheckRotaryFraction,

@@ -1,4 +1,5 @@
 // Hugging Face configs of gemma and gemma2 (see hf_config.h).
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -52,21 +53,57 @@ Result<int64_t> ReadGemma(Fields& f, ModelConfig* c) {
   return positions;
 }
 
-// Gemma 2 is refused: its attention and logits are soft-capped (tanh over the
-// scores and the logits, saved for the backward), every other layer attends in a
-// sliding window, and each block has four norms; the trace models none of these.
-Result<int64_t> ReadGemma2(Fields& f) {
-  if (f.Has("attn_logit_softcapping") && !f.IsNull("attn_logit_softcapping")) {
-    SSDTRAIN_ASSIGN_OR_RETURN(double cap, f.NumberOr("attn_logit_softcapping", 0.0));
-    return f.NotModelled("attn_logit_softcapping",
-                         Num(cap) + " (tanh soft-capping of the attention scores) for gemma2 is",
-                         "gemma; gemma2's soft-capping, alternating sliding-window layers and "
-                         "four norms per block are not modelled");
+// Gemma 2: Gemma's mapping, plus what Gemma2Config adds, each read and modelled:
+// tanh soft-capping of the attention scores and of the final logits (ops whose
+// outputs their backwards read), a post-norm of each branch output (four RMSNorms
+// per block), query_pre_attn_scalar (a constant scale of the scores: no tensor
+// changes), and a sliding window on every other block, modelled where it masks
+// nothing (at least the sequence length; ModelConfig::sliding_window keeps it so that
+// a longer --seq-len is refused).
+Result<int64_t> ReadGemma2(Fields& f, ModelConfig* c) {
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t positions, ReadGemma(f, c));
+  c->family = "gemma2";
+  struct Cap {
+    const char* field;
+    double fallback;  // Gemma2Config's default
+    const char* what;
+  };
+  const Cap caps[] = {{"attn_logit_softcapping", 50.0, "the attention scores"},
+                      {"final_logit_softcapping", 30.0, "the final logits"}};
+  for (const Cap& cap : caps) {
+    if (f.IsNull(cap.field)) {
+      return f.NotModelled(cap.field, std::string("null (no soft-capping of ") + cap.what + ") is",
+                           "a positive number");
+    }
+    SSDTRAIN_ASSIGN_OR_RETURN(double v, f.NumberOr(cap.field, cap.fallback));
+    if (!(v > 0)) return f.Bad(cap.field, "expected a positive number, got " + Num(v));
+    if (!f.Has(cap.field)) {
+      f.Assume(std::string(cap.field) + " " + Num(v) + ": Gemma2Config's default");
+    }
   }
-  return f.NotModelled("model_type",
-                       "\"gemma2\" (alternating sliding-window layers, four norms per block, "
-                       "final_logit_softcapping) is",
-                       "gemma");
+  SSDTRAIN_ASSIGN_OR_RETURN(double scalar, f.NumberOr("query_pre_attn_scalar", 256.0));
+  if (!(scalar > 0)) {
+    return f.Bad("query_pre_attn_scalar", "expected a positive number, got " + Num(scalar));
+  }
+  constexpr int64_t kGemma2DefaultWindow = 4096;  // Gemma2Config's sliding_window
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> window,
+                            f.OptionalSize("sliding_window", "sliding_window"));
+  if (!f.Has("sliding_window")) window = kGemma2DefaultWindow;
+  c->sliding_window = window.value_or(0);
+  const int64_t seq_len = std::min(positions, kHfDefaultSeqLen);
+  if (window && *window < seq_len) {
+    return f.NotModelled("sliding_window",
+                         Str(*window) + " (shorter than the default seq_len " + Str(seq_len) +
+                             "): attention within a window shorter than the sequence is",
+                         "at least min(max_position_embeddings, " + Str(kHfDefaultSeqLen) + ")");
+  }
+  if (window) {
+    f.Assume("sliding_window " + Str(*window) +
+             " on every other block masks nothing at seq_len <= " + Str(*window) +
+             " (a longer --seq-len is refused)");
+  }
+  f.Assume("the attention scores scaled by query_pre_attn_scalar^-0.5: a constant, no tensor");
+  return positions;
 }
 
 }  // namespace ssdtrain::models::detail

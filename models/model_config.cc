@@ -17,10 +17,11 @@ namespace {
 using traces::detail::JsonPath;
 using traces::detail::ObjectReader;
 
-constexpr std::array<std::string_view, 10> kFamilies = {"gpt", "bert", "t5",   "llama",  "phi",
-                                                        "opt", "gptj", "neox", "falcon", "gemma"};
+constexpr std::array<std::string_view, 11> kFamilies = {
+    "gpt", "bert", "t5", "llama", "phi", "opt", "gptj", "neox", "falcon", "gemma", "gemma2"};
 // The families whose attention may have fewer kv heads than query heads.
-constexpr std::array<std::string_view, 3> kGroupedQueryFamilies = {"llama", "falcon", "gemma"};
+constexpr std::array<std::string_view, 4> kGroupedQueryFamilies = {"llama", "falcon", "gemma",
+                                                                   "gemma2"};
 constexpr std::array<std::string_view, 2> kAttentions = {"standard", "flash"};
 constexpr std::array<std::string_view, 3> kDTypes = {"fp16", "bf16", "fp32"};
 constexpr std::array<std::string_view, 2> kOptimizers = {"adam", "sgd"};
@@ -56,6 +57,22 @@ Status Bad(const std::string& source, const std::string& field, const std::strin
 }
 
 std::string Str(int64_t v) { return std::to_string(v); }
+
+// A window of at least seq_len masks nothing: the windowed layers are the global
+// ones. A shorter window (attention that skips the keys outside it) is not modelled.
+Status ValidateSlidingWindow(const ModelConfig& c, const std::string& source) {
+  if (c.sliding_window == 0) return Status::Ok();
+  if (c.family != "gemma2") {
+    return Bad(source, "sliding_window", "is only modelled for the gemma2 family, not " + c.family);
+  }
+  if (c.seq_len > c.sliding_window) {
+    return Bad(source, "seq_len",
+               Str(c.seq_len) + " is longer than sliding_window " + Str(c.sliding_window) +
+                   ": attention within a window shorter than the sequence is not modelled "
+                   "(supported: seq_len <= sliding_window)");
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -121,7 +138,8 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
                                                           {"head_dim", c.head_dim},
                                                           {"encoder_layers", c.encoder_layers},
                                                           {"token_types", c.token_types},
-                                                          {"ffn_hidden", c.ffn_hidden}};
+                                                          {"ffn_hidden", c.ffn_hidden},
+                                                          {"sliding_window", c.sliding_window}};
   for (const auto& [field, value] : non_negative) {
     if (value < 0) {
       return Bad(source, field,
@@ -171,6 +189,10 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
         source, "encoder_layers",
         "only the t5 family has encoder_layers, got " + Str(c.encoder_layers) + " for " + c.family);
   }
+  if (c.family == "gemma2" && c.parallel_block) {
+    return Bad(source, "parallel_block",
+               "is not modelled for gemma2 (each branch has its own pre- and post-norm)");
+  }
   if (c.family == "t5" && c.parallel_block) {
     return Bad(source, "parallel_block",
                "is not modelled for t5 (its decoder blocks have cross-attention)");
@@ -186,6 +208,7 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
     return Bad(source, c.qkv_bias ? "qkv_bias" : "qk_norm",
                "is only modelled for the llama family, not " + c.family);
   }
+  SSDTRAIN_RETURN_IF_ERROR(ValidateSlidingWindow(c, source));
   return ValidateMoe(c, source);
 }
 
@@ -207,6 +230,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.token_types, r.IntOr("token_types", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.gated_mlp, r.BoolOr("gated_mlp", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.untied_output, r.BoolOr("untied_output", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.sliding_window, r.IntOr("sliding_window", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.vocab, r.Int("vocab"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.seq_len, r.Int("seq_len"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.micro_batch, r.IntOr("micro_batch", 1));
@@ -279,6 +303,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.token_types != 0) j["token_types"] = c.token_types;
   if (c.gated_mlp) j["gated_mlp"] = true;
   if (c.untied_output) j["untied_output"] = true;
+  if (c.sliding_window != 0) j["sliding_window"] = c.sliding_window;
   MoeFieldsToJson(c, j);
   if (c.fp16_lm_cross_entropy) j["fp16_lm_cross_entropy"] = true;
   if (c.weight_grads != "persistent") j["weight_grads"] = c.weight_grads;

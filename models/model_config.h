@@ -21,10 +21,10 @@ namespace ssdtrain::models {
 // encoder_layers for t5); every other field has the default shown.
 struct ModelConfig {
   std::string name;            // "gpt-1.3b"; equals the file's stem
-  std::string family;          // gpt, bert, t5, llama, phi, opt, gptj, neox, falcon, gemma
+  std::string family;          // gpt, bert, t5, llama, phi, opt, gptj, neox, falcon, gemma, gemma2
   int64_t hidden = 0;          // h (model width)
   int64_t heads = 0;           // a (query heads)
-  int64_t kv_heads = 0;        // grouped-query attention (llama, falcon, gemma); 0 means = heads
+  int64_t kv_heads = 0;        // grouped-query attention (llama, falcon, gemma, gemma2); 0: = heads
   int64_t head_dim = 0;        // per-head width; 0 means hidden / heads (T5-11B: 128)
   int64_t layers = 0;          // transformer blocks (for t5: encoder + decoder)
   int64_t encoder_layers = 0;  // t5 only; decoder_layers = layers - encoder_layers
@@ -38,8 +38,11 @@ struct ModelConfig {
   bool parallel_block = false;
   int64_t token_types = 0;  // bert only: segment-type rows; 0 means BERT's 2 (RoBERTa: 1)
   // t5 only (Flan-T5, T5 v1.1): what their blocks and head change from T5's.
-  bool gated_mlp = false;          // GeGLU MLP: fc1 projects to 2·ffn_hidden, gelu(gate)·up
-  bool untied_output = false;      // the output layer has its own weight, not the embeddings'
+  bool gated_mlp = false;      // GeGLU MLP: fc1 projects to 2·ffn_hidden, gelu(gate)·up
+  bool untied_output = false;  // the output layer has its own weight, not the embeddings'
+  // gemma2 only: every other block attends within this many tokens (0: none). Only
+  // a window of at least seq_len is modelled (it masks nothing).
+  int64_t sliding_window = 0;
   int64_t vocab = 0;               // tokens; padded to a multiple of 128·tp as Megatron-LM does
   int64_t seq_len = 0;             // s (tokens per sample; t5: encoder and decoder alike)
   int64_t micro_batch = 1;         // b (samples per micro-batch)
@@ -109,7 +112,7 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = null
 // The config as JSON, every field written (ModelConfigFromJson reads it back equal);
 // qkv_bias, qk_norm, parallel_block, gated_mlp, untied_output and
 // fp16_lm_cross_entropy only where true, weight_grads only where set_to_none,
-// token_types only where set, and the
+// token_types and sliding_window only where set, and the
 // MoE fields only for a MoE config, so configs without them print as before.
 nlohmann::json ToJson(const ModelConfig& c);
 // Applies overrides, then checks consistency with ValidateConfig.

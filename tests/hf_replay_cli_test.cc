@@ -53,13 +53,12 @@ class HfReplayCli : public ::testing::Test {
     return folder.string();
   }
 
-  // `j` saved as <dir>/<name>/config.json (a composed file: none genuine was found);
-  // returns that folder.
-  std::string Composed(const std::string& name, const nlohmann::json& j) const {
-    const fs::path folder = dir_ / name;
-    fs::create_directories(folder);
-    std::ofstream(folder / "config.json") << j.dump(2);
-    return folder.string();
+  // The reduction of the grouped-query files (Qwen3, Gemma, Gemma 2): 2 layers of
+  // width 256, 8 heads of 64 (head_dim explicit) over 2 kv heads, FFN 2048.
+  static nlohmann::json GroupedQuerySizes() {
+    return {{"hidden_size", 256},       {"num_hidden_layers", 2}, {"num_attention_heads", 8},
+            {"num_key_value_heads", 2}, {"head_dim", 64},         {"intermediate_size", 2048},
+            {"vocab_size", 1024}};
   }
 
   // Traces `model` (a config folder) at kSeqLen, replays it with --verify and
@@ -145,13 +144,7 @@ TEST_F(HfReplayCli, GptJReducedReplaysVerified) {
 // input is offloadable at the 64 KiB floor): q/k norms, explicit head_dim
 // (64, not 256 / 8), grouped-query attention with 2 kv heads, SwiGLU, untied output.
 TEST_F(HfReplayCli, Qwen3ReducedReplaysVerified) {
-  ExpectVerifiedReplay(Reduced("qwen3-8b", {{"hidden_size", 256},
-                                            {"num_hidden_layers", 2},
-                                            {"num_attention_heads", 8},
-                                            {"num_key_value_heads", 2},
-                                            {"head_dim", 64},
-                                            {"intermediate_size", 2048},
-                                            {"vocab_size", 1024}}));
+  ExpectVerifiedReplay(Reduced("qwen3-8b", GroupedQuerySizes()));
 }
 
 // Qwen2.5-7B's file reduced the same way: the q/k/v biases.
@@ -216,13 +209,14 @@ TEST_F(HfReplayCli, PythiaReducedReplaysVerified) {
 // Gemma-7B's file reduced the same way: explicit head_dim (64, not 256 / 8), two kv
 // heads, the GeGLU MLP, RMSNorm, the output layer tied to the embeddings.
 TEST_F(HfReplayCli, GemmaReducedReplaysVerified) {
-  ExpectVerifiedReplay(Reduced("gemma-7b", {{"hidden_size", 256},
-                                            {"num_hidden_layers", 2},
-                                            {"num_attention_heads", 8},
-                                            {"num_key_value_heads", 2},
-                                            {"head_dim", 64},
-                                            {"intermediate_size", 2048},
-                                            {"vocab_size", 1024}}));
+  ExpectVerifiedReplay(Reduced("gemma-7b", GroupedQuerySizes()));
+}
+
+// Gemma-2-9B's file reduced the same way: Gemma's block with the soft-capped scores
+// and logits, four RMSNorms per block, its sliding window (4096) longer than the
+// sequence.
+TEST_F(HfReplayCli, Gemma2ReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("gemma-2-9b", GroupedQuerySizes()));
 }
 
 // Phi-3.5-mini's file reduced the same way: Llama's block as phi3 (its longrope
@@ -236,22 +230,13 @@ TEST_F(HfReplayCli, Phi35ReducedReplaysVerified) {
                                                          {"vocab_size", 1024}}));
 }
 
-// Falcon-7B's layout at a small size, composed in FalconConfig's field names (no
-// genuine copy of its config.json was found): multi-query attention (one kv head),
-// the parallel block on one LayerNorm, no biases, the tied output layer (FFN 2048,
-// so that its GELU input is offloadable at the 64 KiB floor).
-TEST_F(HfReplayCli, FalconComposedReplaysVerified) {
-  ExpectVerifiedReplay(Composed("falcon-small", {{"model_type", "falcon"},
-                                                 {"alibi", false},
-                                                 {"bias", false},
-                                                 {"ffn_hidden_size", 2048},
-                                                 {"hidden_size", 256},
-                                                 {"multi_query", true},
-                                                 {"new_decoder_architecture", false},
-                                                 {"num_attention_heads", 4},
-                                                 {"num_hidden_layers", 2},
-                                                 {"parallel_attn", true},
-                                                 {"vocab_size", 1024}}));
+// Falcon-7B's genuine file (RWConfig's names) reduced the same way: multi-query
+// attention (one kv head), the parallel block on one LayerNorm, no biases, the tied
+// output layer; width 512, so that the GELU input (4 x 512 wide, bf16) reaches the
+// 64 KiB offload floor.
+TEST_F(HfReplayCli, Falcon7BReducedReplaysVerified) {
+  ExpectVerifiedReplay(Reduced(
+      "falcon-7b", {{"hidden_size", 512}, {"n_head", 8}, {"n_layer", 2}, {"vocab_size", 1024}}));
 }
 
 }  // namespace

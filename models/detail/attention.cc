@@ -19,7 +19,8 @@ std::vector<TensorId> BiasGradInputs(TensorId source, const TensorId* g_bias) {
 }  // namespace
 
 TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const std::string& name,
-                          TensorId q, TensorId k, TensorId v, TensorId bias, AttentionState* st) {
+                          TensorId q, TensorId k, TensorId v, TensorId bias, AttentionState* st,
+                          bool softcap) {
   st->name = name;
   st->q = q;
   st->k = k;
@@ -43,9 +44,16 @@ TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const st
   const std::vector<int64_t> scores_shape = {d.b, d.heads, d.s, d.s};
   const TensorId scores = b.Activation(name + ".scores", scores_shape, d.act);
   b.Gemm(name + ".qk", qk_inputs, {scores}, {.m = rows, .n = d.s, .k = d.d, .batch = batch});
+  TensorId logits = scores;
+  if (softcap) {
+    st->capped = b.Activation(name + ".scores_capped", scores_shape, d.act);
+    b.Op(name + ".softcap", OpKind::kElementwise, {scores}, {st->capped},
+         kSoftcapFlops * Elements(scores_shape));
+    logits = st->capped;
+  }
   st->probs = b.Activation(name + ".probs", scores_shape, d.act);
   int64_t softmax_flops = kSoftmaxFlops * Elements(scores_shape);
-  b.Op(name + ".softmax", OpKind::kSoftmax, {scores}, {st->probs}, softmax_flops);
+  b.Op(name + ".softmax", OpKind::kSoftmax, {logits}, {st->probs}, softmax_flops);
   st->dropped = st->probs;
   if (dropout) {
     st->dropped = b.Activation(name + ".probs_dropped", scores_shape, d.act);
@@ -94,9 +102,16 @@ AttentionGrads AttentionBackward(TraceBuilder& b, const Dims& d, const Attention
     b.Op(name + ".dropout.bwd", OpKind::kDropout, {st.mask, g_dropped}, {g_probs},
          kBackwardFactor * kDropoutFlops * n_scores);
   }
-  const TensorId g_scores = b.Gradient(name + ".scores.grad", scores_shape, d.act);
+  TensorId g_scores = b.Gradient(name + ".scores.grad", scores_shape, d.act);
   b.Op(name + ".softmax.bwd", OpKind::kSoftmax, {st.probs, g_probs}, {g_scores},
        kBackwardFactor * kSoftmaxFlops * n_scores);
+  if (st.capped != kNoTensor) {
+    // d/dx cap·tanh(x/cap) = 1 − (y/cap)², from the capped scores y.
+    const TensorId g_raw = b.Gradient(name + ".scores_raw.grad", scores_shape, d.act);
+    b.Op(name + ".softcap.bwd", OpKind::kElementwise, {st.capped, g_scores}, {g_raw},
+         kBackwardFactor * kSoftcapFlops * n_scores);
+    g_scores = g_raw;
+  }
   if (st.bias != kNoTensor) {
     const std::vector<TensorId> inputs = BiasGradInputs(g_scores, g_bias);
     *g_bias = b.Gradient(name + ".bias.grad", bias_shape, d.act);

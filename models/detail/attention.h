@@ -16,6 +16,7 @@ struct AttentionState {
   std::string name;
   TensorId q = kNoTensor, k = kNoTensor, v = kNoTensor;  // read by backward
   TensorId bias = kNoTensor;     // T5's relative position bias [heads, s, s], or none
+  TensorId capped = kNoTensor;   // standard with soft-capping: cap·tanh(scores/cap)
   TensorId probs = kNoTensor;    // standard: softmax output
   TensorId mask = kNoTensor;     // standard with dropout: uint8 dropout mask
   TensorId dropped = kNoTensor;  // standard: what the attention·V gemm read
@@ -28,9 +29,13 @@ struct AttentionGrads {
 };
 
 // q: [s, b, heads·d]; k, v: [s, b, kv_heads·d] (this rank's heads). Returns the
-// context [s, b, heads·d].
+// context [s, b, heads·d]. `softcap` (Gemma 2): the scores are soft-capped before
+// the softmax; standard attention runs it as its own op and saves its output (tanh's
+// backward reads it), FlashAttention inside the kernel (nothing more saved; its
+// few FLOPs per score are not counted).
 TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const std::string& name,
-                          TensorId q, TensorId k, TensorId v, TensorId bias, AttentionState* st);
+                          TensorId q, TensorId k, TensorId v, TensorId bias, AttentionState* st,
+                          bool softcap = false);
 // `*g_bias` is the running gradient of the relative position bias: read and
 // replaced when the attention has a bias.
 AttentionGrads AttentionBackward(TraceBuilder& b, const Dims& d, const AttentionState& st,

@@ -77,7 +77,7 @@ TensorId SelfAttentionBranch(TraceBuilder& b, const Dims& d, const BlockStyle& s
          kRotaryFlops * d.s * d.b * (q_width + kv_width));
   }
   const TensorId ctx = AttentionForward(b, d, style.dropout && style.attention_dropout, "attn", q,
-                                        k, v, rel_bias, &st->core);
+                                        k, v, rel_bias, &st->core, style.attn_softcap);
   TensorId y = kNoTensor;
   st->proj = RowForward(b, d, "proj", ctx, q_width, d.h, &y);
   return y;
@@ -86,7 +86,9 @@ TensorId SelfAttentionBranch(TraceBuilder& b, const Dims& d, const BlockStyle& s
 TensorId SelfAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId x,
                               TensorId rel_bias, AttentionSublayer* st) {
   const TensorId ln = NormForward(b, d, style.norm, "ln1", x, &st->norm);
-  const TensorId y = SelfAttentionBranch(b, d, style, ln, rel_bias, st);
+  TensorId y = SelfAttentionBranch(b, d, style, ln, rel_bias, st);
+  st->post_norm = style.post_norms;
+  if (st->post_norm) y = NormForward(b, d, style.norm, "post_attn_norm", y, &st->post);
   return ResidualForward(b, d, style, style.attn_bias, "attn_out", y, x, &st->residual);
 }
 
@@ -146,8 +148,10 @@ TensorId MlpForward(TraceBuilder& b, const Dims& d, const BlockStyle& style, Ten
                     const MoeSpec* moe, MlpSublayer* st) {
   const TensorId ln = NormForward(b, d, style.norm, "ln2", x, &st->norm);
   st->moe = moe != nullptr;
-  const TensorId y =
+  TensorId y =
       st->moe ? MoeBranchForward(b, d, *moe, ln, &st->routed) : MlpBranch(b, d, style, ln, st);
+  st->post_norm = style.post_norms;
+  if (st->post_norm) y = NormForward(b, d, style.norm, "post_mlp_norm", y, &st->post);
   return ResidualForward(b, d, style, style.mlp_bias, "mlp_out", y, x, &st->residual);
 }
 
@@ -195,7 +199,8 @@ TensorId AttentionBranchBackward(TraceBuilder& b, const Dims& d, const Attention
 TensorId AttentionSublayerBackward(TraceBuilder& b, const Dims& d, const AttentionSublayer& st,
                                    bool cross, TensorId g_out, TensorId* g_rel_bias,
                                    TensorId* g_encoder_out) {
-  const TensorId g_y = ResidualBackward(b, d, st.residual, g_out);
+  TensorId g_y = ResidualBackward(b, d, st.residual, g_out);
+  if (st.post_norm) g_y = NormBackward(b, d, st.post, g_y, kNoTensor);
   const TensorId g_ln = AttentionBranchBackward(b, d, st, cross, g_y, g_rel_bias, g_encoder_out);
   return NormBackward(b, d, st.norm, g_ln, g_out);
 }
@@ -227,7 +232,8 @@ TensorId MlpBranchBackward(TraceBuilder& b, const Dims& d, const MlpSublayer& st
 }
 
 TensorId MlpBackward(TraceBuilder& b, const Dims& d, const MlpSublayer& st, TensorId g_out) {
-  const TensorId g_y = ResidualBackward(b, d, st.residual, g_out);
+  TensorId g_y = ResidualBackward(b, d, st.residual, g_out);
+  if (st.post_norm) g_y = NormBackward(b, d, st.post, g_y, kNoTensor);
   const TensorId g_ln =
       st.moe ? MoeBranchBackward(b, d, st.routed, g_y) : MlpBranchBackward(b, d, st, g_y);
   return NormBackward(b, d, st.norm, g_ln, g_out);

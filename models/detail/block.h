@@ -5,7 +5,8 @@
 // A parallel block (BlockStyle::parallel; GPT-J, Phi-2) instead runs
 // x → norm → {QKV … projection, fc1 … fc2} on the one norm output, then adds
 // both outputs (each through its dropout) to x; GPT-NeoX's (parallel_two_norms)
-// gives fc1 a second norm of x.
+// gives fc1 a second norm of x. Gemma 2 (BlockStyle::post_norms) normalises each
+// branch output again before its residual add: four norms per block.
 // The forward records in BlockState what its backward reads; the backward emits
 // its ops in reverse, each reading the saved tensors it needs and the incoming
 // gradient.
@@ -37,6 +38,8 @@ struct AttentionSublayer {
   TensorId q_pre = kNoTensor, k_pre = kNoTensor;  // rotary inputs (views of the QKV output)
   AttentionState core;
   LinearState proj;
+  bool post_norm = false;  // Gemma 2: a norm of the projection output before the residual
+  NormState post;
   ResidualState residual;
 };
 
@@ -48,6 +51,8 @@ struct MlpSublayer {
   LinearState fc2;
   bool moe = false;  // a routed MLP (moe) replaces fc1 … fc2
   MoeState routed;
+  bool post_norm = false;  // Gemma 2: a norm of the MLP output before the residual
+  NormState post;
   ResidualState residual;
 };
 

@@ -16,6 +16,7 @@ inline constexpr int64_t kReluFlops = 1;
 inline constexpr int64_t kSwigluFlops = 6;     // silu of the gate, times the up projection
 inline constexpr int64_t kGegluFlops = 9;      // gelu (tanh) of the gate, times the up projection
 inline constexpr int64_t kRotaryFlops = 3;     // two multiplies and an add per element
+inline constexpr int64_t kSoftcapFlops = 3;    // cap · tanh(x / cap): divide, tanh, multiply
 inline constexpr int64_t kAddFlops = 1;        // residual add, bias add, gradient sum
 inline constexpr int64_t kLossFlops = 5;       // softmax cross-entropy per logit
 inline constexpr int64_t kBackwardFactor = 2;  // backward of a memory-bound op vs forward

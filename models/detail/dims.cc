@@ -75,13 +75,15 @@ BlockStyle StyleFor(const ModelConfig& c) {
     s.rotary = true;
     s.dropout = false;
     s.attn_bias = s.mlp_bias = false;
-  } else if (family == "gemma") {
-    // Gemma: Llama's RMSNorm and rotary, no biases or dropout, a GeGLU MLP.
+  } else if (family == "gemma" || family == "gemma2") {
+    // Gemma: Llama's RMSNorm and rotary, no biases or dropout, a GeGLU MLP. Gemma 2
+    // adds a post-norm to each branch and soft-caps the attention scores and logits.
     s.norm = NormKind::kRmsNorm;
     s.mlp = MlpKind::kGeglu;
     s.dropout = false;
     s.attn_bias = s.mlp_bias = false;
     s.rotary = true;
+    s.post_norms = s.attn_softcap = s.final_softcap = family == "gemma2";
   }
   s.parallel = c.parallel_block;
   return s;

@@ -30,6 +30,13 @@ struct BlockStyle {
   // With `parallel`: the MLP reads a norm of its own of the same block input
   // (GPT-NeoX's use_parallel_residual: input_layernorm and post_attention_layernorm).
   bool parallel_two_norms = false;
+  // Gemma 2: an RMSNorm of each branch output before its residual add
+  // (post_attention_layernorm, post_feedforward_layernorm), beside the two pre-norms.
+  bool post_norms = false;
+  // Gemma 2: tanh soft-capping of the attention scores (standard attention: its own
+  // op, whose output its backward reads) and of the final logits.
+  bool attn_softcap = false;
+  bool final_softcap = false;
 };
 
 // Sizes seen by one tensor-parallel rank. Element counts unless named otherwise.

@@ -5,7 +5,7 @@
 namespace ssdtrain::models::detail {
 
 void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transform, TensorId x,
-                 TensorId word, HeadState* st, bool output_bias) {
+                 TensorId word, HeadState* st, bool output_bias, bool final_softcap) {
   TensorId z = NormForward(b, d, norm, "final_norm", x, &st->final_norm);
   st->mlm_transform = mlm_transform;
   if (mlm_transform) {
@@ -28,12 +28,23 @@ void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transfo
                                    word, /*replicated_input=*/mlm_transform);
   st->labels = b.Input("labels", {d.b, d.s}, DType::kInt64);
   const int64_t n = Elements(b.shape(st->logits));
-  st->loss_input = st->logits;
-  if (d.fp32_loss) {
-    st->loss_input = b.Activation("logits.float", b.shape(st->logits), DType::kFp32);
-    b.Op("logits.float", OpKind::kElementwise, {st->logits}, {st->loss_input}, 0);
+  TensorId logits = st->logits;
+  if (final_softcap) {
+    st->capped = b.Activation("logits.capped", b.shape(st->logits), d.act);
+    b.Op("logits.softcap", OpKind::kElementwise, {st->logits}, {st->capped}, kSoftcapFlops * n);
+    logits = st->capped;
   }
-  st->softmax = b.View("loss.softmax", st->loss_input, b.shape(st->loss_input));
+  st->loss_input = logits;
+  if (d.fp32_loss) {
+    st->loss_input = b.Activation("logits.float", b.shape(logits), DType::kFp32);
+    b.Op("logits.float", OpKind::kElementwise, {logits}, {st->loss_input}, 0);
+  }
+  // In place over its input, unless that input is the capped logits themselves (no
+  // fp32 copy), which the soft-cap's backward still reads: then a buffer of its own.
+  st->softmax =
+      st->loss_input == st->capped
+          ? b.Activation("loss.softmax", b.shape(st->loss_input), b.tensor(st->loss_input).dtype)
+          : b.View("loss.softmax", st->loss_input, b.shape(st->loss_input));
   const TensorId loss = b.Activation("loss", {1}, DType::kFp32);
   b.Op("loss", OpKind::kLoss, {st->loss_input, st->labels}, {st->softmax, loss}, kLossFlops * n);
 }
@@ -44,10 +55,17 @@ TensorId HeadBackward(TraceBuilder& b, const Dims& d, const HeadState& st) {
   TensorId g_logits = b.View("logits.grad", st.softmax, b.shape(st.softmax), TensorKind::kGradient);
   b.Op("loss.bwd", OpKind::kLoss, {st.softmax, st.labels}, {g_logits},
        kBackwardFactor * kLossFlops * n);
-  if (st.loss_input != st.logits) {
+  if (st.loss_input != st.logits && st.loss_input != st.capped) {
     const TensorId g16 = b.Gradient("logits.grad.half", b.shape(st.logits), d.act);
     b.Op("logits.float.bwd", OpKind::kElementwise, {g_logits}, {g16}, 0);
     g_logits = g16;
+  }
+  if (st.capped != kNoTensor) {
+    // d/dx cap·tanh(x/cap) = 1 − (y/cap)², from the capped logits y.
+    const TensorId g_raw = b.Gradient("logits.raw.grad", b.shape(st.logits), d.act);
+    b.Op("logits.softcap.bwd", OpKind::kElementwise, {st.capped, g_logits}, {g_raw},
+         kBackwardFactor * kSoftcapFlops * n);
+    g_logits = g_raw;
   }
   TensorId g = ColumnBackward(b, d, st.logits_layer, {g_logits});
   if (st.mlm_transform) {

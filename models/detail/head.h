@@ -22,6 +22,7 @@ struct HeadState {
   NormState mlm_norm;
   LinearState logits_layer;
   TensorId logits = kNoTensor, labels = kNoTensor;
+  TensorId capped = kNoTensor;  // Gemma 2: cap·tanh(logits/cap), or none
   // The cross-entropy's input (logits, or their fp32 copy: Dims::fp32_loss)
   // and the softmax it saves for backward, a view of that input (in place).
   TensorId loss_input = kNoTensor, softmax = kNoTensor;
@@ -30,9 +31,11 @@ struct HeadState {
 // x: the last block's output [s_local, b, h]. `word`: the tied word table, or
 // kNoTensor for an untied output layer (Llama). `output_bias`: the logits layer
 // carries a bias (Phi-2's and GPT-J's lm_head; BERT's MLM output bias, its
-// BertLMHead.bias, on the tied logits).
+// BertLMHead.bias, on the tied logits). `final_softcap` (Gemma 2): the logits are
+// soft-capped before the loss, by an op whose output its backward reads.
 void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transform, TensorId x,
-                 TensorId word, HeadState* st, bool output_bias = false);
+                 TensorId word, HeadState* st, bool output_bias = false,
+                 bool final_softcap = false);
 // Returns the gradient of x.
 TensorId HeadBackward(TraceBuilder& b, const Dims& d, const HeadState& st);
 

@@ -165,10 +165,11 @@ Result<int64_t> ReadT5(Fields& f, ModelConfig* c);
 Result<int64_t> ReadPhi(Fields& f, ModelConfig* c);
 Result<int64_t> ReadOpt(Fields& f, ModelConfig* c);
 Result<int64_t> ReadNeox(Fields& f, ModelConfig* c);
-Result<int64_t> ReadFalcon(Fields& f, ModelConfig* c);
+// falcon, and (`rw`) the original RWConfig files (RefinedWebModel, RefinedWeb).
+Result<int64_t> ReadFalcon(Fields& f, bool rw, ModelConfig* c);
 Result<int64_t> ReadGemma(Fields& f, ModelConfig* c);
-// gemma2 is refused, naming the first field it has that the trace does not model.
-Result<int64_t> ReadGemma2(Fields& f);
+// gemma2: gemma's fields plus its soft-capping, post-norms and sliding window.
+Result<int64_t> ReadGemma2(Fields& f, ModelConfig* c);
 
 // llama, mistral, qwen2, qwen3 and their mixture-of-experts kin (mixtral,
 // qwen2_moe, qwen3_moe): RMSNorm, rotary, SwiGLU, untied; reads the attention,

@@ -30,7 +30,7 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   // GPT, BERT, OPT, Falcon and Gemma tie the output layer to the word embeddings; with pp > 1 the
   // last stage keeps its own copy, as Megatron-LM does.
   const bool tied = c.family == "gpt" || c.family == "bert" || c.family == "opt" ||
-                    c.family == "falcon" || c.family == "gemma";
+                    c.family == "falcon" || c.family == "gemma" || c.family == "gemma2";
 
   b.SetPhase(Phase::kForward);
   EmbeddingState embedding;
@@ -47,7 +47,8 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   if (last) {
     const TensorId word = tied && first ? embedding.word : kNoTensor;
     HeadForward(b, d, style.norm, c.family == "bert", x, word, &head,
-                /*output_bias=*/c.family == "phi" || c.family == "gptj" || c.family == "bert");
+                /*output_bias=*/c.family == "phi" || c.family == "gptj" || c.family == "bert",
+                style.final_softcap);
   } else {
     Send(b, "stage_output", x);
   }

@@ -73,9 +73,10 @@ TEST_F(HfConfigErrors, KvHeadsNotDividingHeadsNameTheKvHeads) {
 TEST_F(HfConfigErrors, UnknownModelTypeNamesTheSupportedOnes) {
   EXPECT_EQ(Message(R"("model_type": "rwkv", "architectures": ["RwkvForCausalLM"])"),
             File() +
-                ": model_type: \"rwkv\" is not supported (supported: bert, falcon, gemma, gpt2, "
-                "gpt_neox, gptj, llama, mistral, opt, phi, phi3, qwen2, qwen3, roberta, t5; "
-                "mixture of experts: mixtral, qwen2_moe, qwen3_moe)");
+                ": model_type: \"rwkv\" is not supported (supported: bert, falcon, gemma, gemma2, "
+                "gpt2, gpt_neox, gptj, llama, mistral, opt, phi, phi3, qwen2, qwen3, roberta, t5, "
+                "RefinedWebModel, RefinedWeb; mixture of experts: mixtral, qwen2_moe, "
+                "qwen3_moe)");
 }
 
 TEST_F(HfConfigErrors, ArchitecturesWithoutModelTypeNameTheModelType) {

@@ -137,7 +137,29 @@ TEST(ModelConfig, TpMustDivideHeadsAndKvHeads) {
 TEST(ModelConfig, GroupedQueryAttentionIsLlamaFalconAndGemmaOnly) {
   EXPECT_EQ(WithField("kv_heads", "4").message(),
             "configs/models/x.json: kv_heads: grouped-query attention (kv_heads 4 != heads 16) "
-            "is only modelled for the llama, falcon or gemma families, not gpt");
+            "is only modelled for the llama, falcon, gemma or gemma2 families, not gpt");
+}
+
+// gemma2's sliding window is modelled only where it masks nothing (seq_len <= window),
+// and only for gemma2.
+TEST(ModelConfig, SlidingWindowIsGemma2sAndAtLeastSeqLen) {
+  EXPECT_EQ(WithField("sliding_window", "4096").message(),
+            "configs/models/x.json: sliding_window: is only modelled for the gemma2 family, not "
+            "gpt");
+  nlohmann::json j = nlohmann::json::parse(kValid);
+  j["family"] = "gemma2";
+  j["sliding_window"] = j["seq_len"].get<int64_t>();
+  const Result<ModelConfig> c = ModelConfigFromJson(j, "x.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(ToJson(*c)["sliding_window"], j["seq_len"]);
+  ConfigOverrides longer;
+  longer.seq_len = c->sliding_window + 1;
+  EXPECT_EQ(ApplyOverrides(*c, longer, "x.json").status().message(),
+            "x.json with --seq-len " + std::to_string(*longer.seq_len) +
+                ": seq_len: " + std::to_string(*longer.seq_len) +
+                " is longer than sliding_window " + std::to_string(c->sliding_window) +
+                ": attention within a window shorter than the sequence is not modelled "
+                "(supported: seq_len <= sliding_window)");
 }
 
 TEST(ModelConfig, LayersMustBeDivisibleByPp) {
@@ -159,7 +181,7 @@ TEST(ModelConfig, SequenceParallelNeedsSeqLenDivisibleByTp) {
 TEST(ModelConfig, UnknownEnumValues) {
   EXPECT_EQ(WithField("family", "\"mamba\"").message(),
             "configs/models/x.json: family: unknown family \"mamba\", expected gpt, bert, t5, "
-            "llama, phi, opt, gptj, neox, falcon or gemma");
+            "llama, phi, opt, gptj, neox, falcon, gemma or gemma2");
   EXPECT_EQ(WithField("attention", "\"sparse\"").message(),
             "configs/models/x.json: attention: unknown attention \"sparse\", expected standard "
             "or flash");
