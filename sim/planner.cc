@@ -2,6 +2,9 @@
 // fit (BoundLayouts), then for each layout in bound order, each policy's
 // per-stage plans (PlanStages) judged by their whole-step prediction
 // (FitsBudget), until no remaining bound can beat the best plan that fits.
+// Interleaved candidates are ranked by the closed form of their stage peaks
+// and checked by their unrolled steps' (the printed ones) before they win:
+// in rank order, the first that fits by the printed figure is taken.
 #include "sim/planner.h"
 
 #include <algorithm>
@@ -48,6 +51,11 @@ struct Candidate {
   int64_t over_budget_bytes = 0;
   std::string shortfall;    // HostAndDiskShortfall: why it cannot run beside GPU memory
   int64_t simulations = 0;  // stage and whole-step simulations it took
+  // Whether `prediction`'s stage peaks are the printed ones: false for an
+  // interleaved candidate ranked by the closed form (traces::HeldByOtherChunks,
+  // no bound either way on the unrolled step's), which Search::Exact replaces
+  // before the candidate can win.
+  bool exact = true;
 };
 
 class Search {
@@ -111,10 +119,34 @@ class Search {
     so.unrolled_interleaved_peaks = unrolled_peaks;
     SSDTRAIN_ASSIGN_OR_RETURN(c.prediction, Simulate(c.plans.Inputs(), hw_, so));
     c.simulations = c.plans.simulations + 1;
-    c.over_budget_bytes = OverBudgetBytes(c.prediction, budget_);
-    c.shortfall = HostAndDiskShortfall(c.prediction, hw_);
-    c.fits = FitsBudget(c.prediction, budget_) && c.shortfall.empty();
+    c.exact = unrolled_peaks || l.schedule != traces::Schedule::kInterleaved;
+    Judge(c);
     return c;
+  }
+
+  // An interleaved candidate's prediction again with its stages' peaks from
+  // their unrolled steps (SimulateOptions::unrolled_interleaved_peaks, what
+  // the planner prints), and its fit judged by them. Counted; nothing to do
+  // when already exact. The step's times do not change, only the peaks.
+  Status Exact(Candidate& c) {
+    if (c.exact) return Status::Ok();
+    SimulateOptions so;
+    so.record_timeline = false;
+    so.unrolled_interleaved_peaks = true;
+    SSDTRAIN_ASSIGN_OR_RETURN(c.prediction, Simulate(c.plans.Inputs(), hw_, so));
+    ++c.simulations;
+    ++simulations_;
+    c.exact = true;
+    Judge(c);
+    return Status::Ok();
+  }
+  // Whether a candidate that fits by its prediction and is faster than `best`
+  // (the best plan that fits so far) wins, judged by its exact peaks.
+  Result<bool> Wins(Candidate& c, std::optional<double> best) {
+    const auto faster = [&] { return !best || c.prediction.metrics.tokens_per_s > *best; };
+    if (!c.fits || !faster()) return false;
+    SSDTRAIN_RETURN_IF_ERROR(Exact(c));
+    return c.fits;
   }
 
  private:
@@ -125,6 +157,12 @@ class Search {
   const int threads_;
   detail::TaskPool pool_;  // after threads_
   int64_t simulations_ = 0;
+
+  void Judge(Candidate& c) const {
+    c.over_budget_bytes = OverBudgetBytes(c.prediction, budget_);
+    c.shortfall = HostAndDiskShortfall(c.prediction, hw_);
+    c.fits = FitsBudget(c.prediction, budget_) && c.shortfall.empty();
+  }
 };
 
 nlohmann::json RokPoint(const std::string& policy, const Candidate& c) {
@@ -191,10 +229,9 @@ Status TryOtherChunkCounts(Search& search, const PlannerOptions& o, Best& best) 
     l.schedule = traces::Schedule::kInterleaved;
     l.virtual_stages = v;
     SSDTRAIN_ASSIGN_OR_RETURN(Candidate c, search.Evaluate(l, best.policy, false));
-    if (c.fits &&
-        c.prediction.metrics.tokens_per_s > best.candidate.prediction.metrics.tokens_per_s) {
-      best = Best{l, best.policy, std::move(c), best.rok};
-    }
+    SSDTRAIN_ASSIGN_OR_RETURN(const bool wins,
+                              search.Wins(c, best.candidate.prediction.metrics.tokens_per_s));
+    if (wins) best = Best{l, best.policy, std::move(c), best.rok};
   }
   return Status::Ok();
 }
@@ -212,7 +249,8 @@ bool NoPolicyHereCanWin(const std::string& policy, double tokens, std::optional<
 // the search's pool (its stages tasks of their own), each in `policies`' order up
 // to where one thread searching them in turn could stop: after keep, when
 // keep cannot beat `bar` (the best plan that fits before the window) and no
-// candidate of the layout beat it either. That thread's running best is at
+// candidate of the layout beat it either (by its closed-form fit: the exact
+// check, Search::Wins, only takes winners away). That thread's running best is at
 // least `bar`, so it stops at the same place or earlier, never later: the
 // window holds every candidate it would take, and the caller takes them in
 // its order (and counts only those). Trace shapes must be cached already.
@@ -321,9 +359,10 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
         if (!r.ok()) return r.status();
         Candidate& c = *r;
         search.Count(c);
+        SSDTRAIN_ASSIGN_OR_RETURN(const bool wins, search.Wins(c, best_tokens()));
         rok.push_back(RokPoint(policy, c));
         const double tokens = c.prediction.metrics.tokens_per_s;
-        if (c.fits && (!best_fit || tokens > *best_tokens())) {
+        if (wins) {
           best_fit = Best{l, policy, c, {}};
           best_here = true;
         }
@@ -343,12 +382,13 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
   if (best_fit) SSDTRAIN_RETURN_IF_ERROR(TryOtherChunkCounts(search, options, *best_fit));
   Best chosen = best_fit ? std::move(*best_fit) : std::move(*best_any);
   // The chosen plan's prediction: its timeline when asked; interleaved, its
-  // stages' peaks from the unrolled step (SimulateOptions::unrolled_interleaved_peaks).
-  const bool interleaved = chosen.layout.schedule == traces::Schedule::kInterleaved;
-  if (options.record_timeline || interleaved) {
+  // stages' peaks from the unrolled step (Search::Exact; a plan that fits was
+  // judged by them already).
+  if (options.record_timeline) {
     SSDTRAIN_ASSIGN_OR_RETURN(chosen.candidate, search.Evaluate(chosen.layout, chosen.policy,
                                                                 options.record_timeline, true));
   }
+  SSDTRAIN_RETURN_IF_ERROR(search.Exact(chosen.candidate));
   std::optional<PlannerResult::ScheduleComparison> comparison;
   if (chosen.layout.schedule == traces::Schedule::kInterleaved) {
     SSDTRAIN_ASSIGN_OR_RETURN(comparison, AgainstOneFOneB(search, chosen));
