@@ -124,45 +124,6 @@ TEST(SetToNone, GpipesClosedFormTakesTheFirstBackwardWithoutTheGradients) {
   EXPECT_EQ(WholeStepStaticPeaks(t, *sp, 2, 1, 2).device_bytes, 9 * kB);
 }
 
-// The closed form against the unrolled step under both settings, for every
-// schedule, stage of up to 4 and micro-batch count up to 6, kept and offloaded.
-TEST(SetToNone, TheClosedFormEqualsTheUnrolledStepsStaticPeaks) {
-  int checked = 0;
-  for (const char* weight_grads : {"persistent", "set_to_none"}) {
-    Trace t = WithOptimizer(weight_grads);
-    for (const char* schedule : {"1f1b", "gpipe"}) {
-      for (int64_t p = 1; p <= 4; ++p) {
-        for (int64_t stage = 0; stage < p; ++stage) {
-          t.header.pp = p;
-          t.header.stage = stage;
-          for (int64_t m = 1; m <= 6; ++m) {
-            for (const bool offload : {false, true}) {
-              Plan plan = Keep(t, m, schedule);
-              // a (2) to the SSD, read back before gelu_bwd (op 3).
-              if (offload)
-                plan.placements = {Placement{2, TensorAction::kOffloadSsd, 3, "a.bin", 0, 0}};
-              auto w = UnrollStep(t, plan, "p.json");
-              ASSERT_TRUE(w.ok()) << w.status().message();
-              auto unrolled = ResolvePlan(w->trace, w->plan, "unrolled");
-              auto one = ResolvePlan(t, plan, "one");
-              ASSERT_TRUE(unrolled.ok() && one.ok());
-              const int64_t k = schedule == std::string("gpipe") ? m : std::min(p - stage, m);
-              const StaticPeaks want = ComputeStaticPeaks(w->trace, *unrolled);
-              const StaticPeaks got = WholeStepStaticPeaks(t, *one, k, 1, m);
-              EXPECT_EQ(got.device_bytes, want.device_bytes)
-                  << weight_grads << " " << schedule << " p " << p << " stage " << stage << " m "
-                  << m << (offload ? " offload" : " keep");
-              EXPECT_EQ(got.activation_bytes, want.activation_bytes);
-              ++checked;
-            }
-          }
-        }
-      }
-    }
-  }
-  EXPECT_EQ(checked, 2 * 2 * 10 * 6 * 2);
-}
-
 TEST(SetToNone, TheHeaderFieldRoundTripsAndABadValueIsNamed) {
   const Trace t = WithOptimizer("set_to_none");
   nlohmann::json j = ToJson(t);
