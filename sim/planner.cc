@@ -2,9 +2,13 @@
 // fit (BoundLayouts), then for each layout in bound order, each policy's
 // per-stage plans (PlanStages) judged by their whole-step prediction
 // (FitsBudget), until no remaining bound can beat the best plan that fits.
+// Interleaved candidates are ranked by the closed form of their stage peaks;
+// the winner is checked by its unrolled steps' (the printed ones), and a
+// winner that does not fit by them is judged by them in a search again.
 #include "sim/planner.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -48,6 +52,10 @@ struct Candidate {
   int64_t over_budget_bytes = 0;
   std::string shortfall;    // HostAndDiskShortfall: why it cannot run beside GPU memory
   int64_t simulations = 0;  // stage and whole-step simulations it took
+  // Whether `prediction`'s stage peaks are the printed ones: false for an
+  // interleaved one by the closed form (traces::HeldByOtherChunks, no bound
+  // either way on the unrolled step's) until Search::Exact.
+  bool exact = true;
 };
 
 class Search {
@@ -111,10 +119,26 @@ class Search {
     so.unrolled_interleaved_peaks = unrolled_peaks;
     SSDTRAIN_ASSIGN_OR_RETURN(c.prediction, Simulate(c.plans.Inputs(), hw_, so));
     c.simulations = c.plans.simulations + 1;
-    c.over_budget_bytes = OverBudgetBytes(c.prediction, budget_);
-    c.shortfall = HostAndDiskShortfall(c.prediction, hw_);
-    c.fits = FitsBudget(c.prediction, budget_) && c.shortfall.empty();
+    c.exact = unrolled_peaks || l.schedule != traces::Schedule::kInterleaved;
+    Judge(c);
     return c;
+  }
+
+  // An interleaved candidate's prediction again with its stages' peaks from
+  // their unrolled steps (SimulateOptions::unrolled_interleaved_peaks, what
+  // the planner prints), and its fit judged by them. Counted; nothing to do
+  // when already exact. The step's times do not change, only the peaks.
+  Status Exact(Candidate& c) {
+    if (c.exact) return Status::Ok();
+    SimulateOptions so;
+    so.record_timeline = false;
+    so.unrolled_interleaved_peaks = true;
+    SSDTRAIN_ASSIGN_OR_RETURN(c.prediction, Simulate(c.plans.Inputs(), hw_, so));
+    ++c.simulations;
+    ++simulations_;
+    c.exact = true;
+    Judge(c);
+    return Status::Ok();
   }
 
  private:
@@ -125,6 +149,12 @@ class Search {
   const int threads_;
   detail::TaskPool pool_;  // after threads_
   int64_t simulations_ = 0;
+
+  void Judge(Candidate& c) const {
+    c.over_budget_bytes = OverBudgetBytes(c.prediction, budget_);
+    c.shortfall = HostAndDiskShortfall(c.prediction, hw_);
+    c.fits = FitsBudget(c.prediction, budget_) && c.shortfall.empty();
+  }
 };
 
 nlohmann::json RokPoint(const std::string& policy, const Candidate& c) {
@@ -138,11 +168,25 @@ nlohmann::json RokPoint(const std::string& policy, const Candidate& c) {
           {"worst_stage", worst.stage}};
 }
 
+// A candidate's place in the search: its layout's index among the feasible
+// ones and its policy's among those tried.
+using CandidateKey = std::pair<size_t, size_t>;
+
 struct Best {
   Layout layout;
   std::string policy;
   Candidate candidate;
   nlohmann::json rok;
+  CandidateKey key;
+};
+
+// Winners by the closed form of their interleaved stage peaks that did not fit
+// by their unrolled steps' (Search::Exact), with those predictions.
+using Refuted = std::map<CandidateKey, Candidate>;
+
+struct Pass {
+  std::optional<Best> best_fit, best_any;  // the fastest plan that fits; the least memory
+  int64_t simulated_layouts = 0;
 };
 
 PlannerResult ResultOf(Best best, int64_t budget) {
@@ -191,10 +235,12 @@ Status TryOtherChunkCounts(Search& search, const PlannerOptions& o, Best& best) 
     l.schedule = traces::Schedule::kInterleaved;
     l.virtual_stages = v;
     SSDTRAIN_ASSIGN_OR_RETURN(Candidate c, search.Evaluate(l, best.policy, false));
-    if (c.fits &&
-        c.prediction.metrics.tokens_per_s > best.candidate.prediction.metrics.tokens_per_s) {
-      best = Best{l, best.policy, std::move(c), best.rok};
+    if (!c.fits ||
+        c.prediction.metrics.tokens_per_s <= best.candidate.prediction.metrics.tokens_per_s) {
+      continue;
     }
+    SSDTRAIN_RETURN_IF_ERROR(search.Exact(c));  // judged by the printed peaks
+    if (c.fits) best = Best{l, best.policy, std::move(c), best.rok, best.key};
   }
   return Status::Ok();
 }
@@ -212,7 +258,8 @@ bool NoPolicyHereCanWin(const std::string& policy, double tokens, std::optional<
 // the search's pool (its stages tasks of their own), each in `policies`' order up
 // to where one thread searching them in turn could stop: after keep, when
 // keep cannot beat `bar` (the best plan that fits before the window) and no
-// candidate of the layout beat it either. That thread's running best is at
+// candidate of the layout beat it either (by its closed-form fit: judged
+// exactly, a refuted one only fits less). That thread's running best is at
 // least `bar`, so it stops at the same place or earlier, never later: the
 // window holds every candidate it would take, and the caller takes them in
 // its order (and counts only those). Trace shapes must be cached already.
@@ -256,6 +303,71 @@ Result<PlannerResult::ScheduleComparison> AgainstOneFOneB(Search& search, const 
 
 }  // namespace
 
+// One pass of the search over `feasible` in bound order; a candidate in
+// `refuted` is judged by its exact prediction there.
+Result<Pass> SearchLayouts(Search& search, const PlannerOptions& options,
+                           const std::vector<Layout>& feasible,
+                           const std::vector<std::string>& policies, const Refuted& refuted) {
+  Pass pass;
+  std::optional<Best>& best_fit = pass.best_fit;
+  std::optional<Best>& best_any = pass.best_any;
+  auto best_tokens = [&] {
+    return best_fit ? std::optional<double>(best_fit->candidate.prediction.metrics.tokens_per_s)
+                    : std::nullopt;
+  };
+  bool done = false;
+  for (size_t first = 0; first < feasible.size() && !done;) {
+    // The next window of layouts the bound still lets win, searched at once.
+    const std::optional<double> bar = best_tokens();
+    size_t end = first;
+    while (end < feasible.size() && end - first < static_cast<size_t>(search.threads()) &&
+           !(bar && feasible[end].bound_tokens_per_s <= *bar)) {
+      SSDTRAIN_RETURN_IF_ERROR(search.StageTraces(feasible[end]).status());
+      ++end;
+    }
+    if (end == first) break;
+    std::vector<std::vector<Result<Candidate>>> found =
+        EvaluateWindow(search, feasible, first, end, policies, bar);
+    // Taken in order, as one thread would take them.
+    for (size_t i = first; i < end; ++i) {
+      const Layout& l = feasible[i];
+      // The bound is never below a plan's throughput: no later layout can win.
+      if (best_fit && l.bound_tokens_per_s <= *best_tokens()) {
+        done = true;
+        break;
+      }
+      ++pass.simulated_layouts;
+      nlohmann::json rok = nlohmann::json::array();
+      bool best_here = false, lowest_here = false;
+      for (size_t k = 0; k < found[i - first].size(); ++k) {
+        const std::string& policy = policies[k];
+        Result<Candidate>& r = found[i - first][k];
+        if (!r.ok()) return r.status();
+        Candidate& c = *r;
+        search.Count(c);
+        if (auto it = refuted.find({i, k}); it != refuted.end()) c = it->second;
+        rok.push_back(RokPoint(policy, c));
+        const double tokens = c.prediction.metrics.tokens_per_s;
+        if (c.fits && (!best_fit || tokens > *best_tokens())) {
+          best_fit = Best{l, policy, c, {}, {i, k}};
+          best_here = true;
+        }
+        if (!best_any || c.prediction.metrics.peak_gpu_bytes <
+                             best_any->candidate.prediction.metrics.peak_gpu_bytes) {
+          best_any = Best{l, policy, std::move(c), {}, {i, k}};
+          lowest_here = true;
+        }
+        if (NoPolicyHereCanWin(policy, tokens, best_tokens(), best_here)) break;
+      }
+      if (best_here) best_fit->rok = rok;
+      if (lowest_here) best_any->rok = rok;
+      Say(options, Progress(l, best_fit));
+    }
+    first = end;
+  }
+  return pass;
+}
+
 Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOptions& hw,
                                  const PlannerOptions& options) {
   if (options.gpus < 1) return Status::InvalidArgument("--gpus: must be >= 1");
@@ -284,71 +396,45 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
     out.over_budget_bytes = bounded.min_static_bytes - budget;
     return out;
   }
-  std::optional<Best> best_fit, best_any;
+  // Interleaved candidates are ranked by the closed form of their stage peaks:
+  // the winner is checked by its unrolled steps' (the printed peaks), and when
+  // it does not fit by them the search runs again judging it by them, until
+  // its winner fits by the printed figure or no plan does.
+  Refuted refuted;
+  Pass pass;
   int64_t simulated_layouts = 0;
-  auto best_tokens = [&] {
-    return best_fit ? std::optional<double>(best_fit->candidate.prediction.metrics.tokens_per_s)
-                    : std::nullopt;
-  };
-  const std::vector<Layout>& feasible = bounded.feasible;
-  bool done = false;
-  for (size_t first = 0; first < feasible.size() && !done;) {
-    // The next window of layouts the bound still lets win, searched at once.
-    const std::optional<double> bar = best_tokens();
-    size_t end = first;
-    while (end < feasible.size() && end - first < static_cast<size_t>(search.threads()) &&
-           !(bar && feasible[end].bound_tokens_per_s <= *bar)) {
-      SSDTRAIN_RETURN_IF_ERROR(search.StageTraces(feasible[end]).status());
-      ++end;
-    }
-    if (end == first) break;
-    std::vector<std::vector<Result<Candidate>>> found =
-        EvaluateWindow(search, feasible, first, end, policies, bar);
-    // Taken in order, as one thread would take them.
-    for (size_t i = first; i < end; ++i) {
-      const Layout& l = feasible[i];
-      // The bound is never below a plan's throughput: no later layout can win.
-      if (best_fit && l.bound_tokens_per_s <= *best_tokens()) {
-        done = true;
-        break;
+  while (true) {
+    SSDTRAIN_ASSIGN_OR_RETURN(pass,
+                              SearchLayouts(search, options, bounded.feasible, policies, refuted));
+    simulated_layouts += pass.simulated_layouts;
+    if (!pass.best_fit) break;
+    Best& won = *pass.best_fit;
+    SSDTRAIN_RETURN_IF_ERROR(search.Exact(won.candidate));
+    if (won.candidate.fits) {
+      for (nlohmann::json& point : won.rok) {
+        if (point["policy"] == won.policy) point = RokPoint(won.policy, won.candidate);
       }
-      ++simulated_layouts;
-      nlohmann::json rok = nlohmann::json::array();
-      bool best_here = false, lowest_here = false;
-      for (size_t k = 0; k < found[i - first].size(); ++k) {
-        const std::string& policy = policies[k];
-        Result<Candidate>& r = found[i - first][k];
-        if (!r.ok()) return r.status();
-        Candidate& c = *r;
-        search.Count(c);
-        rok.push_back(RokPoint(policy, c));
-        const double tokens = c.prediction.metrics.tokens_per_s;
-        if (c.fits && (!best_fit || tokens > *best_tokens())) {
-          best_fit = Best{l, policy, c, {}};
-          best_here = true;
-        }
-        if (!best_any || c.prediction.metrics.peak_gpu_bytes <
-                             best_any->candidate.prediction.metrics.peak_gpu_bytes) {
-          best_any = Best{l, policy, std::move(c), {}};
-          lowest_here = true;
-        }
-        if (NoPolicyHereCanWin(policy, tokens, best_tokens(), best_here)) break;
-      }
-      if (best_here) best_fit->rok = rok;
-      if (lowest_here) best_any->rok = rok;
-      Say(options, Progress(l, best_fit));
+      break;
     }
-    first = end;
+    Say(options, Progress(won.layout, std::nullopt) + " " + won.policy +
+                     ": fits by the closed form of its interleaved peaks, not by its unrolled "
+                     "steps' (over by " +
+                     std::to_string(won.candidate.over_budget_bytes) +
+                     " bytes); searched again without it");
+    refuted.emplace(won.key, std::move(won.candidate));
   }
+  std::optional<Best>& best_fit = pass.best_fit;
+  std::optional<Best>& best_any = pass.best_any;
   if (best_fit) SSDTRAIN_RETURN_IF_ERROR(TryOtherChunkCounts(search, options, *best_fit));
   Best chosen = best_fit ? std::move(*best_fit) : std::move(*best_any);
   // The chosen plan's prediction: its timeline when asked; interleaved, its
-  // stages' peaks from the unrolled step (SimulateOptions::unrolled_interleaved_peaks).
-  const bool interleaved = chosen.layout.schedule == traces::Schedule::kInterleaved;
-  if (options.record_timeline || interleaved) {
+  // stages' peaks from the unrolled step (Search::Exact; a plan that fits was
+  // judged by them already).
+  if (options.record_timeline) {
     SSDTRAIN_ASSIGN_OR_RETURN(chosen.candidate, search.Evaluate(chosen.layout, chosen.policy,
                                                                 options.record_timeline, true));
   }
+  SSDTRAIN_RETURN_IF_ERROR(search.Exact(chosen.candidate));
   std::optional<PlannerResult::ScheduleComparison> comparison;
   if (chosen.layout.schedule == traces::Schedule::kInterleaved) {
     SSDTRAIN_ASSIGN_OR_RETURN(comparison, AgainstOneFOneB(search, chosen));

@@ -22,8 +22,13 @@
 // standing for the middle stages, each for its own micro-batches in flight
 // (sim/stage_plans.h), and judges them by the whole-step prediction it would
 // return: a plan fits when every stage's peak is within the budget
-// (sim/fit.h). The files: layouts and bound (planner_layouts.cc), per-stage
-// plans (stage_plans.cc), the fit rule (fit.cc), the search (planner.cc).
+// (sim/fit.h). Interleaved candidates are ranked by the closed form of their
+// stage peaks (traces::HeldByOtherChunks); the search's winner is judged by
+// the peaks printed, its unrolled steps' (traces/step_peaks.h), and when it does
+// not fit by them the search runs again with it judged so (the first plan in
+// rank order that fits by the printed figure wins, or none fits). The files: layouts and bound
+// (planner_layouts.cc), per-stage plans (stage_plans.cc), the fit rule (fit.cc), the search
+// (planner.cc).
 //
 // The caller supplies the traces (sim does not depend on models): a provider
 // called with a TraceShape. Calls are memoised per shape.

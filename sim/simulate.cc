@@ -270,11 +270,18 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     const StageResult& r = result_for(s);
     const int64_t k = std::max<int64_t>(v, pipe.max_in_flight[static_cast<size_t>(s)]);
     const traces::Trace& stage_trace = *stages[index_for(s)].trace;
-    const int64_t own = traces::LaterPassesHoldGradients(stage_trace, m)
-                            ? r.peak_gpu_bytes_gradients_held
-                            : r.peak_gpu_bytes;
+    // v = 1: traces::WholeStepPeak, the static walk's rule; interleaved: the
+    // chunks in flight's closed form.
+    const bool held = traces::LaterPassesHoldGradients(stage_trace, m);
+    const int64_t device =
+        v > 1 ? (held ? r.peak_gpu_bytes_gradients_held : r.peak_gpu_bytes) +
+                    traces::HeldByOtherChunks(r.between_passes_bytes, k, v)
+              : traces::WholeStepPeak(
+                    {r.peak_gpu_bytes, r.peak_gpu_bytes_gradients_held,
+                     r.peak_gpu_bytes_backward_gradients_held, r.between_passes_bytes},
+                    k, m, held);
     Prediction::StagePeak peak{
-        s, own + traces::HeldByOtherChunks(r.between_passes_bytes, k, v),
+        s, device,
         r.peak_activation_bytes +
             traces::HeldByOtherChunks(r.between_passes_activation_bytes, k, v),
         k};

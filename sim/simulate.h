@@ -25,9 +25,13 @@
 //   (traces/step_peaks.h), which the chunk boundaries' copies and the
 //   chunks' unequal parts make differ from it by a fraction of a percent.
 //   With set_to_none weight gradients and m > 1 (traces::LaterPassesHoldGradients)
-//   the one-micro-batch peak is StageResult::peak_gpu_bytes_gradients_held: the
-//   later micro-batches run beside every gradient micro-batch 0 made. (The
-//   policies' budget does not yet take those gradients off.)
+//   the later passes run beside every gradient micro-batch 0's backward made:
+//   a stage's peak is traces::WholeStepPeak of its micro-batch's simulated
+//   peaks (alone, with the gradients held, from its backward on with them
+//   held; StageResult), the static walk's rule too (WholeStepStaticPeaks), so
+//   the printed peak is the unrolled step's at every k and m
+//   (tests/set_to_none_fit_test.cc). The budget the stage simulation's
+//   backpressure holds a micro-batch to does not count those gradients.
 // - Data parallelism: each stage exchanges its weight gradients in buckets
 //   of max(4e7, 1e6·dp) parameters (Megatron's) during its last micro-batch's
 //   backward, in the order backward produces them (sim/data_parallel.h): an
@@ -75,8 +79,8 @@ struct SimulateOptions {
   // Interleaved: each stage's peaks from its whole step unrolled
   // (traces/step_peaks.h: exactly what the replay holds) instead of the
   // closed form ⌈(k − v)·between_passes/v⌉ (below). The unrolling costs about
-  // a stage's ops × m per stage, so the planner's search uses the closed form
-  // and only its chosen plan this.
+  // a stage's ops × m per stage, so the planner's search ranks by the closed
+  // form and judges its winner by this (sim/planner.h).
   bool unrolled_interleaved_peaks = false;
 };
 

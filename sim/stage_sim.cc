@@ -81,6 +81,10 @@ void StageSimulator::Sample() {
   result_.peak_gpu_bytes = std::max(result_.peak_gpu_bytes, device_bytes_);
   result_.peak_gpu_bytes_gradients_held =
       std::max(result_.peak_gpu_bytes_gradients_held, device_bytes_ + gradients_unallocated_);
+  if (between_recorded_) {
+    result_.peak_gpu_bytes_backward_gradients_held = std::max(
+        result_.peak_gpu_bytes_backward_gradients_held, device_bytes_ + gradients_unallocated_);
+  }
   result_.peak_activation_bytes = std::max(result_.peak_activation_bytes, activation_bytes_);
   result_.peak_host_bytes = std::max(result_.peak_host_bytes, host_bytes_);
   if (!options_.record_timeline) return;
@@ -276,6 +280,7 @@ void StageSimulator::RecordBetween() {
   }
   result_.between_passes_bytes = device;
   result_.between_passes_activation_bytes = activation;
+  Sample();  // the backward pass's peaks start here
 }
 
 bool StageSimulator::WritesWillFreeMemory() {

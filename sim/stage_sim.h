@@ -91,6 +91,9 @@ struct StageResult {
   // the one-micro-batch peak of a later micro-batch's passes
   // (traces::LaterPassesHoldGradients). Equals peak_gpu_bytes with persistent ones.
   int64_t peak_gpu_bytes_gradients_held = 0;
+  // The same from the first backward op on (where between_passes_bytes is
+  // taken): traces::MicroBatchPeaks::backward_gradients_held.
+  int64_t peak_gpu_bytes_backward_gradients_held = 0;
   int64_t peak_activation_bytes = 0;
   int64_t static_bytes = 0;  // resident all step (weights, grads, optimizer state)
   // What the micro-batch holds while it waits between its forward and its

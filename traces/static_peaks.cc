@@ -57,6 +57,8 @@ class StaticWalk {
     }
   }
   const StaticPeaks& peaks() const { return peaks_; }
+  // The peaks from here on only.
+  void RestartPeaks() { peaks_ = StaticPeaks{activation_, total_}; }
   // What is resident now beyond the persistent storages.
   StaticPeaks Now() const { return StaticPeaks{activation_, total_ - persistent_}; }
 
@@ -84,11 +86,17 @@ class StaticWalk {
   StaticPeaks peaks_;
 };
 
-StaticPeaks Walk(const Trace& trace, const StoragePlan& sp, int64_t alignment,
-                 bool gradients_held) {
+// `backward`: the peaks from the first backward op (its evictions applied) on.
+StaticPeaks Walk(const Trace& trace, const StoragePlan& sp, int64_t alignment, bool gradients_held,
+                 bool backward = false) {
   StaticWalk walk(sp, alignment, gradients_held);
+  bool forward = true;
   for (const Op& op : trace.ops) {
     walk.Evict(op);
+    if (backward && forward && op.phase != Phase::kForward) {
+      forward = false;
+      walk.RestartPeaks();
+    }
     walk.Run(op);
   }
   return walk.peaks();
@@ -114,14 +122,27 @@ StaticPeaks BetweenPasses(const Trace& trace, const StoragePlan& sp, int64_t ali
   return walk.Now();
 }
 
+int64_t WholeStepPeak(const MicroBatchPeaks& p, int64_t in_flight, int64_t micro_batches,
+                      bool gradients_kept_from_first) {
+  const int64_t k = std::max<int64_t>(1, in_flight);
+  if (!gradients_kept_from_first) return p.alone + (k - 1) * p.between_passes;
+  if (k < micro_batches) return p.gradients_held + (k - 1) * p.between_passes;
+  return std::max(p.alone + (k - 1) * p.between_passes,
+                  p.backward_gradients_held + std::max<int64_t>(0, k - 2) * p.between_passes);
+}
+
 StaticPeaks WholeStepStaticPeaks(const Trace& trace, const StoragePlan& sp, int64_t in_flight,
                                  int64_t alignment, int64_t micro_batches) {
-  StaticPeaks peaks = Walk(trace, sp, alignment, LaterPassesHoldGradients(trace, micro_batches));
-  if (in_flight <= 1) return peaks;
+  const bool held = LaterPassesHoldGradients(trace, micro_batches);
+  const StaticPeaks alone = Walk(trace, sp, alignment, false);
+  const StaticPeaks with = held ? Walk(trace, sp, alignment, true) : alone;
+  const StaticPeaks backward = held ? Walk(trace, sp, alignment, true, true) : alone;
   const StaticPeaks between = BetweenPasses(trace, sp, alignment);
-  peaks.device_bytes += (in_flight - 1) * between.device_bytes;
-  peaks.activation_bytes += (in_flight - 1) * between.activation_bytes;
-  return peaks;
+  auto whole = [&](int64_t StaticPeaks::*field) {
+    return WholeStepPeak({alone.*field, with.*field, backward.*field, between.*field}, in_flight,
+                         micro_batches, held);
+  };
+  return StaticPeaks{whole(&StaticPeaks::activation_bytes), whole(&StaticPeaks::device_bytes)};
 }
 
 }  // namespace ssdtrain::traces

@@ -179,14 +179,33 @@ StaticPeaks BetweenPasses(const Trace& trace, const StoragePlan& storage_plan,
                           int64_t alignment = 1);
 // Under weight_grads set_to_none with `micro_batches` > 1, micro-batch 0's
 // backward allocates every weight gradient and the later passes run with all of
-// them resident (LaterPassesHoldGradients): the one-micro-batch peak is then that
-// of the walk with the weight gradients resident from the start. This is exact
-// where a later micro-batch's pass runs beside k − 1 others, as 1F1B's steady
-// state does (m > p − stage); otherwise (GPipe, or m <= p − stage) it is an upper
-// bound. With persistent gradients or one micro-batch it is exact as above.
+// them resident (LaterPassesHoldGradients); WholeStepPeak says how that peaks.
 StaticPeaks WholeStepStaticPeaks(const Trace& trace, const StoragePlan& storage_plan,
                                  int64_t in_flight, int64_t alignment = 1,
                                  int64_t micro_batches = 1);
+// One micro-batch's peaks that a whole step's is made of, device or activation
+// bytes alike: the simulator's (sim/simulate.h, with I/O timing) and the static
+// walk's (WholeStepStaticPeaks) go through the same WholeStepPeak.
+struct MicroBatchPeaks {
+  int64_t alone = 0;           // its passes by themselves
+  int64_t gradients_held = 0;  // with every weight gradient resident from the start
+  // The same over its backward and optimizer ops alone (from the first
+  // backward op, its eviction points applied, on).
+  int64_t backward_gradients_held = 0;
+  int64_t between_passes = 0;  // what it holds while it waits between its passes
+};
+// The peak of a stage holding `in_flight` (k) micro-batches at once of the
+// step's `micro_batches` (m; 1F1B: k = min(p − stage, m), GPipe: k = m):
+// - `gradients_kept_from_first` false (persistent gradients, or m = 1): a
+//   micro-batch's passes beside k − 1 others, alone + (k − 1) · between_passes;
+// - true and k < m (1F1B's steady state): a later micro-batch's forward and
+//   backward run beside k − 1 others and every gradient, gradients_held +
+//   (k − 1) · between_passes;
+// - true and k = m (every forward before the first backward): the last forward
+//   and micro-batch 0's backward beside k − 1 others without the gradients, or
+//   micro-batch 1's backward beside k − 2 with them, whichever is higher.
+int64_t WholeStepPeak(const MicroBatchPeaks& p, int64_t in_flight, int64_t micro_batches,
+                      bool gradients_kept_from_first);
 // A whole step of `micro_batches` runs passes after micro-batch 0's backward has
 // allocated the set_to_none weight gradients (the simulator's peak follows it).
 bool LaterPassesHoldGradients(const Trace& trace, int64_t micro_batches);

@@ -1,5 +1,7 @@
 // The tiny GPT replayed on the CPU backend under both weight_grads settings
-// (models/model_config.h): the measured device peak equals the plan's
+// (models/model_config.h), at 1, 2 and 4 micro-batches of one stage (1F1B; the
+// planner's stage peaks at pp 1, 2 and 4 against the same unrolled step:
+// tests/set_to_none_fit_test.cc): the measured device peak equals the plan's
 // (traces::ComputeStaticPeaks over the unrolled step) and the simulator's
 // closed form (traces::WholeStepStaticPeaks), to the byte.
 #include <gtest/gtest.h>
@@ -79,12 +81,13 @@ TEST(ReplaySetToNone, MeasuredPeaksEqualThePredictionUnderBothSettings) {
       return offload ? traces::OffloadAllPlan(t) : traces::KeepAllPlan(t);
     };
     SCOPED_TRACE(offload ? "offload-all" : "keep");
-    Peaks one[2], two[2];
+    Peaks one[2], two[2], four[2];
     for (int i = 0; i < 2; ++i) {
       const traces::Trace& t = i == 0 ? persistent : set_to_none;
       one[i] = ReplayPeaks(t, plan_for(t), 1);
       two[i] = ReplayPeaks(t, plan_for(t), 2);
-      for (const Peaks* p : {&one[i], &two[i]}) {
+      four[i] = ReplayPeaks(t, plan_for(t), 4);
+      for (const Peaks* p : {&one[i], &two[i], &four[i]}) {
         EXPECT_EQ(p->measured, p->planned) << t.header.weight_grads;
         EXPECT_EQ(p->planned, p->closed_form) << t.header.weight_grads;
       }
@@ -94,8 +97,9 @@ TEST(ReplaySetToNone, MeasuredPeaksEqualThePredictionUnderBothSettings) {
     EXPECT_LT(one[1].measured, one[0].measured);
     EXPECT_GE(one[1].measured, one[0].measured - grads);
     EXPECT_EQ(one[1].activation, one[0].activation);
-    // Two: micro-batch 1's passes run with every gradient micro-batch 0 made.
+    // Two and four: the later passes run with every gradient micro-batch 0 made.
     EXPECT_EQ(two[1].measured, two[0].measured);
+    EXPECT_EQ(four[1].measured, four[0].measured);
   }
 }
 

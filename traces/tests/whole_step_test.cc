@@ -160,7 +160,9 @@ TEST(Validate, OnlyTensorsResidentAllStepAccumulate) {
 // of the unrolled step, for every schedule, stage, micro-batch count and kind
 // of placement: a kept, offloaded without a point, with a point in forward
 // (op 2), with a point at the end of the forward pass (op 3, also its
-// prefetch point), recomputed.
+// prefetch point), recomputed; under both weight_grads settings (set_to_none:
+// gw, op 4's output, allocated by micro-batch 0's backward and kept to the
+// step's end, traces::WholeStepPeak).
 TEST(WholeStepStaticPeaks, EqualsTheUnrolledStepsStaticPeaks) {
   Trace t = testing::SmallTrace();
   std::vector<std::vector<Placement>> plans;
@@ -175,37 +177,41 @@ TEST(WholeStepStaticPeaks, EqualsTheUnrolledStepsStaticPeaks) {
   }
   plans.push_back({Placement{2, TensorAction::kRecompute, kNoOp, "", 0, 0}});
   int checked = 0;
-  for (const char* schedule : {"1f1b", "gpipe"}) {
-    for (int64_t p = 1; p <= 4; ++p) {
-      for (int64_t stage = 0; stage < p; ++stage) {
-        t.header.pp = p;
-        t.header.stage = stage;
-        for (int64_t m = 1; m <= 6; ++m) {
-          for (const auto& placements : plans) {
-            Plan plan = OffloadA(t, m, schedule);
-            plan.placements = placements;
-            auto w = UnrollStep(t, plan, "p.json");
-            ASSERT_TRUE(w.ok()) << w.status().message();
-            auto unrolled = ResolvePlan(w->trace, w->plan, "unrolled");
-            ASSERT_TRUE(unrolled.ok()) << unrolled.status().message();
-            auto one = ResolvePlan(t, plan, "one");
-            ASSERT_TRUE(one.ok()) << one.status().message();
-            const int64_t k = schedule == std::string("gpipe") ? m : std::min(p - stage, m);
-            for (const int64_t alignment : {int64_t{1}, int64_t{256}}) {
-              const StaticPeaks want = ComputeStaticPeaks(w->trace, *unrolled, alignment);
-              const StaticPeaks got = WholeStepStaticPeaks(t, *one, k, alignment);
-              EXPECT_EQ(got.device_bytes, want.device_bytes)
-                  << schedule << " p " << p << " stage " << stage << " m " << m;
-              EXPECT_EQ(got.activation_bytes, want.activation_bytes)
-                  << schedule << " p " << p << " stage " << stage << " m " << m;
-              ++checked;
+  for (const char* weight_grads : {"persistent", "set_to_none"}) {
+    t.header.weight_grads = weight_grads;
+    for (const char* schedule : {"1f1b", "gpipe"}) {
+      for (int64_t p = 1; p <= 4; ++p) {
+        for (int64_t stage = 0; stage < p; ++stage) {
+          t.header.pp = p;
+          t.header.stage = stage;
+          for (int64_t m = 1; m <= 6; ++m) {
+            for (const auto& placements : plans) {
+              Plan plan = OffloadA(t, m, schedule);
+              plan.placements = placements;
+              auto w = UnrollStep(t, plan, "p.json");
+              ASSERT_TRUE(w.ok()) << w.status().message();
+              auto unrolled = ResolvePlan(w->trace, w->plan, "unrolled");
+              ASSERT_TRUE(unrolled.ok()) << unrolled.status().message();
+              auto one = ResolvePlan(t, plan, "one");
+              ASSERT_TRUE(one.ok()) << one.status().message();
+              const int64_t k = schedule == std::string("gpipe") ? m : std::min(p - stage, m);
+              for (const int64_t alignment : {int64_t{1}, int64_t{256}}) {
+                const StaticPeaks want = ComputeStaticPeaks(w->trace, *unrolled, alignment);
+                const StaticPeaks got = WholeStepStaticPeaks(t, *one, k, alignment, m);
+                EXPECT_EQ(got.device_bytes, want.device_bytes)
+                    << weight_grads << " " << schedule << " p " << p << " stage " << stage << " m "
+                    << m;
+                EXPECT_EQ(got.activation_bytes, want.activation_bytes)
+                    << schedule << " p " << p << " stage " << stage << " m " << m;
+                ++checked;
+              }
             }
           }
         }
       }
     }
   }
-  EXPECT_EQ(checked, 2 * 10 * 6 * 9 * 2);
+  EXPECT_EQ(checked, 2 * 2 * 10 * 6 * 9 * 2);
 }
 
 // A point at the end of the forward pass holds the storage until the next pass
