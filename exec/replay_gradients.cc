@@ -81,10 +81,17 @@ Status Replayer::CopyBucketsOut(const traces::Op& op) {
 
 // Posts, in order, the buckets whose copies have landed (all of them, waiting
 // for the copies, with `wait`), and lets the posted ones progress. Under local
-// DDP only with `wait`: nothing goes before the backward has ended.
+// DDP only with `wait`, and only once every copy has landed (one stream: the
+// last one), so that nothing goes before the backward has ended on the device.
 Status Replayer::PostBuckets(bool wait) {
   if (buckets_waited_) return Status::Ok();
-  if (!wait && traces::BucketsWaitForBackward(ddp_)) return Status::Ok();
+  if (traces::BucketsWaitForBackward(ddp_)) {
+    if (!wait) return Status::Ok();
+    if (buckets_posted_ < buckets_copied_) {
+      SSDTRAIN_RETURN_IF_ERROR(bucket_copied_[buckets_copied_ - 1]->Synchronize().WithPrefix(
+          "copying the gradients to host memory for the all-reduce"));
+    }
+  }
   while (buckets_posted_ < buckets_copied_) {
     Event& copied = *bucket_copied_[buckets_posted_];
     if (wait) {

@@ -192,11 +192,13 @@ void TraceBuilder::AddOptimizerOps() {
 // bytes_written say what they move.
 void TraceBuilder::AddMasterWeightPasses(const OptimizerGroup& g, TensorId state) {
   constexpr int64_t kFp32 = 4;
+  constexpr int64_t kUnscaleFlopsPerParam = 1;  // one multiply by 1/scale (and a finite check)
+  constexpr int64_t kNormFlopsPerParam = 2;     // square and add
   const int64_t half = traces::DTypeSize(tensor(g.weights.front()).dtype);  // 16-bit weights
   const int64_t n = g.updated;
   // The moments and the master copy: state_words_per_param words (adam 3, sgd 2).
   const int64_t words = optimizer_.state_words_per_param;
-  auto pass = [&](const std::string& name, std::vector<TensorId> inputs, int64_t flops,
+  auto pass = [&](const std::string& name, const std::vector<TensorId>& inputs, int64_t flops,
                   int64_t read_per_param, int64_t written_per_param) {
     const OpId id = Op(name, OpKind::kOptimizer, inputs, {}, flops);
     op(id).bytes_read = read_per_param * n;
@@ -209,11 +211,12 @@ void TraceBuilder::AddMasterWeightPasses(const OptimizerGroup& g, TensorId state
     // _copy_model_grads_to_main_grads: main_param.grad = model_param.grad.float().
     pass("grad_to_fp32", g.grads, 0, half, kFp32);
     // _unscale_main_grads_and_check_for_nan: torch._amp_foreach_non_finite_check_and_unscale_.
-    if (optimizer_.loss_scaling) pass("unscale_check", g.grads, n, kFp32, kFp32);
+    if (optimizer_.loss_scaling)
+      pass("unscale_check", g.grads, kUnscaleFlopsPerParam * n, kFp32, kFp32);
     // clip_grad_norm_fp32: multi_tensor_l2norm reads each main gradient once
     // (the multi_tensor_scale that follows only when the norm exceeds
     // --clip-grad is data-dependent and left out).
-    pass("grad_norm", g.grads, 2 * n, kFp32, 0);
+    pass("grad_norm", g.grads, kNormFlopsPerParam * n, kFp32, 0);
   }
   // optimizer.step() on the fp32 master weights: reads master, main gradient
   // and moments, writes master and moments.
