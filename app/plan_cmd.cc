@@ -74,6 +74,7 @@ int RunPlan(PlanCmdOptions o) {
     po.schedule = "1f1b";
   }
   if (o.virtual_stages > 0) po.virtual_stages = o.virtual_stages;
+  po.ddp = o.ddp;
   po.allow_host_offload = !o.no_host_offload;
   po.layers = in.layers;
   po.heads = in.heads;
@@ -143,14 +144,14 @@ int RunPlan(PlanCmdOptions o) {
   if (Status w = outputs.Commit(); !w.ok()) return ReportError("plan", w);
   const traces::StepMetrics& m = r->prediction.metrics;
   std::cout << fmt::format(
-      "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {}{}{} ({} micro-batches{}): step "
+      "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {}{}{}{} ({} micro-batches{}): step "
       "{:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} "
       "GiB), SSD writes {:.2f} GiB/step\n",
       in.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp, plan.pp, plan.dp,
       in.experts > 0 ? fmt::format(" ep {}", plan.ep) : "", plan.zero_stage == 1 ? " ZeRO-1" : "",
-      plan.num_micro_batches, ScheduleText(plan, in.layers),
-      static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s, m.tflops_per_gpu,
-      static_cast<double>(m.peak_gpu_bytes) / kGiB,
+      plan.ddp == "local" ? " local DDP" : "", plan.num_micro_batches,
+      ScheduleText(plan, in.layers), static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s,
+      m.tflops_per_gpu, static_cast<double>(m.peak_gpu_bytes) / kGiB,
       static_cast<double>(m.peak_activation_bytes) / kGiB,
       static_cast<double>(m.ssd_bytes_written) / kGiB);
   std::cout << fmt::format("global batch {} sequences; ",
@@ -266,6 +267,11 @@ Verb AddPlanCommand(CLI::App& app) {
                   "with --schedule interleaved: fix the model chunks per stage, v (layers / (pp x "
                   "v) is Megatron's --num-layers-per-virtual-pipeline-stage; default: search)")
       ->check(IntAtLeast(1));
+  cmd->add_option("--ddp", o->ddp,
+                  "when the data-parallel gradients are all-reduced: overlapped (each bucket "
+                  "during backward, as PyTorch DDP and Megatron's --DDP-impl torch; default) or "
+                  "local (after the whole backward of the step, Megatron's --DDP-impl local)")
+      ->check(CLI::IsMember({"overlapped", "local"}));
   cmd->add_option("-o,--output", o->output, "plan JSON to write")->required();
   cmd->add_option("--timeline", o->timeline, "Chrome/Perfetto trace of the predicted step");
   cmd->add_option("--prediction", o->prediction,

@@ -30,7 +30,8 @@ struct PlanCmdOptions {
   int64_t zero_stage = -1;  // -1: weigh 0 and 1 (--model); with --trace, 0
   int64_t ep = 0;           // expert parallelism (MoE models); 0: searched
   std::string schedule;
-  int64_t virtual_stages = 0;  // 0: searched (with --schedule interleaved)
+  int64_t virtual_stages = 0;      // 0: searched (with --schedule interleaved)
+  std::string ddp = "overlapped";  // --ddp: when the dp gradients go (traces::DdpImpl)
   bool rok = false;
   bool compare = false;      // every policy at one global batch (app/plan_compare.h)
   std::string compare_json;  // --json: the comparison as JSON

@@ -77,6 +77,8 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   SSDTRAIN_RETURN_IF_ERROR(traces::ValidatePlan(step_plan, one_micro_batch, plan_source));
   SSDTRAIN_RETURN_IF_ERROR(
       RefuseExpertParallel(std::max(step_plan.ep, one_micro_batch.header.ep), plan_source));
+  SSDTRAIN_ASSIGN_OR_RETURN(const traces::DdpImpl ddp,
+                            traces::ParseDdpImpl(step_plan.ddp, plan_source + ": ddp"));
   // The stage's whole step: its micro-batches in the schedule's order
   // (traces/whole_step.h; the simulator unrolls the same way).
   SSDTRAIN_ASSIGN_OR_RETURN(const traces::WholeStep whole,
@@ -255,7 +257,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   replayer.set_tensor_parallel(tp_index, tp_group);
   // The buckets the simulator prices too (traces/dp_buckets.h).
   if (options.sync != nullptr) {
-    replayer.set_buckets(traces::GradientBuckets(trace, std::max<int64_t>(plan.dp, 1)));
+    replayer.set_buckets(traces::GradientBuckets(trace, std::max<int64_t>(plan.dp, 1)), ddp);
   }
   {
     detail::ScopedThreadAffinity helper_affinity(device->helper_cpus());

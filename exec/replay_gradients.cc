@@ -1,6 +1,7 @@
 // Replayer: the data-parallel ranks' gradient buckets (traces/dp_buckets.h),
 // each all-reduced over the stage's ranks (exec/step_sync.h) as soon as the
-// last micro-batch's backward has produced it. See exec/detail/replayer.h.
+// last micro-batch's backward has produced it, or (the plan's ddp local) all
+// of them once the step's backward has ended. See exec/detail/replayer.h.
 #include <string>
 
 #include "exec/detail/format_bytes.h"
@@ -79,9 +80,18 @@ Status Replayer::CopyBucketsOut(const traces::Op& op) {
 }
 
 // Posts, in order, the buckets whose copies have landed (all of them, waiting
-// for the copies, with `wait`), and lets the posted ones progress.
+// for the copies, with `wait`), and lets the posted ones progress. Under local
+// DDP only with `wait`, and only once every copy has landed (one stream: the
+// last one), so that nothing goes before the backward has ended on the device.
 Status Replayer::PostBuckets(bool wait) {
   if (buckets_waited_) return Status::Ok();
+  if (traces::BucketsWaitForBackward(ddp_)) {
+    if (!wait) return Status::Ok();
+    if (buckets_posted_ < buckets_copied_) {
+      SSDTRAIN_RETURN_IF_ERROR(bucket_copied_[buckets_copied_ - 1]->Synchronize().WithPrefix(
+          "copying the gradients to host memory for the all-reduce"));
+    }
+  }
   while (buckets_posted_ < buckets_copied_) {
     Event& copied = *bucket_copied_[buckets_posted_];
     if (wait) {

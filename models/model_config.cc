@@ -27,6 +27,7 @@ constexpr std::array<std::string_view, 3> kDTypes = {"fp16", "bf16", "fp32"};
 constexpr std::array<std::string_view, 2> kOptimizers = {"adam", "sgd"};
 constexpr std::array<std::string_view, 2> kPrecisions = {"mixed", "pure"};
 constexpr std::array<std::string_view, 2> kWeightGrads = {"persistent", "set_to_none"};
+constexpr std::array<std::string_view, 2> kOptimizerSteps = {"megatron", "fused"};
 // Adam keeps two moments per parameter; momentum SGD one buffer (Megatron-LM's
 // --optimizer sgd runs torch.optim.SGD with --sgd-momentum, 0.9 by default).
 constexpr int64_t kAdamMoments = 2;
@@ -88,9 +89,9 @@ int64_t PaddedVocab(const ModelConfig& c) {
 
 int64_t OptimizerStateWordsPerParam(const ModelConfig& c) {
   const int64_t moments = c.optimizer == "sgd" ? kSgdMoments : kAdamMoments;
-  const bool master = c.precision == "mixed" && c.dtype != "fp32";
-  return moments + (master ? 1 : 0);
+  return moments + (HasMasterWeights(c) ? 1 : 0);
 }
+bool HasMasterWeights(const ModelConfig& c) { return c.precision == "mixed" && c.dtype != "fp32"; }
 std::string OptimizerStateDType(const ModelConfig& c) {
   return c.precision == "mixed" ? "fp32" : c.dtype;
 }
@@ -117,6 +118,12 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
     return Bad(source, "precision",
                "unknown precision \"" + c.precision + "\", expected " + List(kPrecisions) +
                    " (mixed: fp32 master weights; pure: none)");
+  }
+  if (!OneOf(kOptimizerSteps, c.optimizer_step)) {
+    return Bad(source, "optimizer_step",
+               "unknown value \"" + c.optimizer_step + "\", expected " + List(kOptimizerSteps) +
+                   " (megatron: Megatron-LM's mixed-precision optimizer pass by pass; fused: one "
+                   "pass)");
   }
   if (!OneOf(kWeightGrads, c.weight_grads)) {
     return Bad(source, "weight_grads",
@@ -241,6 +248,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.dtype, r.StringOr("dtype", "fp16"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.optimizer, r.StringOr("optimizer", "adam"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.precision, r.StringOr("precision", "mixed"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.optimizer_step, r.StringOr("optimizer_step", "megatron"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.zero_stage, r.IntOr("zero_stage", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dp, r.IntOr("dp", 1));
   SSDTRAIN_RETURN_IF_ERROR(ReadMoeFields(r, &c));
@@ -307,6 +315,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   MoeFieldsToJson(c, j);
   if (c.fp16_lm_cross_entropy) j["fp16_lm_cross_entropy"] = true;
   if (c.weight_grads != "persistent") j["weight_grads"] = c.weight_grads;
+  if (c.optimizer_step != "megatron") j["optimizer_step"] = c.optimizer_step;
   return j;
 }
 

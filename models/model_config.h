@@ -56,8 +56,16 @@ struct ModelConfig {
   std::string precision = "mixed";  // mixed: fp32 master weights and fp32 optimizer state;
                                     // pure: no master copy, state in dtype (the SSDTrain
                                     // paper's pure FP16). fp32 models have no master copy.
-  int64_t zero_stage = 0;           // 0, or 1: optimizer state sharded over the dp ranks
-  int64_t dp = 1;                   // data-parallel degree the state is sharded over
+  // How the mixed-precision step runs (only with fp32 master weights: precision
+  // mixed, a 16-bit dtype): "megatron" (Megatron-LM's fp16/bf16 optimizer, as
+  // its passes: 16-bit gradients copied to fp32, unscaled and checked for
+  // inf/nan under fp16's loss scaler, their norm for --clip-grad, the update
+  // on the fp32 master weights, the master weights copied back to 16 bits)
+  // or "fused" (one pass reading the 16-bit gradients and writing the 16-bit
+  // weights, as a fused mixed-precision kernel does).
+  std::string optimizer_step = "megatron";
+  int64_t zero_stage = 0;  // 0, or 1: optimizer state sharded over the dp ranks
+  int64_t dp = 1;          // data-parallel degree the state is sharded over
   // Mixture of experts (llama family only; models/moe_config.h has the rules):
   // experts = 0 is a dense model and every other field below is then unused.
   int64_t experts = 0;                   // E routed experts per MoE layer
@@ -112,6 +120,7 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = null
 // The config as JSON, every field written (ModelConfigFromJson reads it back equal);
 // qkv_bias, qk_norm, parallel_block, gated_mlp, untied_output and
 // fp16_lm_cross_entropy only where true, weight_grads only where set_to_none,
+// optimizer_step only where fused,
 // token_types and sliding_window only where set, and the
 // MoE fields only for a MoE config, so configs without them print as before.
 nlohmann::json ToJson(const ModelConfig& c);
@@ -124,7 +133,8 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // 0 < encoder_layers < layers; only llama, falcon and gemma have kv_heads other
 // than heads; only llama has qkv_bias
 // or qk_norm;
-// optimizer adam or sgd, precision mixed or pure, weight_grads persistent or
+// optimizer adam or sgd, precision mixed or pure, optimizer_step megatron or
+// fused, weight_grads persistent or
 // set_to_none, zero_stage 0 or 1, dp >= 1;
 // and the MoE rules (ValidateMoe, moe_config.h).
 Status ValidateConfig(const ModelConfig& c, const std::string& source);
@@ -141,6 +151,8 @@ int64_t PaddedVocab(const ModelConfig& c);
 // 16-bit dtype, the fp32 master copy. adam mixed fp16: 3 fp32 words (12 bytes);
 // adam pure fp16: 2 fp16 (4 bytes); sgd mixed: 2 fp32 (8 bytes); sgd pure: 1 fp16.
 int64_t OptimizerStateWordsPerParam(const ModelConfig& c);
+// fp32 master weights: mixed precision with a 16-bit dtype.
+bool HasMasterWeights(const ModelConfig& c);
 // "fp32" for mixed precision and fp32 models, else the config's dtype.
 std::string OptimizerStateDType(const ModelConfig& c);
 // Ranks the optimizer state is split over: dp with zero_stage 1, else 1.

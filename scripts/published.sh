@@ -6,7 +6,8 @@
 # formula the times are derived with); tests/published_runs_cli_test.cc runs this
 # script and holds its figures. Each run is `ssdtrain plan` pinned to its
 # published layout (tp, pp, dp, micro-batch, global batch; recompute-full, ZeRO
-# off, the model configs' fp16, sequence 2048, vocabulary 51200) on the hardware
+# off, the run's --DDP-impl as --ddp, the model configs' fp16, sequence 2048,
+# vocabulary 51200) on the hardware
 # preset; a run that does not fit the preset's GPU fails the script.
 #
 # The interleaved runs (layers_per_chunk > 0) are planned with
@@ -52,7 +53,7 @@ for run in table["runs"]:
     dp = run["gpus"] // (run["tp"] * run["pp"])
     row = {"model": run["model"], "gpus": run["gpus"], "tp": run["tp"], "pp": run["pp"],
            "dp": dp, "micro_batch": run["micro_batch"], "global_batch": run["global_batch"],
-           "published_s": run["seconds_per_iteration"]}
+           "published_s": run["seconds_per_iteration"], "ddp": run["ddp"]}
     schedule = ["--schedule", "1f1b"]
     if run["layers_per_chunk"] > 0:
         v = layers // (run["pp"] * run["layers_per_chunk"])
@@ -67,7 +68,7 @@ for run in table["runs"]:
                "--gpus", str(run["gpus"]), "--tp", str(run["tp"]), "--pp", str(run["pp"]),
                "--dp", str(dp), "--micro-batch", str(run["micro_batch"]),
                "--global-batch", str(run["global_batch"]), "--policy", "recompute-full",
-               "--zero-stage", "0"] + schedule + ["-o", plan, "--prediction", prediction]
+               "--zero-stage", "0", "--ddp", run["ddp"]] + schedule + ["-o", plan, "--prediction", prediction]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         row["status"] = "plan failed: " + done.stderr.strip().splitlines()[-1]
@@ -84,6 +85,7 @@ for run in table["runs"]:
                micro_batches=layout["num_micro_batches"],
                pipeline_s=details["pipeline_ns"] / 1e9,
                allreduce_exposed_s=details["allreduce_ns"] / 1e9,
+               planned_ddp=details["ddp"],
                optimizer_s=details["optimizer_ns"] / 1e9)
     row["error"] = (row["predicted_s"] - row["published_s"]) / row["published_s"]
     rows.append(row)
@@ -92,15 +94,15 @@ print(f"Narayanan et al. SC21 Table 1 against `ssdtrain plan` on {os.path.relpat
 print("(each run pinned to its published layout: recompute-full, ZeRO off, fp16, sequence 2048, "
       "vocabulary 51200; times in s per iteration)")
 print(f"{'model':>22} {'GPUs':>5} {'tp':>3} {'pp':>3} {'dp':>4} {'mb':>3} {'batch':>5} "
-      f"{'schedule':>12} {'predicted':>10} {'published':>10} {'error':>7} {'peak GiB':>9}")
+      f"{'schedule':>12} {'ddp':>10} {'predicted':>10} {'published':>10} {'error':>7} {'peak GiB':>9}")
 for r in rows:
     head = (f"{r['model']:>22} {r['gpus']:>5} {r['tp']:>3} {r['pp']:>3} {r['dp']:>4} "
             f"{r['micro_batch']:>3} {r['global_batch']:>5}")
     if r["status"] != "ok":
-        print(f"{head} {'':>12} {'':>10} {r['published_s']:>10.2f}  {r['status']}")
+        print(f"{head} {'':>12} {r['ddp']:>10} {'':>10} {r['published_s']:>10.2f}  {r['status']}")
         continue
     schedule = r["schedule"] + (f" v={r['virtual_stages']}" if r["schedule"] == "interleaved" else "")
-    print(f"{head} {schedule:>12} {r['predicted_s']:>10.2f} {r['published_s']:>10.2f} "
+    print(f"{head} {schedule:>12} {r['ddp']:>10} {r['predicted_s']:>10.2f} {r['published_s']:>10.2f} "
           f"{100 * r['error']:>+6.1f}% {r['peak_GiB']:>9.1f}")
 errors = [abs(r["error"]) for r in rows if r["status"] == "ok"]
 excluded = [r for r in rows if r["status"].startswith("needs")]

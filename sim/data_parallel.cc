@@ -41,7 +41,7 @@ int64_t ParameterBytes(const traces::Trace& trace) {
 
 DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
                                       const PipelineResult& pipe, int64_t dp, int64_t zero_stage,
-                                      const HardwareOptions& hw) {
+                                      traces::DdpImpl ddp, const HardwareOptions& hw) {
   const double GBps = hw.interconnect.dp_GBps, latency_us = hw.interconnect.latency_us;
   const CollectiveKind kind = GradientCollective(zero_stage);
   DataParallelStep out;
@@ -63,9 +63,11 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
     }
     const int64_t begin = pipe.last_backward_start_ns[s];
     const int64_t end = pipe.stage_end_ns[s];
+    const bool after_backward = traces::BucketsWaitForBackward(ddp);
     std::vector<BucketReady> ready;
     for (const BucketReady& x : it->second) {
-      ready.push_back(BucketReady{std::min(end, begin + x.ready_ns), x.bytes});
+      ready.push_back(
+          BucketReady{after_backward ? end : std::min(end, begin + x.ready_ns), x.bytes});
     }
     std::vector<BucketSpan>& spans = out.buckets[s];
     spans = BucketCollectives(ready, kind, dp, GBps, latency_us);

@@ -3,7 +3,9 @@
 // weight gradients with its dp peers in its trace's buckets
 // (traces/dp_buckets.h: Megatron's max(4e7, 1e6·dp) parameters, in the order
 // the backward completes them) during its last micro-batch's backward, each
-// bucket once the op that completes it has ended; zero_stage 0 all-reduces
+// bucket once the op that completes it has ended (ddp overlapped), or all of
+// them from the end of the stage's pipeline work, its last backward (ddp
+// local: traces::BucketsWaitForBackward); zero_stage 0 all-reduces
 // each bucket, 1 (Megatron's distributed optimizer) reduce-scatters it and,
 // after the optimizer, all-gathers the stage's updated parameters, not hidden
 // behind compute (Megatron's overlap_param_gather is off by default). A
@@ -19,6 +21,7 @@
 #include "sim/hardware.h"
 #include "sim/pipeline.h"
 #include "sim/stage_sim.h"
+#include "traces/dp_buckets.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::sim {
@@ -44,7 +47,7 @@ struct DataParallelStep {
 // `stages[s]` is pipeline stage s; `pipe` is the step's pipeline.
 DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
                                       const PipelineResult& pipe, int64_t dp, int64_t zero_stage,
-                                      const HardwareOptions& hw);
+                                      traces::DdpImpl ddp, const HardwareOptions& hw);
 
 // The bytes of the trace's parameters (weights, each storage once): what
 // ZeRO-1 all-gathers after the optimizer.

@@ -65,6 +65,7 @@ class Search {
       : cache_(provider),
         hw_(hw),
         budget_(budget),
+        ddp_(options.ddp),
         threads_(options.threads > 0
                      ? options.threads
                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
@@ -106,6 +107,7 @@ class Search {
     base.pp = l.pp;
     base.dp = l.dp;
     base.zero_stage = l.zero_stage;
+    base.ddp = ddp_;
     base.ep = l.ep;
     base.num_micro_batches = l.m;
     base.schedule = std::string(traces::ToString(l.schedule));
@@ -145,6 +147,7 @@ class Search {
   TraceCache cache_;
   const HardwareOptions& hw_;
   const int64_t budget_;
+  const std::string ddp_;
   PolicyOptions policy_options_;
   const int threads_;
   detail::TaskPool pool_;  // after threads_
@@ -386,7 +389,8 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
   Search search(provider, hw, options, budget);
   const auto n_layouts = static_cast<int64_t>(layouts.size());
   SSDTRAIN_ASSIGN_OR_RETURN(detail::BoundedLayouts bounded,
-                            detail::BoundLayouts(std::move(layouts), search.cache(), hw, budget));
+                            detail::BoundLayouts(std::move(layouts), search.cache(), hw, budget,
+                                                 *traces::ParseDdpImpl(options.ddp)));
   Say(options, "plan: " + std::to_string(n_layouts) + " layouts, " +
                    std::to_string(bounded.feasible.size()) +
                    " whose weights and optimizer state fit");

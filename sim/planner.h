@@ -87,6 +87,11 @@ struct PlannerOptions {
   // with both (the sharded state fits where the whole one may not; its
   // parameter all-gather costs time) and dp = 1 with 0.
   std::optional<int64_t> zero_stage;
+  // When the data-parallel gradients are exchanged (`--ddp`, the plan's ddp:
+  // traces::DdpImpl), "overlapped" or "local": a property of the training
+  // framework, not of the layout, so every layout gets it and none is
+  // searched over it.
+  std::string ddp = "overlapped";
   // "1f1b", "gpipe" or "interleaved"; unset: 1f1b (never slower than GPipe in
   // this model: the same makespan for equal stages, fewer micro-batches held)
   // and interleaved: each layout with pp >= 2 and m a multiple of pp is also

@@ -153,6 +153,7 @@ Status CheckPins(const PlannerOptions& o) {
     return Status::InvalidArgument(Flag("--zero-stage", *o.zero_stage) +
                                    ": expected 0 or 1 (1: the optimizer state sharded over dp)");
   }
+  if (Result<traces::DdpImpl> d = traces::ParseDdpImpl(o.ddp, "--ddp"); !d.ok()) return d.status();
   if (o.schedule) {
     Result<PipelineSchedule> s = ParseSchedule(*o.schedule);
     if (!s.ok()) return s.status().WithPrefix("--schedule");
@@ -269,7 +270,8 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
 }
 
 Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cache,
-                                    const HardwareOptions& hw, int64_t budget) {
+                                    const HardwareOptions& hw, int64_t budget,
+                                    traces::DdpImpl ddp) {
   std::vector<Layout> feasible;
   int64_t min_static = INT64_MAX;
   for (Layout& l : layouts) {
@@ -294,8 +296,9 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
     if (static_bytes > budget) continue;
     // The gradient exchange starts with the last micro-batch's backward at the
     // earliest (Simulate buckets it under that backward): only what outlasts
-    // that backward is certain to add to the step; ZeRO-1's parameter
-    // all-gather follows the optimizer, all of it.
+    // that backward is certain to add to the step, all of it under local DDP
+    // (it waits for that backward); ZeRO-1's parameter all-gather follows the
+    // optimizer, all of it.
     const double GBps = hw.interconnect.dp_GBps, latency_us = hw.interconnect.latency_us;
     const int64_t exchange =
         CollectiveNs(GradientCollective(l.zero_stage), grads, l.dp, GBps, latency_us);
@@ -303,8 +306,9 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
         ParamAllGatherNs(l.zero_stage, ParameterBytes(*t), l.dp, GBps, latency_us);
     // Interleaved: (m·v + pp − 1) chunks of compute / v each (sim/pipeline.h).
     const int64_t v = l.virtual_stages;
+    const int64_t hidden = traces::BucketsWaitForBackward(ddp) ? 0 : backward;
     const int64_t step =
-        (l.m * v + l.pp - 1) * compute / v + std::max<int64_t>(0, exchange - backward) + gather;
+        (l.m * v + l.pp - 1) * compute / v + std::max<int64_t>(0, exchange - hidden) + gather;
     const double tokens = static_cast<double>(l.micro_batch * l.m * l.dp * t->header.seq_len);
     l.bound_tokens_per_s = step > 0 ? tokens / (static_cast<double>(step) * 1e-9) : 0;
     feasible.push_back(l);

@@ -12,6 +12,7 @@
 #include "sim/step_timeline.h"
 #include "traces/chunks.h"
 #include "traces/collective_kind.h"
+#include "traces/dp_buckets.h"
 #include "traces/duration.h"
 #include "traces/step_peaks.h"
 #include "traces/storage_plan.h"
@@ -165,6 +166,8 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
         traces::InterleavedError(layout.pp, layout.num_micro_batches, v, first.header.layers);
     if (!why.empty()) return Status::InvalidArgument("plan: virtual_stages: interleaved " + why);
   }
+  SSDTRAIN_ASSIGN_OR_RETURN(const traces::DdpImpl ddp,
+                            traces::ParseDdpImpl(layout.ddp, "plan: ddp"));
   StageSimOptions so;
   so.gpu = options.gpu >= 0 ? options.gpu : SlowestArray(hw);
   // One micro-batch of one stage shows its ops and transfers; a whole step
@@ -255,7 +258,8 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   std::vector<StageRun> runs;
   for (int64_t s = 0; s < p; ++s) runs.push_back({stages[index_for(s)].trace, &result_for(s)});
   const DataParallelStep exchange =
-      SimulateDataParallel(runs, pipe, layout.dp, layout.zero_stage, hw);
+      SimulateDataParallel(runs, pipe, layout.dp, layout.zero_stage, ddp, hw);
+  out.ddp = std::string(traces::ToString(ddp));
   out.allreduce_busy_ns = exchange.busy_ns;
   out.allreduce_ns = exchange.gradients_done_ns - pipe.makespan_ns;  // not hidden behind backward
   out.param_all_gather_ns = exchange.param_all_gather_ns;
@@ -388,6 +392,7 @@ nlohmann::json PredictionToJson(const Prediction& p) {
                   {"allreduce_busy_ns", p.allreduce_busy_ns},
                   {"optimizer_ns", p.optimizer_ns},
                   {"param_all_gather_ns", p.param_all_gather_ns},
+                  {"ddp", p.ddp},
                   {"bubble_fraction", p.bubble_fraction},
                   {"virtual_stages", p.virtual_stages},
                   {"pipeline_sends", p.pipeline_sends},

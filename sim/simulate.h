@@ -37,7 +37,9 @@
 //   backward, in the order backward produces them (sim/data_parallel.h): an
 //   all-reduce per bucket, or with the plan's zero_stage 1 (Megatron's
 //   distributed optimizer) a reduce-scatter; only what outlasts the pipeline
-//   adds to the step. Then the optimizer, then ZeRO-1's all-gather of the
+//   adds to the step; with the plan's ddp "local" (Megatron's --DDP-impl
+//   local) no bucket starts before the stage's step backward has ended, so
+//   all of it outlasts the pipeline. Then the optimizer, then ZeRO-1's all-gather of the
 //   updated parameters.
 // With pp = 1, m = 1, dp = 1 this is exactly SimulateStage's step.
 //
@@ -97,6 +99,7 @@ struct Prediction {
   // not hidden behind backward, and all of it (the busiest stage's buckets).
   int64_t allreduce_ns = 0;
   int64_t allreduce_busy_ns = 0;
+  std::string ddp = "overlapped";  // the plan's (traces::DdpImpl): when the buckets may start
   int64_t optimizer_ns = 0;
   int64_t param_all_gather_ns = 0;  // ZeRO-1: after the optimizer, the longest stage's
   double bubble_fraction = 0;

@@ -64,6 +64,19 @@ class ReplayRanksCli : public ::testing::Test {
         File("plan.json") + " --dir " + File("offload") + " --steps 1 --verify -o " +
         File("run.json") + " " + extra);
   }
+  // mid-gpt (54.6 M fp32 parameters: two gradient buckets) as the model, and
+  // hw.json the replay hardware; false when either cannot be written.
+  bool UseMidGpt() {
+    std::ofstream(File("mid-gpt.json"))
+        << R"({"name": "mid-gpt", "family": "gpt", "hidden": 1024, "heads": 8, "layers": 4,
+               "vocab": 4096, "seq_len": 32, "micro_batch": 1, "tp": 1, "pp": 1,
+               "attention": "standard", "dtype": "fp32"})";
+    model_ = File("mid-gpt.json");
+    const Status written = testing::WriteReplayHardware(
+        SourceDir() + "/configs/hardware/cpu-local.json", File("hw.json"));
+    EXPECT_TRUE(written.ok()) << written.ToString();
+    return written.ok();
+  }
   fs::path dir_;
   std::string model_;
 };
@@ -303,14 +316,7 @@ TEST_F(ReplayStagesCli, RanksOtherThanPpTimesDpAreRefused) {
 // report) are the same bytes in the same order; the peaks are the
 // prediction's to the byte, the gradients' host copies being host memory.
 TEST_F(ReplayRanksCli, BucketsOfAModelOverFortyMillionParametersAreTheSimulatorsBytesInOrder) {
-  std::ofstream(File("mid-gpt.json"))
-      << R"({"name": "mid-gpt", "family": "gpt", "hidden": 1024, "heads": 8, "layers": 4,
-             "vocab": 4096, "seq_len": 32, "micro_batch": 1, "tp": 1, "pp": 1,
-             "attention": "standard", "dtype": "fp32"})";
-  model_ = File("mid-gpt.json");
-  const Status written = testing::WriteReplayHardware(
-      SourceDir() + "/configs/hardware/cpu-local.json", File("hw.json"));
-  ASSERT_TRUE(written.ok()) << written.ToString();
+  ASSERT_TRUE(UseMidGpt());
   auto planned = RunSsdtrain("plan --model " + model_ + " --hardware " + File("hw.json") +
                              " --gpus 2 --dp 2 --tp 1 --pp 1 --zero-stage 0 --policy keep "
                              "--micro-batch 1 --num-micro-batches 2 -o " +
@@ -364,6 +370,40 @@ TEST_F(ReplayRanksCli, BucketsOfAModelOverFortyMillionParametersAreTheSimulators
     EXPECT_EQ(rank.at("peak_activation_bytes"), peak.at("peak_activation_bytes"));
   }
   EXPECT_TRUE(fs::is_empty(File("offload")));
+}
+
+// `plan --ddp local` (Megatron's --DDP-impl local) records it, and its
+// replay posts no bucket's all-reduce before the backward has ended on the
+// device: after the op that completes the last bucket (one micro-batch, so
+// the report's op times are the whole step's, from the same step start as
+// the posts). mid-gpt's first bucket completes well before that op.
+TEST_F(ReplayRanksCli, LocalDdpPostsEveryBucketAfterTheBackward) {
+  ASSERT_TRUE(UseMidGpt());
+  auto planned = RunSsdtrain("plan --model " + model_ + " --hardware " + File("hw.json") +
+                             " --gpus 2 --dp 2 --tp 1 --pp 1 --zero-stage 0 --ddp local "
+                             "--policy keep --micro-batch 1 --num-micro-batches 1 -o " +
+                             File("plan.json"));
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  EXPECT_NE(planned.output.find("local DDP"), std::string::npos) << planned.output;
+  auto plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->ddp, "local");
+  auto r = MpiReplay(2);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto report = traces::ReadStepReport(File("run.json"));
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->verified.value_or(false));
+  const nlohmann::json& buckets = report->extra.at("gradient_buckets");
+  ASSERT_EQ(buckets.size(), 2u);
+  const auto last = buckets.back().at("after_original_op").get<traces::OpId>();
+  int64_t backward_end = -1;
+  for (const traces::OpTiming& t : report->ops) {
+    if (t.op == last) backward_end = t.end_ns;
+  }
+  ASSERT_GE(backward_end, 0) << "op " << last << " not in the report";
+  for (const nlohmann::json& b : buckets) {
+    EXPECT_GE(b.at("posted_ns").get<int64_t>(), backward_end) << b.dump();
+  }
 }
 
 }  // namespace

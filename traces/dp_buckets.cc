@@ -10,7 +10,7 @@ namespace ssdtrain::traces {
 namespace {
 
 struct Completion {
-  OpId op = kNoOp;  // the completing op; the end of backward for unwritten ones
+  OpId op = kNoOp;   // the completing op; the end of backward for unwritten ones
   int64_t rank = 0;  // position in that op's outputs; after them all when unwritten
   TensorId gradient = 0;
 };
@@ -79,5 +79,14 @@ BucketTable GradientBuckets(const Trace& trace, int64_t dp) {
   close();
   return table;
 }
+
+Result<DdpImpl> ParseDdpImpl(std::string_view s, const std::string& field) {
+  if (s == "overlapped") return DdpImpl::kOverlapped;
+  if (s == "local") return DdpImpl::kLocal;
+  return Status::InvalidArgument(field + ": expected \"overlapped\" or \"local\", got \"" +
+                                 std::string(s) + "\"");
+}
+
+std::string_view ToString(DdpImpl d) { return d == DdpImpl::kLocal ? "local" : "overlapped"; }
 
 }  // namespace ssdtrain::traces

@@ -32,8 +32,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "traces/status.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::traces {
@@ -69,5 +72,25 @@ struct BucketTable {
 // the same op's copies). `dp` >= 1; with dp == 1 the table is what the rule
 // gives, though nothing is exchanged.
 BucketTable GradientBuckets(const Trace& trace, int64_t dp);
+
+// When the buckets are exchanged: the plan's `ddp` (traces/plan.h), which the
+// simulator (sim/data_parallel.cc) and the replay (exec/replay_gradients.cc)
+// both read through BucketsWaitForBackward.
+// - kOverlapped ("overlapped", the default): each bucket as soon as it is
+//   complete, during the last micro-batch's backward (PyTorch DDP, Megatron's
+//   --DDP-impl torch, Megatron-Core's overlapped grad reduce).
+// - kLocal ("local"): Megatron-LM's --DDP-impl local (megatron/model/
+//   distributed.py at 6985e589, allreduce_gradients, called by train_step in
+//   megatron/training.py after forward_backward_func returns): nothing starts
+//   before the stage's whole backward of the step has ended, then the
+//   gradients are all-reduced, not overlapped with any compute. (Megatron
+//   packs them into one flat tensor per dtype; here the same bytes go as the
+//   table's buckets back to back, each bucket adding its ring's latency.)
+enum class DdpImpl { kOverlapped, kLocal };
+// "overlapped" or "local"; the error names `field`.
+Result<DdpImpl> ParseDdpImpl(std::string_view s, const std::string& field = "ddp");
+std::string_view ToString(DdpImpl d);
+// Whether no bucket may start before the stage's step backward has ended.
+constexpr bool BucketsWaitForBackward(DdpImpl d) { return d == DdpImpl::kLocal; }
 
 }  // namespace ssdtrain::traces

@@ -6,6 +6,7 @@
 
 #include "traces/detail/enum_names.h"
 #include "traces/detail/json_fields.h"
+#include "traces/dp_buckets.h"
 #include "traces/io.h"
 #include "traces/storage_plan.h"
 #include "traces/whole_step.h"
@@ -133,6 +134,7 @@ json ToJson(const Plan& plan) {
          {"placements", std::move(placements)},
          {"extra", plan.extra}};
   if (plan.zero_stage != 0) j["zero_stage"] = plan.zero_stage;
+  if (plan.ddp != "overlapped") j["ddp"] = plan.ddp;
   if (plan.ep != 1) j["ep"] = plan.ep;
   if (plan.virtual_stages != 1) j["virtual_stages"] = plan.virtual_stages;
   if (plan.prediction) j["prediction"] = ToJson(*plan.prediction);
@@ -167,6 +169,11 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
     return r.At("zero_stage")
         .Error("expected 0 or 1 (1: the optimizer state sharded over dp), got " +
                std::to_string(plan.zero_stage));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.ddp, r.StringOr("ddp", "overlapped"));
+  if (!ParseDdpImpl(plan.ddp).ok()) {
+    return r.At("ddp").Error("unknown value \"" + plan.ddp +
+                             "\"; expected overlapped or local (Megatron's --DDP-impl)");
   }
   SSDTRAIN_ASSIGN_OR_RETURN(plan.num_micro_batches, r.IntOr("num_micro_batches", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.schedule, r.StringOr("schedule", "1f1b"));

@@ -82,6 +82,11 @@ struct Plan {
   // gradients are reduce-scattered and the updated parameters all-gathered.
   // JSON: optional, written when 1.
   int64_t zero_stage = 0;
+  // When the data-parallel gradients are exchanged (traces/dp_buckets.h,
+  // DdpImpl): "overlapped" (default: each bucket during backward) or "local"
+  // (Megatron's --DDP-impl local: all after the step's backward). JSON:
+  // optional, written when "local".
+  std::string ddp = "overlapped";
   int64_t num_micro_batches = 1;
   std::string schedule = "1f1b";  // 1f1b, gpipe or interleaved (traces/whole_step.h)
   // Interleaved: model chunks per stage (Megatron's virtual pipeline stages,

@@ -157,7 +157,12 @@ class Replayer {
 
   // Data-parallel ranks: the stage's gradient buckets (traces/dp_buckets.h,
   // for the whole step's trace), before Init.
-  void set_buckets(traces::BucketTable table) { buckets_ = std::move(table); }
+  // `ddp` local: no bucket is posted before FinishGradients (the end of the
+  // step's backward), as the simulator holds them (traces::BucketsWaitForBackward).
+  void set_buckets(traces::BucketTable table, traces::DdpImpl ddp) {
+    buckets_ = std::move(table);
+    ddp_ = ddp;
+  }
 
   // Runs step `step` (0 is the warm-up) and removes its files. A failure is
   // "step N: ..."; the step still completes its bucket all-reduces on this
@@ -351,6 +356,7 @@ class Replayer {
 
   RankAgreement& agreement_;
   traces::BucketTable buckets_;
+  traces::DdpImpl ddp_ = traces::DdpImpl::kOverlapped;
   std::unique_ptr<HostStaging> gradient_host_;         // the buckets' host copies, back to back
   std::vector<int64_t> bucket_offset_;                 // each bucket's in gradient_host_
   std::vector<std::vector<size_t>> buckets_after_;     // by op id: the buckets it completes

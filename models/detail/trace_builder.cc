@@ -152,30 +152,78 @@ void TraceBuilder::AddOptimizerOps() {
   std::vector<std::vector<TensorId>> groups(static_cast<size_t>(max_layer + 2));
   for (TensorId w : weights_) groups[static_cast<size_t>(tensor(w).layer + 1)].push_back(w);
   phase_ = Phase::kOptimizer;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    if (groups[g].empty()) continue;
-    layer_ = static_cast<int>(g) - 1;
-    int64_t params = 0;
-    int64_t weight_bytes = 0;
-    std::vector<TensorId> inputs = groups[g];
-    for (TensorId w : groups[g]) {
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    if (groups[gi].empty()) continue;
+    layer_ = static_cast<int>(gi) - 1;
+    OptimizerGroup g;
+    g.weights = groups[gi];
+    for (TensorId w : groups[gi]) {
       int64_t elements = 1;
       for (int64_t d : tensor(w).shape) elements *= d;
-      params += elements;
-      weight_bytes += tensor(w).bytes;
-      if (last_grad_[Index(w)] != kNoTensor) inputs.push_back(last_grad_[Index(w)]);
+      g.params += elements;
+      g.weight_bytes += tensor(w).bytes;
+      if (last_grad_[Index(w)] != kNoTensor) g.grads.push_back(last_grad_[Index(w)]);
     }
+    g.updated = (g.params + shards - 1) / shards;
     const int64_t state_elements =
-        (optimizer_.state_words_per_param * params + shards - 1) / shards;
-    const int64_t updated = (params + shards - 1) / shards;
+        (optimizer_.state_words_per_param * g.params + shards - 1) / shards;
     const TensorId state = AddTensor(optimizer_.name + "_state", {state_elements},
                                      optimizer_.state_dtype, TensorKind::kOptimizerState);
+    if (optimizer_.master_passes) {
+      AddMasterWeightPasses(g, state);
+      continue;
+    }
+    std::vector<TensorId> inputs = g.weights;
+    inputs.insert(inputs.end(), g.grads.begin(), g.grads.end());
     inputs.push_back(state);
     const OpId id =
-        Op(optimizer_.name, OpKind::kOptimizer, inputs, {}, optimizer_.flops_per_param * updated);
+        Op(optimizer_.name, OpKind::kOptimizer, inputs, {}, optimizer_.flops_per_param * g.updated);
     // Updates the weights and its state in place.
-    op(id).bytes_written = weight_bytes + tensor(state).bytes;
+    op(id).bytes_written = g.weight_bytes + tensor(state).bytes;
   }
+}
+
+// Megatron-LM's Float16OptimizerWithFloat16Params.step (megatron/optimizer/
+// optimizer.py at 6985e589), pass by pass, each over the `updated` parameters
+// in place: bytes per parameter, with 16-bit weights and gradients (2 bytes)
+// and fp32 master weights, moments and main gradients (4 bytes). The fp32
+// main gradients are not traced as tensors: the passes after the first read
+// and write them through the 16-bit gradients' ids, and bytes_read and
+// bytes_written say what they move.
+void TraceBuilder::AddMasterWeightPasses(const OptimizerGroup& g, TensorId state) {
+  constexpr int64_t kFp32 = 4;
+  constexpr int64_t kUnscaleFlopsPerParam = 1;  // one multiply by 1/scale (and a finite check)
+  constexpr int64_t kNormFlopsPerParam = 2;     // square and add
+  const int64_t half = traces::DTypeSize(tensor(g.weights.front()).dtype);  // 16-bit weights
+  const int64_t n = g.updated;
+  // The moments and the master copy: state_words_per_param words (adam 3, sgd 2).
+  const int64_t words = optimizer_.state_words_per_param;
+  auto pass = [&](const std::string& name, const std::vector<TensorId>& inputs, int64_t flops,
+                  int64_t read_per_param, int64_t written_per_param) {
+    const OpId id = Op(name, OpKind::kOptimizer, inputs, {}, flops);
+    op(id).bytes_read = read_per_param * n;
+    op(id).bytes_written = written_per_param * n;
+  };
+  std::vector<TensorId> update = g.weights;
+  update.insert(update.end(), g.grads.begin(), g.grads.end());
+  update.push_back(state);
+  if (!g.grads.empty()) {
+    // _copy_model_grads_to_main_grads: main_param.grad = model_param.grad.float().
+    pass("grad_to_fp32", g.grads, 0, half, kFp32);
+    // _unscale_main_grads_and_check_for_nan: torch._amp_foreach_non_finite_check_and_unscale_.
+    if (optimizer_.loss_scaling)
+      pass("unscale_check", g.grads, kUnscaleFlopsPerParam * n, kFp32, kFp32);
+    // clip_grad_norm_fp32: multi_tensor_l2norm reads each main gradient once
+    // (the multi_tensor_scale that follows only when the norm exceeds
+    // --clip-grad is data-dependent and left out).
+    pass("grad_norm", g.grads, kNormFlopsPerParam * n, kFp32, 0);
+  }
+  // optimizer.step() on the fp32 master weights: reads master, main gradient
+  // and moments, writes master and moments.
+  pass(optimizer_.name, update, optimizer_.flops_per_param * n, kFp32 * (words + 1), kFp32 * words);
+  // _copy_main_params_to_model_params: multi_tensor_scale of the master weights into the 16-bit
+  // ones.
+  pass("master_to_model", g.weights, 0, kFp32, half);
 }
 
 traces::Trace TraceBuilder::Finish() {

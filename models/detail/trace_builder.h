@@ -34,15 +34,25 @@ inline constexpr int64_t kAdamFlopsPerParam = 12;
 // Momentum SGD per parameter: buf = μ·buf + g (2), w -= lr·buf (2).
 inline constexpr int64_t kSgdFlopsPerParam = 4;
 
-// The optimizer ops' accounting: per layer's weights one op and one state
-// tensor of ceil(state_words_per_param × params / shards) elements of
-// state_dtype (ZeRO stage 1: each rank holds 1/shards of it and updates as much).
+// The optimizer ops' accounting: per layer's weights one state tensor of
+// ceil(state_words_per_param × params / shards) elements of state_dtype
+// (ZeRO stage 1: each rank holds 1/shards of it and updates as much) and one
+// op, or with `master_passes` Megatron-LM's mixed-precision step as its
+// passes (AddMasterWeightPasses in trace_builder.cc; models/README.md,
+// "Optimizer").
 struct OptimizerSpec {
-  std::string name = "adam";  // the op's name
+  std::string name = "adam";  // the update op's name
   int64_t state_words_per_param = kAdamStateWordsMixed;
   DType state_dtype = DType::kFp32;
   int64_t flops_per_param = kAdamFlopsPerParam;
   int64_t shards = 1;
+  // Megatron's Float16OptimizerWithFloat16Params (ModelConfig::optimizer_step
+  // "megatron" with fp32 master weights): copy the 16-bit gradients to fp32,
+  // unscale and check them (`loss_scaling`: fp16's loss scaler; bf16 has
+  // none), take their norm (--clip-grad), update the fp32 master weights,
+  // copy them to the 16-bit weights. Off: one fused pass.
+  bool master_passes = false;
+  bool loss_scaling = false;
 };
 
 class TraceBuilder {
@@ -99,6 +109,12 @@ class TraceBuilder {
                      TensorKind kind);
   std::string Prefixed(const std::string& name) const;
   void AddOptimizerOps();
+  // One layer's weights, updated by `updated` parameters' worth on this rank.
+  struct OptimizerGroup {
+    std::vector<TensorId> weights, grads;
+    int64_t params = 0, updated = 0, weight_bytes = 0;
+  };
+  void AddMasterWeightPasses(const OptimizerGroup& g, TensorId state);
 
   traces::Header header_;
   traces::Trace trace_;

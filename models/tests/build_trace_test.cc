@@ -59,10 +59,18 @@ TEST(BuildTrace, WeightsHaveNoProducerAndOneGradientEachForTheOptimizer) {
     EXPECT_EQ(t.producer, traces::kNoOp) << t.name;
     EXPECT_FALSE(t.offloadable) << t.name;
     ASSERT_FALSE(t.consumers.empty()) << t.name;
-    const traces::Op& last = tr.op(t.consumers.back());
-    EXPECT_EQ(last.phase, Phase::kOptimizer) << t.name;
-    // The optimizer reads exactly one gradient of this weight's shape, produced
-    // in backward.
+    EXPECT_EQ(tr.op(t.consumers.back()).phase, Phase::kOptimizer) << t.name;
+    // The optimizer's update (adam, among Megatron's passes) reads exactly one
+    // gradient of this weight's shape, produced in backward.
+    const traces::Op* update = nullptr;
+    for (traces::OpId c : t.consumers) {
+      const std::string& n = tr.op(c).name;
+      if (n == "adam" || (n.size() > 5 && n.compare(n.size() - 5, 5, ".adam") == 0)) {
+        update = &tr.op(c);
+      }
+    }
+    ASSERT_NE(update, nullptr) << t.name;
+    const traces::Op& last = *update;
     int grads = 0;
     for (traces::TensorId in : last.inputs) {
       const traces::Tensor& g = tr.tensor(in);
@@ -287,6 +295,46 @@ TEST(BuildTrace, OptimizerStateFollowsOptimizerPrecisionAndZeroStage) {
   c.dp = 1;
   c.dtype = "fp32";
   EXPECT_EQ(std::get<2>(totals(c)), 8 * p);
+}
+
+// The optimizer's bytes per parameter P (models/README.md, "Optimizer"), over
+// every optimizer op. Megatron's fp16 optimizer (optimizer_step "megatron",
+// the default): gradients to fp32 2 + 4, unscale and check 4 + 4, norm 4,
+// Adam on the fp32 master 16 + 12, master to fp16 4 + 2: 52·P; bf16 has no
+// loss scaler: 44·P. One fused pass ("fused"): weights, gradients and state
+// read, 2 + 2 + 12, weights and state written, 2 + 12: 30·P. No master
+// weights (pure fp16) is one pass whatever optimizer_step says: 2 + 2 + 4
+// read, 2 + 4 written, 14·P.
+TEST(BuildTrace, OptimizerStepMovesMegatronsBytesPerParameter) {
+  auto bytes_per_param = [](const ModelConfig& c) {
+    const traces::Trace t = MustBuild(c);
+    int64_t params = 0, moved = 0, ops = 0;
+    for (const traces::Tensor& x : t.tensors) {
+      if (x.kind != TensorKind::kWeight) continue;
+      int64_t n = 1;
+      for (int64_t d : x.shape) n *= d;
+      params += n;
+    }
+    for (const traces::Op& op : t.ops) {
+      if (op.phase != Phase::kOptimizer) continue;
+      moved += op.bytes_read + op.bytes_written;
+      ++ops;
+    }
+    EXPECT_EQ(moved % params, 0) << c.dtype << " " << c.optimizer_step;
+    return std::make_pair(moved / params, ops);
+  };
+  ModelConfig c = Gpt(2, 128, 256, 4, 2);
+  EXPECT_EQ(c.optimizer_step, "megatron");
+  // One group for the embedding and head, one per block: 4 groups.
+  EXPECT_EQ(bytes_per_param(c), std::make_pair(int64_t{52}, int64_t{5 * 4}));
+  c.dtype = "bf16";
+  EXPECT_EQ(bytes_per_param(c), std::make_pair(int64_t{44}, int64_t{4 * 4}));
+  c.dtype = "fp16";
+  c.optimizer_step = "fused";
+  EXPECT_EQ(bytes_per_param(c), std::make_pair(int64_t{30}, int64_t{4}));
+  c.optimizer_step = "megatron";
+  c.precision = "pure";
+  EXPECT_EQ(bytes_per_param(c), std::make_pair(int64_t{14}, int64_t{4}));
 }
 
 }  // namespace

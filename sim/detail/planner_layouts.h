@@ -10,6 +10,7 @@
 
 #include "sim/hardware.h"
 #include "sim/planner.h"
+#include "traces/dp_buckets.h"
 #include "traces/status.h"
 #include "traces/trace.h"
 #include "traces/whole_step.h"
@@ -72,9 +73,9 @@ struct BoundedLayouts {
 // the sharded optimizer state) fits `budget`. The bound: the compute of
 // m + pp − 1 micro-batches of stage 0 (the closed-form pipeline; interleaved
 // m + (pp − 1)/v), the
-// gradient exchange that outlasts one backward, and ZeRO-1's parameter
-// all-gather.
+// gradient exchange that outlasts one backward (all of it with `ddp` local),
+// and ZeRO-1's parameter all-gather.
 Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cache,
-                                    const HardwareOptions& hw, int64_t budget);
+                                    const HardwareOptions& hw, int64_t budget, traces::DdpImpl ddp);
 
 }  // namespace ssdtrain::sim::detail

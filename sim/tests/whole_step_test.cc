@@ -271,5 +271,39 @@ TEST(WholeStep, DataParallelGradientsReduceDuringTheLastBackward) {
   EXPECT_EQ(r->metrics.step_time_ns, (60 + 8 + 5) * kMs);
 }
 
+TEST(WholeStep, LocalDdpAllReducesEveryBucketAfterTheBackward) {
+  // Megatron's --DDP-impl local (the plan's ddp "local"): nothing starts
+  // before the backward has ended at 60 ms, so both 8 ms all-reduces of
+  // TwoGradientTrace at dp = 2 over 10 GB/s run back to back after it: all
+  // 2 · 2·(2−1)/2 · 80 MB / 10 GB/s = 16 ms exposed, against 8 ms overlapped;
+  // the step is 60 + 16 + 5 = 81 ms.
+  constexpr int64_t kMs = 1'000'000;
+  const traces::Trace t = TwoGradientTrace(1000);
+  traces::Plan plan = LayoutPlan(t, 1, 1, 2);
+  plan.ddp = "local";
+  auto r = Simulate(t, plan, TestHardware(1, 1, 10));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->allreduce_busy_ns, 16 * kMs);
+  EXPECT_EQ(r->allreduce_ns, 16 * kMs);
+  EXPECT_EQ(r->metrics.step_time_ns, (60 + 16 + 5) * kMs);
+  EXPECT_EQ(PredictionToJson(*r)["details"]["ddp"], "local");
+  // Two stages, two micro-batches (one trace for both): stage 0 ends the
+  // pipeline with its last backward, and under local DDP its buckets start
+  // only then, all 16 ms exposed, against 8 ms overlapped (g1's under bwd0);
+  // stage 1 ends 40 ms earlier, its 16 ms hidden either way.
+  plan = LayoutPlan(t, 2, 2, 2);
+  plan.ddp = "local";
+  r = Simulate(t, plan, TestHardware(1, 1, 10));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->allreduce_ns, 16 * kMs);
+  plan.ddp = "overlapped";
+  auto overlapped = Simulate(t, plan, TestHardware(1, 1, 10));
+  ASSERT_TRUE(overlapped.ok()) << overlapped.status().message();
+  EXPECT_EQ(overlapped->allreduce_ns, 8 * kMs);
+  EXPECT_EQ(r->metrics.step_time_ns - overlapped->metrics.step_time_ns, 8 * kMs);
+  plan.ddp = "torch";
+  EXPECT_FALSE(Simulate(t, plan, TestHardware(1, 1, 10)).ok());
+}
+
 }  // namespace
 }  // namespace ssdtrain::sim

@@ -47,6 +47,23 @@ TEST(Plan, ZeroStageIsWrittenWhenOneAndReadBack) {
             "p.json: zero_stage: expected 0 or 1 (1: the optimizer state sharded over dp), got 3");
 }
 
+TEST(Plan, LocalDdpIsWrittenAndReadBackAndAnUnknownOneRefused) {
+  const Trace t = testing::SmallTrace();
+  Plan p = SmallPlan(t);
+  EXPECT_FALSE(ToJson(p).contains("ddp"));  // overlapped: left out, as plans before it
+  p.ddp = "local";
+  const nlohmann::json j = ToJson(p);
+  EXPECT_EQ(j.at("ddp"), "local");
+  Result<Plan> back = PlanFromJson(j, "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->ddp, "local");
+  nlohmann::json bad = j;
+  bad["ddp"] = "torch";
+  EXPECT_EQ(PlanFromJson(bad, "p.json").status().message(),
+            "p.json: ddp: unknown value \"torch\"; expected overlapped or local (Megatron's "
+            "--DDP-impl)");
+}
+
 TEST(Plan, InterleavedRecordsItsVirtualStagesAndOldPlansLoad) {
   const Trace t = testing::SmallTrace();
   Plan p = SmallPlan(t);
