@@ -177,7 +177,9 @@ int RunPlan(PlanCmdOptions o) {
         "replay this plan: {}{} replay --model {} --plan {} --dir OFFLOAD_DIR -o "
         "run.json{}\n",
         ranks, SelfCommand(), o.model, o.output,
-        n_ranks > 1 ? " (rank r runs stage r / (tp x dp), replica (r / tp) % dp, shard r % tp)"
+        n_ranks > 1 ? fmt::format(" (rank r runs stage r / (tp x dp), replica (r / tp) % dp, "
+                                  "shard r % tp{})",
+                                  plan.ep > 1 ? ", expert rank (r / tp) % dp % ep" : "")
                     : "");
   } else {
     std::cout << CapturedReplayLines(in, plan, o.output);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "exec/replay.h"
 #include "traces/whole_step.h"
 
 namespace ssdtrain::app {
@@ -24,11 +25,10 @@ std::string InFlightText(int64_t in_flight, int64_t v) {
 }
 
 std::string NotReplayedText(const traces::Plan& plan) {
-  if (plan.ep <= 1) return "";
-  return fmt::format(
-      "replay: not yet for ep {} (replay does not run the all-to-all between expert-parallel "
-      "ranks; plan with --ep 1 to replay)\n",
-      plan.ep);
+  // The replay's own refusal (exec/replay.h), before it would run.
+  const Status refused = exec::RefuseExpertParallel(plan.ep, plan.tp, plan.pp, "the plan");
+  if (refused.ok()) return "";
+  return fmt::format("replay: not yet for ep {}: {}\n", plan.ep, refused.message());
 }
 
 std::string ScheduleVerdict(const sim::PlannerResult& r) {

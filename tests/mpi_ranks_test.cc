@@ -137,6 +137,41 @@ TEST_F(MpiRanks, AWrongContributionThatChecksumsFailsVerification) {
       << r.output;
 }
 
+// Two ranks of one expert-parallel group (tiny-moe at dp 2, ep 2): the MoE
+// dispatch and combine exchange real pieces, each checked by CRC32C and,
+// verified, against its sender's patterns.
+TEST_F(MpiRanks, AnExpertParallelGroupReplaysVerified) {
+  auto r = Run("ep-replays");
+  ExpectBothOk(r);
+  for (const char* rank : {"rank-0", "rank-1"}) {
+    EXPECT_TRUE(fs::is_empty(dir_ / rank)) << rank << ": files left";
+  }
+}
+
+TEST_F(MpiRanks, AnEioOnOneExpertParallelRanksWriteEndsBothWithItsMessage) {
+  // Rank 1 fails at its first offload write while rank 0 waits in an
+  // all-to-all for rank 1's piece: rank 1's abort must end that wait.
+  auto r = Run("ep-write-fails");
+  ExpectBothEndWithRankOnesFailure(r, "step 0: ");
+  EXPECT_NE(Said(r, 1).find("Input/output error"), std::string::npos) << r.output;
+}
+
+TEST_F(MpiRanks, ACorruptAllToAllPayloadEndsBothWithTheReceiversMessage) {
+  // Rank 0 flips a byte of each piece after its checksum: rank 1 finds the
+  // first (the first MoE layer's dispatch) wrong on arrival.
+  auto r = Run("ep-payload-corrupt");
+  ExpectBothEndWithRankOnesFailure(r, "all_to_all piece from rank 0 arrived with CRC32C");
+  EXPECT_NE(Said(r, 1).find("moe.dispatch.all_to_all"), std::string::npos) << r.output;
+}
+
+TEST_F(MpiRanks, AnAllToAllPieceThatChecksumsButIsNotTheSendersFailsVerification) {
+  auto r = Run("ep-pieces-wrong");
+  ExpectBothEndWithRankOnesFailure(r, "verify: op ");
+  EXPECT_NE(Said(r, 1).find("the piece of rank 0 differs from its sender's pattern at byte "),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(MpiRanks, PipelineTagsOfAnyMicroBatchArriveAsSent) {
   // Micro-batch 2047's gradient 7 (whose former 15-bit tag was the abort's)
   // and micro-batch 1,000,000's gradient 31.
