@@ -70,6 +70,19 @@ class MpiRanks : public ::testing::Test {
     EXPECT_EQ(Said(r, 0), "ok") << r.output;
     EXPECT_EQ(Said(r, 1), "ok") << r.output;
   }
+  // Both ranks said ok, none hung, and nothing is left on disk.
+  void ExpectBothOkAndNothingLeft(const testing::CliResult& r) {
+    ExpectBothOk(r);
+    for (const char* rank : {"rank-0", "rank-1"}) {
+      EXPECT_TRUE(fs::is_empty(dir_ / rank)) << rank << ": files left";
+    }
+  }
+  // `scenario` fails rank 1's first offload write with EIO: both end with its message.
+  void ExpectAnEioOnRankOneEndsBoth(const std::string& scenario) {
+    auto r = Run(scenario);
+    ExpectBothEndWithRankOnesFailure(r, "step 0: ");
+    EXPECT_NE(Said(r, 1).find("Input/output error"), std::string::npos) << r.output;
+  }
   // True when this machine has `bytes` of memory available (MemAvailable).
   static bool MemoryAvailable(int64_t bytes) {
     std::ifstream meminfo("/proc/meminfo");
@@ -104,20 +117,14 @@ TEST_F(MpiRanks, AFailedByteCheckOnTheLastStepEndsBothWithItsMessage) {
 // collectives exchange real pieces, each checked by CRC32C and, verified,
 // against the sum of the group's patterns.
 TEST_F(MpiRanks, ATensorParallelGroupReplaysVerified) {
-  auto r = Run("tp-replays");
-  ExpectBothOk(r);
-  for (const char* rank : {"rank-0", "rank-1"}) {
-    EXPECT_TRUE(fs::is_empty(dir_ / rank)) << rank << ": files left";
-  }
+  ExpectBothOkAndNothingLeft(Run("tp-replays"));
 }
 
 TEST_F(MpiRanks, AnEioOnOneTensorParallelRanksWriteEndsBothWithItsMessage) {
   // Rank 1's first offload write fails while rank 0 goes on to the next
   // collective of the pair, where it waits for rank 1's piece: rank 1's
   // abort must end that wait.
-  auto r = Run("tp-write-fails");
-  ExpectBothEndWithRankOnesFailure(r, "step 0: ");
-  EXPECT_NE(Said(r, 1).find("Input/output error"), std::string::npos) << r.output;
+  ExpectAnEioOnRankOneEndsBoth("tp-write-fails");
 }
 
 TEST_F(MpiRanks, ACorruptAllReducePayloadEndsBothWithTheReceiversMessage) {
@@ -141,19 +148,13 @@ TEST_F(MpiRanks, AWrongContributionThatChecksumsFailsVerification) {
 // dispatch and combine exchange real pieces, each checked by CRC32C and,
 // verified, against its sender's patterns.
 TEST_F(MpiRanks, AnExpertParallelGroupReplaysVerified) {
-  auto r = Run("ep-replays");
-  ExpectBothOk(r);
-  for (const char* rank : {"rank-0", "rank-1"}) {
-    EXPECT_TRUE(fs::is_empty(dir_ / rank)) << rank << ": files left";
-  }
+  ExpectBothOkAndNothingLeft(Run("ep-replays"));
 }
 
 TEST_F(MpiRanks, AnEioOnOneExpertParallelRanksWriteEndsBothWithItsMessage) {
   // Rank 1 fails at its first offload write while rank 0 waits in an
   // all-to-all for rank 1's piece: rank 1's abort must end that wait.
-  auto r = Run("ep-write-fails");
-  ExpectBothEndWithRankOnesFailure(r, "step 0: ");
-  EXPECT_NE(Said(r, 1).find("Input/output error"), std::string::npos) << r.output;
+  ExpectAnEioOnRankOneEndsBoth("ep-write-fails");
 }
 
 TEST_F(MpiRanks, ACorruptAllToAllPayloadEndsBothWithTheReceiversMessage) {
