@@ -70,4 +70,7 @@ function(ssdtrain_exec_runtime_tests)
   ssdtrain_test(exec_replay_tp_ranks_test
     SOURCES ${dir}/replay_tp_ranks_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
     DEPS ssdtrain::exec ssdtrain::models)
+  ssdtrain_test(exec_replay_ep_ranks_test
+    SOURCES ${dir}/replay_ep_ranks_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
+    DEPS ssdtrain::exec ssdtrain::models)
 endfunction()

@@ -20,8 +20,6 @@
 #include "exec/io_backend.h"
 #include "exec/replay.h"
 #include "exec/tests/replay_test_util.h"
-#include "models/build_trace.h"
-#include "models/model_config.h"
 #include "traces/uniform_plans.h"
 
 namespace ssdtrain {
@@ -60,29 +58,13 @@ struct RankRun {
   std::function<std::unique_ptr<exec::IoBackend>()> backend;
 };
 
-// tiny-moe at sequence 64 with dp = ep = `ranks`: one rank's trace.
-Result<traces::Trace> TinyMoeAtEp(int ranks) {
-  const std::string path = SSDTRAIN_SOURCE_DIR "/configs/models/tiny-moe.json";
-  SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig c, models::LoadModelConfig(path));
-  models::ConfigOverrides o;
-  o.seq_len = 64;
-  o.dp = ranks;
-  o.ep = ranks;
-  SSDTRAIN_ASSIGN_OR_RETURN(c, models::ApplyOverrides(c, o, path));
-  return models::BuildTrace(c, 0);
-}
-
 // Replays as `run` says, then the ranks gather their reports at rank 0, as
 // `ssdtrain replay` does after a replay that succeeded.
 Status ReplayAndGather(app::RankSync& ranks, const std::string& dir, const RankRun& run) {
   const int tp = run.tensor_parallel ? ranks.size() : 1;
   SSDTRAIN_RETURN_IF_ERROR(ranks.SplitStages(tp, ranks.size() / tp));
-  traces::Trace trace;
-  if (run.expert_parallel) {
-    SSDTRAIN_ASSIGN_OR_RETURN(trace, TinyMoeAtEp(ranks.size()));
-  } else {
-    trace = exec::testing::TinyGptTrace(1, 128, 1, 0, tp);
-  }
+  const traces::Trace trace = run.expert_parallel ? exec::testing::TinyMoeTrace(4, 64, ranks.size())
+                                                  : exec::testing::TinyGptTrace(1, 128, 1, 0, tp);
   traces::Plan plan = traces::OffloadAllPlan(trace);
   plan.tp = tp;
   plan.dp = ranks.size() / tp;

@@ -9,22 +9,40 @@
 
 namespace ssdtrain::exec::testing {
 
+namespace {
+
+// The config at `path` with `o` applied, stage `stage`'s trace; throws on error.
+traces::Trace Build(const std::string& path, const models::ConfigOverrides& o, int64_t stage) {
+  auto config = models::LoadModelConfig(path);
+  if (!config.ok()) throw std::runtime_error(config.status().ToString());
+  auto applied = models::ApplyOverrides(*config, o, path);
+  if (!applied.ok()) throw std::runtime_error(applied.status().ToString());
+  auto trace = models::BuildTrace(*applied, stage);
+  if (!trace.ok()) throw std::runtime_error(trace.status().ToString());
+  return std::move(*trace);
+}
+
+}  // namespace
+
 traces::Trace TinyGptTrace(int64_t micro_batch, int64_t seq_len, int64_t pp, int64_t stage,
                            int64_t tp, bool sequence_parallel) {
   const std::string path = std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-gpt.json";
-  auto config = models::LoadModelConfig(path);
-  if (!config.ok()) throw std::runtime_error(config.status().ToString());
   models::ConfigOverrides o;
   if (micro_batch > 0) o.micro_batch = micro_batch;
   if (seq_len > 0) o.seq_len = seq_len;
   if (pp > 1) o.pp = pp;
   if (tp > 1) o.tp = tp;
   if (sequence_parallel) o.sequence_parallel = true;
-  auto applied = models::ApplyOverrides(*config, o, path);
-  if (!applied.ok()) throw std::runtime_error(applied.status().ToString());
-  auto trace = models::BuildTrace(*applied, stage);
-  if (!trace.ok()) throw std::runtime_error(trace.status().ToString());
-  return std::move(*trace);
+  return Build(path, o, stage);
+}
+
+traces::Trace TinyMoeTrace(int64_t micro_batch, int64_t seq_len, int64_t ep) {
+  models::ConfigOverrides o;
+  o.micro_batch = micro_batch;
+  o.seq_len = seq_len;
+  o.dp = ep;
+  o.ep = ep;
+  return Build(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-moe.json", o, 0);
 }
 
 ReplayOptions CpuOptions(const std::string& dir) {

@@ -14,6 +14,10 @@ namespace ssdtrain::exec::testing {
 traces::Trace TinyGptTrace(int64_t micro_batch = 0, int64_t seq_len = 0, int64_t pp = 1,
                            int64_t stage = 0, int64_t tp = 1, bool sequence_parallel = false);
 
+// configs/models/tiny-moe.json (8 experts, top-2) at micro-batch `micro_batch`
+// and sequence `seq_len`, one rank's trace at dp = ep = `ep` (E/ep experts).
+traces::Trace TinyMoeTrace(int64_t micro_batch, int64_t seq_len, int64_t ep);
+
 // CPU backend, one measured step after the warm-up, files under `dir`.
 ReplayOptions CpuOptions(const std::string& dir);
 

@@ -1,0 +1,148 @@
+// Expert-parallel ranks in one process (exec/tests/thread_ranks.h): two
+// threads replay tiny-moe as two data-parallel replicas at ep 2, its MoE
+// dispatch and combine all-to-alls exchanging real pieces
+// (exec/replay_expert_parallel.cc); the MPI side runs under mpirun in
+// tests/mpi_ranks_test.cc and tests/replay_expert_parallel_cli_test.cc. Also
+// the ep groups of RankLayout and what replay still refuses.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "exec/fault_backend.h"
+#include "exec/replay.h"
+#include "exec/tests/io_test_util.h"
+#include "exec/tests/replay_test_util.h"
+#include "exec/tests/thread_ranks.h"
+#include "traces/collective_kind.h"
+#include "traces/uniform_plans.h"
+
+namespace ssdtrain::exec {
+namespace {
+
+using testing::CpuOptions;
+using testing::ListTree;
+using testing::TempDir;
+using testing::ThreadRanks;
+using testing::TinyMoeTrace;
+
+struct RankRun {
+  TempDir dir;
+  Result<ReplayResult> result = Status::Internal("not run");
+};
+
+// Replays `trace` (every saved activation to the SSD, verified) at dp 2,
+// ep 2 on two thread ranks, rank 1's first write failing with EIO when
+// `fail_write`.
+void RunRanks(const traces::Trace& trace, RankRun runs[2], bool fail_write = false) {
+  traces::Plan plan = traces::OffloadAllPlan(trace);
+  plan.dp = 2;
+  plan.ep = 2;
+  ThreadRanks all(2, /*dp=*/2);
+  ThreadRanks::Rank ranks[2] = {{all, 0}, {all, 1}};
+  std::thread threads[2];
+  for (int r = 0; r < 2; ++r) {
+    threads[r] = std::thread([&, r] {
+      ReplayOptions o = CpuOptions(runs[r].dir.path());
+      o.sync = &ranks[r];
+      o.verify = true;
+      o.cpu_pin_threads = false;  // two ranks on one machine
+      if (fail_write && r == 1) {
+        o.make_io_backend = []() -> std::unique_ptr<IoBackend> {
+          FaultOptions f;
+          f.rules.push_back({IoOp::kWrite, 0, FaultKind::kEio, 1});
+          auto inner = MakeIoBackend(BackendKind::kPosix, 32, nullptr);
+          return std::make_unique<FaultBackend>(std::move(*inner), f);
+        };
+      }
+      runs[r].result = Replay(trace, plan, o, "offload-all");
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+TEST(ReplayExpertParallel, TwoExpertRanksExchangeTheTracesAllToAllsVerified) {
+  const traces::Trace trace = TinyMoeTrace(4, 64, /*ep=*/2);
+  int64_t count = 0, sent = 0;  // per step: (n − 1)/n of each payload, n = 2
+  for (const traces::Op& op : trace.ops) {
+    if (op.kind != traces::OpKind::kCollective) continue;
+    ASSERT_EQ(traces::ClassifyCollective(op), traces::CollectiveKind::kAllToAll) << op.name;
+    ++count;
+    sent += traces::CollectivePayloadBytes(op) / 2;
+  }
+  ASSERT_GT(count, 0);
+  RankRun runs[2];
+  RunRanks(trace, runs);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_TRUE(runs[r].result.ok()) << runs[r].result.status().ToString();
+    const ReplayResult& res = *runs[r].result;
+    EXPECT_TRUE(res.verified);
+    EXPECT_EQ(res.ep_index, r);
+    EXPECT_EQ(res.collectives.by_kind[static_cast<size_t>(traces::CollectiveKind::kAllToAll)].count,
+              count);
+    EXPECT_EQ(res.collectives.pieces_sent, count);
+    EXPECT_EQ(res.collectives.bytes_sent, sent);
+    EXPECT_EQ(res.collectives.bytes_received, runs[1 - r].result->collectives.bytes_sent);
+    EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
+  }
+}
+
+TEST(ReplayExpertParallel, AWriteErrorOnOneRankStopsBothAndLeavesNoFiles) {
+  const traces::Trace trace = TinyMoeTrace(4, 64, /*ep=*/2);
+  RankRun runs[2];
+  RunRanks(trace, runs, /*fail_write=*/true);
+  ASSERT_FALSE(runs[1].result.ok());
+  EXPECT_NE(runs[1].result.status().message().find("Input/output error"), std::string::npos)
+      << runs[1].result.status().ToString();
+  ASSERT_FALSE(runs[0].result.ok());
+  EXPECT_EQ(runs[0].result.status().message(),
+            "rank 1 failed: " + runs[1].result.status().message());
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(ListTree(runs[r].dir.path()).empty()) << r;
+}
+
+TEST(ReplayExpertParallel, UnbalancedRoutingIsRefusedBeforeTheReplayStarts) {
+  // 1 × 65 tokens × top-2 = 130 rows over 8 experts: experts 0 and 1 get 17,
+  // the rest 16, so rank 0 receives 2 × (17 + 17 + 16 + 16) = 132 rows for
+  // the 130 it sends.
+  const traces::Trace trace = TinyMoeTrace(1, 65, /*ep=*/2);
+  RankRun runs[2];
+  RunRanks(trace, runs);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(runs[r].result.ok()) << r;
+    EXPECT_NE(runs[r].result.status().message().find(
+                  "moe.dispatch.all_to_all, micro-batch 0): an all-to-all over 2 expert-parallel "
+                  "ranks of 133120 bytes in, 135168 bytes out: expected equal bytes in and out "
+                  "(balanced routing)"),
+              std::string::npos)
+        << runs[r].result.status().ToString();
+    EXPECT_TRUE(ListTree(runs[r].dir.path()).empty()) << r;
+  }
+}
+
+TEST(ReplayExpertParallel, EpGroupsAreConsecutiveReplicasOfOneShard) {
+  // tp 2, dp 4, ep 2: rank r is shard r % 2 of replica r / 2; the ep groups
+  // pair replicas 0–1 and 2–3 of each shard.
+  const RankLayout l{2, 4, 1, 2};
+  EXPECT_EQ(l.EpGroupOf(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(l.EpGroupOf(3), (std::vector<int>{1, 3}));
+  EXPECT_EQ(l.EpGroupOf(5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(l.EpIndexOf(5), 0);
+  EXPECT_EQ(l.EpIndexOf(7), 1);
+  EXPECT_EQ(l.TpGroupOf(5), (std::vector<int>{4, 5}));
+}
+
+TEST(ReplayExpertParallel, EpBesideTpOrPpIsRefusedNamingTheFlag) {
+  EXPECT_TRUE(RefuseExpertParallel(2, 1, 1, "p.json").ok());
+  EXPECT_TRUE(RefuseExpertParallel(1, 2, 2, "p.json").ok());
+  const Status tp = RefuseExpertParallel(2, 2, 1, "p.json");
+  EXPECT_EQ(tp.code(), Status::Code::kFailedPrecondition);
+  EXPECT_NE(tp.message().find("p.json: ep: 2 with tp: 2: "), std::string::npos) << tp.message();
+  EXPECT_NE(tp.message().find("plan with --tp 1, or --ep 1"), std::string::npos) << tp.message();
+  const Status pp = RefuseExpertParallel(2, 1, 4, "p.json");
+  EXPECT_NE(pp.message().find("p.json: ep: 2 with pp: 4: "), std::string::npos) << pp.message();
+  EXPECT_NE(pp.message().find("plan with --pp 1, or --ep 1"), std::string::npos) << pp.message();
+}
+
+}  // namespace
+}  // namespace ssdtrain::exec
