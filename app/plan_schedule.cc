@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "exec/replay.h"
 #include "traces/whole_step.h"
 
 namespace ssdtrain::app {
@@ -22,13 +21,6 @@ std::string InFlightText(int64_t in_flight, int64_t v) {
   if (v <= 1) return std::to_string(in_flight);
   return fmt::format("{} chunks, {:.1f} micro-batches' worth,", in_flight,
                      static_cast<double>(in_flight) / static_cast<double>(v));
-}
-
-std::string NotReplayedText(const traces::Plan& plan) {
-  // The replay's own refusal (exec/replay.h), before it would run.
-  const Status refused = exec::RefuseExpertParallel(plan.ep, plan.tp, plan.pp, "the plan");
-  if (refused.ok()) return "";
-  return fmt::format("replay: not yet for ep {}: {}\n", plan.ep, refused.message());
 }
 
 std::string ScheduleVerdict(const sim::PlannerResult& r) {

@@ -57,32 +57,12 @@ Status CheckStepBytes(int step, const CacheStats& delta, const OffloadStats& io_
                           std::to_string(delta.bytes_read));
 }
 
-}  // namespace
-
-Status RefuseExpertParallel(int64_t ep, int64_t tp, int64_t pp, const std::string& source) {
-  if (ep <= 1 || (tp <= 1 && pp <= 1)) return Status::Ok();
-  const bool with_tp = tp > 1;
-  return Status::FailedPrecondition(
-      source + ": ep: " + std::to_string(ep) + " with " + (with_tp ? "tp" : "pp") + ": " +
-      std::to_string(with_tp ? tp : pp) +
-      ": replay runs expert parallelism at tp 1 and pp 1 only (its all-to-all beside the " +
-      (with_tp ? "tensor-parallel collectives" : "pipeline's messages") +
-      " is not replayed); plan with " + (with_tp ? "--tp 1" : "--pp 1") +
-      ", or --ep 1, to replay this model");
-}
-
-namespace {
-
 Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
                                   const traces::Plan& step_plan, const ReplayOptions& options,
                                   const std::string& plan_source,
                                   detail::RankAgreement& agreement) {
   // Everything that can be refused is refused before a device or a file exists.
   SSDTRAIN_RETURN_IF_ERROR(traces::ValidatePlan(step_plan, one_micro_batch, plan_source));
-  SSDTRAIN_RETURN_IF_ERROR(RefuseExpertParallel(std::max(step_plan.ep, one_micro_batch.header.ep),
-                                                std::max(step_plan.tp, one_micro_batch.header.tp),
-                                                std::max(step_plan.pp, one_micro_batch.header.pp),
-                                                plan_source));
   // The stage's whole step: its micro-batches in the schedule's order
   // (traces/whole_step.h; the simulator unrolls the same way).
   SSDTRAIN_ASSIGN_OR_RETURN(const traces::WholeStep whole,

@@ -94,7 +94,8 @@ struct ReplayOptions {
   // memory); with pp > 1 the send and recv ops move their tensors' bytes
   // between neighbouring stages, and with tp > 1 the collective ops run
   // between the ranks of the tensor-parallel group, with ep > 1 the MoE
-  // all-to-alls between the ranks of the expert-parallel group (all through
+  // all-to-alls between the ranks of the expert-parallel group
+  // (exec/replay_expert_parallel.cc; any tp and pp) (all through
   // pinned host memory, a CRC32C checked on arrival); every rank stops when
   // one fails.
   // Null: a single process (send, recv and collective ops then run as memory
@@ -205,14 +206,6 @@ struct ReplayResult {
   CollectiveTraffic collectives;
   traces::Timeline timeline;  // the last step's, times from its start
 };
-
-// Expert parallelism (ep > 1) replays at tp 1 and pp 1: on ranks
-// (ReplayOptions::sync) the MoE dispatch and combine all-to-alls run between
-// the ranks of each ep group (exec/replay_expert_parallel.cc). Combined with
-// tp > 1 or pp > 1 it does not: FailedPrecondition naming `source`'s ep field
-// and the other flag. Replay checks the plan and its trace with it;
-// `ssdtrain replay` checks the plan file before anything else.
-Status RefuseExpertParallel(int64_t ep, int64_t tp, int64_t pp, const std::string& source);
 
 // Runs the replay. `plan_source` names the plan file in messages.
 Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan,

@@ -3,7 +3,7 @@
 // dispatch and combine all-to-alls exchanging real pieces
 // (exec/replay_expert_parallel.cc); the MPI side runs under mpirun in
 // tests/mpi_ranks_test.cc and tests/replay_expert_parallel_cli_test.cc. Also
-// the ep groups of RankLayout and what replay still refuses.
+// the ep groups of RankLayout.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -130,18 +130,6 @@ TEST(ReplayExpertParallel, EpGroupsAreConsecutiveReplicasOfOneShard) {
   EXPECT_EQ(l.EpIndexOf(5), 0);
   EXPECT_EQ(l.EpIndexOf(7), 1);
   EXPECT_EQ(l.TpGroupOf(5), (std::vector<int>{4, 5}));
-}
-
-TEST(ReplayExpertParallel, EpBesideTpOrPpIsRefusedNamingTheFlag) {
-  EXPECT_TRUE(RefuseExpertParallel(2, 1, 1, "p.json").ok());
-  EXPECT_TRUE(RefuseExpertParallel(1, 2, 2, "p.json").ok());
-  const Status tp = RefuseExpertParallel(2, 2, 1, "p.json");
-  EXPECT_EQ(tp.code(), Status::Code::kFailedPrecondition);
-  EXPECT_NE(tp.message().find("p.json: ep: 2 with tp: 2: "), std::string::npos) << tp.message();
-  EXPECT_NE(tp.message().find("plan with --tp 1, or --ep 1"), std::string::npos) << tp.message();
-  const Status pp = RefuseExpertParallel(2, 1, 4, "p.json");
-  EXPECT_NE(pp.message().find("p.json: ep: 2 with pp: 4: "), std::string::npos) << pp.message();
-  EXPECT_NE(pp.message().find("plan with --pp 1, or --ep 1"), std::string::npos) << pp.message();
 }
 
 }  // namespace
