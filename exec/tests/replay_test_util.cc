@@ -1,8 +1,12 @@
 #include "exec/tests/replay_test_util.h"
 
+#include <memory>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
+#include "exec/fault_backend.h"
+#include "exec/tests/thread_ranks.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "traces/uniform_plans.h"
@@ -53,6 +57,37 @@ ReplayOptions CpuOptions(const std::string& dir) {
   o.device_memory_bytes = int64_t{1} << 30;
   o.staging_bytes = int64_t{64} << 20;
   return o;
+}
+
+std::vector<Result<ReplayResult>> ReplayOnThreadRanks(const traces::Trace& trace,
+                                                      const traces::Plan& plan, int dp,
+                                                      const std::vector<std::string>& dirs,
+                                                      int failing_rank) {
+  const int n = static_cast<int>(dirs.size());
+  ThreadRanks all(n, dp);
+  std::vector<std::unique_ptr<ThreadRanks::Rank>> ranks;
+  for (int r = 0; r < n; ++r) ranks.push_back(std::make_unique<ThreadRanks::Rank>(all, r));
+  std::vector<Result<ReplayResult>> results(static_cast<size_t>(n), Status::Internal("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ReplayOptions o = CpuOptions(dirs[static_cast<size_t>(r)]);
+      o.sync = ranks[static_cast<size_t>(r)].get();
+      o.verify = true;
+      o.cpu_pin_threads = false;  // the ranks share one machine
+      if (r == failing_rank) {
+        o.make_io_backend = []() -> std::unique_ptr<IoBackend> {
+          FaultOptions f;
+          f.rules.push_back({IoOp::kWrite, 0, FaultKind::kEio, 1});
+          auto inner = MakeIoBackend(BackendKind::kPosix, 32, nullptr);
+          return std::make_unique<FaultBackend>(std::move(*inner), f);
+        };
+      }
+      results[static_cast<size_t>(r)] = Replay(trace, plan, o, "offload-all");
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
 }
 
 traces::Plan HostPlan(const traces::Trace& trace, bool every_other) {

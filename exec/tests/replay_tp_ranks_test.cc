@@ -4,13 +4,9 @@
 // mpirun in tests/mpi_ranks_test.cc and tests/replay_tp_cli_test.cc.
 #include <gtest/gtest.h>
 
-#include <thread>
-
-#include "exec/fault_backend.h"
 #include "exec/replay.h"
 #include "exec/tests/io_test_util.h"
 #include "exec/tests/replay_test_util.h"
-#include "exec/tests/thread_ranks.h"
 #include "traces/collective_kind.h"
 #include "traces/uniform_plans.h"
 
@@ -20,7 +16,6 @@ namespace {
 using testing::CpuOptions;
 using testing::ListTree;
 using testing::TempDir;
-using testing::ThreadRanks;
 using testing::TinyGptTrace;
 
 constexpr int64_t kSeq = 128;
@@ -36,27 +31,9 @@ struct ShardRun {
 void RunShards(const traces::Trace& trace, ShardRun runs[2], bool fail_write = false) {
   traces::Plan plan = traces::OffloadAllPlan(trace);
   plan.tp = 2;
-  ThreadRanks all(2, /*dp=*/1);
-  ThreadRanks::Rank ranks[2] = {{all, 0}, {all, 1}};
-  std::thread threads[2];
-  for (int r = 0; r < 2; ++r) {
-    threads[r] = std::thread([&, r] {
-      ReplayOptions o = CpuOptions(runs[r].dir.path());
-      o.sync = &ranks[r];
-      o.verify = true;
-      o.cpu_pin_threads = false;  // two ranks on one machine
-      if (fail_write && r == 1) {
-        o.make_io_backend = []() -> std::unique_ptr<IoBackend> {
-          FaultOptions f;
-          f.rules.push_back({IoOp::kWrite, 0, FaultKind::kEio, 1});
-          auto inner = MakeIoBackend(BackendKind::kPosix, 32, nullptr);
-          return std::make_unique<FaultBackend>(std::move(*inner), f);
-        };
-      }
-      runs[r].result = Replay(trace, plan, o, "offload-all");
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  auto results = testing::ReplayOnThreadRanks(
+      trace, plan, /*dp=*/1, {runs[0].dir.path(), runs[1].dir.path()}, fail_write ? 1 : -1);
+  for (int r = 0; r < 2; ++r) runs[r].result = std::move(results[static_cast<size_t>(r)]);
 }
 
 // Per step, rank r sends (n − 1)/n of each collective's payload S per phase
