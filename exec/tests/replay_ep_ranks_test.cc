@@ -11,6 +11,7 @@
 #include "exec/replay.h"
 #include "exec/tests/io_test_util.h"
 #include "exec/tests/replay_test_util.h"
+#include "exec/tests/two_thread_ranks.h"
 #include "traces/collective_kind.h"
 #include "traces/uniform_plans.h"
 
@@ -19,24 +20,18 @@ namespace {
 
 using testing::CpuOptions;
 using testing::ListTree;
-using testing::TempDir;
 using testing::TinyMoeTrace;
 
-struct RankRun {
-  TempDir dir;
-  Result<ReplayResult> result = Status::Internal("not run");
-};
+using RankRun = testing::TwoRanks;
 
 // Replays `trace` (every saved activation to the SSD, verified) at dp 2,
 // ep 2 on two thread ranks, rank 1's first write failing with EIO when
 // `fail_write`.
-void RunRanks(const traces::Trace& trace, RankRun runs[2], bool fail_write = false) {
+void RunRanks(const traces::Trace& trace, RankRun& runs, bool fail_write = false) {
   traces::Plan plan = traces::OffloadAllPlan(trace);
   plan.dp = 2;
   plan.ep = 2;
-  auto results = testing::ReplayOnThreadRanks(
-      trace, plan, /*dp=*/2, {runs[0].dir.path(), runs[1].dir.path()}, fail_write ? 1 : -1);
-  for (int r = 0; r < 2; ++r) runs[r].result = std::move(results[static_cast<size_t>(r)]);
+  runs.Run(trace, plan, /*dp=*/2, fail_write);
 }
 
 TEST(ReplayExpertParallel, TwoExpertRanksExchangeTheTracesAllToAllsVerified) {
@@ -49,34 +44,28 @@ TEST(ReplayExpertParallel, TwoExpertRanksExchangeTheTracesAllToAllsVerified) {
     sent += traces::CollectivePayloadBytes(op) / 2;
   }
   ASSERT_GT(count, 0);
-  RankRun runs[2];
+  RankRun runs;
   RunRanks(trace, runs);
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
-    ASSERT_TRUE(runs[r].result.ok()) << runs[r].result.status().ToString();
-    const ReplayResult& res = *runs[r].result;
+    ASSERT_TRUE(runs.result[r].ok()) << runs.result[r].status().ToString();
+    const ReplayResult& res = *runs.result[r];
     EXPECT_TRUE(res.verified);
     EXPECT_EQ(res.ep_index, r);
     EXPECT_EQ(res.collectives.by_kind[static_cast<size_t>(traces::CollectiveKind::kAllToAll)].count,
               count);
     EXPECT_EQ(res.collectives.pieces_sent, count);
     EXPECT_EQ(res.collectives.bytes_sent, sent);
-    EXPECT_EQ(res.collectives.bytes_received, runs[1 - r].result->collectives.bytes_sent);
-    EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
+    EXPECT_EQ(res.collectives.bytes_received, runs.result[1 - r]->collectives.bytes_sent);
+    EXPECT_TRUE(ListTree(runs.dir[r].path()).empty());
   }
 }
 
 TEST(ReplayExpertParallel, AWriteErrorOnOneRankStopsBothAndLeavesNoFiles) {
   const traces::Trace trace = TinyMoeTrace(4, 64, /*ep=*/2);
-  RankRun runs[2];
+  RankRun runs;
   RunRanks(trace, runs, /*fail_write=*/true);
-  ASSERT_FALSE(runs[1].result.ok());
-  EXPECT_NE(runs[1].result.status().message().find("Input/output error"), std::string::npos)
-      << runs[1].result.status().ToString();
-  ASSERT_FALSE(runs[0].result.ok());
-  EXPECT_EQ(runs[0].result.status().message(),
-            "rank 1 failed: " + runs[1].result.status().message());
-  for (int r = 0; r < 2; ++r) EXPECT_TRUE(ListTree(runs[r].dir.path()).empty()) << r;
+  runs.ExpectRankOnesEioStoppedBoth();
 }
 
 TEST(ReplayExpertParallel, UnbalancedRoutingIsRefusedBeforeTheReplayStarts) {
@@ -84,17 +73,17 @@ TEST(ReplayExpertParallel, UnbalancedRoutingIsRefusedBeforeTheReplayStarts) {
   // the rest 16, so rank 0 receives 2 × (17 + 17 + 16 + 16) = 132 rows for
   // the 130 it sends.
   const traces::Trace trace = TinyMoeTrace(1, 65, /*ep=*/2);
-  RankRun runs[2];
+  RankRun runs;
   RunRanks(trace, runs);
   for (int r = 0; r < 2; ++r) {
-    ASSERT_FALSE(runs[r].result.ok()) << r;
-    EXPECT_NE(runs[r].result.status().message().find(
+    ASSERT_FALSE(runs.result[r].ok()) << r;
+    EXPECT_NE(runs.result[r].status().message().find(
                   "moe.dispatch.all_to_all, micro-batch 0): an all-to-all over 2 expert-parallel "
                   "ranks of 133120 bytes in, 135168 bytes out: expected equal bytes in and out "
                   "(balanced routing)"),
               std::string::npos)
-        << runs[r].result.status().ToString();
-    EXPECT_TRUE(ListTree(runs[r].dir.path()).empty()) << r;
+        << runs.result[r].status().ToString();
+    EXPECT_TRUE(ListTree(runs.dir[r].path()).empty()) << r;
   }
 }
 
