@@ -93,11 +93,10 @@ struct ReplayOptions {
   // data-parallel group in buckets during the last backward (through host
   // memory); with pp > 1 the send and recv ops move their tensors' bytes
   // between neighbouring stages, and with tp > 1 the collective ops run
-  // between the ranks of the tensor-parallel group, with ep > 1 the MoE
+  // between the ranks of the tensor-parallel group, and with ep > 1 the MoE
   // all-to-alls between the ranks of the expert-parallel group
-  // (exec/replay_expert_parallel.cc; any tp and pp) (all through
-  // pinned host memory, a CRC32C checked on arrival); every rank stops when
-  // one fails.
+  // (exec/replay_expert_parallel.cc), all through pinned host memory, a
+  // CRC32C checked on arrival; every rank stops when one fails.
   // Null: a single process (send, recv and collective ops then run as memory
   // passes).
   StepSync* sync = nullptr;
@@ -109,8 +108,8 @@ struct PipelineTraffic {
   int64_t messages_received = 0, bytes_received = 0;
 };
 
-// What a rank's collectives (tp > 1; ep > 1: the all-to-alls) moved and took in one
-// step: the pieces it sent and received (payload bytes), and per kind
+// What a rank's collectives (tp > 1; ep > 1: the all-to-alls) moved and took
+// in one step: the pieces it sent and received (payload bytes), and per kind
 // (indexed by traces::CollectiveKind) how many ran and their wall time, from
 // the ops before them done to the result back on the device.
 struct CollectiveTraffic {

@@ -150,8 +150,9 @@ class StepSync {
   // Blocks until every posted sum has completed; the first error among them.
   virtual Status WaitAllReduces() = 0;
 
-  // Point-to-point messages: the pipeline's (pp > 1) and the pieces of the
-  // tensor-parallel collectives (tp > 1). Called by one thread per rank.
+  // Point-to-point messages: the pipeline's (pp > 1), the pieces of the
+  // tensor-parallel collectives (tp > 1) and of the expert-parallel
+  // all-to-alls (ep > 1). Called by one thread per rank.
   // Why not MPI's collectives for tp: a rank blocked in one cannot see another
   // rank's abort, nor leave it when a peer has stopped; messages can be
   // waited for with an eye on aborts and drained at the end.
