@@ -170,15 +170,15 @@ int RunPlan(PlanCmdOptions o) {
   // One rank per GPU of the layout (exec/step_sync.h: tp fastest, then dp, then pp).
   const int64_t n_ranks = std::max<int64_t>(plan.tp, 1) * plan.pp * plan.dp;
   const std::string ranks = n_ranks > 1 ? fmt::format("mpirun -np {} ", n_ranks) : "";
-  if (const std::string refused = NotReplayedText(plan); !refused.empty()) {
-    std::cout << refused;
-  } else if (!o.model.empty()) {
+  if (!o.model.empty()) {
     // Each rank builds its own shard's trace from the model config.
     std::cout << fmt::format(
         "replay this plan: {}{} replay --model {} --plan {} --dir OFFLOAD_DIR -o "
         "run.json{}\n",
         ranks, SelfCommand(), o.model, o.output,
-        n_ranks > 1 ? " (rank r runs stage r / (tp x dp), replica (r / tp) % dp, shard r % tp)"
+        n_ranks > 1 ? fmt::format(" (rank r runs stage r / (tp x dp), replica (r / tp) % dp, "
+                                  "shard r % tp{})",
+                                  plan.ep > 1 ? ", expert rank (r / tp) % dp % ep" : "")
                     : "");
   } else {
     std::cout << CapturedReplayLines(in, plan, o.output);

@@ -23,14 +23,6 @@ std::string InFlightText(int64_t in_flight, int64_t v) {
                      static_cast<double>(in_flight) / static_cast<double>(v));
 }
 
-std::string NotReplayedText(const traces::Plan& plan) {
-  if (plan.ep <= 1) return "";
-  return fmt::format(
-      "replay: not yet for ep {} (replay does not run the all-to-all between expert-parallel "
-      "ranks; plan with --ep 1 to replay)\n",
-      plan.ep);
-}
-
 std::string ScheduleVerdict(const sim::PlannerResult& r) {
   if (!r.interleaved_vs_1f1b) return "";
   const sim::PlannerResult::ScheduleComparison& c = *r.interleaved_vs_1f1b;

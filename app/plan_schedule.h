@@ -19,10 +19,6 @@ std::string ScheduleText(const traces::Plan& plan, int64_t layers);
 // worth," for 29 chunks of v = 3.
 std::string InFlightText(int64_t in_flight, int64_t v);
 
-// What to say instead of a replay command for a plan the executor cannot run
-// yet (ep > 1: the all-to-all between expert-parallel ranks); "" when it can.
-std::string NotReplayedText(const traces::Plan& plan);
-
 // "interleaved v=2 beats 1f1b by 7.9%: bubble 27.3% -> 15.8% (1f1b at this
 // layout: 1234 tokens/s)\n" when the plan is interleaved; "" otherwise. A
 // 1F1B plan that does not fit the budget is said so.

@@ -83,7 +83,8 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
 
 exec::RankLayout LayoutOfPlan(const traces::Plan& plan, const traces::Trace* trace = nullptr) {
   const int64_t pp = trace != nullptr ? trace->header.pp : plan.pp;
-  return {std::max<int64_t>(plan.tp, 1), std::max<int64_t>(plan.dp, 1), std::max<int64_t>(pp, 1)};
+  return {std::max<int64_t>(plan.tp, 1), std::max<int64_t>(plan.dp, 1), std::max<int64_t>(pp, 1),
+          std::max<int64_t>(plan.ep, 1)};
 }
 
 // N ranks run a plan of tp × pp × dp = N.
@@ -153,7 +154,6 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   std::optional<traces::Plan> read;
   if (!f.plan.empty()) {
     SSDTRAIN_ASSIGN_OR_RETURN(read, traces::ReadPlan(f.plan));
-    SSDTRAIN_RETURN_IF_ERROR(exec::RefuseExpertParallel(read->ep, f.plan));
   }
   // Rank r runs stage r / (tp × dp) (exec/step_sync.h); one process runs stage 0.
   int64_t stage = 0;
@@ -219,6 +219,7 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
          {"stage", layout.StageOf(static_cast<int64_t>(r))},
          {"dp_index", layout.DpIndexOf(static_cast<int64_t>(r))},
          {"tp_index", layout.TpIndexOf(static_cast<int64_t>(r))},
+         {"ep_index", layout.EpIndexOf(static_cast<int64_t>(r))},
          {"step_time_ns", x.step_time_ns},
          {"peak_device_bytes", x.peak_gpu_bytes},
          {"peak_activation_bytes", x.peak_activation_bytes},

@@ -66,7 +66,7 @@ std::string CollectivesLine(const exec::CollectiveTraffic& c) {
     ns += t.ns;
     kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", t.count, traces::ToString(kind));
   }
-  return kinds.empty() ? "" : fmt::format(", tp collectives {:.3f} ms ({})", ns / 1e6, kinds);
+  return kinds.empty() ? "" : fmt::format(", collectives {:.3f} ms ({})", ns / 1e6, kinds);
 }
 
 }  // namespace ssdtrain::app

@@ -20,7 +20,7 @@ traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace&
 // bytes sent and received, and by kind their count and wall time (`compare`
 // reads them).
 nlohmann::json CollectivesJson(const exec::CollectiveTraffic& c);
-// ", tp collectives 20.8 ms (36 all_reduce)"; "" when there were none.
+// ", collectives 20.8 ms (36 all_reduce)"; "" when there were none.
 std::string CollectivesLine(const exec::CollectiveTraffic& c);
 
 }  // namespace ssdtrain::app

@@ -57,26 +57,12 @@ Status CheckStepBytes(int step, const CacheStats& delta, const OffloadStats& io_
                           std::to_string(delta.bytes_read));
 }
 
-}  // namespace
-
-Status RefuseExpertParallel(int64_t ep, const std::string& source) {
-  if (ep <= 1) return Status::Ok();
-  return Status::FailedPrecondition(
-      source + ": ep: " + std::to_string(ep) +
-      ": replay does not run expert parallelism (the all-to-all between the ep ranks); plan "
-      "with --ep 1 to replay this model");
-}
-
-namespace {
-
 Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
                                   const traces::Plan& step_plan, const ReplayOptions& options,
                                   const std::string& plan_source,
                                   detail::RankAgreement& agreement) {
   // Everything that can be refused is refused before a device or a file exists.
   SSDTRAIN_RETURN_IF_ERROR(traces::ValidatePlan(step_plan, one_micro_batch, plan_source));
-  SSDTRAIN_RETURN_IF_ERROR(
-      RefuseExpertParallel(std::max(step_plan.ep, one_micro_batch.header.ep), plan_source));
   SSDTRAIN_ASSIGN_OR_RETURN(const traces::DdpImpl ddp,
                             traces::ParseDdpImpl(step_plan.ddp, plan_source + ": ddp"));
   // The stage's whole step: its micro-batches in the schedule's order
@@ -98,11 +84,11 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   const bool interleaved = plan.schedule == "interleaved";
   // The ranks' layout (exec/step_sync.h, RankLayout): Megatron-LM's order.
   int previous_rank = -1, next_rank = -1;
-  int64_t tp_index = 0;
-  std::vector<int> tp_group;
+  int64_t tp_index = 0, ep_index = 0;
+  std::vector<int> tp_group, ep_group;
   if (options.sync != nullptr) {
     const RankLayout layout{std::max<int64_t>(plan.tp, 1), std::max<int64_t>(plan.dp, 1),
-                            trace.header.pp};
+                            trace.header.pp, std::max<int64_t>(trace.header.ep, 1)};
     const int rank = options.sync->rank();
     if (options.sync->size() != layout.size()) {
       return Status::InvalidArgument(plan_source + ": tp × pp × dp = " + std::to_string(layout.tp) +
@@ -128,10 +114,14 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
     const int wrap = static_cast<int>((layout.pp - 1) * stride);
     if (interleaved && layout.pp > 1 && previous_rank < 0) previous_rank = rank + wrap;
     if (interleaved && layout.pp > 1 && next_rank < 0) next_rank = rank - wrap;
-    tp_index = layout.TpIndexOf(rank);
-    for (int64_t t = 0; t < layout.tp; ++t) {
-      tp_group.push_back(layout.Rank(layout.StageOf(rank), layout.DpIndexOf(rank), t));
+    if (layout.dp % layout.ep != 0) {
+      return Status::InvalidArgument(plan_source + ": ep = " + std::to_string(layout.ep) +
+                                     " does not divide dp = " + std::to_string(layout.dp));
     }
+    tp_index = layout.TpIndexOf(rank);
+    tp_group = layout.TpGroupOf(rank);
+    ep_index = layout.EpIndexOf(rank);
+    ep_group = layout.EpGroupOf(rank);
   }
   if (options.max_ops_ahead < 1) return Status::InvalidArgument("max_ops_ahead must be at least 1");
   // What the plan means: the one resolution the simulator uses too.
@@ -241,6 +231,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   result.ranks = options.sync != nullptr ? options.sync->size() : 1;
   result.stage = trace.header.stage;
   result.tp_index = tp_index;
+  result.ep_index = ep_index;
   result.planned_peak_activation_bytes = planned.activation_bytes;
   result.planned_peak_device_bytes = planned.device_bytes;
   result.plan_offloaded_bytes = storage_plan.ssd_bytes;
@@ -255,6 +246,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   replayer.set_pipeline(previous_rank, next_rank,
                         interleaved ? whole.chunk : std::vector<int64_t>{});
   replayer.set_tensor_parallel(tp_index, tp_group);
+  replayer.set_expert_parallel(ep_index, ep_group);
   // The buckets the simulator prices too (traces/dp_buckets.h).
   if (options.sync != nullptr) {
     replayer.set_buckets(traces::GradientBuckets(trace, std::max<int64_t>(plan.dp, 1)), ddp);

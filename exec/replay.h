@@ -93,8 +93,10 @@ struct ReplayOptions {
   // data-parallel group in buckets during the last backward (through host
   // memory); with pp > 1 the send and recv ops move their tensors' bytes
   // between neighbouring stages, and with tp > 1 the collective ops run
-  // between the ranks of the tensor-parallel group (both through pinned host
-  // memory, a CRC32C checked on arrival); every rank stops when one fails.
+  // between the ranks of the tensor-parallel group, and with ep > 1 the MoE
+  // all-to-alls between the ranks of the expert-parallel group
+  // (exec/replay_expert_parallel.cc), all through pinned host memory, a
+  // CRC32C checked on arrival; every rank stops when one fails.
   // Null: a single process (send, recv and collective ops then run as memory
   // passes).
   StepSync* sync = nullptr;
@@ -106,8 +108,8 @@ struct PipelineTraffic {
   int64_t messages_received = 0, bytes_received = 0;
 };
 
-// What a rank's tensor-parallel collectives (tp > 1) moved and took in one
-// step: the pieces it sent and received (payload bytes), and per kind
+// What a rank's collectives (tp > 1; ep > 1: the all-to-alls) moved and took
+// in one step: the pieces it sent and received (payload bytes), and per kind
 // (indexed by traces::CollectiveKind) how many ran and their wall time, from
 // the ops before them done to the result back on the device.
 struct CollectiveTraffic {
@@ -197,15 +199,12 @@ struct ReplayResult {
   // Tensor-parallel ranks (tp > 1 with ReplayOptions::sync): this rank's
   // index in its group, and what its collectives moved in the last step.
   int64_t tp_index = 0;
+  // Expert-parallel ranks (ep > 1 with ReplayOptions::sync): this rank's
+  // index in its ep group (exec::RankLayout::EpIndexOf).
+  int64_t ep_index = 0;
   CollectiveTraffic collectives;
   traces::Timeline timeline;  // the last step's, times from its start
 };
-
-// Expert parallelism (ep > 1) does not replay yet (its all-to-all between the
-// ep ranks): FailedPrecondition naming `source`'s ep field; Ok for ep <= 1.
-// Replay checks the plan and its trace with it; `ssdtrain replay` checks the
-// plan file before anything else.
-Status RefuseExpertParallel(int64_t ep, const std::string& source);
 
 // Runs the replay. `plan_source` names the plan file in messages.
 Result<ReplayResult> Replay(const traces::Trace& trace, const traces::Plan& plan,

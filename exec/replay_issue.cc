@@ -143,7 +143,7 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
   Status st = Status::Ok();
   if (Exchanges(producer)) {  // the group recomputes it too, in the same order
     st = Run(producer, ins, outs, {s}, /*recompute=*/true, *io_dependent, /*kernel=*/false,
-             [&] { return CollectiveFor(producer, ins[0], outs[0]); });
+             [&] { return CollectiveFor(producer, ins, outs); });
   } else {
     st = Run(producer, ins, outs, {s}, /*recompute=*/true, *io_dependent);
   }
@@ -276,10 +276,9 @@ Status Replayer::IssueOp(const traces::Op& op) {
   if (transfer && op.kind == traces::OpKind::kRecv) {
     SSDTRAIN_RETURN_IF_ERROR(ReceiveFor(op, outs[0]));
   }
-  if (Exchanges(op)) {  // between the tensor-parallel group's ranks
+  if (Exchanges(op)) {  // between the ranks of its tp or ep group
     SSDTRAIN_RETURN_IF_ERROR(Run(op, ins, outs, fill, /*recompute=*/false, io_dependent,
-                                 /*kernel=*/false,
-                                 [&] { return CollectiveFor(op, ins[0], outs[0]); }));
+                                 /*kernel=*/false, [&] { return CollectiveFor(op, ins, outs); }));
   } else {
     SSDTRAIN_RETURN_IF_ERROR(Run(op, ins, outs, fill, /*recompute=*/false, io_dependent,
                                  /*kernel=*/!transfer));

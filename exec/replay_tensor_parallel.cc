@@ -42,27 +42,19 @@ namespace {
 
 constexpr int64_t kTrailerBytes = sizeof(MessageTrailer);
 
-// The first byte of [p, p + bytes) that differs from the pattern of `seed`
-// at byte `offset` onwards; -1 when none does.
-int64_t PatternMismatch(const uint8_t* p, int64_t bytes, uint64_t seed, int64_t offset) {
-  for (int64_t i = 0; i < bytes; ++i) {
-    if (p[i] != PatternByte(seed, static_cast<uint64_t>(offset + i))) return i;
-  }
-  return -1;
-}
-
-void FillPattern(uint8_t* p, int64_t bytes, uint64_t seed, int64_t offset) {
-  for (int64_t i = 0; i < bytes; ++i) p[i] = PatternByte(seed, static_cast<uint64_t>(offset + i));
-}
-
 }  // namespace
 
 Status Replayer::InitTensorParallel() {
-  if (!tensor_parallel()) return Status::Ok();
+  if (!tensor_parallel() && !expert_parallel()) return Status::Ok();
   const auto n = static_cast<int64_t>(tp_ranks_.size());
   int64_t most = 0;
   for (const traces::Op& op : trace_.ops) {
-    if (op.kind != traces::OpKind::kCollective) continue;
+    if (!Exchanges(op)) continue;
+    if (Kind(op) == traces::CollectiveKind::kAllToAll) {
+      SSDTRAIN_ASSIGN_OR_RETURN(const int64_t bytes, AllToAllHostBytes(op));
+      most = std::max(most, bytes);
+      continue;
+    }
     if (op.inputs.size() != 1 || op.outputs.size() != 1) {
       return Status::InvalidArgument(RankOpName(op) +
                                      ": a collective op reads one tensor and writes "
@@ -91,15 +83,14 @@ Status Replayer::InitTensorParallel() {
   if (most == 0) return Status::Ok();
   auto host = HostStaging::Create(device_, most);
   if (!host.ok()) {
-    return host.status().WithPrefix("host memory for the tensor-parallel collectives (" +
-                                    FormatBytes(most) + ")");
+    return host.status().WithPrefix("host memory for the collectives (" + FormatBytes(most) + ")");
   }
   collective_host_ = std::move(*host);
   return Status::Ok();
 }
 
 uint64_t Replayer::PeerSeed(uint64_t mine, int64_t peer) const {
-  return mine ^ seed_salt_ ^ TpSeedSalt(peer);
+  return mine ^ TpSeedSalt(tp_index_) ^ TpSeedSalt(peer);
 }
 
 Status Replayer::SendPiece(const traces::Op& op, int phase, int64_t to, const uint8_t* data,
@@ -115,7 +106,7 @@ Status Replayer::SendPiece(const traces::Op& op, int phase, int64_t to, const ui
   t.seed = seed;
   std::memcpy(message + bytes, &t, sizeof(t));
   if (flip == kFlipAfterChecksum) message[0] ^= 0xff;
-  const int rank = tp_ranks_[static_cast<size_t>(to)];
+  const int rank = GroupOf(op)[static_cast<size_t>(to)];
   Status st =
       agreement_.sync()->SendAsync(rank, PieceTag(op, phase), message, bytes + kTrailerBytes);
   if (!st.ok()) {
@@ -130,7 +121,7 @@ Status Replayer::SendPiece(const traces::Op& op, int phase, int64_t to, const ui
 
 Status Replayer::ReceivePiece(const traces::Op& op, int phase, int64_t from, uint8_t* into,
                               int64_t bytes, uint64_t* seed) {
-  const int rank = tp_ranks_[static_cast<size_t>(from)];
+  const int rank = GroupOf(op)[static_cast<size_t>(from)];
   uint8_t* message = scratch_;
   PipelineTag got;
   int64_t received = 0;
@@ -169,7 +160,7 @@ Status Replayer::CheckContribution(const traces::Op& op, int64_t from, const uin
                                    int64_t bytes, uint64_t seed, uint64_t expected_seed,
                                    int64_t offset) {
   const std::string what = "verify: " + RankOpName(op) + ": the contribution of rank " +
-                           std::to_string(tp_ranks_[static_cast<size_t>(from)]);
+                           std::to_string(GroupOf(op)[static_cast<size_t>(from)]);
   if (seed != expected_seed) {
     return Status::Corruption(what + " has seed " + std::to_string(seed) + ", expected " +
                               std::to_string(expected_seed));
@@ -260,16 +251,14 @@ Status Replayer::AllGatherPhase(const traces::Op& op, int phase, const uint8_t* 
   return Status::Ok();
 }
 
-Status Replayer::CollectiveFor(const traces::Op& op, const DeviceBuffer& input,
-                               const DeviceBuffer& output) {
+Status Replayer::CollectiveFor(const traces::Op& op, const std::vector<DeviceBuffer>& inputs,
+                               const std::vector<DeviceBuffer>& outputs) {
+  const traces::CollectiveKind kind = Kind(op);
+  if (kind == traces::CollectiveKind::kAllToAll) return AllToAllFor(op, inputs, outputs);
+  const DeviceBuffer& input = inputs[0];
+  const DeviceBuffer& output = outputs[0];
   const traces::Tensor& in_t = trace_.tensor(op.inputs[0]);
   const traces::Tensor& out_t = trace_.tensor(op.outputs[0]);
-  const traces::CollectiveKind kind = Kind(op);
-  if (kind == traces::CollectiveKind::kAllToAll) {
-    // Refused before replay starts (exec/replay.cc: ep); this is the guard.
-    return Status::FailedPrecondition(
-        RankOpName(op) + ": the expert-parallel all-to-all does not replay (ep 1 only)");
-  }
   const auto n = static_cast<int64_t>(tp_ranks_.size());
   const TensorId in_storage = trace_.StorageOf(op.inputs[0]);
   const uint64_t seed = SeedOf(in_storage);
@@ -321,7 +310,7 @@ Status Replayer::CollectiveFor(const traces::Op& op, const DeviceBuffer& input,
       }
       break;
     case traces::CollectiveKind::kAllToAll:
-      break;  // refused above
+      break;  // AllToAllFor, above
     case traces::CollectiveKind::kAllReduce: {
       const int64_t lo = chunks[static_cast<size_t>(tp_index_)];
       SSDTRAIN_RETURN_IF_ERROR(

@@ -16,6 +16,7 @@ list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/replay_gradients.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_pipeline.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_tensor_parallel.cc
+  ${CMAKE_CURRENT_LIST_DIR}/replay_expert_parallel.cc
   ${CMAKE_CURRENT_LIST_DIR}/host_sum.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_output.cc
 )
@@ -68,5 +69,8 @@ function(ssdtrain_exec_runtime_tests)
     DEPS ssdtrain::exec ssdtrain::models)
   ssdtrain_test(exec_replay_tp_ranks_test
     SOURCES ${dir}/replay_tp_ranks_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
+    DEPS ssdtrain::exec ssdtrain::models)
+  ssdtrain_test(exec_replay_ep_ranks_test
+    SOURCES ${dir}/replay_ep_ranks_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
     DEPS ssdtrain::exec ssdtrain::models)
 endfunction()

@@ -19,7 +19,9 @@
 //              bytes between neighbours (SendAsync, Receive), its
 //              collective ops (tp > 1) exchanging their pieces with the
 //              other ranks of its tensor-parallel group the same way
-//              (exec/replay_tensor_parallel.cc), its pending
+//              (exec/replay_tensor_parallel.cc), its all-to-alls (ep > 1)
+//              with those of its expert-parallel group
+//              (exec/replay_expert_parallel.cc), its pending
 //              sends completed (WaitSends) before the step ends;
 //              in its last micro-batch's backward, each gradient bucket
 //              (traces/dp_buckets.h), once the op completing it has run
@@ -58,6 +60,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "traces/status.h"
 #include "traces/trace.h"
@@ -90,15 +93,34 @@ struct PipelineTag {
   }
 };
 
-// Where each rank sits (the layout above).
+// Where each rank sits (the layout above). Expert parallelism (ep > 1, ep
+// dividing dp) groups ep consecutive data-parallel replicas of one stage and
+// tp index, as Megatron-Core's expert ranks (strided by tp): the ep group of
+// rank r is the ranks of dp indices ⌊dp_index / ep⌋·ep + e, e < ep, and its
+// index in it dp_index % ep. The all-to-all of the MoE dispatch and combine
+// runs over it (exec/replay_expert_parallel.cc).
 struct RankLayout {
-  int64_t tp = 1, dp = 1, pp = 1;
+  int64_t tp = 1, dp = 1, pp = 1, ep = 1;
   int64_t size() const { return tp * dp * pp; }
   int64_t StageOf(int64_t rank) const { return rank / (tp * dp); }
   int64_t DpIndexOf(int64_t rank) const { return rank / tp % dp; }
   int64_t TpIndexOf(int64_t rank) const { return rank % tp; }
+  int64_t EpIndexOf(int64_t rank) const { return DpIndexOf(rank) % ep; }
   int Rank(int64_t stage, int64_t dp_index, int64_t tp_index) const {
     return static_cast<int>(stage * tp * dp + dp_index * tp + tp_index);
+  }
+  // The tensor-parallel group of `rank` and its expert-parallel group, in order.
+  std::vector<int> TpGroupOf(int64_t rank) const {
+    std::vector<int> group;
+    for (int64_t t = 0; t < tp; ++t) group.push_back(Rank(StageOf(rank), DpIndexOf(rank), t));
+    return group;
+  }
+  std::vector<int> EpGroupOf(int64_t rank) const {
+    std::vector<int> group;
+    const int64_t first = DpIndexOf(rank) - EpIndexOf(rank);
+    for (int64_t e = 0; e < ep; ++e)
+      group.push_back(Rank(StageOf(rank), first + e, TpIndexOf(rank)));
+    return group;
   }
 };
 
@@ -128,8 +150,9 @@ class StepSync {
   // Blocks until every posted sum has completed; the first error among them.
   virtual Status WaitAllReduces() = 0;
 
-  // Point-to-point messages: the pipeline's (pp > 1) and the pieces of the
-  // tensor-parallel collectives (tp > 1). Called by one thread per rank.
+  // Point-to-point messages: the pipeline's (pp > 1), the pieces of the
+  // tensor-parallel collectives (tp > 1) and of the expert-parallel
+  // all-to-alls (ep > 1). Called by one thread per rank.
   // Why not MPI's collectives for tp: a rank blocked in one cannot see another
   // rank's abort, nor leave it when a peer has stopped; messages can be
   // waited for with an eye on aborts and drained at the end.

@@ -1,7 +1,8 @@
 // End to end: expert parallelism in `ssdtrain plan`, `trace` and `replay`.
 // Mixtral-8x7B on 64 H100s is planned with ep searched beside tp, pp and dp
 // and fits on every stage; impossible --ep pins are refused naming the flag;
-// replay refuses an ep > 1 plan (its all-to-all is not replayed).
+// plan prints the mpirun line that replays an ep plan
+// (replay_expert_parallel_cli_test runs it).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -45,8 +46,9 @@ TEST_F(ExpertParallelCli, MixtralOn64H100sChoosesEpAndFitsOnEveryStage) {
   EXPECT_NE(r.output.find("--dp " + std::to_string(plan->dp) + " --ep " + std::to_string(plan->ep)),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("replay: not yet for ep " + std::to_string(plan->ep)), std::string::npos)
-      << r.output;
+  // Replay runs it (tests/replay_expert_parallel_cli_test.cc): plan prints the line.
+  EXPECT_NE(r.output.find("replay this plan: mpirun -np 64 "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("expert rank (r / tp) % dp % ep"), std::string::npos) << r.output;
   // Every stage's predicted peak within the budget, and the all-to-alls priced.
   Result<traces::StepReport> predicted = traces::ReadStepReport(File("predicted.json"));
   ASSERT_TRUE(predicted.ok()) << predicted.status().ToString();
@@ -103,21 +105,21 @@ TEST_F(ExpertParallelCli, ATraceBuiltAtAnEpIsPlannedAtIt) {
   EXPECT_NE(other.output.find("--ep 1 contradicts the trace"), std::string::npos) << other.output;
 }
 
-TEST_F(ExpertParallelCli, ReplayRefusesAnEpPlanNamingTheField) {
+TEST_F(ExpertParallelCli, AnEpPlanPrintsItsReplayLineAndOneProcessRefusesIt) {
   CliResult planned =
       RunSsdtrain("plan --model " + Model("tiny-moe") + " --hardware " + Hardware("cpu-local") +
-                  " --gpus 2 --tp 1 --pp 1 --dp 2 --ep 2 --policy keep -o " + File("plan.json"));
+                  " --gpus 4 --tp 2 --pp 1 --dp 2 --ep 2 --policy keep -o " + File("plan.json"));
   ASSERT_EQ(planned.exit_code, 0) << planned.output;
-  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->ep, 2);
+  EXPECT_NE(planned.output.find("replay this plan: mpirun -np 4 "), std::string::npos)
+      << planned.output;
+  EXPECT_NE(planned.output.find("expert rank (r / tp) % dp % ep"), std::string::npos)
+      << planned.output;
+  // Without mpirun the replay names the ranks it needs.
   std::filesystem::create_directories(File("offload"));
   CliResult r = RunSsdtrain("replay --model " + Model("tiny-moe") + " --plan " + File("plan.json") +
                             " --dir " + File("offload") + " -o " + File("run.json"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find(File("plan.json") + ": ep: 2: replay does not run expert parallelism"),
-            std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("mpirun -np 4"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 // CLI uses (app/mpi_sync.cc). Each rank prints one line, "rank R: ok" or
 // "rank R: error: <message>", and exits 0 or 1. Faults come from the
 // executor's test points (exec/detail/test_points.h), installed on rank 1 (on
-// rank 0 for the tensor-parallel payload, which rank 1 receives), or from the
-// fault-injecting I/O backend (exec/fault_backend.h).
+// rank 0 for the tensor-parallel and expert-parallel pieces, which rank 1
+// receives), or from the fault-injecting I/O backend (exec/fault_backend.h).
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -50,6 +50,9 @@ int WrongCollectivePieces(TestPoint point, int64_t) {
 // given.
 struct RankRun {
   bool tensor_parallel = false;
+  // Instead: tiny-moe (sequence 64) as two data-parallel replicas at ep 2,
+  // whose dispatch and combine all-to-alls run between the two (verified).
+  bool expert_parallel = false;
   exec::detail::TestHook hook = nullptr;
   int hook_rank = 1;
   std::function<std::unique_ptr<exec::IoBackend>()> backend;
@@ -60,15 +63,17 @@ struct RankRun {
 Status ReplayAndGather(app::RankSync& ranks, const std::string& dir, const RankRun& run) {
   const int tp = run.tensor_parallel ? ranks.size() : 1;
   SSDTRAIN_RETURN_IF_ERROR(ranks.SplitStages(tp, ranks.size() / tp));
-  const traces::Trace trace = exec::testing::TinyGptTrace(1, 128, 1, 0, tp);
+  const traces::Trace trace = run.expert_parallel ? exec::testing::TinyMoeTrace(4, 64, ranks.size())
+                                                  : exec::testing::TinyGptTrace(1, 128, 1, 0, tp);
   traces::Plan plan = traces::OffloadAllPlan(trace);
   plan.tp = tp;
   plan.dp = ranks.size() / tp;
+  plan.ep = trace.header.ep;
   const std::string mine = dir + "/rank-" + std::to_string(ranks.rank());
   std::filesystem::create_directories(mine);
   exec::ReplayOptions o = exec::testing::CpuOptions(mine);
   o.sync = &ranks;
-  o.verify = run.tensor_parallel;
+  o.verify = run.tensor_parallel || run.expert_parallel;
   o.cpu_pin_threads = false;  // the ranks share one machine
   if (ranks.rank() == run.hook_rank) exec::detail::SetTestHook(run.hook);
   if (ranks.rank() == 1) o.make_io_backend = run.backend;
@@ -92,17 +97,17 @@ Status LastStepsByteCheckFails(app::RankSync& ranks, const std::string& dir) {
 
 // Rank 1's first offload write fails with EIO (the fault-injecting backend
 // over plain pwrite).
+std::unique_ptr<exec::IoBackend> FirstWriteFails() {
+  exec::FaultOptions f;
+  f.rules = {{exec::IoOp::kWrite, 0, exec::FaultKind::kEio, 1}};
+  auto inner = exec::MakeIoBackend(exec::BackendKind::kPosix, 32, [](std::string_view) {});
+  return std::make_unique<exec::FaultBackend>(std::move(*inner), std::move(f));
+}
+
 Status TensorParallelWriteFails(app::RankSync& ranks, const std::string& dir) {
-  auto backend = [] {
-    exec::FaultOptions f;
-    f.rules = {{exec::IoOp::kWrite, 0, exec::FaultKind::kEio, 1}};
-    auto inner = exec::MakeIoBackend(exec::BackendKind::kPosix, 32, [](std::string_view) {});
-    return std::unique_ptr<exec::IoBackend>(
-        std::make_unique<exec::FaultBackend>(std::move(*inner), std::move(f)));
-  };
   RankRun run;
   run.tensor_parallel = true;
-  run.backend = backend;
+  run.backend = FirstWriteFails;
   return ReplayAndGather(ranks, dir, run);
 }
 
@@ -129,6 +134,39 @@ Status TensorParallelContributionWrong(app::RankSync& ranks, const std::string& 
 // Both ranks replay tiny GPT at tp 2 verified, with nothing injected.
 Status TensorParallelReplays(app::RankSync& ranks, const std::string& dir) {
   return ReplayTensorParallelGroup(ranks, dir, nullptr);
+}
+
+// The two ranks as one expert-parallel group of tiny-moe, `hook` (when set)
+// on rank 0, rank 1's I/O backend `backend` when given.
+Status ReplayExpertParallelGroup(app::RankSync& ranks, const std::string& dir,
+                                 exec::detail::TestHook hook,
+                                 std::function<std::unique_ptr<exec::IoBackend>()> backend = {}) {
+  RankRun run;
+  run.expert_parallel = true;
+  run.hook = hook;
+  run.hook_rank = 0;
+  run.backend = std::move(backend);
+  return ReplayAndGather(ranks, dir, run);
+}
+
+Status ExpertParallelReplays(app::RankSync& ranks, const std::string& dir) {
+  return ReplayExpertParallelGroup(ranks, dir, nullptr);
+}
+
+// Rank 1's first offload write fails while rank 0 goes on to the next
+// all-to-all, where it waits for rank 1's piece.
+Status ExpertParallelWriteFails(app::RankSync& ranks, const std::string& dir) {
+  return ReplayExpertParallelGroup(ranks, dir, nullptr, FirstWriteFails);
+}
+
+// Rank 0's dispatch pieces arrive at rank 1 with a flipped byte.
+Status ExpertParallelPayloadCorrupt(app::RankSync& ranks, const std::string& dir) {
+  return ReplayExpertParallelGroup(ranks, dir, CorruptCollectivePieces);
+}
+
+// Rank 0's pieces checksum, but they are not its rows' patterns.
+Status ExpertParallelPiecesWrong(app::RankSync& ranks, const std::string& dir) {
+  return ReplayExpertParallelGroup(ranks, dir, WrongCollectivePieces);
 }
 
 // Rank 0 sends rank 1 one pipeline message under each tag; rank 1 checks
@@ -218,6 +256,10 @@ const std::map<std::string, Scenario>& Scenarios() {
       {"tp-write-fails", TensorParallelWriteFails},
       {"tp-payload-corrupt", TensorParallelPayloadCorrupt},
       {"tp-contribution-wrong", TensorParallelContributionWrong},
+      {"ep-replays", ExpertParallelReplays},
+      {"ep-write-fails", ExpertParallelWriteFails},
+      {"ep-payload-corrupt", ExpertParallelPayloadCorrupt},
+      {"ep-pieces-wrong", ExpertParallelPiecesWrong},
   };
   return scenarios;
 }

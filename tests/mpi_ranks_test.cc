@@ -70,6 +70,19 @@ class MpiRanks : public ::testing::Test {
     EXPECT_EQ(Said(r, 0), "ok") << r.output;
     EXPECT_EQ(Said(r, 1), "ok") << r.output;
   }
+  // Both ranks said ok, none hung, and nothing is left on disk.
+  void ExpectBothOkAndNothingLeft(const testing::CliResult& r) {
+    ExpectBothOk(r);
+    for (const char* rank : {"rank-0", "rank-1"}) {
+      EXPECT_TRUE(fs::is_empty(dir_ / rank)) << rank << ": files left";
+    }
+  }
+  // `scenario` fails rank 1's first offload write with EIO: both end with its message.
+  void ExpectAnEioOnRankOneEndsBoth(const std::string& scenario) {
+    auto r = Run(scenario);
+    ExpectBothEndWithRankOnesFailure(r, "step 0: ");
+    EXPECT_NE(Said(r, 1).find("Input/output error"), std::string::npos) << r.output;
+  }
   // True when this machine has `bytes` of memory available (MemAvailable).
   static bool MemoryAvailable(int64_t bytes) {
     std::ifstream meminfo("/proc/meminfo");
@@ -104,20 +117,14 @@ TEST_F(MpiRanks, AFailedByteCheckOnTheLastStepEndsBothWithItsMessage) {
 // collectives exchange real pieces, each checked by CRC32C and, verified,
 // against the sum of the group's patterns.
 TEST_F(MpiRanks, ATensorParallelGroupReplaysVerified) {
-  auto r = Run("tp-replays");
-  ExpectBothOk(r);
-  for (const char* rank : {"rank-0", "rank-1"}) {
-    EXPECT_TRUE(fs::is_empty(dir_ / rank)) << rank << ": files left";
-  }
+  ExpectBothOkAndNothingLeft(Run("tp-replays"));
 }
 
 TEST_F(MpiRanks, AnEioOnOneTensorParallelRanksWriteEndsBothWithItsMessage) {
   // Rank 1's first offload write fails while rank 0 goes on to the next
   // collective of the pair, where it waits for rank 1's piece: rank 1's
   // abort must end that wait.
-  auto r = Run("tp-write-fails");
-  ExpectBothEndWithRankOnesFailure(r, "step 0: ");
-  EXPECT_NE(Said(r, 1).find("Input/output error"), std::string::npos) << r.output;
+  ExpectAnEioOnRankOneEndsBoth("tp-write-fails");
 }
 
 TEST_F(MpiRanks, ACorruptAllReducePayloadEndsBothWithTheReceiversMessage) {
@@ -133,6 +140,35 @@ TEST_F(MpiRanks, AWrongContributionThatChecksumsFailsVerification) {
   auto r = Run("tp-contribution-wrong");
   ExpectBothEndWithRankOnesFailure(r, "verify: op 1 (embedding.out_reduced.all_reduce");
   EXPECT_NE(Said(r, 1).find("the contribution of rank 0 differs from its pattern at byte "),
+            std::string::npos)
+      << r.output;
+}
+
+// Two ranks of one expert-parallel group (tiny-moe at dp 2, ep 2): the MoE
+// dispatch and combine exchange real pieces, each checked by CRC32C and,
+// verified, against its sender's patterns.
+TEST_F(MpiRanks, AnExpertParallelGroupReplaysVerified) {
+  ExpectBothOkAndNothingLeft(Run("ep-replays"));
+}
+
+TEST_F(MpiRanks, AnEioOnOneExpertParallelRanksWriteEndsBothWithItsMessage) {
+  // Rank 1 fails at its first offload write while rank 0 waits in an
+  // all-to-all for rank 1's piece: rank 1's abort must end that wait.
+  ExpectAnEioOnRankOneEndsBoth("ep-write-fails");
+}
+
+TEST_F(MpiRanks, ACorruptAllToAllPayloadEndsBothWithTheReceiversMessage) {
+  // Rank 0 flips a byte of each piece after its checksum: rank 1 finds the
+  // first (the first MoE layer's dispatch) wrong on arrival.
+  auto r = Run("ep-payload-corrupt");
+  ExpectBothEndWithRankOnesFailure(r, "all_to_all piece from rank 0 arrived with CRC32C");
+  EXPECT_NE(Said(r, 1).find("moe.dispatch.all_to_all"), std::string::npos) << r.output;
+}
+
+TEST_F(MpiRanks, AnAllToAllPieceThatChecksumsButIsNotTheSendersFailsVerification) {
+  auto r = Run("ep-pieces-wrong");
+  ExpectBothEndWithRankOnesFailure(r, "verify: op ");
+  EXPECT_NE(Said(r, 1).find("the piece of rank 0 differs from its sender's pattern at byte "),
             std::string::npos)
       << r.output;
 }

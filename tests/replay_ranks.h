@@ -46,6 +46,22 @@ class ReplayRanksTest : public CliTest {
     ASSERT_TRUE(predicted.ok()) << predicted.status().ToString();
     predicted_ = *predicted;
   }
+  // The report's ranks (`ranks` of them, the run verified) and the
+  // prediction's stages (`pp` of them).
+  void ExpectRanksAndStages(int ranks, int pp) const {
+    EXPECT_TRUE(report_.verified.value_or(false));
+    ASSERT_EQ(report_.extra.at("ranks").size(), static_cast<size_t>(ranks));
+    ASSERT_EQ(predicted_.extra.at("details").at("stages").size(), static_cast<size_t>(pp));
+  }
+  // `rank` (an entry of the report's ranks) runs stage `stage`, verified,
+  // with that stage's predicted peaks to the byte.
+  void ExpectRankOfStage(const nlohmann::json& rank, int stage) const {
+    const nlohmann::json& predicted = predicted_.extra.at("details").at("stages")[stage];
+    EXPECT_EQ(rank.at("stage").get<int>(), stage);
+    EXPECT_TRUE(rank.at("verified").get<bool>());
+    EXPECT_EQ(rank.at("peak_device_bytes"), predicted.at("peak_gpu_bytes"));
+    EXPECT_EQ(rank.at("peak_activation_bytes"), predicted.at("peak_activation_bytes"));
+  }
   traces::StepReport report_, predicted_;
 };
 

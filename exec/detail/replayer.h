@@ -152,7 +152,15 @@ class Replayer {
   void set_tensor_parallel(int64_t tp_index, std::vector<int> group) {
     tp_index_ = tp_index;
     tp_ranks_ = std::move(group);
-    seed_salt_ = tensor_parallel() ? TpSeedSalt(tp_index) : 0;
+    SetSeedSalt();
+  }
+  // Expert-parallel ranks: the same for the ep group (exec::RankLayout), over
+  // which the all-to-all ops run (replay_expert_parallel.cc); the seeds differ
+  // by ep index too (EpSeedSalt).
+  void set_expert_parallel(int64_t ep_index, std::vector<int> group) {
+    ep_index_ = ep_index;
+    ep_ranks_ = std::move(group);
+    SetSeedSalt();
   }
 
   // Data-parallel ranks: the stage's gradient buckets (traces/dp_buckets.h,
@@ -299,22 +307,53 @@ class Replayer {
   // Tensor-parallel ranks (replay_tensor_parallel.cc): each collective op's
   // input, output and messages in one pinned host region, reused op by op.
   bool tensor_parallel() const { return tp_ranks_.size() > 1; }
-  bool Exchanges(const traces::Op& op) const {
-    return tensor_parallel() && op.kind == traces::OpKind::kCollective;
-  }
-  static uint64_t TpSeedSalt(int64_t tp_index) { return static_cast<uint64_t>(tp_index) << 56; }
+  bool expert_parallel() const { return ep_ranks_.size() > 1; }
   static traces::CollectiveKind Kind(const traces::Op& op) {
     return traces::ClassifyCollective(op);
+  }
+  // The ranks a collective op runs between, in order (traces::CollectiveRanks:
+  // the ep group for the all-to-all, the tp group else), and this rank's index.
+  const std::vector<int>& GroupOf(const traces::Op& op) const {
+    return Kind(op) == traces::CollectiveKind::kAllToAll ? ep_ranks_ : tp_ranks_;
+  }
+  int64_t IndexIn(const traces::Op& op) const {
+    return Kind(op) == traces::CollectiveKind::kAllToAll ? ep_index_ : tp_index_;
+  }
+  bool Exchanges(const traces::Op& op) const {
+    return op.kind == traces::OpKind::kCollective && GroupOf(op).size() > 1;
+  }
+  static uint64_t TpSeedSalt(int64_t tp_index) { return static_cast<uint64_t>(tp_index) << 56; }
+  static uint64_t EpSeedSalt(int64_t ep_index) { return static_cast<uint64_t>(ep_index) << 48; }
+  void SetSeedSalt() {
+    seed_salt_ = (tensor_parallel() ? TpSeedSalt(tp_index_) : 0) ^
+                 (expert_parallel() ? EpSeedSalt(ep_index_) : 0);
   }
   // The tag of phase `phase` (0, or the all-reduce's gather 1) of `op`.
   static PipelineTag PieceTag(const traces::Op& op, int phase) {
     return {op.micro_batch, op.phase == traces::Phase::kBackward, op.id * 2 + phase, true};
   }
-  // Peer `peer`'s verification seed of the storage this rank seeds `mine`.
+  // Peer `peer`'s verification seed (its index in the tensor-parallel group;
+  // EpPeerSeed: in the expert-parallel group) of the storage this rank seeds `mine`.
   uint64_t PeerSeed(uint64_t mine, int64_t peer) const;
+  uint64_t EpPeerSeed(uint64_t mine, int64_t peer) const {
+    return mine ^ EpSeedSalt(ep_index_) ^ EpSeedSalt(peer);
+  }
   using PieceCheck = std::function<std::vector<uint8_t>(int64_t)>;
   Status InitTensorParallel();
-  Status CollectiveFor(const traces::Op& op, const DeviceBuffer& input, const DeviceBuffer& output);
+  Status CollectiveFor(const traces::Op& op, const std::vector<DeviceBuffer>& inputs,
+                       const std::vector<DeviceBuffer>& outputs);
+  // Expert-parallel ranks (replay_expert_parallel.cc): an all-to-all op's
+  // buffers, the tensors it sends and receives (views of a listed tensor
+  // left out: AllToAllMembers), each rank's piece to each peer.
+  std::vector<size_t> AllToAllMembers(const std::vector<TensorId>& tensors) const;
+  Result<int64_t> AllToAllHostBytes(const traces::Op& op) const;
+  Status AllToAllFor(const traces::Op& op, const std::vector<DeviceBuffer>& inputs,
+                     const std::vector<DeviceBuffer>& outputs);
+  // Under --verify, bytes [lo, hi) of what peer `peer` sends from `tensors`
+  // (the members, back to back, each its own pattern).
+  std::vector<uint8_t> ExpectedSent(const std::vector<TensorId>& tensors,
+                                    const std::vector<size_t>& members, int64_t peer, int64_t lo,
+                                    int64_t hi) const;
   Status SendPiece(const traces::Op& op, int phase, int64_t to, const uint8_t* data, int64_t bytes,
                    uint64_t seed);
   Status ReceivePiece(const traces::Op& op, int phase, int64_t from, uint8_t* into, int64_t bytes,
@@ -387,8 +426,10 @@ class Replayer {
   std::unique_ptr<Event> compute_before_receive_, received_;
 
   int64_t tp_index_ = 0;
-  std::vector<int> tp_ranks_;                     // the tensor-parallel group, in order
-  uint64_t seed_salt_ = 0;                        // TpSeedSalt(tp_index_) with tp > 1
+  std::vector<int> tp_ranks_;  // the tensor-parallel group, in order
+  int64_t ep_index_ = 0;
+  std::vector<int> ep_ranks_;  // the expert-parallel group, in order
+  uint64_t seed_salt_ = 0;     // TpSeedSalt(tp_index_) with tp > 1, ^ EpSeedSalt with ep > 1
   std::unique_ptr<HostStaging> collective_host_;  // see InitTensorParallel
   uint8_t* scratch_ = nullptr;                    // the current collective's messages
   CollectiveTraffic collectives_;                 // this step's

@@ -2,6 +2,9 @@
 // temporary offload directory.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "exec/replay.h"
 #include "traces/plan.h"
 #include "traces/trace.h"
@@ -14,8 +17,21 @@ namespace ssdtrain::exec::testing {
 traces::Trace TinyGptTrace(int64_t micro_batch = 0, int64_t seq_len = 0, int64_t pp = 1,
                            int64_t stage = 0, int64_t tp = 1, bool sequence_parallel = false);
 
+// configs/models/tiny-moe.json (8 experts, top-2) at micro-batch `micro_batch`
+// and sequence `seq_len`, one rank's trace at dp = ep = `ep` (E/ep experts).
+traces::Trace TinyMoeTrace(int64_t micro_batch, int64_t seq_len, int64_t ep);
+
 // CPU backend, one measured step after the warm-up, files under `dir`.
 ReplayOptions CpuOptions(const std::string& dir);
+
+// Replays `plan` of `trace` verified on dirs.size() thread ranks
+// (exec/tests/thread_ranks.h, data-parallel groups of `dp`), rank r in
+// dirs[r], rank `failing_rank`'s first offload write failing with EIO (-1:
+// none); each rank's result.
+std::vector<Result<ReplayResult>> ReplayOnThreadRanks(const traces::Trace& trace,
+                                                      const traces::Plan& plan, int dp,
+                                                      const std::vector<std::string>& dirs,
+                                                      int failing_rank = -1);
 
 // traces::OffloadAllPlan with every placement (or, with `every_other`, every
 // other one) sent to host memory instead of the SSD.

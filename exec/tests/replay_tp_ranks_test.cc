@@ -4,13 +4,10 @@
 // mpirun in tests/mpi_ranks_test.cc and tests/replay_tp_cli_test.cc.
 #include <gtest/gtest.h>
 
-#include <thread>
-
-#include "exec/fault_backend.h"
 #include "exec/replay.h"
 #include "exec/tests/io_test_util.h"
 #include "exec/tests/replay_test_util.h"
-#include "exec/tests/thread_ranks.h"
+#include "exec/tests/two_thread_ranks.h"
 #include "traces/collective_kind.h"
 #include "traces/uniform_plans.h"
 
@@ -19,44 +16,19 @@ namespace {
 
 using testing::CpuOptions;
 using testing::ListTree;
-using testing::TempDir;
-using testing::ThreadRanks;
 using testing::TinyGptTrace;
 
 constexpr int64_t kSeq = 128;
 
-struct ShardRun {
-  TempDir dir;
-  Result<ReplayResult> result = Status::Internal("not run");
-};
+using ShardRun = testing::TwoRanks;
 
 // Replays tiny GPT (micro-batch 1, sequence 128, every saved activation to
 // the SSD, verified) at tp 2 on two thread ranks, rank 1's first write
 // failing with EIO when `fail_write`.
-void RunShards(const traces::Trace& trace, ShardRun runs[2], bool fail_write = false) {
+void RunShards(const traces::Trace& trace, ShardRun& runs, bool fail_write = false) {
   traces::Plan plan = traces::OffloadAllPlan(trace);
   plan.tp = 2;
-  ThreadRanks all(2, /*dp=*/1);
-  ThreadRanks::Rank ranks[2] = {{all, 0}, {all, 1}};
-  std::thread threads[2];
-  for (int r = 0; r < 2; ++r) {
-    threads[r] = std::thread([&, r] {
-      ReplayOptions o = CpuOptions(runs[r].dir.path());
-      o.sync = &ranks[r];
-      o.verify = true;
-      o.cpu_pin_threads = false;  // two ranks on one machine
-      if (fail_write && r == 1) {
-        o.make_io_backend = []() -> std::unique_ptr<IoBackend> {
-          FaultOptions f;
-          f.rules.push_back({IoOp::kWrite, 0, FaultKind::kEio, 1});
-          auto inner = MakeIoBackend(BackendKind::kPosix, 32, nullptr);
-          return std::make_unique<FaultBackend>(std::move(*inner), f);
-        };
-      }
-      runs[r].result = Replay(trace, plan, o, "offload-all");
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  runs.Run(trace, plan, /*dp=*/1, fail_write);
 }
 
 // Per step, rank r sends (n − 1)/n of each collective's payload S per phase
@@ -79,11 +51,12 @@ int64_t CountOf(const traces::Trace& trace, traces::CollectiveKind kind) {
   return n;
 }
 
-void ExpectBothShardsExchangedTheTracesCollectives(const traces::Trace& trace, ShardRun runs[2]) {
+void ExpectBothShardsExchangedTheTracesCollectives(const traces::Trace& trace,
+                                                   const ShardRun& runs) {
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
-    ASSERT_TRUE(runs[r].result.ok()) << runs[r].result.status().ToString();
-    const ReplayResult& res = *runs[r].result;
+    ASSERT_TRUE(runs.result[r].ok()) << runs.result[r].status().ToString();
+    const ReplayResult& res = *runs.result[r];
     EXPECT_TRUE(res.verified);
     EXPECT_EQ(res.tp_index, r);
     for (traces::CollectiveKind kind : traces::kCollectiveKinds) {
@@ -91,19 +64,19 @@ void ExpectBothShardsExchangedTheTracesCollectives(const traces::Trace& trace, S
           << traces::ToString(kind);
     }
     EXPECT_EQ(res.collectives.bytes_sent, BytesSentPerStep(trace));
-    EXPECT_EQ(res.collectives.bytes_received, runs[1 - r].result->collectives.bytes_sent);
+    EXPECT_EQ(res.collectives.bytes_received, runs.result[1 - r]->collectives.bytes_sent);
     // No peak equality here: this plan has no eviction points, so each
     // storage leaves the device when its write lands, which is timing's (two
     // shards under load differed by one 32 KiB storage). Peaks to the byte
     // against the prediction, with planned eviction points: replay_tp_cli_test.
-    EXPECT_TRUE(ListTree(runs[r].dir.path()).empty());
+    EXPECT_TRUE(ListTree(runs.dir[r].path()).empty());
   }
 }
 
 TEST(ReplayTensorParallel, TwoShardsAllReduceVerified) {
   const traces::Trace trace = TinyGptTrace(1, kSeq, 1, 0, /*tp=*/2);
   ASSERT_GT(CountOf(trace, traces::CollectiveKind::kAllReduce), 0);
-  ShardRun runs[2];
+  ShardRun runs;
   RunShards(trace, runs);
   ExpectBothShardsExchangedTheTracesCollectives(trace, runs);
 }
@@ -112,7 +85,7 @@ TEST(ReplayTensorParallel, SequenceParallelShardsGatherAndScatterVerified) {
   const traces::Trace trace = TinyGptTrace(1, kSeq, 1, 0, /*tp=*/2, /*sequence_parallel=*/true);
   ASSERT_GT(CountOf(trace, traces::CollectiveKind::kAllGather), 0);
   ASSERT_GT(CountOf(trace, traces::CollectiveKind::kReduceScatter), 0);
-  ShardRun runs[2];
+  ShardRun runs;
   RunShards(trace, runs);
   ExpectBothShardsExchangedTheTracesCollectives(trace, runs);
 }
@@ -121,15 +94,9 @@ TEST(ReplayTensorParallel, AWriteErrorOnOneShardStopsBothAndLeavesNoFiles) {
   // Rank 1's first offload write fails; rank 0, waiting for its piece of a
   // collective, is woken by its abort.
   const traces::Trace trace = TinyGptTrace(1, kSeq, 1, 0, /*tp=*/2);
-  ShardRun runs[2];
+  ShardRun runs;
   RunShards(trace, runs, /*fail_write=*/true);
-  ASSERT_FALSE(runs[1].result.ok());
-  EXPECT_NE(runs[1].result.status().message().find("Input/output error"), std::string::npos)
-      << runs[1].result.status().ToString();
-  ASSERT_FALSE(runs[0].result.ok());
-  EXPECT_EQ(runs[0].result.status().message(),
-            "rank 1 failed: " + runs[1].result.status().message());
-  for (int r = 0; r < 2; ++r) EXPECT_TRUE(ListTree(runs[r].dir.path()).empty()) << r;
+  runs.ExpectRankOnesEioStoppedBoth();
 }
 
 }  // namespace

@@ -1,0 +1,188 @@
+// `mpirun -np 2 ssdtrain replay --model tiny-moe --plan ...` with expert
+// parallelism (ep 2 over two data-parallel replicas, exec/step_sync.h's
+// RankLayout: each rank holds 4 of the 8 experts): the MoE dispatch and
+// combine, forward and backward, are all-to-alls between the two ranks with
+// real bytes (exec/replay_expert_parallel.cc), each piece checked by CRC32C
+// and, verified, against its sender's patterns. Under keep, ssdtrain,
+// offload-ssd and the planner's own choice each replays verified, leaves no
+// files, every rank's memory peaks are the prediction to the byte, and each
+// rank sent (n − 1)/n = 1/2 of each all-to-all's payload, the bytes the
+// simulator prices; the step time is printed beside the prediction, not
+// gated. The same beside tp 2 and beside pp 2 on four ranks. Built only with
+// MPI (SSDTRAIN_HAVE_MPI).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "tests/cli_util.h"
+#include "tests/replay_ranks.h"
+#include "traces/collective_kind.h"
+#include "traces/io.h"
+#include "traces/report.h"
+
+namespace ssdtrain {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::RunSsdtrain;
+
+constexpr int kRanks = 2, kMicroBatches = 2;
+
+struct Layout {
+  int tp = 1, pp = 1, dp = 2;
+  int ranks() const { return tp * pp * dp; }
+  std::string Flags() const {
+    return " --gpus " + std::to_string(ranks()) + " --tp " + std::to_string(tp) + " --pp " +
+           std::to_string(pp) + " --dp " + std::to_string(dp) + " --ep 2";
+  }
+};
+// tiny-moe at sequence 64 (micro-batch 4): 256 tokens × top-2 = 512 routed rows.
+const std::string kShape = " --seq-len 64 --micro-batch 4";
+
+class ReplayExpertParallelCli : public testing::ReplayRanksTest {
+ protected:
+  ReplayExpertParallelCli() : ReplayRanksTest("ep-replay-cli") {}
+
+  // Plans tiny-moe at `l` (tp 1, pp 1, dp 2 unless given), ep 2, with
+  // `policy` (2 micro-batches under 1F1B), checks that plan prints the replay
+  // line, and replays it on that many ranks, one measured step, verified.
+  void PlanAndReplay(const std::string& policy, const Layout& l = {}) {
+    auto planned =
+        RunSsdtrain("plan --model " + Model("tiny-moe") + " --hardware " + File("hw.json") +
+                    l.Flags() + kShape + " --num-micro-batches " + std::to_string(kMicroBatches) +
+                    " --schedule 1f1b --policy " + policy + " -o " + File("plan.json") +
+                    " --prediction " + File("predicted.json"));
+    ASSERT_EQ(planned.exit_code, 0) << planned.output;
+    const std::string n = std::to_string(l.ranks());
+    EXPECT_NE(planned.output.find("replay this plan: mpirun -np " + n + " "), std::string::npos)
+        << planned.output;
+    auto r = testing::MpiReplay(l.ranks(), Model("tiny-moe"), File("plan.json"), File("offload"),
+                                File("run.json"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("x " + n + " ranks"), std::string::npos) << r.output;
+    ASSERT_NO_FATAL_FAILURE(ReadReports());
+    std::printf("tiny-moe tp %d pp %d dp 2 ep 2, %s: step %.3f ms measured, %.3f ms predicted\n",
+                l.tp, l.pp, policy.c_str(), report_.metrics.step_time_ns / 1e6,
+                predicted_.metrics.step_time_ns / 1e6);
+  }
+
+  // The all-to-alls of one rank's trace at tp 1, pp 1 (built as the replay
+  // builds it), per micro-batch: how many, and the bytes a rank sends,
+  // (n − 1)/n of each payload S (sim/collective.h's figure).
+  void TracedAllToAlls(int64_t* count, int64_t* sent) {
+    auto traced = RunSsdtrain("trace --model " + Model("tiny-moe") + " --dp 2 --ep 2" + kShape +
+                              " -o " + File("trace.json"));
+    ASSERT_EQ(traced.exit_code, 0) << traced.output;
+    auto trace = traces::ReadTrace(File("trace.json"));
+    ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+    *count = 0;
+    *sent = 0;
+    for (const traces::Op& op : trace->ops) {
+      if (op.kind != traces::OpKind::kCollective) continue;
+      ASSERT_EQ(traces::ClassifyCollective(op), traces::CollectiveKind::kAllToAll) << op.name;
+      ++*count;
+      *sent += traces::CollectivePayloadBytes(op) * (kRanks - 1) / kRanks;
+    }
+  }
+
+  // Every rank sits where the layout puts it (its ep index its replica % 2),
+  // verified, with its stage's predicted peaks to the byte; it ran
+  // all-to-alls and received what its ep partner (the other replica of its
+  // stage and shard) sent; nothing is left on disk.
+  void ExpectEveryRankInItsPlace(const Layout& l) {
+    ASSERT_NO_FATAL_FAILURE(ExpectRanksAndStages(l.ranks(), l.pp));
+    const nlohmann::json& ranks = report_.extra.at("ranks");
+    for (int r = 0; r < l.ranks(); ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      const nlohmann::json& rank = ranks[r];
+      const int stage = r / (l.tp * l.dp), replica = r / l.tp % l.dp;
+      ExpectRankOfStage(rank, stage);
+      EXPECT_EQ(rank.at("dp_index").get<int>(), replica);
+      EXPECT_EQ(rank.at("ep_index").get<int>(), replica % 2);
+      const int partner = stage * l.tp * l.dp + (replica ^ 1) * l.tp + r % l.tp;
+      const nlohmann::json& mine = rank.at("collectives");
+      const nlohmann::json& theirs = ranks[partner].at("collectives");
+      EXPECT_GT(mine.at("by_kind").at("all_to_all").at("count").get<int64_t>(), 0);
+      EXPECT_EQ(mine.at("bytes_sent"), theirs.at("bytes_received"));
+      EXPECT_EQ(mine.at("pieces_sent"), theirs.at("pieces_received"));
+    }
+    EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank directories or files left";
+  }
+
+  // At tp 1, pp 1 (two ranks): every rank in its place, its all-to-alls the
+  // trace's with the trace's bytes, and the prediction priced the same ones.
+  void ExpectEveryRankInPlace() {
+    ASSERT_NO_FATAL_FAILURE(ExpectEveryRankInItsPlace(Layout{}));
+    int64_t per_micro_batch = 0, sent = 0;
+    ASSERT_NO_FATAL_FAILURE(TracedAllToAlls(&per_micro_batch, &sent));
+    ASSERT_GT(per_micro_batch, 0);
+    for (int r = 0; r < kRanks; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      const nlohmann::json& mine = report_.extra.at("ranks")[r].at("collectives");
+      EXPECT_EQ(mine.at("bytes_sent").get<int64_t>(), kMicroBatches * sent);
+      EXPECT_EQ(mine.at("pieces_sent").get<int64_t>(), kMicroBatches * per_micro_batch);
+      const nlohmann::json& by_kind = mine.at("by_kind");
+      ASSERT_EQ(by_kind.size(), 1u) << by_kind.dump();
+      EXPECT_EQ(by_kind.at("all_to_all").at("count").get<int64_t>(),
+                kMicroBatches * per_micro_batch);
+    }
+    const nlohmann::json& priced = predicted_.extra.at("details").at("collectives");
+    EXPECT_EQ(priced.at("all_to_all").at("count").get<int64_t>(), kMicroBatches * per_micro_batch)
+        << priced.dump();
+  }
+};
+
+TEST_F(ReplayExpertParallelCli, KeepReplaysVerifiedOnTwoExpertRanks) {
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("keep"));
+  ExpectEveryRankInPlace();
+  for (const nlohmann::json& rank : report_.extra.at("ranks")) {
+    EXPECT_EQ(rank.at("ssd_bytes_written").get<int64_t>(), 0);
+  }
+}
+
+TEST_F(ReplayExpertParallelCli, SsdtrainReplaysVerifiedOnTwoExpertRanks) {
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("ssdtrain"));
+  ExpectEveryRankInPlace();
+}
+
+TEST_F(ReplayExpertParallelCli, OffloadSsdReplaysVerifiedOnTwoExpertRanks) {
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("offload-ssd"));
+  ExpectEveryRankInPlace();
+  for (const nlohmann::json& rank : report_.extra.at("ranks")) {
+    EXPECT_GT(rank.at("ssd_bytes_written").get<int64_t>(), 0);
+  }
+}
+
+TEST_F(ReplayExpertParallelCli, ThePlannersChoiceReplaysVerifiedOnTwoExpertRanks) {
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("auto"));
+  ExpectEveryRankInPlace();
+}
+
+TEST_F(ReplayExpertParallelCli, ExpertRanksBesideTensorParallelShardsOnFourRanks) {
+  // Rank r is shard r % 2 of replica r / 2: the all-to-alls pair ranks 0 and
+  // 2, 1 and 3 (the ep group strided by tp), the all-reduces 0 and 1, 2 and 3.
+  const Layout l{2, 1, 2};
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("ssdtrain", l));
+  ExpectEveryRankInItsPlace(l);
+  for (const nlohmann::json& rank : report_.extra.at("ranks")) {
+    EXPECT_TRUE(rank.at("collectives").at("by_kind").contains("all_reduce"));
+  }
+}
+
+TEST_F(ReplayExpertParallelCli, ExpertRanksInEachOfTwoStagesOnFourRanks) {
+  // Stage r / 2, replica r % 2: each stage's two replicas are its ep group.
+  const Layout l{1, 2, 2};
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("ssdtrain", l));
+  ExpectEveryRankInItsPlace(l);
+  const nlohmann::json& ranks = report_.extra.at("ranks");
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_GT(ranks[r].at("pipeline").at("bytes_sent").get<int64_t>(), 0);
+    EXPECT_EQ(ranks[r].at("pipeline").at("bytes_received"),
+              ranks[r ^ 2].at("pipeline").at("bytes_sent"));
+  }
+}
+
+}  // namespace
+}  // namespace ssdtrain
