@@ -68,14 +68,7 @@ exclude_asan_only=('notebook_walkthrough'
   # stage_plans_test and plan_cli_test; the invariants run in the normal suite
   # and in scripts/planner-sweep.sh.
   'PlannerInvariants')
-# Time, under both: 2,100 micro-batches of a two-stage replay on thread ranks
-# (the tags past 15 bits), 504 s under ASan on 2026-12-01 against 38 s in the
-# normal suite, and still running after 5 minutes under TSan. The same send,
-# receive and tag paths run under both in the other ReplayStages and
-# ReplayStreams tests with fewer micro-batches; this one runs in the normal suite.
-exclude_slow=('ReplayStages\.MoreMicroBatchesThanFifteenBitTagsHoldStillReplay')
-exclude_tsan=("${exclude_asan[@]}" "${exclude_slow[@]}")
-exclude_asan+=("${exclude_slow[@]}")
+exclude_tsan=("${exclude_asan[@]}")
 exclude_asan+=("${exclude_asan_only[@]}")
 join() {
   local IFS='|'

@@ -110,13 +110,17 @@ TEST(StagePlans, ThreadsDoNotChangeThePlans) {
 
 // The whole search, its layouts searched a window at a time on three
 // threads, returns what one thread returns: the plan, every stage's plan, the
-// --rok rows, the layouts simulated and the simulations counted. GPT-13B on 64
-// H100s, every policy and layout (1F1B, interleaved and ZeRO-1 among them).
+// --rok rows, the layouts simulated and the simulations counted. GPT-13B's
+// blocks, 16 of them, on 64 H100s, every policy and layout (1F1B, interleaved
+// and ZeRO-1 among them): 42 layouts and 1,520 simulations, where the 40
+// blocks' 88 layouts and 7,257 simulations took ten times the CPU time (119 s
+// under ASan, 131 s under TSan).
 TEST(StagePlans, ThreadsDoNotChangeTheSearch) {
   const std::string model = Config("models", "gpt-13b");
   auto base = models::LoadModelConfig(model);
   auto hw = sim::LoadHardware(Config("hardware", "h100-sxm-8x-gen5-nvme"));
   ASSERT_TRUE(base.ok() && hw.ok());
+  base->layers = 16;
   sim::TraceProvider provider = ProviderFor(*base, model);
   auto search = [&](int threads) {
     sim::PlannerOptions po;
@@ -128,7 +132,7 @@ TEST(StagePlans, ThreadsDoNotChangeTheSearch) {
   };
   auto one = search(1);
   ASSERT_TRUE(one.ok()) << one.status().message();
-  EXPECT_GT(one->simulated_layouts, 3);
+  EXPECT_GT(one->simulated_layouts, 30);
   // Three threads: windows of three layouts, more tasks than this VM's cores.
   // One count only: TSan runs this test, 127 s with two counts.
   for (int threads : {3}) {

@@ -12,6 +12,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "exec/fault_backend.h"
@@ -20,6 +22,8 @@
 #include "exec/tests/io_test_util.h"
 #include "exec/tests/replay_test_util.h"
 #include "exec/tests/thread_ranks.h"
+#include "models/build_trace.h"
+#include "models/model_config.h"
 #include "traces/dp_buckets.h"
 #include "traces/uniform_plans.h"
 
@@ -205,13 +209,38 @@ TEST(ReplayStages, EachMicroBatchsActivationGoesForwardAndItsGradientBack) {
   }
 }
 
+// Stage `stage` of two of tiny-gpt narrowed to hidden 32 (2 heads, vocab 128,
+// one block a stage, sequence 8, micro-batch 1): an op's work is then far below
+// its issue, stream and message hand-offs. At tiny-gpt's width (hidden 256, two
+// blocks a stage, vocab 2048) each micro-batch's GEMMs and weight-sized reads
+// made 2,100 micro-batches cost 40 CPU seconds, and 504 s under ASan.
+traces::Trace NarrowGptStage(int64_t stage) {
+  const std::string path = std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-gpt.json";
+  auto config = models::LoadModelConfig(path);
+  if (!config.ok()) throw std::runtime_error(config.status().ToString());
+  config->hidden = 32;
+  config->heads = 2;
+  config->layers = 2;
+  config->vocab = 128;
+  models::ConfigOverrides o;
+  o.micro_batch = 1;
+  o.seq_len = 8;
+  o.pp = 2;
+  auto applied = models::ApplyOverrides(*config, o, path);
+  if (!applied.ok()) throw std::runtime_error(applied.status().ToString());
+  auto trace = models::BuildTrace(*applied, stage);
+  if (!trace.ok()) throw std::runtime_error(trace.status().ToString());
+  return std::move(*trace);
+}
+
 TEST(ReplayStages, MoreMicroBatchesThanFifteenBitTagsHoldStillReplay) {
   // 2,100 micro-batches (the former tag scheme, (micro-batch × 2 + gradient)
   // × 8 + index under MPI's guaranteed 32767, held 2,047 and refused the
-  // replay), every activation kept, sequence 8: each stage sends and
-  // receives one message per micro-batch each step.
+  // replay), every activation kept: each stage sends and receives one
+  // message per micro-batch each step, 8 × 32 × 4 = 1 KiB each, and checks
+  // each received one's tag (micro-batch, kind, index), size and CRC32C.
   constexpr int64_t kManyMicroBatches = 2100;
-  const traces::Trace stages[2] = {TinyGptTrace(1, 8, 2, 0), TinyGptTrace(1, 8, 2, 1)};
+  const traces::Trace stages[2] = {NarrowGptStage(0), NarrowGptStage(1)};
   ThreadRanks all(2, /*dp=*/1);
   ThreadRanks::Rank r0(all, 0), r1(all, 1);
   ThreadRanks::Rank* ranks[2] = {&r0, &r1};
@@ -232,6 +261,10 @@ TEST(ReplayStages, MoreMicroBatchesThanFifteenBitTagsHoldStillReplay) {
     ASSERT_TRUE(runs[r].result.ok()) << "rank " << r << ": " << runs[r].result.status().ToString();
     EXPECT_EQ(runs[r].result->pipeline.messages_sent, kManyMicroBatches);
     EXPECT_EQ(runs[r].result->pipeline.messages_received, kManyMicroBatches);
+    EXPECT_EQ(runs[r].result->pipeline.bytes_sent, kManyMicroBatches * 8 * 32 * 4);
+    // Warm-up and measured step: every message through the ranks' queues.
+    EXPECT_EQ(ranks[r]->sends, 2 * kManyMicroBatches);
+    EXPECT_EQ(ranks[r]->receives, 2 * kManyMicroBatches);
   }
 }
 
