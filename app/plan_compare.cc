@@ -299,7 +299,8 @@ std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOption
         FitsText(r));
   }
   out +=
-      "(expert parallelism marked e<ep>, ZeRO-1 +Z1; saved: activation peak against keep's at the same layout; SSD "
+      "(expert parallelism marked e<ep>, ZeRO-1 +Z1; saved: activation peak against keep's at the "
+      "same layout; SSD "
       "need: the write rate that hides this plan's writes behind forward compute, in GB/s = 1e9 "
       "B/s as drives are rated)\n";
   return out;

@@ -89,7 +89,6 @@ class Search {
     return out;
   }
 
-  // Counted.
   Result<Candidate> Evaluate(const Layout& l, const std::string& policy, bool timeline,
                              bool unrolled_peaks = false) {
     SSDTRAIN_ASSIGN_OR_RETURN(Candidate c, EvaluateUncounted(l, policy, timeline, unrolled_peaks));
@@ -400,10 +399,7 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
     out.over_budget_bytes = bounded.min_static_bytes - budget;
     return out;
   }
-  // Interleaved candidates are ranked by the closed form of their stage peaks:
-  // the winner is checked by its unrolled steps' (the printed peaks), and when
-  // it does not fit by them the search runs again judging it by them, until
-  // its winner fits by the printed figure or no plan does.
+  // Until the winner fits by its printed (unrolled) peaks, or no plan fits.
   Refuted refuted;
   Pass pass;
   int64_t simulated_layouts = 0;

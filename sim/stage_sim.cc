@@ -63,8 +63,7 @@ void StageSimulator::SetUpResources() {
   d2h_rate_ = GBps(hw_.host_link.d2h_GBps);
   h2d_rate_ = GBps(hw_.host_link.h2d_GBps);
   host_rate_ = GBps(hw_.host_memory.bandwidth_GBps);
-  // The array's sustained rates (ArrayFor: Little's law over the engine's
-  // queue included), as the policies see them too.
+  // The array's sustained rates (ArrayFor, queue included), as the policies see.
   auto rate = [](double gbps) {
     return BytesPerSec{std::max<int64_t>(1, static_cast<int64_t>(gbps * kGiga))};
   };
