@@ -22,9 +22,9 @@
 // The output then gets its own pattern, as any op's does. A recompute of a
 // collective exchanges again (every rank of the group runs the same plan).
 // What it waits for, as a pipeline send does (exec/replay_pipeline.cc): its
-// copy out goes on the device-to-host stream the offload copies share, so it
-// waits for every offload copy queued before it; the simulator models no such
-// wait. See exec/detail/replayer.h.
+// copy out goes on the send stream and its copy in on the receive stream
+// (Stream::kSend, kReceive; exec/README.md, "Messages and the streams"), so it
+// waits for no offload copy, as the simulator assumes. See exec/detail/replayer.h.
 #include <algorithm>
 #include <cstring>
 #include <string>
