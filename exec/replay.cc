@@ -249,7 +249,9 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   replayer.set_expert_parallel(ep_index, ep_group);
   // The buckets the simulator prices too (traces/dp_buckets.h).
   if (options.sync != nullptr) {
-    replayer.set_buckets(traces::GradientBuckets(trace, std::max<int64_t>(plan.dp, 1)), ddp);
+    SSDTRAIN_RETURN_IF_ERROR(
+        replayer.set_buckets(traces::GradientBuckets(trace, std::max<int64_t>(plan.dp, 1)), ddp)
+            .WithPrefix(plan_source));
   }
   {
     detail::ScopedThreadAffinity helper_affinity(device->helper_cpus());

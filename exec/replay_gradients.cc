@@ -1,8 +1,11 @@
 // Replayer: the data-parallel ranks' gradient buckets (traces/dp_buckets.h),
-// each all-reduced over the stage's ranks (exec/step_sync.h) as soon as the
+// each all-reduced over the stage's ranks (exec/step_sync.h; the routed
+// experts' only where their group is that, set_buckets) as soon as the
 // last micro-batch's backward has produced it, or (the plan's ddp local) all
 // of them once the step's backward has ended. See exec/detail/replayer.h.
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "exec/detail/format_bytes.h"
 #include "exec/detail/replayer.h"
@@ -10,6 +13,34 @@
 #include "traces/storage_plan.h"
 
 namespace ssdtrain::exec::detail {
+
+// The expert-data-parallel group (traces/dp_buckets.h) is the dp group at
+// ep 1 and no group at ep = dp; others need a communicator of their own per
+// group, which StepSync does not have: refused rather than reduced over the
+// wrong ranks.
+Status Replayer::set_buckets(traces::BucketTable table, traces::DdpImpl ddp) {
+  ddp_ = ddp;
+  std::vector<traces::GradientBucket> kept;
+  table.bytes = 0;
+  for (traces::GradientBucket& b : table.buckets) {
+    if (b.group == traces::BucketGroup::kExpertDataParallel && table.expert_dp != table.dp) {
+      if (table.expert_dp > 1) {
+        return Status::InvalidArgument(
+            "--dp " + std::to_string(table.dp) + " with --ep " +
+            std::to_string(table.dp / table.expert_dp) +
+            ": the routed experts' gradients are all-reduced over expert-data-parallel groups of " +
+            std::to_string(table.expert_dp) +
+            " ranks, which the replay does not form (replay ep 1, or ep equal to dp)");
+      }
+      continue;  // a group of one: nothing to exchange
+    }
+    table.bytes += b.bytes;
+    kept.push_back(std::move(b));
+  }
+  table.buckets = std::move(kept);
+  buckets_ = std::move(table);
+  return Status::Ok();
+}
 
 // One host buffer, the buckets back to back in their order, each bucket its
 // gradients back to back (GradientBucket::offsets): one all-reduce per bucket

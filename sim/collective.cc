@@ -43,8 +43,13 @@ std::vector<BucketSpan> BucketCollectives(const std::vector<BucketReady>& bucket
   if (n <= 1) return out;
   int64_t link_free = 0;
   for (const BucketReady& b : buckets) {
+    const int64_t ranks = b.ranks > 0 ? b.ranks : n;
+    if (ranks <= 1) {
+      out.push_back(BucketSpan{b.ready_ns, b.ready_ns, 0});
+      continue;
+    }
     const int64_t start = std::max(b.ready_ns, link_free);
-    link_free = start + CollectiveNs(kind, b.bytes, n, GBps, latency_us);
+    link_free = start + CollectiveNs(kind, b.bytes, ranks, GBps, latency_us);
     out.push_back(BucketSpan{start, link_free, b.bytes});
   }
   return out;

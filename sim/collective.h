@@ -66,13 +66,17 @@ int64_t ParamAllGatherNs(int64_t zero_stage, int64_t param_bytes, int64_t n, dou
 struct BucketReady {
   int64_t ready_ns = 0;  // when backward has produced its last gradient
   int64_t bytes = 0;
+  int64_t ranks = 0;  // its group's size (traces::BucketTable::GroupSize); 0: the call's n
 };
 struct BucketSpan {
   int64_t start_ns = 0;
   int64_t end_ns = 0;
   int64_t bytes = 0;
 };
-// The buckets' collectives, in the buckets' order; empty when n <= 1.
+// The buckets' collectives, in the buckets' order, one after another on the
+// link; empty when n <= 1. A bucket whose own group has one rank (ranks 1:
+// the experts' at ep = dp) sends nothing: its span is empty (start = end,
+// bytes 0) and does not hold the link.
 std::vector<BucketSpan> BucketCollectives(const std::vector<BucketReady>& buckets,
                                           CollectiveKind kind, int64_t n, double GBps,
                                           double latency_us);

@@ -24,7 +24,7 @@ std::vector<BucketReady> BucketsReady(const traces::BucketTable& table, const St
           r.ops[static_cast<size_t>(b.complete_after)].end_ns - r.backward_start_ns, 0,
           backward_ns);
     }
-    out.push_back(BucketReady{ready, b.bytes});
+    out.push_back(BucketReady{ready, b.bytes, table.GroupSize(b)});
   }
   return out;
 }
@@ -67,15 +67,16 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
     std::vector<BucketReady> ready;
     for (const BucketReady& x : it->second) {
       ready.push_back(
-          BucketReady{after_backward ? end : std::min(end, begin + x.ready_ns), x.bytes});
+          BucketReady{after_backward ? end : std::min(end, begin + x.ready_ns), x.bytes, x.ranks});
     }
     std::vector<BucketSpan>& spans = out.buckets[s];
     spans = BucketCollectives(ready, kind, dp, GBps, latency_us);
     int64_t busy = 0;
-    for (const BucketSpan& b : spans) busy += b.end_ns - b.start_ns;
+    for (const BucketSpan& b : spans) {
+      busy += b.end_ns - b.start_ns;
+      out.gradients_done_ns = std::max(out.gradients_done_ns, b.end_ns);
+    }
     out.busy_ns = std::max(out.busy_ns, busy);
-    if (!spans.empty())
-      out.gradients_done_ns = std::max(out.gradients_done_ns, spans.back().end_ns);
     auto params = param_bytes.find(run.trace);
     if (params == param_bytes.end()) {
       params = param_bytes.emplace(run.trace, ParameterBytes(*run.trace)).first;

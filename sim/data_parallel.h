@@ -5,7 +5,9 @@
 // the backward completes them) during its last micro-batch's backward, each
 // bucket once the op that completes it has ended (ddp overlapped), or all of
 // them from the end of the stage's pipeline work, its last backward (ddp
-// local: traces::BucketsWaitForBackward); zero_stage 0 all-reduces
+// local: traces::BucketsWaitForBackward), each over its group (the routed
+// experts' buckets over the expert-data-parallel group of dp / ep ranks,
+// nothing at ep = dp; the others over dp); zero_stage 0 all-reduces
 // each bucket, 1 (Megatron's distributed optimizer) reduce-scatters it and,
 // after the optimizer, all-gathers the stage's updated parameters, not hidden
 // behind compute (Megatron's overlap_param_gather is off by default). A

@@ -6,6 +6,7 @@
 #include "sim/data_parallel.h"
 #include "sim/op_cost.h"
 #include "sim/pipeline.h"
+#include "traces/dp_buckets.h"
 #include "traces/storage_plan.h"
 
 namespace ssdtrain::sim::detail {
@@ -277,7 +278,7 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
   for (Layout& l : layouts) {
     SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache.Get(l.Shape(0)));
     OpCostModel cost(hw, l.tp, t->header.dtype, true, l.ep);
-    int64_t compute = 0, backward = 0, static_bytes = 0, grads = 0;
+    int64_t compute = 0, backward = 0, static_bytes = 0, grads = 0, expert_grads = 0;
     for (const traces::Op& op : t->ops) {
       if (op.phase == traces::Phase::kOptimizer) continue;
       const int64_t ns = cost.OpTimeNs(op);
@@ -290,7 +291,9 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
           traces::IsWeightGradient(*t, x)) {
         static_bytes += x.bytes;
       }
-      if (traces::IsWeightGradient(*t, x)) grads += x.bytes;
+      if (traces::IsWeightGradient(*t, x)) {
+        (traces::IsExpertGradient(x) ? expert_grads : grads) += x.bytes;
+      }
     }
     min_static = std::min(min_static, static_bytes);
     if (static_bytes > budget) continue;
@@ -300,8 +303,14 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
     // (it waits for that backward); ZeRO-1's parameter all-gather follows the
     // optimizer, all of it.
     const double GBps = hw.interconnect.dp_GBps, latency_us = hw.interconnect.latency_us;
+    // The routed experts' over the expert-data-parallel group (traces/dp_buckets.h).
+    const CollectiveKind kind = GradientCollective(l.zero_stage);
     const int64_t exchange =
-        CollectiveNs(GradientCollective(l.zero_stage), grads, l.dp, GBps, latency_us);
+        CollectiveNs(kind, grads, l.dp, GBps, latency_us) +
+        (expert_grads == 0
+             ? 0
+             : CollectiveNs(kind, expert_grads, traces::ExpertDataParallel(l.dp, l.ep), GBps,
+                            latency_us));
     const int64_t gather =
         ParamAllGatherNs(l.zero_stage, ParameterBytes(*t), l.dp, GBps, latency_us);
     // Interleaved: (m·v + pp − 1) chunks of compute / v each (sim/pipeline.h).

@@ -62,6 +62,7 @@ traces::Timeline PipelineTimeline(const PipelineResult& pipe, const DataParallel
   }
   for (size_t s = 0; s < buckets.size(); ++s) {
     for (const BucketSpan& b : buckets[s]) {
+      if (b.bytes == 0) continue;  // an expert bucket at ep = dp: not exchanged
       traces::Span span;
       span.lane = traces::Lane::kNetwork;
       span.start_ns = b.start_ns;

@@ -8,17 +8,23 @@
 // files, every rank's memory peaks are the prediction to the byte, and each
 // rank sent (n − 1)/n = 1/2 of each all-to-all's payload, the bytes the
 // simulator prices; the step time is printed beside the prediction, not
-// gated. The same beside tp 2 and beside pp 2 on four ranks. Built only with
-// MPI (SSDTRAIN_HAVE_MPI).
+// gated. The same beside tp 2 and beside pp 2 on four ranks. The routed
+// experts' gradient buckets are not all-reduced (their expert-data-parallel
+// group, dp / ep, is one rank: traces/dp_buckets.h), the others are, the
+// simulator's bytes; dp 4 with ep 2 is refused naming the flags. Built only
+// with MPI (SSDTRAIN_HAVE_MPI).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "tests/cli_util.h"
 #include "tests/replay_ranks.h"
 #include "traces/collective_kind.h"
+#include "traces/dp_buckets.h"
 #include "traces/io.h"
 #include "traces/report.h"
 
@@ -49,11 +55,11 @@ class ReplayExpertParallelCli : public testing::ReplayRanksTest {
   // `policy` (2 micro-batches under 1F1B), checks that plan prints the replay
   // line, and replays it on that many ranks, one measured step, verified.
   void PlanAndReplay(const std::string& policy, const Layout& l = {}) {
-    auto planned =
-        RunSsdtrain("plan --model " + Model("tiny-moe") + " --hardware " + File("hw.json") +
-                    l.Flags() + kShape + " --num-micro-batches " + std::to_string(kMicroBatches) +
-                    " --schedule 1f1b --policy " + policy + " -o " + File("plan.json") +
-                    " --prediction " + File("predicted.json"));
+    auto planned = RunSsdtrain(
+        "plan --model " + Model("tiny-moe") + " --hardware " + File("hw.json") + l.Flags() +
+        kShape + " --num-micro-batches " + std::to_string(kMicroBatches) +
+        " --schedule 1f1b --policy " + policy + " -o " + File("plan.json") + " --prediction " +
+        File("predicted.json") + " --timeline " + File("predicted-timeline.json"));
     ASSERT_EQ(planned.exit_code, 0) << planned.output;
     const std::string n = std::to_string(l.ranks());
     EXPECT_NE(planned.output.find("replay this plan: mpirun -np " + n + " "), std::string::npos)
@@ -158,6 +164,59 @@ TEST_F(ReplayExpertParallelCli, OffloadSsdReplaysVerifiedOnTwoExpertRanks) {
 TEST_F(ReplayExpertParallelCli, ThePlannersChoiceReplaysVerifiedOnTwoExpertRanks) {
   ASSERT_NO_FATAL_FAILURE(PlanAndReplay("auto"));
   ExpectEveryRankInPlace();
+}
+
+// tiny-moe's routed experts on one rank: 4 of 8 in each of its 3 MoE layers,
+// 3·f·h = 196 608 fp32 parameters each. Their bucket stays on its rank; the
+// dense bucket is all-reduced, with the bytes the prediction's timeline has.
+TEST_F(ReplayExpertParallelCli, ExpertBucketsStayOnTheirRankTheDenseOnesAreTheSimulators) {
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("keep"));
+  std::ifstream timeline_file(File("predicted-timeline.json"));
+  const nlohmann::json timeline = nlohmann::json::parse(timeline_file);
+  std::vector<int64_t> predicted;
+  for (const nlohmann::json& e : timeline.at("traceEvents")) {
+    if (e.value("name", "") == "data-parallel all-reduce") {
+      predicted.push_back(e.at("args").at("bytes").get<int64_t>());
+    }
+  }
+  auto traced = RunSsdtrain("trace --model " + Model("tiny-moe") + " --dp 2 --ep 2" + kShape +
+                            " -o " + File("trace.json"));
+  ASSERT_EQ(traced.exit_code, 0) << traced.output;
+  auto trace = traces::ReadTrace(File("trace.json"));
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  const traces::BucketTable table = traces::GradientBuckets(*trace, 2);
+  EXPECT_EQ(table.expert_dp, 1);
+  std::vector<int64_t> dense;
+  int64_t expert = 0;
+  for (const traces::GradientBucket& b : table.buckets) {
+    if (b.group == traces::BucketGroup::kExpertDataParallel) {
+      expert += b.bytes;
+    } else {
+      dense.push_back(b.bytes);
+    }
+  }
+  EXPECT_EQ(expert, 4 * 3 * 4 * 3 * 256 * 256);
+  ASSERT_FALSE(dense.empty());
+  EXPECT_EQ(predicted, dense);
+  std::vector<int64_t> measured;
+  for (const nlohmann::json& b : report_.extra.at("gradient_buckets")) {
+    measured.push_back(b.at("bytes").get<int64_t>());
+  }
+  EXPECT_EQ(measured, dense);
+}
+
+// dp 4, ep 2: the experts' groups would be pairs of ranks, which the replay
+// does not form; it says so naming the flags rather than summing over dp.
+TEST_F(ReplayExpertParallelCli, AnExpertGroupBetweenOneRankAndDpIsRefused) {
+  const Layout l{1, 1, 4};
+  auto planned = RunSsdtrain("plan --model " + Model("tiny-moe") + " --hardware " +
+                             File("hw.json") + l.Flags() + kShape +
+                             " --num-micro-batches 1 --policy keep -o " + File("plan.json"));
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  auto r = testing::MpiReplay(l.ranks(), Model("tiny-moe"), File("plan.json"), File("offload"),
+                              File("run.json"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--dp 4 with --ep 2"), std::string::npos) << r.output;
 }
 
 TEST_F(ReplayExpertParallelCli, ExpertRanksBesideTensorParallelShardsOnFourRanks) {

@@ -1,6 +1,7 @@
 #include "traces/dp_buckets.h"
 
 #include <algorithm>
+#include <cctype>
 #include <utility>
 
 #include "traces/storage_plan.h"
@@ -51,6 +52,26 @@ std::vector<Completion> CompletionOrder(const Trace& trace) {
 
 }  // namespace
 
+int64_t ExpertDataParallel(int64_t dp, int64_t ep) {
+  return std::max<int64_t>(1, std::max<int64_t>(dp, 1) / std::max<int64_t>(ep, 1));
+}
+
+bool IsExpertGradient(const Tensor& t) {
+  std::string_view name = t.name;
+  // The layer prefix "L<digits>.", when there is one.
+  if (name.size() > 1 && name[0] == 'L' && std::isdigit(static_cast<unsigned char>(name[1]))) {
+    const size_t dot = name.find('.');
+    if (dot == std::string_view::npos) return false;
+    name.remove_prefix(dot + 1);
+  }
+  constexpr std::string_view kExpert = "expert";
+  if (name.substr(0, kExpert.size()) != kExpert) return false;
+  name.remove_prefix(kExpert.size());
+  size_t digits = 0;
+  while (digits < name.size() && std::isdigit(static_cast<unsigned char>(name[digits]))) ++digits;
+  return digits > 0 && digits < name.size() && name[digits] == '.';
+}
+
 int64_t BucketParams(int64_t dp) {
   return std::max(kBucketMinParams, kBucketParamsPerRank * std::max<int64_t>(dp, 1));
 }
@@ -58,25 +79,39 @@ int64_t BucketParams(int64_t dp) {
 BucketTable GradientBuckets(const Trace& trace, int64_t dp) {
   BucketTable table;
   table.dp = std::max<int64_t>(dp, 1);
+  table.expert_dp = ExpertDataParallel(dp, trace.header.ep);
   table.bucket_params = BucketParams(dp);
-  GradientBucket open;
-  auto close = [&] {
-    if (open.gradients.empty()) return;
-    table.bytes += open.bytes;
-    table.buckets.push_back(std::move(open));
-    open = GradientBucket{};
+  // The open bucket of each group, dense and expert.
+  GradientBucket open[2];
+  open[1].group = BucketGroup::kExpertDataParallel;
+  auto close = [&](GradientBucket& b) {
+    if (b.gradients.empty()) return;
+    const BucketGroup group = b.group;
+    table.bytes += b.bytes;
+    table.buckets.push_back(std::move(b));
+    b = GradientBucket{};
+    b.group = group;
   };
   for (const Completion& c : CompletionOrder(trace)) {
     const Tensor& g = trace.tensor(c.gradient);
-    if (!open.gradients.empty() && g.dtype != open.dtype) close();
-    open.dtype = g.dtype;
-    open.offsets.push_back(open.bytes);
-    open.gradients.push_back(g.id);
-    open.bytes += g.bytes;
-    open.complete_after = c.op;
-    if (open.elements() >= table.bucket_params) close();
+    GradientBucket& b = open[IsExpertGradient(g) ? 1 : 0];
+    if (!b.gradients.empty() && g.dtype != b.dtype) close(b);
+    b.dtype = g.dtype;
+    b.offsets.push_back(b.bytes);
+    b.gradients.push_back(g.id);
+    b.bytes += g.bytes;
+    b.complete_after = c.op;
+    if (b.elements() >= table.bucket_params) close(b);
   }
-  close();
+  close(open[0]);
+  close(open[1]);
+  // One group's buckets close in completion order; the two groups interleave
+  // by it (kNoOp, -1, first; a tie keeps the closing order, dense first at
+  // the end). A dense table is already in order.
+  std::stable_sort(table.buckets.begin(), table.buckets.end(),
+                   [](const GradientBucket& a, const GradientBucket& b) {
+                     return a.complete_after < b.complete_after;
+                   });
   return table;
 }
 

@@ -26,6 +26,16 @@
 //   A gradient larger than the cap is a bucket of its own.
 // - Complete after: the bucket's last gradient's completing op (the latest of
 //   its gradients', by the order above).
+// - Groups (Megatron-Core's DistributedDataParallel keeps the experts'
+//   parameters, allreduce = False, in buffers of their own,
+//   expert_parallel_buffers, reduced over the expert-data-parallel group of
+//   parallel_state): the routed experts' gradients (IsExpertGradient) form
+//   buckets of their own by the rule above, all-reduced over the expert
+//   data-parallel group, of ExpertDataParallel(dp, ep) ranks; every other
+//   gradient's buckets (attention, router, shared expert, embeddings) go over
+//   the dp group. The table lists both kinds in one list, in the order their
+//   buckets complete (ties in closing order): a dense model's table is the
+//   rule's alone.
 // A trace without weight gradients has no buckets.
 //
 // Thread-safety: pure functions; a BucketTable is a value.
@@ -49,21 +59,49 @@ inline constexpr int64_t kBucketParamsPerRank = 1'000'000;
 // The elements at which a bucket of `dp` data-parallel ranks closes.
 int64_t BucketParams(int64_t dp);
 
+// The ranks of the expert-data-parallel group: Megatron-Core's
+// dp·tp·cp / (ep·etp). Here the experts are split over tp (etp = tp, cp = 1,
+// models/detail/moe.h), so dp / ep; `ep` divides `dp` (the planner and the
+// layout refuse anything else). At least 1.
+int64_t ExpertDataParallel(int64_t dp, int64_t ep);
+
+// Whether weight gradient `t` is a routed expert's: its name, after the layer
+// prefix "L<layer>.", begins "expert<index>." (the MoE block's naming,
+// models/detail/moe.cc; traces/FORMAT.md). The shared expert and the router
+// are not routed experts.
+bool IsExpertGradient(const Tensor& t);
+
+// Which group a bucket is all-reduced over (the "Groups" rule above).
+enum class BucketGroup { kDataParallel, kExpertDataParallel };
+
 struct GradientBucket {
   std::vector<TensorId> gradients;  // storage roots, in the order above
   std::vector<int64_t> offsets;     // each gradient's byte offset in the bucket
   int64_t bytes = 0;                // the sum of the gradients' bytes
   DType dtype = DType::kFp16;       // every gradient's
   OpId complete_after = kNoOp;      // kNoOp only in a trace without backward ops
+  BucketGroup group = BucketGroup::kDataParallel;
 
   int64_t elements() const { return bytes / DTypeSize(dtype); }
 };
 
 struct BucketTable {
   int64_t dp = 1;
-  int64_t bucket_params = 0;  // BucketParams(dp)
+  int64_t expert_dp = 1;      // ExpertDataParallel(dp, the trace header's ep)
+  int64_t bucket_params = 0;  // BucketParams(dp), for both groups' buckets
   std::vector<GradientBucket> buckets;
   int64_t bytes = 0;  // all buckets'
+
+  // The ranks bucket `b` is all-reduced over: dp, or expert_dp.
+  int64_t GroupSize(const GradientBucket& b) const {
+    return b.group == BucketGroup::kExpertDataParallel ? expert_dp : dp;
+  }
+  // What one rank sends of bucket `b` in its ring all-reduce over its group's
+  // n ranks: 2·(n − 1)/n of its bytes (rounded down); 0 when n = 1.
+  int64_t RingBytes(const GradientBucket& b) const {
+    const int64_t n = GroupSize(b);
+    return n <= 1 ? 0 : 2 * (n - 1) * b.bytes / n;
+  }
 };
 
 // The buckets of `trace`: one micro-batch of a stage, or its whole step

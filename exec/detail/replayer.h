@@ -167,10 +167,10 @@ class Replayer {
   // for the whole step's trace), before Init.
   // `ddp` local: no bucket is posted before FinishGradients (the end of the
   // step's backward), as the simulator holds them (traces::BucketsWaitForBackward).
-  void set_buckets(traces::BucketTable table, traces::DdpImpl ddp) {
-    buckets_ = std::move(table);
-    ddp_ = ddp;
-  }
+  // The routed experts' buckets are kept only where their group has more than
+  // one rank, which is then the dp group (ep 1); a group between (1 < dp / ep
+  // < dp) is refused, naming --dp and --ep (exec/replay_gradients.cc).
+  Status set_buckets(traces::BucketTable table, traces::DdpImpl ddp);
 
   // Runs step `step` (0 is the warm-up) and removes its files. A failure is
   // "step N: ..."; the step still completes its bucket all-reduces on this
