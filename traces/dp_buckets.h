@@ -26,16 +26,17 @@
 //   A gradient larger than the cap is a bucket of its own.
 // - Complete after: the bucket's last gradient's completing op (the latest of
 //   its gradients', by the order above).
-// - Groups (Megatron-Core's DistributedDataParallel keeps the experts'
-//   parameters, allreduce = False, in buffers of their own,
-//   expert_parallel_buffers, reduced over the expert-data-parallel group of
-//   parallel_state): the routed experts' gradients (IsExpertGradient) form
-//   buckets of their own by the rule above, all-reduced over the expert
-//   data-parallel group, of ExpertDataParallel(dp, ep) ranks; every other
-//   gradient's buckets (attention, router, shared expert, embeddings) go over
-//   the dp group. The table lists both kinds in one list, in the order their
-//   buckets complete (ties in closing order): a dense model's table is the
-//   rule's alone.
+// - Groups (Megatron-Core's DistributedDataParallel,
+//   megatron/core/distributed/distributed_data_parallel.py at d98e8a64, keeps
+//   the experts' parameters, allreduce = False, in buffers of their own,
+//   expert_parallel_buffers, of the same bucket_size, reduced over the
+//   expert-data-parallel group of parallel_state): the routed experts'
+//   gradients (IsExpertGradient) form buckets of their own by the rule
+//   above, all-reduced over the expert-data-parallel group of
+//   ExpertDataParallel(dp, ep) ranks; every other gradient's buckets
+//   (attention, router, shared expert, embeddings) go over the dp group. The
+//   table lists both kinds in one list, in the order their buckets complete
+//   (ties in closing order): a dense model's table is the rule's alone.
 // A trace without weight gradients has no buckets.
 //
 // Thread-safety: pure functions; a BucketTable is a value.
@@ -59,10 +60,12 @@ inline constexpr int64_t kBucketParamsPerRank = 1'000'000;
 // The elements at which a bucket of `dp` data-parallel ranks closes.
 int64_t BucketParams(int64_t dp);
 
-// The ranks of the expert-data-parallel group: Megatron-Core's
-// dp·tp·cp / (ep·etp). Here the experts are split over tp (etp = tp, cp = 1,
-// models/detail/moe.h), so dp / ep; `ep` divides `dp` (the planner and the
-// layout refuse anything else). At least 1.
+// The ranks of the expert-data-parallel group. Megatron-Core
+// (megatron/core/parallel_state.py at d98e8a64, initialize_model_parallel):
+// expert_data_parallel_size = world_size / (etp·ep·pp), etp defaulting to
+// tp, i.e. dp·tp·cp / (ep·etp). Here the experts are split over tp (etp = tp,
+// cp = 1, models/detail/moe.h), so dp / ep; `ep` divides `dp` (the planner
+// and the layout refuse anything else). At least 1.
 int64_t ExpertDataParallel(int64_t dp, int64_t ep);
 
 // Whether weight gradient `t` is a routed expert's: its name, after the layer
