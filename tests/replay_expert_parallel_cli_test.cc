@@ -17,7 +17,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -171,14 +170,8 @@ TEST_F(ReplayExpertParallelCli, ThePlannersChoiceReplaysVerifiedOnTwoExpertRanks
 // dense bucket is all-reduced, with the bytes the prediction's timeline has.
 TEST_F(ReplayExpertParallelCli, ExpertBucketsStayOnTheirRankTheDenseOnesAreTheSimulators) {
   ASSERT_NO_FATAL_FAILURE(PlanAndReplay("keep"));
-  std::ifstream timeline_file(File("predicted-timeline.json"));
-  const nlohmann::json timeline = nlohmann::json::parse(timeline_file);
-  std::vector<int64_t> predicted;
-  for (const nlohmann::json& e : timeline.at("traceEvents")) {
-    if (e.value("name", "") == "data-parallel all-reduce") {
-      predicted.push_back(e.at("args").at("bytes").get<int64_t>());
-    }
-  }
+  const std::vector<int64_t> predicted =
+      testing::PredictedBucketBytes(File("predicted-timeline.json"));
   auto traced = RunSsdtrain("trace --model " + Model("tiny-moe") + " --dp 2 --ep 2" + kShape +
                             " -o " + File("trace.json"));
   ASSERT_EQ(traced.exit_code, 0) << traced.output;

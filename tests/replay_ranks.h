@@ -6,9 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "sim/hardware.h"
 #include "tests/cli_util.h"
@@ -24,6 +28,20 @@ inline Status WriteReplayHardware(const std::string& preset, const std::string& 
   hw.gpu.allocation_alignment_bytes = 64;
   hw.gpu.replay_workspace = true;
   return traces::WriteJsonFile(sim::ToJson(hw), path);
+}
+
+// The bytes of each data-parallel bucket in a prediction's Chrome timeline
+// (`plan --timeline`), in its order.
+inline std::vector<int64_t> PredictedBucketBytes(const std::string& timeline_path) {
+  std::ifstream file(timeline_path);
+  const nlohmann::json timeline = nlohmann::json::parse(file);
+  std::vector<int64_t> bytes;
+  for (const nlohmann::json& e : timeline.at("traceEvents")) {
+    if (e.value("name", "") == "data-parallel all-reduce") {
+      bytes.push_back(e.at("args").at("bytes").get<int64_t>());
+    }
+  }
+  return bytes;
 }
 
 // A CLI test of replays on ranks: its folder holds an empty offload/ and that

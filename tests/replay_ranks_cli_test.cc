@@ -323,14 +323,7 @@ TEST_F(ReplayRanksCli, BucketsOfAModelOverFortyMillionParametersAreTheSimulators
                              File("plan.json") + " --prediction " + File("predicted.json") +
                              " --timeline " + File("predicted-timeline.json"));
   ASSERT_EQ(planned.exit_code, 0) << planned.output;
-  std::ifstream timeline_file(File("predicted-timeline.json"));
-  const nlohmann::json timeline = nlohmann::json::parse(timeline_file);
-  std::vector<int64_t> predicted;
-  for (const nlohmann::json& e : timeline.at("traceEvents")) {
-    if (e.value("name", "") == "data-parallel all-reduce") {
-      predicted.push_back(e.at("args").at("bytes").get<int64_t>());
-    }
-  }
+  std::vector<int64_t> predicted = testing::PredictedBucketBytes(File("predicted-timeline.json"));
   // 4 bytes a parameter: 41 986 048 and 12 627 968 parameters.
   EXPECT_EQ(predicted, (std::vector<int64_t>{4 * 41'986'048, 4 * 12'627'968}));
 
