@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <utility>
 
 #include "traces/storage_plan.h"
@@ -106,12 +107,14 @@ BucketTable GradientBuckets(const Trace& trace, int64_t dp) {
   close(open[0]);
   close(open[1]);
   // One group's buckets close in completion order; the two groups interleave
-  // by it (kNoOp, -1, first; a tie keeps the closing order, dense first at
-  // the end). A dense table is already in order.
+  // by it, a bucket completed by no op (kNoOp: the end of backward) last, as
+  // CompletionOrder puts it; a tie keeps the closing order, dense first at the
+  // end. A dense table is already in order.
+  auto at = [](const GradientBucket& b) {
+    return b.complete_after == kNoOp ? std::numeric_limits<OpId>::max() : b.complete_after;
+  };
   std::stable_sort(table.buckets.begin(), table.buckets.end(),
-                   [](const GradientBucket& a, const GradientBucket& b) {
-                     return a.complete_after < b.complete_after;
-                   });
+                   [&](const GradientBucket& a, const GradientBucket& b) { return at(a) < at(b); });
   return table;
 }
 
