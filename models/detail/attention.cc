@@ -61,8 +61,12 @@ TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const st
     b.Op(name + ".dropout", OpKind::kDropout, {st->probs}, {st->dropped, st->mask},
          kDropoutFlops * Elements(scores_shape));
   }
+  // The product is [b, heads, s, d]; Megatron's permute(2, 0, 1, 3).contiguous() copies it
+  // to the [s, b, h] layout the projection reads. Its backward is a permute (a view).
+  const TensorId heads = b.Activation(name + ".ctx_heads", {d.b, d.heads, d.s, d.d}, d.act);
+  b.Gemm(name + ".av", {st->dropped, v}, {heads}, {.m = rows, .n = d.d, .k = d.s, .batch = batch});
   const TensorId ctx = b.Activation(name + ".ctx", d.Full(d.heads * d.d), d.act);
-  b.Gemm(name + ".av", {st->dropped, v}, {ctx}, {.m = rows, .n = d.d, .k = d.s, .batch = batch});
+  b.Op(name + ".ctx.contiguous", OpKind::kElementwise, {heads}, {ctx}, 0);
   return ctx;
 }
 

@@ -170,6 +170,19 @@ TensorId ParallelBlockForward(TraceBuilder& b, const Dims& d, const BlockStyle& 
   return ResidualForward(b, d, style, style.mlp_bias, "mlp_out", mlp, h, &st->mlp.residual);
 }
 
+// The backward of the split of a fused projection's output into q, k and v (Megatron's
+// split_tensor_along_last_dim, torch.split: its backward concatenates the parts'
+// gradients into one buffer, which the projection's dgrad and wgrad read).
+TensorId SplitBackward(TraceBuilder& b, const Dims& d, const std::string& name,
+                       const std::vector<TensorId>& parts) {
+  if (parts.size() == 1) return parts.front();
+  int64_t width = 0;
+  for (TensorId p : parts) width += b.shape(p).back();
+  const TensorId g = b.Gradient(name, d.Full(width), d.act);
+  b.Op(name + "_cat", OpKind::kElementwise, parts, {g}, 0);
+  return g;
+}
+
 // From the projection output's gradient to the gradient of the norm output.
 TensorId AttentionBranchBackward(TraceBuilder& b, const Dims& d, const AttentionSublayer& st,
                                  bool cross, TensorId g_y, TensorId* g_rel_bias,
@@ -189,11 +202,12 @@ TensorId AttentionBranchBackward(TraceBuilder& b, const Dims& d, const Attention
     g.k = NormBackward(b, d, st.k_norm, g.k, kNoTensor);
   }
   if (cross) {
-    const TensorId g_enc = ColumnBackward(b, d, st.kv, {g.k, g.v});
+    const TensorId g_enc =
+        ColumnBackward(b, d, st.kv, {SplitBackward(b, d, "cross_kv.out.grad", {g.k, g.v})});
     *g_encoder_out = AccumulateGrad(b, "encoder_out.grad_sum", *g_encoder_out, g_enc);
     return ColumnBackward(b, d, st.q, {g.q});
   }
-  return ColumnBackward(b, d, st.q, {g.q, g.k, g.v});
+  return ColumnBackward(b, d, st.q, {SplitBackward(b, d, "qkv.out.grad", {g.q, g.k, g.v})});
 }
 
 TensorId AttentionSublayerBackward(TraceBuilder& b, const Dims& d, const AttentionSublayer& st,

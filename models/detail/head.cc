@@ -39,14 +39,28 @@ void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transfo
     st->loss_input = b.Activation("logits.float", b.shape(logits), DType::kFp32);
     b.Op("logits.float", OpKind::kElementwise, {logits}, {st->loss_input}, 0);
   }
-  // In place over its input, unless that input is the capped logits themselves (no
-  // fp32 copy), which the soft-cap's backward still reads: then a buffer of its own.
-  st->softmax =
-      st->loss_input == st->capped
-          ? b.Activation("loss.softmax", b.shape(st->loss_input), b.tensor(st->loss_input).dtype)
-          : b.View("loss.softmax", st->loss_input, b.shape(st->loss_input));
+  // Megatron-LM's _VocabParallelCrossEntropy.forward (megatron/mpu/cross_entropy.py at
+  // 6985e589), pass by pass over the rank's [s, b, V/t] input: the row maximum, subtract it
+  // in place, exp in place, the row sum, divide by it in place; the result is the softmax it
+  // saves. The first in-place pass writes a buffer of its own when the input is the capped
+  // logits themselves (no fp32 copy), which the soft-cap's backward still reads.
+  const TensorId input = st->loss_input;
+  const std::vector<int64_t> shape = b.shape(input);
+  const DType dtype = b.tensor(input).dtype;
+  const std::vector<int64_t> rows(shape.begin(), shape.end() - 1);
+  const TensorId row_max = b.Activation("loss.row_max", rows, dtype);
+  b.Op("loss.max", OpKind::kLoss, {input}, {row_max}, n);
+  const TensorId shifted = input == st->capped ? b.Activation("loss.shifted", shape, dtype)
+                                               : b.View("loss.shifted", input, shape);
+  b.Op("loss.sub", OpKind::kLoss, {input, row_max}, {shifted}, n);
+  const TensorId exps = b.View("loss.exp", shifted, shape);
+  b.Op("loss.exp", OpKind::kLoss, {shifted}, {exps}, n);
+  const TensorId row_sum = b.Activation("loss.row_sum", rows, dtype);
+  b.Op("loss.sum", OpKind::kLoss, {exps}, {row_sum}, n);
+  st->softmax = b.View("loss.softmax", exps, shape);
   const TensorId loss = b.Activation("loss", {1}, DType::kFp32);
-  b.Op("loss", OpKind::kLoss, {st->loss_input, st->labels}, {st->softmax, loss}, kLossFlops * n);
+  b.Op("loss", OpKind::kLoss, {exps, row_sum, st->labels}, {st->softmax, loss},
+       (kLossFlops - 4) * n);
 }
 
 TensorId HeadBackward(TraceBuilder& b, const Dims& d, const HeadState& st) {

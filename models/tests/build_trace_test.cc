@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
@@ -25,6 +26,50 @@ int Count(const traces::Trace& tr, OpKind kind, Phase phase, int layer) {
   for (const traces::Op& op : tr.ops)
     n += op.kind == kind && op.phase == phase && op.layer == layer;
   return n;
+}
+
+const traces::Op* FindOp(const traces::Trace& tr, const std::string& name) {
+  for (const traces::Op& op : tr.ops) {
+    if (op.name == name) return &op;
+  }
+  return nullptr;
+}
+
+// Megatron's layout copies (megatron/model/transformer.py at 6985e589): the context
+// product [b, heads, s, d] is copied to [s, b, h] for the projection, and the backward of
+// the QKV split concatenates the q, k and v gradients into one buffer the projection's
+// gradients read. b 2, s 256, h 512, t 2: 256·2·256 elements of fp16 a rank for the
+// context, three times that for the QKV gradient.
+TEST(BuildTrace, AttentionCopiesItsContextAndConcatenatesTheQkvGradients) {
+  const traces::Trace tr = MustBuild(Gpt(2, 256, 512, 8, 2));
+  const int64_t ctx_bytes = 256 * 2 * 256 * 2;
+  const traces::Op* copy = FindOp(tr, "L0.attn.ctx.contiguous");
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->kind, OpKind::kElementwise);
+  EXPECT_EQ(copy->bytes_read, ctx_bytes);
+  EXPECT_EQ(copy->bytes_written, ctx_bytes);
+  const traces::Op* proj = FindOp(tr, "L0.proj");
+  ASSERT_NE(proj, nullptr);
+  EXPECT_EQ(proj->inputs.front(), copy->outputs.front());
+  const traces::Op* cat = FindOp(tr, "L0.qkv.out.grad_cat");
+  ASSERT_NE(cat, nullptr);
+  EXPECT_EQ(cat->phase, Phase::kBackward);
+  EXPECT_EQ(cat->inputs.size(), 3u);
+  EXPECT_EQ(cat->bytes_read, 3 * ctx_bytes);
+  EXPECT_EQ(cat->bytes_written, 3 * ctx_bytes);
+  for (const char* name : {"L0.qkv.dgrad", "L0.qkv.wgrad"}) {
+    const traces::Op* grad = FindOp(tr, name);
+    ASSERT_NE(grad, nullptr) << name;
+    EXPECT_NE(std::find(grad->inputs.begin(), grad->inputs.end(), cat->outputs.front()),
+              grad->inputs.end())
+        << name;
+  }
+  // FlashAttention writes [s, b, h] itself: no copy; the split is still there.
+  ModelConfig flash = Gpt(2, 256, 512, 8, 2);
+  flash.attention = "flash";
+  const traces::Trace f = MustBuild(flash);
+  EXPECT_EQ(FindOp(f, "L0.attn.ctx.contiguous"), nullptr);
+  EXPECT_NE(FindOp(f, "L0.qkv.out.grad_cat"), nullptr);
 }
 
 TEST(BuildTrace, PhasesComeInOrderAndBackwardWalksLayersInReverse) {
@@ -152,7 +197,7 @@ TEST(BuildTrace, PipelineStagesSplitLayersAndMeetAtSendRecv) {
     EXPECT_EQ(layers,
               (std::set<int>{static_cast<int>(2 * stage), static_cast<int>(2 * stage + 1)}));
     EXPECT_EQ(embeddings, stage == 0 ? 1 : 0);
-    EXPECT_EQ(losses, stage == 3 ? 1 : 0);
+    EXPECT_EQ(losses, stage == 3 ? 5 : 0);  // the cross-entropy's five passes
     // Inner boundaries: forward activation one way, its gradient the other.
     const int boundaries = (stage > 0) + (stage < 3);
     EXPECT_EQ(sends, boundaries);

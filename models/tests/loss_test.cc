@@ -15,6 +15,8 @@ namespace {
 using testing::Gpt;
 using testing::MustBuild;
 using traces::DType;
+using traces::OpKind;
+using traces::TensorId;
 using traces::TensorKind;
 
 std::optional<traces::Tensor> Named(const traces::Trace& tr, const std::string& name) {
@@ -49,7 +51,7 @@ TEST(Loss, Fp16ModelSavesAnFp32SoftmaxOfTheLogitsSize) {
   EXPECT_EQ(fp32->kind, TensorKind::kActivation);
   // The softmax is the fp32 copy's storage, saved for the backward; the 16-bit
   // logits are not read by any backward op.
-  EXPECT_EQ(softmax->alias_of, fp32->id);
+  EXPECT_EQ(tr.StorageOf(softmax->id), fp32->id);
   EXPECT_TRUE(tr.tensor(fp32->id).saved_for_backward);
   EXPECT_FALSE(logits->saved_for_backward);
   // Backward writes the gradient over the softmax and casts it back to fp16.
@@ -70,8 +72,37 @@ TEST(Loss, Fp16LmCrossEntropyRunsTheLossOnTheLogits) {
   ASSERT_TRUE(logits && softmax);
   EXPECT_FALSE(Named(tr, "logits.float"));
   EXPECT_FALSE(HasOp(tr, "logits.float.bwd"));
-  EXPECT_EQ(softmax->alias_of, logits->id);
+  EXPECT_EQ(tr.StorageOf(softmax->id), logits->id);
   EXPECT_TRUE(logits->saved_for_backward);
+}
+
+// Megatron's _VocabParallelCrossEntropy.forward, one op a pass over the fp32 logits:
+// max (read), subtract (read, write), exp (read, write), sum (read), divide (read,
+// write): 32 bytes per logit, each in place over the fp32 copy's storage.
+TEST(Loss, CrossEntropyRunsMegatronsFivePassesInPlace) {
+  const traces::Trace tr = MustBuild(Gpt(2, 256, 512, 8, 1));
+  const auto fp32 = Named(tr, "logits.float");
+  ASSERT_TRUE(fp32);
+  const std::vector<std::string> passes = {"loss.max", "loss.sub", "loss.exp", "loss.sum", "loss"};
+  std::vector<std::string> seen;
+  int64_t logit_bytes = 0;
+  for (const traces::Op& op : tr.ops) {
+    if (op.kind != OpKind::kLoss || op.phase != traces::Phase::kForward) continue;
+    seen.push_back(op.name);
+    for (TensorId t : op.inputs) {
+      if (tr.StorageOf(t) == fp32->id) logit_bytes += tr.tensor(t).bytes;
+    }
+    for (TensorId t : op.outputs) {
+      if (tr.StorageOf(t) == fp32->id) logit_bytes += tr.tensor(t).bytes;
+    }
+  }
+  EXPECT_EQ(seen, passes);
+  EXPECT_EQ(logit_bytes, 8 * fp32->bytes);  // 8 passes of 4 bytes a logit
+  // The row maximum and sum are [s, b] (here [256, 2]) fp32 rows, not saved.
+  const auto row_max = Named(tr, "loss.row_max");
+  ASSERT_TRUE(row_max);
+  EXPECT_EQ(row_max->bytes, 256 * 2 * 4);
+  EXPECT_FALSE(row_max->saved_for_backward);
 }
 
 TEST(Loss, Fp32ModelHasNoCast) {
