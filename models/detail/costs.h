@@ -13,12 +13,14 @@ inline constexpr int64_t kSoftmaxFlops = 5;  // scale, max, subtract, exp, sum a
 inline constexpr int64_t kDropoutFlops = 2;  // compare a random draw, scale
 inline constexpr int64_t kGeluFlops = 8;     // tanh approximation
 inline constexpr int64_t kReluFlops = 1;
-inline constexpr int64_t kSwigluFlops = 6;     // silu of the gate, times the up projection
-inline constexpr int64_t kGegluFlops = 9;      // gelu (tanh) of the gate, times the up projection
-inline constexpr int64_t kRotaryFlops = 3;     // two multiplies and an add per element
-inline constexpr int64_t kSoftcapFlops = 3;    // cap · tanh(x / cap): divide, tanh, multiply
-inline constexpr int64_t kAddFlops = 1;        // residual add, bias add, gradient sum
-inline constexpr int64_t kLossFlops = 5;       // softmax cross-entropy per logit
+inline constexpr int64_t kSwigluFlops = 6;   // silu of the gate, times the up projection
+inline constexpr int64_t kGegluFlops = 9;    // gelu (tanh) of the gate, times the up projection
+inline constexpr int64_t kRotaryFlops = 3;   // two multiplies and an add per element
+inline constexpr int64_t kSoftcapFlops = 3;  // cap · tanh(x / cap): divide, tanh, multiply
+inline constexpr int64_t kAddFlops = 1;      // residual add, bias add, gradient sum
+// Softmax cross-entropy per logit: one a pass (max, subtract, exp, sum, divide).
+inline constexpr int64_t kLossPassFlops = 1;
+inline constexpr int64_t kLossFlops = 5 * kLossPassFlops;
 inline constexpr int64_t kBackwardFactor = 2;  // backward of a memory-bound op vs forward
 // FlashAttention's backward recomputes the scores (one more s×s×d product per
 // head): 5 products against the forward's 2.

@@ -28,6 +28,7 @@ void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transfo
                                    word, /*replicated_input=*/mlm_transform);
   st->labels = b.Input("labels", {d.b, d.s}, DType::kInt64);
   const int64_t n = Elements(b.shape(st->logits));
+  const int64_t pass_flops = kLossPassFlops * n;
   TensorId logits = st->logits;
   if (final_softcap) {
     st->capped = b.Activation("logits.capped", b.shape(st->logits), d.act);
@@ -49,18 +50,17 @@ void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transfo
   const DType dtype = b.tensor(input).dtype;
   const std::vector<int64_t> rows(shape.begin(), shape.end() - 1);
   const TensorId row_max = b.Activation("loss.row_max", rows, dtype);
-  b.Op("loss.max", OpKind::kLoss, {input}, {row_max}, n);
+  b.Op("loss.max", OpKind::kLoss, {input}, {row_max}, pass_flops);
   const TensorId shifted = input == st->capped ? b.Activation("loss.shifted", shape, dtype)
                                                : b.View("loss.shifted", input, shape);
-  b.Op("loss.sub", OpKind::kLoss, {input, row_max}, {shifted}, n);
+  b.Op("loss.sub", OpKind::kLoss, {input, row_max}, {shifted}, pass_flops);
   const TensorId exps = b.View("loss.exp", shifted, shape);
-  b.Op("loss.exp", OpKind::kLoss, {shifted}, {exps}, n);
+  b.Op("loss.exp", OpKind::kLoss, {shifted}, {exps}, pass_flops);
   const TensorId row_sum = b.Activation("loss.row_sum", rows, dtype);
-  b.Op("loss.sum", OpKind::kLoss, {exps}, {row_sum}, n);
+  b.Op("loss.sum", OpKind::kLoss, {exps}, {row_sum}, pass_flops);
   st->softmax = b.View("loss.softmax", exps, shape);
   const TensorId loss = b.Activation("loss", {1}, DType::kFp32);
-  b.Op("loss", OpKind::kLoss, {exps, row_sum, st->labels}, {st->softmax, loss},
-       (kLossFlops - 4) * n);
+  b.Op("loss", OpKind::kLoss, {exps, row_sum, st->labels}, {st->softmax, loss}, pass_flops);
 }
 
 TensorId HeadBackward(TraceBuilder& b, const Dims& d, const HeadState& st) {
