@@ -49,6 +49,10 @@ struct DemoOptions {
   // every policy instead of on all rounds of one.
   int rounds = 3;
   bool recalibrate = false;
+  // Predict from the first calibration whatever keep then measures: no drift
+  // replay, no second calibration (scripts/accuracy.sh --gate memory: memory does
+  // not depend on the calibration, and a loaded machine would calibrate again).
+  bool keep_calibration = false;
   double ssd_bandwidth_GBps = 0;  // cap on the SSD path, replayed and simulated; 0: none
   std::string summary;            // also write the table as JSON here
   bool plots = true;

@@ -67,6 +67,9 @@ Verb AddDemoCommand(CLI::App& app) {
                 "of failing (every SSD figure is then the page cache's)");
   cmd->add_flag("--recalibrate", o->recalibrate,
                 "Measure the machine again instead of using the cached calibration");
+  cmd->add_flag("--keep-calibration", o->keep_calibration,
+                "Predict from the first calibration even when keep measures more than 10% off "
+                "it (by default the demo then calibrates once more and predicts again)");
   return Verb{cmd, [o] { return demo::Demo(*o).Run(); }};
 }
 

@@ -36,7 +36,9 @@ void Demo::PrintTable(const std::vector<Row>& rows, int64_t budget) const {
         : *r.verified ? "yes"
                       : "NO");
   }
-  if (o_.rounds > 1) {
+  if (o_.keep_calibration) {
+    std::cout << "measured: one calibration, kept (--keep-calibration): no drift check\n";
+  } else if (o_.rounds > 1) {
     std::string each;
     for (int64_t ns : rows.front().round_ns)
       each += fmt::format("{}{:.1f}", each.empty() ? "" : ", ", ns / 1e6);

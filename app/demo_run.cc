@@ -188,7 +188,9 @@ Status Demo::RunAll() {
   // keep's rounds, or with one round keep once more, last. Errors of that
   // size are noise, not the simulator.
   bool keep_steady = false;
-  if (o_.rounds > 1) {
+  if (o_.keep_calibration) {
+    // Neither the drift replay nor a second calibration (--keep-calibration).
+  } else if (o_.rounds > 1) {
     std::vector<int64_t> r = rows.front().round_ns;
     const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
     keep_drift_ = Drift(*lo, *hi);
@@ -212,7 +214,7 @@ Status Demo::RunAll() {
   // prediction while keep itself held steady means the calibration caught the
   // machine at another speed (a cache from another day; a build that had just
   // finished). Measure it once more, now, and predict again; the plans stay.
-  if (std::abs(KeepError(rows)) > kRecalibrateAt && keep_steady) {
+  if (!o_.keep_calibration && std::abs(KeepError(rows)) > kRecalibrateAt && keep_steady) {
     Progress(fmt::format(
         "keep measured {:+.1f}% off its prediction from {}: calibrating again and predicting "
         "again",

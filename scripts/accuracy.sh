@@ -60,12 +60,25 @@
 #
 # --whole-steps N: the whole-step rows' measured steps (0 leaves them out).
 #
+# --gate all|memory: what decides the exit status. `all` (the default): the
+# step-time, lane-busy and memory limits above. `memory`: memory only (every row's
+# predicted peaks within --memory-max of the measured ones, every budget held,
+# every replay verified); the step times and lane busy times are still measured,
+# printed and recorded, marked "reported, not gated": they are timings of a shared
+# machine, and a test that decides a landing must not rest on one. ctest's
+# accuracy_memory runs this way with --memory-max 0 (to the byte); this script
+# with its default is where the timing accuracy is judged (docs/PERFORMANCE.md).
+#
+# Every run records its figures: accuracy.txt (the printed table) and
+# accuracy.json (each row's predicted and measured step time, peaks and lane
+# busy times, with the date, the commit and the machine) in the --out folder.
+#
 # --verify adds the demo's --verify replay before each timed one (slower; the
 # bytes are checked by the replay tests and the walkthrough already).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=$root/build/app/ssdtrain out="" models="tiny-gpt small-gpt tiny-moe" cap=0.15 slow_cap=0.05 median_max=0.05 worst_max=0.10 memory_max=0.02 steps=2 rounds=3 whole_steps=3
-verify=--no-verify
+verify=--no-verify gate=all
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --bin) bin=$2; shift 2 ;;
@@ -81,9 +94,11 @@ while [[ $# -gt 0 ]]; do
     --median-max) median_max=$2; shift 2 ;;
     --worst-max) worst_max=$2; shift 2 ;;
     --verify) verify=""; shift ;;
+    --gate) gate=$2; shift 2 ;;
     *) echo "accuracy: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+case $gate in all | memory) ;; *) echo "accuracy: --gate is all or memory, not '$gate'" >&2; exit 2 ;; esac
 [[ -x $bin ]] || { echo "accuracy: $bin is not built" >&2; exit 2; }
 out=${out:-$(mktemp -d "${TMPDIR:-/tmp}/ssdtrain-accuracy-XXXXXX")}
 mkdir -p "$out"
@@ -91,6 +106,10 @@ mkdir -p "$out"
 # machine now (the ctest registration reuses one --out folder).
 rm -rf "$out/cache"
 export XDG_CACHE_HOME=$out/cache
+# Memory only: one calibration per machine state is enough (memory does not
+# depend on it), so the demo does not calibrate again when keep drifts.
+demo_flags=""
+[[ $gate == memory ]] && demo_flags=--keep-calibration
 summaries=()
 first_model=${models%% *}
 for m in $models; do
@@ -101,7 +120,7 @@ for m in $models; do
     s=$out/summary-$m-cap$c.json
     echo "accuracy: $m, SSD cap ${c} GB/s (0: none)" >&2
     "$bin" demo --model "$root/configs/models/$m.json" --ssd-bandwidth "$c" --steps "$steps" --rounds "$rounds" \
-      --report "$out/report-$m-cap$c" --summary "$s" --no-plots $verify >"$out/demo-$m-cap$c.txt" 2>"$out/demo-$m-cap$c.log" ||
+      --report "$out/report-$m-cap$c" --summary "$s" --no-plots $verify $demo_flags >"$out/demo-$m-cap$c.txt" 2>"$out/demo-$m-cap$c.log" ||
       { cat "$out/demo-$m-cap$c.log" >&2; exit 1; }
     summaries+=("$s")
   done
@@ -169,9 +188,10 @@ if ((whole_steps > 0)); then
       done
     done
     /usr/bin/python3 - "$first_model" "$ws" "$out/summary-$first_model-wholestep.json" "$rounds" "$attempt" \
-      "${names[@]}" <<'PY'
+      "$gate" "${names[@]}" <<'PY'
 import json, shutil, sys
-model, folder, out, rounds, attempt, names = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6:]
+model, folder, out, rounds, attempt, gate, names = (sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]),
+                                                   int(sys.argv[5]), sys.argv[6], sys.argv[7:])
 rows = []
 for name in names:
     p = json.load(open(f"{folder}/predicted-{name}.json"))
@@ -201,7 +221,7 @@ def spread(v):
     return (max(v) - min(v)) / min(v)
 stale = [r["policy"] for r in rows
          if spread(r["round_step_times_ns"]) <= 0.10 and abs(r["error"]) > 0.10]
-if stale and attempt == 1:
+if stale and attempt == 1 and gate == "all":
     print(f"accuracy: {', '.join(stale)}: rounds agree but miss the prediction by more than 10%; "
           "calibrating again", file=sys.stderr)
     sys.exit(3)
@@ -221,12 +241,19 @@ PY
   summaries+=("$out/summary-$first_model-wholestep.json")
 fi
 
-/usr/bin/python3 - "$median_max" "$worst_max" "$memory_max" "${summaries[@]}" <<'PY'
-import json, os, statistics, sys
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null) ]]; then commit+="+changes"; fi
+machine="$(hostname), $(nproc) cores, $(uname -r)"
+rc=0
+/usr/bin/python3 - "$median_max" "$worst_max" "$memory_max" "$gate" "$out/accuracy.json" "$commit" "$machine" \
+  "${summaries[@]}" <<'PY' | tee "$out/accuracy.txt" || rc=$?
+import datetime, json, os, statistics, sys
 median_max, worst_max, memory_max = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+gate, record, commit, machine = sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7]
+sys.argv = sys.argv[:1] + sys.argv[8:]
 rows = []
 lane_rows = []  # (model, cap, policy, lane, predicted ns, measured ns)
-for path in sys.argv[4:]:
+for path in sys.argv[1:]:
     s = json.load(open(path))
     if s.get("recalibrated"):
         reason = s["recalibrated"] if isinstance(s["recalibrated"], str) else \
@@ -334,9 +361,28 @@ print(f"memory, every row: worst |error| of the predicted activation and device 
 for miss in budget_misses:
     print("budget: " + miss)
 # verified is null when the demo ran with --no-verify (the default here).
-ok = (med <= median_limit and not over and worst_memory <= memory_max and not budget_misses
-      and compute_lane_median <= compute_lane_limit and transfer_lane_median <= transfer_lane_limit
-      and all(r["verified"] is not False for _, _, r in rows))
-print("accuracy: " + ("PASS" if ok else "FAIL"))
+memory_ok = (worst_memory <= memory_max and not budget_misses
+             and all(r["verified"] is not False for _, _, r in rows))
+time_ok = (med <= median_limit and not over and compute_lane_median <= compute_lane_limit
+           and transfer_lane_median <= transfer_lane_limit)
+ok = memory_ok and (time_ok or gate == "memory")
+json.dump({
+    "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    "commit": commit, "machine": machine, "gate": gate,
+    "step_time": {"median_abs_error": med, "worst_abs_error": worst, "median_limit": median_limit,
+                  "worst_limit": worst_max + largest, "median_twin_spread": typical,
+                  "largest_twin_spread": largest, "within_limits": time_ok},
+    "lane_busy": {lane: {"median_abs_error": statistics.median(v), "worst_abs_error": max(v)}
+                  for lane, v in sorted(lane_errors.items())},
+    "memory": {"worst_abs_error": worst_memory, "limit": memory_max, "budgets_held": not budget_misses},
+    "rows": [{"model": m, "ssd_cap_GBps": c, **r} for m, c, r in rows],
+}, open(record, "w"), indent=1)
+if gate == "memory":
+    print("step time and lane busy: reported, not gated (--gate memory): "
+          + ("within" if time_ok else "outside") + " the limits above on this run")
+print(f"accuracy ({'memory' if gate == 'memory' else 'step time, lane busy and memory'}): "
+      + ("PASS" if ok else "FAIL"))
 sys.exit(0 if ok else 1)
 PY
+echo "accuracy: recorded in $out/accuracy.txt and $out/accuracy.json" >&2
+exit "$rc"
