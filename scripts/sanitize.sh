@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Sanitizer builds with clang, CUDA off, no benchmarks (docs/HARDENING.md):
 #   scripts/sanitize.sh asan   ASan + UBSan (first report aborts) in build-asan/,
-#                              runs every test except the accuracy test
+#                              builds and runs the unit tests of every module
+#                              (label unit: the parsers, the trace builder, the
+#                              planner, the executor and its engine, the fuzz
+#                              regressions) and the few end-to-end tests labelled
+#                              asan (the CLI's bad-input paths)
 #   scripts/sanitize.sh tsan   ThreadSanitizer in build-tsan/, runs the executor's
 #                              tests (exec_*) and the planner's threads
 #                              (sim_task_pool_test, stage_plans_test)
+# The end-to-end replays (demo, multi-rank, published runs, the notebook) run in
+# the normal suite only: they drive the same executor and parsers that the unit
+# tests here cover, and under a sanitizer they cost most of its time.
 # The ASan build also holds the libFuzzer programs (-DSSDTRAIN_FUZZ=ON), so that
 # scripts/fuzz.sh reuses it instead of compiling everything a third time.
 # Extra arguments go to ctest (e.g. -R OffloadEngine); --configure-only stops
@@ -57,27 +64,33 @@ exclude_asan=(
   # I/O). It runs in the normal suite.
   'Replay\.WaitsForStagingAreCountedAsExposedIo'
 )
-# Time, for the ASan run only: the notebook's `ssdtrain calibrate` times real
-# GEMMs, and Eigen at -O1 under ASan ran 6.5 minutes without finishing (its limit
-# is 15). The CLI paths it drives (calibrate, plan, replay --verify) run under
-# ASan in demo_cli_test, plan_cli_test and trace_cli_test.
-exclude_asan_only=('notebook_walkthrough'
-  # Time, too: the planner's invariants over every GPU preset and policy run
-  # 45-220 s a preset under ASan (6 s alone in the normal suite), minutes of
-  # this run's budget. The planner's code runs under ASan in sim_test,
-  # stage_plans_test and plan_cli_test; the invariants run in the normal suite
-  # and in scripts/planner-sweep.sh.
-  'PlannerInvariants')
 exclude_tsan=("${exclude_asan[@]}")
-exclude_asan+=("${exclude_asan_only[@]}")
 join() {
   local IFS='|'
   echo "$*"
 }
 
+run_ctest() {  # the ctest run, its output kept, then its 10 slowest tests
+  local log=$build/ctest-$kind.log rc=0
+  ctest "$@" 2>&1 | tee "$log" || rc=$?
+  "$root/scripts/slowest-tests.sh" "$log" >&2 || true
+  return "$rc"
+}
+start=$SECONDS
 if [[ $kind == asan ]]; then
-  cmake --build "$build" -j "$jobs"
-  ctest --test-dir "$build" --output-on-failure -j "$jobs" -E "$(join "${exclude_asan[@]}")" "$@"
+  cmake --build "$build" -j "$jobs" --target unit_tests
+  echo "sanitize.sh asan: build $((SECONDS - start)) s" >&2
+  start=$SECONDS
+  # The unit tests (label unit) and the end-to-end programs named in
+  # sanitize-programs.txt (ssdtrain_test(... LABELS asan); each test is labelled
+  # with its program's name).
+  labels=unit
+  while read -r program; do
+    [[ -n $program ]] && labels+="|$program"
+  done <"$build/sanitize-programs.txt"
+  run_ctest --test-dir "$build" --output-on-failure -j "$jobs" -L "^($labels)\$" \
+    -E "$(join "${exclude_asan[@]}")" "$@"
+  echo "sanitize.sh asan: tests $((SECONDS - start)) s" >&2
 else
   # Only the executor's test programs (and the library they need), and the
   # planner's threads: its pool and the search on several threads.
@@ -89,6 +102,9 @@ else
   targets+=" sim_task_pool_test stage_plans_test"
   # shellcheck disable=SC2086  # one target per word
   cmake --build "$build" -j "$jobs" --target $targets
-  ctest --test-dir "$build" --output-on-failure -j "$jobs" -L '^(exec_|sim_task_pool_test$|stage_plans_test$)' \
+  echo "sanitize.sh tsan: build $((SECONDS - start)) s" >&2
+  start=$SECONDS
+  run_ctest --test-dir "$build" --output-on-failure -j "$jobs" -L '^(exec_|sim_task_pool_test$|stage_plans_test$)' \
     -E "$(join "${exclude_tsan[@]}")" "$@"
+  echo "sanitize.sh tsan: tests $((SECONDS - start)) s" >&2
 fi
