@@ -36,9 +36,10 @@ std::vector<std::string> GpuPresets() {
 }
 
 // Search time is a benchmark figure (bench/sim_bench, scripts/planner-sweep.sh
-// holds every search to 10 s); here, on a machine shared with the rest of the
-// suite, a search that takes a minute is a hang, not a slow run, and ten under
-// a sanitizer (ASan ran one search of the a100 paper preset past 60 s).
+// holds every search to 10 s), never this test's verdict: here the limit is a
+// hang watchdog, forty times the longest search measured in the suite (7.5 s,
+// with the rest of the suite beside it), so that no load of this shared machine
+// can fail it (ASan ran one search of the a100 paper preset past 60 s).
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SSDTRAIN_SANITIZED 1
 #elif defined(__has_feature)
@@ -47,9 +48,9 @@ std::vector<std::string> GpuPresets() {
 #endif
 #endif
 #ifdef SSDTRAIN_SANITIZED
-constexpr double kHangGuardSeconds = 600;
+constexpr double kHangGuardSeconds = 1800;
 #else
-constexpr double kHangGuardSeconds = 60;
+constexpr double kHangGuardSeconds = 300;
 #endif
 
 class PlannerInvariants : public ::testing::TestWithParam<std::string> {};
