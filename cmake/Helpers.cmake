@@ -36,10 +36,10 @@ function(ssdtrain_library name)
   ssdtrain_pch(${name} <nlohmann/json.hpp> <string> <vector> <map> <optional>)
 endfunction()
 
-# ssdtrain_test(NAME SOURCES ... DEPS ... [LABELS asan] [COST N]): one GoogleTest binary
-# registered with ctest.
+# ssdtrain_test(NAME SOURCES ... DEPS ... [COST N]): one GoogleTest binary registered
+# with ctest.
 function(ssdtrain_test name)
-  cmake_parse_arguments(ARG "" "COST" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "COST" "SOURCES;DEPS" ${ARGN})
   if(NOT SSDTRAIN_BUILD_TESTS)
     return()
   endif()
@@ -58,18 +58,12 @@ function(ssdtrain_test name)
   # concatenation (char_traits::copy inlined into operator+) in 18 test files
   # that compile clean without it.
   # A module's own tests (traces/, models/, sim/, exec/, analysis/, fuzz/) are its
-  # unit tests: label `unit` (a directory label: gtest_discover_tests splits a
-  # list of test labels), and the target unit_tests builds them all
-  # (scripts/test.sh --quick, and the ASan phase: scripts/sanitize.sh). tests/
-  # holds the cross-module and end-to-end ones; ssdtrain_test(... LABELS asan)
-  # adds one of those to the ASan phase (its program's name goes to
-  # sanitize-programs.txt in the build folder, which sanitize.sh reads).
+  # unit tests: label `unit` (a directory label: gtest_discover_tests would split
+  # a list of test labels), and the target unit_tests builds them all
+  # (scripts/test.sh --quick). tests/ holds the cross-module and end-to-end ones.
   if(NOT CMAKE_CURRENT_SOURCE_DIR STREQUAL "${PROJECT_SOURCE_DIR}/tests")
     set_property(DIRECTORY PROPERTY LABELS unit)
     set_property(GLOBAL APPEND PROPERTY SSDTRAIN_UNIT_TEST_TARGETS ${name})
-  elseif("asan" IN_LIST ARG_LABELS)
-    set_property(GLOBAL APPEND PROPERTY SSDTRAIN_UNIT_TEST_TARGETS ${name})
-    set_property(GLOBAL APPEND PROPERTY SSDTRAIN_ASAN_EXTRA_TARGETS ${name})
   endif()
   include(GoogleTest)
   # Each test carries its binary's name as a label (ctest -L exec_ runs the executor's).
@@ -81,16 +75,13 @@ function(ssdtrain_test name)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS ${name} COST ${ARG_COST})
 endfunction()
 
-# unit_tests: every test program labelled unit or asan (above), built without the
-# end-to-end ones. Called once, after every module's tests are declared.
+# unit_tests: every module's test programs (above), without the end-to-end ones.
+# Called once, after every module's tests are declared.
 function(ssdtrain_unit_tests_target)
   get_property(targets GLOBAL PROPERTY SSDTRAIN_UNIT_TEST_TARGETS)
   if(targets)
     add_custom_target(unit_tests DEPENDS ${targets})
   endif()
-  get_property(extra GLOBAL PROPERTY SSDTRAIN_ASAN_EXTRA_TARGETS)
-  string(REPLACE ";" "\n" extra "${extra}")
-  file(WRITE ${PROJECT_BINARY_DIR}/sanitize-programs.txt "${extra}\n")
 endfunction()
 
 # ssdtrain_benchmark(NAME SOURCES ... DEPS ...): a Google Benchmark program (not a test).

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Sanitizer builds with clang, CUDA off, no benchmarks (docs/HARDENING.md):
 #   scripts/sanitize.sh asan   ASan + UBSan (first report aborts) in build-asan/,
-#                              builds and runs the unit tests of every module
-#                              (label unit: the parsers, the trace builder, the
-#                              planner, the executor and its engine, the fuzz
-#                              regressions) and the few end-to-end tests labelled
-#                              asan (the CLI's bad-input paths)
+#                              builds and runs the tests of the code whose memory
+#                              bugs it finds: the parsers and the trace builder
+#                              (traces_test, models_test, fuzz_replay_test), the
+#                              executor and its engine (exec_*), the planner's
+#                              task pool (sim_task_pool_test)
 #   scripts/sanitize.sh tsan   ThreadSanitizer in build-tsan/, runs the executor's
 #                              tests (exec_*) and the planner's threads
 #                              (sim_task_pool_test, stage_plans_test)
-# The end-to-end replays (demo, multi-rank, published runs, the notebook) run in
-# the normal suite only: they drive the same executor and parsers that the unit
-# tests here cover, and under a sanitizer they cost most of its time.
+# The simulator's arithmetic (sim_test, sim_paper_test), the CLI and the
+# end-to-end replays (demo, multi-rank, published runs, the notebook) run in the
+# normal suite only: the replays drive the same executor and parsers that the
+# tests here cover, and under a sanitizer they, and compiling the CLI and the
+# simulator's tests with it, cost most of its time. The fuzzers (scripts/fuzz.sh,
+# this build) run every parser of user input.
 # The ASan build also holds the libFuzzer programs (-DSSDTRAIN_FUZZ=ON), so that
 # scripts/fuzz.sh reuses it instead of compiling everything a third time.
 # Extra arguments go to ctest (e.g. -R OffloadEngine); --configure-only stops
@@ -78,16 +81,14 @@ run_ctest() {  # the ctest run, its output kept, then its 10 slowest tests
 }
 start=$SECONDS
 if [[ $kind == asan ]]; then
-  cmake --build "$build" -j "$jobs" --target unit_tests
+  # Each test carries its program's name as a ctest label.
+  targets="traces_test models_test fuzz_replay_test sim_task_pool_test"
+  targets+=" $(ninja -C "$build" -t targets all | sed -n 's/^\(exec_[a-z_]*_test\): phony$/\1/p' | tr '\n' ' ')"
+  # shellcheck disable=SC2086  # one target per word
+  cmake --build "$build" -j "$jobs" --target $targets
   echo "sanitize.sh asan: build $((SECONDS - start)) s" >&2
   start=$SECONDS
-  # The unit tests (label unit) and the end-to-end programs named in
-  # sanitize-programs.txt (ssdtrain_test(... LABELS asan); each test is labelled
-  # with its program's name).
-  labels=unit
-  while read -r program; do
-    [[ -n $program ]] && labels+="|$program"
-  done <"$build/sanitize-programs.txt"
+  labels=$(echo $targets | tr ' ' '|')
   run_ctest --test-dir "$build" --output-on-failure -j "$jobs" -L "^($labels)\$" \
     -E "$(join "${exclude_asan[@]}")" "$@"
   echo "sanitize.sh asan: tests $((SECONDS - start)) s" >&2
