@@ -122,13 +122,14 @@ TEST_P(OffloadEngineConformance, BandwidthCapIsSharedByReadsAndWrites) {
 
 // The two directions split the link evenly instead of a read waiting behind
 // every queued write (as the simulator's SSD serves its read and write queues):
-// an 8 MiB write, then a 1 MiB read issued while the write's extents hold every
+// a 32 MiB write, then a 1 MiB read issued while the write's extents hold every
 // slot. Sharing, the read's 1 MiB crosses at 10 MB/s while the write has moved
-// 1 of its 8 MiB: the read is done with 7 MiB of the write (about 350 ms at the
-// whole rate) still to go. Behind the write it would finish last.
+// 1 of its 32 MiB: the read is done with 31 MiB of the write (about 1.6 s at the
+// whole rate) still to go, a margin no delay of this thread on a loaded machine
+// comes near (8 MiB left 350 ms). Behind the write it would finish last.
 TEST_P(OffloadEngineConformance, BandwidthCapServesAReadBeforeTheQueuedWrites) {
   constexpr double kCap = 20e6;
-  constexpr int64_t kWrite = int64_t{8} << 20, kRead = int64_t{1} << 20;
+  constexpr int64_t kWrite = int64_t{32} << 20, kRead = int64_t{1} << 20;
   MAKE_OR_SKIP(engine, {tmp_.path()}, 1 << 20, kCap);
   const std::vector<char> small = RandomBytes(kRead, 9), big = RandomBytes(kWrite, 10);
   std::vector<char> back(kRead);
