@@ -38,8 +38,8 @@ for ((i = 1; i <= runs; i++)); do
   start=$SECONDS
   rc=0
   ctest --test-dir "$build" -j "${SSDTRAIN_JOBS:-$(nproc)}" --output-on-failure "$@" >"$work/run$i.log" 2>&1 || rc=$?
-  # "  12/867 Test  #34: name ......   Passed   12.34 sec" -> "name Passed"
-  sed -nE 's/^ *[0-9]+\/[0-9]+ +Test +#[0-9]+: +([^ ]+) [ .*]*([A-Za-z][A-Za-z *]*[A-Za-z]) +[0-9.]+ sec *$/\1 \2/p' \
+  # "  12/867 Test  #34: name [# GetParam() = ...] ....***Failed   12.34 sec" -> "name Failed"
+  sed -nE 's/^ *[0-9]+\/[0-9]+ +Test +#[0-9]+: +([^ ]+) .*[ .*]([A-Z][A-Za-z]*( [A-Za-z]+)*) +[0-9.]+ sec *$/\1 \2/p' \
     "$work/run$i.log" | sort >"$work/verdicts$i.txt"
   echo "run $i of $runs: $((SECONDS - start)) s, ctest exit $rc, $(wc -l <"$work/verdicts$i.txt") tests," \
     "$(grep -vc ' Passed$' "$work/verdicts$i.txt" || true) not passed; load average $(cut -d' ' -f1-3 /proc/loadavg)"
