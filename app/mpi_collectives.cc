@@ -21,19 +21,18 @@ Status MpiError(int code, const std::string& what) {
   return Status::Internal(what + ": " + std::string(text, static_cast<size_t>(len)));
 }
 
-Status MpiSync::SplitStages(int tp, int dp) {
-  if (tp < 1 || dp < 1 || size_ % (tp * dp) != 0) {
-    return Status::InvalidArgument("tp × dp = " + std::to_string(tp) + " × " + std::to_string(dp) +
-                                   " does not divide the " + std::to_string(size_) + " ranks");
+Status MpiSync::SplitStages(const traces::Layout& layout) {
+  if (layout.world() != size_) {
+    return Status::InvalidArgument("tp × cp × dp × pp = " + std::to_string(layout.world()) +
+                                   " ranks, but the run has " + std::to_string(size_));
   }
   if (stage_comm_ != MPI_COMM_WORLD) MPI_Comm_free(&stage_comm_);
   stage_comm_ = MPI_COMM_WORLD;
-  if (dp != size_) {
-    const exec::RankLayout layout{tp, dp, size_ / (tp * dp)};
-    // One group per stage and tensor-parallel index, ordered by replica.
-    const int color = static_cast<int>(layout.StageOf(rank_) * tp + layout.TpIndexOf(rank_));
-    const int rc = MPI_Comm_split(MPI_COMM_WORLD, color, static_cast<int>(layout.DpIndexOf(rank_)),
-                                  &stage_comm_);
+  const std::vector<int64_t> group = layout.DpCpGroup(rank_);
+  if (static_cast<int>(group.size()) != size_) {
+    // One communicator per gradient group (named by its first rank), ordered by rank.
+    const int color = static_cast<int>(group.front());
+    const int rc = MPI_Comm_split(MPI_COMM_WORLD, color, rank_, &stage_comm_);
     if (rc != MPI_SUCCESS) {
       stage_comm_ = MPI_COMM_WORLD;
       return MpiError(rc, "MPI_Comm_split into the stages' data-parallel groups");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "exec/step_sync.h"
+#include "traces/layout.h"
 #include "traces/status.h"
 
 namespace ssdtrain::app {
@@ -17,12 +18,11 @@ class RankSync : public exec::StepSync {
   // Everything on this rank's strings gathered at rank 0 (empty elsewhere),
   // in rank order.
   virtual Result<std::vector<std::string>> GatherAtRankZero(const std::string& mine) = 0;
-  // The layout (exec/step_sync.h, RankLayout): the ranks of a stage with the
-  // same tensor-parallel index form its data-parallel group, over which
-  // AllReduceSum and AllReduceSumAsync (on a duplicate of the group's
-  // communicator) sum from now on. Collective: every rank calls it, with the
-  // same tp and dp.
-  virtual Status SplitStages(int tp, int dp) = 0;
+  // The layout (traces/layout.h): this rank's gradient group (the dense
+  // gradients' dp × cp group, Layout::DpCpGroup), over which AllReduceSum and
+  // AllReduceSumAsync (on a duplicate of the group's communicator) sum from
+  // now on. Collective: every rank calls it, with the same layout.
+  virtual Status SplitStages(const traces::Layout& layout) = 0;
 };
 
 // True when this process was started by mpirun with more than one rank.

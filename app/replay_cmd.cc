@@ -81,32 +81,28 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
   return models::BuildTrace(config, stage);
 }
 
-exec::RankLayout LayoutOfPlan(const traces::Plan& plan, const traces::Trace* trace = nullptr) {
-  const int64_t pp = trace != nullptr ? trace->header.pp : plan.pp;
-  return {std::max<int64_t>(plan.tp, 1), std::max<int64_t>(plan.dp, 1), std::max<int64_t>(pp, 1),
-          std::max<int64_t>(plan.ep, 1)};
-}
+traces::Layout LayoutOfPlan(const traces::Plan& plan) { return traces::PlanLayout(plan); }
 
 // N ranks run a plan of tp × pp × dp = N.
 Status CheckRanks(const traces::Plan& plan, const std::string& source, const RankSync& ranks) {
-  const exec::RankLayout l = LayoutOfPlan(plan);
-  if (l.size() == ranks.size()) return Status::Ok();
+  const traces::Layout l = LayoutOfPlan(plan);
+  if (l.world() == ranks.size()) return Status::Ok();
   return Status::InvalidArgument(fmt::format(
       "{}: tp × pp × dp = {} × {} × {} = {}, but mpirun started {} ranks; start mpirun -np {}",
-      source, l.tp, l.pp, l.dp, l.size(), ranks.size(), l.size()));
+      source, l.tp, l.pp, l.dp, l.world(), ranks.size(), l.world()));
 }
 
 // One process (no mpirun) runs a plan of tp × pp × dp = 1; a plan of more
 // ranks would run as one shard of one stage of one replica and say nothing
 // (--single-rank asks for that).
 Status CheckOneProcess(const traces::Plan& plan, const std::string& source) {
-  const exec::RankLayout l = LayoutOfPlan(plan);
-  if (l.size() == 1) return Status::Ok();
+  const traces::Layout l = LayoutOfPlan(plan);
+  if (l.world() == 1) return Status::Ok();
   return Status::InvalidArgument(fmt::format(
       "{}: its layout runs on tp × pp × dp = {} × {} × {} = {} ranks, but this replay is one "
       "process; run it under `mpirun -np {} ssdtrain replay ...` (with --model: each rank builds "
       "its shard's trace), or pass --single-rank to replay this trace's shard alone, as one rank",
-      source, l.tp, l.pp, l.dp, l.size(), l.size()));
+      source, l.tp, l.pp, l.dp, l.world(), l.world()));
 }
 
 // Stage `stage`'s plan: the plan itself for stage 0, else its entry in the
@@ -207,7 +203,7 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
   nlohmann::json per_rank = nlohmann::json::array();
   traces::StepMetrics& m = mine.metrics;
   const double tokens_one_rank = m.tokens_per_s * static_cast<double>(m.step_time_ns);
-  const exec::RankLayout layout = LayoutOfPlan(plan);
+  const traces::Layout layout = LayoutOfPlan(plan);
   const int64_t dp = layout.dp;
   for (size_t r = 0; r < all.size(); ++r) {
     const std::string source = "rank " + std::to_string(r) + "'s report";
@@ -216,10 +212,10 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
     const traces::StepMetrics& x = rep.metrics;
     per_rank.push_back(
         {{"rank", r},
-         {"stage", layout.StageOf(static_cast<int64_t>(r))},
-         {"dp_index", layout.DpIndexOf(static_cast<int64_t>(r))},
-         {"tp_index", layout.TpIndexOf(static_cast<int64_t>(r))},
-         {"ep_index", layout.EpIndexOf(static_cast<int64_t>(r))},
+         {"stage", layout.CoordsOf(static_cast<int64_t>(r)).stage},
+         {"dp_index", layout.CoordsOf(static_cast<int64_t>(r)).dp},
+         {"tp_index", layout.CoordsOf(static_cast<int64_t>(r)).tp},
+         {"ep_index", layout.ExpertIndexOf(static_cast<int64_t>(r))},
          {"step_time_ns", x.step_time_ns},
          {"peak_device_bytes", x.peak_gpu_bytes},
          {"peak_activation_bytes", x.peak_activation_bytes},
@@ -281,9 +277,7 @@ int Run(const ReplayFlags& f) {
   }
   if (!setup.ok()) return fail(setup.status());
   if (ranks) {  // each stage's data-parallel groups for the gradients' sums
-    const exec::RankLayout layout = LayoutOfPlan(setup->plan);
-    Status split =
-        ranks->Agree(ranks->SplitStages(static_cast<int>(layout.tp), static_cast<int>(layout.dp)));
+    Status split = ranks->Agree(ranks->SplitStages(LayoutOfPlan(setup->plan)));
     if (!split.ok()) {
       if (setup->made_dir) std::filesystem::remove(setup->dir);
       return fail(split);

@@ -18,6 +18,7 @@
 #include "exec/detail/test_points.h"
 #include "exec/offload_engine.h"
 #include "traces/dp_buckets.h"
+#include "traces/layout.h"
 #include "traces/storage_plan.h"
 #include "traces/whole_step.h"
 
@@ -82,19 +83,20 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   }
   if (options.steps < 1) return Status::InvalidArgument("--steps must be at least 1");
   const bool interleaved = plan.schedule == "interleaved";
-  // The ranks' layout (exec/step_sync.h, RankLayout): Megatron-LM's order.
+  // The ranks' layout (traces/layout.h): Megatron-LM's order.
   int previous_rank = -1, next_rank = -1;
   int64_t tp_index = 0, ep_index = 0;
   std::vector<int> tp_group, ep_group;
   if (options.sync != nullptr) {
-    const RankLayout layout{std::max<int64_t>(plan.tp, 1), std::max<int64_t>(plan.dp, 1),
-                            trace.header.pp, std::max<int64_t>(trace.header.ep, 1)};
+    traces::Layout layout = traces::PlanLayout(plan);
+    layout.pp = trace.header.pp;
     const int rank = options.sync->rank();
-    if (options.sync->size() != layout.size()) {
+    SSDTRAIN_RETURN_IF_ERROR(traces::ValidateLayout(layout, plan_source));
+    if (options.sync->size() != layout.world()) {
       return Status::InvalidArgument(plan_source + ": tp × pp × dp = " + std::to_string(layout.tp) +
                                      " × " + std::to_string(layout.pp) + " × " +
                                      std::to_string(layout.dp) + " = " +
-                                     std::to_string(layout.size()) + " ranks, but the run has " +
+                                     std::to_string(layout.world()) + " ranks, but the run has " +
                                      std::to_string(options.sync->size()));
     }
     if (std::max<int64_t>(trace.header.tp, 1) != layout.tp) {
@@ -102,26 +104,29 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
           plan_source + ": tp = " + std::to_string(layout.tp) +
           ", but the trace is traced at tp = " + std::to_string(trace.header.tp));
     }
+    if (std::max<int64_t>(trace.header.ep, 1) != layout.ep) {
+      return Status::InvalidArgument(
+          plan_source + ": ep = " + std::to_string(layout.ep) +
+          ", but the trace is traced at ep = " + std::to_string(trace.header.ep));
+    }
     if (layout.StageOf(rank) != trace.header.stage) {
       return Status::InvalidArgument(
           "rank " + std::to_string(rank) + " runs stage " + std::to_string(layout.StageOf(rank)) +
           " (rank / (tp × dp)), but its trace is stage " + std::to_string(trace.header.stage));
     }
-    const int64_t stride = layout.tp * layout.dp;
-    if (trace.header.stage > 0) previous_rank = rank - static_cast<int>(stride);
-    if (trace.header.stage + 1 < layout.pp) next_rank = rank + static_cast<int>(stride);
     // Interleaved chunks wrap from the last stage to stage 0 (traces/chunks.h).
-    const int wrap = static_cast<int>((layout.pp - 1) * stride);
-    if (interleaved && layout.pp > 1 && previous_rank < 0) previous_rank = rank + wrap;
-    if (interleaved && layout.pp > 1 && next_rank < 0) next_rank = rank - wrap;
-    if (layout.dp % layout.ep != 0) {
-      return Status::InvalidArgument(plan_source + ": ep = " + std::to_string(layout.ep) +
-                                     " does not divide dp = " + std::to_string(layout.dp));
-    }
-    tp_index = layout.TpIndexOf(rank);
-    tp_group = layout.TpGroupOf(rank);
-    ep_index = layout.EpIndexOf(rank);
-    ep_group = layout.EpGroupOf(rank);
+    const int64_t stage = trace.header.stage;
+    if (stage > 0 || (interleaved && layout.pp > 1))
+      previous_rank = static_cast<int>(layout.PrevStageRank(rank));
+    if (stage + 1 < layout.pp || (interleaved && layout.pp > 1))
+      next_rank = static_cast<int>(layout.NextStageRank(rank));
+    auto as_int = [](const std::vector<int64_t>& g) {
+      return std::vector<int>(g.begin(), g.end());
+    };
+    tp_index = layout.CoordsOf(rank).tp;
+    tp_group = as_int(layout.TpGroup(rank));
+    ep_group = as_int(layout.EpGroup(rank));
+    ep_index = std::find(ep_group.begin(), ep_group.end(), rank) - ep_group.begin();
   }
   if (options.max_ops_ahead < 1) return Status::InvalidArgument("max_ops_ahead must be at least 1");
   // What the plan means: the one resolution the simulator uses too.

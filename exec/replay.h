@@ -88,7 +88,7 @@ struct ReplayOptions {
   // Tests: an I/O backend to use instead of io_backend (e.g. a FaultBackend).
   std::function<std::unique_ptr<IoBackend>()> make_io_backend;
   // The ranks of a multi-process run (exec/step_sync.h): sync->size() must be
-  // the plan's tp × pp × dp, and this rank's stage (exec::RankLayout) the
+  // the plan's tp × pp × dp, and this rank's stage (traces/layout.h) the
   // trace's. Each step's weight gradients are summed over the stage's
   // data-parallel group in buckets during the last backward (through host
   // memory); with pp > 1 the send and recv ops move their tensors' bytes
@@ -200,7 +200,7 @@ struct ReplayResult {
   // index in its group, and what its collectives moved in the last step.
   int64_t tp_index = 0;
   // Expert-parallel ranks (ep > 1 with ReplayOptions::sync): this rank's
-  // index in its ep group (exec::RankLayout::EpIndexOf).
+  // index in its ep group (traces::Layout::ExpertIndexOf).
   int64_t ep_index = 0;
   CollectiveTraffic collectives;
   traces::Timeline timeline;  // the last step's, times from its start

@@ -2,7 +2,7 @@
 // The MoE dispatch and combine of a trace built at ep > 1
 // (models/detail/moe.cc: kCollective ops named ...all_to_all, forward and
 // backward) run for real between the ranks of the ep group
-// (RankLayout::EpGroupOf), with the trace's bytes, through the same machinery
+// (traces::Layout::EpGroup), with the trace's bytes, through the same machinery
 // as the tensor-parallel collectives (exec/replay_tensor_parallel.cc): the op's
 // input tensors are copied back to back into pinned host memory on the send
 // stream once the ops before it have run; the buffer is cut into n equal

@@ -3,15 +3,17 @@
 // app/mpi_sync.cc, the tests' in-process one exec/tests/thread_ranks.h).
 // The replay stays free of MPI.
 //
-// Layout (RankLayout below): N = tp × pp × dp ranks in Megatron-LM's order,
-// tensor-parallel fastest, then data-parallel, then pipeline: rank
-// r = stage·(tp·dp) + dp_index·tp + tp_index. The tp ranks of one stage and
-// replica are consecutive and form its tensor-parallel group; the ranks of a
-// stage with the same tp_index form its data-parallel group. Stage s's
-// neighbours are rank r − tp·dp (stage s − 1) and rank r + tp·dp (stage
-// s + 1): activations go forward, gradients back. Interleaved 1F1B wraps: the
-// last stage's next is stage 0 and stage 0's previous the last stage
-// (traces/chunks.h: chunk c of the last stage feeds chunk c + 1 of stage 0).
+// Layout (traces/layout.h, the one place it is decided): N = tp × pp × dp
+// ranks in Megatron-LM's order, tensor-parallel fastest, then data-parallel,
+// then pipeline: rank r = stage·(tp·dp) + dp_index·tp + tp_index. The tp ranks
+// of one stage and replica are consecutive and form its tensor-parallel group;
+// the ranks of a stage with the same tp_index form its data-parallel group;
+// the expert-parallel group (ep > 1) is ep consecutive replicas of one stage
+// and tp index (Layout::EpGroup). Stage s's neighbours are rank r − tp·dp
+// (stage s − 1) and rank r + tp·dp (stage s + 1): activations go forward,
+// gradients back. Interleaved 1F1B wraps: the last stage's next is stage 0 and
+// stage 0's previous the last stage (traces/chunks.h: chunk c of the last
+// stage feeds chunk c + 1 of stage 0).
 //
 // The protocol, the same on every rank so that collectives always pair up:
 //   set-up done                        Agree(status)
@@ -90,37 +92,6 @@ struct PipelineTag {
                                   : "the activation ") +
            std::to_string(index) + " of micro-batch " + std::to_string(micro_batch) +
            (chunk >= 0 ? " from chunk " + std::to_string(chunk) : "");
-  }
-};
-
-// Where each rank sits (the layout above). Expert parallelism (ep > 1, ep
-// dividing dp) groups ep consecutive data-parallel replicas of one stage and
-// tp index, as Megatron-Core's expert ranks (strided by tp): the ep group of
-// rank r is the ranks of dp indices ⌊dp_index / ep⌋·ep + e, e < ep, and its
-// index in it dp_index % ep. The all-to-all of the MoE dispatch and combine
-// runs over it (exec/replay_expert_parallel.cc).
-struct RankLayout {
-  int64_t tp = 1, dp = 1, pp = 1, ep = 1;
-  int64_t size() const { return tp * dp * pp; }
-  int64_t StageOf(int64_t rank) const { return rank / (tp * dp); }
-  int64_t DpIndexOf(int64_t rank) const { return rank / tp % dp; }
-  int64_t TpIndexOf(int64_t rank) const { return rank % tp; }
-  int64_t EpIndexOf(int64_t rank) const { return DpIndexOf(rank) % ep; }
-  int Rank(int64_t stage, int64_t dp_index, int64_t tp_index) const {
-    return static_cast<int>(stage * tp * dp + dp_index * tp + tp_index);
-  }
-  // The tensor-parallel group of `rank` and its expert-parallel group, in order.
-  std::vector<int> TpGroupOf(int64_t rank) const {
-    std::vector<int> group;
-    for (int64_t t = 0; t < tp; ++t) group.push_back(Rank(StageOf(rank), DpIndexOf(rank), t));
-    return group;
-  }
-  std::vector<int> EpGroupOf(int64_t rank) const {
-    std::vector<int> group;
-    const int64_t first = DpIndexOf(rank) - EpIndexOf(rank);
-    for (int64_t e = 0; e < ep; ++e)
-      group.push_back(Rank(StageOf(rank), first + e, TpIndexOf(rank)));
-    return group;
   }
 };
 

@@ -62,7 +62,10 @@ struct RankRun {
 // `ssdtrain replay` does after a replay that succeeded.
 Status ReplayAndGather(app::RankSync& ranks, const std::string& dir, const RankRun& run) {
   const int tp = run.tensor_parallel ? ranks.size() : 1;
-  SSDTRAIN_RETURN_IF_ERROR(ranks.SplitStages(tp, ranks.size() / tp));
+  traces::Layout layout;
+  layout.tp = tp;
+  layout.dp = ranks.size() / tp;
+  SSDTRAIN_RETURN_IF_ERROR(ranks.SplitStages(layout));
   const traces::Trace trace = run.expert_parallel ? exec::testing::TinyMoeTrace(4, 64, ranks.size())
                                                   : exec::testing::TinyGptTrace(1, 128, 1, 0, tp);
   traces::Plan plan = traces::OffloadAllPlan(trace);

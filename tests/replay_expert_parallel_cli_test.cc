@@ -1,6 +1,6 @@
 // `mpirun -np 2 ssdtrain replay --model tiny-moe --plan ...` with expert
 // parallelism (ep 2 over two data-parallel replicas, exec/step_sync.h's
-// RankLayout: each rank holds 4 of the 8 experts): the MoE dispatch and
+// traces::Layout: each rank holds 4 of the 8 experts): the MoE dispatch and
 // combine, forward and backward, are all-to-alls between the two ranks with
 // real bytes (exec/replay_expert_parallel.cc), each piece checked by CRC32C
 // and, verified, against its sender's patterns. Under keep, ssdtrain,

@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "traces/layout.h"
 #include "traces/storage_plan.h"
 #include "traces/whole_step.h"
 
@@ -54,7 +55,10 @@ std::vector<Completion> CompletionOrder(const Trace& trace) {
 }  // namespace
 
 int64_t ExpertDataParallel(int64_t dp, int64_t ep) {
-  return std::max<int64_t>(1, std::max<int64_t>(dp, 1) / std::max<int64_t>(ep, 1));
+  Layout layout;  // the one definition (traces/layout.h), at cp 1
+  layout.dp = std::max<int64_t>(dp, 1);
+  layout.ep = std::max<int64_t>(ep, 1);
+  return std::max<int64_t>(1, layout.ExpertDp());
 }
 
 bool IsExpertGradient(const Tensor& t) {

@@ -236,6 +236,17 @@ Status WritePlan(const Plan& plan, const std::string& path) {
   return WriteJsonFile(ToJson(plan), path);
 }
 
+Layout PlanLayout(const Plan& plan) {
+  Layout l;
+  l.tp = std::max<int64_t>(1, plan.tp);
+  l.pp = std::max<int64_t>(1, plan.pp);
+  l.vp = std::max<int64_t>(1, plan.virtual_stages);
+  l.dp = std::max<int64_t>(1, plan.dp);
+  l.ep = std::max<int64_t>(1, plan.ep);
+  l.zero_stage = plan.zero_stage;
+  return l;
+}
+
 Plan PlanTemplate(const Trace& trace, std::string policy) {
   Plan plan;
   plan.policy = std::move(policy);

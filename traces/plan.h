@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "traces/layout.h"
 #include "traces/status.h"
 #include "traces/trace.h"
 
@@ -98,6 +99,9 @@ struct Plan {
   std::optional<StepMetrics> prediction;
   nlohmann::json extra = nlohmann::json::object();  // planner details (search, ROK curve)
 };
+
+// The plan's parallel layout (traces/layout.h), each degree at least 1.
+Layout PlanLayout(const Plan& plan);
 
 // The SSD write rate that would hide every write of a step behind its forward
 // pass: bytes written per step (one micro-batch's, per GPU) over the step's

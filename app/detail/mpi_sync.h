@@ -57,7 +57,7 @@ class MpiSync final : public RankSync {
   ~MpiSync() override;
 
   // The collectives (mpi_collectives.cc).
-  Status SplitStages(int tp, int dp) override;
+  Status SplitStages(const traces::Layout& layout) override;
   Status Agree(const Status& local) override;
   Status AllReduceSum(void* host, int64_t count, traces::DType dtype) override;
   Status AllReduceSumAsync(void* host, int64_t count, traces::DType dtype) override;

@@ -154,7 +154,7 @@ class Replayer {
     tp_ranks_ = std::move(group);
     SetSeedSalt();
   }
-  // Expert-parallel ranks: the same for the ep group (exec::RankLayout), over
+  // Expert-parallel ranks: the same for the ep group (traces::Layout::EpGroup), over
   // which the all-to-all ops run (replay_expert_parallel.cc); the seeds differ
   // by ep index too (EpSeedSalt).
   void set_expert_parallel(int64_t ep_index, std::vector<int> group) {

@@ -3,7 +3,7 @@
 // dispatch and combine all-to-alls exchanging real pieces
 // (exec/replay_expert_parallel.cc); the MPI side runs under mpirun in
 // tests/mpi_ranks_test.cc and tests/replay_expert_parallel_cli_test.cc. Also
-// the ep groups of RankLayout.
+// the ep groups of traces::Layout.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -13,6 +13,7 @@
 #include "exec/tests/replay_test_util.h"
 #include "exec/tests/two_thread_ranks.h"
 #include "traces/collective_kind.h"
+#include "traces/layout.h"
 #include "traces/uniform_plans.h"
 
 namespace ssdtrain::exec {
@@ -90,13 +91,16 @@ TEST(ReplayExpertParallel, UnbalancedRoutingIsRefusedBeforeTheReplayStarts) {
 TEST(ReplayExpertParallel, EpGroupsAreConsecutiveReplicasOfOneShard) {
   // tp 2, dp 4, ep 2: rank r is shard r % 2 of replica r / 2; the ep groups
   // pair replicas 0–1 and 2–3 of each shard.
-  const RankLayout l{2, 4, 1, 2};
-  EXPECT_EQ(l.EpGroupOf(0), (std::vector<int>{0, 2}));
-  EXPECT_EQ(l.EpGroupOf(3), (std::vector<int>{1, 3}));
-  EXPECT_EQ(l.EpGroupOf(5), (std::vector<int>{5, 7}));
-  EXPECT_EQ(l.EpIndexOf(5), 0);
-  EXPECT_EQ(l.EpIndexOf(7), 1);
-  EXPECT_EQ(l.TpGroupOf(5), (std::vector<int>{4, 5}));
+  traces::Layout l;
+  l.tp = 2;
+  l.dp = 4;
+  l.ep = 2;
+  EXPECT_EQ(l.EpGroup(0), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(l.EpGroup(3), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(l.EpGroup(5), (std::vector<int64_t>{5, 7}));
+  EXPECT_EQ(l.ExpertIndexOf(5), 0);
+  EXPECT_EQ(l.ExpertIndexOf(7), 1);
+  EXPECT_EQ(l.TpGroup(5), (std::vector<int64_t>{4, 5}));
 }
 
 }  // namespace

@@ -1,0 +1,159 @@
+// The parallel layout of a training run, decided here once: its degrees, its
+// validation, the rank order that maps a rank to its coordinates, and the
+// process groups that follow from it. The trace builder, the simulator, the
+// planner, the plan file and the replay all read it; none re-derives a group.
+//
+// Degrees: tp (tensor), cp (context: the sequence cut over cp ranks), pp
+// (pipeline stages, each with vp model chunks under interleaved 1F1B), dp
+// (data-parallel replicas) and ep (expert parallelism: the routed experts of
+// each MoE layer spread over ep ranks). The world is tp · cp · dp · pp ranks;
+// ep does not multiply it: it regroups the cp · dp ranks of one stage and tp
+// index (Megatron-Core's expert grid, below).
+//
+// Rank order: Megatron-Core's default ("tp-cp-ep-dp-pp",
+// megatron/core/parallel_state.py, RankGenerator): tp fastest, then cp, then
+// dp, then pp:
+//     rank = tp_index + tp · (cp_index + cp · (dp_index + dp · stage)).
+// A group of some dimensions is the ranks that differ only in them, listed as
+// Megatron lists it (generate_masked_orthogonal_rank_groups): the group's own
+// coordinates counted fastest-first, which is ascending rank order. So the tp
+// group is consecutive ranks, the cp group strided by tp, the dp group by
+// tp · cp, the pipeline group by tp · cp · dp.
+//
+// Experts (ep > 1): Megatron-Core's expert grid has its own order over the
+// same ranks, tp-ep-dp-pp with the expert tensor-parallel degree equal to tp
+// (ssdtrain splits each expert over tp as the dense MLP). The cp · dp ranks
+// of one stage and tp index are the expert grid's ep · (cp·dp/ep): the expert
+// index is the combined index (cp_index + cp · dp_index) mod ep, and an ep
+// group is ep consecutive combined indices. The experts' data-parallel group
+// is the ranks of equal expert index: cp · dp / ep of them.
+//
+// ZeRO stage (0 to 3) and HSDP. Stage 0: every rank holds the whole weights,
+// gradients and optimizer state (DDP); 1: the optimizer state is sharded
+// (Megatron's distributed optimizer); 2: the gradients too (FSDP's
+// SHARD_GRAD_OP, Megatron-FSDP's optim_grads); 3: the weights too (FULL_SHARD,
+// optim_grads_params), gathered per layer before its forward and its backward.
+// The dense state is sharded over the shard group: dp_shard data-parallel
+// ranks times the cp ranks (both frameworks shard over dp × cp: Megatron's
+// intra_dp_cp_group, torchtitan's flattened dp_shard × cp mesh). dp_shard
+// (HSDP, torchtitan's data_parallel_shard_degree) divides dp; the
+// dp / dp_shard shard groups are replicas of one another (replicate_degree),
+// their gradients all-reduced over the replica group at the step's end. 0
+// means dp: one shard group over all of dp (no replication). The data-parallel
+// index splits as torchtitan's mesh [dp_replicate, dp_shard] does:
+//     dp_index = replica_index · dp_shard + shard_index.
+// The experts' state is sharded over the experts' data-parallel group.
+//
+// Thread-safety: value type; const methods are pure.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "traces/status.h"
+
+namespace ssdtrain::traces {
+
+// One rank's place in the layout.
+struct RankCoords {
+  int64_t tp = 0, cp = 0, dp = 0, stage = 0;
+  bool operator==(const RankCoords&) const = default;
+};
+
+// The dimensions a group spans (a bit set: kTpDim | kCpDim, ...).
+enum LayoutDim : unsigned {
+  kTpDim = 1u << 0,
+  kCpDim = 1u << 1,
+  kDpDim = 1u << 2,
+  kPpDim = 1u << 3,
+};
+
+struct Layout {
+  int64_t tp = 1;
+  int64_t cp = 1;
+  int64_t pp = 1;
+  int64_t vp = 1;  // model chunks per stage (interleaved 1F1B); 1 otherwise
+  int64_t dp = 1;
+  int64_t ep = 1;
+  int64_t zero_stage = 0;  // 0, 1, 2 or 3
+  int64_t dp_shard = 0;    // HSDP: data-parallel ranks of one shard group; 0: dp
+  bool operator==(const Layout&) const = default;
+
+  int64_t world() const { return tp * cp * dp * pp; }
+  int64_t DpShard() const { return dp_shard > 0 ? dp_shard : dp; }
+  // HSDP's replicate degree: dp / dp_shard (1 without HSDP).
+  int64_t Replicas() const { return dp / DpShard(); }
+
+  RankCoords CoordsOf(int64_t rank) const;
+  int64_t RankOf(const RankCoords& c) const;
+  int64_t StageOf(int64_t rank) const { return CoordsOf(rank).stage; }
+
+  // The ranks that differ from `rank` only in the dimensions of `dims`,
+  // ascending (Megatron's order within a group); `rank` is among them.
+  std::vector<int64_t> GroupOf(int64_t rank, unsigned dims) const;
+  std::vector<int64_t> TpGroup(int64_t rank) const { return GroupOf(rank, kTpDim); }
+  std::vector<int64_t> CpGroup(int64_t rank) const { return GroupOf(rank, kCpDim); }
+  std::vector<int64_t> DpGroup(int64_t rank) const { return GroupOf(rank, kDpDim); }
+  // The dense gradients' reduction group: dp × cp.
+  std::vector<int64_t> DpCpGroup(int64_t rank) const { return GroupOf(rank, kCpDim | kDpDim); }
+  std::vector<int64_t> PpGroup(int64_t rank) const { return GroupOf(rank, kPpDim); }
+
+  // The pipeline neighbours: the same coordinates one stage on (off), the
+  // last stage's next being stage 0 and stage 0's previous the last (the
+  // interleaved schedule's wrap).
+  int64_t NextStageRank(int64_t rank) const;
+  int64_t PrevStageRank(int64_t rank) const;
+
+  // Expert parallelism (see above).
+  int64_t ExpertIndexOf(int64_t rank) const;
+  std::vector<int64_t> EpGroup(int64_t rank) const;
+  std::vector<int64_t> ExpertDpGroup(int64_t rank) const;
+  int64_t ExpertDp() const { return cp * dp / ep; }
+
+  // ZeRO and HSDP (see above): the ranks this rank's dense state is sharded
+  // over (itself alone at stage 0) and the ranks holding the same shard.
+  std::vector<int64_t> ShardGroup(int64_t rank) const;
+  std::vector<int64_t> ReplicaGroup(int64_t rank) const;
+  // How many ways each part of the dense state is split: the shard group's
+  // size (dp_shard · cp) where the stage shards it, else 1.
+  int64_t OptimizerShards() const { return zero_stage >= 1 ? DpShard() * cp : 1; }
+  int64_t GradientShards() const { return zero_stage >= 2 ? DpShard() * cp : 1; }
+  int64_t WeightShards() const { return zero_stage >= 3 ? DpShard() * cp : 1; }
+  // The experts' state: over the experts' data-parallel ranks, at the same
+  // stages (1 at ep = cp · dp).
+  int64_t ExpertOptimizerShards() const { return zero_stage >= 1 ? ExpertDp() : 1; }
+  int64_t ExpertGradientShards() const { return zero_stage >= 2 ? ExpertDp() : 1; }
+  int64_t ExpertWeightShards() const { return zero_stage >= 3 ? ExpertDp() : 1; }
+
+  // "tp 2 cp 2 pp 2 dp 2 zero 3" style, every degree that is not 1 (and
+  // "dp_shard N", "vp N", "ep N" where set); "tp 1" when all are 1.
+  std::string Describe() const;
+};
+
+// Positive degrees; zero_stage 0..3; dp_shard 0 or a divisor of dp, and set
+// only with a ZeRO stage >= 1 (HSDP shards something); ep divides cp · dp.
+// Messages name `source` and the field as the user wrote it:
+// "<source>: dp_shard: 3 does not divide dp 4". `field_prefix` is put before
+// each field name ("--" for command-line flags, "" for file fields).
+Status ValidateLayout(const Layout& layout, const std::string& source,
+                      const std::string& field_prefix = "");
+// The layout on exactly `gpus` ranks: "tp 2 · cp 2 · dp 2 · pp 1 = 8 ranks, not 16".
+Status CheckWorld(const Layout& layout, int64_t gpus, const std::string& source);
+// Context parallelism's split of a sequence of `seq_len` tokens: 2·cp chunks
+// (the load-balanced split), times tp with sequence parallelism. Empty when it
+// divides, else why not.
+std::string SequenceSplitError(const Layout& layout, int64_t seq_len, bool sequence_parallel);
+
+// Where a group's ranks sit when consecutive ranks fill scale-up domains of
+// `domain_ranks` (a node's GPUs, an NVL72 rack): how many domains it spans and
+// the most of its ranks in one domain.
+struct GroupPlacement {
+  int64_t ranks = 0;
+  int64_t domains = 0;
+  int64_t max_per_domain = 0;
+  bool within_one_domain() const { return domains <= 1; }
+};
+GroupPlacement PlaceGroup(const std::vector<int64_t>& group, int64_t domain_ranks);
+
+}  // namespace ssdtrain::traces

@@ -1,0 +1,194 @@
+// The layout's rank order and groups against Megatron-Core's, its sharding
+// degrees and its validation.
+#include "traces/layout.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <vector>
+
+namespace ssdtrain::traces {
+namespace {
+
+using Groups = std::vector<std::vector<int64_t>>;
+
+// Every distinct group `of` gives over the world, in order of their first rank.
+template <typename Of>
+Groups AllGroups(const Layout& l, Of of) {
+  std::set<std::vector<int64_t>> seen;
+  Groups out;
+  for (int64_t r = 0; r < l.world(); ++r) {
+    std::vector<int64_t> g = of(r);
+    if (seen.insert(g).second) out.push_back(g);
+  }
+  return out;
+}
+
+// The groups below are what Megatron-Core's RankGenerator makes for tp 2, cp 2,
+// dp 2, pp 2 under its default order tp-cp-ep-dp-pp
+// (generate_masked_orthogonal_rank_groups in megatron/core/parallel_state.py at
+// d98e8a64; its algorithm re-typed and run to list them), and for its expert
+// grid with ep 2 (tp 2, ep 2, expert dp 16 / (2·2·2) = 2, pp 2).
+TEST(Layout, RankOrderAndGroupsAreMegatronsForTp2Cp2Pp2Dp2) {
+  Layout l;
+  l.tp = 2;
+  l.cp = 2;
+  l.pp = 2;
+  l.dp = 2;
+  ASSERT_EQ(l.world(), 16);
+  // rank = tp + 2·(cp + 2·(dp + 2·stage)): rank 13 = 1 + 2·(0 + 2·(1 + 2·1)).
+  EXPECT_EQ(l.CoordsOf(13), (RankCoords{1, 0, 1, 1}));
+  for (int64_t r = 0; r < 16; ++r) EXPECT_EQ(l.RankOf(l.CoordsOf(r)), r);
+  auto groups = [&](unsigned dims) {
+    return AllGroups(l, [&](int64_t r) { return l.GroupOf(r, dims); });
+  };
+  EXPECT_EQ(groups(kTpDim),
+            (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(groups(kCpDim),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(groups(kDpDim),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  EXPECT_EQ(groups(kPpDim),
+            (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
+  EXPECT_EQ(groups(kCpDim | kDpDim),
+            (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(groups(kTpDim | kCpDim),
+            (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}}));
+  EXPECT_EQ(l.NextStageRank(5), 13);
+  EXPECT_EQ(l.PrevStageRank(5), 13);  // two stages: the wrap meets the same rank
+
+  l.ep = 2;
+  ASSERT_TRUE(ValidateLayout(l, "x").ok());
+  EXPECT_EQ(AllGroups(l, [&](int64_t r) { return l.EpGroup(r); }),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(AllGroups(l, [&](int64_t r) { return l.ExpertDpGroup(r); }),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+}
+
+// Without cp the expert groups are the ones exec's replay has used since ep
+// landed: ep consecutive dp replicas of one stage and tp index.
+TEST(Layout, ExpertGroupsWithoutCpAreConsecutiveReplicas) {
+  Layout l;
+  l.tp = 2;
+  l.dp = 4;
+  l.ep = 2;
+  EXPECT_EQ(l.EpGroup(5), (std::vector<int64_t>{5, 7}));  // dp 2 and 3 of tp index 1
+  EXPECT_EQ(l.ExpertIndexOf(5), 0);
+  EXPECT_EQ(l.ExpertDpGroup(5), (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(l.ExpertDp(), 2);
+}
+
+// HSDP over dp 4 with dp_shard 2 and cp 2 (tp 1): dp_index = replica · 2 +
+// shard, and rank = cp + 2·dp. The shard group of rank 0 is dp 0..1 × cp 0..1
+// = ranks {0, 1, 2, 3}; its replica group dp {0, 2} at cp 0 = {0, 4}.
+TEST(Layout, HsdpShardsOverDpShardTimesCpAndReplicatesAcross) {
+  Layout l;
+  l.cp = 2;
+  l.dp = 4;
+  l.dp_shard = 2;
+  l.zero_stage = 3;
+  ASSERT_TRUE(ValidateLayout(l, "x").ok());
+  EXPECT_EQ(l.ShardGroup(0), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(l.ShardGroup(6), (std::vector<int64_t>{4, 5, 6, 7}));
+  EXPECT_EQ(l.ReplicaGroup(0), (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(l.ReplicaGroup(3), (std::vector<int64_t>{3, 7}));
+  EXPECT_EQ(l.Replicas(), 2);
+  // Every rank is in exactly one shard group and one replica group, and their
+  // sizes multiply to dp × cp.
+  for (int64_t r = 0; r < l.world(); ++r)
+    EXPECT_EQ(l.ShardGroup(r).size() * l.ReplicaGroup(r).size(), size_t{8});
+}
+
+// The sharding degrees by ZeRO stage at dp 8, cp 2 (and dp_shard 4: HSDP).
+TEST(Layout, ShardsByZeroStage) {
+  Layout l;
+  l.cp = 2;
+  l.dp = 8;
+  const int64_t expected[4][3] = {// optimizer, gradients, weights
+                                  {1, 1, 1},
+                                  {16, 1, 1},
+                                  {16, 16, 1},
+                                  {16, 16, 16}};
+  for (int64_t z = 0; z <= 3; ++z) {
+    l.zero_stage = z;
+    EXPECT_EQ(l.OptimizerShards(), expected[z][0]) << "zero " << z;
+    EXPECT_EQ(l.GradientShards(), expected[z][1]) << "zero " << z;
+    EXPECT_EQ(l.WeightShards(), expected[z][2]) << "zero " << z;
+    EXPECT_EQ(l.ShardGroup(0).size(), static_cast<size_t>(z == 0 ? 1 : 16));
+  }
+  l.dp_shard = 4;
+  EXPECT_EQ(l.WeightShards(), 8);  // dp_shard 4 × cp 2
+  l.ep = 4;
+  EXPECT_EQ(l.ExpertWeightShards(), 4);  // cp·dp / ep = 16 / 4
+}
+
+TEST(Layout, ValidationNamesTheField) {
+  Layout l;
+  l.dp = 4;
+  l.dp_shard = 3;
+  l.zero_stage = 3;
+  EXPECT_EQ(ValidateLayout(l, "plan.json").message(),
+            "plan.json: dp_shard: 3 does not divide dp 4 (HSDP shards inside groups of dp_shard "
+            "ranks and replicates across dp / dp_shard)");
+  l.dp_shard = 2;
+  l.zero_stage = 0;
+  EXPECT_NE(ValidateLayout(l, "plan").message().find("needs a ZeRO stage"), std::string::npos);
+  l.zero_stage = 4;
+  EXPECT_NE(
+      ValidateLayout(l, "cli", "--").message().find("cli: --zero_stage: expected 0, 1, 2 or 3"),
+      std::string::npos);
+  l = Layout{};
+  l.cp = 0;
+  EXPECT_EQ(ValidateLayout(l, "f").message(), "f: cp: expected a positive integer, got 0");
+  l = Layout{};
+  l.dp = 3;
+  l.ep = 2;
+  EXPECT_NE(ValidateLayout(l, "f").message().find("f: ep: 2 does not divide cp x dp = 3"),
+            std::string::npos);
+  l = Layout{};
+  l.tp = 2;
+  l.cp = 2;
+  l.dp = 2;
+  EXPECT_TRUE(CheckWorld(l, 8, "s").ok());
+  EXPECT_EQ(CheckWorld(l, 16, "s").message(), "s: tp 2 x cp 2 x dp 2 x pp 1 = 8 ranks, not 16");
+}
+
+TEST(Layout, SequenceSplitsInto2CpChunksOfTpPieces) {
+  Layout l;
+  l.cp = 4;
+  l.tp = 2;
+  EXPECT_EQ(SequenceSplitError(l, 4096, true), "");  // 4096 / (8 · 2)
+  EXPECT_EQ(SequenceSplitError(l, 24, false), "");   // 24 / 8
+  EXPECT_EQ(SequenceSplitError(l, 24, true),
+            "sequence 24 does not divide into 2 x cp = 8 chunks (the load-balanced split) of tp "
+            "2 pieces each");
+  l.cp = 1;
+  EXPECT_EQ(SequenceSplitError(l, 7, false), "");
+  EXPECT_EQ(SequenceSplitError(l, 7, true),
+            "sequence 7 does not divide into tp = 2 pieces "
+            "(sequence parallelism)");
+}
+
+// Consecutive ranks fill domains of 8: tp 8 sits in one node; the dp group of
+// tp 8 spans one rank in each of dp nodes; at tp 2, dp 4 the dp group is 4
+// ranks of one node.
+TEST(Layout, GroupsArePlacedByTheRankOrder) {
+  Layout l;
+  l.tp = 8;
+  l.dp = 4;
+  GroupPlacement tp = PlaceGroup(l.TpGroup(9), 8);
+  EXPECT_EQ(tp.ranks, 8);
+  EXPECT_TRUE(tp.within_one_domain());
+  GroupPlacement dp = PlaceGroup(l.DpGroup(9), 8);
+  EXPECT_EQ(dp.domains, 4);
+  EXPECT_EQ(dp.max_per_domain, 1);
+  l.tp = 2;
+  l.dp = 16;
+  dp = PlaceGroup(l.DpGroup(3), 8);  // ranks 1, 3, ..., 31: 4 per node over 4 nodes
+  EXPECT_EQ(dp.domains, 4);
+  EXPECT_EQ(dp.max_per_domain, 4);
+  EXPECT_EQ(l.Describe(), "tp 2 dp 16");
+}
+
+}  // namespace
+}  // namespace ssdtrain::traces
