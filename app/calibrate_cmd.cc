@@ -186,10 +186,13 @@ int Run(const CalibrateOptions& o) {
     }
     Result<InterconnectFigures> f = MeasureInterconnect(*ranks, {.repeats = o.repeats});
     if (!f.ok()) return fail(f.status());
-    link = base.interconnect;  // tp_GBps stays: tensor parallelism runs within a rank
-    link->pp_GBps = f->pp_GBps;
-    link->dp_GBps = f->dp_GBps;
-    link->latency_us = f->latency_us;
+    // The ranks share this machine: one scale-up domain of them all, its
+    // collectives at the measured ring's figure, its messages at the
+    // ping-pong's; no network between them (scale_out the same figures).
+    link = base.interconnect;
+    link->domain_gpus = ranks->size();
+    link->scale_up = sim::LinkTier{f->dp_GBps, f->pp_GBps, f->latency_us};
+    link->scale_out = link->scale_up;
     c = MeanOverRanks(std::move(*c), *ranks);
     if (!c.ok()) return fail(c.status());
     if (!speaks) return 0;
@@ -219,7 +222,7 @@ int Run(const CalibrateOptions& o) {
     std::cout << fmt::format(
         "interconnect between the {} ranks: {:.2f} GB/s pipeline sends, {:.2f} GB/s all-reduce, "
         "{:.1f} us latency\n",
-        ranks->size(), link->pp_GBps, link->dp_GBps, link->latency_us);
+        ranks->size(), link->scale_up.P2pGBps(), link->scale_up.GBps, link->scale_up.latency_us);
   }
   if (!c->direct_io) {
     std::cout << "buffered I/O: the SSD figures are the page cache's, not the drive's\n";

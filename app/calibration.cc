@@ -61,7 +61,8 @@ sim::HardwareOptions ApplyCalibration(sim::HardwareOptions hw, const exec::Calib
     hw.description += fmt::format(
         "; interconnect measured between the ranks (pipeline ping-pong, all-reduce): {:.2f} "
         "GB/s pp, {:.2f} GB/s dp, {:.1f} us",
-        hw.interconnect.pp_GBps, hw.interconnect.dp_GBps, hw.interconnect.latency_us);
+        hw.interconnect.scale_up.P2pGBps(), hw.interconnect.scale_up.GBps,
+        hw.interconnect.scale_up.latency_us);
   }
   // GEMM: each dtype's peak is its best rate seen (GFLOP/s = FLOPs per ns).
   std::map<std::string, double> peaks;

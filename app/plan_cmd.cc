@@ -46,6 +46,7 @@ int RunPlan(PlanCmdOptions o) {
   const PlanInput& in = *input;
   Result<sim::HardwareOptions> hw = sim::LoadHardware(o.hardware);
   if (!hw.ok()) return ReportError("plan", hw.status());
+  for (const std::string& note : hw->notes) std::cerr << "plan: note: " << note << "\n";
   if (o.memory_budget_GiB < 0) {
     return ReportError("plan", Status::InvalidArgument("--memory-budget: must be >= 0 GiB"));
   }

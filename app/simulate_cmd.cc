@@ -30,6 +30,7 @@ int RunSimulate(const SimulateCmdOptions& o) {
   if (!valid.ok()) return ReportError("simulate", valid);
   Result<sim::HardwareOptions> hw = sim::LoadHardware(o.hardware);
   if (!hw.ok()) return ReportError("simulate", hw.status());
+  for (const std::string& note : hw->notes) std::cerr << "simulate: note: " << note << "\n";
   sim::SimulateOptions so;
   so.record_timeline = !o.timeline.empty();
   so.unrolled_interleaved_peaks = true;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "sim/topology.h"
 #include "traces/duration.h"
 
 namespace ssdtrain::sim {
@@ -18,10 +19,6 @@ int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, doub
   return traces::CeilSecondsToNs(seconds);
 }
 
-double AllToAllGBps(const HardwareOptions& hw, int64_t tp, int64_t ep) {
-  return tp * ep <= hw.gpus_per_node ? hw.interconnect.tp_GBps : hw.interconnect.dp_GBps;
-}
-
 int64_t SendNs(int64_t bytes, double GBps, double latency_us) {
   return traces::CeilSecondsToNs(static_cast<double>(bytes) / (GBps * 1e9) + latency_us * 1e-6);
 }
@@ -30,26 +27,27 @@ CollectiveKind GradientCollective(int64_t zero_stage) {
   return zero_stage == 1 ? CollectiveKind::kReduceScatter : CollectiveKind::kAllReduce;
 }
 
-int64_t ParamAllGatherNs(int64_t zero_stage, int64_t param_bytes, int64_t n, double GBps,
-                         double latency_us) {
+int64_t ParamAllGatherNs(int64_t zero_stage, int64_t param_bytes,
+                         const traces::GroupPlacement& group, const InterconnectOptions& ic) {
   if (zero_stage != 1) return 0;
-  return CollectiveNs(CollectiveKind::kAllGather, param_bytes, n, GBps, latency_us);
+  return GroupCollectiveNs(CollectiveKind::kAllGather, param_bytes, group, ic);
 }
 
 std::vector<BucketSpan> BucketCollectives(const std::vector<BucketReady>& buckets,
-                                          CollectiveKind kind, int64_t n, double GBps,
-                                          double latency_us) {
+                                          CollectiveKind kind, const InterconnectOptions& ic) {
   std::vector<BucketSpan> out;
-  if (n <= 1) return out;
+  if (std::none_of(buckets.begin(), buckets.end(),
+                   [](const BucketReady& b) { return b.group.ranks > 1; })) {
+    return out;
+  }
   int64_t link_free = 0;
   for (const BucketReady& b : buckets) {
-    const int64_t ranks = b.ranks > 0 ? b.ranks : n;
-    if (ranks <= 1) {
+    if (b.group.ranks <= 1) {
       out.push_back(BucketSpan{b.ready_ns, b.ready_ns, 0});
       continue;
     }
     const int64_t start = std::max(b.ready_ns, link_free);
-    link_free = start + CollectiveNs(kind, b.bytes, ranks, GBps, latency_us);
+    link_free = start + GroupCollectiveNs(kind, b.bytes, b.group, ic);
     out.push_back(BucketSpan{start, link_free, b.bytes});
   }
   return out;

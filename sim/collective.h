@@ -21,6 +21,7 @@
 
 #include "sim/hardware.h"
 #include "traces/collective_kind.h"
+#include "traces/layout.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::sim {
@@ -36,11 +37,6 @@ using traces::ToString;
 int64_t CollectiveNs(CollectiveKind kind, int64_t payload_bytes, int64_t n, double GBps,
                      double latency_us);
 
-// The link an expert-parallel all-to-all runs on: the ep group is strided by tp
-// (Megatron-Core's expert ranks), so it spans tp·ep GPUs: within a node
-// (tp_GBps, NVLink) when tp·ep <= gpus_per_node, else the data-parallel link.
-double AllToAllGBps(const HardwareOptions& hw, int64_t tp, int64_t ep);
-
 // One point-to-point message (a pipeline send between stages): S / B + latency.
 int64_t SendNs(int64_t bytes, double GBps, double latency_us);
 
@@ -53,9 +49,10 @@ int64_t SendNs(int64_t bytes, double GBps, double latency_us);
 // compute (megatron/core/distributed/param_and_grad_buffer.py).
 CollectiveKind GradientCollective(int64_t zero_stage);
 // ZeRO-1's all-gather of `param_bytes` (the stage's parameters in their dtype,
-// the gathered size) over `n` ranks after the optimizer; 0 with zero_stage 0.
-int64_t ParamAllGatherNs(int64_t zero_stage, int64_t param_bytes, int64_t n, double GBps,
-                         double latency_us);
+// the gathered size) over the group placed as `group` after the optimizer
+// (sim/topology.h prices it); 0 with zero_stage 0.
+int64_t ParamAllGatherNs(int64_t zero_stage, int64_t param_bytes,
+                         const traces::GroupPlacement& group, const InterconnectOptions& ic);
 
 // Data-parallel gradients exchanged in buckets while backward runs (PyTorch
 // DDP, Megatron's overlapped gradient reduction). The buckets themselves, which
@@ -66,7 +63,9 @@ int64_t ParamAllGatherNs(int64_t zero_stage, int64_t param_bytes, int64_t n, dou
 struct BucketReady {
   int64_t ready_ns = 0;  // when backward has produced its last gradient
   int64_t bytes = 0;
-  int64_t ranks = 0;  // its group's size (traces::BucketTable::GroupSize); 0: the call's n
+  // Where its group's ranks sit (the dense gradients' dp × cp group, or the
+  // experts' data-parallel group: traces::BucketTable::GroupSize ranks).
+  traces::GroupPlacement group;
 };
 struct BucketSpan {
   int64_t start_ns = 0;
@@ -74,11 +73,11 @@ struct BucketSpan {
   int64_t bytes = 0;
 };
 // The buckets' collectives, in the buckets' order, one after another on the
-// link; empty when n <= 1. A bucket whose own group has one rank (ranks 1:
-// the experts' at ep = dp) sends nothing: its span is empty (start = end,
-// bytes 0) and does not hold the link.
+// link, each priced by its group's placement (sim/topology.h); empty when no
+// bucket's group has more than one rank. A bucket whose own group has one
+// rank (the experts' at ep = dp) sends nothing: its span is empty (start =
+// end, bytes 0) and does not hold the link.
 std::vector<BucketSpan> BucketCollectives(const std::vector<BucketReady>& buckets,
-                                          CollectiveKind kind, int64_t n, double GBps,
-                                          double latency_us);
+                                          CollectiveKind kind, const InterconnectOptions& ic);
 
 }  // namespace ssdtrain::sim

@@ -4,6 +4,7 @@
 #include <map>
 #include <utility>
 
+#include "sim/topology.h"
 #include "traces/dp_buckets.h"
 
 namespace ssdtrain::sim {
@@ -12,7 +13,8 @@ namespace {
 // When each of the stage's buckets (traces/dp_buckets.h) is ready, from the
 // start of its simulated micro-batch's backward: the end of the op after
 // which it is complete, within that backward.
-std::vector<BucketReady> BucketsReady(const traces::BucketTable& table, const StageResult& r) {
+std::vector<BucketReady> BucketsReady(const traces::BucketTable& table, const StageResult& r,
+                                      const LayoutLinks& links) {
   const int64_t backward_ns =
       std::max<int64_t>(0, r.compute_end_ns - r.backward_start_ns - r.optimizer_ns);
   std::vector<BucketReady> out;
@@ -24,7 +26,8 @@ std::vector<BucketReady> BucketsReady(const traces::BucketTable& table, const St
           r.ops[static_cast<size_t>(b.complete_after)].end_ns - r.backward_start_ns, 0,
           backward_ns);
     }
-    out.push_back(BucketReady{ready, b.bytes, table.GroupSize(b)});
+    const bool experts = b.group == traces::BucketGroup::kExpertDataParallel;
+    out.push_back(BucketReady{ready, b.bytes, experts ? links.expert_gradients : links.gradients});
   }
   return out;
 }
@@ -40,16 +43,16 @@ int64_t ParameterBytes(const traces::Trace& trace) {
 }
 
 DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
-                                      const PipelineResult& pipe, int64_t dp, int64_t zero_stage,
+                                      const PipelineResult& pipe, const traces::Layout& layout,
                                       traces::DdpImpl ddp, const HardwareOptions& hw) {
-  const double GBps = hw.interconnect.dp_GBps, latency_us = hw.interconnect.latency_us;
+  const int64_t dp = layout.dp, zero_stage = layout.zero_stage;
   const CollectiveKind kind = GradientCollective(zero_stage);
   DataParallelStep out;
   out.gradients_done_ns = pipe.makespan_ns;
   out.buckets.resize(stages.size());
   // The bucket readiness of each distinct stage result (alone or sharing the SSD).
   std::map<const traces::Trace*, traces::BucketTable> table_of;
-  std::map<const StageResult*, std::vector<BucketReady>> ready_of;
+  std::map<std::pair<const StageResult*, int64_t>, std::vector<BucketReady>> ready_of;
   std::map<const traces::Trace*, int64_t> param_bytes;
   for (size_t s = 0; s < stages.size(); ++s) {
     const StageRun& run = stages[s];
@@ -57,9 +60,17 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
     if (table == table_of.end()) {
       table = table_of.emplace(run.trace, traces::GradientBuckets(*run.trace, dp)).first;
     }
-    auto it = ready_of.find(run.result);
+    const LayoutLinks links = PlaceLayout(layout, hw, static_cast<int64_t>(s));
+    // Stages placed alike share their readiness (keyed by the stage's first
+    // rank's domain offset, which decides the placement).
+    const int64_t placement_key =
+        layout.RankOf({0, 0, 0, static_cast<int64_t>(s)}) % DomainGpus(hw);
+    auto it = ready_of.find({run.result, placement_key});
     if (it == ready_of.end()) {
-      it = ready_of.emplace(run.result, BucketsReady(table->second, *run.result)).first;
+      it = ready_of
+               .emplace(std::pair{run.result, placement_key},
+                        BucketsReady(table->second, *run.result, links))
+               .first;
     }
     const int64_t begin = pipe.last_backward_start_ns[s];
     const int64_t end = pipe.stage_end_ns[s];
@@ -67,10 +78,10 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
     std::vector<BucketReady> ready;
     for (const BucketReady& x : it->second) {
       ready.push_back(
-          BucketReady{after_backward ? end : std::min(end, begin + x.ready_ns), x.bytes, x.ranks});
+          BucketReady{after_backward ? end : std::min(end, begin + x.ready_ns), x.bytes, x.group});
     }
     std::vector<BucketSpan>& spans = out.buckets[s];
-    spans = BucketCollectives(ready, kind, dp, GBps, latency_us);
+    spans = dp > 1 ? BucketCollectives(ready, kind, hw.interconnect) : std::vector<BucketSpan>{};
     int64_t busy = 0;
     for (const BucketSpan& b : spans) {
       busy += b.end_ns - b.start_ns;
@@ -81,7 +92,8 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
     if (params == param_bytes.end()) {
       params = param_bytes.emplace(run.trace, ParameterBytes(*run.trace)).first;
     }
-    const int64_t gather = ParamAllGatherNs(zero_stage, params->second, dp, GBps, latency_us);
+    const int64_t gather =
+        ParamAllGatherNs(zero_stage, params->second, links.gradients, hw.interconnect);
     out.stage_all_gather_ns.push_back(gather);
     out.param_all_gather_ns = std::max(out.param_all_gather_ns, gather);
   }

@@ -24,6 +24,7 @@
 #include "sim/pipeline.h"
 #include "sim/stage_sim.h"
 #include "traces/dp_buckets.h"
+#include "traces/layout.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::sim {
@@ -47,8 +48,10 @@ struct DataParallelStep {
 };
 
 // `stages[s]` is pipeline stage s; `pipe` is the step's pipeline.
+// The layout's dp and ZeRO stage say what is exchanged; its groups, placed on
+// the hardware (sim/topology.h, stage by stage), what each bucket costs.
 DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
-                                      const PipelineResult& pipe, int64_t dp, int64_t zero_stage,
+                                      const PipelineResult& pipe, const traces::Layout& layout,
                                       traces::DdpImpl ddp, const HardwareOptions& hw);
 
 // The bytes of the trace's parameters (weights, each storage once): what

@@ -109,11 +109,23 @@ struct StorageOptions {
   int max_inflight_tensors = 2;  // tensors the offload engine has in flight per direction
 };
 
+// One tier of the interconnect, per GPU (sim/topology.h prices groups on it).
+struct LinkTier {
+  double GBps = 0;        // the bus bandwidth a collective's ring reaches, 1e9 B/s
+  double p2p_GBps = 0;    // one point-to-point message (a pipeline send); 0: GBps
+  double latency_us = 0;  // per ring step, and per message
+  double P2pGBps() const { return p2p_GBps > 0 ? p2p_GBps : GBps; }
+};
+
+// The interconnect by topology: consecutive ranks fill scale-up domains of
+// `domain_gpus` GPUs (NVLink: a node's 8, an NVL72 rack's 72), and domains
+// talk over the scale-out network (one NIC per GPU). A group is priced by
+// where its ranks sit under the rank order (traces/layout.h), inside one
+// domain or across domains (sim/topology.h).
 struct InterconnectOptions {
-  double tp_GBps = 0;  // intra-node per-GPU bandwidth for tensor-parallel collectives (NVLink)
-  double pp_GBps = 0;  // between pipeline stages
-  double dp_GBps = 0;  // per-GPU bandwidth of the data-parallel gradient all-reduce; 0: pp_GBps
-  double latency_us = 0;
+  int domain_gpus = 0;  // 0: gpus_per_node
+  LinkTier scale_up;    // inside a domain
+  LinkTier scale_out;   // between domains
 };
 
 // One measured op time (the executor's calibration writes these). A gemm entry
@@ -144,6 +156,9 @@ struct HardwareOptions {
   StorageOptions storage;
   InterconnectOptions interconnect;
   std::vector<MeasuredOpTime> measured_op_times;
+  // What reading the file assumed or converted, one line each, for the CLI to
+  // print (the old per-dimension interconnect fields: what they became).
+  std::vector<std::string> notes;
 };
 
 // `source` names the file in messages.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "sim/collective.h"
+#include "sim/topology.h"
 #include "traces/duration.h"
 
 namespace ssdtrain::sim {
@@ -50,6 +51,11 @@ double GemmShapeEfficiency(const traces::GemmDims& dims, int sm_count) {
 OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
                          bool use_trace_measurements, int64_t ep)
     : hw_(hw), tp_(tp), ep_(ep), use_trace_measurements_(use_trace_measurements) {
+  traces::Layout groups;
+  groups.tp = std::max<int64_t>(1, tp);
+  groups.ep = groups.dp = std::max<int64_t>(1, ep);
+  tp_group_ = traces::PlaceGroup(groups.TpGroup(0), DomainGpus(hw));
+  ep_group_ = traces::PlaceGroup(groups.EpGroup(0), DomainGpus(hw));
   double tflops = hw.gpu.peak_tflops_fp16;
   if (dtype == "bf16") tflops = hw.gpu.peak_tflops_bf16;
   if (dtype == "fp32") tflops = hw.gpu.peak_tflops_fp32;
@@ -77,10 +83,9 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
     case OpKind::kCollective: {
       const CollectiveKind kind = ClassifyCollective(op);
       const bool all_to_all = kind == CollectiveKind::kAllToAll;
-      const int64_t n = all_to_all ? ep_ : tp_;
-      if (n <= 1) return 0;
-      const double GBps = all_to_all ? AllToAllGBps(hw_, tp_, ep_) : hw_.interconnect.tp_GBps;
-      return CollectiveNs(kind, CollectivePayloadBytes(op), n, GBps, hw_.interconnect.latency_us) +
+      const traces::GroupPlacement& group = all_to_all ? ep_group_ : tp_group_;
+      if (group.ranks <= 1) return 0;
+      return GroupCollectiveNs(kind, CollectivePayloadBytes(op), group, hw_.interconnect) +
              overhead;
     }
     case OpKind::kGemm:

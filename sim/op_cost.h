@@ -6,10 +6,12 @@
 //                     q = GemmShapeEfficiency(dims, sm_count) for a gemm with
 //                     dims on a GPU with sm_count > 0, else 1
 //   memory-bound kinds: bytes / (memory_bw · eff(bytes))
-//   collective:  a ring over the tensor-parallel group priced by its kind
-//                (sim/collective.h: all-reduce 2·(t−1)/t · S / tp_GBps, all-gather
-//                and reduce-scatter (t−1)/t · S / tp_GBps, plus one link latency
-//                per ring step; S the payload; 0 when t = 1)
+//   collective:  over the tensor-parallel group (the all-to-all over the
+//                expert-parallel group), priced by its kind where the group's
+//                ranks sit (sim/topology.h; inside one NVLink domain the ring
+//                all-reduce 2·(t−1)/t · S / scale_up.GBps, all-gather and
+//                reduce-scatter (t−1)/t · S / scale_up.GBps, plus one latency per
+//                ring step; S the payload; 0 when t = 1)
 //   send, recv:  0 here (the pipeline schedule models activation sends)
 // plus op_overhead_us for every op that does work. Durations round up to whole ns.
 //
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "sim/hardware.h"
+#include "traces/layout.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::sim {
@@ -48,6 +51,9 @@ class OpCostModel {
   const HardwareOptions& hw_;
   int64_t tp_;
   int64_t ep_;
+  // Where the tp group (ranks 0 .. tp − 1) and the ep group (strided by tp)
+  // sit under the rank order (traces/layout.h).
+  traces::GroupPlacement tp_group_, ep_group_;
   double peak_flops_;  // FLOP/s at the configured clock
   bool use_trace_measurements_;
   std::map<GemmKey, int64_t> gemm_times_;

@@ -6,6 +6,7 @@
 #include "sim/data_parallel.h"
 #include "sim/op_cost.h"
 #include "sim/pipeline.h"
+#include "sim/topology.h"
 #include "traces/dp_buckets.h"
 #include "traces/storage_plan.h"
 
@@ -302,17 +303,17 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
     // that backward is certain to add to the step, all of it under local DDP
     // (it waits for that backward); ZeRO-1's parameter all-gather follows the
     // optimizer, all of it.
-    const double GBps = hw.interconnect.dp_GBps, latency_us = hw.interconnect.latency_us;
-    // The routed experts' over the expert-data-parallel group (traces/dp_buckets.h).
+    // Each over its group where its ranks sit (sim/topology.h): the routed
+    // experts' over the expert-data-parallel group (traces/dp_buckets.h).
+    const LayoutLinks links = PlaceLayout(l.Ranks(), hw);
     const CollectiveKind kind = GradientCollective(l.zero_stage);
     const int64_t exchange =
-        CollectiveNs(kind, grads, l.dp, GBps, latency_us) +
+        GroupCollectiveNs(kind, grads, links.gradients, hw.interconnect) +
         (expert_grads == 0
              ? 0
-             : CollectiveNs(kind, expert_grads, traces::ExpertDataParallel(l.dp, l.ep), GBps,
-                            latency_us));
+             : GroupCollectiveNs(kind, expert_grads, links.expert_gradients, hw.interconnect));
     const int64_t gather =
-        ParamAllGatherNs(l.zero_stage, ParameterBytes(*t), l.dp, GBps, latency_us);
+        ParamAllGatherNs(l.zero_stage, ParameterBytes(*t), links.gradients, hw.interconnect);
     // Interleaved: (m·v + pp − 1) chunks of compute / v each (sim/pipeline.h).
     const int64_t v = l.virtual_stages;
     const int64_t hidden = traces::BucketsWaitForBackward(ddp) ? 0 : backward;

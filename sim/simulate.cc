@@ -10,6 +10,7 @@
 #include "sim/detail/interleaved_peaks.h"
 #include "sim/pipeline.h"
 #include "sim/step_timeline.h"
+#include "sim/topology.h"
 #include "traces/chunks.h"
 #include "traces/collective_kind.h"
 #include "traces/dp_buckets.h"
@@ -240,8 +241,13 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
       times.back().chunk_backward_ns = std::move(chunks.backward_ns);
     }
   }
+  // The layout's groups on the hardware: the pipeline's send from stage 0 to
+  // stage 1 inside one NVLink domain or across (sim/topology.h).
+  const traces::Layout ranks = traces::PlanLayout(layout);
   const int64_t send_ns =
-      p > 1 ? SendNs(SendBytes(first), hw.interconnect.pp_GBps, hw.interconnect.latency_us) : 0;
+      p > 1 ? MessageNs(SendBytes(first), PlaceLayout(ranks, hw).next_stage_within_domain,
+                        hw.interconnect)
+            : 0;
   SSDTRAIN_ASSIGN_OR_RETURN(PipelineResult pipe, SimulatePipeline(times, m, schedule, send_ns,
                                                                   options.record_timeline, v));
 
@@ -258,8 +264,7 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   // all-gathers the updated parameters after the optimizer.
   std::vector<StageRun> runs;
   for (int64_t s = 0; s < p; ++s) runs.push_back({stages[index_for(s)].trace, &result_for(s)});
-  const DataParallelStep exchange =
-      SimulateDataParallel(runs, pipe, layout.dp, layout.zero_stage, ddp, hw);
+  const DataParallelStep exchange = SimulateDataParallel(runs, pipe, ranks, ddp, hw);
   out.ddp = std::string(traces::ToString(ddp));
   out.allreduce_busy_ns = exchange.busy_ns;
   out.allreduce_ns = exchange.gradients_done_ns - pipe.makespan_ns;  // not hidden behind backward

@@ -62,12 +62,14 @@ TEST_F(CalibrateRanksCli, TwoRanksWriteOneConfigMarkedAndLeaveNoFolders) {
   // The links between the two ranks were measured, not the base's 10 GB/s and
   // 5 us kept (cpu-local.json): a measured figure is never exactly those.
   EXPECT_NE(r.output.find("interconnect between the 2 ranks: "), std::string::npos) << r.output;
-  EXPECT_GT(hw->interconnect.pp_GBps, 0);
-  EXPECT_GT(hw->interconnect.dp_GBps, 0);
-  EXPECT_GT(hw->interconnect.latency_us, 0);
-  EXPECT_NE(hw->interconnect.pp_GBps, 10);
-  EXPECT_NE(hw->interconnect.dp_GBps, 10);
-  EXPECT_NE(hw->interconnect.latency_us, 5);
+  // Both ranks on this machine: one scale-up domain of 2 at the measured figures.
+  EXPECT_EQ(hw->interconnect.domain_gpus, 2);
+  EXPECT_GT(hw->interconnect.scale_up.P2pGBps(), 0);
+  EXPECT_GT(hw->interconnect.scale_up.GBps, 0);
+  EXPECT_GT(hw->interconnect.scale_up.latency_us, 0);
+  EXPECT_NE(hw->interconnect.scale_up.P2pGBps(), 10);
+  EXPECT_NE(hw->interconnect.scale_up.GBps, 10);
+  EXPECT_NE(hw->interconnect.scale_up.latency_us, 5);
   EXPECT_NE(hw->description.find("interconnect measured between the ranks"), std::string::npos);
   EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank folders or files left";
 }

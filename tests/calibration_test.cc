@@ -87,7 +87,8 @@ TEST(MeasuredFigures, ListEveryFigureInOrderAndSetThemBack) {
   const std::vector<double> figures = exec::MeasuredFigures(c);
   EXPECT_EQ(figures, (std::vector<double>{100, 300, 4, 5, 1.5, 1.75, 90, 40, 7000, 30.5, 250.25}));
   // Times stay whole nanoseconds (rounded), rates keep their fractions.
-  ASSERT_TRUE(exec::SetMeasuredFigures({150.6, 250, 3, 6, 1.25, 2, 80, 50, 6999.4, 31, 200.5}, &c).ok());
+  ASSERT_TRUE(
+      exec::SetMeasuredFigures({150.6, 250, 3, 6, 1.25, 2, 80, 50, 6999.4, 31, 200.5}, &c).ok());
   EXPECT_EQ(c.gemm[0].ns, 151);
   EXPECT_EQ(c.memory[0].ns, 250);
   EXPECT_DOUBLE_EQ(c.ssd_write_GBps, 1.25);
@@ -141,16 +142,16 @@ TEST(ApplyCalibration, TakesTheMeasuredInterconnectOrKeepsTheBases) {
   c.backend = "cpu";
   c.device_capacity_bytes = 4 * kGiB;
   sim::HardwareOptions base;
-  base.interconnect = {7, 10, 10, 5};
+  base.interconnect = {8, {7, 0, 5}, {10, 0, 5}};
   CalibrationSettings settings{"/tmp", "base"};
   settings.ranks = 2;
-  EXPECT_EQ(ApplyCalibration(base, c, settings).interconnect.pp_GBps, 10);
-  settings.interconnect = sim::InterconnectOptions{7, 3.5, 2.5, 12};
+  EXPECT_EQ(ApplyCalibration(base, c, settings).interconnect.scale_out.GBps, 10);
+  settings.interconnect = sim::InterconnectOptions{2, {2.5, 3.5, 12}, {2.5, 3.5, 12}};
   const sim::HardwareOptions hw = ApplyCalibration(base, c, settings);
-  EXPECT_EQ(hw.interconnect.tp_GBps, 7);
-  EXPECT_EQ(hw.interconnect.pp_GBps, 3.5);
-  EXPECT_EQ(hw.interconnect.dp_GBps, 2.5);
-  EXPECT_EQ(hw.interconnect.latency_us, 12);
+  EXPECT_EQ(hw.interconnect.domain_gpus, 2);
+  EXPECT_EQ(hw.interconnect.scale_up.P2pGBps(), 3.5);
+  EXPECT_EQ(hw.interconnect.scale_up.GBps, 2.5);
+  EXPECT_EQ(hw.interconnect.scale_up.latency_us, 12);
   EXPECT_NE(hw.description.find("interconnect measured between the ranks"), std::string::npos)
       << hw.description;
 }

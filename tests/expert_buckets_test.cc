@@ -15,6 +15,7 @@
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/collective.h"
+#include "sim/topology.h"
 #include "tests/cli_util.h"
 #include "traces/dp_buckets.h"
 
@@ -108,10 +109,12 @@ TEST(ExpertBuckets, TheSimulatorPricesEachBucketOverItsGroup) {
     const traces::BucketTable table = Buckets(ep);
     std::vector<sim::BucketReady> ready;
     for (const traces::GradientBucket& b : table.buckets) {
-      ready.push_back({0, b.bytes, table.GroupSize(b)});
+      ready.push_back({0, b.bytes, sim::OneDomain(table.GroupSize(b))});
     }
+    sim::InterconnectOptions link;
+    link.scale_up = sim::LinkTier{1.0, 0, 0.0};
     const std::vector<sim::BucketSpan> spans =
-        sim::BucketCollectives(ready, sim::CollectiveKind::kAllReduce, kDp, 1.0, 0.0);
+        sim::BucketCollectives(ready, sim::CollectiveKind::kAllReduce, link);
     ASSERT_EQ(spans.size(), 2u);
     const int64_t expert_ns = spans[0].end_ns - spans[0].start_ns;
     const int64_t ring = table.RingBytes(table.buckets[0]);
@@ -123,8 +126,9 @@ TEST(ExpertBuckets, TheSimulatorPricesEachBucketOverItsGroup) {
     EXPECT_GE(dense_ns, table.RingBytes(table.buckets[1]));
     EXPECT_LE(dense_ns, table.RingBytes(table.buckets[1]) + 1);
     // With latency: 2·(n − 1) steps of it per bucket, n its group's.
+    link.scale_up.latency_us = 10.0;
     const std::vector<sim::BucketSpan> slow =
-        sim::BucketCollectives(ready, sim::CollectiveKind::kAllReduce, kDp, 1.0, 10.0);
+        sim::BucketCollectives(ready, sim::CollectiveKind::kAllReduce, link);
     const int64_t n = kDp / ep;
     EXPECT_EQ(slow[0].end_ns - slow[0].start_ns, expert_ns + 2 * (n - 1) * 10'000);
   }

@@ -63,8 +63,14 @@ TEST(PublishedRuns, TimesFollowFromThePapersFlopFormula) {
 
 // The figures docs/PERFORMANCE.md reports, rounded up to the next percent: a
 // change that moves a prediction away from the published times fails here.
-constexpr double kMedianBound = 0.05;  // 4.9%: the issue's target
-constexpr double kWorstBound = 0.09;   // 8.6%: the 76.1B run, interleaved v=3
+// The median was 4.9% (the SC21 issue's target, 5%) until the interconnect was
+// priced by topology (issue 44): the data-parallel all-reduce of the tp 1, 2 and
+// 4 runs (8, 4 and 2 ranks of their dp group in each node) now runs on every
+// NIC of a node (NCCL's ring across nodes, as nccl-tests measures on A100
+// nodes), not on one 25 GB/s NIC per rank: those three rows predict 0.2-0.6
+// points faster, and the median is 5.2%.
+constexpr double kMedianBound = 0.055;
+constexpr double kWorstBound = 0.09;  // 8.6%: the 76.1B run, interleaved v=3
 
 class PublishedRunsCli : public testing::CliTest {
  protected:

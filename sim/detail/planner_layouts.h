@@ -11,6 +11,7 @@
 #include "sim/hardware.h"
 #include "sim/planner.h"
 #include "traces/dp_buckets.h"
+#include "traces/layout.h"
 #include "traces/status.h"
 #include "traces/trace.h"
 #include "traces/whole_step.h"
@@ -28,6 +29,17 @@ struct Layout {
   double bound_tokens_per_s = 0;
   // The trace of pipeline stage `stage` at this layout.
   TraceShape Shape(int64_t stage) const { return {micro_batch, tp, pp, stage, dp, zero_stage, ep}; }
+  // Its ranks and groups (traces/layout.h).
+  traces::Layout Ranks() const {
+    traces::Layout r;
+    r.tp = tp;
+    r.pp = pp;
+    r.vp = virtual_stages;
+    r.dp = dp;
+    r.ep = ep;
+    r.zero_stage = zero_stage;
+    return r;
+  }
 };
 
 // The provider's traces, memoised per shape.

@@ -5,6 +5,7 @@
 #include "sim/op_cost.h"
 #include "sim/pipeline.h"
 #include "sim/tests/test_traces.h"
+#include "sim/topology.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -53,10 +54,12 @@ TEST(Collective, ZeroOneExchangesByReduceScatterThenAllGathersTheParameters) {
   // two together take the all-reduce's time.
   EXPECT_EQ(GradientCollective(0), CollectiveKind::kAllReduce);
   EXPECT_EQ(GradientCollective(1), CollectiveKind::kReduceScatter);
-  EXPECT_EQ(ParamAllGatherNs(1, kPayload, kRanks, kGBps, kLatencyUs), 600'015'000);
-  EXPECT_EQ(ParamAllGatherNs(0, kPayload, kRanks, kGBps, kLatencyUs), 0);
+  InterconnectOptions link;
+  link.scale_up = LinkTier{kGBps, 0, kLatencyUs};
+  EXPECT_EQ(ParamAllGatherNs(1, kPayload, OneDomain(kRanks), link), 600'015'000);
+  EXPECT_EQ(ParamAllGatherNs(0, kPayload, OneDomain(kRanks), link), 0);
   EXPECT_EQ(CollectiveNs(GradientCollective(1), kPayload, kRanks, kGBps, kLatencyUs) +
-                ParamAllGatherNs(1, kPayload, kRanks, kGBps, kLatencyUs),
+                ParamAllGatherNs(1, kPayload, OneDomain(kRanks), link),
             CollectiveNs(CollectiveKind::kAllReduce, kPayload, kRanks, kGBps, kLatencyUs));
 }
 
@@ -101,19 +104,22 @@ TEST(Collective, KindFollowsTheOpsShape) {
 }
 
 TEST(Collective, CostModelPricesTheAllToAllOverTheExpertParallelGroup) {
-  // ep = 4 at tp 1 and 2: the group spans tp·ep = 4 or 8 GPUs, inside an
-  // 8-GPU node, on tp_GBps (10); at tp 4 it spans 16, across nodes, on the
-  // data-parallel link (dp_GBps 5): 8 GB · 3/4 over 5 GB/s = 1.2 s + 15 µs.
+  // ep = 4 at tp 1 and 2: the group (strided by tp) spans tp·ep = 4 or 8
+  // GPUs, inside an 8-GPU node, on NVLink (10 GB/s): 8 GB · 3/4 / 10 GB/s =
+  // 0.6 s + 3 · 5 µs. At tp 4 it is ranks 0, 4, 8 and 12, two in each of two
+  // nodes (sim/topology.h): each rank sends (4 − 2)/4 of 8 GB
+  // over its NIC (5 GB/s: 0.8 s) and (2 − 1)/4 over NVLink (0.2 s) at once,
+  // 0.8 s + 3 network latencies (5 µs).
   HardwareOptions hw = testing::TestHardware(1, 1, 10);
   hw.gpu.op_overhead_us = 0;
   hw.gpus_per_node = 8;
-  hw.interconnect.tp_GBps = kGBps;
-  hw.interconnect.dp_GBps = kGBps / 2;
-  hw.interconnect.latency_us = kLatencyUs;
+  hw.interconnect.domain_gpus = 8;
+  hw.interconnect.scale_up = LinkTier{kGBps, 0, kLatencyUs};
+  hw.interconnect.scale_out = LinkTier{kGBps / 2, 0, kLatencyUs};
   const traces::Op op = AllToAllOp(kPayload, kPayload);
   EXPECT_EQ(OpCostModel(hw, 1, "fp16", true, kRanks).RooflineNs(op), 600'015'000);
   EXPECT_EQ(OpCostModel(hw, 2, "fp16", true, kRanks).RooflineNs(op), 600'015'000);
-  EXPECT_EQ(OpCostModel(hw, 4, "fp16", true, kRanks).RooflineNs(op), 1'200'015'000);
+  EXPECT_EQ(OpCostModel(hw, 4, "fp16", true, kRanks).RooflineNs(op), 800'015'000);
   // ep 1: nothing to exchange, whatever tp is; the tp collectives ignore ep.
   EXPECT_EQ(OpCostModel(hw, 4, "fp16", true, 1).RooflineNs(op), 0);
   EXPECT_EQ(OpCostModel(hw, 1, "fp16", true, kRanks).RooflineNs(CollectiveOp(kPayload, kPayload)),
@@ -121,14 +127,14 @@ TEST(Collective, CostModelPricesTheAllToAllOverTheExpertParallelGroup) {
 }
 
 TEST(Collective, CostModelPricesTraceCollectivesByKindOnTheTensorParallelGroup) {
-  // tp = 4 at tp_GBps 10 and latency 5 µs, no per-op overhead. Payload S = 8 GB
+  // tp = 4 on NVLink at 10 GB/s and latency 5 µs, no per-op overhead. Payload S = 8 GB
   // in each case (the gathered output, the scattered input, the reduced buffer):
   // all-gather and reduce-scatter 0.6 s + 15 µs, all-reduce 1.2 s + 30 µs, where
   // bytes read + written would have priced them at 1.5 s and 2.4 s.
   HardwareOptions hw = testing::TestHardware(1, 1, 10);
   hw.gpu.op_overhead_us = 0;
-  hw.interconnect.tp_GBps = kGBps;
-  hw.interconnect.latency_us = kLatencyUs;
+  hw.interconnect.domain_gpus = 8;  // the 4 ranks inside one node
+  hw.interconnect.scale_up = LinkTier{kGBps, 0, kLatencyUs};
   const OpCostModel cost(hw, kRanks, "fp16");
   EXPECT_EQ(cost.RooflineNs(CollectiveOp(kPayload / 4, kPayload)), 600'015'000);
   EXPECT_EQ(cost.RooflineNs(CollectiveOp(kPayload, kPayload / 4)), 600'015'000);

@@ -97,9 +97,13 @@ HardwareOptions TestHardware(double ssd_write_GBps, double ssd_read_GBps, double
   hw.storage.drive.write_GBps = ssd_write_GBps;
   hw.storage.drive.capacity_TB = 1;
   hw.storage.drive.endurance_TBW = 1000;
-  hw.interconnect.tp_GBps = 100;
-  hw.interconnect.pp_GBps = 10;
-  hw.interconnect.dp_GBps = 10;
+  // Every GPU a node of its own (domains of one): every group's ranks talk
+  // over the 10 GB/s network; a tensor-parallel test that wants NVLink sets
+  // its own domain.
+  hw.gpus_per_node = 1;
+  hw.interconnect.domain_gpus = 1;
+  hw.interconnect.scale_up = LinkTier{100, 0, 0};
+  hw.interconnect.scale_out = LinkTier{10, 0, 0};
   return hw;
 }
 

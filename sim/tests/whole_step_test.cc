@@ -8,6 +8,7 @@
 #include "sim/simulate.h"
 #include "sim/stage_sim.h"
 #include "sim/tests/test_traces.h"
+#include "sim/topology.h"
 
 namespace ssdtrain::sim {
 namespace {
@@ -173,9 +174,11 @@ TEST(WholeStep, BucketedAllReduceOverlapsBackward) {
   // 2·(2−1)/2 · 2 GB / 10 GB/s = 0.2 s. Bucket 1 runs [2, 2.2] s under
   // backward; only bucket 2 [4, 4.2] s outlasts it: 0.2 s exposed instead of
   // 0.4 s for one all-reduce after backward.
-  const std::vector<BucketReady> buckets = {{2'000'000'000, 2'000'000'000},
-                                            {4'000'000'000, 2'000'000'000}};
-  std::vector<BucketSpan> b = BucketCollectives(buckets, CollectiveKind::kAllReduce, 2, 10, 0);
+  std::vector<BucketReady> buckets = {{2'000'000'000, 2'000'000'000, OneDomain(2)},
+                                      {4'000'000'000, 2'000'000'000, OneDomain(2)}};
+  InterconnectOptions fast;
+  fast.scale_up = LinkTier{10, 0, 0};
+  std::vector<BucketSpan> b = BucketCollectives(buckets, CollectiveKind::kAllReduce, fast);
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(b[0].start_ns, 2'000'000'000);
   EXPECT_EQ(b[0].end_ns, 2'200'000'000);
@@ -183,11 +186,14 @@ TEST(WholeStep, BucketedAllReduceOverlapsBackward) {
   EXPECT_EQ(b[1].end_ns, 4'200'000'000);
   // At 1 GB/s each bucket takes 2 s: bucket 2 waits for bucket 1 ([2, 4] s) and
   // runs [4, 6] s. One rank: nothing to reduce.
-  b = BucketCollectives(buckets, CollectiveKind::kAllReduce, 2, 1, 0);
+  InterconnectOptions slow;
+  slow.scale_up = LinkTier{1, 0, 0};
+  b = BucketCollectives(buckets, CollectiveKind::kAllReduce, slow);
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(b[1].start_ns, 4'000'000'000);
   EXPECT_EQ(b[1].end_ns, 6'000'000'000);
-  EXPECT_TRUE(BucketCollectives(buckets, CollectiveKind::kAllReduce, 1, 10, 0).empty());
+  for (BucketReady& x : buckets) x.group = OneDomain(1);
+  EXPECT_TRUE(BucketCollectives(buckets, CollectiveKind::kAllReduce, fast).empty());
 }
 
 // Two layers; bwd1 (20 ms) produces g1, bwd0 (20 ms) g0, 80 MB each (fp16:

@@ -1,0 +1,173 @@
+// The interconnect by topology (sim/topology.h): one layout's collectives
+// priced inside one node and across nodes, against the ring closed forms of
+// both links; the pipeline's send by where its two ranks sit; the hardware
+// file's two forms.
+#include "sim/topology.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "sim/hardware.h"
+#include "traces/layout.h"
+
+namespace ssdtrain::sim {
+namespace {
+
+constexpr int64_t kGB = 1'000'000'000;
+
+// A DGX-like node: 8 GPUs on NVLink at 200 GB/s, one 25 GB/s NIC per GPU.
+HardwareOptions Dgx(double latency_us) {
+  HardwareOptions hw;
+  hw.gpus_per_node = 8;
+  hw.interconnect.domain_gpus = 8;
+  hw.interconnect.scale_up = LinkTier{200, 0, latency_us};
+  hw.interconnect.scale_out = LinkTier{25, 0, latency_us};
+  return hw;
+}
+
+traces::Layout TpDp(int64_t tp, int64_t dp) {
+  traces::Layout l;
+  l.tp = tp;
+  l.dp = dp;
+  return l;
+}
+
+int64_t DpAllReduce(const traces::Layout& l, const HardwareOptions& hw, int64_t bytes) {
+  return GroupCollectiveNs(CollectiveKind::kAllReduce, bytes, PlaceLayout(l, hw).gradients,
+                           hw.interconnect);
+}
+
+// 1 GB all-reduced over a dp group of 8. Inside one node (tp 1): the ring on
+// NVLink, 2·7/8 · 1 GB / 200 GB/s = 8.75 ms. Across 8 nodes, one rank in each
+// (tp 8): the ring on the NICs, 2·7/8 · 1 GB / 25 GB/s = 70 ms: the closed
+// forms of the two links (sim/collective.h) at n = 8.
+TEST(Topology, OneLayoutsAllReduceInsideANodeAndAcrossNodes) {
+  const HardwareOptions hw = Dgx(0);
+  EXPECT_EQ(DpAllReduce(TpDp(1, 8), hw, kGB),
+            CollectiveNs(CollectiveKind::kAllReduce, kGB, 8, 200, 0));
+  EXPECT_EQ(DpAllReduce(TpDp(1, 8), hw, kGB), 8'750'000);
+  EXPECT_EQ(DpAllReduce(TpDp(8, 8), hw, kGB),
+            CollectiveNs(CollectiveKind::kAllReduce, kGB, 8, 25, 0));
+  EXPECT_EQ(DpAllReduce(TpDp(8, 8), hw, kGB), 70'000'000);
+  // The same all-gather (ZeRO-1's parameters): 7/8 · 1 GB at each link.
+  EXPECT_EQ(GroupCollectiveNs(CollectiveKind::kAllGather, kGB,
+                              PlaceLayout(TpDp(1, 8), hw).gradients, hw.interconnect),
+            4'375'000);
+  EXPECT_EQ(GroupCollectiveNs(CollectiveKind::kAllGather, kGB,
+                              PlaceLayout(TpDp(8, 8), hw).gradients, hw.interconnect),
+            35'000'000);
+}
+
+// tp 2, dp 8 on 16 GPUs: the dp group is ranks 0, 2, ..., 14, four in each of
+// two nodes. The ring through all 8 crosses the network on four NICs per node:
+// 2·7/8 · 1 GB / min(200, 4 · 25) GB/s = 17.5 ms, and 14 steps of 5 µs. The
+// hierarchical form: reduce-scatter in each node (3/4 · 1 GB / 200 = 3.75 ms,
+// 3 steps), all-reduce of 250 MB across the two (2·1/2 · 0.25 GB / 25 = 10 ms,
+// 2 steps), all-gather in each node (3.75 ms, 3 steps): 17.5 ms and 8 steps.
+// The faster one is taken: 17.5 ms + 40 µs.
+TEST(Topology, AGroupOverSeveralNodesTakesTheFasterOfRingAndHierarchy) {
+  const HardwareOptions hw = Dgx(5);
+  const traces::GroupPlacement p = PlaceLayout(TpDp(2, 8), hw).gradients;
+  EXPECT_EQ(p.ranks, 8);
+  EXPECT_EQ(p.domains, 2);
+  EXPECT_EQ(p.max_per_domain, 4);
+  EXPECT_EQ(DpAllReduce(TpDp(2, 8), hw, kGB), 17'540'000);
+  // Without latency the two tie at 17.5 ms.
+  EXPECT_EQ(DpAllReduce(TpDp(2, 8), Dgx(0), kGB), 17'500'000);
+  // The tp group of 2 stays on NVLink: 1/2 · 1 GB / 200 = 2.5 ms + 5 µs.
+  EXPECT_EQ(GroupCollectiveNs(CollectiveKind::kAllGather, kGB, PlaceLayout(TpDp(2, 8), hw).tp,
+                              hw.interconnect),
+            2'505'000);
+}
+
+// Pipeline sends: at tp 8 stage 1 starts on the next node (the network, 25
+// GB/s: 1 GB in 40 ms + 5 µs); at tp 2 it is rank 2 of the same node
+// (NVLink: 5 ms + 5 µs). A p2p figure of its own replaces the tier's ring one.
+TEST(Topology, APipelineSendCrossesTheNetworkOnlyBetweenNodes) {
+  HardwareOptions hw = Dgx(5);
+  traces::Layout l = TpDp(8, 1);
+  l.pp = 2;
+  EXPECT_FALSE(PlaceLayout(l, hw).next_stage_within_domain);
+  EXPECT_EQ(MessageNs(kGB, false, hw.interconnect), 40'005'000);
+  l.tp = 2;
+  EXPECT_TRUE(PlaceLayout(l, hw).next_stage_within_domain);
+  EXPECT_EQ(MessageNs(kGB, true, hw.interconnect), 5'005'000);
+  hw.interconnect.scale_up.p2p_GBps = 100;
+  EXPECT_EQ(MessageNs(kGB, true, hw.interconnect), 10'005'000);
+}
+
+// An NVL72 rack: 72 GPUs in one domain. The dp group of tp 8, dp 8 (ranks 0,
+// 8, ..., 56) stays inside it: NVLink, not the network.
+TEST(Topology, AnNvl72DomainHoldsWhatADgxSpreadsOverNodes) {
+  HardwareOptions hw = Dgx(0);
+  hw.interconnect.domain_gpus = 72;
+  EXPECT_TRUE(PlaceLayout(TpDp(8, 8), hw).gradients.within_one_domain());
+  EXPECT_EQ(DpAllReduce(TpDp(8, 8), hw, kGB), 8'750'000);
+}
+
+nlohmann::json WithInterconnect(nlohmann::json interconnect) {
+  auto hw = LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/dgx-h100.json");
+  EXPECT_TRUE(hw.ok());
+  nlohmann::json j = ToJson(*hw);
+  j["interconnect"] = std::move(interconnect);
+  return j;
+}
+
+// The per-dimension fields of older files are read, converted, and a note
+// says what they became.
+TEST(Topology, TheOldPerDimensionFieldsAreReadWithANote) {
+  auto hw = HardwareFromJson(
+      WithInterconnect({{"tp_GBps", 370}, {"pp_GBps", 40}, {"dp_GBps", 50}, {"latency_us", 5}}),
+      "old.json");
+  ASSERT_TRUE(hw.ok()) << hw.status().message();
+  EXPECT_EQ(hw->interconnect.domain_gpus, 8);
+  EXPECT_EQ(hw->interconnect.scale_up.GBps, 370);
+  EXPECT_EQ(hw->interconnect.scale_out.GBps, 50);
+  EXPECT_EQ(hw->interconnect.scale_out.P2pGBps(), 40);
+  ASSERT_EQ(hw->notes.size(), 1u);
+  EXPECT_NE(hw->notes[0].find("old.json: interconnect: tp_GBps, pp_GBps and dp_GBps price links "
+                              "per parallel dimension"),
+            std::string::npos)
+      << hw->notes[0];
+  EXPECT_NE(hw->notes[0].find("scale_up {domain_gpus 8 (gpus_per_node), GBps 370} and scale_out "
+                              "{GBps 50, p2p_GBps 40}"),
+            std::string::npos)
+      << hw->notes[0];
+  // The shipped presets are in the new form: no note.
+  auto preset = LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/dgx-h100.json");
+  ASSERT_TRUE(preset.ok());
+  EXPECT_TRUE(preset->notes.empty());
+}
+
+TEST(Topology, BadInterconnectsAreRefusedNamingTheField) {
+  auto both = HardwareFromJson(
+      WithInterconnect({{"tp_GBps", 370}, {"pp_GBps", 50}, {"scale_up", {{"GBps", 1}}}}), "b.json");
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("b.json: interconnect.scale_up: give either scale_up and "
+                                         "scale_out or the older"),
+            std::string::npos)
+      << both.status().message();
+  auto half = HardwareFromJson(
+      WithInterconnect({{"scale_up", {{"domain_gpus", 8}, {"GBps", 450}}}}), "h.json");
+  ASSERT_FALSE(half.ok());
+  EXPECT_NE(half.status().message().find("h.json: interconnect.scale_out"), std::string::npos)
+      << half.status().message();
+  auto zero = HardwareFromJson(WithInterconnect({{"scale_up", {{"domain_gpus", 8}, {"GBps", 0}}},
+                                                 {"scale_out", {{"GBps", 50}}}}),
+                               "z.json");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.status().message().find("z.json: interconnect.scale_up.GBps: must be > 0, got 0"),
+            std::string::npos)
+      << zero.status().message();
+  auto fraction =
+      HardwareFromJson(WithInterconnect({{"scale_up", {{"domain_gpus", 7.5}, {"GBps", 450}}},
+                                         {"scale_out", {{"GBps", 50}}}}),
+                       "f.json");
+  ASSERT_FALSE(fraction.ok());
+  EXPECT_NE(fraction.status().message().find("domain_gpus: expected a whole number"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ssdtrain::sim

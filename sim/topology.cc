@@ -1,0 +1,83 @@
+#include "sim/topology.h"
+
+#include <algorithm>
+
+#include "traces/duration.h"
+
+namespace ssdtrain::sim {
+
+int64_t DomainGpus(const HardwareOptions& hw) {
+  const int64_t d =
+      hw.interconnect.domain_gpus > 0 ? hw.interconnect.domain_gpus : hw.gpus_per_node;
+  return std::max<int64_t>(1, d);
+}
+
+namespace {
+
+int64_t Ring(CollectiveKind kind, int64_t bytes, int64_t n, const LinkTier& tier, double GBps = 0) {
+  return CollectiveNs(kind, bytes, n, GBps > 0 ? GBps : tier.GBps, tier.latency_us);
+}
+
+int64_t Hierarchical(CollectiveKind kind, int64_t bytes, int64_t k, int64_t domains,
+                     const InterconnectOptions& ic) {
+  const int64_t share = (bytes + k - 1) / k;
+  const LinkTier &up = ic.scale_up, &out = ic.scale_out;
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return Ring(CollectiveKind::kReduceScatter, bytes, k, up) +
+             Ring(CollectiveKind::kAllReduce, share, domains, out) +
+             Ring(CollectiveKind::kAllGather, bytes, k, up);
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kReduceScatter:
+      return Ring(kind, share, domains, out) + Ring(kind, bytes, k, up);
+    case CollectiveKind::kAllToAll:
+      break;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int64_t GroupCollectiveNs(CollectiveKind kind, int64_t payload_bytes,
+                          const traces::GroupPlacement& p, const InterconnectOptions& ic) {
+  const int64_t n = p.ranks;
+  if (n <= 1) return 0;
+  if (p.within_one_domain()) return Ring(kind, payload_bytes, n, ic.scale_up);
+  const int64_t k = std::max<int64_t>(1, p.max_per_domain);
+  if (kind == CollectiveKind::kAllToAll) {
+    const double S = static_cast<double>(payload_bytes);
+    const double network =
+        static_cast<double>(n - k) / static_cast<double>(n) * S / (ic.scale_out.GBps * 1e9);
+    const double nvlink =
+        static_cast<double>(k - 1) / static_cast<double>(n) * S / (ic.scale_up.GBps * 1e9);
+    return traces::CeilSecondsToNs(std::max(network, nvlink) +
+                                   static_cast<double>(n - 1) * ic.scale_out.latency_us * 1e-6);
+  }
+  const double ring_GBps = std::min(ic.scale_up.GBps, static_cast<double>(k) * ic.scale_out.GBps);
+  const int64_t ring = Ring(kind, payload_bytes, n, ic.scale_out, ring_GBps);
+  return std::min(ring, Hierarchical(kind, payload_bytes, k, p.domains, ic));
+}
+
+int64_t MessageNs(int64_t bytes, bool within_domain, const InterconnectOptions& ic) {
+  const LinkTier& tier = within_domain ? ic.scale_up : ic.scale_out;
+  return SendNs(bytes, tier.P2pGBps(), tier.latency_us);
+}
+
+LayoutLinks PlaceLayout(const traces::Layout& layout, const HardwareOptions& hw, int64_t stage) {
+  const int64_t domain = DomainGpus(hw);
+  const int64_t first = layout.RankOf({0, 0, 0, std::clamp<int64_t>(stage, 0, layout.pp - 1)});
+  LayoutLinks links;
+  links.tp = traces::PlaceGroup(layout.TpGroup(first), domain);
+  links.ep = traces::PlaceGroup(layout.EpGroup(first), domain);
+  links.gradients = traces::PlaceGroup(layout.DpCpGroup(first), domain);
+  links.expert_gradients = traces::PlaceGroup(layout.ExpertDpGroup(first), domain);
+  links.next_stage_within_domain =
+      layout.pp <= 1 || first / domain == layout.NextStageRank(first) / domain;
+  return links;
+}
+
+traces::GroupPlacement OneDomain(int64_t ranks) {
+  return traces::GroupPlacement{ranks, ranks > 0 ? 1 : 0, ranks};
+}
+
+}  // namespace ssdtrain::sim

@@ -1,0 +1,63 @@
+// The interconnect by topology: collectives and point-to-point messages priced
+// by where their group's ranks sit. Consecutive ranks fill scale-up domains of
+// DomainGpus(hw) GPUs (InterconnectOptions); the rank order and the groups are
+// the layout's (traces/layout.h), the placement of a group traces::PlaceGroup.
+//
+// A group of n ranks inside one domain runs NCCL's ring on the scale-up tier
+// (sim/collective.h's closed forms at scale_up.GBps and its latency). A group
+// over N domains, at most k of its ranks in one, takes the faster of two
+// algorithms, as NCCL's tuner picks among its own:
+//   ring: one ring through all n ranks. Each domain's crossings go out on the
+//         NICs of its k ranks (one per GPU, rail-aligned), so the ring runs at
+//         min(scale_up.GBps, k · scale_out.GBps), each step at the network's
+//         latency;
+//   hierarchical: inside each domain over its k ranks on the scale-up tier,
+//         across the N domains on the network with each rank carrying S / k:
+//           all-reduce      reduce-scatter(S, k, up) + all-reduce(S/k, N, out)
+//                           + all-gather(S, k, up)
+//           all-gather      all-gather(S/k, N, out) + all-gather(S, k, up)
+//           reduce-scatter  reduce-scatter(S, k, up) + reduce-scatter(S/k, N, out)
+// The all-to-all has no ring: each rank sends (n − k)/n of its buffer S over
+// its NIC and (k − 1)/n over NVLink at once, the longer of the two, plus
+// n − 1 steps of the network's latency.
+// A point-to-point message (a pipeline send) is S / p2p bandwidth + latency of
+// the tier its two ranks share.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/collective.h"
+#include "sim/hardware.h"
+#include "traces/layout.h"
+
+namespace ssdtrain::sim {
+
+// GPUs per scale-up domain: interconnect.domain_gpus, else gpus_per_node, at least 1.
+int64_t DomainGpus(const HardwareOptions& hw);
+
+// `kind` over a group placed as `p` (see above); 0 for a group of one rank.
+int64_t GroupCollectiveNs(CollectiveKind kind, int64_t payload_bytes,
+                          const traces::GroupPlacement& p, const InterconnectOptions& ic);
+// One message of `bytes` between two ranks, inside one domain or not.
+int64_t MessageNs(int64_t bytes, bool within_domain, const InterconnectOptions& ic);
+
+// A layout's groups on the hardware, as the first rank of pipeline stage
+// `stage` has them (every group of a kind is placed alike when the domain
+// size and the degrees are powers of two, as on every preset).
+struct LayoutLinks {
+  traces::GroupPlacement tp;                // tensor-parallel collectives
+  traces::GroupPlacement ep;                // the MoE all-to-alls
+  traces::GroupPlacement gradients;         // the dense gradients' dp × cp group
+  traces::GroupPlacement expert_gradients;  // the experts' data-parallel group
+  bool next_stage_within_domain = true;     // the pipeline send to stage + 1
+};
+LayoutLinks PlaceLayout(const traces::Layout& layout, const HardwareOptions& hw, int64_t stage = 0);
+
+// A group of `ranks` ranks all inside one domain: the flat ring (tests, and
+// callers that know no layout).
+traces::GroupPlacement OneDomain(int64_t ranks);
+
+}  // namespace ssdtrain::sim
