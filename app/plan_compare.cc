@@ -42,6 +42,12 @@ Result<int64_t> KeepActivationAt(const sim::TraceProvider& provider, const sim::
   o.num_micro_batches = plan.num_micro_batches;
   o.zero_stage = plan.zero_stage;
   o.ep = plan.ep;
+  // The schedule too: keep's search would otherwise take the fastest one at
+  // this layout, and an interleaved keep holds more than a 1F1B plan does (a
+  // "saved" below zero).
+  o.schedule = plan.schedule;
+  o.virtual_stages =
+      plan.schedule == "interleaved" ? std::optional<int64_t>(plan.virtual_stages) : std::nullopt;
   SSDTRAIN_ASSIGN_OR_RETURN(sim::PlannerResult keep, sim::SearchPlan(provider, hw, o));
   return keep.prediction.metrics.peak_activation_bytes;
 }
@@ -221,7 +227,9 @@ Result<PolicyComparison> ComparePolicies(const sim::TraceProvider& provider,
   options.record_timeline = false;  // CompareAndChoose records the chosen plan's
   const std::vector<std::string> policies = ComparedPolicies(options.allow_host_offload);
   // Keep's activation peak per layout, so that rows at one layout share one search.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>, int64_t> keep_at;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, std::string, int64_t>,
+           int64_t>
+      keep_at;
   for (size_t i = 0; i < policies.size(); ++i) {
     const auto start = std::chrono::steady_clock::now();
     options.policy = policies[i];
@@ -230,7 +238,8 @@ Result<PolicyComparison> ComparePolicies(const sim::TraceProvider& provider,
     ComparedPolicy row{policies[i], std::move(*r)};
     if (Simulated(row)) {
       const traces::Plan& p = row.result.plan;
-      const auto key = std::tuple{p.micro_batch, p.tp, p.pp, p.dp, p.zero_stage, p.ep};
+      const auto key = std::tuple{p.micro_batch, p.tp, p.pp,       p.dp,
+                                  p.zero_stage,  p.ep, p.schedule, p.virtual_stages};
       auto it = keep_at.find(key);
       if (it == keep_at.end()) {
         int64_t keep = Metrics(row).peak_activation_bytes;

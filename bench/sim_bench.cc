@@ -91,8 +91,12 @@ BENCHMARK(BM_SimulatePaperGptOffload)->Unit(benchmark::kMicrosecond);
 // --gpus 1024` does, tracing included (a fresh trace cache every iteration).
 // The planner's search at scale: `auto` (every policy, per-stage plans) on
 // `gpus` GPUs of the preset, counting layouts and simulations.
+// `require_fit` false: the search is timed whether or not a plan fits (its
+// answer is then "nothing fits", a counter).
 void PlanSearch(benchmark::State& state, const models::ModelConfig& base,
-                const sim::HardwareOptions& hw, int64_t gpus, int64_t global_batch) {
+                const sim::HardwareOptions& hw, int64_t gpus, int64_t global_batch,
+                bool require_fit = true) {
+  bool fits = false;
   int64_t simulations = 0, simulated_layouts = 0, layouts = 0;
   for (auto _ : state) {
     sim::TraceProvider provider = app::ModelTraceProvider(base, base.name);
@@ -102,10 +106,11 @@ void PlanSearch(benchmark::State& state, const models::ModelConfig& base,
     po.layers = base.layers;
     po.heads = base.heads;
     Result<sim::PlannerResult> r = sim::SearchPlan(provider, hw, po);
-    if (!r.ok() || !r->fits) {
+    if (!r.ok() || (require_fit && !r->fits)) {
       state.SkipWithError(r.ok() ? "no plan fits" : r.status().ToString().c_str());
       return;
     }
+    fits = r->fits;
     simulations = r->simulations;
     simulated_layouts = r->simulated_layouts;
     layouts = r->layouts;
@@ -114,6 +119,7 @@ void PlanSearch(benchmark::State& state, const models::ModelConfig& base,
   state.counters["layouts"] = static_cast<double>(layouts);
   state.counters["simulated_layouts"] = static_cast<double>(simulated_layouts);
   state.counters["simulations"] = static_cast<double>(simulations);
+  state.counters["fits"] = fits ? 1 : 0;
 }
 
 void BM_PlanGpt175bOn1024Gpus(benchmark::State& state) {
@@ -132,6 +138,21 @@ void BM_PlanGpt1tOn16384Gpus(benchmark::State& state) {
   PlanSearch(state, m, LoadHw("h100-sxm-8x-gen5-nvme"), 16384, 4096);
 }
 BENCHMARK(BM_PlanGpt1tOn16384Gpus)->Unit(benchmark::kMillisecond);
+
+// Llama 3.1 405B (configs/models/llama-3.1-405b.json) on 16384 H100s at its
+// pre-training's global batch, 2048 sequences of 8192 tokens (16 M tokens; the
+// Llama 3 paper, Table 4), every layout dimension the planner searches today
+// (tp, pp, v, dp, ZeRO-1, micro-batch, policy). Issue 44's target: under 2 s on
+// the 2-core VM, with cp and ZeRO-2/3 searched too. Today nothing fits: with
+// 16384 = 2^14 GPUs, pp must be a power of two dividing 126 layers (1 or 2) and
+// tp at most a node's 8, so each GPU holds at least 405 B / 16 parameters'
+// weights and gradients (Meta's run used uneven pipeline stages; FSDP/ZeRO-3
+// would shard them): the search is timed to its "nothing fits".
+void BM_PlanLlama405bOn16384Gpus(benchmark::State& state) {
+  PlanSearch(state, LoadModel("llama-3.1-405b"), LoadHw("h100-sxm-8x-gen5-nvme"), 16384, 2048,
+             /*require_fit=*/false);
+}
+BENCHMARK(BM_PlanLlama405bOn16384Gpus)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

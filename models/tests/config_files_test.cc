@@ -27,10 +27,10 @@ std::vector<fs::path> ConfigFiles() {
 
 TEST(ConfigFiles, EveryShippedConfigLoadsTracesEveryStageAndValidates) {
   const std::vector<fs::path> files = ConfigFiles();
-  // 4 GPT, BERT-large, 2 T5, 2 Llama, 9 SSDTrain paper models, tiny and small GPT,
-  // Mixtral-8x7B and tiny-moe, 10 Megatron-LM SC21 Table 1 models
+  // 4 GPT, BERT-large, 2 T5, 3 Llama (2-7B, 3-8B, 3.1-405B), 9 SSDTrain paper models, tiny and
+  // small GPT, Mixtral-8x7B and tiny-moe, 10 Megatron-LM SC21 Table 1 models
   // (configs/published/megatron-sc21-table1.json).
-  EXPECT_EQ(files.size(), 32u);
+  EXPECT_EQ(files.size(), 33u);
   for (const fs::path& path : files) {
     SCOPED_TRACE(path.string());
     const Result<ModelConfig> c = LoadModelConfig(path.string());
@@ -72,6 +72,17 @@ TEST(ConfigFiles, ShipsTheRequiredModels) {
         fs::path(SSDTRAIN_SOURCE_DIR) / "configs/models" / (std::string(name) + ".json");
     EXPECT_TRUE(fs::exists(p)) << p;
   }
+}
+
+// Llama 3.1 405B (the search-time benchmark's model, bench/sim_bench.cc): its
+// published 405 B parameters within 0.5%.
+TEST(ConfigFiles, Llama405bHasItsPublishedParameterCount) {
+  const Result<ModelConfig> c =
+      LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/llama-3.1-405b.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Result<int64_t> params = ParameterCount(*c);
+  ASSERT_TRUE(params.ok()) << params.status().ToString();
+  EXPECT_NEAR(static_cast<double>(*params), 405e9, 0.005 * 405e9);
 }
 
 TEST(ConfigFiles, SmallGptHasFourToEightTimesTinyGptsCompute) {
