@@ -50,7 +50,7 @@ double GemmShapeEfficiency(const traces::GemmDims& dims, int sm_count) {
 
 OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
                          bool use_trace_measurements, int64_t ep)
-    : hw_(hw), tp_(tp), ep_(ep), use_trace_measurements_(use_trace_measurements) {
+    : hw_(hw), use_trace_measurements_(use_trace_measurements) {
   traces::Layout groups;
   groups.tp = std::max<int64_t>(1, tp);
   groups.ep = groups.dp = std::max<int64_t>(1, ep);

@@ -49,8 +49,6 @@ class OpCostModel {
   int64_t MeasuredNs(const traces::Op& op) const;
   using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t>;
   const HardwareOptions& hw_;
-  int64_t tp_;
-  int64_t ep_;
   // Where the tp group (ranks 0 .. tp − 1) and the ep group (strided by tp)
   // sit under the rank order (traces/layout.h).
   traces::GroupPlacement tp_group_, ep_group_;
