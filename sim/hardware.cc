@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "sim/detail/interconnect_json.h"
 #include "traces/detail/json_fields.h"
 #include "traces/io.h"
 
@@ -179,70 +179,6 @@ double PcieGBps(int gen, int lanes) {
   return gts * lanes / 8.0 * (128.0 / 130.0) * kPcieEfficiency;
 }
 
-namespace {
-
-// One tier: {GBps, p2p_GBps (optional), latency_us (optional)}.
-Status ReadTier(const ObjectReader& tier, LinkTier* out) {
-  SSDTRAIN_ASSIGN_OR_RETURN(out->GBps, tier.Number("GBps", Sign::kPositive));
-  SSDTRAIN_ASSIGN_OR_RETURN(out->p2p_GBps, tier.NumberOr("p2p_GBps", 0, Sign::kPositive));
-  SSDTRAIN_ASSIGN_OR_RETURN(out->latency_us, tier.NumberOr("latency_us", 0, Sign::kNonNegative));
-  return tier.CheckNoUnknown();
-}
-
-// The topology form {scale_up {domain_gpus, GBps, ...}, scale_out {GBps, ...}},
-// or the per-dimension form ssdtrain read before (tp_GBps, pp_GBps, dp_GBps,
-// latency_us), converted with a note: tp_GBps was the NVLink figure inside a
-// node, dp_GBps (else pp_GBps) the network's, pp_GBps the pipeline's sends.
-Status ReadInterconnect(const ObjectReader& ic, HardwareOptions* hw) {
-  InterconnectOptions& out = hw->interconnect;
-  const bool old_form = ic.Has("tp_GBps") || ic.Has("pp_GBps") || ic.Has("dp_GBps");
-  if (!old_form) {
-    SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader up, ic.Object("scale_up"));
-    SSDTRAIN_ASSIGN_OR_RETURN(double domain,
-                              up.NumberOr("domain_gpus", hw->gpus_per_node, Sign::kPositive));
-    if (domain != static_cast<int>(domain)) {
-      return up.At("domain_gpus")
-          .Error("expected a whole number of GPUs, got " + std::to_string(domain));
-    }
-    out.domain_gpus = static_cast<int>(domain);
-    SSDTRAIN_RETURN_IF_ERROR(ReadTier(up, &out.scale_up));
-    SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader network, ic.Object("scale_out"));
-    SSDTRAIN_RETURN_IF_ERROR(ReadTier(network, &out.scale_out));
-    return ic.CheckNoUnknown();
-  }
-  if (ic.Has("scale_up") || ic.Has("scale_out")) {
-    return ic.At("scale_up")
-        .Error(
-            "give either scale_up and scale_out or the older tp_GBps, pp_GBps and dp_GBps, not "
-            "both");
-  }
-  SSDTRAIN_ASSIGN_OR_RETURN(double tp, ic.Number("tp_GBps", Sign::kPositive));
-  SSDTRAIN_ASSIGN_OR_RETURN(double pp, ic.Number("pp_GBps", Sign::kPositive));
-  SSDTRAIN_ASSIGN_OR_RETURN(double dp, ic.NumberOr("dp_GBps", pp, Sign::kPositive));
-  SSDTRAIN_ASSIGN_OR_RETURN(double latency, ic.NumberOr("latency_us", 0, Sign::kNonNegative));
-  SSDTRAIN_RETURN_IF_ERROR(ic.CheckNoUnknown());
-  out.domain_gpus = hw->gpus_per_node;
-  out.scale_up = LinkTier{tp, 0, latency};
-  out.scale_out = LinkTier{dp, pp != dp ? pp : 0, latency};
-  auto g = [](double v) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", v);
-    return std::string(text);
-  };
-  hw->notes.push_back(
-      ic.At("tp_GBps").source() +
-      ": interconnect: tp_GBps, pp_GBps and dp_GBps price links per parallel dimension, which "
-      "ssdtrain no longer does; read as scale_up {domain_gpus " +
-      std::to_string(out.domain_gpus) + " (gpus_per_node), GBps " + g(tp) +
-      "} and scale_out {GBps " + g(dp) + (pp != dp ? ", p2p_GBps " + g(pp) : std::string()) +
-      "}, latency_us " + g(latency) +
-      " for both: each group is now priced by where its ranks sit (write the file in that form "
-      "to silence this)");
-  return Status::Ok();
-}
-
-}  // namespace
-
 Result<HardwareOptions> HardwareFromJson(const nlohmann::json& j, const std::string& source) {
   SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader root, ObjectReader::Make(j, JsonPath(source, "")));
   HardwareOptions hw;
@@ -331,7 +267,7 @@ Result<HardwareOptions> HardwareFromJson(const nlohmann::json& j, const std::str
   }
 
   SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader ic, root.Object("interconnect"));
-  SSDTRAIN_RETURN_IF_ERROR(ReadInterconnect(ic, &hw));
+  SSDTRAIN_RETURN_IF_ERROR(detail::ReadInterconnect(ic, &hw));
 
   SSDTRAIN_RETURN_IF_ERROR(ReadMeasured(root, &hw.measured_op_times));
   SSDTRAIN_RETURN_IF_ERROR(root.CheckNoUnknown());
@@ -342,22 +278,6 @@ Result<HardwareOptions> LoadHardware(const std::string& path) {
   SSDTRAIN_ASSIGN_OR_RETURN(nlohmann::json j, traces::ReadJsonFile(path));
   return HardwareFromJson(j, path);
 }
-
-namespace {
-
-nlohmann::json TierJson(const LinkTier& t) {
-  nlohmann::json j{{"GBps", t.GBps}, {"latency_us", t.latency_us}};
-  if (t.p2p_GBps > 0) j["p2p_GBps"] = t.p2p_GBps;
-  return j;
-}
-
-nlohmann::json InterconnectJson(const HardwareOptions& hw) {
-  nlohmann::json up = TierJson(hw.interconnect.scale_up);
-  up["domain_gpus"] = hw.interconnect.domain_gpus;
-  return {{"scale_up", up}, {"scale_out", TierJson(hw.interconnect.scale_out)}};
-}
-
-}  // namespace
 
 nlohmann::json ToJson(const HardwareOptions& hw) {
   nlohmann::json measured = nlohmann::json::array();
@@ -420,7 +340,7 @@ nlohmann::json ToJson(const HardwareOptions& hw) {
           {"endurance_TBW", d.endurance_TBW},
           {"dwpd", d.dwpd},
           {"warranty_years", d.warranty_years}}}}},
-      {"interconnect", InterconnectJson(hw)},
+      {"interconnect", detail::InterconnectJson(hw)},
       {"measured_op_times", measured},
   };
   if (hw.calibrated_ranks > 0) out["calibrated_ranks"] = hw.calibrated_ranks;
