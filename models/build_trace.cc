@@ -33,6 +33,8 @@ Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
   h.dtype = config.dtype;
   h.attention = config.attention;
   h.weight_grads = config.weight_grads;
+  h.zero_stage = config.zero_stage;
+  h.zero_shards = LayoutOf(config).OptimizerShards();
   if (config.family == "t5") return detail::BuildEncoderDecoder(config, h);
   return detail::BuildSingleStack(config, h);
 }
@@ -42,6 +44,8 @@ Result<int64_t> ParameterCount(const ModelConfig& config) {
   whole.tp = 1;
   whole.pp = 1;
   whole.ep = 1;  // every expert
+  whole.zero_stage = 0;  // every parameter, unsharded
+  whole.dp_shard = 0;
   whole.sequence_parallel = false;
   SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace trace, BuildTrace(whole, 0));
   int64_t params = 0;

@@ -95,7 +95,17 @@ bool HasMasterWeights(const ModelConfig& c) { return c.precision == "mixed" && c
 std::string OptimizerStateDType(const ModelConfig& c) {
   return c.precision == "mixed" ? "fp32" : c.dtype;
 }
-int64_t OptimizerStateShards(const ModelConfig& c) { return c.zero_stage == 1 ? c.dp : 1; }
+traces::Layout LayoutOf(const ModelConfig& c) {
+  traces::Layout l;
+  l.tp = c.tp;
+  l.pp = c.pp;
+  l.dp = c.dp;
+  l.ep = c.ep;
+  l.zero_stage = c.zero_stage;
+  l.dp_shard = c.dp_shard;
+  return l;
+}
+int64_t OptimizerStateShards(const ModelConfig& c) { return LayoutOf(c).OptimizerShards(); }
 
 Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   if (c.name.empty()) return Bad(source, "name", "expected a non-empty string");
@@ -130,9 +140,16 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
                "unknown value \"" + c.weight_grads + "\", expected " + List(kWeightGrads) +
                    " (persistent: one grad buffer all step; set_to_none: allocated in backward)");
   }
-  if (c.zero_stage != 0 && c.zero_stage != 1) {
+  if (c.zero_stage < 0 || c.zero_stage > 3) {
     return Bad(source, "zero_stage",
-               "expected 0 or 1 (1: optimizer state sharded over dp), got " + Str(c.zero_stage));
+               "expected 0, 1, 2 or 3 (1: the optimizer state sharded over dp; 2: the gradients "
+               "too; 3: the weights too), got " +
+                   Str(c.zero_stage));
+  }
+  if (c.zero_prefetch < 0) {
+    return Bad(source, "zero_prefetch",
+               "expected a non-negative integer (the layers gathered ahead), got " +
+                   Str(c.zero_prefetch));
   }
   const std::pair<const char*, int64_t> positive[] = {
       {"hidden", c.hidden}, {"heads", c.heads},     {"layers", c.layers},
@@ -140,6 +157,13 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
       {"tp", c.tp},         {"pp", c.pp},           {"dp", c.dp}};
   for (const auto& [field, value] : positive) {
     if (value <= 0) return Bad(source, field, "expected a positive integer, got " + Str(value));
+  }
+  if (c.dp_shard != 0) {  // the rest of the layout's rules are the planner's and the plan's
+    traces::Layout shard;
+    shard.dp = c.dp;
+    shard.zero_stage = c.zero_stage;
+    shard.dp_shard = c.dp_shard;
+    SSDTRAIN_RETURN_IF_ERROR(traces::ValidateLayout(shard, source));
   }
   const std::pair<const char*, int64_t> non_negative[] = {{"kv_heads", c.kv_heads},
                                                           {"head_dim", c.head_dim},
@@ -251,6 +275,8 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.optimizer_step, r.StringOr("optimizer_step", "megatron"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.zero_stage, r.IntOr("zero_stage", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dp, r.IntOr("dp", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.dp_shard, r.IntOr("dp_shard", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.zero_prefetch, r.IntOr("zero_prefetch", 1));
   SSDTRAIN_RETURN_IF_ERROR(ReadMoeFields(r, &c));
   SSDTRAIN_ASSIGN_OR_RETURN(c.fp16_lm_cross_entropy, r.BoolOr("fp16_lm_cross_entropy", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.weight_grads, r.StringOr("weight_grads", "persistent"));
@@ -316,6 +342,8 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.fp16_lm_cross_entropy) j["fp16_lm_cross_entropy"] = true;
   if (c.weight_grads != "persistent") j["weight_grads"] = c.weight_grads;
   if (c.optimizer_step != "megatron") j["optimizer_step"] = c.optimizer_step;
+  if (c.dp_shard != 0) j["dp_shard"] = c.dp_shard;
+  if (c.zero_prefetch != 1) j["zero_prefetch"] = c.zero_prefetch;
   return j;
 }
 
@@ -327,6 +355,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.pp) c.pp = *o.pp;
   if (o.dp) c.dp = *o.dp;
   if (o.zero_stage) c.zero_stage = *o.zero_stage;
+  if (o.dp_shard) c.dp_shard = *o.dp_shard;
   if (o.ep) c.ep = *o.ep;
   if (o.sequence_parallel) c.sequence_parallel = *o.sequence_parallel;
   if (o.attention) c.attention = *o.attention;
@@ -342,6 +371,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.pp) add("--pp", std::to_string(*o.pp));
   if (o.dp) add("--dp", std::to_string(*o.dp));
   if (o.zero_stage) add("--zero-stage", std::to_string(*o.zero_stage));
+  if (o.dp_shard) add("--dp-shard", std::to_string(*o.dp_shard));
   if (o.ep) add("--ep", std::to_string(*o.ep));
   if (o.sequence_parallel && *o.sequence_parallel) add("--sequence-parallel", "");
   if (o.attention) add("--attention", *o.attention);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "traces/layout.h"
 #include "traces/status.h"
 
 namespace ssdtrain::models {
@@ -64,8 +65,17 @@ struct ModelConfig {
   // or "fused" (one pass reading the 16-bit gradients and writing the 16-bit
   // weights, as a fused mixed-precision kernel does).
   std::string optimizer_step = "megatron";
-  int64_t zero_stage = 0;  // 0, or 1: optimizer state sharded over the dp ranks
-  int64_t dp = 1;          // data-parallel degree the state is sharded over
+  // ZeRO (traces/layout.h): 0 none; 1 the optimizer state sharded over the
+  // shard group (Megatron's distributed optimizer); 2 the gradients too (each
+  // layer's reduce-scattered in backward); 3 the weights too (each layer's
+  // all-gathered before its forward and its backward, FSDP's FULL_SHARD).
+  int64_t zero_stage = 0;
+  int64_t dp = 1;        // data-parallel degree
+  int64_t dp_shard = 0;  // HSDP: the shard group's dp ranks (a divisor of dp); 0: dp
+  // ZeRO-3: the layers whose weights are gathered ahead of the one computing
+  // (FSDP's prefetch: 1 holds two layers' full weights at a time). Each costs
+  // a layer's full weights in memory.
+  int64_t zero_prefetch = 1;
   // Mixture of experts (llama family only; models/moe_config.h has the rules):
   // experts = 0 is a dense model and every other field below is then unused.
   int64_t experts = 0;                   // E routed experts per MoE layer
@@ -101,7 +111,7 @@ struct ConfigOverrides {
   std::optional<int64_t> micro_batch, seq_len, tp, pp;
   // The data-parallel degree and ZeRO stage: the optimizer state is sharded
   // over dp when zero_stage is 1 (the planner's searched dp, a plan's dp).
-  std::optional<int64_t> dp, zero_stage;
+  std::optional<int64_t> dp, zero_stage, dp_shard;
   std::optional<int64_t> ep;  // expert parallelism (MoE models)
   std::optional<bool> sequence_parallel;
   std::optional<std::string> attention, dtype;
@@ -135,7 +145,8 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // or qk_norm;
 // optimizer adam or sgd, precision mixed or pure, optimizer_step megatron or
 // fused, weight_grads persistent or
-// set_to_none, zero_stage 0 or 1, dp >= 1;
+// set_to_none, dp >= 1, the layout's zero_stage and dp_shard
+// (traces::ValidateLayout), zero_prefetch >= 0;
 // and the MoE rules (ValidateMoe, moe_config.h).
 Status ValidateConfig(const ModelConfig& c, const std::string& source);
 
@@ -155,7 +166,11 @@ int64_t OptimizerStateWordsPerParam(const ModelConfig& c);
 bool HasMasterWeights(const ModelConfig& c);
 // "fp32" for mixed precision and fp32 models, else the config's dtype.
 std::string OptimizerStateDType(const ModelConfig& c);
-// Ranks the optimizer state is split over: dp with zero_stage 1, else 1.
+// The config's layout (tp, pp, dp, ep, zero_stage, dp_shard): the one place
+// its shard degrees and groups come from.
+traces::Layout LayoutOf(const ModelConfig& c);
+// Ranks the optimizer state is split over: the shard group at ZeRO 1 and
+// above (LayoutOf(c).OptimizerShards()), else 1.
 int64_t OptimizerStateShards(const ModelConfig& c);
 
 }  // namespace ssdtrain::models

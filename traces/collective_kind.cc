@@ -20,6 +20,9 @@ std::string_view ToString(CollectiveKind kind) {
 
 CollectiveKind ClassifyCollective(const Op& op) {
   if (op.name.ends_with(kAllToAllSuffix)) return CollectiveKind::kAllToAll;
+  // ZeRO's by name: over one rank they read what they write.
+  if (op.name.ends_with(kZeroAllGatherSuffix)) return CollectiveKind::kAllGather;
+  if (op.name.ends_with(kZeroReduceScatterSuffix)) return CollectiveKind::kReduceScatter;
   if (op.bytes_written > op.bytes_read) return CollectiveKind::kAllGather;
   if (op.bytes_read > op.bytes_written && op.bytes_written > 0) {
     return CollectiveKind::kReduceScatter;
@@ -27,8 +30,24 @@ CollectiveKind ClassifyCollective(const Op& op) {
   return CollectiveKind::kAllReduce;
 }
 
-int64_t CollectiveRanks(CollectiveKind kind, const Header& header) {
-  return std::max<int64_t>(1, kind == CollectiveKind::kAllToAll ? header.ep : header.tp);
+CollectiveGroup GroupOfCollective(const Op& op) {
+  if (op.name.ends_with(kAllToAllSuffix)) return CollectiveGroup::kExpertParallel;
+  if (op.name.ends_with(kZeroAllGatherSuffix) || op.name.ends_with(kZeroReduceScatterSuffix)) {
+    return CollectiveGroup::kShard;
+  }
+  return CollectiveGroup::kTensorParallel;
+}
+
+int64_t CollectiveRanks(const Op& op, const Header& header) {
+  switch (GroupOfCollective(op)) {
+    case CollectiveGroup::kExpertParallel:
+      return std::max<int64_t>(1, header.ep);
+    case CollectiveGroup::kShard:
+      return std::max<int64_t>(1, header.zero_shards);
+    case CollectiveGroup::kTensorParallel:
+      break;
+  }
+  return std::max<int64_t>(1, header.tp);
 }
 
 int64_t CollectivePayloadBytes(const Op& op) { return std::max(op.bytes_read, op.bytes_written); }

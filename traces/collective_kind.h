@@ -1,7 +1,9 @@
-// What a trace's kCollective op does, decided once from its name and shape: the
-// simulator prices it (sim/collective.h) and the executor runs it between the
-// tensor-parallel ranks of a group (exec/replay_tensor_parallel.cc). The
-// expert-parallel all-to-all runs over the header's ep ranks, the others over tp.
+// What a trace's kCollective op does and over which ranks, decided once from
+// its name and shape: the simulator prices it (sim/collective.h) and the
+// executor runs it between the ranks of its group
+// (exec/replay_tensor_parallel.cc). The expert-parallel all-to-all runs over
+// the header's ep ranks, ZeRO-2/3's gathers and reduce-scatters over its
+// zero_shards ranks (the shard group, traces/layout.h), the others over tp.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -23,14 +25,29 @@ inline constexpr std::array<CollectiveKind, 4> kCollectiveKinds = {
 std::string_view ToString(CollectiveKind kind);
 
 // A kCollective op: named ...all_to_all (kAllToAllSuffix), the expert-parallel
-// all-to-all (the MoE dispatch and combine, models/detail/moe.h); else by its
+// all-to-all (the MoE dispatch and combine, models/detail/moe.h); named
+// ...zero_all_gather or ...zero_reduce_scatter, ZeRO's (below); else by its
 // shape: an all-gather writes more than it reads (the gathered tensor), a
 // reduce-scatter reads more than it writes (the shard); equal sizes are an
 // all-reduce.
 inline constexpr std::string_view kAllToAllSuffix = "all_to_all";
 CollectiveKind ClassifyCollective(const Op& op);
-// The ranks `kind` runs over in a trace of `header`: ep for the all-to-all, tp else.
-int64_t CollectiveRanks(CollectiveKind kind, const Header& header);
+
+// The group a kCollective op runs over. ZeRO-3's weight all-gathers are named
+// ...zero_all_gather and ZeRO-2/3's gradient reduce-scatters
+// ...zero_reduce_scatter (models/detail/zero_shard.h); they run over the
+// shard group, each kind on its own stream (FSDP's all-gather and
+// reduce-scatter streams): the simulator overlaps them with compute, their
+// consumers waiting for them.
+enum class CollectiveGroup { kTensorParallel, kExpertParallel, kShard };
+inline constexpr std::string_view kZeroAllGatherSuffix = "zero_all_gather";
+inline constexpr std::string_view kZeroReduceScatterSuffix = "zero_reduce_scatter";
+inline constexpr int kZeroGatherStream = 1;
+inline constexpr int kZeroReduceStream = 2;
+CollectiveGroup GroupOfCollective(const Op& op);
+// The ranks `op` runs over in a trace of `header`: ep for the all-to-all,
+// zero_shards for the shard group's, tp else.
+int64_t CollectiveRanks(const Op& op, const Header& header);
 // The payload S of a kCollective op: the larger of bytes read and written
 // (the all-reduce's buffer, the all-gather's output, the reduce-scatter's
 // input: the full, unsharded tensor; the all-to-all's larger buffer, sent or

@@ -102,6 +102,8 @@ json HeaderToJson(const Header& h) {
   if (h.ep != 1) j["ep"] = h.ep;  // written only where experts are spread
   // Written only where not the default, so traces without it print as before.
   if (h.weight_grads != "persistent") j["weight_grads"] = h.weight_grads;
+  if (h.zero_stage != 0) j["zero_stage"] = h.zero_stage;
+  if (h.zero_shards != 1) j["zero_shards"] = h.zero_shards;
   return j;
 }
 
@@ -187,6 +189,8 @@ Result<Header> ParseHeader(const json& j, const JsonPath& at) {
         .Error("unknown value \"" + h.weight_grads +
                "\"; expected \"persistent\" or \"set_to_none\"");
   }
+  SSDTRAIN_ASSIGN_OR_RETURN(h.zero_stage, r.IntOr("zero_stage", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(h.zero_shards, r.IntOr("zero_shards", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(const json* units, r.Value("units"));
   SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader u, ObjectReader::Make(*units, r.At("units")));
   SSDTRAIN_ASSIGN_OR_RETURN(h.time_unit, u.String("time"));

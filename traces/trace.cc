@@ -119,6 +119,10 @@ uint64_t Fingerprint(const Trace& trace) {
   h.Add(hd.dtype);
   h.Add(hd.attention);
   if (hd.weight_grads != "persistent") h.Add(hd.weight_grads);  // older fingerprints stay
+  if (hd.zero_stage >= 2) {  // so do ZeRO 0's and 1's (their state's bytes say the shards)
+    h.Add(hd.zero_stage);
+    h.Add(hd.zero_shards);
+  }
   h.Add(static_cast<int64_t>(trace.tensors.size()));
   for (const Tensor& t : trace.tensors) {
     h.Add(t.bytes);

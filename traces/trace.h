@@ -132,6 +132,15 @@ struct Header {
   // buffer) or "set_to_none" (each allocated by its first writer in backward,
   // freed after the optimizer: PyTorch's zero_grad(set_to_none=True)).
   std::string weight_grads = "persistent";
+  // ZeRO (traces/layout.h): the stage (0 to 3) and the ranks of the shard
+  // group the weights (stage 3), gradients (2) and optimizer state (1) are
+  // split over. At stage 2 and 3 the trace carries the sharding's own ops
+  // (models/detail/zero_shard.h): each layer's reduce-scatter of its
+  // gradients and, at stage 3, the all-gathers of its weights, named
+  // ...zero_all_gather and ...zero_reduce_scatter (traces/collective_kind.h)
+  // on their own streams (kZeroGatherStream, kZeroReduceStream).
+  int64_t zero_stage = 0;
+  int64_t zero_shards = 1;
   std::string time_unit = "ns";
   std::string size_unit = "bytes";
 };

@@ -231,11 +231,16 @@ Status Validate(const Trace& trace, const std::string& source) {
   for (auto [field, value] :
        {std::pair{"hidden", h.hidden}, std::pair{"heads", h.heads}, std::pair{"layers", h.layers},
         std::pair{"seq_len", h.seq_len}, std::pair{"micro_batch", h.micro_batch},
-        std::pair{"tp", h.tp}, std::pair{"pp", h.pp}, std::pair{"ep", h.ep}}) {
+        std::pair{"tp", h.tp}, std::pair{"pp", h.pp}, std::pair{"ep", h.ep},
+        std::pair{"zero_shards", h.zero_shards}}) {
     if (value <= 0) {
       return Bad(source, std::string("header.") + field,
                  "expected a positive integer, got " + std::to_string(value));
     }
+  }
+  if (h.zero_stage < 0 || h.zero_stage > 3) {
+    return Bad(source, "header.zero_stage",
+               "expected 0, 1, 2 or 3, got " + std::to_string(h.zero_stage));
   }
   if (h.stage < 0 || h.stage >= h.pp) {
     return Bad(

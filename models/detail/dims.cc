@@ -14,6 +14,15 @@ OptimizerSpec OptimizerFor(const ModelConfig& c) {
   return spec;
 }
 
+ZeroSpec ZeroFor(const ModelConfig& c) {
+  const traces::Layout layout = LayoutOf(c);
+  ZeroSpec spec;
+  spec.stage = c.zero_stage;
+  spec.shards = layout.GradientShards();
+  spec.prefetch = c.zero_prefetch;
+  return spec;
+}
+
 Dims MakeDims(const ModelConfig& c) {
   Dims d;
   d.s = c.seq_len;

@@ -64,6 +64,8 @@ struct Dims {
 Dims MakeDims(const ModelConfig& c);
 // The config's optimizer, precision and ZeRO stage as the builder accounts them.
 OptimizerSpec OptimizerFor(const ModelConfig& c);
+// The ZeRO sharding of the config's layout (stage, shard group, prefetch).
+ZeroSpec ZeroFor(const ModelConfig& c);
 BlockStyle StyleFor(const ModelConfig& c);
 
 }  // namespace ssdtrain::models::detail

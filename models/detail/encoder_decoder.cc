@@ -26,6 +26,7 @@ traces::Trace BuildEncoderDecoder(const ModelConfig& c, const traces::Header& he
   const size_t n = static_cast<size_t>(hi - lo);
   TraceBuilder b(header, kTensorsPerBlock * n + kOutsideBlocks, kOpsPerBlock * n + kOutsideBlocks);
   b.SetOptimizer(OptimizerFor(c));
+  b.SetZero(ZeroFor(c));
 
   EmbeddingOptions emb;
   emb.learned_positions = false;

@@ -20,6 +20,7 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   const size_t n = static_cast<size_t>(hi - lo);
   TraceBuilder b(header, kTensorsPerBlock * n + kOutsideBlocks, kOpsPerBlock * n + kOutsideBlocks);
   b.SetOptimizer(OptimizerFor(c));
+  b.SetZero(ZeroFor(c));
 
   EmbeddingOptions emb;
   emb.learned_positions = !style.rotary;

@@ -158,9 +158,7 @@ void TraceBuilder::AddOptimizerOps() {
     OptimizerGroup g;
     g.weights = groups[gi];
     for (TensorId w : groups[gi]) {
-      int64_t elements = 1;
-      for (int64_t d : tensor(w).shape) elements *= d;
-      g.params += elements;
+      g.params += Elements(w);
       g.weight_bytes += tensor(w).bytes;
       if (last_grad_[Index(w)] != kNoTensor) g.grads.push_back(last_grad_[Index(w)]);
     }
@@ -226,7 +224,17 @@ void TraceBuilder::AddMasterWeightPasses(const OptimizerGroup& g, TensorId state
   pass("master_to_model", g.weights, 0, kFp32, half);
 }
 
+int64_t TraceBuilder::Elements(TensorId weight) const {
+  if (Index(weight) < sharded_elements_.size() && sharded_elements_[Index(weight)] > 0) {
+    return sharded_elements_[Index(weight)];
+  }
+  int64_t elements = 1;
+  for (int64_t d : tensor(weight).shape) elements *= d;
+  return elements;
+}
+
 traces::Trace TraceBuilder::Finish() {
+  if (zero_.stage >= 2) ShardForZero();
   AddOptimizerOps();
   auto& tensors = trace_.tensors;
   // saved_for_backward: every tensor made before the backward pass that a backward

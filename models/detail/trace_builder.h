@@ -55,6 +55,19 @@ struct OptimizerSpec {
   bool loss_scaling = false;
 };
 
+// ZeRO-2/3's own ops (models/detail/zero_shard.cc; traces/layout.h has the
+// stages): at stage 2 and 3 each unit's gradients (a block's, or one weight
+// outside the blocks: the embedding, the output layer, the final norm) are
+// reduce-scattered into shards of 1/shards once backward has completed them,
+// the full gradients then being transient; at stage 3 the weights are held as
+// shards and each unit's are all-gathered into transient full copies before
+// each run of its ops (forward, backward), `prefetch` units ahead.
+struct ZeroSpec {
+  int64_t stage = 0;
+  int64_t shards = 1;    // the shard group's ranks
+  int64_t prefetch = 1;  // stage 3: units gathered ahead of the one computing
+};
+
 class TraceBuilder {
  public:
   TraceBuilder(traces::Header header, size_t expected_tensors, size_t expected_ops);
@@ -64,6 +77,8 @@ class TraceBuilder {
   void SetPhase(Phase phase) { phase_ = phase; }
   // The optimizer Finish() adds (default: Adam with fp32 master weights).
   void SetOptimizer(const OptimizerSpec& spec) { optimizer_ = spec; }
+  // The ZeRO sharding Finish() applies (default: none).
+  void SetZero(const ZeroSpec& spec) { zero_ = spec; }
   int layer() const { return layer_; }
   int stage() const { return static_cast<int>(header_.stage); }
 
@@ -115,12 +130,19 @@ class TraceBuilder {
     int64_t params = 0, updated = 0, weight_bytes = 0;
   };
   void AddMasterWeightPasses(const OptimizerGroup& g, TensorId state);
+  // ZeRO-2/3 (zero_shard.cc): shards the weights (stage 3), inserts the
+  // gathers and reduce-scatters, points last_grad_ at the gradient shards.
+  void ShardForZero();
+  // A weight's parameters (its elements before any sharding).
+  int64_t Elements(TensorId weight) const;
 
   traces::Header header_;
   traces::Trace trace_;
   int layer_ = traces::kNoLayer;
   Phase phase_ = Phase::kForward;
   OptimizerSpec optimizer_;
+  ZeroSpec zero_;
+  std::vector<int64_t> sharded_elements_;  // per tensor id: a sharded weight's elements, else 0
   std::vector<TensorId> weights_;    // in creation order
   std::vector<TensorId> last_grad_;  // per tensor id: the weight's current gradient
   std::vector<int> grad_count_;      // per tensor id: partial gradients made after the first

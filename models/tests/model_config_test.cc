@@ -195,9 +195,9 @@ TEST(ModelConfig, BadOptimizerPrecisionOrZeroStageNameFileAndField) {
   EXPECT_EQ(WithField("precision", "\"fp8\"").message(),
             "configs/models/x.json: precision: unknown precision \"fp8\", expected mixed or pure "
             "(mixed: fp32 master weights; pure: none)");
-  EXPECT_EQ(WithField("zero_stage", "2").message(),
-            "configs/models/x.json: zero_stage: expected 0 or 1 (1: optimizer state sharded over "
-            "dp), got 2");
+  EXPECT_EQ(WithField("zero_stage", "4").message(),
+            "configs/models/x.json: zero_stage: expected 0, 1, 2 or 3 (1: the optimizer state "
+            "sharded over dp; 2: the gradients too; 3: the weights too), got 4");
   EXPECT_EQ(WithField("dp", "0").message(),
             "configs/models/x.json: dp: expected a positive integer, got 0");
 }
@@ -256,10 +256,17 @@ TEST(ModelConfig, OverridesSetTheShardingOfTheOptimizerState) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(OptimizerStateShards(*r), 8);
   ConfigOverrides bad;
-  bad.zero_stage = 2;
+  bad.zero_stage = 4;
   EXPECT_EQ(ApplyOverrides(*c, bad, "x.json").status().message(),
-            "x.json with --zero-stage 2: zero_stage: expected 0 or 1 (1: optimizer state sharded "
-            "over dp), got 2");
+            "x.json with --zero-stage 4: zero_stage: expected 0, 1, 2 or 3 (1: the optimizer state "
+            "sharded over dp; 2: the gradients too; 3: the weights too), got 4");
+  ConfigOverrides hsdp;
+  hsdp.dp = 8;
+  hsdp.zero_stage = 3;
+  hsdp.dp_shard = 3;
+  EXPECT_EQ(ApplyOverrides(*c, hsdp, "x.json").status().message(),
+            "x.json with --dp 8, --zero-stage 3, --dp-shard 3: dp_shard: 3 does not divide dp 8 "
+            "(HSDP shards inside groups of dp_shard ranks and replicates across dp / dp_shard)");
 }
 
 }  // namespace

@@ -1,0 +1,264 @@
+// ZeRO-2/3 in the trace (models/detail/zero_shard.cc): the bytes per
+// parameter of weights, gradients and optimizer state resident all step
+// under ZeRO 0-3 and HSDP, in closed form from the unsharded trace's
+// parameters; each collective's count and bytes per step under ZeRO-3; the
+// gathers' prefetch; the refusals.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/build_trace.h"
+#include "traces/collective_kind.h"
+#include "traces/storage_plan.h"
+#include "traces/validate.h"
+
+namespace ssdtrain::models {
+namespace {
+
+// Llama-3-8B's shapes at 4 layers, tp 1, s 256: bf16 weights and gradients,
+// Adam with fp32 master weights (12 bytes of state per parameter), untied
+// output layer, no biases.
+ModelConfig Llama(int64_t zero_stage, int64_t dp, int64_t dp_shard = 0, int64_t prefetch = 1) {
+  Result<ModelConfig> c =
+      LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/llama-3-8b.json");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) return {};
+  ModelConfig m = *c;
+  m.layers = 4;
+  m.seq_len = 256;
+  m.tp = 1;
+  m.sequence_parallel = false;
+  m.dp = dp;
+  m.zero_stage = zero_stage;
+  m.dp_shard = dp_shard;
+  m.zero_prefetch = prefetch;
+  EXPECT_TRUE(ValidateConfig(m, "llama").ok()) << ValidateConfig(m, "llama").ToString();
+  return m;
+}
+
+traces::Trace Build(const ModelConfig& c) {
+  Result<traces::Trace> t = BuildTrace(c, 0);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  if (!t.ok()) return {};
+  const Status valid = traces::Validate(*t, "zero");
+  EXPECT_TRUE(valid.ok()) << valid.ToString();
+  return *t;
+}
+
+int64_t Elements(const traces::Tensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  return n;
+}
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Resident {
+  int64_t weights = 0, gradients = 0, state = 0;
+};
+
+Resident ResidentBytes(const traces::Trace& t) {
+  Resident r;
+  for (const traces::Tensor& x : t.tensors) {
+    if (x.alias_of || !traces::IsPersistent(t, x)) continue;
+    if (x.kind == traces::TensorKind::kWeight) r.weights += x.bytes;
+    if (x.kind == traces::TensorKind::kGradient) r.gradients += x.bytes;
+    if (x.kind == traces::TensorKind::kOptimizerState) r.state += x.bytes;
+  }
+  return r;
+}
+
+// The closed form: each weight's n elements at 2 bytes, split over d (rounded
+// up per tensor) where the stage shards weights (3) and gradients (2, 3); the
+// state 3 fp32 words per parameter of each layer's group, split over d at 1-3.
+Resident Expected(const traces::Trace& unsharded, int64_t stage, int64_t d) {
+  Resident r;
+  std::map<int, int64_t> group_params;
+  for (const traces::Tensor& x : unsharded.tensors) {
+    if (x.kind != traces::TensorKind::kWeight || x.alias_of) continue;
+    const int64_t n = Elements(x);
+    r.weights += 2 * (stage >= 3 ? CeilDiv(n, d) : n);
+    r.gradients += 2 * (stage >= 2 ? CeilDiv(n, d) : n);
+    group_params[x.layer] += n;
+  }
+  for (const auto& [layer, p] : group_params) r.state += 4 * CeilDiv(3 * p, stage >= 1 ? d : 1);
+  return r;
+}
+
+TEST(ZeroShard, ResidentBytesPerParameterFollowTheStageInClosedForm) {
+  const traces::Trace base = Build(Llama(0, 8));
+  int64_t params = 0;
+  for (const traces::Tensor& x : base.tensors) {
+    if (x.kind == traces::TensorKind::kWeight) params += Elements(x);
+  }
+  const double d = 8;
+  // Bytes per parameter: 2 + 2 + 12, the sharded parts over d (TODAYS_LAYOUTS.md 1.1).
+  const double per_param[] = {16, 4 + 12 / d, 2 + 14 / d, 16 / d};
+  for (int64_t stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE("zero_stage " + std::to_string(stage));
+    const traces::Trace t = Build(Llama(stage, 8));
+    const Resident got = ResidentBytes(t), want = Expected(base, stage, 8);
+    EXPECT_EQ(got.weights, want.weights);
+    EXPECT_EQ(got.gradients, want.gradients);
+    EXPECT_EQ(got.state, want.state);
+    const double total = static_cast<double>(got.weights + got.gradients + got.state);
+    EXPECT_NEAR(total / static_cast<double>(params), per_param[stage], 1e-3);
+    EXPECT_EQ(t.header.zero_stage, stage);
+    EXPECT_EQ(t.header.zero_shards, stage >= 1 ? 8 : 1);
+  }
+}
+
+TEST(ZeroShard, HsdpShardsOverTheShardGroupOnly) {
+  const traces::Trace base = Build(Llama(0, 8));
+  // dp 8 as 2 replicas of 4-rank shard groups: everything over 4, not 8.
+  const traces::Trace t = Build(Llama(3, 8, 4));
+  const Resident got = ResidentBytes(t), want = Expected(base, 3, 4);
+  EXPECT_EQ(got.weights, want.weights);
+  EXPECT_EQ(got.gradients, want.gradients);
+  EXPECT_EQ(got.state, want.state);
+  EXPECT_EQ(t.header.zero_shards, 4);
+}
+
+struct Collectives {
+  int gathers_forward = 0, gathers_backward = 0, scatters = 0;
+  int64_t gather_forward_bytes = 0, gather_backward_bytes = 0, scatter_bytes = 0;
+};
+
+Collectives Count(const traces::Trace& t) {
+  Collectives c;
+  for (const traces::Op& op : t.ops) {
+    if (op.kind != traces::OpKind::kCollective) continue;
+    if (traces::GroupOfCollective(op) != traces::CollectiveGroup::kShard) continue;
+    const int64_t payload = traces::CollectivePayloadBytes(op);
+    if (traces::ClassifyCollective(op) == traces::CollectiveKind::kAllGather) {
+      EXPECT_EQ(op.stream, traces::kZeroGatherStream);
+      if (op.phase == traces::Phase::kForward) {
+        ++c.gathers_forward;
+        c.gather_forward_bytes += payload;
+      } else {
+        ++c.gathers_backward;
+        c.gather_backward_bytes += payload;
+      }
+    } else {
+      EXPECT_EQ(traces::ClassifyCollective(op), traces::CollectiveKind::kReduceScatter);
+      EXPECT_EQ(op.stream, traces::kZeroReduceStream);
+      EXPECT_EQ(op.phase, traces::Phase::kBackward);
+      ++c.scatters;
+      c.scatter_bytes += payload;
+    }
+  }
+  return c;
+}
+
+TEST(ZeroShard, Zero3CollectivesPerStepInClosedForm) {
+  const traces::Trace base = Build(Llama(0, 8));
+  // Units: 4 blocks, and the word embeddings, the final norm and the output
+  // layer each on its own. Forward reads every weight once (untied); backward
+  // reads every weight but the embedding table (its backward scatters the
+  // gradient rows and reads no weight).
+  int64_t all = 0, read_in_backward = 0;
+  for (const traces::Tensor& x : base.tensors) {
+    if (x.kind != traces::TensorKind::kWeight) continue;
+    all += x.bytes;
+    bool backward = false;
+    for (traces::OpId o : x.consumers) backward |= base.op(o).phase == traces::Phase::kBackward;
+    if (backward) read_in_backward += x.bytes;
+  }
+  const traces::Trace t = Build(Llama(3, 8));
+  const Collectives c = Count(t);
+  EXPECT_EQ(c.gathers_forward, 4 + 3);
+  EXPECT_EQ(c.gathers_backward, 4 + 2);
+  EXPECT_EQ(c.scatters, 4 + 3);
+  EXPECT_EQ(c.gather_forward_bytes, all);
+  EXPECT_EQ(c.gather_backward_bytes, read_in_backward);
+  EXPECT_EQ(c.scatter_bytes, all);  // every gradient, full, once per micro-batch
+  // Each block's forward gather carries its parameters, 2 bytes each.
+  for (const traces::Op& op : t.ops) {
+    if (op.layer < 0 || !op.name.ends_with(traces::kZeroAllGatherSuffix)) continue;
+    int64_t block = 0;
+    for (const traces::Tensor& x : base.tensors) {
+      if (x.kind == traces::TensorKind::kWeight && x.layer == op.layer) block += x.bytes;
+    }
+    if (op.phase == traces::Phase::kForward) {
+      EXPECT_EQ(op.bytes_written, block) << op.name;
+    }
+    EXPECT_EQ(op.bytes_read * 8, op.bytes_written) << op.name;  // shards of 1/8, no padding here
+  }
+  // ZeRO-2: the reduce-scatters alone.
+  const Collectives two = Count(Build(Llama(2, 8)));
+  EXPECT_EQ(two.gathers_forward + two.gathers_backward, 0);
+  EXPECT_EQ(two.scatters, 4 + 3);
+  EXPECT_EQ(two.scatter_bytes, all);
+}
+
+// The first reader of a gather's copies, by op index.
+std::map<traces::OpId, traces::OpId> FirstReaders(const traces::Trace& t) {
+  std::map<traces::OpId, traces::OpId> out;
+  for (const traces::Op& op : t.ops) {
+    if (!op.name.ends_with(traces::kZeroAllGatherSuffix)) continue;
+    out[op.id] = t.tensor(op.outputs[0]).consumers.front();
+  }
+  return out;
+}
+
+TEST(ZeroShard, GathersRunPrefetchUnitsAhead) {
+  for (int64_t prefetch : {0, 1, 2}) {
+    SCOPED_TRACE("prefetch " + std::to_string(prefetch));
+    const traces::Trace t = Build(Llama(3, 8, 0, prefetch));
+    std::vector<traces::OpId> forward;  // the forward gathers, in order
+    for (const traces::Op& op : t.ops) {
+      if (op.phase == traces::Phase::kForward && op.name.ends_with(traces::kZeroAllGatherSuffix)) {
+        forward.push_back(op.id);
+      }
+    }
+    const auto reader = FirstReaders(t);
+    // Gather k is issued before the first reader of gather k - prefetch, and
+    // after that of gather k - prefetch - 1.
+    for (size_t k = 0; k < forward.size(); ++k) {
+      const size_t ahead = static_cast<size_t>(prefetch);
+      const size_t at = k >= ahead ? k - ahead : 0;
+      EXPECT_LT(forward[k], reader.at(forward[at]));
+      if (k >= ahead + 1) {
+        EXPECT_GT(forward[k], reader.at(forward[k - ahead - 1]));
+      }
+    }
+  }
+}
+
+TEST(ZeroShard, GatheredCopiesAreTransientAndFullGradientsToo) {
+  const traces::Trace t = Build(Llama(3, 8));
+  for (const traces::Tensor& x : t.tensors) {
+    if (x.name.ends_with(".gathered") || x.name.ends_with(".gathered_bwd")) {
+      EXPECT_EQ(x.kind, traces::TensorKind::kWorkspace) << x.name;
+      EXPECT_FALSE(traces::IsPersistent(t, x)) << x.name;
+      ASSERT_FALSE(x.consumers.empty()) << x.name;
+    }
+    if (x.kind == traces::TensorKind::kGradient && x.name.ends_with(".grad")) {
+      EXPECT_FALSE(traces::IsPersistent(t, x)) << x.name << " is read by its reduce-scatter only";
+    }
+  }
+}
+
+TEST(ZeroShard, RefusesWhatTheLayoutRefuses) {
+  ModelConfig c = Llama(0, 8);
+  c.zero_stage = 4;
+  Status s = ValidateConfig(c, "m.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("m.json: zero_stage: expected 0, 1, 2 or 3"), std::string::npos)
+      << s.ToString();
+  c.zero_stage = 3;
+  c.dp_shard = 3;
+  s = ValidateConfig(c, "m.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("m.json: dp_shard: 3 does not divide dp 8"), std::string::npos)
+      << s.ToString();
+  c.dp_shard = 0;
+  c.zero_prefetch = -1;
+  s = ValidateConfig(c, "m.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("m.json: zero_prefetch:"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace ssdtrain::models
