@@ -13,6 +13,7 @@ models::ConfigOverrides OverridesOf(const sim::TraceShape& s) {
   ov.pp = s.pp;
   ov.dp = s.dp;
   ov.zero_stage = s.zero_stage;
+  if (s.dp_shard != 0) ov.dp_shard = s.dp_shard;
   if (s.ep != 1) ov.ep = s.ep;
   return ov;
 }

@@ -46,8 +46,8 @@ std::string OverriddenConfigNote(const ConfigLayout& config, const traces::Plan&
                              pins.micro_batch.has_value()},
                             {"tp", config.tp, plan.tp, "--tp", pins.tp.has_value()},
                             {"pp", config.pp, plan.pp, "--pp", pins.pp.has_value()}};
-  // dp sizes the optimizer state only where the config shards it (zero_stage 1).
-  if (config.zero_stage == 1) {
+  // dp sizes the sharded state only where the config shards it (zero_stage 1 to 3).
+  if (config.zero_stage >= 1) {
     fields.push_back({"dp", config.dp, plan.dp, "--dp", pins.dp.has_value()});
     fields.push_back({"zero_stage", config.zero_stage, plan.zero_stage, "--zero-stage",
                       pins.zero_stage.has_value()});

@@ -65,6 +65,7 @@ int RunPlan(PlanCmdOptions o) {
   if (o.dp > 0) po.dp = o.dp;
   if (o.num_micro_batches > 0) po.num_micro_batches = o.num_micro_batches;
   if (o.zero_stage >= 0) po.zero_stage = o.zero_stage;
+  if (o.dp_shard > 0) po.dp_shard = o.dp_shard;
   if (o.ep != 0) po.ep = o.ep;  // CheckPins refuses a negative one, naming --ep
   po.experts = in.experts;
   if (!o.schedule.empty()) {
@@ -115,7 +116,7 @@ int RunPlan(PlanCmdOptions o) {
         "lowest-memory plan found ({}, micro-batch {}, tp {}, pp {}{}) needs {:.3f} GiB per GPU "
         "on stage {}, which holds {}{} at once, {:.3f} GiB more than the {:.3f} GiB budget\n",
         in.name, o.gpus, hw->name, r->plan.policy, r->plan.micro_batch, r->plan.tp, r->plan.pp,
-        r->plan.zero_stage == 1 ? ", ZeRO-1" : "",
+        r->plan.zero_stage != 0 ? "," + ZeroText(r->plan) : "",
         static_cast<double>(r->prediction.metrics.peak_gpu_bytes) / kGiB, worst.stage,
         InFlightText(worst.in_flight, r->prediction.virtual_stages),
         r->prediction.virtual_stages > 1 ? "" : " micro-batch(es)",
@@ -149,7 +150,7 @@ int RunPlan(PlanCmdOptions o) {
       "{:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} "
       "GiB), SSD writes {:.2f} GiB/step\n",
       in.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp, plan.pp, plan.dp,
-      in.experts > 0 ? fmt::format(" ep {}", plan.ep) : "", plan.zero_stage == 1 ? " ZeRO-1" : "",
+      in.experts > 0 ? fmt::format(" ep {}", plan.ep) : "", ZeroText(plan),
       plan.ddp == "local" ? " local DDP" : "", plan.num_micro_batches,
       ScheduleText(plan, in.layers), static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s,
       m.tflops_per_gpu, static_cast<double>(m.peak_gpu_bytes) / kGiB,
@@ -171,7 +172,14 @@ int RunPlan(PlanCmdOptions o) {
   // One rank per GPU of the layout (exec/step_sync.h: tp fastest, then dp, then pp).
   const int64_t n_ranks = std::max<int64_t>(plan.tp, 1) * plan.pp * plan.dp;
   const std::string ranks = n_ranks > 1 ? fmt::format("mpirun -np {} ", n_ranks) : "";
-  if (!o.model.empty()) {
+  if (plan.zero_stage >= 2 && traces::PlanLayout(plan).GradientShards() > 1) {
+    // The replay refuses it (app/replay_cmd.cc, CheckRanks): say so here.
+    std::cout << fmt::format(
+        "replay this plan: not yet: the replay does not run ZeRO-{}'s gathers and "
+        "reduce-scatters between ranks (issue 44); pin --zero-stage 0 or 1 for a plan to "
+        "replay\n",
+        plan.zero_stage);
+  } else if (!o.model.empty()) {
     // Each rank builds its own shard's trace from the model config.
     std::cout << fmt::format(
         "replay this plan: {}{} replay --model {} --plan {} --dir OFFLOAD_DIR -o "
@@ -252,10 +260,16 @@ Verb AddPlanCommand(CLI::App& app) {
                   "dp), else 2 x pp)")
       ->check(IntAtLeast(1));
   cmd->add_option("--zero-stage", o->zero_stage,
-                  "fix Megatron's distributed optimizer: 1 shards the optimizer state over dp "
-                  "(ZeRO-1), 0 does not (default: weigh both at every dp > 1; with --trace, 0: "
-                  "how the trace was built)")
-      ->check(IntBetween(0, 1));
+                  "fix the ZeRO stage: 1 shards the optimizer state over dp (Megatron's "
+                  "distributed optimizer), 2 the gradients too, 3 the weights too (FSDP), 0 "
+                  "nothing (default: weigh each at every dp > 1; with --trace, how the trace was "
+                  "built)")
+      ->check(IntBetween(0, 3));
+  cmd->add_option("--dp-shard", o->dp_shard,
+                  "HSDP: shard inside groups of this many dp ranks and replicate across dp / "
+                  "dp-shard (torchtitan's data_parallel_shard_degree; default: one group over "
+                  "all of dp)")
+      ->check(IntAtLeast(1));
   cmd->add_option("--ep", o->ep,
                   "fix the expert-parallel degree of a MoE model: each rank holds experts / ep "
                   "experts per layer; ep must divide the experts and dp (default: search the "

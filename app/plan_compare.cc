@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "app/plan_budget.h"
+#include "app/plan_schedule.h"
 #include "sim/fit.h"
 #include "traces/io.h"
 
@@ -27,8 +28,7 @@ bool WritesSsd(const ComparedPolicy& r) { return Metrics(r).ssd_bytes_written > 
 
 std::string LayoutText(const traces::Plan& p) {
   return fmt::format("micro-batch {}, tp {}, pp {}, dp {}{}{}", p.micro_batch, p.tp, p.pp, p.dp,
-                     p.ep > 1 ? fmt::format(" ep {}", p.ep) : "",
-                     p.zero_stage == 1 ? " ZeRO-1" : "");
+                     p.ep > 1 ? fmt::format(" ep {}", p.ep) : "", ZeroText(p));
 }
 
 // Keep's activation peak at `plan`'s layout: the planner's search pinned to it.
@@ -41,6 +41,7 @@ Result<int64_t> KeepActivationAt(const sim::TraceProvider& provider, const sim::
   o.dp = plan.dp;
   o.num_micro_batches = plan.num_micro_batches;
   o.zero_stage = plan.zero_stage;
+  if (plan.dp_shard != 0) o.dp_shard = plan.dp_shard;
   o.ep = plan.ep;
   // The schedule too: keep's search would otherwise take the fastest one at
   // this layout, and an interleaved keep holds more than a 1F1B plan does (a
@@ -107,7 +108,10 @@ std::string HowItWins(const traces::Plan& with, const traces::Plan& without) {
   if (with.tp < without.tp) {
     parts.push_back(fmt::format("fitting tp {} (against {})", with.tp, without.tp));
   }
-  if (with.zero_stage < without.zero_stage) parts.emplace_back("fitting without ZeRO-1");
+  if (with.zero_stage < without.zero_stage) {
+    parts.push_back(
+        fmt::format("fitting at ZeRO-{} (against ZeRO-{})", with.zero_stage, without.zero_stage));
+  }
   if (parts.empty()) {
     if (without.policy.rfind("recompute", 0) == 0) {
       return fmt::format("writing to the SSD what {} recomputes", without.policy);
@@ -227,7 +231,8 @@ Result<PolicyComparison> ComparePolicies(const sim::TraceProvider& provider,
   options.record_timeline = false;  // CompareAndChoose records the chosen plan's
   const std::vector<std::string> policies = ComparedPolicies(options.allow_host_offload);
   // Keep's activation peak per layout, so that rows at one layout share one search.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, std::string, int64_t>,
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, std::string,
+                      int64_t>,
            int64_t>
       keep_at;
   for (size_t i = 0; i < policies.size(); ++i) {
@@ -238,8 +243,9 @@ Result<PolicyComparison> ComparePolicies(const sim::TraceProvider& provider,
     ComparedPolicy row{policies[i], std::move(*r)};
     if (Simulated(row)) {
       const traces::Plan& p = row.result.plan;
-      const auto key = std::tuple{p.micro_batch, p.tp, p.pp,       p.dp,
-                                  p.zero_stage,  p.ep, p.schedule, p.virtual_stages};
+      const auto key =
+          std::tuple{p.micro_batch,   p.tp, p.pp, p.dp, p.zero_stage, p.dp_shard, p.ep, p.schedule,
+                     p.virtual_stages};
       auto it = keep_at.find(key);
       if (it == keep_at.end()) {
         int64_t keep = Metrics(row).peak_activation_bytes;
@@ -298,7 +304,7 @@ std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOption
     out += fmt::format(
         "{:<20} {:>11} {:>14} {:>9.1f} {:>9.0f} {:>7.3g} {:>17} {:>15} {:>15}  {}\n", r.policy,
         fmt::format("{}/{}/{}{}{}", p.tp, p.pp, p.dp, p.ep > 1 ? fmt::format("e{}", p.ep) : "",
-                    p.zero_stage == 1 ? "+Z1" : ""),
+                    ZeroText(p, /*compact=*/true)),
         fmt::format("{} x {} x {}", p.micro_batch, p.num_micro_batches, p.dp),
         static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s, m.tflops_per_gpu,
         fmt::format("{:.2f} ({})", GiB(m.peak_gpu_bytes), worst.stage),
@@ -308,8 +314,8 @@ std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOption
         FitsText(r));
   }
   out +=
-      "(expert parallelism marked e<ep>, ZeRO-1 +Z1; saved: activation peak against keep's at the "
-      "same layout; SSD "
+      "(expert parallelism marked e<ep>, ZeRO stage n +Zn, HSDP shard groups of k +Znhk; saved: "
+      "activation peak against keep's at the same layout; SSD "
       "need: the write rate that hides this plan's writes behind forward compute, in GB/s = 1e9 "
       "B/s as drives are rated)\n";
   return out;
@@ -353,6 +359,7 @@ nlohmann::json ComparisonJson(const PolicyComparison& c, const sim::HardwareOpti
                   {"pp", p.pp},
                   {"dp", p.dp},
                   {"zero_stage", p.zero_stage},
+                  {"dp_shard", p.dp_shard},
                   {"num_micro_batches", p.num_micro_batches},
                   {"step_time_ns", m.step_time_ns},
                   {"tokens_per_s", m.tokens_per_s},

@@ -51,7 +51,7 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
   if (o.gpus == 0) o.gpus = replica * std::max<int64_t>(o.dp, 1);
   // The trace's optimizer state is as it was built: --zero-stage says how
   // (ssdtrain trace --dp --zero-stage); the search cannot rebuild it.
-  if (o.zero_stage < 0) o.zero_stage = 0;
+  if (o.zero_stage < 0) o.zero_stage = h.zero_stage;
   o.seq_len = h.seq_len;
   o.micro_batch = h.micro_batch;
   o.tp = h.tp;
@@ -80,8 +80,8 @@ sim::TraceProvider OneStageProvider(std::shared_ptr<const traces::Trace> trace,
 
 // Stage `stage`'s trace at the plan's layout.
 sim::TraceShape ShapeOf(const traces::Plan& plan, int64_t stage) {
-  return sim::TraceShape{plan.micro_batch, plan.tp,         plan.pp, stage,
-                         plan.dp,          plan.zero_stage, plan.ep};
+  return sim::TraceShape{plan.micro_batch, plan.tp,      plan.pp,      stage,
+                         plan.dp,          plan.zero_stage, plan.ep, plan.dp_shard};
 }
 
 }  // namespace
@@ -134,6 +134,7 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
                     SelfCommand(), model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
     if (plan.zero_stage != 0) {
       command += fmt::format(" --dp {} --zero-stage {}", plan.dp, plan.zero_stage);
+      if (plan.dp_shard != 0) command += fmt::format(" --dp-shard {}", plan.dp_shard);
     } else if (plan.ep != 1) {
       command += fmt::format(" --dp {} --ep {}", plan.dp, plan.ep);
     }

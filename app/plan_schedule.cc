@@ -6,6 +6,18 @@
 
 namespace ssdtrain::app {
 
+std::string ZeroText(const traces::Plan& plan, bool compact) {
+  if (plan.zero_stage == 0) return "";
+  const traces::Layout l = traces::PlanLayout(plan);
+  if (compact) {
+    return fmt::format("+Z{}{}", plan.zero_stage,
+                       plan.dp_shard != 0 ? fmt::format("h{}", l.DpShard()) : "");
+  }
+  return fmt::format(
+      " ZeRO-{}{}", plan.zero_stage,
+      plan.dp_shard != 0 ? fmt::format(" HSDP {}x{}", l.Replicas(), l.DpShard()) : "");
+}
+
 std::string ScheduleText(const traces::Plan& plan, int64_t layers) {
   if (plan.schedule != "interleaved") return "";
   std::string text = fmt::format(", interleaved v={}", plan.virtual_stages);

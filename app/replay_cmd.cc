@@ -74,6 +74,7 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
     // The optimizer state is sharded as the plan's trace was (zero_stage 1: over dp).
     layout.dp = plan->dp;
     layout.zero_stage = plan->zero_stage;
+    if (plan->dp_shard != 0) layout.dp_shard = plan->dp_shard;
     if (plan->ep != 1) layout.ep = plan->ep;
     if (plan->seq_len > 0) layout.seq_len = plan->seq_len;
     SSDTRAIN_ASSIGN_OR_RETURN(config, models::ApplyOverrides(config, layout, f.model));
@@ -86,6 +87,13 @@ traces::Layout LayoutOfPlan(const traces::Plan& plan) { return traces::PlanLayou
 // N ranks run a plan of tp × pp × dp = N.
 Status CheckRanks(const traces::Plan& plan, const std::string& source, const RankSync& ranks) {
   const traces::Layout l = LayoutOfPlan(plan);
+  if (plan.zero_stage >= 2 && l.GradientShards() > 1) {
+    return Status::FailedPrecondition(fmt::format(
+        "{}: zero_stage {} over a shard group of {} ranks: the replay does not yet run ZeRO-2/3's "
+        "gathers and reduce-scatters between ranks (issue 44); plan with --zero-stage 0 or 1 to "
+        "replay on ranks, or replay a ZeRO-{} plan of dp 1 in one process",
+        source, plan.zero_stage, l.GradientShards(), plan.zero_stage));
+  }
   if (l.world() == ranks.size()) return Status::Ok();
   return Status::InvalidArgument(fmt::format(
       "{}: tp × pp × dp = {} × {} × {} = {}, but mpirun started {} ranks; start mpirun -np {}",

@@ -170,9 +170,15 @@ Verb AddTraceCommand(CLI::App& app) {
       "(overrides the config)");
   cmd->add_option_function<int64_t>(
          "--zero-stage", [o](int64_t v) { o->overrides.zero_stage = v; },
-         "0, or 1: the optimizer state sharded over --dp (Megatron's distributed optimizer; "
-         "overrides the config)")
-      ->check(IntBetween(0, 1));
+         "The ZeRO stage: 1 the optimizer state sharded over --dp (Megatron's distributed "
+         "optimizer), 2 the gradients too, 3 the weights too, gathered layer by layer (FSDP); "
+         "overrides the config")
+      ->check(IntBetween(0, 3));
+  cmd->add_option_function<int64_t>(
+         "--dp-shard", [o](int64_t v) { o->overrides.dp_shard = v; },
+         "HSDP: shard over groups of this many --dp ranks, replicated across the others "
+         "(overrides the config)")
+      ->check(IntAtLeast(1));
   cmd->add_option_function<std::string>(
          "--attention", [o](const std::string& v) { o->overrides.attention = v; },
          "standard or flash")

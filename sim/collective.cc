@@ -29,7 +29,7 @@ CollectiveKind GradientCollective(int64_t zero_stage) {
 
 int64_t ParamAllGatherNs(int64_t zero_stage, int64_t param_bytes,
                          const traces::GroupPlacement& group, const InterconnectOptions& ic) {
-  if (zero_stage != 1) return 0;
+  if (zero_stage != 1 && zero_stage != 2) return 0;
   return GroupCollectiveNs(CollectiveKind::kAllGather, param_bytes, group, ic);
 }
 

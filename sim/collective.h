@@ -46,11 +46,16 @@ int64_t SendNs(int64_t bytes, double GBps, double latency_us);
 // reduce-scattered in the same buckets, each rank updates its 1/n of the
 // parameters, and the updated parameters are all-gathered after the optimizer:
 // the same bytes on the link as an all-reduce, half of them after the step's
-// compute (megatron/core/distributed/param_and_grad_buffer.py).
+// compute (megatron/core/distributed/param_and_grad_buffer.py). 2 and 3: the
+// trace reduce-scatters each layer's gradients over the shard group itself
+// (models/detail/zero_shard.cc); what is left is HSDP's all-reduce of the
+// shards over the replica group, in buckets, and at 2 the parameters'
+// all-gather after the optimizer (3 gathers them layer by layer in the next
+// step's trace instead).
 CollectiveKind GradientCollective(int64_t zero_stage);
-// ZeRO-1's all-gather of `param_bytes` (the stage's parameters in their dtype,
-// the gathered size) over the group placed as `group` after the optimizer
-// (sim/topology.h prices it); 0 with zero_stage 0.
+// The all-gather of `param_bytes` (the stage's parameters in their dtype, the
+// gathered size) over the group placed as `group` after the optimizer at
+// ZeRO 1 and 2 (sim/topology.h prices it); 0 at 0 and 3.
 int64_t ParamAllGatherNs(int64_t zero_stage, int64_t param_bytes,
                          const traces::GroupPlacement& group, const InterconnectOptions& ic);
 

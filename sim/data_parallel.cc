@@ -14,7 +14,7 @@ namespace {
 // start of its simulated micro-batch's backward: the end of the op after
 // which it is complete, within that backward.
 std::vector<BucketReady> BucketsReady(const traces::BucketTable& table, const StageResult& r,
-                                      const LayoutLinks& links) {
+                                      const LayoutLinks& links, int64_t zero_stage) {
   const int64_t backward_ns =
       std::max<int64_t>(0, r.compute_end_ns - r.backward_start_ns - r.optimizer_ns);
   std::vector<BucketReady> out;
@@ -27,7 +27,8 @@ std::vector<BucketReady> BucketsReady(const traces::BucketTable& table, const St
           backward_ns);
     }
     const bool experts = b.group == traces::BucketGroup::kExpertDataParallel;
-    out.push_back(BucketReady{ready, b.bytes, experts ? links.expert_gradients : links.gradients});
+    out.push_back(BucketReady{ready, b.bytes,
+                              experts ? links.expert_gradients : GradientGroup(zero_stage, links)});
   }
   return out;
 }
@@ -69,7 +70,7 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
     if (it == ready_of.end()) {
       it = ready_of
                .emplace(std::pair{run.result, placement_key},
-                        BucketsReady(table->second, *run.result, links))
+                        BucketsReady(table->second, *run.result, links, zero_stage))
                .first;
     }
     const int64_t begin = pipe.last_backward_start_ns[s];
@@ -93,7 +94,8 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
       params = param_bytes.emplace(run.trace, ParameterBytes(*run.trace)).first;
     }
     const int64_t gather =
-        ParamAllGatherNs(zero_stage, params->second, links.gradients, hw.interconnect);
+        ParamAllGatherNs(zero_stage, params->second,
+                         zero_stage >= 2 ? links.shard : links.gradients, hw.interconnect);
     out.stage_all_gather_ns.push_back(gather);
     out.param_all_gather_ns = std::max(out.param_all_gather_ns, gather);
   }

@@ -42,7 +42,7 @@ struct DataParallelStep {
   // When the last stage's last bucket has ended, never before the pipeline.
   int64_t gradients_done_ns = 0;
   int64_t busy_ns = 0;  // the busiest stage's buckets, end minus start summed
-  // ZeRO-1: the longest stage's parameter all-gather after the optimizer; else 0.
+  // ZeRO-1 and 2: the longest stage's parameter all-gather after the optimizer; else 0.
   int64_t param_all_gather_ns = 0;
   std::vector<int64_t> stage_all_gather_ns;  // per stage
 };
@@ -55,7 +55,7 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
                                       traces::DdpImpl ddp, const HardwareOptions& hw);
 
 // The bytes of the trace's parameters (weights, each storage once): what
-// ZeRO-1 all-gathers after the optimizer.
+// ZeRO-1 and 2 all-gather after the optimizer.
 int64_t ParameterBytes(const traces::Trace& trace);
 
 }  // namespace ssdtrain::sim

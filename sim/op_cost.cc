@@ -48,14 +48,25 @@ double GemmShapeEfficiency(const traces::GemmDims& dims, int sm_count) {
                   TileShare(dims, sm_count, kGemmTileCols, kGemmTileRows));
 }
 
+OpCostModel::OpCostModel(const HardwareOptions& hw, const traces::Header& header,
+                         bool use_trace_measurements)
+    : OpCostModel(hw, std::max<int64_t>(1, header.tp), header.dtype, use_trace_measurements,
+                  std::max<int64_t>(1, header.ep), std::max<int64_t>(1, header.zero_shards)) {}
+
 OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
-                         bool use_trace_measurements, int64_t ep)
+                         bool use_trace_measurements, int64_t ep, int64_t zero_shards)
     : hw_(hw), use_trace_measurements_(use_trace_measurements) {
   traces::Layout groups;
   groups.tp = std::max<int64_t>(1, tp);
   groups.ep = groups.dp = std::max<int64_t>(1, ep);
   tp_group_ = traces::PlaceGroup(groups.TpGroup(0), DomainGpus(hw));
   ep_group_ = traces::PlaceGroup(groups.EpGroup(0), DomainGpus(hw));
+  // The shard group: dp ranks strided by tp (its cp ranks among them).
+  traces::Layout shard;
+  shard.tp = groups.tp;
+  shard.dp = std::max<int64_t>(1, zero_shards);
+  shard.zero_stage = 3;
+  shard_group_ = traces::PlaceGroup(shard.ShardGroup(0), DomainGpus(hw));
   double tflops = hw.gpu.peak_tflops_fp16;
   if (dtype == "bf16") tflops = hw.gpu.peak_tflops_bf16;
   if (dtype == "fp32") tflops = hw.gpu.peak_tflops_fp32;
@@ -82,8 +93,11 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
       return 0;
     case OpKind::kCollective: {
       const CollectiveKind kind = ClassifyCollective(op);
-      const bool all_to_all = kind == CollectiveKind::kAllToAll;
-      const traces::GroupPlacement& group = all_to_all ? ep_group_ : tp_group_;
+      const traces::CollectiveGroup over = traces::GroupOfCollective(op);
+      const traces::GroupPlacement& group = over == traces::CollectiveGroup::kExpertParallel
+                                                ? ep_group_
+                                            : over == traces::CollectiveGroup::kShard ? shard_group_
+                                                                                      : tp_group_;
       if (group.ranks <= 1) return 0;
       return GroupCollectiveNs(kind, CollectivePayloadBytes(op), group, hw_.interconnect) +
              overhead;

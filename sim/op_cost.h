@@ -35,8 +35,13 @@ class OpCostModel {
   // `tp` is the tensor-parallel degree collectives run over, `ep` the
   // expert-parallel degree of the all-to-all; `dtype` the trace's compute
   // dtype ("fp16", "bf16", "fp32").
+  // `zero_shards` the ranks of ZeRO's shard group (traces/collective_kind.h,
+  // CollectiveGroup::kShard).
   OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
-              bool use_trace_measurements = true, int64_t ep = 1);
+              bool use_trace_measurements = true, int64_t ep = 1, int64_t zero_shards = 1);
+  // The groups and dtype of `header` (tp, ep, zero_shards).
+  OpCostModel(const HardwareOptions& hw, const traces::Header& header,
+              bool use_trace_measurements = true);
 
   // A measured time (the trace's measured_ns, or the hardware's measured op
   // table) plus the per-op overhead, else the roofline estimate.
@@ -51,7 +56,7 @@ class OpCostModel {
   const HardwareOptions& hw_;
   // Where the tp group (ranks 0 .. tp − 1) and the ep group (strided by tp)
   // sit under the rank order (traces/layout.h).
-  traces::GroupPlacement tp_group_, ep_group_;
+  traces::GroupPlacement tp_group_, ep_group_, shard_group_;
   double peak_flops_;  // FLOP/s at the configured clock
   bool use_trace_measurements_;
   std::map<GemmKey, int64_t> gemm_times_;

@@ -215,8 +215,7 @@ Result<OptimalResult> MakeOptimalPlan(const traces::Trace& trace, const Hardware
   const std::vector<TensorId> candidates =
       traces::OffloadCandidates(trace, options.min_offload_bytes);
   std::vector<TensorId> all_movable = candidates;
-  OpCostModel cost(hw, std::max<int64_t>(1, trace.header.tp), trace.header.dtype, true,
-                   trace.header.ep);
+  OpCostModel cost(hw, trace.header);
   constexpr int kRounds = 3;
   for (int round = 0; round < kRounds; ++round) {
     bool any = false;

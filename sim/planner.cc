@@ -106,6 +106,7 @@ class Search {
     base.pp = l.pp;
     base.dp = l.dp;
     base.zero_stage = l.zero_stage;
+    base.dp_shard = l.dp_shard;
     base.ddp = ddp_;
     base.ep = l.ep;
     base.num_micro_batches = l.m;
@@ -211,7 +212,9 @@ PlannerResult ResultOf(Best best, int64_t budget) {
 std::string Progress(const Layout& l, const std::optional<Best>& best_fit) {
   std::string line = "plan: simulated mb=" + std::to_string(l.micro_batch) +
                      " tp=" + std::to_string(l.tp) + " pp=" + std::to_string(l.pp) +
-                     " dp=" + std::to_string(l.dp) + (l.zero_stage == 1 ? " zero=1" : "") +
+                     " dp=" + std::to_string(l.dp) +
+                     (l.zero_stage != 0 ? " zero=" + std::to_string(l.zero_stage) : "") +
+                     (l.dp_shard != 0 ? " dp_shard=" + std::to_string(l.dp_shard) : "") +
                      (l.ep > 1 ? " ep=" + std::to_string(l.ep) : std::string()) +
                      (l.schedule == traces::Schedule::kInterleaved
                           ? " interleaved v=" + std::to_string(l.virtual_stages)

@@ -50,17 +50,20 @@
 namespace ssdtrain::sim {
 
 // The trace the planner asks for: one pipeline stage of one data-parallel
-// replica at a layout. dp and zero_stage size the optimizer state: with
-// zero_stage 1 each rank holds 1/dp of it (Megatron's distributed optimizer);
-// with 0, dp changes nothing in the trace.
+// replica at a layout. dp, zero_stage and dp_shard say what is sharded over
+// the shard group (traces/layout.h): at 1 the optimizer state (Megatron's
+// distributed optimizer), at 2 the gradients too, at 3 the weights too, with
+// the trace's gathers and reduce-scatters; with 0, dp changes nothing in the
+// trace.
 struct TraceShape {
   int64_t micro_batch = 1;
   int64_t tp = 1;
   int64_t pp = 1;
   int64_t stage = 0;
   int64_t dp = 1;
-  int64_t zero_stage = 0;  // 0, or 1: optimizer state sharded over dp
+  int64_t zero_stage = 0;  // 0 to 3
   int64_t ep = 1;          // expert parallelism: E/ep experts per MoE layer here
+  int64_t dp_shard = 0;    // HSDP: the shard group's dp ranks; 0: dp
   auto operator<=>(const TraceShape&) const = default;
 };
 
@@ -82,11 +85,14 @@ struct PlannerOptions {
   std::optional<int64_t> pp;
   std::optional<int64_t> dp;
   std::optional<int64_t> num_micro_batches;  // else global_batch / (micro_batch · dp), or 2·pp
-  // Megatron's distributed optimizer (ZeRO stage 1; `ssdtrain plan
-  // --zero-stage`): 0 or 1 pins it; unset, every layout with dp > 1 is tried
-  // with both (the sharded state fits where the whole one may not; its
-  // parameter all-gather costs time) and dp = 1 with 0.
+  // The ZeRO stage (`ssdtrain plan --zero-stage`; traces/layout.h): 0 to 3
+  // pins it; unset, every layout with dp > 1 is tried with each (the sharded
+  // state fits where the whole one may not; its gathers and reduce-scatters
+  // cost time where compute does not hide them) and dp = 1 with 0.
   std::optional<int64_t> zero_stage;
+  // HSDP (`--dp-shard`): the shard group's dp ranks, a divisor of dp; unset,
+  // the whole of dp (one shard group).
+  std::optional<int64_t> dp_shard;
   // When the data-parallel gradients are exchanged (`--ddp`, the plan's ddp:
   // traces::DdpImpl), "overlapped" or "local": a property of the training
   // framework, not of the layout, so every layout gets it and none is

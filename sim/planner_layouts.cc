@@ -28,10 +28,10 @@ std::string Flag(const char* name, int64_t v) {
 }
 
 // The ZeRO stages a layout of `dp` replicas is tried with: the pin, else 0
-// and (dp > 1, where sharding changes anything) 1.
+// and (dp > 1, where sharding changes anything) 1, 2 and 3.
 std::vector<int64_t> ZeroStages(const PlannerOptions& o, int64_t dp) {
   if (o.zero_stage) return {*o.zero_stage};
-  if (dp > 1) return {0, 1};
+  if (dp > 1) return {0, 1, 2, 3};
   return {0};
 }
 
@@ -106,10 +106,10 @@ Status CheckExpertPins(const PlannerOptions& o) {
   if (o.gpus % *o.ep != 0) {
     return Status::InvalidArgument(ep + ": does not divide " + Flag("--gpus", o.gpus));
   }
-  if (o.zero_stage && *o.zero_stage == 1) {
-    return Status::InvalidArgument(ep +
-                                   " with --zero-stage 1: not modelled (Megatron-Core "
-                                   "shards the experts' optimizer state over dp / ep)");
+  if (o.zero_stage && *o.zero_stage >= 1) {
+    return Status::InvalidArgument(ep + " with " + Flag("--zero-stage", *o.zero_stage) +
+                                   ": not modelled (Megatron-Core "
+                                   "shards the experts' state over dp / ep)");
   }
   return Status::Ok();
 }
@@ -130,6 +130,7 @@ std::string PinsText(const PlannerOptions& o) {
   add("--micro-batch", o.micro_batch);
   add("--num-micro-batches", o.num_micro_batches);
   add("--zero-stage", o.zero_stage);
+  add("--dp-shard", o.dp_shard);
   add("--ep", o.ep);
   if (o.global_batch > 0) add("--global-batch", o.global_batch);
   if (o.schedule) pins.append(" --schedule ").append(*o.schedule);
@@ -151,9 +152,19 @@ Status CheckPins(const PlannerOptions& o) {
   SSDTRAIN_RETURN_IF_ERROR(positive("--num-micro-batches", o.num_micro_batches));
   SSDTRAIN_RETURN_IF_ERROR(positive("--ep", o.ep));
   SSDTRAIN_RETURN_IF_ERROR(CheckExpertPins(o));
-  if (o.zero_stage && *o.zero_stage != 0 && *o.zero_stage != 1) {
+  SSDTRAIN_RETURN_IF_ERROR(positive("--dp-shard", o.dp_shard));
+  if (o.zero_stage && (*o.zero_stage < 0 || *o.zero_stage > 3)) {
     return Status::InvalidArgument(Flag("--zero-stage", *o.zero_stage) +
-                                   ": expected 0 or 1 (1: the optimizer state sharded over dp)");
+                                   ": expected 0, 1, 2 or 3 (1: the optimizer state sharded over "
+                                   "dp; 2: the gradients too; 3: the weights too)");
+  }
+  if (o.dp_shard && o.zero_stage && *o.zero_stage == 0) {
+    return Status::InvalidArgument(Flag("--dp-shard", *o.dp_shard) +
+                                   ": needs --zero-stage 1, 2 or 3 (at 0 nothing is sharded)");
+  }
+  if (o.dp_shard && o.dp && *o.dp % *o.dp_shard != 0) {
+    return Status::InvalidArgument(Flag("--dp-shard", *o.dp_shard) + ": does not divide " +
+                                   Flag("--dp", *o.dp));
   }
   if (Result<traces::DdpImpl> d = traces::ParseDdpImpl(o.ddp, "--ddp"); !d.ok()) return d.status();
   if (o.schedule) {
@@ -259,9 +270,11 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
         }
         for (int64_t ep : ExpertDegrees(o, dp)) {
           for (int64_t zero : ZeroStages(o, dp)) {
-            if (ep > 1 && zero == 1) continue;  // not modelled (CheckExpertPins)
+            if (ep > 1 && zero >= 1) continue;  // not modelled (CheckExpertPins)
+            if (o.dp_shard && (dp % *o.dp_shard != 0 || zero == 0)) continue;
             Layout l{mb, tp, pp, dp, m, zero};
             l.ep = ep;
+            l.dp_shard = o.dp_shard.value_or(0);
             AddSchedules(o, l, layouts);
           }
         }
@@ -278,10 +291,11 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
   int64_t min_static = INT64_MAX;
   for (Layout& l : layouts) {
     SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache.Get(l.Shape(0)));
-    OpCostModel cost(hw, l.tp, t->header.dtype, true, l.ep);
+    OpCostModel cost(hw, t->header);
     int64_t compute = 0, backward = 0, static_bytes = 0, grads = 0, expert_grads = 0;
     for (const traces::Op& op : t->ops) {
-      if (op.phase == traces::Phase::kOptimizer) continue;
+      // ZeRO's collectives run beside compute (a bound may leave them out).
+      if (op.phase == traces::Phase::kOptimizer || op.stream != 0) continue;
       const int64_t ns = cost.OpTimeNs(op);
       compute += ns;
       if (op.phase == traces::Phase::kBackward) backward += ns;
@@ -308,12 +322,13 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
     const LayoutLinks links = PlaceLayout(l.Ranks(), hw);
     const CollectiveKind kind = GradientCollective(l.zero_stage);
     const int64_t exchange =
-        GroupCollectiveNs(kind, grads, links.gradients, hw.interconnect) +
+        GroupCollectiveNs(kind, grads, GradientGroup(l.zero_stage, links), hw.interconnect) +
         (expert_grads == 0
              ? 0
              : GroupCollectiveNs(kind, expert_grads, links.expert_gradients, hw.interconnect));
     const int64_t gather =
-        ParamAllGatherNs(l.zero_stage, ParameterBytes(*t), links.gradients, hw.interconnect);
+        ParamAllGatherNs(l.zero_stage, ParameterBytes(*t),
+                         l.zero_stage >= 2 ? links.shard : links.gradients, hw.interconnect);
     // Interleaved: (m·v + pp − 1) chunks of compute / v each (sim/pipeline.h).
     const int64_t v = l.virtual_stages;
     const int64_t hidden = traces::BucketsWaitForBackward(ddp) ? 0 : backward;

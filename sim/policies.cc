@@ -66,8 +66,7 @@ int AdaptiveFirstKeptLayer(const traces::Trace& trace, const HardwareOptions& hw
   double write_GBps = std::min(array.write_GBps, hw.host_link.d2h_GBps);
   if (!hw.storage.gds) write_GBps = std::min(write_GBps, hw.host_memory.bandwidth_GBps / 2);
   const double write_Bps = write_GBps * 1e9;
-  OpCostModel cost(hw, std::max<int64_t>(1, trace.header.tp), trace.header.dtype, true,
-                   trace.header.ep);
+  OpCostModel cost(hw, trace.header);
   // Each layer's forward start (the forward time before its first op) and the
   // whole forward pass's time, in op order.
   std::map<int, double> layer_start, layer_bytes;

@@ -69,7 +69,9 @@ traces::Timeline PipelineTimeline(const PipelineResult& pipe, const DataParallel
       span.start_ns = b.start_ns;
       span.end_ns = b.end_ns;
       span.stage = static_cast<int>(s);
-      span.name = zero_stage == 1 ? "data-parallel reduce-scatter" : "data-parallel all-reduce";
+      span.name = zero_stage == 1   ? "data-parallel reduce-scatter"
+                  : zero_stage >= 2 ? "replica all-reduce (HSDP)"
+                                    : "data-parallel all-reduce";
       span.bytes = b.bytes;
       end = std::max(end, b.end_ns);
       tl.spans.push_back(std::move(span));

@@ -101,7 +101,7 @@ struct Prediction {
   int64_t allreduce_busy_ns = 0;
   std::string ddp = "overlapped";  // the plan's (traces::DdpImpl): when the buckets may start
   int64_t optimizer_ns = 0;
-  int64_t param_all_gather_ns = 0;  // ZeRO-1: after the optimizer, the longest stage's
+  int64_t param_all_gather_ns = 0;  // ZeRO-1, 2: after the optimizer, the longest stage's
   double bubble_fraction = 0;
   int64_t virtual_stages = 1;  // interleaved: model chunks per stage
   int64_t pipeline_sends = 0;  // point-to-point sends per step (sim/pipeline.h)

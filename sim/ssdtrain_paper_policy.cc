@@ -186,8 +186,7 @@ OpId PaperAdaptiveKeepFrom(const traces::Trace& trace, const HardwareOptions& hw
   // Profiled times: the cost model's forward op times (FlashTrain profiles
   // iterations 2..3 with CUDA events; historical_time per tracked scope,
   // historical_compute_time for the whole forward).
-  OpCostModel cost(hw, std::max<int64_t>(1, trace.header.tp), trace.header.dtype, true,
-                   trace.header.ep);
+  OpCostModel cost(hw, trace.header);
   struct Node {
     double bytes = 0, seconds = 0;
     OpId first_op = traces::kNoOp;

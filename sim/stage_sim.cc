@@ -210,11 +210,14 @@ void StageSimulator::TryIssue() {
     // has not issued them already (StartItem).
     if (!item.recompute) FirePrefetches(op_index);
     bool waiting = false;
+    bool collective = false;  // waiting for a side-stream collective's output
     bool pushed = false;
     for (size_t sid : resolved_.op_inputs[op_index]) {
       Storage& s = storages_[sid];
       if (s.resident) {
-        if (s.read == ReadState::kMoving) {
+        if (s.side_pending) {
+          collective = true;
+        } else if (s.read == ReadState::kMoving) {
           waiting = true;
         } else if (trace_.op(item.op).phase != Phase::kForward &&
                    (s.action == TensorAction::kOffloadSsd ||
@@ -264,7 +267,19 @@ void StageSimulator::TryIssue() {
       result_.exposed_io_ns += Now() - wait_start_;
       wait_start_ = -1;
     }
+    if (collective) {
+      if (collective_wait_start_ < 0) collective_wait_start_ = Now();
+      return;  // its end calls TryIssue again
+    }
+    if (collective_wait_start_ >= 0) {
+      result_.exposed_collective_ns += Now() - collective_wait_start_;
+      collective_wait_start_ = -1;
+    }
     if (item.recompute) recompute_stack_.pop_back();
+    if (!item.recompute && trace_.op(item.op).stream != 0) {
+      StartSideItem(item);
+      continue;
+    }
     StartItem(item);
   }
 }
@@ -362,6 +377,45 @@ void StageSimulator::StartItem(const WorkItem& item) {
   const Status status = engine_.Schedule(Time::Ns(tax + cost_.OpTimeNs(op)),
                                          [this, item, op_start] { EndItem(item, op_start); });
   if (!status.ok()) error_ = status;
+}
+
+void StageSimulator::StartSideItem(const WorkItem& item) {
+  const traces::Op& op = trace_.op(item.op);
+  const size_t index = static_cast<size_t>(item.op);
+  for (size_t sid : resolved_.op_inputs[index]) storages_[sid].held = false;
+  for (size_t sid : resolved_.op_outputs[index]) {
+    Storage& s = storages_[sid];
+    if (!s.persistent && !s.resident) Allocate(s);
+    s.side_pending = true;
+  }
+  for (size_t sid : resolved_.op_inputs[index]) {
+    Storage& s = storages_[sid];
+    --s.pending;
+    if (op.phase == Phase::kForward) --s.pending_forward;
+  }
+  ++next_op_;
+  const int64_t start = std::max(Now(), side_free_ns_);
+  side_free_ns_ = start + cost_.OpTimeNs(op);
+  const Status status = engine_.Schedule(Time::Ns(side_free_ns_ - Now()),
+                                         [this, item, start] { EndSideItem(item, start); });
+  if (!status.ok()) error_ = status;
+  for (size_t sid : resolved_.op_inputs[index]) MaybeRelease(storages_[sid]);
+}
+
+void StageSimulator::EndSideItem(const WorkItem& item, int64_t start) {
+  const traces::Op& op = trace_.op(item.op);
+  const size_t index = static_cast<size_t>(item.op);
+  const int64_t end = Now();
+  AddSpan(traces::Lane::kNetwork, start, end, item.op, -1, op.name);
+  result_.side_collective_ns += end - start;
+  result_.ops[index].start_ns = start;
+  result_.ops[index].end_ns = end;
+  for (size_t sid : resolved_.op_outputs[index]) {
+    Storage& s = storages_[sid];
+    s.side_pending = false;
+    MaybeRelease(s);
+  }
+  TryIssue();
 }
 
 void StageSimulator::EndItem(const WorkItem& item, int64_t start) {

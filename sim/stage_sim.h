@@ -86,6 +86,10 @@ struct StageResult {
   // (gpu.io_overhead_us_per_MiB): time before ops start, not in compute_busy_ns.
   int64_t io_overhead_ns = 0;
   int64_t exposed_io_ns = 0;  // compute waiting on reads + I/O after the last op
+  // Compute waiting for ZeRO's gathers and reduce-scatters (the collectives on
+  // side streams, traces/collective_kind.h), and those streams' busy time.
+  int64_t exposed_collective_ns = 0;
+  int64_t side_collective_ns = 0;
   int64_t peak_gpu_bytes = 0;
   // The peak had every set_to_none weight gradient been resident from the start:
   // the one-micro-batch peak of a later micro-batch's passes

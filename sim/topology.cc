@@ -71,9 +71,15 @@ LayoutLinks PlaceLayout(const traces::Layout& layout, const HardwareOptions& hw,
   links.ep = traces::PlaceGroup(layout.EpGroup(first), domain);
   links.gradients = traces::PlaceGroup(layout.DpCpGroup(first), domain);
   links.expert_gradients = traces::PlaceGroup(layout.ExpertDpGroup(first), domain);
+  links.shard = traces::PlaceGroup(layout.ShardGroup(first), domain);
+  links.replicas = traces::PlaceGroup(layout.ReplicaGroup(first), domain);
   links.next_stage_within_domain =
       layout.pp <= 1 || first / domain == layout.NextStageRank(first) / domain;
   return links;
+}
+
+traces::GroupPlacement GradientGroup(int64_t zero_stage, const LayoutLinks& links) {
+  return zero_stage >= 2 ? links.replicas : links.gradients;
 }
 
 traces::GroupPlacement OneDomain(int64_t ranks) {

@@ -52,9 +52,16 @@ struct LayoutLinks {
   traces::GroupPlacement ep;                // the MoE all-to-alls
   traces::GroupPlacement gradients;         // the dense gradients' dp × cp group
   traces::GroupPlacement expert_gradients;  // the experts' data-parallel group
+  traces::GroupPlacement shard;             // ZeRO's shard group (itself at stage 0)
+  traces::GroupPlacement replicas;          // HSDP's replica group (ZeRO 2 and 3)
   bool next_stage_within_domain = true;     // the pipeline send to stage + 1
 };
 LayoutLinks PlaceLayout(const traces::Layout& layout, const HardwareOptions& hw, int64_t stage = 0);
+// The group the dense gradient buckets go over (sim/collective.h,
+// GradientCollective): dp × cp at ZeRO 0 and 1, the replica group at 2 and 3,
+// whose trace reduce-scattered them over the shard group already. And the
+// group ZeRO-1 and 2 all-gather the updated parameters over: the shard group.
+traces::GroupPlacement GradientGroup(int64_t zero_stage, const LayoutLinks& links);
 
 // A group of `ranks` ranks all inside one domain: the flat ring (tests, and
 // callers that know no layout).

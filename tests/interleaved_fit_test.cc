@@ -51,6 +51,7 @@ sim::PlannerOptions PublishedLayout(const Case& c, const std::string& policy, in
   po.global_batch = 1792;
   po.schedule = "interleaved";
   po.virtual_stages = 3;
+  po.zero_stage = 0;  // as published (scripts/published.sh)
   po.policy = policy;
   po.memory_budget_bytes = budget;
   po.layers = c.base.layers;

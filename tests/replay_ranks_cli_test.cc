@@ -224,11 +224,12 @@ TEST_F(ReplayStagesCli, TwoStagesOfTwoReplicasOnFourRanks) {
   // replica r % 2; each rank sends 4 × 1 × 128 × 256 × 4 = 512 KiB each way
   // to its stage neighbour (rank r ± 2), and each stage's pair sums its
   // gradients over its own group.
-  auto planned = RunSsdtrain("plan --model " + model_ + " --hardware " + SourceDir() +
-                             "/configs/hardware/cpu-local.json --gpus 4 --pp 2 --dp 2 --tp 1 "
-                             "--num-micro-batches 4 --schedule 1f1b --policy ssdtrain "
-                             "--micro-batch 1 --seq-len 128 -o " +
-                             File("plan.json"));
+  auto planned =
+      RunSsdtrain("plan --model " + model_ + " --hardware " + SourceDir() +
+                  "/configs/hardware/cpu-local.json --gpus 4 --pp 2 --dp 2 --tp 1 --zero-stage 1 "
+                  "--num-micro-batches 4 --schedule 1f1b --policy ssdtrain "
+                  "--micro-batch 1 --seq-len 128 -o " +
+                  File("plan.json"));
   ASSERT_EQ(planned.exit_code, 0) << planned.output;
   auto r = MpiReplay(4);
   ASSERT_EQ(r.exit_code, 0) << r.output;

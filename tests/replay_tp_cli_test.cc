@@ -62,7 +62,7 @@ class ReplayTensorParallelCli : public testing::ReplayRanksTest {
                     std::to_string(l.ranks()) + " --tp " + std::to_string(l.tp) + " --pp " +
                     std::to_string(l.pp) + " --dp " + std::to_string(l.dp) +
                     " --num-micro-batches 2 --schedule 1f1b --policy offload-ssd --micro-batch 4 "
-                    "--seq-len 128 -o " +
+                    "--seq-len 128 --zero-stage 1 -o " +
                     File("plan.json") + " --prediction " + File("predicted.json"));
     ASSERT_EQ(planned.exit_code, 0) << planned.output;
     EXPECT_NE(

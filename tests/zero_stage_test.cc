@@ -116,9 +116,9 @@ TEST_F(ZeroStage13b, OptimizerStateIsTwelveBytesPerParameterOverTpPpDp) {
 
 // gpt-1.3b on 8 GPUs pinned to dp 8 (tp = pp = 1) under a 16 GiB budget: its
 // weights, gradients and Adam state need 16 bytes per parameter, 21 GB, but
-// with the state over 8 ranks 4 + 12/8 = 5.5 bytes, 7.2 GB: only ZeRO-1 fits,
-// and the search (zero stage unpinned) takes it.
-TEST_F(ZeroStage, PlannerChoosesZeroOneWhereOnlyItFits) {
+// with the state over 8 ranks 4 + 12/8 = 5.5 bytes, 7.2 GB: only a sharded
+// layout fits, and the search (zero stage unpinned) takes one.
+TEST_F(ZeroStage, PlannerShardsWhereOnlyShardingFits) {
   sim::PlannerOptions po;
   po.gpus = 8;
   po.dp = 8;
@@ -126,7 +126,11 @@ TEST_F(ZeroStage, PlannerChoosesZeroOneWhereOnlyItFits) {
   Result<sim::PlannerResult> r = Search(po);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_TRUE(r->fits);
-  EXPECT_EQ(r->plan.zero_stage, 1);
+  EXPECT_GE(r->plan.zero_stage, 1);
+  po.zero_stage = 1;
+  Result<sim::PlannerResult> one = Search(po);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_TRUE(one->fits);
   po.zero_stage = 0;
   Result<sim::PlannerResult> unsharded = Search(po);
   ASSERT_TRUE(unsharded.ok()) << unsharded.status().ToString();
@@ -134,11 +138,29 @@ TEST_F(ZeroStage, PlannerChoosesZeroOneWhereOnlyItFits) {
   EXPECT_EQ(unsharded->simulations, 0);  // refused on its static memory alone
 }
 
-// The same layout on the whole 80 GB: both fit, and ZeRO-1 is slower (its
-// parameter all-gather after the optimizer, 2.6 GB of fp16 weights at 7/8 of
-// the dp link, costs more than the 7/8 of the optimizer it saves), so the
-// search keeps the all-reduce.
-TEST_F(ZeroStage, PlannerKeepsTheAllReduceWhereBothFitAndZeroOneIsSlower) {
+// Under 4 GiB: ZeRO-2's 2 + 14/8 = 3.75 bytes per parameter, 4.9 GB, do not
+// fit; ZeRO-3's 16/8 = 2 bytes, 2.6 GB, leave room for two layers' gathered
+// weights and the activations of a recomputing plan: only ZeRO-3 fits.
+TEST_F(ZeroStage, PlannerReachesZeroThreeWhereOnlyItFits) {
+  sim::PlannerOptions po;
+  po.gpus = 8;
+  po.dp = 8;
+  po.memory_budget_bytes = 4 * kGiB;
+  Result<sim::PlannerResult> r = Search(po);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->fits);
+  EXPECT_EQ(r->plan.zero_stage, 3);
+  po.zero_stage = 2;
+  Result<sim::PlannerResult> two = Search(po);
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  EXPECT_FALSE(two->fits);
+}
+
+// The same layout on the whole 80 GB: every stage fits, and ZeRO-1 is slower
+// than the all-reduce (its parameter all-gather after the optimizer, 2.6 GB
+// of fp16 weights at 7/8 of the dp link, costs more than the 7/8 of the
+// optimizer it saves); the search is never slower than any pinned stage.
+TEST_F(ZeroStage, PlannerTakesTheFastestStageWhereAllFit) {
   // The 8 data-parallel ranks in 8 nodes (NVLink domains of one GPU): the
   // gradients and ZeRO-1's parameter all-gather cross the 50 GB/s network,
   // where the all-gather after the optimizer costs the step time. (Inside one
@@ -150,23 +172,59 @@ TEST_F(ZeroStage, PlannerKeepsTheAllReduceWhereBothFitAndZeroOneIsSlower) {
   Result<sim::PlannerResult> r = Search(po);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_TRUE(r->fits);
-  EXPECT_EQ(r->plan.zero_stage, 0);
-  po.zero_stage = 1;
-  Result<sim::PlannerResult> sharded = Search(po);
-  ASSERT_TRUE(sharded.ok()) << sharded.status().ToString();
-  ASSERT_TRUE(sharded->fits);
-  EXPECT_GT(sharded->prediction.param_all_gather_ns, 0);
-  EXPECT_LT(sharded->prediction.metrics.tokens_per_s, r->prediction.metrics.tokens_per_s);
+  double pinned[4] = {};
+  for (int64_t stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE("zero_stage " + std::to_string(stage));
+    po.zero_stage = stage;
+    Result<sim::PlannerResult> p = Search(po);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE(p->fits);
+    pinned[stage] = p->prediction.metrics.tokens_per_s;
+    EXPECT_GE(r->prediction.metrics.tokens_per_s, pinned[stage]);
+    EXPECT_EQ(p->prediction.param_all_gather_ns > 0, stage == 1 || stage == 2);
+  }
+  EXPECT_LT(pinned[1], pinned[0]);
 }
 
-TEST_F(ZeroStage, ZeroStageOtherThanZeroOrOneIsRefusedNamingTheFlag) {
+TEST_F(ZeroStage, ZeroStageOutOfRangeAndHsdpWithoutShardingAreRefusedNamingTheFlag) {
   sim::PlannerOptions po;
   po.gpus = 8;
-  po.zero_stage = 2;
+  po.zero_stage = 4;
   Result<sim::PlannerResult> r = Search(po);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
-            "--zero-stage 2: expected 0 or 1 (1: the optimizer state sharded over dp)");
+            "--zero-stage 4: expected 0, 1, 2 or 3 (1: the optimizer state sharded over dp; 2: "
+            "the gradients too; 3: the weights too)");
+  po.zero_stage = 0;
+  po.dp_shard = 2;
+  r = Search(po);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "--dp-shard 2: needs --zero-stage 1, 2 or 3 (at 0 nothing is sharded)");
+  po.zero_stage = 3;
+  po.dp = 8;
+  po.dp_shard = 3;
+  r = Search(po);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "--dp-shard 3: does not divide --dp 8");
+}
+
+// HSDP 2 × 4 at ZeRO-3: the plan records its shard group, and its resident
+// state is split over 4 ranks, not 8.
+TEST_F(ZeroStage, HsdpPlansShardOverTheShardGroup) {
+  sim::PlannerOptions po;
+  po.gpus = 8;
+  po.dp = 8;
+  po.zero_stage = 3;
+  po.policy = "keep";
+  Result<sim::PlannerResult> full = Search(po);
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  po.dp_shard = 4;
+  Result<sim::PlannerResult> hsdp = Search(po);
+  ASSERT_TRUE(hsdp.ok()) << hsdp.status().ToString();
+  EXPECT_EQ(hsdp->plan.dp_shard, 4);
+  EXPECT_EQ(full->plan.dp_shard, 0);
+  EXPECT_GT(hsdp->prediction.metrics.peak_gpu_bytes, full->prediction.metrics.peak_gpu_bytes);
 }
 
 }  // namespace

@@ -134,6 +134,7 @@ json ToJson(const Plan& plan) {
          {"placements", std::move(placements)},
          {"extra", plan.extra}};
   if (plan.zero_stage != 0) j["zero_stage"] = plan.zero_stage;
+  if (plan.dp_shard != 0) j["dp_shard"] = plan.dp_shard;
   if (plan.ddp != "overlapped") j["ddp"] = plan.ddp;
   if (plan.ep != 1) j["ep"] = plan.ep;
   if (plan.virtual_stages != 1) j["virtual_stages"] = plan.virtual_stages;
@@ -165,10 +166,23 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
   SSDTRAIN_ASSIGN_OR_RETURN(plan.dp, r.IntOr("dp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.ep, r.IntOr("ep", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.zero_stage, r.IntOr("zero_stage", 0));
-  if (plan.zero_stage != 0 && plan.zero_stage != 1) {
+  if (plan.zero_stage < 0 || plan.zero_stage > 3) {
     return r.At("zero_stage")
-        .Error("expected 0 or 1 (1: the optimizer state sharded over dp), got " +
-               std::to_string(plan.zero_stage));
+        .Error(
+            "expected 0, 1, 2 or 3 (1: the optimizer state sharded over dp; 2: the gradients "
+            "too; 3: the weights too), got " +
+            std::to_string(plan.zero_stage));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.dp_shard, r.IntOr("dp_shard", 0));
+  if (plan.dp_shard != 0) {
+    Layout shard;
+    shard.dp = std::max<int64_t>(1, plan.dp);
+    shard.zero_stage = plan.zero_stage;
+    shard.dp_shard = plan.dp_shard;
+    if (Status s = ValidateLayout(shard, ""); !s.ok()) {
+      const std::string m = s.message();
+      return r.At("dp_shard").Error(m.substr(m.find("dp_shard: ") + 10));
+    }
   }
   SSDTRAIN_ASSIGN_OR_RETURN(plan.ddp, r.StringOr("ddp", "overlapped"));
   if (!ParseDdpImpl(plan.ddp).ok()) {
@@ -244,6 +258,7 @@ Layout PlanLayout(const Plan& plan) {
   l.dp = std::max<int64_t>(1, plan.dp);
   l.ep = std::max<int64_t>(1, plan.ep);
   l.zero_stage = plan.zero_stage;
+  l.dp_shard = plan.dp_shard;
   return l;
 }
 

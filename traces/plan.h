@@ -78,11 +78,15 @@ struct Plan {
   // every MoE layer; ep divides dp (models/moe_config.h). JSON: optional
   // (default 1), written when not 1.
   int64_t ep = 1;
-  // 0, or 1: Megatron's distributed optimizer (ZeRO stage 1): each of the dp
-  // ranks holds 1/dp of the optimizer state (the trace is built so), the
-  // gradients are reduce-scattered and the updated parameters all-gathered.
-  // JSON: optional, written when 1.
+  // The ZeRO stage (traces/layout.h): 1 Megatron's distributed optimizer (each
+  // rank of the shard group holds its share of the optimizer state, the
+  // gradients are reduce-scattered and the updated parameters all-gathered),
+  // 2 the gradients sharded too, 3 the weights too (the trace is built so,
+  // with its gathers and reduce-scatters). JSON: optional, written when not 0.
   int64_t zero_stage = 0;
+  // HSDP: the shard group's dp ranks (a divisor of dp); 0: dp. JSON: optional,
+  // written when not 0.
+  int64_t dp_shard = 0;
   // When the data-parallel gradients are exchanged (traces/dp_buckets.h,
   // DdpImpl): "overlapped" (default: each bucket during backward) or "local"
   // (Megatron's --DDP-impl local: all after the step's backward). JSON:

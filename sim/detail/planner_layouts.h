@@ -20,15 +20,18 @@ namespace ssdtrain::sim::detail {
 
 struct Layout {
   int64_t micro_batch = 1, tp = 1, pp = 1, dp = 1, m = 1;
-  int64_t zero_stage = 0;  // 1: the optimizer state sharded over dp (ZeRO-1)
+  int64_t zero_stage = 0;  // traces/layout.h: 1 the optimizer state, 2 + gradients, 3 + weights
   int64_t ep = 1;          // expert parallelism (MoE models)
+  int64_t dp_shard = 0;    // HSDP: the shard group's dp ranks; 0: dp
   traces::Schedule schedule = traces::Schedule::kOneFOneB;
   int64_t virtual_stages = 1;  // interleaved: model chunks per stage
   // Compute-only throughput from the cost model in the closed-form pipeline:
   // no plan of this layout is faster.
   double bound_tokens_per_s = 0;
   // The trace of pipeline stage `stage` at this layout.
-  TraceShape Shape(int64_t stage) const { return {micro_batch, tp, pp, stage, dp, zero_stage, ep}; }
+  TraceShape Shape(int64_t stage) const {
+    return {micro_batch, tp, pp, stage, dp, zero_stage, ep, dp_shard};
+  }
   // Its ranks and groups (traces/layout.h).
   traces::Layout Ranks() const {
     traces::Layout r;
@@ -38,6 +41,7 @@ struct Layout {
     r.dp = dp;
     r.ep = ep;
     r.zero_stage = zero_stage;
+    r.dp_shard = dp_shard;
     return r;
   }
 };

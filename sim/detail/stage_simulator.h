@@ -62,6 +62,7 @@ struct Storage {
   bool recomputed = false;  // re-materialized by recompute at least once
   bool held = false;        // rebuilt for a recompute that has not started yet
   bool evict_due = false;   // its planned eviction point has been reached
+  bool side_pending = false;  // written by a side-stream collective still running
   WriteState write = WriteState::kNone;
   ReadState read = ReadState::kNone;
   // A read in flight: from host memory (no SSD part), its data in host memory
@@ -90,8 +91,7 @@ class StageSimulator {
         plan_(plan),
         hw_(hw),
         options_(options),
-        cost_(hw, std::max<int64_t>(1, trace.header.tp), trace.header.dtype,
-              options.use_trace_measurements, std::max<int64_t>(1, trace.header.ep)),
+        cost_(hw, trace.header, options.use_trace_measurements),
         net_(engine_),
         alignment_(std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes)),
         workspace_bytes_(hw.gpu.replay_workspace
@@ -116,6 +116,13 @@ class StageSimulator {
   // True when a write in flight will evict a storage once it lands.
   bool WritesWillFreeMemory();
   void EndItem(const WorkItem& item, int64_t start);
+  // An op on a side stream (ZeRO's collectives, traces/collective_kind.h):
+  // issued in trace order like any op, its outputs allocated and its inputs'
+  // last uses released at its issue, as the static walk counts them
+  // (traces/static_peaks.cc), it runs on the data-parallel link, one such op
+  // at a time in issue order, while compute goes on; its readers wait for it.
+  void StartSideItem(const WorkItem& item);
+  void EndSideItem(const WorkItem& item, int64_t start);
   void Allocate(Storage& s);
   void Free(Storage& s);
   void MaybeRelease(Storage& s);
@@ -173,6 +180,8 @@ class StageSimulator {
   bool busy_ = false;
   bool between_recorded_ = false;
   int64_t wait_start_ = -1;
+  int64_t collective_wait_start_ = -1;
+  int64_t side_free_ns_ = 0;  // when the side streams' link is free
   int64_t device_bytes_ = 0, activation_bytes_ = 0, host_bytes_ = 0;
   // Set_to_none weight gradients not yet allocated (peak_gpu_bytes_gradients_held).
   int64_t gradients_unallocated_ = 0;

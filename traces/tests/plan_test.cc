@@ -30,7 +30,7 @@ TEST(Plan, JsonRoundTripIsExact) {
   EXPECT_TRUE(ValidatePlan(*back, t, "p.json").ok());
 }
 
-TEST(Plan, ZeroStageIsWrittenWhenOneAndReadBack) {
+TEST(Plan, ZeroStageAndDpShardAreWrittenWhenSetAndReadBack) {
   const Trace t = testing::SmallTrace();
   Plan p = SmallPlan(t);
   EXPECT_FALSE(ToJson(p).contains("zero_stage"));  // 0: left out, as plans before it
@@ -42,9 +42,24 @@ TEST(Plan, ZeroStageIsWrittenWhenOneAndReadBack) {
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->zero_stage, 1);
   nlohmann::json bad = j;
-  bad["zero_stage"] = 3;
+  bad["zero_stage"] = 4;
   EXPECT_EQ(PlanFromJson(bad, "p.json").status().message(),
-            "p.json: zero_stage: expected 0 or 1 (1: the optimizer state sharded over dp), got 3");
+            "p.json: zero_stage: expected 0, 1, 2 or 3 (1: the optimizer state sharded over dp; "
+            "2: the gradients too; 3: the weights too), got 4");
+  // ZeRO-3 with HSDP: written and read back; a shard group that does not divide dp refused.
+  p.zero_stage = 3;
+  p.dp_shard = 2;
+  const nlohmann::json hsdp = ToJson(p);
+  EXPECT_EQ(hsdp.at("dp_shard"), 2);
+  Result<Plan> hsdp_back = PlanFromJson(hsdp, "p.json");
+  ASSERT_TRUE(hsdp_back.ok()) << hsdp_back.status().ToString();
+  EXPECT_EQ(hsdp_back->dp_shard, 2);
+  EXPECT_EQ(PlanLayout(*hsdp_back).GradientShards(), 2);
+  bad = hsdp;
+  bad["dp_shard"] = 3;
+  EXPECT_EQ(PlanFromJson(bad, "p.json").status().message(),
+            "p.json: dp_shard: 3 does not divide dp 4 (HSDP shards inside groups of dp_shard ranks "
+            "and replicates across dp / dp_shard)");
 }
 
 TEST(Plan, LocalDdpIsWrittenAndReadBackAndAnUnknownOneRefused) {

@@ -1,0 +1,101 @@
+// ZeRO-2/3's collectives in the stage simulator (sim/detail/stage_simulator.h,
+// StartSideItem): memory counted at issue, as the static walk counts it, to
+// the byte; the gathers and reduce-scatters beside compute, one at a time on
+// the link, their readers waiting for them; a slow link exposed.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "models/build_trace.h"
+#include "sim/op_cost.h"
+#include "sim/policy.h"
+#include "sim/stage_sim.h"
+#include "sim/tests/test_traces.h"
+#include "traces/collective_kind.h"
+#include "traces/storage_plan.h"
+
+namespace ssdtrain::sim {
+namespace {
+
+// Llama-3-8B's shapes at 4 layers, tp 1, s 512, ZeRO `stage` over 8 ranks.
+traces::Trace Llama(int64_t stage, int64_t prefetch = 1) {
+  Result<models::ModelConfig> c =
+      models::LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/llama-3-8b.json");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) return {};
+  models::ModelConfig m = *c;
+  m.layers = 4;
+  m.seq_len = 512;
+  m.tp = 1;
+  m.sequence_parallel = false;
+  m.dp = 8;
+  m.zero_stage = stage;
+  m.zero_prefetch = prefetch;
+  Result<traces::Trace> t = models::BuildTrace(m, 0);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? *t : traces::Trace{};
+}
+
+struct Times {
+  int64_t compute = 0, side = 0;
+};
+
+Times OpTimes(const traces::Trace& t, const HardwareOptions& hw) {
+  const OpCostModel cost(hw, t.header);
+  Times out;
+  for (const traces::Op& op : t.ops) (op.stream != 0 ? out.side : out.compute) += cost.OpTimeNs(op);
+  return out;
+}
+
+TEST(ZeroSim, PeaksAreTheStaticWalksToTheByte) {
+  const HardwareOptions hw = testing::TestHardware(2, 2, 20);
+  for (int64_t stage : {2, 3}) {
+    for (int64_t prefetch : {0, 1, 2}) {
+      SCOPED_TRACE("zero " + std::to_string(stage) + " prefetch " + std::to_string(prefetch));
+      const traces::Trace t = Llama(stage, prefetch);
+      const traces::Plan plan = BasePlan(t);
+      Result<StageResult> r = SimulateStage(t, plan, hw);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      Result<traces::StoragePlan> sp = traces::ResolvePlan(t, plan, "plan");
+      ASSERT_TRUE(sp.ok()) << sp.status().ToString();
+      const traces::StaticPeaks walk = traces::ComputeStaticPeaks(
+          t, *sp, std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes));
+      EXPECT_EQ(r->peak_gpu_bytes, walk.device_bytes);
+      EXPECT_EQ(r->peak_activation_bytes, walk.activation_bytes);
+    }
+  }
+}
+
+TEST(ZeroSim, GathersAndReduceScattersRunBesideCompute) {
+  // A 100 GB/s link: each layer's gather takes less than its compute, so
+  // the step is compute plus what is exposed, far below compute plus the
+  // collectives in a row.
+  HardwareOptions hw = testing::TestHardware(2, 2, 20);
+  hw.interconnect.scale_out = LinkTier{100, 0, 0};
+  const traces::Trace t = Llama(3);
+  const Times times = OpTimes(t, hw);
+  ASSERT_GT(times.side, 0);
+  Result<StageResult> r = SimulateStage(t, BasePlan(t), hw);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->side_collective_ns, times.side);  // one at a time, none twice
+  EXPECT_GE(r->step_ns, times.compute);
+  EXPECT_LT(r->step_ns, times.compute + times.side);
+  EXPECT_EQ(r->step_ns, times.compute + r->exposed_collective_ns + r->exposed_io_ns);
+}
+
+TEST(ZeroSim, ASlowLinkIsExposed) {
+  // 0.1 GB/s: the gathers take far longer than compute; compute waits for
+  // each, so the step is at least the link's busy time.
+  HardwareOptions hw = testing::TestHardware(2, 2, 20);
+  hw.interconnect.scale_out = LinkTier{0.1, 0, 0};
+  const traces::Trace t = Llama(3);
+  const Times times = OpTimes(t, hw);
+  Result<StageResult> r = SimulateStage(t, BasePlan(t), hw);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GE(r->step_ns, times.side);
+  EXPECT_GT(r->exposed_collective_ns, times.side / 2);
+  EXPECT_EQ(r->step_ns, times.compute + r->exposed_collective_ns + r->exposed_io_ns);
+}
+
+}  // namespace
+}  // namespace ssdtrain::sim
