@@ -10,6 +10,13 @@
 # vocabulary 51200) on the hardware
 # preset; a run that does not fit the preset's GPU fails the script.
 #
+# Then today's layouts: torchtitan's Llama runs on 64 A100 80 GB with FSDP
+# (configs/published/torchtitan-64xa100.json): each planned at its layout (ZeRO-3
+# over all 64 ranks, tp 1, pp 1, its local and global batch and sequence) on the
+# same preset, predicted against published on tokens/s per GPU. A run whose
+# recompute ssdtrain has no policy for (torchtitan's selective: every other block,
+# or per op) is listed and left out of the statistics.
+#
 # The interleaved runs (layers_per_chunk > 0) are planned with
 # `--schedule interleaved --virtual-stages v`, v = layers / (pp · layers_per_chunk),
 # once `ssdtrain plan --help` offers that schedule; until then their rows say
@@ -114,8 +121,67 @@ if errors:
           f"over {len(errors)} run(s)" +
           (f"; {len(excluded)} interleaved run(s) excluded: this ssdtrain has no --schedule interleaved"
            if excluded else ""))
+
+# torchtitan: FSDP2 (ZeRO-3 over every rank), tp 1, pp 1, one micro-batch per step.
+titan = json.load(open(os.path.join(root, "configs/published/torchtitan-64xa100.json")))
+policy_of = {"none": "keep", "full": "recompute-full"}
+titan_rows = []
+for run in titan["runs"]:
+    gpus = titan["gpus"]
+    row = {"model": run["model"], "gpus": gpus, "seq_len": run["seq_len"],
+           "local_batch": run["local_batch"], "global_batch": run["global_batch"],
+           "recompute": run["recompute"], "published_tokens_per_s_per_gpu": run["tokens_per_s_per_gpu"]}
+    policy = policy_of.get(run["recompute"])
+    if policy is None:
+        row["status"] = "recompute not modelled (torchtitan's selective " + run["recompute"][4:] + ")"
+        titan_rows.append(row)
+        continue
+    model_path = os.path.join(root, "configs/models", run["model"] + ".json")
+    plan, prediction = os.path.join(work, "plan.json"), os.path.join(work, "prediction.json")
+    command = [binary, "plan", "--model", model_path, "--hardware", hardware, "--gpus", str(gpus),
+               "--tp", "1", "--pp", "1", "--dp", str(gpus), "--zero-stage", "3",
+               "--micro-batch", str(run["local_batch"]), "--global-batch", str(run["global_batch"]),
+               "--seq-len", str(run["seq_len"]), "--policy", policy, "-o", plan,
+               "--prediction", prediction]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        row["status"] = "plan failed: " + done.stderr.strip().splitlines()[-1]
+        failed.append(row["model"])
+        titan_rows.append(row)
+        continue
+    report = json.load(open(prediction))
+    predicted = report["tokens_per_s"] / gpus
+    row.update(status="ok", policy=policy, predicted_tokens_per_s_per_gpu=predicted,
+               predicted_step_s=report["step_time_ns"] / 1e9,
+               peak_GiB=report["peak_gpu_bytes"] / 2**30)
+    row["error"] = (predicted - run["tokens_per_s_per_gpu"]) / run["tokens_per_s_per_gpu"]
+    titan_rows.append(row)
+print()
+print(f"torchtitan, Llama on 64 A100 80 GB with FSDP, against `ssdtrain plan` on {os.path.relpath(hardware, root)}")
+print("(each run pinned to its layout: ZeRO-3 over 64 ranks, tp 1, pp 1, bf16, one micro-batch; "
+      "tokens/s per GPU)")
+print(f"{'model':>12} {'seq':>5} {'mb':>3} {'batch':>5} {'recompute':>10} {'predicted':>10} "
+      f"{'published':>10} {'error':>7} {'peak GiB':>9}")
+for r in titan_rows:
+    head = (f"{r['model']:>12} {r['seq_len']:>5} {r['local_batch']:>3} {r['global_batch']:>5} "
+            f"{r['recompute']:>10}")
+    if r["status"] != "ok":
+        print(f"{head} {'':>10} {r['published_tokens_per_s_per_gpu']:>10.0f}  {r['status']}")
+        continue
+    print(f"{head} {r['predicted_tokens_per_s_per_gpu']:>10.0f} {r['published_tokens_per_s_per_gpu']:>10.0f} "
+          f"{100 * r['error']:>+6.1f}% {r['peak_GiB']:>9.1f}")
+titan_errors = [abs(r["error"]) for r in titan_rows if r["status"] == "ok"]
+titan_stats = {"runs": len(titan_errors),
+               "excluded": sum(1 for r in titan_rows if r["status"].startswith("recompute not")),
+               "median_abs_error": statistics.median(titan_errors) if titan_errors else None,
+               "worst_abs_error": max(titan_errors) if titan_errors else None}
+if titan_errors:
+    print(f"median |error| {100 * titan_stats['median_abs_error']:.1f}%, worst "
+          f"{100 * titan_stats['worst_abs_error']:.1f}% over {len(titan_errors)} run(s); "
+          f"{titan_stats['excluded']} run(s) with a recompute ssdtrain has no policy for left out")
 if json_out:
-    json.dump({"hardware": os.path.relpath(hardware, root), "rows": rows, "statistics": stats},
+    json.dump({"hardware": os.path.relpath(hardware, root), "rows": rows, "statistics": stats,
+               "torchtitan": {"rows": titan_rows, "statistics": titan_stats}},
               open(json_out, "w"), indent=2)
 if failed:
     print("published.sh: no plan for " + ", ".join(failed), file=sys.stderr)

@@ -86,9 +86,13 @@ struct PlannerOptions {
   std::optional<int64_t> dp;
   std::optional<int64_t> num_micro_batches;  // else global_batch / (micro_batch · dp), or 2·pp
   // The ZeRO stage (`ssdtrain plan --zero-stage`; traces/layout.h): 0 to 3
-  // pins it; unset, every layout with dp > 1 is tried with each (the sharded
-  // state fits where the whole one may not; its gathers and reduce-scatters
-  // cost time where compute does not hide them) and dp = 1 with 0.
+  // pins it; unset, every layout with dp > 1 is tried with 0, 1 and 2, and
+  // with 3 at pp 1 (the sharded state fits where the whole one may not; its
+  // gathers and reduce-scatters cost time where compute does not hide them),
+  // and dp = 1 with 0. ZeRO-3 is left to a pin with pipelining, as the
+  // frameworks run it: torchtitan keeps the weights gathered between forward
+  // and backward under pp (reshard_after_forward off: ZeRO-2's memory), and
+  // Megatron's torch FSDP2 refuses pp (TODAYS_LAYOUTS.md, 1.1 and 1.3).
   std::optional<int64_t> zero_stage;
   // HSDP (`--dp-shard`): the shard group's dp ranks, a divisor of dp; unset,
   // the whole of dp (one shard group).

@@ -271,6 +271,7 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
         for (int64_t ep : ExpertDegrees(o, dp)) {
           for (int64_t zero : ZeroStages(o, dp)) {
             if (ep > 1 && zero >= 1) continue;  // not modelled (CheckExpertPins)
+            if (!o.zero_stage && zero == 3 && pp > 1) continue;  // PlannerOptions::zero_stage
             if (o.dp_shard && (dp % *o.dp_shard != 0 || zero == 0)) continue;
             Layout l{mb, tp, pp, dp, m, zero};
             l.ep = ep;
@@ -292,11 +293,14 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
   for (Layout& l : layouts) {
     SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache.Get(l.Shape(0)));
     OpCostModel cost(hw, t->header);
-    int64_t compute = 0, backward = 0, static_bytes = 0, grads = 0, expert_grads = 0;
+    int64_t compute = 0, backward = 0, side = 0, static_bytes = 0, grads = 0, expert_grads = 0;
     for (const traces::Op& op : t->ops) {
-      // ZeRO's collectives run beside compute (a bound may leave them out).
-      if (op.phase == traces::Phase::kOptimizer || op.stream != 0) continue;
+      if (op.phase == traces::Phase::kOptimizer) continue;
       const int64_t ns = cost.OpTimeNs(op);
+      if (op.stream != 0) {  // ZeRO's collectives: beside compute, one at a time on the link
+        side += ns;
+        continue;
+      }
       compute += ns;
       if (op.phase == traces::Phase::kBackward) backward += ns;
     }
@@ -332,8 +336,10 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
     // Interleaved: (m·v + pp − 1) chunks of compute / v each (sim/pipeline.h).
     const int64_t v = l.virtual_stages;
     const int64_t hidden = traces::BucketsWaitForBackward(ddp) ? 0 : backward;
-    const int64_t step =
-        (l.m * v + l.pp - 1) * compute / v + std::max<int64_t>(0, exchange - hidden) + gather;
+    // The stage's side-stream collectives, m micro-batches' worth, one at a
+    // time on its link: the step lasts at least as long as they do.
+    const int64_t pipeline = std::max((l.m * v + l.pp - 1) * compute / v, l.m * side);
+    const int64_t step = pipeline + std::max<int64_t>(0, exchange - hidden) + gather;
     const double tokens = static_cast<double>(l.micro_batch * l.m * l.dp * t->header.seq_len);
     l.bound_tokens_per_s = step > 0 ? tokens / (static_cast<double>(step) * 1e-9) : 0;
     feasible.push_back(l);

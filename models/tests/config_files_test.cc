@@ -30,7 +30,7 @@ TEST(ConfigFiles, EveryShippedConfigLoadsTracesEveryStageAndValidates) {
   // 4 GPT, BERT-large, 2 T5, 3 Llama (2-7B, 3-8B, 3.1-405B), 9 SSDTrain paper models, tiny and
   // small GPT, Mixtral-8x7B and tiny-moe, 10 Megatron-LM SC21 Table 1 models
   // (configs/published/megatron-sc21-table1.json).
-  EXPECT_EQ(files.size(), 33u);
+  EXPECT_EQ(files.size(), 36u);
   for (const fs::path& path : files) {
     SCOPED_TRACE(path.string());
     const Result<ModelConfig> c = LoadModelConfig(path.string());
@@ -83,6 +83,24 @@ TEST(ConfigFiles, Llama405bHasItsPublishedParameterCount) {
   const Result<int64_t> params = ParameterCount(*c);
   ASSERT_TRUE(params.ok()) << params.status().ToString();
   EXPECT_NEAR(static_cast<double>(*params), 405e9, 0.005 * 405e9);
+}
+
+// The Llamas of torchtitan's published FSDP runs (scripts/published.sh): their
+// published sizes within 0.5% (Llama 2: 13.0 B and 69.0 B, Touvron et al.
+// 2023, and their Hugging Face model cards; Llama 3 70B: 70.6 B, its model
+// card).
+TEST(ConfigFiles, TorchtitanLlamasHaveTheirPublishedParameterCounts) {
+  for (const auto& [name, published] : {std::pair{"llama-2-13b", 13.0e9},
+                                        std::pair{"llama-2-70b", 69.0e9},
+                                        std::pair{"llama-3-70b", 70.6e9}}) {
+    SCOPED_TRACE(name);
+    const Result<ModelConfig> c = LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) +
+                                                  "/configs/models/" + name + ".json");
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    const Result<int64_t> params = ParameterCount(*c);
+    ASSERT_TRUE(params.ok()) << params.status().ToString();
+    EXPECT_NEAR(static_cast<double>(*params), published, 0.005 * published);
+  }
 }
 
 TEST(ConfigFiles, SmallGptHasFourToEightTimesTinyGptsCompute) {

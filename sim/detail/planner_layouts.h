@@ -85,12 +85,13 @@ struct BoundedLayouts {
   std::vector<Layout> feasible;  // static memory within the budget, fastest bound first
   int64_t min_static_bytes = 0;  // the least weights + gradients + optimizer state of any layout
 };
-// Sets each layout's bound and keeps those whose static memory (with ZeRO-1,
-// the sharded optimizer state) fits `budget`. The bound: the compute of
-// m + pp − 1 micro-batches of stage 0 (the closed-form pipeline; interleaved
-// m + (pp − 1)/v), the
-// gradient exchange that outlasts one backward (all of it with `ddp` local),
-// and ZeRO-1's parameter all-gather.
+// Sets each layout's bound and keeps those whose static memory (with ZeRO,
+// the sharded state) fits `budget`. The bound: the compute of m + pp − 1
+// micro-batches of stage 0 (the closed-form pipeline; interleaved
+// m + (pp − 1)/v), or m micro-batches of its ZeRO-2/3 collectives (one at a
+// time on the link), whichever is longer; the gradient exchange that
+// outlasts one backward (all of it with `ddp` local); and ZeRO-1 and 2's
+// parameter all-gather.
 Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cache,
                                     const HardwareOptions& hw, int64_t budget, traces::DdpImpl ddp);
 
