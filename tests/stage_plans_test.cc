@@ -112,8 +112,8 @@ TEST(StagePlans, ThreadsDoNotChangeThePlans) {
 // threads, returns what one thread returns: the plan, every stage's plan, the
 // --rok rows, the layouts simulated and the simulations counted. GPT-13B's
 // blocks, 16 of them, on 64 H100s, every policy and layout (1F1B, interleaved
-// and ZeRO-1 among them): 28 layouts simulated (42 before the interconnect
-// was priced by topology, which let the bound prune more), where the 40
+// and ZeRO 1-3 among them): 20 layouts simulated (28 with ZeRO 0-1 only, 42
+// before the interconnect was priced by topology), where the 40
 // blocks' 88 layouts and 7,257 simulations took ten times the CPU time (119 s
 // under ASan, 131 s under TSan).
 TEST(StagePlans, ThreadsDoNotChangeTheSearch) {
@@ -133,7 +133,7 @@ TEST(StagePlans, ThreadsDoNotChangeTheSearch) {
   };
   auto one = search(1);
   ASSERT_TRUE(one.ok()) << one.status().message();
-  EXPECT_GT(one->simulated_layouts, 20);
+  EXPECT_GE(one->simulated_layouts, 16);
   // Three threads: windows of three layouts, more tasks than this VM's cores.
   // One count only: TSan runs this test, 127 s with two counts.
   for (int threads : {3}) {

@@ -3,6 +3,7 @@
 // for them:
 //   stage_sim.cc            storages, memory, issuing and running ops
 //   stage_sim_transfers.cc  offload writes and reads over PCIe and the SSD
+//   stage_sim_side.cc       ZeRO's collectives on side streams
 // Internal to sim.
 #pragma once
 
