@@ -17,10 +17,11 @@ traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace&
   const int64_t pp = run.ranks > 1 ? trace.header.pp : 1;
   const int64_t tp = std::max<int64_t>(trace.header.tp, 1);
   const int64_t dp = run.ranks > 1 ? run.ranks / (pp * tp) : 1;
-  traces::StepReport r =
-      traces::NewStepReport("run", trace, plan, run.device,
-                            traces::ReportLayout{trace.header.micro_batch, trace.header.tp, pp, dp,
-                                                 run.micro_batches, run.schedule});
+  traces::ReportLayout layout{trace.header.micro_batch, trace.header.tp, pp, dp,
+                              run.micro_batches,         run.schedule};
+  layout.zero_stage = trace.header.zero_stage;
+  layout.zero_shards = trace.header.zero_shards;
+  traces::StepReport r = traces::NewStepReport("run", trace, plan, run.device, layout);
   r.metrics = run.metrics;
   r.lane_busy_ns = run.busy.ByLane();
   // Per op, as a prediction has them: micro-batch 0's, under the ids of the

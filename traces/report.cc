@@ -31,8 +31,11 @@ OpTiming TimingOf(const Trace& trace, OpId op, int64_t start_ns, int64_t end_ns)
 }
 
 ReportLayout LayoutOf(const Plan& plan) {
-  return ReportLayout{plan.micro_batch,       plan.tp,      plan.pp, plan.dp,
-                      plan.num_micro_batches, plan.schedule};
+  ReportLayout l{plan.micro_batch, plan.tp, plan.pp, plan.dp, plan.num_micro_batches,
+                 plan.schedule};
+  l.zero_stage = plan.zero_stage;
+  l.zero_shards = PlanLayout(plan).OptimizerShards();
+  return l;
 }
 
 std::string LayoutMismatch(const ReportLayout& a, const ReportLayout& b) {
@@ -48,6 +51,8 @@ std::string LayoutMismatch(const ReportLayout& a, const ReportLayout& b) {
   field("num_micro_batches", std::to_string(a.num_micro_batches),
         std::to_string(b.num_micro_batches));
   field("schedule", a.schedule, b.schedule);
+  field("zero_stage", std::to_string(a.zero_stage), std::to_string(b.zero_stage));
+  field("zero_shards", std::to_string(a.zero_shards), std::to_string(b.zero_shards));
   return out;
 }
 
@@ -78,6 +83,8 @@ json ToJson(const StepReport& r) {
                        {"dp", r.layout->dp},
                        {"num_micro_batches", r.layout->num_micro_batches},
                        {"schedule", r.layout->schedule}};
+    if (r.layout->zero_stage != 0) j["layout"]["zero_stage"] = r.layout->zero_stage;
+    if (r.layout->zero_shards != 1) j["layout"]["zero_shards"] = r.layout->zero_shards;
   }
   j["extra"] = r.extra;
   return j;
@@ -146,6 +153,8 @@ Result<StepReport> StepReportFromJson(const json& j, const std::string& source) 
     SSDTRAIN_ASSIGN_OR_RETURN(l.dp, lr.Int("dp"));
     SSDTRAIN_ASSIGN_OR_RETURN(l.num_micro_batches, lr.Int("num_micro_batches"));
     SSDTRAIN_ASSIGN_OR_RETURN(l.schedule, lr.String("schedule"));
+    SSDTRAIN_ASSIGN_OR_RETURN(l.zero_stage, lr.IntOr("zero_stage", 0));
+    SSDTRAIN_ASSIGN_OR_RETURN(l.zero_shards, lr.IntOr("zero_shards", 1));
     out.layout = l;
   }
   if (r.Has("extra")) {

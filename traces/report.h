@@ -47,10 +47,15 @@ struct ReportLayout {
   int64_t dp = 1;
   int64_t num_micro_batches = 1;
   std::string schedule = "1f1b";
+  // ZeRO (traces/layout.h): the stage and the shard group's ranks (the
+  // trace header's zero_stage and zero_shards). JSON: written when not 0 and 1.
+  int64_t zero_stage = 0;
+  int64_t zero_shards = 1;
   bool operator==(const ReportLayout&) const = default;
 };
 
-// The plan's layout (micro_batch, tp, pp, dp, num_micro_batches, schedule).
+// The plan's layout (micro_batch, tp, pp, dp, num_micro_batches, schedule,
+// its ZeRO stage and shard group).
 ReportLayout LayoutOf(const Plan& plan);
 // Every field in which `a` and `b` differ, as "pp 4 vs 1, num_micro_batches 8
 // vs 1"; empty when they agree.

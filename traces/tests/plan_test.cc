@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "traces/report.h"
 #include "traces/tests/small_trace.h"
 #include "traces/timeline.h"
 
@@ -60,6 +61,25 @@ TEST(Plan, ZeroStageAndDpShardAreWrittenWhenSetAndReadBack) {
   EXPECT_EQ(PlanFromJson(bad, "p.json").status().message(),
             "p.json: dp_shard: 3 does not divide dp 4 (HSDP shards inside groups of dp_shard ranks "
             "and replicates across dp / dp_shard)");
+}
+
+// A report's layout carries the plan's ZeRO stage and shard group, so that
+// `ssdtrain compare` refuses a ZeRO-2 prediction beside a ZeRO-1 run.
+TEST(Plan, ReportLayoutsCarryTheZeroStageAndShardGroup) {
+  const Trace t = testing::SmallTrace();
+  Plan p = SmallPlan(t);
+  p.dp = 8;
+  p.zero_stage = 3;
+  p.dp_shard = 4;
+  const ReportLayout three = LayoutOf(p);
+  EXPECT_EQ(three.zero_stage, 3);
+  EXPECT_EQ(three.zero_shards, 4);
+  p.zero_stage = 1;
+  p.dp_shard = 0;
+  const ReportLayout one = LayoutOf(p);
+  EXPECT_EQ(one.zero_shards, 8);
+  EXPECT_EQ(LayoutMismatch(three, one), "zero_stage 3 vs 1, zero_shards 4 vs 8");
+  EXPECT_EQ(LayoutMismatch(one, one), "");
 }
 
 TEST(Plan, LocalDdpIsWrittenAndReadBackAndAnUnknownOneRefused) {
