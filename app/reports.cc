@@ -18,7 +18,7 @@ traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace&
   const int64_t tp = std::max<int64_t>(trace.header.tp, 1);
   const int64_t dp = run.ranks > 1 ? run.ranks / (pp * tp) : 1;
   traces::ReportLayout layout{trace.header.micro_batch, trace.header.tp, pp, dp,
-                              run.micro_batches,         run.schedule};
+                              run.micro_batches,        run.schedule};
   layout.zero_stage = trace.header.zero_stage;
   layout.zero_shards = trace.header.zero_shards;
   traces::StepReport r = traces::NewStepReport("run", trace, plan, run.device, layout);

@@ -209,6 +209,30 @@ TEST_F(ZeroStage, ZeroStageOutOfRangeAndHsdpWithoutShardingAreRefusedNamingTheFl
   EXPECT_EQ(r.status().message(), "--dp-shard 3: does not divide --dp 8");
 }
 
+// ZeRO-3 pinned under interleaved 1F1B: each gather belongs to the chunk of
+// the layer it serves (traces/chunks.cc), so the stage splits into its model
+// chunks and the plan is the pinned one.
+sim::PlannerOptions InterleavedZeroThree() {
+  sim::PlannerOptions po;
+  po.gpus = 8;
+  po.pp = 2;
+  po.dp = 4;
+  po.zero_stage = 3;
+  po.schedule = "interleaved";
+  po.virtual_stages = 2;
+  po.num_micro_batches = 4;
+  return po;
+}
+
+TEST_F(ZeroStage, ZeroThreeRunsInterleaved) {
+  Result<sim::PlannerResult> r = Search(InterleavedZeroThree());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->fits);
+  EXPECT_EQ(r->plan.zero_stage, 3);
+  EXPECT_EQ(r->plan.schedule, "interleaved");
+  EXPECT_EQ(r->plan.virtual_stages, 2);
+}
+
 // HSDP 2 × 4 at ZeRO-3: the plan records its shard group, and its resident
 // state is split over 4 ranks, not 8.
 TEST_F(ZeroStage, HsdpPlansShardOverTheShardGroup) {

@@ -1,6 +1,7 @@
 #include "traces/chunks.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <string>
 
@@ -20,6 +21,26 @@ std::vector<int64_t> ChunkOfOps(const Trace& trace, int64_t v) {
       }
       chunk[static_cast<size_t>(op.id)] = current;
     }
+  }
+  // An op on a side stream (ZeRO's, models/detail/zero_shard.cc) belongs with
+  // what it serves, not where it is issued: a gather with the first reader of
+  // its copies, a reduce-scatter with the writer of its gradients.
+  auto chunk_of = [&](OpId o) { return chunk[static_cast<size_t>(o)]; };
+  for (const Op& op : trace.ops) {
+    if (op.stream == 0 || op.phase == Phase::kOptimizer) continue;
+    int64_t c = -1;
+    if (!op.outputs.empty()) {
+      for (OpId reader : trace.tensor(op.outputs[0]).consumers) {
+        if (trace.op(reader).phase == op.phase && trace.op(reader).stream == 0) {
+          c = chunk_of(reader);
+          break;
+        }
+      }
+    }
+    if (c < 0 && !op.inputs.empty() && trace.tensor(op.inputs[0]).producer != kNoOp) {
+      c = chunk_of(trace.tensor(op.inputs[0]).producer);
+    }
+    if (c >= 0) chunk[static_cast<size_t>(op.id)] = c;
   }
   return chunk;
 }
@@ -163,8 +184,36 @@ Result<ChunkedTrace> SplitIntoChunks(const Trace& trace, int64_t v) {
     out.original_op.push_back(original);
     u.ops.push_back(std::move(op));
   };
+  // ZeRO-3's gathers run ahead of their layer (models/detail/zero_shard.cc,
+  // zero_prefetch): one that would run in an earlier chunk's stretch of its
+  // phase waits for the first op of its own chunk there (no prefetch across
+  // a chunk boundary: another chunk step may come between).
+  std::vector<OpId> order;
+  order.reserve(trace.ops.size());
+  {
+    std::map<std::pair<int, int64_t>, std::vector<OpId>> held;  // (phase, chunk) -> gathers
+    int64_t current[2] = {-1, -1};  // the chunk of the phase's last compute op
+    for (const Op& op : trace.ops) {
+      const int64_t c = chunk[static_cast<size_t>(op.id)];
+      const int ph = op.phase == Phase::kForward ? 0 : 1;
+      if (c >= 0 && op.stream != 0 && c != current[ph]) {
+        held[{ph, c}].push_back(op.id);
+        continue;
+      }
+      if (c >= 0 && op.stream == 0 && c != current[ph]) {
+        current[ph] = c;
+        if (auto it = held.find({ph, c}); it != held.end()) {
+          order.insert(order.end(), it->second.begin(), it->second.end());
+          held.erase(it);
+        }
+      }
+      order.push_back(op.id);
+    }
+    for (const auto& [key, ops] : held) order.insert(order.end(), ops.begin(), ops.end());
+  }
   int64_t last[2] = {-1, -1};  // the chunk of the phase's last op (forward, backward)
-  for (const Op& op : trace.ops) {
+  for (const OpId id : order) {
+    const Op& op = trace.op(id);
     const int64_t c = chunk[static_cast<size_t>(op.id)];
     if (c >= 0) {
       const bool ahead = op.phase == Phase::kForward;

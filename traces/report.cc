@@ -31,8 +31,8 @@ OpTiming TimingOf(const Trace& trace, OpId op, int64_t start_ns, int64_t end_ns)
 }
 
 ReportLayout LayoutOf(const Plan& plan) {
-  ReportLayout l{plan.micro_batch, plan.tp, plan.pp, plan.dp, plan.num_micro_batches,
-                 plan.schedule};
+  ReportLayout l{plan.micro_batch,       plan.tp,      plan.pp, plan.dp,
+                 plan.num_micro_batches, plan.schedule};
   l.zero_stage = plan.zero_stage;
   l.zero_shards = PlanLayout(plan).OptimizerShards();
   return l;
