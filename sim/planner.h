@@ -10,10 +10,13 @@
 // prunes those that cannot fit or cannot beat the best simulated plan so far; only the rest are
 // simulated, each under every requested policy.
 //
-// A layout includes its ZeRO stage: with dp > 1 it is tried with the
-// optimizer state whole (gradients all-reduced) and sharded over dp
-// (Megatron's distributed optimizer: less static memory, a parameter
-// all-gather after the optimizer), unless PlannerOptions::zero_stage pins it.
+// A layout includes its ZeRO stage (and HSDP's shard group when pinned): with
+// dp > 1 it is tried with the optimizer state whole (gradients all-reduced),
+// sharded over dp (Megatron's distributed optimizer: less static memory, a
+// parameter all-gather after the optimizer), the gradients sharded too (ZeRO-2)
+// and, at pp 1, the weights too (ZeRO-3, FSDP: each layer gathered beside
+// compute), unless PlannerOptions::zero_stage pins it. The bound counts the
+// ZeRO collectives only as the link time they need at least.
 // Within a layout, keep is simulated first: no policy is faster than keeping
 // everything, so when keep cannot beat the best plan that fits, the layout's
 // other policies are skipped.
