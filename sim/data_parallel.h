@@ -10,8 +10,12 @@
 // nothing at ep = dp; the others over dp); zero_stage 0 all-reduces
 // each bucket, 1 (Megatron's distributed optimizer) reduce-scatters it and,
 // after the optimizer, all-gathers the stage's updated parameters, not hidden
-// behind compute (Megatron's overlap_param_gather is off by default). A
-// trace without weight gradients exchanges nothing.
+// behind compute (Megatron's overlap_param_gather is off by default); 2 and 3
+// (whose traces reduce-scatter each layer's gradients over the shard group
+// themselves, models/detail/zero_shard.cc) all-reduce the gradient shards
+// over HSDP's replica group (nothing without HSDP), and 2 all-gathers the
+// parameters after the optimizer as 1 does. A trace without weight gradients
+// exchanges nothing.
 //
 // Thread-safety: a pure function.
 #pragma once
