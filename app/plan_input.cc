@@ -80,7 +80,7 @@ sim::TraceProvider OneStageProvider(std::shared_ptr<const traces::Trace> trace,
 
 // Stage `stage`'s trace at the plan's layout.
 sim::TraceShape ShapeOf(const traces::Plan& plan, int64_t stage) {
-  return sim::TraceShape{plan.micro_batch, plan.tp,      plan.pp,      stage,
+  return sim::TraceShape{plan.micro_batch, plan.tp,         plan.pp, stage,
                          plan.dp,          plan.zero_stage, plan.ep, plan.dp_shard};
 }
 

@@ -43,7 +43,7 @@ Result<int64_t> ParameterCount(const ModelConfig& config) {
   ModelConfig whole = config;
   whole.tp = 1;
   whole.pp = 1;
-  whole.ep = 1;  // every expert
+  whole.ep = 1;          // every expert
   whole.zero_stage = 0;  // every parameter, unsharded
   whole.dp_shard = 0;
   whole.sequence_parallel = false;

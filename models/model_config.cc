@@ -147,9 +147,9 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
                    Str(c.zero_stage));
   }
   if (c.zero_prefetch < 0) {
-    return Bad(source, "zero_prefetch",
-               "expected a non-negative integer (the layers gathered ahead), got " +
-                   Str(c.zero_prefetch));
+    return Bad(
+        source, "zero_prefetch",
+        "expected a non-negative integer (the layers gathered ahead), got " + Str(c.zero_prefetch));
   }
   const std::pair<const char*, int64_t> positive[] = {
       {"hidden", c.hidden}, {"heads", c.heads},     {"layers", c.layers},

@@ -93,9 +93,8 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
     if (params == param_bytes.end()) {
       params = param_bytes.emplace(run.trace, ParameterBytes(*run.trace)).first;
     }
-    const int64_t gather =
-        ParamAllGatherNs(zero_stage, params->second,
-                         zero_stage >= 2 ? links.shard : links.gradients, hw.interconnect);
+    const int64_t gather = ParamAllGatherNs(zero_stage, params->second,
+                                            ParamGatherGroup(zero_stage, links), hw.interconnect);
     out.stage_all_gather_ns.push_back(gather);
     out.param_all_gather_ns = std::max(out.param_all_gather_ns, gather);
   }

@@ -270,7 +270,7 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
         }
         for (int64_t ep : ExpertDegrees(o, dp)) {
           for (int64_t zero : ZeroStages(o, dp)) {
-            if (ep > 1 && zero >= 1) continue;  // not modelled (CheckExpertPins)
+            if (ep > 1 && zero >= 1) continue;                   // not modelled (CheckExpertPins)
             if (!o.zero_stage && zero == 3 && pp > 1) continue;  // PlannerOptions::zero_stage
             if (o.dp_shard && (dp % *o.dp_shard != 0 || zero == 0)) continue;
             Layout l{mb, tp, pp, dp, m, zero};
@@ -330,9 +330,8 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
         (expert_grads == 0
              ? 0
              : GroupCollectiveNs(kind, expert_grads, links.expert_gradients, hw.interconnect));
-    const int64_t gather =
-        ParamAllGatherNs(l.zero_stage, ParameterBytes(*t),
-                         l.zero_stage >= 2 ? links.shard : links.gradients, hw.interconnect);
+    const int64_t gather = ParamAllGatherNs(l.zero_stage, ParameterBytes(*t),
+                                            ParamGatherGroup(l.zero_stage, links), hw.interconnect);
     // Interleaved: (m·v + pp − 1) chunks of compute / v each (sim/pipeline.h).
     const int64_t v = l.virtual_stages;
     const int64_t hidden = traces::BucketsWaitForBackward(ddp) ? 0 : backward;

@@ -82,6 +82,10 @@ traces::GroupPlacement GradientGroup(int64_t zero_stage, const LayoutLinks& link
   return zero_stage >= 2 ? links.replicas : links.gradients;
 }
 
+traces::GroupPlacement ParamGatherGroup(int64_t zero_stage, const LayoutLinks& links) {
+  return zero_stage >= 2 ? links.shard : links.gradients;
+}
+
 traces::GroupPlacement OneDomain(int64_t ranks) {
   return traces::GroupPlacement{ranks, ranks > 0 ? 1 : 0, ranks};
 }

@@ -59,9 +59,11 @@ struct LayoutLinks {
 LayoutLinks PlaceLayout(const traces::Layout& layout, const HardwareOptions& hw, int64_t stage = 0);
 // The group the dense gradient buckets go over (sim/collective.h,
 // GradientCollective): dp × cp at ZeRO 0 and 1, the replica group at 2 and 3,
-// whose trace reduce-scattered them over the shard group already. And the
-// group ZeRO-1 and 2 all-gather the updated parameters over: the shard group.
+// whose trace reduce-scattered them over the shard group already.
+// ParamGatherGroup: the group ZeRO-1 and 2 all-gather the updated parameters
+// over after the optimizer (dp × cp at 1, the shard group at 2).
 traces::GroupPlacement GradientGroup(int64_t zero_stage, const LayoutLinks& links);
+traces::GroupPlacement ParamGatherGroup(int64_t zero_stage, const LayoutLinks& links);
 
 // A group of `ranks` ranks all inside one domain: the flat ring (tests, and
 // callers that know no layout).

@@ -143,9 +143,9 @@ class TraceBuilder {
   OptimizerSpec optimizer_;
   ZeroSpec zero_;
   std::vector<int64_t> sharded_elements_;  // per tensor id: a sharded weight's elements, else 0
-  std::vector<TensorId> weights_;    // in creation order
-  std::vector<TensorId> last_grad_;  // per tensor id: the weight's current gradient
-  std::vector<int> grad_count_;      // per tensor id: partial gradients made after the first
+  std::vector<TensorId> weights_;          // in creation order
+  std::vector<TensorId> last_grad_;        // per tensor id: the weight's current gradient
+  std::vector<int> grad_count_;            // per tensor id: partial gradients made after the first
 };
 
 }  // namespace ssdtrain::models::detail

@@ -90,12 +90,12 @@ TEST(ConfigFiles, Llama405bHasItsPublishedParameterCount) {
 // 2023, and their Hugging Face model cards; Llama 3 70B: 70.6 B, its model
 // card).
 TEST(ConfigFiles, TorchtitanLlamasHaveTheirPublishedParameterCounts) {
-  for (const auto& [name, published] : {std::pair{"llama-2-13b", 13.0e9},
-                                        std::pair{"llama-2-70b", 69.0e9},
-                                        std::pair{"llama-3-70b", 70.6e9}}) {
+  for (const auto& [name, published] :
+       {std::pair{"llama-2-13b", 13.0e9}, std::pair{"llama-2-70b", 69.0e9},
+        std::pair{"llama-3-70b", 70.6e9}}) {
     SCOPED_TRACE(name);
-    const Result<ModelConfig> c = LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) +
-                                                  "/configs/models/" + name + ".json");
+    const Result<ModelConfig> c =
+        LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + name + ".json");
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     const Result<int64_t> params = ParameterCount(*c);
     ASSERT_TRUE(params.ok()) << params.status().ToString();

@@ -59,10 +59,10 @@ struct Storage {
   int pending_forward = 0;            // forward-phase ones among them
   // Dynamic state.
   bool resident = false;
-  bool pinned = false;      // forwarded: stays on the device until its last use
-  bool recomputed = false;  // re-materialized by recompute at least once
-  bool held = false;        // rebuilt for a recompute that has not started yet
-  bool evict_due = false;   // its planned eviction point has been reached
+  bool pinned = false;        // forwarded: stays on the device until its last use
+  bool recomputed = false;    // re-materialized by recompute at least once
+  bool held = false;          // rebuilt for a recompute that has not started yet
+  bool evict_due = false;     // its planned eviction point has been reached
   bool side_pending = false;  // written by a side-stream collective still running
   WriteState write = WriteState::kNone;
   ReadState read = ReadState::kNone;
