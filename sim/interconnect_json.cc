@@ -1,6 +1,7 @@
 #include "sim/detail/interconnect_json.h"
 
 #include <cstdio>
+#include <limits>
 #include <string>
 
 namespace ssdtrain::sim::detail {
@@ -28,12 +29,8 @@ Status ReadInterconnect(const ObjectReader& ic, HardwareOptions* hw) {
   const bool old_form = ic.Has("tp_GBps") || ic.Has("pp_GBps") || ic.Has("dp_GBps");
   if (!old_form) {
     SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader up, ic.Object("scale_up"));
-    SSDTRAIN_ASSIGN_OR_RETURN(double domain,
-                              up.NumberOr("domain_gpus", hw->gpus_per_node, Sign::kPositive));
-    if (domain != static_cast<int>(domain)) {
-      return up.At("domain_gpus")
-          .Error("expected a whole number of GPUs, got " + std::to_string(domain));
-    }
+    SSDTRAIN_ASSIGN_OR_RETURN(const int64_t domain, up.IntInOr("domain_gpus", hw->gpus_per_node, 1,
+                                                               std::numeric_limits<int>::max()));
     out.domain_gpus = static_cast<int>(domain);
     SSDTRAIN_RETURN_IF_ERROR(ReadTier(up, &out.scale_up));
     SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader network, ic.Object("scale_out"));
