@@ -150,20 +150,23 @@ void ApplyTimeAwarePrefetch(const traces::Trace& trace, const HardwareOptions& h
     double duration_ns;
     size_t placement;
   };
+  // Each storage's first predicted read outside the forward pass, over the
+  // storage and its aliases (one pass over the tensors, not one per placement).
+  std::vector<int64_t> first_need(trace.tensors.size(), -1);
+  for (const traces::Tensor& t : trace.tensors) {
+    int64_t& need = first_need[static_cast<size_t>(trace.StorageOf(t.id))];
+    for (OpId c : t.consumers) {
+      if (trace.op(c).phase == Phase::kForward) continue;
+      const int64_t s = timing.ops[static_cast<size_t>(c)].start_ns;
+      if (s >= 0 && (need < 0 || s < need)) need = s;
+    }
+  }
   std::vector<Read> reads;
   for (size_t i = 0; i < plan->placements.size(); ++i) {
     const Placement& p = plan->placements[i];
     if (!IsOffload(p.action)) continue;
     const TensorId root = trace.StorageOf(p.tensor);
-    int64_t need = -1;
-    for (const traces::Tensor& t : trace.tensors) {
-      if (trace.StorageOf(t.id) != root) continue;
-      for (OpId c : t.consumers) {
-        if (trace.op(c).phase == Phase::kForward) continue;
-        const int64_t s = timing.ops[static_cast<size_t>(c)].start_ns;
-        if (s >= 0 && (need < 0 || s < need)) need = s;
-      }
-    }
+    const int64_t need = first_need[static_cast<size_t>(root)];
     if (need < 0) continue;
     const double bw = p.action == TensorAction::kOffloadHost ? host_Bps : ssd_Bps;
     reads.push_back(
