@@ -15,6 +15,7 @@ models::ConfigOverrides OverridesOf(const sim::TraceShape& s) {
   ov.zero_stage = s.zero_stage;
   if (s.dp_shard != 0) ov.dp_shard = s.dp_shard;
   if (s.ep != 1) ov.ep = s.ep;
+  if (s.cp != 1) ov.cp = s.cp;
   return ov;
 }
 
@@ -25,6 +26,15 @@ sim::TraceProvider ModelTraceProvider(models::ModelConfig base, std::string path
                               models::ApplyOverrides(base, OverridesOf(s), path));
     return models::BuildTrace(c, s.stage);
   };
+}
+
+void SetModelOptions(const models::ModelConfig& c, sim::PlannerOptions* po) {
+  po->layers = c.layers;
+  po->heads = c.heads;
+  po->experts = c.experts;
+  po->seq_len = c.seq_len;
+  po->sequence_parallel = c.sequence_parallel && c.tp > 1;
+  po->cp_refusal = models::ContextParallelRefusal(c);
 }
 
 }  // namespace ssdtrain::app

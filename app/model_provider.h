@@ -17,4 +17,9 @@ models::ConfigOverrides OverridesOf(const sim::TraceShape& s);
 // Stage s.stage's trace of `base` at `s`; `path` names the config in messages.
 sim::TraceProvider ModelTraceProvider(models::ModelConfig base, std::string path);
 
+// What the search needs to know of the model to enumerate its layouts: its
+// layers and heads (pp and tp divide them), its routed experts (ep), its
+// sequence, sequence parallelism and whether it can run context-parallel (cp).
+void SetModelOptions(const models::ModelConfig& c, sim::PlannerOptions* po);
+
 }  // namespace ssdtrain::app

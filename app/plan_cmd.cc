@@ -68,6 +68,10 @@ int RunPlan(PlanCmdOptions o) {
   if (o.dp_shard > 0) po.dp_shard = o.dp_shard;
   if (o.ep != 0) po.ep = o.ep;  // CheckPins refuses a negative one, naming --ep
   po.experts = in.experts;
+  if (o.cp != 0) po.cp = o.cp;
+  po.seq_len = in.seq_len;
+  po.sequence_parallel = in.sequence_parallel;
+  po.cp_refusal = in.cp_refusal;
   if (!o.schedule.empty()) {
     po.schedule = o.schedule;
   } else if (!o.trace.empty()) {
@@ -146,10 +150,12 @@ int RunPlan(PlanCmdOptions o) {
   if (Status w = outputs.Commit(); !w.ok()) return ReportError("plan", w);
   const traces::StepMetrics& m = r->prediction.metrics;
   std::cout << fmt::format(
-      "{} on {} x {}: policy {} micro-batch {} tp {} pp {} dp {}{}{}{} ({} micro-batches{}): step "
+      "{} on {} x {}: policy {} micro-batch {} tp {}{} pp {} dp {}{}{}{} ({} micro-batches{}): "
+      "step "
       "{:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} "
       "GiB), SSD writes {:.2f} GiB/step\n",
-      in.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp, plan.pp, plan.dp,
+      in.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp,
+      plan.cp > 1 ? fmt::format(" cp {}", plan.cp) : "", plan.pp, plan.dp,
       in.experts > 0 ? fmt::format(" ep {}", plan.ep) : "", ZeroText(plan),
       plan.ddp == "local" ? " local DDP" : "", plan.num_micro_batches,
       ScheduleText(plan, in.layers), static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s,
@@ -170,9 +176,13 @@ int RunPlan(PlanCmdOptions o) {
     std::cout << "trace for this plan: " << make_trace << "\n";
   }
   // One rank per GPU of the layout (exec/step_sync.h: tp fastest, then dp, then pp).
-  const int64_t n_ranks = std::max<int64_t>(plan.tp, 1) * plan.pp * plan.dp;
+  const int64_t n_ranks = traces::PlanLayout(plan).world();
   const std::string ranks = n_ranks > 1 ? fmt::format("mpirun -np {} ", n_ranks) : "";
-  if (plan.zero_stage >= 2 && traces::PlanLayout(plan).GradientShards() > 1) {
+  if (plan.cp > 1) {
+    std::cout << fmt::format(
+        "replay this plan: not yet: the replay does not run context parallelism's K/V ring "
+        "between ranks (issue 44); pin --cp 1 for a plan to replay\n");
+  } else if (plan.zero_stage >= 2 && traces::PlanLayout(plan).GradientShards() > 1) {
     // The replay refuses it (app/replay_cmd.cc, CheckRanks): say so here.
     std::cout << fmt::format(
         "replay this plan: not yet: the replay does not run ZeRO-{}'s gathers and "
@@ -251,6 +261,12 @@ Verb AddPlanCommand(CLI::App& app) {
                   "or a multiple of a pinned micro-batch)")
       ->check(IntAtLeast(1));
   cmd->add_option("--tp", o->tp, "fix the tensor-parallel degree (default: search)")
+      ->check(IntAtLeast(1));
+  cmd->add_option("--cp", o->cp,
+                  "fix the context-parallel degree: each rank holds seq-len / cp tokens and "
+                  "attention runs as a ring of K/V exchanges over the cp ranks (flash attention, "
+                  "dense models; default: search the powers of two leaving each rank at least "
+                  "4096 tokens, up to 32)")
       ->check(IntAtLeast(1));
   cmd->add_option("--pp", o->pp, "fix the pipeline depth (default: search)")->check(IntAtLeast(1));
   cmd->add_option("--dp", o->dp, "fix the data-parallel degree (default: search)")

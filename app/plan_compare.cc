@@ -27,7 +27,8 @@ bool Simulated(const ComparedPolicy& r) { return r.result.simulations > 0; }
 bool WritesSsd(const ComparedPolicy& r) { return Metrics(r).ssd_bytes_written > 0; }
 
 std::string LayoutText(const traces::Plan& p) {
-  return fmt::format("micro-batch {}, tp {}, pp {}, dp {}{}{}", p.micro_batch, p.tp, p.pp, p.dp,
+  return fmt::format("micro-batch {}, tp {}{}, pp {}, dp {}{}{}", p.micro_batch, p.tp,
+                     p.cp > 1 ? fmt::format(", cp {}", p.cp) : "", p.pp, p.dp,
                      p.ep > 1 ? fmt::format(" ep {}", p.ep) : "", ZeroText(p));
 }
 
@@ -37,6 +38,7 @@ Result<int64_t> KeepActivationAt(const sim::TraceProvider& provider, const sim::
   o.policy = "keep";
   o.micro_batch = plan.micro_batch;
   o.tp = plan.tp;
+  o.cp = plan.cp;
   o.pp = plan.pp;
   o.dp = plan.dp;
   o.num_micro_batches = plan.num_micro_batches;
@@ -231,8 +233,8 @@ Result<PolicyComparison> ComparePolicies(const sim::TraceProvider& provider,
   options.record_timeline = false;  // CompareAndChoose records the chosen plan's
   const std::vector<std::string> policies = ComparedPolicies(options.allow_host_offload);
   // Keep's activation peak per layout, so that rows at one layout share one search.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, std::string,
-                      int64_t>,
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                      std::string, int64_t>,
            int64_t>
       keep_at;
   for (size_t i = 0; i < policies.size(); ++i) {
@@ -243,9 +245,8 @@ Result<PolicyComparison> ComparePolicies(const sim::TraceProvider& provider,
     ComparedPolicy row{policies[i], std::move(*r)};
     if (Simulated(row)) {
       const traces::Plan& p = row.result.plan;
-      const auto key =
-          std::tuple{p.micro_batch,   p.tp, p.pp, p.dp, p.zero_stage, p.dp_shard, p.ep, p.schedule,
-                     p.virtual_stages};
+      const auto key = std::tuple{p.micro_batch, p.tp,       p.cp, p.pp,       p.dp,
+                                  p.zero_stage,  p.dp_shard, p.ep, p.schedule, p.virtual_stages};
       auto it = keep_at.find(key);
       if (it == keep_at.end()) {
         int64_t keep = Metrics(row).peak_activation_bytes;
@@ -303,8 +304,8 @@ std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOption
             : 0.0;
     out += fmt::format(
         "{:<20} {:>11} {:>14} {:>9.1f} {:>9.0f} {:>7.3g} {:>17} {:>15} {:>15}  {}\n", r.policy,
-        fmt::format("{}/{}/{}{}{}", p.tp, p.pp, p.dp, p.ep > 1 ? fmt::format("e{}", p.ep) : "",
-                    ZeroText(p, /*compact=*/true)),
+        fmt::format("{}/{}/{}{}{}{}", p.tp, p.pp, p.dp, p.cp > 1 ? fmt::format("c{}", p.cp) : "",
+                    p.ep > 1 ? fmt::format("e{}", p.ep) : "", ZeroText(p, /*compact=*/true)),
         fmt::format("{} x {} x {}", p.micro_batch, p.num_micro_batches, p.dp),
         static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s, m.tflops_per_gpu,
         fmt::format("{:.2f} ({})", GiB(m.peak_gpu_bytes), worst.stage),
@@ -314,7 +315,8 @@ std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOption
         FitsText(r));
   }
   out +=
-      "(expert parallelism marked e<ep>, ZeRO stage n +Zn, HSDP shard groups of k +Znhk; saved: "
+      "(context parallelism marked c<cp>, expert parallelism e<ep>, ZeRO stage n +Zn, HSDP shard "
+      "groups of k +Znhk; saved: "
       "activation peak against keep's at the same layout; SSD "
       "need: the write rate that hides this plan's writes behind forward compute, in GB/s = 1e9 "
       "B/s as drives are rated)\n";
@@ -356,6 +358,7 @@ nlohmann::json ComparisonJson(const PolicyComparison& c, const sim::HardwareOpti
     if (Simulated(r)) {
       row.update({{"micro_batch", p.micro_batch},
                   {"tp", p.tp},
+                  {"cp", p.cp},
                   {"pp", p.pp},
                   {"dp", p.dp},
                   {"zero_stage", p.zero_stage},

@@ -41,12 +41,14 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--tp", o.tp, "tp", "tp", h.tp, path));
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--pp", o.pp, "pp", "pp", h.pp, path));
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--ep", o.ep, "ep", "ep", h.ep, path));
-  const int64_t replica = h.tp * h.pp;
+  SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--cp", o.cp, "cp", "cp", h.cp, path));
+  const int64_t replica = h.tp * h.cp * h.pp;
   if (o.gpus > 0 && o.gpus % replica != 0) {
-    return Status::InvalidArgument(fmt::format(
-        "--gpus {} contradicts the trace {} (captured at tp {} and pp {}: header.tp, header.pp), "
-        "which plans on a multiple of {} GPU(s)",
-        o.gpus, path, h.tp, h.pp, replica));
+    return Status::InvalidArgument(
+        fmt::format("--gpus {} contradicts the trace {} (captured at tp {} and pp {}{}: header.tp, "
+                    "header.pp{}), which plans on a multiple of {} GPU(s)",
+                    o.gpus, path, h.tp, h.pp, h.cp > 1 ? fmt::format(" at cp {}", h.cp) : "",
+                    h.cp > 1 ? ", header.cp" : "", replica));
   }
   if (o.gpus == 0) o.gpus = replica * std::max<int64_t>(o.dp, 1);
   // The trace's optimizer state is as it was built: --zero-stage says how
@@ -55,6 +57,7 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
   o.seq_len = h.seq_len;
   o.micro_batch = h.micro_batch;
   o.tp = h.tp;
+  o.cp = h.cp;
   o.pp = h.pp;
   if (h.ep > 1) o.ep = h.ep;  // ep 1 stays unpinned: a dense search, its pins as they were
   return Status::Ok();
@@ -68,11 +71,12 @@ sim::TraceProvider OneStageProvider(std::shared_ptr<const traces::Trace> trace,
                                     const std::string& path) {
   return [trace, path](const sim::TraceShape& s) -> Result<traces::Trace> {
     const traces::Header& th = trace->header;
-    if (s.micro_batch != th.micro_batch || s.tp != th.tp || s.pp != th.pp || s.ep != th.ep) {
+    if (s.micro_batch != th.micro_batch || s.tp != th.tp || s.pp != th.pp || s.ep != th.ep ||
+        s.cp != th.cp) {
       return Status::InvalidArgument(fmt::format(
-          "{}: a captured trace has one shape (micro-batch {}, tp {}, pp {}, ep {}); the planner "
-          "asked for micro-batch {}, tp {}, pp {}, ep {}",
-          path, th.micro_batch, th.tp, th.pp, th.ep, s.micro_batch, s.tp, s.pp, s.ep));
+          "{}: a captured trace has one shape (micro-batch {}, tp {}, cp {}, pp {}, ep {}); the "
+          "planner asked for micro-batch {}, tp {}, cp {}, pp {}, ep {}",
+          path, th.micro_batch, th.tp, th.cp, th.pp, th.ep, s.micro_batch, s.tp, s.cp, s.pp, s.ep));
     }
     return *trace;
   };
@@ -80,8 +84,7 @@ sim::TraceProvider OneStageProvider(std::shared_ptr<const traces::Trace> trace,
 
 // Stage `stage`'s trace at the plan's layout.
 sim::TraceShape ShapeOf(const traces::Plan& plan, int64_t stage) {
-  return sim::TraceShape{plan.micro_batch, plan.tp,         plan.pp, stage,
-                         plan.dp,          plan.zero_stage, plan.ep, plan.dp_shard};
+  return sim::TraceShape::Of(plan, stage);
 }
 
 }  // namespace
@@ -97,6 +100,9 @@ Result<PlanInput> TraceInput(PlanCmdOptions& o) {
   // A trace records its ep, not its experts' count, which ep divides: it
   // stands for that count in the planner's checks of the (pinned) ep.
   in.experts = h.ep > 1 ? h.ep : 0;
+  in.seq_len = h.seq_len;
+  in.sequence_parallel = h.sequence_parallel;
+  in.cp_refusal = "a captured trace is planned at its own cp";  // TakeTraceShape pins it
   in.stage = h.stage;
   auto shared = std::make_shared<const traces::Trace>(std::move(trace));
   in.provider = OneStageProvider(shared, o.trace);
@@ -122,6 +128,9 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   in.layers = base.layers;
   in.heads = base.heads;
   in.experts = base.experts;
+  in.seq_len = base.seq_len;
+  in.sequence_parallel = base.sequence_parallel && base.tp > 1;
+  in.cp_refusal = models::ContextParallelRefusal(base);
   in.config = ConfigLayout{model_path, base.micro_batch, base.tp, base.pp,
                            base.dp,    base.zero_stage,  base.ep};
   in.provider = ModelTraceProvider(base, model_path);
@@ -132,6 +141,7 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
     std::string command =
         fmt::format("{} trace --model {} --micro-batch {} --seq-len {} --tp {} --pp {}",
                     SelfCommand(), model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
+    if (plan.cp != 1) command += fmt::format(" --cp {}", plan.cp);
     if (plan.zero_stage != 0) {
       command += fmt::format(" --dp {} --zero-stage {}", plan.dp, plan.zero_stage);
       if (plan.dp_shard != 0) command += fmt::format(" --dp-shard {}", plan.dp_shard);

@@ -27,6 +27,7 @@ struct PlanCmdOptions {
   int64_t global_batch = 0;
   // Pins: 0 (or empty) leaves that part of the layout to the search.
   int64_t tp = 0, pp = 0, dp = 0, num_micro_batches = 0;
+  int64_t cp = 0;           // context parallelism; 0: searched
   int64_t zero_stage = -1;  // -1: weigh 0 to 3 (--model); with --trace, the trace's
   int64_t dp_shard = 0;     // HSDP's shard group (--dp-shard); 0: dp
   int64_t ep = 0;           // expert parallelism (MoE models); 0: searched
@@ -46,6 +47,11 @@ struct PlanInput {
   std::string name;
   int64_t layers = 0, heads = 0;
   int64_t experts = 0;  // routed experts per MoE layer; 0: dense (ep stays 1)
+  // Context parallelism: the whole sequence, sequence parallelism, and why the
+  // model cannot run context-parallel ("" where it can; sim::PlannerOptions::cp).
+  int64_t seq_len = 0;
+  bool sequence_parallel = false;
+  std::string cp_refusal;
   sim::TraceProvider provider;
   std::function<Result<traces::Trace>(const traces::Plan&)> stage0;
   // The command that builds the plan's (stage 0) trace; empty for a captured trace.

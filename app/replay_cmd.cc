@@ -70,6 +70,7 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
     models::ConfigOverrides layout;
     layout.micro_batch = plan->micro_batch;
     layout.tp = plan->tp;
+    if (plan->cp != 1) layout.cp = plan->cp;
     layout.pp = plan->pp;
     // The optimizer state is sharded as the plan's trace was (zero_stage 1: over dp).
     layout.dp = plan->dp;
@@ -84,9 +85,19 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
 
 traces::Layout LayoutOfPlan(const traces::Plan& plan) { return traces::PlanLayout(plan); }
 
-// N ranks run a plan of tp × pp × dp = N.
+// A context-parallel plan does not replay yet, on ranks or alone.
+Status CheckNoContextParallel(const traces::Plan& plan, const std::string& source) {
+  if (plan.cp <= 1) return Status::Ok();
+  return Status::FailedPrecondition(fmt::format(
+      "{}: cp {}: the replay does not yet run context parallelism's K/V ring between ranks "
+      "(issue 44); plan with --cp 1 to replay",
+      source, plan.cp));
+}
+
+// N ranks run a plan of tp × cp × pp × dp = N.
 Status CheckRanks(const traces::Plan& plan, const std::string& source, const RankSync& ranks) {
   const traces::Layout l = LayoutOfPlan(plan);
+  SSDTRAIN_RETURN_IF_ERROR(CheckNoContextParallel(plan, source));
   if (plan.zero_stage >= 2 && l.GradientShards() > 1) {
     return Status::FailedPrecondition(fmt::format(
         "{}: zero_stage {} over a shard group of {} ranks: the replay does not yet run ZeRO-2/3's "
@@ -104,6 +115,7 @@ Status CheckRanks(const traces::Plan& plan, const std::string& source, const Ran
 // ranks would run as one shard of one stage of one replica and say nothing
 // (--single-rank asks for that).
 Status CheckOneProcess(const traces::Plan& plan, const std::string& source) {
+  SSDTRAIN_RETURN_IF_ERROR(CheckNoContextParallel(plan, source));
   const traces::Layout l = LayoutOfPlan(plan);
   if (l.world() == 1) return Status::Ok();
   return Status::InvalidArgument(fmt::format(

@@ -159,6 +159,11 @@ Verb AddTraceCommand(CLI::App& app) {
          "Pipeline-parallel degree (overrides the config)")
       ->check(IntAtLeast(1));
   cmd->add_option_function<int64_t>(
+         "--cp", [o](int64_t v) { o->overrides.cp = v; },
+         "Context-parallel degree: this rank holds seq_len / cp tokens, attention runs as a ring "
+         "of K/V exchanges over the cp ranks (needs --attention flash; overrides the config)")
+      ->check(IntAtLeast(1));
+  cmd->add_option_function<int64_t>(
          "--dp", [o](int64_t v) { o->overrides.dp = v; },
          "Data-parallel degree the optimizer state is sharded over with --zero-stage 1 "
          "(overrides the config)")

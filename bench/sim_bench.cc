@@ -103,8 +103,7 @@ void PlanSearch(benchmark::State& state, const models::ModelConfig& base,
     sim::PlannerOptions po;
     po.gpus = gpus;
     po.global_batch = global_batch;
-    po.layers = base.layers;
-    po.heads = base.heads;
+    app::SetModelOptions(base, &po);
     Result<sim::PlannerResult> r = sim::SearchPlan(provider, hw, po);
     if (!r.ok() || (require_fit && !r->fits)) {
       state.SkipWithError(r.ok() ? "no plan fits" : r.status().ToString().c_str());

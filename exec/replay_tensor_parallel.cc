@@ -311,6 +311,10 @@ Status Replayer::CollectiveFor(const traces::Op& op, const std::vector<DeviceBuf
       break;
     case traces::CollectiveKind::kAllToAll:
       break;  // AllToAllFor, above
+    case traces::CollectiveKind::kSendRecv:
+      return Status::FailedPrecondition(
+          "replay: " + RankOpName(op) +
+          ": context parallelism's ring is not replayed on ranks yet");
     case traces::CollectiveKind::kAllReduce: {
       const int64_t lo = chunks[static_cast<size_t>(tp_index_)];
       SSDTRAIN_RETURN_IF_ERROR(

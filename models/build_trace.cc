@@ -25,6 +25,7 @@ Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
   h.micro_batch = config.micro_batch;
   h.tp = config.tp;
   h.sequence_parallel = config.sequence_parallel && config.tp > 1;
+  h.cp = config.cp;
   h.pp = config.pp;
   h.ep = config.ep;
   h.stage = stage;
@@ -42,6 +43,7 @@ Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
 Result<int64_t> ParameterCount(const ModelConfig& config) {
   ModelConfig whole = config;
   whole.tp = 1;
+  whole.cp = 1;
   whole.pp = 1;
   whole.ep = 1;          // every expert
   whole.zero_stage = 0;  // every parameter, unsharded

@@ -98,6 +98,7 @@ std::string OptimizerStateDType(const ModelConfig& c) {
 traces::Layout LayoutOf(const ModelConfig& c) {
   traces::Layout l;
   l.tp = c.tp;
+  l.cp = c.cp;
   l.pp = c.pp;
   l.dp = c.dp;
   l.ep = c.ep;
@@ -106,6 +107,23 @@ traces::Layout LayoutOf(const ModelConfig& c) {
   return l;
 }
 int64_t OptimizerStateShards(const ModelConfig& c) { return LayoutOf(c).OptimizerShards(); }
+
+std::string ContextParallelRefusal(const ModelConfig& c) {
+  if (c.attention != "flash") {
+    return "context parallelism needs attention flash (it runs attention as a ring of fused "
+           "attention kernels, as Transformer Engine does), got attention " +
+           c.attention;
+  }
+  if (c.family == "t5") {
+    return "context parallelism is not modelled for t5 (its relative position bias spans the "
+           "whole sequence)";
+  }
+  if (c.experts > 0) {
+    return "context parallelism is not modelled for mixture-of-experts models yet (their routed "
+           "tokens are counted per whole sequence)";
+  }
+  return "";
+}
 
 Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   if (c.name.empty()) return Bad(source, "name", "expected a non-empty string");
@@ -154,7 +172,8 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   const std::pair<const char*, int64_t> positive[] = {
       {"hidden", c.hidden}, {"heads", c.heads},     {"layers", c.layers},
       {"vocab", c.vocab},   {"seq_len", c.seq_len}, {"micro_batch", c.micro_batch},
-      {"tp", c.tp},         {"pp", c.pp},           {"dp", c.dp}};
+      {"tp", c.tp},         {"pp", c.pp},           {"dp", c.dp},
+      {"cp", c.cp}};
   for (const auto& [field, value] : positive) {
     if (value <= 0) return Bad(source, field, "expected a positive integer, got " + Str(value));
   }
@@ -198,6 +217,17 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   }
   if (FfnHidden(c) % c.tp != 0) {
     return Bad(source, "tp", Str(c.tp) + " does not divide ffn_hidden " + Str(FfnHidden(c)));
+  }
+  if (c.cp > 1) {
+    if (const std::string why = ContextParallelRefusal(c); !why.empty()) {
+      return Bad(source, "cp", Str(c.cp) + ": " + why);
+    }
+    traces::Layout split;
+    split.tp = c.tp;
+    split.cp = c.cp;
+    const std::string why =
+        traces::SequenceSplitError(split, c.seq_len, c.sequence_parallel && c.tp > 1);
+    if (!why.empty()) return Bad(source, "seq_len", why);
   }
   if (c.sequence_parallel && c.tp > 1 && c.seq_len % c.tp != 0) {
     return Bad(source, "seq_len",
@@ -267,6 +297,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.micro_batch, r.IntOr("micro_batch", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.tp, r.IntOr("tp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.sequence_parallel, r.BoolOr("sequence_parallel", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.cp, r.IntOr("cp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.pp, r.IntOr("pp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.attention, r.StringOr("attention", "standard"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dtype, r.StringOr("dtype", "fp16"));
@@ -344,6 +375,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.optimizer_step != "megatron") j["optimizer_step"] = c.optimizer_step;
   if (c.dp_shard != 0) j["dp_shard"] = c.dp_shard;
   if (c.zero_prefetch != 1) j["zero_prefetch"] = c.zero_prefetch;
+  if (c.cp != 1) j["cp"] = c.cp;
   return j;
 }
 
@@ -353,6 +385,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.seq_len) c.seq_len = *o.seq_len;
   if (o.tp) c.tp = *o.tp;
   if (o.pp) c.pp = *o.pp;
+  if (o.cp) c.cp = *o.cp;
   if (o.dp) c.dp = *o.dp;
   if (o.zero_stage) c.zero_stage = *o.zero_stage;
   if (o.dp_shard) c.dp_shard = *o.dp_shard;
@@ -369,6 +402,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.seq_len) add("--seq-len", std::to_string(*o.seq_len));
   if (o.tp) add("--tp", std::to_string(*o.tp));
   if (o.pp) add("--pp", std::to_string(*o.pp));
+  if (o.cp) add("--cp", std::to_string(*o.cp));
   if (o.dp) add("--dp", std::to_string(*o.dp));
   if (o.zero_stage) add("--zero-stage", std::to_string(*o.zero_stage));
   if (o.dp_shard) add("--dp-shard", std::to_string(*o.dp_shard));

@@ -49,7 +49,12 @@ struct ModelConfig {
   int64_t micro_batch = 1;         // b (samples per micro-batch)
   int64_t tp = 1;                  // tensor-parallel degree t
   bool sequence_parallel = false;  // Megatron sequence parallelism (no effect when tp = 1)
-  int64_t pp = 1;                  // pipeline stages; must divide layers
+  // Context-parallel degree (traces/layout.h): each rank holds seq_len / cp
+  // tokens of every sequence (the load-balanced split into 2·cp chunks) and
+  // attention runs as Transformer Engine's ring of fused attention over the cp
+  // ranks (models/detail/ring_attention.h); needs attention flash.
+  int64_t cp = 1;
+  int64_t pp = 1;                      // pipeline stages; must divide layers
   std::string attention = "standard";  // standard or flash
   std::string dtype = "fp16";          // activations and weights: fp16, bf16, fp32
   // Static memory (weights, gradients, optimizer state; OptimizerStateWordsPerParam):
@@ -108,7 +113,7 @@ struct ModelConfig {
 
 // Command-line overrides; unset fields keep the config's value.
 struct ConfigOverrides {
-  std::optional<int64_t> micro_batch, seq_len, tp, pp;
+  std::optional<int64_t> micro_batch, seq_len, tp, pp, cp;
   // The data-parallel degree and ZeRO stage: the optimizer state is sharded
   // over dp when zero_stage is 1 (the planner's searched dp, a plan's dp).
   std::optional<int64_t> dp, zero_stage, dp_shard;
@@ -146,7 +151,9 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // optimizer adam or sgd, precision mixed or pure, optimizer_step megatron or
 // fused, weight_grads persistent or
 // set_to_none, dp >= 1, the layout's zero_stage and dp_shard
-// (traces::ValidateLayout), zero_prefetch >= 0;
+// (traces::ValidateLayout), zero_prefetch >= 0; cp > 1 only with flash
+// attention, outside t5, with the sequence split into 2·cp chunks (of tp
+// pieces each under sequence parallelism: traces::SequenceSplitError);
 // and the MoE rules (ValidateMoe, moe_config.h).
 Status ValidateConfig(const ModelConfig& c, const std::string& source);
 
@@ -166,11 +173,15 @@ int64_t OptimizerStateWordsPerParam(const ModelConfig& c);
 bool HasMasterWeights(const ModelConfig& c);
 // "fp32" for mixed precision and fp32 models, else the config's dtype.
 std::string OptimizerStateDType(const ModelConfig& c);
-// The config's layout (tp, pp, dp, ep, zero_stage, dp_shard): the one place
+// The config's layout (tp, cp, pp, dp, ep, zero_stage, dp_shard): the one place
 // its shard degrees and groups come from.
 traces::Layout LayoutOf(const ModelConfig& c);
 // Ranks the optimizer state is split over: the shard group at ZeRO 1 and
 // above (LayoutOf(c).OptimizerShards()), else 1.
 int64_t OptimizerStateShards(const ModelConfig& c);
+// Why the model cannot run context-parallel (cp > 1), or "" where it can:
+// attention must be flash, the family not t5, the model dense. The sequence
+// split is the layout's rule (traces::SequenceSplitError).
+std::string ContextParallelRefusal(const ModelConfig& c);
 
 }  // namespace ssdtrain::models

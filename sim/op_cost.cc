@@ -51,10 +51,11 @@ double GemmShapeEfficiency(const traces::GemmDims& dims, int sm_count) {
 OpCostModel::OpCostModel(const HardwareOptions& hw, const traces::Header& header,
                          bool use_trace_measurements)
     : OpCostModel(hw, std::max<int64_t>(1, header.tp), header.dtype, use_trace_measurements,
-                  std::max<int64_t>(1, header.ep), std::max<int64_t>(1, header.zero_shards)) {}
+                  std::max<int64_t>(1, header.ep), std::max<int64_t>(1, header.zero_shards),
+                  std::max<int64_t>(1, header.cp)) {}
 
 OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
-                         bool use_trace_measurements, int64_t ep, int64_t zero_shards)
+                         bool use_trace_measurements, int64_t ep, int64_t zero_shards, int64_t cp)
     : hw_(hw), use_trace_measurements_(use_trace_measurements) {
   traces::Layout groups;
   groups.tp = std::max<int64_t>(1, tp);
@@ -67,6 +68,11 @@ OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::strin
   shard.dp = std::max<int64_t>(1, zero_shards);
   shard.zero_stage = 3;
   shard_group_ = traces::PlaceGroup(shard.ShardGroup(0), DomainGpus(hw));
+  // The cp ring: cp ranks strided by tp.
+  traces::Layout context;
+  context.tp = groups.tp;
+  context.cp = std::max<int64_t>(1, cp);
+  cp_group_ = traces::PlaceGroup(context.CpGroup(0), DomainGpus(hw));
   double tflops = hw.gpu.peak_tflops_fp16;
   if (dtype == "bf16") tflops = hw.gpu.peak_tflops_bf16;
   if (dtype == "fp32") tflops = hw.gpu.peak_tflops_fp32;
@@ -97,7 +103,8 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
       const traces::GroupPlacement& group = over == traces::CollectiveGroup::kExpertParallel
                                                 ? ep_group_
                                             : over == traces::CollectiveGroup::kShard ? shard_group_
-                                                                                      : tp_group_;
+                                            : over == traces::CollectiveGroup::kContext ? cp_group_
+                                                                                        : tp_group_;
       if (group.ranks <= 1) return 0;
       return GroupCollectiveNs(kind, CollectivePayloadBytes(op), group, hw_.interconnect) +
              overhead;

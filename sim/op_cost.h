@@ -7,7 +7,10 @@
 //                     dims on a GPU with sm_count > 0, else 1
 //   memory-bound kinds: bytes / (memory_bw · eff(bytes))
 //   collective:  over the tensor-parallel group (the all-to-all over the
-//                expert-parallel group), priced by its kind where the group's
+//                expert-parallel group, ZeRO's over the shard group, a cp
+//                ring step over the cp group: one message to the neighbour,
+//                on the network once the ring leaves a domain), priced by its
+//                kind where the group's
 //                ranks sit (sim/topology.h; inside one NVLink domain the ring
 //                all-reduce 2·(t−1)/t · S / scale_up.GBps, all-gather and
 //                reduce-scatter (t−1)/t · S / scale_up.GBps, plus one latency per
@@ -36,10 +39,11 @@ class OpCostModel {
   // expert-parallel degree of the all-to-all; `dtype` the trace's compute
   // dtype ("fp16", "bf16", "fp32").
   // `zero_shards` the ranks of ZeRO's shard group (traces/collective_kind.h,
-  // CollectiveGroup::kShard).
+  // CollectiveGroup::kShard), `cp` the context-parallel ring's.
   OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
-              bool use_trace_measurements = true, int64_t ep = 1, int64_t zero_shards = 1);
-  // The groups and dtype of `header` (tp, ep, zero_shards).
+              bool use_trace_measurements = true, int64_t ep = 1, int64_t zero_shards = 1,
+              int64_t cp = 1);
+  // The groups and dtype of `header` (tp, ep, zero_shards, cp).
   OpCostModel(const HardwareOptions& hw, const traces::Header& header,
               bool use_trace_measurements = true);
 
@@ -56,7 +60,7 @@ class OpCostModel {
   const HardwareOptions& hw_;
   // Where the tp group (ranks 0 .. tp − 1) and the ep group (strided by tp)
   // sit under the rank order (traces/layout.h).
-  traces::GroupPlacement tp_group_, ep_group_, shard_group_;
+  traces::GroupPlacement tp_group_, ep_group_, shard_group_, cp_group_;
   double peak_flops_;  // FLOP/s at the configured clock
   bool use_trace_measurements_;
   std::map<GemmKey, int64_t> gemm_times_;

@@ -103,6 +103,7 @@ class Search {
     traces::Plan base = BasePlan(*traces[0]);
     base.micro_batch = l.micro_batch;
     base.tp = l.tp;
+    base.cp = l.cp;
     base.pp = l.pp;
     base.dp = l.dp;
     base.zero_stage = l.zero_stage;
@@ -211,8 +212,9 @@ PlannerResult ResultOf(Best best, int64_t budget) {
 
 std::string Progress(const Layout& l, const std::optional<Best>& best_fit) {
   std::string line = "plan: simulated mb=" + std::to_string(l.micro_batch) +
-                     " tp=" + std::to_string(l.tp) + " pp=" + std::to_string(l.pp) +
-                     " dp=" + std::to_string(l.dp) +
+                     " tp=" + std::to_string(l.tp) +
+                     (l.cp > 1 ? " cp=" + std::to_string(l.cp) : std::string()) +
+                     " pp=" + std::to_string(l.pp) + " dp=" + std::to_string(l.dp) +
                      (l.zero_stage != 0 ? " zero=" + std::to_string(l.zero_stage) : "") +
                      (l.dp_shard != 0 ? " dp_shard=" + std::to_string(l.dp_shard) : "") +
                      (l.ep > 1 ? " ep=" + std::to_string(l.ep) : std::string()) +
@@ -307,6 +309,11 @@ Result<PlannerResult::ScheduleComparison> AgainstOneFOneB(Search& search, const 
 }
 
 }  // namespace
+
+TraceShape TraceShape::Of(const traces::Plan& plan, int64_t stage) {
+  return TraceShape{plan.micro_batch, plan.tp, plan.pp,       stage,  plan.dp,
+                    plan.zero_stage,  plan.ep, plan.dp_shard, plan.cp};
+}
 
 // One pass of the search over `feasible` in bound order; a candidate in
 // `refuted` is judged by its exact prediction there.

@@ -17,6 +17,11 @@
 // and, at pp 1, the weights too (ZeRO-3, FSDP: each layer gathered beside
 // compute), unless PlannerOptions::zero_stage pins it. The bound counts the
 // ZeRO collectives only as the link time they need at least.
+// A layout includes its context-parallel degree (PlannerOptions::cp): at long
+// sequences each cp > 1 that leaves kMinContextTokens a rank cuts the
+// sequence over cp ranks (activations and FLOPs 1/cp each), its ring's K/V
+// exchanges priced beside the attention steps; the bound counts them as the
+// ring link's time, like ZeRO's.
 // Within a layout, keep is simulated first: no policy is faster than keeping
 // everything, so when keep cannot beat the best plan that fits, the layout's
 // other policies are skipped.
@@ -67,10 +72,21 @@ struct TraceShape {
   int64_t zero_stage = 0;  // 0 to 3
   int64_t ep = 1;          // expert parallelism: E/ep experts per MoE layer here
   int64_t dp_shard = 0;    // HSDP: the shard group's dp ranks; 0: dp
+  int64_t cp = 1;          // context parallelism: seq_len / cp tokens here
   auto operator<=>(const TraceShape&) const = default;
+  // Stage `stage`'s trace at `plan`'s layout: the one mapping of a plan to
+  // the trace it was made for (plan, replay and the tests use it).
+  static TraceShape Of(const traces::Plan& plan, int64_t stage);
 };
 
 using TraceProvider = std::function<Result<traces::Trace>(const TraceShape& shape)>;
+
+// The context-parallel degrees an unpinned search weighs (PlannerOptions::cp):
+// each rank keeps at least this many tokens of a sequence (below it the
+// ring's steps are short and its exchanges exposed; NeMo's shortest cp runs
+// keep 4096), and cp goes no higher than this.
+inline constexpr int64_t kMinContextTokens = 4096;
+inline constexpr int64_t kMaxContextParallel = 32;
 
 struct PlannerOptions {
   int64_t gpus = 1;
@@ -122,6 +138,17 @@ struct PlannerOptions {
   // ep 1 and its search; --ep > 1 on it is refused.
   std::optional<int64_t> ep;
   int64_t experts = 0;
+  // Context parallelism (`--cp`; traces/layout.h): pinned, or every power of
+  // two up to kMaxContextParallel that leaves each rank at least
+  // kMinContextTokens of the sequence and splits it (2·cp chunks, of tp
+  // pieces each under sequence parallelism: traces::SequenceSplitError), with
+  // tp · cp · pp dividing the GPUs. `cp_refusal` says why the model cannot
+  // run context-parallel (models::ContextParallelRefusal); then cp stays 1
+  // and a pin above 1 is refused with it.
+  std::optional<int64_t> cp;
+  int64_t seq_len = 0;
+  bool sequence_parallel = false;
+  std::string cp_refusal;
   int64_t layers = 0;              // the model's blocks (pp must divide it)
   int64_t heads = 0;               // tp must divide it
   bool allow_host_offload = true;  // false: auto skips offload-host; optimal never uses host

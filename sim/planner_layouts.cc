@@ -7,6 +7,7 @@
 #include "sim/op_cost.h"
 #include "sim/pipeline.h"
 #include "sim/topology.h"
+#include "traces/collective_kind.h"
 #include "traces/dp_buckets.h"
 #include "traces/storage_plan.h"
 
@@ -27,8 +28,9 @@ std::string Flag(const char* name, int64_t v) {
   return std::string(name) + " " + std::to_string(v);
 }
 
-// The ZeRO stages a layout of `dp` replicas is tried with: the pin, else 0
-// and (dp > 1, where sharding changes anything) 1, 2 and 3.
+// The ZeRO stages a layout of `dp` ranks over which the state can be sharded
+// (dp × cp) is tried with: the pin, else 0 and (more than one, where sharding
+// changes anything) 1, 2 and 3.
 std::vector<int64_t> ZeroStages(const PlannerOptions& o, int64_t dp) {
   if (o.zero_stage) return {*o.zero_stage};
   if (dp > 1) return {0, 1, 2, 3};
@@ -45,6 +47,24 @@ std::vector<int64_t> ExpertDegrees(const PlannerOptions& o, int64_t dp) {
     if (dp % ep == 0 && (o.experts == 0 || o.experts % ep == 0)) eps.push_back(ep);
   }
   return eps;
+}
+
+// The context-parallel degrees a layout of tensor-parallel degree `tp` is
+// tried with (PlannerOptions::cp).
+std::vector<int64_t> ContextDegrees(const PlannerOptions& o, int64_t tp) {
+  auto splits = [&](int64_t cp) {
+    traces::Layout l;
+    l.tp = tp;
+    l.cp = cp;
+    return traces::SequenceSplitError(l, o.seq_len, o.sequence_parallel).empty();
+  };
+  if (o.cp) return splits(*o.cp) ? std::vector<int64_t>{*o.cp} : std::vector<int64_t>{};
+  std::vector<int64_t> cps = {1};
+  if (!o.cp_refusal.empty() || o.seq_len <= 0) return cps;
+  for (int64_t cp = 2; cp <= kMaxContextParallel && o.seq_len / cp >= kMinContextTokens; cp *= 2) {
+    if (splits(cp)) cps.push_back(cp);
+  }
+  return cps;
 }
 
 // Unset: 1F1B and interleaved (GPipe is never faster than 1F1B here).
@@ -125,6 +145,7 @@ std::string PinsText(const PlannerOptions& o) {
     pins.append(Flag(name, *v));
   };
   add("--tp", o.tp);
+  add("--cp", o.cp);
   add("--pp", o.pp);
   add("--dp", o.dp);
   add("--micro-batch", o.micro_batch);
@@ -153,6 +174,17 @@ Status CheckPins(const PlannerOptions& o) {
   SSDTRAIN_RETURN_IF_ERROR(positive("--ep", o.ep));
   SSDTRAIN_RETURN_IF_ERROR(CheckExpertPins(o));
   SSDTRAIN_RETURN_IF_ERROR(positive("--dp-shard", o.dp_shard));
+  SSDTRAIN_RETURN_IF_ERROR(positive("--cp", o.cp));
+  if (o.cp && *o.cp > 1) {
+    if (!o.cp_refusal.empty()) {
+      return Status::InvalidArgument(Flag("--cp", *o.cp) + ": " + o.cp_refusal);
+    }
+    traces::Layout split;
+    split.tp = o.tp.value_or(1);
+    split.cp = *o.cp;
+    const std::string why = traces::SequenceSplitError(split, o.seq_len, o.sequence_parallel);
+    if (!why.empty()) return Status::InvalidArgument(Flag("--cp", *o.cp) + ": " + why);
+  }
   if (o.zero_stage && (*o.zero_stage < 0 || *o.zero_stage > 3)) {
     return Status::InvalidArgument(Flag("--zero-stage", *o.zero_stage) +
                                    ": expected 0, 1, 2 or 3 (1: the optimizer state sharded over "
@@ -184,15 +216,17 @@ Status CheckPins(const PlannerOptions& o) {
   // The pinned degrees multiply to a divisor of the GPU count (all three: to it).
   int64_t product = 1;
   std::string named;
-  for (auto [name, v] : {std::pair{"--tp", o.tp}, {"--pp", o.pp}, {"--dp", o.dp}}) {
+  for (auto [name, v] : {std::pair{"--tp", o.tp}, {"--cp", o.cp}, {"--pp", o.pp}, {"--dp", o.dp}}) {
     if (!v) continue;
     product *= *v;
     if (!named.empty()) named += " x ";
     named += Flag(name, *v);
   }
-  if (o.tp && o.pp && o.dp && product != o.gpus) {
+  // An unpinned cp may make up the rest where the model can run context-parallel.
+  const bool cp_free = !o.cp && o.cp_refusal.empty() && o.seq_len > 0;
+  if (o.tp && o.pp && o.dp && product != o.gpus && !cp_free) {
     return Status::InvalidArgument(named + " = " + std::to_string(product) + " GPUs, but " + gpus +
-                                   ": dp x tp x pp must equal the GPUs");
+                                   ": tp x cp x pp x dp must equal the GPUs");
   }
   if (!named.empty() && o.gpus % product != 0) {
     std::string what = named;
@@ -251,32 +285,34 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
   const int64_t max_tp = o.tp ? *o.tp : std::min<int64_t>(hw.gpus_per_node, o.gpus);
   for (int64_t tp = o.tp.value_or(1); tp <= max_tp; tp *= 2) {
     if (o.heads > 0 && o.heads % tp != 0) continue;
-    for (int64_t pp = o.pp.value_or(1); pp <= o.pp.value_or(o.layers); ++pp) {
-      if (o.layers % pp != 0 || o.gpus % (tp * pp) != 0) continue;
-      const int64_t dp = o.gpus / (tp * pp);
-      if (o.dp && dp != *o.dp) continue;
-      std::vector<int64_t> mbs;
-      if (o.micro_batch) {
-        mbs.push_back(*o.micro_batch);
-      } else {
-        for (int64_t mb = 1; mb <= 16; mb *= 2) mbs.push_back(mb);
-      }
-      for (int64_t mb : mbs) {
-        int64_t m = o.num_micro_batches.value_or(2 * pp);
-        if (o.global_batch > 0) {
-          if (o.global_batch % (mb * dp) != 0) continue;
-          if (o.num_micro_batches && o.global_batch != mb * dp * m) continue;
-          m = o.global_batch / (mb * dp);
+    for (int64_t cp : ContextDegrees(o, tp)) {
+      for (int64_t pp = o.pp.value_or(1); pp <= o.pp.value_or(o.layers); ++pp) {
+        if (o.layers % pp != 0 || o.gpus % (tp * cp * pp) != 0) continue;
+        const int64_t dp = o.gpus / (tp * cp * pp);
+        if (o.dp && dp != *o.dp) continue;
+        std::vector<int64_t> mbs;
+        if (o.micro_batch) {
+          mbs.push_back(*o.micro_batch);
+        } else {
+          for (int64_t mb = 1; mb <= 16; mb *= 2) mbs.push_back(mb);
         }
-        for (int64_t ep : ExpertDegrees(o, dp)) {
-          for (int64_t zero : ZeroStages(o, dp)) {
-            if (ep > 1 && zero >= 1) continue;                   // not modelled (CheckExpertPins)
-            if (!o.zero_stage && zero == 3 && pp > 1) continue;  // PlannerOptions::zero_stage
-            if (o.dp_shard && (dp % *o.dp_shard != 0 || zero == 0)) continue;
-            Layout l{mb, tp, pp, dp, m, zero};
-            l.ep = ep;
-            l.dp_shard = o.dp_shard.value_or(0);
-            AddSchedules(o, l, layouts);
+        for (int64_t mb : mbs) {
+          int64_t m = o.num_micro_batches.value_or(2 * pp);
+          if (o.global_batch > 0) {
+            if (o.global_batch % (mb * dp) != 0) continue;
+            if (o.num_micro_batches && o.global_batch != mb * dp * m) continue;
+            m = o.global_batch / (mb * dp);
+          }
+          for (int64_t ep : ExpertDegrees(o, dp)) {
+            for (int64_t zero : ZeroStages(o, dp * cp)) {
+              if (ep > 1 && zero >= 1) continue;                   // not modelled (CheckExpertPins)
+              if (!o.zero_stage && zero == 3 && pp > 1) continue;  // PlannerOptions::zero_stage
+              if (o.dp_shard && (dp % *o.dp_shard != 0 || zero == 0)) continue;
+              Layout l{mb, tp, pp, dp, m, cp, zero};
+              l.ep = ep;
+              l.dp_shard = o.dp_shard.value_or(0);
+              AddSchedules(o, l, layouts);
+            }
           }
         }
       }
@@ -293,12 +329,13 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
   for (Layout& l : layouts) {
     SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache.Get(l.Shape(0)));
     OpCostModel cost(hw, t->header);
-    int64_t compute = 0, backward = 0, side = 0, static_bytes = 0, grads = 0, expert_grads = 0;
+    int64_t compute = 0, backward = 0, side = 0, ring = 0, static_bytes = 0, grads = 0,
+            expert_grads = 0;
     for (const traces::Op& op : t->ops) {
       if (op.phase == traces::Phase::kOptimizer) continue;
       const int64_t ns = cost.OpTimeNs(op);
-      if (op.stream != 0) {  // ZeRO's collectives: beside compute, one at a time on the link
-        side += ns;
+      if (op.stream != 0) {  // beside compute, one at a time on their link
+        (traces::GroupOfCollective(op) == traces::CollectiveGroup::kContext ? ring : side) += ns;
         continue;
       }
       compute += ns;
@@ -337,7 +374,7 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
     const int64_t hidden = traces::BucketsWaitForBackward(ddp) ? 0 : backward;
     // The stage's side-stream collectives, m micro-batches' worth, one at a
     // time on its link: the step lasts at least as long as they do.
-    const int64_t pipeline = std::max((l.m * v + l.pp - 1) * compute / v, l.m * side);
+    const int64_t pipeline = std::max({(l.m * v + l.pp - 1) * compute / v, l.m * side, l.m * ring});
     const int64_t step = pipeline + std::max<int64_t>(0, exchange - hidden) + gather;
     const double tokens = static_cast<double>(l.micro_batch * l.m * l.dp * t->header.seq_len);
     l.bound_tokens_per_s = step > 0 ? tokens / (static_cast<double>(step) * 1e-9) : 0;

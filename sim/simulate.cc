@@ -345,8 +345,7 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   for (const traces::Op& op : first.ops) {
     if (op.kind != traces::OpKind::kCollective) continue;
     const traces::CollectiveKind kind = traces::ClassifyCollective(op);
-    const bool all_to_all = kind == traces::CollectiveKind::kAllToAll;
-    if ((all_to_all ? first.header.ep : layout.tp) <= 1) continue;
+    if (traces::CollectiveRanks(op, first.header) <= 1) continue;
     const auto i = static_cast<size_t>(op.id);
     if (i >= out.ops.size()) continue;
     Prediction::CollectiveTotal& t = out.collectives[std::string(traces::ToString(kind))];

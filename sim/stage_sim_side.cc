@@ -1,10 +1,13 @@
 // StageSimulator: the ops on side streams, ZeRO-2/3's gathers and
-// reduce-scatters (traces/collective_kind.h; sim/detail/stage_simulator.h,
-// StartSideItem): issued in trace order, run one at a time on the link beside
-// compute, their readers waiting for them.
+// reduce-scatters and context parallelism's ring steps
+// (traces/collective_kind.h; sim/detail/stage_simulator.h, StartSideItem):
+// issued in trace order, run one at a time on their link beside compute
+// (ZeRO's on the shard group's, the ring's on the cp group's), their readers
+// waiting for them.
 #include <algorithm>
 
 #include "sim/detail/stage_simulator.h"
+#include "traces/collective_kind.h"
 
 namespace ssdtrain::sim::detail {
 
@@ -23,9 +26,13 @@ void StageSimulator::StartSideItem(const WorkItem& item) {
     if (op.phase == Phase::kForward) --s.pending_forward;
   }
   ++next_op_;
-  const int64_t start = std::max(Now(), side_free_ns_);
-  side_free_ns_ = start + cost_.OpTimeNs(op);
-  const Status status = engine_.Schedule(Time::Ns(side_free_ns_ - Now()),
+  // ZeRO's collectives share the data-parallel link; the cp ring has its own.
+  int64_t& free_ns = traces::GroupOfCollective(op) == traces::CollectiveGroup::kContext
+                         ? cp_free_ns_
+                         : side_free_ns_;
+  const int64_t start = std::max(Now(), free_ns);
+  free_ns = start + cost_.OpTimeNs(op);
+  const Status status = engine_.Schedule(Time::Ns(free_ns - Now()),
                                          [this, item, start] { EndSideItem(item, start); });
   if (!status.ok()) error_ = status;
   for (size_t sid : resolved_.op_inputs[index]) MaybeRelease(storages_[sid]);

@@ -31,6 +31,7 @@ int64_t Hierarchical(CollectiveKind kind, int64_t bytes, int64_t k, int64_t doma
     case CollectiveKind::kReduceScatter:
       return Ring(kind, share, domains, out) + Ring(kind, bytes, k, up);
     case CollectiveKind::kAllToAll:
+    case CollectiveKind::kSendRecv:
       break;
   }
   return 0;
@@ -42,6 +43,10 @@ int64_t GroupCollectiveNs(CollectiveKind kind, int64_t payload_bytes,
                           const traces::GroupPlacement& p, const InterconnectOptions& ic) {
   const int64_t n = p.ranks;
   if (n <= 1) return 0;
+  // A ring step: every rank sends its message to its neighbour at once; the
+  // step lasts as long as its slowest hop, on the network once the ring
+  // leaves a domain.
+  if (kind == CollectiveKind::kSendRecv) return MessageNs(payload_bytes, p.within_one_domain(), ic);
   if (p.within_one_domain()) return Ring(kind, payload_bytes, n, ic.scale_up);
   const int64_t k = std::max<int64_t>(1, p.max_per_domain);
   if (kind == CollectiveKind::kAllToAll) {

@@ -75,8 +75,7 @@ Stages StagesOf(const Case& c, const sim::PlannerResult& r) {
     s.index.push_back(stage);
   }
   for (int64_t stage : s.index) {
-    auto t = c.provider(sim::TraceShape{r.plan.micro_batch, r.plan.tp, r.plan.pp, stage, r.plan.dp,
-                                        r.plan.zero_stage, r.plan.ep});
+    auto t = c.provider(sim::TraceShape::Of(r.plan, stage));
     EXPECT_TRUE(t.ok());
     s.traces.push_back(std::move(*t));
   }

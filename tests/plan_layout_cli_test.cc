@@ -100,6 +100,59 @@ TEST_F(PlanCli, ZeroOnePlanRoundTripsAndReplayRebuildsItsTrace) {
   EXPECT_EQ(run->trace_fingerprint, plan->trace_fingerprint);
 }
 
+// Context parallelism end to end: tiny-gpt with flash attention planned at cp 2
+// on 4 GPUs prints and records cp 2 and the trace command that builds its
+// trace (256 / 2 tokens a rank), says the plan does not replay yet, and the
+// replay refuses it naming the plan and cp, leaving nothing in its directory;
+// the standard-attention model refuses --cp naming the flag and why.
+TEST_F(PlanCli, ContextParallelPlanRecordsCpAndTheReplayRefusesIt) {
+  const std::string model = Edited(Model("tiny-gpt"), "tiny-gpt-flash.json", [](nlohmann::json& j) {
+    j["name"] = "tiny-gpt-flash";
+    j["attention"] = "flash";
+  });
+  CliResult r = RunSsdtrain(
+      "plan --model " + model + " --hardware " + Hardware("cpu-local") +
+      " --gpus 4 --cp 2 --tp 1 --pp 1 --micro-batch 4 --zero-stage 0 --policy keep -o " +
+      File("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("micro-batch 4 tp 1 cp 2 pp 1 dp 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--tp 1 --pp 1 --cp 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("replay this plan: not yet: the replay does not run context "
+                          "parallelism's K/V ring"),
+            std::string::npos)
+      << r.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->cp, 2);
+  EXPECT_EQ(plan->dp, 2);
+  ASSERT_EQ(RunSsdtrain("trace --model " + model + " --micro-batch 4 --cp 2 -o " + File("t.json"))
+                .exit_code,
+            0);
+  Result<traces::Trace> t = traces::ReadTrace(File("t.json"));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->header.cp, 2);
+  EXPECT_EQ(traces::Fingerprint(*t), plan->trace_fingerprint);
+  fs::create_directories(File("offload"));
+  r = RunSsdtrain("replay --model " + model + " --plan " + File("plan.json") + " --dir " +
+                  File("offload") + " --backend cpu --steps 1 -o " + File("run.json"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(File("plan.json") + ": cp 2: the replay does not yet run context "
+                                              "parallelism's K/V ring between ranks"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::is_empty(File("offload")));
+  EXPECT_FALSE(fs::exists(File("run.json")));
+  r = RunSsdtrain("plan --model " + Model("tiny-gpt") + " --hardware " + Hardware("cpu-local") +
+                  " --gpus 2 --cp 2 -o " + File("p2.json"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--cp 2: context parallelism needs attention flash"), std::string::npos)
+      << r.output;
+  r = RunSsdtrain("trace --model " + Model("tiny-gpt") + " --cp 2 -o " + File("t2.json"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("cp: 2: context parallelism needs attention flash"), std::string::npos)
+      << r.output;
+}
+
 TEST_F(PlanCli, ImpossiblePinsAreRejectedNamingTheFlagAndWhy) {
   const std::string base = "plan --model " + Model("tiny-gpt") + " --hardware " +
                            Hardware("cpu-local") + " --policy keep -o " + File("plan.json") + " ";
@@ -108,7 +161,7 @@ TEST_F(PlanCli, ImpossiblePinsAreRejectedNamingTheFlagAndWhy) {
       {"--gpus 3 --pp 3", "--pp 3: does not divide the model's 4 layers"},
       {"--gpus 3 --tp 3", "--tp 3: does not divide the model's 4 attention heads"},
       {"--gpus 8 --tp 2 --pp 2 --dp 4",
-       "--tp 2 x --pp 2 x --dp 4 = 16 GPUs, but --gpus 8: dp x tp x pp must equal the GPUs"},
+       "--tp 2 x --pp 2 x --dp 4 = 16 GPUs, but --gpus 8: tp x cp x pp x dp must equal the GPUs"},
       {"--gpus 6 --pp 4", "--pp 4: does not divide --gpus 6"},
       {"--gpus 2 --micro-batch 2 --num-micro-batches 3 --global-batch 8",
        "--global-batch 8: must be --micro-batch x --num-micro-batches x dp = 6 x dp"},

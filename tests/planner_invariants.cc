@@ -39,11 +39,10 @@ void CheckStagePeaks(const SweepCase& c, const std::string& policy, const sim::P
   std::vector<std::pair<int64_t, const traces::Plan*>> plans{{0, &p}};
   for (const auto& [stage, plan] : r.stage_plans) plans.emplace_back(stage, &plan);
   for (const auto& [stage, plan] : plans) {
-    const std::string where =
-        fmt::format("{} --policy {}: stage {} ({}, tp {} pp {} mb {} m {})", CaseName(c), policy,
-                    stage, plan->policy, p.tp, p.pp, p.micro_batch, p.num_micro_batches);
-    Result<traces::Trace> t =
-        provider(sim::TraceShape{p.micro_batch, p.tp, p.pp, stage, p.dp, p.zero_stage, p.ep});
+    const std::string where = fmt::format(
+        "{} --policy {}: stage {} ({}, {} mb {} m {})", CaseName(c), policy, stage, plan->policy,
+        traces::PlanLayout(p).Describe(), p.micro_batch, p.num_micro_batches);
+    Result<traces::Trace> t = provider(sim::TraceShape::Of(p, stage));
     if (!t.ok()) {
       out.push_back(where + ": " + t.status().message());
       continue;
@@ -123,8 +122,7 @@ SweepOutcome CheckPlannerInvariants(const SweepCase& c) {
     sim::PlannerOptions po;
     po.gpus = c.gpus;
     po.policy = policy;
-    po.layers = base.layers;
-    po.heads = base.heads;
+    app::SetModelOptions(base, &po);
     const auto start = std::chrono::steady_clock::now();
     Result<sim::PlannerResult> r = sim::SearchPlan(provider, *hw, po);
     const double seconds =
@@ -150,9 +148,9 @@ SweepOutcome CheckPlannerInvariants(const SweepCase& c) {
       CheckStagePeaks(c, policy, *r, provider, *hw, out.violations);
     }
     out.lines.push_back(fmt::format(
-        "{}: {} tp {} pp {} dp {} mb {} m {} {}{}: {:.0f} tokens/s, worst stage peak {:.2f} "
+        "{}: {} {} mb {} m {} {}{}: {:.0f} tokens/s, worst stage peak {:.2f} "
         "GiB{} ({:.1f} s)",
-        where, r->fits ? "fits" : "does not fit", r->plan.tp, r->plan.pp, r->plan.dp,
+        where, r->fits ? "fits" : "does not fit", traces::PlanLayout(r->plan).Describe(),
         r->plan.micro_batch, r->plan.num_micro_batches, r->plan.schedule,
         r->plan.virtual_stages > 1 ? fmt::format(" v={}", r->plan.virtual_stages) : "",
         r->prediction.metrics.tokens_per_s,

@@ -96,8 +96,7 @@ TEST_F(ZeroStage13b, OptimizerStateIsTwelveBytesPerParameterOverTpPpDp) {
   const sim::TraceProvider provider = ModelTraceProvider(config_, ModelPath(model_));
   int64_t state = 0;
   for (int64_t stage = 0; stage < p.pp; ++stage) {
-    Result<traces::Trace> t =
-        provider(sim::TraceShape{p.micro_batch, p.tp, p.pp, stage, p.dp, p.zero_stage});
+    Result<traces::Trace> t = provider(sim::TraceShape::Of(p, stage));
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     EXPECT_EQ(traces::Fingerprint(*t) == p.trace_fingerprint, stage == 0);
     const Bytes b = StaticBytes(*t);

@@ -12,6 +12,8 @@ std::string_view ToString(CollectiveKind kind) {
       return "reduce_scatter";
     case CollectiveKind::kAllToAll:
       return "all_to_all";
+    case CollectiveKind::kSendRecv:
+      return "send_recv";
     case CollectiveKind::kAllReduce:
       break;
   }
@@ -20,6 +22,7 @@ std::string_view ToString(CollectiveKind kind) {
 
 CollectiveKind ClassifyCollective(const Op& op) {
   if (op.name.ends_with(kAllToAllSuffix)) return CollectiveKind::kAllToAll;
+  if (op.name.ends_with(kCpRingSuffix)) return CollectiveKind::kSendRecv;
   // ZeRO's by name: over one rank they read what they write.
   if (op.name.ends_with(kZeroAllGatherSuffix)) return CollectiveKind::kAllGather;
   if (op.name.ends_with(kZeroReduceScatterSuffix)) return CollectiveKind::kReduceScatter;
@@ -35,6 +38,7 @@ CollectiveGroup GroupOfCollective(const Op& op) {
   if (op.name.ends_with(kZeroAllGatherSuffix) || op.name.ends_with(kZeroReduceScatterSuffix)) {
     return CollectiveGroup::kShard;
   }
+  if (op.name.ends_with(kCpRingSuffix)) return CollectiveGroup::kContext;
   return CollectiveGroup::kTensorParallel;
 }
 
@@ -44,6 +48,8 @@ int64_t CollectiveRanks(const Op& op, const Header& header) {
       return std::max<int64_t>(1, header.ep);
     case CollectiveGroup::kShard:
       return std::max<int64_t>(1, header.zero_shards);
+    case CollectiveGroup::kContext:
+      return std::max<int64_t>(1, header.cp);
     case CollectiveGroup::kTensorParallel:
       break;
   }

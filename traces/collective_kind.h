@@ -3,7 +3,9 @@
 // executor runs it between the ranks of its group
 // (exec/replay_tensor_parallel.cc). The expert-parallel all-to-all runs over
 // the header's ep ranks, ZeRO-2/3's gathers and reduce-scatters over its
-// zero_shards ranks (the shard group, traces/layout.h), the others over tp.
+// zero_shards ranks (the shard group, traces/layout.h), context
+// parallelism's K/V ring exchanges between neighbours of the header's cp
+// ranks, the others over tp.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -16,16 +18,19 @@
 
 namespace ssdtrain::traces {
 
-enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kAllToAll };
+// kSendRecv: one step of a ring, each rank sending its buffer to the next
+// rank and receiving the previous one's at once (context parallelism's K/V).
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kSendRecv };
 // Every kind, in the enum's order (an index of a per-kind array).
-inline constexpr std::array<CollectiveKind, 4> kCollectiveKinds = {
+inline constexpr std::array<CollectiveKind, 5> kCollectiveKinds = {
     CollectiveKind::kAllReduce, CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
-    CollectiveKind::kAllToAll};
-// "all_reduce", "all_gather", "reduce_scatter", "all_to_all".
+    CollectiveKind::kAllToAll, CollectiveKind::kSendRecv};
+// "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv".
 std::string_view ToString(CollectiveKind kind);
 
 // A kCollective op: named ...all_to_all (kAllToAllSuffix), the expert-parallel
 // all-to-all (the MoE dispatch and combine, models/detail/moe.h); named
+// ...cp_ring (kCpRingSuffix), a ring step of context parallelism; named
 // ...zero_all_gather or ...zero_reduce_scatter, ZeRO's (below); else by its
 // shape: an all-gather writes more than it reads (the gathered tensor), a
 // reduce-scatter reads more than it writes (the shard); equal sizes are an
@@ -39,19 +44,26 @@ CollectiveKind ClassifyCollective(const Op& op);
 // shard group, each kind on its own stream (FSDP's all-gather and
 // reduce-scatter streams): the simulator overlaps them with compute, their
 // consumers waiting for them.
-enum class CollectiveGroup { kTensorParallel, kExpertParallel, kShard };
+// Context parallelism's ring steps are named ...cp_ring
+// (models/detail/ring_attention.h): each sends this rank's K/V (and, in
+// backward, the running dK/dV) to the next rank of the cp group and receives
+// the previous one's, on their own stream, overlapping the attention of the
+// step before, as Transformer Engine's P2P ring does.
+enum class CollectiveGroup { kTensorParallel, kExpertParallel, kShard, kContext };
 inline constexpr std::string_view kZeroAllGatherSuffix = "zero_all_gather";
 inline constexpr std::string_view kZeroReduceScatterSuffix = "zero_reduce_scatter";
+inline constexpr std::string_view kCpRingSuffix = "cp_ring";
 inline constexpr int kZeroGatherStream = 1;
 inline constexpr int kZeroReduceStream = 2;
+inline constexpr int kCpRingStream = 3;
 CollectiveGroup GroupOfCollective(const Op& op);
 // The ranks `op` runs over in a trace of `header`: ep for the all-to-all,
-// zero_shards for the shard group's, tp else.
+// zero_shards for the shard group's, cp for the ring's, tp else.
 int64_t CollectiveRanks(const Op& op, const Header& header);
 // The payload S of a kCollective op: the larger of bytes read and written
 // (the all-reduce's buffer, the all-gather's output, the reduce-scatter's
 // input: the full, unsharded tensor; the all-to-all's larger buffer, sent or
-// received, of which (n − 1)/n crosses the link).
+// received, of which (n − 1)/n crosses the link; the ring step's message).
 int64_t CollectivePayloadBytes(const Op& op);
 
 }  // namespace ssdtrain::traces

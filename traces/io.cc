@@ -100,6 +100,7 @@ json HeaderToJson(const Header& h) {
          {"attention", h.attention},
          {"units", {{"time", h.time_unit}, {"size", h.size_unit}}}};
   if (h.ep != 1) j["ep"] = h.ep;  // written only where experts are spread
+  if (h.cp != 1) j["cp"] = h.cp;  // and where the sequence is
   // Written only where not the default, so traces without it print as before.
   if (h.weight_grads != "persistent") j["weight_grads"] = h.weight_grads;
   if (h.zero_stage != 0) j["zero_stage"] = h.zero_stage;
@@ -178,6 +179,7 @@ Result<Header> ParseHeader(const json& j, const JsonPath& at) {
   SSDTRAIN_ASSIGN_OR_RETURN(h.sequence_parallel, r.BoolOr("sequence_parallel", false));
   SSDTRAIN_ASSIGN_OR_RETURN(h.pp, r.IntOr("pp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(h.ep, r.IntOr("ep", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(h.cp, r.IntOr("cp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(h.stage, r.IntOr("stage", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(h.first_layer, r.IntOr("first_layer", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(h.stage_layers, r.IntOr("stage_layers", h.layers));

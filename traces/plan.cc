@@ -137,6 +137,7 @@ json ToJson(const Plan& plan) {
   if (plan.dp_shard != 0) j["dp_shard"] = plan.dp_shard;
   if (plan.ddp != "overlapped") j["ddp"] = plan.ddp;
   if (plan.ep != 1) j["ep"] = plan.ep;
+  if (plan.cp != 1) j["cp"] = plan.cp;
   if (plan.virtual_stages != 1) j["virtual_stages"] = plan.virtual_stages;
   if (plan.prediction) j["prediction"] = ToJson(*plan.prediction);
   return j;
@@ -165,6 +166,7 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
   SSDTRAIN_ASSIGN_OR_RETURN(plan.pp, r.IntOr("pp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.dp, r.IntOr("dp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.ep, r.IntOr("ep", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.cp, r.IntOr("cp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.zero_stage, r.IntOr("zero_stage", 0));
   if (plan.zero_stage < 0 || plan.zero_stage > 3) {
     return r.At("zero_stage")
@@ -211,7 +213,7 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
   for (auto [field, value] :
        {std::pair{"micro_batch", plan.micro_batch}, std::pair{"tp", plan.tp},
         std::pair{"pp", plan.pp}, std::pair{"dp", plan.dp}, std::pair{"ep", plan.ep},
-        std::pair{"num_micro_batches", plan.num_micro_batches}}) {
+        std::pair{"cp", plan.cp}, std::pair{"num_micro_batches", plan.num_micro_batches}}) {
     if (value <= 0)
       return r.At(field).Error("expected a positive integer, got " + std::to_string(value));
   }
@@ -253,6 +255,7 @@ Status WritePlan(const Plan& plan, const std::string& path) {
 Layout PlanLayout(const Plan& plan) {
   Layout l;
   l.tp = std::max<int64_t>(1, plan.tp);
+  l.cp = std::max<int64_t>(1, plan.cp);
   l.pp = std::max<int64_t>(1, plan.pp);
   l.vp = std::max<int64_t>(1, plan.virtual_stages);
   l.dp = std::max<int64_t>(1, plan.dp);
@@ -272,6 +275,7 @@ Plan PlanTemplate(const Trace& trace, std::string policy) {
   plan.tp = std::max<int64_t>(1, trace.header.tp);
   plan.pp = std::max<int64_t>(1, trace.header.pp);
   plan.ep = std::max<int64_t>(1, trace.header.ep);
+  plan.cp = std::max<int64_t>(1, trace.header.cp);
   return plan;
 }
 

@@ -72,6 +72,9 @@ struct Plan {
   int64_t micro_batch = 1;
   int64_t seq_len = 0;
   int64_t tp = 1;
+  // Context-parallel degree (traces/layout.h; the trace's header cp). JSON:
+  // optional (default 1), written when not 1.
+  int64_t cp = 1;
   int64_t pp = 1;
   int64_t dp = 1;
   // Expert-parallel degree (MoE models): each rank holds E/ep routed experts of

@@ -116,6 +116,10 @@ uint64_t Fingerprint(const Trace& trace) {
     h.Add(v);
   }
   if (hd.ep != 1) h.Add(hd.ep);  // dense and ep-1 traces keep their fingerprints
+  if (hd.cp != 1) {              // and so do traces without context parallelism
+    h.Add(std::string_view("cp"));
+    h.Add(hd.cp);
+  }
   h.Add(hd.dtype);
   h.Add(hd.attention);
   if (hd.weight_grads != "persistent") h.Add(hd.weight_grads);  // older fingerprints stay

@@ -117,6 +117,11 @@ struct Header {
   int64_t micro_batch = 0;
   int64_t tp = 1;
   bool sequence_parallel = false;
+  // Context-parallel degree (traces/layout.h): the sequence is cut over cp
+  // ranks, this trace holding seq_len / cp of its tokens (seq_len is the
+  // whole sequence's), attention running as a ring over the cp ranks with its
+  // K/V exchanges as ops on kCpRingStream (traces/collective_kind.h). 1: none.
+  int64_t cp = 1;
   int64_t pp = 1;
   // Expert-parallel degree: the routed experts of each MoE layer are spread
   // over ep ranks, this trace holding E/ep of them, with an all-to-all

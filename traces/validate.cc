@@ -231,7 +231,7 @@ Status Validate(const Trace& trace, const std::string& source) {
   for (auto [field, value] :
        {std::pair{"hidden", h.hidden}, std::pair{"heads", h.heads}, std::pair{"layers", h.layers},
         std::pair{"seq_len", h.seq_len}, std::pair{"micro_batch", h.micro_batch},
-        std::pair{"tp", h.tp}, std::pair{"pp", h.pp}, std::pair{"ep", h.ep},
+        std::pair{"tp", h.tp}, std::pair{"cp", h.cp}, std::pair{"pp", h.pp}, std::pair{"ep", h.ep},
         std::pair{"zero_shards", h.zero_shards}}) {
     if (value <= 0) {
       return Bad(source, std::string("header.") + field,

@@ -1,6 +1,7 @@
 #include "models/detail/attention.h"
 
 #include "models/detail/costs.h"
+#include "models/detail/ring_attention.h"
 
 namespace ssdtrain::models::detail {
 namespace {
@@ -21,6 +22,7 @@ std::vector<TensorId> BiasGradInputs(TensorId source, const TensorId* g_bias) {
 TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const std::string& name,
                           TensorId q, TensorId k, TensorId v, TensorId bias, AttentionState* st,
                           bool softcap) {
+  if (d.cp > 1) return RingAttentionForward(b, d, name, q, k, v, st);  // flash, no bias
   st->name = name;
   st->q = q;
   st->k = k;
@@ -72,6 +74,7 @@ TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const st
 
 AttentionGrads AttentionBackward(TraceBuilder& b, const Dims& d, const AttentionState& st,
                                  TensorId g_ctx, TensorId* g_bias) {
+  if (d.cp > 1) return RingAttentionBackward(b, d, st, g_ctx);
   AttentionGrads g;
   const std::string& name = st.name;
   g.q = b.Gradient(name + ".q.grad", b.shape(st.q), d.act);

@@ -25,12 +25,14 @@ ZeroSpec ZeroFor(const ModelConfig& c) {
 
 Dims MakeDims(const ModelConfig& c) {
   Dims d;
-  d.s = c.seq_len;
+  d.seq = c.seq_len;
+  d.cp = c.cp;
+  d.s = c.seq_len / c.cp;
   d.b = c.micro_batch;
   d.h = c.hidden;
   d.t = c.tp;
   d.sp = c.sequence_parallel && c.tp > 1;
-  d.s_local = d.sp ? c.seq_len / c.tp : c.seq_len;
+  d.s_local = d.sp ? d.s / c.tp : d.s;
   d.heads = c.heads / c.tp;
   d.kv_heads = KvHeads(c) / c.tp;
   d.d = HeadDim(c);

@@ -41,7 +41,9 @@ struct BlockStyle {
 
 // Sizes seen by one tensor-parallel rank. Element counts unless named otherwise.
 struct Dims {
-  int64_t s = 0;         // sequence length
+  int64_t seq = 0;       // the whole sequence (the model's: position tables)
+  int64_t cp = 1;        // context-parallel degree
+  int64_t s = 0;         // sequence length on this rank: seq / cp
   int64_t b = 0;         // micro-batch
   int64_t h = 0;         // hidden
   int64_t t = 1;         // tensor-parallel degree

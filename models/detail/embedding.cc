@@ -20,7 +20,7 @@ TensorId EmbeddingForward(TraceBuilder& b, const Dims& d, const EmbeddingOptions
   std::vector<TensorId> inputs = {st->tokens, st->word};
   int64_t tables = 1;
   if (options.learned_positions) {
-    st->pos = b.Weight(name + ".position_embeddings", {d.s, d.h}, d.act);
+    st->pos = b.Weight(name + ".position_embeddings", {d.seq, d.h}, d.act);
     inputs.push_back(st->pos);
     ++tables;
   }

@@ -20,6 +20,7 @@ namespace ssdtrain::sim::detail {
 
 struct Layout {
   int64_t micro_batch = 1, tp = 1, pp = 1, dp = 1, m = 1;
+  int64_t cp = 1;          // context parallelism
   int64_t zero_stage = 0;  // traces/layout.h: 1 the optimizer state, 2 + gradients, 3 + weights
   int64_t ep = 1;          // expert parallelism (MoE models)
   int64_t dp_shard = 0;    // HSDP: the shard group's dp ranks; 0: dp
@@ -30,12 +31,13 @@ struct Layout {
   double bound_tokens_per_s = 0;
   // The trace of pipeline stage `stage` at this layout.
   TraceShape Shape(int64_t stage) const {
-    return {micro_batch, tp, pp, stage, dp, zero_stage, ep, dp_shard};
+    return {micro_batch, tp, pp, stage, dp, zero_stage, ep, dp_shard, cp};
   }
   // Its ranks and groups (traces/layout.h).
   traces::Layout Ranks() const {
     traces::Layout r;
     r.tp = tp;
+    r.cp = cp;
     r.pp = pp;
     r.vp = virtual_stages;
     r.dp = dp;
@@ -74,7 +76,8 @@ inline constexpr int64_t kMaxVirtualStages = 8;
 std::vector<int64_t> VirtualStagesToTry(const PlannerOptions& o, int64_t pp, int64_t m);
 
 // Every layout the options allow: tp over powers of two up to one node (or
-// pinned), pp over the divisors of the layers, dp the rest of the GPUs, the
+// pinned), cp as PlannerOptions::cp says, pp over the divisors of the
+// layers, dp the rest of the GPUs, the
 // micro-batch 1 .. 16 (or pinned), m from the global batch (or pinned, or 2·pp);
 // each under 1F1B and, where pp >= 2 and m is a multiple of pp, interleaved
 // with the largest v of VirtualStagesToTry (or the pinned schedule and v): the
@@ -89,7 +92,8 @@ struct BoundedLayouts {
 // the sharded state) fits `budget`. The bound: the compute of m + pp − 1
 // micro-batches of stage 0 (the closed-form pipeline; interleaved
 // m + (pp − 1)/v), or m micro-batches of its ZeRO-2/3 collectives (one at a
-// time on the link), whichever is longer; the gradient exchange that
+// time on the link), or of its cp ring's exchanges (one at a time on theirs),
+// whichever is longest; the gradient exchange that
 // outlasts one backward (all of it with `ddp` local); and ZeRO-1 and 2's
 // parameter all-gather.
 Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cache,

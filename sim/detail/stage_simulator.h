@@ -117,11 +117,13 @@ class StageSimulator {
   // True when a write in flight will evict a storage once it lands.
   bool WritesWillFreeMemory();
   void EndItem(const WorkItem& item, int64_t start);
-  // An op on a side stream (ZeRO's collectives, traces/collective_kind.h):
-  // issued in trace order like any op, its outputs allocated and its inputs'
-  // last uses released at its issue, as the static walk counts them
-  // (traces/static_peaks.cc), it runs on the data-parallel link, one such op
-  // at a time in issue order, while compute goes on; its readers wait for it.
+  // An op on a side stream (ZeRO's collectives, the cp ring's steps,
+  // traces/collective_kind.h): issued in trace order like any op, its outputs
+  // allocated and its inputs' last uses released at its issue, as the static
+  // walk counts them (traces/static_peaks.cc), it runs on its group's link
+  // (ZeRO's on the data-parallel link, the ring's on the cp link), one such
+  // op per link at a time in issue order, while compute goes on; its readers
+  // wait for it.
   void StartSideItem(const WorkItem& item);
   void EndSideItem(const WorkItem& item, int64_t start);
   void Allocate(Storage& s);
@@ -182,7 +184,8 @@ class StageSimulator {
   bool between_recorded_ = false;
   int64_t wait_start_ = -1;
   int64_t collective_wait_start_ = -1;
-  int64_t side_free_ns_ = 0;  // when the side streams' link is free
+  int64_t side_free_ns_ = 0;  // when ZeRO's side streams' link is free
+  int64_t cp_free_ns_ = 0;    // when the cp ring's link is free
   int64_t device_bytes_ = 0, activation_bytes_ = 0, host_bytes_ = 0;
   // Set_to_none weight gradients not yet allocated (peak_gpu_bytes_gradients_held).
   int64_t gradients_unallocated_ = 0;

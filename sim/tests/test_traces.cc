@@ -1,8 +1,13 @@
 #include "sim/tests/test_traces.h"
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <utility>
 
 #include "sim/policy.h"
+#include "sim/stage_sim.h"
+#include "traces/storage_plan.h"
 
 namespace ssdtrain::sim::testing {
 
@@ -112,6 +117,18 @@ traces::Plan PlanWith(const traces::Trace& trace, std::vector<traces::Placement>
   plan.policy = "test";
   plan.placements = std::move(placements);
   return plan;
+}
+
+void ExpectPeaksAreTheStaticWalks(const traces::Trace& t, const traces::Plan& plan,
+                                  const HardwareOptions& hw) {
+  Result<StageResult> r = SimulateStage(t, plan, hw);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Result<traces::StoragePlan> sp = traces::ResolvePlan(t, plan, "plan");
+  ASSERT_TRUE(sp.ok()) << sp.status().ToString();
+  const traces::StaticPeaks walk =
+      traces::ComputeStaticPeaks(t, *sp, std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes));
+  EXPECT_EQ(r->peak_gpu_bytes, walk.device_bytes);
+  EXPECT_EQ(r->peak_activation_bytes, walk.activation_bytes);
 }
 
 }  // namespace ssdtrain::sim::testing

@@ -39,4 +39,10 @@ traces::Plan PlanWith(const traces::Trace& trace, std::vector<traces::Placement>
 // Round-number hardware: GDS, no latencies, one drive per GPU, 80 GiB GPU.
 HardwareOptions TestHardware(double ssd_write_GBps, double ssd_read_GBps, double pcie_GBps);
 
+// Simulates `plan` on `t` alone (SimulateStage) and expects its device and
+// activation peaks to equal the static walk's (traces::ComputeStaticPeaks at
+// the GPU's allocation alignment) to the byte.
+void ExpectPeaksAreTheStaticWalks(const traces::Trace& t, const traces::Plan& plan,
+                                  const HardwareOptions& hw);
+
 }  // namespace ssdtrain::sim::testing

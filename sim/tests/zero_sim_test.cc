@@ -53,15 +53,7 @@ TEST(ZeroSim, PeaksAreTheStaticWalksToTheByte) {
     for (int64_t prefetch : {0, 1, 2}) {
       SCOPED_TRACE("zero " + std::to_string(stage) + " prefetch " + std::to_string(prefetch));
       const traces::Trace t = Llama(stage, prefetch);
-      const traces::Plan plan = BasePlan(t);
-      Result<StageResult> r = SimulateStage(t, plan, hw);
-      ASSERT_TRUE(r.ok()) << r.status().ToString();
-      Result<traces::StoragePlan> sp = traces::ResolvePlan(t, plan, "plan");
-      ASSERT_TRUE(sp.ok()) << sp.status().ToString();
-      const traces::StaticPeaks walk = traces::ComputeStaticPeaks(
-          t, *sp, std::max<int64_t>(1, hw.gpu.allocation_alignment_bytes));
-      EXPECT_EQ(r->peak_gpu_bytes, walk.device_bytes);
-      EXPECT_EQ(r->peak_activation_bytes, walk.activation_bytes);
+      testing::ExpectPeaksAreTheStaticWalks(t, BasePlan(t), hw);
     }
   }
 }

@@ -1,0 +1,111 @@
+#include "models/detail/ring_attention.h"
+
+#include "models/detail/costs.h"
+#include "traces/collective_kind.h"
+
+namespace ssdtrain::models::detail {
+namespace {
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+// One step's FLOPs: the local queries against one rank's keys and values.
+int64_t StepFlops(const Dims& d) { return 2 * 2 * d.b * d.heads * d.s * d.s * d.d; }
+
+// A ring exchange on the cp stream: sends what `inputs` hold, receives `outputs`.
+void Exchange(TraceBuilder& b, const std::string& name, const std::vector<TensorId>& inputs,
+              const std::vector<TensorId>& outputs) {
+  const traces::OpId id = b.Op(name + "." + std::string(traces::kCpRingSuffix), OpKind::kCollective,
+                               inputs, outputs, 0);
+  b.op(id).stream = traces::kCpRingStream;
+}
+
+// A buffer of `parts` K/V-shaped tensors: [parts, s/cp, b, kv_heads·d].
+std::vector<int64_t> KvParts(const Dims& d, int64_t parts) {
+  return {parts, d.s, d.b, d.kv_heads * d.d};
+}
+
+}  // namespace
+
+TensorId RingAttentionForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId q,
+                              TensorId k, TensorId v, AttentionState* st) {
+  st->name = name;
+  st->q = q;
+  st->k = k;
+  st->v = v;
+  const int64_t cp = d.cp;
+  std::vector<TensorId> kv(static_cast<size_t>(cp), kNoTensor);  // received K/V, step >= 1
+  TensorId out = kNoTensor, lse = kNoTensor;
+  for (int64_t i = 0; i < cp; ++i) {
+    if (i + 1 < cp) {  // the next step's K/V arrives while this step runs
+      kv[static_cast<size_t>(i + 1)] = b.Workspace(name + ".kv" + Str(i + 1), KvParts(d, 2), d.act);
+      Exchange(
+          b, name + ".kv" + Str(i + 1),
+          i == 0 ? std::vector<TensorId>{k, v} : std::vector<TensorId>{kv[static_cast<size_t>(i)]},
+          {kv[static_cast<size_t>(i + 1)]});
+    }
+    std::vector<TensorId> inputs = {q};
+    if (i == 0) {
+      inputs.push_back(k);
+      inputs.push_back(v);
+    } else {
+      inputs.push_back(kv[static_cast<size_t>(i)]);
+      inputs.push_back(out);
+      inputs.push_back(lse);
+    }
+    const bool last = i + 1 == cp;
+    const std::string suffix = last ? "" : ".partial" + Str(i);
+    out = b.Activation(name + ".ctx" + suffix, d.Full(d.heads * d.d), d.act);
+    lse = b.Activation(name + ".lse" + suffix, {d.b, d.heads, d.s}, DType::kFp32);
+    b.Op(name + ".flash.step" + Str(i), OpKind::kAttention, inputs, {out, lse}, StepFlops(d));
+  }
+  st->ctx = out;
+  st->lse = lse;
+  return out;
+}
+
+AttentionGrads RingAttentionBackward(TraceBuilder& b, const Dims& d, const AttentionState& st,
+                                     TensorId g_ctx) {
+  const std::string& name = st.name;
+  const int64_t cp = d.cp;
+  const int64_t flops = StepFlops(d) * kFlashBackwardNum / kFlashBackwardDen;
+  std::vector<TensorId> kv(static_cast<size_t>(cp), kNoTensor);  // received, step >= 1
+  TensorId dq = kNoTensor, dkv = kNoTensor;
+  AttentionGrads g;
+  for (int64_t i = 0; i < cp; ++i) {
+    if (i + 1 < cp) {
+      // The first exchange carries K/V; the later ones K/V and dK/dV.
+      const size_t at = static_cast<size_t>(i + 1);
+      kv[at] = b.Workspace(name + ".bwd_kv" + Str(i + 1), KvParts(d, i == 0 ? 2 : 4), d.act);
+      Exchange(b, name + ".bwd_kv" + Str(i + 1),
+               i == 0 ? std::vector<TensorId>{st.k, st.v}
+                      : std::vector<TensorId>{kv[static_cast<size_t>(i)]},
+               {kv[at]});
+    }
+    std::vector<TensorId> inputs = {st.q};
+    if (i == 0) {
+      inputs.push_back(st.k);
+      inputs.push_back(st.v);
+    } else {
+      inputs.push_back(kv[static_cast<size_t>(i)]);
+    }
+    inputs.push_back(st.ctx);
+    inputs.push_back(st.lse);
+    inputs.push_back(g_ctx);
+    if (i > 0) {
+      inputs.push_back(dq);
+      inputs.push_back(dkv);
+    }
+    const bool last = i + 1 == cp;
+    dq = b.Gradient(name + (last ? ".q.grad" : ".q.grad_partial" + Str(i)), b.shape(st.q), d.act);
+    dkv = b.Gradient(name + ".kv.grad_partial" + Str(i), KvParts(d, 2), d.act);
+    b.Op(name + ".flash.bwd.step" + Str(i), OpKind::kAttention, inputs, {dq, dkv}, flops);
+  }
+  g.q = dq;
+  // The accumulated dK/dV of the rank's own chunk comes home.
+  g.k = b.Gradient(name + ".k.grad", b.shape(st.k), d.act);
+  g.v = b.Gradient(name + ".v.grad", b.shape(st.v), d.act);
+  Exchange(b, name + ".dkv", {dkv}, {g.k, g.v});
+  return g;
+}
+
+}  // namespace ssdtrain::models::detail
