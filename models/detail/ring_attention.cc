@@ -8,6 +8,9 @@ namespace {
 
 std::string Str(int64_t v) { return std::to_string(v); }
 
+// The log-sum-exp's bytes per query row (fp32).
+constexpr int64_t kLseBytes = 4;
+
 // One step's FLOPs: the local queries against one rank's keys and values.
 int64_t StepFlops(const Dims& d) { return 2 * 2 * d.b * d.heads * d.s * d.s * d.d; }
 
@@ -34,14 +37,11 @@ TensorId RingAttentionForward(TraceBuilder& b, const Dims& d, const std::string&
   st->v = v;
   const int64_t cp = d.cp;
   std::vector<TensorId> kv(static_cast<size_t>(cp), kNoTensor);  // received K/V, step >= 1
-  TensorId out = kNoTensor, lse = kNoTensor;
+  TensorId running = kNoTensor;
   for (int64_t i = 0; i < cp; ++i) {
     if (i + 1 < cp) {  // the next step's K/V arrives while this step runs
       kv[static_cast<size_t>(i + 1)] = b.Workspace(name + ".kv" + Str(i + 1), KvParts(d, 2), d.act);
-      Exchange(
-          b, name + ".kv" + Str(i + 1),
-          i == 0 ? std::vector<TensorId>{k, v} : std::vector<TensorId>{kv[static_cast<size_t>(i)]},
-          {kv[static_cast<size_t>(i + 1)]});
+      Exchange(b, name + ".kv" + Str(i + 1), {k, v}, {kv[static_cast<size_t>(i + 1)]});
     }
     std::vector<TensorId> inputs = {q};
     if (i == 0) {
@@ -49,18 +49,23 @@ TensorId RingAttentionForward(TraceBuilder& b, const Dims& d, const std::string&
       inputs.push_back(v);
     } else {
       inputs.push_back(kv[static_cast<size_t>(i)]);
-      inputs.push_back(out);
-      inputs.push_back(lse);
+      inputs.push_back(running);
     }
-    const bool last = i + 1 == cp;
-    const std::string suffix = last ? "" : ".partial" + Str(i);
-    out = b.Activation(name + ".ctx" + suffix, d.Full(d.heads * d.d), d.act);
-    lse = b.Activation(name + ".lse" + suffix, {d.b, d.heads, d.s}, DType::kFp32);
-    b.Op(name + ".flash.step" + Str(i), OpKind::kAttention, inputs, {out, lse}, StepFlops(d));
+    if (i + 1 < cp) {
+      // The running output and log-sum-exp, one tensor: the next step's only
+      // other input, so a recompute rebuilds the chain once.
+      running =
+          b.Activation(name + ".ctx_lse.partial" + Str(i),
+                       {d.b, d.heads, d.s, d.d + kLseBytes / traces::DTypeSize(d.act)}, d.act);
+      b.Op(name + ".flash.step" + Str(i), OpKind::kAttention, inputs, {running}, StepFlops(d));
+      continue;
+    }
+    st->ctx = b.Activation(name + ".ctx", d.Full(d.heads * d.d), d.act);
+    st->lse = b.Activation(name + ".lse", {d.b, d.heads, d.s}, DType::kFp32);
+    b.Op(name + ".flash.step" + Str(i), OpKind::kAttention, inputs, {st->ctx, st->lse},
+         StepFlops(d));
   }
-  st->ctx = out;
-  st->lse = lse;
-  return out;
+  return st->ctx;
 }
 
 AttentionGrads RingAttentionBackward(TraceBuilder& b, const Dims& d, const AttentionState& st,
@@ -76,10 +81,7 @@ AttentionGrads RingAttentionBackward(TraceBuilder& b, const Dims& d, const Atten
       // The first exchange carries K/V; the later ones K/V and dK/dV.
       const size_t at = static_cast<size_t>(i + 1);
       kv[at] = b.Workspace(name + ".bwd_kv" + Str(i + 1), KvParts(d, i == 0 ? 2 : 4), d.act);
-      Exchange(b, name + ".bwd_kv" + Str(i + 1),
-               i == 0 ? std::vector<TensorId>{st.k, st.v}
-                      : std::vector<TensorId>{kv[static_cast<size_t>(i)]},
-               {kv[at]});
+      Exchange(b, name + ".bwd_kv" + Str(i + 1), {st.k, st.v}, {kv[at]});
     }
     std::vector<TensorId> inputs = {st.q};
     if (i == 0) {

@@ -11,14 +11,24 @@
 // one's into a transient buffer [2, s/cp, b, kv_heads·d] (TE's double buffer:
 // two alive at once), so each exchange overlaps the step before it. Each step
 // reads the running output and log-sum-exp and writes the corrected ones
-// (TE's out correction); the last writes the context and lse that backward
-// reads. (cp − 1) · KV bytes cross the link, KV the rank's K and V bytes.
+// (TE's out correction), one tensor [b, heads, s/cp, d + the lse's 4 bytes]
+// (one output per step: the stage simulator and the replay rebuild only the
+// output a recompute asks for, so a chain of two-output steps would be
+// rebuilt once per output, doubling at every step); the last writes the
+// context and lse that backward reads. (cp − 1) · KV bytes cross the link, KV
+// the rank's K and V bytes.
 //
 // Backward: the ring again. Step 0 on the own K/V; the first exchange carries
 // K/V only, the middle ones K/V and the dK/dV accumulated so far (a buffer of
 // 2·KV), and a last one, after the last step, carries the accumulated dK/dV
 // home, which the rank's K and V gradients are: 2·(cp − 1)·KV bytes, as TE
 // sends. Each step reads and rewrites the running dQ and dK/dV.
+//
+// Each exchange reads the rank's own K and V: what it sends is what the one
+// before brought, but the dependency the trace records is the local K/V (the
+// exchanges run in order on their link anyway), so recomputing the attention
+// re-runs each exchange once instead of a chain of them (a chain made a full
+// recompute of a cp 32 layer quadratic in cp).
 //
 // The ring steps' FLOPs sum to flash attention's at cp 1 divided by cp (the
 // trace's FLOP convention: no causal halving).
