@@ -155,8 +155,11 @@ Status ValidateLayout(const Layout& l, const std::string& source, const std::str
                                  "is sharded)");
     }
   }
-  if ((l.cp * l.dp) % l.ep != 0) {
-    return bad("ep", Str(l.ep) + " does not divide cp x dp = " + Str(l.cp * l.dp) +
+  const __int128 cp_dp = static_cast<__int128>(l.cp) * l.dp;
+  if (cp_dp % l.ep != 0) {
+    const std::string product =
+        cp_dp <= INT64_MAX ? Str(static_cast<int64_t>(cp_dp)) : Str(l.cp) + " x " + Str(l.dp);
+    return bad("ep", Str(l.ep) + " does not divide cp x dp = " + product +
                          " (the expert-parallel group is taken from the cp x dp ranks of a "
                          "stage and tp index, as in Megatron-Core)");
   }
@@ -171,10 +174,15 @@ Status CheckWorld(const Layout& l, int64_t gpus, const std::string& source) {
 }
 
 std::string SequenceSplitError(const Layout& l, int64_t seq_len, bool sequence_parallel) {
-  const int64_t split = (l.cp > 1 ? 2 * l.cp : 1) * (sequence_parallel ? l.tp : 1);
-  if (split <= 1 || seq_len % split == 0) return "";
+  // In 128 bits: a config's cp and tp may be any positive 64-bit integers.
+  const __int128 split = static_cast<__int128>(l.cp > 1 ? 2 : 1) * std::max<int64_t>(l.cp, 1) *
+                         (sequence_parallel ? std::max<int64_t>(l.tp, 1) : 1);
+  if (split <= 1 || (split <= seq_len && seq_len % static_cast<int64_t>(split) == 0)) return "";
   std::string why = "sequence " + Str(seq_len) + " does not divide into ";
-  if (l.cp > 1) why += "2 x cp = " + Str(2 * l.cp) + " chunks (the load-balanced split)";
+  if (l.cp > 1) {
+    why += "2 x cp = " + (l.cp <= INT64_MAX / 2 ? Str(2 * l.cp) : "2 x " + Str(l.cp)) +
+           " chunks (the load-balanced split)";
+  }
   if (l.cp > 1 && sequence_parallel && l.tp > 1) why += " of tp " + Str(l.tp) + " pieces each";
   if (l.cp == 1) why += "tp = " + Str(l.tp) + " pieces (sequence parallelism)";
   return why;

@@ -182,6 +182,9 @@ TEST(ContextParallel, WhatCannotRunContextParallelIsRefused) {
   ModelConfig uneven = Llama(1);
   uneven.cp = 3;
   refused(uneven, "m.json: seq_len: sequence 4096 does not divide into 2 x cp = 6 chunks");
+  ModelConfig huge = Llama(1);  // 2 · cp past int64's range: refused, not overflowed
+  huge.cp = INT64_MAX;
+  refused(huge, "m.json: seq_len: sequence 4096 does not divide into 2 x cp = 2 x ");
   ModelConfig sp = Llama(1, 8);
   sp.seq_len = 4096 + 32;  // 2 · cp · tp = 32 divides it
   sp.cp = 2;
