@@ -20,6 +20,7 @@
 #include "app/command.h"
 #include "app/mpi_sync.h"
 #include "app/outputs.h"
+#include "app/replay_layout.h"
 #include "app/reports.h"
 #include "app/sizes.h"
 #include "exec/offload_dir.h"
@@ -83,48 +84,6 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
   return models::BuildTrace(config, stage);
 }
 
-traces::Layout LayoutOfPlan(const traces::Plan& plan) { return traces::PlanLayout(plan); }
-
-// A context-parallel plan does not replay yet, on ranks or alone.
-Status CheckNoContextParallel(const traces::Plan& plan, const std::string& source) {
-  if (plan.cp <= 1) return Status::Ok();
-  return Status::FailedPrecondition(fmt::format(
-      "{}: cp {}: the replay does not yet run context parallelism's K/V ring between ranks "
-      "(issue 44); plan with --cp 1 to replay",
-      source, plan.cp));
-}
-
-// N ranks run a plan of tp × cp × pp × dp = N.
-Status CheckRanks(const traces::Plan& plan, const std::string& source, const RankSync& ranks) {
-  const traces::Layout l = LayoutOfPlan(plan);
-  SSDTRAIN_RETURN_IF_ERROR(CheckNoContextParallel(plan, source));
-  if (plan.zero_stage >= 2 && l.GradientShards() > 1) {
-    return Status::FailedPrecondition(fmt::format(
-        "{}: zero_stage {} over a shard group of {} ranks: the replay does not yet run ZeRO-2/3's "
-        "gathers and reduce-scatters between ranks (issue 44); plan with --zero-stage 0 or 1 to "
-        "replay on ranks, or replay a ZeRO-{} plan of dp 1 in one process",
-        source, plan.zero_stage, l.GradientShards(), plan.zero_stage));
-  }
-  if (l.world() == ranks.size()) return Status::Ok();
-  return Status::InvalidArgument(fmt::format(
-      "{}: tp × pp × dp = {} × {} × {} = {}, but mpirun started {} ranks; start mpirun -np {}",
-      source, l.tp, l.pp, l.dp, l.world(), ranks.size(), l.world()));
-}
-
-// One process (no mpirun) runs a plan of tp × pp × dp = 1; a plan of more
-// ranks would run as one shard of one stage of one replica and say nothing
-// (--single-rank asks for that).
-Status CheckOneProcess(const traces::Plan& plan, const std::string& source) {
-  SSDTRAIN_RETURN_IF_ERROR(CheckNoContextParallel(plan, source));
-  const traces::Layout l = LayoutOfPlan(plan);
-  if (l.world() == 1) return Status::Ok();
-  return Status::InvalidArgument(fmt::format(
-      "{}: its layout runs on tp × pp × dp = {} × {} × {} = {} ranks, but this replay is one "
-      "process; run it under `mpirun -np {} ssdtrain replay ...` (with --model: each rank builds "
-      "its shard's trace), or pass --single-rank to replay this trace's shard alone, as one rank",
-      source, l.tp, l.pp, l.dp, l.world(), l.world()));
-}
-
 // Stage `stage`'s plan: the plan itself for stage 0, else its entry in the
 // plan's extra.stage_plans (written by `ssdtrain plan` for pp > 1).
 Result<traces::Plan> StagePlan(const traces::Plan& plan, int64_t stage, const std::string& source) {
@@ -175,7 +134,7 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   int64_t stage = 0;
   if (ranks != nullptr && read) {
     SSDTRAIN_RETURN_IF_ERROR(CheckRanks(*read, s.plan_source, *ranks));
-    stage = LayoutOfPlan(*read).StageOf(ranks->rank());
+    stage = traces::PlanLayout(*read).StageOf(ranks->rank());
     if (read->pp > 1 && !f.trace.empty()) {
       return Status::InvalidArgument(
           "--trace: with pp = " + std::to_string(read->pp) +
@@ -223,7 +182,7 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
   nlohmann::json per_rank = nlohmann::json::array();
   traces::StepMetrics& m = mine.metrics;
   const double tokens_one_rank = m.tokens_per_s * static_cast<double>(m.step_time_ns);
-  const traces::Layout layout = LayoutOfPlan(plan);
+  const traces::Layout layout = traces::PlanLayout(plan);
   const int64_t dp = layout.dp;
   for (size_t r = 0; r < all.size(); ++r) {
     const std::string source = "rank " + std::to_string(r) + "'s report";
@@ -297,7 +256,7 @@ int Run(const ReplayFlags& f) {
   }
   if (!setup.ok()) return fail(setup.status());
   if (ranks) {  // each stage's data-parallel groups for the gradients' sums
-    Status split = ranks->Agree(ranks->SplitStages(LayoutOfPlan(setup->plan)));
+    Status split = ranks->Agree(ranks->SplitStages(traces::PlanLayout(setup->plan)));
     if (!split.ok()) {
       if (setup->made_dir) std::filesystem::remove(setup->dir);
       return fail(split);

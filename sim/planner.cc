@@ -310,11 +310,6 @@ Result<PlannerResult::ScheduleComparison> AgainstOneFOneB(Search& search, const 
 
 }  // namespace
 
-TraceShape TraceShape::Of(const traces::Plan& plan, int64_t stage) {
-  return TraceShape{plan.micro_batch, plan.tp, plan.pp,       stage,  plan.dp,
-                    plan.zero_stage,  plan.ep, plan.dp_shard, plan.cp};
-}
-
 // One pass of the search over `feasible` in bound order; a candidate in
 // `refuted` is judged by its exact prediction there.
 Result<Pass> SearchLayouts(Search& search, const PlannerOptions& options,

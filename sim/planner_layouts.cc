@@ -11,6 +11,15 @@
 #include "traces/dp_buckets.h"
 #include "traces/storage_plan.h"
 
+namespace ssdtrain::sim {
+
+TraceShape TraceShape::Of(const traces::Plan& plan, int64_t stage) {
+  return TraceShape{plan.micro_batch, plan.tp, plan.pp,       stage,  plan.dp,
+                    plan.zero_stage,  plan.ep, plan.dp_shard, plan.cp};
+}
+
+}  // namespace ssdtrain::sim
+
 namespace ssdtrain::sim::detail {
 
 Result<const traces::Trace*> TraceCache::Get(const TraceShape& shape) {
