@@ -28,7 +28,7 @@ Status MpiSync::SplitStages(const traces::Layout& layout) {
   }
   if (stage_comm_ != MPI_COMM_WORLD) MPI_Comm_free(&stage_comm_);
   stage_comm_ = MPI_COMM_WORLD;
-  const std::vector<int64_t> group = layout.DpCpGroup(rank_);
+  const std::vector<int64_t> group = layout.DenseGradientGroup(rank_);
   if (static_cast<int>(group.size()) != size_) {
     // One communicator per gradient group (named by its first rank), ordered by rank.
     const int color = static_cast<int>(group.front());

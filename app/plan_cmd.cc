@@ -28,6 +28,18 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+// " (rank r runs stage r / (tp x dp), replica (r / tp) % dp, shard r % tp)":
+// the layout's rank order (traces/layout.h), its cp index where cp > 1, its
+// expert rank where ep > 1.
+std::string RankOrder(const traces::Plan& plan) {
+  if (plan.cp <= 1) {
+    return fmt::format(" (rank r runs stage r / (tp x dp), replica (r / tp) % dp, shard r % tp{})",
+                       plan.ep > 1 ? ", expert rank (r / tp) % dp % ep" : "");
+  }
+  return " (rank r runs stage r / (tp x cp x dp), replica (r / (tp x cp)) % dp, context rank "
+         "(r / tp) % cp, shard r % tp)";
+}
+
 int RunPlan(PlanCmdOptions o) {
   if (o.model.empty() == o.trace.empty()) {
     return ReportError(
@@ -175,30 +187,15 @@ int RunPlan(PlanCmdOptions o) {
   } else {
     std::cout << "trace for this plan: " << make_trace << "\n";
   }
-  // One rank per GPU of the layout (exec/step_sync.h: tp fastest, then dp, then pp).
+  // One rank per GPU of the layout (traces/layout.h: tp fastest, then cp, dp, pp).
   const int64_t n_ranks = traces::PlanLayout(plan).world();
   const std::string ranks = n_ranks > 1 ? fmt::format("mpirun -np {} ", n_ranks) : "";
-  if (plan.cp > 1) {
-    std::cout << fmt::format(
-        "replay this plan: not yet: the replay does not run context parallelism's K/V ring "
-        "between ranks (issue 44); pin --cp 1 for a plan to replay\n");
-  } else if (plan.zero_stage >= 2 && traces::PlanLayout(plan).GradientShards() > 1) {
-    // The replay refuses it (app/replay_cmd.cc, CheckRanks): say so here.
-    std::cout << fmt::format(
-        "replay this plan: not yet: the replay does not run ZeRO-{}'s gathers and "
-        "reduce-scatters between ranks (issue 44); pin --zero-stage 0 or 1 for a plan to "
-        "replay\n",
-        plan.zero_stage);
-  } else if (!o.model.empty()) {
+  if (!o.model.empty()) {
     // Each rank builds its own shard's trace from the model config.
     std::cout << fmt::format(
         "replay this plan: {}{} replay --model {} --plan {} --dir OFFLOAD_DIR -o "
         "run.json{}\n",
-        ranks, SelfCommand(), o.model, o.output,
-        n_ranks > 1 ? fmt::format(" (rank r runs stage r / (tp x dp), replica (r / tp) % dp, "
-                                  "shard r % tp{})",
-                                  plan.ep > 1 ? ", expert rank (r / tp) % dp % ep" : "")
-                    : "");
+        ranks, SelfCommand(), o.model, o.output, n_ranks > 1 ? RankOrder(plan) : "");
   } else {
     std::cout << CapturedReplayLines(in, plan, o.output);
   }

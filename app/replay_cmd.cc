@@ -194,6 +194,7 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
          {"stage", layout.CoordsOf(static_cast<int64_t>(r)).stage},
          {"dp_index", layout.CoordsOf(static_cast<int64_t>(r)).dp},
          {"tp_index", layout.CoordsOf(static_cast<int64_t>(r)).tp},
+         {"cp_index", layout.CoordsOf(static_cast<int64_t>(r)).cp},
          {"ep_index", layout.ExpertIndexOf(static_cast<int64_t>(r))},
          {"step_time_ns", x.step_time_ns},
          {"peak_device_bytes", x.peak_gpu_bytes},

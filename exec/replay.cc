@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "exec/detail/cpu_affinity.h"
@@ -58,6 +59,67 @@ Status CheckStepBytes(int step, const CacheStats& delta, const OffloadStats& io_
                           std::to_string(delta.bytes_read));
 }
 
+// This rank's neighbours and groups in the plan's layout.
+struct RankPlace {
+  int previous_rank = -1, next_rank = -1;  // the pipeline's (-1: none)
+  int64_t tp_index = 0, ep_index = 0, shard_index = 0, cp_index = 0;
+  std::vector<int> tp_group, ep_group, shard_group, cp_group;
+  bool dense_buckets = false;  // whether its dense gradient group has other ranks
+};
+
+Result<RankPlace> PlaceRank(const traces::Trace& trace, const traces::Plan& plan,
+                            const StepSync& sync, const std::string& plan_source) {
+  traces::Layout layout = traces::PlanLayout(plan);
+  layout.pp = trace.header.pp;
+  const int rank = sync.rank();
+  SSDTRAIN_RETURN_IF_ERROR(traces::ValidateLayout(layout, plan_source));
+  if (sync.size() != layout.world()) {
+    return Status::InvalidArgument(
+        plan_source + ": tp × cp × pp × dp = " + std::to_string(layout.tp) + " × " +
+        std::to_string(layout.cp) + " × " + std::to_string(layout.pp) + " × " +
+        std::to_string(layout.dp) + " = " + std::to_string(layout.world()) +
+        " ranks, but the run has " + std::to_string(sync.size()));
+  }
+  // The trace is one rank's shard of this layout.
+  for (auto [field, traced, planned] :
+       {std::tuple{"tp", trace.header.tp, layout.tp}, std::tuple{"ep", trace.header.ep, layout.ep},
+        std::tuple{"cp", trace.header.cp, layout.cp},
+        std::tuple{"zero_shards", trace.header.zero_shards, layout.OptimizerShards()}}) {
+    if (std::max<int64_t>(traced, 1) != planned) {
+      return Status::InvalidArgument(plan_source + ": " + field + " = " + std::to_string(planned) +
+                                     ", but the trace is traced at " + field + " = " +
+                                     std::to_string(traced));
+    }
+  }
+  if (layout.StageOf(rank) != trace.header.stage) {
+    return Status::InvalidArgument(
+        "rank " + std::to_string(rank) + " runs stage " + std::to_string(layout.StageOf(rank)) +
+        " (rank / (tp × cp × dp)), but its trace is stage " + std::to_string(trace.header.stage));
+  }
+  RankPlace place;
+  // Interleaved chunks wrap from the last stage to stage 0 (traces/chunks.h).
+  const bool interleaved = plan.schedule == "interleaved";
+  const int64_t stage = trace.header.stage;
+  if (stage > 0 || (interleaved && layout.pp > 1))
+    place.previous_rank = static_cast<int>(layout.PrevStageRank(rank));
+  if (stage + 1 < layout.pp || (interleaved && layout.pp > 1))
+    place.next_rank = static_cast<int>(layout.NextStageRank(rank));
+  // A group, and this rank's index in it.
+  auto group = [rank](const std::vector<int64_t>& g, int64_t* index) {
+    *index = std::find(g.begin(), g.end(), rank) - g.begin();
+    return std::vector<int>(g.begin(), g.end());
+  };
+  place.tp_group = group(layout.TpGroup(rank), &place.tp_index);
+  place.ep_group = group(layout.EpGroup(rank), &place.ep_index);
+  place.cp_group = group(layout.CpGroup(rank), &place.cp_index);
+  // ZeRO-2/3's gathers and reduce-scatters; at stages 0 and 1 the trace has none.
+  if (layout.zero_stage >= 2) {
+    place.shard_group = group(layout.ShardGroup(rank), &place.shard_index);
+  }
+  place.dense_buckets = layout.DenseGradientGroup(rank).size() > 1;
+  return place;
+}
+
 Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
                                   const traces::Plan& step_plan, const ReplayOptions& options,
                                   const std::string& plan_source,
@@ -84,49 +146,9 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   if (options.steps < 1) return Status::InvalidArgument("--steps must be at least 1");
   const bool interleaved = plan.schedule == "interleaved";
   // The ranks' layout (traces/layout.h): Megatron-LM's order.
-  int previous_rank = -1, next_rank = -1;
-  int64_t tp_index = 0, ep_index = 0;
-  std::vector<int> tp_group, ep_group;
+  RankPlace place;
   if (options.sync != nullptr) {
-    traces::Layout layout = traces::PlanLayout(plan);
-    layout.pp = trace.header.pp;
-    const int rank = options.sync->rank();
-    SSDTRAIN_RETURN_IF_ERROR(traces::ValidateLayout(layout, plan_source));
-    if (options.sync->size() != layout.world()) {
-      return Status::InvalidArgument(plan_source + ": tp × pp × dp = " + std::to_string(layout.tp) +
-                                     " × " + std::to_string(layout.pp) + " × " +
-                                     std::to_string(layout.dp) + " = " +
-                                     std::to_string(layout.world()) + " ranks, but the run has " +
-                                     std::to_string(options.sync->size()));
-    }
-    if (std::max<int64_t>(trace.header.tp, 1) != layout.tp) {
-      return Status::InvalidArgument(
-          plan_source + ": tp = " + std::to_string(layout.tp) +
-          ", but the trace is traced at tp = " + std::to_string(trace.header.tp));
-    }
-    if (std::max<int64_t>(trace.header.ep, 1) != layout.ep) {
-      return Status::InvalidArgument(
-          plan_source + ": ep = " + std::to_string(layout.ep) +
-          ", but the trace is traced at ep = " + std::to_string(trace.header.ep));
-    }
-    if (layout.StageOf(rank) != trace.header.stage) {
-      return Status::InvalidArgument(
-          "rank " + std::to_string(rank) + " runs stage " + std::to_string(layout.StageOf(rank)) +
-          " (rank / (tp × dp)), but its trace is stage " + std::to_string(trace.header.stage));
-    }
-    // Interleaved chunks wrap from the last stage to stage 0 (traces/chunks.h).
-    const int64_t stage = trace.header.stage;
-    if (stage > 0 || (interleaved && layout.pp > 1))
-      previous_rank = static_cast<int>(layout.PrevStageRank(rank));
-    if (stage + 1 < layout.pp || (interleaved && layout.pp > 1))
-      next_rank = static_cast<int>(layout.NextStageRank(rank));
-    auto as_int = [](const std::vector<int64_t>& g) {
-      return std::vector<int>(g.begin(), g.end());
-    };
-    tp_index = layout.CoordsOf(rank).tp;
-    tp_group = as_int(layout.TpGroup(rank));
-    ep_group = as_int(layout.EpGroup(rank));
-    ep_index = std::find(ep_group.begin(), ep_group.end(), rank) - ep_group.begin();
+    SSDTRAIN_ASSIGN_OR_RETURN(place, PlaceRank(trace, plan, *options.sync, plan_source));
   }
   if (options.max_ops_ahead < 1) return Status::InvalidArgument("max_ops_ahead must be at least 1");
   // What the plan means: the one resolution the simulator uses too.
@@ -235,8 +257,8 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   result.schedule = plan.schedule;
   result.ranks = options.sync != nullptr ? options.sync->size() : 1;
   result.stage = trace.header.stage;
-  result.tp_index = tp_index;
-  result.ep_index = ep_index;
+  result.tp_index = place.tp_index;
+  result.ep_index = place.ep_index;
   result.planned_peak_activation_bytes = planned.activation_bytes;
   result.planned_peak_device_bytes = planned.device_bytes;
   result.plan_offloaded_bytes = storage_plan.ssd_bytes;
@@ -248,12 +270,16 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
 
   detail::Replayer replayer(trace, options, *device, *engine, *staging, cache, storage_plan,
                             host_memory.get(), agreement);
-  replayer.set_pipeline(previous_rank, next_rank,
+  replayer.set_pipeline(place.previous_rank, place.next_rank,
                         interleaved ? whole.chunk : std::vector<int64_t>{});
-  replayer.set_tensor_parallel(tp_index, tp_group);
-  replayer.set_expert_parallel(ep_index, ep_group);
-  // The buckets the simulator prices too (traces/dp_buckets.h).
-  if (options.sync != nullptr) {
+  replayer.set_tensor_parallel(place.tp_index, place.tp_group);
+  replayer.set_expert_parallel(place.ep_index, place.ep_group);
+  replayer.set_shard_group(place.shard_index, place.shard_group);
+  replayer.set_context_parallel(place.cp_index, place.cp_group);
+  // The buckets the simulator prices too (traces/dp_buckets.h), over the
+  // layout's dense gradient group: none where it is this rank alone at ZeRO-2/3
+  // (the trace reduce-scattered them), as the simulator has none.
+  if (options.sync != nullptr && (place.dense_buckets || plan.zero_stage < 2)) {
     SSDTRAIN_RETURN_IF_ERROR(
         replayer.set_buckets(traces::GradientBuckets(trace, std::max<int64_t>(plan.dp, 1)), ddp)
             .WithPrefix(plan_source));

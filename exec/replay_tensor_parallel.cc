@@ -1,7 +1,9 @@
-// Replayer: the tensor-parallel ranks' collectives (exec/step_sync.h). A
-// kCollective op of the trace (traces/collective_kind.h: all-reduce, or
-// all-gather and reduce-scatter under sequence parallelism) runs for real
-// between the tp ranks of its group, with the trace's bytes: its input is
+// Replayer: the tensor-parallel ranks' collectives (exec/step_sync.h), and
+// ZeRO-2/3's over the shard group. A kCollective op of the trace
+// (traces/collective_kind.h: all-reduce, or all-gather and reduce-scatter
+// under sequence parallelism; ZeRO's gathers and reduce-scatters, a list of
+// (input, output) pairs, one after another) runs for real between the ranks
+// of its group (Replayer::GroupOf), with the trace's bytes: its input is
 // copied to pinned host memory once the ops before it have run, exchanged
 // with the group's other ranks as point-to-point messages (each piece
 // followed by a trailer: CRC32C of the payload, the sender's verification
@@ -9,7 +11,8 @@
 // rank gets the same bits) and copied into the op's output.
 //   all-gather      each rank sends its shard to every other; the full tensor
 //                   is the shards in rank order (the sequence dimension is
-//                   the outermost)
+//                   the outermost; a ZeRO shard is the full tensor's elements
+//                   over n rounded up, FSDP's padding, the last cut short)
 //   reduce-scatter  rank j receives chunk j of every rank's full input and
 //                   sums them: its shard
 //   all-reduce      a reduce-scatter, then an all-gather of the summed chunks
@@ -45,40 +48,55 @@ constexpr int64_t kTrailerBytes = sizeof(MessageTrailer);
 }  // namespace
 
 Status Replayer::InitTensorParallel() {
-  if (!tensor_parallel() && !expert_parallel()) return Status::Ok();
-  const auto n = static_cast<int64_t>(tp_ranks_.size());
   int64_t most = 0;
   for (const traces::Op& op : trace_.ops) {
     if (!Exchanges(op)) continue;
-    if (Kind(op) == traces::CollectiveKind::kAllToAll) {
+    const auto n = static_cast<int64_t>(GroupOf(op).size());
+    const traces::CollectiveKind kind = Kind(op);
+    if (kind == traces::CollectiveKind::kAllToAll) {
       SSDTRAIN_ASSIGN_OR_RETURN(const int64_t bytes, AllToAllHostBytes(op));
       most = std::max(most, bytes);
       continue;
     }
-    if (op.inputs.size() != 1 || op.outputs.size() != 1) {
-      return Status::InvalidArgument(RankOpName(op) +
-                                     ": a collective op reads one tensor and writes "
-                                     "one, this one lists " +
-                                     std::to_string(op.inputs.size()) + " and " +
-                                     std::to_string(op.outputs.size()));
+    if (kind == traces::CollectiveKind::kSendRecv) {
+      // What is sent, what arrives, and the message (exec/replay_ring.cc).
+      const int64_t payload = traces::CollectivePayloadBytes(op);
+      most = std::max(most, 3 * payload + kTrailerBytes);
+      continue;
     }
-    const traces::Tensor& in = trace_.tensor(op.inputs[0]);
-    const traces::Tensor& out = trace_.tensor(op.outputs[0]);
-    const int64_t full = std::max(in.bytes, out.bytes);
-    const int64_t shard = std::min(in.bytes, out.bytes);
-    const int64_t element = traces::DTypeSize(in.dtype);
-    const bool sharded = in.bytes != out.bytes;
-    if (in.dtype != out.dtype || full % element != 0 || (sharded && shard * n != full)) {
-      return Status::InvalidArgument(
-          RankOpName(op) + ": a collective over " + std::to_string(n) + " ranks of " +
-          std::to_string(in.bytes) + " bytes in, " + std::to_string(out.bytes) +
-          " bytes out: expected one dtype, whole elements and, for a gather or scatter, the full "
-          "tensor n times the shard");
+    const bool listed = traces::GroupOfCollective(op) == traces::CollectiveGroup::kShard;
+    if (op.inputs.size() != op.outputs.size() || op.inputs.empty() ||
+        (!listed && op.inputs.size() != 1)) {
+      return Status::InvalidArgument(RankOpName(op) + ": a collective op reads " +
+                                     (listed ? "as many tensors as it writes" : "one tensor") +
+                                     " and writes " + (listed ? "them" : "one") +
+                                     ", this one lists " + std::to_string(op.inputs.size()) +
+                                     " and " + std::to_string(op.outputs.size()));
     }
-    // The input, the output, and one received piece per rank (a piece is at
-    // most the shard or one chunk of the full tensor, plus its trailer).
-    const int64_t piece = sharded ? shard : (full / element + n - 1) / n * element;
-    most = std::max(most, in.bytes + out.bytes + n * (piece + kTrailerBytes));
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      const traces::Tensor& in = trace_.tensor(op.inputs[k]);
+      const traces::Tensor& out = trace_.tensor(op.outputs[k]);
+      const int64_t full = std::max(in.bytes, out.bytes);
+      const int64_t shard = std::min(in.bytes, out.bytes);
+      const int64_t element = traces::DTypeSize(in.dtype);
+      const bool sharded = in.bytes != out.bytes;
+      // A shard is the full tensor's elements over n, rounded up (ZeRO pads
+      // the last, FSDP's flat shards; sequence parallelism's divide).
+      const int64_t elements = full / element;
+      if (in.dtype != out.dtype || full % element != 0 ||
+          (sharded && shard != (elements + n - 1) / n * element)) {
+        return Status::InvalidArgument(
+            RankOpName(op) + ": a collective over " + std::to_string(n) + " ranks of " +
+            std::to_string(in.bytes) + " bytes in, " + std::to_string(out.bytes) + " bytes out (" +
+            in.name +
+            "): expected one dtype, whole elements and, for a gather "
+            "or scatter, the shard the full tensor's elements over n, rounded up");
+      }
+      // The input, the output, and one received piece per rank (a piece is
+      // at most the shard or one chunk of the full tensor, plus its trailer).
+      const int64_t piece = sharded ? shard : (elements + n - 1) / n * element;
+      most = std::max(most, in.bytes + out.bytes + n * (piece + kTrailerBytes));
+    }
   }
   if (most == 0) return Status::Ok();
   auto host = HostStaging::Create(device_, most);
@@ -89,8 +107,20 @@ Status Replayer::InitTensorParallel() {
   return Status::Ok();
 }
 
-uint64_t Replayer::PeerSeed(uint64_t mine, int64_t peer) const {
-  return mine ^ TpSeedSalt(tp_index_) ^ TpSeedSalt(peer);
+// The seeds differ by tensor-parallel index (TpSeedSalt) and expert index;
+// the shard group's and the cp group's members differ in neither (the layout
+// refuses ZeRO >= 1 with ep > 1, and cp with experts), so theirs are this rank's.
+uint64_t Replayer::PeerSeed(const traces::Op& op, uint64_t mine, int64_t peer) const {
+  switch (traces::GroupOfCollective(op)) {
+    case traces::CollectiveGroup::kTensorParallel:
+      return mine ^ TpSeedSalt(tp_index_) ^ TpSeedSalt(peer);
+    case traces::CollectiveGroup::kExpertParallel:
+      return EpPeerSeed(mine, peer);
+    case traces::CollectiveGroup::kShard:
+    case traces::CollectiveGroup::kContext:
+      break;
+  }
+  return mine;
 }
 
 Status Replayer::SendPiece(const traces::Op& op, int phase, int64_t to, const uint8_t* data,
@@ -173,13 +203,14 @@ Status Replayer::CheckContribution(const traces::Op& op, int64_t from, const uin
 
 // The sum of every rank's pattern over bytes [offset, offset + bytes) of the
 // full tensor, in rank order, as the chunk's owner sums the contributions.
-std::vector<uint8_t> Replayer::ExpectedSum(uint64_t my_seed, traces::DType dtype, int64_t offset,
+std::vector<uint8_t> Replayer::ExpectedSum(const traces::Op& op, uint64_t my_seed,
+                                           traces::DType dtype, int64_t offset,
                                            int64_t bytes) const {
   std::vector<uint8_t> sum(static_cast<size_t>(bytes)), next(static_cast<size_t>(bytes));
   const int64_t count = bytes / traces::DTypeSize(dtype);
-  for (size_t r = 0; r < tp_ranks_.size(); ++r) {
+  for (size_t r = 0; r < GroupOf(op).size(); ++r) {
     uint8_t* into = r == 0 ? sum.data() : next.data();
-    FillPattern(into, bytes, PeerSeed(my_seed, static_cast<int64_t>(r)), offset);
+    FillPattern(into, bytes, PeerSeed(op, my_seed, static_cast<int64_t>(r)), offset);
     if (r > 0) SumInto(dtype, next.data(), sum.data(), count);
   }
   return sum;
@@ -188,15 +219,15 @@ std::vector<uint8_t> Replayer::ExpectedSum(uint64_t my_seed, traces::DType dtype
 // Reduce-scatter of `in` (the full tensor): this rank's chunk, the sum over
 // the group in rank order, written at `out`. `chunks[j]`: chunk j's first
 // byte; chunks[n] the tensor's bytes.
-Status Replayer::ReduceScatterPhase(const traces::Op& op, const uint8_t* in, uint8_t* out,
-                                    const std::vector<int64_t>& chunks, traces::DType dtype,
-                                    uint64_t seed, bool check) {
-  const auto n = static_cast<int64_t>(tp_ranks_.size());
-  const int64_t me = tp_index_;
+Status Replayer::ReduceScatterPhase(const traces::Op& op, int phase, const uint8_t* in,
+                                    uint8_t* out, const std::vector<int64_t>& chunks,
+                                    traces::DType dtype, uint64_t seed, bool check) {
+  const auto n = static_cast<int64_t>(GroupOf(op).size());
+  const int64_t me = IndexIn(op);
   for (int64_t j = 0; j < n; ++j) {
     if (j == me) continue;
     const int64_t lo = chunks[static_cast<size_t>(j)], hi = chunks[static_cast<size_t>(j) + 1];
-    SSDTRAIN_RETURN_IF_ERROR(SendPiece(op, 0, j, in + lo, hi - lo, seed));
+    SSDTRAIN_RETURN_IF_ERROR(SendPiece(op, phase, j, in + lo, hi - lo, seed));
   }
   const int64_t lo = chunks[static_cast<size_t>(me)], hi = chunks[static_cast<size_t>(me) + 1];
   const int64_t bytes = hi - lo;
@@ -205,10 +236,10 @@ Status Replayer::ReduceScatterPhase(const traces::Op& op, const uint8_t* in, uin
     const uint8_t* contribution = in + lo;
     if (r != me) {
       uint64_t theirs = 0;
-      SSDTRAIN_RETURN_IF_ERROR(ReceivePiece(op, 0, r, piece, bytes, &theirs));
+      SSDTRAIN_RETURN_IF_ERROR(ReceivePiece(op, phase, r, piece, bytes, &theirs));
       if (check) {
         SSDTRAIN_RETURN_IF_ERROR(
-            CheckContribution(op, r, piece, bytes, theirs, PeerSeed(seed, r), lo));
+            CheckContribution(op, r, piece, bytes, theirs, PeerSeed(op, seed, r), lo));
       }
       contribution = piece;
     }
@@ -227,8 +258,8 @@ Status Replayer::ReduceScatterPhase(const traces::Op& op, const uint8_t* in, uin
 Status Replayer::AllGatherPhase(const traces::Op& op, int phase, const uint8_t* mine, uint8_t* out,
                                 const std::vector<int64_t>& chunks, uint64_t seed,
                                 const PieceCheck& expected) {
-  const auto n = static_cast<int64_t>(tp_ranks_.size());
-  const int64_t me = tp_index_;
+  const auto n = static_cast<int64_t>(GroupOf(op).size());
+  const int64_t me = IndexIn(op);
   const int64_t my_lo = chunks[static_cast<size_t>(me)];
   const int64_t my_bytes = chunks[static_cast<size_t>(me) + 1] - my_lo;
   for (int64_t j = 0; j < n; ++j) {
@@ -244,7 +275,7 @@ Status Replayer::AllGatherPhase(const traces::Op& op, int phase, const uint8_t* 
     const std::vector<uint8_t> want = expected(j);
     if (std::memcmp(want.data(), out + lo, static_cast<size_t>(hi - lo)) != 0) {
       return Status::Corruption("verify: " + RankOpName(op) + ": the piece of rank " +
-                                std::to_string(tp_ranks_[static_cast<size_t>(j)]) +
+                                std::to_string(GroupOf(op)[static_cast<size_t>(j)]) +
                                 " is not the group's sum of their patterns");
     }
   }
@@ -255,12 +286,28 @@ Status Replayer::CollectiveFor(const traces::Op& op, const std::vector<DeviceBuf
                                const std::vector<DeviceBuffer>& outputs) {
   const traces::CollectiveKind kind = Kind(op);
   if (kind == traces::CollectiveKind::kAllToAll) return AllToAllFor(op, inputs, outputs);
-  const DeviceBuffer& input = inputs[0];
-  const DeviceBuffer& output = outputs[0];
-  const traces::Tensor& in_t = trace_.tensor(op.inputs[0]);
-  const traces::Tensor& out_t = trace_.tensor(op.outputs[0]);
-  const auto n = static_cast<int64_t>(tp_ranks_.size());
-  const TensorId in_storage = trace_.StorageOf(op.inputs[0]);
+  if (kind == traces::CollectiveKind::kSendRecv) return RingStepFor(op, inputs, outputs);
+  // After every op before it (its inputs' producers among them); its time
+  // starts there.
+  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kCompute));
+  const int64_t started = NowNs();
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    SSDTRAIN_RETURN_IF_ERROR(CollectivePair(op, k, inputs[k], outputs[k]));
+  }
+  CollectiveTraffic::Time& time = collectives_.by_kind[static_cast<size_t>(kind)];
+  ++time.count;
+  time.ns += NowNs() - started;
+  return Status::Ok();
+}
+
+Status Replayer::CollectivePair(const traces::Op& op, size_t pair, const DeviceBuffer& input,
+                                const DeviceBuffer& output) {
+  const traces::CollectiveKind kind = Kind(op);
+  const traces::Tensor& in_t = trace_.tensor(op.inputs[pair]);
+  const traces::Tensor& out_t = trace_.tensor(op.outputs[pair]);
+  const auto n = static_cast<int64_t>(GroupOf(op).size());
+  const int64_t me = IndexIn(op);
+  const TensorId in_storage = trace_.StorageOf(op.inputs[pair]);
   const uint64_t seed = SeedOf(in_storage);
   // Under --verify a persistent input (a weight's gradient, set_to_none ones
   // too) holds sums of earlier writes, not a pattern: only its checksums are checked.
@@ -269,10 +316,8 @@ Status Replayer::CollectiveFor(const traces::Op& op, const std::vector<DeviceBuf
   uint8_t* in = static_cast<uint8_t*>(collective_host_->base());
   uint8_t* out = in + in_t.bytes;
   scratch_ = out + out_t.bytes;  // a message, then a received piece
-  // After every op before it (its input's producer among them); its time
-  // starts there.
-  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kCompute));
-  const int64_t started = NowNs();
+  // Pieces of pair k: phases 2k (the all-reduce's gather 2k + 1).
+  const int phase = static_cast<int>(2 * pair);
   // On the message streams, not behind the offload's queued copies.
   SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(in, input, 0, in_t.bytes, Stream::kSend));
   SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kSend));
@@ -285,48 +330,53 @@ Status Replayer::CollectiveFor(const traces::Op& op, const std::vector<DeviceBuf
   }
   const int64_t full = std::max(in_t.bytes, out_t.bytes);
   const int64_t element = traces::DTypeSize(in_t.dtype);
-  std::vector<int64_t> chunks;  // element-aligned, in rank order
-  for (int64_t j = 0; j <= n; ++j) chunks.push_back(full / element * j / n * element);
+  // Element-aligned chunks in rank order: a gather's or scatter's shard each
+  // (the last short where ZeRO padded it), an all-reduce's even split.
+  std::vector<int64_t> chunks;
+  const int64_t shard = in_t.bytes != out_t.bytes ? std::min(in_t.bytes, out_t.bytes) : 0;
+  for (int64_t j = 0; j <= n; ++j) {
+    chunks.push_back(shard > 0 ? std::min(j * shard, full) : full / element * j / n * element);
+  }
+  const int64_t lo = chunks[static_cast<size_t>(me)];
+  const int64_t mine = chunks[static_cast<size_t>(me) + 1] - lo;
   switch (kind) {
     case traces::CollectiveKind::kAllGather: {
       auto expected = [&](int64_t j) {
         std::vector<uint8_t> p(static_cast<size_t>(in_t.bytes));
-        FillPattern(p.data(), in_t.bytes, PeerSeed(seed, j), 0);
+        FillPattern(p.data(), in_t.bytes, PeerSeed(op, seed, j), 0);
         return p;
       };
-      SSDTRAIN_RETURN_IF_ERROR(AllGatherPhase(op, 0, in, out, chunks, seed,
+      SSDTRAIN_RETURN_IF_ERROR(AllGatherPhase(op, phase, in, out, chunks, seed,
                                               check ? PieceCheck(expected) : PieceCheck()));
       break;
     }
     case traces::CollectiveKind::kReduceScatter:
-      SSDTRAIN_RETURN_IF_ERROR(ReduceScatterPhase(op, in, out, chunks, in_t.dtype, seed, check));
+      SSDTRAIN_RETURN_IF_ERROR(
+          ReduceScatterPhase(op, phase, in, out, chunks, in_t.dtype, seed, check));
+      // ZeRO's padding past the tensor's last element.
+      std::memset(out + mine, 0, static_cast<size_t>(out_t.bytes - mine));
       if (check) {
-        const int64_t lo = chunks[static_cast<size_t>(tp_index_)];
-        const std::vector<uint8_t> want = ExpectedSum(seed, in_t.dtype, lo, out_t.bytes);
-        if (std::memcmp(want.data(), out, static_cast<size_t>(out_t.bytes)) != 0) {
+        const std::vector<uint8_t> want = ExpectedSum(op, seed, in_t.dtype, lo, mine);
+        if (std::memcmp(want.data(), out, static_cast<size_t>(mine)) != 0) {
           return Status::Corruption("verify: " + RankOpName(op) +
                                     ": the summed shard is not the group's sum of its patterns");
         }
       }
       break;
     case traces::CollectiveKind::kAllToAll:
-      break;  // AllToAllFor, above
     case traces::CollectiveKind::kSendRecv:
-      return Status::FailedPrecondition(
-          "replay: " + RankOpName(op) +
-          ": context parallelism's ring is not replayed on ranks yet");
+      break;  // AllToAllFor, RingStepFor
     case traces::CollectiveKind::kAllReduce: {
-      const int64_t lo = chunks[static_cast<size_t>(tp_index_)];
       SSDTRAIN_RETURN_IF_ERROR(
-          ReduceScatterPhase(op, in, out + lo, chunks, in_t.dtype, seed, check));
+          ReduceScatterPhase(op, phase, in, out + lo, chunks, in_t.dtype, seed, check));
       auto expected = [&](int64_t j) {
         const int64_t at = chunks[static_cast<size_t>(j)];
-        return ExpectedSum(seed, in_t.dtype, at, chunks[static_cast<size_t>(j) + 1] - at);
+        return ExpectedSum(op, seed, in_t.dtype, at, chunks[static_cast<size_t>(j) + 1] - at);
       };
-      SSDTRAIN_RETURN_IF_ERROR(AllGatherPhase(op, 1, out + lo, out, chunks, seed,
+      SSDTRAIN_RETURN_IF_ERROR(AllGatherPhase(op, phase + 1, out + lo, out, chunks, seed,
                                               check ? PieceCheck(expected) : PieceCheck()));
       if (check) {
-        const std::vector<uint8_t> want = expected(tp_index_);
+        const std::vector<uint8_t> want = expected(me);
         if (std::memcmp(want.data(), out + lo, want.size()) != 0) {
           return Status::Corruption("verify: " + RankOpName(op) +
                                     ": this rank's summed chunk is not the group's sum");
@@ -337,11 +387,7 @@ Status Replayer::CollectiveFor(const traces::Op& op, const std::vector<DeviceBuf
   }
   SSDTRAIN_RETURN_IF_ERROR(
       device_.CopyToDeviceAsync(output, 0, out, out_t.bytes, Stream::kReceive));
-  SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kReceive));
-  CollectiveTraffic::Time& time = collectives_.by_kind[static_cast<size_t>(kind)];
-  ++time.count;
-  time.ns += NowNs() - started;
-  return Status::Ok();
+  return device_.Synchronize(Stream::kReceive);
 }
 
 }  // namespace ssdtrain::exec::detail

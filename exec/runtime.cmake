@@ -15,6 +15,7 @@ list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/replay_timeline.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_gradients.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_pipeline.cc
+  ${CMAKE_CURRENT_LIST_DIR}/replay_ring.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_tensor_parallel.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_expert_parallel.cc
   ${CMAKE_CURRENT_LIST_DIR}/host_sum.cc

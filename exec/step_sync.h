@@ -3,14 +3,17 @@
 // app/mpi_sync.cc, the tests' in-process one exec/tests/thread_ranks.h).
 // The replay stays free of MPI.
 //
-// Layout (traces/layout.h, the one place it is decided): N = tp × pp × dp
-// ranks in Megatron-LM's order, tensor-parallel fastest, then data-parallel,
-// then pipeline: rank r = stage·(tp·dp) + dp_index·tp + tp_index. The tp ranks
-// of one stage and replica are consecutive and form its tensor-parallel group;
-// the ranks of a stage with the same tp_index form its data-parallel group;
-// the expert-parallel group (ep > 1) is ep consecutive replicas of one stage
-// and tp index (Layout::EpGroup). Stage s's neighbours are rank r − tp·dp
-// (stage s − 1) and rank r + tp·dp (stage s + 1): activations go forward,
+// Layout (traces/layout.h, the one place it is decided): N = tp × cp × pp ×
+// dp ranks in Megatron-LM's order, tensor-parallel fastest, then context-
+// parallel, then data-parallel, then pipeline: rank r = tp_index + tp ·
+// (cp_index + cp · (dp_index + dp · stage)). The tp ranks of one stage,
+// replica and cp index are consecutive and form its tensor-parallel group;
+// the cp group is strided by tp; the dense gradients go over the layout's
+// DenseGradientGroup (dp × cp, or HSDP's replica group at ZeRO-2/3), ZeRO-2/3's
+// gathers and reduce-scatters over its ShardGroup; the expert-parallel group
+// (ep > 1) is ep consecutive replicas of one stage and tp index
+// (Layout::EpGroup). Stage s's neighbours are rank r − tp·cp·dp (stage s − 1)
+// and rank r + tp·cp·dp (stage s + 1): activations go forward,
 // gradients back. Interleaved 1F1B wraps: the last stage's next is stage 0 and
 // stage 0's previous the last stage (traces/chunks.h: chunk c of the last
 // stage feeds chunk c + 1 of stage 0).
@@ -104,7 +107,7 @@ class StepSync {
   // own error, or the error of the lowest failing rank, naming it.
   virtual Status Agree(const Status& local) = 0;
   // Sums `count` elements of `dtype` at `host` in place over the ranks of this
-  // rank's data-parallel group (all ranks when tp = pp = 1).
+  // rank's dense gradient group (all ranks when tp = pp = 1 at ZeRO 0 or 1).
   virtual Status AllReduceSum(void* host, int64_t count, traces::DType dtype) = 0;
   // The same sum without waiting for it (the gradient buckets, overlapping
   // backward): posts it and returns; `host` stays the sum's, untouched by the

@@ -14,7 +14,7 @@ namespace {
 // start of its simulated micro-batch's backward: the end of the op after
 // which it is complete, within that backward.
 std::vector<BucketReady> BucketsReady(const traces::BucketTable& table, const StageResult& r,
-                                      const LayoutLinks& links, int64_t zero_stage) {
+                                      const LayoutLinks& links) {
   const int64_t backward_ns =
       std::max<int64_t>(0, r.compute_end_ns - r.backward_start_ns - r.optimizer_ns);
   std::vector<BucketReady> out;
@@ -27,8 +27,8 @@ std::vector<BucketReady> BucketsReady(const traces::BucketTable& table, const St
           backward_ns);
     }
     const bool experts = b.group == traces::BucketGroup::kExpertDataParallel;
-    out.push_back(BucketReady{ready, b.bytes,
-                              experts ? links.expert_gradients : GradientGroup(zero_stage, links)});
+    out.push_back(
+        BucketReady{ready, b.bytes, experts ? links.expert_gradients : links.dense_buckets});
   }
   return out;
 }
@@ -70,7 +70,7 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
     if (it == ready_of.end()) {
       it = ready_of
                .emplace(std::pair{run.result, placement_key},
-                        BucketsReady(table->second, *run.result, links, zero_stage))
+                        BucketsReady(table->second, *run.result, links))
                .first;
     }
     const int64_t begin = pipe.last_backward_start_ns[s];
@@ -82,7 +82,10 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
           BucketReady{after_backward ? end : std::min(end, begin + x.ready_ns), x.bytes, x.group});
     }
     std::vector<BucketSpan>& spans = out.buckets[s];
-    spans = dp > 1 ? BucketCollectives(ready, kind, hw.interconnect) : std::vector<BucketSpan>{};
+    // Over dp × cp ranks (cp's ranks hold the same weights: their gradients
+    // are summed too, Megatron's dp-cp group).
+    spans = dp * layout.cp > 1 ? BucketCollectives(ready, kind, hw.interconnect)
+                               : std::vector<BucketSpan>{};
     int64_t busy = 0;
     for (const BucketSpan& b : spans) {
       busy += b.end_ns - b.start_ns;

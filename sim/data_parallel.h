@@ -7,7 +7,8 @@
 // them from the end of the stage's pipeline work, its last backward (ddp
 // local: traces::BucketsWaitForBackward), each over its group (the routed
 // experts' buckets over the expert-data-parallel group of dp / ep ranks,
-// nothing at ep = dp; the others over dp); zero_stage 0 all-reduces
+// nothing at ep = dp; the others over the layout's DenseGradientGroup, dp ×
+// cp ranks, HSDP's replica group at stages 2 and 3); zero_stage 0 all-reduces
 // each bucket, 1 (Megatron's distributed optimizer) reduce-scatters it and,
 // after the optimizer, all-gathers the stage's updated parameters, not hidden
 // behind compute (Megatron's overlap_param_gather is off by default); 2 and 3

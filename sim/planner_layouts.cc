@@ -372,7 +372,7 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
     const LayoutLinks links = PlaceLayout(l.Ranks(), hw);
     const CollectiveKind kind = GradientCollective(l.zero_stage);
     const int64_t exchange =
-        GroupCollectiveNs(kind, grads, GradientGroup(l.zero_stage, links), hw.interconnect) +
+        GroupCollectiveNs(kind, grads, links.dense_buckets, hw.interconnect) +
         (expert_grads == 0
              ? 0
              : GroupCollectiveNs(kind, expert_grads, links.expert_gradients, hw.interconnect));

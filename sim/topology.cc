@@ -77,14 +77,10 @@ LayoutLinks PlaceLayout(const traces::Layout& layout, const HardwareOptions& hw,
   links.gradients = traces::PlaceGroup(layout.DpCpGroup(first), domain);
   links.expert_gradients = traces::PlaceGroup(layout.ExpertDpGroup(first), domain);
   links.shard = traces::PlaceGroup(layout.ShardGroup(first), domain);
-  links.replicas = traces::PlaceGroup(layout.ReplicaGroup(first), domain);
+  links.dense_buckets = traces::PlaceGroup(layout.DenseGradientGroup(first), domain);
   links.next_stage_within_domain =
       layout.pp <= 1 || first / domain == layout.NextStageRank(first) / domain;
   return links;
-}
-
-traces::GroupPlacement GradientGroup(int64_t zero_stage, const LayoutLinks& links) {
-  return zero_stage >= 2 ? links.replicas : links.gradients;
 }
 
 traces::GroupPlacement ParamGatherGroup(int64_t zero_stage, const LayoutLinks& links) {

@@ -53,16 +53,14 @@ struct LayoutLinks {
   traces::GroupPlacement gradients;         // the dense gradients' dp × cp group
   traces::GroupPlacement expert_gradients;  // the experts' data-parallel group
   traces::GroupPlacement shard;             // ZeRO's shard group (itself at stage 0)
-  traces::GroupPlacement replicas;          // HSDP's replica group (ZeRO 2 and 3)
-  bool next_stage_within_domain = true;     // the pipeline send to stage + 1
+  // The dense gradient buckets' group (traces::Layout::DenseGradientGroup:
+  // dp × cp at ZeRO 0 and 1, HSDP's replica group at 2 and 3).
+  traces::GroupPlacement dense_buckets;
+  bool next_stage_within_domain = true;  // the pipeline send to stage + 1
 };
 LayoutLinks PlaceLayout(const traces::Layout& layout, const HardwareOptions& hw, int64_t stage = 0);
-// The group the dense gradient buckets go over (sim/collective.h,
-// GradientCollective): dp × cp at ZeRO 0 and 1, the replica group at 2 and 3,
-// whose trace reduce-scattered them over the shard group already.
 // ParamGatherGroup: the group ZeRO-1 and 2 all-gather the updated parameters
 // over after the optimizer (dp × cp at 1, the shard group at 2).
-traces::GroupPlacement GradientGroup(int64_t zero_stage, const LayoutLinks& links);
 traces::GroupPlacement ParamGatherGroup(int64_t zero_stage, const LayoutLinks& links);
 
 // A group of `ranks` ranks all inside one domain: the flat ring (tests, and

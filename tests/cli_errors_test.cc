@@ -320,7 +320,8 @@ TEST_F(CliErrors, APlanOfSeveralRanksIsRefusedWithoutMpirun) {
                              File("run.json");
   CliResult r = RunSsdtrain(replay);
   ExpectErrorBeforeWork(
-      r, "replay", File("plan.json") + ": its layout runs on tp × pp × dp = 1 × 1 × 2 = 2 ranks",
+      r, "replay",
+      File("plan.json") + ": its layout runs on tp × cp × pp × dp = 1 × 1 × 1 × 2 = 2 ranks",
       replay);
   EXPECT_NE(r.output.find("run it under `mpirun -np 2 ssdtrain replay ...`"), std::string::npos)
       << r.output;

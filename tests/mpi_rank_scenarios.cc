@@ -53,6 +53,10 @@ struct RankRun {
   // Instead: tiny-moe (sequence 64) as two data-parallel replicas at ep 2,
   // whose dispatch and combine all-to-alls run between the two (verified).
   bool expert_parallel = false;
+  // Or: tiny-gpt with flash attention as one cp group of every rank
+  // (context_parallel), or as dp replicas at ZeRO-3 (zero3), verified.
+  bool context_parallel = false;
+  bool zero3 = false;
   exec::detail::TestHook hook = nullptr;
   int hook_rank = 1;
   std::function<std::unique_ptr<exec::IoBackend>()> backend;
@@ -62,21 +66,35 @@ struct RankRun {
 // `ssdtrain replay` does after a replay that succeeded.
 Status ReplayAndGather(app::RankSync& ranks, const std::string& dir, const RankRun& run) {
   const int tp = run.tensor_parallel ? ranks.size() : 1;
+  const int cp = run.context_parallel ? ranks.size() : 1;
   traces::Layout layout;
   layout.tp = tp;
-  layout.dp = ranks.size() / tp;
+  layout.cp = cp;
+  layout.dp = ranks.size() / tp / cp;
+  layout.zero_stage = run.zero3 ? 3 : 0;
   SSDTRAIN_RETURN_IF_ERROR(ranks.SplitStages(layout));
+  models::ConfigOverrides gpt;
+  gpt.micro_batch = 1;
+  gpt.seq_len = 128;
+  gpt.attention = "flash";
+  gpt.cp = layout.cp;
+  gpt.dp = layout.dp;
+  gpt.zero_stage = layout.zero_stage;
   const traces::Trace trace = run.expert_parallel ? exec::testing::TinyMoeTrace(4, 64, ranks.size())
-                                                  : exec::testing::TinyGptTrace(1, 128, 1, 0, tp);
+                              : run.context_parallel || run.zero3
+                                  ? exec::testing::TinyGptTraceWith(gpt)
+                                  : exec::testing::TinyGptTrace(1, 128, 1, 0, tp);
   traces::Plan plan = traces::OffloadAllPlan(trace);
   plan.tp = tp;
-  plan.dp = ranks.size() / tp;
+  plan.cp = cp;
+  plan.dp = layout.dp;
+  plan.zero_stage = layout.zero_stage;
   plan.ep = trace.header.ep;
   const std::string mine = dir + "/rank-" + std::to_string(ranks.rank());
   std::filesystem::create_directories(mine);
   exec::ReplayOptions o = exec::testing::CpuOptions(mine);
   o.sync = &ranks;
-  o.verify = run.tensor_parallel || run.expert_parallel;
+  o.verify = run.tensor_parallel || run.expert_parallel || run.context_parallel || run.zero3;
   o.cpu_pin_threads = false;  // the ranks share one machine
   if (ranks.rank() == run.hook_rank) exec::detail::SetTestHook(run.hook);
   if (ranks.rank() == 1) o.make_io_backend = run.backend;
@@ -172,6 +190,38 @@ Status ExpertParallelPiecesWrong(app::RankSync& ranks, const std::string& dir) {
   return ReplayExpertParallelGroup(ranks, dir, WrongCollectivePieces);
 }
 
+// The two ranks as one cp group of tiny-gpt (flash attention, sequence
+// 128), or as dp replicas at ZeRO-3, `hook` (when set) on rank 0, rank 1's
+// I/O backend `backend` when given.
+Status ReplayGpt(app::RankSync& ranks, const std::string& dir, bool context_parallel,
+                 exec::detail::TestHook hook,
+                 std::function<std::unique_ptr<exec::IoBackend>()> backend = {}) {
+  RankRun run;
+  run.context_parallel = context_parallel;
+  run.zero3 = !context_parallel;
+  run.hook = hook;
+  run.hook_rank = 0;
+  run.backend = std::move(backend);
+  return ReplayAndGather(ranks, dir, run);
+}
+
+// Rank 1's first offload write fails while rank 0 goes on to the next ring
+// step or ZeRO gather, where it waits for rank 1's message.
+Status ContextParallelWriteFails(app::RankSync& ranks, const std::string& dir) {
+  return ReplayGpt(ranks, dir, true, nullptr, FirstWriteFails);
+}
+Status Zero3WriteFails(app::RankSync& ranks, const std::string& dir) {
+  return ReplayGpt(ranks, dir, false, nullptr, FirstWriteFails);
+}
+// Rank 0's ring messages checksum, but they are not its K/V's patterns.
+Status ContextParallelRingWrong(app::RankSync& ranks, const std::string& dir) {
+  return ReplayGpt(ranks, dir, true, WrongCollectivePieces);
+}
+// Rank 0's ZeRO pieces arrive at rank 1 with a flipped byte.
+Status Zero3PayloadCorrupt(app::RankSync& ranks, const std::string& dir) {
+  return ReplayGpt(ranks, dir, false, CorruptCollectivePieces);
+}
+
 // Rank 0 sends rank 1 one pipeline message under each tag; rank 1 checks
 // that each arrives as sent, tag and bytes.
 Status TagsArriveAsSent(app::RankSync& ranks, const std::vector<exec::PipelineTag>& tags) {
@@ -263,6 +313,10 @@ const std::map<std::string, Scenario>& Scenarios() {
       {"ep-write-fails", ExpertParallelWriteFails},
       {"ep-payload-corrupt", ExpertParallelPayloadCorrupt},
       {"ep-pieces-wrong", ExpertParallelPiecesWrong},
+      {"cp-write-fails", ContextParallelWriteFails},
+      {"cp-ring-wrong", ContextParallelRingWrong},
+      {"zero3-write-fails", Zero3WriteFails},
+      {"zero3-payload-corrupt", Zero3PayloadCorrupt},
   };
   return scenarios;
 }

@@ -173,6 +173,33 @@ TEST_F(MpiRanks, AnAllToAllPieceThatChecksumsButIsNotTheSendersFailsVerification
       << r.output;
 }
 
+// Context parallelism's ring (tiny-gpt, flash attention, cp 2) and ZeRO-3
+// (dp 2): a write failing on one rank ends both while the other waits for
+// its ring message or its shard; a ring message that checksums but is not
+// the sender's K/V fails verification; a corrupt shard fails its CRC32C.
+TEST_F(MpiRanks, AnEioOnOneContextParallelRanksWriteEndsBothWithItsMessage) {
+  ExpectAnEioOnRankOneEndsBoth("cp-write-fails");
+}
+
+TEST_F(MpiRanks, AnEioOnOneZero3RanksWriteEndsBothWithItsMessage) {
+  ExpectAnEioOnRankOneEndsBoth("zero3-write-fails");
+}
+
+TEST_F(MpiRanks, ARingMessageThatChecksumsButIsNotTheSendersKvFailsVerification) {
+  auto r = Run("cp-ring-wrong");
+  ExpectBothEndWithRankOnesFailure(r, "verify: op ");
+  EXPECT_NE(Said(r, 1).find("kv1.cp_ring, micro-batch 0): the ring's message from rank 0 is not "
+                            "its K/V's patterns"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(MpiRanks, ACorruptZeroGatherPieceEndsBothWithTheReceiversMessage) {
+  auto r = Run("zero3-payload-corrupt");
+  ExpectBothEndWithRankOnesFailure(r, "all_gather piece from rank 0 arrived with CRC32C");
+  EXPECT_NE(Said(r, 1).find("zero_all_gather"), std::string::npos) << r.output;
+}
+
 TEST_F(MpiRanks, PipelineTagsOfAnyMicroBatchArriveAsSent) {
   // Micro-batch 2047's gradient 7 (whose former 15-bit tag was the abort's)
   // and micro-batch 1,000,000's gradient 31.

@@ -39,9 +39,7 @@ TEST_F(PlanCli, PinnedLayoutIsThePlansLayoutAndPrintsItsReplayCommand) {
   EXPECT_EQ(plan->num_micro_batches, 4);
   EXPECT_EQ(plan->schedule, "gpipe");
   // tp × pp × dp = 2 × 2 × 2 ranks, each building its own shard's trace
-  // from the config; stage 1's plan travels in the plan file. (ZeRO-1 pinned:
-  // the search would take ZeRO-2 here, which the replay does not yet run on
-  // ranks, and says so instead of an mpirun line.)
+  // from the config; stage 1's plan travels in the plan file.
   EXPECT_NE(r.output.find("replay this plan: mpirun -np 8 " +
                           fs::canonical(testing::SsdtrainBinary()).string() + " replay --model " +
                           Model("tiny-gpt") + " --plan " + File("plan.json")),
@@ -105,7 +103,7 @@ TEST_F(PlanCli, ZeroOnePlanRoundTripsAndReplayRebuildsItsTrace) {
 // trace (256 / 2 tokens a rank), says the plan does not replay yet, and the
 // replay refuses it naming the plan and cp, leaving nothing in its directory;
 // the standard-attention model refuses --cp naming the flag and why.
-TEST_F(PlanCli, ContextParallelPlanRecordsCpAndTheReplayRefusesIt) {
+TEST_F(PlanCli, ContextParallelPlanRecordsCpAndItsReplayRunsOnItsRanks) {
   const std::string model = Edited(Model("tiny-gpt"), "tiny-gpt-flash.json", [](nlohmann::json& j) {
     j["name"] = "tiny-gpt-flash";
     j["attention"] = "flash";
@@ -117,10 +115,8 @@ TEST_F(PlanCli, ContextParallelPlanRecordsCpAndTheReplayRefusesIt) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("micro-batch 4 tp 1 cp 2 pp 1 dp 2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--tp 1 --pp 1 --cp 2"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("replay this plan: not yet: the replay does not run context "
-                          "parallelism's K/V ring"),
-            std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("replay this plan: mpirun -np 4 "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("context rank (r / tp) % cp"), std::string::npos) << r.output;
   Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->cp, 2);
@@ -136,8 +132,10 @@ TEST_F(PlanCli, ContextParallelPlanRecordsCpAndTheReplayRefusesIt) {
   r = RunSsdtrain("replay --model " + model + " --plan " + File("plan.json") + " --dir " +
                   File("offload") + " --backend cpu --steps 1 -o " + File("run.json"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find(File("plan.json") + ": cp 2: the replay does not yet run context "
-                                              "parallelism's K/V ring between ranks"),
+  // One process is one rank of four: refused, naming the mpirun line.
+  EXPECT_NE(r.output.find(File("plan.json") + ": its layout runs on tp × cp × pp × dp = 1 × 2 × "
+                                              "1 × 2 = 4 ranks, but this replay is one process; "
+                                              "run it under `mpirun -np 4"),
             std::string::npos)
       << r.output;
   EXPECT_TRUE(fs::is_empty(File("offload")));

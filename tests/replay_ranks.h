@@ -31,13 +31,16 @@ inline Status WriteReplayHardware(const std::string& preset, const std::string& 
 }
 
 // The bytes of each data-parallel bucket in a prediction's Chrome timeline
-// (`plan --timeline`), in its order.
+// (`plan --timeline`), in its order: the all-reduces (ZeRO-0), reduce-scatters
+// (ZeRO-1) or HSDP's replica all-reduces (ZeRO-2/3) of sim/simulate.cc.
 inline std::vector<int64_t> PredictedBucketBytes(const std::string& timeline_path) {
   std::ifstream file(timeline_path);
   const nlohmann::json timeline = nlohmann::json::parse(file);
   std::vector<int64_t> bytes;
   for (const nlohmann::json& e : timeline.at("traceEvents")) {
-    if (e.value("name", "") == "data-parallel all-reduce") {
+    const std::string name = e.value("name", "");
+    if (name == "data-parallel all-reduce" || name == "data-parallel reduce-scatter" ||
+        name == "replica all-reduce (HSDP)") {
       bytes.push_back(e.at("args").at("bytes").get<int64_t>());
     }
   }

@@ -134,7 +134,8 @@ TEST_F(ReplayRanksCli, RanksOtherThanTheLayoutsAreRefused) {
   auto r = MpiReplay(3);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(
-      r.output.find("tp × pp × dp = 1 × 1 × 2 = 2, but mpirun started 3 ranks; start mpirun -np 2"),
+      r.output.find(
+          "tp × cp × pp × dp = 1 × 1 × 1 × 2 = 2, but mpirun started 3 ranks; start mpirun -np 2"),
       std::string::npos)
       << r.output;
   EXPECT_TRUE(fs::is_empty(File("offload")));
@@ -303,7 +304,8 @@ TEST_F(ReplayStagesCli, RanksOtherThanPpTimesDpAreRefused) {
   auto r = MpiReplay(3);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(
-      r.output.find("tp × pp × dp = 1 × 2 × 1 = 2, but mpirun started 3 ranks; start mpirun -np 2"),
+      r.output.find(
+          "tp × cp × pp × dp = 1 × 1 × 2 × 1 = 2, but mpirun started 3 ranks; start mpirun -np 2"),
       std::string::npos)
       << r.output;
   EXPECT_TRUE(fs::is_empty(File("offload")));

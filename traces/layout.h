@@ -115,6 +115,13 @@ struct Layout {
   // over (itself alone at stage 0) and the ranks holding the same shard.
   std::vector<int64_t> ShardGroup(int64_t rank) const;
   std::vector<int64_t> ReplicaGroup(int64_t rank) const;
+  // The group the dense gradient buckets (traces/dp_buckets.h) are all-reduced
+  // over at the step's end: dp × cp at stages 0 and 1; at 2 and 3, whose
+  // traces reduce-scatter the gradients over the shard group themselves, the
+  // replica group (this rank alone without HSDP).
+  std::vector<int64_t> DenseGradientGroup(int64_t rank) const {
+    return zero_stage >= 2 ? ReplicaGroup(rank) : DpCpGroup(rank);
+  }
   // How many ways each part of the dense state is split: the shard group's
   // size (dp_shard · cp) where the stage shards it, else 1.
   int64_t OptimizerShards() const { return zero_stage >= 1 ? DpShard() * cp : 1; }

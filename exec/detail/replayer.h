@@ -162,6 +162,19 @@ class Replayer {
     ep_ranks_ = std::move(group);
     SetSeedSalt();
   }
+  // ZeRO-2/3's shard group (traces::Layout::ShardGroup), over which the
+  // ...zero_all_gather and ...zero_reduce_scatter ops run, and context
+  // parallelism's cp group (Layout::CpGroup), around which the ...cp_ring
+  // steps send: this rank's index and the group's ranks in order. Their
+  // members differ only in dp and cp index, which the seeds do not depend on.
+  void set_shard_group(int64_t index, std::vector<int> group) {
+    shard_index_ = index;
+    shard_ranks_ = std::move(group);
+  }
+  void set_context_parallel(int64_t cp_index, std::vector<int> group) {
+    cp_index_ = cp_index;
+    cp_ranks_ = std::move(group);
+  }
 
   // Data-parallel ranks: the stage's gradient buckets (traces/dp_buckets.h,
   // for the whole step's trace), before Init.
@@ -311,13 +324,34 @@ class Replayer {
   static traces::CollectiveKind Kind(const traces::Op& op) {
     return traces::ClassifyCollective(op);
   }
-  // The ranks a collective op runs between, in order (traces::CollectiveRanks:
-  // the ep group for the all-to-all, the tp group else), and this rank's index.
+  // The ranks a collective op runs between, in order (traces::GroupOfCollective:
+  // the ep group for the all-to-all, the shard group for ZeRO's, the cp group
+  // for the ring's, the tp group else), and this rank's index.
   const std::vector<int>& GroupOf(const traces::Op& op) const {
-    return Kind(op) == traces::CollectiveKind::kAllToAll ? ep_ranks_ : tp_ranks_;
+    switch (traces::GroupOfCollective(op)) {
+      case traces::CollectiveGroup::kExpertParallel:
+        return ep_ranks_;
+      case traces::CollectiveGroup::kShard:
+        return shard_ranks_;
+      case traces::CollectiveGroup::kContext:
+        return cp_ranks_;
+      case traces::CollectiveGroup::kTensorParallel:
+        break;
+    }
+    return tp_ranks_;
   }
   int64_t IndexIn(const traces::Op& op) const {
-    return Kind(op) == traces::CollectiveKind::kAllToAll ? ep_index_ : tp_index_;
+    switch (traces::GroupOfCollective(op)) {
+      case traces::CollectiveGroup::kExpertParallel:
+        return ep_index_;
+      case traces::CollectiveGroup::kShard:
+        return shard_index_;
+      case traces::CollectiveGroup::kContext:
+        return cp_index_;
+      case traces::CollectiveGroup::kTensorParallel:
+        break;
+    }
+    return tp_index_;
   }
   bool Exchanges(const traces::Op& op) const {
     return op.kind == traces::OpKind::kCollective && GroupOf(op).size() > 1;
@@ -328,13 +362,15 @@ class Replayer {
     seed_salt_ = (tensor_parallel() ? TpSeedSalt(tp_index_) : 0) ^
                  (expert_parallel() ? EpSeedSalt(ep_index_) : 0);
   }
-  // The tag of phase `phase` (0, or the all-reduce's gather 1) of `op`.
+  // The tag of phase `phase` of `op` (0, or the all-reduce's gather 1; ZeRO's
+  // list of pairs: 2k and 2k + 1 for pair k).
   static PipelineTag PieceTag(const traces::Op& op, int phase) {
-    return {op.micro_batch, op.phase == traces::Phase::kBackward, op.id * 2 + phase, true};
+    return {op.micro_batch, op.phase == traces::Phase::kBackward,
+            (static_cast<int64_t>(op.id) << 24) + phase, true};
   }
-  // Peer `peer`'s verification seed (its index in the tensor-parallel group;
-  // EpPeerSeed: in the expert-parallel group) of the storage this rank seeds `mine`.
-  uint64_t PeerSeed(uint64_t mine, int64_t peer) const;
+  // The verification seed that member `peer` of `op`'s group gives the
+  // storage this rank seeds `mine` (EpPeerSeed: in the expert-parallel group).
+  uint64_t PeerSeed(const traces::Op& op, uint64_t mine, int64_t peer) const;
   uint64_t EpPeerSeed(uint64_t mine, int64_t peer) const {
     return mine ^ EpSeedSalt(ep_index_) ^ EpSeedSalt(peer);
   }
@@ -342,6 +378,13 @@ class Replayer {
   Status InitTensorParallel();
   Status CollectiveFor(const traces::Op& op, const std::vector<DeviceBuffer>& inputs,
                        const std::vector<DeviceBuffer>& outputs);
+  // One (input, output) pair of a gather, scatter or all-reduce (ZeRO's list
+  // several: `pair` of them, its pieces sent in pair order).
+  Status CollectivePair(const traces::Op& op, size_t pair, const DeviceBuffer& input,
+                        const DeviceBuffer& output);
+  // A ring step of context parallelism (replay_ring.cc).
+  Status RingStepFor(const traces::Op& op, const std::vector<DeviceBuffer>& inputs,
+                     const std::vector<DeviceBuffer>& outputs);
   // Expert-parallel ranks (replay_expert_parallel.cc): an all-to-all op's
   // buffers, the tensors it sends and receives (views of a listed tensor
   // left out: AllToAllMembers), each rank's piece to each peer.
@@ -360,9 +403,9 @@ class Replayer {
                       uint64_t* seed);
   Status CheckContribution(const traces::Op& op, int64_t from, const uint8_t* p, int64_t bytes,
                            uint64_t seed, uint64_t expected_seed, int64_t offset);
-  std::vector<uint8_t> ExpectedSum(uint64_t my_seed, traces::DType dtype, int64_t offset,
-                                   int64_t bytes) const;
-  Status ReduceScatterPhase(const traces::Op& op, const uint8_t* in, uint8_t* out,
+  std::vector<uint8_t> ExpectedSum(const traces::Op& op, uint64_t my_seed, traces::DType dtype,
+                                   int64_t offset, int64_t bytes) const;
+  Status ReduceScatterPhase(const traces::Op& op, int phase, const uint8_t* in, uint8_t* out,
                             const std::vector<int64_t>& chunks, traces::DType dtype, uint64_t seed,
                             bool check);
   Status AllGatherPhase(const traces::Op& op, int phase, const uint8_t* mine, uint8_t* out,
@@ -429,7 +472,9 @@ class Replayer {
   std::vector<int> tp_ranks_;  // the tensor-parallel group, in order
   int64_t ep_index_ = 0;
   std::vector<int> ep_ranks_;  // the expert-parallel group, in order
-  uint64_t seed_salt_ = 0;     // TpSeedSalt(tp_index_) with tp > 1, ^ EpSeedSalt with ep > 1
+  int64_t shard_index_ = 0, cp_index_ = 0;
+  std::vector<int> shard_ranks_, cp_ranks_;  // ZeRO's shard group, the cp group, in order
+  uint64_t seed_salt_ = 0;  // TpSeedSalt(tp_index_) with tp > 1, ^ EpSeedSalt with ep > 1
   std::unique_ptr<HostStaging> collective_host_;  // see InitTensorParallel
   uint8_t* scratch_ = nullptr;                    // the current collective's messages
   CollectiveTraffic collectives_;                 // this step's

@@ -40,6 +40,11 @@ traces::Trace TinyGptTrace(int64_t micro_batch, int64_t seq_len, int64_t pp, int
   return Build(path, o, stage);
 }
 
+traces::Trace TinyGptTraceWith(const models::ConfigOverrides& overrides, int64_t stage) {
+  return Build(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-gpt.json", overrides,
+               stage);
+}
+
 traces::Trace TinyMoeTrace(int64_t micro_batch, int64_t seq_len, int64_t ep) {
   models::ConfigOverrides o;
   o.micro_batch = micro_batch;

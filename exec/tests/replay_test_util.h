@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "exec/replay.h"
+#include "models/model_config.h"
 #include "traces/plan.h"
 #include "traces/trace.h"
 
@@ -16,6 +17,10 @@ namespace ssdtrain::exec::testing {
 // with pp > 1, stage `stage`'s trace.
 traces::Trace TinyGptTrace(int64_t micro_batch = 0, int64_t seq_len = 0, int64_t pp = 1,
                            int64_t stage = 0, int64_t tp = 1, bool sequence_parallel = false);
+
+// configs/models/tiny-gpt.json with `overrides` (a layout's cp, dp, ZeRO
+// stage; attention), stage `stage`'s trace.
+traces::Trace TinyGptTraceWith(const models::ConfigOverrides& overrides, int64_t stage = 0);
 
 // configs/models/tiny-moe.json (8 experts, top-2) at micro-batch `micro_batch`
 // and sequence `seq_len`, one rank's trace at dp = ep = `ep` (E/ep experts).

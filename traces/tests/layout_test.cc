@@ -97,6 +97,18 @@ TEST(Layout, HsdpShardsOverDpShardTimesCpAndReplicatesAcross) {
   // sizes multiply to dp × cp.
   for (int64_t r = 0; r < l.world(); ++r)
     EXPECT_EQ(l.ShardGroup(r).size() * l.ReplicaGroup(r).size(), size_t{8});
+  // The dense gradient buckets: over the replica group at stages 2 and 3
+  // (the shard group reduce-scattered them), over dp × cp at 0 and 1.
+  EXPECT_EQ(l.DenseGradientGroup(3), (std::vector<int64_t>{3, 7}));
+  l.zero_stage = 2;
+  EXPECT_EQ(l.DenseGradientGroup(3), (std::vector<int64_t>{3, 7}));
+  l.zero_stage = 1;
+  EXPECT_EQ(l.DenseGradientGroup(3), l.DpCpGroup(3));
+  EXPECT_EQ(l.DenseGradientGroup(3).size(), size_t{8});
+  // Without HSDP, ZeRO-3 leaves nothing to all-reduce: a group of one.
+  l.zero_stage = 3;
+  l.dp_shard = 0;
+  EXPECT_EQ(l.DenseGradientGroup(5), (std::vector<int64_t>{5}));
 }
 
 // The sharding degrees by ZeRO stage at dp 8, cp 2 (and dp_shard 4: HSDP).
