@@ -1,7 +1,8 @@
 // `mpirun -np N ssdtrain replay --model ... --plan ...` of today's layouts
 // (issue 44): ZeRO-3 over a shard group of four ranks, HSDP (two shard
 // groups of two, their gradient shards all-reduced over the replica group),
-// context parallelism's ring (cp 2, alone, beside tp 2 and beside pp 2).
+// context parallelism's ring (cp 2, alone, beside tp 2 and beside pp 2), and
+// all of them at once on eight ranks (tp 2 × cp 2 × dp 2 at ZeRO-3).
 // tiny-gpt with flash attention at sequence 128, two micro-batches under
 // 1F1B, planned on the calibrated cpu-local preset. Each replays verified,
 // every rank's memory peaks are its stage's prediction to the byte, nothing
@@ -253,6 +254,26 @@ TEST_F(ReplayZeroCpCli, ContextParallelInEachOfTwoStagesOnFourRanks) {
   ASSERT_NO_FATAL_FAILURE(PlanAndReplay(l, "keep"));
   ASSERT_NO_FATAL_FAILURE(ExpectEveryRankInPlace(l));
   for (int r = 0; r < l.ranks(); ++r) EXPECT_GT(Count(r, "send_recv"), 0) << "rank " << r;
+}
+
+// Eight ranks, every group at once: tp 2 × cp 2 × dp 2 at ZeRO-3, the
+// shard group dp × cp (four ranks strided by tp), the ring inside it, the
+// tp collectives beside; no HSDP, so no bucket all-reduce.
+TEST_F(ReplayZeroCpCli, ZeroThreeWithContextAndTensorParallelOnEightRanks) {
+  const Layout l{.tp = 2, .cp = 2, .dp = 2, .zero = 3};
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay(l, "keep", kSmallShape));
+  ASSERT_NO_FATAL_FAILURE(ExpectEveryRankInPlace(l));
+  const Traced t = Trace(l, kSmallShape);
+  ASSERT_GT(t.gathers, 0);
+  ASSERT_GT(t.ring_steps, 0);
+  for (int r = 0; r < l.ranks(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(Count(r, "all_gather"), kMicroBatches * t.gathers);
+    EXPECT_EQ(Count(r, "reduce_scatter"), kMicroBatches * t.scatters);
+    EXPECT_EQ(Count(r, "send_recv"), kMicroBatches * t.ring_steps);
+    EXPECT_GT(Count(r, "all_reduce"), 0);
+  }
+  ExpectTheSimulatorsBuckets();
 }
 
 }  // namespace
