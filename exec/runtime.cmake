@@ -69,7 +69,8 @@ function(ssdtrain_exec_runtime_tests)
             ${dir}/io_test_util.cc
     DEPS ssdtrain::exec ssdtrain::models)
   ssdtrain_test(exec_replay_tp_ranks_test
-    SOURCES ${dir}/replay_tp_ranks_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
+    SOURCES ${dir}/replay_tp_ranks_test.cc ${dir}/replay_zero_cp_ranks_test.cc
+            ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
     DEPS ssdtrain::exec ssdtrain::models)
   ssdtrain_test(exec_replay_ep_ranks_test
     SOURCES ${dir}/replay_ep_ranks_test.cc ${dir}/replay_test_util.cc ${dir}/io_test_util.cc
