@@ -383,7 +383,7 @@ def capture(model, example_inputs, loss_fn=None, path=None, header=None, min_byt
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".capture-", suffix=".json")
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump(trace, f)
+                f.write(json.dumps(trace))  # the bytes json.dump writes, encoded in C
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)

@@ -14,7 +14,7 @@ import torch
 import ssdtrain
 from gpt import GPT, batch, loss_fn
 
-STEPS = 3
+STEPS = 2
 
 
 def saved_storage_bytes(model, idx, targets, min_bytes):
