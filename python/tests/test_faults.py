@@ -90,6 +90,9 @@ class OffloadFailures(unittest.TestCase):
         leaf module of forward, when files exist; returns (returncode, stderr)."""
         script = textwrap.dedent(f"""
             import os, signal, sys, torch
+            # Ctrl-C raises KeyboardInterrupt here also when this suite was
+            # started with SIGINT ignored (a background job), which Python keeps.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             sys.path.insert(0, {os.path.dirname(__file__)!r})
             import ssdtrain
             from gpt import GPT, batch, loss_fn
