@@ -66,6 +66,17 @@ int RunPlan(PlanCmdOptions o) {
   if (!budget_ok.ok()) return ReportError("plan", budget_ok);
   Status flags_ok = CheckCompareFlags(o.compare, o.policy, o.compare_json);
   if (!flags_ok.ok()) return ReportError("plan", flags_ok);
+  if (o.defer_grad_sync && o.zero_stage >= 0 && o.zero_stage < 2) {
+    return ReportError(
+        "plan", Status::InvalidArgument("--defer-grad-sync applies to --zero-stage 2 or 3 (at " +
+                                        std::to_string(o.zero_stage) +
+                                        " the gradients are exchanged once a step already)"));
+  }
+  if (o.defer_grad_sync && o.dp_shard > 0) {
+    return ReportError(
+        "plan", Status::InvalidArgument("--defer-grad-sync with --dp-shard: deferred gradient sync "
+                                        "is not modelled with HSDP; drop one of the two"));
+  }
   sim::PlannerOptions po;
   po.gpus = o.gpus;
   po.policy = o.policy;
@@ -283,6 +294,11 @@ Verb AddPlanCommand(CLI::App& app) {
                   "dp-shard (torchtitan's data_parallel_shard_degree; default: one group over "
                   "all of dp)")
       ->check(IntAtLeast(1));
+  cmd->add_flag("--defer-grad-sync", o->defer_grad_sync,
+                "at ZeRO 2 and 3, reduce-scatter the gradients once a step, after the last "
+                "micro-batch's backward, keeping the full gradients accumulated until then "
+                "(FSDP2's set_requires_gradient_sync(False), Automodel's defer_fsdp_grad_sync): "
+                "less traffic for more memory (default: every micro-batch's)");
   cmd->add_option("--ep", o->ep,
                   "fix the expert-parallel degree of a MoE model: each rank holds experts / ep "
                   "experts per layer; ep must divide the experts and dp (default: search the "

@@ -42,6 +42,13 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--pp", o.pp, "pp", "pp", h.pp, path));
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--ep", o.ep, "ep", "ep", h.ep, path));
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--cp", o.cp, "cp", "cp", h.cp, path));
+  if (o.defer_grad_sync && !h.zero_defer_grad_sync) {
+    return Status::InvalidArgument(
+        fmt::format("--defer-grad-sync contradicts the trace {} (built without it: "
+                    "header.zero_defer_grad_sync is false); rebuild it with ssdtrain trace "
+                    "--defer-grad-sync, or leave the flag out",
+                    path));
+  }
   const int64_t replica = h.tp * h.cp * h.pp;
   if (o.gpus > 0 && o.gpus % replica != 0) {
     return Status::InvalidArgument(
@@ -115,9 +122,10 @@ Result<PlanInput> TraceInput(PlanCmdOptions& o) {
 Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
   if (!config.ok()) return config.status();
-  if (o.seq_len > 0) {
+  if (o.seq_len > 0 || o.defer_grad_sync) {
     models::ConfigOverrides ov;
-    ov.seq_len = o.seq_len;
+    if (o.seq_len > 0) ov.seq_len = o.seq_len;
+    if (o.defer_grad_sync) ov.zero_defer_grad_sync = true;
     config = models::ApplyOverrides(*config, ov, o.model);
     if (!config.ok()) return config.status();
   }
@@ -145,6 +153,7 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
     if (plan.zero_stage != 0) {
       command += fmt::format(" --dp {} --zero-stage {}", plan.dp, plan.zero_stage);
       if (plan.dp_shard != 0) command += fmt::format(" --dp-shard {}", plan.dp_shard);
+      if (plan.zero_defer_grad_sync) command += " --defer-grad-sync";
     } else if (plan.ep != 1) {
       command += fmt::format(" --dp {} --ep {}", plan.dp, plan.ep);
     }

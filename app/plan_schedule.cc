@@ -10,12 +10,14 @@ std::string ZeroText(const traces::Plan& plan, bool compact) {
   if (plan.zero_stage == 0) return "";
   const traces::Layout l = traces::PlanLayout(plan);
   if (compact) {
-    return fmt::format("+Z{}{}", plan.zero_stage,
-                       plan.dp_shard != 0 ? fmt::format("h{}", l.DpShard()) : "");
+    return fmt::format("+Z{}{}{}", plan.zero_stage,
+                       plan.dp_shard != 0 ? fmt::format("h{}", l.DpShard()) : "",
+                       plan.zero_defer_grad_sync ? "d" : "");
   }
   return fmt::format(
-      " ZeRO-{}{}", plan.zero_stage,
-      plan.dp_shard != 0 ? fmt::format(" HSDP {}x{}", l.Replicas(), l.DpShard()) : "");
+      " ZeRO-{}{}{}", plan.zero_stage,
+      plan.dp_shard != 0 ? fmt::format(" HSDP {}x{}", l.Replicas(), l.DpShard()) : "",
+      plan.zero_defer_grad_sync ? ", gradients synced once a step" : "");
 }
 
 std::string ScheduleText(const traces::Plan& plan, int64_t layers) {

@@ -11,7 +11,9 @@
 namespace ssdtrain::app {
 
 // " ZeRO-3", " ZeRO-3 HSDP 2x4" (replicas x shard group) for a plan that
-// shards; "" for ZeRO 0. `compact`: "+Z3", "+Z3h4" for the compare table.
+// shards, ", gradients synced once a step" added under deferred gradient
+// sync; "" for ZeRO 0. `compact`: "+Z3", "+Z3h4", "+Z3d" (deferred) for the
+// compare table.
 std::string ZeroText(const traces::Plan& plan, bool compact = false);
 
 // ", interleaved v=2 (5 layers per chunk)" for an interleaved plan of a model

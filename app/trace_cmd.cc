@@ -184,6 +184,10 @@ Verb AddTraceCommand(CLI::App& app) {
          "HSDP: shard over groups of this many --dp ranks, replicated across the others "
          "(overrides the config)")
       ->check(IntAtLeast(1));
+  cmd->add_flag_callback(
+      "--defer-grad-sync", [o] { o->overrides.zero_defer_grad_sync = true; },
+      "ZeRO 2 and 3: reduce-scatter the gradients once a step, as the optimizer's first ops, "
+      "the full gradients accumulated until then (overrides the config)");
   cmd->add_option_function<std::string>(
          "--attention", [o](const std::string& v) { o->overrides.attention = v; },
          "standard or flash")

@@ -36,6 +36,7 @@ Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
   h.weight_grads = config.weight_grads;
   h.zero_stage = config.zero_stage;
   h.zero_shards = LayoutOf(config).OptimizerShards();
+  h.zero_defer_grad_sync = DefersGradSync(config);
   if (config.family == "t5") return detail::BuildEncoderDecoder(config, h);
   return detail::BuildSingleStack(config, h);
 }

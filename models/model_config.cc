@@ -107,6 +107,7 @@ traces::Layout LayoutOf(const ModelConfig& c) {
   return l;
 }
 int64_t OptimizerStateShards(const ModelConfig& c) { return LayoutOf(c).OptimizerShards(); }
+bool DefersGradSync(const ModelConfig& c) { return c.zero_defer_grad_sync && c.zero_stage >= 2; }
 
 std::string ContextParallelRefusal(const ModelConfig& c) {
   if (c.attention != "flash") {
@@ -183,6 +184,12 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
     shard.zero_stage = c.zero_stage;
     shard.dp_shard = c.dp_shard;
     SSDTRAIN_RETURN_IF_ERROR(traces::ValidateLayout(shard, source));
+  }
+  if (DefersGradSync(c) && c.dp_shard != 0 && c.dp_shard < c.dp) {
+    return Bad(source, "zero_defer_grad_sync",
+               "not modelled with HSDP (dp_shard " + Str(c.dp_shard) + " < dp " + Str(c.dp) +
+                   "): the replicas' all-reduce of the shards would wait for the deferred "
+                   "reduce-scatters; drop one of the two");
   }
   const std::pair<const char*, int64_t> non_negative[] = {{"kv_heads", c.kv_heads},
                                                           {"head_dim", c.head_dim},
@@ -308,6 +315,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.dp, r.IntOr("dp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dp_shard, r.IntOr("dp_shard", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.zero_prefetch, r.IntOr("zero_prefetch", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.zero_defer_grad_sync, r.BoolOr("zero_defer_grad_sync", false));
   SSDTRAIN_RETURN_IF_ERROR(ReadMoeFields(r, &c));
   SSDTRAIN_ASSIGN_OR_RETURN(c.fp16_lm_cross_entropy, r.BoolOr("fp16_lm_cross_entropy", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.weight_grads, r.StringOr("weight_grads", "persistent"));
@@ -375,6 +383,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.optimizer_step != "megatron") j["optimizer_step"] = c.optimizer_step;
   if (c.dp_shard != 0) j["dp_shard"] = c.dp_shard;
   if (c.zero_prefetch != 1) j["zero_prefetch"] = c.zero_prefetch;
+  if (c.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
   if (c.cp != 1) j["cp"] = c.cp;
   return j;
 }
@@ -390,6 +399,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.zero_stage) c.zero_stage = *o.zero_stage;
   if (o.dp_shard) c.dp_shard = *o.dp_shard;
   if (o.ep) c.ep = *o.ep;
+  if (o.zero_defer_grad_sync) c.zero_defer_grad_sync = *o.zero_defer_grad_sync;
   if (o.sequence_parallel) c.sequence_parallel = *o.sequence_parallel;
   if (o.attention) c.attention = *o.attention;
   if (o.dtype) c.dtype = *o.dtype;
@@ -407,6 +417,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.zero_stage) add("--zero-stage", std::to_string(*o.zero_stage));
   if (o.dp_shard) add("--dp-shard", std::to_string(*o.dp_shard));
   if (o.ep) add("--ep", std::to_string(*o.ep));
+  if (o.zero_defer_grad_sync && *o.zero_defer_grad_sync) add("--defer-grad-sync", "");
   if (o.sequence_parallel && *o.sequence_parallel) add("--sequence-parallel", "");
   if (o.attention) add("--attention", *o.attention);
   if (o.dtype) add("--dtype", *o.dtype);

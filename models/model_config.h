@@ -81,6 +81,15 @@ struct ModelConfig {
   // (FSDP's prefetch: 1 holds two layers' full weights at a time). Each costs
   // a layer's full weights in memory.
   int64_t zero_prefetch = 1;
+  // ZeRO-2 and 3: reduce-scatter the gradients once a step, after the last
+  // micro-batch's backward, instead of after every micro-batch's (FSDP2's
+  // set_requires_gradient_sync(False) on the others, NeMo Automodel's
+  // defer_fsdp_grad_sync). The full gradients then accumulate over the
+  // micro-batches, resident as weight_grads says, and are reduce-scattered by
+  // the first optimizer ops: traffic once a step for their memory. No effect at
+  // stages 0 and 1, whose gradients are exchanged once a step already; not
+  // with HSDP (dp_shard < dp). models/README.md, "ZeRO-2 and 3".
+  bool zero_defer_grad_sync = false;
   // Mixture of experts (llama family only; models/moe_config.h has the rules):
   // experts = 0 is a dense model and every other field below is then unused.
   int64_t experts = 0;                   // E routed experts per MoE layer
@@ -118,6 +127,7 @@ struct ConfigOverrides {
   // over dp when zero_stage is 1 (the planner's searched dp, a plan's dp).
   std::optional<int64_t> dp, zero_stage, dp_shard;
   std::optional<int64_t> ep;  // expert parallelism (MoE models)
+  std::optional<bool> zero_defer_grad_sync;
   std::optional<bool> sequence_parallel;
   std::optional<std::string> attention, dtype;
 };
@@ -151,7 +161,8 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // optimizer adam or sgd, precision mixed or pure, optimizer_step megatron or
 // fused, weight_grads persistent or
 // set_to_none, dp >= 1, the layout's zero_stage and dp_shard
-// (traces::ValidateLayout), zero_prefetch >= 0; cp > 1 only with flash
+// (traces::ValidateLayout), zero_prefetch >= 0, zero_defer_grad_sync not
+// with HSDP at stage 2 or 3; cp > 1 only with flash
 // attention, outside t5, with the sequence split into 2·cp chunks (of tp
 // pieces each under sequence parallelism: traces::SequenceSplitError);
 // and the MoE rules (ValidateMoe, moe_config.h).
@@ -176,6 +187,9 @@ std::string OptimizerStateDType(const ModelConfig& c);
 // The config's layout (tp, cp, pp, dp, ep, zero_stage, dp_shard): the one place
 // its shard degrees and groups come from.
 traces::Layout LayoutOf(const ModelConfig& c);
+// The gradients are reduce-scattered once a step (zero_defer_grad_sync at
+// ZeRO 2 or 3): what the trace's header says (traces::Header).
+bool DefersGradSync(const ModelConfig& c);
 // Ranks the optimizer state is split over: the shard group at ZeRO 1 and
 // above (LayoutOf(c).OptimizerShards()), else 1.
 int64_t OptimizerStateShards(const ModelConfig& c);

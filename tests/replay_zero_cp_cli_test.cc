@@ -38,12 +38,14 @@ constexpr int kMicroBatches = 2;
 
 struct Layout {
   int tp = 1, cp = 1, pp = 1, dp = 1, dp_shard = 0, zero = 0;
+  bool defer = false;  // --defer-grad-sync
   int ranks() const { return tp * cp * pp * dp; }
   std::string Flags() const {
     std::string f = " --gpus " + std::to_string(ranks()) + " --tp " + std::to_string(tp) +
                     " --cp " + std::to_string(cp) + " --pp " + std::to_string(pp) +
                     " --zero-stage " + std::to_string(zero);
     if (dp_shard > 0) f += " --dp-shard " + std::to_string(dp_shard);
+    if (defer) f += " --defer-grad-sync";
     return f;
   }
 };
@@ -181,6 +183,29 @@ TEST_F(ReplayZeroCpCli, ZeroThreeOverFourRanksGathersAndScattersBetweenThem) {
   ExpectTheSimulatorsBuckets();
   EXPECT_FALSE(report_.extra.contains("gradient_buckets") &&
                !report_.extra.at("gradient_buckets").empty());
+}
+
+// ZeRO-3 over dp 4 with the gradients synced once a step (FSDP2's
+// set_requires_gradient_sync(False) on the first micro-batch): the gathers
+// every micro-batch, the reduce-scatters once, after the last backward, from
+// full gradients held over both micro-batches (the peaks, to the byte, hold
+// them).
+TEST_F(ReplayZeroCpCli, ZeroThreeDeferredSyncReduceScattersOnceAStep) {
+  const Layout l{.dp = 4, .zero = 3, .defer = true};
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay(l, "keep", kSmallShape));
+  ASSERT_NO_FATAL_FAILURE(ExpectEveryRankInPlace(l));
+  const Traced t = Trace(l, kSmallShape);
+  ASSERT_GT(t.scatters, 0);
+  for (int r = 0; r < l.ranks(); ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(Count(r, "all_gather"), kMicroBatches * t.gathers);
+    EXPECT_EQ(Count(r, "reduce_scatter"), t.scatters);
+  }
+  EXPECT_EQ(SentByAll(), (l.ranks() - 1) * (kMicroBatches * t.gathered_bytes + t.scattered_bytes));
+  // Held full gradients: a higher peak than every micro-batch's sync at the same layout.
+  const int64_t deferred_peak = predicted_.metrics.peak_gpu_bytes;
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay(Layout{.dp = 4, .zero = 3}, "keep", kSmallShape));
+  EXPECT_GT(deferred_peak, predicted_.metrics.peak_gpu_bytes);
 }
 
 // HSDP, dp 4 as two shard groups of two: the gathers and reduce-scatters

@@ -105,6 +105,7 @@ json HeaderToJson(const Header& h) {
   if (h.weight_grads != "persistent") j["weight_grads"] = h.weight_grads;
   if (h.zero_stage != 0) j["zero_stage"] = h.zero_stage;
   if (h.zero_shards != 1) j["zero_shards"] = h.zero_shards;
+  if (h.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
   return j;
 }
 
@@ -193,6 +194,7 @@ Result<Header> ParseHeader(const json& j, const JsonPath& at) {
   }
   SSDTRAIN_ASSIGN_OR_RETURN(h.zero_stage, r.IntOr("zero_stage", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(h.zero_shards, r.IntOr("zero_shards", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(h.zero_defer_grad_sync, r.BoolOr("zero_defer_grad_sync", false));
   SSDTRAIN_ASSIGN_OR_RETURN(const json* units, r.Value("units"));
   SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader u, ObjectReader::Make(*units, r.At("units")));
   SSDTRAIN_ASSIGN_OR_RETURN(h.time_unit, u.String("time"));

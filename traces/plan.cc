@@ -135,6 +135,7 @@ json ToJson(const Plan& plan) {
          {"extra", plan.extra}};
   if (plan.zero_stage != 0) j["zero_stage"] = plan.zero_stage;
   if (plan.dp_shard != 0) j["dp_shard"] = plan.dp_shard;
+  if (plan.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
   if (plan.ddp != "overlapped") j["ddp"] = plan.ddp;
   if (plan.ep != 1) j["ep"] = plan.ep;
   if (plan.cp != 1) j["cp"] = plan.cp;
@@ -185,6 +186,11 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
       const std::string m = s.message();
       return r.At("dp_shard").Error(m.substr(m.find("dp_shard: ") + 10));
     }
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.zero_defer_grad_sync, r.BoolOr("zero_defer_grad_sync", false));
+  if (plan.zero_defer_grad_sync && plan.zero_stage < 2) {
+    return r.At("zero_defer_grad_sync")
+        .Error("applies to zero_stage 2 or 3, got zero_stage " + std::to_string(plan.zero_stage));
   }
   SSDTRAIN_ASSIGN_OR_RETURN(plan.ddp, r.StringOr("ddp", "overlapped"));
   if (!ParseDdpImpl(plan.ddp).ok()) {
@@ -276,6 +282,7 @@ Plan PlanTemplate(const Trace& trace, std::string policy) {
   plan.pp = std::max<int64_t>(1, trace.header.pp);
   plan.ep = std::max<int64_t>(1, trace.header.ep);
   plan.cp = std::max<int64_t>(1, trace.header.cp);
+  plan.zero_defer_grad_sync = trace.header.zero_defer_grad_sync;
   return plan;
 }
 
@@ -283,6 +290,15 @@ Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& sou
   if (plan.model != trace.header.model) {
     return Status::FailedPrecondition(source + ": model: the plan is for \"" + plan.model +
                                       "\" but the trace is of \"" + trace.header.model + "\"");
+  }
+  if (plan.zero_defer_grad_sync != trace.header.zero_defer_grad_sync) {
+    auto says = [](bool defer) {
+      return defer ? std::string("reduce-scatters the gradients once a step")
+                   : std::string("reduce-scatters every micro-batch's gradients");
+    };
+    return Status::FailedPrecondition(source + ": zero_defer_grad_sync: the plan " +
+                                      says(plan.zero_defer_grad_sync) + ", the trace " +
+                                      says(trace.header.zero_defer_grad_sync));
   }
   const uint64_t fp = Fingerprint(trace);
   if (plan.trace_fingerprint != fp) {

@@ -90,6 +90,10 @@ struct Plan {
   // HSDP: the shard group's dp ranks (a divisor of dp); 0: dp. JSON: optional,
   // written when not 0.
   int64_t dp_shard = 0;
+  // ZeRO 2 and 3: the gradients reduce-scattered once a step, after the last
+  // micro-batch's backward (the trace's header zero_defer_grad_sync; a replay
+  // from a model config builds its trace so). JSON: optional, written when true.
+  bool zero_defer_grad_sync = false;
   // When the data-parallel gradients are exchanged (traces/dp_buckets.h,
   // DdpImpl): "overlapped" (default: each bucket during backward) or "local"
   // (Megatron's --DDP-impl local: all after the step's backward). JSON:
@@ -125,13 +129,13 @@ Result<Plan> ReadPlan(const std::string& path);
 Status WritePlan(const Plan& plan, const std::string& path);
 
 // A plan for `trace` with no placements (everything kept): the trace's model,
-// fingerprint and layout (micro-batch, sequence, tp, pp, ep; dp and micro-batch
-// count 1), no budget. Every policy, the planner and the executor's built-in
-// plans start from this.
+// fingerprint and layout (micro-batch, sequence, tp, pp, ep, cp, deferred
+// gradient sync; dp and micro-batch count 1), no budget. Every policy, the planner and the
+// executor's built-in plans start from this.
 Plan PlanTemplate(const Trace& trace, std::string policy = "keep");
 
-// Checks a plan against its trace: fingerprint, known tensor ids, actions only on
-// saved offloadable tensors, file names that stay inside the offload directory.
+// Checks a plan against its trace: model, deferred gradient sync, fingerprint, known tensor ids,
+// actions only on saved offloadable tensors, file names that stay inside the offload directory.
 Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& source);
 
 }  // namespace ssdtrain::traces

@@ -126,6 +126,7 @@ uint64_t Fingerprint(const Trace& trace) {
   if (hd.zero_stage >= 2) {  // so do ZeRO 0's and 1's (their state's bytes say the shards)
     h.Add(hd.zero_stage);
     h.Add(hd.zero_shards);
+    if (hd.zero_defer_grad_sync) h.Add(std::string_view("defer_grad_sync"));
   }
   h.Add(static_cast<int64_t>(trace.tensors.size()));
   for (const Tensor& t : trace.tensors) {

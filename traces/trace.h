@@ -146,6 +146,10 @@ struct Header {
   // on their own streams (kZeroGatherStream, kZeroReduceStream).
   int64_t zero_stage = 0;
   int64_t zero_shards = 1;
+  // ZeRO 2 and 3: the reduce-scatters run once a step, as the optimizer
+  // phase's first ops, over gradients accumulated by every micro-batch (FSDP's
+  // deferred gradient sync; models::ModelConfig::zero_defer_grad_sync).
+  bool zero_defer_grad_sync = false;
   std::string time_unit = "ns";
   std::string size_unit = "bytes";
 };

@@ -242,6 +242,12 @@ Status Validate(const Trace& trace, const std::string& source) {
     return Bad(source, "header.zero_stage",
                "expected 0, 1, 2 or 3, got " + std::to_string(h.zero_stage));
   }
+  if (h.zero_defer_grad_sync && h.zero_stage < 2) {
+    return Bad(source, "header.zero_defer_grad_sync",
+               "applies to zero_stage 2 or 3 (the stages whose trace reduce-scatters its "
+               "gradients), got zero_stage " +
+                   std::to_string(h.zero_stage));
+  }
   if (h.stage < 0 || h.stage >= h.pp) {
     return Bad(
         source, "header.stage",

@@ -20,6 +20,7 @@ ZeroSpec ZeroFor(const ModelConfig& c) {
   spec.stage = c.zero_stage;
   spec.shards = layout.GradientShards();
   spec.prefetch = c.zero_prefetch;
+  spec.defer_grad_sync = DefersGradSync(c);
   return spec;
 }
 

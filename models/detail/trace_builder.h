@@ -64,8 +64,9 @@ struct OptimizerSpec {
 // each run of its ops (forward, backward), `prefetch` units ahead.
 struct ZeroSpec {
   int64_t stage = 0;
-  int64_t shards = 1;    // the shard group's ranks
-  int64_t prefetch = 1;  // stage 3: units gathered ahead of the one computing
+  int64_t shards = 1;            // the shard group's ranks
+  int64_t prefetch = 1;          // stage 3: units gathered ahead of the one computing
+  bool defer_grad_sync = false;  // the reduce-scatters once, as the first optimizer ops
 };
 
 class TraceBuilder {

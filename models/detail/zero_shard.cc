@@ -24,7 +24,13 @@
 // transient: nothing else reads them) and writes each one's shard, which the
 // optimizer reads: the weight gradient, resident as the header's weight_grads
 // says. In a whole step each micro-batch reduce-scatters its own and the later
-// ones accumulate into the shard (FSDP without no_sync).
+// ones accumulate into the shard (FSDP without no_sync). With
+// defer_grad_sync (FSDP2's set_requires_gradient_sync(False) on all but the
+// last micro-batch) the reduce-scatters come after the backward instead, as
+// the optimizer phase's first ops, in the order the backward completes the
+// units: the full gradients are then weight gradients (traces/storage_plan.h),
+// accumulated over a whole step's micro-batches, and a step reduce-scatters
+// once. FSDP issues them during the last backward; here they follow it.
 //
 // The gathers run on kZeroGatherStream, the reduce-scatters on
 // kZeroReduceStream (traces/collective_kind.h), over the shard group.
@@ -169,6 +175,26 @@ void TraceBuilder::ShardForZero() {
     op.outputs = std::move(outputs);
     emit(std::move(op));
   };
+  // The unit's reduce-scatter: its full gradients to their shards.
+  auto reduce_scatter = [&](int64_t u, Phase phase) {
+    std::vector<TensorId> full, parts;
+    for (TensorId w : unit_weights[u]) {
+      const std::string name = tensor(w).name;
+      const int layer = tensor(w).layer;
+      const TensorId g = last_grad_[Index(w)];
+      const int64_t elements = Elements(w);
+      layer_ = traces::kNoLayer;
+      const TensorId part = AddTensor(name + ".grad_shard", {CeilDiv(elements, shards)},
+                                      tensor(g).dtype, TensorKind::kGradient);
+      tensors[Index(part)].layer = layer;
+      full.push_back(g);
+      parts.push_back(part);
+      last_grad_[Index(w)] = part;
+    }
+    collective(traces::kZeroReduceScatterSuffix, phase, traces::kZeroReduceStream, std::move(full),
+               std::move(parts));
+  };
+  std::vector<int64_t> deferred;  // zero_.defer_grad_sync: units in order of completion
   for (size_t i = 0; i < ops.size(); ++i) {
     for (size_t k : gathers_before[i]) {
       const Gather& g = gathers[k];
@@ -179,24 +205,17 @@ void TraceBuilder::ShardForZero() {
     const Phase phase = ops[i].phase;
     emit(std::move(ops[i]));
     for (int64_t u : scatters_after[i]) {
-      std::vector<TensorId> full, parts;
-      for (TensorId w : unit_weights[u]) {
-        const std::string name = tensor(w).name;
-        const int layer = tensor(w).layer;
-        const TensorId g = last_grad_[Index(w)];
-        const int64_t elements = Elements(w);
-        layer_ = traces::kNoLayer;
-        const TensorId part = AddTensor(name + ".grad_shard", {CeilDiv(elements, shards)},
-                                        tensor(g).dtype, TensorKind::kGradient);
-        tensors[Index(part)].layer = layer;
-        full.push_back(g);
-        parts.push_back(part);
-        last_grad_[Index(w)] = part;
+      if (zero_.defer_grad_sync) {
+        deferred.push_back(u);
+      } else {
+        reduce_scatter(u, phase);
       }
-      collective(traces::kZeroReduceScatterSuffix, phase, traces::kZeroReduceStream,
-                 std::move(full), std::move(parts));
     }
   }
+  // Deferred: after the backward, as the optimizer phase's first ops, so that
+  // a whole step runs them once, after its last micro-batch's backward, and
+  // the full gradients are weight gradients accumulated over the micro-batches.
+  for (int64_t u : deferred) reduce_scatter(u, Phase::kOptimizer);
   phase_ = saved_phase;
   layer_ = saved_layer;
   for (traces::Edge& e : trace_.edges) {

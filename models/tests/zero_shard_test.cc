@@ -12,6 +12,7 @@
 #include "models/build_trace.h"
 #include "traces/collective_kind.h"
 #include "traces/storage_plan.h"
+#include "traces/trace.h"
 #include "traces/validate.h"
 
 namespace ssdtrain::models {
@@ -20,7 +21,8 @@ namespace {
 // Llama-3-8B's shapes at 4 layers, tp 1, s 256: bf16 weights and gradients,
 // Adam with fp32 master weights (12 bytes of state per parameter), untied
 // output layer, no biases.
-ModelConfig Llama(int64_t zero_stage, int64_t dp, int64_t dp_shard = 0, int64_t prefetch = 1) {
+ModelConfig Llama(int64_t zero_stage, int64_t dp, int64_t dp_shard = 0, int64_t prefetch = 1,
+                  bool defer = false) {
   Result<ModelConfig> c =
       LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/llama-3-8b.json");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
@@ -34,6 +36,7 @@ ModelConfig Llama(int64_t zero_stage, int64_t dp, int64_t dp_shard = 0, int64_t 
   m.zero_stage = zero_stage;
   m.dp_shard = dp_shard;
   m.zero_prefetch = prefetch;
+  m.zero_defer_grad_sync = defer;
   EXPECT_TRUE(ValidateConfig(m, "llama").ok()) << ValidateConfig(m, "llama").ToString();
   return m;
 }
@@ -143,7 +146,8 @@ Collectives Count(const traces::Trace& t) {
     } else {
       EXPECT_EQ(traces::ClassifyCollective(op), traces::CollectiveKind::kReduceScatter);
       EXPECT_EQ(op.stream, traces::kZeroReduceStream);
-      EXPECT_EQ(op.phase, traces::Phase::kBackward);
+      EXPECT_EQ(op.phase, t.header.zero_defer_grad_sync ? traces::Phase::kOptimizer
+                                                        : traces::Phase::kBackward);
       ++c.scatters;
       c.scatter_bytes += payload;
     }
@@ -240,6 +244,76 @@ TEST(ZeroShard, GatheredCopiesAreTransientAndFullGradientsToo) {
   }
 }
 
+// Deferred gradient sync: the full gradients are weight gradients, resident
+// beside their shards (2 bytes a parameter more: ZeRO-2 4 + 14/d, ZeRO-3
+// 2 + 16/d); the reduce-scatters are the optimizer phase's first ops, the
+// same ones in the order the backward completes their units; at stages 0
+// and 1 the flag changes nothing.
+TEST(ZeroShard, DeferredSyncHoldsFullGradientsAndScattersAfterTheBackward) {
+  const traces::Trace base = Build(Llama(0, 8));
+  int64_t params = 0, full_gradient_bytes = 0;
+  for (const traces::Tensor& x : base.tensors) {
+    if (x.kind != traces::TensorKind::kWeight) continue;
+    params += Elements(x);
+    full_gradient_bytes += 2 * Elements(x);
+  }
+  const double d = 8;
+  for (int64_t stage : {2, 3}) {
+    SCOPED_TRACE("zero_stage " + std::to_string(stage));
+    const traces::Trace every = Build(Llama(stage, 8));
+    const traces::Trace t = Build(Llama(stage, 8, 0, 1, /*defer=*/true));
+    EXPECT_TRUE(t.header.zero_defer_grad_sync);
+    EXPECT_NE(traces::Fingerprint(t), traces::Fingerprint(every));
+    const Resident got = ResidentBytes(t), want = Expected(base, stage, 8);
+    EXPECT_EQ(got.weights, want.weights);
+    EXPECT_EQ(got.gradients, want.gradients + full_gradient_bytes);
+    EXPECT_EQ(got.state, want.state);
+    const double total = static_cast<double>(got.weights + got.gradients + got.state);
+    EXPECT_NEAR(total / static_cast<double>(params), stage == 2 ? 4 + 14 / d : 2 + 16 / d, 1e-3);
+    // The same collectives, the reduce-scatters moved.
+    const Collectives c = Count(t), c_every = Count(every);
+    EXPECT_EQ(c.scatters, 4 + 3);
+    EXPECT_EQ(c.scatter_bytes, c_every.scatter_bytes);
+    EXPECT_EQ(c.gathers_forward + c.gathers_backward,
+              c_every.gathers_forward + c_every.gathers_backward);
+    std::vector<std::string> order, order_every;
+    for (const traces::Op& op : every.ops) {
+      if (op.name.ends_with(traces::kZeroReduceScatterSuffix)) order_every.push_back(op.name);
+    }
+    bool optimizer_seen = false, compute_after_scatter = false;
+    for (const traces::Op& op : t.ops) {
+      const bool scatter = op.name.ends_with(traces::kZeroReduceScatterSuffix);
+      if (scatter) {
+        order.push_back(op.name);
+        EXPECT_TRUE(optimizer_seen || op.phase == traces::Phase::kOptimizer) << op.name;
+        EXPECT_FALSE(compute_after_scatter) << op.name << " after an optimizer op";
+      }
+      if (op.phase == traces::Phase::kOptimizer) {
+        optimizer_seen = true;
+        if (!scatter) compute_after_scatter = true;
+      }
+    }
+    EXPECT_EQ(order, order_every);
+    // Every full gradient is read by its reduce-scatter alone, and resident.
+    int64_t full = 0;
+    for (const traces::Op& op : t.ops) {
+      if (!op.name.ends_with(traces::kZeroReduceScatterSuffix)) continue;
+      for (traces::TensorId in : op.inputs) {
+        const traces::Tensor& x = t.tensor(in);
+        EXPECT_TRUE(traces::IsPersistent(t, x)) << x.name;
+        EXPECT_EQ(x.consumers, std::vector<traces::OpId>{op.id}) << x.name;
+        full += x.bytes;
+      }
+    }
+    EXPECT_EQ(full, full_gradient_bytes);
+  }
+  for (int64_t stage : {0, 1}) {
+    const traces::Trace t = Build(Llama(stage, 8, 0, 1, /*defer=*/true));
+    EXPECT_FALSE(t.header.zero_defer_grad_sync);
+    EXPECT_EQ(traces::Fingerprint(t), traces::Fingerprint(Build(Llama(stage, 8))));
+  }
+}
+
 TEST(ZeroShard, RefusesWhatTheLayoutRefuses) {
   ModelConfig c = Llama(0, 8);
   c.zero_stage = 4;
@@ -258,6 +332,15 @@ TEST(ZeroShard, RefusesWhatTheLayoutRefuses) {
   s = ValidateConfig(c, "m.json");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.ToString().find("m.json: zero_prefetch:"), std::string::npos) << s.ToString();
+  c.zero_prefetch = 1;
+  c.dp_shard = 4;
+  c.zero_defer_grad_sync = true;
+  s = ValidateConfig(c, "m.json");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("m.json: zero_defer_grad_sync: not modelled with HSDP (dp_shard 4 < "
+                              "dp 8)"),
+            std::string::npos)
+      << s.ToString();
 }
 
 }  // namespace

@@ -63,6 +63,29 @@ TEST(Plan, ZeroStageAndDpShardAreWrittenWhenSetAndReadBack) {
             "and replicates across dp / dp_shard)");
 }
 
+// Deferred gradient sync: written only when true, read back, refused below
+// ZeRO-2, and a plan and a trace that differ in it refused naming it.
+TEST(Plan, DeferredGradSyncIsWrittenReadBackAndMatchedToTheTrace) {
+  const Trace t = testing::SmallTrace();
+  Plan p = SmallPlan(t);
+  EXPECT_FALSE(ToJson(p).contains("zero_defer_grad_sync"));
+  p.dp = 4;
+  p.zero_stage = 3;
+  p.zero_defer_grad_sync = true;
+  const nlohmann::json j = ToJson(p);
+  EXPECT_EQ(j.at("zero_defer_grad_sync"), true);
+  Result<Plan> back = PlanFromJson(j, "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->zero_defer_grad_sync);
+  nlohmann::json bad = j;
+  bad["zero_stage"] = 1;
+  EXPECT_EQ(PlanFromJson(bad, "p.json").status().message(),
+            "p.json: zero_defer_grad_sync: applies to zero_stage 2 or 3, got zero_stage 1");
+  EXPECT_EQ(ValidatePlan(*back, t, "p.json").message(),
+            "p.json: zero_defer_grad_sync: the plan reduce-scatters the gradients once a step, "
+            "the trace reduce-scatters every micro-batch's gradients");
+}
+
 // A report's layout carries the plan's ZeRO stage and shard group, so that
 // `ssdtrain compare` refuses a ZeRO-2 prediction beside a ZeRO-1 run.
 TEST(Plan, ReportLayoutsCarryTheZeroStageAndShardGroup) {
