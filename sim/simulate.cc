@@ -338,9 +338,14 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   const StageResult& stage0 = result_for(0);
   out.lane_busy_ns = stage0.lane_busy_ns;
   for (auto& [lane, ns] : out.lane_busy_ns) ns *= m;
-  // The optimizer runs once per step, not once per micro-batch.
+  // The optimizer runs once per step, not once per micro-batch, and so do
+  // deferred reduce-scatters.
   out.lane_busy_ns[std::string(traces::ToString(traces::Lane::kCompute))] -=
-      (m - 1) * stage0.optimizer_ns;
+      (m - 1) * stage0.optimizer_compute_ns;
+  if (stage0.optimizer_collective_ns > 0) {
+    out.lane_busy_ns[std::string(traces::ToString(traces::Lane::kNetwork))] -=
+        (m - 1) * stage0.optimizer_collective_ns;
+  }
   out.ops = stage0.ops;
   for (const traces::Op& op : first.ops) {
     if (op.kind != traces::OpKind::kCollective) continue;

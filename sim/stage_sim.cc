@@ -405,7 +405,11 @@ void StageSimulator::EndItem(const WorkItem& item, int64_t start) {
     if (op.phase == Phase::kBackward && result_.backward_start_ns == 0) {
       result_.backward_start_ns = start;
     }
-    if (op.phase == Phase::kOptimizer) result_.optimizer_ns += end - start;
+    if (op.phase == Phase::kOptimizer) {
+      result_.optimizer_ns += end - start;
+    } else {
+      passes_end_ns_ = end;
+    }
     for (size_t sid : resolved_.op_inputs[index]) {
       Storage& s = storages_[sid];
       --s.pending;
@@ -447,6 +451,12 @@ Result<StageResult> StageSimulator::Run() {
   }
   result_.step_ns = Now();
   result_.exposed_io_ns += result_.step_ns - result_.compute_end_ns;
+  result_.optimizer_compute_ns = result_.optimizer_ns;
+  if (trace_.header.zero_defer_grad_sync && result_.optimizer_ns > 0) {
+    // The deferred reduce-scatters run between the passes and the optimizer:
+    // once a step, so in the optimizer's part of it.
+    result_.optimizer_ns = std::max<int64_t>(0, result_.compute_end_ns - passes_end_ns_);
+  }
   for (traces::Lane lane : traces::kBusyLanes) {
     result_.lane_busy_ns[std::string(traces::ToString(lane))] =
         traces::BusyTime(std::move(lane_intervals_[static_cast<int>(lane)]));

@@ -74,13 +74,20 @@ struct OpTiming {
 };
 
 struct StageResult {
-  int64_t step_ns = 0;             // until the last op and the last transfer end
-  int64_t compute_end_ns = 0;      // end of the last op
-  int64_t forward_end_ns = 0;      // end of the last forward op
-  int64_t backward_start_ns = 0;   // start of the first backward op
-  int64_t optimizer_ns = 0;        // duration of the optimizer phase
-  int64_t forward_compute_ns = 0;  // sum of forward op durations
-  int64_t compute_busy_ns = 0;     // sum of all op durations, recompute included
+  int64_t step_ns = 0;            // until the last op and the last transfer end
+  int64_t compute_end_ns = 0;     // end of the last op
+  int64_t forward_end_ns = 0;     // end of the last forward op
+  int64_t backward_start_ns = 0;  // start of the first backward op
+  // The optimizer phase, the last optimizer_ns of the step: its ops' summed
+  // durations; under deferred gradient sync (traces::Header::
+  // zero_defer_grad_sync) from the end of the last forward or backward op to
+  // the end of the last op, the reduce-scatters the optimizer waits for
+  // included. A whole step runs it once.
+  int64_t optimizer_ns = 0;
+  int64_t optimizer_compute_ns = 0;     // its ops' summed durations
+  int64_t optimizer_collective_ns = 0;  // its side-stream collectives' (deferred sync)
+  int64_t forward_compute_ns = 0;       // sum of forward op durations
+  int64_t compute_busy_ns = 0;          // sum of all op durations, recompute included
   int64_t recompute_ns = 0;
   // What the offload engine's SSD traffic took from the ops' cores
   // (gpu.io_overhead_us_per_MiB): time before ops start, not in compute_busy_ns.

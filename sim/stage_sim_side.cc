@@ -44,6 +44,7 @@ void StageSimulator::EndSideItem(const WorkItem& item, int64_t start) {
   const int64_t end = Now();
   AddSpan(traces::Lane::kNetwork, start, end, item.op, -1, op.name);
   result_.side_collective_ns += end - start;
+  if (op.phase == Phase::kOptimizer) result_.optimizer_collective_ns += end - start;
   result_.ops[index].start_ns = start;
   result_.ops[index].end_ns = end;
   for (size_t sid : resolved_.op_outputs[index]) {

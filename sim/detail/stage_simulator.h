@@ -184,8 +184,9 @@ class StageSimulator {
   bool between_recorded_ = false;
   int64_t wait_start_ = -1;
   int64_t collective_wait_start_ = -1;
-  int64_t side_free_ns_ = 0;  // when ZeRO's side streams' link is free
-  int64_t cp_free_ns_ = 0;    // when the cp ring's link is free
+  int64_t side_free_ns_ = 0;   // when ZeRO's side streams' link is free
+  int64_t passes_end_ns_ = 0;  // end of the last forward or backward op
+  int64_t cp_free_ns_ = 0;     // when the cp ring's link is free
   int64_t device_bytes_ = 0, activation_bytes_ = 0, host_bytes_ = 0;
   // Set_to_none weight gradients not yet allocated (peak_gpu_bytes_gradients_held).
   int64_t gradients_unallocated_ = 0;
