@@ -18,8 +18,14 @@ namespace {
 namespace fs = std::filesystem;
 
 // A scenario ends in seconds; one still running after this has hung (two
-// ranks left in different collectives).
-constexpr int kHangGuardSeconds = 60;
+// ranks left in different collectives). Generous: a loaded machine must not
+// turn a slow run into a hang.
+constexpr int kHangGuardSeconds = 180;
+// The scenarios past MPI's int count move gigabytes through shared memory:
+// 20-35 s each alone on the 2-core VM, over a minute two at once. They take
+// turns (an flock on one file in the temp directory, so ctest -j runs them
+// one after the other, each holding about 6 GiB) under a guard of their own.
+constexpr int kLargeHangGuardSeconds = 600;
 // timeout(1)'s exit status when it had to stop the command.
 constexpr int kTimedOut = 124;
 
@@ -33,12 +39,22 @@ class MpiRanks : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  testing::CliResult Run(const std::string& scenario) {
+  testing::CliResult Run(const std::string& scenario, int guard_seconds = kHangGuardSeconds) {
     // Root in containers and CI: Open MPI asks for both variables.
     return testing::Shell("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout " +
-                          std::to_string(kHangGuardSeconds) + " mpirun --oversubscribe -np 2 " +
+                          std::to_string(guard_seconds) + " mpirun --oversubscribe -np 2 " +
                           std::string(SSDTRAIN_BINARY_DIR) + "/tests/mpi_rank_scenarios " +
                           scenario + " " + dir_.string());
+  }
+  // A large scenario, one at a time across processes (flock(1) on a shared file).
+  testing::CliResult RunLarge(const std::string& scenario) {
+    const std::string lock = (fs::temp_directory_path() / "ssdtrain-mpi-large.lock").string();
+    return testing::Shell(
+        "flock " + lock +
+        " env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout " +
+        std::to_string(kLargeHangGuardSeconds) + " mpirun --oversubscribe -np 2 " +
+        std::string(SSDTRAIN_BINARY_DIR) + "/tests/mpi_rank_scenarios " + scenario + " " +
+        dir_.string());
   }
   // What rank `rank` printed after "rank R: " ("" when it printed nothing).
   static std::string Said(const testing::CliResult& r, int rank) {
@@ -212,13 +228,13 @@ constexpr int64_t kLargeScenarioMemory = int64_t{8} << 30;
 
 TEST_F(MpiRanks, AMessagePastMpisIntCountArrivesWhole) {
   if (!MemoryAvailable(kLargeScenarioMemory)) GTEST_SKIP() << "needs 8 GiB of free memory";
-  auto r = Run("large-message");
+  auto r = RunLarge("large-message");
   ExpectBothOk(r);
 }
 
 TEST_F(MpiRanks, ReportsPastMpisIntCountInAllAreGatheredWhole) {
   if (!MemoryAvailable(kLargeScenarioMemory)) GTEST_SKIP() << "needs 8 GiB of free memory";
-  auto r = Run("large-gather");
+  auto r = RunLarge("large-gather");
   ExpectBothOk(r);
 }
 
