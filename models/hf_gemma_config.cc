@@ -57,9 +57,7 @@ Result<int64_t> ReadGemma(Fields& f, ModelConfig* c) {
 // tanh soft-capping of the attention scores and of the final logits (ops whose
 // outputs their backwards read), a post-norm of each branch output (four RMSNorms
 // per block), query_pre_attn_scalar (a constant scale of the scores: no tensor
-// changes), and a sliding window on every other block, modelled where it masks
-// nothing (at least the sequence length; ModelConfig::sliding_window keeps it so that
-// a longer --seq-len is refused).
+// changes), and a sliding window on every other block (ModelConfig::sliding_window).
 Result<int64_t> ReadGemma2(Fields& f, ModelConfig* c) {
   SSDTRAIN_ASSIGN_OR_RETURN(const int64_t positions, ReadGemma(f, c));
   c->family = "gemma2";
@@ -90,17 +88,12 @@ Result<int64_t> ReadGemma2(Fields& f, ModelConfig* c) {
                             f.OptionalSize("sliding_window", "sliding_window"));
   if (!f.Has("sliding_window")) window = kGemma2DefaultWindow;
   c->sliding_window = window.value_or(0);
-  const int64_t seq_len = std::min(positions, kHfDefaultSeqLen);
-  if (window && *window < seq_len) {
-    return f.NotModelled("sliding_window",
-                         Str(*window) + " (shorter than the default seq_len " + Str(seq_len) +
-                             "): attention within a window shorter than the sequence is",
-                         "at least min(max_position_embeddings, " + Str(kHfDefaultSeqLen) + ")");
-  }
   if (window) {
+    c->sliding_window_period = 2;  // Gemma2DecoderLayer: is_sliding = not layer_idx % 2
     f.Assume("sliding_window " + Str(*window) +
-             " on every other block masks nothing at seq_len <= " + Str(*window) +
-             " (a longer --seq-len is refused)");
+             " on every other block (0, 2, ...): flash attention skips the keys outside it at "
+             "seq_len > " +
+             Str(*window));
   }
   f.Assume("the attention scores scaled by query_pre_attn_scalar^-0.5: a constant, no tensor");
   return positions;

@@ -16,25 +16,46 @@ std::string DenseAttentionOf(const std::string& model_type) {
   return model_type;
 }
 
-// A sliding window shorter than the positions changes attention's cost and saved
-// bytes at long sequences, which the trace does not model.
-Status CheckSlidingWindow(Fields& f, const std::string& model_type, int64_t max_positions) {
+// Sliding-window attention (ModelConfig::sliding_window): mistral, mixtral and
+// phi3 window every layer; qwen2 and qwen3 only where use_sliding_window is true,
+// and then the layers from max_window_layers on (Qwen2Attention's
+// layer_idx >= max_window_layers).
+Status ReadSlidingWindow(Fields& f, const std::string& model_type, ModelConfig* c) {
   const bool qwen = model_type == "qwen2" || model_type == "qwen3";
   bool used = true;
   if (qwen) {
     SSDTRAIN_ASSIGN_OR_RETURN(used, f.BoolOr("use_sliding_window", false));
   }
-  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> window, f.OptionalSize("sliding_window", ""));
-  if (qwen && f.Has("max_window_layers") && !used) {
-    f.Assume("sliding_window and max_window_layers unused: use_sliding_window is false");
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> window,
+                            f.OptionalSize("sliding_window", "sliding_window"));
+  if (qwen && !used) {
+    if (window || f.Has("max_window_layers")) {
+      f.Assume("sliding_window and max_window_layers unused: use_sliding_window is false");
+    }
+    return Status::Ok();
   }
-  if (used && window && *window < max_positions) {
-    return f.NotModelled("sliding_window",
-                         Str(*window) + " (shorter than max_position_embeddings " +
-                             Str(max_positions) + "): sliding-window attention is",
-                         "null, or at least max_position_embeddings" +
-                             std::string(qwen ? ", or use_sliding_window false" : ""));
+  if (!window) return Status::Ok();
+  int64_t first = 0;
+  if (qwen) {
+    constexpr int64_t kQwenDefaultMaxWindowLayers = 28;  // Qwen2Config's and Qwen3Config's
+    SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> from,
+                              f.OptionalSize("max_window_layers", "sliding_window_first_layer"));
+    if (!f.Has("max_window_layers")) {
+      f.Assume("max_window_layers " + Str(kQwenDefaultMaxWindowLayers) + ": " + model_type +
+               "'s default");
+    }
+    first = from.value_or(kQwenDefaultMaxWindowLayers);
+    if (first >= c->layers) {
+      f.Assume("no layer windowed: max_window_layers " + Str(first) + " >= num_hidden_layers " +
+               Str(c->layers));
+      return Status::Ok();
+    }
   }
+  c->sliding_window = *window;
+  c->sliding_window_first_layer = first;
+  f.Assume("sliding_window " + Str(*window) + " on " +
+           (first == 0 ? std::string("every layer") : "the layers from " + Str(first) + " on") +
+           ": flash attention skips the keys outside it at seq_len > " + Str(*window));
   return Status::Ok();
 }
 
@@ -53,8 +74,9 @@ Status ReadPhi3Extras(Fields& f) {
 }  // namespace
 
 // llama, mistral, qwen2, qwen3 and phi3: RMSNorm, rotary positions, SwiGLU, no biases
-// (qwen2: on q/k/v only), untied; qwen3 normalises each head's q and k. mixtral,
-// qwen2_moe and qwen3_moe have the attention of mistral, qwen2 and qwen3.
+// (qwen2: on q/k/v only), untied unless tie_word_embeddings, mistral and phi3 with a
+// sliding window where set (qwen2 and qwen3 where use_sliding_window); qwen3 normalises each head's
+// q and k. mixtral, qwen2_moe and qwen3_moe have the attention of mistral, qwen2 and qwen3.
 Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelConfig* c) {
   c->family = "llama";
   const std::string dense = DenseAttentionOf(model_type);
@@ -72,19 +94,15 @@ Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelCon
     return f.NotModelled("hidden_act", "\"" + act + "\" for " + model_type + " is",
                          "silu, the SwiGLU MLP of three matrices");
   }
-  SSDTRAIN_ASSIGN_OR_RETURN(bool tied, f.BoolOr("tie_word_embeddings", false));
-  if (tied) {
-    return f.NotModelled("tie_word_embeddings",
-                         "true (an output layer tied to the embeddings) for " + model_type + " is",
-                         "false");
-  }
+  SSDTRAIN_ASSIGN_OR_RETURN(c->tied_output, f.BoolOr("tie_word_embeddings", false));
+  if (c->tied_output) f.Assume("the output layer is the word embeddings (tie_word_embeddings)");
   if (dense == "llama" || dense == "qwen3" || dense == "phi3") {
     SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "attention_bias", "true (q/k/v/o biases) is"));
   }
   if (dense == "llama") {
     SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "mlp_bias", "true (MLP biases) is"));
   } else {
-    SSDTRAIN_RETURN_IF_ERROR(CheckSlidingWindow(f, dense, positions));
+    SSDTRAIN_RETURN_IF_ERROR(ReadSlidingWindow(f, dense, c));
   }
   if (dense == "qwen2") {
     c->qkv_bias = true;

@@ -1,21 +1,12 @@
 #include "models/model_config.h"
 
 #include <array>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string_view>
 
-#include "models/hf_config.h"
 #include "models/moe_config.h"
-#include "traces/detail/json_fields.h"
-#include "traces/io.h"
 
 namespace ssdtrain::models {
 namespace {
-
-using traces::detail::JsonPath;
-using traces::detail::ObjectReader;
 
 constexpr std::array<std::string_view, 11> kFamilies = {
     "gpt", "bert", "t5", "llama", "phi", "opt", "gptj", "neox", "falcon", "gemma", "gemma2"};
@@ -59,23 +50,55 @@ Status Bad(const std::string& source, const std::string& field, const std::strin
 
 std::string Str(int64_t v) { return std::to_string(v); }
 
-// A window of at least seq_len masks nothing: the windowed layers are the global
-// ones. A shorter window (attention that skips the keys outside it) is not modelled.
+bool Windowed(const ModelConfig& c, int64_t layer) {
+  return c.sliding_window > 0 && layer >= c.sliding_window_first_layer &&
+         (layer - c.sliding_window_first_layer) % c.sliding_window_period == 0;
+}
+
+// The window's fields (cp with a window: ContextParallelRefusal).
 Status ValidateSlidingWindow(const ModelConfig& c, const std::string& source) {
-  if (c.sliding_window == 0) return Status::Ok();
-  if (c.family != "gemma2") {
-    return Bad(source, "sliding_window", "is only modelled for the gemma2 family, not " + c.family);
+  if (c.sliding_window < 0) {
+    return Bad(source, "sliding_window", "expected >= 0 (0: none), got " + Str(c.sliding_window));
   }
-  if (c.seq_len > c.sliding_window) {
-    return Bad(source, "seq_len",
-               Str(c.seq_len) + " is longer than sliding_window " + Str(c.sliding_window) +
-                   ": attention within a window shorter than the sequence is not modelled "
-                   "(supported: seq_len <= sliding_window)");
+  if (c.sliding_window == 0) {
+    if (c.sliding_window_period != 1 || c.sliding_window_first_layer != 0) {
+      return Bad(
+          source,
+          c.sliding_window_period != 1 ? "sliding_window_period" : "sliding_window_first_layer",
+          "is set but sliding_window is 0 (no window)");
+    }
+    return Status::Ok();
+  }
+  if (c.family == "bert" || c.family == "t5") {
+    return Bad(source, "sliding_window",
+               "is only modelled for causal decoders, not the " + c.family +
+                   " family (its attention is bidirectional)");
+  }
+  if (c.sliding_window_period < 1) {
+    return Bad(
+        source, "sliding_window_period",
+        "expected >= 1 (1: every layer, 2: every other), got " + Str(c.sliding_window_period));
+  }
+  if (c.sliding_window_first_layer < 0 || c.sliding_window_first_layer >= c.layers) {
+    return Bad(source, "sliding_window_first_layer",
+               "expected 0 <= first layer < layers (" + Str(c.layers) + "), got " +
+                   Str(c.sliding_window_first_layer));
   }
   return Status::Ok();
 }
 
 }  // namespace
+
+int64_t AttentionWindow(const ModelConfig& c, int64_t layer) {
+  return Windowed(c, layer) && c.sliding_window < c.seq_len ? c.sliding_window : 0;
+}
+
+bool TiedOutput(const ModelConfig& c) {
+  if (c.family == "t5") return !c.untied_output;
+  if (c.family == "llama") return c.tied_output;
+  return c.family == "gpt" || c.family == "bert" || c.family == "opt" || c.family == "falcon" ||
+         c.family == "gemma" || c.family == "gemma2";
+}
 
 int64_t KvHeads(const ModelConfig& c) { return c.kv_heads == 0 ? c.heads : c.kv_heads; }
 int64_t HeadDim(const ModelConfig& c) {
@@ -118,6 +141,11 @@ std::string ContextParallelRefusal(const ModelConfig& c) {
   if (c.family == "t5") {
     return "context parallelism is not modelled for t5 (its relative position bias spans the "
            "whole sequence)";
+  }
+  if (c.sliding_window > 0 && c.sliding_window < c.seq_len) {
+    return "context parallelism is not modelled with a sliding window (" + Str(c.sliding_window) +
+           ") shorter than the sequence (" + Str(c.seq_len) +
+           "): a ring that skips the steps outside the window is not built";
   }
   if (c.experts > 0) {
     return "context parallelism is not modelled for mixture-of-experts models yet (their routed "
@@ -272,120 +300,15 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
     return Bad(source, c.gated_mlp ? "gated_mlp" : "untied_output",
                "is only modelled for the t5 family, not " + c.family);
   }
-  if (c.family != "llama" && (c.qkv_bias || c.qk_norm)) {
-    return Bad(source, c.qkv_bias ? "qkv_bias" : "qk_norm",
+  if (c.family != "llama" && (c.qkv_bias || c.qk_norm || c.tied_output)) {
+    return Bad(source,
+               c.qkv_bias  ? "qkv_bias"
+               : c.qk_norm ? "qk_norm"
+                           : "tied_output",
                "is only modelled for the llama family, not " + c.family);
   }
   SSDTRAIN_RETURN_IF_ERROR(ValidateSlidingWindow(c, source));
   return ValidateMoe(c, source);
-}
-
-Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::string& source) {
-  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Make(j, JsonPath(source, "")));
-  ModelConfig c;
-  SSDTRAIN_ASSIGN_OR_RETURN(c.name, r.String("name"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.family, r.String("family"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.hidden, r.Int("hidden"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.heads, r.Int("heads"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.kv_heads, r.IntOr("kv_heads", 0));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.head_dim, r.IntOr("head_dim", 0));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.layers, r.Int("layers"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.encoder_layers, r.IntOr("encoder_layers", 0));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.ffn_hidden, r.IntOr("ffn_hidden", 0));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.qkv_bias, r.BoolOr("qkv_bias", false));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.qk_norm, r.BoolOr("qk_norm", false));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.parallel_block, r.BoolOr("parallel_block", false));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.token_types, r.IntOr("token_types", 0));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.gated_mlp, r.BoolOr("gated_mlp", false));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.untied_output, r.BoolOr("untied_output", false));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.sliding_window, r.IntOr("sliding_window", 0));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.vocab, r.Int("vocab"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.seq_len, r.Int("seq_len"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.micro_batch, r.IntOr("micro_batch", 1));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.tp, r.IntOr("tp", 1));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.sequence_parallel, r.BoolOr("sequence_parallel", false));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.cp, r.IntOr("cp", 1));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.pp, r.IntOr("pp", 1));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.attention, r.StringOr("attention", "standard"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.dtype, r.StringOr("dtype", "fp16"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.optimizer, r.StringOr("optimizer", "adam"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.precision, r.StringOr("precision", "mixed"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.optimizer_step, r.StringOr("optimizer_step", "megatron"));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.zero_stage, r.IntOr("zero_stage", 0));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.dp, r.IntOr("dp", 1));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.dp_shard, r.IntOr("dp_shard", 0));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.zero_prefetch, r.IntOr("zero_prefetch", 1));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.zero_defer_grad_sync, r.BoolOr("zero_defer_grad_sync", false));
-  SSDTRAIN_RETURN_IF_ERROR(ReadMoeFields(r, &c));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.fp16_lm_cross_entropy, r.BoolOr("fp16_lm_cross_entropy", false));
-  SSDTRAIN_ASSIGN_OR_RETURN(c.weight_grads, r.StringOr("weight_grads", "persistent"));
-  SSDTRAIN_RETURN_IF_ERROR(r.CheckNoUnknown());
-  SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source));
-  return c;
-}
-
-Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf) {
-  std::error_code ec;
-  const std::string file = std::filesystem::is_directory(path, ec)
-                               ? (std::filesystem::path(path) / "config.json").string()
-                               : path;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    if (!std::filesystem::exists(file, ec)) return Status::NotFound(file + ": no such file");
-    return Status::IoError(file + ": cannot open for reading");
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return Status::IoError(file + ": read failed");
-  SSDTRAIN_ASSIGN_OR_RETURN(nlohmann::json j, traces::ParseJson(text.str(), false, file));
-  if (IsHfConfig(j)) return ModelConfigFromHfJson(j, file, HfConfigName(file), hf);
-  SSDTRAIN_ASSIGN_OR_RETURN(ModelConfig c, ModelConfigFromJson(j, file));
-  const std::string stem = std::filesystem::path(file).stem().string();
-  if (c.name != stem) {
-    return Bad(file, "name",
-               "\"" + c.name + "\" does not match the file name (expected \"" + stem + "\")");
-  }
-  return c;
-}
-
-nlohmann::json ToJson(const ModelConfig& c) {
-  nlohmann::json j{{"name", c.name},
-                   {"family", c.family},
-                   {"hidden", c.hidden},
-                   {"heads", c.heads},
-                   {"kv_heads", c.kv_heads},
-                   {"head_dim", c.head_dim},
-                   {"layers", c.layers},
-                   {"encoder_layers", c.encoder_layers},
-                   {"ffn_hidden", c.ffn_hidden},
-                   {"vocab", c.vocab},
-                   {"seq_len", c.seq_len},
-                   {"micro_batch", c.micro_batch},
-                   {"tp", c.tp},
-                   {"sequence_parallel", c.sequence_parallel},
-                   {"pp", c.pp},
-                   {"attention", c.attention},
-                   {"dtype", c.dtype},
-                   {"optimizer", c.optimizer},
-                   {"precision", c.precision},
-                   {"zero_stage", c.zero_stage},
-                   {"dp", c.dp}};
-  if (c.qkv_bias) j["qkv_bias"] = true;
-  if (c.qk_norm) j["qk_norm"] = true;
-  if (c.parallel_block) j["parallel_block"] = true;
-  if (c.token_types != 0) j["token_types"] = c.token_types;
-  if (c.gated_mlp) j["gated_mlp"] = true;
-  if (c.untied_output) j["untied_output"] = true;
-  if (c.sliding_window != 0) j["sliding_window"] = c.sliding_window;
-  MoeFieldsToJson(c, j);
-  if (c.fp16_lm_cross_entropy) j["fp16_lm_cross_entropy"] = true;
-  if (c.weight_grads != "persistent") j["weight_grads"] = c.weight_grads;
-  if (c.optimizer_step != "megatron") j["optimizer_step"] = c.optimizer_step;
-  if (c.dp_shard != 0) j["dp_shard"] = c.dp_shard;
-  if (c.zero_prefetch != 1) j["zero_prefetch"] = c.zero_prefetch;
-  if (c.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
-  if (c.cp != 1) j["cp"] = c.cp;
-  return j;
 }
 
 Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,

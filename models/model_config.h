@@ -41,9 +41,19 @@ struct ModelConfig {
   // t5 only (Flan-T5, T5 v1.1): what their blocks and head change from T5's.
   bool gated_mlp = false;      // GeGLU MLP: fc1 projects to 2·ffn_hidden, gelu(gate)·up
   bool untied_output = false;  // the output layer has its own weight, not the embeddings'
-  // gemma2 only: every other block attends within this many tokens (0: none). Only
-  // a window of at least seq_len is modelled (it masks nothing).
+  // Sliding-window attention (Mistral, Qwen2, Phi-3, Gemma 2; causal decoders, not
+  // bert or t5): a windowed layer's queries attend to at most this many keys, each
+  // its own among them (0: no window). Layers sliding_window_first_layer,
+  // + sliding_window_period, + 2·period, ... are windowed (Gemma 2: 0 and 2, every
+  // other layer; Qwen2: from max_window_layers on); the others attend to the whole
+  // causal sequence. What a window changes is AttentionWindow's.
   int64_t sliding_window = 0;
+  int64_t sliding_window_period = 1;
+  int64_t sliding_window_first_layer = 0;
+  // llama family only: the output layer is the word embeddings' weight (Hugging
+  // Face's tie_word_embeddings, Qwen2.5-0.5B). The other families' rule is fixed
+  // (TiedOutput).
+  bool tied_output = false;
   int64_t vocab = 0;               // tokens; padded to a multiple of 128·tp as Megatron-LM does
   int64_t seq_len = 0;             // s (tokens per sample; t5: encoder and decoder alike)
   int64_t micro_batch = 1;         // b (samples per micro-batch)
@@ -146,7 +156,8 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = null
 // qkv_bias, qk_norm, parallel_block, gated_mlp, untied_output and
 // fp16_lm_cross_entropy only where true, weight_grads only where set_to_none,
 // optimizer_step only where fused,
-// token_types and sliding_window only where set, and the
+// tied_output only where true, token_types and the sliding_window fields only
+// where set, and the
 // MoE fields only for a MoE config, so configs without them print as before.
 nlohmann::json ToJson(const ModelConfig& c);
 // Applies overrides, then checks consistency with ValidateConfig.
@@ -156,8 +167,8 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // head_dim is set); kv_heads divide heads; tp divides heads, kv_heads, ffn_hidden
 // (and seq_len with sequence parallelism); pp divides layers; t5 has
 // 0 < encoder_layers < layers; only llama, falcon and gemma have kv_heads other
-// than heads; only llama has qkv_bias
-// or qk_norm;
+// than heads; only llama has qkv_bias, qk_norm
+// or tied_output; a sliding window only on causal decoders;
 // optimizer adam or sgd, precision mixed or pure, optimizer_step megatron or
 // fused, weight_grads persistent or
 // set_to_none, dp >= 1, the layout's zero_stage and dp_shard
@@ -193,8 +204,21 @@ bool DefersGradSync(const ModelConfig& c);
 // Ranks the optimizer state is split over: the shard group at ZeRO 1 and
 // above (LayoutOf(c).OptimizerShards()), else 1.
 int64_t OptimizerStateShards(const ModelConfig& c);
+// The keys each query of `layer` (0-based, over the whole model) attends to when
+// that is fewer than the sequence: sliding_window where the layer is windowed
+// and the window is shorter than seq_len, else 0 (the whole causal sequence).
+// Flash attention skips the keys outside it (its FLOPs scale, its saved bytes do
+// not change); standard attention computes and saves the full scores and masks
+// them, as Hugging Face's eager attention does, so nothing of it changes.
+int64_t AttentionWindow(const ModelConfig& c, int64_t layer);
+// Whether the output layer is the word embeddings' weight (with pp > 1 the last
+// stage keeps its own copy, as Megatron-LM does): gpt, bert, opt, falcon, gemma
+// and gemma2 always; t5 unless untied_output; llama where tied_output; the
+// others (phi, gptj, neox) never.
+bool TiedOutput(const ModelConfig& c);
 // Why the model cannot run context-parallel (cp > 1), or "" where it can:
-// attention must be flash, the family not t5, the model dense. The sequence
+// attention must be flash, the family not t5, no sliding window shorter than
+// the sequence, the model dense. The sequence
 // split is the layout's rule (traces::SequenceSplitError).
 std::string ContextParallelRefusal(const ModelConfig& c);
 

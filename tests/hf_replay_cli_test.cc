@@ -63,9 +63,10 @@ class HfReplayCli : public ::testing::Test {
 
   // Traces `model` (a config folder) at kSeqLen, replays it with --verify and
   // expects a verified run that wrote to the SSD and left no file behind.
-  void ExpectVerifiedReplay(const std::string& model) {
-    testing::CliResult traced = RunSsdtrain("trace --model " + model + " --seq-len " +
-                                            std::to_string(kSeqLen) + " -o " + File("t.json"));
+  void ExpectVerifiedReplay(const std::string& model, const std::string& trace_flags = "") {
+    testing::CliResult traced =
+        RunSsdtrain("trace --model " + model + " --seq-len " + std::to_string(kSeqLen) +
+                    trace_flags + " -o " + File("t.json"));
     ASSERT_EQ(traced.exit_code, 0) << traced.output;
     testing::CliResult run = RunSsdtrain(
         "replay --trace " + File("t.json") + " --policy offload-ssd --backend cpu --dir " +
@@ -217,6 +218,30 @@ TEST_F(HfReplayCli, GemmaReducedReplaysVerified) {
 // sequence.
 TEST_F(HfReplayCli, Gemma2ReducedReplaysVerified) {
   ExpectVerifiedReplay(Reduced("gemma-2-9b", GroupedQuerySizes()));
+}
+
+// Mistral-7B-v0.1's file reduced the same way, its window cut to a quarter of the
+// sequence: FlashAttention over the keys inside it on every layer.
+TEST_F(HfReplayCli, MistralReducedWithAWindowShorterThanTheSequenceReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("mistral-7b-v0.1", {{"hidden_size", 256},
+                                                   {"num_hidden_layers", 2},
+                                                   {"num_attention_heads", 4},
+                                                   {"num_key_value_heads", 2},
+                                                   {"intermediate_size", 2048},
+                                                   {"vocab_size", 1024},
+                                                   {"sliding_window", kSeqLen / 4}}),
+                       " --attention flash");
+}
+
+// Qwen2.5-0.5B's file reduced the same way: one word table for the embeddings and
+// the logits (tie_word_embeddings).
+TEST_F(HfReplayCli, Qwen25HalfBReducedWithItsTiedTableReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("qwen2.5-0.5b", {{"hidden_size", 256},
+                                                {"num_hidden_layers", 2},
+                                                {"num_attention_heads", 4},
+                                                {"num_key_value_heads", 2},
+                                                {"intermediate_size", 2048},
+                                                {"vocab_size", 1024}}));
 }
 
 // Phi-3.5-mini's file reduced the same way: Llama's block as phi3 (its longrope

@@ -17,6 +17,18 @@ std::vector<TensorId> BiasGradInputs(TensorId source, const TensorId* g_bias) {
   return inputs;
 }
 
+// Flash attention within a window computes only the (query, key) pairs inside it.
+// The trace counts a causal attention's FLOPs over all s² pairs (no causal
+// halving), so a window's count is that figure times its pairs over the causal
+// ones: (w·s − w(w−1)/2) / (s(s+1)/2), which is 1 at w = s.
+int64_t Windowed(const Dims& d, int64_t flops) {
+  if (d.window == 0 || d.window >= d.s) return flops;
+  const __int128 w = d.window, s = d.s;
+  const __int128 window_pairs = w * s - w * (w - 1) / 2;
+  const __int128 causal_pairs = s * (s + 1) / 2;
+  return static_cast<int64_t>(static_cast<__int128>(flops) * window_pairs / causal_pairs);
+}
+
 }  // namespace
 
 TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const std::string& name,
@@ -40,7 +52,7 @@ TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const st
     if (bias != kNoTensor) inputs.push_back(bias);
     // Two s×s×d products per head: QKᵀ and P·V.
     b.Op(name + ".flash", OpKind::kAttention, inputs, {ctx, st->lse},
-         2 * 2 * d.b * d.heads * d.s * d.s * d.d);
+         Windowed(d, 2 * 2 * d.b * d.heads * d.s * d.s * d.d));
     return ctx;
   }
   const std::vector<int64_t> scores_shape = {d.b, d.heads, d.s, d.s};
@@ -91,7 +103,8 @@ AttentionGrads AttentionBackward(TraceBuilder& b, const Dims& d, const Attention
       outputs.push_back(*g_bias);
     }
     b.Op(name + ".flash.bwd", OpKind::kAttention, inputs, outputs,
-         2 * 2 * d.b * d.heads * d.s * d.s * d.d * kFlashBackwardNum / kFlashBackwardDen);
+         Windowed(d,
+                  2 * 2 * d.b * d.heads * d.s * d.s * d.d * kFlashBackwardNum / kFlashBackwardDen));
     return g;
   }
   const int64_t batch = d.b * d.kv_heads;

@@ -55,6 +55,9 @@ struct Dims {
   int64_t ffn = 0;       // MLP width on this rank
   int64_t vocab = 0;     // padded vocabulary rows on this rank
   bool flash = false;
+  // Keys each query attends to where fewer than the sequence (a sliding window,
+  // models::AttentionWindow of the block's layer), else 0. Set per block.
+  int64_t window = 0;
   // The loss runs on an fp32 copy of 16-bit logits (ModelConfig::fp16_lm_cross_entropy off).
   bool fp32_loss = false;
   traces::DType act = traces::DType::kFp16;  // activations, weights and gradients

@@ -75,7 +75,7 @@ traces::Trace BuildEncoderDecoder(const ModelConfig& c, const traces::Header& he
     }
     b.SetLayer(traces::kNoLayer);
     if (last) {
-      HeadForward(b, d, style.norm, /*mlm_transform=*/false, y, c.untied_output ? kNoTensor : word,
+      HeadForward(b, d, style.norm, /*mlm_transform=*/false, y, TiedOutput(c) ? word : kNoTensor,
                   &head);
     } else {
       Send(b, "decoder_output", y);

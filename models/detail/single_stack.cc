@@ -28,10 +28,14 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   if (c.token_types != 0) emb.token_type_rows = c.token_types;
   emb.norm = c.family == "bert";
   emb.dropout = style.dropout && style.embedding_dropout;
-  // GPT, BERT, OPT, Falcon and Gemma tie the output layer to the word embeddings; with pp > 1 the
-  // last stage keeps its own copy, as Megatron-LM does.
-  const bool tied = c.family == "gpt" || c.family == "bert" || c.family == "opt" ||
-                    c.family == "falcon" || c.family == "gemma" || c.family == "gemma2";
+  // With pp > 1 the last stage keeps its own copy of a tied output layer, as Megatron-LM does.
+  const bool tied = TiedOutput(c);
+  // Each block's sizes: the model's, with its layer's attention window.
+  auto dims_of = [&](int l) {
+    Dims dl = d;
+    dl.window = AttentionWindow(c, l);
+    return dl;
+  };
 
   b.SetPhase(Phase::kForward);
   EmbeddingState embedding;
@@ -40,8 +44,8 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   std::vector<BlockState> blocks(n);
   for (int l = lo; l < hi; ++l) {
     b.SetLayer(l);
-    x = BlockForward(b, d, style, x, kNoTensor, kNoTensor, &blocks[static_cast<size_t>(l - lo)],
-                     IsMoeLayer(c, l) ? &moe : nullptr);
+    x = BlockForward(b, dims_of(l), style, x, kNoTensor, kNoTensor,
+                     &blocks[static_cast<size_t>(l - lo)], IsMoeLayer(c, l) ? &moe : nullptr);
   }
   b.SetLayer(traces::kNoLayer);
   HeadState head;
@@ -60,7 +64,7 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   TensorId no_bias = kNoTensor, no_encoder = kNoTensor;
   for (int l = hi - 1; l >= lo; --l) {
     b.SetLayer(l);
-    g = BlockBackward(b, d, blocks[static_cast<size_t>(l - lo)], g, &no_bias, &no_encoder);
+    g = BlockBackward(b, dims_of(l), blocks[static_cast<size_t>(l - lo)], g, &no_bias, &no_encoder);
   }
   b.SetLayer(traces::kNoLayer);
   if (first) {

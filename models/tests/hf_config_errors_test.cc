@@ -84,21 +84,18 @@ TEST_F(HfConfigErrors, ArchitecturesWithoutModelTypeNameTheModelType) {
             File() + ": model_type: missing required field");
 }
 
-TEST_F(HfConfigErrors, SlidingWindowShorterThanThePositionsIsNotModelled) {
+// A window shorter than the positions is read (sliding_window_test.cc); a bad one is
+// refused naming the field.
+TEST_F(HfConfigErrors, ABadSlidingWindowNamesTheField) {
   EXPECT_EQ(Message(R"("model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32,
            "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
-           "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096)"),
-            File() +
-                ": sliding_window: 4096 (shorter than max_position_embeddings 32768): "
-                "sliding-window attention is not modelled (supported: null, or at least "
-                "max_position_embeddings)");
+           "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": -1)"),
+            File() + ": sliding_window: expected a positive integer or null, got -1");
 }
 
-TEST_F(HfConfigErrors, TiedLlamaEmbeddingsAreNotModelled) {
-  EXPECT_EQ(Llama(R"(, "tie_word_embeddings": true)"),
-            File() +
-                ": tie_word_embeddings: true (an output layer tied to the embeddings) for "
-                "llama is not modelled (supported: false)");
+TEST_F(HfConfigErrors, TiedLlamaEmbeddingsMustBeABoolean) {
+  EXPECT_EQ(Llama(R"(, "tie_word_embeddings": 1)"),
+            File() + ": tie_word_embeddings: expected true or false, got integer");
 }
 
 TEST_F(HfConfigErrors, AnotherActivationIsNotModelled) {
@@ -177,12 +174,10 @@ TEST_F(HfConfigErrors, Qwen3HeadDimWrongTypeNamesTheField) {
             File() + ": head_dim: expected an integer or null, got number");
 }
 
-TEST_F(HfConfigErrors, Qwen3SlidingWindowInUseIsNotModelled) {
-  EXPECT_EQ(Qwen3(R"(, "use_sliding_window": true, "sliding_window": 4096)"),
-            File() +
-                ": sliding_window: 4096 (shorter than max_position_embeddings 40960): "
-                "sliding-window attention is not modelled (supported: null, or at least "
-                "max_position_embeddings, or use_sliding_window false)");
+TEST_F(HfConfigErrors, Qwen3BadMaxWindowLayersNamesTheField) {
+  EXPECT_EQ(
+      Qwen3(R"(, "use_sliding_window": true, "sliding_window": 4096, "max_window_layers": 0)"),
+      File() + ": max_window_layers: expected a positive integer or null, got 0");
 }
 
 TEST_F(HfConfigErrors, Qwen3KvHeadsNotDividingHeadsNameTheKvHeads) {

@@ -243,11 +243,8 @@ TEST_F(HfFamilyErrors, WhatTheTraceDoesNotModelIsRefusedNamingTheField) {
             File() +
                 ": hidden_activation: \"relu\" is not modelled (supported: gelu, gelu_new, "
                 "gelu_fast, gelu_pytorch_tanh, the GeGLU MLP)");
-  EXPECT_EQ(Phi3(R"(, "sliding_window": 2047)"),
-            File() +
-                ": sliding_window: 2047 (shorter than max_position_embeddings 4096): "
-                "sliding-window attention is not modelled (supported: null, or at least "
-                "max_position_embeddings)");
+  EXPECT_EQ(Phi3(R"(, "sliding_window": 0)"),
+            File() + ": sliding_window: expected a positive integer or null, got 0");
   EXPECT_EQ(Phi3(R"(, "resid_pdrop": 0.1)"),
             File() +
                 ": resid_pdrop: 0.1 (dropout on the branch outputs) is not modelled (supported: "
@@ -347,11 +344,8 @@ TEST_F(HfFamilyErrors, Gemma2RefusesWhatItDoesNotModel) {
                 "modelled (supported: a positive number)");
   EXPECT_EQ(Message(gemma2 + R"(, "final_logit_softcapping": -30.0)"),
             File() + ": final_logit_softcapping: expected a positive number, got -30");
-  EXPECT_EQ(Message(gemma2 + R"(, "sliding_window": 2048)"),
-            File() +
-                ": sliding_window: 2048 (shorter than the default seq_len 4096): attention "
-                "within a window shorter than the sequence is not modelled (supported: at least "
-                "min(max_position_embeddings, 4096))");
+  EXPECT_EQ(Message(gemma2 + R"(, "sliding_window": 0)"),
+            File() + ": sliding_window: expected a positive integer or null, got 0");
 }
 
 // gemma reads hidden_act where hidden_activation is null, as transformers does.
