@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -18,25 +19,32 @@ struct Scale {
   int64_t gpus;
 };
 
-// The preset at index i (in name order) runs kScales[i % 8]: every scale on
-// one preset, every preset at one scale (the ninth repeats the first), the
+// Each preset runs one scale: every scale of the first eight on one preset, the
 // two presets of one GPU that differ only in their drives (the A100 40GB PCIe
-// pair, the 4x and 8x gen5 H100 and H200 nodes) at different scales. The whole
-// product runs in scripts/planner-sweep.sh: here a second preset per scale cost
-// as much again (the optimal and auto searches of the large scales take tens
-// of seconds each on a 2-core machine).
-//   a100-pcie-40gb-4x-980pro      llama-3-8b at 64
-//   a100-pcie-40gb-ssdtrain-paper gpt-175b at 4096
-//   a100-pcie-ssdtrain-paper      llama-2-7b at 512
-//   dgx-a100-80gb                 bert-large at 4096
-//   dgx-h100                      gpt-1.3b at 8
-//   h100-sxm-4x-gen5-nvme         gpt-13b at 512
-//   h100-sxm-8x-gen5-nvme         t5-11b at 64
-//   h200-sxm-4x-gen5-nvme         gpt-175b at 512
-//   h200-sxm-8x-gen5-nvme         llama-3-8b at 64
-constexpr Scale kScales[] = {{"llama-3-8b", 64},   {"gpt-175b", 4096}, {"llama-2-7b", 512},
-                             {"bert-large", 4096}, {"gpt-1.3b", 8},    {"gpt-13b", 512},
-                             {"t5-11b", 64},       {"gpt-175b", 512}};
+// pair, the 4x and 8x gen5 H100 and H200 nodes) at different scales, and
+// today's nodes (DGX H200, DGX B200, GB200 NVL72: issue 39) at scales of their
+// own. The whole product runs in scripts/planner-sweep.sh: here a second preset
+// per scale cost as much again (the optimal and auto searches of the large
+// scales take tens of seconds each on a 2-core machine). A preset added to
+// configs/hardware without a line here fails the test, naming it.
+struct PresetScale {
+  const char* preset;
+  Scale scale;
+};
+constexpr PresetScale kScaleOf[] = {
+    {"a100-pcie-40gb-4x-980pro", {"llama-3-8b", 64}},
+    {"a100-pcie-40gb-ssdtrain-paper", {"gpt-175b", 4096}},
+    {"a100-pcie-ssdtrain-paper", {"llama-2-7b", 512}},
+    {"dgx-a100-80gb", {"bert-large", 4096}},
+    {"dgx-h100", {"gpt-1.3b", 8}},
+    {"h100-sxm-4x-gen5-nvme", {"gpt-13b", 512}},
+    {"h100-sxm-8x-gen5-nvme", {"t5-11b", 64}},
+    {"h200-sxm-4x-gen5-nvme", {"gpt-175b", 512}},
+    {"h200-sxm-8x-gen5-nvme", {"llama-3-8b", 64}},
+    {"dgx-h200", {"llama-2-13b", 64}},
+    {"dgx-b200", {"llama-3-8b", 512}},
+    {"gb200-nvl72", {"llama-3-8b", 4096}},
+};
 
 std::vector<std::string> GpuPresets() {
   std::vector<std::string> out;
@@ -71,9 +79,12 @@ constexpr double kHangGuardSeconds = 300;
 class PlannerInvariants : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PlannerInvariants, EveryReturnedPlanFitsEveryStageAndAutoIsFastest) {
-  const std::vector<std::string> presets = GpuPresets();
-  const auto at = std::find(presets.begin(), presets.end(), GetParam()) - presets.begin();
-  const Scale& s = kScales[at % std::size(kScales)];
+  const auto entry = std::find_if(std::begin(kScaleOf), std::end(kScaleOf),
+                                  [](const PresetScale& e) { return GetParam() == e.preset; });
+  ASSERT_NE(entry, std::end(kScaleOf))
+      << "configs/hardware/" << GetParam()
+      << ".json has no scale in planner_invariants_test.cc's kScaleOf: add one";
+  const Scale& s = entry->scale;
   SweepCase c{std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + s.model + ".json",
               std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/" + GetParam() + ".json",
               s.gpus, AllPlannerPolicies(), kHangGuardSeconds};

@@ -17,7 +17,8 @@ TEST(Hardware, EveryShippedConfigLoads) {
   for (const char* name :
        {"a100-pcie-ssdtrain-paper", "a100-pcie-40gb-ssdtrain-paper", "a100-pcie-40gb-4x-980pro",
         "h100-sxm-4x-gen5-nvme", "h100-sxm-8x-gen5-nvme", "h200-sxm-4x-gen5-nvme",
-        "h200-sxm-8x-gen5-nvme", "dgx-a100-80gb", "dgx-h100", "cpu-local"}) {
+        "h200-sxm-8x-gen5-nvme", "dgx-a100-80gb", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72",
+        "cpu-local"}) {
     auto hw = LoadHardware(Config(name));
     ASSERT_TRUE(hw.ok()) << hw.status().message();
     EXPECT_EQ(hw->name, name);

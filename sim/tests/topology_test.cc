@@ -106,6 +106,30 @@ TEST(Topology, AnNvl72DomainHoldsWhatADgxSpreadsOverNodes) {
   EXPECT_EQ(DpAllReduce(TpDp(8, 8), hw, kGB), 8'750'000);
 }
 
+// Today's shipped presets: tp 8 × dp 8 on 64 GPUs. On a DGX B200 each dp
+// group spans 8 nodes and rings over the 400 Gb/s NICs; in a GB200 NVL72 rack
+// the same group stays in the 72-GPU NVLink domain and rings at its NVLink
+// figure.
+TEST(Topology, TodaysPresetsPlaceOneLayoutByTheirDomains) {
+  auto b200 = LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/dgx-b200.json");
+  auto nvl72 =
+      LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/gb200-nvl72.json");
+  ASSERT_TRUE(b200.ok()) << b200.status().message();
+  ASSERT_TRUE(nvl72.ok()) << nvl72.status().message();
+  EXPECT_EQ(DomainGpus(*b200), 8);
+  EXPECT_EQ(DomainGpus(*nvl72), 72);
+  EXPECT_FALSE(PlaceLayout(TpDp(8, 8), *b200).gradients.within_one_domain());
+  EXPECT_TRUE(PlaceLayout(TpDp(8, 8), *nvl72).gradients.within_one_domain());
+  EXPECT_EQ(DpAllReduce(TpDp(8, 8), *b200, kGB),
+            CollectiveNs(CollectiveKind::kAllReduce, kGB, 8, 50, 5));
+  EXPECT_EQ(DpAllReduce(TpDp(8, 8), *nvl72, kGB),
+            CollectiveNs(CollectiveKind::kAllReduce, kGB, 8, 682, 5));
+  // A GB200 tray: 4 GPUs share one RAID0 of 4 E1.S drives.
+  EXPECT_EQ(nvl72->gpus_per_node, 4);
+  EXPECT_EQ(ArrayFor(*nvl72, 3).drives, 4);
+  EXPECT_EQ(ArrayFor(*b200, 7).drives, 8);
+}
+
 nlohmann::json WithInterconnect(nlohmann::json interconnect) {
   auto hw = LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/dgx-h100.json");
   EXPECT_TRUE(hw.ok());
