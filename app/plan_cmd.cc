@@ -294,6 +294,11 @@ Verb AddPlanCommand(CLI::App& app) {
                   "dp-shard (torchtitan's data_parallel_shard_degree; default: one group over "
                   "all of dp)")
       ->check(IntAtLeast(1));
+  cmd->add_option("--attention", o->attention,
+                  "standard (the scores materialised, s x s per head) or flash (FlashAttention: "
+                  "nothing s x s saved, a sliding window's keys skipped); overrides the model "
+                  "config (Hugging Face configs read as standard), and the plan records it")
+      ->check(CLI::IsMember({"standard", "flash"}));
   cmd->add_flag("--defer-grad-sync", o->defer_grad_sync,
                 "at ZeRO 2 and 3, reduce-scatter the gradients once a step, after the last "
                 "micro-batch's backward, keeping the full gradients accumulated until then "

@@ -42,6 +42,13 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--pp", o.pp, "pp", "pp", h.pp, path));
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--ep", o.ep, "ep", "ep", h.ep, path));
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--cp", o.cp, "cp", "cp", h.cp, path));
+  if (!o.attention.empty() && o.attention != h.attention) {
+    return Status::InvalidArgument(
+        fmt::format("--attention {} contradicts the trace {} (built with {} attention: "
+                    "header.attention); rebuild it with ssdtrain trace --attention {}, or leave "
+                    "the flag out",
+                    o.attention, path, h.attention, o.attention));
+  }
   if (o.defer_grad_sync && !h.zero_defer_grad_sync) {
     return Status::InvalidArgument(
         fmt::format("--defer-grad-sync contradicts the trace {} (built without it: "
@@ -122,10 +129,11 @@ Result<PlanInput> TraceInput(PlanCmdOptions& o) {
 Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
   if (!config.ok()) return config.status();
-  if (o.seq_len > 0 || o.defer_grad_sync) {
+  if (o.seq_len > 0 || o.defer_grad_sync || !o.attention.empty()) {
     models::ConfigOverrides ov;
     if (o.seq_len > 0) ov.seq_len = o.seq_len;
     if (o.defer_grad_sync) ov.zero_defer_grad_sync = true;
+    if (!o.attention.empty()) ov.attention = o.attention;
     config = models::ApplyOverrides(*config, ov, o.model);
     if (!config.ok()) return config.status();
   }
@@ -145,10 +153,11 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   in.stage0 = [provider = in.provider](const traces::Plan& plan) -> Result<traces::Trace> {
     return provider(ShapeOf(plan, 0));
   };
-  in.trace_command = [base, model_path](const traces::Plan& plan) {
+  in.trace_command = [base, model_path, attention = o.attention](const traces::Plan& plan) {
     std::string command =
         fmt::format("{} trace --model {} --micro-batch {} --seq-len {} --tp {} --pp {}",
                     SelfCommand(), model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
+    if (!attention.empty()) command += " --attention " + attention;
     if (plan.cp != 1) command += fmt::format(" --cp {}", plan.cp);
     if (plan.zero_stage != 0) {
       command += fmt::format(" --dp {} --zero-stage {}", plan.dp, plan.zero_stage);

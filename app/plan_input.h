@@ -31,6 +31,7 @@ struct PlanCmdOptions {
   int64_t zero_stage = -1;       // -1: weigh 0 to 3 (--model); with --trace, the trace's
   int64_t dp_shard = 0;          // HSDP's shard group (--dp-shard); 0: dp
   bool defer_grad_sync = false;  // --defer-grad-sync: ZeRO 2/3 reduce-scatter once a step
+  std::string attention;         // --attention standard|flash; "": the model config's
   int64_t ep = 0;                // expert parallelism (MoE models); 0: searched
   std::string schedule;
   int64_t virtual_stages = 0;      // 0: searched (with --schedule interleaved)
@@ -66,8 +67,8 @@ struct PlanInput {
 // Reads the trace and sets `o`'s shape and GPU count from it (TakeTraceShape).
 Result<PlanInput> TraceInput(PlanCmdOptions& o);
 
-// Builds every layout the planner tries from --model (--seq-len and
-// --defer-grad-sync applied).
+// Builds every layout the planner tries from --model (--seq-len,
+// --attention and --defer-grad-sync applied).
 Result<PlanInput> ModelInput(const PlanCmdOptions& o);
 
 // With pp > 1, the plan of every other stage goes into the plan file

@@ -78,6 +78,7 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
     layout.zero_stage = plan->zero_stage;
     if (plan->dp_shard != 0) layout.dp_shard = plan->dp_shard;
     if (plan->zero_defer_grad_sync) layout.zero_defer_grad_sync = true;
+    if (!plan->attention.empty()) layout.attention = plan->attention;
     if (plan->ep != 1) layout.ep = plan->ep;
     if (plan->seq_len > 0) layout.seq_len = plan->seq_len;
     SSDTRAIN_ASSIGN_OR_RETURN(config, models::ApplyOverrides(config, layout, f.model));

@@ -233,6 +233,46 @@ TEST_F(HfReplayCli, MistralReducedWithAWindowShorterThanTheSequenceReplaysVerifi
                        " --attention flash");
 }
 
+// The same reduced Mistral planned with --attention flash against its file's
+// standard attention: the plan records it, a replay from the model builds its trace
+// with it (verified), and a trace of the other attention is refused naming the flag.
+TEST_F(HfReplayCli, PlanAttentionIsRecordedAndReplayedFromTheModel) {
+  const std::string model = Reduced("mistral-7b-v0.1", {{"hidden_size", 256},
+                                                        {"num_hidden_layers", 2},
+                                                        {"num_attention_heads", 4},
+                                                        {"num_key_value_heads", 2},
+                                                        {"intermediate_size", 2048},
+                                                        {"vocab_size", 1024},
+                                                        {"sliding_window", kSeqLen / 4}});
+  const std::string hardware = SourceDir() + "/configs/hardware/cpu-local.json";
+  testing::CliResult planned = RunSsdtrain(
+      "plan --model " + model + " --hardware " + hardware + " --seq-len " +
+      std::to_string(kSeqLen) + " --attention flash --policy offload-ssd -o " + File("plan.json"));
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  EXPECT_NE(planned.output.find(" --attention flash"), std::string::npos) << planned.output;
+  std::ifstream in(File("plan.json"));
+  EXPECT_EQ(nlohmann::json::parse(in).value("attention", ""), "flash");
+  testing::CliResult run = RunSsdtrain("replay --model " + model + " --plan " + File("plan.json") +
+                                       " --backend cpu --dir " + File("offload") +
+                                       " --steps 1 --verify -o " + File("run.json"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  auto report = traces::ReadStepReport(File("run.json"));
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_TRUE(report->verified.has_value());
+  EXPECT_TRUE(*report->verified);
+  testing::CliResult traced = RunSsdtrain("trace --model " + model + " --seq-len " +
+                                          std::to_string(kSeqLen) + " -o " + File("std.json"));
+  ASSERT_EQ(traced.exit_code, 0) << traced.output;
+  testing::CliResult contradicted =
+      RunSsdtrain("plan --trace " + File("std.json") + " --hardware " + hardware +
+                  " --attention flash -o " + File("plan2.json"));
+  EXPECT_NE(contradicted.exit_code, 0);
+  EXPECT_NE(contradicted.output.find("--attention flash contradicts the trace " + File("std.json") +
+                                     " (built with standard attention: header.attention)"),
+            std::string::npos)
+      << contradicted.output;
+}
+
 // Qwen2.5-0.5B's file reduced the same way: one word table for the embeddings and
 // the logits (tie_word_embeddings).
 TEST_F(HfReplayCli, Qwen25HalfBReducedWithItsTiedTableReplaysVerified) {

@@ -136,6 +136,7 @@ json ToJson(const Plan& plan) {
   if (plan.zero_stage != 0) j["zero_stage"] = plan.zero_stage;
   if (plan.dp_shard != 0) j["dp_shard"] = plan.dp_shard;
   if (plan.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
+  if (!plan.attention.empty()) j["attention"] = plan.attention;
   if (plan.ddp != "overlapped") j["ddp"] = plan.ddp;
   if (plan.ep != 1) j["ep"] = plan.ep;
   if (plan.cp != 1) j["cp"] = plan.cp;
@@ -191,6 +192,11 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
   if (plan.zero_defer_grad_sync && plan.zero_stage < 2) {
     return r.At("zero_defer_grad_sync")
         .Error("applies to zero_stage 2 or 3, got zero_stage " + std::to_string(plan.zero_stage));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.attention, r.StringOr("attention", ""));
+  if (!plan.attention.empty() && plan.attention != "standard" && plan.attention != "flash") {
+    return r.At("attention")
+        .Error("unknown value \"" + plan.attention + "\"; expected standard or flash");
   }
   SSDTRAIN_ASSIGN_OR_RETURN(plan.ddp, r.StringOr("ddp", "overlapped"));
   if (!ParseDdpImpl(plan.ddp).ok()) {
@@ -283,6 +289,7 @@ Plan PlanTemplate(const Trace& trace, std::string policy) {
   plan.ep = std::max<int64_t>(1, trace.header.ep);
   plan.cp = std::max<int64_t>(1, trace.header.cp);
   plan.zero_defer_grad_sync = trace.header.zero_defer_grad_sync;
+  plan.attention = trace.header.attention;
   return plan;
 }
 
@@ -299,6 +306,10 @@ Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& sou
     return Status::FailedPrecondition(source + ": zero_defer_grad_sync: the plan " +
                                       says(plan.zero_defer_grad_sync) + ", the trace " +
                                       says(trace.header.zero_defer_grad_sync));
+  }
+  if (!plan.attention.empty() && plan.attention != trace.header.attention) {
+    return Status::FailedPrecondition(source + ": attention: the plan runs " + plan.attention +
+                                      " attention, the trace " + trace.header.attention);
   }
   const uint64_t fp = Fingerprint(trace);
   if (plan.trace_fingerprint != fp) {

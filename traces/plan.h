@@ -94,6 +94,11 @@ struct Plan {
   // micro-batch's backward (the trace's header zero_defer_grad_sync; a replay
   // from a model config builds its trace so). JSON: optional, written when true.
   bool zero_defer_grad_sync = false;
+  // The trace's attention, "standard" or "flash" (its header's; `plan
+  // --attention` may set it against the model config's, and a replay from a
+  // model config builds its trace so). "": a plan written before the field,
+  // whose replay keeps the config's. JSON: optional, written when set.
+  std::string attention;
   // When the data-parallel gradients are exchanged (traces/dp_buckets.h,
   // DdpImpl): "overlapped" (default: each bucket during backward) or "local"
   // (Megatron's --DDP-impl local: all after the step's backward). JSON:

@@ -86,6 +86,33 @@ TEST(Plan, DeferredGradSyncIsWrittenReadBackAndMatchedToTheTrace) {
             "the trace reduce-scatters every micro-batch's gradients");
 }
 
+// The plan records its trace's attention; an older plan without it keeps the
+// config's; a plan and a trace that differ are refused naming the field.
+TEST(Plan, AttentionIsWrittenReadBackAndMatchedToTheTrace) {
+  const Trace t = testing::SmallTrace();
+  const Plan p = PlanTemplate(t, "keep");
+  EXPECT_EQ(p.attention, t.header.attention);
+  const nlohmann::json j = ToJson(p);
+  EXPECT_EQ(j.at("attention"), t.header.attention);
+  Result<Plan> back = PlanFromJson(j, "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->attention, t.header.attention);
+  nlohmann::json older = j;
+  older.erase("attention");
+  Result<Plan> old = PlanFromJson(older, "p.json");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->attention, "");
+  nlohmann::json bad = j;
+  bad["attention"] = "sparse";
+  EXPECT_EQ(PlanFromJson(bad, "p.json").status().message(),
+            "p.json: attention: unknown value \"sparse\"; expected standard or flash");
+  Plan other = *back;
+  other.attention = t.header.attention == "flash" ? "standard" : "flash";
+  EXPECT_EQ(ValidatePlan(other, t, "p.json").message(),
+            "p.json: attention: the plan runs " + other.attention + " attention, the trace " +
+                t.header.attention);
+}
+
 // A report's layout carries the plan's ZeRO stage and shard group, so that
 // `ssdtrain compare` refuses a ZeRO-2 prediction beside a ZeRO-1 run.
 TEST(Plan, ReportLayoutsCarryTheZeroStageAndShardGroup) {
