@@ -55,6 +55,14 @@ class HfReplayCli : public ::testing::Test {
 
   // The reduction of the grouped-query files (Qwen3, Gemma, Gemma 2): 2 layers of
   // width 256, 8 heads of 64 (head_dim explicit) over 2 kv heads, FFN 2048.
+  // Mistral-7B-v0.1's file at GQA sizes, its window a quarter of the sequence (its
+  // file has no head_dim to reduce).
+  static nlohmann::json MistralWindowSizes() {
+    return {{"hidden_size", 256},           {"num_hidden_layers", 2},    {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},     {"intermediate_size", 2048}, {"vocab_size", 1024},
+            {"sliding_window", kSeqLen / 4}};
+  }
+
   static nlohmann::json GroupedQuerySizes() {
     return {{"hidden_size", 256},       {"num_hidden_layers", 2}, {"num_attention_heads", 8},
             {"num_key_value_heads", 2}, {"head_dim", 64},         {"intermediate_size", 2048},
@@ -223,27 +231,14 @@ TEST_F(HfReplayCli, Gemma2ReducedReplaysVerified) {
 // Mistral-7B-v0.1's file reduced the same way, its window cut to a quarter of the
 // sequence: FlashAttention over the keys inside it on every layer.
 TEST_F(HfReplayCli, MistralReducedWithAWindowShorterThanTheSequenceReplaysVerified) {
-  ExpectVerifiedReplay(Reduced("mistral-7b-v0.1", {{"hidden_size", 256},
-                                                   {"num_hidden_layers", 2},
-                                                   {"num_attention_heads", 4},
-                                                   {"num_key_value_heads", 2},
-                                                   {"intermediate_size", 2048},
-                                                   {"vocab_size", 1024},
-                                                   {"sliding_window", kSeqLen / 4}}),
-                       " --attention flash");
+  ExpectVerifiedReplay(Reduced("mistral-7b-v0.1", MistralWindowSizes()), " --attention flash");
 }
 
 // The same reduced Mistral planned with --attention flash against its file's
 // standard attention: the plan records it, a replay from the model builds its trace
 // with it (verified), and a trace of the other attention is refused naming the flag.
 TEST_F(HfReplayCli, PlanAttentionIsRecordedAndReplayedFromTheModel) {
-  const std::string model = Reduced("mistral-7b-v0.1", {{"hidden_size", 256},
-                                                        {"num_hidden_layers", 2},
-                                                        {"num_attention_heads", 4},
-                                                        {"num_key_value_heads", 2},
-                                                        {"intermediate_size", 2048},
-                                                        {"vocab_size", 1024},
-                                                        {"sliding_window", kSeqLen / 4}});
+  const std::string model = Reduced("mistral-7b-v0.1", MistralWindowSizes());
   const std::string hardware = SourceDir() + "/configs/hardware/cpu-local.json";
   testing::CliResult planned = RunSsdtrain(
       "plan --model " + model + " --hardware " + hardware + " --seq-len " +

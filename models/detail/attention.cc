@@ -21,7 +21,7 @@ std::vector<TensorId> BiasGradInputs(TensorId source, const TensorId* g_bias) {
 // The trace counts a causal attention's FLOPs over all s² pairs (no causal
 // halving), so a window's count is that figure times its pairs over the causal
 // ones: (w·s − w(w−1)/2) / (s(s+1)/2), which is 1 at w = s.
-int64_t Windowed(const Dims& d, int64_t flops) {
+int64_t WindowedFlops(const Dims& d, int64_t flops) {
   if (d.window == 0 || d.window >= d.s) return flops;
   const __int128 w = d.window, s = d.s;
   const __int128 window_pairs = w * s - w * (w - 1) / 2;
@@ -52,7 +52,7 @@ TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const st
     if (bias != kNoTensor) inputs.push_back(bias);
     // Two s×s×d products per head: QKᵀ and P·V.
     b.Op(name + ".flash", OpKind::kAttention, inputs, {ctx, st->lse},
-         Windowed(d, 2 * 2 * d.b * d.heads * d.s * d.s * d.d));
+         WindowedFlops(d, 2 * 2 * d.b * d.heads * d.s * d.s * d.d));
     return ctx;
   }
   const std::vector<int64_t> scores_shape = {d.b, d.heads, d.s, d.s};
@@ -103,8 +103,8 @@ AttentionGrads AttentionBackward(TraceBuilder& b, const Dims& d, const Attention
       outputs.push_back(*g_bias);
     }
     b.Op(name + ".flash.bwd", OpKind::kAttention, inputs, outputs,
-         Windowed(d,
-                  2 * 2 * d.b * d.heads * d.s * d.s * d.d * kFlashBackwardNum / kFlashBackwardDen));
+         WindowedFlops(
+             d, 2 * 2 * d.b * d.heads * d.s * d.s * d.d * kFlashBackwardNum / kFlashBackwardDen));
     return g;
   }
   const int64_t batch = d.b * d.kv_heads;
