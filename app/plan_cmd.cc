@@ -105,6 +105,7 @@ int RunPlan(PlanCmdOptions o) {
   if (o.virtual_stages > 0) po.virtual_stages = o.virtual_stages;
   po.ddp = o.ddp;
   po.allow_host_offload = !o.no_host_offload;
+  po.recompute_modules = o.recompute_modules;
   po.layers = in.layers;
   po.heads = in.heads;
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
@@ -332,6 +333,12 @@ Verb AddPlanCommand(CLI::App& app) {
   cmd->add_option("--json", o->compare_json, "with --compare: the table and verdict as JSON");
   cmd->add_flag("--no-host-offload", o->no_host_offload,
                 "no offload-host placements (keep pinned host memory out of the plan)");
+  cmd->add_option("--recompute-modules", o->recompute_modules,
+                  "what recompute-selective rebuilds, as Megatron-Core's --recompute-modules: "
+                  "core_attn (the attention scores and softmax; the default) and mla_up_proj "
+                  "(multi-head latent attention's up-projected query, key and value)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"core_attn", "mla_up_proj"}));
   return Verb{cmd, [o] { return RunPlan(*o); }};
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "app/plan_budget.h"
 #include "sim/planner.h"
@@ -40,6 +41,8 @@ struct PlanCmdOptions {
   bool compare = false;      // every policy at one global batch (app/plan_compare.h)
   std::string compare_json;  // --json: the comparison as JSON
   bool no_host_offload = false;
+  // --recompute-modules: what recompute-selective rebuilds (sim/policy.h).
+  std::vector<std::string> recompute_modules = {"core_attn"};
 };
 
 // The search's input: a model config (every layout the planner tries is built

@@ -89,13 +89,7 @@ Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelCon
   c->head_dim = head_dim.value_or(0);
   SSDTRAIN_RETURN_IF_ERROR(
       CheckHeads(f, *c, "num_attention_heads", "hidden_size", "num_key_value_heads"));
-  SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("hidden_act", "silu"));
-  if (act != "silu") {
-    return f.NotModelled("hidden_act", "\"" + act + "\" for " + model_type + " is",
-                         "silu, the SwiGLU MLP of three matrices");
-  }
-  SSDTRAIN_ASSIGN_OR_RETURN(c->tied_output, f.BoolOr("tie_word_embeddings", false));
-  if (c->tied_output) f.Assume("the output layer is the word embeddings (tie_word_embeddings)");
+  SSDTRAIN_RETURN_IF_ERROR(ReadSwigluAndTiedOutput(f, model_type, c));
   if (dense == "llama" || dense == "qwen3" || dense == "phi3") {
     SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "attention_bias", "true (q/k/v/o biases) is"));
   }

@@ -6,9 +6,10 @@
 //               intermediate_size by decoder_sparse_step and mlp_only_layers
 //   qwen3_moe   as qwen2_moe without the shared expert
 // The attention is that of mistral (mixtral), qwen2 and qwen3 (detail::ReadLlamaLike).
-// DeepSeek and Kimi K2 (multi-head latent attention), gpt_oss (attention sinks,
-// biased experts, a clamped SwiGLU) and the other MoE families are refused naming
-// the field.
+//   deepseek_v2, deepseek_v3, kimi_k2: multi-head latent attention and
+//               DeepSeekMoE (hf_deepseek_config.cc)
+// gpt_oss (attention sinks, biased experts, a clamped SwiGLU) and the other MoE
+// families are refused naming the field.
 #include <algorithm>
 #include <array>
 #include <string_view>
@@ -18,10 +19,10 @@
 namespace ssdtrain::models::detail {
 namespace {
 
-constexpr std::array<std::string_view, 3> kMoeRead = {"mixtral", "qwen2_moe", "qwen3_moe"};
-constexpr std::array<std::string_view, 9> kMoeRefused = {"deepseek_v2", "deepseek_v3", "kimi_k2",
-                                                         "gpt_oss",     "olmoe",       "phimoe",
-                                                         "dbrx",        "granitemoe",  "jetmoe"};
+constexpr std::array<std::string_view, 6> kMoeRead = {"mixtral",     "qwen2_moe",   "qwen3_moe",
+                                                      "deepseek_v2", "deepseek_v3", "kimi_k2"};
+constexpr std::array<std::string_view, 6> kMoeRefused = {"gpt_oss", "olmoe",      "phimoe",
+                                                         "dbrx",    "granitemoe", "jetmoe"};
 
 template <size_t N>
 bool In(const std::array<std::string_view, N>& names, const std::string& v) {
@@ -101,12 +102,6 @@ Result<int64_t> ReadQwenMoe(Fields& f, const std::string& model_type, ModelConfi
 
 // What each refused family has that the trace does not model.
 Status RefuseMoe(Fields& f, const std::string& model_type) {
-  if (model_type == "deepseek_v2" || model_type == "deepseek_v3" || model_type == "kimi_k2") {
-    return f.NotModelled(
-        "kv_lora_rank",
-        "multi-head latent attention (" + model_type + ": low-rank compressed keys and values) is",
-        HfMoeSupported());
-  }
   if (model_type == "gpt_oss") {
     return f.NotModelled("model_type",
                          "gpt_oss's attention sinks, biased experts and clamped SwiGLU are",
@@ -131,6 +126,9 @@ std::string HfMoeSupported() {
 Result<int64_t> ReadHfMoe(Fields& f, const std::string& model_type, ModelConfig* c) {
   if (model_type == "mixtral") return ReadMixtral(f, c);
   if (model_type == "qwen2_moe" || model_type == "qwen3_moe") return ReadQwenMoe(f, model_type, c);
+  if (model_type == "deepseek_v2" || model_type == "deepseek_v3" || model_type == "kimi_k2") {
+    return ReadDeepseek(f, model_type, c);
+  }
   return RefuseMoe(f, model_type);
 }
 

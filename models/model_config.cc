@@ -3,6 +3,7 @@
 #include <array>
 #include <string_view>
 
+#include "models/mla_config.h"
 #include "models/moe_config.h"
 
 namespace ssdtrain::models {
@@ -102,8 +103,10 @@ bool TiedOutput(const ModelConfig& c) {
 
 int64_t KvHeads(const ModelConfig& c) { return c.kv_heads == 0 ? c.heads : c.kv_heads; }
 int64_t HeadDim(const ModelConfig& c) {
+  if (IsMla(c)) return c.qk_nope_head_dim + c.qk_rope_head_dim;
   return c.head_dim != 0 ? c.head_dim : (c.heads > 0 ? c.hidden / c.heads : 0);
 }
+int64_t ValueHeadDim(const ModelConfig& c) { return IsMla(c) ? c.v_head_dim : HeadDim(c); }
 int64_t FfnHidden(const ModelConfig& c) { return c.ffn_hidden == 0 ? 4 * c.hidden : c.ffn_hidden; }
 int64_t PaddedVocab(const ModelConfig& c) {
   const int64_t multiple = kVocabPadding * c.tp;
@@ -146,6 +149,10 @@ std::string ContextParallelRefusal(const ModelConfig& c) {
     return "context parallelism is not modelled with a sliding window (" + Str(c.sliding_window) +
            ") shorter than the sequence (" + Str(c.seq_len) +
            "): a ring that skips the steps outside the window is not built";
+  }
+  if (IsMla(c)) {
+    return "context parallelism is not modelled with multi-head latent attention yet (its ring "
+           "would carry the up-projected keys and values, of qk and v widths apart)";
   }
   if (c.experts > 0) {
     return "context parallelism is not modelled for mixture-of-experts models yet (their routed "
@@ -231,7 +238,7 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
                  "expected a non-negative integer (0 means the default), got " + Str(value));
     }
   }
-  if (c.head_dim == 0 && c.hidden % c.heads != 0) {
+  if (c.head_dim == 0 && !IsMla(c) && c.hidden % c.heads != 0) {
     return Bad(source, "heads", Str(c.heads) + " does not divide hidden " + Str(c.hidden));
   }
   const int64_t kv = KvHeads(c);
@@ -308,6 +315,7 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
                "is only modelled for the llama family, not " + c.family);
   }
   SSDTRAIN_RETURN_IF_ERROR(ValidateSlidingWindow(c, source));
+  SSDTRAIN_RETURN_IF_ERROR(ValidateMla(c, source));
   return ValidateMoe(c, source);
 }
 

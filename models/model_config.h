@@ -100,6 +100,26 @@ struct ModelConfig {
   // stages 0 and 1, whose gradients are exchanged once a step already; not
   // with HSDP (dp_shard < dp). models/README.md, "ZeRO-2 and 3".
   bool zero_defer_grad_sync = false;
+  // Multi-head latent attention (DeepSeek-V2/V3, Kimi K2; llama family only;
+  // models/mla_config.h has the rules), on where kv_lora_rank > 0: the keys and
+  // values are up-projected from a compressed latent of kv_lora_rank (and the
+  // queries from one of q_lora_rank; 0: projected from the hidden state
+  // directly); each head's query and key are qk_nope_head_dim wide plus
+  // qk_rope_head_dim of rotary part (the key's shared by every head), its value
+  // v_head_dim. heads is the query and key/value heads alike; head_dim and
+  // kv_heads stay 0.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  // Multi-token prediction (DeepSeek-V3's num_nextn_predict_layers; llama
+  // family only): this many further depths on the last stage, each a norm of
+  // the next tokens' embeddings and of the hidden state, their concatenation
+  // projected back to hidden (eh_proj), one transformer block like the last
+  // one, its own final norm and the shared output layer and loss
+  // (models/mla_config.h, "MTP").
+  int64_t mtp_layers = 0;
   // Mixture of experts (llama family only; models/moe_config.h has the rules):
   // experts = 0 is a dense model and every other field below is then unused.
   int64_t experts = 0;                   // E routed experts per MoE layer
@@ -107,11 +127,15 @@ struct ModelConfig {
   int64_t expert_ffn_hidden = 0;         // each expert's (SwiGLU) width; 0 means ffn_hidden
   int64_t shared_expert_ffn_hidden = 0;  // one shared expert every token sees; 0: none
   bool shared_expert_gate = false;       // a sigmoid gate [1, h] on the shared expert (Qwen2-MoE)
-  double capacity_factor = 0.0;          // 0: no capacity; else each expert takes at most
-                                         // ceil(capacity_factor · tokens · k / E) tokens
-  int64_t first_dense_layers = 0;        // the first this many layers are dense
-  int64_t moe_layer_step = 1;            // layer l is MoE when (l + 1) % step == 0
-  std::vector<int64_t> dense_layers;     // further layers that stay dense (mlp_only_layers)
+  // How the router scores the experts: "softmax" (Mixtral, Qwen) or "sigmoid"
+  // (DeepSeek-V3: per-expert sigmoids, top-k by score plus a load-balancing
+  // bias that is a buffer, not a trained weight, the k weights renormalised).
+  std::string router_score = "softmax";
+  double capacity_factor = 0.0;       // 0: no capacity; else each expert takes at most
+                                      // ceil(capacity_factor · tokens · k / E) tokens
+  int64_t first_dense_layers = 0;     // the first this many layers are dense
+  int64_t moe_layer_step = 1;         // layer l is MoE when (l + 1) % step == 0
+  std::vector<int64_t> dense_layers;  // further layers that stay dense (mlp_only_layers)
   // Expert-parallel degree: each rank holds E/ep routed experts per MoE layer
   // and runs them at the tokens the ep group routes to them (ep divides E and dp).
   int64_t ep = 1;
@@ -158,7 +182,8 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = null
 // optimizer_step only where fused,
 // tied_output only where true, token_types and the sliding_window fields only
 // where set, and the
-// MoE fields only for a MoE config, so configs without them print as before.
+// MoE fields only for a MoE config, the MLA fields only for an MLA config and
+// mtp_layers only where set, so configs without them print as before.
 nlohmann::json ToJson(const ModelConfig& c);
 // Applies overrides, then checks consistency with ValidateConfig.
 Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
@@ -176,12 +201,16 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // with HSDP at stage 2 or 3; cp > 1 only with flash
 // attention, outside t5, with the sequence split into 2·cp chunks (of tp
 // pieces each under sequence parallelism: traces::SequenceSplitError);
-// and the MoE rules (ValidateMoe, moe_config.h).
+// the MLA and MTP rules (ValidateMla, mla_config.h) and the MoE rules
+// (ValidateMoe, moe_config.h).
 Status ValidateConfig(const ModelConfig& c, const std::string& source);
 
 // Derived sizes with the defaults resolved (kv_heads 0 -> heads, and so on).
 int64_t KvHeads(const ModelConfig& c);
+// The query and key width per head (MLA: qk_nope_head_dim + qk_rope_head_dim).
 int64_t HeadDim(const ModelConfig& c);
+// The value width per head: v_head_dim with MLA, else HeadDim.
+int64_t ValueHeadDim(const ModelConfig& c);
 int64_t FfnHidden(const ModelConfig& c);
 // vocab rounded up to a multiple of 128·tp (Megatron-LM's --make-vocab-size-divisible-by).
 int64_t PaddedVocab(const ModelConfig& c);
@@ -218,7 +247,7 @@ int64_t AttentionWindow(const ModelConfig& c, int64_t layer);
 bool TiedOutput(const ModelConfig& c);
 // Why the model cannot run context-parallel (cp > 1), or "" where it can:
 // attention must be flash, the family not t5, no sliding window shorter than
-// the sequence, the model dense. The sequence
+// the sequence, no multi-head latent attention, the model dense. The sequence
 // split is the layout's rule (traces::SequenceSplitError).
 std::string ContextParallelRefusal(const ModelConfig& c);
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "models/hf_config.h"
+#include "models/mla_config.h"
 #include "models/model_config.h"
 #include "models/moe_config.h"
 #include "traces/detail/json_fields.h"
@@ -56,6 +57,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.dp_shard, r.IntOr("dp_shard", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.zero_prefetch, r.IntOr("zero_prefetch", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.zero_defer_grad_sync, r.BoolOr("zero_defer_grad_sync", false));
+  SSDTRAIN_RETURN_IF_ERROR(ReadMlaFields(r, &c));
   SSDTRAIN_RETURN_IF_ERROR(ReadMoeFields(r, &c));
   SSDTRAIN_ASSIGN_OR_RETURN(c.fp16_lm_cross_entropy, r.BoolOr("fp16_lm_cross_entropy", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.weight_grads, r.StringOr("weight_grads", "persistent"));
@@ -122,6 +124,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.sliding_window_first_layer != 0) {
     j["sliding_window_first_layer"] = c.sliding_window_first_layer;
   }
+  MlaFieldsToJson(c, j);
   MoeFieldsToJson(c, j);
   if (c.fp16_lm_cross_entropy) j["fp16_lm_cross_entropy"] = true;
   if (c.weight_grads != "persistent") j["weight_grads"] = c.weight_grads;

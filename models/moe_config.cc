@@ -29,6 +29,7 @@ Status CheckDenseHasNoMoeFields(const ModelConfig& c, const std::string& source)
       {"expert_ffn_hidden", c.expert_ffn_hidden != 0},
       {"shared_expert_ffn_hidden", c.shared_expert_ffn_hidden != 0},
       {"shared_expert_gate", c.shared_expert_gate},
+      {"router_score", c.router_score != "softmax"},
       {"capacity_factor", c.capacity_factor != 0.0},
       {"first_dense_layers", c.first_dense_layers != 0},
       {"moe_layer_step", c.moe_layer_step != 1},
@@ -74,6 +75,9 @@ int64_t LocalExpertTokens(const ModelConfig& c, int64_t local) {
 bool IsMoe(const ModelConfig& c) { return c.experts > 0; }
 
 bool IsMoeLayer(const ModelConfig& c, int64_t layer) {
+  // A multi-token-prediction depth's block is built as the last block is
+  // (Megatron-Core's MTP block spec takes the decoder's last layer spec).
+  if (layer >= c.layers) return IsMoeLayer(c, c.layers - 1);
   if (!IsMoe(c) || layer < c.first_dense_layers) return false;
   if ((layer + 1) % c.moe_layer_step != 0) return false;
   return std::find(c.dense_layers.begin(), c.dense_layers.end(), layer) == c.dense_layers.end();
@@ -105,7 +109,9 @@ int64_t ExpertParameters(const ModelConfig& c) {
 Result<int64_t> ActiveParameterCount(const ModelConfig& c) {
   SSDTRAIN_ASSIGN_OR_RETURN(int64_t total, ParameterCount(c));
   if (!IsMoe(c)) return total;
-  return total - MoeLayerCount(c) * (c.experts - c.experts_per_token) * ExpertParameters(c);
+  int64_t routed_layers = 0;
+  for (int64_t l = 0; l < c.layers + c.mtp_layers; ++l) routed_layers += IsMoeLayer(c, l) ? 1 : 0;
+  return total - routed_layers * (c.experts - c.experts_per_token) * ExpertParameters(c);
 }
 
 Status ReadMoeFields(const traces::detail::ObjectReader& r, ModelConfig* c) {
@@ -114,6 +120,7 @@ Status ReadMoeFields(const traces::detail::ObjectReader& r, ModelConfig* c) {
   SSDTRAIN_ASSIGN_OR_RETURN(c->expert_ffn_hidden, r.IntOr("expert_ffn_hidden", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c->shared_expert_ffn_hidden, r.IntOr("shared_expert_ffn_hidden", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c->shared_expert_gate, r.BoolOr("shared_expert_gate", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->router_score, r.StringOr("router_score", "softmax"));
   SSDTRAIN_ASSIGN_OR_RETURN(c->capacity_factor, r.NumberOr("capacity_factor", 0.0));
   SSDTRAIN_ASSIGN_OR_RETURN(c->first_dense_layers, r.IntOr("first_dense_layers", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c->moe_layer_step, r.IntOr("moe_layer_step", 1));
@@ -131,6 +138,7 @@ void MoeFieldsToJson(const ModelConfig& c, nlohmann::json& j) {
   j["expert_ffn_hidden"] = c.expert_ffn_hidden;
   j["shared_expert_ffn_hidden"] = c.shared_expert_ffn_hidden;
   j["shared_expert_gate"] = c.shared_expert_gate;
+  if (c.router_score != "softmax") j["router_score"] = c.router_score;
   j["capacity_factor"] = c.capacity_factor;
   j["first_dense_layers"] = c.first_dense_layers;
   j["moe_layer_step"] = c.moe_layer_step;
@@ -170,6 +178,10 @@ Status ValidateMoe(const ModelConfig& c, const std::string& source) {
   if (c.shared_expert_gate && c.shared_expert_ffn_hidden == 0) {
     return Bad(source, "shared_expert_gate",
                "needs a shared expert (shared_expert_ffn_hidden > 0)");
+  }
+  if (c.router_score != "softmax" && c.router_score != "sigmoid") {
+    return Bad(source, "router_score",
+               "expected \"softmax\" or \"sigmoid\", got \"" + c.router_score + "\"");
   }
   if (!(c.capacity_factor >= 0.0) || !std::isfinite(c.capacity_factor)) {
     return Bad(

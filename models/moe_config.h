@@ -30,9 +30,10 @@ namespace ssdtrain::models {
 
 // True when the config has routed experts (experts > 0).
 bool IsMoe(const ModelConfig& c);
-// True when block `layer` (0-based, over the whole model) has routed experts.
+// True when block `layer` (0-based, over the whole model) has routed experts;
+// layers + k is multi-token-prediction depth k, built as the last block is.
 bool IsMoeLayer(const ModelConfig& c, int64_t layer);
-// The blocks with routed experts.
+// The main model's blocks with routed experts (no MTP depth).
 int64_t MoeLayerCount(const ModelConfig& c);
 // Each expert's width: expert_ffn_hidden, or ffn_hidden when it is 0.
 int64_t ExpertFfnHidden(const ModelConfig& c);
@@ -52,7 +53,7 @@ int64_t LocalExpertTokens(const ModelConfig& c, int64_t local);
 // Parameters of one routed expert (its SwiGLU's three matrices): 3 · hidden · width.
 int64_t ExpertParameters(const ModelConfig& c);
 // Parameters a token passes through: ParameterCount less the (E - k) experts of
-// every MoE layer it does not visit.
+// every MoE layer it does not visit (MTP depths included).
 Result<int64_t> ActiveParameterCount(const ModelConfig& c);
 
 // The MoE fields of our own JSON config (absent: a dense model).

@@ -71,6 +71,7 @@ class Search {
                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
         pool_(threads_) {
     policy_options_.allow_host_offload = options.allow_host_offload;
+    policy_options_.recompute_modules = options.recompute_modules;
   }
   TraceCache& cache() { return cache_; }
   int threads() const { return threads_; }

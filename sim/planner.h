@@ -152,6 +152,8 @@ struct PlannerOptions {
   int64_t layers = 0;              // the model's blocks (pp must divide it)
   int64_t heads = 0;               // tp must divide it
   bool allow_host_offload = true;  // false: auto skips offload-host; optimal never uses host
+  // What recompute-selective rebuilds (sim/policy.h, PolicyOptions).
+  std::vector<std::string> recompute_modules = {"core_attn"};
   std::function<void(const std::string&)> progress;  // one line per event; may be empty
   bool record_timeline = false;  // the chosen plan's predicted timeline in prediction.timeline
   // Threads for the optimizer's per-stage searches (sim/stage_plans.h); 0: one

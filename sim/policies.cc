@@ -5,6 +5,7 @@
 
 #include "sim/op_cost.h"
 #include "sim/policy.h"
+#include "traces/op_scope.h"
 #include "traces/prefetch.h"
 #include "traces/storage_plan.h"
 #include "traces/uniform_plans.h"
@@ -46,6 +47,14 @@ bool InAttentionCore(const traces::Trace& trace, const traces::Tensor& t) {
   return false;
 }
 
+bool InMlaUpProjection(const traces::Trace& trace, const traces::Tensor& t) {
+  return traces::InScope(trace.op(t.producer), traces::kMlaUpScope);
+}
+
+bool Selected(const std::vector<std::string>& modules, std::string_view module) {
+  return std::find(modules.begin(), modules.end(), module) != modules.end();
+}
+
 Placement Offload(const traces::Trace& trace, const std::vector<traces::OpId>& prefetch, TensorId t,
                   TensorAction action) {
   const traces::OpId before = prefetch[static_cast<size_t>(t)];
@@ -54,6 +63,16 @@ Placement Offload(const traces::Trace& trace, const std::vector<traces::OpId>& p
 }
 
 }  // namespace
+
+std::string RecomputeModulesError(const std::vector<std::string>& modules) {
+  for (const std::string& m : modules) {
+    if (std::find(std::begin(kRecomputeModules), std::end(kRecomputeModules), m) ==
+        std::end(kRecomputeModules)) {
+      return "recompute module \"" + m + "\": expected core_attn or mla_up_proj";
+    }
+  }
+  return "";
+}
 
 traces::Plan BasePlan(const traces::Trace& trace) {
   return traces::PlanTemplate(trace, /*policy=*/"");  // the policy that fills it names it
@@ -115,12 +134,20 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
   plan.policy = std::string(policy);
   if (policy == "recompute-full" || policy == "recompute-selective") {
     const bool full = policy == "recompute-full";
+    if (const std::string why = RecomputeModulesError(options.recompute_modules); !why.empty()) {
+      return Status::InvalidArgument(why);
+    }
+    const bool core = Selected(options.recompute_modules, "core_attn");
+    const bool mla_up = Selected(options.recompute_modules, "mla_up_proj");
     for (TensorId t : traces::OffloadCandidates(trace)) {
       const traces::Tensor& tensor = trace.tensor(t);
       if (tensor.producer == traces::kNoOp) continue;  // a view: nothing to re-run
       if (trace.op(tensor.producer).layer != tensor.layer) continue;
       if (ConsumedOutsideLayer(trace, tensor)) continue;  // the block's output: next input
-      if (!full && !InAttentionCore(trace, tensor)) continue;
+      if (!full && !(core && InAttentionCore(trace, tensor)) &&
+          !(mla_up && InMlaUpProjection(trace, tensor))) {
+        continue;
+      }
       plan.placements.push_back(Placement{t, TensorAction::kRecompute, traces::kNoOp, "", 0, 0});
     }
     return plan;

@@ -4,8 +4,12 @@
 //   keep                 nothing moves
 //   recompute-full       layerwise checkpointing: every saved activation of a
 //                        block except its input is rebuilt in backward
-//   recompute-selective  Megatron's selective recompute: the attention core
-//                        (scores, softmax, attention dropout) is rebuilt
+//   recompute-selective  Megatron's selective recompute of the modules
+//                        PolicyOptions::recompute_modules names: core_attn
+//                        (the default: the attention core's scores, softmax
+//                        and attention dropout) and mla_up_proj (multi-head
+//                        latent attention's query, key and value,
+//                        traces::kMlaUpScope)
 //   offload-host         every candidate to pinned host memory, up to the
 //                        pinned budget (the rest kept)
 //   offload-ssd          every candidate to SSD
@@ -61,7 +65,14 @@ struct PolicyOptions {
   // optimizer never moves a tensor to host memory), for executors without a
   // host-offload path (`ssdtrain replay` today).
   bool allow_host_offload = true;
+  // What recompute-selective rebuilds, as Megatron-Core's --recompute-modules
+  // names it: "core_attn" and "mla_up_proj" (kRecomputeModules).
+  std::vector<std::string> recompute_modules = {"core_attn"};
 };
+
+inline constexpr std::string_view kRecomputeModules[] = {"core_attn", "mla_up_proj"};
+// "" when every name is one of kRecomputeModules, else a message naming the first other.
+std::string RecomputeModulesError(const std::vector<std::string>& modules);
 
 // A plan for `trace` under a fixed policy. The layout fields (micro_batch, tp,
 // pp, dp, num_micro_batches, schedule, memory budget) are copied from `base`;

@@ -192,6 +192,27 @@ TEST_F(HfReplayCli, MixtralReducedReplaysVerified) {
 
 // Qwen3-30B-A3B's file reduced the same way (16 experts, its top-8): q/k norms and
 // routed experts of moe_intermediate_size.
+// DeepSeek-V3's file reduced the same way (8 experts, its top-8 cut to 2): multi-head
+// latent attention, a dense first layer, sigmoid-routed experts with a shared expert
+// and one multi-token-prediction depth, every offloadable activation through the SSD.
+TEST_F(HfReplayCli, DeepseekV3ReducedWithMtpReplaysVerified) {
+  ExpectVerifiedReplay(Reduced("deepseek-v3", {{"hidden_size", 256},
+                                               {"num_hidden_layers", 2},
+                                               {"num_attention_heads", 8},
+                                               {"num_key_value_heads", 8},
+                                               {"q_lora_rank", 128},
+                                               {"kv_lora_rank", 64},
+                                               {"qk_nope_head_dim", 32},
+                                               {"qk_rope_head_dim", 16},
+                                               {"v_head_dim", 32},
+                                               {"intermediate_size", 1024},
+                                               {"moe_intermediate_size", 256},
+                                               {"n_routed_experts", 8},
+                                               {"num_experts_per_tok", 2},
+                                               {"first_k_dense_replace", 1},
+                                               {"vocab_size", 1024}}));
+}
+
 TEST_F(HfReplayCli, Qwen3MoeReducedReplaysVerified) {
   ExpectVerifiedReplay(Reduced("qwen3-30b-a3b", {{"hidden_size", 256},
                                                  {"num_hidden_layers", 2},

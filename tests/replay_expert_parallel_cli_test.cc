@@ -17,6 +17,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,7 @@
 #include "traces/collective_kind.h"
 #include "traces/dp_buckets.h"
 #include "traces/io.h"
+#include "traces/plan.h"
 #include "traces/report.h"
 
 namespace ssdtrain {
@@ -50,27 +53,30 @@ class ReplayExpertParallelCli : public testing::ReplayRanksTest {
  protected:
   ReplayExpertParallelCli() : ReplayRanksTest("ep-replay-cli") {}
 
-  // Plans tiny-moe at `l` (tp 1, pp 1, dp 2 unless given), ep 2, with
-  // `policy` (2 micro-batches under 1F1B), checks that plan prints the replay
-  // line, and replays it on that many ranks, one measured step, verified.
-  void PlanAndReplay(const std::string& policy, const Layout& l = {}) {
+  // Plans tiny-moe (or `model`) at `l` (tp 1, pp 1, dp 2 unless given), ep
+  // 2, with `policy` (2 micro-batches under 1F1B), checks that plan prints
+  // the replay line, and replays it on that many ranks, one measured step,
+  // verified.
+  void PlanAndReplay(const std::string& policy, const Layout& l = {},
+                     const std::string& model_path = "") {
+    const std::string model = model_path.empty() ? Model("tiny-moe") : model_path;
     auto planned = RunSsdtrain(
-        "plan --model " + Model("tiny-moe") + " --hardware " + File("hw.json") + l.Flags() +
-        kShape + " --num-micro-batches " + std::to_string(kMicroBatches) +
-        " --schedule 1f1b --policy " + policy + " -o " + File("plan.json") + " --prediction " +
-        File("predicted.json") + " --timeline " + File("predicted-timeline.json"));
+        "plan --model " + model + " --hardware " + File("hw.json") + l.Flags() + kShape +
+        " --num-micro-batches " + std::to_string(kMicroBatches) + " --schedule 1f1b --policy " +
+        policy + " -o " + File("plan.json") + " --prediction " + File("predicted.json") +
+        " --timeline " + File("predicted-timeline.json"));
     ASSERT_EQ(planned.exit_code, 0) << planned.output;
     const std::string n = std::to_string(l.ranks());
     EXPECT_NE(planned.output.find("replay this plan: mpirun -np " + n + " "), std::string::npos)
         << planned.output;
-    auto r = testing::MpiReplay(l.ranks(), Model("tiny-moe"), File("plan.json"), File("offload"),
-                                File("run.json"));
+    auto r =
+        testing::MpiReplay(l.ranks(), model, File("plan.json"), File("offload"), File("run.json"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("x " + n + " ranks"), std::string::npos) << r.output;
     ASSERT_NO_FATAL_FAILURE(ReadReports());
-    std::printf("tiny-moe tp %d pp %d dp 2 ep 2, %s: step %.3f ms measured, %.3f ms predicted\n",
-                l.tp, l.pp, policy.c_str(), report_.metrics.step_time_ns / 1e6,
-                predicted_.metrics.step_time_ns / 1e6);
+    std::printf("%s tp %d pp %d dp 2 ep 2, %s: step %.3f ms measured, %.3f ms predicted\n",
+                model_path.empty() ? "tiny-moe" : "model", l.tp, l.pp, policy.c_str(),
+                report_.metrics.step_time_ns / 1e6, predicted_.metrics.step_time_ns / 1e6);
   }
 
   // The all-to-alls of one rank's trace at tp 1, pp 1 (built as the replay
@@ -234,6 +240,57 @@ TEST_F(ReplayExpertParallelCli, ExpertRanksInEachOfTwoStagesOnFourRanks) {
     EXPECT_EQ(ranks[r].at("pipeline").at("bytes_received"),
               ranks[r ^ 2].at("pipeline").at("bytes_sent"));
   }
+}
+
+// DeepSeek-V3's genuine file reduced to a few layers (models/tests/hf/): multi-head
+// latent attention, a dense first layer, MoE layers of 8 sigmoid-routed experts with
+// a shared expert, and one multi-token-prediction depth on the last stage, at ep 2
+// on two ranks. Under keep and recompute-selective of mla_up_proj (query, key and
+// value dropped and rebuilt from the latents) every rank replays verified with its
+// predicted peaks to the byte and nothing left on disk. (Its tensors are under the
+// fixed policies' 1 MiB offload floor; hf_replay_cli_test.cc replays the same file
+// through the SSD path.)
+class ReplayMlaCli : public ReplayExpertParallelCli {
+ protected:
+  std::string ReducedDeepseek() {
+    std::ifstream in(testing::SourceDir() + "/models/tests/hf/deepseek-v3/config.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    // Query, key and value of 256 tokens x 8 heads over 64 KiB each (the
+    // smallest saved tensor a plan moves, models/detail/trace_builder.h).
+    const nlohmann::json sizes = {
+        {"hidden_size", 128},       {"num_hidden_layers", 3},      {"num_attention_heads", 8},
+        {"num_key_value_heads", 8}, {"q_lora_rank", 64},           {"kv_lora_rank", 32},
+        {"qk_nope_head_dim", 32},   {"qk_rope_head_dim", 16},      {"v_head_dim", 32},
+        {"intermediate_size", 256}, {"moe_intermediate_size", 64}, {"n_routed_experts", 8},
+        {"num_experts_per_tok", 2}, {"first_k_dense_replace", 1},  {"vocab_size", 512}};
+    for (const auto& [key, value] : sizes.items()) {
+      EXPECT_TRUE(j.contains(key)) << key;
+      j[key] = value;
+    }
+    EXPECT_EQ(j.at("num_nextn_predict_layers"), 1);
+    fs::create_directories(dir_ / "deepseek-v3-reduced");
+    std::ofstream(dir_ / "deepseek-v3-reduced" / "config.json") << j.dump(2);
+    return (dir_ / "deepseek-v3-reduced").string();
+  }
+};
+
+TEST_F(ReplayMlaCli, KeepReplaysVerifiedOnTwoExpertRanks) {
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("keep", Layout{}, ReducedDeepseek()));
+  ExpectEveryRankInItsPlace(Layout{});
+}
+
+TEST_F(ReplayMlaCli, UpProjectionRecomputeReplaysVerifiedOnTwoExpertRanks) {
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("recompute-selective --recompute-modules mla_up_proj",
+                                        Layout{}, ReducedDeepseek()));
+  ExpectEveryRankInItsPlace(Layout{});
+  auto plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  int recomputed = 0;
+  for (const traces::Placement& p : plan->placements) {
+    recomputed += p.action == traces::TensorAction::kRecompute ? 1 : 0;
+  }
+  // query, key and value in each of the 3 blocks and the MTP depth's.
+  EXPECT_EQ(recomputed, 3 * 4);
 }
 
 }  // namespace

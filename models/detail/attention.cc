@@ -29,6 +29,17 @@ int64_t WindowedFlops(const Dims& d, int64_t flops) {
   return static_cast<int64_t>(static_cast<__int128>(flops) * window_pairs / causal_pairs);
 }
 
+// Flash attention's products per head, s×s each: QKᵀ over the query/key width
+// d and P·V over the value width dv (equal but for MLA). Its backward
+// recomputes QKᵀ and forms dQ and dK (width d) and dP and dV (width dv): at
+// d = dv, kFlashBackwardNum / kFlashBackwardDen of the forward.
+int64_t FlashForwardFlops(const Dims& d) { return 2 * d.b * d.heads * d.s * d.s * (d.d + d.dv); }
+int64_t FlashBackwardFlops(const Dims& d) {
+  return 2 * d.b * d.heads * d.s * d.s * (3 * d.d + 2 * d.dv);
+}
+static_assert(2 * (3 + 2) * kFlashBackwardDen == 2 * 2 * kFlashBackwardNum,
+              "FlashBackwardFlops at d = dv is kFlashBackwardNum/Den of FlashForwardFlops");
+
 }  // namespace
 
 TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const std::string& name,
@@ -45,14 +56,13 @@ TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const st
   std::vector<TensorId> qk_inputs = {q, k};
   if (bias != kNoTensor) qk_inputs.push_back(bias);
   if (d.flash) {
-    const TensorId ctx = b.Activation(name + ".ctx", d.Full(d.heads * d.d), d.act);
+    const TensorId ctx = b.Activation(name + ".ctx", d.Full(d.heads * d.dv), d.act);
     st->lse = b.Activation(name + ".lse", {d.b, d.heads, d.s}, DType::kFp32);
     st->ctx = ctx;
     std::vector<TensorId> inputs = {q, k, v};
     if (bias != kNoTensor) inputs.push_back(bias);
-    // Two s×s×d products per head: QKᵀ and P·V.
     b.Op(name + ".flash", OpKind::kAttention, inputs, {ctx, st->lse},
-         WindowedFlops(d, 2 * 2 * d.b * d.heads * d.s * d.s * d.d));
+         WindowedFlops(d, FlashForwardFlops(d)));
     return ctx;
   }
   const std::vector<int64_t> scores_shape = {d.b, d.heads, d.s, d.s};
@@ -77,9 +87,9 @@ TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const st
   }
   // The product is [b, heads, s, d]; Megatron's permute(2, 0, 1, 3).contiguous() copies it
   // to the [s, b, h] layout the projection reads. Its backward is a permute (a view).
-  const TensorId heads = b.Activation(name + ".ctx_heads", {d.b, d.heads, d.s, d.d}, d.act);
-  b.Gemm(name + ".av", {st->dropped, v}, {heads}, {.m = rows, .n = d.d, .k = d.s, .batch = batch});
-  const TensorId ctx = b.Activation(name + ".ctx", d.Full(d.heads * d.d), d.act);
+  const TensorId heads = b.Activation(name + ".ctx_heads", {d.b, d.heads, d.s, d.dv}, d.act);
+  b.Gemm(name + ".av", {st->dropped, v}, {heads}, {.m = rows, .n = d.dv, .k = d.s, .batch = batch});
+  const TensorId ctx = b.Activation(name + ".ctx", d.Full(d.heads * d.dv), d.act);
   b.Op(name + ".ctx.contiguous", OpKind::kElementwise, {heads}, {ctx}, 0);
   return ctx;
 }
@@ -103,8 +113,7 @@ AttentionGrads AttentionBackward(TraceBuilder& b, const Dims& d, const Attention
       outputs.push_back(*g_bias);
     }
     b.Op(name + ".flash.bwd", OpKind::kAttention, inputs, outputs,
-         WindowedFlops(
-             d, 2 * 2 * d.b * d.heads * d.s * d.s * d.d * kFlashBackwardNum / kFlashBackwardDen));
+         WindowedFlops(d, FlashBackwardFlops(d)));
     return g;
   }
   const int64_t batch = d.b * d.kv_heads;
@@ -113,9 +122,9 @@ AttentionGrads AttentionBackward(TraceBuilder& b, const Dims& d, const Attention
   const int64_t n_scores = Elements(scores_shape);
   const TensorId g_dropped = b.Gradient(name + ".probs_dropped.grad", scores_shape, d.act);
   b.Gemm(name + ".av.dgrad_probs", {g_ctx, st.v}, {g_dropped},
-         {.m = rows, .n = d.s, .k = d.d, .batch = batch});
+         {.m = rows, .n = d.s, .k = d.dv, .batch = batch});
   b.Gemm(name + ".av.dgrad_v", {st.dropped, g_ctx}, {g.v},
-         {.m = d.s, .n = d.d, .k = rows, .batch = batch});
+         {.m = d.s, .n = d.dv, .k = rows, .batch = batch});
   TensorId g_probs = g_dropped;
   if (st.mask != kNoTensor) {
     g_probs = b.Gradient(name + ".probs.grad", scores_shape, d.act);

@@ -28,8 +28,8 @@ struct AttentionGrads {
   TensorId q = kNoTensor, k = kNoTensor, v = kNoTensor;
 };
 
-// q: [s, b, heads·d]; k, v: [s, b, kv_heads·d] (this rank's heads). Returns the
-// context [s, b, heads·d]. `softcap` (Gemma 2): the scores are soft-capped before
+// q: [s, b, heads·d]; k: [s, b, kv_heads·d]; v: [s, b, kv_heads·dv] (this
+// rank's heads; dv = d but for MLA). Returns the context [s, b, heads·dv]. `softcap` (Gemma 2): the scores are soft-capped before
 // the softmax; standard attention runs it as its own op and saves its output (tanh's
 // backward reads it), FlashAttention inside the kernel (nothing more saved; its
 // few FLOPs per score are not counted).

@@ -54,6 +54,8 @@ TensorId ResidualBackward(TraceBuilder& b, const Dims& d, const ResidualState& s
 // QKV through the projection, on the norm output `ln`; returns the projection output.
 TensorId SelfAttentionBranch(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId ln,
                              TensorId rel_bias, AttentionSublayer* st) {
+  st->mla = style.mla.kv_lora > 0;
+  if (st->mla) return MlaAttentionForward(b, d, style.mla, ln, &st->latent);
   const int64_t q_width = d.heads * d.d;
   const int64_t kv_width = d.kv_heads * d.d;
   const TensorId qkv = b.Activation("qkv.out", d.Full(q_width + 2 * kv_width), d.act);
@@ -187,6 +189,7 @@ TensorId SplitBackward(TraceBuilder& b, const Dims& d, const std::string& name,
 TensorId AttentionBranchBackward(TraceBuilder& b, const Dims& d, const AttentionSublayer& st,
                                  bool cross, TensorId g_y, TensorId* g_rel_bias,
                                  TensorId* g_encoder_out) {
+  if (st.mla) return MlaAttentionBackward(b, d, st.latent, g_y);
   const TensorId g_ctx = RowBackward(b, d, st.proj, g_y);
   AttentionGrads g = AttentionBackward(b, d, st.core, g_ctx, g_rel_bias);
   if (st.rotary) {

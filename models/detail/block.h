@@ -7,6 +7,8 @@
 // both outputs (each through its dropout) to x; GPT-NeoX's (parallel_two_norms)
 // gives fc1 a second norm of x. Gemma 2 (BlockStyle::post_norms) normalises each
 // branch output again before its residual add: four norms per block.
+// Multi-head latent attention (BlockStyle::mla; detail/mla.h) replaces QKV …
+// projection.
 // The forward records in BlockState what its backward reads; the backward emits
 // its ops in reverse, each reading the saved tensors it needs and the incoming
 // gradient.
@@ -15,6 +17,7 @@
 #include "models/detail/attention.h"
 #include "models/detail/dims.h"
 #include "models/detail/linear.h"
+#include "models/detail/mla.h"
 #include "models/detail/moe.h"
 #include "models/detail/norm.h"
 #include "models/detail/trace_builder.h"
@@ -30,6 +33,8 @@ struct ResidualState {
 
 struct AttentionSublayer {
   NormState norm;
+  bool mla = false;  // multi-head latent attention (`latent`) in place of q ... proj
+  MlaState latent;
   LinearState q;   // self-attention: the fused QKV layer; cross-attention: Q only
   LinearState kv;  // cross-attention only: K and V from the encoder output
   bool qk_norm = false;

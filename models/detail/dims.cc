@@ -1,5 +1,7 @@
 #include "models/detail/dims.h"
 
+#include "models/mla_config.h"
+
 namespace ssdtrain::models::detail {
 
 OptimizerSpec OptimizerFor(const ModelConfig& c) {
@@ -37,6 +39,7 @@ Dims MakeDims(const ModelConfig& c) {
   d.heads = c.heads / c.tp;
   d.kv_heads = KvHeads(c) / c.tp;
   d.d = HeadDim(c);
+  d.dv = ValueHeadDim(c);
   d.ffn = FfnHidden(c) / c.tp;
   d.vocab = PaddedVocab(c) / c.tp;
   d.flash = c.attention == "flash";
@@ -100,6 +103,7 @@ BlockStyle StyleFor(const ModelConfig& c) {
     s.post_norms = s.attn_softcap = s.final_softcap = family == "gemma2";
   }
   s.parallel = c.parallel_block;
+  if (IsMla(c)) s.mla = {c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim};
   return s;
 }
 

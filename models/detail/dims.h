@@ -13,6 +13,14 @@ namespace ssdtrain::models::detail {
 enum class NormKind { kLayerNorm, kRmsNorm };
 enum class MlpKind { kGelu, kRelu, kSwiglu, kGeglu };
 
+// Multi-head latent attention's widths (models/mla_config.h); kv_lora 0: none.
+struct MlaSpec {
+  int64_t q_lora = 0;  // 0: queries projected from the hidden state directly
+  int64_t kv_lora = 0;
+  int64_t nope = 0;  // qk_nope_head_dim
+  int64_t rope = 0;  // qk_rope_head_dim
+};
+
 // What a family's transformer block is made of.
 struct BlockStyle {
   NormKind norm = NormKind::kLayerNorm;
@@ -37,6 +45,8 @@ struct BlockStyle {
   // op, whose output its backward reads) and of the final logits.
   bool attn_softcap = false;
   bool final_softcap = false;
+  // Multi-head latent attention (models/mla_config.h) in place of the QKV layer.
+  MlaSpec mla;
 };
 
 // Sizes seen by one tensor-parallel rank. Element counts unless named otherwise.
@@ -51,7 +61,8 @@ struct Dims {
   int64_t s_local = 0;   // rows of the residual stream on this rank: s / t with sp, else s
   int64_t heads = 0;     // query heads on this rank (a / t)
   int64_t kv_heads = 0;  // key/value heads on this rank
-  int64_t d = 0;         // head dim
+  int64_t d = 0;         // head dim of queries and keys
+  int64_t dv = 0;        // head dim of values (MLA: v_head_dim; else d)
   int64_t ffn = 0;       // MLP width on this rank
   int64_t vocab = 0;     // padded vocabulary rows on this rank
   bool flash = false;

@@ -5,40 +5,43 @@
 namespace ssdtrain::models::detail {
 
 void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transform, TensorId x,
-                 TensorId word, HeadState* st, bool output_bias, bool final_softcap) {
-  TensorId z = NormForward(b, d, norm, "final_norm", x, &st->final_norm);
+                 TensorId word, HeadState* st, bool output_bias, bool final_softcap,
+                 const std::string& prefix) {
+  st->prefix = prefix;
+  auto N = [&prefix](const char* name) { return prefix + name; };
+  TensorId z = NormForward(b, d, norm, N("final_norm"), x, &st->final_norm);
   st->mlm_transform = mlm_transform;
   if (mlm_transform) {
     // Megatron's BertLMHead: a dense h×h layer replicated on every rank, GELU,
     // LayerNorm; with SP the sequence is gathered first.
-    if (d.sp) z = AllGatherSeq(b, d, "mlm.in_gathered", z, TensorKind::kActivation);
+    if (d.sp) z = AllGatherSeq(b, d, N("mlm.in_gathered"), z, TensorKind::kActivation);
     st->dense_in = z;
-    st->dense_w = b.Weight("mlm.dense.weight", {d.h, d.h}, d.act);
-    st->dense_b = b.Weight("mlm.dense.bias", {d.h}, d.act);
-    st->gelu_in = b.Activation("mlm.dense.out", d.Full(d.h), d.act);
-    b.Gemm("mlm.dense", {z, st->dense_w, st->dense_b}, {st->gelu_in},
+    st->dense_w = b.Weight(N("mlm.dense.weight"), {d.h, d.h}, d.act);
+    st->dense_b = b.Weight(N("mlm.dense.bias"), {d.h}, d.act);
+    st->gelu_in = b.Activation(N("mlm.dense.out"), d.Full(d.h), d.act);
+    b.Gemm(N("mlm.dense"), {z, st->dense_w, st->dense_b}, {st->gelu_in},
            {.m = d.s * d.b, .n = d.h, .k = d.h, .batch = 1});
-    const TensorId a = b.Activation("mlm.gelu.out", d.Full(d.h), d.act);
-    b.Op("mlm.gelu", OpKind::kElementwise, {st->gelu_in}, {a}, kGeluFlops * d.s * d.b * d.h);
-    z = NormForward(b, d, NormKind::kLayerNorm, "mlm.norm", a, &st->mlm_norm);
+    const TensorId a = b.Activation(N("mlm.gelu.out"), d.Full(d.h), d.act);
+    b.Op(N("mlm.gelu"), OpKind::kElementwise, {st->gelu_in}, {a}, kGeluFlops * d.s * d.b * d.h);
+    z = NormForward(b, d, NormKind::kLayerNorm, N("mlm.norm"), a, &st->mlm_norm);
   }
-  st->logits = b.Activation("logits", d.Full(d.vocab), d.act);
-  if (word == kNoTensor) word = b.Weight("output.weight", {d.vocab, d.h}, d.act);
-  st->logits_layer = ColumnForward(b, d, "lm_head", z, d.h, d.vocab, {st->logits}, output_bias,
+  st->logits = b.Activation(N("logits"), d.Full(d.vocab), d.act);
+  if (word == kNoTensor) word = b.Weight(N("output.weight"), {d.vocab, d.h}, d.act);
+  st->logits_layer = ColumnForward(b, d, N("lm_head"), z, d.h, d.vocab, {st->logits}, output_bias,
                                    word, /*replicated_input=*/mlm_transform);
-  st->labels = b.Input("labels", {d.b, d.s}, DType::kInt64);
+  st->labels = b.Input(N("labels"), {d.b, d.s}, DType::kInt64);
   const int64_t n = Elements(b.shape(st->logits));
   const int64_t pass_flops = kLossPassFlops * n;
   TensorId logits = st->logits;
   if (final_softcap) {
-    st->capped = b.Activation("logits.capped", b.shape(st->logits), d.act);
-    b.Op("logits.softcap", OpKind::kElementwise, {st->logits}, {st->capped}, kSoftcapFlops * n);
+    st->capped = b.Activation(N("logits.capped"), b.shape(st->logits), d.act);
+    b.Op(N("logits.softcap"), OpKind::kElementwise, {st->logits}, {st->capped}, kSoftcapFlops * n);
     logits = st->capped;
   }
   st->loss_input = logits;
   if (d.fp32_loss) {
-    st->loss_input = b.Activation("logits.float", b.shape(logits), DType::kFp32);
-    b.Op("logits.float", OpKind::kElementwise, {logits}, {st->loss_input}, 0);
+    st->loss_input = b.Activation(N("logits.float"), b.shape(logits), DType::kFp32);
+    b.Op(N("logits.float"), OpKind::kElementwise, {logits}, {st->loss_input}, 0);
   }
   // Megatron-LM's _VocabParallelCrossEntropy.forward (megatron/mpu/cross_entropy.py at
   // 6985e589), pass by pass over the rank's [s, b, V/t] input: the row maximum, subtract it
@@ -49,56 +52,59 @@ void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transfo
   const std::vector<int64_t> shape = b.shape(input);
   const DType dtype = b.tensor(input).dtype;
   const std::vector<int64_t> rows(shape.begin(), shape.end() - 1);
-  const TensorId row_max = b.Activation("loss.row_max", rows, dtype);
-  b.Op("loss.max", OpKind::kLoss, {input}, {row_max}, pass_flops);
-  const TensorId shifted = input == st->capped ? b.Activation("loss.shifted", shape, dtype)
-                                               : b.View("loss.shifted", input, shape);
-  b.Op("loss.sub", OpKind::kLoss, {input, row_max}, {shifted}, pass_flops);
-  const TensorId exps = b.View("loss.exp", shifted, shape);
-  b.Op("loss.exp", OpKind::kLoss, {shifted}, {exps}, pass_flops);
-  const TensorId row_sum = b.Activation("loss.row_sum", rows, dtype);
-  b.Op("loss.sum", OpKind::kLoss, {exps}, {row_sum}, pass_flops);
-  st->softmax = b.View("loss.softmax", exps, shape);
-  const TensorId loss = b.Activation("loss", {1}, DType::kFp32);
-  b.Op("loss", OpKind::kLoss, {exps, row_sum, st->labels}, {st->softmax, loss}, pass_flops);
+  const TensorId row_max = b.Activation(N("loss.row_max"), rows, dtype);
+  b.Op(N("loss.max"), OpKind::kLoss, {input}, {row_max}, pass_flops);
+  const TensorId shifted = input == st->capped ? b.Activation(N("loss.shifted"), shape, dtype)
+                                               : b.View(N("loss.shifted"), input, shape);
+  b.Op(N("loss.sub"), OpKind::kLoss, {input, row_max}, {shifted}, pass_flops);
+  const TensorId exps = b.View(N("loss.exp"), shifted, shape);
+  b.Op(N("loss.exp"), OpKind::kLoss, {shifted}, {exps}, pass_flops);
+  const TensorId row_sum = b.Activation(N("loss.row_sum"), rows, dtype);
+  b.Op(N("loss.sum"), OpKind::kLoss, {exps}, {row_sum}, pass_flops);
+  st->softmax = b.View(N("loss.softmax"), exps, shape);
+  const TensorId loss = b.Activation(N("loss"), {1}, DType::kFp32);
+  b.Op(N("loss"), OpKind::kLoss, {exps, row_sum, st->labels}, {st->softmax, loss}, pass_flops);
 }
 
 TensorId HeadBackward(TraceBuilder& b, const Dims& d, const HeadState& st) {
+  auto N = [&st](const char* name) { return st.prefix + name; };
   const int64_t n = Elements(b.shape(st.logits));
   // softmax − one-hot, scaled by the loss gradient, over the softmax's storage.
-  TensorId g_logits = b.View("logits.grad", st.softmax, b.shape(st.softmax), TensorKind::kGradient);
-  b.Op("loss.bwd", OpKind::kLoss, {st.softmax, st.labels}, {g_logits},
+  TensorId g_logits =
+      b.View(N("logits.grad"), st.softmax, b.shape(st.softmax), TensorKind::kGradient);
+  b.Op(N("loss.bwd"), OpKind::kLoss, {st.softmax, st.labels}, {g_logits},
        kBackwardFactor * kLossFlops * n);
   if (st.loss_input != st.logits && st.loss_input != st.capped) {
-    const TensorId g16 = b.Gradient("logits.grad.half", b.shape(st.logits), d.act);
-    b.Op("logits.float.bwd", OpKind::kElementwise, {g_logits}, {g16}, 0);
+    const TensorId g16 = b.Gradient(N("logits.grad.half"), b.shape(st.logits), d.act);
+    b.Op(N("logits.float.bwd"), OpKind::kElementwise, {g_logits}, {g16}, 0);
     g_logits = g16;
   }
   if (st.capped != kNoTensor) {
     // d/dx cap·tanh(x/cap) = 1 − (y/cap)², from the capped logits y.
-    const TensorId g_raw = b.Gradient("logits.raw.grad", b.shape(st.logits), d.act);
-    b.Op("logits.softcap.bwd", OpKind::kElementwise, {st.capped, g_logits}, {g_raw},
+    const TensorId g_raw = b.Gradient(N("logits.raw.grad"), b.shape(st.logits), d.act);
+    b.Op(N("logits.softcap.bwd"), OpKind::kElementwise, {st.capped, g_logits}, {g_raw},
          kBackwardFactor * kSoftcapFlops * n);
     g_logits = g_raw;
   }
   TensorId g = ColumnBackward(b, d, st.logits_layer, {g_logits});
   if (st.mlm_transform) {
     g = NormBackward(b, d, st.mlm_norm, g, kNoTensor);
-    const TensorId g_gelu_in = b.Gradient("mlm.dense.out.grad", d.Full(d.h), d.act);
-    b.Op("mlm.gelu.bwd", OpKind::kElementwise, {st.gelu_in, g}, {g_gelu_in},
+    const TensorId g_gelu_in = b.Gradient(N("mlm.dense.out.grad"), d.Full(d.h), d.act);
+    b.Op(N("mlm.gelu.bwd"), OpKind::kElementwise, {st.gelu_in, g}, {g_gelu_in},
          kBackwardFactor * kGeluFlops * d.s * d.b * d.h);
-    const TensorId g_in = b.Gradient("mlm.dense.in.grad", d.Full(d.h), d.act);
-    b.Gemm("mlm.dense.dgrad", {g_gelu_in, st.dense_w}, {g_in},
+    const TensorId g_in = b.Gradient(N("mlm.dense.in.grad"), d.Full(d.h), d.act);
+    b.Gemm(N("mlm.dense.dgrad"), {g_gelu_in, st.dense_w}, {g_in},
            {.m = d.s * d.b, .n = d.h, .k = d.h, .batch = 1});
     std::vector<TensorId> inputs = {st.dense_in, g_gelu_in};
     const TensorId g_w = b.WeightGrad(st.dense_w, inputs);
     const TensorId g_b = b.WeightGrad(st.dense_b, inputs);
-    b.Gemm("mlm.dense.wgrad", inputs, {g_w, g_b}, {.m = d.h, .n = d.h, .k = d.s * d.b, .batch = 1});
+    b.Gemm(N("mlm.dense.wgrad"), inputs, {g_w, g_b},
+           {.m = d.h, .n = d.h, .k = d.s * d.b, .batch = 1});
     g = g_in;
     if (d.sp) {
       // Every rank holds the whole gradient; each keeps its own rows.
-      const TensorId shard = b.Gradient("mlm.in.grad_shard", d.Stream(), d.act);
-      b.Op("mlm.in.grad_split", OpKind::kElementwise, {g}, {shard}, 0);
+      const TensorId shard = b.Gradient(N("mlm.in.grad_shard"), d.Stream(), d.act);
+      b.Op(N("mlm.in.grad_split"), OpKind::kElementwise, {g}, {shard}, 0);
       g = shard;
     }
   }

@@ -15,6 +15,7 @@
 namespace ssdtrain::models::detail {
 
 struct HeadState {
+  std::string prefix;  // before every tensor and op name ("mtp0." for an MTP depth's head)
   NormState final_norm;
   bool mlm_transform = false;  // BERT
   TensorId dense_in = kNoTensor, dense_w = kNoTensor, dense_b = kNoTensor;
@@ -33,9 +34,10 @@ struct HeadState {
 // carries a bias (Phi-2's and GPT-J's lm_head; BERT's MLM output bias, its
 // BertLMHead.bias, on the tied logits). `final_softcap` (Gemma 2): the logits are
 // soft-capped before the loss, by an op whose output its backward reads.
+// `prefix` goes before every name (a multi-token-prediction depth's own head).
 void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transform, TensorId x,
-                 TensorId word, HeadState* st, bool output_bias = false,
-                 bool final_softcap = false);
+                 TensorId word, HeadState* st, bool output_bias = false, bool final_softcap = false,
+                 const std::string& prefix = "");
 // Returns the gradient of x.
 TensorId HeadBackward(TraceBuilder& b, const Dims& d, const HeadState& st);
 

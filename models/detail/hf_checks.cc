@@ -14,6 +14,17 @@ Result<int64_t> ReadLlamaNamedShape(Fields& f, ModelConfig* c) {
   return f.Size("max_position_embeddings", "");
 }
 
+Status ReadSwigluAndTiedOutput(Fields& f, const std::string& model_type, ModelConfig* c) {
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("hidden_act", "silu"));
+  if (act != "silu") {
+    return f.NotModelled("hidden_act", "\"" + act + "\" for " + model_type + " is",
+                         "silu, the SwiGLU MLP of three matrices");
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(c->tied_output, f.BoolOr("tie_word_embeddings", false));
+  if (c->tied_output) f.Assume("the output layer is the word embeddings (tie_word_embeddings)");
+  return Status::Ok();
+}
+
 Status RequireFalse(Fields& f, const std::string& field, const std::string& what) {
   SSDTRAIN_ASSIGN_OR_RETURN(bool v, f.BoolOr(field, false));
   if (v) return f.NotModelled(field, what, "false");

@@ -138,6 +138,10 @@ std::string List(const std::array<std::string_view, N>& names) {
 // returns max_position_embeddings (detail/hf_checks.cc).
 Result<int64_t> ReadLlamaNamedShape(Fields& f, ModelConfig* c);
 
+// The llama-like readers' MLP and output layer: hidden_act silu (the SwiGLU
+// MLP; another is refused for `model_type`), tie_word_embeddings onto tied_output.
+Status ReadSwigluAndTiedOutput(Fields& f, const std::string& model_type, ModelConfig* c);
+
 // The field checks the readers share (detail/hf_checks.cc). `field` true is
 // refused as `what` not modelled.
 Status RequireFalse(Fields& f, const std::string& field, const std::string& what);
@@ -176,9 +180,13 @@ Result<int64_t> ReadGemma2(Fields& f, ModelConfig* c);
 // intermediate_size (as ffn_hidden), vocabulary and positions. Returns the positions.
 Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelConfig* c);
 
+// deepseek_v2, deepseek_v3 and kimi_k2 (hf_deepseek_config.cc): multi-head
+// latent attention, DeepSeekMoE and multi-token prediction. Returns the positions.
+Result<int64_t> ReadDeepseek(Fields& f, const std::string& model_type, ModelConfig* c);
+
 // The mixture-of-experts model_types: true for every one we know of, read or refused.
 bool IsHfMoeType(const std::string& model_type);
-// The ones read ("mixtral, qwen2_moe, qwen3_moe").
+// The ones read ("mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2").
 std::string HfMoeSupported();
 // Reads a MoE model_type (IsHfMoeType) onto `c`, or refuses it naming the field
 // it does not model. Returns the positions.

@@ -16,6 +16,9 @@ constexpr int64_t kTopkFlopsPerScore = 2;
 constexpr int64_t kCombineFlops = 2;
 // The shared expert's gate: sigmoid and multiply per element.
 constexpr int64_t kGateFlops = 3;
+// A sigmoid router's score per expert: exp, add, divide, plus the
+// load-balancing bias added for the choice.
+constexpr int64_t kSigmoidScoreFlops = 4;
 // The router's softmax and top-k run in fp32, as Hugging Face and Megatron-Core do.
 constexpr DType kRouterDType = DType::kFp32;
 // Row maps and expert indices are int64 (torch's topk and argsort indices).
@@ -79,8 +82,11 @@ void RouterForward(TraceBuilder& b, const Dims& d, MoeState* st) {
   st->scores = b.Activation("router.scores", d.Full(spec.experts), kRouterDType);
   st->weights = b.Activation("router.weights", d.Full(spec.top_k), d.act);
   st->indices = b.Activation("router.indices", d.Full(spec.top_k), kIndexDType);
-  b.Op("router.softmax_topk", OpKind::kSoftmax, {logits}, {st->scores, st->weights, st->indices},
-       (kSoftmaxFlops + kTopkFlopsPerScore * spec.top_k) * tokens * spec.experts);
+  const int64_t score_flops = spec.sigmoid ? kSigmoidScoreFlops : kSoftmaxFlops;
+  b.Op(spec.sigmoid ? "router.sigmoid_topk" : "router.softmax_topk",
+       spec.sigmoid ? OpKind::kElementwise : OpKind::kSoftmax, {logits},
+       {st->scores, st->weights, st->indices},
+       (score_flops + kTopkFlopsPerScore * spec.top_k) * tokens * spec.experts);
 }
 
 // Returns the gradient of x through the router.
@@ -88,8 +94,11 @@ TensorId RouterBackward(TraceBuilder& b, const Dims& d, const MoeState& st, Tens
   const MoeSpec& spec = st.spec;
   const int64_t tokens = d.s * d.b;
   const TensorId g_logits = b.Gradient("router.logits.grad", d.Full(spec.experts), d.act);
-  b.Op("router.softmax_topk.bwd", OpKind::kSoftmax, {st.scores, st.weights, st.indices, g_weights},
-       {g_logits}, kBackwardFactor * kSoftmaxFlops * tokens * spec.experts);
+  b.Op(spec.sigmoid ? "router.sigmoid_topk.bwd" : "router.softmax_topk.bwd",
+       spec.sigmoid ? OpKind::kElementwise : OpKind::kSoftmax,
+       {st.scores, st.weights, st.indices, g_weights}, {g_logits},
+       kBackwardFactor * (spec.sigmoid ? kSigmoidScoreFlops : kSoftmaxFlops) * tokens *
+           spec.experts);
   const TensorId g_x = b.Gradient("router.in.grad", d.Full(d.h), d.act);
   b.Gemm("router.dgrad", {g_logits, st.router_weight}, {g_x},
          {.m = tokens, .n = d.h, .k = spec.experts});
@@ -171,6 +180,7 @@ MoeSpec MoeSpecFor(const ModelConfig& c) {
   spec.ffn = ExpertFfnHidden(c) / c.tp;
   spec.shared_ffn = c.shared_expert_ffn_hidden / c.tp;
   spec.shared_gate = c.shared_expert_gate;
+  spec.sigmoid = c.router_score == "sigmoid";
   spec.ep = c.ep;
   for (int64_t e = 0; e < LocalExperts(c); ++e) spec.tokens.push_back(LocalExpertTokens(c, e));
   for (int64_t e = 0; e < c.experts; ++e) spec.routed += ExpertTokens(c, e);

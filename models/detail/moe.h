@@ -1,6 +1,6 @@
 // The routed MLP of a mixture-of-experts block (models/moe_config.h has the
 // config side). On the norm output x [s_local, b, h], with T = s·b tokens:
-//   [all-gather x over tp with SP] → router gemm [T, E] → softmax (fp32) + top-k
+//   [all-gather x over tp with SP] → router gemm [T, E] → softmax or sigmoid (fp32) + top-k
 //   → permute (x rows to their k experts, a [R, h] buffer and its int64 row map,
 //   R = Σ tokens_e) → per expert e: fc1 [tokens_e, 2f] → SwiGLU → fc2 [tokens_e, h]
 //   → unpermute (each row times its router weight, summed back to [s, b, h])
@@ -30,6 +30,7 @@ struct MoeSpec {
   int64_t ffn = 0;         // each expert's width on this rank
   int64_t shared_ffn = 0;  // the shared expert's width on this rank; 0: none
   bool shared_gate = false;
+  bool sigmoid = false;         // sigmoid scores (DeepSeek-V3), else softmax
   std::vector<int64_t> tokens;  // per expert this rank runs: the rows it receives
   // Expert parallelism: ep > 1 holds experts.size() = E/ep of the E experts,
   // each at the tokens of all ep ranks; `routed` rows leave this rank's permute.

@@ -8,8 +8,9 @@ TensorId NormForward(TraceBuilder& b, const Dims& d, NormKind kind, const std::s
                      TensorId x, NormState* st) {
   st->name = name;
   st->input = x;
-  st->weight = kind == NormKind::kLayerNorm ? b.Weight(name + ".weight", {2, d.h}, d.act)
-                                            : b.Weight(name + ".weight", {d.h}, d.act);
+  const int64_t width = b.shape(x).back();  // h, or an MLA latent's rank
+  st->weight = kind == NormKind::kLayerNorm ? b.Weight(name + ".weight", {2, width}, d.act)
+                                            : b.Weight(name + ".weight", {width}, d.act);
   const TensorId y = b.Activation(name + ".out", b.shape(x), d.act);
   b.Op(name, OpKind::kNorm, {x, st->weight}, {y}, kNormFlops * Elements(b.shape(x)));
   return y;

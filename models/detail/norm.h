@@ -10,10 +10,12 @@
 
 namespace ssdtrain::models::detail {
 
+// A norm over the last dimension of its input: the hidden size, or (MLA) a
+// latent's rank; its weight is [2, width] (LayerNorm) or [width] (RMSNorm).
 struct NormState {
   std::string name;
   TensorId input = kNoTensor;
-  TensorId weight = kNoTensor;  // LayerNorm: [2, h] (scale and shift); RMSNorm: [h]
+  TensorId weight = kNoTensor;  // LayerNorm: [2, width] (scale and shift); RMSNorm: [width]
 };
 
 TensorId NormForward(TraceBuilder& b, const Dims& d, NormKind kind, const std::string& name,

@@ -3,6 +3,7 @@
 #include "models/detail/block.h"
 #include "models/detail/embedding.h"
 #include "models/detail/head.h"
+#include "models/detail/mtp.h"
 #include "models/detail/pipeline.h"
 #include "models/detail/stacks.h"
 #include "models/moe_config.h"
@@ -49,11 +50,26 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   }
   b.SetLayer(traces::kNoLayer);
   HeadState head;
+  // Multi-token prediction's depths follow the head on the last stage
+  // (mla_config.h); with pp > 1 they look the next tokens up in the last
+  // stage's own copy of the word table.
+  std::vector<MtpState> mtp(last ? static_cast<size_t>(c.mtp_layers) : 0);
   if (last) {
     const TensorId word = tied && first ? embedding.word : kNoTensor;
     HeadForward(b, d, style.norm, c.family == "bert", x, word, &head,
                 /*output_bias=*/c.family == "phi" || c.family == "gptj" || c.family == "bert",
                 style.final_softcap);
+    TensorId table = first ? embedding.word : kNoTensor;
+    if (!mtp.empty() && table == kNoTensor && tied) table = head.logits_layer.weight;
+    TensorId hidden = x;
+    for (size_t k = 0; k < mtp.size(); ++k) {
+      const int layer = static_cast<int>(c.layers + static_cast<int64_t>(k));
+      hidden =
+          MtpForward(b, dims_of(layer), style, IsMoeLayer(c, layer) ? &moe : nullptr,
+                     static_cast<int>(k), layer, hidden, table, head.logits_layer.weight, &mtp[k]);
+      table = mtp[k].embedding.word;  // a copy made by the first depth is shared by the rest
+    }
+    b.SetLayer(traces::kNoLayer);
   } else {
     Send(b, "stage_output", x);
   }
@@ -61,6 +77,14 @@ traces::Trace BuildSingleStack(const ModelConfig& c, const traces::Header& heade
   b.SetPhase(Phase::kBackward);
   TensorId g = last ? HeadBackward(b, d, head)
                     : Recv(b, "stage_output.grad", d.Stream(), d.act, TensorKind::kGradient);
+  if (!mtp.empty()) {
+    TensorId g_next = kNoTensor;
+    for (size_t k = mtp.size(); k-- > 0;) {
+      g_next = MtpBackward(b, dims_of(mtp[k].layer), mtp[k], g_next);
+    }
+    b.SetLayer(traces::kNoLayer);
+    g = AccumulateGrad(b, "mtp.in.grad_sum", g, g_next);
+  }
   TensorId no_bias = kNoTensor, no_encoder = kNoTensor;
   for (int l = hi - 1; l >= lo; --l) {
     b.SetLayer(l);

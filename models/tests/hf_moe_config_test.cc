@@ -112,27 +112,28 @@ TEST_F(HfMoe, MixtralRouterJitterIsNotModelled) {
                 "(supported: 0.0)");
 }
 
-TEST_F(HfMoe, DeepSeekLatentAttentionIsRefusedClearly) {
-  EXPECT_EQ(Message(R"("model_type": "deepseek_v3", "hidden_size": 7168, "kv_lora_rank": 512)"),
-            File() +
-                ": kv_lora_rank: multi-head latent attention (deepseek_v3: low-rank compressed "
-                "keys and values) is not modelled (supported: mixtral, qwen2_moe, qwen3_moe)");
+// DeepSeek's reader (hf_deepseek_config.cc) names its missing fields as any other.
+TEST_F(HfMoe, DeepSeekWithoutItsLatentRankNamesTheField) {
+  EXPECT_EQ(Message(R"("model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61,
+      "num_attention_heads": 128, "intermediate_size": 18432, "vocab_size": 129280,
+      "max_position_embeddings": 4096)"),
+            File() + ": kv_lora_rank: missing required field");
 }
 
 TEST_F(HfMoe, GptOssIsRefusedNamingWhatIsNotModelled) {
   EXPECT_EQ(Message(R"("model_type": "gpt_oss", "hidden_size": 2880, "sliding_window": 128)"),
             File() +
                 ": model_type: gpt_oss's attention sinks, biased experts and clamped SwiGLU are "
-                "not modelled (supported: mixtral, qwen2_moe, qwen3_moe)");
+                "not modelled (supported: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, "
+                "kimi_k2)");
 }
 
-// The genuine files of DeepSeek-V3, Kimi K2 and gpt-oss (models/tests/hf/README.md)
-// are refused naming what the trace does not model yet (issue 39).
+// The genuine gpt-oss files (models/tests/hf/README.md) are refused naming what
+// the trace does not model yet (issue 39); DeepSeek-V3 and Kimi K2 are read
+// (mla_test.cc).
 TEST(HfMoeFiles, TodaysMoeFilesAreRefusedNamingTheField) {
   const std::string dir = std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/";
   const std::pair<const char*, const char*> files[] = {
-      {"deepseek-v3", ": kv_lora_rank: multi-head latent attention (deepseek_v3"},
-      {"kimi-k2", ": kv_lora_rank: multi-head latent attention (kimi_k2"},
       {"gpt-oss-20b", ": model_type: gpt_oss's attention sinks"},
       {"gpt-oss-120b", ": model_type: gpt_oss's attention sinks"}};
   for (const auto& [model, why] : files) {
@@ -147,7 +148,7 @@ TEST_F(HfMoe, OtherMoeFamiliesNameTheSupportedOnes) {
   EXPECT_EQ(Message(R"("model_type": "olmoe", "hidden_size": 2048)"),
             File() +
                 ": model_type: the mixture-of-experts model \"olmoe\" is not modelled "
-                "(supported: mixtral, qwen2_moe, qwen3_moe)");
+                "(supported: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2)");
 }
 
 TEST(HfMoeFiles, RealMoeFilesTraceAndValidate) {
