@@ -72,8 +72,8 @@ Status ReadDeepseekMoe(Fields& f, const std::string& model_type, ModelConfig* c)
   }
   SSDTRAIN_ASSIGN_OR_RETURN(int64_t freq, f.IndexOr("moe_layer_freq", 1));
   if (freq != 1) {
-    return f.NotModelled("moe_layer_freq",
-                         Str(freq) + " (MoE on every " + Str(freq) + "th layer) is", "1");
+    return f.NotModelled("moe_layer_freq", Str(freq) + " (MoE every " + Str(freq) + " layers) is",
+                         "1");
   }
   SSDTRAIN_ASSIGN_OR_RETURN(c->router_score, f.StringOr("scoring_func", "softmax"));
   if (c->router_score != "softmax" && c->router_score != "sigmoid") {

@@ -81,14 +81,7 @@ Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelCon
   c->family = "llama";
   const std::string dense = DenseAttentionOf(model_type);
   SSDTRAIN_ASSIGN_OR_RETURN(const int64_t positions, ReadLlamaNamedShape(f, c));
-  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv,
-                            f.OptionalSize("num_key_value_heads", "kv_heads"));
-  c->kv_heads = kv.value_or(0);
-  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim,
-                            f.OptionalSize("head_dim", "head_dim"));
-  c->head_dim = head_dim.value_or(0);
-  SSDTRAIN_RETURN_IF_ERROR(
-      CheckHeads(f, *c, "num_attention_heads", "hidden_size", "num_key_value_heads"));
+  SSDTRAIN_RETURN_IF_ERROR(ReadGroupedQueryHeads(f, c));
   SSDTRAIN_RETURN_IF_ERROR(ReadSwigluAndTiedOutput(f, model_type, c));
   if (dense == "llama" || dense == "qwen3" || dense == "phi3") {
     SSDTRAIN_RETURN_IF_ERROR(RequireFalse(f, "attention_bias", "true (q/k/v/o biases) is"));

@@ -8,8 +8,9 @@
 // The attention is that of mistral (mixtral), qwen2 and qwen3 (detail::ReadLlamaLike).
 //   deepseek_v2, deepseek_v3, kimi_k2: multi-head latent attention and
 //               DeepSeekMoE (hf_deepseek_config.cc)
-// gpt_oss (attention sinks, biased experts, a clamped SwiGLU) and the other MoE
-// families are refused naming the field.
+//   gpt_oss: attention sinks and biases, alternate windows, biased experts
+//            with a clamped SwiGLU (hf_gpt_oss_config.cc)
+// The other MoE families are refused naming the field.
 #include <algorithm>
 #include <array>
 #include <string_view>
@@ -19,24 +20,14 @@
 namespace ssdtrain::models::detail {
 namespace {
 
-constexpr std::array<std::string_view, 6> kMoeRead = {"mixtral",     "qwen2_moe",   "qwen3_moe",
-                                                      "deepseek_v2", "deepseek_v3", "kimi_k2"};
-constexpr std::array<std::string_view, 6> kMoeRefused = {"gpt_oss", "olmoe",      "phimoe",
-                                                         "dbrx",    "granitemoe", "jetmoe"};
+constexpr std::array<std::string_view, 7> kMoeRead = {
+    "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss"};
+constexpr std::array<std::string_view, 5> kMoeRefused = {"olmoe", "phimoe", "dbrx", "granitemoe",
+                                                         "jetmoe"};
 
 template <size_t N>
 bool In(const std::array<std::string_view, N>& names, const std::string& v) {
   return std::find(names.begin(), names.end(), v) != names.end();
-}
-
-// The load-balancing loss is a few [tokens, E] ops; the trace leaves it out.
-void AssumeNoAuxLoss(Fields& f) {
-  f.Assume(
-      "the router's load-balancing loss (router_aux_loss_coef) is not in the trace: its ops "
-      "are [tokens, experts], small next to the experts");
-  f.Assume(
-      "balanced routing: tokens x experts_per_token spread evenly over the experts, no "
-      "capacity (capacity_factor 0)");
 }
 
 Status ReadRouting(Fields& f, const char* experts_field, ModelConfig* c) {
@@ -102,11 +93,6 @@ Result<int64_t> ReadQwenMoe(Fields& f, const std::string& model_type, ModelConfi
 
 // What each refused family has that the trace does not model.
 Status RefuseMoe(Fields& f, const std::string& model_type) {
-  if (model_type == "gpt_oss") {
-    return f.NotModelled("model_type",
-                         "gpt_oss's attention sinks, biased experts and clamped SwiGLU are",
-                         HfMoeSupported());
-  }
   return f.NotModelled("model_type", "the mixture-of-experts model \"" + model_type + "\" is",
                        HfMoeSupported());
 }
@@ -129,6 +115,7 @@ Result<int64_t> ReadHfMoe(Fields& f, const std::string& model_type, ModelConfig*
   if (model_type == "deepseek_v2" || model_type == "deepseek_v3" || model_type == "kimi_k2") {
     return ReadDeepseek(f, model_type, c);
   }
+  if (model_type == "gpt_oss") return ReadGptOss(f, c);
   return RefuseMoe(f, model_type);
 }
 

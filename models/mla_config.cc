@@ -98,6 +98,8 @@ Status ValidateMla(const ModelConfig& c, const std::string& source) {
   const std::pair<const char*, bool> unmodelled[] = {{"qkv_bias", c.qkv_bias},
                                                      {"qk_norm", c.qk_norm},
                                                      {"parallel_block", c.parallel_block},
+                                                     {"attention_bias", c.attention_bias},
+                                                     {"attention_sinks", c.attention_sinks},
                                                      {"sliding_window", c.sliding_window != 0}};
   for (const auto& [field, set] : unmodelled) {
     if (set) return Bad(source, field, "is not modelled with multi-head latent attention");

@@ -150,6 +150,10 @@ std::string ContextParallelRefusal(const ModelConfig& c) {
            ") shorter than the sequence (" + Str(c.seq_len) +
            "): a ring that skips the steps outside the window is not built";
   }
+  if (c.attention_sinks) {
+    return "context parallelism is not modelled with attention sinks (each ring step's partial "
+           "softmax would need the sink once)";
+  }
   if (IsMla(c)) {
     return "context parallelism is not modelled with multi-head latent attention yet (its ring "
            "would carry the up-projected keys and values, of qk and v widths apart)";
@@ -307,12 +311,15 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
     return Bad(source, c.gated_mlp ? "gated_mlp" : "untied_output",
                "is only modelled for the t5 family, not " + c.family);
   }
-  if (c.family != "llama" && (c.qkv_bias || c.qk_norm || c.tied_output)) {
-    return Bad(source,
-               c.qkv_bias  ? "qkv_bias"
-               : c.qk_norm ? "qk_norm"
-                           : "tied_output",
-               "is only modelled for the llama family, not " + c.family);
+  const std::pair<const char*, bool> llama_only[] = {{"qkv_bias", c.qkv_bias},
+                                                     {"qk_norm", c.qk_norm},
+                                                     {"tied_output", c.tied_output},
+                                                     {"attention_bias", c.attention_bias},
+                                                     {"attention_sinks", c.attention_sinks}};
+  for (const auto& [field, set] : llama_only) {
+    if (set && c.family != "llama") {
+      return Bad(source, field, "is only modelled for the llama family, not " + c.family);
+    }
   }
   SSDTRAIN_RETURN_IF_ERROR(ValidateSlidingWindow(c, source));
   SSDTRAIN_RETURN_IF_ERROR(ValidateMla(c, source));

@@ -34,6 +34,11 @@ struct ModelConfig {
   bool qkv_bias = false;  // the q/k/v projection carries a bias (Qwen2)
   bool qk_norm = false;   // RMSNorm over each head's q and k, weight [head_dim],
                           // before rotary (Qwen3)
+  // llama family only (gpt-oss): biases on q, k, v and the output projection
+  // (Hugging Face's attention_bias), and a learned sink logit per head that
+  // joins every softmax's denominator (weight [heads]; attention sinks).
+  bool attention_bias = false;
+  bool attention_sinks = false;
   // Attention and MLP side by side (GPT-J, Phi-2): both read one shared norm of the
   // block input, and both outputs are added to the residual. Not for t5.
   bool parallel_block = false;
@@ -127,6 +132,11 @@ struct ModelConfig {
   int64_t expert_ffn_hidden = 0;         // each expert's (SwiGLU) width; 0 means ffn_hidden
   int64_t shared_expert_ffn_hidden = 0;  // one shared expert every token sees; 0: none
   bool shared_expert_gate = false;       // a sigmoid gate [1, h] on the shared expert (Qwen2-MoE)
+  // gpt-oss: the router and every expert carry biases (router [E], fc1 [2f],
+  // fc2 [h] per expert), and the experts' SwiGLU clamps its gate and up
+  // halves at swiglu_limit (0: no clamp; one fused op, as Megatron-Core's).
+  bool expert_bias = false;
+  double swiglu_limit = 0.0;
   // How the router scores the experts: "softmax" (Mixtral, Qwen) or "sigmoid"
   // (DeepSeek-V3: per-expert sigmoids, top-k by score plus a load-balancing
   // bias that is a buffer, not a trained weight, the k weights renormalised).
@@ -177,8 +187,8 @@ struct HfReport;  // hf_config.h
 // and assumed, and is left empty for our own configs.
 Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = nullptr);
 // The config as JSON, every field written (ModelConfigFromJson reads it back equal);
-// qkv_bias, qk_norm, parallel_block, gated_mlp, untied_output and
-// fp16_lm_cross_entropy only where true, weight_grads only where set_to_none,
+// qkv_bias, qk_norm, attention_bias, attention_sinks, parallel_block, gated_mlp,
+// untied_output and fp16_lm_cross_entropy only where true, weight_grads only where set_to_none,
 // optimizer_step only where fused,
 // tied_output only where true, token_types and the sliding_window fields only
 // where set, and the
@@ -192,8 +202,8 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // head_dim is set); kv_heads divide heads; tp divides heads, kv_heads, ffn_hidden
 // (and seq_len with sequence parallelism); pp divides layers; t5 has
 // 0 < encoder_layers < layers; only llama, falcon and gemma have kv_heads other
-// than heads; only llama has qkv_bias, qk_norm
-// or tied_output; a sliding window only on causal decoders;
+// than heads; only llama has qkv_bias, qk_norm, tied_output,
+// attention_bias or attention_sinks; a sliding window only on causal decoders;
 // optimizer adam or sgd, precision mixed or pure, optimizer_step megatron or
 // fused, weight_grads persistent or
 // set_to_none, dp >= 1, the layout's zero_stage and dp_shard

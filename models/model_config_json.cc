@@ -31,6 +31,8 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.encoder_layers, r.IntOr("encoder_layers", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.ffn_hidden, r.IntOr("ffn_hidden", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.qkv_bias, r.BoolOr("qkv_bias", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.attention_bias, r.BoolOr("attention_bias", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.attention_sinks, r.BoolOr("attention_sinks", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.qk_norm, r.BoolOr("qk_norm", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.parallel_block, r.BoolOr("parallel_block", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.token_types, r.IntOr("token_types", 0));
@@ -113,6 +115,8 @@ nlohmann::json ToJson(const ModelConfig& c) {
                    {"zero_stage", c.zero_stage},
                    {"dp", c.dp}};
   if (c.qkv_bias) j["qkv_bias"] = true;
+  if (c.attention_bias) j["attention_bias"] = true;
+  if (c.attention_sinks) j["attention_sinks"] = true;
   if (c.qk_norm) j["qk_norm"] = true;
   if (c.parallel_block) j["parallel_block"] = true;
   if (c.token_types != 0) j["token_types"] = c.token_types;

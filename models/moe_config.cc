@@ -30,6 +30,8 @@ Status CheckDenseHasNoMoeFields(const ModelConfig& c, const std::string& source)
       {"shared_expert_ffn_hidden", c.shared_expert_ffn_hidden != 0},
       {"shared_expert_gate", c.shared_expert_gate},
       {"router_score", c.router_score != "softmax"},
+      {"expert_bias", c.expert_bias},
+      {"swiglu_limit", c.swiglu_limit != 0.0},
       {"capacity_factor", c.capacity_factor != 0.0},
       {"first_dense_layers", c.first_dense_layers != 0},
       {"moe_layer_step", c.moe_layer_step != 1},
@@ -103,7 +105,8 @@ int64_t ExpertTokens(const ModelConfig& c, int64_t expert) {
 }
 
 int64_t ExpertParameters(const ModelConfig& c) {
-  return kSwigluMatrices * c.hidden * ExpertFfnHidden(c);
+  const int64_t f = ExpertFfnHidden(c);
+  return kSwigluMatrices * c.hidden * f + (c.expert_bias ? 2 * f + c.hidden : 0);
 }
 
 Result<int64_t> ActiveParameterCount(const ModelConfig& c) {
@@ -121,6 +124,8 @@ Status ReadMoeFields(const traces::detail::ObjectReader& r, ModelConfig* c) {
   SSDTRAIN_ASSIGN_OR_RETURN(c->shared_expert_ffn_hidden, r.IntOr("shared_expert_ffn_hidden", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c->shared_expert_gate, r.BoolOr("shared_expert_gate", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c->router_score, r.StringOr("router_score", "softmax"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->expert_bias, r.BoolOr("expert_bias", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c->swiglu_limit, r.NumberOr("swiglu_limit", 0.0));
   SSDTRAIN_ASSIGN_OR_RETURN(c->capacity_factor, r.NumberOr("capacity_factor", 0.0));
   SSDTRAIN_ASSIGN_OR_RETURN(c->first_dense_layers, r.IntOr("first_dense_layers", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c->moe_layer_step, r.IntOr("moe_layer_step", 1));
@@ -139,6 +144,8 @@ void MoeFieldsToJson(const ModelConfig& c, nlohmann::json& j) {
   j["shared_expert_ffn_hidden"] = c.shared_expert_ffn_hidden;
   j["shared_expert_gate"] = c.shared_expert_gate;
   if (c.router_score != "softmax") j["router_score"] = c.router_score;
+  if (c.expert_bias) j["expert_bias"] = true;
+  if (c.swiglu_limit != 0.0) j["swiglu_limit"] = c.swiglu_limit;
   j["capacity_factor"] = c.capacity_factor;
   j["first_dense_layers"] = c.first_dense_layers;
   j["moe_layer_step"] = c.moe_layer_step;
@@ -182,6 +189,10 @@ Status ValidateMoe(const ModelConfig& c, const std::string& source) {
   if (c.router_score != "softmax" && c.router_score != "sigmoid") {
     return Bad(source, "router_score",
                "expected \"softmax\" or \"sigmoid\", got \"" + c.router_score + "\"");
+  }
+  if (!(c.swiglu_limit >= 0.0) || !std::isfinite(c.swiglu_limit)) {
+    return Bad(source, "swiglu_limit",
+               "expected 0 (no clamp) or a positive number, got " + std::to_string(c.swiglu_limit));
   }
   if (!(c.capacity_factor >= 0.0) || !std::isfinite(c.capacity_factor)) {
     return Bad(

@@ -50,7 +50,8 @@ int64_t ExpertTokens(const ModelConfig& c, int64_t expert);
 int64_t LocalExperts(const ModelConfig& c);
 // Rows local expert `local` (in [0, E/ep)) runs at: ep · ExpertTokens(local).
 int64_t LocalExpertTokens(const ModelConfig& c, int64_t local);
-// Parameters of one routed expert (its SwiGLU's three matrices): 3 · hidden · width.
+// Parameters of one routed expert (its SwiGLU's three matrices): 3 · hidden · width,
+// plus its biases (2 · width + hidden) with expert_bias.
 int64_t ExpertParameters(const ModelConfig& c);
 // Parameters a token passes through: ParameterCount less the (E - k) experts of
 // every MoE layer it does not visit (MTP depths included).
@@ -64,7 +65,8 @@ void MoeFieldsToJson(const ModelConfig& c, nlohmann::json& j);
 // family, no parallel block, 1 <= experts_per_token <= experts, tp divides the
 // expert and shared-expert widths, every expert receives at least one token
 // (seq_len · micro_batch · k >= experts), capacity_factor >= 0, moe_layer_step >= 1,
-// dense_layers inside [0, layers), shared_expert_gate only with a shared expert;
+// dense_layers inside [0, layers), shared_expert_gate only with a shared expert,
+// router_score softmax or sigmoid, swiglu_limit >= 0;
 // ep >= 1 divides experts and dp (ep · tp divides dp · tp), and ep > 1 only with
 // zero_stage 0; a dense model has ep 1.
 Status ValidateMoe(const ModelConfig& c, const std::string& source);

@@ -192,6 +192,27 @@ TEST_F(HfReplayCli, MixtralReducedReplaysVerified) {
 
 // Qwen3-30B-A3B's file reduced the same way (16 experts, its top-8): q/k norms and
 // routed experts of moe_intermediate_size.
+// gpt-oss-20b's file reduced the same way (4 experts, its top-4 cut to 2): attention
+// sinks and biases, a window on every other layer shorter than the sequence, biased
+// experts with the clamped SwiGLU; 16 sequences a micro-batch, so that flash
+// attention's tensors reach the 64 KiB a tensor needs to be offloadable.
+TEST_F(HfReplayCli, GptOss20bReducedReplaysVerified) {
+  ExpectVerifiedReplay(
+      Reduced("gpt-oss-20b", {{"hidden_size", 256},
+                              {"num_hidden_layers", 2},
+                              {"layer_types", {"sliding_attention", "full_attention"}},
+                              {"num_attention_heads", 8},
+                              {"num_key_value_heads", 2},
+                              {"head_dim", 32},
+                              {"intermediate_size", 512},
+                              {"num_local_experts", 4},
+                              {"num_experts_per_tok", 2},
+                              {"experts_per_token", 2},
+                              {"sliding_window", kSeqLen / 4},
+                              {"vocab_size", 1024}}),
+      " --attention flash --micro-batch 16");
+}
+
 // DeepSeek-V3's file reduced the same way (8 experts, its top-8 cut to 2): multi-head
 // latent attention, a dense first layer, sigmoid-routed experts with a shared expert
 // and one multi-token-prediction depth, every offloadable activation through the SSD.

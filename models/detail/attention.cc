@@ -44,13 +44,14 @@ static_assert(2 * (3 + 2) * kFlashBackwardDen == 2 * 2 * kFlashBackwardNum,
 
 TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const std::string& name,
                           TensorId q, TensorId k, TensorId v, TensorId bias, AttentionState* st,
-                          bool softcap) {
+                          bool softcap, TensorId sinks) {
   if (d.cp > 1) return RingAttentionForward(b, d, name, q, k, v, st);  // flash, no bias
   st->name = name;
   st->q = q;
   st->k = k;
   st->v = v;
   st->bias = bias;
+  st->sinks = sinks;
   const int64_t batch = d.b * d.kv_heads;
   const int64_t rows = Group(d) * d.s;
   std::vector<TensorId> qk_inputs = {q, k};
@@ -61,6 +62,7 @@ TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const st
     st->ctx = ctx;
     std::vector<TensorId> inputs = {q, k, v};
     if (bias != kNoTensor) inputs.push_back(bias);
+    if (sinks != kNoTensor) inputs.push_back(sinks);
     b.Op(name + ".flash", OpKind::kAttention, inputs, {ctx, st->lse},
          WindowedFlops(d, FlashForwardFlops(d)));
     return ctx;
@@ -77,7 +79,9 @@ TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const st
   }
   st->probs = b.Activation(name + ".probs", scores_shape, d.act);
   int64_t softmax_flops = kSoftmaxFlops * Elements(scores_shape);
-  b.Op(name + ".softmax", OpKind::kSoftmax, {logits}, {st->probs}, softmax_flops);
+  std::vector<TensorId> softmax_inputs = {logits};
+  if (sinks != kNoTensor) softmax_inputs.push_back(sinks);
+  b.Op(name + ".softmax", OpKind::kSoftmax, softmax_inputs, {st->probs}, softmax_flops);
   st->dropped = st->probs;
   if (dropout) {
     st->dropped = b.Activation(name + ".probs_dropped", scores_shape, d.act);
@@ -112,6 +116,10 @@ AttentionGrads AttentionBackward(TraceBuilder& b, const Dims& d, const Attention
       *g_bias = b.Gradient(name + ".bias.grad", bias_shape, d.act);
       outputs.push_back(*g_bias);
     }
+    if (st.sinks != kNoTensor) {
+      inputs.push_back(st.sinks);
+      outputs.push_back(b.WeightGrad(st.sinks, inputs));
+    }
     b.Op(name + ".flash.bwd", OpKind::kAttention, inputs, outputs,
          WindowedFlops(d, FlashBackwardFlops(d)));
     return g;
@@ -132,7 +140,15 @@ AttentionGrads AttentionBackward(TraceBuilder& b, const Dims& d, const Attention
          kBackwardFactor * kDropoutFlops * n_scores);
   }
   TensorId g_scores = b.Gradient(name + ".scores.grad", scores_shape, d.act);
-  b.Op(name + ".softmax.bwd", OpKind::kSoftmax, {st.probs, g_probs}, {g_scores},
+  std::vector<TensorId> softmax_inputs = {st.probs, g_probs};
+  std::vector<TensorId> softmax_outputs = {g_scores};
+  if (st.sinks != kNoTensor) {
+    // A sink's gradient is −Σ over its head's rows of p_sink · (its row's
+    // Σ p·g), read from the probabilities the softmax saved.
+    softmax_inputs.push_back(st.sinks);
+    softmax_outputs.push_back(b.WeightGrad(st.sinks, softmax_inputs));
+  }
+  b.Op(name + ".softmax.bwd", OpKind::kSoftmax, softmax_inputs, softmax_outputs,
        kBackwardFactor * kSoftmaxFlops * n_scores);
   if (st.capped != kNoTensor) {
     // d/dx cap·tanh(x/cap) = 1 − (y/cap)², from the capped scores y.

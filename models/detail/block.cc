@@ -78,8 +78,9 @@ TensorId SelfAttentionBranch(TraceBuilder& b, const Dims& d, const BlockStyle& s
     b.Op("rotary", OpKind::kElementwise, {st->q_pre, st->k_pre}, {q, k},
          kRotaryFlops * d.s * d.b * (q_width + kv_width));
   }
+  const TensorId sinks = style.sinks ? b.Weight("attn.sinks", {d.heads}, d.act) : kNoTensor;
   const TensorId ctx = AttentionForward(b, d, style.dropout && style.attention_dropout, "attn", q,
-                                        k, v, rel_bias, &st->core, style.attn_softcap);
+                                        k, v, rel_bias, &st->core, style.attn_softcap, sinks);
   TensorId y = kNoTensor;
   st->proj = RowForward(b, d, "proj", ctx, q_width, d.h, &y);
   return y;

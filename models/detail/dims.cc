@@ -63,6 +63,8 @@ BlockStyle StyleFor(const ModelConfig& c) {
     s.attn_bias = s.mlp_bias = false;
     s.rotary = true;
     s.qkv_bias = c.qkv_bias;
+    s.attn_bias = c.attention_bias;
+    s.sinks = c.attention_sinks;
     s.qk_norm = c.qk_norm;
   } else if (family == "phi") {
     // Phi-2: GPT's LayerNorm, GELU and biases with rotary positions; dropout only

@@ -45,6 +45,8 @@ struct BlockStyle {
   // op, whose output its backward reads) and of the final logits.
   bool attn_softcap = false;
   bool final_softcap = false;
+  // gpt-oss: a learned sink logit per head in every softmax's denominator.
+  bool sinks = false;
   // Multi-head latent attention (models/mla_config.h) in place of the QKV layer.
   MlaSpec mla;
 };

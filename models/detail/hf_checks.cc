@@ -14,6 +14,28 @@ Result<int64_t> ReadLlamaNamedShape(Fields& f, ModelConfig* c) {
   return f.Size("max_position_embeddings", "");
 }
 
+// The load-balancing loss is a few [tokens, E] ops; the trace leaves it out.
+void AssumeNoAuxLoss(Fields& f) {
+  f.Assume(
+      "the router's load-balancing loss (router_aux_loss_coef) is not in the trace: its ops "
+      "are [tokens, experts], small next to the experts");
+  f.Assume(
+      "balanced routing: tokens x experts_per_token spread evenly over the experts, no "
+      "capacity (capacity_factor 0)");
+}
+
+Status ReadGroupedQueryHeads(Fields& f, ModelConfig* c) {
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> kv,
+                            f.OptionalSize("num_key_value_heads", "kv_heads"));
+  c->kv_heads = kv.value_or(0);
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> head_dim,
+                            f.OptionalSize("head_dim", "head_dim"));
+  c->head_dim = head_dim.value_or(0);
+  SSDTRAIN_RETURN_IF_ERROR(
+      CheckHeads(f, *c, "num_attention_heads", "hidden_size", "num_key_value_heads"));
+  return Status::Ok();
+}
+
 Status ReadSwigluAndTiedOutput(Fields& f, const std::string& model_type, ModelConfig* c) {
   SSDTRAIN_ASSIGN_OR_RETURN(std::string act, f.StringOr("hidden_act", "silu"));
   if (act != "silu") {

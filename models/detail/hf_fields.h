@@ -86,6 +86,20 @@ class Fields {
     Read(name, "[" + text + "]", "");
     return v;
   }
+  // A list of strings, or `fallback` when absent (gpt_oss's layer_types).
+  Result<std::vector<std::string>> StringListOr(const std::string& name,
+                                                std::vector<std::string> fallback) {
+    if (!r_.Has(name)) return fallback;
+    SSDTRAIN_ASSIGN_OR_RETURN(const nlohmann::json* v, r_.Value(name));
+    if (!v->is_array()) return Bad(name, "expected a list of strings");
+    std::vector<std::string> out;
+    for (const nlohmann::json& e : *v) {
+      if (!e.is_string()) return Bad(name, "expected a list of strings, got " + e.dump());
+      out.push_back(e.get<std::string>());
+    }
+    Read(name, "[" + Str(static_cast<int64_t>(out.size())) + " entries]", "");
+    return out;
+  }
   bool Has(const std::string& name) const { return r_.Has(name); }
   bool IsNull(const std::string& name) const { return j_.contains(name) && j_[name].is_null(); }
   // Records a null field as read (null selects the documented default).
@@ -138,6 +152,11 @@ std::string List(const std::array<std::string_view, N>& names) {
 // returns max_position_embeddings (detail/hf_checks.cc).
 Result<int64_t> ReadLlamaNamedShape(Fields& f, ModelConfig* c);
 
+// num_key_value_heads (kv_heads; absent: heads) and head_dim (absent: hidden /
+// heads), checked against num_attention_heads and hidden_size.
+Status ReadGroupedQueryHeads(Fields& f, ModelConfig* c);
+// The MoE readers' assumptions: no load-balancing loss, balanced routing.
+void AssumeNoAuxLoss(Fields& f);
 // The llama-like readers' MLP and output layer: hidden_act silu (the SwiGLU
 // MLP; another is refused for `model_type`), tie_word_embeddings onto tied_output.
 Status ReadSwigluAndTiedOutput(Fields& f, const std::string& model_type, ModelConfig* c);
@@ -183,6 +202,10 @@ Result<int64_t> ReadLlamaLike(Fields& f, const std::string& model_type, ModelCon
 // deepseek_v2, deepseek_v3 and kimi_k2 (hf_deepseek_config.cc): multi-head
 // latent attention, DeepSeekMoE and multi-token prediction. Returns the positions.
 Result<int64_t> ReadDeepseek(Fields& f, const std::string& model_type, ModelConfig* c);
+
+// gpt_oss (hf_gpt_oss_config.cc): attention sinks and biases, windows on
+// alternate layers, biased experts with a clamped SwiGLU. Returns the positions.
+Result<int64_t> ReadGptOss(Fields& f, ModelConfig* c);
 
 // The mixture-of-experts model_types: true for every one we know of, read or refused.
 bool IsHfMoeType(const std::string& model_type);

@@ -19,6 +19,9 @@ constexpr int64_t kGateFlops = 3;
 // A sigmoid router's score per expert: exp, add, divide, plus the
 // load-balancing bias added for the choice.
 constexpr int64_t kSigmoidScoreFlops = 4;
+// gpt-oss's clamped SwiGLU per output element: clamp the gate (1) and the up
+// half (2), gate·sigmoid(α·gate) (5), (up + 1)·that (2).
+constexpr int64_t kClampedSwigluFlops = 10;
 // The router's softmax and top-k run in fp32, as Hugging Face and Megatron-Core do.
 constexpr DType kRouterDType = DType::kFp32;
 // Row maps and expert indices are int64 (torch's topk and argsort indices).
@@ -32,23 +35,47 @@ std::vector<int64_t> Shape(const std::vector<int64_t>& rows, int64_t width) {
   return shape;
 }
 
-// x [rows, h] → fc1 [rows, 2f] → SwiGLU [rows, f] → fc2 [rows, h].
+// x [rows, h] → fc1 [rows, 2f] → SwiGLU [rows, f] → fc2 [rows, h]; with
+// `bias` each gemm adds its bias (gpt-oss), with `clamp` the SwiGLU is gpt-oss's
+// clamped one (one fused op reading fc1's output, as the plain one).
 TensorId ExpertForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x,
-                       std::vector<int64_t> rows, int64_t ffn, ExpertState* st) {
+                       std::vector<int64_t> rows, int64_t ffn, ExpertState* st, bool bias = false,
+                       bool clamp = false) {
   st->name = name;
   st->rows = std::move(rows);
   st->ffn = ffn;
   st->in = x;
+  st->clamp = clamp;
   const int64_t m = Rows(st->rows);
   st->fc1_weight = b.Weight(name + ".fc1.weight", {2 * ffn, d.h}, d.act);
+  std::vector<TensorId> fc1_inputs = {x, st->fc1_weight};
+  if (bias) {
+    st->fc1_bias = b.Weight(name + ".fc1.bias", {2 * ffn}, d.act);
+    fc1_inputs.push_back(st->fc1_bias);
+  }
   st->fc1_out = b.Activation(name + ".fc1.out", Shape(st->rows, 2 * ffn), d.act);
-  b.Gemm(name + ".fc1", {x, st->fc1_weight}, {st->fc1_out}, {.m = m, .n = 2 * ffn, .k = d.h});
+  b.Gemm(name + ".fc1", fc1_inputs, {st->fc1_out}, {.m = m, .n = 2 * ffn, .k = d.h});
   st->act = b.Activation(name + ".act.out", Shape(st->rows, ffn), d.act);
-  b.Op(name + ".swiglu", OpKind::kElementwise, {st->fc1_out}, {st->act}, kSwigluFlops * m * ffn);
+  b.Op(name + (clamp ? ".swiglu_clamped" : ".swiglu"), OpKind::kElementwise, {st->fc1_out},
+       {st->act}, (clamp ? kClampedSwigluFlops : kSwigluFlops) * m * ffn);
   st->fc2_weight = b.Weight(name + ".fc2.weight", {d.h, ffn}, d.act);
+  std::vector<TensorId> fc2_inputs = {st->act, st->fc2_weight};
+  if (bias) {
+    st->fc2_bias = b.Weight(name + ".fc2.bias", {d.h}, d.act);
+    fc2_inputs.push_back(st->fc2_bias);
+  }
   st->out = b.Activation(name + ".fc2.out", Shape(st->rows, d.h), d.act);
-  b.Gemm(name + ".fc2", {st->act, st->fc2_weight}, {st->out}, {.m = m, .n = d.h, .k = ffn});
+  b.Gemm(name + ".fc2", fc2_inputs, {st->out}, {.m = m, .n = d.h, .k = ffn});
   return st->out;
+}
+
+// The weight gradient of a gemm and, with a bias, the bias's (the output
+// gradient summed over the rows, in the same op).
+std::vector<TensorId> WeightGrads(TraceBuilder& b, TensorId weight, TensorId bias,
+                                  std::vector<TensorId>& inputs) {
+  std::vector<TensorId> outputs = {b.WeightGrad(weight, inputs)};
+  if (bias != kNoTensor) outputs.push_back(b.WeightGrad(bias, inputs));
+  return outputs;
 }
 
 // Returns the gradient of the expert's input.
@@ -58,16 +85,17 @@ TensorId ExpertBackward(TraceBuilder& b, const Dims& d, const ExpertState& st, T
   const TensorId g_act = b.Gradient(n + ".act.out.grad", Shape(st.rows, st.ffn), d.act);
   b.Gemm(n + ".fc2.dgrad", {g_out, st.fc2_weight}, {g_act}, {.m = m, .n = st.ffn, .k = d.h});
   std::vector<TensorId> fc2_inputs = {st.act, g_out};
-  const TensorId g_fc2 = b.WeightGrad(st.fc2_weight, fc2_inputs);
-  b.Gemm(n + ".fc2.wgrad", fc2_inputs, {g_fc2}, {.m = d.h, .n = st.ffn, .k = m});
+  const std::vector<TensorId> g_fc2 = WeightGrads(b, st.fc2_weight, st.fc2_bias, fc2_inputs);
+  b.Gemm(n + ".fc2.wgrad", fc2_inputs, g_fc2, {.m = d.h, .n = st.ffn, .k = m});
   const TensorId g_fc1_out = b.Gradient(n + ".fc1.out.grad", Shape(st.rows, 2 * st.ffn), d.act);
-  b.Op(n + ".swiglu.bwd", OpKind::kElementwise, {st.fc1_out, g_act}, {g_fc1_out},
-       kBackwardFactor * kSwigluFlops * m * st.ffn);
+  b.Op(n + (st.clamp ? ".swiglu_clamped.bwd" : ".swiglu.bwd"), OpKind::kElementwise,
+       {st.fc1_out, g_act}, {g_fc1_out},
+       kBackwardFactor * (st.clamp ? kClampedSwigluFlops : kSwigluFlops) * m * st.ffn);
   const TensorId g_in = b.Gradient(n + ".in.grad", Shape(st.rows, d.h), d.act);
   b.Gemm(n + ".fc1.dgrad", {g_fc1_out, st.fc1_weight}, {g_in}, {.m = m, .n = d.h, .k = 2 * st.ffn});
   std::vector<TensorId> fc1_inputs = {st.in, g_fc1_out};
-  const TensorId g_fc1 = b.WeightGrad(st.fc1_weight, fc1_inputs);
-  b.Gemm(n + ".fc1.wgrad", fc1_inputs, {g_fc1}, {.m = 2 * st.ffn, .n = d.h, .k = m});
+  const std::vector<TensorId> g_fc1 = WeightGrads(b, st.fc1_weight, st.fc1_bias, fc1_inputs);
+  b.Gemm(n + ".fc1.wgrad", fc1_inputs, g_fc1, {.m = 2 * st.ffn, .n = d.h, .k = m});
   return g_in;
 }
 
@@ -76,9 +104,13 @@ void RouterForward(TraceBuilder& b, const Dims& d, MoeState* st) {
   const MoeSpec& spec = st->spec;
   const int64_t tokens = d.s * d.b;
   st->router_weight = b.Weight("router.weight", {spec.experts, d.h}, d.act);
+  std::vector<TensorId> inputs = {st->x, st->router_weight};
+  if (spec.bias) {
+    st->router_bias = b.Weight("router.bias", {spec.experts}, d.act);
+    inputs.push_back(st->router_bias);
+  }
   const TensorId logits = b.Activation("router.logits", d.Full(spec.experts), d.act);
-  b.Gemm("router", {st->x, st->router_weight}, {logits},
-         {.m = tokens, .n = spec.experts, .k = d.h});
+  b.Gemm("router", inputs, {logits}, {.m = tokens, .n = spec.experts, .k = d.h});
   st->scores = b.Activation("router.scores", d.Full(spec.experts), kRouterDType);
   st->weights = b.Activation("router.weights", d.Full(spec.top_k), d.act);
   st->indices = b.Activation("router.indices", d.Full(spec.top_k), kIndexDType);
@@ -103,8 +135,8 @@ TensorId RouterBackward(TraceBuilder& b, const Dims& d, const MoeState& st, Tens
   b.Gemm("router.dgrad", {g_logits, st.router_weight}, {g_x},
          {.m = tokens, .n = d.h, .k = spec.experts});
   std::vector<TensorId> inputs = {st.x, g_logits};
-  const TensorId g_w = b.WeightGrad(st.router_weight, inputs);
-  b.Gemm("router.wgrad", inputs, {g_w}, {.m = spec.experts, .n = d.h, .k = tokens});
+  const std::vector<TensorId> g_w = WeightGrads(b, st.router_weight, st.router_bias, inputs);
+  b.Gemm("router.wgrad", inputs, g_w, {.m = spec.experts, .n = d.h, .k = tokens});
   return g_x;
 }
 
@@ -181,6 +213,8 @@ MoeSpec MoeSpecFor(const ModelConfig& c) {
   spec.shared_ffn = c.shared_expert_ffn_hidden / c.tp;
   spec.shared_gate = c.shared_expert_gate;
   spec.sigmoid = c.router_score == "sigmoid";
+  spec.bias = c.expert_bias;
+  spec.clamp = c.swiglu_limit > 0.0;
   spec.ep = c.ep;
   for (int64_t e = 0; e < LocalExperts(c); ++e) spec.tokens.push_back(LocalExpertTokens(c, e));
   for (int64_t e = 0; e < c.experts; ++e) spec.routed += ExpertTokens(c, e);
@@ -213,7 +247,8 @@ TensorId MoeBranchForward(TraceBuilder& b, const Dims& d, const MoeSpec& spec, T
   std::vector<TensorId> outs;
   for (size_t i = 0; i < spec.tokens.size(); ++i) {
     outs.push_back(ExpertForward(b, d, "expert" + std::to_string(i), dispatched[i],
-                                 {spec.tokens[i]}, spec.ffn, &st->experts[i]));
+                                 {spec.tokens[i]}, spec.ffn, &st->experts[i], spec.bias,
+                                 spec.clamp));
   }
   std::vector<TensorId> combine_inputs = outs;
   if (spec.ep > 1) {

@@ -31,6 +31,8 @@ struct MoeSpec {
   int64_t shared_ffn = 0;  // the shared expert's width on this rank; 0: none
   bool shared_gate = false;
   bool sigmoid = false;         // sigmoid scores (DeepSeek-V3), else softmax
+  bool bias = false;            // gpt-oss: biases on the router and on every routed expert's gemms
+  bool clamp = false;           // gpt-oss: the routed experts' SwiGLU clamped (swiglu_limit)
   std::vector<int64_t> tokens;  // per expert this rank runs: the rows it receives
   // Expert parallelism: ep > 1 holds experts.size() = E/ep of the E experts,
   // each at the tokens of all ep ranks; `routed` rows leave this rank's permute.
@@ -47,12 +49,14 @@ struct ExpertState {
   int64_t ffn = 0;
   TensorId in = kNoTensor, fc1_weight = kNoTensor, fc1_out = kNoTensor;
   TensorId act = kNoTensor, fc2_weight = kNoTensor, out = kNoTensor;
+  TensorId fc1_bias = kNoTensor, fc2_bias = kNoTensor;  // gpt-oss's, or none
+  bool clamp = false;
 };
 
 struct MoeState {
   MoeSpec spec;
   TensorId x = kNoTensor;  // the router's and experts' input [s, b, h] (gathered with SP)
-  TensorId router_weight = kNoTensor;
+  TensorId router_weight = kNoTensor, router_bias = kNoTensor;
   TensorId scores = kNoTensor, weights = kNoTensor, indices = kNoTensor;
   TensorId row_map = kNoTensor;
   TensorId returned = kNoTensor;  // ep > 1: the combine all-to-all's output [routed, h]

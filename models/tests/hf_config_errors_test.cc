@@ -76,7 +76,7 @@ TEST_F(HfConfigErrors, UnknownModelTypeNamesTheSupportedOnes) {
                 ": model_type: \"rwkv\" is not supported (supported: bert, falcon, gemma, gemma2, "
                 "gpt2, gpt_neox, gptj, llama, mistral, opt, phi, phi3, qwen2, qwen3, roberta, t5, "
                 "RefinedWebModel, RefinedWeb; mixture of experts: mixtral, qwen2_moe, "
-                "qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2)");
+                "qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss)");
 }
 
 TEST_F(HfConfigErrors, ArchitecturesWithoutModelTypeNameTheModelType) {

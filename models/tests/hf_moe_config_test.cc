@@ -120,44 +120,22 @@ TEST_F(HfMoe, DeepSeekWithoutItsLatentRankNamesTheField) {
             File() + ": kv_lora_rank: missing required field");
 }
 
-TEST_F(HfMoe, GptOssIsRefusedNamingWhatIsNotModelled) {
-  EXPECT_EQ(Message(R"("model_type": "gpt_oss", "hidden_size": 2880, "sliding_window": 128)"),
-            File() +
-                ": model_type: gpt_oss's attention sinks, biased experts and clamped SwiGLU are "
-                "not modelled (supported: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, "
-                "kimi_k2)");
-}
-
-// The genuine gpt-oss files (models/tests/hf/README.md) are refused naming what
-// the trace does not model yet (issue 39); DeepSeek-V3 and Kimi K2 are read
-// (mla_test.cc).
-TEST(HfMoeFiles, TodaysMoeFilesAreRefusedNamingTheField) {
-  const std::string dir = std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/";
-  const std::pair<const char*, const char*> files[] = {
-      {"gpt-oss-20b", ": model_type: gpt_oss's attention sinks"},
-      {"gpt-oss-120b", ": model_type: gpt_oss's attention sinks"}};
-  for (const auto& [model, why] : files) {
-    const std::string file = dir + model + "/config.json";
-    const Result<ModelConfig> c = LoadModelConfig(file);
-    ASSERT_FALSE(c.ok()) << model;
-    EXPECT_EQ(c.status().message().rfind(file + why, 0), 0u) << c.status().message();
-  }
-}
-
 TEST_F(HfMoe, OtherMoeFamiliesNameTheSupportedOnes) {
   EXPECT_EQ(Message(R"("model_type": "olmoe", "hidden_size": 2048)"),
             File() +
                 ": model_type: the mixture-of-experts model \"olmoe\" is not modelled "
-                "(supported: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2)");
+                "(supported: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, "
+                "gpt_oss)");
 }
 
 TEST(HfMoeFiles, RealMoeFilesTraceAndValidate) {
-  for (const char* model : {"mixtral-8x7b-v0.1", "qwen3-30b-a3b"}) {
+  for (const char* model : {"mixtral-8x7b-v0.1", "qwen3-30b-a3b", "deepseek-v3", "kimi-k2",
+                            "gpt-oss-20b", "gpt-oss-120b"}) {
     SCOPED_TRACE(model);
     Result<ModelConfig> c =
         LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/" + model);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
-    c->seq_len = 64;  // 64 tokens x 8 reach each of Qwen3's 128 experts
+    c->seq_len = 64;  // 64 tokens x 8 reach each of Kimi K2's 384 experts
     const Result<traces::Trace> t = BuildTrace(*c);
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     EXPECT_TRUE(traces::Validate(*t, model).ok());

@@ -13,6 +13,19 @@
 
 namespace ssdtrain::models::testing {
 
+// models/tests/hf/<model>: a genuine config.json's folder.
+inline std::string HfDir(const std::string& model) {
+  return std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/" + model;
+}
+
+// The config at `path`, which must load (a failure is reported, and an empty
+// config returned).
+inline ModelConfig LoadOk(const std::string& path) {
+  const Result<ModelConfig> c = LoadModelConfig(path);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? *c : ModelConfig{};
+}
+
 class HfFileTest : public ::testing::Test {
  protected:
   void SetUp() override {

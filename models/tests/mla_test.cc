@@ -20,15 +20,8 @@
 namespace ssdtrain::models {
 namespace {
 
-std::string HfDir(const std::string& model) {
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/" + model;
-}
-
-ModelConfig Load(const std::string& path) {
-  const Result<ModelConfig> c = LoadModelConfig(path);
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  return c.ok() ? *c : ModelConfig{};
-}
+using testing::HfDir;
+ModelConfig Load(const std::string& path) { return testing::LoadOk(path); }
 
 int64_t Params(const ModelConfig& c) {
   const Result<int64_t> p = ParameterCount(c);
@@ -303,7 +296,7 @@ TEST_F(MlaFields, HfFieldsAreRefusedWithTheirNames) {
                 ": num_key_value_heads: 2 differs from num_attention_heads 4 (multi-head "
                 "latent attention gives every head its own key and value)");
   EXPECT_EQ(Message(base + R"(, "moe_layer_freq": 2)"),
-            File() + ": moe_layer_freq: 2 (MoE on every 2th layer) is not modelled (supported: 1)");
+            File() + ": moe_layer_freq: 2 (MoE every 2 layers) is not modelled (supported: 1)");
   EXPECT_EQ(Message(base + R"(, "scoring_func": "softplus")"),
             File() + ": scoring_func: \"softplus\" is not modelled (supported: softmax, sigmoid)");
   Write(base);
