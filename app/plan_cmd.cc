@@ -106,6 +106,7 @@ int RunPlan(PlanCmdOptions o) {
   po.ddp = o.ddp;
   po.allow_host_offload = !o.no_host_offload;
   po.recompute_modules = o.recompute_modules;
+  po.offload_modules = o.offload_modules;
   po.layers = in.layers;
   po.heads = in.heads;
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
@@ -254,10 +255,12 @@ Verb AddPlanCommand(CLI::App& app) {
       ->check(IntAtLeast(1));
   cmd->add_option("--policy", o->policy,
                   "keep, recompute-full, recompute-selective, offload-host, offload-ssd, "
-                  "ssdtrain, ssdtrain-paper, optimal or auto (default: auto, the fastest that fits "
-                  "of every policy but ssdtrain-paper)")
+                  "ssdtrain, ssdtrain-paper, megatron-offload, optimal or auto (default: auto, "
+                  "the fastest that fits of every policy but ssdtrain-paper and "
+                  "megatron-offload)")
       ->check(CLI::IsMember({"keep", "recompute-full", "recompute-selective", "offload-host",
-                             "offload-ssd", "ssdtrain", "ssdtrain-paper", "optimal", "auto"}));
+                             "offload-ssd", "ssdtrain", "ssdtrain-paper", "megatron-offload",
+                             "optimal", "auto"}));
   cmd->add_option("--memory-budget", o->memory_budget_GiB,
                   "GPU memory budget in GiB (default: the GPU's usable memory, the hardware "
                   "config's gpu.memory_GiB less gpu.reserved_GiB; above it is refused)");
@@ -339,6 +342,14 @@ Verb AddPlanCommand(CLI::App& app) {
                   "(multi-head latent attention's up-projected query, key and value)")
       ->delimiter(',')
       ->check(CLI::IsMember({"core_attn", "mla_up_proj"}));
+  cmd->add_option("--offload-modules", o->offload_modules,
+                  "what --policy megatron-offload sends to pinned host memory, as "
+                  "Megatron-Core's --offload-modules: attn_norm, qkv_linear, core_attn, "
+                  "attn_proj, mlp_norm, expert_fc1, moe_act (default: core_attn,attn_proj,"
+                  "expert_fc1, its documentation's recommendation)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",
+                             "expert_fc1", "moe_act"}));
   return Verb{cmd, [o] { return RunPlan(*o); }};
 }
 

@@ -182,7 +182,10 @@ std::string DoesNotHelp(const ComparedPolicy& without, const ComparedPolicy* wit
 
 std::vector<std::string> ComparedPolicies(bool allow_host_offload) {
   std::vector<std::string> out{"keep", "recompute-full", "recompute-selective"};
-  if (allow_host_offload) out.emplace_back("offload-host");
+  if (allow_host_offload) {
+    out.emplace_back("offload-host");
+    out.emplace_back("megatron-offload");
+  }
   for (const char* p : {"offload-ssd", "ssdtrain", "ssdtrain-paper", "optimal"}) {
     out.emplace_back(p);
   }

@@ -43,6 +43,8 @@ struct PlanCmdOptions {
   bool no_host_offload = false;
   // --recompute-modules: what recompute-selective rebuilds (sim/policy.h).
   std::vector<std::string> recompute_modules = {"core_attn"};
+  // --offload-modules: what megatron-offload moves (sim/policy.h).
+  std::vector<std::string> offload_modules = {"core_attn", "attn_proj", "expert_fc1"};
 };
 
 // The search's input: a model config (every layout the planner tries is built

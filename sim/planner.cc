@@ -28,9 +28,10 @@ void Say(const PlannerOptions& o, const std::string& line) {
 }
 
 Result<std::vector<std::string>> PoliciesToTry(const PlannerOptions& options) {
-  if (!options.allow_host_offload && options.policy == "offload-host") {
-    return Status::InvalidArgument(
-        "--policy offload-host: host offload is excluded (--no-host-offload)");
+  if (!options.allow_host_offload &&
+      (options.policy == "offload-host" || options.policy == "megatron-offload")) {
+    return Status::InvalidArgument("--policy " + options.policy +
+                                   ": host offload is excluded (--no-host-offload)");
   }
   std::vector<std::string> policies;
   if (options.policy != "auto") {
@@ -72,6 +73,7 @@ class Search {
         pool_(threads_) {
     policy_options_.allow_host_offload = options.allow_host_offload;
     policy_options_.recompute_modules = options.recompute_modules;
+    policy_options_.offload_modules = options.offload_modules;
   }
   TraceCache& cache() { return cache_; }
   int threads() const { return threads_; }

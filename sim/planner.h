@@ -154,6 +154,8 @@ struct PlannerOptions {
   bool allow_host_offload = true;  // false: auto skips offload-host; optimal never uses host
   // What recompute-selective rebuilds (sim/policy.h, PolicyOptions).
   std::vector<std::string> recompute_modules = {"core_attn"};
+  // What megatron-offload moves (sim/policy.h, PolicyOptions).
+  std::vector<std::string> offload_modules = {"core_attn", "attn_proj", "expert_fc1"};
   std::function<void(const std::string&)> progress;  // one line per event; may be empty
   bool record_timeline = false;  // the chosen plan's predicted timeline in prediction.timeline
   // Threads for the optimizer's per-stage searches (sim/stage_plans.h); 0: one

@@ -74,6 +74,18 @@ std::string RecomputeModulesError(const std::vector<std::string>& modules) {
   return "";
 }
 
+std::string OffloadModulesError(const std::vector<std::string>& modules) {
+  for (const std::string& m : modules) {
+    if (std::find(std::begin(traces::kOffloadModules), std::end(traces::kOffloadModules), m) ==
+        std::end(traces::kOffloadModules)) {
+      return "offload module \"" + m +
+             "\": expected attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1 or "
+             "moe_act";
+    }
+  }
+  return "";
+}
+
 traces::Plan BasePlan(const traces::Trace& trace) {
   return traces::PlanTemplate(trace, /*policy=*/"");  // the policy that fills it names it
 }
@@ -168,6 +180,33 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
     return plan;
   }
   if (policy == "ssdtrain-paper") return MakeSsdtrainPaperPlan(trace, hw, plan, options);
+  if (policy == "megatron-offload") {
+    if (const std::string why = OffloadModulesError(options.offload_modules); !why.empty()) {
+      return Status::InvalidArgument(why);
+    }
+    // The storages a chosen module's backward reads.
+    std::vector<bool> chosen(trace.tensors.size(), false);
+    for (const traces::Tensor& t : trace.tensors) {
+      for (traces::OpId c : t.consumers) {
+        const traces::Op& op = trace.op(c);
+        if (op.phase == Phase::kBackward &&
+            Selected(options.offload_modules, traces::OffloadModuleOf(op))) {
+          chosen[static_cast<size_t>(trace.StorageOf(t.id))] = true;
+        }
+      }
+    }
+    int64_t budget =
+        options.allow_host_offload ? HostPinnedBytesPerMicroBatch(hw, base.num_micro_batches) : 0;
+    for (TensorId t : traces::OffloadCandidates(trace)) {
+      const traces::Tensor& storage = trace.tensor(trace.StorageOf(t));
+      if (!chosen[static_cast<size_t>(storage.id)]) continue;
+      if (storage.bytes < kMegatronMinOffloadElements * traces::DTypeSize(storage.dtype)) continue;
+      if (storage.bytes > budget) break;  // in forward order, as its groups are
+      budget -= storage.bytes;
+      plan.placements.push_back(Offload(trace, prefetch, t, TensorAction::kOffloadHost));
+    }
+    return plan;
+  }
   if (policy == "ssdtrain") {
     const int first_kept = AdaptiveFirstKeptLayer(trace, hw, options);
     for (TensorId t : candidates) {
@@ -178,7 +217,7 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
   }
   return Status::InvalidArgument(
       "policy: expected keep, recompute-full, recompute-selective, offload-host, offload-ssd, "
-      "ssdtrain, ssdtrain-paper, optimal or auto, got \"" +
+      "ssdtrain, ssdtrain-paper, megatron-offload, optimal or auto, got \"" +
       std::string(policy) + "\"");
 }
 

@@ -30,6 +30,16 @@
 //                        name keeps the accuracy and CLI expectations of
 //                        `ssdtrain`, which uses a 1 MiB floor and layer
 //                        granularity).
+//   megatron-offload     Megatron-Core's fine-grained activation offloading
+//                        (--fine-grained-activation-offloading
+//                        --offload-modules): every tensor that the backward
+//                        of a chosen module (PolicyOptions::offload_modules,
+//                        traces::OffloadModuleOf) reads, of at least 1,048,576
+//                        elements (its --min-offloaded-tensor-size), goes to
+//                        pinned host memory in forward order, up to the pinned
+//                        budget, and is read back with the fixed policies'
+//                        lookahead. Not in kFixedPolicies: `plan --compare`
+//                        shows it beside them.
 //   optimal              per tensor, chosen jointly under the memory budget by
 //                        simulation, with time-aware prefetch (optimal_policy.h)
 //
@@ -61,14 +71,22 @@ struct PolicyOptions {
   int64_t min_offload_bytes = 1 << 20;  // smaller tensors stay on the device
   int prefetch_lookahead_modules = 2;
   int gpu = -1;  // storage array the plan targets; -1: the slowest
-  // false: no offload-host placements (offload-host places nothing, the
-  // optimizer never moves a tensor to host memory), for executors without a
-  // host-offload path (`ssdtrain replay` today).
+  // false: no offload-host placements (offload-host and megatron-offload
+  // place nothing, the optimizer never moves a tensor to host memory): plan
+  // --no-host-offload, for a machine without a pinned pool to spare.
   bool allow_host_offload = true;
   // What recompute-selective rebuilds, as Megatron-Core's --recompute-modules
   // names it: "core_attn" and "mla_up_proj" (kRecomputeModules).
   std::vector<std::string> recompute_modules = {"core_attn"};
+  // What megatron-offload moves (traces::kOffloadModules); the default is
+  // the pattern Megatron-Core's documentation recommends.
+  std::vector<std::string> offload_modules = {"core_attn", "attn_proj", "expert_fc1"};
 };
+
+// Megatron-Core's --min-offloaded-tensor-size default, in elements.
+inline constexpr int64_t kMegatronMinOffloadElements = int64_t{1} << 20;
+// "" when every name is one of traces::kOffloadModules, else a message naming the first other.
+std::string OffloadModulesError(const std::vector<std::string>& modules);
 
 inline constexpr std::string_view kRecomputeModules[] = {"core_attn", "mla_up_proj"};
 // "" when every name is one of kRecomputeModules, else a message naming the first other.

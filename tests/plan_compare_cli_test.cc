@@ -32,7 +32,7 @@ class PlanCompareCli : public testing::CliTest {
 };
 
 const std::vector<std::string> kComparedPolicies{
-    "keep",        "recompute-full", "recompute-selective", "offload-host",
+    "keep",        "recompute-full", "recompute-selective", "offload-host", "megatron-offload",
     "offload-ssd", "ssdtrain",       "ssdtrain-paper",      "optimal"};
 
 // tiny-gpt on cpu-local under 0.1 GiB: keep fits only at micro-batch 1; SSD

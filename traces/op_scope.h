@@ -18,19 +18,26 @@ namespace ssdtrain::traces {
 // backward.
 inline constexpr std::string_view kMlaUpScope = "mla_up";
 
-// True when `op`'s name, less a leading "L<layer>." prefix, begins with
-// `scope` followed by '.'.
-inline bool InScope(const Op& op, std::string_view scope) {
-  std::string_view name = op.name;
-  if (name.size() > 1 && name[0] == 'L') {
-    const size_t dot = name.find('.');
-    if (dot != std::string_view::npos && dot > 1 &&
-        name.substr(1, dot - 1).find_first_not_of("0123456789") == std::string_view::npos) {
-      name.remove_prefix(dot + 1);
-    }
-  }
-  return name.size() > scope.size() && name.substr(0, scope.size()) == scope &&
-         name[scope.size()] == '.';
-}
+// `op`'s name less a leading "L<layer>." prefix.
+std::string_view UnprefixedName(const Op& op);
+
+// True when `op`'s name, less its layer prefix, begins with `scope` followed by '.'.
+bool InScope(const Op& op, std::string_view scope);
+
+// Megatron-Core's fine-grained activation offloading modules
+// (--offload-modules), each the ops the trace builder names so
+// (models/detail/block.cc, mla.cc, moe.cc), forward and backward alike:
+//   attn_norm   ln1 (the attention's norm)        mlp_norm  ln2
+//   qkv_linear  qkv, q_proj, q_down, q_up, kv_down, kv_up (the projections to q, k, v)
+//   core_attn   attn.* (the attention core: flash kernel, or scores, softmax, ·V)
+//   attn_proj   proj (the output projection)
+//   expert_fc1  expert<i>.fc1 (a routed expert's first gemm)
+//   moe_act     expert<i>.swiglu, expert<i>.swiglu_clamped (its activation)
+// What a module "saves" is what its backward ops read (sim/policy.h,
+// megatron-offload).
+inline constexpr std::string_view kOffloadModules[] = {
+    "attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act"};
+// The module `op` belongs to, or "" for an op of none.
+std::string_view OffloadModuleOf(const Op& op);
 
 }  // namespace ssdtrain::traces
