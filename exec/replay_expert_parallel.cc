@@ -51,7 +51,7 @@ std::vector<size_t> Replayer::AllToAllMembers(const std::vector<TensorId>& tenso
 }
 
 Result<int64_t> Replayer::AllToAllHostBytes(const traces::Op& op) const {
-  const auto n = static_cast<int64_t>(ep_ranks_.size());
+  const auto n = static_cast<int64_t>(ep_.ranks.size());
   int64_t in = 0, out = 0;
   for (const auto* list : {&op.inputs, &op.outputs}) {
     for (size_t i : AllToAllMembers(*list)) {
@@ -95,8 +95,8 @@ std::vector<uint8_t> Replayer::ExpectedSent(const std::vector<TensorId>& tensors
 
 Status Replayer::AllToAllFor(const traces::Op& op, const std::vector<DeviceBuffer>& inputs,
                              const std::vector<DeviceBuffer>& outputs) {
-  const auto n = static_cast<int64_t>(ep_ranks_.size());
-  const int64_t me = ep_index_;
+  const auto n = static_cast<int64_t>(ep_.ranks.size());
+  const int64_t me = ep_.index;
   const std::vector<size_t> ins = AllToAllMembers(op.inputs);
   const std::vector<size_t> outs = AllToAllMembers(op.outputs);
   int64_t total = 0;
@@ -138,7 +138,7 @@ Status Replayer::AllToAllFor(const traces::Op& op, const std::vector<DeviceBuffe
     SSDTRAIN_RETURN_IF_ERROR(ReceivePiece(op, 0, r, out + r * piece, piece, &theirs));
     if (!check) continue;
     const std::string what = "verify: " + RankOpName(op) + ": the piece of rank " +
-                             std::to_string(ep_ranks_[static_cast<size_t>(r)]);
+                             std::to_string(ep_.ranks[static_cast<size_t>(r)]);
     if (theirs != EpPeerSeed(seed, r)) {
       return Status::Corruption(what + " has seed " + std::to_string(theirs) + ", expected " +
                                 std::to_string(EpPeerSeed(seed, r)));

@@ -113,7 +113,7 @@ Status Replayer::InitTensorParallel() {
 uint64_t Replayer::PeerSeed(const traces::Op& op, uint64_t mine, int64_t peer) const {
   switch (traces::GroupOfCollective(op)) {
     case traces::CollectiveGroup::kTensorParallel:
-      return mine ^ TpSeedSalt(tp_index_) ^ TpSeedSalt(peer);
+      return mine ^ TpSeedSalt(tp_.index) ^ TpSeedSalt(peer);
     case traces::CollectiveGroup::kExpertParallel:
       return EpPeerSeed(mine, peer);
     case traces::CollectiveGroup::kShard:

@@ -26,8 +26,9 @@ struct Searched {
 };
 
 std::string CaseName(const SweepCase& c) {
-  return fmt::format("{} on {} x {}", std::filesystem::path(c.model).stem().string(), c.gpus,
-                     std::filesystem::path(c.hardware).stem().string());
+  return fmt::format("{} on {} x {}{}", std::filesystem::path(c.model).stem().string(), c.gpus,
+                     std::filesystem::path(c.hardware).stem().string(),
+                     c.defer_grad_sync ? " --defer-grad-sync" : "");
 }
 
 // Each returned stage plan against the static peak of its unrolled step.
@@ -114,7 +115,8 @@ SweepOutcome CheckPlannerInvariants(const SweepCase& c) {
                              (config.ok() ? hw.status() : config.status()).message());
     return out;
   }
-  const models::ModelConfig base = *config;
+  models::ModelConfig base = *config;
+  base.zero_defer_grad_sync = c.defer_grad_sync;
   const sim::TraceProvider provider = ModelTraceProvider(base, c.model);
   const int64_t budget = sim::GpuMemoryBytes(*hw);
   std::map<std::string, Searched> searched;

@@ -34,6 +34,9 @@ struct SweepCase {
   int64_t gpus = 8;
   std::vector<std::string> policies;  // "auto" among them checks auto against the others
   double max_seconds = 10;
+  // The model's zero_defer_grad_sync (plan --defer-grad-sync): at ZeRO 2 and
+  // 3 the gradients reduce-scattered once a step.
+  bool defer_grad_sync = false;
 };
 
 struct SweepOutcome {

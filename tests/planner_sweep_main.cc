@@ -3,7 +3,7 @@
 // scripts/planner-sweep.sh runs it whole; it prints every violation and exits
 // 1 if there is one.
 //   planner_sweep [--models DIR] [--hardware DIR] [--gpus 8,64,512,4096]
-//                 [--policies a,b] [--max-seconds 10] [--verbose]
+//                 [--policies a,b] [--max-seconds 10] [--defer-grad-sync] [--verbose]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -42,7 +42,7 @@ std::vector<std::string> JsonFiles(const std::string& dir, bool gpu_only) {
 int Usage(const std::string& why) {
   std::cerr << "planner_sweep: " << why
             << "\nusage: planner_sweep [--models DIR] [--hardware DIR] [--gpus 8,64,512,4096] "
-               "[--policies a,b] [--max-seconds S] [--verbose]\n";
+               "[--policies a,b] [--max-seconds S] [--defer-grad-sync] [--verbose]\n";
   return 2;
 }
 
@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> policies = ssdtrain::testing::AllPlannerPolicies();
   double max_seconds = 10;
   bool verbose = false;
+  bool defer_grad_sync = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -69,6 +70,8 @@ int main(int argc, char** argv) {
       policies = Split(value());
     } else if (a == "--max-seconds") {
       max_seconds = std::atof(value().c_str());
+    } else if (a == "--defer-grad-sync") {
+      defer_grad_sync = true;
     } else if (a == "--verbose") {
       verbose = true;
     } else {
@@ -80,7 +83,7 @@ int main(int argc, char** argv) {
   for (const std::string& hw : JsonFiles(hardware, true)) {
     for (const std::string& model : JsonFiles(models, false)) {
       for (int64_t g : gpus) {
-        ssdtrain::testing::SweepCase c{model, hw, g, policies, max_seconds};
+        ssdtrain::testing::SweepCase c{model, hw, g, policies, max_seconds, defer_grad_sync};
         const ssdtrain::testing::SweepOutcome o = ssdtrain::testing::CheckPlannerInvariants(c);
         ++cases;
         if (verbose) {

@@ -150,16 +150,14 @@ class Replayer {
   // ranks in order (fewer than two: collective ops run as memory passes),
   // before Init. The verification seeds differ by index (TpSeedSalt).
   void set_tensor_parallel(int64_t tp_index, std::vector<int> group) {
-    tp_index_ = tp_index;
-    tp_ranks_ = std::move(group);
+    tp_ = {std::move(group), tp_index};
     SetSeedSalt();
   }
   // Expert-parallel ranks: the same for the ep group (traces::Layout::EpGroup), over
   // which the all-to-all ops run (replay_expert_parallel.cc); the seeds differ
   // by ep index too (EpSeedSalt).
   void set_expert_parallel(int64_t ep_index, std::vector<int> group) {
-    ep_index_ = ep_index;
-    ep_ranks_ = std::move(group);
+    ep_ = {std::move(group), ep_index};
     SetSeedSalt();
   }
   // ZeRO-2/3's shard group (traces::Layout::ShardGroup), over which the
@@ -168,12 +166,10 @@ class Replayer {
   // steps send: this rank's index and the group's ranks in order. Their
   // members differ only in dp and cp index, which the seeds do not depend on.
   void set_shard_group(int64_t index, std::vector<int> group) {
-    shard_index_ = index;
-    shard_ranks_ = std::move(group);
+    shard_ = {std::move(group), index};
   }
   void set_context_parallel(int64_t cp_index, std::vector<int> group) {
-    cp_index_ = cp_index;
-    cp_ranks_ = std::move(group);
+    cp_ = {std::move(group), cp_index};
   }
 
   // Data-parallel ranks: the stage's gradient buckets (traces/dp_buckets.h,
@@ -319,48 +315,43 @@ class Replayer {
 
   // Tensor-parallel ranks (replay_tensor_parallel.cc): each collective op's
   // input, output and messages in one pinned host region, reused op by op.
-  bool tensor_parallel() const { return tp_ranks_.size() > 1; }
-  bool expert_parallel() const { return ep_ranks_.size() > 1; }
+  bool tensor_parallel() const { return tp_.ranks.size() > 1; }
+  bool expert_parallel() const { return ep_.ranks.size() > 1; }
   static traces::CollectiveKind Kind(const traces::Op& op) {
     return traces::ClassifyCollective(op);
   }
-  // The ranks a collective op runs between, in order (traces::GroupOfCollective:
-  // the ep group for the all-to-all, the shard group for ZeRO's, the cp group
-  // for the ring's, the tp group else), and this rank's index.
-  const std::vector<int>& GroupOf(const traces::Op& op) const {
+  // A group of ranks a collective runs between: its ranks in order and this
+  // rank's index among them.
+  struct RankGroup {
+    std::vector<int> ranks;
+    int64_t index = 0;
+  };
+  // The group a collective op runs between (traces::GroupOfCollective: the ep
+  // group for the all-to-all, the shard group for ZeRO's, the cp group for the
+  // ring's, the tp group else).
+  const RankGroup& RankGroupOf(const traces::Op& op) const {
     switch (traces::GroupOfCollective(op)) {
       case traces::CollectiveGroup::kExpertParallel:
-        return ep_ranks_;
+        return ep_;
       case traces::CollectiveGroup::kShard:
-        return shard_ranks_;
+        return shard_;
       case traces::CollectiveGroup::kContext:
-        return cp_ranks_;
+        return cp_;
       case traces::CollectiveGroup::kTensorParallel:
         break;
     }
-    return tp_ranks_;
+    return tp_;
   }
-  int64_t IndexIn(const traces::Op& op) const {
-    switch (traces::GroupOfCollective(op)) {
-      case traces::CollectiveGroup::kExpertParallel:
-        return ep_index_;
-      case traces::CollectiveGroup::kShard:
-        return shard_index_;
-      case traces::CollectiveGroup::kContext:
-        return cp_index_;
-      case traces::CollectiveGroup::kTensorParallel:
-        break;
-    }
-    return tp_index_;
-  }
+  const std::vector<int>& GroupOf(const traces::Op& op) const { return RankGroupOf(op).ranks; }
+  int64_t IndexIn(const traces::Op& op) const { return RankGroupOf(op).index; }
   bool Exchanges(const traces::Op& op) const {
     return op.kind == traces::OpKind::kCollective && GroupOf(op).size() > 1;
   }
   static uint64_t TpSeedSalt(int64_t tp_index) { return static_cast<uint64_t>(tp_index) << 56; }
   static uint64_t EpSeedSalt(int64_t ep_index) { return static_cast<uint64_t>(ep_index) << 48; }
   void SetSeedSalt() {
-    seed_salt_ = (tensor_parallel() ? TpSeedSalt(tp_index_) : 0) ^
-                 (expert_parallel() ? EpSeedSalt(ep_index_) : 0);
+    seed_salt_ = (tensor_parallel() ? TpSeedSalt(tp_.index) : 0) ^
+                 (expert_parallel() ? EpSeedSalt(ep_.index) : 0);
   }
   // The tag of phase `phase` of `op` (0, or the all-reduce's gather 1; ZeRO's
   // list of pairs: 2k and 2k + 1 for pair k).
@@ -372,7 +363,7 @@ class Replayer {
   // storage this rank seeds `mine` (EpPeerSeed: in the expert-parallel group).
   uint64_t PeerSeed(const traces::Op& op, uint64_t mine, int64_t peer) const;
   uint64_t EpPeerSeed(uint64_t mine, int64_t peer) const {
-    return mine ^ EpSeedSalt(ep_index_) ^ EpSeedSalt(peer);
+    return mine ^ EpSeedSalt(ep_.index) ^ EpSeedSalt(peer);
   }
   using PieceCheck = std::function<std::vector<uint8_t>(int64_t)>;
   Status InitTensorParallel();
@@ -468,13 +459,9 @@ class Replayer {
   // compute from there on (re-recorded for each message).
   std::unique_ptr<Event> compute_before_receive_, received_;
 
-  int64_t tp_index_ = 0;
-  std::vector<int> tp_ranks_;  // the tensor-parallel group, in order
-  int64_t ep_index_ = 0;
-  std::vector<int> ep_ranks_;  // the expert-parallel group, in order
-  int64_t shard_index_ = 0, cp_index_ = 0;
-  std::vector<int> shard_ranks_, cp_ranks_;  // ZeRO's shard group, the cp group, in order
-  uint64_t seed_salt_ = 0;  // TpSeedSalt(tp_index_) with tp > 1, ^ EpSeedSalt with ep > 1
+  // The tensor-parallel, expert-parallel, ZeRO shard and cp groups.
+  RankGroup tp_, ep_, shard_, cp_;
+  uint64_t seed_salt_ = 0;  // TpSeedSalt(tp_.index) with tp > 1, ^ EpSeedSalt with ep > 1
   std::unique_ptr<HostStaging> collective_host_;  // see InitTensorParallel
   uint8_t* scratch_ = nullptr;                    // the current collective's messages
   CollectiveTraffic collectives_;                 // this step's
