@@ -115,6 +115,31 @@ int Run(const TraceOptions& o) {
           "active parameters per token: {} ({:.3f} B; {} of {} experts in {} of {} layers)\n",
           *active, static_cast<double>(*active) / 1e9, applied->experts_per_token, applied->experts,
           models::MoeLayerCount(*applied), applied->layers);
+      // DeepSeek's corrected count and OpenAI's gpt-oss card leave the input
+      // embedding (a lookup, no gemm) out of the active parameters, and
+      // DeepSeek the MTP depths too.
+      models::ModelConfig main = *applied;
+      main.mtp_layers = 0;
+      Result<int64_t> main_active = models::ActiveParameterCount(main);
+      if (!main_active.ok()) return ReportError("trace", main_active.status());
+      main.tp = 1;  // ParameterCount's vocabulary padding
+      const int64_t table = models::PaddedVocab(main) * applied->hidden;
+      std::cout << fmt::format(
+          "active parameters without the input embedding{}: {} ({:.3f} B; DeepSeek's and "
+          "OpenAI's convention)\n",
+          applied->mtp_layers > 0 ? " or the MTP depths" : "", *main_active - table,
+          static_cast<double>(*main_active - table) / 1e9);
+    }
+    if (applied->mtp_layers > 0) {
+      models::ModelConfig main = *applied;
+      main.mtp_layers = 0;
+      Result<int64_t> main_params = models::ParameterCount(main);
+      if (!main_params.ok()) return ReportError("trace", main_params.status());
+      std::cout << fmt::format(
+          "multi-token prediction: {} parameters ({:.3f} B) in {} depth(s); the main model {} "
+          "({:.3f} B)\n",
+          *params - *main_params, static_cast<double>(*params - *main_params) / 1e9,
+          applied->mtp_layers, *main_params, static_cast<double>(*main_params) / 1e9);
     }
     PrintSummary(*trace, std::cout);
   }

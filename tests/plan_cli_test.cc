@@ -188,9 +188,10 @@ TEST_F(PlanCli, PaperConfigPlansAndSimulates) {
   EXPECT_GT(sim->metrics.ssd_lifetime_days, 0);
 }
 
-// `ssdtrain replay` has no host-offload path: on cpu-local (no pinned pool) the
-// default search never places a tensor in host memory, and --no-host-offload
-// keeps host memory out of the search on a GPU config that has a pinned pool.
+// On cpu-local (no pinned pool) the default search never places a tensor in
+// host memory, and --no-host-offload keeps host memory out of the search on a
+// GPU config that has a pinned pool. (A plan that has host placements replays
+// through the executor's host copies: megatron_offload_cli_test.cc.)
 TEST_F(PlanCli, PlansForReplayHaveNoHostOffload) {
   auto host_placements = [](const traces::Plan& plan) {
     int n = 0;

@@ -173,5 +173,22 @@ TEST_F(TraceCli, MixtureOfExpertsHuggingFaceConfigPrintsTotalAndActiveParameters
       << r.output;
 }
 
+// DeepSeek-V3's real file: the MTP depth's parameters apart from the main
+// model's 671 B, and the active count without the input embedding, DeepSeek's
+// corrected 36.6 B (models/tests/mla_test.cc).
+TEST_F(TraceCli, DeepseekV3SummarySaysItsMtpAndActiveParametersAsPublished) {
+  testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() +
+                                     "/models/tests/hf/deepseek-v3 --seq-len 64 --summary");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("multi-token prediction: 11610067968 parameters (11.610 B) in 1 "
+                          "depth(s); the main model 671026404352 (671.026 B)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("active parameters without the input embedding or the MTP depths: "
+                          "36625603584 (36.626 B"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace ssdtrain

@@ -129,13 +129,18 @@ TEST_F(HfMoe, OtherMoeFamiliesNameTheSupportedOnes) {
 }
 
 TEST(HfMoeFiles, RealMoeFilesTraceAndValidate) {
-  for (const char* model : {"mixtral-8x7b-v0.1", "qwen3-30b-a3b", "deepseek-v3", "kimi-k2",
-                            "gpt-oss-20b", "gpt-oss-120b"}) {
+  // Today's files at 4 of their blocks (a dense and an MoE one among them, with
+  // DeepSeek-V3's MTP depth): their whole traces cost seconds under the sanitizers.
+  const std::pair<const char*, int64_t> files[] = {{"mixtral-8x7b-v0.1", 0}, {"qwen3-30b-a3b", 0},
+                                                   {"deepseek-v3", 4},       {"kimi-k2", 4},
+                                                   {"gpt-oss-20b", 4},       {"gpt-oss-120b", 4}};
+  for (const auto& [model, layers] : files) {
     SCOPED_TRACE(model);
     Result<ModelConfig> c =
         LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/" + model);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     c->seq_len = 64;  // 64 tokens x 8 reach each of Kimi K2's 384 experts
+    if (layers > 0) c->layers = layers;
     const Result<traces::Trace> t = BuildTrace(*c);
     ASSERT_TRUE(t.ok()) << t.status().ToString();
     EXPECT_TRUE(traces::Validate(*t, model).ok());
