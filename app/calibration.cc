@@ -92,6 +92,11 @@ sim::HardwareOptions ApplyCalibration(sim::HardwareOptions hw, const exec::Calib
     // The CPU backend runs every dtype in fp32; CUDA measured fp16 and bf16.
     hw.gpu.peak_tflops_fp16 = (peaks["fp16"] > 0 ? peaks["fp16"] : peaks["fp32"]) / 1e3;
     hw.gpu.peak_tflops_bf16 = (peaks["bf16"] > 0 ? peaks["bf16"] : peaks["fp32"]) / 1e3;
+    // The executor runs an FP8 trace's GEMMs at 16 bits (CUDA) or in fp32
+    // (CPU) (exec/README.md, "FP8"): on the machine a replay runs on, that is
+    // the FP8 rate, MXFP8's too.
+    hw.gpu.peak_tflops_fp8 = hw.gpu.peak_tflops_mxfp8 = hw.gpu.peak_tflops_bf16;
+    hw.gpu.gemm_fp8_efficiency.clear();
     hw.gpu.gemm_efficiency = Curve(gemm, 1.0);
     // Both backends run attention ops as GEMMs (CUDA: of the same FLOPs).
     hw.gpu.attention_efficiency = hw.gpu.gemm_efficiency;

@@ -188,6 +188,10 @@ void MpiSync::TypeAndSum(traces::DType dtype, MPI_Datatype* type_out, MPI_Op* op
     case traces::DType::kUint8:
       type = MPI_UINT8_T;
       break;
+    case traces::DType::kFp8:
+      type = MPI_UINT8_T;
+      op = sum_fp8_;
+      break;
   }
   *type_out = type;
   *op_out = op;

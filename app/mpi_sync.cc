@@ -49,12 +49,15 @@ Result<std::unique_ptr<RankSync>> StartRanks() {
 
 namespace {
 
-// MPI has no 16-bit floating-point sum: these add in fp32 and round back.
+// MPI has no 16- or 8-bit floating-point sum: these add in fp32 and round back.
 void SumFp16(void* in, void* inout, int* len, MPI_Datatype*) {
   exec::SumInto(traces::DType::kFp16, in, inout, *len);
 }
 void SumBf16(void* in, void* inout, int* len, MPI_Datatype*) {
   exec::SumInto(traces::DType::kBf16, in, inout, *len);
+}
+void SumFp8(void* in, void* inout, int* len, MPI_Datatype*) {
+  exec::SumInto(traces::DType::kFp8, in, inout, *len);
 }
 
 }  // namespace
@@ -66,6 +69,7 @@ MpiSync::MpiSync() {
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   MPI_Op_create(&SumFp16, /*commute=*/1, &sum_fp16_);
   MPI_Op_create(&SumBf16, /*commute=*/1, &sum_bf16_);
+  MPI_Op_create(&SumFp8, /*commute=*/1, &sum_fp8_);
   sent_to_.assign(static_cast<size_t>(size_), 0);
   received_from_.assign(static_cast<size_t>(size_), 0);
   if (MPI_Comm_dup(MPI_COMM_WORLD, &async_comm_) != MPI_SUCCESS) async_comm_ = MPI_COMM_NULL;
@@ -78,6 +82,7 @@ MpiSync::~MpiSync() {
   if (stage_comm_ != MPI_COMM_WORLD) MPI_Comm_free(&stage_comm_);
   MPI_Op_free(&sum_fp16_);
   MPI_Op_free(&sum_bf16_);
+  MPI_Op_free(&sum_fp8_);
   MPI_Finalize();
 }
 

@@ -59,6 +59,9 @@ int RunPlan(PlanCmdOptions o) {
   Result<sim::HardwareOptions> hw = sim::LoadHardware(o.hardware);
   if (!hw.ok()) return ReportError("plan", hw.status());
   for (const std::string& note : hw->notes) std::cerr << "plan: note: " << note << "\n";
+  if (Status s = sim::CheckPrecision(*hw, in.fp8); !s.ok()) {
+    return ReportError("plan", s.WithPrefix(o.hardware + " with fp8 " + in.fp8));
+  }
   if (o.memory_budget_GiB < 0) {
     return ReportError("plan", Status::InvalidArgument("--memory-budget: must be >= 0 GiB"));
   }
@@ -95,6 +98,7 @@ int RunPlan(PlanCmdOptions o) {
   po.seq_len = in.seq_len;
   po.sequence_parallel = in.sequence_parallel;
   po.cp_refusal = in.cp_refusal;
+  po.fp8 = in.fp8;
   if (!o.schedule.empty()) {
     po.schedule = o.schedule;
   } else if (!o.trace.empty()) {
@@ -303,6 +307,11 @@ Verb AddPlanCommand(CLI::App& app) {
                   "nothing s x s saved, a sliding window's keys skipped); overrides the model "
                   "config (Hugging Face configs read as standard), and the plan records it")
       ->check(CLI::IsMember({"standard", "flash"}));
+  cmd->add_option("--fp8", o->fp8,
+                  "FP8 training as Transformer Engine's recipe does it: delayed, current, "
+                  "blockwise or mxfp8 (Blackwell), or off; overrides the model config, and the "
+                  "plan records it")
+      ->check(CLI::IsMember({"delayed", "current", "blockwise", "mxfp8", "off"}));
   cmd->add_flag("--defer-grad-sync", o->defer_grad_sync,
                 "at ZeRO 2 and 3, reduce-scatter the gradients once a step, after the last "
                 "micro-batch's backward, keeping the full gradients accumulated until then "

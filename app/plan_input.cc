@@ -42,6 +42,12 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--pp", o.pp, "pp", "pp", h.pp, path));
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--ep", o.ep, "ep", "ep", h.ep, path));
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--cp", o.cp, "cp", "cp", h.cp, path));
+  if (!o.fp8.empty() && (o.fp8 == "off" ? std::string() : o.fp8) != h.fp8) {
+    return Status::InvalidArgument(
+        fmt::format("--fp8 {} contradicts the trace {} (built {}: header.fp8); rebuild it with "
+                    "ssdtrain trace --fp8 {}, or leave the flag out",
+                    o.fp8, path, h.fp8.empty() ? "without FP8" : "with fp8 " + h.fp8, o.fp8));
+  }
   if (!o.attention.empty() && o.attention != h.attention) {
     return Status::InvalidArgument(
         fmt::format("--attention {} contradicts the trace {} (built with {} attention: "
@@ -115,6 +121,7 @@ Result<PlanInput> TraceInput(PlanCmdOptions& o) {
   // stands for that count in the planner's checks of the (pinned) ep.
   in.experts = h.ep > 1 ? h.ep : 0;
   in.seq_len = h.seq_len;
+  in.fp8 = h.fp8;
   in.sequence_parallel = h.sequence_parallel;
   in.cp_refusal = "a captured trace is planned at its own cp";  // TakeTraceShape pins it
   in.stage = h.stage;
@@ -129,11 +136,12 @@ Result<PlanInput> TraceInput(PlanCmdOptions& o) {
 Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
   if (!config.ok()) return config.status();
-  if (o.seq_len > 0 || o.defer_grad_sync || !o.attention.empty()) {
+  if (o.seq_len > 0 || o.defer_grad_sync || !o.attention.empty() || !o.fp8.empty()) {
     models::ConfigOverrides ov;
     if (o.seq_len > 0) ov.seq_len = o.seq_len;
     if (o.defer_grad_sync) ov.zero_defer_grad_sync = true;
     if (!o.attention.empty()) ov.attention = o.attention;
+    if (!o.fp8.empty()) ov.fp8 = o.fp8;
     config = models::ApplyOverrides(*config, ov, o.model);
     if (!config.ok()) return config.status();
   }
@@ -147,17 +155,20 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   in.seq_len = base.seq_len;
   in.sequence_parallel = base.sequence_parallel && base.tp > 1;
   in.cp_refusal = models::ContextParallelRefusal(base);
+  in.fp8 = base.fp8;
   in.config = ConfigLayout{model_path, base.micro_batch, base.tp, base.pp,
                            base.dp,    base.zero_stage,  base.ep};
   in.provider = ModelTraceProvider(base, model_path);
   in.stage0 = [provider = in.provider](const traces::Plan& plan) -> Result<traces::Trace> {
     return provider(ShapeOf(plan, 0));
   };
-  in.trace_command = [base, model_path, attention = o.attention](const traces::Plan& plan) {
+  in.trace_command = [base, model_path, attention = o.attention,
+                      fp8 = o.fp8](const traces::Plan& plan) {
     std::string command =
         fmt::format("{} trace --model {} --micro-batch {} --seq-len {} --tp {} --pp {}",
                     SelfCommand(), model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
     if (!attention.empty()) command += " --attention " + attention;
+    if (!fp8.empty()) command += " --fp8 " + fp8;
     if (plan.cp != 1) command += fmt::format(" --cp {}", plan.cp);
     if (plan.zero_stage != 0) {
       command += fmt::format(" --dp {} --zero-stage {}", plan.dp, plan.zero_stage);

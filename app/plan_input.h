@@ -33,6 +33,7 @@ struct PlanCmdOptions {
   int64_t dp_shard = 0;          // HSDP's shard group (--dp-shard); 0: dp
   bool defer_grad_sync = false;  // --defer-grad-sync: ZeRO 2/3 reduce-scatter once a step
   std::string attention;         // --attention standard|flash; "": the model config's
+  std::string fp8;               // --fp8 RECIPE|off; "": the model config's
   int64_t ep = 0;                // expert parallelism (MoE models); 0: searched
   std::string schedule;
   int64_t virtual_stages = 0;      // 0: searched (with --schedule interleaved)
@@ -59,6 +60,7 @@ struct PlanInput {
   int64_t seq_len = 0;
   bool sequence_parallel = false;
   std::string cp_refusal;
+  std::string fp8;  // the FP8 recipe its traces train under (traces/fp8.h); "" none
   sim::TraceProvider provider;
   std::function<Result<traces::Trace>(const traces::Plan&)> stage0;
   // The command that builds the plan's (stage 0) trace; empty for a captured trace.

@@ -79,6 +79,10 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
     if (plan->dp_shard != 0) layout.dp_shard = plan->dp_shard;
     if (plan->zero_defer_grad_sync) layout.zero_defer_grad_sync = true;
     if (!plan->attention.empty()) layout.attention = plan->attention;
+    // The plan's recipe, or none where the config names one the plan did not use.
+    if (!plan->fp8.empty() || !config.fp8.empty()) {
+      layout.fp8 = plan->fp8.empty() ? "off" : plan->fp8;
+    }
     if (plan->ep != 1) layout.ep = plan->ep;
     if (plan->seq_len > 0) layout.seq_len = plan->seq_len;
     SSDTRAIN_ASSIGN_OR_RETURN(config, models::ApplyOverrides(config, layout, f.model));

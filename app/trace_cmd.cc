@@ -44,9 +44,10 @@ void PrintSummary(const traces::Trace& trace, std::ostream& out) {
   const traces::Header& h = trace.header;
   const traces::TraceSummary s = traces::Summarize(trace);
   out << fmt::format(
-      "{} ({}): h={} a={} layers={} s={} b={} tp={}{} pp={} stage={} dtype={} attention={}\n",
+      "{} ({}): h={} a={} layers={} s={} b={} tp={}{} pp={} stage={} dtype={}{} attention={}\n",
       h.model, h.family, h.hidden, h.heads, h.layers, h.seq_len, h.micro_batch, h.tp,
-      h.sequence_parallel ? "+sp" : "", h.pp, h.stage, h.dtype, h.attention);
+      h.sequence_parallel ? "+sp" : "", h.pp, h.stage, h.dtype,
+      h.fp8.empty() ? "" : " fp8=" + h.fp8, h.attention);
   out << fmt::format("{} ops, {} tensors, weights {}\n\n", trace.ops.size(), s.tensors,
                      HumanBytes(s.weight_bytes));
   out << fmt::format("{:>6} {:>6} {:>12} {:>12} {:>14} {:>14} {:>10}\n", "layer", "ops", "saved",
@@ -220,6 +221,11 @@ Verb AddTraceCommand(CLI::App& app) {
   cmd->add_option_function<std::string>(
          "--dtype", [o](const std::string& v) { o->overrides.dtype = v; }, "fp16, bf16 or fp32")
       ->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
+  cmd->add_option_function<std::string>(
+         "--fp8", [o](const std::string& v) { o->overrides.fp8 = v; },
+         "FP8 training under Transformer Engine's recipe: delayed, current, blockwise or mxfp8, "
+         "or off (overrides the config)")
+      ->check(CLI::IsMember({"delayed", "current", "blockwise", "mxfp8", "off"}));
   return Verb{cmd, [o] { return Run(*o); }};
 }
 

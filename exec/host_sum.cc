@@ -13,6 +13,12 @@ void Add(const void* in, void* inout, int64_t count) {
   for (int64_t i = 0; i < count; ++i) b[i] = static_cast<T>(b[i] + a[i]);
 }
 
+void AddE4m3(const void* in, void* inout, int64_t count) {
+  auto* a = static_cast<const uint8_t*>(in);
+  auto* b = static_cast<uint8_t*>(inout);
+  for (int64_t i = 0; i < count; ++i) b[i] = FloatToE4m3(E4m3ToFloat(b[i]) + E4m3ToFloat(a[i]));
+}
+
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
 void Add16(const void* in, void* inout, int64_t count) {
   auto* a = static_cast<const uint16_t*>(in);
@@ -80,6 +86,36 @@ uint16_t FloatToBf16(float x) {  // round to nearest even
   return static_cast<uint16_t>(bits >> 16);
 }
 
+// E4M3 (OCP "FN"): bias 7, three mantissa bits, no infinities; 0x7f and
+// 0xff are NaN, 448 the largest finite value.
+float E4m3ToFloat(uint8_t v) {
+  const int exponent = (v >> 3) & 0xf;
+  const int mantissa = v & 0x7;
+  if (exponent == 0xf && mantissa == 0x7) return std::nanf("");
+  const float magnitude = exponent == 0
+                              ? std::ldexp(static_cast<float>(mantissa), -9)  // m/8 · 2^-6
+                              : std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
+  return (v & 0x80) ? -magnitude : magnitude;
+}
+
+uint8_t FloatToE4m3(float x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  if (std::isnan(x)) return static_cast<uint8_t>(sign | 0x7f);
+  const float magnitude = std::fabs(x);
+  if (magnitude >= 448.0f) return static_cast<uint8_t>(sign | 0x7e);  // saturates
+  // The nearest of the 127 finite magnitudes 0x00 .. 0x7e (increasing with
+  // the code), ties to the even code.
+  int lo = 0, hi = 0x7e;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (E4m3ToFloat(static_cast<uint8_t>(mid)) <= magnitude ? lo : hi) = mid;
+  }
+  const float below = magnitude - E4m3ToFloat(static_cast<uint8_t>(lo));
+  const float above = E4m3ToFloat(static_cast<uint8_t>(hi)) - magnitude;
+  const int code = below < above ? lo : above < below ? hi : (lo % 2 == 0 ? lo : hi);
+  return static_cast<uint8_t>(sign | code);
+}
+
 void SumInto(traces::DType dtype, const void* in, void* inout, int64_t count) {
   switch (dtype) {
     case traces::DType::kFp32:
@@ -94,6 +130,8 @@ void SumInto(traces::DType dtype, const void* in, void* inout, int64_t count) {
       return Add<uint64_t>(in, inout, count);
     case traces::DType::kUint8:
       return Add<uint8_t>(in, inout, count);
+    case traces::DType::kFp8:
+      return AddE4m3(in, inout, count);
   }
 }
 

@@ -33,6 +33,7 @@ Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
   h.first_layer = stage * h.stage_layers;
   h.dtype = config.dtype;
   h.attention = config.attention;
+  h.fp8 = config.fp8;
   h.weight_grads = config.weight_grads;
   h.zero_stage = config.zero_stage;
   h.zero_shards = LayoutOf(config).OptimizerShards();

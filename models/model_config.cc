@@ -5,6 +5,7 @@
 
 #include "models/mla_config.h"
 #include "models/moe_config.h"
+#include "traces/fp8.h"
 
 namespace ssdtrain::models {
 namespace {
@@ -178,6 +179,22 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   if (!OneOf(kDTypes, c.dtype)) {
     return Bad(source, "dtype", "unknown dtype \"" + c.dtype + "\", expected " + List(kDTypes));
   }
+  if (const std::optional<traces::Fp8Recipe> fp8 = traces::ParseFp8Recipe(c.fp8); !fp8) {
+    return Bad(source, "fp8",
+               "unknown recipe \"" + c.fp8 + "\", expected " +
+                   std::string(traces::kFp8RecipeNames) + " (or off)");
+  } else if (*fp8 != traces::Fp8Recipe::kOff) {
+    if (c.dtype == "fp32") {
+      return Bad(source, "fp8",
+                 "FP8 training keeps its weights and the tensors it does not quantize in a "
+                 "16-bit dtype; got dtype fp32 (use bf16)");
+    }
+    if (c.zero_stage == 3) {
+      return Bad(source, "fp8",
+                 "FP8 with ZeRO-3 is not modelled yet (the FP8 all-gather of the sharded "
+                 "weights, --fp8-param-gather); use zero_stage 0, 1 or 2");
+    }
+  }
   if (!OneOf(kOptimizers, c.optimizer)) {
     return Bad(source, "optimizer",
                "unknown optimizer \"" + c.optimizer + "\", expected " + List(kOptimizers));
@@ -341,6 +358,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.sequence_parallel) c.sequence_parallel = *o.sequence_parallel;
   if (o.attention) c.attention = *o.attention;
   if (o.dtype) c.dtype = *o.dtype;
+  if (o.fp8) c.fp8 = *o.fp8 == "off" ? "" : *o.fp8;
   // Messages name the overrides too: the field at fault may come from a flag.
   std::string flags;
   auto add = [&flags](const std::string& flag, const std::string& value) {
@@ -359,6 +377,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.sequence_parallel && *o.sequence_parallel) add("--sequence-parallel", "");
   if (o.attention) add("--attention", *o.attention);
   if (o.dtype) add("--dtype", *o.dtype);
+  if (o.fp8) add("--fp8", *o.fp8);
   SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source + flags));
   return c;
 }

@@ -72,6 +72,12 @@ struct ModelConfig {
   int64_t pp = 1;                      // pipeline stages; must divide layers
   std::string attention = "standard";  // standard or flash
   std::string dtype = "fp16";          // activations and weights: fp16, bf16, fp32
+  // FP8 training (traces/fp8.h): the linear layers of the transformer blocks
+  // run their GEMMs in FP8 under Transformer Engine's recipe "delayed",
+  // "current", "blockwise" or "mxfp8" (Blackwell only), saving their inputs
+  // in FP8 and keeping an FP8 copy of their weights; "" (default) none. Needs
+  // a 16-bit dtype; not with ZeRO-3 yet. models/README.md, "FP8".
+  std::string fp8;
   // Static memory (weights, gradients, optimizer state; OptimizerStateWordsPerParam):
   std::string optimizer = "adam";   // adam (two moments) or sgd (momentum SGD: one buffer)
   std::string precision = "mixed";  // mixed: fp32 master weights and fp32 optimizer state;
@@ -173,7 +179,7 @@ struct ConfigOverrides {
   std::optional<int64_t> ep;  // expert parallelism (MoE models)
   std::optional<bool> zero_defer_grad_sync;
   std::optional<bool> sequence_parallel;
-  std::optional<std::string> attention, dtype;
+  std::optional<std::string> attention, dtype, fp8;
 };
 
 // Parses one config object (types, required and unknown fields) and validates it.

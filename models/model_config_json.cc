@@ -51,6 +51,8 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.pp, r.IntOr("pp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.attention, r.StringOr("attention", "standard"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dtype, r.StringOr("dtype", "fp16"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.fp8, r.StringOr("fp8", ""));
+  if (c.fp8 == "off") c.fp8.clear();
   SSDTRAIN_ASSIGN_OR_RETURN(c.optimizer, r.StringOr("optimizer", "adam"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.precision, r.StringOr("precision", "mixed"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.optimizer_step, r.StringOr("optimizer_step", "megatron"));
@@ -137,6 +139,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.zero_prefetch != 1) j["zero_prefetch"] = c.zero_prefetch;
   if (c.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
   if (c.cp != 1) j["cp"] = c.cp;
+  if (!c.fp8.empty()) j["fp8"] = c.fp8;
   return j;
 }
 

@@ -8,6 +8,7 @@
 
 #include "sim/detail/interconnect_json.h"
 #include "traces/detail/json_fields.h"
+#include "traces/fp8.h"
 #include "traces/io.h"
 
 namespace ssdtrain::sim {
@@ -66,6 +67,13 @@ Status ReadGpu(const ObjectReader& r, GpuOptions* g) {
                             peak.NumberOr("bf16", g->peak_tflops_bf16, Sign::kPositive));
   SSDTRAIN_ASSIGN_OR_RETURN(g->peak_tflops_fp32,
                             peak.NumberOr("fp32", g->peak_tflops_fp32, Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(g->peak_tflops_fp8,
+                            peak.NumberOr("fp8", g->peak_tflops_fp8, Sign::kPositive));
+  SSDTRAIN_ASSIGN_OR_RETURN(g->peak_tflops_mxfp8,
+                            peak.NumberOr("mxfp8", g->peak_tflops_mxfp8, Sign::kPositive));
+  if (g->peak_tflops_mxfp8 > 0 && g->peak_tflops_fp8 == 0) {
+    return peak.At("mxfp8").Error("needs fp8 too (a GPU with MXFP8 has FP8 tensor cores)");
+  }
   SSDTRAIN_RETURN_IF_ERROR(peak.CheckNoUnknown());
   SSDTRAIN_ASSIGN_OR_RETURN(g->clock_scale,
                             r.NumberOr("clock_scale", g->clock_scale, Sign::kPositive));
@@ -93,6 +101,7 @@ Status ReadGpu(const ObjectReader& r, GpuOptions* g) {
       r.IntInOr("replay_output_region_bytes", g->replay_output_region_bytes, 0, kInt64Max));
   SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader eff, r.ObjectOrEmpty("efficiency"));
   SSDTRAIN_RETURN_IF_ERROR(ReadCurve(eff, "gemm", &g->gemm_efficiency));
+  SSDTRAIN_RETURN_IF_ERROR(ReadCurve(eff, "gemm_fp8", &g->gemm_fp8_efficiency));
   SSDTRAIN_RETURN_IF_ERROR(ReadCurve(eff, "attention", &g->attention_efficiency));
   SSDTRAIN_RETURN_IF_ERROR(ReadCurve(eff, "memory", &g->memory_efficiency));
   SSDTRAIN_RETURN_IF_ERROR(eff.CheckNoUnknown());
@@ -149,12 +158,36 @@ nlohmann::json CurveJson(const std::vector<EfficiencyPoint>& c) {
 nlohmann::json EfficiencyJson(const GpuOptions& g) {
   nlohmann::json e = nlohmann::json::object();
   if (!g.gemm_efficiency.empty()) e["gemm"] = CurveJson(g.gemm_efficiency);
+  if (!g.gemm_fp8_efficiency.empty()) e["gemm_fp8"] = CurveJson(g.gemm_fp8_efficiency);
   if (!g.attention_efficiency.empty()) e["attention"] = CurveJson(g.attention_efficiency);
   if (!g.memory_efficiency.empty()) e["memory"] = CurveJson(g.memory_efficiency);
   return e;
 }
 
 }  // namespace
+
+Status CheckPrecision(const HardwareOptions& hw, const std::string& fp8) {
+  const std::optional<traces::Fp8Recipe> recipe = traces::ParseFp8Recipe(fp8);
+  if (!recipe) {
+    return Status::InvalidArgument("unknown fp8 recipe \"" + fp8 + "\"; expected " +
+                                   std::string(traces::kFp8RecipeNames));
+  }
+  if (*recipe == traces::Fp8Recipe::kOff) return Status::Ok();
+  const std::string gpu = hw.gpu.name.empty() ? std::string("its GPU") : hw.gpu.name;
+  if (hw.gpu.peak_tflops_fp8 <= 0) {
+    return Status::FailedPrecondition(
+        hw.name + ": gpu.peak_tflops.fp8: " + gpu +
+        " has no FP8 tensor cores (the preset gives no fp8 peak); FP8 training (fp8 " + fp8 +
+        ") needs a Hopper or Blackwell GPU: train in bf16 here");
+  }
+  if (*recipe == traces::Fp8Recipe::kMxfp8 && hw.gpu.peak_tflops_mxfp8 <= 0) {
+    return Status::FailedPrecondition(
+        hw.name + ": gpu.peak_tflops.mxfp8: " + gpu +
+        " has no MXFP8 tensor cores (only Blackwell does); use --fp8 delayed, current or "
+        "blockwise");
+  }
+  return Status::Ok();
+}
 
 double PcieGBps(int gen, int lanes) {
   // Raw GT/s per lane by generation; Gen3+ use 128b/130b encoding.
@@ -291,16 +324,18 @@ nlohmann::json ToJson(const HardwareOptions& hw) {
     measured.push_back(e);
   }
   const DriveOptions& d = hw.storage.drive;
+  nlohmann::json peak = {{"fp16", hw.gpu.peak_tflops_fp16},
+                         {"bf16", hw.gpu.peak_tflops_bf16},
+                         {"fp32", hw.gpu.peak_tflops_fp32}};
+  if (hw.gpu.peak_tflops_fp8 > 0) peak["fp8"] = hw.gpu.peak_tflops_fp8;
+  if (hw.gpu.peak_tflops_mxfp8 > 0) peak["mxfp8"] = hw.gpu.peak_tflops_mxfp8;
   nlohmann::json out = {
       {"name", hw.name},
       {"description", hw.description},
       {"gpus_per_node", hw.gpus_per_node},
       {"gpu",
        {{"name", hw.gpu.name},
-        {"peak_tflops",
-         {{"fp16", hw.gpu.peak_tflops_fp16},
-          {"bf16", hw.gpu.peak_tflops_bf16},
-          {"fp32", hw.gpu.peak_tflops_fp32}}},
+        {"peak_tflops", peak},
         {"clock_scale", hw.gpu.clock_scale},
         {"memory_GBps", hw.gpu.memory_GBps},
         {"memory_GiB", hw.gpu.memory_GiB},

@@ -31,11 +31,18 @@ struct GpuOptions {
   double peak_tflops_fp16 = 0;  // dense tensor-core TFLOP/s (1e12)
   double peak_tflops_bf16 = 0;  // 0: same as fp16
   double peak_tflops_fp32 = 0;  // 0: fp16 / 16
-  double clock_scale = 1.0;     // fraction of boost clock the SMs run at, (0, 1]
-  double memory_GBps = 0;       // HBM bandwidth, 1e9 B/s
-  double memory_GiB = 0;        // capacity, 2^30 bytes
-  double reserved_GiB = 0;      // taken by the runtime, allocator slack and workspaces
-  double op_overhead_us = 0;    // launch/dispatch cost added to every op
+  // Dense FP8 tensor-core TFLOP/s (E4M3/E5M2 inputs, per-tensor or blockwise
+  // scales applied by the kernel): 0 for a GPU without FP8 tensor cores
+  // (A100), where an FP8 trace is refused (CheckPrecision).
+  double peak_tflops_fp8 = 0;
+  // MXFP8 (E8M0 block scales in the tensor cores): Blackwell's; 0 where the
+  // GPU has none, and the mxfp8 recipe is refused.
+  double peak_tflops_mxfp8 = 0;
+  double clock_scale = 1.0;   // fraction of boost clock the SMs run at, (0, 1]
+  double memory_GBps = 0;     // HBM bandwidth, 1e9 B/s
+  double memory_GiB = 0;      // capacity, 2^30 bytes
+  double reserved_GiB = 0;    // taken by the runtime, allocator slack and workspaces
+  double op_overhead_us = 0;  // launch/dispatch cost added to every op
   // Streaming multiprocessors (A100: 108, H100 SXM: 132). > 0: a GEMM's
   // efficiency also follows its shape, the tile and wave quantization of its
   // output (sim/op_cost.h, GemmShapeEfficiency), and the gemm curve is the
@@ -67,6 +74,9 @@ struct GpuOptions {
   // Per-kind efficiency curves; keys are "gemm", "attention" (by FLOPs) and
   // "memory" (memory-bound kinds, by bytes moved). Missing: efficiency 1.
   std::vector<EfficiencyPoint> gemm_efficiency;
+  // FP8 GEMMs' curve ("gemm_fp8", by FLOPs, against the FP8 peak); empty:
+  // the gemm curve.
+  std::vector<EfficiencyPoint> gemm_fp8_efficiency;
   std::vector<EfficiencyPoint> attention_efficiency;
   std::vector<EfficiencyPoint> memory_efficiency;
 };
@@ -164,6 +174,10 @@ struct HardwareOptions {
 // `source` names the file in messages.
 Result<HardwareOptions> HardwareFromJson(const nlohmann::json& j, const std::string& source);
 Result<HardwareOptions> LoadHardware(const std::string& path);
+// Whether the GPU runs FP8 training under `fp8` (traces/fp8.h; "" none):
+// FailedPrecondition naming the preset's field where it has no FP8 peak
+// (A100), or no MXFP8 peak for the mxfp8 recipe (only Blackwell has one).
+Status CheckPrecision(const HardwareOptions& hw, const std::string& fp8);
 nlohmann::json ToJson(const HardwareOptions& hw);
 
 // Derived figures, in simulator units.

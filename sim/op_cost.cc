@@ -52,10 +52,11 @@ OpCostModel::OpCostModel(const HardwareOptions& hw, const traces::Header& header
                          bool use_trace_measurements)
     : OpCostModel(hw, std::max<int64_t>(1, header.tp), header.dtype, use_trace_measurements,
                   std::max<int64_t>(1, header.ep), std::max<int64_t>(1, header.zero_shards),
-                  std::max<int64_t>(1, header.cp)) {}
+                  std::max<int64_t>(1, header.cp), header.fp8) {}
 
 OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
-                         bool use_trace_measurements, int64_t ep, int64_t zero_shards, int64_t cp)
+                         bool use_trace_measurements, int64_t ep, int64_t zero_shards, int64_t cp,
+                         const std::string& fp8)
     : hw_(hw), use_trace_measurements_(use_trace_measurements) {
   traces::Layout groups;
   groups.tp = std::max<int64_t>(1, tp);
@@ -77,10 +78,19 @@ OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::strin
   if (dtype == "bf16") tflops = hw.gpu.peak_tflops_bf16;
   if (dtype == "fp32") tflops = hw.gpu.peak_tflops_fp32;
   peak_flops_ = tflops * kTera * hw.gpu.clock_scale;
+  const double fp8_tflops = fp8 == "mxfp8" ? hw.gpu.peak_tflops_mxfp8
+                            : fp8.empty()  ? 0.0
+                                           : hw.gpu.peak_tflops_fp8;
+  peak_fp8_flops_ = fp8_tflops * kTera * hw.gpu.clock_scale;
   for (const MeasuredOpTime& m : hw.measured_op_times) {
     if (m.gemm) {
+      const GemmKey key{m.gemm->m, m.gemm->n, m.gemm->k, m.gemm->batch};
+      if (m.dtype == "fp8") {
+        gemm_fp8_times_[key] = m.ns;
+        continue;
+      }
       if (!m.dtype.empty() && m.dtype != dtype) continue;
-      gemm_times_[{m.gemm->m, m.gemm->n, m.gemm->k, m.gemm->batch}] = m.ns;
+      gemm_times_[key] = m.ns;
     } else {
       bytes_times_[m.kind].emplace_back(m.bytes, m.ns);
     }
@@ -111,14 +121,18 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
     }
     case OpKind::kGemm:
     case OpKind::kAttention: {
-      const auto& curve =
-          op.kind == OpKind::kGemm ? hw_.gpu.gemm_efficiency : hw_.gpu.attention_efficiency;
+      const bool fp8 = op.kind == OpKind::kGemm && op.gemm && op.gemm->fp8 && peak_fp8_flops_ > 0;
+      const auto& curve = op.kind != OpKind::kGemm ? hw_.gpu.attention_efficiency
+                          : fp8 && !hw_.gpu.gemm_fp8_efficiency.empty()
+                              ? hw_.gpu.gemm_fp8_efficiency
+                              : hw_.gpu.gemm_efficiency;
+      const double peak = fp8 ? peak_fp8_flops_ : peak_flops_;
       const double flops = static_cast<double>(op.flops);
       // The curve is the full-wave figure; a gemm's shape takes its share.
       const double shape = op.kind == OpKind::kGemm && op.gemm
                                ? GemmShapeEfficiency(*op.gemm, hw_.gpu.sm_count)
                                : 1.0;
-      const double compute = flops / (peak_flops_ * Efficiency(curve, flops) * shape);
+      const double compute = flops / (peak * Efficiency(curve, flops) * shape);
       // A GEMM of low arithmetic intensity (attention's batched QK^T and AV
       // with a head-sized k or n) is bound by the bandwidth kernels reach,
       // not the datasheet's: the memory curve, as for elementwise kinds.
@@ -143,8 +157,9 @@ int64_t OpCostModel::OpTimeNs(const traces::Op& op) const {
 int64_t OpCostModel::MeasuredNs(const traces::Op& op) const {
   if (use_trace_measurements_ && op.measured_ns) return *op.measured_ns;
   if (op.kind == traces::OpKind::kGemm && op.gemm) {
-    auto it = gemm_times_.find({op.gemm->m, op.gemm->n, op.gemm->k, op.gemm->batch});
-    if (it != gemm_times_.end()) return it->second;
+    const auto& table = op.gemm->fp8 ? gemm_fp8_times_ : gemm_times_;
+    auto it = table.find({op.gemm->m, op.gemm->n, op.gemm->k, op.gemm->batch});
+    if (it != table.end()) return it->second;
   } else if (auto it = bytes_times_.find(op.kind); it != bytes_times_.end()) {
     const auto& v = it->second;
     const int64_t b = op.bytes_read + op.bytes_written;

@@ -2,6 +2,8 @@
 // In order of preference: the op's own measured_ns (when the options allow it),
 // an entry of the hardware's measured op-time table, then a roofline estimate:
 //   gemm, attention:  max(flops / (peak[dtype] · clock_scale · eff(flops) · q),
+//                     an FP8 GEMM (GemmDims::fp8) at the fp8 peak (mxfp8's under
+//                     that recipe) on the gemm_fp8 curve (or the gemm curve),
 //                         bytes / (memory_bw · eff_memory(bytes)))
 //                     q = GemmShapeEfficiency(dims, sm_count) for a gemm with
 //                     dims on a GPU with sm_count > 0, else 1
@@ -40,9 +42,11 @@ class OpCostModel {
   // dtype ("fp16", "bf16", "fp32").
   // `zero_shards` the ranks of ZeRO's shard group (traces/collective_kind.h,
   // CollectiveGroup::kShard), `cp` the context-parallel ring's.
+  // `fp8` the trace's FP8 recipe (traces/fp8.h; "" none): its FP8 GEMMs run
+  // at the FP8 peak (mxfp8: the MXFP8 peak) on the gemm_fp8 curve.
   OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
               bool use_trace_measurements = true, int64_t ep = 1, int64_t zero_shards = 1,
-              int64_t cp = 1);
+              int64_t cp = 1, const std::string& fp8 = "");
   // The groups and dtype of `header` (tp, ep, zero_shards, cp).
   OpCostModel(const HardwareOptions& hw, const traces::Header& header,
               bool use_trace_measurements = true);
@@ -62,8 +66,11 @@ class OpCostModel {
   // sit under the rank order (traces/layout.h).
   traces::GroupPlacement tp_group_, ep_group_, shard_group_, cp_group_;
   double peak_flops_;  // FLOP/s at the configured clock
+  // FP8 GEMMs' FLOP/s at the configured clock (0: none; such a GEMM then
+  // runs at peak_flops_, CheckPrecision having refused the pairing first).
+  double peak_fp8_flops_ = 0;
   bool use_trace_measurements_;
-  std::map<GemmKey, int64_t> gemm_times_;
+  std::map<GemmKey, int64_t> gemm_times_, gemm_fp8_times_;  // measured, by dims
   std::map<traces::OpKind, std::vector<std::pair<int64_t, int64_t>>> bytes_times_;  // sorted
 };
 

@@ -113,6 +113,9 @@ struct PlannerOptions {
   // and backward under pp (reshard_after_forward off: ZeRO-2's memory), and
   // Megatron's torch FSDP2 refuses pp (TODAYS_LAYOUTS.md, 1.1 and 1.3).
   std::optional<int64_t> zero_stage;
+  // The FP8 recipe the traces train under (traces/fp8.h; "" none): unpinned,
+  // ZeRO-3 is not tried with it (models::ModelConfig::fp8 refuses the pair).
+  std::string fp8;
   // HSDP (`--dp-shard`): the shard group's dp ranks, a divisor of dp; unset,
   // the whole of dp (one shard group).
   std::optional<int64_t> dp_shard;

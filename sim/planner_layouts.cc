@@ -316,6 +316,7 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
             for (int64_t zero : ZeroStages(o, dp * cp)) {
               if (ep > 1 && zero >= 1) continue;                   // not modelled (CheckExpertPins)
               if (!o.zero_stage && zero == 3 && pp > 1) continue;  // PlannerOptions::zero_stage
+              if (!o.zero_stage && zero == 3 && !o.fp8.empty()) continue;  // and ::fp8
               if (o.dp_shard && (dp % *o.dp_shard != 0 || zero == 0)) continue;
               Layout l{mb, tp, pp, dp, m, cp, zero};
               l.ep = ep;

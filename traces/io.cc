@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "traces/detail/json_fields.h"
+#include "traces/fp8.h"
 #include "traces/validate.h"
 
 namespace ssdtrain::traces {
@@ -106,6 +107,7 @@ json HeaderToJson(const Header& h) {
   if (h.zero_stage != 0) j["zero_stage"] = h.zero_stage;
   if (h.zero_shards != 1) j["zero_shards"] = h.zero_shards;
   if (h.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
+  if (!h.fp8.empty()) j["fp8"] = h.fp8;
   return j;
 }
 
@@ -143,6 +145,7 @@ json OpToJson(const Op& op) {
   if (op.gemm) {
     j["gemm"] =
         json{{"m", op.gemm->m}, {"n", op.gemm->n}, {"k", op.gemm->k}, {"batch", op.gemm->batch}};
+    if (op.gemm->fp8) j["gemm"]["fp8"] = true;
   }
   if (op.measured_ns) j["measured_ns"] = *op.measured_ns;
   return j;
@@ -186,6 +189,13 @@ Result<Header> ParseHeader(const json& j, const JsonPath& at) {
   SSDTRAIN_ASSIGN_OR_RETURN(h.stage_layers, r.IntOr("stage_layers", h.layers));
   SSDTRAIN_ASSIGN_OR_RETURN(h.dtype, r.String("dtype"));
   SSDTRAIN_ASSIGN_OR_RETURN(h.attention, r.StringOr("attention", "standard"));
+  SSDTRAIN_ASSIGN_OR_RETURN(h.fp8, r.StringOr("fp8", ""));
+  if (const std::optional<Fp8Recipe> recipe = ParseFp8Recipe(h.fp8); !recipe) {
+    return r.At("fp8").Error("unknown recipe \"" + h.fp8 + "\"; expected " +
+                             std::string(kFp8RecipeNames));
+  } else {
+    h.fp8 = std::string(ToString(*recipe));  // "off" reads as ""
+  }
   SSDTRAIN_ASSIGN_OR_RETURN(h.weight_grads, r.StringOr("weight_grads", "persistent"));
   if (h.weight_grads != "persistent" && h.weight_grads != "set_to_none") {
     return r.At("weight_grads")
@@ -263,6 +273,7 @@ Result<Op> ParseOp(const json& j, const JsonPath& at) {
     SSDTRAIN_ASSIGN_OR_RETURN(d.n, gr.Int("n"));
     SSDTRAIN_ASSIGN_OR_RETURN(d.k, gr.Int("k"));
     SSDTRAIN_ASSIGN_OR_RETURN(d.batch, gr.IntOr("batch", 1));
+    SSDTRAIN_ASSIGN_OR_RETURN(d.fp8, gr.BoolOr("fp8", false));
     SSDTRAIN_RETURN_IF_ERROR(gr.CheckNoUnknown());
     op.gemm = d;
   } else {

@@ -7,6 +7,7 @@
 #include "traces/detail/enum_names.h"
 #include "traces/detail/json_fields.h"
 #include "traces/dp_buckets.h"
+#include "traces/fp8.h"
 #include "traces/io.h"
 #include "traces/storage_plan.h"
 #include "traces/whole_step.h"
@@ -137,6 +138,7 @@ json ToJson(const Plan& plan) {
   if (plan.dp_shard != 0) j["dp_shard"] = plan.dp_shard;
   if (plan.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
   if (!plan.attention.empty()) j["attention"] = plan.attention;
+  if (!plan.fp8.empty()) j["fp8"] = plan.fp8;
   if (plan.ddp != "overlapped") j["ddp"] = plan.ddp;
   if (plan.ep != 1) j["ep"] = plan.ep;
   if (plan.cp != 1) j["cp"] = plan.cp;
@@ -197,6 +199,13 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
   if (!plan.attention.empty() && plan.attention != "standard" && plan.attention != "flash") {
     return r.At("attention")
         .Error("unknown value \"" + plan.attention + "\"; expected standard or flash");
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.fp8, r.StringOr("fp8", ""));
+  if (const std::optional<Fp8Recipe> recipe = ParseFp8Recipe(plan.fp8); !recipe) {
+    return r.At("fp8").Error("unknown recipe \"" + plan.fp8 + "\"; expected " +
+                             std::string(kFp8RecipeNames));
+  } else {
+    plan.fp8 = std::string(ToString(*recipe));
   }
   SSDTRAIN_ASSIGN_OR_RETURN(plan.ddp, r.StringOr("ddp", "overlapped"));
   if (!ParseDdpImpl(plan.ddp).ok()) {
@@ -290,6 +299,7 @@ Plan PlanTemplate(const Trace& trace, std::string policy) {
   plan.cp = std::max<int64_t>(1, trace.header.cp);
   plan.zero_defer_grad_sync = trace.header.zero_defer_grad_sync;
   plan.attention = trace.header.attention;
+  plan.fp8 = trace.header.fp8;
   return plan;
 }
 
@@ -310,6 +320,13 @@ Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& sou
   if (!plan.attention.empty() && plan.attention != trace.header.attention) {
     return Status::FailedPrecondition(source + ": attention: the plan runs " + plan.attention +
                                       " attention, the trace " + trace.header.attention);
+  }
+  if (plan.fp8 != trace.header.fp8) {
+    auto says = [](const std::string& fp8) {
+      return fp8.empty() ? std::string("without FP8") : "in FP8 (" + fp8 + ")";
+    };
+    return Status::FailedPrecondition(source + ": fp8: the plan trains " + says(plan.fp8) +
+                                      ", the trace " + says(trace.header.fp8));
   }
   const uint64_t fp = Fingerprint(trace);
   if (plan.trace_fingerprint != fp) {

@@ -99,6 +99,10 @@ struct Plan {
   // model config builds its trace so). "": a plan written before the field,
   // whose replay keeps the config's. JSON: optional, written when set.
   std::string attention;
+  // FP8 training's recipe (traces/fp8.h; the trace's header fp8): "" none.
+  // A replay from a model config builds its trace with it. JSON: optional,
+  // written when set.
+  std::string fp8;
   // When the data-parallel gradients are exchanged (traces/dp_buckets.h,
   // DdpImpl): "overlapped" (default: each bucket during backward) or "local"
   // (Megatron's --DDP-impl local: all after the step's backward). JSON:

@@ -11,12 +11,13 @@ namespace {
 using detail::NameOf;
 using detail::NameTable;
 
-constexpr NameTable<DType, 6> kDTypeNames{{{DType::kFp16, "fp16"},
+constexpr NameTable<DType, 7> kDTypeNames{{{DType::kFp16, "fp16"},
                                            {DType::kBf16, "bf16"},
                                            {DType::kFp32, "fp32"},
                                            {DType::kUint8, "uint8"},
                                            {DType::kInt32, "int32"},
-                                           {DType::kInt64, "int64"}}};
+                                           {DType::kInt64, "int64"},
+                                           {DType::kFp8, "fp8"}}};
 constexpr NameTable<TensorKind, 6> kTensorKindNames{
     {{TensorKind::kActivation, "activation"},
      {TensorKind::kWeight, "weight"},
@@ -92,6 +93,7 @@ int64_t DTypeSize(DType v) {
     case DType::kInt32:
       return 4;
     case DType::kUint8:
+    case DType::kFp8:
       return 1;
     case DType::kInt64:
       return 8;
@@ -122,6 +124,7 @@ uint64_t Fingerprint(const Trace& trace) {
   }
   h.Add(hd.dtype);
   h.Add(hd.attention);
+  if (!hd.fp8.empty()) h.Add(hd.fp8);
   if (hd.weight_grads != "persistent") h.Add(hd.weight_grads);  // older fingerprints stay
   if (hd.zero_stage >= 2) {  // so do ZeRO 0's and 1's (their state's bytes say the shards)
     h.Add(hd.zero_stage);

@@ -25,7 +25,9 @@ inline constexpr OpId kNoOp = -1;
 // Layer index used for everything outside the transformer blocks (embedding, head, loss).
 inline constexpr int kNoLayer = -1;
 
-enum class DType { kFp16, kBf16, kFp32, kUint8, kInt32, kInt64 };
+// kFp8: E4M3 or E5M2, one byte per element, stored with its scaling factors
+// (traces/fp8.h: its bytes are Fp8Bytes, not elements alone).
+enum class DType { kFp16, kBf16, kFp32, kUint8, kInt32, kInt64, kFp8 };
 enum class TensorKind { kActivation, kWeight, kGradient, kWorkspace, kOptimizerState, kInput };
 enum class OpKind {
   kGemm,         // a (batched) matrix product; Op::gemm holds its dims
@@ -54,7 +56,7 @@ std::optional<TensorKind> ParseTensorKind(std::string_view s);
 std::optional<OpKind> ParseOpKind(std::string_view s);
 std::optional<Phase> ParsePhase(std::string_view s);
 std::optional<EdgeKind> ParseEdgeKind(std::string_view s);
-// Bytes per element: 2 for fp16/bf16, 4 for fp32/int32, 1 for uint8, 8 for int64.
+// Bytes per element: 2 for fp16/bf16, 4 for fp32/int32, 1 for uint8 and fp8, 8 for int64.
 int64_t DTypeSize(DType v);
 
 struct Tensor {
@@ -75,6 +77,9 @@ struct Tensor {
 
 struct GemmDims {
   int64_t m = 0, n = 0, k = 0, batch = 1;
+  // Its operands are FP8 (traces/fp8.h; the header names the recipe): it
+  // runs at the GPU's FP8 rate, its output 16-bit. JSON: written when true.
+  bool fp8 = false;
   bool operator==(const GemmDims&) const = default;
 };
 
@@ -132,6 +137,11 @@ struct Header {
   int64_t stage_layers = 0;
   std::string dtype = "fp16";
   std::string attention = "standard";  // standard or flash
+  // FP8 training (traces/fp8.h): the Transformer Engine recipe the linear
+  // layers run under, "delayed", "current", "blockwise" or "mxfp8"; "" none.
+  // Its GEMMs read fp8 tensors (their inputs quantized by ops named
+  // ...quantize, the weights' FP8 copies refreshed by the optimizer phase).
+  std::string fp8;
   // Where the weight gradients live (traces/storage_plan.h, "Residency"):
   // "persistent" (a buffer resident all step, Megatron-LM's contiguous grad
   // buffer) or "set_to_none" (each allocated by its first writer in backward,

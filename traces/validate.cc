@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "traces/fp8.h"
 #include "traces/storage_plan.h"
 
 namespace ssdtrain::traces {
@@ -55,7 +56,22 @@ Status CheckTensors(const Trace& trace, const std::string& source) {
       }
       elements *= t.shape[d];
     }
-    if (!t.shape.empty() && !t.alias_of && elements * DTypeSize(t.dtype) != t.bytes) {
+    if (t.dtype == DType::kFp8 && !t.alias_of) {
+      // Its scales follow its data (traces/fp8.h): the header's recipe decides them.
+      const std::optional<Fp8Recipe> recipe = ParseFp8Recipe(trace.header.fp8);
+      if (!recipe || *recipe == Fp8Recipe::kOff) {
+        return Bad(source, at + ".dtype",
+                   "an fp8 tensor in a trace whose header names no fp8 recipe");
+      }
+      if (t.bytes != Fp8Bytes(*recipe, t.shape, Fp8Blocks::kVector) &&
+          t.bytes != Fp8Bytes(*recipe, t.shape, Fp8Blocks::kWeight)) {
+        return Bad(source, at + ".bytes",
+                   std::to_string(t.bytes) + " does not match shape and the " + trace.header.fp8 +
+                       " recipe (" + std::to_string(elements) + " fp8 elements and " +
+                       std::to_string(Fp8ScaleBytes(*recipe, t.shape, Fp8Blocks::kVector)) +
+                       " bytes of scales)");
+      }
+    } else if (!t.shape.empty() && !t.alias_of && elements * DTypeSize(t.dtype) != t.bytes) {
       return Bad(source, at + ".bytes",
                  std::to_string(t.bytes) + " does not match shape and dtype (" +
                      std::to_string(elements) + " elements of " + std::string(ToString(t.dtype)) +
@@ -103,6 +119,8 @@ Status CheckTensors(const Trace& trace, const std::string& source) {
 }
 
 Status CheckOps(const Trace& trace, const std::string& source) {
+  const bool h_fp8_off =
+      ParseFp8Recipe(trace.header.fp8).value_or(Fp8Recipe::kOff) == Fp8Recipe::kOff;
   for (size_t i = 0; i < trace.ops.size(); ++i) {
     const Op& op = trace.ops[i];
     const std::string at = Path("ops", i);
@@ -128,6 +146,10 @@ Status CheckOps(const Trace& trace, const std::string& source) {
           return Bad(source, at + ".gemm." + field,
                      "expected a positive size, got " + std::to_string(value));
         }
+      }
+      if (op.gemm->fp8 && h_fp8_off) {
+        return Bad(source, at + ".gemm.fp8",
+                   "an FP8 GEMM in a trace whose header names no fp8 recipe");
       }
     }
     for (size_t k = 0; k < op.inputs.size(); ++k) {
@@ -247,6 +269,10 @@ Status Validate(const Trace& trace, const std::string& source) {
                "applies to zero_stage 2 or 3 (the stages whose trace reduce-scatters its "
                "gradients), got zero_stage " +
                    std::to_string(h.zero_stage));
+  }
+  if (!ParseFp8Recipe(h.fp8)) {
+    return Bad(source, "header.fp8",
+               "unknown recipe \"" + h.fp8 + "\"; expected " + std::string(kFp8RecipeNames));
   }
   if (h.stage < 0 || h.stage >= h.pp) {
     return Bad(

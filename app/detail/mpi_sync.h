@@ -105,7 +105,7 @@ class MpiSync final : public RankSync {
   static Status TooLarge(int from, const WireHeader& h, int64_t capacity);
 
   int rank_ = 0, size_ = 1;
-  MPI_Op sum_fp16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL;
+  MPI_Op sum_fp16_ = MPI_OP_NULL, sum_bf16_ = MPI_OP_NULL, sum_fp8_ = MPI_OP_NULL;
   MPI_Comm stage_comm_ = MPI_COMM_WORLD;  // this stage's data-parallel group
   // The nonblocking sums: a duplicate of stage_comm_, and the sums posted
   // since the last WaitAllReduces (each one request per piece), of which the

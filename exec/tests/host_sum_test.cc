@@ -86,6 +86,33 @@ TEST(HostSum, Bf16RoundsToNearestEven) {
   EXPECT_EQ(Bf16ToFloat(b[1]), 260.0f);
 }
 
+// E4M3 (OCP FN): every finite code round-trips through float; sums round to
+// nearest even and saturate at 448; the largest magnitude is 0x7e, NaN 0x7f.
+TEST(HostSum, Fp8E4m3RoundsToNearestEvenAndSaturates) {
+  for (int code = 0; code < 256; ++code) {
+    const auto v = static_cast<uint8_t>(code);
+    if ((code & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(E4m3ToFloat(v))) << code;
+      continue;
+    }
+    EXPECT_EQ(FloatToE4m3(E4m3ToFloat(v)), code == 0x80 ? 0x80 : v) << code;
+  }
+  EXPECT_EQ(E4m3ToFloat(0x7e), 448.0f);
+  EXPECT_EQ(E4m3ToFloat(0x01), 0.001953125f);  // the smallest subnormal, 2^-9
+  EXPECT_EQ(E4m3ToFloat(0x38), 1.0f);
+  // Between 16 and 18 (spacing 2 at [16, 32)): 17 is a tie and rounds to the
+  // even code, 16; 17.5 rounds up to 18. 300 + 300 saturates to 448.
+  std::vector<uint8_t> a = {FloatToE4m3(1.0f), FloatToE4m3(1.5f), FloatToE4m3(288.0f),
+                            FloatToE4m3(-2.0f)};
+  std::vector<uint8_t> b = {FloatToE4m3(16.0f), FloatToE4m3(16.0f), FloatToE4m3(288.0f),
+                            FloatToE4m3(0.5f)};
+  SumInto(traces::DType::kFp8, a.data(), b.data(), 4);
+  EXPECT_EQ(E4m3ToFloat(b[0]), 16.0f);
+  EXPECT_EQ(E4m3ToFloat(b[1]), 18.0f);
+  EXPECT_EQ(E4m3ToFloat(b[2]), 448.0f);
+  EXPECT_EQ(E4m3ToFloat(b[3]), -1.5f);
+}
+
 TEST(HostSum, IntegersWrap) {
   std::vector<uint8_t> a = {200, 1}, b = {100, 2};
   SumInto(traces::DType::kUint8, a.data(), b.data(), 2);

@@ -82,7 +82,7 @@ TensorId SelfAttentionBranch(TraceBuilder& b, const Dims& d, const BlockStyle& s
   const TensorId ctx = AttentionForward(b, d, style.dropout && style.attention_dropout, "attn", q,
                                         k, v, rel_bias, &st->core, style.attn_softcap, sinks);
   TensorId y = kNoTensor;
-  st->proj = RowForward(b, d, "proj", ctx, q_width, d.h, &y);
+  st->proj = RowForward(b, d, "proj", ctx, q_width, d.h, &y, /*input_saved_elsewhere=*/true);
   return y;
 }
 
@@ -110,7 +110,7 @@ TensorId CrossAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle&
   const TensorId ctx = AttentionForward(b, d, style.dropout && style.attention_dropout,
                                         "cross_attn", q, k, v, kNoTensor, &st->core);
   TensorId y = kNoTensor;
-  st->proj = RowForward(b, d, "cross_proj", ctx, q_width, d.h, &y);
+  st->proj = RowForward(b, d, "cross_proj", ctx, q_width, d.h, &y, /*input_saved_elsewhere=*/true);
   return ResidualForward(b, d, style, style.attn_bias, "cross_out", y, x, &st->residual);
 }
 

@@ -44,6 +44,7 @@ Dims MakeDims(const ModelConfig& c) {
   d.vocab = PaddedVocab(c) / c.tp;
   d.flash = c.attention == "flash";
   d.act = *traces::ParseDType(c.dtype);
+  d.fp8 = traces::ParseFp8Recipe(c.fp8).value_or(traces::Fp8Recipe::kOff);
   d.fp32_loss = !c.fp16_lm_cross_entropy && d.act != traces::DType::kFp32;
   return d;
 }

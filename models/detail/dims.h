@@ -6,6 +6,7 @@
 
 #include "models/detail/trace_builder.h"
 #include "models/model_config.h"
+#include "traces/fp8.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::models::detail {
@@ -74,6 +75,8 @@ struct Dims {
   // The loss runs on an fp32 copy of 16-bit logits (ModelConfig::fp16_lm_cross_entropy off).
   bool fp32_loss = false;
   traces::DType act = traces::DType::kFp16;  // activations, weights and gradients
+  // FP8 training (traces/fp8.h; models/detail/fp8.h): the blocks' linear layers.
+  traces::Fp8Recipe fp8 = traces::Fp8Recipe::kOff;
 
   std::vector<int64_t> Stream() const { return {s_local, b, h}; }  // residual stream
   std::vector<int64_t> Full(int64_t width) const { return {s, b, width}; }

@@ -27,8 +27,12 @@ void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transfo
   }
   st->logits = b.Activation(N("logits"), d.Full(d.vocab), d.act);
   if (word == kNoTensor) word = b.Weight(N("output.weight"), {d.vocab, d.h}, d.act);
-  st->logits_layer = ColumnForward(b, d, N("lm_head"), z, d.h, d.vocab, {st->logits}, output_bias,
-                                   word, /*replicated_input=*/mlm_transform);
+  // The output layer stays 16-bit under FP8 (Megatron's output_layer is not a
+  // Transformer Engine module; only the blocks run under fp8_autocast).
+  Dims head = d;
+  head.fp8 = traces::Fp8Recipe::kOff;
+  st->logits_layer = ColumnForward(b, head, N("lm_head"), z, d.h, d.vocab, {st->logits},
+                                   output_bias, word, /*replicated_input=*/mlm_transform);
   st->labels = b.Input(N("labels"), {d.b, d.s}, DType::kInt64);
   const int64_t n = Elements(b.shape(st->logits));
   const int64_t pass_flops = kLossPassFlops * n;

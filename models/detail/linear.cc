@@ -59,8 +59,16 @@ LinearState ColumnForward(TraceBuilder& b, const Dims& d, const std::string& nam
   if (with_bias) st.bias = b.Weight(name + ".bias", {out}, d.act);
   st.gathered = d.sp && !replicated_input;
   TensorId gemm_in = x;
+  TensorId gemm_weight = st.weight;
   if (st.gathered) gemm_in = AllGatherSeq(b, d, name + ".in_gathered", x, TensorKind::kActivation);
-  std::vector<TensorId> inputs = {gemm_in, st.weight};
+  if (Fp8On(d)) {
+    st.fp8 = Fp8Weights(b, st.weight);
+    gemm_weight = st.fp8.row;
+    // With sequence parallelism the 16-bit shard stays saved, as without FP8,
+    // and backward quantizes its gathered copy column-wise.
+    gemm_in = QuantizeInput(b, d, name + ".in", gemm_in, st.gathered ? nullptr : &st.saved_input);
+  }
+  std::vector<TensorId> inputs = {gemm_in, gemm_weight};
   if (with_bias) inputs.push_back(st.bias);
   b.Gemm(name, inputs, outputs, {.m = d.s * d.b, .n = out, .k = in, .batch = 1});
   return st;
@@ -75,9 +83,12 @@ TensorId ColumnBackward(TraceBuilder& b, const Dims& d, const LinearState& st,
     wgrad_in =
         AllGatherSeq(b, d, st.name + ".in_regathered", st.saved_input, TensorKind::kWorkspace);
   }
+  const bool fp8 = st.fp8.row != kNoTensor;  // as the forward ran
+  Fp8Grad g8;
+  if (fp8) g8 = QuantizeGrad(b, d, st.name + ".out.grad", g_outputs, st.out);
   const TensorId g_in = b.Gradient(st.name + ".in.grad", d.Full(st.in), d.act);
-  std::vector<TensorId> dgrad_inputs = g_outputs;
-  dgrad_inputs.push_back(st.weight);
+  std::vector<TensorId> dgrad_inputs = fp8 ? std::vector<TensorId>{g8.row} : g_outputs;
+  dgrad_inputs.push_back(fp8 ? st.fp8.col : st.weight);
   b.Gemm(st.name + ".dgrad", dgrad_inputs, {g_in},
          {.m = d.s * d.b, .n = st.in, .k = st.out, .batch = 1});
   TensorId g_x = g_in;
@@ -86,8 +97,13 @@ TensorId ColumnBackward(TraceBuilder& b, const Dims& d, const LinearState& st,
   } else if (d.t > 1) {
     g_x = AllReduce(b, d, st.name + ".in.grad_reduced", g_in);
   }
+  if (fp8 && st.gathered) wgrad_in = ColumnwiseOf(b, d, st.name + ".in_regathered", wgrad_in);
   std::vector<TensorId> wgrad_inputs = {wgrad_in};
-  wgrad_inputs.insert(wgrad_inputs.end(), g_outputs.begin(), g_outputs.end());
+  if (fp8) {
+    wgrad_inputs.push_back(g8.col);
+  } else {
+    wgrad_inputs.insert(wgrad_inputs.end(), g_outputs.begin(), g_outputs.end());
+  }
   std::vector<TensorId> wgrad_outputs = {b.WeightGrad(st.weight, wgrad_inputs)};
   if (st.bias != kNoTensor) wgrad_outputs.push_back(b.WeightGrad(st.bias, wgrad_inputs));
   b.Gemm(st.name + ".wgrad", wgrad_inputs, wgrad_outputs,
@@ -96,15 +112,24 @@ TensorId ColumnBackward(TraceBuilder& b, const Dims& d, const LinearState& st,
 }
 
 LinearState RowForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x,
-                       int64_t in, int64_t out, TensorId* output) {
+                       int64_t in, int64_t out, TensorId* output, bool input_saved_elsewhere) {
   LinearState st;
   st.name = name;
   st.saved_input = x;
   st.in = in;
   st.out = out;
   st.weight = b.Weight(name + ".weight", {out, in}, d.act);
+  TensorId gemm_in = x, gemm_weight = st.weight;
+  if (Fp8On(d)) {
+    st.fp8 = Fp8Weights(b, st.weight);
+    gemm_weight = st.fp8.row;
+    // Delayed scaling cannot quantize again in backward (its scale is the
+    // forward's): it saves an FP8 copy beside the original.
+    st.requantize = input_saved_elsewhere && d.fp8 != traces::Fp8Recipe::kDelayed;
+    gemm_in = QuantizeInput(b, d, name + ".in", x, st.requantize ? nullptr : &st.saved_input);
+  }
   const TensorId partial = b.Activation(name + ".out", d.Full(out), d.act);
-  b.Gemm(name, {x, st.weight}, {partial}, {.m = d.s * d.b, .n = out, .k = in, .batch = 1});
+  b.Gemm(name, {gemm_in, gemm_weight}, {partial}, {.m = d.s * d.b, .n = out, .k = in, .batch = 1});
   *output = partial;
   if (d.sp) {
     *output = ReduceScatterSeq(b, d, name + ".out_shard", partial, TensorKind::kActivation);
@@ -118,10 +143,15 @@ TensorId RowBackward(TraceBuilder& b, const Dims& d, const LinearState& st, Tens
   TensorId g_full = g_output;
   if (d.sp)
     g_full = AllGatherSeq(b, d, st.name + ".out.grad_full", g_output, TensorKind::kGradient);
+  const bool fp8 = st.fp8.row != kNoTensor;  // as the forward ran
+  Fp8Grad g8;
+  if (fp8) g8 = QuantizeGrad(b, d, st.name + ".out.grad", {g_full}, st.out);
   const TensorId g_in = b.Gradient(st.name + ".in.grad", d.Full(st.in), d.act);
-  b.Gemm(st.name + ".dgrad", {g_full, st.weight}, {g_in},
+  b.Gemm(st.name + ".dgrad", {fp8 ? g8.row : g_full, fp8 ? st.fp8.col : st.weight}, {g_in},
          {.m = d.s * d.b, .n = st.in, .k = st.out, .batch = 1});
-  std::vector<TensorId> wgrad_inputs = {st.saved_input, g_full};
+  const TensorId wgrad_in =
+      st.requantize ? ColumnwiseOf(b, d, st.name + ".in", st.saved_input) : st.saved_input;
+  std::vector<TensorId> wgrad_inputs = {wgrad_in, fp8 ? g8.col : g_full};
   const TensorId g_w = b.WeightGrad(st.weight, wgrad_inputs);
   b.Gemm(st.name + ".wgrad", wgrad_inputs, {g_w},
          {.m = st.out, .n = st.in, .k = d.s * d.b, .batch = 1});

@@ -8,12 +8,20 @@
 // the output is all-reduced (or reduce-scattered with sequence parallelism) and
 // in backward the output gradient is all-gathered with sequence parallelism.
 // With t = 1 no collective is emitted.
+//
+// Under FP8 (Dims::fp8, models/detail/fp8.h) the GEMMs read FP8 copies of
+// the input, the output gradient and the weight; with sequence parallelism
+// the column-parallel input is all-gathered in 16 bits and quantized after
+// (its 16-bit shard saved, and quantized column-wise after backward's
+// re-gather): Transformer Engine's FP8 all-gather, which moves and saves
+// the FP8 shard, is not modelled yet (models/README.md, "FP8").
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "models/detail/dims.h"
+#include "models/detail/fp8.h"
 #include "models/detail/trace_builder.h"
 
 namespace ssdtrain::models::detail {
@@ -27,6 +35,10 @@ struct LinearState {
   int64_t in = 0;                    // gemm k in forward
   int64_t out = 0;                   // gemm n in forward
   bool gathered = false;             // column-parallel with SP: input all-gathered first
+  // FP8 (models/detail/fp8.h): the weight's copies the GEMMs read; and
+  // whether saved_input is the 16-bit original, quantized again in backward.
+  Fp8Weight fp8;
+  bool requantize = false;
 };
 
 // Collectives over the tensor-parallel group. Each adds one kCollective op.
@@ -52,8 +64,14 @@ TensorId ColumnBackward(TraceBuilder& b, const Dims& d, const LinearState& st,
 
 // x is [s, b, in] on this rank. Returns the [s_local, b, out] output after the
 // collective; the bias (if any) is added by the caller's dropout-add.
+// `input_saved_elsewhere`: another op saves x for backward already (the
+// attention's output, which its backward reads); under an FP8 recipe other
+// than delayed the layer then keeps x itself and quantizes it again in
+// backward (Megatron's save_original_input on linear_proj) instead of saving
+// an FP8 copy.
 LinearState RowForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x,
-                       int64_t in, int64_t out, TensorId* output);
+                       int64_t in, int64_t out, TensorId* output,
+                       bool input_saved_elsewhere = false);
 TensorId RowBackward(TraceBuilder& b, const Dims& d, const LinearState& st, TensorId g_output);
 
 }  // namespace ssdtrain::models::detail

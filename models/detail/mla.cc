@@ -14,10 +14,21 @@ std::string Up(const std::string& name) { return std::string(traces::kMlaUpScope
 
 // A projection replicated over tp (Megatron's 'duplicated' TELinear): every
 // rank holds the whole [out, in] weight and runs it on its own rows of x.
+// Under FP8 each quantizes x itself and saves its own column-wise copy, as
+// two Transformer Engine Linear modules do.
 TensorId DuplicatedForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x,
-                           int64_t out, const std::vector<TensorId>& outputs, TensorId* weight) {
-  *weight = b.Weight(name + ".weight", {out, d.h}, d.act);
-  b.Gemm(name, {x, *weight}, outputs, {.m = d.s_local * d.b, .n = out, .k = d.h, .batch = 1});
+                           int64_t out, const std::vector<TensorId>& outputs,
+                           DuplicatedLinear* st) {
+  st->weight = b.Weight(name + ".weight", {out, d.h}, d.act);
+  st->saved_input = x;
+  TensorId gemm_in = x, gemm_weight = st->weight;
+  if (Fp8On(d)) {
+    st->fp8 = Fp8Weights(b, st->weight);
+    gemm_weight = st->fp8.row;
+    gemm_in = QuantizeInput(b, d, name + ".in", x, &st->saved_input);
+  }
+  b.Gemm(name, {gemm_in, gemm_weight}, outputs,
+         {.m = d.s_local * d.b, .n = out, .k = d.h, .batch = 1});
   return outputs.front();
 }
 
@@ -25,14 +36,18 @@ TensorId DuplicatedForward(TraceBuilder& b, const Dims& d, const std::string& na
 // The weight gradient covers this rank's rows: with sequence parallelism the
 // ranks' parts are summed after the backward as Megatron sums its norm
 // weights' (not in the trace, as for the norms).
-TensorId DuplicatedBackward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x,
-                            TensorId weight, TensorId g_out) {
-  const int64_t out = b.shape(weight)[0];
+TensorId DuplicatedBackward(TraceBuilder& b, const Dims& d, const std::string& name,
+                            const DuplicatedLinear& st, TensorId g_out) {
+  const int64_t out = b.shape(st.weight)[0];
   const int64_t rows = d.s_local * d.b;
+  const bool fp8 = st.fp8.row != kNoTensor;
+  Fp8Grad g8;
+  if (fp8) g8 = QuantizeGrad(b, d, name + ".out.grad", {g_out}, out);
   const TensorId g_x = b.Gradient(name + ".in.grad", d.Stream(), d.act);
-  b.Gemm(name + ".dgrad", {g_out, weight}, {g_x}, {.m = rows, .n = d.h, .k = out, .batch = 1});
-  std::vector<TensorId> inputs = {x, g_out};
-  const TensorId g_w = b.WeightGrad(weight, inputs);
+  b.Gemm(name + ".dgrad", {fp8 ? g8.row : g_out, fp8 ? st.fp8.col : st.weight}, {g_x},
+         {.m = rows, .n = d.h, .k = out, .batch = 1});
+  std::vector<TensorId> inputs = {st.saved_input, fp8 ? g8.col : g_out};
+  const TensorId g_w = b.WeightGrad(st.weight, inputs);
   b.Gemm(name + ".wgrad", inputs, {g_w}, {.m = out, .n = d.h, .k = rows, .batch = 1});
   return g_x;
 }
@@ -58,7 +73,7 @@ TensorId MlaAttentionForward(TraceBuilder& b, const Dims& d, const MlaSpec& spec
       b.Activation(spec.q_lora > 0 ? "q_up.out" : "q_proj.out", d.Full(n * (dn + dr)), d.act);
   if (spec.q_lora > 0) {
     const TensorId q_latent = b.Activation("q_down.out", local_shape(spec.q_lora), d.act);
-    DuplicatedForward(b, d, "q_down", ln, spec.q_lora, {q_latent}, &st->q_down_weight);
+    DuplicatedForward(b, d, "q_down", ln, spec.q_lora, {q_latent}, &st->q_down);
     const TensorId q_normed =
         NormForward(b, d, NormKind::kRmsNorm, "q_norm", q_latent, &st->q_norm);
     st->q_up = ColumnForward(b, d, "q_up", q_normed, spec.q_lora, n * (dn + dr), {q}, false);
@@ -70,7 +85,7 @@ TensorId MlaAttentionForward(TraceBuilder& b, const Dims& d, const MlaSpec& spec
   const TensorId kv_latent = b.View("kv_latent", kv_down, local_shape(spec.kv_lora));
   st->k_pe = b.View("k_pe", kv_down, local_shape(dr));
   DuplicatedForward(b, d, "kv_down", ln, spec.kv_lora + dr, {kv_down, kv_latent, st->k_pe},
-                    &st->kv_down_weight);
+                    &st->kv_down);
   const TensorId kv_normed =
       NormForward(b, d, NormKind::kRmsNorm, "kv_norm", kv_latent, &st->kv_norm);
   const TensorId kv = b.Activation("kv_up.out", d.Full(n * (dn + dv)), d.act);
@@ -90,7 +105,7 @@ TensorId MlaAttentionForward(TraceBuilder& b, const Dims& d, const MlaSpec& spec
   const TensorId ctx =
       AttentionForward(b, d, /*dropout=*/false, "attn", query, key, value, kNoTensor, &st->core);
   TensorId y = kNoTensor;
-  st->proj = RowForward(b, d, "proj", ctx, n * dv, d.h, &y);
+  st->proj = RowForward(b, d, "proj", ctx, n * dv, d.h, &y, /*input_saved_elsewhere=*/true);
   return y;
 }
 
@@ -119,7 +134,7 @@ TensorId MlaAttentionBackward(TraceBuilder& b, const Dims& d, const MlaState& st
   }
   const TensorId g_kv_down = Concat(b, "kv_down.out.grad", {d.s_local, d.b, spec.kv_lora + dr},
                                     {g_kv_latent, g_k_pe}, d.act);
-  const TensorId g_x_kv = DuplicatedBackward(b, d, "kv_down", st.x, st.kv_down_weight, g_kv_down);
+  const TensorId g_x_kv = DuplicatedBackward(b, d, "kv_down", st.kv_down, g_kv_down);
   // Queries.
   const TensorId g_q = b.Gradient(spec.q_lora > 0 ? "q_up.out.grad" : "q_proj.out.grad",
                                   d.Full(n * (dn + dr)), d.act);
@@ -128,7 +143,7 @@ TensorId MlaAttentionBackward(TraceBuilder& b, const Dims& d, const MlaState& st
   if (spec.q_lora > 0) {
     const TensorId g_q_normed = ColumnBackward(b, d, st.q_up, {g_q});
     const TensorId g_q_latent = NormBackward(b, d, st.q_norm, g_q_normed, kNoTensor);
-    g_x_q = DuplicatedBackward(b, d, "q_down", st.x, st.q_down_weight, g_q_latent);
+    g_x_q = DuplicatedBackward(b, d, "q_down", st.q_down, g_q_latent);
   } else {
     g_x_q = ColumnBackward(b, d, st.q_up, {g_q});
   }

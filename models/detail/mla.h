@@ -10,10 +10,17 @@
 
 namespace ssdtrain::models::detail {
 
+// A down projection, replicated over tp.
+struct DuplicatedLinear {
+  TensorId weight = kNoTensor;
+  TensorId saved_input = kNoTensor;  // what its weight gradient reads (FP8: its own copy)
+  Fp8Weight fp8;
+};
+
 struct MlaState {
   MlaSpec spec;
   TensorId x = kNoTensor;  // the norm output both down projections read [s_local, b, h]
-  TensorId q_down_weight = kNoTensor, kv_down_weight = kNoTensor;  // replicated over tp
+  DuplicatedLinear q_down, kv_down;
   NormState q_norm, kv_norm;
   LinearState q_up;  // q_up from the query latent, or q_proj from x (no q_lora_rank)
   LinearState kv_up;

@@ -48,7 +48,14 @@ TensorId ExpertForward(TraceBuilder& b, const Dims& d, const std::string& name, 
   st->clamp = clamp;
   const int64_t m = Rows(st->rows);
   st->fc1_weight = b.Weight(name + ".fc1.weight", {2 * ffn, d.h}, d.act);
-  std::vector<TensorId> fc1_inputs = {x, st->fc1_weight};
+  const bool fp8 = Fp8On(d);
+  st->fc1_saved = x;
+  TensorId fc1_in = x;
+  if (fp8) {
+    st->fc1_fp8 = Fp8Weights(b, st->fc1_weight);
+    fc1_in = QuantizeInput(b, d, name + ".fc1.in", x, &st->fc1_saved);
+  }
+  std::vector<TensorId> fc1_inputs = {fc1_in, fp8 ? st->fc1_fp8.row : st->fc1_weight};
   if (bias) {
     st->fc1_bias = b.Weight(name + ".fc1.bias", {2 * ffn}, d.act);
     fc1_inputs.push_back(st->fc1_bias);
@@ -59,7 +66,13 @@ TensorId ExpertForward(TraceBuilder& b, const Dims& d, const std::string& name, 
   b.Op(name + (clamp ? ".swiglu_clamped" : ".swiglu"), OpKind::kElementwise, {st->fc1_out},
        {st->act}, (clamp ? kClampedSwigluFlops : kSwigluFlops) * m * ffn);
   st->fc2_weight = b.Weight(name + ".fc2.weight", {d.h, ffn}, d.act);
-  std::vector<TensorId> fc2_inputs = {st->act, st->fc2_weight};
+  st->fc2_saved = st->act;
+  TensorId fc2_in = st->act;
+  if (fp8) {
+    st->fc2_fp8 = Fp8Weights(b, st->fc2_weight);
+    fc2_in = QuantizeInput(b, d, name + ".fc2.in", st->act, &st->fc2_saved);
+  }
+  std::vector<TensorId> fc2_inputs = {fc2_in, fp8 ? st->fc2_fp8.row : st->fc2_weight};
   if (bias) {
     st->fc2_bias = b.Weight(name + ".fc2.bias", {d.h}, d.act);
     fc2_inputs.push_back(st->fc2_bias);
@@ -82,18 +95,25 @@ std::vector<TensorId> WeightGrads(TraceBuilder& b, TensorId weight, TensorId bia
 TensorId ExpertBackward(TraceBuilder& b, const Dims& d, const ExpertState& st, TensorId g_out) {
   const int64_t m = Rows(st.rows);
   const std::string& n = st.name;
+  const bool fp8 = st.fc1_fp8.row != kNoTensor;  // as the forward ran
+  Fp8Grad g2;
+  if (fp8) g2 = QuantizeGrad(b, d, n + ".fc2.out.grad", {g_out}, d.h);
   const TensorId g_act = b.Gradient(n + ".act.out.grad", Shape(st.rows, st.ffn), d.act);
-  b.Gemm(n + ".fc2.dgrad", {g_out, st.fc2_weight}, {g_act}, {.m = m, .n = st.ffn, .k = d.h});
-  std::vector<TensorId> fc2_inputs = {st.act, g_out};
+  b.Gemm(n + ".fc2.dgrad", {fp8 ? g2.row : g_out, fp8 ? st.fc2_fp8.col : st.fc2_weight}, {g_act},
+         {.m = m, .n = st.ffn, .k = d.h});
+  std::vector<TensorId> fc2_inputs = {st.fc2_saved, fp8 ? g2.col : g_out};
   const std::vector<TensorId> g_fc2 = WeightGrads(b, st.fc2_weight, st.fc2_bias, fc2_inputs);
   b.Gemm(n + ".fc2.wgrad", fc2_inputs, g_fc2, {.m = d.h, .n = st.ffn, .k = m});
   const TensorId g_fc1_out = b.Gradient(n + ".fc1.out.grad", Shape(st.rows, 2 * st.ffn), d.act);
   b.Op(n + (st.clamp ? ".swiglu_clamped.bwd" : ".swiglu.bwd"), OpKind::kElementwise,
        {st.fc1_out, g_act}, {g_fc1_out},
        kBackwardFactor * (st.clamp ? kClampedSwigluFlops : kSwigluFlops) * m * st.ffn);
+  Fp8Grad g1;
+  if (fp8) g1 = QuantizeGrad(b, d, n + ".fc1.out.grad", {g_fc1_out}, 2 * st.ffn);
   const TensorId g_in = b.Gradient(n + ".in.grad", Shape(st.rows, d.h), d.act);
-  b.Gemm(n + ".fc1.dgrad", {g_fc1_out, st.fc1_weight}, {g_in}, {.m = m, .n = d.h, .k = 2 * st.ffn});
-  std::vector<TensorId> fc1_inputs = {st.in, g_fc1_out};
+  b.Gemm(n + ".fc1.dgrad", {fp8 ? g1.row : g_fc1_out, fp8 ? st.fc1_fp8.col : st.fc1_weight}, {g_in},
+         {.m = m, .n = d.h, .k = 2 * st.ffn});
+  std::vector<TensorId> fc1_inputs = {st.fc1_saved, fp8 ? g1.col : g_fc1_out};
   const std::vector<TensorId> g_fc1 = WeightGrads(b, st.fc1_weight, st.fc1_bias, fc1_inputs);
   b.Gemm(n + ".fc1.wgrad", fc1_inputs, g_fc1, {.m = 2 * st.ffn, .n = d.h, .k = m});
   return g_in;

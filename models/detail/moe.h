@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "models/detail/dims.h"
+#include "models/detail/fp8.h"
 #include "models/detail/trace_builder.h"
 #include "models/model_config.h"
 
@@ -51,6 +52,10 @@ struct ExpertState {
   TensorId act = kNoTensor, fc2_weight = kNoTensor, out = kNoTensor;
   TensorId fc1_bias = kNoTensor, fc2_bias = kNoTensor;  // gpt-oss's, or none
   bool clamp = false;
+  // What the weight gradients read: `in` and `act`, or under FP8 their
+  // column-wise copies (models/detail/fp8.h); the weights' FP8 copies.
+  TensorId fc1_saved = kNoTensor, fc2_saved = kNoTensor;
+  Fp8Weight fc1_fp8, fc2_fp8;
 };
 
 struct MoeState {

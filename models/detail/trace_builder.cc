@@ -20,6 +20,7 @@ std::string LayerPrefix(int layer) {
 TraceBuilder::TraceBuilder(traces::Header header, size_t expected_tensors, size_t expected_ops)
     : header_(std::move(header)) {
   trace_.header = header_;
+  fp8_ = traces::ParseFp8Recipe(header_.fp8).value_or(traces::Fp8Recipe::kOff);
   trace_.tensors.reserve(expected_tensors);
   trace_.ops.reserve(expected_ops);
   last_grad_.reserve(expected_tensors);
@@ -34,13 +35,14 @@ std::string TraceBuilder::Prefixed(const std::string& name) const {
 }
 
 TensorId TraceBuilder::AddTensor(const std::string& name, std::vector<int64_t> shape, DType dtype,
-                                 TensorKind kind) {
+                                 TensorKind kind, traces::Fp8Blocks blocks) {
   traces::Tensor t;
   t.id = static_cast<TensorId>(trace_.tensors.size());
   t.name = Prefixed(name);
   int64_t elements = 1;
   for (int64_t d : shape) elements *= d;
-  t.bytes = elements * traces::DTypeSize(dtype);
+  t.bytes = dtype == DType::kFp8 ? traces::Fp8Bytes(fp8_, shape, blocks)
+                                 : elements * traces::DTypeSize(dtype);
   t.dtype = dtype;
   t.shape = std::move(shape);
   t.kind = kind;
@@ -72,6 +74,21 @@ TensorId TraceBuilder::Weight(const std::string& name, std::vector<int64_t> shap
   const TensorId id = AddTensor(name, std::move(shape), dtype, TensorKind::kWeight);
   weights_.push_back(id);
   return id;
+}
+
+TensorId TraceBuilder::Fp8WeightCopy(TensorId weight, const std::string& name,
+                                     std::vector<int64_t> shape) {
+  assert(fp8_ != traces::Fp8Recipe::kOff);
+  // Named in full already (the weight's name carries its layer prefix).
+  const int layer = layer_;
+  layer_ = tensor(weight).layer;
+  const TensorId copy = AddTensor("", std::move(shape), DType::kFp8, TensorKind::kWorkspace,
+                                  traces::Fp8Blocks::kWeight);
+  layer_ = layer;
+  trace_.tensors[Index(copy)].name = name;
+  if (fp8_copies_.size() <= Index(weight)) fp8_copies_.resize(Index(weight) + 1);
+  fp8_copies_[Index(weight)].push_back(copy);
+  return copy;
 }
 
 TensorId TraceBuilder::View(const std::string& name, TensorId root, std::vector<int64_t> shape,
@@ -119,6 +136,8 @@ OpId TraceBuilder::Op(const std::string& name, OpKind kind, const std::vector<Te
 OpId TraceBuilder::Gemm(const std::string& name, const std::vector<TensorId>& inputs,
                         const std::vector<TensorId>& outputs, GemmDims dims) {
   const int64_t flops = 2 * dims.m * dims.n * dims.k * dims.batch;
+  // FP8 operands (models/detail/fp8.h) make an FP8 GEMM.
+  dims.fp8 = !inputs.empty() && tensor(inputs.front()).dtype == DType::kFp8;
   return Op(name, OpKind::kGemm, inputs, outputs, flops, dims);
 }
 
@@ -169,16 +188,44 @@ void TraceBuilder::AddOptimizerOps() {
                                      optimizer_.state_dtype, TensorKind::kOptimizerState);
     if (optimizer_.master_passes) {
       AddMasterWeightPasses(g, state);
-      continue;
+    } else {
+      std::vector<TensorId> inputs = g.weights;
+      inputs.insert(inputs.end(), g.grads.begin(), g.grads.end());
+      inputs.push_back(state);
+      const OpId id = Op(optimizer_.name, OpKind::kOptimizer, inputs, {},
+                         optimizer_.flops_per_param * g.updated);
+      // Updates the weights and its state in place.
+      op(id).bytes_written = g.weight_bytes + tensor(state).bytes;
     }
-    std::vector<TensorId> inputs = g.weights;
-    inputs.insert(inputs.end(), g.grads.begin(), g.grads.end());
-    inputs.push_back(state);
-    const OpId id =
-        Op(optimizer_.name, OpKind::kOptimizer, inputs, {}, optimizer_.flops_per_param * g.updated);
-    // Updates the weights and its state in place.
-    op(id).bytes_written = g.weight_bytes + tensor(state).bytes;
+    AddFp8WeightQuantize(g);
   }
+}
+
+// Transformer Engine quantizes a weight on the first micro-batch of a step
+// and reuses the copies (is_first_microbatch): once a step, from the weights
+// the optimizer has just written. Every copy is rewritten in place (a view).
+void TraceBuilder::AddFp8WeightQuantize(const OptimizerGroup& g) {
+  std::vector<TensorId> inputs, outputs;
+  int64_t elements = 0, read = 0, written = 0;
+  for (TensorId w : g.weights) {
+    if (Index(w) >= fp8_copies_.size() || fp8_copies_[Index(w)].empty()) continue;
+    inputs.push_back(w);
+    elements += Elements(w);
+    read += tensor(w).bytes;
+    for (TensorId copy : fp8_copies_[Index(w)]) {
+      std::string name = tensor(copy).name + ".quantized";  // prefixed already
+      const TensorId view = View("", copy, tensor(copy).shape);
+      trace_.tensors[Index(view)].name = std::move(name);
+      trace_.tensors[Index(view)].bytes = tensor(copy).bytes;  // its 2-D scales too
+      outputs.push_back(view);
+      written += tensor(copy).bytes;
+    }
+  }
+  if (inputs.empty()) return;
+  const OpId id = Op("fp8_weight_quantize", OpKind::kOptimizer, inputs, outputs, elements);
+  // Current scaling reads each weight twice: its amax, then the cast.
+  op(id).bytes_read = fp8_ == traces::Fp8Recipe::kCurrent ? 2 * read : read;
+  op(id).bytes_written = written;
 }
 
 // Megatron-LM's Float16OptimizerWithFloat16Params.step (megatron/optimizer/

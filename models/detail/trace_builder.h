@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "traces/fp8.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::models::detail {
@@ -83,13 +84,18 @@ class TraceBuilder {
   int layer() const { return layer_; }
   int stage() const { return static_cast<int>(header_.stage); }
 
-  // Tensors. Names get the prefix "L<layer>." inside blocks. Bytes follow shape × dtype.
+  // Tensors. Names get the prefix "L<layer>." inside blocks. Bytes follow shape × dtype
+  // (fp8: with the header recipe's scales, traces/fp8.h).
   TensorId Activation(const std::string& name, std::vector<int64_t> shape, DType dtype);
   TensorId Workspace(const std::string& name, std::vector<int64_t> shape, DType dtype);
   TensorId Gradient(const std::string& name, std::vector<int64_t> shape, DType dtype);
   TensorId Input(const std::string& name, std::vector<int64_t> shape, DType dtype);
   // A parameter of the current layer: no producer, updated by that layer's optimizer op.
   TensorId Weight(const std::string& name, std::vector<int64_t> shape, DType dtype);
+  // An FP8 copy of `weight` (models/detail/fp8.h) of `shape`: resident all
+  // step (no producer), its bytes with the recipe's 2-D weight scales; Finish
+  // refreshes every copy in the optimizer phase, after its layer's update.
+  TensorId Fp8WeightCopy(TensorId weight, const std::string& name, std::vector<int64_t> shape);
   // A view sharing `root`'s storage (alias_of); the op that produces root lists it too.
   // Of root's kind, or of `kind` (a gradient an op writes over a saved activation in place).
   TensorId View(const std::string& name, TensorId root, std::vector<int64_t> shape,
@@ -101,7 +107,8 @@ class TraceBuilder {
   OpId Op(const std::string& name, OpKind kind, const std::vector<TensorId>& inputs,
           const std::vector<TensorId>& outputs, int64_t flops,
           std::optional<GemmDims> gemm = std::nullopt);
-  // A gemm op: flops 2·m·n·k·batch.
+  // A gemm op: flops 2·m·n·k·batch; an FP8 GEMM (GemmDims::fp8) when its
+  // first input is fp8.
   OpId Gemm(const std::string& name, const std::vector<TensorId>& inputs,
             const std::vector<TensorId>& outputs, GemmDims dims);
 
@@ -122,7 +129,7 @@ class TraceBuilder {
  private:
   static size_t Index(int64_t id) { return static_cast<size_t>(id); }
   TensorId AddTensor(const std::string& name, std::vector<int64_t> shape, DType dtype,
-                     TensorKind kind);
+                     TensorKind kind, traces::Fp8Blocks blocks = traces::Fp8Blocks::kVector);
   std::string Prefixed(const std::string& name) const;
   void AddOptimizerOps();
   // One layer's weights, updated by `updated` parameters' worth on this rank.
@@ -131,6 +138,8 @@ class TraceBuilder {
     int64_t params = 0, updated = 0, weight_bytes = 0;
   };
   void AddMasterWeightPasses(const OptimizerGroup& g, TensorId state);
+  // The FP8 copies of the group's weights, quantized from the updated weights.
+  void AddFp8WeightQuantize(const OptimizerGroup& g);
   // ZeRO-2/3 (zero_shard.cc): shards the weights (stage 3), inserts the
   // gathers and reduce-scatters, points last_grad_ at the gradient shards.
   void ShardForZero();
@@ -145,8 +154,10 @@ class TraceBuilder {
   ZeroSpec zero_;
   std::vector<int64_t> sharded_elements_;  // per tensor id: a sharded weight's elements, else 0
   std::vector<TensorId> weights_;          // in creation order
-  std::vector<TensorId> last_grad_;        // per tensor id: the weight's current gradient
-  std::vector<int> grad_count_;            // per tensor id: partial gradients made after the first
+  traces::Fp8Recipe fp8_ = traces::Fp8Recipe::kOff;  // the header's
+  std::vector<std::vector<TensorId>> fp8_copies_;    // per weight id: its FP8 copies
+  std::vector<TensorId> last_grad_;                  // per tensor id: the weight's current gradient
+  std::vector<int> grad_count_;  // per tensor id: partial gradients made after the first
 };
 
 }  // namespace ssdtrain::models::detail
