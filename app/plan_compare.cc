@@ -114,11 +114,18 @@ std::string HowItWins(const traces::Plan& with, const traces::Plan& without) {
     parts.push_back(
         fmt::format("fitting at ZeRO-{} (against ZeRO-{})", with.zero_stage, without.zero_stage));
   }
+  if (with.schedule != without.schedule || with.virtual_stages != without.virtual_stages) {
+    auto schedule = [](const traces::Plan& p) {
+      return p.schedule == "interleaved" ? fmt::format("interleaved v={}", p.virtual_stages)
+                                         : p.schedule;
+    };
+    parts.push_back(fmt::format("fitting {} (against {})", schedule(with), schedule(without)));
+  }
   if (parts.empty()) {
     if (without.policy.rfind("recompute", 0) == 0) {
       return fmt::format("writing to the SSD what {} recomputes", without.policy);
     }
-    return "at its layout";
+    return "what it offloads, at the same layout";
   }
   std::string out = parts.front();
   for (size_t i = 1; i < parts.size(); ++i) out += " and " + parts[i];

@@ -26,9 +26,10 @@ struct Searched {
 };
 
 std::string CaseName(const SweepCase& c) {
-  return fmt::format("{} on {} x {}{}", std::filesystem::path(c.model).stem().string(), c.gpus,
+  return fmt::format("{} on {} x {}{}{}", std::filesystem::path(c.model).stem().string(), c.gpus,
                      std::filesystem::path(c.hardware).stem().string(),
-                     c.defer_grad_sync ? " --defer-grad-sync" : "");
+                     c.defer_grad_sync ? " --defer-grad-sync" : "",
+                     c.fp8.empty() ? "" : " --fp8 " + c.fp8);
 }
 
 // Each returned stage plan against the static peak of its unrolled step.
@@ -117,6 +118,14 @@ SweepOutcome CheckPlannerInvariants(const SweepCase& c) {
   }
   models::ModelConfig base = *config;
   base.zero_defer_grad_sync = c.defer_grad_sync;
+  if (!c.fp8.empty()) {
+    if (const Status s = sim::CheckPrecision(*hw, c.fp8); !s.ok()) {
+      out.lines.push_back(CaseName(c) + ": skipped, " + s.message());
+      return out;
+    }
+    if (base.dtype == "fp32") base.dtype = "bf16";
+    base.fp8 = c.fp8;
+  }
   const sim::TraceProvider provider = ModelTraceProvider(base, c.model);
   const int64_t budget = sim::GpuMemoryBytes(*hw);
   std::map<std::string, Searched> searched;

@@ -37,6 +37,9 @@ struct SweepCase {
   // The model's zero_defer_grad_sync (plan --defer-grad-sync): at ZeRO 2 and
   // 3 the gradients reduce-scattered once a step.
   bool defer_grad_sync = false;
+  // FP8 training under this recipe (plan --fp8; "" none): an fp32 model is
+  // trained in bf16 for it, and a GPU without FP8 skips the case.
+  std::string fp8;
 };
 
 struct SweepOutcome {

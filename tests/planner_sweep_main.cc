@@ -3,7 +3,8 @@
 // scripts/planner-sweep.sh runs it whole; it prints every violation and exits
 // 1 if there is one.
 //   planner_sweep [--models DIR] [--hardware DIR] [--gpus 8,64,512,4096]
-//                 [--policies a,b] [--max-seconds 10] [--defer-grad-sync] [--verbose]
+//                 [--policies a,b] [--max-seconds 10] [--defer-grad-sync]
+//                 [--fp8 RECIPE] [--verbose]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -40,9 +41,10 @@ std::vector<std::string> JsonFiles(const std::string& dir, bool gpu_only) {
 }
 
 int Usage(const std::string& why) {
-  std::cerr << "planner_sweep: " << why
-            << "\nusage: planner_sweep [--models DIR] [--hardware DIR] [--gpus 8,64,512,4096] "
-               "[--policies a,b] [--max-seconds S] [--defer-grad-sync] [--verbose]\n";
+  std::cerr
+      << "planner_sweep: " << why
+      << "\nusage: planner_sweep [--models DIR] [--hardware DIR] [--gpus 8,64,512,4096] "
+         "[--policies a,b] [--max-seconds S] [--defer-grad-sync] [--fp8 RECIPE] [--verbose]\n";
   return 2;
 }
 
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
   double max_seconds = 10;
   bool verbose = false;
   bool defer_grad_sync = false;
+  std::string fp8;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -72,6 +75,8 @@ int main(int argc, char** argv) {
       max_seconds = std::atof(value().c_str());
     } else if (a == "--defer-grad-sync") {
       defer_grad_sync = true;
+    } else if (a == "--fp8") {
+      fp8 = value();
     } else if (a == "--verbose") {
       verbose = true;
     } else {
@@ -83,7 +88,7 @@ int main(int argc, char** argv) {
   for (const std::string& hw : JsonFiles(hardware, true)) {
     for (const std::string& model : JsonFiles(models, false)) {
       for (int64_t g : gpus) {
-        ssdtrain::testing::SweepCase c{model, hw, g, policies, max_seconds, defer_grad_sync};
+        ssdtrain::testing::SweepCase c{model, hw, g, policies, max_seconds, defer_grad_sync, fp8};
         const ssdtrain::testing::SweepOutcome o = ssdtrain::testing::CheckPlannerInvariants(c);
         ++cases;
         if (verbose) {

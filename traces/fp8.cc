@@ -63,4 +63,13 @@ int64_t Fp8Bytes(Fp8Recipe recipe, const std::vector<int64_t>& shape, Fp8Blocks 
   return elements + Fp8ScaleBytes(recipe, shape, blocks);
 }
 
+bool IsGatheredFp8Bytes(Fp8Recipe recipe, const std::vector<int64_t>& shape, int64_t bytes) {
+  if (recipe != Fp8Recipe::kDelayed && recipe != Fp8Recipe::kCurrent) return false;
+  int64_t elements = 1, rows = 1;
+  for (int64_t d : shape) elements *= d;
+  for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+  const int64_t scales = bytes - elements;
+  return scales > kFp32Bytes && scales % kFp32Bytes == 0 && scales / kFp32Bytes <= rows;
+}
+
 }  // namespace ssdtrain::traces

@@ -53,5 +53,10 @@ enum class Fp8Blocks {
 int64_t Fp8ScaleBytes(Fp8Recipe recipe, const std::vector<int64_t>& shape, Fp8Blocks blocks);
 // Its whole storage: one byte per element plus Fp8ScaleBytes.
 int64_t Fp8Bytes(Fp8Recipe recipe, const std::vector<int64_t>& shape, Fp8Blocks blocks);
+// A tensor all-gathered from k shards carries each shard's scales: under the
+// block recipes that is Fp8Bytes of the whole (the rows' scales, gathered),
+// under delayed and current one fp32 scale per shard, elements + 4·k bytes.
+// Whether `bytes` is such a per-tensor-scaled gathered tensor's, 1 < k ≤ rows.
+bool IsGatheredFp8Bytes(Fp8Recipe recipe, const std::vector<int64_t>& shape, int64_t bytes);
 
 }  // namespace ssdtrain::traces

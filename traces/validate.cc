@@ -64,7 +64,8 @@ Status CheckTensors(const Trace& trace, const std::string& source) {
                    "an fp8 tensor in a trace whose header names no fp8 recipe");
       }
       if (t.bytes != Fp8Bytes(*recipe, t.shape, Fp8Blocks::kVector) &&
-          t.bytes != Fp8Bytes(*recipe, t.shape, Fp8Blocks::kWeight)) {
+          t.bytes != Fp8Bytes(*recipe, t.shape, Fp8Blocks::kWeight) &&
+          !IsGatheredFp8Bytes(*recipe, t.shape, t.bytes)) {
         return Bad(source, at + ".bytes",
                    std::to_string(t.bytes) + " does not match shape and the " + trace.header.fp8 +
                        " recipe (" + std::to_string(elements) + " fp8 elements and " +

@@ -26,6 +26,14 @@
 namespace ssdtrain::models::detail {
 
 inline bool Fp8On(const Dims& d) { return d.fp8 != traces::Fp8Recipe::kOff; }
+// Sequence parallelism's all-gather of a column-parallel input moves FP8: the
+// per-tensor recipes, whose row-wise data transposes into the column-wise
+// copy after the gather (TE: "All-gather is not supported with FP8
+// column-wise data"); blockwise and MXFP8 copies are not transposable, so
+// those gather the 16-bit input and quantize after.
+inline bool Fp8Gathers(const Dims& d) {
+  return d.fp8 == traces::Fp8Recipe::kDelayed || d.fp8 == traces::Fp8Recipe::kCurrent;
+}
 
 // A weight's FP8 copies: row-wise [out, in] (forward), column-wise [in, out]
 // (the data gradient).

@@ -27,6 +27,8 @@ TensorId AllGatherSeq(TraceBuilder& b, const Dims& d, const std::string& name, T
   std::vector<int64_t> shape = b.shape(shard);
   shape[0] *= d.t;
   const TensorId full = Make(b, name, std::move(shape), b.tensor(shard).dtype, kind);
+  // An FP8 shard's scales come along: the t shards' data and scales, each.
+  if (b.tensor(full).dtype == DType::kFp8) b.SetGatheredFp8Bytes(full, d.t * b.tensor(shard).bytes);
   b.Op(name + ".all_gather", OpKind::kCollective, {shard}, {full}, 0);
   return full;
 }
@@ -60,13 +62,24 @@ LinearState ColumnForward(TraceBuilder& b, const Dims& d, const std::string& nam
   st.gathered = d.sp && !replicated_input;
   TensorId gemm_in = x;
   TensorId gemm_weight = st.weight;
-  if (st.gathered) gemm_in = AllGatherSeq(b, d, name + ".in_gathered", x, TensorKind::kActivation);
   if (Fp8On(d)) {
     st.fp8 = Fp8Weights(b, st.weight);
     gemm_weight = st.fp8.row;
-    // With sequence parallelism the 16-bit shard stays saved, as without FP8,
-    // and backward quantizes its gathered copy column-wise.
-    gemm_in = QuantizeInput(b, d, name + ".in", gemm_in, st.gathered ? nullptr : &st.saved_input);
+  }
+  if (st.gathered && Fp8Gathers(d)) {
+    // Delayed and current scaling: the shard is quantized row-wise and
+    // all-gathered in FP8; the FP8 shard is saved and gathered again in
+    // backward.
+    st.saved_input = QuantizeInput(b, d, name + ".in", x, nullptr);
+    gemm_in = AllGatherSeq(b, d, name + ".in_gathered", st.saved_input, TensorKind::kActivation);
+  } else {
+    if (st.gathered)
+      gemm_in = AllGatherSeq(b, d, name + ".in_gathered", x, TensorKind::kActivation);
+    // Blockwise and MXFP8 with sequence parallelism: the 16-bit shard stays
+    // saved and backward quantizes its gathered copy column-wise.
+    if (Fp8On(d)) {
+      gemm_in = QuantizeInput(b, d, name + ".in", gemm_in, st.gathered ? nullptr : &st.saved_input);
+    }
   }
   std::vector<TensorId> inputs = {gemm_in, gemm_weight};
   if (with_bias) inputs.push_back(st.bias);

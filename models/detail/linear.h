@@ -11,10 +11,10 @@
 //
 // Under FP8 (Dims::fp8, models/detail/fp8.h) the GEMMs read FP8 copies of
 // the input, the output gradient and the weight; with sequence parallelism
-// the column-parallel input is all-gathered in 16 bits and quantized after
-// (its 16-bit shard saved, and quantized column-wise after backward's
-// re-gather): Transformer Engine's FP8 all-gather, which moves and saves
-// the FP8 shard, is not modelled yet (models/README.md, "FP8").
+// the column-parallel input is quantized before its all-gather under the
+// per-tensor recipes (Fp8Gathers: the FP8 shard saved, gathered again and
+// transposed in backward), and all-gathered in 16 bits and quantized after
+// under blockwise and MXFP8 (its 16-bit shard saved; models/README.md, "FP8").
 #pragma once
 
 #include <string>

@@ -91,6 +91,12 @@ TensorId TraceBuilder::Fp8WeightCopy(TensorId weight, const std::string& name,
   return copy;
 }
 
+void TraceBuilder::SetGatheredFp8Bytes(TensorId id, int64_t bytes) {
+  traces::Tensor& t = trace_.tensors[Index(id)];
+  assert(t.dtype == DType::kFp8 && t.consumers.empty() && t.producer == traces::kNoOp);
+  t.bytes = bytes;
+}
+
 TensorId TraceBuilder::View(const std::string& name, TensorId root, std::vector<int64_t> shape,
                             std::optional<TensorKind> kind) {
   const traces::Tensor& r = tensor(root);

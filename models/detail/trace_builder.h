@@ -96,6 +96,10 @@ class TraceBuilder {
   // step (no producer), its bytes with the recipe's 2-D weight scales; Finish
   // refreshes every copy in the optimizer phase, after its layer's update.
   TensorId Fp8WeightCopy(TensorId weight, const std::string& name, std::vector<int64_t> shape);
+  // Sets an FP8 tensor's bytes where its scales are not Fp8Bytes's: one
+  // all-gathered from shards under a per-tensor recipe carries each shard's
+  // scale (traces/fp8.h). Before any op reads or writes it.
+  void SetGatheredFp8Bytes(TensorId id, int64_t bytes);
   // A view sharing `root`'s storage (alias_of); the op that produces root lists it too.
   // Of root's kind, or of `kind` (a gradient an op writes over a saved activation in place).
   TensorId View(const std::string& name, TensorId root, std::vector<int64_t> shape,

@@ -185,31 +185,44 @@ TEST(Fp8, OnlyTheBlockLinearsGemmsRunInFp8) {
   }
 }
 
-// With sequence parallelism the column-parallel input is all-gathered in 16
-// bits and quantized after (TE's FP8 all-gather is not modelled: the 16-bit
-// shard stays saved); backward quantizes the re-gathered copy column-wise.
-TEST(Fp8, SequenceParallelGathersThenQuantizes) {
-  ModelConfig c = WithFp8(Llama3(), "delayed");
+// With sequence parallelism, under the per-tensor recipes the column-parallel
+// input is quantized before its all-gather, which moves FP8 with each shard's
+// scale, and the FP8 shard is saved, gathered again and transposed in
+// backward; blockwise and MXFP8 gather 16 bits and quantize after, the 16-bit
+// shard saved, its re-gathered copy quantized column-wise in backward.
+TEST(Fp8, SequenceParallelGathersFp8UnderPerTensorScaling) {
+  ModelConfig c = Llama3();
   c.seq_len = 1024;
   c.tp = 4;
   c.sequence_parallel = true;
-  const traces::Trace t = Build(c);
-  int64_t gathers = 0;
-  for (const traces::Op& op : t.ops) {
-    if (op.layer != 0 || op.name.find("qkv.in_gathered.all_gather") == std::string::npos) {
-      continue;
+  const int64_t shard = c.seq_len / c.tp * c.hidden;  // elements of the QKV input's shard
+  for (const std::string recipe : kRecipes) {
+    SCOPED_TRACE(recipe);
+    const bool per_tensor = recipe == "delayed" || recipe == "current";
+    const traces::Trace t = Build(WithFp8(c, recipe));
+    int64_t gathers = 0;
+    for (const traces::Op& op : t.ops) {
+      if (op.name != "L0.qkv.in_gathered.all_gather") continue;
+      ++gathers;
+      const traces::Tensor& in = t.tensor(op.inputs[0]);
+      EXPECT_EQ(in.dtype, per_tensor ? traces::DType::kFp8 : traces::DType::kBf16);
+      EXPECT_EQ(in.saved_for_backward, true);
+      // Four shards' data and scales, or four 16-bit shards.
+      EXPECT_EQ(op.bytes_written, per_tensor ? 4 * (shard + 4) : 4 * 2 * shard);
+      if (!per_tensor) {
+        const traces::Op& next = t.op(t.tensor(op.outputs[0]).consumers.front());
+        EXPECT_EQ(next.name, "L0.qkv.in.quantize");
+      }
     }
-    ++gathers;
-    EXPECT_EQ(t.tensor(op.inputs[0]).dtype, traces::DType::kBf16);
-    const traces::Op& next = t.op(t.tensor(op.outputs[0]).consumers.front());
-    EXPECT_EQ(next.name, "L0.qkv.in.quantize");
+    EXPECT_EQ(gathers, 1);
+    bool made_columnwise = false;
+    for (const traces::Op& op : t.ops) {
+      made_columnwise =
+          made_columnwise || op.name == (per_tensor ? "L0.qkv.in_regathered.transpose"
+                                                    : "L0.qkv.in_regathered.quantize_t");
+    }
+    EXPECT_TRUE(made_columnwise);
   }
-  EXPECT_EQ(gathers, 1);
-  bool requantized = false;
-  for (const traces::Op& op : t.ops) {
-    requantized = requantized || op.name == "L0.qkv.in_regathered.quantize_t";
-  }
-  EXPECT_TRUE(requantized);
   // MoE and MLA under tp and sp validate too (the builders' other linears).
   ModelConfig mla = testing::LoadOk(testing::HfDir("deepseek-v3"));
   mla.layers = 3;

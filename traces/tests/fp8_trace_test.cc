@@ -26,6 +26,13 @@ TEST(Fp8Bytes, ScalesFollowEachRecipe) {
   EXPECT_EQ(Fp8ScaleBytes(Fp8Recipe::kBlockwise, {10, 4100}, Fp8Blocks::kVector), 10 * 33 * 4);
   EXPECT_EQ(Fp8ScaleBytes(Fp8Recipe::kMxfp8, {10, 4100}, Fp8Blocks::kWeight), 10 * 129);
   EXPECT_EQ(Fp8Bytes(Fp8Recipe::kOff, x, Fp8Blocks::kVector), elements);
+  // Gathered from 4 shards under a per-tensor recipe: 4 scales; never 1 (that
+  // is Fp8Bytes), and not under the block recipes, whose scales gather whole.
+  EXPECT_TRUE(IsGatheredFp8Bytes(Fp8Recipe::kCurrent, x, elements + 16));
+  EXPECT_FALSE(IsGatheredFp8Bytes(Fp8Recipe::kCurrent, x, elements + 4));
+  EXPECT_FALSE(IsGatheredFp8Bytes(Fp8Recipe::kCurrent, x, elements + 18));
+  EXPECT_FALSE(IsGatheredFp8Bytes(Fp8Recipe::kCurrent, x, elements + 4 * 2001));
+  EXPECT_FALSE(IsGatheredFp8Bytes(Fp8Recipe::kBlockwise, x, elements + 16));
   for (const char* name : {"delayed", "current", "blockwise", "mxfp8"}) {
     ASSERT_TRUE(ParseFp8Recipe(name).has_value()) << name;
     EXPECT_EQ(ToString(*ParseFp8Recipe(name)), name);
