@@ -312,6 +312,9 @@ Verb AddPlanCommand(CLI::App& app) {
                   "blockwise or mxfp8 (Blackwell), or off; overrides the model config, and the "
                   "plan records it")
       ->check(CLI::IsMember({"delayed", "current", "blockwise", "mxfp8", "off"}));
+  cmd->add_flag("--sequence-parallel", o->sequence_parallel,
+                "Megatron's sequence parallelism wherever tp > 1 (overrides a model config "
+                "without it, such as a Hugging Face one); the plan records it");
   cmd->add_flag("--defer-grad-sync", o->defer_grad_sync,
                 "at ZeRO 2 and 3, reduce-scatter the gradients once a step, after the last "
                 "micro-batch's backward, keeping the full gradients accumulated until then "

@@ -42,6 +42,13 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--pp", o.pp, "pp", "pp", h.pp, path));
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--ep", o.ep, "ep", "ep", h.ep, path));
   SSDTRAIN_RETURN_IF_ERROR(CheckTraceField("--cp", o.cp, "cp", "cp", h.cp, path));
+  if (o.sequence_parallel && !h.sequence_parallel) {
+    return Status::InvalidArgument(
+        fmt::format("--sequence-parallel contradicts the trace {} (built without it: "
+                    "header.sequence_parallel); rebuild it with ssdtrain trace "
+                    "--sequence-parallel, or leave the flag out",
+                    path));
+  }
   if (!o.fp8.empty() && (o.fp8 == "off" ? std::string() : o.fp8) != h.fp8) {
     return Status::InvalidArgument(
         fmt::format("--fp8 {} contradicts the trace {} (built {}: header.fp8); rebuild it with "
@@ -136,8 +143,10 @@ Result<PlanInput> TraceInput(PlanCmdOptions& o) {
 Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
   if (!config.ok()) return config.status();
-  if (o.seq_len > 0 || o.defer_grad_sync || !o.attention.empty() || !o.fp8.empty()) {
+  if (o.seq_len > 0 || o.defer_grad_sync || !o.attention.empty() || !o.fp8.empty() ||
+      o.sequence_parallel) {
     models::ConfigOverrides ov;
+    if (o.sequence_parallel) ov.sequence_parallel = true;
     if (o.seq_len > 0) ov.seq_len = o.seq_len;
     if (o.defer_grad_sync) ov.zero_defer_grad_sync = true;
     if (!o.attention.empty()) ov.attention = o.attention;
@@ -169,6 +178,7 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
                     SelfCommand(), model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
     if (!attention.empty()) command += " --attention " + attention;
     if (!fp8.empty()) command += " --fp8 " + fp8;
+    if (base.sequence_parallel && plan.tp > 1) command += " --sequence-parallel";
     if (plan.cp != 1) command += fmt::format(" --cp {}", plan.cp);
     if (plan.zero_stage != 0) {
       command += fmt::format(" --dp {} --zero-stage {}", plan.dp, plan.zero_stage);

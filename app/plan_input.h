@@ -28,13 +28,14 @@ struct PlanCmdOptions {
   int64_t global_batch = 0;
   // Pins: 0 (or empty) leaves that part of the layout to the search.
   int64_t tp = 0, pp = 0, dp = 0, num_micro_batches = 0;
-  int64_t cp = 0;                // context parallelism; 0: searched
-  int64_t zero_stage = -1;       // -1: weigh 0 to 3 (--model); with --trace, the trace's
-  int64_t dp_shard = 0;          // HSDP's shard group (--dp-shard); 0: dp
-  bool defer_grad_sync = false;  // --defer-grad-sync: ZeRO 2/3 reduce-scatter once a step
-  std::string attention;         // --attention standard|flash; "": the model config's
-  std::string fp8;               // --fp8 RECIPE|off; "": the model config's
-  int64_t ep = 0;                // expert parallelism (MoE models); 0: searched
+  int64_t cp = 0;                  // context parallelism; 0: searched
+  int64_t zero_stage = -1;         // -1: weigh 0 to 3 (--model); with --trace, the trace's
+  int64_t dp_shard = 0;            // HSDP's shard group (--dp-shard); 0: dp
+  bool defer_grad_sync = false;    // --defer-grad-sync: ZeRO 2/3 reduce-scatter once a step
+  bool sequence_parallel = false;  // --sequence-parallel: on where tp > 1, over the config
+  std::string attention;           // --attention standard|flash; "": the model config's
+  std::string fp8;                 // --fp8 RECIPE|off; "": the model config's
+  int64_t ep = 0;                  // expert parallelism (MoE models); 0: searched
   std::string schedule;
   int64_t virtual_stages = 0;      // 0: searched (with --schedule interleaved)
   std::string ddp = "overlapped";  // --ddp: when the dp gradients go (traces::DdpImpl)

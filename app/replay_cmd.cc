@@ -79,6 +79,7 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
     if (plan->dp_shard != 0) layout.dp_shard = plan->dp_shard;
     if (plan->zero_defer_grad_sync) layout.zero_defer_grad_sync = true;
     if (!plan->attention.empty()) layout.attention = plan->attention;
+    if (plan->sequence_parallel) layout.sequence_parallel = true;
     // The plan's recipe, or none where the config names one the plan did not use.
     if (!plan->fp8.empty() || !config.fp8.empty()) {
       layout.fp8 = plan->fp8.empty() ? "off" : plan->fp8;

@@ -293,5 +293,31 @@ TEST_F(ReplayMlaCli, UpProjectionRecomputeReplaysVerifiedOnTwoExpertRanks) {
   EXPECT_EQ(recomputed, 3 * 4);
 }
 
+// The same recompute beside tensor-parallel shards with sequence parallelism
+// (plan --sequence-parallel over the Hugging Face file, which has none): the
+// rotary key all-gathered over the shards and rebuilt into query, key and
+// value on each, the down projections replicated; four ranks, verified, with
+// the plan's peaks to the byte.
+TEST_F(ReplayMlaCli, UpProjectionRecomputeReplaysBesideSequenceParallelShards) {
+  const Layout l{2, 1, 2};
+  ASSERT_NO_FATAL_FAILURE(
+      PlanAndReplay("recompute-selective --recompute-modules mla_up_proj --sequence-parallel", l,
+                    ReducedDeepseek()));
+  ExpectEveryRankInItsPlace(l);
+  auto plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_TRUE(plan->sequence_parallel);
+  int recomputed = 0;
+  for (const traces::Placement& p : plan->placements) {
+    recomputed += p.action == traces::TensorAction::kRecompute ? 1 : 0;
+  }
+  EXPECT_EQ(recomputed, 3 * 4);
+  for (const nlohmann::json& rank : report_.extra.at("ranks")) {
+    const nlohmann::json& by_kind = rank.at("collectives").at("by_kind");
+    EXPECT_TRUE(by_kind.contains("all_gather")) << by_kind.dump();
+    EXPECT_TRUE(by_kind.contains("reduce_scatter")) << by_kind.dump();
+  }
+}
+
 }  // namespace
 }  // namespace ssdtrain

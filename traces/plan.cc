@@ -139,6 +139,7 @@ json ToJson(const Plan& plan) {
   if (plan.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
   if (!plan.attention.empty()) j["attention"] = plan.attention;
   if (!plan.fp8.empty()) j["fp8"] = plan.fp8;
+  if (plan.sequence_parallel) j["sequence_parallel"] = true;
   if (plan.ddp != "overlapped") j["ddp"] = plan.ddp;
   if (plan.ep != 1) j["ep"] = plan.ep;
   if (plan.cp != 1) j["cp"] = plan.cp;
@@ -200,6 +201,7 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
     return r.At("attention")
         .Error("unknown value \"" + plan.attention + "\"; expected standard or flash");
   }
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.sequence_parallel, r.BoolOr("sequence_parallel", false));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.fp8, r.StringOr("fp8", ""));
   if (const std::optional<Fp8Recipe> recipe = ParseFp8Recipe(plan.fp8); !recipe) {
     return r.At("fp8").Error("unknown recipe \"" + plan.fp8 + "\"; expected " +
@@ -300,6 +302,7 @@ Plan PlanTemplate(const Trace& trace, std::string policy) {
   plan.zero_defer_grad_sync = trace.header.zero_defer_grad_sync;
   plan.attention = trace.header.attention;
   plan.fp8 = trace.header.fp8;
+  plan.sequence_parallel = trace.header.sequence_parallel;
   return plan;
 }
 
@@ -320,6 +323,11 @@ Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& sou
   if (!plan.attention.empty() && plan.attention != trace.header.attention) {
     return Status::FailedPrecondition(source + ": attention: the plan runs " + plan.attention +
                                       " attention, the trace " + trace.header.attention);
+  }
+  if (plan.sequence_parallel && !trace.header.sequence_parallel) {
+    return Status::FailedPrecondition(source +
+                                      ": sequence_parallel: the plan runs sequence parallelism, "
+                                      "the trace was built without it");
   }
   if (plan.fp8 != trace.header.fp8) {
     auto says = [](const std::string& fp8) {

@@ -99,6 +99,10 @@ struct Plan {
   // model config builds its trace so). "": a plan written before the field,
   // whose replay keeps the config's. JSON: optional, written when set.
   std::string attention;
+  // Sequence parallelism (the trace's header sequence_parallel; tp > 1 only):
+  // a replay from a model config builds its trace with it. JSON: optional,
+  // written when true.
+  bool sequence_parallel = false;
   // FP8 training's recipe (traces/fp8.h; the trace's header fp8): "" none.
   // A replay from a model config builds its trace with it. JSON: optional,
   // written when set.

@@ -113,6 +113,36 @@ TEST(Plan, AttentionIsWrittenReadBackAndMatchedToTheTrace) {
                 t.header.attention);
 }
 
+// The plan records its trace's sequence parallelism and FP8 recipe, each
+// written only where set; a plan that asks for either against a trace built
+// without it is refused naming the field.
+TEST(Plan, SequenceParallelismAndFp8AreWrittenReadBackAndMatchedToTheTrace) {
+  Trace t = testing::SmallTrace();
+  const Plan plain = PlanTemplate(t, "keep");
+  EXPECT_FALSE(ToJson(plain).contains("sequence_parallel"));
+  EXPECT_FALSE(ToJson(plain).contains("fp8"));
+  Plan p = plain;
+  p.sequence_parallel = true;
+  p.fp8 = "current";
+  const nlohmann::json j = ToJson(p);
+  EXPECT_EQ(j.at("sequence_parallel"), true);
+  EXPECT_EQ(j.at("fp8"), "current");
+  Result<Plan> back = PlanFromJson(j, "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->sequence_parallel);
+  EXPECT_EQ(back->fp8, "current");
+  EXPECT_EQ(ValidatePlan(*back, t, "p.json").message(),
+            "p.json: sequence_parallel: the plan runs sequence parallelism, the trace was built "
+            "without it");
+  back->sequence_parallel = false;
+  EXPECT_EQ(ValidatePlan(*back, t, "p.json").message(),
+            "p.json: fp8: the plan trains in FP8 (current), the trace without FP8");
+  nlohmann::json bad = j;
+  bad["fp8"] = "e4m3";
+  EXPECT_EQ(PlanFromJson(bad, "p.json").status().message(),
+            "p.json: fp8: unknown recipe \"e4m3\"; expected delayed, current, blockwise or mxfp8");
+}
+
 // A report's layout carries the plan's ZeRO stage and shard group, so that
 // `ssdtrain compare` refuses a ZeRO-2 prediction beside a ZeRO-1 run.
 TEST(Plan, ReportLayoutsCarryTheZeroStageAndShardGroup) {
