@@ -9,6 +9,8 @@
 #include <iostream>
 #include <optional>
 
+#include "traces/fp8.h"
+
 namespace ssdtrain::app {
 namespace {
 
@@ -68,6 +70,16 @@ CLI::Validator IntAtLeast(int64_t min) {
         return "";
       },
       fmt::format(">={}", min));
+}
+
+CLI::Validator Fp8Recipe() {
+  return CLI::Validator(
+      [](std::string& input) -> std::string {
+        // "" is no flag value at all; "off" reads as no recipe.
+        if (!input.empty() && traces::ParseFp8Recipe(input)) return "";
+        return fmt::format("must be {}, or off, got {}", traces::kFp8RecipeNames, input);
+      },
+      "RECIPE");
 }
 
 CLI::Validator IntBetween(int64_t lo, int64_t hi) {

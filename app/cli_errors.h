@@ -17,6 +17,9 @@ namespace ssdtrain::app {
 CLI::Validator IntAtLeast(int64_t min);
 // An integer flag within [lo, hi] ("must be 0 or 1, got 2" where hi = lo + 1).
 CLI::Validator IntBetween(int64_t lo, int64_t hi);
+// An FP8 recipe flag (--fp8): one of traces/fp8.h's recipes or "off" ("must
+// be delayed, current, blockwise or mxfp8, or off, got e4m3").
+CLI::Validator Fp8Recipe();
 // A real-valued flag of at least `min` (inclusive: "must be >= 0, got -1").
 CLI::Validator RealAtLeast(double min);
 // A real-valued flag above `min` (exclusive: "must be > 0, got 0").

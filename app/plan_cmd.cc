@@ -311,7 +311,7 @@ Verb AddPlanCommand(CLI::App& app) {
                   "FP8 training as Transformer Engine's recipe does it: delayed, current, "
                   "blockwise or mxfp8 (Blackwell), or off; overrides the model config, and the "
                   "plan records it")
-      ->check(CLI::IsMember({"delayed", "current", "blockwise", "mxfp8", "off"}));
+      ->check(Fp8Recipe());
   cmd->add_flag("--sequence-parallel", o->sequence_parallel,
                 "Megatron's sequence parallelism wherever tp > 1 (overrides a model config "
                 "without it, such as a Hugging Face one); the plan records it");

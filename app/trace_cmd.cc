@@ -225,7 +225,7 @@ Verb AddTraceCommand(CLI::App& app) {
          "--fp8", [o](const std::string& v) { o->overrides.fp8 = v; },
          "FP8 training under Transformer Engine's recipe: delayed, current, blockwise or mxfp8, "
          "or off (overrides the config)")
-      ->check(CLI::IsMember({"delayed", "current", "blockwise", "mxfp8", "off"}));
+      ->check(Fp8Recipe());
   return Verb{cmd, [o] { return Run(*o); }};
 }
 
