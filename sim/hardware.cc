@@ -166,6 +166,20 @@ nlohmann::json EfficiencyJson(const GpuOptions& g) {
 
 }  // namespace
 
+double Fp8PeakTflops(const GpuOptions& gpu, traces::Fp8Recipe recipe) {
+  switch (recipe) {
+    case traces::Fp8Recipe::kOff:
+      return 0;
+    case traces::Fp8Recipe::kMxfp8:
+      return gpu.peak_tflops_mxfp8;
+    case traces::Fp8Recipe::kDelayed:
+    case traces::Fp8Recipe::kCurrent:
+    case traces::Fp8Recipe::kBlockwise:
+      return gpu.peak_tflops_fp8;
+  }
+  return 0;
+}
+
 Status CheckPrecision(const HardwareOptions& hw, const std::string& fp8) {
   const std::optional<traces::Fp8Recipe> recipe = traces::ParseFp8Recipe(fp8);
   if (!recipe) {
@@ -174,19 +188,17 @@ Status CheckPrecision(const HardwareOptions& hw, const std::string& fp8) {
   }
   if (*recipe == traces::Fp8Recipe::kOff) return Status::Ok();
   const std::string gpu = hw.gpu.name.empty() ? std::string("its GPU") : hw.gpu.name;
-  if (hw.gpu.peak_tflops_fp8 <= 0) {
+  if (Fp8PeakTflops(hw.gpu, *recipe) > 0) return Status::Ok();
+  if (*recipe != traces::Fp8Recipe::kMxfp8 || hw.gpu.peak_tflops_fp8 <= 0) {
     return Status::FailedPrecondition(
         hw.name + ": gpu.peak_tflops.fp8: " + gpu +
         " has no FP8 tensor cores (the preset gives no fp8 peak); FP8 training (fp8 " + fp8 +
         ") needs a Hopper or Blackwell GPU: train in bf16 here");
   }
-  if (*recipe == traces::Fp8Recipe::kMxfp8 && hw.gpu.peak_tflops_mxfp8 <= 0) {
-    return Status::FailedPrecondition(
-        hw.name + ": gpu.peak_tflops.mxfp8: " + gpu +
-        " has no MXFP8 tensor cores (only Blackwell does); use --fp8 delayed, current or "
-        "blockwise");
-  }
-  return Status::Ok();
+  return Status::FailedPrecondition(
+      hw.name + ": gpu.peak_tflops.mxfp8: " + gpu +
+      " has no MXFP8 tensor cores (only Blackwell does); use --fp8 delayed, current or "
+      "blockwise");
 }
 
 double PcieGBps(int gen, int lanes) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "traces/fp8.h"
 #include "traces/status.h"
 #include "traces/trace.h"
 
@@ -174,6 +175,10 @@ struct HardwareOptions {
 // `source` names the file in messages.
 Result<HardwareOptions> HardwareFromJson(const nlohmann::json& j, const std::string& source);
 Result<HardwareOptions> LoadHardware(const std::string& path);
+// The dense TFLOP/s an FP8 GEMM of `recipe` runs at on `gpu`: the mxfp8 peak
+// for mxfp8, the fp8 peak for the other recipes, 0 for none or where the GPU
+// has no such tensor cores. The one place a recipe picks its peak.
+double Fp8PeakTflops(const GpuOptions& gpu, traces::Fp8Recipe recipe);
 // Whether the GPU runs FP8 training under `fp8` (traces/fp8.h; "" none):
 // FailedPrecondition naming the preset's field where it has no FP8 peak
 // (A100), or no MXFP8 peak for the mxfp8 recipe (only Blackwell has one).

@@ -78,10 +78,9 @@ OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::strin
   if (dtype == "bf16") tflops = hw.gpu.peak_tflops_bf16;
   if (dtype == "fp32") tflops = hw.gpu.peak_tflops_fp32;
   peak_flops_ = tflops * kTera * hw.gpu.clock_scale;
-  const double fp8_tflops = fp8 == "mxfp8" ? hw.gpu.peak_tflops_mxfp8
-                            : fp8.empty()  ? 0.0
-                                           : hw.gpu.peak_tflops_fp8;
-  peak_fp8_flops_ = fp8_tflops * kTera * hw.gpu.clock_scale;
+  peak_fp8_flops_ =
+      Fp8PeakTflops(hw.gpu, traces::ParseFp8Recipe(fp8).value_or(traces::Fp8Recipe::kOff)) * kTera *
+      hw.gpu.clock_scale;
   for (const MeasuredOpTime& m : hw.measured_op_times) {
     if (m.gemm) {
       const GemmKey key{m.gemm->m, m.gemm->n, m.gemm->k, m.gemm->batch};

@@ -78,24 +78,30 @@ constexpr double kHangGuardSeconds = 300;
 
 class PlannerInvariants : public ::testing::TestWithParam<std::string> {};
 
+// `model` on `gpus` of `preset` under every policy (`fp8`: that FP8 recipe):
+// every violation a failure, every policy's summary line printed.
+void ExpectInvariants(const std::string& model, const std::string& preset, int64_t gpus,
+                      const std::string& fp8 = "") {
+  const SweepCase c{std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + model + ".json",
+                    std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/" + preset + ".json",
+                    gpus,
+                    AllPlannerPolicies(),
+                    kHangGuardSeconds,
+                    /*defer_grad_sync=*/false,
+                    fp8};
+  const SweepOutcome o = CheckPlannerInvariants(c);
+  for (const std::string& v : o.violations) ADD_FAILURE() << v;
+  for (const std::string& l : o.lines) std::cout << l << "\n";
+  EXPECT_EQ(o.lines.size(), c.policies.size());
+}
+
 TEST_P(PlannerInvariants, EveryReturnedPlanFitsEveryStageAndAutoIsFastest) {
   const auto entry = std::find_if(std::begin(kScaleOf), std::end(kScaleOf),
                                   [](const PresetScale& e) { return GetParam() == e.preset; });
   ASSERT_NE(entry, std::end(kScaleOf))
       << "configs/hardware/" << GetParam()
       << ".json has no scale in planner_invariants_test.cc's kScaleOf: add one";
-  const Scale& s = entry->scale;
-  SweepCase c{std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + s.model + ".json",
-              std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/" + GetParam() + ".json",
-              s.gpus,
-              AllPlannerPolicies(),
-              kHangGuardSeconds,
-              /*defer_grad_sync=*/false,
-              /*fp8=*/""};
-  const SweepOutcome o = CheckPlannerInvariants(c);
-  for (const std::string& v : o.violations) ADD_FAILURE() << v;
-  for (const std::string& l : o.lines) std::cout << l << "\n";
-  EXPECT_EQ(o.lines.size(), c.policies.size());
+  ExpectInvariants(entry->scale.model, GetParam(), entry->scale.gpus);
 }
 
 // FP8 at a scale it is planned for: Llama-3-8B in delayed scaling on 64
@@ -103,17 +109,7 @@ TEST_P(PlannerInvariants, EveryReturnedPlanFitsEveryStageAndAutoIsFastest) {
 // same check at Llama-3-70B took 80-100 s here: scripts/planner-sweep.sh
 // --fp8 covers the larger models.
 TEST(PlannerInvariantsFp8, Llama3_8bOn64H100s) {
-  SweepCase c{std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/llama-3-8b.json",
-              std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/dgx-h100.json",
-              64,
-              AllPlannerPolicies(),
-              kHangGuardSeconds,
-              /*defer_grad_sync=*/false,
-              /*fp8=*/"delayed"};
-  const SweepOutcome o = CheckPlannerInvariants(c);
-  for (const std::string& v : o.violations) ADD_FAILURE() << v;
-  for (const std::string& l : o.lines) std::cout << l << "\n";
-  EXPECT_EQ(o.lines.size(), c.policies.size());
+  ExpectInvariants("llama-3-8b", "dgx-h100", 64, "delayed");
 }
 
 INSTANTIATE_TEST_SUITE_P(GpuPresets, PlannerInvariants, ::testing::ValuesIn(GpuPresets()),
