@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "app/cli_errors.h"
 #include "app/command.h"
@@ -16,7 +17,7 @@ namespace ssdtrain::app {
 namespace {
 
 struct BenchIoFlags {
-  std::string dir;
+  std::vector<std::string> dirs;
   std::string block_size = "4MiB";
   int queue_depth = 32;
   std::string size = "1GiB";
@@ -27,7 +28,7 @@ struct BenchIoFlags {
 
 int Run(const BenchIoFlags& f) {
   exec::BenchIoOptions o;
-  o.dir = f.dir;
+  o.dirs = f.dirs;
   o.queue_depth = f.queue_depth;
   o.direct_io = !f.buffered;
   o.allow_buffered_io = f.allow_buffered_io;
@@ -39,16 +40,21 @@ int Run(const BenchIoFlags& f) {
   if (!backend.ok()) {
     return ReportError("bench-io", backend.status().WithPrefix("--io-backend"));
   }
-  if (Status dir = exec::CheckOffloadDir(f.dir, f.allow_buffered_io); !dir.ok()) {
-    return ReportError("bench-io", dir);
+  for (const std::string& dir : f.dirs) {
+    if (Status usable = exec::CheckOffloadDir(dir, f.allow_buffered_io); !usable.ok()) {
+      return ReportError("bench-io", usable);
+    }
   }
   o.block_size = *bs;
   o.size = *size;
   o.backend = *backend;
   auto r = exec::RunBenchIo(o);
   if (!r.ok()) return ReportError("bench-io", r.status());
-  std::cout << fmt::format("bench-io: dir={} bs={} qd={} size={} backend={} direct={}\n", f.dir,
-                           o.block_size, o.queue_depth, o.size, r->backend, r->direct_io ? 1 : 0);
+  std::string dirs;
+  for (const std::string& d : f.dirs) dirs += (dirs.empty() ? "" : ",") + d;
+  std::cout << fmt::format("bench-io: dir={} bs={} qd={}{} size={} backend={} direct={}\n", dirs,
+                           o.block_size, o.queue_depth, f.dirs.size() > 1 ? " per dir" : "", o.size,
+                           r->backend, r->direct_io ? 1 : 0);
   std::cout << fmt::format("write: {:.3f} GB/s ({} bytes in {:.3f} s)\n", r->write_GBps(), r->bytes,
                            static_cast<double>(r->write_ns) / 1e9);
   std::cout << fmt::format("read: {:.3f} GB/s ({} bytes in {:.3f} s)\n", r->read_GBps(), r->bytes,
@@ -65,11 +71,14 @@ Verb AddBenchIoCommand(CLI::App& app) {
   auto f = std::make_shared<BenchIoFlags>();
   CLI::App* cmd = app.add_subcommand(
       "bench-io", "Sequential write then read bandwidth of the offload engine on a directory");
-  cmd->add_option("--dir", f->dir, "Directory on the SSD to test (a file is made and removed)")
+  cmd->add_option("--dir", f->dirs,
+                  "Directory on the SSD to test (a file is made and removed); repeat it for "
+                  "several drives, each request going to the next (as fio --numjobs, one job a "
+                  "directory)")
       ->required();
   cmd->add_option("--block-size", f->block_size,
                   "Bytes per request: a size, e.g. 4M, 1G or 4096 (default 4MiB)");
-  cmd->add_option("--queue-depth", f->queue_depth, "Requests in flight (default 32)")
+  cmd->add_option("--queue-depth", f->queue_depth, "Requests in flight per directory (default 32)")
       ->check(IntAtLeast(1));
   cmd->add_option("--size", f->size,
                   "Bytes written then read: a size, e.g. 64M, 1G or plain bytes (default 1GiB)");

@@ -34,7 +34,7 @@ constexpr const char* kDefaultBase = SSDTRAIN_SOURCE_DIR "/configs/hardware/cpu-
 constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct CalibrateOptions {
-  std::string dir;
+  std::vector<std::string> dirs;
   std::string backend = "auto";
   std::string base = kDefaultBase;
   std::string output;
@@ -118,22 +118,30 @@ int Run(const CalibrateOptions& o) {
   Outputs outputs;
   outputs.Add("-o", o.output);
   Status usable = speaks ? outputs.Check() : Status::Ok();
-  if (usable.ok()) usable = exec::CheckOffloadDir(o.dir, o.allow_buffered_io);
+  for (const std::string& d : o.dirs) {
+    if (usable.ok()) usable = exec::CheckOffloadDir(d, o.allow_buffered_io);
+  }
   auto loaded = usable.ok() ? Load(o) : decltype(Load(o))(usable);
-  std::string dir = o.dir;
-  bool made_dir = false;
+  std::vector<std::string> dirs = o.dirs;
+  std::vector<std::string> made;
   if (loaded.ok() && ranks) {
-    Result<std::string> mine = MakeRankDir(o.dir, ranks->rank(), &made_dir);
-    if (mine.ok()) {
-      dir = *mine;
-    } else {
-      loaded = mine.status();
+    for (std::string& d : dirs) {
+      bool made_dir = false;
+      Result<std::string> mine = MakeRankDir(d, ranks->rank(), &made_dir);
+      if (!mine.ok()) {
+        loaded = mine.status();
+        break;
+      }
+      d = *mine;
+      if (made_dir) made.push_back(d);
     }
   }
-  // Removes this rank's folder (the measurements removed their files).
+  // Removes this rank's folders (the measurements removed their files).
   auto tidy = [&] {
-    std::error_code ec;
-    if (made_dir) std::filesystem::remove(dir, ec);
+    for (const std::string& d : made) {
+      std::error_code ec;
+      std::filesystem::remove(d, ec);
+    }
   };
   if (ranks) {
     Status all = ranks->Agree(loaded.ok() ? Status::Ok() : loaded.status());
@@ -142,7 +150,7 @@ int Run(const CalibrateOptions& o) {
   if (!loaded.ok()) return fail(loaded.status());
   const sim::HardwareOptions& base = loaded->first;
   exec::CalibrationOptions co;
-  co.dir = dir;
+  co.dirs = dirs;
   co.backend = o.backend == "cpu"    ? exec::BackendChoice::kCpu
                : o.backend == "cuda" ? exec::BackendChoice::kCuda
                                      : exec::BackendChoice::kAuto;
@@ -200,7 +208,7 @@ int Run(const CalibrateOptions& o) {
   if (!c.ok()) return ReportError("calibrate", c.status());
   const sim::HardwareOptions hw =
       ApplyCalibration(base, *c,
-                       CalibrationSettings{o.dir, o.base, o.block_size, o.queue_depth,
+                       CalibrationSettings{o.dirs, o.base, o.block_size, o.queue_depth,
                                            ranks ? ranks->size() : 1, link});
   outputs.Set("-o", sim::ToJson(hw));
   if (Status s = outputs.Commit(); !s.ok()) return ReportError("calibrate", s);
@@ -215,14 +223,24 @@ int Run(const CalibrateOptions& o) {
           ? fmt::format(" fp32 (no TF32), {:.1f} fp16, {:.1f} bf16", hw.gpu.peak_tflops_fp16 * 1e3,
                         hw.gpu.peak_tflops_bf16 * 1e3)
           : "",
-      hw.gpu.memory_GBps, hw.host_link.d2h_GBps, hw.host_link.h2d_GBps, hw.storage.drive.write_GBps,
-      hw.storage.drive.read_GBps, hw.storage.drive.write_latency_us,
-      hw.storage.drive.read_latency_us, c->io_backend, hw.measured_op_times.size(), o.output);
+      hw.gpu.memory_GBps, hw.host_link.d2h_GBps, hw.host_link.h2d_GBps, c->ssd_write_GBps,
+      c->ssd_read_GBps, hw.storage.drive.write_latency_us, hw.storage.drive.read_latency_us,
+      c->io_backend, hw.measured_op_times.size(), o.output);
   if (link) {
     std::cout << fmt::format(
         "interconnect between the {} ranks: {:.2f} GB/s pipeline sends, {:.2f} GB/s all-reduce, "
         "{:.1f} us latency\n",
         ranks->size(), link->scale_up.P2pGBps(), link->scale_up.GBps, link->scale_up.latency_us);
+  }
+  for (const exec::Calibration::DirBandwidth& d : c->ssd_dirs) {
+    std::cout << fmt::format("  {} alone: {:.2f} GB/s write / {:.2f} GB/s read\n", d.dir,
+                             d.write_GBps, d.read_GBps);
+  }
+  if (!c->ssd_dirs.empty()) {
+    std::cout << fmt::format(
+        "  together as above: recorded as one array of {} drives at {:.2f} GB/s write / {:.2f} "
+        "GB/s read each\n",
+        c->ssd_dirs.size(), hw.storage.drive.write_GBps, hw.storage.drive.read_GBps);
   }
   if (!c->direct_io) {
     std::cout << "buffered I/O: the SSD figures are the page cache's, not the drive's\n";
@@ -236,7 +254,9 @@ Verb AddCalibrateCommand(CLI::App& app) {
   auto o = std::make_shared<CalibrateOptions>();
   CLI::App* cmd = app.add_subcommand(
       "calibrate", "Measure this machine and write a hardware config for the simulator");
-  cmd->add_option("--dir", o->dir, "Offload directory on the disk to measure (must exist)")
+  cmd->add_option("--dir", o->dirs,
+                  "Offload directory on the disk to measure (must exist); repeat it for a node's "
+                  "drives: each is measured alone, then all together as one array")
       ->required();
   cmd->add_option("--backend", o->backend, "auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))

@@ -122,14 +122,21 @@ sim::HardwareOptions ApplyCalibration(sim::HardwareOptions hw, const exec::Calib
   hw.gpu.replay_output_region_bytes = c.workspace_output_region_bytes;
   hw.host_link.d2h_GBps = c.d2h_GBps;
   hw.host_link.h2d_GBps = c.h2d_GBps;
-  hw.storage.arrays_drives = {1};
+  // One array of the measured directories' drives: the simulator's array
+  // moves drives × a drive's rate, so each drive gets an even share of what
+  // they moved together (directories on one disk share it: their sum is what
+  // the replay gets).
+  const int drives = std::max<int>(1, static_cast<int>(o.dirs.size()));
+  hw.storage.arrays_drives = {drives};
   hw.storage.gpus_per_array = 1;
   hw.storage.gds = false;
+  std::string where;
+  for (const std::string& d : o.dirs) where += (where.empty() ? "" : ", ") + d;
   hw.storage.drive.model =
-      fmt::format("{} ({}, {})", o.dir, c.io_backend,
+      fmt::format("{} ({}, {})", where, c.io_backend,
                   c.direct_io ? "O_DIRECT" : "buffered: the page cache, not the drive");
-  hw.storage.drive.read_GBps = c.ssd_read_GBps;
-  hw.storage.drive.write_GBps = c.ssd_write_GBps;
+  hw.storage.drive.read_GBps = c.ssd_read_GBps / drives;
+  hw.storage.drive.write_GBps = c.ssd_write_GBps / drives;
   hw.storage.drive.read_latency_us = c.ssd_read_latency_us;
   hw.storage.drive.write_latency_us = c.ssd_write_latency_us;
   hw.storage.drive.queue_depth = o.queue_depth;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "exec/calibrate.h"
 #include "sim/hardware.h"
@@ -12,8 +13,8 @@
 namespace ssdtrain::app {
 
 struct CalibrationSettings {
-  std::string dir;   // where the SSD path was measured
-  std::string base;  // the hardware config whose unmeasured fields are kept
+  std::vector<std::string> dirs;  // where the SSD path was measured, one per drive
+  std::string base;               // the hardware config whose unmeasured fields are kept
   int64_t block_size = int64_t{4} << 20;
   int queue_depth = 32;
   int ranks = 1;  // that measured at once, their figures averaged (mpirun -np N)
@@ -23,8 +24,9 @@ struct CalibrationSettings {
 };
 
 // Folds the measurements into `base`: GEMM peak and efficiency curve, memory
-// bandwidth, copy bandwidth, one storage array of one drive at the measured
-// rates, the measured op times, and the interconnect when measured.
+// bandwidth, copy bandwidth, one storage array of the measured directories'
+// drives (their rates together, shared evenly), the measured op times, and the interconnect when
+// measured.
 sim::HardwareOptions ApplyCalibration(sim::HardwareOptions base, const exec::Calibration& c,
                                       const CalibrationSettings& settings);
 

@@ -68,14 +68,14 @@ Result<sim::HardwareOptions> Demo::Calibration(bool measure) {
   }
   SSDTRAIN_ASSIGN_OR_RETURN(sim::HardwareOptions base, sim::LoadHardware(kBaseHardware));
   exec::CalibrationOptions co;
-  co.dir = dir_;
+  co.dirs = {dir_};
   co.backend = Backend(o_.backend);
   co.traces = {trace_};
   co.allow_buffered_io = o_.allow_buffered_io;
   co.progress = [this](const std::string& line) { Progress("calibrate: " + line); };
   SSDTRAIN_ASSIGN_OR_RETURN(exec::Calibration c, exec::Calibrate(co));
   sim::HardwareOptions hw = ApplyCalibration(
-      base, c, CalibrationSettings{dir_, kBaseHardware, co.block_size, co.queue_depth});
+      base, c, CalibrationSettings{{dir_}, kBaseHardware, co.block_size, co.queue_depth});
   std::error_code ec;
   fs::create_directories(cache.parent_path(), ec);
   Status saved = traces::WriteJsonFile(sim::ToJson(hw), cache.string());
@@ -151,7 +151,7 @@ Result<exec::ReplayOptions> Demo::ReplayOptions() {
     Progress("replays run on " + picked);
   }
   exec::ReplayOptions ro;
-  ro.dir = dir_;
+  ro.dirs = {dir_};
   ro.device = device_.get();
   ro.ssd_bandwidth_GBps = o_.ssd_bandwidth_GBps;
   ro.allow_buffered_io = o_.allow_buffered_io;

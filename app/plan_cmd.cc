@@ -157,6 +157,8 @@ int RunPlan(PlanCmdOptions o) {
     return 1;
   }
   traces::Plan plan = r->plan;
+  // The drives it was planned for (a replay stripes over them as predicted).
+  plan.storage = sim::DriveLayoutOf(*hw);
   if (plan.pp > 1) {
     Status attached = AttachStagePlans(in, *r, plan);
     if (!attached.ok()) return ReportError("plan", attached);

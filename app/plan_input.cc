@@ -212,6 +212,7 @@ Status AttachStagePlans(const PlanInput& in, const sim::PlannerResult& r, traces
     }
     stage_plan->extra = nlohmann::json::object();
     stage_plan->prediction.reset();
+    stage_plan->storage = plan.storage;
     stages.push_back({{"stage", k}, {"plan", traces::ToJson(*stage_plan)}});
   }
   plan.extra["stage_plans"] = stages;

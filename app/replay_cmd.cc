@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -28,6 +29,7 @@
 #include "exec/step_sync.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
+#include "traces/drives.h"
 #include "traces/io.h"
 #include "traces/plan.h"
 #include "traces/report.h"
@@ -39,8 +41,8 @@ namespace ssdtrain::app {
 namespace {
 
 struct ReplayFlags {
-  std::string trace, model, plan, policy, dir, backend = "auto", io_backend = "auto", output,
-                                               timeline;
+  std::string trace, model, plan, policy, backend = "auto", io_backend = "auto", output, timeline;
+  std::vector<std::string> dirs;  // the node's drives, one directory each (traces/drives.h)
   int steps = 3;
   double ssd_bandwidth_GBps = 0;
   double device_memory_GiB = 4;
@@ -120,9 +122,25 @@ struct Setup {
   traces::Trace trace;
   traces::Plan plan;
   std::string plan_source;
-  std::string dir;  // this rank's offload directory
-  bool made_dir = false;
+  std::vector<std::string> dirs;  // this rank's offload directories: its drive set
+  std::vector<std::string> made;  // the rank folders this run made (removed at the end)
+  void RemoveMade() const {
+    for (const std::string& d : made) {
+      std::error_code ec;  // empty unless the replay failed to clean up, which it reported
+      std::filesystem::remove(d, ec);
+    }
+  }
 };
+
+// The GPU slot of this process on its node (traces/drives.h picks its drives
+// by it): Open MPI's local rank under mpirun, else the rank; 0 alone.
+int LocalGpuSlot(const RankSync* ranks) {
+  if (ranks == nullptr) return 0;
+  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); local != nullptr) {
+    return std::atoi(local);
+  }
+  return ranks->rank();
+}
 
 Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   if (f.trace.empty() == f.model.empty()) {
@@ -169,10 +187,25 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   if (ranks == nullptr && !f.single_rank) {
     SSDTRAIN_RETURN_IF_ERROR(CheckOneProcess(s.plan, s.plan_source));
   }
-  s.dir = f.dir;
+  // This rank's drives: its array's directories (the plan's storage, as the
+  // simulator placed it), or every one given.
+  const Result<traces::DriveSet> drives =
+      traces::DriveSetOf(s.plan.storage, LocalGpuSlot(ranks), static_cast<int>(f.dirs.size()));
+  if (!drives.ok()) return drives.status().WithPrefix("--dir");
+  const traces::DriveSet set = *drives;
+  s.dirs.assign(f.dirs.begin() + set.first, f.dirs.begin() + set.first + set.count);
   if (ranks != nullptr) {
     SSDTRAIN_RETURN_IF_ERROR(CheckRanks(s.plan, s.plan_source, *ranks));
-    SSDTRAIN_ASSIGN_OR_RETURN(s.dir, MakeRankDir(f.dir, ranks->rank(), &s.made_dir));
+    for (std::string& dir : s.dirs) {
+      bool made = false;
+      Result<std::string> mine = MakeRankDir(dir, ranks->rank(), &made);
+      if (!mine.ok()) {
+        s.RemoveMade();
+        return mine.status();
+      }
+      dir = *mine;
+      if (made) s.made.push_back(dir);
+    }
   }
   return s;
 }
@@ -212,6 +245,7 @@ Result<traces::StepReport> WholeStepReport(traces::StepReport mine, const traces
           rep.extra.value("planned_peak_activation_bytes", int64_t{0})},
          {"ssd_bytes_written", x.ssd_bytes_written},
          {"ssd_bytes_read", x.ssd_bytes_read},
+         {"offload_dirs", rep.extra.value("offload_dirs", nlohmann::json::array())},
          {"exposed_io_ns", x.exposed_io_ns},
          {"allreduce_ns", rep.extra.value("allreduce_ns", int64_t{0})},
          {"verified", rep.verified.value_or(false)},
@@ -249,7 +283,9 @@ int Run(const ReplayFlags& f) {
   outputs.Add("-o", f.output);
   outputs.Add("--timeline", f.timeline);
   Status usable = speaks ? outputs.Check() : Status::Ok();
-  if (usable.ok()) usable = exec::CheckOffloadDir(f.dir, f.allow_buffered_io);
+  for (const std::string& dir : f.dirs) {
+    if (usable.ok()) usable = exec::CheckOffloadDir(dir, f.allow_buffered_io);
+  }
   Result<Setup> setup = !backend.ok() ? Result<Setup>(backend.status())
                         : !io_backend.ok()
                             ? Result<Setup>(io_backend.status().WithPrefix("--io-backend"))
@@ -258,7 +294,7 @@ int Run(const ReplayFlags& f) {
   if (ranks) {  // every rank ready, or all stop with the first failure
     Status all = ranks->Agree(setup.ok() ? Status::Ok() : setup.status());
     if (!all.ok()) {
-      if (setup.ok() && setup->made_dir) std::filesystem::remove(setup->dir);
+      if (setup.ok()) setup->RemoveMade();
       return fail(all);
     }
   }
@@ -266,14 +302,14 @@ int Run(const ReplayFlags& f) {
   if (ranks) {  // each stage's data-parallel groups for the gradients' sums
     Status split = ranks->Agree(ranks->SplitStages(traces::PlanLayout(setup->plan)));
     if (!split.ok()) {
-      if (setup->made_dir) std::filesystem::remove(setup->dir);
+      setup->RemoveMade();
       return fail(split);
     }
   }
   const traces::Trace& trace = setup->trace;
   const traces::Plan& plan = setup->plan;
   exec::ReplayOptions o;
-  o.dir = setup->dir;
+  o.dirs = setup->dirs;
   o.backend = *backend;
   o.steps = f.steps;
   o.ssd_bandwidth_GBps = f.ssd_bandwidth_GBps;
@@ -289,13 +325,17 @@ int Run(const ReplayFlags& f) {
   if (speaks) {
     o.progress = [](const std::string& line) { std::cerr << "replay: " << line << "\n"; };
   }
-  auto result = exec::Replay(trace, plan, o, setup->plan_source);
-  if (setup->made_dir) {
-    std::error_code ec;  // empty unless the replay failed to clean up, which it reported
-    std::filesystem::remove(setup->dir, ec);
+  if (speaks && setup->dirs.size() > 1) {
+    std::cerr << fmt::format("replay: each tensor striped over {} directories in {} stripes{}\n",
+                             setup->dirs.size(),
+                             fmt::format("{} KiB", traces::StripeBytes(plan.storage) / 1024),
+                             ranks ? " (each rank its own drives' directories)" : "");
   }
+  auto result = exec::Replay(trace, plan, o, setup->plan_source);
+  setup->RemoveMade();
   if (!result.ok()) return fail(result.status());
   traces::StepReport report = RunReport(*result, trace, plan);
+  report.extra["offload_dirs"] = setup->dirs;  // this rank's drives
   if (ranks) {
     report.extra["allreduce_ns"] = result->allreduce_ns;
     const exec::PipelineTraffic& t = result->pipeline;
@@ -373,7 +413,11 @@ Verb AddReplayCommand(CLI::App& app) {
             return "";
           },
           ""));
-  cmd->add_option("--dir", flags->dir, "Offload directory (on the SSD)")->required();
+  cmd->add_option("--dir", flags->dirs,
+                  "Offload directory on an SSD; repeat it (or give several) for a node's drives, "
+                  "in order: each rank uses its array's (the plan's storage.arrays) and stripes "
+                  "each tensor over them")
+      ->required();
   cmd->add_option("--backend", flags->backend,
                   "Device: auto (CUDA when a GPU is usable), cpu, cuda")
       ->capture_default_str();

@@ -78,7 +78,7 @@ Result<Setup> MakeSetup() {
   SSDTRAIN_ASSIGN_OR_RETURN(s.trace, models::BuildTrace(config));
   s.keep = traces::KeepAllPlan(s.trace);
   s.offload = traces::OffloadAllPlan(s.trace);
-  s.options.dir = Flags().dir;
+  s.options.dirs = {Flags().dir};
   s.options.backend = Flags().backend;
   s.options.steps = 3;
   s.options.ssd_bandwidth_GBps = Flags().ssd_bandwidth_GBps;

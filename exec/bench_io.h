@@ -4,10 +4,14 @@
 // in B-byte requests with Q in flight, then read back the same way. Each request
 // is one engine tensor (an extent of B bytes at offset i*B in that file, from a
 // StagingLease), so the figure includes the engine's checksums and bookkeeping.
+// With n directories (a node's drives): block i goes to directory i % n at
+// offset (i / n)·B of its file, with Q requests in flight per directory, as
+// fio's --numjobs=n, one job per directory, each --iodepth=Q --size=S/n.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "exec/io_backend.h"
 #include "traces/status.h"
@@ -15,9 +19,9 @@
 namespace ssdtrain::exec {
 
 struct BenchIoOptions {
-  std::string dir;                        // where the file goes (removed afterwards)
+  std::vector<std::string> dirs;          // where the files go, one each (removed afterwards)
   int64_t block_size = int64_t{4} << 20;  // bytes per request (fio --bs)
-  int queue_depth = 32;                   // requests in flight (fio --iodepth)
+  int queue_depth = 32;                   // requests in flight per directory (fio --iodepth)
   int64_t size = int64_t{1} << 30;        // bytes written, then read (fio --size)
   BackendKind backend = BackendKind::kAuto;
   bool direct_io = true;  // fio --direct=1

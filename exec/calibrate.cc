@@ -156,13 +156,23 @@ Status MeasureMemory(Device& device, const CalibrationOptions& o, Calibration* o
 }
 
 Status MeasureSsd(const CalibrationOptions& o, Calibration* out) {
-  BenchIoOptions b;
-  b.dir = o.dir;
-  b.block_size = o.block_size;
-  b.queue_depth = o.queue_depth;
-  b.size = o.io_bytes;
-  b.allow_buffered_io = o.allow_buffered_io;
-  Result<BenchIoResult> r = RunBenchIo(b);
+  auto bench = [&o](const std::vector<std::string>& dirs) {
+    BenchIoOptions b;
+    b.dirs = dirs;
+    b.block_size = o.block_size;
+    b.queue_depth = o.queue_depth;
+    b.size = o.io_bytes;
+    b.allow_buffered_io = o.allow_buffered_io;
+    return RunBenchIo(b);
+  };
+  if (o.dirs.size() > 1) {
+    for (const std::string& dir : o.dirs) {
+      Result<BenchIoResult> alone = bench({dir});
+      if (!alone.ok()) return alone.status().WithPrefix("SSD bandwidth of " + dir);
+      out->ssd_dirs.push_back({dir, alone->write_GBps(), alone->read_GBps()});
+    }
+  }
+  Result<BenchIoResult> r = bench(o.dirs);
   if (!r.ok()) return r.status().WithPrefix("SSD bandwidth");
   out->io_backend = r->backend;
   out->direct_io = r->direct_io;
@@ -170,7 +180,7 @@ Status MeasureSsd(const CalibrationOptions& o, Calibration* out) {
   out->ssd_read_GBps = r->read_GBps();
 
   OffloadOptions eo;
-  eo.dirs = {o.dir};
+  eo.dirs = {o.dirs.front()};
   eo.block_size = o.block_size;
   eo.queue_depth = o.queue_depth;
   eo.staging_bytes = kLatencyBytes;
@@ -208,7 +218,7 @@ Status MeasureSsd(const CalibrationOptions& o, Calibration* out) {
 // step is not spent touching it), through the offload engine it measured.
 ReplayOptions CalibrationReplay(Device& device, const CalibrationOptions& o, int steps) {
   ReplayOptions ro;
-  ro.dir = o.dir;
+  ro.dirs = o.dirs;
   ro.backend = o.backend;
   ro.steps = steps;
   ro.device_memory_bytes = device.capacity_bytes();
@@ -340,6 +350,10 @@ void ForEachFigure(C& c, F f) {
   f(c.h2d_GBps);
   f(c.ssd_write_GBps);
   f(c.ssd_read_GBps);
+  for (auto& d : c.ssd_dirs) {
+    f(d.write_GBps);
+    f(d.read_GBps);
+  }
   f(c.ssd_write_latency_us);
   f(c.ssd_read_latency_us);
   for (auto& s : c.ops) f(s.ns);
@@ -373,7 +387,10 @@ Status SetMeasuredFigures(const std::vector<double>& figures, Calibration* c) {
 Result<Calibration> Calibrate(const CalibrationOptions& o) {
   if (o.repeats < 1) return Status::InvalidArgument("calibrate: repeats must be at least 1");
   // The SSD is measured last, after seconds of GEMMs: its directory is checked first.
-  SSDTRAIN_RETURN_IF_ERROR(CheckOffloadDir(o.dir, o.allow_buffered_io));
+  if (o.dirs.empty()) return Status::InvalidArgument("calibrate: no offload directory given");
+  for (const std::string& dir : o.dirs) {
+    SSDTRAIN_RETURN_IF_ERROR(CheckOffloadDir(dir, o.allow_buffered_io));
+  }
   Calibration out;
   std::string picked;
   DeviceOptions device_options = o.device;
@@ -403,7 +420,12 @@ Result<Calibration> Calibrate(const CalibrationOptions& o) {
   if (o.progress) o.progress("copy bandwidth device <-> staging");
   SSDTRAIN_RETURN_IF_ERROR(before());
   SSDTRAIN_RETURN_IF_ERROR(detail::MeasureCopies(**device, o, &out));
-  if (o.progress) o.progress("SSD path through the offload engine in " + o.dir);
+  if (o.progress) {
+    std::string where = o.dirs.front();
+    for (size_t i = 1; i < o.dirs.size(); ++i) where += ", " + o.dirs[i];
+    o.progress("SSD path through the offload engine in " + where +
+               (o.dirs.size() > 1 ? " (each alone, then together)" : ""));
+  }
   SSDTRAIN_RETURN_IF_ERROR(before());
   SSDTRAIN_RETURN_IF_ERROR(MeasureSsd(o, &out));
   SSDTRAIN_RETURN_IF_ERROR(MeasureTraceOps(**device, o, &out));

@@ -23,7 +23,10 @@
 namespace ssdtrain::exec {
 
 struct CalibrationOptions {
-  std::string dir;  // offload directory for the SSD measurements (must exist)
+  // Offload directories for the SSD measurements, one per drive (each must
+  // exist): with several, each is measured alone and then all together, each
+  // request to the next directory (bench-io's several directories).
+  std::vector<std::string> dirs;
   BackendChoice backend = BackendChoice::kAuto;
   // device.capacity_bytes 0 (the default here): on CUDA the GPU's free memory
   // (less the backend's margin), so that the config's memory_GiB is the GPU's;
@@ -89,10 +92,17 @@ struct Calibration {
   double d2h_GBps = 0;
   double h2d_GBps = 0;
   std::string io_backend;
-  bool direct_io = true;  // false: the SSD figures went through the page cache
-  double ssd_write_GBps = 0;
+  bool direct_io = true;      // false: the SSD figures went through the page cache
+  double ssd_write_GBps = 0;  // every directory together
   double ssd_read_GBps = 0;
-  double ssd_write_latency_us = 0;  // one 4 KiB request, median
+  // With several directories: each one alone, in CalibrationOptions::dirs' order.
+  struct DirBandwidth {
+    std::string dir;
+    double write_GBps = 0;
+    double read_GBps = 0;
+  };
+  std::vector<DirBandwidth> ssd_dirs;
+  double ssd_write_latency_us = 0;  // one 4 KiB request, median (the first directory)
   double ssd_read_latency_us = 0;
   std::vector<OpSample> ops;
   // Host-side cost per op that the op times do not contain (issuing, event

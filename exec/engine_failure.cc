@@ -69,16 +69,16 @@ void OffloadEngine::Impl::WaitForPurgeLocked() {
   while (!purged) cv.Wait(&mu);
 }
 
-Status OffloadEngine::Impl::IoErrorStatus(const Job& job, int err) const {
+Status OffloadEngine::Impl::IoErrorStatus(const Job& job, const Segment& segment, int err) const {
   const char* verb = job.op == IoOp::kWrite ? "writing" : "reading";
   if (err == ENOSPC || err == EDQUOT) {
     return Status::ResourceExhausted(
         "disk full: " + std::to_string(RoundUp(job.bytes, kDirectIoAlign)) + " bytes needed in " +
-        job.dir + " " + verb + " tensor " + std::to_string(job.tensor) + " (" + ErrnoText(err) +
-        "); free space or point --dir elsewhere");
+        segment.dir_path + " " + verb + " tensor " + std::to_string(job.tensor) + " (" +
+        ErrnoText(err) + "); free space or point --dir elsewhere");
   }
   return Status::IoError(std::string(verb) + " tensor " + std::to_string(job.tensor) + " " +
-                         (job.op == IoOp::kWrite ? "to " : "from ") + job.path +
+                         (job.op == IoOp::kWrite ? "to " : "from ") + segment.path +
                          " failed: " + ErrnoText(err) +
                          (err == EIO ? "; the disk reported an I/O error: check the device "
                                        "(dmesg) or point --dir elsewhere"

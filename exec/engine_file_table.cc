@@ -20,12 +20,14 @@ using detail::RoundUp;
 
 }  // namespace
 
-Result<OffloadEngine::Impl::File*> OffloadEngine::Impl::FileForLocked(const TensorKey& key,
-                                                                      bool create) {
-  const std::string name = key.file.empty() ? traces::OffloadFileName(key.tensor) : key.file;
-  SSDTRAIN_RETURN_IF_ERROR(CheckOffloadFileName(name));
+int OffloadEngine::Impl::FirstDir(const TensorKey& key) const {
   const int n = static_cast<int>(dirs.size());
-  const int dir = key.device >= 0 ? key.device % n : static_cast<int>(key.tensor % n);
+  return key.device >= 0 ? key.device % n : static_cast<int>(key.tensor % n);
+}
+
+Result<OffloadEngine::Impl::File*> OffloadEngine::Impl::FileForLocked(const std::string& name,
+                                                                      int dir, bool create) {
+  SSDTRAIN_RETURN_IF_ERROR(CheckOffloadFileName(name));
   const std::string fkey = std::to_string(dir) + "/" + name;
   auto it = files.find(fkey);
   if (it != files.end()) return &it->second;
@@ -54,10 +56,8 @@ Status OffloadEngine::Impl::Preallocate(const std::string& name, int device, int
   if (bytes <= 0) return Status::InvalidArgument("preallocate " + name + ": bytes must be > 0");
   detail::MutexLock lock(&mu);
   if (!failed.ok()) return StoppedStatusLocked();
-  TensorKey key;
-  key.file = name;
-  key.device = device < 0 ? 0 : device;
-  auto f = FileForLocked(key, /*create=*/true);
+  auto f = FileForLocked(name, (device < 0 ? 0 : device) % static_cast<int>(dirs.size()),
+                         /*create=*/true);
   if (!f.ok()) return FailAndPurgeLocked(f.status());
   File* file = *f;
   const int64_t len = RoundUp(bytes, kDirectIoAlign);
@@ -99,22 +99,27 @@ Status OffloadEngine::Impl::Remove(traces::TensorId tensor) {
     return Status::FailedPrecondition("tensor " + std::to_string(tensor) +
                                       " has I/O in flight; Wait on its tickets first");
   }
-  auto fit = files.find(it->second.file_key);
-  fit->second.extents.erase(it->second.offset);
+  const std::vector<std::string> keys = std::move(it->second.file_keys);
+  const int64_t offset = it->second.offset;
   tensors.erase(it);
-  if (!fit->second.extents.empty()) return Status::Ok();
-  const File file = std::move(fit->second);
-  files.erase(fit);
-  ::close(file.fd);
-  const int err = UnlinkFile(dirs[static_cast<size_t>(file.dir)].fd, file.name, tensor);
-  if (err != 0) {
-    // The tensor is forgotten either way; the file goes with the run
-    // directory when the engine ends.
-    return Status::IoError("removing tensor " + std::to_string(tensor) + ": cannot unlink " +
-                           file.path + ": " + ErrnoText(err) +
-                           "; it is removed with its run directory when the engine ends");
+  Status first;
+  for (const std::string& key : keys) {
+    auto fit = files.find(key);
+    fit->second.extents.erase(offset);
+    if (!fit->second.extents.empty()) continue;
+    const File file = std::move(fit->second);
+    files.erase(fit);
+    ::close(file.fd);
+    const int err = UnlinkFile(dirs[static_cast<size_t>(file.dir)].fd, file.name, tensor);
+    if (err != 0 && first.ok()) {
+      // The tensor is forgotten either way; the file goes with the run
+      // directory when the engine ends.
+      first = Status::IoError("removing tensor " + std::to_string(tensor) + ": cannot unlink " +
+                              file.path + ": " + ErrnoText(err) +
+                              "; it is removed with its run directory when the engine ends");
+    }
   }
-  return Status::Ok();
+  return first;
 }
 
 Status OffloadEngine::Impl::RemoveAll() {

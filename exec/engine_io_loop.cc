@@ -47,7 +47,7 @@ void OffloadEngine::Impl::SetBusy(IoOp op, int delta) {
 IoRequest OffloadEngine::Impl::ToIoRequest(const Request& r, size_t slot) const {
   IoRequest io;
   io.op = r.job->op;
-  io.fd = r.job->fd;
+  io.fd = r.job->SegmentOf(r.block).fd;
   io.buf = r.io_buf + r.done;
   io.len = static_cast<uint32_t>(r.len - r.done);
   io.offset = r.offset + r.done;
@@ -77,7 +77,7 @@ void OffloadEngine::Impl::Prepare(size_t s, Job* job, int64_t block) {
   const int64_t start = block * options.block_size;
   r.payload = std::min(options.block_size, job->bytes - start);
   r.len = RoundUp(r.payload, kDirectIoAlign);
-  r.offset = job->file_offset + start;
+  r.offset = job->OffsetOf(block, options.block_size);
   char* user = job->buf + start;
   const bool in_lease = pool->InLeaseRegion(user, r.len);
   const bool in_external = InExternal(user, r.len);
@@ -116,27 +116,28 @@ bool OffloadEngine::Impl::Complete(size_t s, int64_t res, Status* error) {
   }
   r.eagain_streak = 0;
   if (res < 0) {
-    *error = IoErrorStatus(job, static_cast<int>(-res));
+    *error = IoErrorStatus(job, job.SegmentOf(r.block), static_cast<int>(-res));
     return false;
   }
   if (res == 0) {
-    *error =
-        Status::IoError(std::string(job.op == IoOp::kRead ? "unexpected end of file reading"
-                                                          : "zero-byte write writing") +
-                        " tensor " + std::to_string(job.tensor) + " in " + job.path + " at byte " +
-                        std::to_string(r.offset + r.done) + " (" + std::to_string(r.len - r.done) +
-                        " bytes missing); the file was truncated or the disk is failing");
+    *error = Status::IoError(
+        std::string(job.op == IoOp::kRead ? "unexpected end of file reading"
+                                          : "zero-byte write writing") +
+        " tensor " + std::to_string(job.tensor) + " in " + job.SegmentOf(r.block).path +
+        " at byte " + std::to_string(r.offset + r.done) + " (" + std::to_string(r.len - r.done) +
+        " bytes missing); the file was truncated or the disk is failing");
     return false;
   }
   r.done += res;
-  if (r.done < r.len && job.direct && r.done % kDirectIoAlign != 0) {
-    *error = Status::IoError(
-        std::string(job.op == IoOp::kRead ? "reading" : "writing") + " tensor " +
-        std::to_string(job.tensor) + " in " + job.path + ": the device transferred " +
-        std::to_string(r.done) + " of " + std::to_string(r.len) + " bytes at byte " +
-        std::to_string(r.offset) + ", stopping inside a " + std::to_string(kDirectIoAlign) +
-        "-byte block where O_DIRECT cannot continue; the file system or device is "
-        "misbehaving: check it (dmesg) or point --dir elsewhere");
+  if (r.done < r.len && job.SegmentOf(r.block).direct && r.done % kDirectIoAlign != 0) {
+    *error =
+        Status::IoError(std::string(job.op == IoOp::kRead ? "reading" : "writing") + " tensor " +
+                        std::to_string(job.tensor) + " in " + job.SegmentOf(r.block).path +
+                        ": the device transferred " + std::to_string(r.done) + " of " +
+                        std::to_string(r.len) + " bytes at byte " + std::to_string(r.offset) +
+                        ", stopping inside a " + std::to_string(kDirectIoAlign) +
+                        "-byte block where O_DIRECT cannot continue; the file system or device is "
+                        "misbehaving: check it (dmesg) or point --dir elsewhere");
     return false;
   }
   if (r.done < r.len) {
@@ -325,6 +326,7 @@ void OffloadEngine::Impl::FinishRequest(size_t s, const Status& error,
       auto it = tensors.find(job.tensor);
       if (it != tensors.end()) it->second.crcs[static_cast<size_t>(r.block)] = r.crc;
       stats.bytes_written += r.payload;
+      stats.bytes_written_per_dir[static_cast<size_t>(job.SegmentOf(r.block).dir)] += r.payload;
     }
   } else {
     if (job.status.ok()) job.status = error;

@@ -15,6 +15,8 @@
 #include "exec/detail/errno_text.h"
 #include "exec/detail/round_up.h"
 #include "exec/detail/test_points.h"
+#include "traces/drives.h"
+#include "traces/storage_plan.h"
 
 namespace ssdtrain::exec {
 namespace {
@@ -22,6 +24,11 @@ namespace {
 using detail::RoundUp;
 
 }  // namespace
+
+OffloadEngine::Impl::Segment OffloadEngine::Impl::SegmentFor(const File& f) const {
+  const Dir& d = dirs[static_cast<size_t>(f.dir)];
+  return Segment{f.fd, d.direct, f.dir, f.path, d.path};
+}
 
 Result<Ticket> OffloadEngine::Impl::Enqueue(const TensorKey& key, IoOp op, char* buf,
                                             int64_t bytes) {
@@ -55,7 +62,6 @@ Result<Ticket> OffloadEngine::Impl::Enqueue(const TensorKey& key, IoOp op, char*
   job->blocks = blocks;
   job->crcs = std::move(crcs);
   Tensor* t = nullptr;
-  File* file = nullptr;
   if (op == IoOp::kWrite) {
     if (key.offset < 0 || key.offset % kDirectIoAlign != 0) {
       return Status::InvalidArgument("tensor " + std::to_string(key.tensor) + ": file offset " +
@@ -66,43 +72,76 @@ Result<Ticket> OffloadEngine::Impl::Enqueue(const TensorKey& key, IoOp op, char*
       return Status::FailedPrecondition("tensor " + std::to_string(key.tensor) +
                                         " is already offloaded; Remove it before writing again");
     }
-    const int64_t end = key.offset + RoundUp(bytes, kDirectIoAlign);
-    // Every refusal comes before the file is created: a refused write leaves
-    // no file and no open fd behind.
-    auto existing = FileForLocked(key, /*create=*/false);
-    if (existing.ok()) {
-      const File& f = **existing;
-      auto next = f.extents.lower_bound(key.offset);
-      const bool overlaps_next = next != f.extents.end() && next->first < end;
-      const bool overlaps_prev = next != f.extents.begin() && std::prev(next)->second > key.offset;
-      if (overlaps_next || overlaps_prev) {
-        return Status::InvalidArgument("tensor " + std::to_string(key.tensor) + " at [" +
-                                       std::to_string(key.offset) + ", " + std::to_string(end) +
-                                       ") overlaps another tensor in " + f.path);
-      }
-    } else if (existing.status().code() != Status::Code::kNotFound) {
-      return existing.status();
+    // Stripe j of the tensor goes to directory (first + j) % n (traces/drives.h);
+    // directory j of `ks` holds stripes j, j + ks, ..., padded, from key.offset.
+    const int n = static_cast<int>(dirs.size());
+    const int ks = static_cast<int>(std::min<int64_t>(n, blocks));
+    const int first = FirstDir(key);
+    const std::string name = key.file.empty() ? traces::OffloadFileName(key.tensor) : key.file;
+    std::vector<int> dir_of(static_cast<size_t>(ks));
+    std::vector<int64_t> end_of(static_cast<size_t>(ks));
+    for (int j = 0; j < ks; ++j) {
+      dir_of[static_cast<size_t>(j)] = (first + j) % n;
+      end_of[static_cast<size_t>(j)] =
+          key.offset +
+          RoundUp(traces::StripedBytes(bytes, options.block_size, ks, 0, j), kDirectIoAlign);
     }
-    auto f = FileForLocked(key, /*create=*/true);
-    if (!f.ok()) return FailAndPurgeLocked(f.status());
-    file = *f;
-    file->extents[key.offset] = end;
+    // Every refusal comes before a file is created: a refused write leaves
+    // no file and no open fd behind.
+    for (int j = 0; j < ks; ++j) {
+      auto existing = FileForLocked(name, dir_of[static_cast<size_t>(j)], /*create=*/false);
+      if (existing.ok()) {
+        const File& f = **existing;
+        const int64_t end = end_of[static_cast<size_t>(j)];
+        auto next = f.extents.lower_bound(key.offset);
+        const bool overlaps_next = next != f.extents.end() && next->first < end;
+        const bool overlaps_prev =
+            next != f.extents.begin() && std::prev(next)->second > key.offset;
+        if (overlaps_next || overlaps_prev) {
+          return Status::InvalidArgument("tensor " + std::to_string(key.tensor) + " at [" +
+                                         std::to_string(key.offset) + ", " + std::to_string(end) +
+                                         ") overlaps another tensor in " + f.path);
+        }
+      } else if (existing.status().code() != Status::Code::kNotFound) {
+        return existing.status();
+      }
+    }
     Tensor rec;
-    rec.file_key = std::to_string(file->dir) + "/" + file->name;
     rec.offset = key.offset;
     rec.bytes = bytes;
     rec.crcs.assign(static_cast<size_t>(job->blocks), 0);
+    std::vector<File*> made;
+    for (int j = 0; j < ks; ++j) {
+      auto f = FileForLocked(name, dir_of[static_cast<size_t>(j)], /*create=*/true);
+      if (!f.ok()) return FailAndPurgeLocked(f.status());
+      (*f)->extents[key.offset] = end_of[static_cast<size_t>(j)];
+      rec.file_keys.push_back(std::to_string((*f)->dir) + "/" + (*f)->name);
+      made.push_back(*f);
+    }
     t = &tensors.emplace(key.tensor, std::move(rec)).first->second;
-    if (options.preallocate && end > file->reserved_end) {
-      const int fd = file->fd;
-      const int64_t len = end - key.offset;
+    for (File* f : made) job->segments.push_back(SegmentFor(*f));
+    std::vector<std::pair<int, int64_t>> reserve;  // fd, bytes from key.offset
+    for (int j = 0; j < ks; ++j) {
+      const File& f = *made[static_cast<size_t>(j)];
+      if (options.preallocate && end_of[static_cast<size_t>(j)] > f.reserved_end) {
+        reserve.emplace_back(f.fd, end_of[static_cast<size_t>(j)] - key.offset);
+      }
+    }
+    if (!reserve.empty()) {
       t->active_jobs++;   // keeps Remove away while unlocked
-      ++unlocked_writes;  // keeps RemoveAll and the purge away (they would free t, close fd)
+      ++unlocked_writes;  // keeps RemoveAll and the purge away (they would free t, close fds)
       lock.Unlock();
       detail::HitTestPoint(detail::TestPoint::kWriteUnlocked, key.tensor);
-      const int injected = detail::HitTestPoint(detail::TestPoint::kFallocate, key.tensor);
-      const int rc = injected > 0 ? -1 : ::fallocate(fd, 0, key.offset, len);
-      const int err = rc == 0 ? 0 : injected > 0 ? injected : errno;
+      int err = 0;
+      size_t failed_at = 0;
+      for (size_t i = 0; i < reserve.size() && err == 0; ++i) {
+        const int injected = detail::HitTestPoint(detail::TestPoint::kFallocate, key.tensor);
+        const int rc =
+            injected > 0 ? -1 : ::fallocate(reserve[i].first, 0, key.offset, reserve[i].second);
+        err = rc == 0 ? 0 : injected > 0 ? injected : errno;
+        if (err == EOPNOTSUPP || err == ENOSYS) err = 0;
+        failed_at = i;
+      }
       lock.Lock();
       t->active_jobs--;
       --unlocked_writes;
@@ -111,10 +150,11 @@ Result<Ticket> OffloadEngine::Impl::Enqueue(const TensorKey& key, IoOp op, char*
         WaitForPurgeLocked();
         return StoppedStatusLocked();
       }
-      if (err != 0 && err != EOPNOTSUPP && err != ENOSYS) {
-        job->dir = dirs[static_cast<size_t>(file->dir)].path;
-        job->path = file->path;
-        return FailAndPurgeLocked(IoErrorStatus(*job, err));
+      if (err != 0) {
+        const auto seg =
+            std::find_if(job->segments.begin(), job->segments.end(),
+                         [&](const Segment& g) { return g.fd == reserve[failed_at].first; });
+        return FailAndPurgeLocked(IoErrorStatus(*job, *seg, err));
       }
     }
   } else {
@@ -133,13 +173,10 @@ Result<Ticket> OffloadEngine::Impl::Enqueue(const TensorKey& key, IoOp op, char*
                                      std::to_string(bytes) + " bytes but " +
                                      std::to_string(t->bytes) + " were written");
     }
-    file = &files.at(t->file_key);
+    for (const std::string& fkey : t->file_keys)
+      job->segments.push_back(SegmentFor(files.at(fkey)));
     job->crcs = t->crcs;
   }
-  job->fd = file->fd;
-  job->direct = dirs[static_cast<size_t>(file->dir)].direct;
-  job->path = file->path;
-  job->dir = dirs[static_cast<size_t>(file->dir)].path;
   job->file_offset = t->offset;
   t->active_jobs++;
   job->id = next_ticket++;
@@ -192,11 +229,11 @@ Status OffloadEngine::Impl::VerifyRead(const Job& job) const {
     if (got != want) {
       char hex[64];
       std::snprintf(hex, sizeof(hex), "stored CRC32C %08x, read %08x", want, got);
-      const int64_t at = job.file_offset + start;
+      const int64_t at = job.OffsetOf(b, options.block_size);
       return Status::Corruption("checksum mismatch reading tensor " + std::to_string(job.tensor) +
-                                " from " + job.path + " at bytes [" + std::to_string(at) + ", " +
-                                std::to_string(at + payload) + "): " + hex +
-                                "; the file was modified or the disk returned bad data");
+                                " from " + job.SegmentOf(b).path + " at bytes [" +
+                                std::to_string(at) + ", " + std::to_string(at + payload) + "): " +
+                                hex + "; the file was modified or the disk returned bad data");
     }
   }
   return Status::Ok();

@@ -31,6 +31,7 @@ function(ssdtrain_exec_tests)
     DEPS ssdtrain::exec)
   ssdtrain_test(exec_io_engine_test
     SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_engine_test.cc
+            ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_stripe_test.cc
             ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_test_util.cc
     DEPS ssdtrain::exec)
   ssdtrain_test(exec_io_fault_test

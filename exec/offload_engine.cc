@@ -93,6 +93,10 @@ Status OffloadEngine::Impl::Init() {
   for (size_t i = 0; i < options.dirs.size(); ++i) {
     SSDTRAIN_RETURN_IF_ERROR(OpenDir(options.dirs[i], run_id, static_cast<int>(i)));
   }
+  {
+    detail::MutexLock lock(&mu);
+    stats.bytes_written_per_dir.assign(dirs.size(), 0);
+  }
   SSDTRAIN_ASSIGN_OR_RETURN(
       pool,
       detail::StagingPool::Create(options.queue_depth, options.block_size, options.staging_bytes));
@@ -301,7 +305,7 @@ Result<std::string> OffloadEngine::FilePath(traces::TensorId tensor) const {
   if (it == impl_->tensors.end()) {
     return Status::NotFound("tensor " + std::to_string(tensor) + " is not offloaded");
   }
-  return impl_->files.at(it->second.file_key).path;
+  return impl_->files.at(it->second.file_keys.front()).path;
 }
 
 }  // namespace ssdtrain::exec

@@ -10,7 +10,10 @@
 // 4096-aligned offsets. On disk an extent is padded to a multiple of
 // kDirectIoAlign bytes. A tensor is cut into extents of `block_size` bytes (the
 // last one shorter); each extent is one request and carries its own CRC32C of
-// its payload bytes.
+// its payload bytes. The extents are striped over the directories as
+// traces/drives.h decides (the simulator predicts each drive's bytes by the same
+// rule): extent i to directory (first + i) % dirs, each directory's extents in
+// its file of the tensor's name, back to back from the key's offset.
 //
 // Cleanup. The run directories and every file in them are removed by the
 // destructor, by RemoveAll, after any I/O failure (see "Failures") and on
@@ -22,8 +25,8 @@
 //
 // Failures. Every error is a Status saying what happened and what to change:
 // an unwritable directory, a directory that refuses O_DIRECT or is on tmpfs or
-// ramfs (unless OffloadOptions::allow_buffered_io; exec/offload_dir.h), a full disk ("disk full: N bytes needed in D; free
-// space or point --dir elsewhere"), EIO, EOF before the requested length, a
+// ramfs (unless OffloadOptions::allow_buffered_io; exec/offload_dir.h), a full disk ("disk full: N
+// bytes needed in D; free space or point --dir elsewhere"), EIO, EOF before the requested length, a
 // checksum mismatch (naming the tensor and the file). Completions follow
 // liburing: -EAGAIN is resubmitted (with a growing backoff when it repeats),
 // short transfers continue where they stopped (an O_DIRECT one that stops
@@ -106,7 +109,10 @@ struct OffloadOptions {
 };
 
 // Which tensor, and where it goes. `file` empty: "t<tensor>.bin" at offset 0.
-// `device` picks the directory (dirs[device % dirs.size()]); -1: tensor % dirs.size().
+// The tensor is striped over every directory (traces/drives.h): its extents of
+// block_size bytes go round robin, the first to dirs[device % dirs.size()]
+// (-1: tensor % dirs.size()), each directory's in one file of that name, back
+// to back from `offset`.
 // Tensor ids are >= 0 (negative ones are refused).
 struct TensorKey {
   traces::TensorId tensor = 0;
@@ -133,6 +139,9 @@ struct OffloadStats {
   int64_t eagain_backoff_ns = 0;
   int64_t short_continuations = 0;
   int64_t bounce_copies = 0;  // extents that went through a bounce block (memcpy)
+  // bytes_written by directory (as OffloadOptions::dirs), counted per completed
+  // request: each tensor's stripes as traces/drives.h places them.
+  std::vector<int64_t> bytes_written_per_dir;
 };
 
 class OffloadEngine;

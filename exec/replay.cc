@@ -19,6 +19,7 @@
 #include "exec/detail/test_points.h"
 #include "exec/offload_engine.h"
 #include "traces/dp_buckets.h"
+#include "traces/drives.h"
 #include "traces/layout.h"
 #include "traces/storage_plan.h"
 #include "traces/whole_step.h"
@@ -135,12 +136,17 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   const traces::Trace& trace = whole.trace;
   const traces::Plan& plan = whole.plan;
   SSDTRAIN_RETURN_IF_ERROR(CheckPlanFileNames(plan, plan_source));
-  SSDTRAIN_RETURN_IF_ERROR(detail::EnsureOpenFileLimit(detail::OffloadFilesOf(plan), plan_source));
+  // Each plan file striped over the directories opens one file in each.
+  SSDTRAIN_RETURN_IF_ERROR(detail::EnsureOpenFileLimit(
+      detail::OffloadFilesOf(plan) * static_cast<int64_t>(std::max<size_t>(1, options.dirs.size())),
+      plan_source));
   for (const traces::Placement& p : plan.placements) {
     if (p.action == traces::TensorAction::kOffloadSsd && !p.file.empty()) {
-      SSDTRAIN_RETURN_IF_ERROR(
-          CheckOffloadFileName(p.file, options.dir)
-              .WithPrefix(plan_source + ": tensor " + std::to_string(p.tensor)));
+      for (const std::string& dir : options.dirs) {
+        SSDTRAIN_RETURN_IF_ERROR(
+            CheckOffloadFileName(p.file, dir)
+                .WithPrefix(plan_source + ": tensor " + std::to_string(p.tensor)));
+      }
     }
   }
   if (options.steps < 1) return Status::InvalidArgument("--steps must be at least 1");
@@ -154,7 +160,11 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   // What the plan means: the one resolution the simulator uses too.
   SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan storage_plan,
                             traces::ResolvePlan(trace, plan, plan_source));
-  SSDTRAIN_RETURN_IF_ERROR(traces::CheckDevices(storage_plan, /*directories=*/1, plan_source));
+  if (options.dirs.empty()) {
+    return Status::InvalidArgument("no offload directory given; pass --dir DIR (one per drive)");
+  }
+  SSDTRAIN_RETURN_IF_ERROR(
+      traces::CheckDevices(storage_plan, static_cast<int>(options.dirs.size()), plan_source));
   traces::StaticPeaks planned = traces::ComputeStaticPeaks(trace, storage_plan);
   if (options.device_memory_bytes > 0 && planned.device_bytes > options.device_memory_bytes) {
     return Status::ResourceExhausted(
@@ -209,10 +219,12 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   }
 
   OffloadOptions engine_options;
-  engine_options.dirs = {options.dir};
+  engine_options.dirs = options.dirs;
   engine_options.backend = options.io_backend;
-  engine_options.block_size = options.block_size;
-  engine_options.queue_depth = options.queue_depth;
+  engine_options.block_size =
+      options.block_size > 0 ? options.block_size : traces::StripeBytes(plan.storage);
+  // queue_depth requests in flight per drive, as the simulator's drives keep.
+  engine_options.queue_depth = options.queue_depth * static_cast<int>(options.dirs.size());
   engine_options.staging_bytes = 0;  // the replay brings its own pinned staging
   SSDTRAIN_ASSIGN_OR_RETURN(auto staging,
                             detail::HostStaging::Create(*device, options.staging_bytes));
@@ -318,6 +330,14 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
       allreduce.push_back(record->allreduce_ns);
     }
     result.cache = delta;
+    if (options.dirs.size() > 1) {
+      const OffloadStats io_after = engine->Stats();
+      std::vector<int64_t>& per = result.metrics.ssd_bytes_written_per_drive;
+      per.assign(options.dirs.size(), 0);
+      for (size_t d = 0; d < per.size(); ++d) {
+        per[d] = io_after.bytes_written_per_dir[d] - io_before.bytes_written_per_dir[d];
+      }
+    }
     result.busy = record->busy;
     for (OpTime& t : record->ops) {
       t.original_op = whole.original_op[static_cast<size_t>(t.op)];

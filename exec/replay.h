@@ -46,7 +46,10 @@
 namespace ssdtrain::exec {
 
 struct ReplayOptions {
-  std::string dir;                                 // offload directory (must exist)
+  // This rank's offload directories, one per drive of its drive set
+  // (traces/drives.h; each must exist): each tensor is striped over them from
+  // its placement's device, at the plan's stripe size.
+  std::vector<std::string> dirs;
   BackendChoice backend = BackendChoice::kAuto;    // device backend
   int steps = 3;                                   // measured steps, after one warm-up step
   double ssd_bandwidth_GBps = 0;                   // cap on the SSD path (10^9 B/s); 0: none
@@ -57,8 +60,10 @@ struct ReplayOptions {
   int cuda_device_index = 0;                       // CUDA: which GPU (CUDA's order)
   int64_t staging_bytes = int64_t{256} << 20;      // pinned host staging for D2H/H2D
   BackendKind io_backend = BackendKind::kAuto;     // io_uring or posix
-  int64_t block_size = int64_t{4} << 20;           // engine request size, bytes
-  int queue_depth = 32;                            // engine requests in flight
+  // Engine request size (the stripe), bytes; 0: the plan's stripe_bytes
+  // (traces::StripeBytes(plan.storage)), as the simulator predicts by.
+  int64_t block_size = 0;
+  int queue_depth = 32;  // engine requests in flight per directory
   // Where `dir` refuses O_DIRECT: false: an error naming it; true: buffered
   // I/O (ReplayResult::direct_io says false). OffloadOptions::allow_buffered_io.
   bool allow_buffered_io = false;

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Compares `ssdtrain bench-io` with fio on the same directory, block size, queue
+# Compares `ssdtrain bench-io` with fio on the same directories, block size, queue
 # depth and size, interleaved (A B, B A, A B, ...), and prints the medians and ratios.
 #
-#   scripts/bench-io-vs-fio.sh --dir D [--bs 4M] [--qd 32] [--size 1G] [--rounds 5]
-#                              [--bin build/app/ssdtrain]
+#   scripts/bench-io-vs-fio.sh --dir D [--dir D2 ...] [--bs 4M] [--qd 32] [--size 1G]
+#                              [--rounds 5] [--bin build/app/ssdtrain]
 #
 # fio runs as: fio --direct=1 --ioengine=io_uring --rw=write|read --bs=B
-# --iodepth=Q --size=S on one file in D (written, then read back). Files are removed.
+# --iodepth=Q --size=S on one file in D (written, then read back); with n
+# directories as n jobs (--numjobs=n --directory=D:D2:..., one file each of S/n,
+# --group_reporting), each at --iodepth=Q, as bench-io keeps Q requests in
+# flight per directory. Files are removed.
 set -euo pipefail
 
-dir="" bs="4M" qd=32 size="1G" rounds=5 bin="${SSDTRAIN_BIN:-build/app/ssdtrain}"
+dirs=() bs="4M" qd=32 size="1G" rounds=5 bin="${SSDTRAIN_BIN:-build/app/ssdtrain}"
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --dir) dir="$2"; shift 2 ;;
+    --dir) dirs+=("$2"); shift 2 ;;
     --bs) bs="$2"; shift 2 ;;
     --qd) qd="$2"; shift 2 ;;
     --size) size="$2"; shift 2 ;;
@@ -21,26 +24,52 @@ while [[ $# -gt 0 ]]; do
     *) echo "bench-io-vs-fio: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-[[ -n "$dir" ]] || { echo "bench-io-vs-fio: --dir is required" >&2; exit 2; }
-[[ -d "$dir" ]] || { echo "bench-io-vs-fio: $dir is not a directory" >&2; exit 2; }
+[[ ${#dirs[@]} -gt 0 ]] || { echo "bench-io-vs-fio: --dir is required" >&2; exit 2; }
+for d in "${dirs[@]}"; do
+  [[ -d "$d" ]] || { echo "bench-io-vs-fio: $d is not a directory" >&2; exit 2; }
+done
+n=${#dirs[@]}
+dir="${dirs[0]}"
+dir_flags="" fio_dirs=""
+for d in "${dirs[@]}"; do dir_flags+=" --dir $d"; fio_dirs+="${fio_dirs:+:}$d"; done
 [[ -x "$bin" ]] || { echo "bench-io-vs-fio: $bin not built (cmake --build ... --target ssdtrain)" >&2; exit 2; }
 command -v fio >/dev/null || { echo "bench-io-vs-fio: fio not installed" >&2; exit 2; }
 
 fio_file="$dir/fio-bench-$$.bin"
 results="$(mktemp)"
-trap 'rm -f "$fio_file" "$results"' EXIT INT TERM
+cleanup() {
+  rm -f "$fio_file" "$results"
+  for d in "${dirs[@]}"; do rm -f "$d"/fiobench.*; done
+}
+trap cleanup EXIT INT TERM
+# Each fio job's share of --size with several directories.
+job_size="$(python3 -c '
+import re, sys
+m = re.fullmatch(r"(\d+)([kKmMgG]?)(i?[bB])?", sys.argv[1])
+if not m: sys.exit("bench-io-vs-fio: --size: expected bytes or a count with k, M or G")
+b = int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+print(b // int(sys.argv[2]))' "$size" "$n")"
 
+fio_where() {
+  if ((n == 1)); then
+    echo "--filename=$fio_file --size=$size"
+  else
+    echo "--directory=$fio_dirs --numjobs=$n --size=$job_size --group_reporting"
+  fi
+}
 fio_gbps() {  # $1 = write|read; prints GB/s
-  fio --name=bench --filename="$fio_file" --direct=1 --ioengine=io_uring --rw="$1" \
-      --bs="$bs" --iodepth="$qd" --size="$size" --output-format=json 2>/dev/null |
+  # shellcheck disable=SC2046
+  fio --name=fiobench $(fio_where) --direct=1 --ioengine=io_uring --rw="$1" \
+      --bs="$bs" --iodepth="$qd" --output-format=json 2>/dev/null |
     python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; d=sys.argv[1]; print("%.4f" % (j[d]["bw_bytes"]/1e9))' "$1"
 }
 
-echo "bench-io vs fio: dir=$dir bs=$bs qd=$qd size=$size rounds=$rounds"
-echo "  A: $bin bench-io --dir $dir --block-size $bs --queue-depth $qd --size $size"
-echo "  B: fio --direct=1 --ioengine=io_uring --rw=write|read --bs=$bs --iodepth=$qd --size=$size"
+echo "bench-io vs fio: dirs=${dirs[*]} bs=$bs qd=$qd (per directory) size=$size rounds=$rounds"
+echo "  A: $bin bench-io$dir_flags --block-size $bs --queue-depth $qd --size $size"
+echo "  B: fio --direct=1 --ioengine=io_uring --rw=write|read --bs=$bs --iodepth=$qd $(fio_where)"
 run_ssdtrain() {
-  out="$("$bin" bench-io --dir "$dir" --block-size "$bs" --queue-depth "$qd" --size "$size")"
+  # shellcheck disable=SC2086
+  out="$("$bin" bench-io $dir_flags --block-size "$bs" --queue-depth "$qd" --size "$size")"
   sw="$(awk '/^write:/ {print $2}' <<<"$out")"
   sr="$(awk '/^read:/ {print $2}' <<<"$out")"
 }
@@ -48,6 +77,7 @@ run_fio() {
   fw="$(fio_gbps write)"
   fr="$(fio_gbps read)"
   rm -f "$fio_file"
+  for d in "${dirs[@]}"; do rm -f "$d"/fiobench.*; done
 }
 # Odd rounds run A then B, even rounds B then A, so neither always follows the other.
 for ((i = 1; i <= rounds; i++)); do

@@ -429,4 +429,18 @@ int SlowestArray(const HardwareOptions& hw) {
   return static_cast<int>(std::min_element(arrays.begin(), arrays.end()) - arrays.begin());
 }
 
+traces::DriveLayout DriveLayoutOf(const HardwareOptions& hw) {
+  traces::DriveLayout layout;
+  layout.arrays = hw.storage.arrays_drives;
+  const auto request = static_cast<int64_t>(std::ceil(hw.storage.drive.request_KiB * 1024.0));
+  layout.stripe_bytes =
+      std::max<int64_t>(traces::kStripeAlign, (request + traces::kStripeAlign - 1) /
+                                                  traces::kStripeAlign * traces::kStripeAlign);
+  return layout;
+}
+
+int64_t StripeBytesFor(const traces::Plan& plan, const HardwareOptions& hw) {
+  return plan.storage.stripe_bytes > 0 ? plan.storage.stripe_bytes : DriveLayoutOf(hw).stripe_bytes;
+}
+
 }  // namespace ssdtrain::sim

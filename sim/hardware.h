@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "traces/drives.h"
 #include "traces/fp8.h"
+#include "traces/plan.h"
 #include "traces/status.h"
 #include "traces/trace.h"
 
@@ -204,5 +206,12 @@ struct ArrayFigures {
 ArrayFigures ArrayFor(const HardwareOptions& hw, int gpu);
 // The slowest array (the planner plans for the worst GPU).
 int SlowestArray(const HardwareOptions& hw);
+// The node's drives as a plan records them (traces/drives.h): the arrays, and
+// a stripe of the drive's request size (storage.drive.request_KiB, rounded up
+// to traces::kStripeAlign), the request the engine issues to each drive.
+traces::DriveLayout DriveLayoutOf(const HardwareOptions& hw);
+// The stripe the simulator predicts `plan`'s drives by: the plan's own, or
+// DriveLayoutOf(hw)'s where the plan names none.
+int64_t StripeBytesFor(const traces::Plan& plan, const HardwareOptions& hw);
 
 }  // namespace ssdtrain::sim

@@ -316,6 +316,9 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     if (result_for(s).ssd_bytes_written > io->ssd_bytes_written) io = &result_for(s);
   }
   mt.ssd_bytes_written = io->ssd_bytes_written * m;
+  for (const int64_t bytes : io->ssd_bytes_written_per_drive) {
+    mt.ssd_bytes_written_per_drive.push_back(bytes * m);
+  }
   mt.ssd_bytes_read = io->ssd_bytes_read * m;
   mt.required_ssd_write_GBps =
       traces::RequiredWriteGBps(io->ssd_bytes_written, io->forward_compute_ns);

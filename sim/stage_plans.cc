@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "sim/optimal_policy.h"
+#include "traces/drives.h"
 #include "traces/storage_plan.h"
 #include "traces/trace.h"
 
@@ -67,6 +68,8 @@ Result<traces::Plan> PlanStage(const traces::Trace& trace, const std::string& po
     SSDTRAIN_ASSIGN_OR_RETURN(plan, MakeFixedPlan(policy, trace, hw, layout, options));
   }
   plan.memory_budget_bytes = budget;
+  // Each storage's first stripe on the next drive of the (slowest) array.
+  traces::SpreadOverDrives(trace, &plan, ArrayFor(hw, SlowestArray(hw)).drives);
   SSDTRAIN_ASSIGN_OR_RETURN(plan, PlaceEvictions(trace, std::move(plan), hw));
   ++*simulations;
   return plan;

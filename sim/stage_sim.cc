@@ -29,6 +29,7 @@ Status StageSimulator::BuildStorages() {
     if (s.weight_gradient) gradients_unallocated_ += s.memory;
     s.saved = info.saved;
     s.action = info.action;
+    s.device = info.device;
     s.producer = info.producer;
     s.prefetch_before = info.prefetch_before;
     s.evict_before = info.evict_before;

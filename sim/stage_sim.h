@@ -115,6 +115,8 @@ struct StageResult {
   int64_t between_passes_bytes = 0;
   int64_t between_passes_activation_bytes = 0;
   int64_t ssd_bytes_written = 0;
+  // By drive of the GPU's array, when it has several (traces/drives.h).
+  std::vector<int64_t> ssd_bytes_written_per_drive;
   int64_t ssd_bytes_read = 0;
   int64_t host_bytes_written = 0;  // offload-host traffic
   int64_t host_bytes_read = 0;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "sim/detail/stage_simulator.h"
+#include "traces/drives.h"
 
 namespace ssdtrain::sim::detail {
 
@@ -23,7 +24,7 @@ void StageSimulator::StartOffload(size_t sid) {
                          const std::string& name = trace_.tensor(t).name;
                          AddSpan(traces::Lane::kDeviceToHost, begin, Now(), traces::kNoOp, t, name);
                          AddSpan(traces::Lane::kSsdWrite, begin, Now(), traces::kNoOp, t, name);
-                         result_.ssd_bytes_written += st.bytes;
+                         CountSsdWrite(st);
                          st.write = WriteState::kLanded;
                          result_.write_landed_ns[st.root] = Now();
                          MaybeRelease(st);
@@ -59,7 +60,7 @@ void StageSimulator::StartOffload(size_t sid) {
                              Storage& x = storages_[sid];
                              AddSpan(traces::Lane::kSsdWrite, net_.BeginTime(*ssd_flow).ns(), Now(),
                                      traces::kNoOp, t, trace_.tensor(t).name);
-                             result_.ssd_bytes_written += x.bytes;
+                             CountSsdWrite(x);
                              host_bytes_ -= x.bytes;
                              Sample();
                              x.write = WriteState::kLanded;
@@ -71,6 +72,18 @@ void StageSimulator::StartOffload(size_t sid) {
                        MaybeRelease(st);
                      });
   s.write_flow = *flow;
+}
+
+void StageSimulator::CountSsdWrite(const Storage& s) {
+  result_.ssd_bytes_written += s.bytes;
+  const int drives = ArrayFor(hw_, options_.gpu).drives;
+  if (drives < 2) return;
+  std::vector<int64_t>& per = result_.ssd_bytes_written_per_drive;
+  per.resize(static_cast<size_t>(drives), 0);
+  const int64_t stripe = StripeBytesFor(plan_, hw_);
+  for (int d = 0; d < drives; ++d) {
+    per[static_cast<size_t>(d)] += traces::StripedBytes(s.bytes, stripe, drives, s.device, d);
+  }
 }
 
 void StageSimulator::OnReadDone(size_t sid) {

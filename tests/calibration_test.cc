@@ -36,7 +36,7 @@ TEST(ApplyCalibration, CudaSetsEachDtypesPeakAndTheDevicesMemory) {
   sim::HardwareOptions base;
   base.gpu.peak_tflops_fp16 = 1;  // what a CPU base config would leave
   base.gpu.memory_GiB = 4;
-  const sim::HardwareOptions hw = ApplyCalibration(base, c, CalibrationSettings{"/tmp", "base"});
+  const sim::HardwareOptions hw = ApplyCalibration(base, c, CalibrationSettings{{"/tmp"}, "base"});
   EXPECT_DOUBLE_EQ(hw.gpu.peak_tflops_fp32, 50);
   EXPECT_DOUBLE_EQ(hw.gpu.peak_tflops_fp16, 500);
   EXPECT_DOUBLE_EQ(hw.gpu.peak_tflops_bf16, 400);
@@ -59,7 +59,7 @@ TEST(ApplyCalibration, CpuRunsEveryDtypeAtItsFp32Rate) {
   c.gemm = {Sample("fp32", 2'000'000'000, 1'000'000), Sample("fp32", 2'000'000, 2'000),
             Sample("fp32", 2'000'000, 4'000)};
   const sim::HardwareOptions hw =
-      ApplyCalibration(sim::HardwareOptions{}, c, CalibrationSettings{"/tmp", "base"});
+      ApplyCalibration(sim::HardwareOptions{}, c, CalibrationSettings{{"/tmp"}, "base"});
   EXPECT_DOUBLE_EQ(hw.gpu.peak_tflops_fp32, 2);
   EXPECT_DOUBLE_EQ(hw.gpu.peak_tflops_fp16, 2);
   EXPECT_DOUBLE_EQ(hw.gpu.peak_tflops_bf16, 2);
@@ -106,7 +106,7 @@ TEST(ApplyCalibration, RecordsHowManyRanksMeasuredAtOnce) {
   exec::Calibration c;
   c.backend = "cpu";
   c.device_capacity_bytes = 4 * kGiB;
-  CalibrationSettings settings{"/tmp", "base"};
+  CalibrationSettings settings{{"/tmp"}, "base"};
   EXPECT_EQ(ApplyCalibration(sim::HardwareOptions{}, c, settings).calibrated_ranks, 1);
   settings.ranks = 2;
   const sim::HardwareOptions hw = ApplyCalibration(sim::HardwareOptions{}, c, settings);
@@ -143,7 +143,7 @@ TEST(ApplyCalibration, TakesTheMeasuredInterconnectOrKeepsTheBases) {
   c.device_capacity_bytes = 4 * kGiB;
   sim::HardwareOptions base;
   base.interconnect = {8, {7, 0, 5}, {10, 0, 5}};
-  CalibrationSettings settings{"/tmp", "base"};
+  CalibrationSettings settings{{"/tmp"}, "base"};
   settings.ranks = 2;
   EXPECT_EQ(ApplyCalibration(base, c, settings).interconnect.scale_out.GBps, 10);
   settings.interconnect = sim::InterconnectOptions{2, {2.5, 3.5, 12}, {2.5, 3.5, 12}};

@@ -68,7 +68,7 @@ class MoeReplay : public ::testing::Test {
     EXPECT_TRUE(predicted.ok()) << predicted.status().message();
     if (!predicted.ok()) return -1;
     exec::ReplayOptions ro;
-    ro.dir = dir_.string();
+    ro.dirs = {dir_.string()};
     ro.backend = exec::BackendChoice::kCpu;
     ro.steps = 1;
     ro.verify = true;

@@ -56,7 +56,7 @@ class ZeroReplay : public ::testing::Test {
     auto predicted = sim::Simulate(trace, *plan, hw);
     ASSERT_TRUE(predicted.ok()) << predicted.status().message();
     exec::ReplayOptions ro;
-    ro.dir = dir_.string();
+    ro.dirs = {dir_.string()};
     ro.backend = exec::BackendChoice::kCpu;
     ro.steps = 1;
     ro.verify = true;

@@ -72,16 +72,20 @@ double RequiredWriteGBps(int64_t bytes_written, int64_t forward_compute_ns) {
 }
 
 json ToJson(const StepMetrics& m) {
-  return json{{"step_time_ns", m.step_time_ns},
-              {"tokens_per_s", m.tokens_per_s},
-              {"tflops_per_gpu", m.tflops_per_gpu},
-              {"peak_gpu_bytes", m.peak_gpu_bytes},
-              {"peak_activation_bytes", m.peak_activation_bytes},
-              {"ssd_bytes_written", m.ssd_bytes_written},
-              {"ssd_bytes_read", m.ssd_bytes_read},
-              {"required_ssd_write_GBps", m.required_ssd_write_GBps},
-              {"exposed_io_ns", m.exposed_io_ns},
-              {"ssd_lifetime_days", m.ssd_lifetime_days}};
+  json j{{"step_time_ns", m.step_time_ns},
+         {"tokens_per_s", m.tokens_per_s},
+         {"tflops_per_gpu", m.tflops_per_gpu},
+         {"peak_gpu_bytes", m.peak_gpu_bytes},
+         {"peak_activation_bytes", m.peak_activation_bytes},
+         {"ssd_bytes_written", m.ssd_bytes_written},
+         {"ssd_bytes_read", m.ssd_bytes_read},
+         {"required_ssd_write_GBps", m.required_ssd_write_GBps},
+         {"exposed_io_ns", m.exposed_io_ns},
+         {"ssd_lifetime_days", m.ssd_lifetime_days}};
+  if (!m.ssd_bytes_written_per_drive.empty()) {
+    j["ssd_bytes_written_per_drive"] = m.ssd_bytes_written_per_drive;
+  }
+  return j;
 }
 
 Result<StepMetrics> StepMetricsFromJson(const json& j, const std::string& where) {
@@ -102,6 +106,10 @@ Result<StepMetrics> StepMetricsFromJson(const json& j, const std::string& where)
   SSDTRAIN_ASSIGN_OR_RETURN(m.required_ssd_write_GBps, r.NumberOr("required_ssd_write_GBps", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(m.exposed_io_ns, r.IntOr("exposed_io_ns", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(m.ssd_lifetime_days, r.NumberOr("ssd_lifetime_days", 0));
+  if (r.Has("ssd_bytes_written_per_drive")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(m.ssd_bytes_written_per_drive,
+                              r.IntArray("ssd_bytes_written_per_drive"));
+  }
   // Other fields (per-lane busy time, per-op spans) belong to the file's other readers.
   return m;
 }
@@ -144,6 +152,12 @@ json ToJson(const Plan& plan) {
   if (plan.ep != 1) j["ep"] = plan.ep;
   if (plan.cp != 1) j["cp"] = plan.cp;
   if (plan.virtual_stages != 1) j["virtual_stages"] = plan.virtual_stages;
+  if (plan.storage != DriveLayout{}) {
+    json storage = json::object();
+    if (!plan.storage.arrays.empty()) storage["arrays"] = plan.storage.arrays;
+    if (plan.storage.stripe_bytes != 0) storage["stripe_bytes"] = plan.storage.stripe_bytes;
+    j["storage"] = std::move(storage);
+  }
   if (plan.prediction) j["prediction"] = ToJson(*plan.prediction);
   return j;
 }
@@ -239,6 +253,19 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
         std::pair{"cp", plan.cp}, std::pair{"num_micro_batches", plan.num_micro_batches}}) {
     if (value <= 0)
       return r.At(field).Error("expected a positive integer, got " + std::to_string(value));
+  }
+  if (r.Has("storage")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader st, r.Object("storage"));
+    if (st.Has("arrays")) {
+      SSDTRAIN_ASSIGN_OR_RETURN(std::vector<int64_t> arrays, st.IntArray("arrays"));
+      for (const int64_t drives : arrays) {
+        plan.storage.arrays.push_back(
+            static_cast<int>(std::clamp<int64_t>(drives, -1, kMaxArrayDrives + 1)));
+      }
+    }
+    SSDTRAIN_ASSIGN_OR_RETURN(plan.storage.stripe_bytes, st.IntOr("stripe_bytes", 0));
+    SSDTRAIN_RETURN_IF_ERROR(ValidateDriveLayout(plan.storage, source + ": storage"));
+    SSDTRAIN_RETURN_IF_ERROR(st.CheckNoUnknown());
   }
   SSDTRAIN_ASSIGN_OR_RETURN(const json* rows, r.Value("placements"));
   if (!rows->is_array()) {

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "traces/drives.h"
 #include "traces/layout.h"
 #include "traces/status.h"
 #include "traces/trace.h"
@@ -59,6 +60,10 @@ struct StepMetrics {
   int64_t peak_activation_bytes = 0;
   int64_t ssd_bytes_written = 0;
   int64_t ssd_bytes_read = 0;
+  // ssd_bytes_written by drive of the GPU's drive set (traces/drives.h), when
+  // it has more than one drive: the simulator's by the stripe rule, a
+  // replay's as its engine counted them. JSON: optional, written when set.
+  std::vector<int64_t> ssd_bytes_written_per_drive;
   double required_ssd_write_GBps = 0;  // RequiredWriteGBps: the rate that hides every write
   int64_t exposed_io_ns = 0;           // stall time the offload I/O adds
   double ssd_lifetime_days = 0;        // rated endurance at this write rate, 24/7
@@ -119,6 +124,10 @@ struct Plan {
   // JSON: optional (default 1), written when not 1.
   int64_t virtual_stages = 1;
   int64_t memory_budget_bytes = 0;  // 0: no budget
+  // The node's drives the plan was made for and its stripe size
+  // (traces/drives.h): a replay stripes each rank's tensors over its drive set
+  // as the simulation did. JSON "storage": optional, written when set.
+  DriveLayout storage;
   std::vector<Placement> placements;
   std::optional<StepMetrics> prediction;
   nlohmann::json extra = nlohmann::json::object();  // planner details (search, ROK curve)

@@ -65,12 +65,23 @@ struct OffloadEngine::Impl {
     int64_t reserved_end = 0;            // bytes already fallocated from offset 0
   };
   struct Tensor {
-    std::string file_key;
+    // The files holding its stripes (traces/drives.h): file_keys[j] holds
+    // stripes j, j + k, j + 2k, ... (k = file_keys.size()), back to back from
+    // `offset`.
+    std::vector<std::string> file_keys;
     int64_t offset = 0;
     int64_t bytes = 0;
     std::vector<uint32_t> crcs;  // per extent of block_size
     bool written = false;        // the write completed
     int active_jobs = 0;
+  };
+  // One file a job's stripes go to (or come from).
+  struct Segment {
+    int fd = -1;
+    bool direct = false;  // the file is open with O_DIRECT
+    int dir = 0;          // index into `dirs`
+    std::string path;
+    std::string dir_path;
   };
   struct Job {
     uint64_t id = 0;
@@ -78,11 +89,8 @@ struct OffloadEngine::Impl {
     traces::TensorId tensor = 0;
     char* buf = nullptr;  // the caller's src/dst
     int64_t bytes = 0;
-    int64_t file_offset = 0;
-    int fd = -1;
-    bool direct = false;  // the file is open with O_DIRECT
-    std::string path;
-    std::string dir;
+    int64_t file_offset = 0;        // of the tensor in each of its files
+    std::vector<Segment> segments;  // block b goes to segments[b % size()]
     int64_t blocks = 0;
     // From here on guarded by Impl::mu (a nested struct cannot name it).
     int64_t next_block = 0;
@@ -93,6 +101,14 @@ struct OffloadEngine::Impl {
     // Per extent: write: computed by WriteAsync's caller; read: the stored ones,
     // checked by Wait's caller (off the I/O thread, which only moves bytes).
     std::vector<uint32_t> crcs;
+
+    const Segment& SegmentOf(int64_t block) const {
+      return segments[static_cast<size_t>(block) % segments.size()];
+    }
+    // Where block `block` (of `block_size` bytes) sits in its segment's file.
+    int64_t OffsetOf(int64_t block, int64_t block_size) const {
+      return file_offset + block / static_cast<int64_t>(segments.size()) * block_size;
+    }
   };
   struct Request {  // one per queue slot; owned by the I/O thread
     bool busy = false;
@@ -189,7 +205,7 @@ struct OffloadEngine::Impl {
   // Blocks until the purge after a failure is done (`mu` released meanwhile).
   void WaitForPurgeLocked() SSDTRAIN_REQUIRES(mu);
 
-  Status IoErrorStatus(const Job& job, int err) const;
+  Status IoErrorStatus(const Job& job, const Segment& segment, int err) const;
 
   // Unlinks `name` in `dir_fd`: 0 when it is gone (or was already), else the
   // errno (or the one a test injects at TestPoint::kUnlink for tensor `id`).
@@ -197,7 +213,13 @@ struct OffloadEngine::Impl {
 
   // ---- Public operations ----
 
-  Result<File*> FileForLocked(const TensorKey& key, bool create) SSDTRAIN_REQUIRES(mu);
+  // File `name` in dirs[dir]; created (opened) when `create`, else NotFound.
+  Result<File*> FileForLocked(const std::string& name, int dir, bool create) SSDTRAIN_REQUIRES(mu);
+  // The directory of a key's first stripe: device % dirs, or tensor % dirs
+  // for device -1.
+  int FirstDir(const TensorKey& key) const;
+  // A job's view of file `f`.
+  Segment SegmentFor(const File& f) const;
 
   Result<Ticket> Enqueue(const TensorKey& key, IoOp op, char* buf, int64_t bytes)
       SSDTRAIN_EXCLUDES(mu);

@@ -250,23 +250,24 @@ TEST(OffloadEngine, RefusesUnalignedExternalStaging) {
 }
 
 TEST_P(OffloadEngineConformance, StripesTensorsOverSeveralDirectories) {
-  // Three directories; tensor t goes to dir t % 3, so tensors 0..5 put two files in each.
+  // Three directories; tensor t of two stripes starts on dir t % 3 (traces/drives.h) and
+  // ends on the next, so tensors 0..5 put four files in each.
   const std::vector<std::string> dirs = {tmp_.Sub("ssd0"), tmp_.Sub("ssd1"), tmp_.Sub("ssd2")};
   MAKE_OR_SKIP(engine, dirs);
   std::vector<std::vector<char>> data;
   for (int t = 0; t < 6; ++t) {
-    data.push_back(RandomBytes(kBlock + t, 100 + t));
-    ASSERT_TRUE(engine->Write(Key(t), data.back().data(), kBlock + t).ok());
+    data.push_back(RandomBytes(kBlock + 1 + t, 100 + t));
+    ASSERT_TRUE(engine->Write(Key(t), data.back().data(), kBlock + 1 + t).ok());
   }
   for (int d = 0; d < 3; ++d) {
-    EXPECT_EQ(ListTree(dirs[static_cast<size_t>(d)]).size(), 3u);  // run dir + 2 files
+    EXPECT_EQ(ListTree(dirs[static_cast<size_t>(d)]).size(), 5u);  // run dir + 4 files
     auto path = engine->FilePath(d);
     ASSERT_TRUE(path.ok());
     EXPECT_EQ(path->rfind(dirs[static_cast<size_t>(d)], 0), 0u) << *path;
   }
   for (int t = 0; t < 6; ++t) {
-    std::vector<char> back(static_cast<size_t>(kBlock + t));
-    ASSERT_TRUE(engine->Read(Key(t), back.data(), kBlock + t).ok());
+    std::vector<char> back(static_cast<size_t>(kBlock + 1 + t));
+    ASSERT_TRUE(engine->Read(Key(t), back.data(), kBlock + 1 + t).ok());
     EXPECT_EQ(back, data[static_cast<size_t>(t)]);
   }
   engine.reset();

@@ -20,6 +20,7 @@
 #include "exec/replay.h"
 #include "exec/tests/io_test_util.h"
 #include "exec/tests/replay_test_util.h"
+#include "traces/drives.h"
 #include "traces/uniform_plans.h"
 
 namespace ssdtrain::exec {
@@ -231,6 +232,32 @@ TEST(Replay, WriteErrorStopsTheRunAndLeavesNoFiles) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kIoError) << r.status().ToString();
   EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
+// A replay striped over two directories (4 KiB stripes, each storage's first
+// stripe on the next drive): the first storage's second stripe, on the second
+// directory, fails with EIO. The step ends with an error naming that
+// directory's file, and neither directory keeps anything.
+TEST(Replay, AWriteErrorOnOneOfTwoDirectoriesNamesItAndLeavesNothingInEither) {
+  const traces::Trace trace = TinyGptTrace(1, 128);
+  TempDir dir;
+  ReplayOptions o = CpuOptions(dir.path());
+  o.dirs = {dir.Sub("ssd0"), dir.Sub("ssd1")};
+  o.make_io_backend = []() -> std::unique_ptr<IoBackend> {
+    auto inner = MakeIoBackend(BackendKind::kPosix, 64, nullptr);
+    FaultOptions f;
+    f.rules.push_back({IoOp::kWrite, 1, FaultKind::kEio, 1});
+    return std::make_unique<FaultBackend>(std::move(*inner), f);
+  };
+  traces::Plan plan = traces::OffloadAllPlan(trace);
+  plan.storage.stripe_bytes = 4096;
+  traces::SpreadOverDrives(trace, &plan, 2);
+  auto r = Replay(trace, plan, o, "offload-all over two directories");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kIoError) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(o.dirs[1] + "/ssdtrain-"), std::string::npos)
+      << r.status().ToString();
+  for (const std::string& d : o.dirs) EXPECT_TRUE(ListTree(d).empty()) << d;
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ traces::Trace TinyMoeTrace(int64_t micro_batch, int64_t seq_len, int64_t ep) {
 
 ReplayOptions CpuOptions(const std::string& dir) {
   ReplayOptions o;
-  o.dir = dir;
+  o.dirs = {dir};
   o.backend = BackendChoice::kCpu;
   o.steps = 1;
   o.device_memory_bytes = int64_t{1} << 30;

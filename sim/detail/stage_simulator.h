@@ -52,6 +52,7 @@ struct Storage {
   bool allocated_once = false;
   bool saved = false;
   TensorAction action = TensorAction::kKeep;
+  int device = 0;  // offload-ssd: the drive of its first stripe (traces/drives.h)
   OpId producer = traces::kNoOp;
   OpId prefetch_before = traces::kNoOp;
   OpId evict_before = traces::kNoOp;  // planned eviction point (traces/storage_plan.h)
@@ -128,6 +129,9 @@ class StageSimulator {
   void EndSideItem(const WorkItem& item, int64_t start);
   void Allocate(Storage& s);
   void Free(Storage& s);
+  // A write of `s` landed on the SSD: its bytes, and each drive's by the stripe
+  // rule (traces/drives.h) over the GPU's array.
+  void CountSsdWrite(const Storage& s);
   void MaybeRelease(Storage& s);
   void Forward(Storage& s);
   void StartOffload(size_t sid);
