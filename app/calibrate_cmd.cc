@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -19,6 +18,7 @@
 #include "app/interconnect_calibration.h"
 #include "app/mpi_sync.h"
 #include "app/outputs.h"
+#include "app/rank_dirs.h"
 #include "app/sizes.h"
 #include "exec/calibrate.h"
 #include "exec/offload_dir.h"
@@ -122,27 +122,17 @@ int Run(const CalibrateOptions& o) {
     if (usable.ok()) usable = exec::CheckOffloadDir(d, o.allow_buffered_io);
   }
   auto loaded = usable.ok() ? Load(o) : decltype(Load(o))(usable);
-  std::vector<std::string> dirs = o.dirs;
-  std::vector<std::string> made;
-  if (loaded.ok() && ranks) {
-    for (std::string& d : dirs) {
-      bool made_dir = false;
-      Result<std::string> mine = MakeRankDir(d, ranks->rank(), &made_dir);
-      if (!mine.ok()) {
-        loaded = mine.status();
-        break;
-      }
-      d = *mine;
-      if (made_dir) made.push_back(d);
+  RankDirs dirs;  // every directory given: calibrate measures them all as one array
+  if (loaded.ok()) {
+    Result<RankDirs> made = MakeRankDirs(traces::DriveLayout{}, o.dirs, ranks.get());
+    if (made.ok()) {
+      dirs = std::move(*made);
+    } else {
+      loaded = made.status();
     }
   }
   // Removes this rank's folders (the measurements removed their files).
-  auto tidy = [&] {
-    for (const std::string& d : made) {
-      std::error_code ec;
-      std::filesystem::remove(d, ec);
-    }
-  };
+  auto tidy = [&] { dirs.RemoveMade(); };
   if (ranks) {
     Status all = ranks->Agree(loaded.ok() ? Status::Ok() : loaded.status());
     if (!all.ok()) return tidy(), fail(all);
@@ -150,7 +140,7 @@ int Run(const CalibrateOptions& o) {
   if (!loaded.ok()) return fail(loaded.status());
   const sim::HardwareOptions& base = loaded->first;
   exec::CalibrationOptions co;
-  co.dirs = dirs;
+  co.dirs = dirs.dirs;
   co.backend = o.backend == "cpu"    ? exec::BackendChoice::kCpu
                : o.backend == "cuda" ? exec::BackendChoice::kCuda
                                      : exec::BackendChoice::kAuto;

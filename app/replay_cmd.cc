@@ -12,8 +12,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <optional>
 
@@ -21,6 +19,7 @@
 #include "app/command.h"
 #include "app/mpi_sync.h"
 #include "app/outputs.h"
+#include "app/rank_dirs.h"
 #include "app/replay_layout.h"
 #include "app/reports.h"
 #include "app/sizes.h"
@@ -122,25 +121,8 @@ struct Setup {
   traces::Trace trace;
   traces::Plan plan;
   std::string plan_source;
-  std::vector<std::string> dirs;  // this rank's offload directories: its drive set
-  std::vector<std::string> made;  // the rank folders this run made (removed at the end)
-  void RemoveMade() const {
-    for (const std::string& d : made) {
-      std::error_code ec;  // empty unless the replay failed to clean up, which it reported
-      std::filesystem::remove(d, ec);
-    }
-  }
+  RankDirs dirs;  // this rank's offload directories: its drive set
 };
-
-// The GPU slot of this process on its node (traces/drives.h picks its drives
-// by it): Open MPI's local rank under mpirun, else the rank; 0 alone.
-int LocalGpuSlot(const RankSync* ranks) {
-  if (ranks == nullptr) return 0;
-  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"); local != nullptr) {
-    return std::atoi(local);
-  }
-  return ranks->rank();
-}
 
 Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   if (f.trace.empty() == f.model.empty()) {
@@ -187,26 +169,10 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   if (ranks == nullptr && !f.single_rank) {
     SSDTRAIN_RETURN_IF_ERROR(CheckOneProcess(s.plan, s.plan_source));
   }
+  if (ranks != nullptr) SSDTRAIN_RETURN_IF_ERROR(CheckRanks(s.plan, s.plan_source, *ranks));
   // This rank's drives: its array's directories (the plan's storage, as the
   // simulator placed it), or every one given.
-  const Result<traces::DriveSet> drives =
-      traces::DriveSetOf(s.plan.storage, LocalGpuSlot(ranks), static_cast<int>(f.dirs.size()));
-  if (!drives.ok()) return drives.status().WithPrefix("--dir");
-  const traces::DriveSet set = *drives;
-  s.dirs.assign(f.dirs.begin() + set.first, f.dirs.begin() + set.first + set.count);
-  if (ranks != nullptr) {
-    SSDTRAIN_RETURN_IF_ERROR(CheckRanks(s.plan, s.plan_source, *ranks));
-    for (std::string& dir : s.dirs) {
-      bool made = false;
-      Result<std::string> mine = MakeRankDir(dir, ranks->rank(), &made);
-      if (!mine.ok()) {
-        s.RemoveMade();
-        return mine.status();
-      }
-      dir = *mine;
-      if (made) s.made.push_back(dir);
-    }
-  }
+  SSDTRAIN_ASSIGN_OR_RETURN(s.dirs, MakeRankDirs(s.plan.storage, f.dirs, ranks));
   return s;
 }
 
@@ -294,7 +260,7 @@ int Run(const ReplayFlags& f) {
   if (ranks) {  // every rank ready, or all stop with the first failure
     Status all = ranks->Agree(setup.ok() ? Status::Ok() : setup.status());
     if (!all.ok()) {
-      if (setup.ok()) setup->RemoveMade();
+      if (setup.ok()) setup->dirs.RemoveMade();
       return fail(all);
     }
   }
@@ -302,14 +268,14 @@ int Run(const ReplayFlags& f) {
   if (ranks) {  // each stage's data-parallel groups for the gradients' sums
     Status split = ranks->Agree(ranks->SplitStages(traces::PlanLayout(setup->plan)));
     if (!split.ok()) {
-      setup->RemoveMade();
+      setup->dirs.RemoveMade();
       return fail(split);
     }
   }
   const traces::Trace& trace = setup->trace;
   const traces::Plan& plan = setup->plan;
   exec::ReplayOptions o;
-  o.dirs = setup->dirs;
+  o.dirs = setup->dirs.dirs;
   o.backend = *backend;
   o.steps = f.steps;
   o.ssd_bandwidth_GBps = f.ssd_bandwidth_GBps;
@@ -325,17 +291,17 @@ int Run(const ReplayFlags& f) {
   if (speaks) {
     o.progress = [](const std::string& line) { std::cerr << "replay: " << line << "\n"; };
   }
-  if (speaks && setup->dirs.size() > 1) {
+  if (speaks && o.dirs.size() > 1) {
     std::cerr << fmt::format("replay: each tensor striped over {} directories in {} stripes{}\n",
-                             setup->dirs.size(),
+                             o.dirs.size(),
                              fmt::format("{} KiB", traces::StripeBytes(plan.storage) / 1024),
                              ranks ? " (each rank its own drives' directories)" : "");
   }
   auto result = exec::Replay(trace, plan, o, setup->plan_source);
-  setup->RemoveMade();
+  setup->dirs.RemoveMade();
   if (!result.ok()) return fail(result.status());
   traces::StepReport report = RunReport(*result, trace, plan);
-  report.extra["offload_dirs"] = setup->dirs;  // this rank's drives
+  report.extra["offload_dirs"] = o.dirs;  // this rank's drives
   if (ranks) {
     report.extra["allreduce_ns"] = result->allreduce_ns;
     const exec::PipelineTraffic& t = result->pipeline;
