@@ -300,8 +300,12 @@ int Run(const ReplayFlags& f) {
   auto result = exec::Replay(trace, plan, o, setup->plan_source);
   setup->dirs.RemoveMade();
   if (!result.ok()) return fail(result.status());
+  if (speaks && result->backend == "cuda") {
+    std::cerr << "replay: storage path: " << result->storage_path << "\n";
+  }
   traces::StepReport report = RunReport(*result, trace, plan);
   report.extra["offload_dirs"] = o.dirs;  // this rank's drives
+  report.extra["storage_path"] = result->storage_path;
   if (ranks) {
     report.extra["allreduce_ns"] = result->allreduce_ns;
     const exec::PipelineTraffic& t = result->pipeline;

@@ -19,9 +19,32 @@ list(APPEND SSDTRAIN_EXEC_IO_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/detail/staging_pool.cc
   ${CMAKE_CURRENT_LIST_DIR}/detail/test_points.cc
   ${CMAKE_CURRENT_LIST_DIR}/bench_io.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cufile.cc
 )
 
 function(ssdtrain_exec_tests)
+  # The cuFile loader against stand-in libraries (no cuFile on this machine).
+  if(SSDTRAIN_BUILD_TESTS)
+    foreach(variant ok no_write old driver_error)
+      add_library(fake_cufile_${variant} SHARED
+        ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/fake_cufile.cc)
+      set_target_properties(fake_cufile_${variant} PROPERTIES
+        LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fake_cufile)
+    endforeach()
+    target_compile_definitions(fake_cufile_ok PRIVATE FAKE_CUFILE_VERSION=1130)
+    target_compile_definitions(fake_cufile_no_write PRIVATE FAKE_CUFILE_VERSION=1130
+      FAKE_CUFILE_NO_WRITE)
+    target_compile_definitions(fake_cufile_old PRIVATE FAKE_CUFILE_VERSION=900)
+    target_compile_definitions(fake_cufile_driver_error PRIVATE FAKE_CUFILE_VERSION=1130
+      FAKE_CUFILE_DRIVER_ERROR)
+    ssdtrain_test(exec_cufile_test
+      SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/cufile_test.cc
+      DEPS ssdtrain::exec)
+    target_compile_definitions(exec_cufile_test PRIVATE
+      SSDTRAIN_FAKE_CUFILE_DIR="${CMAKE_CURRENT_BINARY_DIR}/fake_cufile")
+    add_dependencies(exec_cufile_test fake_cufile_ok fake_cufile_no_write fake_cufile_old
+      fake_cufile_driver_error)
+  endif()
   ssdtrain_test(exec_io_checksum_test
     SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_checksum_test.cc
     DEPS ssdtrain::exec)

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "exec/cufile.h"
 #include "exec/detail/cpu_affinity.h"
 #include "exec/detail/file_limit.h"
 #include "exec/detail/format_bytes.h"
@@ -263,6 +264,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   result.backend = std::string(device->kind());
   result.device = device->Describe();
   result.io_backend = engine->BackendName();
+  result.storage_path = ChooseStoragePath(device->kind() == "cuda").text;
   result.direct_io = engine->direct_io();
   result.steps = options.steps;
   result.micro_batches = plan.num_micro_batches;

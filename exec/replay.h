@@ -161,9 +161,13 @@ struct OpTime {
 };
 
 struct ReplayResult {
-  std::string backend;                 // "cpu" or "cuda"
-  std::string device;                  // Device::Describe()
-  std::string io_backend;              // the engine's backend name
+  std::string backend;     // "cpu" or "cuda"
+  std::string device;      // Device::Describe()
+  std::string io_backend;  // the engine's backend name
+  // How the offload bytes travelled: the CPU backend's files, or on CUDA the
+  // bounce buffers, with the cuFile (GPUDirect Storage) found or why none
+  // (exec/cufile.h's ChooseStoragePath).
+  std::string storage_path;
   bool direct_io = true;               // false: the SSD path went through the page cache
   int steps = 0;                       // measured steps (warm-up excluded)
   std::vector<int64_t> step_times_ns;  // every step, warm-up first

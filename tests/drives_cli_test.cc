@@ -80,6 +80,9 @@ TEST_F(DrivesCli, APlanForTwoDrivesReplaysStripedWithEachDrivesBytesPredicted) {
   EXPECT_GT(want[1], 0);
   EXPECT_EQ(want[0] + want[1], predicted_.metrics.ssd_bytes_written);
   EXPECT_EQ(report_.metrics.ssd_bytes_written_per_drive, want);
+  // The path the bytes took, said in the run file (exec/cufile.h).
+  EXPECT_EQ(report_.extra.at("storage_path"),
+            "the CPU backend's files (no GPU, no GPUDirect Storage)");
   ExpectEmpty(2);
 }
 

@@ -38,7 +38,8 @@ Result<DriveSet> DriveSetOf(const DriveLayout& layout, int gpu, int drives) {
         " in " + std::to_string(layout.arrays.size()) + " array" +
         (layout.arrays.size() == 1 ? "" : "s") + ", but " + std::to_string(drives) +
         " offload director" + (drives == 1 ? "y was" : "ies were") +
-        " given; give one directory per drive");
+        " given; give one directory per drive, in order (directories on one disk can stand in "
+        "for drives this machine lacks)");
   }
   const size_t array = static_cast<size_t>(gpu < 0 ? 0 : gpu) % layout.arrays.size();
   DriveSet set;

@@ -70,7 +70,8 @@ TEST(DriveSetOf, RefusesADirectoryCountThePlanDoesNotHave) {
   ASSERT_FALSE(set.ok());
   EXPECT_EQ(set.status().message(),
             "the plan's storage has 8 drives in 1 array, but 2 offload directories were given; "
-            "give one directory per drive");
+            "give one directory per drive, in order (directories on one disk can stand in for "
+            "drives this machine lacks)");
   EXPECT_FALSE(DriveSetOf(DriveLayout{}, 0, 0).ok());
 }
 

@@ -1,0 +1,92 @@
+#include "exec/cufile.h"
+
+#include <dlfcn.h>
+
+namespace ssdtrain::exec {
+namespace {
+
+// Resolves `name` into `fn`; false when the library lacks it.
+template <typename Fn>
+bool Resolve(void* handle, const char* name, Fn* fn) {
+  void* p = ::dlsym(handle, name);
+  *fn = reinterpret_cast<Fn>(p);
+  return p != nullptr;
+}
+
+std::string ErrorText(const CuFileError& e) {
+  return "cuFile error " + std::to_string(e.err) +
+         (e.cu_err != 0 ? ", CUDA error " + std::to_string(e.cu_err) : std::string());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CuFile>> CuFile::Open(const std::string& library) {
+  std::unique_ptr<CuFile> f(new CuFile());
+  ::dlerror();
+  f->handle_ = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (f->handle_ == nullptr) {
+    const char* why = ::dlerror();
+    return Status::Unavailable(library + " was not found (" +
+                               std::string(why != nullptr ? why : "dlopen failed") +
+                               "): install NVIDIA's GPUDirect Storage (libcufile) to use it");
+  }
+  CuFileApi& a = f->api_;
+  const std::pair<const char*, bool> entries[] = {
+      {"cuFileDriverOpen", Resolve(f->handle_, "cuFileDriverOpen", &a.DriverOpen)},
+      {"cuFileDriverClose", Resolve(f->handle_, "cuFileDriverClose", &a.DriverClose)},
+      {"cuFileHandleRegister", Resolve(f->handle_, "cuFileHandleRegister", &a.HandleRegister)},
+      {"cuFileHandleDeregister",
+       Resolve(f->handle_, "cuFileHandleDeregister", &a.HandleDeregister)},
+      {"cuFileBufRegister", Resolve(f->handle_, "cuFileBufRegister", &a.BufRegister)},
+      {"cuFileBufDeregister", Resolve(f->handle_, "cuFileBufDeregister", &a.BufDeregister)},
+      {"cuFileRead", Resolve(f->handle_, "cuFileRead", &a.Read)},
+      {"cuFileWrite", Resolve(f->handle_, "cuFileWrite", &a.Write)},
+  };
+  for (const auto& [name, found] : entries) {
+    if (!found) {
+      return Status::Unavailable(library + " has no " + name +
+                                 ": not a cuFile library this build can use");
+    }
+  }
+  if (!Resolve(f->handle_, "cuFileGetVersion", &a.GetVersion)) {
+    return Status::Unavailable(library +
+                               " has no cuFileGetVersion: a cuFile too old for this build, which "
+                               "needs one that reports its version");
+  }
+  if (const CuFileError e = a.GetVersion(&f->version_); e.err != 0) {
+    return Status::Unavailable(library + ": cuFileGetVersion failed (" + ErrorText(e) + ")");
+  }
+  if (f->version_ < kMinCuFileVersion) {
+    return Status::Unavailable(library + " reports cuFile version " + std::to_string(f->version_) +
+                               " (" + f->VersionText() + "); this build needs 1.0 or newer");
+  }
+  if (const CuFileError e = a.DriverOpen(); e.err != 0) {
+    return Status::Unavailable(library + " (cuFile " + f->VersionText() +
+                               "): cuFileDriverOpen failed (" + ErrorText(e) +
+                               "): is the nvidia-fs driver loaded and the file system "
+                               "GDS-capable? (gdscheck -p says)");
+  }
+  f->driver_open_ = true;
+  return f;
+}
+
+CuFile::~CuFile() {
+  if (driver_open_) api_.DriverClose();
+  if (handle_ != nullptr) ::dlclose(handle_);
+}
+
+std::string CuFile::VersionText() const {
+  return std::to_string(version_ / 1000) + "." + std::to_string(version_ % 1000 / 10);
+}
+
+StoragePath ChooseStoragePath(bool want_gds, const std::string& library) {
+  if (!want_gds) return {false, "the CPU backend's files (no GPU, no GPUDirect Storage)"};
+  Result<std::unique_ptr<CuFile>> f = CuFile::Open(library);
+  if (!f.ok()) {
+    return {false, "bounce buffers through pinned host memory: " + f.status().message()};
+  }
+  return {true, "bounce buffers through pinned host memory: cuFile " + (*f)->VersionText() +
+                    " found and its driver opened, but the engine has no cuFile data path yet"};
+}
+
+}  // namespace ssdtrain::exec

@@ -1,0 +1,90 @@
+// GPUDirect Storage through cuFile loaded at run time (dlopen of
+// libcufile.so.0, as kvikio's shim does): the build needs neither cuFile's
+// header nor its library, and a node without them runs the bounce path.
+//
+// The ABI used is cuFile's published C API (cufile.h, the GPUDirect Storage
+// API reference): CUfileError_t is { CUfileOpError err; CUresult cu_err; },
+// both C enums, 0 on success; cuFileGetVersion reports the library's version
+// as an int, read here as kvikio does, 1000 · major + 10 · minor (1130: 1.13;
+// not checked against a cufile.h on this machine, which has none).
+//
+// What stands: the loader (every entry point the engine's GDS path needs,
+// the version, the driver opened and closed), and the choice of path a CUDA
+// replay reports. What does not yet: I/O through cuFileRead/cuFileWrite
+// (the engine moves bytes through its pinned bounce buffers on every path).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "exec/io_backend.h"
+#include "traces/status.h"
+
+namespace ssdtrain::exec {
+
+inline constexpr const char* kCuFileLibrary = "libcufile.so.0";
+
+// CUfileError_t's layout.
+struct CuFileError {
+  int err = 0;     // CUfileOpError: 0 CU_FILE_SUCCESS, 5000 + n the driver's errors
+  int cu_err = 0;  // CUresult
+};
+
+// The entry points, as cufile.h declares them (opaque handles as void*).
+struct CuFileApi {
+  CuFileError (*DriverOpen)() = nullptr;
+  CuFileError (*DriverClose)() = nullptr;
+  CuFileError (*GetVersion)(int* version) = nullptr;
+  CuFileError (*HandleRegister)(void** handle, void* descr) = nullptr;
+  void (*HandleDeregister)(void* handle) = nullptr;
+  CuFileError (*BufRegister)(const void* base, size_t length, int flags) = nullptr;
+  CuFileError (*BufDeregister)(const void* base) = nullptr;
+  ssize_t (*Read)(void* handle, void* base, size_t size, off_t file_offset,
+                  off_t buffer_offset) = nullptr;
+  ssize_t (*Write)(void* handle, const void* base, size_t size, off_t file_offset,
+                   off_t buffer_offset) = nullptr;
+};
+
+// The loader needs cuFileGetVersion, and a version of at least 1.0 from it
+// (no later minimum is sourced here: the entry points above are cuFile 1.0's).
+inline constexpr int kMinCuFileVersion = 1000;
+
+// A loaded cuFile with its driver open; closes the driver and unloads the
+// library when destroyed.
+class CuFile {
+ public:
+  // Loads `library` (a name dlopen searches for, or a path), resolves every
+  // entry point, checks the version (at least kMinCuFileVersion) and opens
+  // the driver. Unavailable, naming the library and what failed: not found
+  // (dlerror's text), an entry point missing, too old, or the driver's error.
+  static Result<std::unique_ptr<CuFile>> Open(const std::string& library = kCuFileLibrary);
+  ~CuFile();
+  CuFile(const CuFile&) = delete;
+  CuFile& operator=(const CuFile&) = delete;
+
+  const CuFileApi& api() const { return api_; }
+  int version() const { return version_; }  // e.g. 1130: cuFile 1.13
+  std::string VersionText() const;          // "1.13"
+
+ private:
+  CuFile() = default;
+  void* handle_ = nullptr;
+  CuFileApi api_;
+  int version_ = 0;
+  bool driver_open_ = false;
+};
+
+// The path a replay's offload I/O takes, said once: with GPUDirect Storage
+// wanted (a CUDA backend), the cuFile at `library` is loaded; the text says
+// which cuFile was found, or why none, and that the bytes go through the
+// pinned bounce buffers either way (the engine has no cuFile data path yet).
+struct StoragePath {
+  bool cufile_loaded = false;
+  std::string text;  // for the run file and one line on stderr
+};
+StoragePath ChooseStoragePath(bool want_gds, const std::string& library = kCuFileLibrary);
+
+}  // namespace ssdtrain::exec
