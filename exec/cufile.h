@@ -20,17 +20,16 @@
 #include <memory>
 #include <string>
 
-#include "exec/io_backend.h"
 #include "traces/status.h"
 
 namespace ssdtrain::exec {
 
 inline constexpr const char* kCuFileLibrary = "libcufile.so.0";
 
-// CUfileError_t's layout.
+// CUfileError_t's layout (plain C: the stand-in libraries return it from C functions).
 struct CuFileError {
-  int err = 0;     // CUfileOpError: 0 CU_FILE_SUCCESS, 5000 + n the driver's errors
-  int cu_err = 0;  // CUresult
+  int err;     // CUfileOpError: 0 CU_FILE_SUCCESS, 5000 + n the driver's errors
+  int cu_err;  // CUresult
 };
 
 // The entry points, as cufile.h declares them (opaque handles as void*).

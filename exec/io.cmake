@@ -30,6 +30,7 @@ function(ssdtrain_exec_tests)
         ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/fake_cufile.cc)
       set_target_properties(fake_cufile_${variant} PROPERTIES
         LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fake_cufile)
+      target_include_directories(fake_cufile_${variant} PRIVATE ${PROJECT_SOURCE_DIR})
     endforeach()
     target_compile_definitions(fake_cufile_ok PRIVATE FAKE_CUFILE_VERSION=1130)
     target_compile_definitions(fake_cufile_no_write PRIVATE FAKE_CUFILE_VERSION=1130

@@ -8,12 +8,14 @@
 
 #include <cstddef>
 
-extern "C" {
+#include "exec/cufile.h"
 
-struct FakeCuFileError {
-  int err;
-  int cu_err;
-};
+// The loader's own CuFileError (CUfileError_t's layout), so that the calls it
+// makes through its pointers have the very types these definitions have
+// (UBSan's -fsanitize=function checks them; the real library is C).
+using FakeCuFileError = ssdtrain::exec::CuFileError;
+
+extern "C" {
 
 int fake_cufile_opens = 0;
 int fake_cufile_closes = 0;
