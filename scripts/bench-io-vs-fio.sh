@@ -4,6 +4,7 @@
 #
 #   scripts/bench-io-vs-fio.sh --dir D [--dir D2 ...] [--bs 4M] [--qd 32] [--size 1G]
 #                              [--rounds 5] [--bin build/app/ssdtrain]
+#                              [--fio-extra "--fixedbufs --registerfiles"] (io_uring options: after --ioengine)
 #
 # fio runs as: fio --direct=1 --ioengine=io_uring --rw=write|read --bs=B
 # --iodepth=Q --size=S on one file in D (written, then read back); with n
@@ -12,7 +13,7 @@
 # flight per directory. Files are removed.
 set -euo pipefail
 
-dirs=() bs="4M" qd=32 size="1G" rounds=5 bin="${SSDTRAIN_BIN:-build/app/ssdtrain}"
+fio_extra="" dirs=() bs="4M" qd=32 size="1G" rounds=5 bin="${SSDTRAIN_BIN:-build/app/ssdtrain}"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dir) dirs+=("$2"); shift 2 ;;
@@ -21,6 +22,7 @@ while [[ $# -gt 0 ]]; do
     --size) size="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
+    --fio-extra) fio_extra="$2"; shift 2 ;;
     *) echo "bench-io-vs-fio: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -59,14 +61,15 @@ fio_where() {
 }
 fio_gbps() {  # $1 = write|read; prints GB/s
   # shellcheck disable=SC2046
-  fio --name=fiobench $(fio_where) --direct=1 --ioengine=io_uring --rw="$1" \
+  # shellcheck disable=SC2086
+  fio --name=fiobench $(fio_where) --direct=1 --ioengine=io_uring $fio_extra --rw="$1" \
       --bs="$bs" --iodepth="$qd" --output-format=json 2>/dev/null |
     python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; d=sys.argv[1]; print("%.4f" % (j[d]["bw_bytes"]/1e9))' "$1"
 }
 
 echo "bench-io vs fio: dirs=${dirs[*]} bs=$bs qd=$qd (per directory) size=$size rounds=$rounds"
 echo "  A: $bin bench-io$dir_flags --block-size $bs --queue-depth $qd --size $size"
-echo "  B: fio --direct=1 --ioengine=io_uring --rw=write|read --bs=$bs --iodepth=$qd $(fio_where)"
+echo "  B: fio --direct=1 --ioengine=io_uring --rw=write|read --bs=$bs --iodepth=$qd $(fio_where) $fio_extra"
 run_ssdtrain() {
   # shellcheck disable=SC2086
   out="$("$bin" bench-io $dir_flags --block-size "$bs" --queue-depth "$qd" --size "$size")"
