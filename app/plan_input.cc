@@ -13,6 +13,7 @@
 #include "app/self_path.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
+#include "traces/fp8.h"
 #include "traces/io.h"
 
 namespace ssdtrain::app {
@@ -49,7 +50,7 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
                     "--sequence-parallel, or leave the flag out",
                     path));
   }
-  if (!o.fp8.empty() && (o.fp8 == "off" ? std::string() : o.fp8) != h.fp8) {
+  if (!o.fp8.empty() && traces::Fp8Name(o.fp8) != h.fp8) {
     return Status::InvalidArgument(
         fmt::format("--fp8 {} contradicts the trace {} (built {}: header.fp8); rebuild it with "
                     "ssdtrain trace --fp8 {}, or leave the flag out",

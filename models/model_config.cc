@@ -358,7 +358,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.sequence_parallel) c.sequence_parallel = *o.sequence_parallel;
   if (o.attention) c.attention = *o.attention;
   if (o.dtype) c.dtype = *o.dtype;
-  if (o.fp8) c.fp8 = *o.fp8 == "off" ? "" : *o.fp8;
+  if (o.fp8) c.fp8 = traces::Fp8Name(*o.fp8);
   // Messages name the overrides too: the field at fault may come from a flag.
   std::string flags;
   auto add = [&flags](const std::string& flag, const std::string& value) {

@@ -11,6 +11,7 @@
 #include "models/model_config.h"
 #include "models/moe_config.h"
 #include "traces/detail/json_fields.h"
+#include "traces/fp8.h"
 #include "traces/io.h"
 
 namespace ssdtrain::models {
@@ -52,7 +53,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.attention, r.StringOr("attention", "standard"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dtype, r.StringOr("dtype", "fp16"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.fp8, r.StringOr("fp8", ""));
-  if (c.fp8 == "off") c.fp8.clear();
+  c.fp8 = traces::Fp8Name(c.fp8);
   SSDTRAIN_ASSIGN_OR_RETURN(c.optimizer, r.StringOr("optimizer", "adam"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.precision, r.StringOr("precision", "mixed"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.optimizer_step, r.StringOr("optimizer_step", "megatron"));

@@ -21,6 +21,11 @@ std::optional<Fp8Recipe> ParseFp8Recipe(std::string_view s) {
   return std::nullopt;
 }
 
+std::string Fp8Name(std::string_view s) {
+  const std::optional<Fp8Recipe> r = ParseFp8Recipe(s);
+  return std::string(r ? ToString(*r) : s);
+}
+
 std::string_view ToString(Fp8Recipe r) {
   switch (r) {
     case Fp8Recipe::kOff:

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -39,6 +40,9 @@ enum class Fp8Recipe {
 std::optional<Fp8Recipe> ParseFp8Recipe(std::string_view s);
 // "" for kOff (how headers, configs and plans write "no FP8"), else the name.
 std::string_view ToString(Fp8Recipe r);
+// A recipe as configs, headers and plans store it: its name, "" for off (or
+// "off"); `s` itself when it names no recipe, for the caller's check to refuse.
+std::string Fp8Name(std::string_view s);
 // The names a user may give, for messages: "delayed, current, blockwise or mxfp8".
 inline constexpr std::string_view kFp8RecipeNames = "delayed, current, blockwise or mxfp8";
 

@@ -92,3 +92,19 @@ TEST(Fp8Trace, InconsistenciesAreRefusedWithTheirPath) {
 
 }  // namespace
 }  // namespace ssdtrain::traces
+
+namespace ssdtrain::traces {
+namespace {
+
+// One normalisation of a recipe's name for configs, overrides and the CLI's
+// check against a trace.
+TEST(Fp8Name, OffIsEmptyRecipesKeepTheirNamesAndUnknownOnesPassThrough) {
+  EXPECT_EQ(Fp8Name("off"), "");
+  EXPECT_EQ(Fp8Name(""), "");
+  EXPECT_EQ(Fp8Name("delayed"), "delayed");
+  EXPECT_EQ(Fp8Name("mxfp8"), "mxfp8");
+  EXPECT_EQ(Fp8Name("bogus"), "bogus");
+}
+
+}  // namespace
+}  // namespace ssdtrain::traces
