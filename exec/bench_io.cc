@@ -84,6 +84,8 @@ Result<BenchIoResult> RunBenchIo(const BenchIoOptions& o) {
   eo.allow_buffered_io = o.allow_buffered_io;
   eo.warn = o.warn;
   SSDTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<OffloadEngine> engine, OffloadEngine::Create(eo));
+  // Differs from run to run (StampBlock); read once, not per word.
+  const auto run = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) << 20;
   std::vector<StagingLease> slots;
   for (int i = 0; i < depth; ++i) {
     SSDTRAIN_ASSIGN_OR_RETURN(StagingLease lease, engine->AcquireStaging(o.block_size));
@@ -91,9 +93,7 @@ Result<BenchIoResult> RunBenchIo(const BenchIoOptions& o) {
     // StampBlock then makes every block written distinct.
     auto* words = static_cast<uint64_t*>(lease.data());
     for (int64_t w = 0; w < o.block_size / 8; ++w) {
-      words[w] = PatternWord(~static_cast<uint64_t>(i) ^
-                                 static_cast<uint64_t>(Clock::now().time_since_epoch().count()),
-                             static_cast<uint64_t>(w));
+      words[w] = PatternWord(~static_cast<uint64_t>(i) ^ run, static_cast<uint64_t>(w));
     }
     slots.push_back(std::move(lease));
   }
@@ -107,7 +107,6 @@ Result<BenchIoResult> RunBenchIo(const BenchIoOptions& o) {
   r.backend = engine->BackendName();
   r.direct_io = engine->direct_io();
   r.bytes = o.size;
-  const auto run = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) << 20;
   SSDTRAIN_RETURN_IF_ERROR(RunPhase(*engine, IoOp::kWrite, o, blocks, slots, run, &r.write_ns));
   SSDTRAIN_RETURN_IF_ERROR(RunPhase(*engine, IoOp::kRead, o, blocks, slots, run, &r.read_ns));
   SSDTRAIN_RETURN_IF_ERROR(engine->RemoveAll());
