@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "app/detail/mapped_buffer.h"
 #include "app/mpi_sync.h"
 #include "exec/step_sync.h"
 #include "traces/status.h"
@@ -89,7 +90,7 @@ class MpiSync final : public RankSync {
   // Moves the copies of completed pipeline sends to free_copies_.
   Status RecycleCompletedSends();
   // A buffer of at least `bytes`: a completed send's, or a new one.
-  std::unique_ptr<std::vector<char>> TakeCopy(int64_t bytes);
+  std::unique_ptr<MappedBuffer> TakeCopy(int64_t bytes);
   // Waits for the next piece of a pipeline message from rank `from` (its
   // size in `*count`), or another rank's abort.
   Status AwaitPiece(int from, int* count);
@@ -119,13 +120,13 @@ class MpiSync final : public RankSync {
   // Point-to-point messages (pipeline pieces and aborts): sends not yet
   // complete, and how many messages went to and came from each rank.
   struct PendingSend {
-    std::vector<MPI_Request> requests;        // one per piece
-    std::unique_ptr<std::vector<char>> copy;  // header and payload, until all complete
+    std::vector<MPI_Request> requests;   // one per piece
+    std::unique_ptr<MappedBuffer> copy;  // header and payload, until all complete
   };
   std::vector<PendingSend> pending_;
-  std::vector<MPI_Request> abort_requests_;                      // completed by Drain
-  std::vector<std::unique_ptr<std::vector<char>>> free_copies_;  // completed sends' copies
-  std::vector<char> receive_buffer_;  // a first piece lands here (ReceiveFirstPiece)
+  std::vector<MPI_Request> abort_requests_;                 // completed by Drain
+  std::vector<std::unique_ptr<MappedBuffer>> free_copies_;  // completed sends' copies
+  MappedBuffer receive_buffer_;  // a first piece lands here (ReceiveFirstPiece)
   std::vector<long long> sent_to_, received_from_;
   bool aborted_ = false;
   std::string abort_text_;  // the abort messages' buffer, kept until they complete
