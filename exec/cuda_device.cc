@@ -3,7 +3,6 @@
 // cuda_ops.cc, its copies, events and streams in cuda_streams.cc.
 #include "exec/cuda_device.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -40,7 +39,7 @@ Status BindDevice(int index) {
 CudaDevice::~CudaDevice() {
   if (!BindDevice(options_.cuda_device_index).ok()) return;
   if (compute_ != nullptr) cudaDeviceSynchronize();
-  if (blas_ != nullptr) cublasDestroy(blas_);
+  if (blas_ != nullptr) cublas_->Destroy(blas_);
   anchor_.reset();
   for (cudaStream_t s : {compute_, d2h_, h2d_, send_, receive_, clock_}) {
     if (s != nullptr) cudaStreamDestroy(s);
@@ -83,12 +82,13 @@ Status CudaDevice::Init() {
   for (cudaStream_t* s : {&compute_, &d2h_, &h2d_, &send_, &receive_, &clock_}) {
     SSDTRAIN_CUDA_TRY(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
   }
-  SSDTRAIN_CUDA_TRY(cublasCreate(&blas_));
-  SSDTRAIN_CUDA_TRY(cublasSetStream(blas_, compute_));
+  SSDTRAIN_ASSIGN_OR_RETURN(cublas_, Cublas());
+  SSDTRAIN_CUDA_TRY(cublas_->Create(&blas_));
+  SSDTRAIN_CUDA_TRY(cublas_->SetStream(blas_, compute_));
   // fp32 GEMMs stay fp32 (no TF32): PyTorch's default for fp32 matmuls
   // (torch.backends.cuda.matmul.allow_tf32 = False), which the measured
   // times must match; fp16 and bf16 GEMMs use tensor cores either way.
-  SSDTRAIN_CUDA_TRY(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+  SSDTRAIN_CUDA_TRY(cublas_->SetMathMode(blas_, CUBLAS_DEFAULT_MATH));
   std::lock_guard<std::mutex> lock(anchor_mu_);
   return TakeAnchor();
 }
@@ -164,6 +164,12 @@ bool CudaAvailable(std::string* why_not) {
   }
   if (count == 0) {
     if (why_not != nullptr) *why_not = "no CUDA device";
+    return false;
+  }
+  // A GPU without cuBLAS cannot run the GEMMs: `auto` then picks the CPU.
+  const auto cublas = cuda_impl::Cublas();
+  if (!cublas.ok()) {
+    if (why_not != nullptr) *why_not = cublas.status().message();
     return false;
   }
   return true;

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "exec/detail/cublas_api.h"
 #include "traces/status.h"
 
 namespace ssdtrain::exec::detail {
@@ -24,9 +25,14 @@ inline Status CudaStatus(cudaError_t err, const char* call, const char* file, in
 
 inline Status CudaStatus(cublasStatus_t err, const char* call, const char* file, int line) {
   if (err == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  // cuBLAS is loaded at run time (exec/detail/cublas_api.h); a status only
+  // exists once it is, so the names are there to be had.
+  const cuda_impl::CublasApi* api = cuda_impl::CublasIfLoaded();
+  const std::string name =
+      api != nullptr ? std::string(api->GetStatusName(err)) + " (" + api->GetStatusString(err) + ")"
+                     : "cublasStatus_t " + std::to_string(err);
   return Status::Internal(std::string(call) + " failed at " + file + ":" + std::to_string(line) +
-                          ": " + cublasGetStatusName(err) + " (" + cublasGetStatusString(err) +
-                          ")");
+                          ": " + name);
 }
 
 }  // namespace ssdtrain::exec::detail

@@ -110,7 +110,7 @@ Status CudaDevice::Gemm(int64_t m, int64_t n, int64_t k, int64_t batch, const Op
     // matrices; C in the workspace starts over (stream order keeps the
     // calls' writes apart).
     const int64_t c_done = c_in_workspace ? 0 : done;
-    SSDTRAIN_CUDA_TRY(cublasGemmStridedBatchedEx(
+    SSDTRAIN_CUDA_TRY(cublas_->GemmStridedBatchedEx(
         blas_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n),
         static_cast<int>(k), &alpha, a.ptr + done * a.stride * elt, type, static_cast<int>(m),
         a.stride, b.ptr + done * b.stride * elt, type, static_cast<int>(k), b.stride, &beta,

@@ -33,6 +33,7 @@ if(NOT SSDTRAIN_HAVE_CUDA)
 endif()
 list(APPEND SSDTRAIN_EXEC_CUDA_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/cuda_device.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cublas_api.cc
   ${CMAKE_CURRENT_LIST_DIR}/cuda_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/cuda_streams.cc
   ${CMAKE_CURRENT_LIST_DIR}/cuda_kernels.cu
@@ -48,6 +49,12 @@ function(ssdtrain_exec_runtime_tests)
   ssdtrain_test(exec_cuda_host_logic_test
     SOURCES ${dir}/cuda_host_logic_test.cc
     DEPS ssdtrain::exec)
+  if(SSDTRAIN_HAVE_CUDA)
+    # cuBLAS loaded at run time (exec/detail/cublas_api.h): no GPU needed.
+    ssdtrain_test(exec_cublas_loader_test
+      SOURCES ${dir}/cublas_loader_test.cc
+      DEPS ssdtrain::exec)
+  endif()
   ssdtrain_test(exec_cpu_affinity_test
     SOURCES ${dir}/cpu_affinity_test.cc
     DEPS ssdtrain::exec)

@@ -80,6 +80,9 @@ TEST_F(CmakeCuda, CudaBuildLinksOnlyTheSharedCudaRuntime) {
   const std::string line = all.substr(libs, all.find('\n', libs) - libs);
   EXPECT_NE(line.find("libcudart.so"), std::string::npos) << line;
   EXPECT_EQ(line.find("cudart_static"), std::string::npos) << line;
+  // cuBLAS is loaded by the first CUDA device (exec/detail/cublas_api.h),
+  // never linked: its initialisers would run in every process.
+  EXPECT_EQ(line.find("cublas"), std::string::npos) << line;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "exec/detail/cublas_api.h"
 #include "exec/detail/gemm_workspace.h"
 #include "exec/detail/range_allocator.h"
 #include "exec/device.h"
@@ -176,6 +177,7 @@ class CudaDevice final : public Device {
   // clock_ only ever holds anchors, so an anchor completes as soon as it is recorded.
   cudaStream_t compute_ = nullptr, d2h_ = nullptr, h2d_ = nullptr, send_ = nullptr,
                receive_ = nullptr, clock_ = nullptr;
+  const CublasApi* cublas_ = nullptr;  // loaded by Init (exec/detail/cublas_api.h)
   cublasHandle_t blas_ = nullptr;
   std::mutex anchor_mu_;
   std::shared_ptr<const Anchor> anchor_;  // guarded by anchor_mu_
