@@ -19,6 +19,7 @@
 #include "app/mpi_sync.h"
 #include "app/outputs.h"
 #include "app/rank_dirs.h"
+#include "app/self_path.h"
 #include "app/sizes.h"
 #include "exec/calibrate.h"
 #include "exec/offload_dir.h"
@@ -30,13 +31,12 @@
 namespace ssdtrain::app {
 namespace {
 
-constexpr const char* kDefaultBase = SSDTRAIN_SOURCE_DIR "/configs/hardware/cpu-local.json";
 constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct CalibrateOptions {
   std::vector<std::string> dirs;
   std::string backend = "auto";
-  std::string base = kDefaultBase;
+  std::string base = ConfigsDir() + "/hardware/cpu-local.json";
   std::string output;
   std::vector<std::string> models;
   std::vector<int64_t> micro_batches;  // the models' ops timed at each; empty: the config's

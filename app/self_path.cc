@@ -45,4 +45,14 @@ std::string SelfCommand() {
   return ShellWord(self.string());
 }
 
+std::string ConfigsDir() {
+  std::error_code ec;
+  const fs::path self = fs::canonical("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = self.parent_path().parent_path() / "share" / "ssdtrain" / "configs";
+    if (fs::is_directory(installed / "hardware", ec)) return installed.string();
+  }
+  return std::string(SSDTRAIN_SOURCE_DIR) + "/configs";
+}
+
 }  // namespace ssdtrain::app

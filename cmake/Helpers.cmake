@@ -30,7 +30,11 @@ function(ssdtrain_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
   add_library(ssdtrain::${name} ALIAS ${name})
-  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  # Installed as libssdtrain_<name>.a, exported as ssdtrain::<name>
+  # (cmake/Install.cmake), with its headers under include/ssdtrain.
+  set_target_properties(${name} PROPERTIES OUTPUT_NAME ssdtrain_${name} EXPORT_NAME ${name})
+  target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+                                            $<INSTALL_INTERFACE:include/ssdtrain>)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
   ssdtrain_warnings(${name})
   ssdtrain_pch(${name} <nlohmann/json.hpp> <string> <vector> <map> <optional>)

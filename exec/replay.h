@@ -33,10 +33,10 @@
 #include <string>
 #include <vector>
 
+#include "exec/cache_stats.h"
 #include "exec/device.h"
 #include "exec/io_backend.h"
 #include "exec/step_sync.h"
-#include "exec/tensor_cache.h"
 #include "traces/collective_kind.h"
 #include "traces/plan.h"
 #include "traces/status.h"

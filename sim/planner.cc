@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "sim/detail/planner_layouts.h"
+#include "sim/detail/task_pool.h"
 #include "sim/fit.h"
 #include "sim/policy.h"
 #include "sim/stage_plans.h"

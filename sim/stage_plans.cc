@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "sim/detail/task_pool.h"
 #include "sim/optimal_policy.h"
 #include "traces/drives.h"
 #include "traces/storage_plan.h"

@@ -19,7 +19,6 @@
 #include <utility>
 #include <vector>
 
-#include "sim/detail/task_pool.h"
 #include "sim/hardware.h"
 #include "sim/policy.h"
 #include "sim/simulate.h"
@@ -28,6 +27,9 @@
 #include "traces/trace.h"
 
 namespace ssdtrain::sim {
+namespace detail {
+class TaskPool;  // sim/detail/task_pool.h
+}  // namespace detail
 
 // The stages that stand for a pipeline of `pp`: 0, then 1 when pp > 2, then
 // pp − 1 when pp > 1.
