@@ -17,6 +17,9 @@ packages=(
   python3-matplotlib jupyter-nbconvert python3-nbformat python3-ipykernel
   # the Python package (python/): pybind11 module, tested with Debian's torch (CPU)
   pybind11-dev python3-dev python3-torch
+  # pip install of the package (pyproject.toml, setup.py) into a virtual
+  # environment, and its wheel (python3 -m build --no-isolation)
+  python3-pip python3-venv python3-setuptools python3-wheel python3-build
   # an optimized BLAS for Debian's torch and numpy: without it libblas.so.3 is the
   # reference BLAS (about 1.3 GFLOP/s here against 60: the Python tests and the
   # notebook ran ten times longer); the OpenMP build follows torch.set_num_threads

@@ -16,7 +16,8 @@ from gpt import GPT, HEADS, HIDDEN, LAYERS, MICRO_BATCH, SEQ_LEN, VOCAB, Block, 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BINARY_DIR = os.environ.get("SSDTRAIN_BINARY_DIR", os.path.join(ROOT, "build"))
-CLI = os.path.join(BINARY_DIR, "app", "ssdtrain")
+# The installed package's `ssdtrain` command (ctest sets it), else the build's binary.
+CLI = os.environ.get("SSDTRAIN_CLI", os.path.join(BINARY_DIR, "app", "ssdtrain"))
 HEADER = dict(model="torch-gpt", family="gpt", hidden=HIDDEN, heads=HEADS, kv_heads=HEADS,
               layers=LAYERS, ffn_hidden=4 * HIDDEN, vocab=VOCAB, seq_len=SEQ_LEN,
               micro_batch=MICRO_BATCH, dtype="fp32")
