@@ -28,6 +28,7 @@ Verb AddCalibrateCommand(CLI::App& app);
 Verb AddReplayCommand(CLI::App& app);
 Verb AddPlanCommand(CLI::App& app);
 Verb AddSimulateCommand(CLI::App& app);
+Verb AddExportCommand(CLI::App& app);
 
 // Prints "ssdtrain <verb>: error: <message>" to stderr and returns the exit code (1).
 int ReportError(const std::string& verb, const Status& status);

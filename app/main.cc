@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   verbs.push_back(AddReplayCommand(app));
   verbs.push_back(AddPlanCommand(app));
   verbs.push_back(AddSimulateCommand(app));
+  verbs.push_back(AddExportCommand(app));
   std::vector<std::string> names;
   for (const Verb& verb : verbs) names.push_back(verb.command->get_name());
   // The verb comes first: no verb, or a word that is none, is named with the

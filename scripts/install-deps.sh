@@ -20,6 +20,9 @@ packages=(
   # pip install of the package (pyproject.toml, setup.py) into a virtual
   # environment, and its wheel (python3 -m build --no-isolation)
   python3-pip python3-venv python3-setuptools python3-wheel python3-build
+  # Chakra execution traces decoded by an independent reader in the tests:
+  # protoc makes Python's protobuf module from traces/schema/chakra_et.proto
+  protobuf-compiler python3-protobuf
   # an optimized BLAS for Debian's torch and numpy: without it libblas.so.3 is the
   # reference BLAS (about 1.3 GFLOP/s here against 60: the Python tests and the
   # notebook ran ten times longer); the OpenMP build follows torch.set_num_threads
