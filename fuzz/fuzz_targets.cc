@@ -9,6 +9,7 @@
 #include "models/hf_config.h"
 #include "models/model_config.h"
 #include "sim/hardware.h"
+#include "traces/chakra.h"
 #include "traces/io.h"
 #include "traces/plan.h"
 
@@ -71,6 +72,16 @@ void TraceJson(const uint8_t* data, size_t size) { Trace("trace_json", data, siz
 
 void TraceCbor(const uint8_t* data, size_t size) { Trace("trace_cbor", data, size, true); }
 
+void TraceChakra(const uint8_t* data, size_t size) {
+  Result<traces::Trace> trace = traces::TraceFromChakra(Bytes(data, size), kSource);
+  if (!trace.ok()) return;
+  Result<traces::Trace> again = traces::TraceFromChakra(traces::ToChakra(*trace), "round-trip");
+  if (!again.ok()) Fail("trace_chakra", "rejects its own output: " + again.status().ToString());
+  if (traces::ToJson(*again) != traces::ToJson(*trace)) {
+    Fail("trace_chakra", "read(write(x)) differs from x");
+  }
+}
+
 void Plan(const uint8_t* data, size_t size) {
   const traces::Trace& trace = PlanFixtureTrace();
   Result<json> j = traces::ParseJson(Bytes(data, size), false, kSource);
@@ -113,8 +124,13 @@ void HardwareConfig(const uint8_t* data, size_t size) {
 
 const std::vector<Target>& Targets() {
   static const std::vector<Target> targets = {
-      {"trace_json", TraceJson},     {"trace_cbor", TraceCbor},           {"plan", Plan},
-      {"model_config", ModelConfig}, {"hardware_config", HardwareConfig}, {"hf_config", HfConfig},
+      {"trace_json", TraceJson},
+      {"trace_cbor", TraceCbor},
+      {"plan", Plan},
+      {"trace_chakra", TraceChakra},
+      {"model_config", ModelConfig},
+      {"hardware_config", HardwareConfig},
+      {"hf_config", HfConfig},
   };
   return targets;
 }

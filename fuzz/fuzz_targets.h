@@ -23,6 +23,10 @@ using EntryPoint = void (*)(const uint8_t* data, size_t size);
 void TraceJson(const uint8_t* data, size_t size);
 // The same from CBOR bytes (traces written as .cbor).
 void TraceCbor(const uint8_t* data, size_t size);
+// Chakra ET reader (traces::TraceFromChakra, the trace format's validator
+// behind it); an accepted trace must write back (ToChakra) to bytes that read
+// as the same trace.
+void TraceChakra(const uint8_t* data, size_t size);
 // Plan reader (PlanFromJson) and, when it reads, ValidatePlan against the trace
 // of configs/models/tiny-gpt.json (the trace the seed plans were made for).
 void Plan(const uint8_t* data, size_t size);

@@ -143,6 +143,49 @@ TEST_F(ChakraCli, TensorParallelCollectivesCarryTheirCommTypeAndSize) {
   EXPECT_EQ(d["types"].count("MEM_STORE_NODE"), 0u) << "no plan, no transfers";
 }
 
+// Export, import, plan: the same plan and prediction as from the trace itself.
+TEST_F(ChakraCli, APlanOfTheExportedTraceIsThePlanOfTheTrace) {
+  ASSERT_EQ(
+      RunSsdtrain("trace --model " + Config("models/small-gpt.json") + " -o " + File("t.json"))
+          .exit_code,
+      0);
+  CliResult r = RunSsdtrain("export --chakra --trace " + File("t.json") + " -o " + File("t.et"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* from : {"t.json", "t.et"}) {
+    const std::string stem = std::string(from) == "t.json" ? "json" : "et";
+    r = RunSsdtrain("plan --trace " + File(from) + " --hardware " +
+                    Config("hardware/cpu-local.json") + " -o " + File(stem + "-plan.json") +
+                    " --prediction " + File(stem + "-prediction.json"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  auto read = [&](const std::string& name) {
+    const Result<nlohmann::json> j = traces::ReadJsonFile(File(name));
+    EXPECT_TRUE(j.ok()) << name;
+    return j.ok() ? *j : nlohmann::json();
+  };
+  const nlohmann::json a = read("json-plan.json"), b = read("et-plan.json");
+  EXPECT_EQ(a["trace_fingerprint"], b["trace_fingerprint"]);
+  EXPECT_EQ(a["policy"], b["policy"]);
+  EXPECT_EQ(a["placements"], b["placements"]);
+  EXPECT_EQ(a["memory_budget_bytes"], b["memory_budget_bytes"]);
+  EXPECT_EQ(read("json-prediction.json"), read("et-prediction.json"));
+}
+
+TEST_F(ChakraCli, ATruncatedChakraTraceIsRefusedNamingTheFile) {
+  ASSERT_EQ(RunSsdtrain("trace --model " + Config("models/tiny-gpt.json") + " -o " + File("t.json"))
+                .exit_code,
+            0);
+  ASSERT_EQ(
+      RunSsdtrain("export --chakra --trace " + File("t.json") + " -o " + File("t.et")).exit_code,
+      0);
+  fs::resize_file(File("t.et"), fs::file_size(File("t.et")) - 10);
+  const CliResult r = RunSsdtrain("plan --trace " + File("t.et") + " --hardware " +
+                                  Config("hardware/cpu-local.json") + " -o " + File("p.json"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(File("t.et") + ": message "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("runs past the end of the file"), std::string::npos) << r.output;
+}
+
 TEST_F(ChakraCli, AnExportWithoutAFormatOrWithAPlanButNoHardwareIsRefused) {
   CliResult r = RunSsdtrain("export --trace x.json -o " + File("x.et"));
   EXPECT_EQ(r.exit_code, 1) << r.output;

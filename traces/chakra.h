@@ -24,8 +24,10 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "traces/plan.h"
+#include "traces/status.h"
 #include "traces/timeline.h"
 #include "traces/trace.h"
 
@@ -53,5 +55,14 @@ struct ChakraCounts {
   int64_t ctrl_deps = 0;
 };
 ChakraCounts CountChakra(const Trace& trace, const ChakraOptions& options = {});
+
+// A trace from a Chakra ET file that ToChakra wrote (its ssdtrain.* attrs):
+// the same trace, fingerprint included; the plan's MEM nodes are skipped.
+// A malformed file, or one from another tool (without the attrs a trace
+// needs), is InvalidArgument naming `source`, the message and its byte, the
+// node and the attribute.
+Result<Trace> TraceFromChakra(std::string_view bytes, const std::string& source);
+// A path ReadTrace reads as Chakra: one ending in ".et".
+bool IsChakraPath(std::string_view path);
 
 }  // namespace ssdtrain::traces

@@ -9,6 +9,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "traces/chakra.h"
 #include "traces/detail/json_fields.h"
 #include "traces/fp8.h"
 #include "traces/validate.h"
@@ -435,6 +436,13 @@ Status WriteJsonFile(const json& j, const std::string& path) {
 }
 
 Result<Trace> ReadTrace(const std::string& path) {
+  if (IsChakraPath(path)) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return Status::NotFound(path + ": cannot open (" + std::strerror(errno) + ")");
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) return Status::IoError(path + ": read failed (" + std::strerror(errno) + ")");
+    return TraceFromChakra(bytes, path);
+  }
   SSDTRAIN_ASSIGN_OR_RETURN(json j, ReadJsonFile(path));
   return TraceFromJson(j, path);
 }

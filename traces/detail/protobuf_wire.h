@@ -38,4 +38,25 @@ class ProtoWriter {
   std::string out_;
 };
 
+// One field of a message as read: its number and wire type, the value of a
+// varint or fixed field, the bytes of a length-delimited one.
+struct ProtoField {
+  int number = 0;
+  WireType type = WireType::kVarint;
+  uint64_t value = 0;      // kVarint, kFixed64, kFixed32
+  std::string_view bytes;  // kLengthDelimited: a view into the message
+};
+
+// Splits `message` into its fields, in order. False, with `*error` saying
+// what and at which byte, when it is not a well-formed message (a varint or
+// a length past the end, a wire type protobuf does not have, a field number 0).
+bool ParseFields(std::string_view message, std::vector<ProtoField>* fields, std::string* error);
+
+// A packed repeated varint field's values (or one unpacked value): false when
+// its bytes are not varints.
+bool UnpackVarints(const ProtoField& f, std::vector<uint64_t>* out);
+
+// Reads the varint at `*at` of `bytes` and moves `*at` past it; false past the end.
+bool ReadVarint(std::string_view bytes, size_t* at, uint64_t* value);
+
 }  // namespace ssdtrain::traces::detail
