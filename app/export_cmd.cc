@@ -72,7 +72,9 @@ Verb AddExportCommand(CLI::App& app) {
   cmd->add_flag("--chakra", o->chakra,
                 "a Chakra execution trace (MLCommons; ASTRA-sim reads it): one node per op, "
                 "and with --plan one per SSD write and read, with the simulated times");
-  cmd->add_option("--trace", o->trace, "trace file (.json or .cbor)")->required();
+  cmd->add_option("--trace", o->trace,
+                  "trace file (.json, .cbor, or a .et Chakra trace ssdtrain export wrote)")
+      ->required();
   cmd->add_option("--plan", o->plan, "plan for the trace: its SSD transfers become nodes");
   cmd->add_option("--hardware", o->hardware,
                   "hardware config the plan's step is simulated on (with --plan)");

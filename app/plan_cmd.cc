@@ -252,7 +252,8 @@ Verb AddPlanCommand(CLI::App& app) {
                               "`ssdtrain trace --summary` shows what is read and assumed)",
                               models::HfSupportedModelTypes()));
   cmd->add_option("--trace", o->trace,
-                  "a trace (ssdtrain.capture or ssdtrain trace) instead of --model: planned at "
+                  "a trace (ssdtrain.capture, ssdtrain trace, or a .et file ssdtrain export "
+                  "wrote) instead of --model: planned at "
                   "its own micro-batch, sequence length, tp and pp, on tp x pp GPUs unless "
                   "--gpus adds data parallelism; a flag that contradicts it is refused");
   cmd->add_option("--hardware", o->hardware, "hardware config (configs/hardware/*.json)")

@@ -365,7 +365,8 @@ Verb AddReplayCommand(CLI::App& app) {
       "report. With pp > 1 or tp > 1 give --model: each rank builds its own shard's trace "
       "(stage k's plan comes from the plan file's extra.stage_plans, written by `ssdtrain "
       "plan`).");
-  cmd->add_option("--trace", flags->trace, "Operator trace (JSON or .cbor)");
+  cmd->add_option("--trace", flags->trace,
+                  "Operator trace (JSON, .cbor, or a .et Chakra trace ssdtrain export wrote)");
   cmd->add_option("--model", flags->model,
                   "Instead of --trace: a model config (configs/models/*.json, or a Hugging Face "
                   "config.json or its folder), traced at the "

@@ -54,7 +54,9 @@ int RunSimulate(const SimulateCmdOptions& o) {
 Verb AddSimulateCommand(CLI::App& app) {
   auto o = std::make_shared<SimulateCmdOptions>();
   CLI::App* cmd = app.add_subcommand("simulate", "Simulate a plan on a hardware model");
-  cmd->add_option("--trace", o->trace, "trace file (.json or .cbor)")->required();
+  cmd->add_option("--trace", o->trace,
+                  "trace file (.json, .cbor, or a .et Chakra trace ssdtrain export wrote)")
+      ->required();
   cmd->add_option("--plan", o->plan, "plan file")->required();
   cmd->add_option("--hardware", o->hardware, "hardware config (configs/hardware/*.json)")
       ->required();
