@@ -9,6 +9,7 @@
 #include "traces/chakra.h"
 #include "traces/io.h"
 #include "traces/plan.h"
+#include "traces/storage_plan.h"
 
 namespace ssdtrain::app {
 namespace {
@@ -36,6 +37,7 @@ int RunExport(const ExportOptions& o) {
   if (!trace.ok()) return ReportError("export", trace.status());
   traces::ChakraOptions co;
   traces::Plan plan;
+  traces::StoragePlan storage_plan;
   sim::Prediction prediction;
   if (!o.plan.empty()) {
     Result<traces::Plan> p = traces::ReadPlan(o.plan);
@@ -50,7 +52,10 @@ int RunExport(const ExportOptions& o) {
     Result<sim::Prediction> predicted = sim::Simulate(*trace, plan, *hw, so);
     if (!predicted.ok()) return ReportError("export", predicted.status());
     prediction = std::move(*predicted);
-    co.plan = &plan;
+    Result<traces::StoragePlan> resolved = traces::ResolvePlan(*trace, plan, o.plan);
+    if (!resolved.ok()) return ReportError("export", resolved.status());
+    storage_plan = std::move(*resolved);
+    co.plan = &storage_plan;
     co.timeline = &prediction.timeline;
   }
   outputs.SetText("-o", traces::ToChakra(*trace, co));

@@ -201,44 +201,37 @@ std::vector<NodeSpec> BuildNodes(const Trace& trace, const ChakraOptions& o) {
     }
   }
   if (o.plan == nullptr) return nodes;
-  // Each storage the plan writes to the SSD: a store after its producer, a
-  // load that its first backward consumer waits for.
+  // Each storage the plan writes to the SSD (traces/storage_plan.h decides
+  // which, with their bytes and lifetimes): a store after its producer, a load
+  // that its first backward use waits for.
   uint64_t next = trace.ops.size();
-  for (const Placement& p : o.plan->placements) {
-    if (p.action != TensorAction::kOffloadSsd) continue;
-    const Tensor& t = trace.tensor(p.tensor);
+  for (const StorageInfo& info : o.plan->storages) {
+    if (info.action != TensorAction::kOffloadSsd) continue;
+    const std::string& name = trace.tensor(info.root).name;
     NodeSpec store;
     store.id = next++;
-    store.name = "ssd_write:" + t.name;
+    store.name = "ssd_write:" + name;
     store.type = kMemStoreNode;
-    store.tensor = t.id;
-    store.bytes = t.bytes;
-    if (t.producer != kNoOp) store.data_deps.push_back(static_cast<uint64_t>(t.producer));
+    store.tensor = info.root;
+    store.bytes = info.bytes;
+    if (info.producer != kNoOp) store.data_deps.push_back(static_cast<uint64_t>(info.producer));
     NodeSpec load;
     load.id = next++;
-    load.name = "ssd_read:" + t.name;
+    load.name = "ssd_read:" + name;
     load.type = kMemLoadNode;
-    load.tensor = t.id;
-    load.bytes = t.bytes;
+    load.tensor = info.root;
+    load.bytes = info.bytes;
     load.data_deps.push_back(store.id);
-    if (p.prefetch_before != kNoOp)
-      load.ctrl_deps.push_back(static_cast<uint64_t>(p.prefetch_before));
+    if (info.prefetch_before != kNoOp)
+      load.ctrl_deps.push_back(static_cast<uint64_t>(info.prefetch_before));
     for (const auto& [spec, lane] : {std::pair{&store, Lane::kSsdWrite}, {&load, Lane::kSsdRead}}) {
-      if (auto it = io_times.find({t.id, lane}); it != io_times.end()) {
+      if (auto it = io_times.find({info.root, lane}); it != io_times.end()) {
         spec->start_ns = it->second.first;
         spec->duration_ns = it->second.second - it->second.first;
       }
     }
-    // The first backward consumer of the storage (the tensor or a view of it).
-    OpId first = kNoOp;
-    for (const Tensor& v : trace.tensors) {
-      if (trace.StorageOf(v.id) != t.id) continue;
-      for (OpId c : v.consumers) {
-        if (trace.op(c).phase == Phase::kBackward && (first == kNoOp || c < first)) first = c;
-      }
-    }
-    if (first != kNoOp) {
-      std::vector<uint64_t>& d = nodes[static_cast<size_t>(first)].data_deps;
+    if (info.first_backward_use != kNoOp) {
+      std::vector<uint64_t>& d = nodes[static_cast<size_t>(info.first_backward_use)].data_deps;
       d.insert(std::upper_bound(d.begin(), d.end(), load.id), load.id);
     }
     nodes.push_back(std::move(store));

@@ -26,8 +26,8 @@
 #include <string>
 #include <string_view>
 
-#include "traces/plan.h"
 #include "traces/status.h"
+#include "traces/storage_plan.h"
 #include "traces/timeline.h"
 #include "traces/trace.h"
 
@@ -38,12 +38,13 @@ namespace ssdtrain::traces {
 inline constexpr const char* kChakraSchemaVersion = "0.0.4";
 
 struct ChakraOptions {
-  const Plan* plan = nullptr;          // optional: its SSD writes and reads become nodes
+  // Optional: the plan resolved against the trace (traces::ResolvePlan); the
+  // storages it writes to the SSD become nodes.
+  const StoragePlan* plan = nullptr;
   const Timeline* timeline = nullptr;  // optional: times for stage 0, micro-batch 0
 };
 
-// The file's bytes. The trace must be valid (ValidateTrace); a plan, if given,
-// valid for it (ValidatePlan).
+// The file's bytes. The trace must be valid (ValidateTrace).
 std::string ToChakra(const Trace& trace, const ChakraOptions& options = {});
 
 // What ToChakra wrote, counted (tests and the CLI's summary).

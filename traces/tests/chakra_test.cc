@@ -9,6 +9,7 @@
 
 #include "traces/detail/protobuf_wire.h"
 #include "traces/io.h"
+#include "traces/storage_plan.h"
 #include "traces/tests/small_trace.h"
 
 namespace ssdtrain::traces {
@@ -43,9 +44,12 @@ TEST(Chakra, APlansTransferNodesAreSkippedOnTheWayBack) {
   Placement p;
   p.tensor = 2;
   p.action = TensorAction::kOffloadSsd;
+  p.file = "a.bin";
   plan.placements.push_back(p);
+  const Result<StoragePlan> resolved = ResolvePlan(t, plan, "plan");
+  ASSERT_TRUE(resolved.ok()) << resolved.status().message();
   ChakraOptions o;
-  o.plan = &plan;
+  o.plan = &*resolved;
   const ChakraCounts c = CountChakra(t, o);
   EXPECT_EQ(c.op_nodes, 5);
   EXPECT_EQ(c.mem_nodes, 2);
