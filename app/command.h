@@ -9,6 +9,7 @@
 #include <string>
 
 #include "traces/status.h"
+#include "traces/trace.h"
 
 namespace ssdtrain::app {
 
@@ -32,5 +33,9 @@ Verb AddExportCommand(CLI::App& app);
 
 // Prints "ssdtrain <verb>: error: <message>" to stderr and returns the exit code (1).
 int ReportError(const std::string& verb, const Status& status);
+
+// A user's --trace (traces::ReadTrace), saying on stderr what an imported
+// PyTorch execution trace could not tell ("ssdtrain <verb>: <path>: assumed: ...").
+Result<traces::Trace> ReadUserTrace(const std::string& verb, const std::string& path);
 
 }  // namespace ssdtrain::app

@@ -33,7 +33,7 @@ int RunExport(const ExportOptions& o) {
   Outputs outputs;
   outputs.Add("-o", o.output);
   if (Status s = outputs.Check(); !s.ok()) return ReportError("export", s);
-  Result<traces::Trace> trace = traces::ReadTrace(o.trace);
+  Result<traces::Trace> trace = ReadUserTrace("export", o.trace);
   if (!trace.ok()) return ReportError("export", trace.status());
   traces::ChakraOptions co;
   traces::Plan plan;
@@ -78,7 +78,8 @@ Verb AddExportCommand(CLI::App& app) {
                 "a Chakra execution trace (MLCommons; ASTRA-sim reads it): one node per op, "
                 "and with --plan one per SSD write and read, with the simulated times");
   cmd->add_option("--trace", o->trace,
-                  "trace file (.json, .cbor, or a .et Chakra trace ssdtrain export wrote)")
+                  "trace file (.json, .cbor, a .et Chakra trace ssdtrain export wrote, or a "
+                  "PyTorch execution trace)")
       ->required();
   cmd->add_option("--plan", o->plan, "plan for the trace: its SSD transfers become nodes");
   cmd->add_option("--hardware", o->hardware,

@@ -41,6 +41,12 @@ std::string RankOrder(const traces::Plan& plan) {
 }
 
 int RunPlan(PlanCmdOptions o) {
+  if (!o.model.empty() && o.trace.empty() && traces::IsTraceFile(o.model)) {
+    // A trace (ssdtrain's, Chakra, a PyTorch execution trace) given as the model.
+    std::cerr << "ssdtrain plan: --model " << o.model << " is a trace: planned as --trace\n";
+    o.trace = std::move(o.model);
+    o.model.clear();
+  }
   if (o.model.empty() == o.trace.empty()) {
     return ReportError(
         "plan", Status::InvalidArgument("give exactly one of --model (a config) and --trace (a "
@@ -249,11 +255,13 @@ Verb AddPlanCommand(CLI::App& app) {
                   fmt::format("model config (configs/models/*.json), or a Hugging Face "
                               "config.json or its folder (model_type {}; seq_len min(max "
                               "positions, 4096), micro-batch 1, dtype its torch_dtype or bf16; "
-                              "`ssdtrain trace --summary` shows what is read and assumed)",
+                              "`ssdtrain trace --summary` shows what is read and assumed); a "
+                              "trace file given here is planned as --trace",
                               models::HfSupportedModelTypes()));
   cmd->add_option("--trace", o->trace,
-                  "a trace (ssdtrain.capture, ssdtrain trace, or a .et file ssdtrain export "
-                  "wrote) instead of --model: planned at "
+                  "a trace (ssdtrain.capture, ssdtrain trace, a .et file ssdtrain export "
+                  "wrote, or a PyTorch execution trace: traces/pytorch_et.h) instead of "
+                  "--model: planned at "
                   "its own micro-batch, sequence length, tp and pp, on tp x pp GPUs unless "
                   "--gpus adds data parallelism; a flag that contradicts it is refused");
   cmd->add_option("--hardware", o->hardware, "hardware config (configs/hardware/*.json)")

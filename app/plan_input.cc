@@ -9,6 +9,7 @@
 #include <optional>
 #include <string_view>
 
+#include "app/command.h"
 #include "app/model_provider.h"
 #include "app/self_path.h"
 #include "models/build_trace.h"
@@ -118,7 +119,7 @@ sim::TraceShape ShapeOf(const traces::Plan& plan, int64_t stage) {
 }  // namespace
 
 Result<PlanInput> TraceInput(PlanCmdOptions& o) {
-  SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace trace, traces::ReadTrace(o.trace));
+  SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace trace, ReadUserTrace("plan", o.trace));
   const traces::Header& h = trace.header;
   SSDTRAIN_RETURN_IF_ERROR(TakeTraceShape(h, o.trace, o));
   PlanInput in;

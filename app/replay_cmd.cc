@@ -66,7 +66,7 @@ int64_t GiB(double v) { return static_cast<int64_t>(std::llround(v * 1024.0 * 10
 // The trace of this rank's stage: read (--trace), or built from the model
 // config at the plan's layout (--model).
 Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan, int64_t stage) {
-  if (!f.trace.empty()) return traces::ReadTrace(f.trace);
+  if (!f.trace.empty()) return ReadUserTrace("replay", f.trace);
   SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig config, models::LoadModelConfig(f.model));
   if (plan != nullptr) {
     models::ConfigOverrides layout;
@@ -366,7 +366,8 @@ Verb AddReplayCommand(CLI::App& app) {
       "(stage k's plan comes from the plan file's extra.stage_plans, written by `ssdtrain "
       "plan`).");
   cmd->add_option("--trace", flags->trace,
-                  "Operator trace (JSON, .cbor, or a .et Chakra trace ssdtrain export wrote)");
+                  "Operator trace (JSON, .cbor, a .et Chakra trace ssdtrain export wrote, or a "
+                  "PyTorch execution trace)");
   cmd->add_option("--model", flags->model,
                   "Instead of --trace: a model config (configs/models/*.json, or a Hugging Face "
                   "config.json or its folder), traced at the "

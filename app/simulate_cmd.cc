@@ -22,7 +22,7 @@ int RunSimulate(const SimulateCmdOptions& o) {
   outputs.Add("-o", o.output);
   outputs.Add("--timeline", o.timeline);
   if (Status s = outputs.Check(); !s.ok()) return ReportError("simulate", s);
-  Result<traces::Trace> trace = traces::ReadTrace(o.trace);
+  Result<traces::Trace> trace = ReadUserTrace("simulate", o.trace);
   if (!trace.ok()) return ReportError("simulate", trace.status());
   Result<traces::Plan> plan = traces::ReadPlan(o.plan);
   if (!plan.ok()) return ReportError("simulate", plan.status());
@@ -55,7 +55,8 @@ Verb AddSimulateCommand(CLI::App& app) {
   auto o = std::make_shared<SimulateCmdOptions>();
   CLI::App* cmd = app.add_subcommand("simulate", "Simulate a plan on a hardware model");
   cmd->add_option("--trace", o->trace,
-                  "trace file (.json, .cbor, or a .et Chakra trace ssdtrain export wrote)")
+                  "trace file (.json, .cbor, a .et Chakra trace ssdtrain export wrote, or a "
+                  "PyTorch execution trace)")
       ->required();
   cmd->add_option("--plan", o->plan, "plan file")->required();
   cmd->add_option("--hardware", o->hardware, "hardware config (configs/hardware/*.json)")

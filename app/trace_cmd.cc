@@ -19,6 +19,7 @@ namespace {
 
 struct TraceOptions {
   std::string model;
+  std::string from;  // a trace file to read instead of building one
   std::string output;
   int64_t stage = 0;
   bool summary = false;
@@ -81,7 +82,42 @@ void PrintHfReport(const models::HfReport& r, std::ostream& out) {
          "assumptions\n\n";
 }
 
-int Run(const TraceOptions& o) {
+// -o: the trace as ssdtrain's JSON or CBOR, and a line saying so.
+Status WriteIfAsked(const traces::Trace& trace, const std::string& output) {
+  if (output.empty()) return Status::Ok();
+  SSDTRAIN_RETURN_IF_ERROR(traces::WriteTrace(trace, output));
+  std::cerr << fmt::format("wrote {} ({} ops, {} tensors)\n", output, trace.ops.size(),
+                           trace.tensors.size());
+  return Status::Ok();
+}
+
+// --from: a trace read (ssdtrain's, Chakra, a PyTorch execution trace), written as ssdtrain's.
+int RunFrom(const TraceOptions& o, const CLI::App& cmd) {
+  for (const CLI::Option* opt : cmd.get_options()) {
+    const std::string name = opt->get_name();
+    if (opt->count() > 0 && name != "--from" && name != "--output" && name != "--summary") {
+      return ReportError(
+          "trace", Status::InvalidArgument(name + ": builds a trace from --model; --from reads one "
+                                                  "as it is (give one or the other)"));
+    }
+  }
+  Outputs outputs;
+  outputs.Add("-o", o.output);
+  if (Status s = outputs.Check(); !s.ok()) return ReportError("trace", s);
+  Result<traces::Trace> trace = ReadUserTrace("trace", o.from);
+  if (!trace.ok()) return ReportError("trace", trace.status());
+  if (Status s = WriteIfAsked(*trace, o.output); !s.ok()) return ReportError("trace", s);
+  if (o.summary || o.output.empty()) PrintSummary(*trace, std::cout);
+  return 0;
+}
+
+int Run(const TraceOptions& o, const CLI::App& cmd) {
+  if (o.model.empty() == o.from.empty()) {
+    return ReportError(
+        "trace", Status::InvalidArgument("give exactly one of --model (a config to build the trace "
+                                         "from) and --from (a trace file to read)"));
+  }
+  if (!o.from.empty()) return RunFrom(o, cmd);
   Outputs outputs;
   outputs.Add("-o", o.output);
   if (Status s = outputs.Check(); !s.ok()) return ReportError("trace", s);
@@ -97,12 +133,7 @@ int Run(const TraceOptions& o) {
   }
   Result<traces::Trace> trace = models::BuildTrace(*applied, o.stage);
   if (!trace.ok()) return ReportError("trace", trace.status());
-  if (!o.output.empty()) {
-    Status s = traces::WriteTrace(*trace, o.output);
-    if (!s.ok()) return ReportError("trace", s);
-    std::cerr << fmt::format("wrote {} ({} ops, {} tensors)\n", o.output, trace->ops.size(),
-                             trace->tensors.size());
-  }
+  if (Status s = WriteIfAsked(*trace, o.output); !s.ok()) return ReportError("trace", s);
   if (o.summary || o.output.empty()) {
     Result<int64_t> params = models::ParameterCount(*applied);
     if (!params.ok()) return ReportError("trace", params.status());
@@ -152,15 +183,20 @@ int Run(const TraceOptions& o) {
 Verb AddTraceCommand(CLI::App& app) {
   auto o = std::make_shared<TraceOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "trace", "Build the operator trace of one training step from a model config");
+      "trace",
+      "Build the operator trace of one training step from a model config, or read one (--from)");
   cmd->add_option("--model", o->model,
                   fmt::format("Model config: ours (configs/models/*.json) or a Hugging Face "
                               "config.json (or its folder; model_type {}). From a Hugging Face "
                               "file: seq_len min(max positions, 4096), micro-batch 1, dtype its "
                               "torch_dtype or bf16, tp 1, pp 1, standard attention; --summary "
                               "prints what was read and assumed",
-                              models::HfSupportedModelTypes()))
-      ->required();
+                              models::HfSupportedModelTypes()));
+  cmd->add_option("--from", o->from,
+                  "a trace file to read instead of building one: ssdtrain's (.json, .cbor), a "
+                  ".et Chakra trace ssdtrain export wrote, or a PyTorch execution trace "
+                  "(torch.profiler.ExecutionTraceObserver's JSON; what it cannot say is "
+                  "assumed and printed); -o writes it as ssdtrain's");
   cmd->add_option("-o,--output", o->output, "Output trace (.json, or .cbor for CBOR)");
   cmd->add_flag("--summary", o->summary,
                 "Print a per-layer table (also printed when no -o is given)");
@@ -226,7 +262,7 @@ Verb AddTraceCommand(CLI::App& app) {
          "FP8 training under Transformer Engine's recipe: delayed, current, blockwise or mxfp8, "
          "or off (overrides the config)")
       ->check(Fp8Recipe());
-  return Verb{cmd, [o] { return Run(*o); }};
+  return Verb{cmd, [o, cmd] { return Run(*o, *cmd); }};
 }
 
 }  // namespace ssdtrain::app

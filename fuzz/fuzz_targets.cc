@@ -12,6 +12,7 @@
 #include "traces/chakra.h"
 #include "traces/io.h"
 #include "traces/plan.h"
+#include "traces/pytorch_et.h"
 
 namespace ssdtrain::fuzz {
 namespace {
@@ -82,6 +83,19 @@ void TraceChakra(const uint8_t* data, size_t size) {
   }
 }
 
+// A PyTorch execution trace: any file it takes imports as a valid trace (the
+// importer validates its own result), which ssdtrain's format writes and reads back.
+void TracePytorchEt(const uint8_t* data, size_t size) {
+  Result<json> j = traces::ParseJson(Bytes(data, size), false, kSource);
+  if (!j.ok()) return;
+  Result<traces::PytorchEtImport> imported = traces::TraceFromPytorchEt(*j, kSource);
+  if (!imported.ok()) return;
+  Result<traces::Trace> again =
+      traces::TraceFromJson(traces::ToJson(imported->trace), "round-trip");
+  if (!again.ok())
+    Fail("trace_pytorch_et", "its import is not a valid trace: " + again.status().ToString());
+}
+
 void Plan(const uint8_t* data, size_t size) {
   const traces::Trace& trace = PlanFixtureTrace();
   Result<json> j = traces::ParseJson(Bytes(data, size), false, kSource);
@@ -128,6 +142,7 @@ const std::vector<Target>& Targets() {
       {"trace_cbor", TraceCbor},
       {"plan", Plan},
       {"trace_chakra", TraceChakra},
+      {"trace_pytorch_et", TracePytorchEt},
       {"model_config", ModelConfig},
       {"hardware_config", HardwareConfig},
       {"hf_config", HfConfig},

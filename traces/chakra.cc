@@ -9,6 +9,7 @@
 #include "traces/collective_kind.h"
 #include "traces/detail/protobuf_wire.h"
 #include "traces/io.h"
+#include "traces/torch_ops.h"
 
 namespace ssdtrain::traces {
 namespace {
@@ -119,7 +120,7 @@ ProtoWriter IoInfo(const Trace& trace, const std::vector<TensorId>& tensors) {
     values.append(std::to_string(t.id));
     shapes.append(ShapeText(t.shape));
     types.append("\"Tensor(");
-    types.append(ToString(t.dtype));
+    types.append(TorchTypeName(t.dtype));
     types.append(")\"");
   }
   values.push_back(']');

@@ -12,6 +12,7 @@
 #include "traces/chakra.h"
 #include "traces/detail/json_fields.h"
 #include "traces/fp8.h"
+#include "traces/pytorch_et.h"
 #include "traces/validate.h"
 
 namespace ssdtrain::traces {
@@ -435,7 +436,7 @@ Status WriteJsonFile(const json& j, const std::string& path) {
   return Status::Ok();
 }
 
-Result<Trace> ReadTrace(const std::string& path) {
+Result<Trace> ReadTrace(const std::string& path, std::vector<std::string>* assumed) {
   if (IsChakraPath(path)) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return Status::NotFound(path + ": cannot open (" + std::strerror(errno) + ")");
@@ -444,7 +445,23 @@ Result<Trace> ReadTrace(const std::string& path) {
     return TraceFromChakra(bytes, path);
   }
   SSDTRAIN_ASSIGN_OR_RETURN(json j, ReadJsonFile(path));
+  if (IsPytorchEt(j)) {
+    SSDTRAIN_ASSIGN_OR_RETURN(PytorchEtImport imported, TraceFromPytorchEt(j, path));
+    if (assumed != nullptr) *assumed = std::move(imported.assumed);
+    return std::move(imported.trace);
+  }
   return TraceFromJson(j, path);
+}
+
+bool IsTraceFile(const std::string& path) {
+  if (IsChakraPath(path)) return true;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  Result<json> j = ReadJsonFile(path);
+  if (!j.ok()) return false;
+  if (IsPytorchEt(*j)) return true;
+  const auto format = j->is_object() ? j->find("format") : j->end();
+  return format != j->end() && format->is_string() && *format == kTraceFormatName;
 }
 
 Status WriteTrace(const Trace& trace, const std::string& path) {

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -33,6 +34,7 @@
 #include "traces/io.h"
 #include "traces/plan.h"
 #include "traces/storage_plan.h"
+#include "traces/torch_ops.h"
 #include "traces/trace.h"
 
 namespace py = pybind11;
@@ -284,6 +286,25 @@ class PyEngine {
   exec::FaultBackend* fault_ = nullptr;  // owned by engine_, when faults were given
 };
 
+// PyTorch's vocabulary (traces/torch_ops.h), for ssdtrain.capture.
+std::pair<std::string, bool> TorchOpInfo(const std::string& name) {
+  const traces::TorchOp op = traces::TorchOpInfo(name);
+  return {std::string(traces::ToString(op.kind)), op.view};
+}
+
+std::optional<std::tuple<int64_t, int64_t, int64_t, int64_t>> TorchGemmDims(
+    const std::string& name, const traces::ArgShapes& args) {
+  const std::optional<traces::GemmDims> d = traces::TorchGemmDims(name, args);
+  if (!d) return std::nullopt;
+  return std::tuple{d->m, d->n, d->k, d->batch};
+}
+
+std::optional<std::string> TorchDType(const std::string& name) {
+  const std::optional<traces::DType> d = traces::TorchDType(name);
+  if (!d) return std::nullopt;
+  return std::string(traces::ToString(*d));
+}
+
 }  // namespace
 }  // namespace ssdtrain::python
 
@@ -297,6 +318,19 @@ PYBIND11_MODULE(_engine, m) {
   m.def("resolve_plan", &ssdtrain::python::ResolvePlanFiles, py::arg("trace"), py::arg("plan"),
         "Checks a plan against its trace and returns its saved storages' placements");
   m.attr("DIRECT_IO_ALIGN") = ssdtrain::exec::kDirectIoAlign;
+  m.def("torch_op", &ssdtrain::python::TorchOpInfo, py::arg("name"),
+        "(kind, is_view) of an aten op by name (traces/torch_ops.h)");
+  m.def("torch_gemm_dims", &ssdtrain::python::TorchGemmDims, py::arg("name"), py::arg("shapes"),
+        "(m, n, k, batch) of a matrix product from its arguments' shapes, or None");
+  m.def(
+      "torch_attention_flops",
+      [](const std::string& name, const ssdtrain::traces::ArgShapes& args) {
+        return ssdtrain::traces::TorchAttentionFlops(name, args);
+      },
+      py::arg("name"), py::arg("shapes"), "An attention kernel's FLOPs, or None");
+  m.def("torch_dtype", &ssdtrain::python::TorchDType, py::arg("name"),
+        "The trace dtype a torch dtype is stored as (\"float32\" -> \"fp32\"), or None");
+  m.def("torch_dtype_names", &ssdtrain::traces::TorchDTypeNames);
   py::class_<PyEngine>(m, "Engine")
       .def(py::init<std::vector<std::string>, const std::string&, int64_t, int, int64_t, bool, bool,
                     const std::vector<ssdtrain::python::FaultSpec>&>(),

@@ -50,51 +50,25 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from . import _engine
 from .saved import SaveOrder, saved_index, saved_name
 
 FORMAT = "ssdtrain-trace"
 VERSION = 1
 
-_DTYPES = {
-    torch.float16: "fp16",
-    torch.bfloat16: "bf16",
-    torch.float32: "fp32",
-    torch.uint8: "uint8",
-    torch.bool: "uint8",
-    torch.int8: "uint8",
-    torch.int32: "int32",
-    torch.int64: "int64",
-}
-# Stored as the trace's dtype of the same size: float64 as int64 (8 bytes).
-_SAME_SIZE = {torch.float64: "int64", torch.int16: "fp16"}
-
-# aten ops that only make a view: no work, no new bytes.
-_VIEW_OPS = {
-    "view", "_unsafe_view", "t", "transpose", "permute", "expand", "split", "split_with_sizes",
-    "slice", "select", "unsqueeze", "squeeze", "as_strided", "alias", "detach", "unbind",
-    "chunk", "narrow", "view_as", "_reshape_alias", "reshape", "unfold", "diagonal",
-    "lift_fresh", "numpy_T",
-}
-_KINDS = {
-    "mm": "gemm", "addmm": "gemm", "bmm": "gemm", "baddbmm": "gemm",
-    "_softmax": "softmax", "_log_softmax": "softmax", "_softmax_backward_data": "softmax",
-    "_log_softmax_backward_data": "softmax",
-    "native_layer_norm": "norm", "native_layer_norm_backward": "norm",
-    "embedding": "embedding", "embedding_dense_backward": "embedding",
-    "nll_loss_forward": "loss", "nll_loss_backward": "loss", "nll_loss": "loss",
-    "nll_loss2d_forward": "loss", "nll_loss2d_backward": "loss",
-    "native_dropout": "dropout", "native_dropout_backward": "dropout",
-}
+# PyTorch's vocabulary (which ops are views, each op's kind, a matrix product's
+# dims, the trace dtype of a torch dtype) is decided once, in C++
+# (traces/torch_ops.h), for this capture and for the importer of PyTorch
+# execution traces alike.
 _LAYER = re.compile(r"(?:^|\.)(\d+)(?:\.|$)")
 
 
 def _dtype_name(dtype, where):
-    if dtype in _DTYPES:
-        return _DTYPES[dtype]
-    if dtype in _SAME_SIZE:
-        return _SAME_SIZE[dtype]
-    raise ValueError(f"capture: {where}: dtype {dtype} has no trace dtype "
-                     f"(the format has {', '.join(sorted(set(_DTYPES.values())))})")
+    name = _engine.torch_dtype(str(dtype))
+    if name is None:
+        raise ValueError(f"capture: {where}: dtype {dtype} has no trace dtype "
+                         f"(known: {_engine.torch_dtype_names()})")
+    return name
 
 
 def _nbytes(t):
@@ -114,21 +88,9 @@ def _layer_of(name):
     return int(m.group(1)) if m else -1
 
 
-def _gemm_dims(op, args):
-    """(m, n, k, batch) of a matrix product, or None."""
-    if op == "mm":
-        a, b = args[0], args[1]
-        return a.shape[0], b.shape[1], a.shape[1], 1
-    if op == "addmm":
-        a, b = args[1], args[2]
-        return a.shape[0], b.shape[1], a.shape[1], 1
-    if op == "bmm":
-        a, b = args[0], args[1]
-        return a.shape[1], b.shape[2], a.shape[2], a.shape[0]
-    if op == "baddbmm":
-        a, b = args[1], args[2]
-        return a.shape[1], b.shape[2], a.shape[2], a.shape[0]
-    return None
+def _arg_shapes(args):
+    """Each argument's shape in schema order, a non-tensor's empty (traces/torch_ops.h)."""
+    return [list(a.shape) if isinstance(a, torch.Tensor) else [] for a in args]
 
 
 class _Recorder:
@@ -226,15 +188,19 @@ class _Recorder:
             outputs.append(r)
         for r in inputs:
             self.tensors[r]["consumers"].append(oid)
-        is_view = op_name in _VIEW_OPS
-        dims = None if is_view else _gemm_dims(op_name, args)
+        kind, is_view = _engine.torch_op(op_name)
+        shapes = [] if is_view else _arg_shapes(args)
+        dims = None if is_view else _engine.torch_gemm_dims(op_name, shapes)
+        attention = None if is_view or dims else _engine.torch_attention_flops(op_name, shapes)
         if dims is not None:
             m, n, k, batch = (int(x) for x in dims)
             flops = 2 * m * n * k * batch
-            kind = "gemm"
+        elif attention is not None:
+            flops = attention
         else:
             flops = 0 if is_view else sum(t.numel() for t in flat_out)
-            kind = _KINDS.get(op_name, "elementwise")
+            if kind in ("gemm", "attention"):  # shapes it could not read: no dims
+                kind = "elementwise"
         if is_view:
             bytes_read = bytes_written = 0
         else:
