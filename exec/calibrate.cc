@@ -10,10 +10,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "exec/bench_io.h"
 #include "exec/detail/calibrate_copies.h"
+#include "exec/detail/calibrate_ssd.h"
 #include "exec/offload_dir.h"
-#include "exec/offload_engine.h"
 #include "exec/replay.h"
 #include "traces/uniform_plans.h"
 
@@ -31,8 +30,6 @@ constexpr int64_t kWidths[] = {256, 512, 1024};
 // Memory-bound passes: bytes moved (half read, half written).
 constexpr int64_t kMemoryBytes[] = {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20,
                                     int64_t{64} << 20, int64_t{256} << 20};
-constexpr int64_t kLatencyBytes = 4096;  // one O_DIRECT block
-constexpr int kLatencyProbes = 7;
 constexpr int kOpTimingSteps = 4;     // measured keep-everything steps per trace, after a warm-up
 constexpr int kOpTimingAttempts = 3;  // replays at most, until the steps agree
 constexpr double kOpTimingSteadySpread = 0.04;  // (slowest - fastest) / fastest step
@@ -152,65 +149,6 @@ Status MeasureMemory(Device& device, const CalibrationOptions& o, Calibration* o
       return ns.status().WithPrefix("memory-bound pass of " + std::to_string(bytes) + " bytes");
     out->memory.push_back(BandwidthSample{bytes, *ns});
   }
-  return Status::Ok();
-}
-
-Status MeasureSsd(const CalibrationOptions& o, Calibration* out) {
-  auto bench = [&o](const std::vector<std::string>& dirs) {
-    BenchIoOptions b;
-    b.dirs = dirs;
-    b.block_size = o.block_size;
-    b.queue_depth = o.queue_depth;
-    b.size = o.io_bytes;
-    b.allow_buffered_io = o.allow_buffered_io;
-    return RunBenchIo(b);
-  };
-  if (o.dirs.size() > 1) {
-    for (const std::string& dir : o.dirs) {
-      Result<BenchIoResult> alone = bench({dir});
-      if (!alone.ok()) return alone.status().WithPrefix("SSD bandwidth of " + dir);
-      out->ssd_dirs.push_back({dir, alone->write_GBps(), alone->read_GBps()});
-    }
-  }
-  Result<BenchIoResult> r = bench(o.dirs);
-  if (!r.ok()) return r.status().WithPrefix("SSD bandwidth");
-  out->io_backend = r->backend;
-  out->direct_io = r->direct_io;
-  out->ssd_write_GBps = r->write_GBps();
-  out->ssd_read_GBps = r->read_GBps();
-
-  OffloadOptions eo;
-  eo.dirs = {o.dirs.front()};
-  eo.block_size = o.block_size;
-  eo.queue_depth = o.queue_depth;
-  eo.staging_bytes = kLatencyBytes;
-  eo.allow_buffered_io = o.allow_buffered_io;
-  eo.warn = [](std::string_view) {};  // bench-io above already warned about fallbacks
-  Result<std::unique_ptr<OffloadEngine>> engine = OffloadEngine::Create(eo);
-  if (!engine.ok()) return engine.status().WithPrefix("SSD latency");
-  void* block = std::aligned_alloc(4096, kLatencyBytes);
-  if (block == nullptr) {
-    return Status::ResourceExhausted("SSD latency: cannot allocate " +
-                                     std::to_string(kLatencyBytes) + " bytes of host memory");
-  }
-  std::fill_n(static_cast<char*>(block), kLatencyBytes, 7);
-  std::vector<int64_t> writes, reads;
-  Status status = Status::Ok();
-  for (int i = 0; i < kLatencyProbes && status.ok(); ++i) {
-    TensorKey key{i, "", 0, 0};
-    auto start = Clock::now();
-    status = (*engine)->Write(key, block, kLatencyBytes);
-    writes.push_back(ElapsedNs(start));
-    if (!status.ok()) break;
-    start = Clock::now();
-    status = (*engine)->Read(key, block, kLatencyBytes);
-    reads.push_back(ElapsedNs(start));
-    if (status.ok()) status = (*engine)->Remove(i);
-  }
-  std::free(block);
-  if (!status.ok()) return status.WithPrefix("SSD latency");
-  out->ssd_write_latency_us = static_cast<double>(Median(writes)) / 1e3;
-  out->ssd_read_latency_us = static_cast<double>(Median(reads)) / 1e3;
   return Status::Ok();
 }
 
@@ -427,7 +365,7 @@ Result<Calibration> Calibrate(const CalibrationOptions& o) {
                (o.dirs.size() > 1 ? " (each alone, then together)" : ""));
   }
   SSDTRAIN_RETURN_IF_ERROR(before());
-  SSDTRAIN_RETURN_IF_ERROR(MeasureSsd(o, &out));
+  SSDTRAIN_RETURN_IF_ERROR(detail::MeasureSsd(o, &out));
   SSDTRAIN_RETURN_IF_ERROR(MeasureTraceOps(**device, o, &out));
   SSDTRAIN_RETURN_IF_ERROR(MeasureIoOverhead(**device, o, &out));
   return out;
