@@ -183,17 +183,10 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
     return Bad(source, "fp8",
                "unknown recipe \"" + c.fp8 + "\", expected " +
                    std::string(traces::kFp8RecipeNames) + " (or off)");
-  } else if (*fp8 != traces::Fp8Recipe::kOff) {
-    if (c.dtype == "fp32") {
-      return Bad(source, "fp8",
-                 "FP8 training keeps its weights and the tensors it does not quantize in a "
-                 "16-bit dtype; got dtype fp32 (use bf16)");
-    }
-    if (c.zero_stage == 3) {
-      return Bad(source, "fp8",
-                 "FP8 with ZeRO-3 is not modelled yet (the FP8 all-gather of the sharded "
-                 "weights, --fp8-param-gather); use zero_stage 0, 1 or 2");
-    }
+  } else if (*fp8 != traces::Fp8Recipe::kOff && c.dtype == "fp32") {
+    return Bad(source, "fp8",
+               "FP8 training keeps its weights and the tensors it does not quantize in a "
+               "16-bit dtype; got dtype fp32 (use bf16)");
   }
   if (!OneOf(kOptimizers, c.optimizer)) {
     return Bad(source, "optimizer",
@@ -340,7 +333,13 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   }
   SSDTRAIN_RETURN_IF_ERROR(ValidateSlidingWindow(c, source));
   SSDTRAIN_RETURN_IF_ERROR(ValidateMla(c, source));
-  return ValidateMoe(c, source);
+  SSDTRAIN_RETURN_IF_ERROR(ValidateMoe(c, source));
+  const std::optional<traces::Fp8Recipe> recipe = traces::ParseFp8Recipe(c.fp8);
+  if (const auto u =
+          traces::Unmodelled(LayoutOf(c), recipe && *recipe != traces::Fp8Recipe::kOff)) {
+    return Bad(source, u->field, u->why);
+  }
+  return Status::Ok();
 }
 
 Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,

@@ -57,12 +57,6 @@ Status ValidateExpertParallel(const ModelConfig& c, const std::string& source) {
                    "divide dp " +
                    Str(c.dp) + ")");
   }
-  if (c.ep > 1 && c.zero_stage >= 1) {
-    return Bad(source, "ep",
-               Str(c.ep) + " with zero_stage " + Str(c.zero_stage) +
-                   " is not modelled (Megatron-Core shards the "
-                   "experts' state over dp / ep, the rest over dp); use zero_stage 0");
-  }
   return Status::Ok();
 }
 

@@ -9,6 +9,7 @@
 #include "sim/topology.h"
 #include "traces/collective_kind.h"
 #include "traces/dp_buckets.h"
+#include "traces/layout.h"
 #include "traces/storage_plan.h"
 
 namespace ssdtrain::sim {
@@ -135,12 +136,20 @@ Status CheckExpertPins(const PlannerOptions& o) {
   if (o.gpus % *o.ep != 0) {
     return Status::InvalidArgument(ep + ": does not divide " + Flag("--gpus", o.gpus));
   }
-  if (o.zero_stage && *o.zero_stage >= 1) {
-    return Status::InvalidArgument(ep + " with " + Flag("--zero-stage", *o.zero_stage) +
-                                   ": not modelled (Megatron-Core "
-                                   "shards the experts' state over dp / ep)");
-  }
   return Status::Ok();
+}
+
+// Pinned degrees the traces do not model together (traces::Unmodelled).
+Status CheckUnmodelledPins(const PlannerOptions& o) {
+  if (!o.zero_stage) return Status::Ok();
+  traces::Layout l;
+  l.ep = o.ep.value_or(1);
+  l.zero_stage = *o.zero_stage;
+  const auto u = traces::Unmodelled(l, !o.fp8.empty());
+  if (!u) return Status::Ok();
+  const std::string other = u->field == "ep" ? Flag("--ep", l.ep) : "--fp8 " + o.fp8;
+  return Status::InvalidArgument(other + " with " + Flag("--zero-stage", l.zero_stage) + ": " +
+                                 u->why);
 }
 
 }  // namespace
@@ -182,6 +191,7 @@ Status CheckPins(const PlannerOptions& o) {
   SSDTRAIN_RETURN_IF_ERROR(positive("--num-micro-batches", o.num_micro_batches));
   SSDTRAIN_RETURN_IF_ERROR(positive("--ep", o.ep));
   SSDTRAIN_RETURN_IF_ERROR(CheckExpertPins(o));
+  SSDTRAIN_RETURN_IF_ERROR(CheckUnmodelledPins(o));
   SSDTRAIN_RETURN_IF_ERROR(positive("--dp-shard", o.dp_shard));
   SSDTRAIN_RETURN_IF_ERROR(positive("--cp", o.cp));
   if (o.cp && *o.cp > 1) {
@@ -314,9 +324,11 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
           }
           for (int64_t ep : ExpertDegrees(o, dp)) {
             for (int64_t zero : ZeroStages(o, dp * cp)) {
-              if (ep > 1 && zero >= 1) continue;                   // not modelled (CheckExpertPins)
               if (!o.zero_stage && zero == 3 && pp > 1) continue;  // PlannerOptions::zero_stage
-              if (!o.zero_stage && zero == 3 && !o.fp8.empty()) continue;  // and ::fp8
+              if (traces::Unmodelled(traces::Layout{.ep = ep, .zero_stage = zero},
+                                     !o.fp8.empty())) {
+                continue;  // unpinned: CheckUnmodelledPins refused such pins
+              }
               if (o.dp_shard && (dp % *o.dp_shard != 0 || zero == 0)) continue;
               Layout l{mb, tp, pp, dp, m, cp, zero};
               l.ep = ep;

@@ -86,6 +86,18 @@ TEST_F(ExpertParallelCli, AnImpossibleEpIsRefusedNamingTheFlag) {
   EXPECT_NE(trace.output.find("with --ep 2: ep: ep x tp = 2 x 1 does not divide dp x tp = 1 x 1"),
             std::string::npos)
       << trace.output;
+  // ep with a ZeRO stage, and FP8 with ZeRO-3: one rule (traces::Unmodelled)
+  // for the planner's pins and the config's fields.
+  CliResult zero = RunSsdtrain(base + " --ep 2 --zero-stage 1");
+  EXPECT_EQ(zero.exit_code, 1);
+  EXPECT_NE(zero.output.find("--ep 2 with --zero-stage 1: ep 2 with ZeRO stage 1 is not modelled"),
+            std::string::npos)
+      << zero.output;
+  CliResult zero_trace = RunSsdtrain("trace --model " + Model("tiny-moe") +
+                                     " --dp 2 --ep 2 --zero-stage 1 -o " + File("t.json"));
+  EXPECT_EQ(zero_trace.exit_code, 1);
+  EXPECT_NE(zero_trace.output.find("ep: ep 2 with ZeRO stage 1 is not modelled"), std::string::npos)
+      << zero_trace.output;
 }
 
 TEST_F(ExpertParallelCli, ATraceBuiltAtAnEpIsPlannedAtIt) {

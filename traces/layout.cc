@@ -166,6 +166,21 @@ Status ValidateLayout(const Layout& l, const std::string& source, const std::str
   return Status::Ok();
 }
 
+std::optional<UnmodelledLayout> Unmodelled(const Layout& l, bool fp8) {
+  if (l.ep > 1 && l.zero_stage >= 1) {
+    return UnmodelledLayout{"ep", "ep " + Str(l.ep) + " with ZeRO stage " + Str(l.zero_stage) +
+                                      " is not modelled (Megatron-Core shards the experts' "
+                                      "state over cp x dp / ep, the rest over cp x dp); use "
+                                      "ZeRO stage 0 or ep 1"};
+  }
+  if (fp8 && l.zero_stage == 3) {
+    return UnmodelledLayout{"fp8",
+                            "FP8 with ZeRO-3 is not modelled yet (the FP8 all-gather of the "
+                            "sharded weights, --fp8-param-gather); use ZeRO stage 0, 1 or 2"};
+  }
+  return std::nullopt;
+}
+
 Status CheckWorld(const Layout& l, int64_t gpus, const std::string& source) {
   if (l.world() == gpus) return Status::Ok();
   return Status::InvalidArgument(source + ": tp " + Str(l.tp) + " x cp " + Str(l.cp) + " x dp " +

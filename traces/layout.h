@@ -48,6 +48,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,19 @@ struct Layout {
 // each field name ("--" for command-line flags, "" for file fields).
 Status ValidateLayout(const Layout& layout, const std::string& source,
                       const std::string& field_prefix = "");
+// A layout the trace builder does not model yet, and why, decided here for
+// the model config's validation and the planner's pins and search alike:
+// - ep > 1 with a ZeRO stage (field "ep"): Megatron-Core shards the experts'
+//   state over the expert-data-parallel group (cp · dp / ep), the rest over
+//   cp · dp; the traces shard everything over one group;
+// - ZeRO-3 under FP8 (field "fp8"): the FP8 all-gather of the sharded
+//   weights (Megatron's --fp8-param-gather) is not built.
+// `why` names no field or flag: each caller says which of its own it was.
+struct UnmodelledLayout {
+  std::string field;  // the config field it is refused under: "ep" or "fp8"
+  std::string why;
+};
+std::optional<UnmodelledLayout> Unmodelled(const Layout& layout, bool fp8);
 // The layout on exactly `gpus` ranks: "tp 2 · cp 2 · dp 2 · pp 1 = 8 ranks, not 16".
 Status CheckWorld(const Layout& layout, int64_t gpus, const std::string& source);
 // Context parallelism's split of a sequence of `seq_len` tokens: 2·cp chunks

@@ -151,7 +151,7 @@ TEST(ExpertParallel, RefusesAnEpThatTheExpertsOrTheDataParallelRanksDoNotDivide)
       << Refusal(c, o);
   o.ep = 2;
   o.zero_stage = 1;
-  EXPECT_NE(Refusal(c, o).find("ep: 2 with zero_stage 1 is not modelled"), std::string::npos)
+  EXPECT_NE(Refusal(c, o).find("ep: ep 2 with ZeRO stage 1 is not modelled"), std::string::npos)
       << Refusal(c, o);
   o = ConfigOverrides{};
   o.ep = 0;

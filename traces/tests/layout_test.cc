@@ -152,6 +152,12 @@ TEST(Layout, ValidationNamesTheField) {
   l = Layout{};
   l.cp = 0;
   EXPECT_EQ(ValidateLayout(l, "f").message(), "f: cp: expected a positive integer, got 0");
+  // What the traces do not model yet, one rule for configs and the planner.
+  EXPECT_FALSE(Unmodelled(Layout{.ep = 2}, true));
+  EXPECT_FALSE(Unmodelled(Layout{.zero_stage = 2}, true));
+  EXPECT_EQ(Unmodelled(Layout{.ep = 2, .zero_stage = 1}, false)->field, "ep");
+  EXPECT_EQ(Unmodelled(Layout{.zero_stage = 3}, true)->field, "fp8");
+  EXPECT_FALSE(Unmodelled(Layout{.zero_stage = 3}, false));
   l = Layout{};
   l.dp = 3;
   l.ep = 2;
