@@ -109,6 +109,22 @@ std::optional<int64_t> AsInt(const json& v) {
   return std::nullopt;
 }
 
+// A node's field: its own (torch 1.13's layout), or the value of its attrs
+// entry of that name (torch 2's: [{"name", "type", "value"}, ...]); null when
+// it has neither.
+const json* Field(const json& node, const char* name) {
+  if (const auto f = node.find(name); f != node.end()) return &*f;
+  const auto attrs = node.find("attrs");
+  if (attrs == node.end() || !attrs->is_array()) return nullptr;
+  for (const json& a : *attrs) {
+    if (!a.is_object()) continue;
+    const auto n = a.find("name");
+    const auto value = a.find("value");
+    if (n != a.end() && value != a.end() && n->is_string() && *n == name) return &*value;
+  }
+  return nullptr;
+}
+
 Status Importer::ReadNodes() {
   const auto nodes = j_.find("nodes");
   if (nodes == j_.end() || !nodes->is_array()) {
@@ -130,12 +146,16 @@ Status Importer::ReadNodes() {
       return Error("node " + std::to_string(n.id) + ": name: expected a string");
     }
     n.name = name->get<std::string>();
-    const auto parent = v.find("parent");
-    const std::optional<int64_t> pv = parent == v.end() ? std::nullopt : AsInt(*parent);
-    if (!pv) return NodeError(n, "parent", "expected an integer (the parent node's id)");
+    // torch 2 writes the parent as ctrl_deps, the rest under attrs.
+    const bool torch2 = v.contains("ctrl_deps");
+    const json* parent = Field(v, torch2 ? "ctrl_deps" : "parent");
+    const std::optional<int64_t> pv = parent == nullptr ? std::nullopt : AsInt(*parent);
+    if (!pv) {
+      return NodeError(n, torch2 ? "ctrl_deps" : "parent",
+                       "expected an integer (the parent node's id)");
+    }
     n.parent = *pv;
-    const auto schema = v.find("op_schema");
-    if (schema != v.end()) {
+    if (const json* schema = Field(v, "op_schema"); schema != nullptr) {
       if (!schema->is_string()) return NodeError(n, "op_schema", "expected a string");
       n.op = !schema->get_ref<const std::string&>().empty();
     } else {
@@ -144,8 +164,8 @@ Status Importer::ReadNodes() {
     for (auto [field, dest] : {std::pair<const char*, int64_t*>{"seq_id", &n.seq_id},
                                {"tid", &n.tid},
                                {"fw_tid", &n.fw_tid}}) {
-      const auto f = v.find(field);
-      if (f == v.end()) continue;
+      const json* f = Field(v, field);
+      if (f == nullptr) continue;
       const std::optional<int64_t> fv = AsInt(*f);
       if (!fv) return NodeError(n, field, "expected an integer");
       *dest = *fv;
@@ -290,25 +310,38 @@ Result<TensorValue> Importer::ReadTensor(const Node& n, const std::string& field
 Status Importer::ReadValues(const Node& n, const std::string& side,
                             std::vector<TensorValue>* tensors, ArgShapes* shapes) const {
   const json& v = *n.j;
+  const auto io = v.find(side);
+  if (io == v.end() || !(io->is_array() || io->is_object())) {
+    return NodeError(n, side,
+                     "expected an array (torch 1.13) or an object of values, shapes and types "
+                     "(torch 2)");
+  }
+  // torch 1.13: "inputs", "input_shapes", "input_types"; torch 2: "inputs":
+  // {"values", "shapes", "types", "strides"}.
+  const bool torch2 = io->is_object();
+  const json& owner = torch2 ? *io : v;
   const std::string one = side.substr(0, side.size() - 1);  // "inputs" -> "input_types"
-  const auto values = v.find(side);
-  const auto shape_list = v.find(one + "_shapes");
-  const auto types = v.find(one + "_types");
-  if (values == v.end() || !values->is_array()) {
-    return NodeError(n, side, "expected an array");
+  const std::string values_name = torch2 ? side + ".values" : side;
+  const std::string shapes_name = torch2 ? side + ".shapes" : one + "_shapes";
+  const std::string types_name = torch2 ? side + ".types" : one + "_types";
+  const auto values = torch2 ? owner.find("values") : io;
+  const auto shape_list = owner.find(torch2 ? "shapes" : one + "_shapes");
+  const auto types = owner.find(torch2 ? "types" : one + "_types");
+  if (values == owner.end() || !values->is_array()) {
+    return NodeError(n, values_name, "expected an array");
   }
-  if (types == v.end() || !types->is_array() || types->size() != values->size()) {
-    return NodeError(n, one + "_types", "expected an array as long as " + side);
+  if (types == owner.end() || !types->is_array() || types->size() != values->size()) {
+    return NodeError(n, types_name, "expected an array as long as " + values_name);
   }
-  const bool have_shapes = shape_list != v.end() && shape_list->is_array();
+  const bool have_shapes = shape_list != owner.end() && shape_list->is_array();
   if (have_shapes && shape_list->size() != values->size()) {
-    return NodeError(n, one + "_shapes", "expected an array as long as " + side);
+    return NodeError(n, shapes_name, "expected an array as long as " + values_name);
   }
   static const json kNull;
   for (size_t i = 0; i < values->size(); ++i) {
     const std::string field = side + "[" + std::to_string(i) + "]";
     const json& type = (*types)[i];
-    if (!type.is_string()) return NodeError(n, one + "_types", "expected strings");
+    if (!type.is_string()) return NodeError(n, types_name, "expected strings");
     const std::string& ty = type.get_ref<const std::string&>();
     const json& shape = have_shapes ? (*shape_list)[i] : kNull;
     std::vector<int64_t> arg_shape;
@@ -318,12 +351,13 @@ Status Importer::ReadValues(const Node& n, const std::string& side,
         arg_shape = t.shape;
         tensors->push_back(std::move(t));
       }
-    } else if (ty.starts_with("GenericList[") && ty.find("Tensor(") != std::string::npos) {
-      // "GenericList[Tensor(float),Tensor(float)]": a list of tensors.
+    } else if ((ty.starts_with("GenericList[") || ty.starts_with("Tuple[")) &&
+               ty.find("Tensor(") != std::string::npos) {
+      // "GenericList[Tensor(float),Tensor(float)]": a list (or tuple) of tensors.
       const json& list = (*values)[i];
       if (!list.is_array()) return NodeError(n, field, "expected a list of tensors");
       std::vector<std::string_view> elem_types;
-      std::string_view rest = std::string_view(ty).substr(12);
+      std::string_view rest = std::string_view(ty).substr(ty.find('[') + 1);
       if (rest.ends_with("]")) rest.remove_suffix(1);
       while (!rest.empty()) {
         const size_t comma = rest.find(',');

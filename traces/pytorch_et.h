@@ -5,7 +5,11 @@
 // observed region as a node (id, name, parent, op_schema, seq_id, tid,
 // fw_tid, and its inputs and outputs: values, shapes, types), a tensor value
 // being [tensor id, storage id, offset, numel, itemsize, device]. There are
-// no durations, no frees, no module names and no model dims.
+// no durations, no frees, no module names and no model dims. Both layouts are
+// read: torch 1.13's (schema 1.0.1: "parent", "inputs", "input_shapes",
+// "input_types", the rest as fields) and torch 2's (schema 1.0.2-chakra.0.0.4
+// onwards: "ctrl_deps", "inputs": {"values", "shapes", "types", "strides"},
+// the rest under "attrs" as {"name", "type", "value"}).
 //
 // How it becomes a trace:
 // - Ops: the operator nodes (a non-empty op_schema) with no operator above

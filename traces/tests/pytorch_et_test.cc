@@ -147,6 +147,65 @@ TEST(PytorchEt, ReadTraceKnowsTheFileAndSaysWhatItAssumed) {
   EXPECT_EQ(ToJson(*back), ToJson(*t));
 }
 
+std::string Refusal(const json& j);
+
+// The fixture rewritten in torch 2's layout (execution_trace_observer.cpp:
+// ctrl_deps, inputs/outputs as {values, shapes, types, strides}, the rest
+// under attrs), as torch 2.5 writes it.
+json Torch2Layout(const json& et) {
+  json out = {{"schema", "1.1.1-chakra.0.0.4"}, {"pid", et["pid"]}, {"nodes", json::array()}};
+  for (const json& n : et["nodes"]) {
+    std::string name = n["name"];
+    if (const size_t at = name.find("execution_graph"); at != std::string::npos) {
+      name.replace(at, 15, "execution_trace");
+    }
+    auto io = [&](const char* side, const char* one) {
+      const std::string s(one);
+      return json{{"values", n[side]},
+                  {"shapes", n[s + "_shapes"]},
+                  {"types", n[s + "_types"]},
+                  {"strides", json::array()}};
+    };
+    json attrs = json::array();
+    for (const char* a : {"rf_id", "fw_parent", "seq_id", "scope", "tid", "fw_tid", "op_schema"}) {
+      attrs.push_back({{"name", a},
+                       {"type", a == std::string("op_schema") ? "string" : "int64"},
+                       {"value", n[a]}});
+    }
+    attrs.push_back({{"name", "kernel_backend"}, {"type", "string"}, {"value", ""}});
+    out["nodes"].push_back({{"id", n["id"]},
+                            {"name", name},
+                            {"ctrl_deps", n["parent"]},
+                            {"inputs", io("inputs", "input")},
+                            {"outputs", io("outputs", "output")},
+                            {"attrs", attrs}});
+  }
+  return out;
+}
+
+TEST(PytorchEt, Torch2sLayoutReadsAsTheSameStep) {
+  Result<json> j = ReadJsonFile(kFixture);
+  ASSERT_TRUE(j.ok()) << j.status().message();
+  const json torch2 = Torch2Layout(*j);
+  ASSERT_TRUE(IsPytorchEt(torch2));
+  Result<PytorchEtImport> r = TraceFromPytorchEt(torch2, "et2.json");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(ToJson(r->trace), ToJson(Fixture().trace));
+  // Its messages name its own fields.
+  json bad = torch2;
+  for (json& n : bad["nodes"]) {
+    if (n["name"] == "aten::linear") {
+      n["inputs"]["types"].erase(0);
+      break;
+    }
+  }
+  const std::string message = Refusal(bad);
+  EXPECT_NE(message.find("(aten::linear): inputs.types: expected an array as long as "
+                         "inputs.values"),
+            std::string::npos)
+      << message;
+}
+
 // A minimal step as the observer writes it: x @ w forward, its backward.
 json MiniEt() {
   auto tensor = [](int64_t tid, int64_t sid, int64_t numel) {
