@@ -271,8 +271,7 @@ Verb AddPlanCommand(CLI::App& app) {
   cmd->add_option("--policy", o->policy,
                   "keep, recompute-full, recompute-selective, offload-host, offload-ssd, "
                   "ssdtrain, ssdtrain-paper, megatron-offload, optimal or auto (default: auto, "
-                  "the fastest that fits of every policy but ssdtrain-paper and "
-                  "megatron-offload)")
+                  "the fastest that fits of every policy but ssdtrain-paper)")
       ->check(CLI::IsMember({"keep", "recompute-full", "recompute-selective", "offload-host",
                              "offload-ssd", "ssdtrain", "ssdtrain-paper", "megatron-offload",
                              "optimal", "auto"}));
@@ -366,7 +365,8 @@ Verb AddPlanCommand(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::IsMember({"core_attn", "mla_up_proj"}));
   cmd->add_option("--offload-modules", o->offload_modules,
-                  "what --policy megatron-offload sends to pinned host memory, as "
+                  "what megatron-offload (--policy, or tried by auto) sends to pinned host "
+                  "memory, as "
                   "Megatron-Core's --offload-modules: attn_norm, qkv_linear, core_attn, "
                   "attn_proj, mlp_norm, expert_fc1, moe_act (default: core_attn,attn_proj,"
                   "expert_fc1, its documentation's recommendation)")

@@ -42,6 +42,9 @@ Result<std::vector<std::string>> PoliciesToTry(const PlannerOptions& options) {
   for (std::string_view p : kFixedPolicies) {
     if (p != "offload-host" || options.allow_host_offload) policies.emplace_back(p);
   }
+  // Megatron-Core's fine-grained offload of the --offload-modules: the peer a
+  // user weighs SSD offload against, so auto weighs it too.
+  if (options.allow_host_offload) policies.emplace_back("megatron-offload");
   policies.emplace_back("optimal");
   return policies;
 }

@@ -38,8 +38,9 @@
 //                        elements (its --min-offloaded-tensor-size), goes to
 //                        pinned host memory in forward order, up to the pinned
 //                        budget, and is read back with the fixed policies'
-//                        lookahead. Not in kFixedPolicies: `plan --compare`
-//                        shows it beside them.
+//                        lookahead. Not in kFixedPolicies (optimal starts
+//                        from those): `plan --compare` shows it beside them,
+//                        and the planner's auto tries it after them.
 //   optimal              per tensor, chosen jointly under the memory budget by
 //                        simulation, with time-aware prefetch (optimal_policy.h)
 //

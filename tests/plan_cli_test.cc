@@ -110,7 +110,8 @@ TEST_F(PlanCli, TinyGptPlanUnderASmallBudgetIsAcceptedByItsTrace) {
 }
 
 // The default search (`auto`: every policy) on tiny-gpt finds a plan under the
-// same budget, and --rok prints one row per policy (6 fixed + optimal).
+// same budget, and --rok prints one row per policy (6 fixed, megatron-offload
+// and optimal).
 TEST_F(PlanCli, AutoSearchFitsTheBudgetAndPrintsTheRokCurve) {
   CliResult r =
       RunSsdtrain("plan --model " + Model("tiny-gpt") + " --hardware " + Hardware("cpu-local") +
@@ -118,7 +119,7 @@ TEST_F(PlanCli, AutoSearchFitsTheBudgetAndPrintsTheRokCurve) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("recompute-offload-keep curve"), std::string::npos) << r.output;
   for (const char* policy : {"keep", "recompute-full", "recompute-selective", "offload-host",
-                             "offload-ssd", "ssdtrain", "optimal"}) {
+                             "offload-ssd", "ssdtrain", "megatron-offload", "optimal"}) {
     EXPECT_TRUE(
         std::regex_search(r.output, std::regex(std::string("\n +") + policy +
                                                " +[0-9.]+ +[0-9.]+ +[0-9.]+  (yes|no: [^\n]+)\n")))
@@ -129,7 +130,7 @@ TEST_F(PlanCli, AutoSearchFitsTheBudgetAndPrintsTheRokCurve) {
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   ASSERT_TRUE(plan->prediction.has_value());
   EXPECT_LE(plan->prediction->peak_gpu_bytes, static_cast<int64_t>(0.1 * kGiB));
-  EXPECT_EQ(plan->extra.at("rok").size(), 7u);
+  EXPECT_EQ(plan->extra.at("rok").size(), 8u);
 }
 
 // --rok marks the points over the budget: tiny-gpt at micro-batch 4 on

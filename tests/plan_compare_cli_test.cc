@@ -187,7 +187,8 @@ TEST_F(PlanCompareCli, RokRowsAreThePolicyRunsAtTheSameLayout) {
     Result<traces::Plan> automatic = traces::ReadPlan(File("auto.json"));
     ASSERT_TRUE(automatic.ok()) << automatic.status().ToString();
     const nlohmann::json& rok = automatic->extra.at("rok");
-    ASSERT_EQ(rok.size(), 7u) << layout;  // kFixedPolicies and optimal: none skipped here
+    // kFixedPolicies, megatron-offload and optimal: none skipped here.
+    ASSERT_EQ(rok.size(), 8u) << layout;
     for (const nlohmann::json& row : rok) {
       const std::string policy = row.at("policy");
       CliResult one = RunSsdtrain(flags + " --policy " + policy + " -o " + File("one.json"));

@@ -102,6 +102,7 @@ void CheckStagePeaks(const SweepCase& c, const std::string& policy, const sim::P
 
 std::vector<std::string> AllPlannerPolicies() {
   std::vector<std::string> out(std::begin(sim::kFixedPolicies), std::end(sim::kFixedPolicies));
+  out.emplace_back("megatron-offload");  // auto tries it too (sim/planner.cc)
   out.emplace_back("optimal");
   out.emplace_back("auto");
   return out;
