@@ -2,7 +2,10 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <iterator>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "app/cli_errors.h"
 #include "app/command.h"
@@ -17,8 +20,10 @@
 #include "sim/fit.h"
 #include "sim/hardware.h"
 #include "sim/planner.h"
+#include "sim/policy.h"
 #include "sim/simulate.h"
 #include "traces/io.h"
+#include "traces/op_scope.h"
 #include "traces/plan.h"
 #include "traces/report.h"
 #include "traces/timeline.h"
@@ -363,7 +368,8 @@ Verb AddPlanCommand(CLI::App& app) {
                   "core_attn (the attention scores and softmax; the default) and mla_up_proj "
                   "(multi-head latent attention's up-projected query, key and value)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"core_attn", "mla_up_proj"}));
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(sim::kRecomputeModules),
+                                                     std::end(sim::kRecomputeModules))));
   cmd->add_option("--offload-modules", o->offload_modules,
                   "what megatron-offload (--policy, or tried by auto) sends to pinned host "
                   "memory, as "
@@ -371,8 +377,8 @@ Verb AddPlanCommand(CLI::App& app) {
                   "attn_proj, mlp_norm, expert_fc1, moe_act (default: core_attn,attn_proj,"
                   "expert_fc1, its documentation's recommendation)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm",
-                             "expert_fc1", "moe_act"}));
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(traces::kOffloadModules),
+                                                     std::end(traces::kOffloadModules))));
   return Verb{cmd, [o] { return RunPlan(*o); }};
 }
 

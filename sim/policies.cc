@@ -64,26 +64,38 @@ Placement Offload(const traces::Trace& trace, const std::vector<traces::OpId>& p
 
 }  // namespace
 
-std::string RecomputeModulesError(const std::vector<std::string>& modules) {
-  for (const std::string& m : modules) {
-    if (std::find(std::begin(kRecomputeModules), std::end(kRecomputeModules), m) ==
-        std::end(kRecomputeModules)) {
-      return "recompute module \"" + m + "\": expected core_attn or mla_up_proj";
+namespace {
+
+// "" when every name is in `known`, else "<what> "x": expected a, b or c",
+// the list written from `known` itself.
+template <size_t N>
+std::string NotAmong(std::string_view what, const std::vector<std::string>& names,
+                     const std::string_view (&known)[N]) {
+  for (const std::string& m : names) {
+    if (std::find(std::begin(known), std::end(known), m) != std::end(known)) continue;
+    std::string list;
+    for (size_t i = 0; i < N; ++i) {
+      if (i > 0) list.append(i + 1 == N ? " or " : ", ");
+      list.append(known[i]);
     }
+    std::string out(what);
+    out.append(" \"");
+    out.append(m);
+    out.append("\": expected ");
+    out.append(list);
+    return out;
   }
   return "";
 }
 
+}  // namespace
+
+std::string RecomputeModulesError(const std::vector<std::string>& modules) {
+  return NotAmong("recompute module", modules, kRecomputeModules);
+}
+
 std::string OffloadModulesError(const std::vector<std::string>& modules) {
-  for (const std::string& m : modules) {
-    if (std::find(std::begin(traces::kOffloadModules), std::end(traces::kOffloadModules), m) ==
-        std::end(traces::kOffloadModules)) {
-      return "offload module \"" + m +
-             "\": expected attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1 or "
-             "moe_act";
-    }
-  }
-  return "";
+  return NotAmong("offload module", modules, traces::kOffloadModules);
 }
 
 traces::Plan BasePlan(const traces::Trace& trace) {

@@ -275,5 +275,17 @@ TEST(Policies, OrderBasedPrefetchLooksTwoModulesAhead) {
   EXPECT_EQ(traces::LookaheadPrefetchOp(t, 2, 0), 7);  // lookahead 0: at the consumer itself
 }
 
+// Module names are checked against the lists themselves, which the messages
+// (and plan's flag checks) are written from.
+TEST(PolicyModules, AnUnknownModuleIsNamedWithTheListItIsNotIn) {
+  EXPECT_EQ(RecomputeModulesError({"core_attn", "mla_up_proj"}), "");
+  EXPECT_EQ(RecomputeModulesError({"core_attn", "mlp"}),
+            "recompute module \"mlp\": expected core_attn or mla_up_proj");
+  EXPECT_EQ(OffloadModulesError({"attn_norm", "moe_act"}), "");
+  EXPECT_EQ(OffloadModulesError({"fc2"}),
+            "offload module \"fc2\": expected attn_norm, qkv_linear, core_attn, attn_proj, "
+            "mlp_norm, expert_fc1 or moe_act");
+}
+
 }  // namespace
 }  // namespace ssdtrain::sim
