@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cmake/build_paths.h"
 #include "exec/device.h"
 #include "exec/replay.h"
 #include "sim/hardware.h"
@@ -22,9 +23,16 @@
 
 namespace ssdtrain::app::demo {
 
-inline constexpr const char* kDefaultModel = SSDTRAIN_SOURCE_DIR "/configs/models/tiny-gpt.json";
-inline constexpr const char* kBaseHardware = SSDTRAIN_SOURCE_DIR "/configs/hardware/cpu-local.json";
-inline constexpr const char* kPlotScript = SSDTRAIN_SOURCE_DIR "/analysis/plots.py";
+// The checkout's configs and plot script (the demo runs from a checkout).
+inline std::string DefaultModel() {
+  return std::string(ConfiguredSourceDir()) + "/configs/models/tiny-gpt.json";
+}
+inline std::string BaseHardware() {
+  return std::string(ConfiguredSourceDir()) + "/configs/hardware/cpu-local.json";
+}
+inline std::string PlotScript() {
+  return std::string(ConfiguredSourceDir()) + "/analysis/plots.py";
+}
 // The budget the planner gets: keep-everything's peak minus this share of its
 // activation peak — below what full recomputation alone reaches (it keeps each
 // block's input, about a quarter), so that the plan has to offload.
@@ -38,7 +46,7 @@ inline constexpr int kCalibrationCacheVersion = 3;
 inline constexpr double kRecalibrateAt = 0.10;
 
 struct DemoOptions {
-  std::string model = kDefaultModel;
+  std::string model = DefaultModel();
   std::string dir;     // offload directory; empty: a fresh one under $TMPDIR or /var/tmp
   std::string report;  // report folder; empty: ./ssdtrain-report-<time>
   std::string backend = "auto";

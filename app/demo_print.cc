@@ -132,7 +132,7 @@ void Demo::Plots(const std::vector<Row>& rows) const {
 }
 
 void Demo::RunPlot(const std::string& args) const {
-  const std::string cmd = std::string("/usr/bin/python3 '") + kPlotScript + "' " + args;
+  const std::string cmd = std::string("/usr/bin/python3 '") + PlotScript() + "' " + args;
   if (std::system(cmd.c_str()) != 0) Progress("plot failed: " + cmd);
 }
 

@@ -66,7 +66,7 @@ Result<sim::HardwareOptions> Demo::Calibration(bool measure) {
     }
     Progress("calibration cache unreadable (" + hw.status().message() + "); measuring again");
   }
-  SSDTRAIN_ASSIGN_OR_RETURN(sim::HardwareOptions base, sim::LoadHardware(kBaseHardware));
+  SSDTRAIN_ASSIGN_OR_RETURN(sim::HardwareOptions base, sim::LoadHardware(BaseHardware()));
   exec::CalibrationOptions co;
   co.dirs = {dir_};
   co.backend = Backend(o_.backend);
@@ -75,7 +75,7 @@ Result<sim::HardwareOptions> Demo::Calibration(bool measure) {
   co.progress = [this](const std::string& line) { Progress("calibrate: " + line); };
   SSDTRAIN_ASSIGN_OR_RETURN(exec::Calibration c, exec::Calibrate(co));
   sim::HardwareOptions hw = ApplyCalibration(
-      base, c, CalibrationSettings{{dir_}, kBaseHardware, co.block_size, co.queue_depth});
+      base, c, CalibrationSettings{{dir_}, BaseHardware(), co.block_size, co.queue_depth});
   std::error_code ec;
   fs::create_directories(cache.parent_path(), ec);
   Status saved = traces::WriteJsonFile(sim::ToJson(hw), cache.string());

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <system_error>
 
+#include "cmake/build_paths.h"
+
 namespace ssdtrain::app {
 namespace {
 
@@ -52,7 +54,7 @@ std::string ConfigsDir() {
     const fs::path installed = self.parent_path().parent_path() / "share" / "ssdtrain" / "configs";
     if (fs::is_directory(installed / "hardware", ec)) return installed.string();
   }
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/configs";
+  return std::string(ConfiguredSourceDir()) + "/configs";
 }
 
 }  // namespace ssdtrain::app

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "cmake/build_paths.h"
 #include "exec/replay.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
@@ -42,7 +43,8 @@ struct BenchFlags {
   std::string dir;
   exec::BackendChoice backend = exec::BackendChoice::kCpu;
   double ssd_bandwidth_GBps = 0;
-  std::string model = std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-gpt.json";
+  std::string model =
+      std::string(ssdtrain::ConfiguredSourceDir()) + "/configs/models/tiny-gpt.json";
 };
 BenchFlags& Flags() {
   static BenchFlags flags;

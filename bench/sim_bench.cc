@@ -11,6 +11,7 @@
 #include <string>
 
 #include "app/model_provider.h"
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/engine.h"
@@ -52,15 +53,15 @@ BENCHMARK(BM_EngineEvents<sim::HeapEventQueue>)->Arg(16)->Arg(1024)->Unit(benchm
 BENCHMARK(BM_EngineEvents<sim::MapEventQueue>)->Arg(1024)->Unit(benchmark::kMillisecond);
 
 models::ModelConfig LoadModel(const std::string& name) {
-  Result<models::ModelConfig> c = models::LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) +
-                                                          "/configs/models/" + name + ".json");
+  Result<models::ModelConfig> c = models::LoadModelConfig(
+      std::string(ssdtrain::ConfiguredSourceDir()) + "/configs/models/" + name + ".json");
   if (!c.ok()) throw std::runtime_error(c.status().ToString());
   return *c;
 }
 
 sim::HardwareOptions LoadHw(const std::string& name) {
-  Result<sim::HardwareOptions> hw =
-      sim::LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/" + name + ".json");
+  Result<sim::HardwareOptions> hw = sim::LoadHardware(std::string(ssdtrain::ConfiguredSourceDir()) +
+                                                      "/configs/hardware/" + name + ".json");
   if (!hw.ok()) throw std::runtime_error(hw.status().ToString());
   return *hw;
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "traces/io.h"
@@ -17,8 +18,8 @@ namespace {
 using namespace ssdtrain;
 
 models::ModelConfig Gpt175b() {
-  Result<models::ModelConfig> c =
-      models::LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/gpt-175b.json");
+  Result<models::ModelConfig> c = models::LoadModelConfig(
+      std::string(ssdtrain::ConfiguredSourceDir()) + "/configs/models/gpt-175b.json");
   if (!c.ok()) throw std::runtime_error(c.status().ToString());
   // The whole model in one trace: all 96 blocks (the config's pp would split them into stages).
   c->pp = 1;

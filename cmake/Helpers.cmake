@@ -48,10 +48,8 @@ function(ssdtrain_test name)
     return()
   endif()
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
-  target_compile_definitions(${name} PRIVATE
-    SSDTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-    SSDTRAIN_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} ssdtrain::build_paths GTest::gtest
+                        GTest::gtest_main)
   ssdtrain_warnings(${name})
   # The test files themselves at -O1 in a Release build: the code they test is
   # the libraries', compiled at -O3 as users get it; the tests' own code (gtest
@@ -92,7 +90,6 @@ endfunction()
 function(ssdtrain_benchmark name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark)
-  target_compile_definitions(${name} PRIVATE SSDTRAIN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} ssdtrain::build_paths benchmark::benchmark)
   ssdtrain_warnings(${name})
 endfunction()

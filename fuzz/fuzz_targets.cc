@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/hf_config.h"
 #include "models/model_config.h"
@@ -57,7 +58,7 @@ void Trace(const char* target, const uint8_t* data, size_t size, bool cbor) {
 // The trace the seed plans were made for: tiny-gpt, stage 0 (as `ssdtrain trace`).
 const traces::Trace& PlanFixtureTrace() {
   static const traces::Trace* trace = [] {
-    const std::string path = std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-gpt.json";
+    const std::string path = std::string(ConfiguredSourceDir()) + "/configs/models/tiny-gpt.json";
     Result<models::ModelConfig> config = models::LoadModelConfig(path);
     if (!config.ok()) Fail("plan", "fixture: " + config.status().ToString());
     Result<traces::Trace> built = models::BuildTrace(*config);

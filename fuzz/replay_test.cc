@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cmake/build_paths.h"
 #include "fuzz/fuzz_targets.h"
 
 namespace ssdtrain::fuzz {
@@ -47,13 +48,13 @@ namespace {
 
 // Every target has a seed corpus (a missing folder would make the replay vacuous).
 TEST_P(FuzzReplay, SeedCorpusIsPresent) {
-  const fs::path dir = fs::path(SSDTRAIN_SOURCE_DIR) / "fuzz" / "corpus" / GetParam().name;
+  const fs::path dir = fs::path(ConfiguredSourceDir()) / "fuzz" / "corpus" / GetParam().name;
   EXPECT_FALSE(FilesIn(dir).empty()) << dir << " has no seed inputs";
 }
 
 // Each input returns normally (an entry point aborts the process on a failure).
 TEST_P(FuzzReplay, EveryCommittedInputRunsCleanly) {
-  const fs::path root = fs::path(SSDTRAIN_SOURCE_DIR) / "fuzz";
+  const fs::path root = fs::path(ConfiguredSourceDir()) / "fuzz";
   for (const char* folder : {"corpus", "regressions"}) {
     for (const fs::path& file : FilesIn(root / folder / GetParam().name)) {
       SCOPED_TRACE(file.string());

@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 
+#include "cmake/build_paths.h"
+
 namespace ssdtrain::testing {
 
 struct CliResult {
@@ -18,8 +20,8 @@ struct CliResult {
   std::string output;  // stdout and stderr together
 };
 
-inline std::string SsdtrainBinary() { return std::string(SSDTRAIN_BINARY_DIR) + "/app/ssdtrain"; }
-inline std::string SourceDir() { return SSDTRAIN_SOURCE_DIR; }
+inline std::string SsdtrainBinary() { return std::string(ConfiguredBinaryDir()) + "/app/ssdtrain"; }
+inline std::string SourceDir() { return ConfiguredSourceDir(); }
 
 // Runs a shell command line, stdout and stderr together.
 inline CliResult Shell(const std::string& command) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "app/model_provider.h"
+#include "cmake/build_paths.h"
 #include "models/model_config.h"
 #include "sim/hardware.h"
 #include "sim/planner.h"
@@ -16,14 +17,14 @@ namespace ssdtrain::testing {
 namespace {
 
 std::string ModelPath(const std::string& name) {
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + name + ".json";
+  return std::string(ConfiguredSourceDir()) + "/configs/models/" + name + ".json";
 }
 
 class ContextParallelPlan : public ::testing::Test {
  protected:
   void SetUp() override {
     Result<sim::HardwareOptions> hw = sim::LoadHardware(
-        std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/h100-sxm-8x-gen5-nvme.json");
+        std::string(ConfiguredSourceDir()) + "/configs/hardware/h100-sxm-8x-gen5-nvme.json");
     ASSERT_TRUE(hw.ok()) << hw.status().ToString();
     hw_ = *hw;
     Result<models::ModelConfig> c = models::LoadModelConfig(ModelPath("llama-3-8b"));

@@ -7,13 +7,15 @@
 
 #include <gtest/gtest.h>
 
+#include "cmake/build_paths.h"
 #include "exec/replay.h"
 #include "sim/hardware.h"
 
 namespace ssdtrain::testing {
 
 inline sim::HardwareOptions FastIoCpu() {
-  auto hw = sim::LoadHardware(SSDTRAIN_SOURCE_DIR "/configs/hardware/cpu-local.json");
+  auto hw =
+      sim::LoadHardware(std::string(ConfiguredSourceDir()) + "/configs/hardware/cpu-local.json");
   EXPECT_TRUE(hw.ok()) << hw.status().message();
   hw->gpu.allocation_alignment_bytes = 64;
   hw->gpu.replay_workspace = true;

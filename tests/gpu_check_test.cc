@@ -15,6 +15,7 @@
 #include <fstream>
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "exec/cuda_device.h"
 #include "tests/cli_util.h"
 #include "tests/micro_gpt.h"
@@ -69,7 +70,7 @@ class GpuCheck : public ::testing::Test {
   // gpu-check.sh's probe stage only, on this build's exec_device_test.
   CliResult Probe(const std::string& env) const {
     return Shell("env SSDTRAIN_GPU_CHECK_PROBE_ONLY=1 SSDTRAIN_GPU_BUILD_DIR=" +
-                 std::string(SSDTRAIN_BINARY_DIR) + " " + env + " " + SourceDir() +
+                 std::string(ConfiguredBinaryDir()) + " " + env + " " + SourceDir() +
                  "/scripts/gpu-check.sh " + Path("offload"));
   }
   fs::path dir_;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "tests/cli_util.h"
 
 namespace ssdtrain {
@@ -32,8 +33,8 @@ class Install : public ::testing::Test {
 TEST_F(Install, AnOutsideProjectFindsThePackageBuildsAndRuns) {
   const fs::path prefix = dir_ / "prefix";
   const std::string cmake = SSDTRAIN_CMAKE;
-  CliResult r = Shell(cmake + " --install " + SSDTRAIN_BINARY_DIR + " --prefix " + prefix.string() +
-                      " >/dev/null");
+  CliResult r = Shell(cmake + " --install " + ConfiguredBinaryDir() + " --prefix " +
+                      prefix.string() + " >/dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   // What a user gets, and what stays private.

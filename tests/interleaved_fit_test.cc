@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "cmake/build_paths.h"
 #include "sim/fit.h"
 #include "sim/planner.h"
 #include "sim/simulate.h"
@@ -24,7 +25,7 @@ namespace ssdtrain {
 namespace {
 
 std::string Config(const std::string& kind, const std::string& name) {
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/configs/" + kind + "/" + name + ".json";
+  return std::string(ConfiguredSourceDir()) + "/configs/" + kind + "/" + name + ".json";
 }
 
 struct Case {

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "exec/replay.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
@@ -32,7 +33,8 @@ namespace fs = std::filesystem;
 constexpr int64_t kSeqLen = 64;
 
 models::ModelConfig TinyMoe() {
-  auto c = models::LoadModelConfig(SSDTRAIN_SOURCE_DIR "/configs/models/tiny-moe.json");
+  auto c =
+      models::LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/tiny-moe.json");
   EXPECT_TRUE(c.ok()) << c.status().message();
   models::ConfigOverrides o;
   o.seq_len = kSeqLen;

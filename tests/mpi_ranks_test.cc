@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "tests/cli_util.h"
 
 namespace ssdtrain {
@@ -43,7 +44,7 @@ class MpiRanks : public ::testing::Test {
     // Root in containers and CI: Open MPI asks for both variables.
     return testing::Shell("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout " +
                           std::to_string(guard_seconds) + " mpirun --oversubscribe -np 2 " +
-                          std::string(SSDTRAIN_BINARY_DIR) + "/tests/mpi_rank_scenarios " +
+                          std::string(ConfiguredBinaryDir()) + "/tests/mpi_rank_scenarios " +
                           scenario + " " + dir_.string());
   }
   // A large scenario, one at a time across processes (flock(1) on a shared file).
@@ -57,7 +58,7 @@ class MpiRanks : public ::testing::Test {
                           "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 timeout " +
                           std::to_string(kLargeHangGuardSeconds) +
                           " mpirun --oversubscribe -x GLIBC_TUNABLES -np 2 " +
-                          std::string(SSDTRAIN_BINARY_DIR) + "/tests/mpi_rank_scenarios " +
+                          std::string(ConfiguredBinaryDir()) + "/tests/mpi_rank_scenarios " +
                           scenario + " " + dir_.string());
   }
   // What rank `rank` printed after "rank R: " ("" when it printed nothing).

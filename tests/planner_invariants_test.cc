@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "cmake/build_paths.h"
+
 namespace ssdtrain::testing {
 namespace {
 
@@ -48,7 +50,7 @@ constexpr PresetScale kScaleOf[] = {
 
 std::vector<std::string> GpuPresets() {
   std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(SSDTRAIN_SOURCE_DIR) +
+  for (const auto& e : std::filesystem::directory_iterator(std::string(ConfiguredSourceDir()) +
                                                            "/configs/hardware")) {
     if (e.path().extension() == ".json" && !e.path().filename().string().starts_with("cpu")) {
       out.push_back(e.path().stem().string());
@@ -82,8 +84,8 @@ class PlannerInvariants : public ::testing::TestWithParam<std::string> {};
 // every violation a failure, every policy's summary line printed.
 void ExpectInvariants(const std::string& model, const std::string& preset, int64_t gpus,
                       const std::string& fp8 = "") {
-  const SweepCase c{std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + model + ".json",
-                    std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/" + preset + ".json",
+  const SweepCase c{std::string(ConfiguredSourceDir()) + "/configs/models/" + model + ".json",
+                    std::string(ConfiguredSourceDir()) + "/configs/hardware/" + preset + ".json",
                     gpus,
                     AllPlannerPolicies(),
                     kHangGuardSeconds,

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cmake/build_paths.h"
 #include "tests/planner_invariants.h"
 
 namespace {
@@ -51,8 +52,8 @@ int Usage(const std::string& why) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string models = std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models";
-  std::string hardware = std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware";
+  std::string models = std::string(ssdtrain::ConfiguredSourceDir()) + "/configs/models";
+  std::string hardware = std::string(ssdtrain::ConfiguredSourceDir()) + "/configs/hardware";
   std::vector<int64_t> gpus{8, 64, 512, 4096};
   std::vector<std::string> policies = ssdtrain::testing::AllPlannerPolicies();
   double max_seconds = 10;

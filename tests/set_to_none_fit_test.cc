@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cmake/build_paths.h"
 #include "sim/fit.h"
 #include "sim/planner.h"
 #include "tests/planner_invariants.h"
@@ -19,7 +20,7 @@ namespace ssdtrain {
 namespace {
 
 std::string Config(const std::string& kind, const std::string& name) {
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/configs/" + kind + "/" + name + ".json";
+  return std::string(ConfiguredSourceDir()) + "/configs/" + kind + "/" + name + ".json";
 }
 
 struct Checked {

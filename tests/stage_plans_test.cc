@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/fit.h"
@@ -25,7 +26,7 @@ namespace {
 constexpr int64_t kGiB = int64_t{1} << 30;
 
 std::string Config(const std::string& kind, const std::string& name) {
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/configs/" + kind + "/" + name + ".json";
+  return std::string(ConfiguredSourceDir()) + "/configs/" + kind + "/" + name + ".json";
 }
 
 sim::TraceProvider ProviderFor(const models::ModelConfig& base, const std::string& model) {

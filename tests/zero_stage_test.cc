@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/hardware.h"
@@ -17,12 +18,12 @@ namespace {
 constexpr int64_t kGiB = int64_t{1} << 30;
 
 std::string ModelPath(const std::string& name) {
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + name + ".json";
+  return std::string(ConfiguredSourceDir()) + "/configs/models/" + name + ".json";
 }
 
 sim::HardwareOptions H100() {
   Result<sim::HardwareOptions> hw = sim::LoadHardware(
-      std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/h100-sxm-8x-gen5-nvme.json");
+      std::string(ConfiguredSourceDir()) + "/configs/hardware/h100-sxm-8x-gen5-nvme.json");
   EXPECT_TRUE(hw.ok()) << hw.status().ToString();
   return *hw;
 }

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "cmake/build_paths.h"
 #include "exec/fault_backend.h"
 #include "exec/replay.h"
 #include "exec/step_sync.h"
@@ -215,7 +216,7 @@ TEST(ReplayStages, EachMicroBatchsActivationGoesForwardAndItsGradientBack) {
 // blocks a stage, vocab 2048) each micro-batch's GEMMs and weight-sized reads
 // made 2,100 micro-batches cost 40 CPU seconds, and 504 s under ASan.
 traces::Trace NarrowGptStage(int64_t stage) {
-  const std::string path = std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-gpt.json";
+  const std::string path = std::string(ConfiguredSourceDir()) + "/configs/models/tiny-gpt.json";
   auto config = models::LoadModelConfig(path);
   if (!config.ok()) throw std::runtime_error(config.status().ToString());
   config->hidden = 32;

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "exec/replay.h"
 #include "exec/tests/io_test_util.h"
 #include "exec/tests/replay_test_util.h"
@@ -25,7 +26,7 @@ using testing::TempDir;
 constexpr int64_t kCpuAlignment = 64;  // CpuDevice::allocation_alignment
 
 traces::Trace TinyGpt(const std::string& weight_grads) {
-  const std::string path = std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-gpt.json";
+  const std::string path = std::string(ConfiguredSourceDir()) + "/configs/models/tiny-gpt.json";
   auto config = models::LoadModelConfig(path);
   EXPECT_TRUE(config.ok()) << config.status().ToString();
   // Narrowed from hidden 256: the peaks' equalities hold at any width, and the

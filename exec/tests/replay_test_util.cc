@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "cmake/build_paths.h"
 #include "exec/fault_backend.h"
 #include "exec/tests/thread_ranks.h"
 #include "models/build_trace.h"
@@ -30,7 +31,7 @@ traces::Trace Build(const std::string& path, const models::ConfigOverrides& o, i
 
 traces::Trace TinyGptTrace(int64_t micro_batch, int64_t seq_len, int64_t pp, int64_t stage,
                            int64_t tp, bool sequence_parallel) {
-  const std::string path = std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-gpt.json";
+  const std::string path = std::string(ConfiguredSourceDir()) + "/configs/models/tiny-gpt.json";
   models::ConfigOverrides o;
   if (micro_batch > 0) o.micro_batch = micro_batch;
   if (seq_len > 0) o.seq_len = seq_len;
@@ -41,7 +42,7 @@ traces::Trace TinyGptTrace(int64_t micro_batch, int64_t seq_len, int64_t pp, int
 }
 
 traces::Trace TinyGptTraceWith(const models::ConfigOverrides& overrides, int64_t stage) {
-  return Build(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-gpt.json", overrides,
+  return Build(std::string(ConfiguredSourceDir()) + "/configs/models/tiny-gpt.json", overrides,
                stage);
 }
 
@@ -51,7 +52,7 @@ traces::Trace TinyMoeTrace(int64_t micro_batch, int64_t seq_len, int64_t ep) {
   o.seq_len = seq_len;
   o.dp = ep;
   o.ep = ep;
-  return Build(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-moe.json", o, 0);
+  return Build(std::string(ConfiguredSourceDir()) + "/configs/models/tiny-moe.json", o, 0);
 }
 
 ReplayOptions CpuOptions(const std::string& dir) {

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "traces/validate.h"
 
@@ -18,7 +19,7 @@ namespace fs = std::filesystem;
 
 std::vector<fs::path> ConfigFiles() {
   std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(fs::path(SSDTRAIN_SOURCE_DIR) / "configs/models")) {
+  for (const auto& e : fs::directory_iterator(fs::path(ConfiguredSourceDir()) / "configs/models")) {
     if (e.path().extension() == ".json") files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
@@ -70,7 +71,7 @@ TEST(ConfigFiles, ShipsTheRequiredModels) {
                            "ssdtrain-t5-h12288-l3",
                            "ssdtrain-t5-h16384-l2"}) {
     const fs::path p =
-        fs::path(SSDTRAIN_SOURCE_DIR) / "configs/models" / (std::string(name) + ".json");
+        fs::path(ConfiguredSourceDir()) / "configs/models" / (std::string(name) + ".json");
     EXPECT_TRUE(fs::exists(p)) << p;
   }
 }
@@ -79,7 +80,7 @@ TEST(ConfigFiles, ShipsTheRequiredModels) {
 // published 405 B parameters within 0.5%.
 TEST(ConfigFiles, Llama405bHasItsPublishedParameterCount) {
   const Result<ModelConfig> c =
-      LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/llama-3.1-405b.json");
+      LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/llama-3.1-405b.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const Result<int64_t> params = ParameterCount(*c);
   ASSERT_TRUE(params.ok()) << params.status().ToString();
@@ -96,7 +97,7 @@ TEST(ConfigFiles, TorchtitanLlamasHaveTheirPublishedParameterCounts) {
         std::pair{"llama-3-70b", 70.6e9}}) {
     SCOPED_TRACE(name);
     const Result<ModelConfig> c =
-        LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + name + ".json");
+        LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/" + name + ".json");
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     const Result<int64_t> params = ParameterCount(*c);
     ASSERT_TRUE(params.ok()) << params.status().ToString();
@@ -107,7 +108,7 @@ TEST(ConfigFiles, TorchtitanLlamasHaveTheirPublishedParameterCounts) {
 TEST(ConfigFiles, SmallGptHasFourToEightTimesTinyGptsCompute) {
   auto flops = [](const char* name) {
     const Result<ModelConfig> c =
-        LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + name + ".json");
+        LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/" + name + ".json");
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     const Result<traces::Trace> tr = BuildTrace(*c, 0);
     EXPECT_TRUE(tr.ok());
@@ -129,7 +130,7 @@ TEST(ConfigFiles, SsdtrainT5ModelsSplitLayersAsThePaperSays) {
        {std::tuple{"ssdtrain-t5-h8192-l4", 4, 2}, std::tuple{"ssdtrain-t5-h12288-l3", 3, 2},
         std::tuple{"ssdtrain-t5-h16384-l2", 2, 1}}) {
     const Result<ModelConfig> c =
-        LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + name + ".json");
+        LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/" + name + ".json");
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     EXPECT_EQ(c->layers, layers) << name;
     EXPECT_EQ(c->encoder_layers, encoder) << name;
@@ -143,7 +144,7 @@ TEST(ConfigFiles, SsdtrainModelsRunPureFp16Sgd) {
     for (const char* size : {"h8192-l4", "h12288-l3", "h16384-l2"}) {
       const std::string name = std::string("ssdtrain-") + family + "-" + size;
       const Result<ModelConfig> c =
-          LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/" + name + ".json");
+          LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/" + name + ".json");
       ASSERT_TRUE(c.ok()) << c.status().ToString();
       EXPECT_EQ(c->precision, "pure") << name;
       EXPECT_EQ(c->optimizer, "sgd") << name;

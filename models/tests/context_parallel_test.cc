@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "traces/collective_kind.h"
 #include "traces/io.h"
@@ -18,7 +19,7 @@ namespace {
 // 32 query heads, 8 key/value heads of 128.
 ModelConfig Llama(int64_t cp, int64_t tp = 1) {
   Result<ModelConfig> c =
-      LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/llama-3-8b.json");
+      LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/llama-3-8b.json");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (!c.ok()) return {};
   ModelConfig m = *c;
@@ -192,7 +193,7 @@ TEST(ContextParallel, WhatCannotRunContextParallelIsRefused) {
   sp.seq_len = 4096 + 16;
   refused(sp, "2 x cp = 4 chunks (the load-balanced split) of tp 8 pieces each");
   Result<ModelConfig> t5 =
-      LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/t5-large.json");
+      LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/t5-large.json");
   ASSERT_TRUE(t5.ok()) << t5.status().ToString();
   {
     ModelConfig c = *t5;
@@ -201,7 +202,7 @@ TEST(ContextParallel, WhatCannotRunContextParallelIsRefused) {
     refused(c, "not modelled for t5");
   }
   Result<ModelConfig> moe =
-      LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/mixtral-8x7b.json");
+      LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/mixtral-8x7b.json");
   ASSERT_TRUE(moe.ok()) << moe.status().ToString();
   ModelConfig m = *moe;
   m.attention = "flash";

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/moe_config.h"
 #include "models/tests/trace_stats.h"
@@ -20,7 +21,7 @@ namespace {
 // 4 × 256 tokens. dp 4 lets ep reach 4.
 ModelConfig TinyMoe(int64_t ep) {
   Result<ModelConfig> c =
-      LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-moe.json");
+      LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/tiny-moe.json");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   ConfigOverrides o;
   o.dp = 4;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/tests/trace_stats.h"
 #include "traces/summary.h"
@@ -18,7 +19,7 @@ namespace ssdtrain::models {
 namespace {
 
 std::string HfDir(const std::string& model) {
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/" + model;
+  return std::string(ConfiguredSourceDir()) + "/models/tests/hf/" + model;
 }
 
 // Loads models/tests/hf/<model>/config.json and returns its parameter count.
@@ -201,7 +202,7 @@ TEST(HfConfig, Gpt2FileSavesKorthikantisBytesPerLayer) {
 // at the same training settings their traces agree on weights and saved bytes.
 TEST(HfConfig, Llama3FileTracesLikeOurLlama3Config) {
   const Result<ModelConfig> ours =
-      LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/llama-3-8b.json");
+      LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/llama-3-8b.json");
   ASSERT_TRUE(ours.ok()) << ours.status().ToString();
   Result<ModelConfig> hf = LoadModelConfig(HfDir("meta-llama-3-8b-instruct"));
   ASSERT_TRUE(hf.ok()) << hf.status().ToString();

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/hf_config.h"
 #include "models/moe_config.h"
@@ -137,7 +138,7 @@ TEST(HfMoeFiles, RealMoeFilesTraceAndValidate) {
   for (const auto& [model, layers] : files) {
     SCOPED_TRACE(model);
     Result<ModelConfig> c =
-        LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/" + model);
+        LoadModelConfig(std::string(ConfiguredSourceDir()) + "/models/tests/hf/" + model);
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     c->seq_len = 64;  // 64 tokens x 8 reach each of Kimi K2's 384 experts
     if (layers > 0) c->layers = layers;

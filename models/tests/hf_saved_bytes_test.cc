@@ -17,6 +17,7 @@
 
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "models/tests/trace_stats.h"
@@ -25,7 +26,7 @@ namespace ssdtrain::models {
 namespace {
 
 std::string HfDir(const std::string& model) {
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/" + model;
+  return std::string(ConfiguredSourceDir()) + "/models/tests/hf/" + model;
 }
 
 // The block, as models/README.md's adjusted form counts it.

@@ -9,13 +9,14 @@
 #include <fstream>
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/model_config.h"
 
 namespace ssdtrain::models::testing {
 
 // models/tests/hf/<model>: a genuine config.json's folder.
 inline std::string HfDir(const std::string& model) {
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/" + model;
+  return std::string(ConfiguredSourceDir()) + "/models/tests/hf/" + model;
 }
 
 // The config at `path`, which must load (a failure is reported, and an empty

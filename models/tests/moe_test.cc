@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/hf_config.h"
 #include "models/moe_config.h"
@@ -17,7 +18,7 @@ namespace ssdtrain::models {
 namespace {
 
 std::string HfDir(const std::string& model) {
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/" + model;
+  return std::string(ConfiguredSourceDir()) + "/models/tests/hf/" + model;
 }
 
 ModelConfig Load(const std::string& model) {
@@ -81,7 +82,7 @@ TEST(MoeParameters, Qwen3MoeHasItsPublishedTotalAndActiveCounts) {
 // same parameters, and at the same training settings the same saved bytes per layer.
 TEST(MoeParameters, MixtralPresetTracesLikeTheRealFile) {
   Result<ModelConfig> preset =
-      LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/mixtral-8x7b.json");
+      LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/mixtral-8x7b.json");
   ASSERT_TRUE(preset.ok()) << preset.status().ToString();
   ModelConfig file = Load("mixtral-8x7b-v0.1");
   EXPECT_EQ(Total(*preset), Total(file));
@@ -101,7 +102,7 @@ TEST(MoeParameters, MixtralPresetTracesLikeTheRealFile) {
 // tiny-moe, the model the CPU demo replays: 7.5 M parameters, 4.0 M of them active.
 TEST(MoeParameters, TinyMoeIsAFewMillionParameters) {
   Result<ModelConfig> c =
-      LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/tiny-moe.json");
+      LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/tiny-moe.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(MoeLayerCount(*c), 3);
   EXPECT_GT(Total(*c), 5'000'000);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/hf_config.h"
 #include "models/tests/trace_stats.h"
@@ -18,7 +19,7 @@ namespace ssdtrain::models {
 namespace {
 
 std::string HfDir(const std::string& model) {
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/models/tests/hf/" + model;
+  return std::string(ConfiguredSourceDir()) + "/models/tests/hf/" + model;
 }
 
 ModelConfig Load(const std::string& path, HfReport* report = nullptr) {

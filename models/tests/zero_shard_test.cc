@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "traces/collective_kind.h"
 #include "traces/storage_plan.h"
@@ -24,7 +25,7 @@ namespace {
 ModelConfig Llama(int64_t zero_stage, int64_t dp, int64_t dp_shard = 0, int64_t prefetch = 1,
                   bool defer = false) {
   Result<ModelConfig> c =
-      LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/llama-3-8b.json");
+      LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/llama-3-8b.json");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (!c.ok()) return {};
   ModelConfig m = *c;

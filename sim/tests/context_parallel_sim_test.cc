@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "sim/op_cost.h"
 #include "sim/policy.h"
@@ -24,8 +25,8 @@ namespace {
 // Llama-3-8B's shapes at 2 layers, sequence 8192, flash attention, tp `tp`
 // (with sequence parallelism), cp `cp`.
 traces::Trace Llama(int64_t cp, int64_t tp = 1) {
-  Result<models::ModelConfig> c =
-      models::LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/llama-3-8b.json");
+  Result<models::ModelConfig> c = models::LoadModelConfig(std::string(ConfiguredSourceDir()) +
+                                                          "/configs/models/llama-3-8b.json");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (!c.ok()) return {};
   models::ModelConfig m = *c;

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "sim/hardware.h"
 #include "sim/op_cost.h"
@@ -15,7 +16,7 @@ namespace ssdtrain::sim {
 namespace {
 
 std::string Config(const std::string& name) {
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/" + name + ".json";
+  return std::string(ConfiguredSourceDir()) + "/configs/hardware/" + name + ".json";
 }
 
 HardwareOptions Load(const std::string& name) {

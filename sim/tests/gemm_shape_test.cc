@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "sim/hardware.h"
 #include "sim/op_cost.h"
 
@@ -65,11 +66,11 @@ TEST(GemmShape, TheRooflineDividesTheFullWaveFigureByTheShapesShare) {
 }
 
 TEST(GemmShape, SmCountIsOptionalAndNeverNegative) {
-  auto hw = LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/cpu-local.json");
+  auto hw = LoadHardware(std::string(ConfiguredSourceDir()) + "/configs/hardware/cpu-local.json");
   ASSERT_TRUE(hw.ok()) << hw.status().message();
   EXPECT_EQ(hw->gpu.sm_count, 0);
   auto a100 =
-      LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/dgx-a100-80gb.json");
+      LoadHardware(std::string(ConfiguredSourceDir()) + "/configs/hardware/dgx-a100-80gb.json");
   ASSERT_TRUE(a100.ok()) << a100.status().message();
   EXPECT_EQ(a100->gpu.sm_count, kA100Sms);
   nlohmann::json j = ToJson(*hw);

@@ -4,13 +4,14 @@
 
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "sim/op_cost.h"
 
 namespace ssdtrain::sim {
 namespace {
 
 std::string Config(const std::string& name) {
-  return std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/" + name + ".json";
+  return std::string(ConfiguredSourceDir()) + "/configs/hardware/" + name + ".json";
 }
 
 TEST(Hardware, EveryShippedConfigLoads) {

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/hardware.h"
@@ -16,7 +17,7 @@
 namespace ssdtrain::sim {
 namespace {
 
-const std::string kRoot = SSDTRAIN_SOURCE_DIR;
+const std::string kRoot = ConfiguredSourceDir();
 constexpr int64_t kEightMi = 8 * 1024 * 1024;
 
 traces::Trace Build(const std::string& model) {

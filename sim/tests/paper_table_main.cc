@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cmake/build_paths.h"
 #include "models/model_config.h"
 #include "sim/hardware.h"
 #include "sim/tests/paper_table.h"
@@ -41,7 +42,7 @@ int Fail(const std::string& what) {
 
 int main(int argc, char** argv) {
   namespace paper = ssdtrain::sim::paper;
-  const std::string root = argc > 1 ? argv[1] : SSDTRAIN_SOURCE_DIR;
+  const std::string root = argc > 1 ? argv[1] : ssdtrain::ConfiguredSourceDir();
   auto hw =
       ssdtrain::sim::LoadHardware(root + "/configs/hardware/a100-pcie-40gb-ssdtrain-paper.json");
   if (!hw.ok()) return Fail(hw.status().message());

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/hardware.h"
@@ -19,7 +20,7 @@
 namespace ssdtrain::sim::paper {
 namespace {
 
-const std::string kRoot = SSDTRAIN_SOURCE_DIR;
+const std::string kRoot = ConfiguredSourceDir();
 
 HardwareOptions PaperHardware() {
   auto hw = LoadHardware(kRoot + "/configs/hardware/a100-pcie-40gb-ssdtrain-paper.json");

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/hardware.h"
@@ -27,7 +28,7 @@ struct PaperSetup {
 };
 
 PaperSetup Load(const std::string& model) {
-  const std::string dir = std::string(SSDTRAIN_SOURCE_DIR) + "/configs/";
+  const std::string dir = std::string(ConfiguredSourceDir()) + "/configs/";
   PaperSetup s;
   auto hw = LoadHardware(dir + "hardware/a100-pcie-ssdtrain-paper.json");
   EXPECT_TRUE(hw.ok()) << hw.status().message();

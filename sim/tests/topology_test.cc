@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "sim/hardware.h"
 #include "traces/layout.h"
 
@@ -111,9 +112,9 @@ TEST(Topology, AnNvl72DomainHoldsWhatADgxSpreadsOverNodes) {
 // the same group stays in the 72-GPU NVLink domain and rings at its NVLink
 // figure.
 TEST(Topology, TodaysPresetsPlaceOneLayoutByTheirDomains) {
-  auto b200 = LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/dgx-b200.json");
+  auto b200 = LoadHardware(std::string(ConfiguredSourceDir()) + "/configs/hardware/dgx-b200.json");
   auto nvl72 =
-      LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/gb200-nvl72.json");
+      LoadHardware(std::string(ConfiguredSourceDir()) + "/configs/hardware/gb200-nvl72.json");
   ASSERT_TRUE(b200.ok()) << b200.status().message();
   ASSERT_TRUE(nvl72.ok()) << nvl72.status().message();
   EXPECT_EQ(DomainGpus(*b200), 8);
@@ -131,7 +132,7 @@ TEST(Topology, TodaysPresetsPlaceOneLayoutByTheirDomains) {
 }
 
 nlohmann::json WithInterconnect(nlohmann::json interconnect) {
-  auto hw = LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/dgx-h100.json");
+  auto hw = LoadHardware(std::string(ConfiguredSourceDir()) + "/configs/hardware/dgx-h100.json");
   EXPECT_TRUE(hw.ok());
   nlohmann::json j = ToJson(*hw);
   j["interconnect"] = std::move(interconnect);
@@ -159,7 +160,8 @@ TEST(Topology, TheOldPerDimensionFieldsAreReadWithANote) {
             std::string::npos)
       << hw->notes[0];
   // The shipped presets are in the new form: no note.
-  auto preset = LoadHardware(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/hardware/dgx-h100.json");
+  auto preset =
+      LoadHardware(std::string(ConfiguredSourceDir()) + "/configs/hardware/dgx-h100.json");
   ASSERT_TRUE(preset.ok());
   EXPECT_TRUE(preset->notes.empty());
 }

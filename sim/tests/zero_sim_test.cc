@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "sim/op_cost.h"
 #include "sim/policy.h"
@@ -20,8 +21,8 @@ namespace {
 
 // Llama-3-8B's shapes at 4 layers, tp 1, s 512, ZeRO `stage` over 8 ranks.
 traces::Trace Llama(int64_t stage, int64_t prefetch = 1, bool defer = false) {
-  Result<models::ModelConfig> c =
-      models::LoadModelConfig(std::string(SSDTRAIN_SOURCE_DIR) + "/configs/models/llama-3-8b.json");
+  Result<models::ModelConfig> c = models::LoadModelConfig(std::string(ConfiguredSourceDir()) +
+                                                          "/configs/models/llama-3-8b.json");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (!c.ok()) return {};
   models::ModelConfig m = *c;

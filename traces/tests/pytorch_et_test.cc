@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 
+#include "cmake/build_paths.h"
 #include "traces/io.h"
 #include "traces/torch_ops.h"
 #include "traces/validate.h"
@@ -21,7 +22,7 @@ namespace {
 using nlohmann::json;
 
 const std::string kFixture =
-    std::string(SSDTRAIN_SOURCE_DIR) + "/traces/tests/data/pytorch_et_tiny_gpt.json";
+    std::string(ConfiguredSourceDir()) + "/traces/tests/data/pytorch_et_tiny_gpt.json";
 
 const PytorchEtImport& Fixture() {
   static const PytorchEtImport imported = [] {
