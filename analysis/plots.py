@@ -128,7 +128,7 @@ def rok_points(path):
 
     A step report (`ssdtrain simulate|replay -o`, `plan --prediction`) is one point; a plan file
     (`ssdtrain plan -o`) holds the planner's curve at its best layout in extra.rok, one point per policy,
-    each with over_budget_bytes (`plan --rok` writes them); a policy comparison (`plan --compare --json`) is
+    each with over_budget_bytes (`plan --rok` writes them; a point with simulated false is left out); a policy comparison (`plan --compare --json`) is
     one point per policy at its own best layout and the comparison's global batch."""
     r = load_json(path)
     fmt = r.get("format") if isinstance(r, dict) else None
@@ -140,7 +140,8 @@ def rok_points(path):
         if not isinstance(rok, list) or not rok:
             fail(f"{path}: extra.rok: expected the planner's curve (make the plan with ssdtrain plan)")
         return [{"policy": e["policy"], "kind": "plan", "x": e["step_time_ns"] / 1e6,
-                 "y": e["peak_activation_bytes"] / 2**20, "over": e.get("over_budget_bytes")} for e in rok]
+                 "y": e["peak_activation_bytes"] / 2**20, "over": e.get("over_budget_bytes")}
+                for e in rok if e.get("simulated", True)]
     if fmt == "ssdtrain-policy-comparison":
         rows = [e for e in r.get("policies", []) if e.get("simulated")]
         if not rows:

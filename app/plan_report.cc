@@ -61,6 +61,12 @@ void PrintRok(const nlohmann::json& rok, int64_t budget_bytes, std::ostream& out
   out << fmt::format("{:>20} {:>14} {:>16} {:>12}  {}\n", "policy", "peak GiB", "activations GiB",
                      "step ms", "fits");
   for (const nlohmann::json& e : rok) {
+    if (!e.value("simulated", true)) {
+      out << fmt::format("{:>20} {:>14} {:>16} {:>12}  not simulated: {}\n",
+                         e.at("policy").get<std::string>(), "-", "-", "-",
+                         e.at("why").get<std::string>());
+      continue;
+    }
     const std::string fits =
         e.at("fits").get<bool>()
             ? "yes"

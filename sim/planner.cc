@@ -61,6 +61,9 @@ struct Candidate {
   // interleaved one by the closed form (traces::HeldByOtherChunks, no bound
   // either way on the unrolled step's) until Search::Exact.
   bool exact = true;
+  // Not simulated: auto passes over megatron-offload where offload-host does
+  // not fit (SkippedHere).
+  bool skipped = false;
 };
 
 class Search {
@@ -268,6 +271,23 @@ bool NoPolicyHereCanWin(const std::string& policy, double tokens, std::optional<
   return policy == "keep" && best && !beaten_here && tokens <= *best;
 }
 
+// Auto simulates megatron-offload only at a layout where offload-host fits.
+// Both send activations to the same pinned host pool in forward order, and
+// megatron-offload's tensors are a subset of offload-host's (its modules'
+// backward inputs of >= 1 Mi elements, against every candidate of >= 1 MiB):
+// where moving all of them is over the budget, moving some is too (but where
+// the pool fills up in another order, or fewer writes free memory sooner).
+// Its simulation is saved there; its rok row says why it has none.
+// `so_far`: this layout's candidates in `policies`' order up to `policy`.
+bool SkippedHere(const std::string& policy, const std::vector<std::string>& policies,
+                 const std::vector<Result<Candidate>>& so_far) {
+  if (policy != "megatron-offload") return false;
+  for (size_t k = 0; k < so_far.size(); ++k) {
+    if (policies[k] == "offload-host") return so_far[k].ok() && !so_far[k]->fits;
+  }
+  return false;
+}
+
 // The candidates of layouts [first, end) of `layouts`, each layout a task of
 // the search's pool (its stages tasks of their own), each in `policies`' order up
 // to where one thread searching them in turn could stop: after keep, when
@@ -287,6 +307,12 @@ std::vector<std::vector<Result<Candidate>>> EvaluateWindow(Search& search,
     const size_t i = first + k;
     bool beat = false;
     for (const std::string& policy : policies) {
+      if (SkippedHere(policy, policies, out[k])) {
+        Candidate skipped;
+        skipped.skipped = true;
+        out[k].push_back(std::move(skipped));
+        continue;
+      }
       out[k].push_back(search.EvaluateUncounted(layouts[i], policy, false));
       const Result<Candidate>& r = out[k].back();
       if (!r.ok()) return;
@@ -358,6 +384,13 @@ Result<Pass> SearchLayouts(Search& search, const PlannerOptions& options,
         Result<Candidate>& r = found[i - first][k];
         if (!r.ok()) return r.status();
         Candidate& c = *r;
+        if (c.skipped) {
+          rok.push_back({{"policy", policy},
+                         {"simulated", false},
+                         {"why", "offload-host does not fit at this layout, and " + policy +
+                                     " moves a subset of its tensors to the same pinned pool"}});
+          continue;
+        }
         search.Count(c);
         if (auto it = refuted.find({i, k}); it != refuted.end()) c = it->second;
         rok.push_back(RokPoint(policy, c));

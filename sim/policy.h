@@ -40,7 +40,9 @@
 //                        budget, and is read back with the fixed policies'
 //                        lookahead. Not in kFixedPolicies (optimal starts
 //                        from those): `plan --compare` shows it beside them,
-//                        and the planner's auto tries it after them.
+//                        and the planner's auto tries it after them, at
+//                        the layouts where offload-host fits (its tensors
+//                        are a subset of offload-host's: sim/planner.cc).
 //   optimal              per tensor, chosen jointly under the memory budget by
 //                        simulation, with time-aware prefetch (optimal_policy.h)
 //

@@ -60,15 +60,18 @@ class RokPlot(unittest.TestCase):
         self.assertEqual(len(annotations), 8)
         self.assert_labels_apart(fig, ax, annotations)
 
-    # A plan file's curve: four points at one place, two of them over the budget, whose labels say by how much.
+    # A plan file's curve: four points at one place, two of them over the budget, whose labels say by how much;
+    # a policy the planner did not simulate there has no point.
     def test_plan_curve_marks_the_points_over_the_budget(self):
         plan = {"format": "ssdtrain-plan", "extra": {"rok": [
             rok_point("keep", 2397, 224.5, 195.3), rok_point("offload-host", 2397, 224.5, 195.3),
             rok_point("offload-ssd", 2397, 32.0, 3.3), rok_point("ssdtrain", 2397, 32.0, 3.3),
-            rok_point("optimal", 2404.7, 31.5, 0)]}}
+            rok_point("optimal", 2404.7, 31.5, 0),
+            {"policy": "megatron-offload", "simulated": False, "why": "offload-host does not fit"}]}}
         fig, ax, annotations = plots.draw_rok([self.write("plan.json", plan)])
         self.addCleanup(plots.plt.close, fig)
         texts = [a.get_text() for a in annotations]
+        self.assertEqual(len(texts), 5)  # megatron-offload, not simulated, has no point
         self.assertIn("keep (plan)\n195.3 MiB over budget", texts)
         self.assertIn("ssdtrain (plan)\n3.3 MiB over budget", texts)
         self.assertIn("optimal (plan)", texts)
