@@ -43,6 +43,26 @@ int64_t ParameterBytes(const traces::Trace& trace) {
   return bytes;
 }
 
+int64_t ExpertParameterBytes(const traces::Trace& trace) {
+  int64_t bytes = 0;
+  for (const traces::Tensor& t : trace.tensors) {
+    if (!t.alias_of && t.kind == traces::TensorKind::kWeight && traces::IsExpertWeight(t)) {
+      bytes += t.bytes;
+    }
+  }
+  return bytes;
+}
+
+int64_t StageParamAllGatherNs(const traces::Trace& trace, const traces::Layout& layout,
+                              const LayoutLinks& links, const InterconnectOptions& ic) {
+  const int64_t zero = layout.zero_stage;
+  if (zero != 1 && zero != 2) return 0;
+  const int64_t experts = layout.ep > 1 ? ExpertParameterBytes(trace) : 0;
+  return ParamAllGatherNs(zero, ParameterBytes(trace) - experts, ParamGatherGroup(zero, links),
+                          ic) +
+         (experts == 0 ? 0 : ParamAllGatherNs(zero, experts, links.expert_gradients, ic));
+}
+
 DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
                                       const PipelineResult& pipe, const traces::Layout& layout,
                                       traces::DdpImpl ddp, const HardwareOptions& hw) {
@@ -54,7 +74,6 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
   // The bucket readiness of each distinct stage result (alone or sharing the SSD).
   std::map<const traces::Trace*, traces::BucketTable> table_of;
   std::map<std::pair<const StageResult*, int64_t>, std::vector<BucketReady>> ready_of;
-  std::map<const traces::Trace*, int64_t> param_bytes;
   for (size_t s = 0; s < stages.size(); ++s) {
     const StageRun& run = stages[s];
     auto table = table_of.find(run.trace);
@@ -92,12 +111,7 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
       out.gradients_done_ns = std::max(out.gradients_done_ns, b.end_ns);
     }
     out.busy_ns = std::max(out.busy_ns, busy);
-    auto params = param_bytes.find(run.trace);
-    if (params == param_bytes.end()) {
-      params = param_bytes.emplace(run.trace, ParameterBytes(*run.trace)).first;
-    }
-    const int64_t gather = ParamAllGatherNs(zero_stage, params->second,
-                                            ParamGatherGroup(zero_stage, links), hw.interconnect);
+    const int64_t gather = StageParamAllGatherNs(*run.trace, layout, links, hw.interconnect);
     out.stage_all_gather_ns.push_back(gather);
     out.param_all_gather_ns = std::max(out.param_all_gather_ns, gather);
   }

@@ -28,6 +28,7 @@
 #include "sim/hardware.h"
 #include "sim/pipeline.h"
 #include "sim/stage_sim.h"
+#include "sim/topology.h"
 #include "traces/dp_buckets.h"
 #include "traces/layout.h"
 #include "traces/trace.h"
@@ -62,5 +63,16 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
 // The bytes of the trace's parameters (weights, each storage once): what
 // ZeRO-1 and 2 all-gather after the optimizer.
 int64_t ParameterBytes(const traces::Trace& trace);
+// Of those, the routed experts' (traces::IsExpertWeight).
+int64_t ExpertParameterBytes(const traces::Trace& trace);
+
+// ZeRO-1 and 2's all-gather of the stage's updated parameters after the
+// optimizer, placed as `links` says (0 at stages 0 and 3): over
+// ParamGatherGroup, but where ep > 1 the routed experts' over their
+// expert-data-parallel group, whose ranks hold their state's shards
+// (traces::Layout::ExpertOptimizerShards), after the rest (Megatron-Core
+// gathers the two buffers one after the other).
+int64_t StageParamAllGatherNs(const traces::Trace& trace, const traces::Layout& layout,
+                              const LayoutLinks& links, const InterconnectOptions& ic);
 
 }  // namespace ssdtrain::sim

@@ -114,7 +114,7 @@ struct PlannerOptions {
   // Megatron's torch FSDP2 refuses pp (TODAYS_LAYOUTS.md, 1.1 and 1.3).
   std::optional<int64_t> zero_stage;
   // The FP8 recipe the traces train under (traces/fp8.h; "" none): unpinned,
-  // ZeRO-3 is not tried with it, nor ZeRO >= 1 with ep > 1 (traces::Unmodelled,
+  // ZeRO-3 is not tried with it, nor ZeRO >= 2 with ep > 1 (traces::Unmodelled,
   // which the config's validation follows too); pinned, such pairs are refused.
   std::string fp8;
   // HSDP (`--dp-shard`): the shard group's dp ranks, a divisor of dp; unset,

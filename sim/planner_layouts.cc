@@ -145,6 +145,9 @@ Status CheckUnmodelledPins(const PlannerOptions& o) {
   traces::Layout l;
   l.ep = o.ep.value_or(1);
   l.zero_stage = *o.zero_stage;
+  // HSDP where both are pinned (else the search passes over the layouts).
+  l.dp = o.dp.value_or(o.dp_shard.value_or(1));
+  l.dp_shard = o.dp_shard.value_or(0);
   const auto u = traces::Unmodelled(l, !o.fp8.empty());
   if (!u) return Status::Ok();
   const std::string other = u->field == "ep" ? Flag("--ep", l.ep) : "--fp8 " + o.fp8;
@@ -325,7 +328,10 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
           for (int64_t ep : ExpertDegrees(o, dp)) {
             for (int64_t zero : ZeroStages(o, dp * cp)) {
               if (!o.zero_stage && zero == 3 && pp > 1) continue;  // PlannerOptions::zero_stage
-              if (traces::Unmodelled(traces::Layout{.ep = ep, .zero_stage = zero},
+              if (traces::Unmodelled(traces::Layout{.dp = dp,
+                                                    .ep = ep,
+                                                    .zero_stage = zero,
+                                                    .dp_shard = o.dp_shard.value_or(0)},
                                      !o.fp8.empty())) {
                 continue;  // unpinned: CheckUnmodelledPins refused such pins
               }
@@ -389,8 +395,7 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
         (expert_grads == 0
              ? 0
              : GroupCollectiveNs(kind, expert_grads, links.expert_gradients, hw.interconnect));
-    const int64_t gather = ParamAllGatherNs(l.zero_stage, ParameterBytes(*t),
-                                            ParamGatherGroup(l.zero_stage, links), hw.interconnect);
+    const int64_t gather = StageParamAllGatherNs(*t, l.Ranks(), links, hw.interconnect);
     // Interleaved: (m·v + pp − 1) chunks of compute / v each (sim/pipeline.h).
     const int64_t v = l.virtual_stages;
     const int64_t hidden = traces::BucketsWaitForBackward(ddp) ? 0 : backward;

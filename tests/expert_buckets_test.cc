@@ -15,9 +15,11 @@
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/collective.h"
+#include "sim/data_parallel.h"
 #include "sim/topology.h"
 #include "tests/cli_util.h"
 #include "traces/dp_buckets.h"
+#include "traces/layout.h"
 
 namespace ssdtrain {
 namespace {
@@ -131,6 +133,43 @@ TEST(ExpertBuckets, TheSimulatorPricesEachBucketOverItsGroup) {
         sim::BucketCollectives(ready, sim::CollectiveKind::kAllReduce, link);
     const int64_t n = kDp / ep;
     EXPECT_EQ(slow[0].end_ns - slow[0].start_ns, expert_ns + 2 * (n - 1) * 10'000);
+  }
+}
+
+// ZeRO-1's all-gather of the updated parameters after the optimizer: the
+// routed experts' over their expert-data-parallel group (dp / ep ranks, where
+// their state is sharded), the rest over dp, one after the other; at ep 1 one
+// gather of everything over dp, as before.
+TEST(ExpertBuckets, ZeroOneGathersTheExpertsOverTheirOwnGroup) {
+  sim::InterconnectOptions link;
+  link.scale_up = sim::LinkTier{1.0, 0, 0.0};
+  for (int64_t ep : {1, 2, 4}) {
+    SCOPED_TRACE("ep " + std::to_string(ep));
+    models::ModelConfig c = TinyMoe(ep);
+    c.zero_stage = 1;
+    auto trace = models::BuildTrace(c, 0);
+    ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+    const int64_t experts = sim::ExpertParameterBytes(*trace);
+    EXPECT_EQ(experts, kMoeLayers * (kExperts / ep) * kExpertParams * 4);
+    const int64_t all = sim::ParameterBytes(*trace);
+    sim::LayoutLinks links;
+    links.gradients = sim::OneDomain(kDp);
+    links.expert_gradients = sim::OneDomain(kDp / ep);
+    const traces::Layout layout{.dp = kDp, .ep = ep, .zero_stage = 1};
+    const int64_t got = sim::StageParamAllGatherNs(*trace, layout, links, link);
+    if (ep == 1) {
+      EXPECT_EQ(got, sim::ParamAllGatherNs(1, all, sim::OneDomain(kDp), link));
+    } else {
+      EXPECT_EQ(got, sim::ParamAllGatherNs(1, all - experts, sim::OneDomain(kDp), link) +
+                         sim::ParamAllGatherNs(1, experts, sim::OneDomain(kDp / ep), link));
+    }
+    // A ring all-gather moves (n − 1)/n of the payload a rank (1 byte a ns here).
+    const int64_t dense_ns = (all - (ep == 1 ? 0 : experts)) * (kDp - 1) / kDp;
+    const int64_t expert_ns = ep == 1 ? 0 : experts * (kDp / ep - 1) / (kDp / ep);
+    EXPECT_NEAR(static_cast<double>(got), static_cast<double>(dense_ns + expert_ns), 2.0);
+    // At ZeRO 0 nothing is gathered.
+    EXPECT_EQ(sim::StageParamAllGatherNs(*trace, traces::Layout{.dp = kDp, .ep = ep}, links, link),
+              0);
   }
 }
 

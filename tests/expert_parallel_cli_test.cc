@@ -91,15 +91,15 @@ TEST_F(ExpertParallelCli, AnImpossibleEpIsRefusedNamingTheFlag) {
       << trace.output;
   // ep with a ZeRO stage, and FP8 with ZeRO-3: one rule (traces::Unmodelled)
   // for the planner's pins and the config's fields.
-  CliResult zero = RunSsdtrain(base + " --ep 2 --zero-stage 1");
+  CliResult zero = RunSsdtrain(base + " --ep 2 --zero-stage 2");
   EXPECT_EQ(zero.exit_code, 1);
-  EXPECT_NE(zero.output.find("--ep 2 with --zero-stage 1: ep 2 with ZeRO stage 1 is not modelled"),
+  EXPECT_NE(zero.output.find("--ep 2 with --zero-stage 2: ep 2 with ZeRO stage 2 is not modelled"),
             std::string::npos)
       << zero.output;
   CliResult zero_trace = RunSsdtrain("trace --model " + Model("tiny-moe") +
-                                     " --dp 2 --ep 2 --zero-stage 1 -o " + File("t.json"));
+                                     " --dp 2 --ep 2 --zero-stage 3 -o " + File("t.json"));
   EXPECT_EQ(zero_trace.exit_code, 1);
-  EXPECT_NE(zero_trace.output.find("ep: ep 2 with ZeRO stage 1 is not modelled"), std::string::npos)
+  EXPECT_NE(zero_trace.output.find("ep: ep 2 with ZeRO stage 3 is not modelled"), std::string::npos)
       << zero_trace.output;
 }
 

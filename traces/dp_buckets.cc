@@ -61,7 +61,9 @@ int64_t ExpertDataParallel(int64_t dp, int64_t ep) {
   return std::max<int64_t>(1, layout.ExpertDp());
 }
 
-bool IsExpertGradient(const Tensor& t) {
+bool IsExpertGradient(const Tensor& t) { return IsExpertWeight(t); }
+
+bool IsExpertWeight(const Tensor& t) {
   std::string_view name = t.name;
   // The layer prefix "L<digits>.", when there is one.
   if (name.size() > 1 && name[0] == 'L' && std::isdigit(static_cast<unsigned char>(name[1]))) {

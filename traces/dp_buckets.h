@@ -73,6 +73,10 @@ int64_t ExpertDataParallel(int64_t dp, int64_t ep);
 // models/detail/moe.cc; traces/FORMAT.md). The shared expert and the router
 // are not routed experts.
 bool IsExpertGradient(const Tensor& t);
+// Whether weight `t` is a routed expert's, by the same name rule: the
+// parameters ZeRO-1 shards over the expert-data-parallel group
+// (models/detail/trace_builder.cc, the optimizer's expert groups).
+bool IsExpertWeight(const Tensor& t);
 
 // Which group a bucket is all-reduced over (the "Groups" rule above).
 enum class BucketGroup { kDataParallel, kExpertDataParallel };

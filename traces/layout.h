@@ -148,9 +148,11 @@ Status ValidateLayout(const Layout& layout, const std::string& source,
                       const std::string& field_prefix = "");
 // A layout the trace builder does not model yet, and why, decided here for
 // the model config's validation and the planner's pins and search alike:
-// - ep > 1 with a ZeRO stage (field "ep"): Megatron-Core shards the experts'
-//   state over the expert-data-parallel group (cp · dp / ep), the rest over
-//   cp · dp; the traces shard everything over one group;
+// - ep > 1 with ZeRO-2 or 3, or with HSDP (field "ep"): the experts'
+//   gradients and weights sharded over the expert-data-parallel group
+//   (cp · dp / ep ranks) beside the rest over the shard group are not built.
+//   At ZeRO-1 the traces shard the experts' optimizer state over that group
+//   (ExpertOptimizerShards), as Megatron-Core's distributed optimizer does;
 // - ZeRO-3 under FP8 (field "fp8"): the FP8 all-gather of the sharded
 //   weights (Megatron's --fp8-param-gather) is not built.
 // `why` names no field or flag: each caller says which of its own it was.

@@ -11,6 +11,8 @@ OptimizerSpec OptimizerFor(const ModelConfig& c) {
   spec.state_dtype = *traces::ParseDType(OptimizerStateDType(c));
   spec.flops_per_param = c.optimizer == "sgd" ? kSgdFlopsPerParam : kAdamFlopsPerParam;
   spec.shards = OptimizerStateShards(c);
+  const traces::Layout layout = LayoutOf(c);
+  spec.expert_shards = layout.ep > 1 ? layout.ExpertOptimizerShards() : spec.shards;
   spec.master_passes = HasMasterWeights(c) && c.optimizer_step == "megatron";
   spec.loss_scaling = spec.master_passes && c.dtype == "fp16";  // bf16 runs without a scaler
   return spec;

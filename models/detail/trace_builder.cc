@@ -4,6 +4,8 @@
 #include <cassert>
 #include <utility>
 
+#include "traces/dp_buckets.h"
+
 namespace ssdtrain::models::detail {
 namespace {
 
@@ -171,15 +173,25 @@ TensorId TraceBuilder::WeightGrad(TensorId weight, std::vector<TensorId>& inputs
 
 void TraceBuilder::AddOptimizerOps() {
   const int64_t shards = std::max<int64_t>(1, optimizer_.shards);
-  // Group the weights by layer (kNoLayer first), keeping creation order inside a group.
+  const int64_t expert_shards = std::max<int64_t>(1, optimizer_.expert_shards);
+  // Group the weights by layer (kNoLayer first), keeping creation order inside
+  // a group; where the routed experts' state shards over another group (ZeRO-1
+  // with ep), a layer's experts are a group of their own after the rest, as
+  // Megatron-Core's distributed optimizer keeps them in buffers of their own.
   int max_layer = traces::kNoLayer;
   for (TensorId w : weights_) max_layer = std::max(max_layer, tensor(w).layer);
-  std::vector<std::vector<TensorId>> groups(static_cast<size_t>(max_layer + 2));
-  for (TensorId w : weights_) groups[static_cast<size_t>(tensor(w).layer + 1)].push_back(w);
+  const size_t n_layers = static_cast<size_t>(max_layer + 2);
+  std::vector<std::vector<TensorId>> groups(2 * n_layers);
+  for (TensorId w : weights_) {
+    const bool expert = expert_shards != shards && traces::IsExpertWeight(tensor(w));
+    groups[2 * static_cast<size_t>(tensor(w).layer + 1) + (expert ? 1 : 0)].push_back(w);
+  }
   phase_ = Phase::kOptimizer;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     if (groups[gi].empty()) continue;
-    layer_ = static_cast<int>(gi) - 1;
+    layer_ = static_cast<int>(gi / 2) - 1;
+    const bool experts = gi % 2 == 1;
+    const int64_t split = experts ? expert_shards : shards;
     OptimizerGroup g;
     g.weights = groups[gi];
     for (TensorId w : groups[gi]) {
@@ -187,11 +199,12 @@ void TraceBuilder::AddOptimizerOps() {
       g.weight_bytes += tensor(w).bytes;
       if (last_grad_[Index(w)] != kNoTensor) g.grads.push_back(last_grad_[Index(w)]);
     }
-    g.updated = (g.params + shards - 1) / shards;
+    g.updated = (g.params + split - 1) / split;
     const int64_t state_elements =
-        (optimizer_.state_words_per_param * g.params + shards - 1) / shards;
-    const TensorId state = AddTensor(optimizer_.name + "_state", {state_elements},
-                                     optimizer_.state_dtype, TensorKind::kOptimizerState);
+        (optimizer_.state_words_per_param * g.params + split - 1) / split;
+    const TensorId state =
+        AddTensor(optimizer_.name + (experts ? "_state.experts" : "_state"), {state_elements},
+                  optimizer_.state_dtype, TensorKind::kOptimizerState);
     if (optimizer_.master_passes) {
       AddMasterWeightPasses(g, state);
     } else {

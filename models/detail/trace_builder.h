@@ -47,6 +47,10 @@ struct OptimizerSpec {
   DType state_dtype = DType::kFp32;
   int64_t flops_per_param = kAdamFlopsPerParam;
   int64_t shards = 1;
+  // The routed experts' state (traces::IsExpertWeight): ZeRO-1 with ep shards
+  // it over the expert-data-parallel group (traces::Layout::
+  // ExpertOptimizerShards); equal to `shards` otherwise.
+  int64_t expert_shards = 1;
   // Megatron's Float16OptimizerWithFloat16Params (ModelConfig::optimizer_step
   // "megatron" with fp32 master weights): copy the 16-bit gradients to fp32,
   // unscale and check them (`loss_scaling`: fp16's loss scaler; bf16 has

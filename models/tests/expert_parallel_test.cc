@@ -3,6 +3,7 @@
 // experts' gemms at the tokens the group routes to them, and the refusals.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "cmake/build_paths.h"
@@ -10,6 +11,7 @@
 #include "models/moe_config.h"
 #include "models/tests/trace_stats.h"
 #include "traces/collective_kind.h"
+#include "traces/dp_buckets.h"
 #include "traces/storage_plan.h"
 #include "traces/validate.h"
 
@@ -86,6 +88,56 @@ TEST(ExpertParallel, EachRankHoldsItsShareOfTheExpertsWeightsGradientsAndState) 
   EXPECT_EQ(kMoeLayers * kExperts * kExpertParams * 16, 75'497'472);
 }
 
+// ZeRO-1 with ep (Megatron-Core's distributed optimizer): the routed experts'
+// state over their expert-data-parallel group, dp / ep ranks; the rest's over
+// dp. tiny-moe's adam state is 2 fp32 words a parameter, one tensor per
+// layer's group (ceil(2p / shards) words), the experts' a group of their own.
+TEST(ExpertParallel, ZeroOneShardsTheExpertsStateOverTheirDataParallelGroup) {
+  for (int64_t ep : {1, 2, 4}) {
+    SCOPED_TRACE("ep " + std::to_string(ep));
+    ModelConfig zero0 = TinyMoe(ep), zero1 = TinyMoe(ep);
+    zero1.zero_stage = 1;
+    ASSERT_TRUE(ValidateConfig(zero1, "tiny-moe").ok())
+        << ValidateConfig(zero1, "tiny-moe").ToString();
+    const traces::Trace unsharded = Build(zero0), t = Build(zero1);
+    // Per layer: its dense and its routed experts' parameters (as built at ep).
+    std::map<int, int64_t> dense, experts;
+    for (const traces::Tensor& x : unsharded.tensors) {
+      if (x.alias_of || x.kind != traces::TensorKind::kWeight) continue;
+      int64_t n = 1;
+      for (int64_t d : x.shape) n *= d;
+      (traces::IsExpertWeight(x) ? experts : dense)[x.layer] += n;
+    }
+    EXPECT_EQ(experts.size(), static_cast<size_t>(kMoeLayers));
+    const int64_t expert_dp = 4 / ep;
+    int64_t want = 0;
+    for (const auto& [layer, p] : dense) want += 4 * ((2 * p + 3) / 4);
+    for (const auto& [layer, p] : experts) {
+      EXPECT_EQ(p, kExperts / ep * kExpertParams) << layer;
+      // At ep 1 the experts' group is dp itself: one group per layer.
+      if (ep == 1) {
+        want += 4 * ((2 * (p + dense.at(layer)) + 3) / 4) - 4 * ((2 * dense.at(layer) + 3) / 4);
+      } else {
+        want += 4 * ((2 * p + expert_dp - 1) / expert_dp);
+      }
+    }
+    int64_t state = 0, expert_states = 0;
+    for (const traces::Tensor& x : t.tensors) {
+      if (x.kind != traces::TensorKind::kOptimizerState) continue;
+      state += x.bytes;
+      if (x.name.find("_state.experts") != std::string::npos) ++expert_states;
+    }
+    EXPECT_EQ(state, want);
+    EXPECT_EQ(expert_states, ep == 1 ? 0 : kMoeLayers);
+    EXPECT_EQ(t.header.zero_shards, 4);
+  }
+  // So a rank's routed experts' state is the same at every ep: E/ep experts'
+  // over dp/ep ranks, E/dp experts' worth; at ZeRO-1 ep trades their weights
+  // and gradients only. tiny-moe: 3 MoE layers × 2 experts' worth × 196,608
+  // parameters × 8 bytes = 9,437,184 bytes (at ZeRO 0: 37,748,736 at ep 1).
+  EXPECT_EQ(kMoeLayers * (kExperts / 4) * kExpertParams * 8, 9'437'184);
+}
+
 TEST(ExpertParallel, DispatchAndCombineAreAllToAllsAroundTheLocalExperts) {
   const traces::Trace t = Build(TinyMoe(2));
   EXPECT_EQ(t.header.ep, 2);
@@ -151,8 +203,13 @@ TEST(ExpertParallel, RefusesAnEpThatTheExpertsOrTheDataParallelRanksDoNotDivide)
             std::string::npos)
       << Refusal(c, o);
   o.ep = 2;
+  o.zero_stage = 2;
+  EXPECT_NE(Refusal(c, o).find("ep: ep 2 with ZeRO stage 2 is not modelled"), std::string::npos)
+      << Refusal(c, o);
   o.zero_stage = 1;
-  EXPECT_NE(Refusal(c, o).find("ep: ep 2 with ZeRO stage 1 is not modelled"), std::string::npos)
+  o.dp_shard = 2;
+  EXPECT_NE(Refusal(c, o).find("ep: ep 2 with HSDP (dp_shard 2 of dp 4) is not modelled"),
+            std::string::npos)
       << Refusal(c, o);
   o = ConfigOverrides{};
   o.ep = 0;

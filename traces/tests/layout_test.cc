@@ -155,7 +155,13 @@ TEST(Layout, ValidationNamesTheField) {
   // What the traces do not model yet, one rule for configs and the planner.
   EXPECT_FALSE(Unmodelled(Layout{.ep = 2}, true));
   EXPECT_FALSE(Unmodelled(Layout{.zero_stage = 2}, true));
-  EXPECT_EQ(Unmodelled(Layout{.ep = 2, .zero_stage = 1}, false)->field, "ep");
+  // ZeRO-1 with ep: the distributed optimizer, its experts' state over dp / ep.
+  EXPECT_FALSE(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 1}, false));
+  EXPECT_EQ(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 2}, false)->field, "ep");
+  EXPECT_EQ(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 3}, false)->field, "ep");
+  EXPECT_EQ(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 1, .dp_shard = 2}, false)->why,
+            "ep 2 with HSDP (dp_shard 2 of dp 4) is not modelled (where the experts' state "
+            "would shard); use dp_shard = dp, or ep 1");
   EXPECT_EQ(Unmodelled(Layout{.zero_stage = 3}, true)->field, "fp8");
   EXPECT_FALSE(Unmodelled(Layout{.zero_stage = 3}, false));
   l = Layout{};
