@@ -97,7 +97,7 @@ Result<InterconnectFigures> MeasureInterconnect(RankSync& ranks, const Interconn
     SSDTRAIN_RETURN_IF_ERROR(ranks.Agree(Status::Ok()));
     const int64_t t0 = NowNs();
     Status st = ranks.AllReduceSumAsync(values.data(), static_cast<int64_t>(values.size()),
-                                        traces::DType::kFp32);
+                                        traces::DType::kFp32, exec::SumGroup::kDenseGradients);
     if (st.ok()) st = ranks.WaitAllReduces();
     if (!st.ok()) return failed(st);
     allreduce.push_back(static_cast<double>(NowNs() - t0));

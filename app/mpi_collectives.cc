@@ -46,6 +46,18 @@ Status MpiSync::SplitStages(const traces::Layout& layout) {
     async_comm_ = MPI_COMM_NULL;
     return MpiError(rc, "MPI_Comm_dup of the stage's data-parallel group");
   }
+  // The routed experts' group (ep > 1), one communicator per group (named by
+  // its first rank); every rank takes part in the split, as MPI wants.
+  if (expert_comm_ != MPI_COMM_NULL) MPI_Comm_free(&expert_comm_);
+  if (layout.ep > 1) {
+    const std::vector<int64_t> experts = layout.ExpertDpGroup(rank_);
+    const int split =
+        MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(experts.front()), rank_, &expert_comm_);
+    if (split != MPI_SUCCESS) {
+      expert_comm_ = MPI_COMM_NULL;
+      return MpiError(split, "MPI_Comm_split into the routed experts' data-parallel groups");
+    }
+  }
   return Status::Ok();
 }
 
@@ -80,10 +92,15 @@ Status MpiSync::AllReduceSum(void* host, int64_t count, traces::DType dtype) {
   return Status::Ok();
 }
 
-Status MpiSync::AllReduceSumAsync(void* host, int64_t count, traces::DType dtype) {
-  if (async_comm_ == MPI_COMM_NULL) {
-    return Status::Internal(
-        "no communicator for the nonblocking all-reduces (MPI_Comm_dup failed)");
+Status MpiSync::AllReduceSumAsync(void* host, int64_t count, traces::DType dtype,
+                                  exec::SumGroup group) {
+  const bool experts = group == exec::SumGroup::kExpertDataParallel;
+  MPI_Comm comm = experts ? expert_comm_ : async_comm_;
+  if (comm == MPI_COMM_NULL) {
+    return Status::Internal(experts ? "no communicator for the routed experts' data-parallel "
+                                      "group (the layout has ep 1, or SplitStages failed)"
+                                    : "no communicator for the nonblocking all-reduces "
+                                      "(MPI_Comm_dup failed)");
   }
   MPI_Datatype type = MPI_BYTE;
   MPI_Op op = MPI_SUM;
@@ -95,8 +112,7 @@ Status MpiSync::AllReduceSumAsync(void* host, int64_t count, traces::DType dtype
   for (int64_t done = 0; done < count; done += kMaxSumElements) {
     const int n = static_cast<int>(std::min(kMaxSumElements, count - done));
     MPI_Request request = MPI_REQUEST_NULL;
-    const int rc =
-        MPI_Iallreduce(MPI_IN_PLACE, p + done * element, n, type, op, async_comm_, &request);
+    const int rc = MPI_Iallreduce(MPI_IN_PLACE, p + done * element, n, type, op, comm, &request);
     if (rc != MPI_SUCCESS) {
       posted = MpiError(rc, "MPI_Iallreduce");
       break;

@@ -79,6 +79,7 @@ MpiSync::~MpiSync() {
   (void)WaitAllReduces();  // a failed run's last buckets (exec/step_sync.h)
   Drain();
   if (async_comm_ != MPI_COMM_NULL) MPI_Comm_free(&async_comm_);
+  if (expert_comm_ != MPI_COMM_NULL) MPI_Comm_free(&expert_comm_);
   if (stage_comm_ != MPI_COMM_WORLD) MPI_Comm_free(&stage_comm_);
   MPI_Op_free(&sum_fp16_);
   MPI_Op_free(&sum_bf16_);

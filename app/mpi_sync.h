@@ -18,10 +18,12 @@ class RankSync : public exec::StepSync {
   // Everything on this rank's strings gathered at rank 0 (empty elsewhere),
   // in rank order.
   virtual Result<std::vector<std::string>> GatherAtRankZero(const std::string& mine) = 0;
-  // The layout (traces/layout.h): this rank's gradient group (the dense
-  // gradients' dp × cp group, Layout::DpCpGroup), over which AllReduceSum and
-  // AllReduceSumAsync (on a duplicate of the group's communicator) sum from
-  // now on. Collective: every rank calls it, with the same layout.
+  // The layout (traces/layout.h): this rank's gradient group (the layout's
+  // DenseGradientGroup), over which AllReduceSum and AllReduceSumAsync (on a
+  // duplicate of the group's communicator) sum from now on, and at ep > 1 its
+  // routed experts' data-parallel group (Layout::ExpertDpGroup), over which
+  // AllReduceSumAsync sums with SumGroup::kExpertDataParallel. Collective:
+  // every rank calls it, with the same layout.
   virtual Status SplitStages(const traces::Layout& layout) = 0;
 };
 

@@ -15,24 +15,16 @@
 namespace ssdtrain::exec::detail {
 
 // The expert-data-parallel group (traces/dp_buckets.h) is the dp group at
-// ep 1 and no group at ep = dp; others need a communicator of their own per
-// group, which StepSync does not have: refused rather than reduced over the
-// wrong ranks.
+// ep 1, a group of its own between (StepSync's SumGroup), and no group at
+// ep = dp: nothing to exchange.
 Status Replayer::set_buckets(traces::BucketTable table, traces::DdpImpl ddp) {
   ddp_ = ddp;
   std::vector<traces::GradientBucket> kept;
   table.bytes = 0;
   for (traces::GradientBucket& b : table.buckets) {
-    if (b.group == traces::BucketGroup::kExpertDataParallel && table.expert_dp != table.dp) {
-      if (table.expert_dp > 1) {
-        return Status::InvalidArgument(
-            "--dp " + std::to_string(table.dp) + " with --ep " +
-            std::to_string(table.dp / table.expert_dp) +
-            ": the routed experts' gradients are all-reduced over expert-data-parallel groups of " +
-            std::to_string(table.expert_dp) +
-            " ranks, which the replay does not form (replay ep 1, or ep equal to dp)");
-      }
-      continue;  // a group of one: nothing to exchange
+    if (b.group == traces::BucketGroup::kExpertDataParallel && table.expert_dp == 1 &&
+        table.dp > 1) {
+      continue;
     }
     table.bytes += b.bytes;
     kept.push_back(std::move(b));
@@ -149,7 +141,14 @@ Status Replayer::PostBucket(size_t b) {
   bucket_runs_[b].bytes = bucket.bytes;
   bucket_runs_[b].gradients = static_cast<int64_t>(bucket.gradients.size());
   bucket_runs_[b].posted_ns = now;
-  Status st = agreement_.sync()->AllReduceSumAsync(BucketHost(b), bucket.elements(), bucket.dtype);
+  // The routed experts' buckets over their own group where it is not the
+  // dense one (ep > 1: set_buckets).
+  const exec::SumGroup group =
+      bucket.group == traces::BucketGroup::kExpertDataParallel && buckets_.expert_dp != buckets_.dp
+          ? exec::SumGroup::kExpertDataParallel
+          : exec::SumGroup::kDenseGradients;
+  Status st =
+      agreement_.sync()->AllReduceSumAsync(BucketHost(b), bucket.elements(), bucket.dtype, group);
   return st.ok() ? st : st.WithPrefix("all-reduce of gradient bucket " + std::to_string(b));
 }
 

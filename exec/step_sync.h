@@ -32,7 +32,9 @@
 //              (traces/dp_buckets.h), once the op completing it has run
 //              and its gradients are in host memory,
 //                                      AllReduceSumAsync(the bucket) over
-//                                      its data-parallel group, in the
+//                                      its group (the dense gradients',
+//                                      or the routed experts' data-
+//                                      parallel group), in the
 //                                      buckets' order, progressed at each
 //                                      later op (ProgressAllReduces);
 //              before the optimizer    WaitAllReduces, then the copies back
@@ -98,6 +100,12 @@ struct PipelineTag {
   }
 };
 
+// The ranks a gradient bucket is summed over (traces/dp_buckets.h, "Groups"):
+// the layout's DenseGradientGroup, or, at ep > 1, the routed experts'
+// data-parallel group (traces::Layout::ExpertDpGroup: the ranks of one stage,
+// tp index and expert index).
+enum class SumGroup { kDenseGradients, kExpertDataParallel };
+
 class StepSync {
  public:
   virtual ~StepSync() = default;
@@ -111,11 +119,12 @@ class StepSync {
   virtual Status AllReduceSum(void* host, int64_t count, traces::DType dtype) = 0;
   // The same sum without waiting for it (the gradient buckets, overlapping
   // backward): posts it and returns; `host` stays the sum's, untouched by the
-  // caller, until WaitAllReduces has returned. Every rank of the stage posts
-  // the same sums in the same order. The MPI implementation is
-  // MPI_Iallreduce on a communicator of its own; one that cannot overlap may
-  // sum at once.
-  virtual Status AllReduceSumAsync(void* host, int64_t count, traces::DType dtype) = 0;
+  // caller, until WaitAllReduces has returned, over `group`. Every rank of a
+  // group posts the same sums in the same order. The MPI implementation is
+  // MPI_Iallreduce on a communicator of the group's own; one that cannot
+  // overlap may sum at once.
+  virtual Status AllReduceSumAsync(void* host, int64_t count, traces::DType dtype,
+                                   SumGroup group) = 0;
   // Lets the posted sums progress without blocking (MPI moves a nonblocking
   // collective only inside MPI calls) and sets `*completed` to how many of
   // those posted since the last WaitAllReduces have completed, a prefix in

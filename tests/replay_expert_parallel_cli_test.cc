@@ -11,8 +11,9 @@
 // gated. The same beside tp 2 and beside pp 2 on four ranks. The routed
 // experts' gradient buckets are not all-reduced (their expert-data-parallel
 // group, dp / ep, is one rank: traces/dp_buckets.h), the others are, the
-// simulator's bytes; dp 4 with ep 2 is refused naming the flags. Built only
-// with MPI (SSDTRAIN_HAVE_MPI).
+// simulator's bytes; at dp 4 with ep 2 they are, over pairs of ranks (at
+// ZeRO 0 and at ZeRO-1, the distributed optimizer). Built only with MPI
+// (SSDTRAIN_HAVE_MPI).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -40,10 +41,13 @@ constexpr int kRanks = 2, kMicroBatches = 2;
 
 struct Layout {
   int tp = 1, pp = 1, dp = 2;
+  int zero_stage = -1;  // -1: searched
   int ranks() const { return tp * pp * dp; }
   std::string Flags() const {
-    return " --gpus " + std::to_string(ranks()) + " --tp " + std::to_string(tp) + " --pp " +
-           std::to_string(pp) + " --dp " + std::to_string(dp) + " --ep 2";
+    std::string flags = " --gpus " + std::to_string(ranks()) + " --tp " + std::to_string(tp) +
+                        " --pp " + std::to_string(pp) + " --dp " + std::to_string(dp) + " --ep 2";
+    if (zero_stage >= 0) flags.append(" --zero-stage ").append(std::to_string(zero_stage));
+    return flags;
   }
 };
 // tiny-moe at sequence 64 (micro-batch 4): 256 tokens × top-2 = 512 routed rows.
@@ -74,8 +78,8 @@ class ReplayExpertParallelCli : public testing::ReplayRanksTest {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("x " + n + " ranks"), std::string::npos) << r.output;
     ASSERT_NO_FATAL_FAILURE(ReadReports());
-    std::printf("%s tp %d pp %d dp 2 ep 2, %s: step %.3f ms measured, %.3f ms predicted\n",
-                model_path.empty() ? "tiny-moe" : "model", l.tp, l.pp, policy.c_str(),
+    std::printf("%s tp %d pp %d dp %d ep 2, %s: step %.3f ms measured, %.3f ms predicted\n",
+                model_path.empty() ? "tiny-moe" : "model", l.tp, l.pp, l.dp, policy.c_str(),
                 report_.metrics.step_time_ns / 1e6, predicted_.metrics.step_time_ns / 1e6);
   }
 
@@ -153,6 +157,17 @@ TEST_F(ReplayExpertParallelCli, KeepReplaysVerifiedOnTwoExpertRanks) {
   }
 }
 
+// ZeRO-1 (the distributed optimizer) at ep = dp = 2: each rank holds half
+// the dense state and its own experts' whole state (their data-parallel
+// group is the rank alone); the replay's peaks are the prediction's.
+TEST_F(ReplayExpertParallelCli, ZeroOneReplaysVerifiedOnTwoExpertRanks) {
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("offload-ssd", Layout{.zero_stage = 1}));
+  ExpectEveryRankInPlace();
+  auto plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->zero_stage, 1);
+}
+
 TEST_F(ReplayExpertParallelCli, SsdtrainReplaysVerifiedOnTwoExpertRanks) {
   ASSERT_NO_FATAL_FAILURE(PlanAndReplay("ssdtrain"));
   ExpectEveryRankInPlace();
@@ -204,18 +219,42 @@ TEST_F(ReplayExpertParallelCli, ExpertBucketsStayOnTheirRankTheDenseOnesAreTheSi
   EXPECT_EQ(measured, dense);
 }
 
-// dp 4, ep 2: the experts' groups would be pairs of ranks, which the replay
-// does not form; it says so naming the flags rather than summing over dp.
-TEST_F(ReplayExpertParallelCli, AnExpertGroupBetweenOneRankAndDpIsRefused) {
-  const Layout l{1, 1, 4};
-  auto planned = RunSsdtrain("plan --model " + Model("tiny-moe") + " --hardware " +
-                             File("hw.json") + l.Flags() + kShape +
-                             " --num-micro-batches 1 --policy keep -o " + File("plan.json"));
-  ASSERT_EQ(planned.exit_code, 0) << planned.output;
-  auto r = testing::MpiReplay(l.ranks(), Model("tiny-moe"), File("plan.json"), File("offload"),
-                              File("run.json"));
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("--dp 4 with --ep 2"), std::string::npos) << r.output;
+// dp 4, ep 2: the experts' groups are pairs of ranks (0 and 2, 1 and 3:
+// the replicas of one expert index), their buckets summed over those pairs,
+// the dense ones over all four; every rank in its place, its peaks the
+// prediction's, and the buckets each rank sums are the prediction's, the
+// experts' included (at ZeRO-1 too, the distributed optimizer).
+TEST_F(ReplayExpertParallelCli, ExpertGroupsBetweenOneRankAndDpSumTheirOwnBuckets) {
+  for (int zero : {0, 1}) {
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    const Layout l{.dp = 4, .zero_stage = zero};
+    ASSERT_NO_FATAL_FAILURE(PlanAndReplay("keep", l));
+    ASSERT_NO_FATAL_FAILURE(ExpectRanksAndStages(l.ranks(), 1));
+    for (int r = 0; r < l.ranks(); ++r) ExpectRankOfStage(report_.extra.at("ranks")[r], 0);
+    EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank directories or files left";
+    auto traced =
+        RunSsdtrain("trace --model " + Model("tiny-moe") + " --dp 4 --ep 2" + kShape +
+                    " --zero-stage " + std::to_string(zero) + " -o " + File("trace.json"));
+    ASSERT_EQ(traced.exit_code, 0) << traced.output;
+    auto trace = traces::ReadTrace(File("trace.json"));
+    ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+    const traces::BucketTable table = traces::GradientBuckets(*trace, 4);
+    EXPECT_EQ(table.expert_dp, 2);
+    std::vector<int64_t> all;
+    int64_t expert = 0;
+    for (const traces::GradientBucket& b : table.buckets) {
+      all.push_back(b.bytes);
+      if (b.group == traces::BucketGroup::kExpertDataParallel) expert += b.bytes;
+    }
+    // 4 of 8 experts in each of 3 MoE layers, 3·f·h fp32 parameters each.
+    EXPECT_EQ(expert, 4 * 3 * 4 * 3 * 256 * 256);
+    EXPECT_EQ(testing::PredictedBucketBytes(File("predicted-timeline.json")), all);
+    std::vector<int64_t> measured;
+    for (const nlohmann::json& b : report_.extra.at("gradient_buckets")) {
+      measured.push_back(b.at("bytes").get<int64_t>());
+    }
+    EXPECT_EQ(measured, all);
+  }
 }
 
 TEST_F(ReplayExpertParallelCli, ExpertRanksBesideTensorParallelShardsOnFourRanks) {

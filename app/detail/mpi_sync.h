@@ -61,7 +61,8 @@ class MpiSync final : public RankSync {
   Status SplitStages(const traces::Layout& layout) override;
   Status Agree(const Status& local) override;
   Status AllReduceSum(void* host, int64_t count, traces::DType dtype) override;
-  Status AllReduceSumAsync(void* host, int64_t count, traces::DType dtype) override;
+  Status AllReduceSumAsync(void* host, int64_t count, traces::DType dtype,
+                           exec::SumGroup group) override;
   Status ProgressAllReduces(int64_t* completed) override;
   Status WaitAllReduces() override;
   // Lengths in 64 bits, then each rank's bytes to rank 0 point to point in
@@ -112,6 +113,10 @@ class MpiSync final : public RankSync {
   // since the last WaitAllReduces (each one request per piece), of which the
   // first sums_completed_ have completed.
   MPI_Comm async_comm_ = MPI_COMM_NULL;
+  // The routed experts' buckets at ep > 1 (exec::SumGroup): this rank's
+  // expert-data-parallel group (traces::Layout::ExpertDpGroup); null where
+  // the layout has none of more than one rank.
+  MPI_Comm expert_comm_ = MPI_COMM_NULL;
   struct PostedSum {
     std::vector<MPI_Request> requests;
   };

@@ -79,7 +79,13 @@ class ThreadRanks {
     }
     // Sums at once, at the stage's barrier: every rank posts the same buckets
     // in the same order, so they meet there as MPI's nonblocking ones would.
-    Status AllReduceSumAsync(void* host, int64_t count, traces::DType dtype) override {
+    // The routed experts' groups are not formed here (the MPI ranks' tests
+    // run them).
+    Status AllReduceSumAsync(void* host, int64_t count, traces::DType dtype,
+                             SumGroup group) override {
+      if (group != SumGroup::kDenseGradients) {
+        return Status::FailedPrecondition("test ranks form no expert-data-parallel groups");
+      }
       ++posted_;
       return AllReduceSum(host, count, dtype);
     }
