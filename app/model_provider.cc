@@ -35,6 +35,7 @@ void SetModelOptions(const models::ModelConfig& c, sim::PlannerOptions* po) {
   po->seq_len = c.seq_len;
   po->sequence_parallel = c.sequence_parallel && c.tp > 1;
   po->cp_refusal = models::ContextParallelRefusal(c);
+  po->tp_refusal = [c](int64_t tp) { return models::TensorParallelRefusal(c, tp); };
   po->fp8 = c.fp8;
 }
 

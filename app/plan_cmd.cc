@@ -109,6 +109,7 @@ int RunPlan(PlanCmdOptions o) {
   po.seq_len = in.seq_len;
   po.sequence_parallel = in.sequence_parallel;
   po.cp_refusal = in.cp_refusal;
+  po.tp_refusal = in.tp_refusal;
   po.fp8 = in.fp8;
   if (!o.schedule.empty()) {
     po.schedule = o.schedule;

@@ -166,6 +166,7 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   in.seq_len = base.seq_len;
   in.sequence_parallel = base.sequence_parallel && base.tp > 1;
   in.cp_refusal = models::ContextParallelRefusal(base);
+  in.tp_refusal = [base](int64_t tp) { return models::TensorParallelRefusal(base, tp); };
   in.fp8 = base.fp8;
   in.config = ConfigLayout{model_path, base.micro_batch, base.tp, base.pp,
                            base.dp,    base.zero_stage,  base.ep};

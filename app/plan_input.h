@@ -61,6 +61,9 @@ struct PlanInput {
   int64_t seq_len = 0;
   bool sequence_parallel = false;
   std::string cp_refusal;
+  // Why the model cannot run at a tp ("" where it can; sim::PlannerOptions::
+  // tp_refusal); unset for a captured trace.
+  std::function<std::string(int64_t)> tp_refusal;
   std::string fp8;  // the FP8 recipe its traces train under (traces/fp8.h); "" none
   sim::TraceProvider provider;
   std::function<Result<traces::Trace>(const traces::Plan&)> stage0;

@@ -2,6 +2,8 @@
 
 #include <array>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "models/mla_config.h"
 #include "models/moe_config.h"
@@ -136,6 +138,20 @@ traces::Layout LayoutOf(const ModelConfig& c) {
 int64_t OptimizerStateShards(const ModelConfig& c) { return LayoutOf(c).OptimizerShards(); }
 bool DefersGradSync(const ModelConfig& c) { return c.zero_defer_grad_sync && c.zero_stage >= 2; }
 
+std::string TensorParallelRefusal(const ModelConfig& c, int64_t tp) {
+  if (tp < 1) return "expected a positive integer, got " + Str(tp);
+  std::vector<std::pair<const char*, int64_t>> widths = {
+      {"heads", c.heads}, {"kv_heads", KvHeads(c)}, {"ffn_hidden", FfnHidden(c)}};
+  if (c.experts > 0) {
+    widths.emplace_back("expert_ffn_hidden", ExpertFfnHidden(c));
+    widths.emplace_back("shared_expert_ffn_hidden", c.shared_expert_ffn_hidden);
+  }
+  for (const auto& [field, width] : widths) {
+    if (width % tp != 0) return Str(tp) + " does not divide " + field + " " + Str(width);
+  }
+  return "";
+}
+
 std::string ContextParallelRefusal(const ModelConfig& c) {
   if (c.attention != "flash") {
     return "context parallelism needs attention flash (it runs attention as a ring of fused "
@@ -265,14 +281,8 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
                    ") is only modelled for the " + List(kGroupedQueryFamilies) + " families, not " +
                    c.family);
   }
-  if (c.heads % c.tp != 0) {
-    return Bad(source, "tp", Str(c.tp) + " does not divide heads " + Str(c.heads));
-  }
-  if (kv % c.tp != 0) {
-    return Bad(source, "tp", Str(c.tp) + " does not divide kv_heads " + Str(kv));
-  }
-  if (FfnHidden(c) % c.tp != 0) {
-    return Bad(source, "tp", Str(c.tp) + " does not divide ffn_hidden " + Str(FfnHidden(c)));
+  if (const std::string why = TensorParallelRefusal(c, c.tp); !why.empty()) {
+    return Bad(source, "tp", why);
   }
   if (c.cp > 1) {
     if (const std::string why = ContextParallelRefusal(c); !why.empty()) {

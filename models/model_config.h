@@ -266,5 +266,11 @@ bool TiedOutput(const ModelConfig& c);
 // the sequence, no multi-head latent attention, the model dense. The sequence
 // split is the layout's rule (traces::SequenceSplitError).
 std::string ContextParallelRefusal(const ModelConfig& c);
+// Why the model cannot run at tensor-parallel degree `tp` (>= 1), or "" where
+// it can: tp must divide the heads, the key/value heads, ffn_hidden and, in a
+// MoE model, the routed and the shared experts' widths, each split over the
+// tp ranks. "8 does not divide kv_heads 4". The config's validation and the
+// planner's search (sim::PlannerOptions::tp_refusal) both ask it.
+std::string TensorParallelRefusal(const ModelConfig& c, int64_t tp);
 
 }  // namespace ssdtrain::models

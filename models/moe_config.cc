@@ -167,15 +167,8 @@ Status ValidateMoe(const ModelConfig& c, const std::string& source) {
   for (const auto& [field, value] : widths) {
     if (value < 0) return Bad(source, field, "expected 0 or more, got " + Str(value));
   }
-  if (ExpertFfnHidden(c) % c.tp != 0) {
-    return Bad(source, "tp",
-               Str(c.tp) + " does not divide expert_ffn_hidden " + Str(ExpertFfnHidden(c)));
-  }
-  if (c.shared_expert_ffn_hidden % c.tp != 0) {
-    return Bad(
-        source, "tp",
-        Str(c.tp) + " does not divide shared_expert_ffn_hidden " + Str(c.shared_expert_ffn_hidden));
-  }
+  // tp dividing the experts' widths: TensorParallelRefusal, which
+  // ValidateConfig asks before this.
   if (c.shared_expert_gate && c.shared_expert_ffn_hidden == 0) {
     return Bad(source, "shared_expert_gate",
                "needs a shared expert (shared_expert_ffn_hidden > 0)");

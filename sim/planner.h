@@ -153,8 +153,12 @@ struct PlannerOptions {
   int64_t seq_len = 0;
   bool sequence_parallel = false;
   std::string cp_refusal;
-  int64_t layers = 0;              // the model's blocks (pp must divide it)
-  int64_t heads = 0;               // tp must divide it
+  int64_t layers = 0;  // the model's blocks (pp must divide it)
+  int64_t heads = 0;   // tp must divide it
+  // Why the model cannot run at a tensor-parallel degree, "" where it can
+  // (models::TensorParallelRefusal: the heads, key/value heads and widths tp
+  // splits); unset, `heads` alone decides (a captured trace's).
+  std::function<std::string(int64_t tp)> tp_refusal;
   bool allow_host_offload = true;  // false: auto skips offload-host; optimal never uses host
   // What recompute-selective rebuilds (sim/policy.h, PolicyOptions).
   std::vector<std::string> recompute_modules = {"core_attn"};

@@ -227,6 +227,11 @@ Status CheckPins(const PlannerOptions& o) {
   }
   SSDTRAIN_RETURN_IF_ERROR(CheckInterleavedPins(o));
   const std::string gpus = Flag("--gpus", o.gpus);
+  if (o.tp && o.tp_refusal) {
+    if (const std::string why = o.tp_refusal(*o.tp); !why.empty()) {
+      return Status::InvalidArgument(Flag("--tp", *o.tp) + ": " + why);
+    }
+  }
   if (o.tp && o.heads > 0 && o.heads % *o.tp != 0) {
     return Status::InvalidArgument(Flag("--tp", *o.tp) + ": does not divide the model's " +
                                    std::to_string(o.heads) + " attention heads");
@@ -307,6 +312,7 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
   const int64_t max_tp = o.tp ? *o.tp : std::min<int64_t>(hw.gpus_per_node, o.gpus);
   for (int64_t tp = o.tp.value_or(1); tp <= max_tp; tp *= 2) {
     if (o.heads > 0 && o.heads % tp != 0) continue;
+    if (o.tp_refusal && !o.tp_refusal(tp).empty()) continue;
     for (int64_t cp : ContextDegrees(o, tp)) {
       for (int64_t pp = o.pp.value_or(1); pp <= o.pp.value_or(o.layers); ++pp) {
         if (o.layers % pp != 0 || o.gpus % (tp * cp * pp) != 0) continue;

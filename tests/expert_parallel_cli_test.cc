@@ -67,6 +67,25 @@ TEST_F(ExpertParallelCli, MixtralOn64H100sChoosesEpAndFitsOnEveryStage) {
   EXPECT_GT(collectives.at("all_to_all").at("ns").get<int64_t>(), 0);
 }
 
+// Qwen3-30B-A3B's genuine config (32 heads, 4 key/value heads): the search
+// tries only the tp its widths allow (models::TensorParallelRefusal); a tp 8
+// layout's trace was built and refused the whole search before. Pinned, tp 8
+// is refused naming kv_heads.
+TEST_F(ExpertParallelCli, TheSearchTriesOnlyTheTpTheKeyValueHeadsAllow) {
+  const std::string base = "plan --model " + testing::SourceDir() +
+                           "/models/tests/hf/qwen3-30b-a3b --hardware " + Hardware("dgx-b200") +
+                           " --gpus 8 --policy keep --micro-batch 1 --seq-len 1024";
+  CliResult r = RunSsdtrain(base + " -o " + File("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(4 % plan->tp, 0) << plan->tp;
+  CliResult pinned = RunSsdtrain(base + " --tp 8 -o " + File("p8.json"));
+  EXPECT_EQ(pinned.exit_code, 1);
+  EXPECT_NE(pinned.output.find("--tp 8: 8 does not divide kv_heads 4"), std::string::npos)
+      << pinned.output;
+}
+
 TEST_F(ExpertParallelCli, AnImpossibleEpIsRefusedNamingTheFlag) {
   const std::string base = "plan --model " + Model("tiny-moe") + " --hardware " +
                            Hardware("cpu-local") + " --gpus 4 -o " + File("plan.json");
