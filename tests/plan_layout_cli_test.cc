@@ -157,7 +157,7 @@ TEST_F(PlanCli, ImpossiblePinsAreRejectedNamingTheFlagAndWhy) {
   const std::pair<std::string, std::string> cases[] = {
       // 4 layers, 4 heads.
       {"--gpus 3 --pp 3", "--pp 3: does not divide the model's 4 layers"},
-      {"--gpus 3 --tp 3", "--tp 3: does not divide the model's 4 attention heads"},
+      {"--gpus 3 --tp 3", "--tp 3: 3 does not divide heads 4"},
       {"--gpus 8 --tp 2 --pp 2 --dp 4",
        "--tp 2 x --pp 2 x --dp 4 = 16 GPUs, but --gpus 8: tp x cp x pp x dp must equal the GPUs"},
       {"--gpus 6 --pp 4", "--pp 4: does not divide --gpus 6"},
