@@ -7,13 +7,11 @@
 // winner that does not fit by them is judged by them in a search again.
 #include "sim/planner.h"
 
-#include <algorithm>
 #include <map>
 #include <optional>
-#include <thread>
 
 #include "sim/detail/planner_layouts.h"
-#include "sim/detail/task_pool.h"
+#include "sim/detail/planner_search.h"
 #include "sim/fit.h"
 #include "sim/policy.h"
 #include "sim/stage_plans.h"
@@ -21,8 +19,9 @@
 namespace ssdtrain::sim {
 namespace {
 
+using detail::Candidate;
 using detail::Layout;
-using detail::TraceCache;
+using detail::Search;
 
 void Say(const PlannerOptions& o, const std::string& line) {
   if (o.progress) o.progress(line);
@@ -48,128 +47,6 @@ Result<std::vector<std::string>> PoliciesToTry(const PlannerOptions& options) {
   policies.emplace_back("optimal");
   return policies;
 }
-
-// One policy at one layout: its per-stage plans and their whole-step prediction.
-struct Candidate {
-  StagePlans plans;
-  Prediction prediction;
-  bool fits = false;
-  int64_t over_budget_bytes = 0;
-  std::string shortfall;    // HostAndDiskShortfall: why it cannot run beside GPU memory
-  int64_t simulations = 0;  // stage and whole-step simulations it took
-  // Whether `prediction`'s stage peaks are the printed ones: false for an
-  // interleaved one by the closed form (traces::HeldByOtherChunks, no bound
-  // either way on the unrolled step's) until Search::Exact.
-  bool exact = true;
-  // Not simulated: auto passes over megatron-offload where offload-host does
-  // not fit (SkippedHere).
-  bool skipped = false;
-};
-
-class Search {
- public:
-  Search(const TraceProvider& provider, const HardwareOptions& hw, const PlannerOptions& options,
-         int64_t budget)
-      : cache_(provider),
-        hw_(hw),
-        budget_(budget),
-        ddp_(options.ddp),
-        threads_(options.threads > 0
-                     ? options.threads
-                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
-        pool_(threads_) {
-    policy_options_.allow_host_offload = options.allow_host_offload;
-    policy_options_.recompute_modules = options.recompute_modules;
-    policy_options_.offload_modules = options.offload_modules;
-  }
-  TraceCache& cache() { return cache_; }
-  int threads() const { return threads_; }
-  detail::TaskPool& pool() { return pool_; }
-  int64_t simulations() const { return simulations_; }
-  // A candidate the search's answer depends on: its simulations are counted
-  // (a window's candidates past the sequential search's stops are not).
-  void Count(const Candidate& c) { simulations_ += c.simulations; }
-
-  Result<std::vector<const traces::Trace*>> StageTraces(const Layout& l) {
-    std::vector<const traces::Trace*> out;
-    for (int64_t s : RepresentativeStages(l.pp)) {
-      SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache_.Get(l.Shape(s)));
-      out.push_back(t);
-    }
-    return out;
-  }
-
-  Result<Candidate> Evaluate(const Layout& l, const std::string& policy, bool timeline,
-                             bool unrolled_peaks = false) {
-    SSDTRAIN_ASSIGN_OR_RETURN(Candidate c, EvaluateUncounted(l, policy, timeline, unrolled_peaks));
-    Count(c);
-    return c;
-  }
-  // Safe to call from several threads once StageTraces(l) has been called
-  // for `l` (the trace cache is then only read).
-  Result<Candidate> EvaluateUncounted(const Layout& l, const std::string& policy, bool timeline,
-                                      bool unrolled_peaks = false) {
-    SSDTRAIN_ASSIGN_OR_RETURN(std::vector<const traces::Trace*> traces, StageTraces(l));
-    traces::Plan base = BasePlan(*traces[0]);
-    base.micro_batch = l.micro_batch;
-    base.tp = l.tp;
-    base.cp = l.cp;
-    base.pp = l.pp;
-    base.dp = l.dp;
-    base.zero_stage = l.zero_stage;
-    base.dp_shard = l.dp_shard;
-    base.ddp = ddp_;
-    base.ep = l.ep;
-    base.num_micro_batches = l.m;
-    base.schedule = std::string(traces::ToString(l.schedule));
-    base.virtual_stages = l.virtual_stages;
-    base.memory_budget_bytes = budget_;
-    Candidate c;
-    SSDTRAIN_ASSIGN_OR_RETURN(
-        c.plans, PlanStages(traces, policy, hw_, base, budget_, policy_options_, &pool_));
-    SimulateOptions so;
-    so.record_timeline = timeline;
-    so.unrolled_interleaved_peaks = unrolled_peaks;
-    SSDTRAIN_ASSIGN_OR_RETURN(c.prediction, Simulate(c.plans.Inputs(), hw_, so));
-    c.simulations = c.plans.simulations + 1;
-    c.exact = unrolled_peaks || l.schedule != traces::Schedule::kInterleaved;
-    Judge(c);
-    return c;
-  }
-
-  // An interleaved candidate's prediction again with its stages' peaks from
-  // their unrolled steps (SimulateOptions::unrolled_interleaved_peaks, what
-  // the planner prints), and its fit judged by them. Counted; nothing to do
-  // when already exact. The step's times do not change, only the peaks.
-  Status Exact(Candidate& c) {
-    if (c.exact) return Status::Ok();
-    SimulateOptions so;
-    so.record_timeline = false;
-    so.unrolled_interleaved_peaks = true;
-    SSDTRAIN_ASSIGN_OR_RETURN(c.prediction, Simulate(c.plans.Inputs(), hw_, so));
-    ++c.simulations;
-    ++simulations_;
-    c.exact = true;
-    Judge(c);
-    return Status::Ok();
-  }
-
- private:
-  TraceCache cache_;
-  const HardwareOptions& hw_;
-  const int64_t budget_;
-  const std::string ddp_;
-  PolicyOptions policy_options_;
-  const int threads_;
-  detail::TaskPool pool_;  // after threads_
-  int64_t simulations_ = 0;
-
-  void Judge(Candidate& c) const {
-    c.over_budget_bytes = OverBudgetBytes(c.prediction, budget_);
-    c.shortfall = HostAndDiskShortfall(c.prediction, hw_);
-    c.fits = FitsBudget(c.prediction, budget_) && c.shortfall.empty();
-  }
-};
 
 nlohmann::json RokPoint(const std::string& policy, const Candidate& c) {
   const Prediction::StagePeak& worst = WorstStage(c.prediction);
