@@ -611,7 +611,8 @@ void Importer::Build() {
     }
 
     // Outputs: in place, a view of an input's storage, or a new storage.
-    const bool view_op = TorchOpInfo(n.name).view;
+    const TorchOp info = TorchOpInfo(n.name);
+    const bool view_op = info.view;
     bool all_alias = true;
     std::set<std::pair<std::string, int64_t>> made;
     const TensorKind made_kind = call.phase == Phase::kForward    ? TensorKind::kActivation
@@ -659,7 +660,6 @@ void Importer::Build() {
     op_scopes.push_back(scope);
 
     // Work.
-    const TorchOp info = TorchOpInfo(n.name);
     const bool view = view_op && all_alias;
     int64_t out_elements = 0, written = 0, read = 0;
     for (const TensorValue& v : call.outputs) {
