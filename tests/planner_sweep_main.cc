@@ -6,6 +6,7 @@
 //                 [--policies a,b] [--max-seconds 10] [--defer-grad-sync]
 //                 [--fp8 RECIPE] [--verbose]
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
   }
   if (gpus.empty() || policies.empty()) return Usage("nothing to sweep");
   int64_t cases = 0, failed = 0;
+  const bool on_terminal = isatty(STDERR_FILENO) != 0;
   for (const std::string& hw : JsonFiles(hardware, true)) {
     for (const std::string& model : JsonFiles(models, false)) {
       for (int64_t g : gpus) {
@@ -97,12 +99,16 @@ int main(int argc, char** argv) {
         }
         for (const std::string& v : o.violations) std::cout << "VIOLATION: " << v << "\n";
         if (!o.violations.empty()) ++failed;
-        std::cerr << fmt::format("\rplanner_sweep: {} cases, {} with violations", cases, failed)
+        // On a terminal one line rewritten in place; into a file (or a log
+        // beside stdout) one line each, so that the next case's lines start
+        // on their own.
+        std::cerr << fmt::format("{}planner_sweep: {} cases, {} with violations{}",
+                                 on_terminal ? "\r" : "", cases, failed, on_terminal ? "" : "\n")
                   << std::flush;
       }
     }
   }
-  std::cerr << "\n";
+  if (on_terminal) std::cerr << "\n";
   std::cout << fmt::format("planner_sweep: {} passed, {} failed\n", cases - failed, failed);
   return failed == 0 ? 0 : 1;
 }
