@@ -134,6 +134,23 @@ TEST(ModelConfig, TpMustDivideHeadsAndKvHeads) {
             "x.json: kv_heads: 3 does not divide heads 16");
 }
 
+// The one rule the config's validation and the planner's search ask
+// (TensorParallelRefusal): at tp 1, 2 the kv_heads-2 config runs; at 4 and 8
+// its key/value heads refuse it; at 32 its heads already do.
+TEST(ModelConfig, TensorParallelRefusalIsTheValidationsRule) {
+  nlohmann::json j = nlohmann::json::parse(kValid);
+  j["family"] = "llama";
+  j["kv_heads"] = 2;
+  const Result<ModelConfig> c = ModelConfigFromJson(j, "x.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(TensorParallelRefusal(*c, 1), "");
+  EXPECT_EQ(TensorParallelRefusal(*c, 2), "");
+  EXPECT_EQ(TensorParallelRefusal(*c, 4), "4 does not divide kv_heads 2");
+  EXPECT_EQ(TensorParallelRefusal(*c, 8), "8 does not divide kv_heads 2");
+  EXPECT_EQ(TensorParallelRefusal(*c, 32), "32 does not divide heads 16");
+  EXPECT_EQ(TensorParallelRefusal(*c, 0), "expected a positive integer, got 0");
+}
+
 TEST(ModelConfig, GroupedQueryAttentionIsLlamaFalconAndGemmaOnly) {
   EXPECT_EQ(WithField("kv_heads", "4").message(),
             "configs/models/x.json: kv_heads: grouped-query attention (kv_heads 4 != heads 16) "
