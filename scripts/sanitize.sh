@@ -40,11 +40,16 @@ fuzz=OFF
 
 # -O1 with line tables: readable stacks at a fraction of -O2's compile time;
 # asserts stay on (no NDEBUG), since a sanitizer build is for finding bugs.
+# No precompiled headers here: CMake passes clang its PCH as
+# `-Xclang -include-pch -Xclang <absolute path>`, which ccache does not rewrite
+# relative to the checkout, so every file that used one missed the cache in a
+# second clone (90 of 335 compilations hit; docs/PERFORMANCE.md, CI).
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" \
   -DSSDTRAIN_SANITIZE="$kind" -DSSDTRAIN_FUZZ="$fuzz" -DSSDTRAIN_CUDA=OFF \
-  -DSSDTRAIN_BUILD_BENCHMARKS=OFF -DSSDTRAIN_PYTHON=OFF -DSSDTRAIN_MPI=OFF ${SSDTRAIN_CMAKE_ARGS:-} >/dev/null
+  -DSSDTRAIN_BUILD_BENCHMARKS=OFF -DSSDTRAIN_PYTHON=OFF -DSSDTRAIN_MPI=OFF -DSSDTRAIN_PCH=OFF \
+  ${SSDTRAIN_CMAKE_ARGS:-} >/dev/null
 if [[ ${1:-} == --configure-only ]]; then
   exit 0
 fi
