@@ -188,8 +188,9 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
       if (plan.dp_shard != 0) command += fmt::format(" --dp-shard {}", plan.dp_shard);
       if (plan.zero_defer_grad_sync) command += " --defer-grad-sync";
     } else if (plan.ep != 1) {
-      command += fmt::format(" --dp {} --ep {}", plan.dp, plan.ep);
+      command += fmt::format(" --dp {}", plan.dp);
     }
+    if (plan.ep != 1) command += fmt::format(" --ep {}", plan.ep);
     return command;
   };
   return in;

@@ -156,5 +156,28 @@ TEST_F(ExpertParallelCli, AnEpPlanPrintsItsReplayLineAndOneProcessRefusesIt) {
   EXPECT_NE(r.output.find("mpirun -np 4"), std::string::npos) << r.output;
 }
 
+// A ZeRO-1 plan at ep 2 prints the trace command with both flags, and that
+// command builds the very trace the plan was made from (its fingerprint).
+TEST_F(ExpertParallelCli, AZeroOneEpPlanPrintsTheTraceCommandThatBuildsItsTrace) {
+  CliResult planned =
+      RunSsdtrain("plan --model " + Model("tiny-moe") + " --hardware " + Hardware("cpu-local") +
+                  " --gpus 2 --tp 1 --pp 1 --dp 2 --ep 2 --zero-stage 1 "
+                  "--micro-batch 1 --policy keep -o " +
+                  File("plan.json"));
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  const std::string said = "trace for this plan: ";
+  const size_t at = planned.output.find(said);
+  ASSERT_NE(at, std::string::npos) << planned.output;
+  const std::string command =
+      planned.output.substr(at + said.size(), planned.output.find('\n', at) - at - said.size());
+  EXPECT_NE(command.find(" --dp 2 --zero-stage 1 --ep 2"), std::string::npos) << command;
+  ASSERT_EQ(testing::Shell(command + " -o " + File("t.json")).exit_code, 0) << command;
+  Result<traces::Trace> trace = traces::ReadTrace(File("t.json"));
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(traces::Fingerprint(*trace), plan->trace_fingerprint);
+}
+
 }  // namespace
 }  // namespace ssdtrain
