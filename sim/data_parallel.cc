@@ -46,7 +46,7 @@ int64_t ParameterBytes(const traces::Trace& trace) {
 int64_t ExpertParameterBytes(const traces::Trace& trace) {
   int64_t bytes = 0;
   for (const traces::Tensor& t : trace.tensors) {
-    if (!t.alias_of && t.kind == traces::TensorKind::kWeight && traces::IsExpertWeight(t)) {
+    if (!t.alias_of && t.kind == traces::TensorKind::kWeight && traces::IsRoutedExpert(t)) {
       bytes += t.bytes;
     }
   }

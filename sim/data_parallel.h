@@ -63,7 +63,7 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
 // The bytes of the trace's parameters (weights, each storage once): what
 // ZeRO-1 and 2 all-gather after the optimizer.
 int64_t ParameterBytes(const traces::Trace& trace);
-// Of those, the routed experts' (traces::IsExpertWeight).
+// Of those, the routed experts' (traces::IsRoutedExpert).
 int64_t ExpertParameterBytes(const traces::Trace& trace);
 
 // ZeRO-1 and 2's all-gather of the stage's updated parameters after the

@@ -382,7 +382,7 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
         static_bytes += x.bytes;
       }
       if (traces::IsWeightGradient(*t, x)) {
-        (traces::IsExpertGradient(x) ? expert_grads : grads) += x.bytes;
+        (traces::IsRoutedExpert(x) ? expert_grads : grads) += x.bytes;
       }
     }
     min_static = std::min(min_static, static_bytes);

@@ -42,19 +42,21 @@ traces::BucketTable Buckets(int64_t ep) {
   return trace.ok() ? traces::GradientBuckets(*trace, kDp) : traces::BucketTable{};
 }
 
-TEST(ExpertGradient, IsARoutedExpertsWeightByItsName) {
+TEST(ExpertGradient, IsTheRoutedExpertsByItsName) {
   auto named = [](const char* name) {
     traces::Tensor t;
     t.name = name;
-    return traces::IsExpertGradient(t);
+    return traces::IsRoutedExpert(t);
   };
-  EXPECT_TRUE(named("L3.expert0.fc1.weight.grad"));
-  EXPECT_TRUE(named("L1.expert12.fc2.weight.grad+1"));
-  EXPECT_TRUE(named("expert3.fc2.weight.grad"));
+  EXPECT_TRUE(named("L3.experts.fc1.weight.grad"));
+  EXPECT_TRUE(named("L1.experts.fc2.weight.grad+1"));
+  EXPECT_TRUE(named("experts.fc2.weight"));
+  EXPECT_TRUE(named("L12.experts.fc1.bias"));
   EXPECT_FALSE(named("L3.shared_expert.fc1.weight.grad"));
   EXPECT_FALSE(named("L3.router.weight.grad"));
-  EXPECT_FALSE(named("L3.expertx.fc1.weight.grad"));
-  EXPECT_FALSE(named("L3.expert0"));
+  EXPECT_FALSE(named("L3.expertsx.fc1.weight.grad"));
+  EXPECT_FALSE(named("L3.experts"));
+  EXPECT_FALSE(named("L3.fc1.experts.weight"));
   EXPECT_FALSE(named("L0.fc1.weight.grad"));
 }
 
@@ -85,7 +87,8 @@ TEST(ExpertBuckets, ExpertBucketsGoOverDpOverEpRanksTheRestOverDp) {
     ASSERT_NE(expert, nullptr);
     const int64_t expert_bytes = 4 * kMoeLayers * (kExperts / ep) * kExpertParams;
     EXPECT_EQ(expert->bytes, expert_bytes);
-    EXPECT_EQ(expert->gradients.size(), static_cast<size_t>(2 * kMoeLayers * kExperts / ep));
+    // Two grouped weights per MoE layer (fc1 and fc2, each holding its E/ep experts).
+    EXPECT_EQ(expert->gradients.size(), static_cast<size_t>(2 * kMoeLayers));
     EXPECT_EQ(dense->bytes, dense_bytes);
     EXPECT_EQ(table.bytes, dense_bytes + expert_bytes);
     EXPECT_EQ(table.GroupSize(*dense), kDp);

@@ -61,9 +61,7 @@ int64_t ExpertDataParallel(int64_t dp, int64_t ep) {
   return std::max<int64_t>(1, layout.ExpertDp());
 }
 
-bool IsExpertGradient(const Tensor& t) { return IsExpertWeight(t); }
-
-bool IsExpertWeight(const Tensor& t) {
+bool IsRoutedExpert(const Tensor& t) {
   std::string_view name = t.name;
   // The layer prefix "L<digits>.", when there is one.
   if (name.size() > 1 && name[0] == 'L' && std::isdigit(static_cast<unsigned char>(name[1]))) {
@@ -71,12 +69,8 @@ bool IsExpertWeight(const Tensor& t) {
     if (dot == std::string_view::npos) return false;
     name.remove_prefix(dot + 1);
   }
-  constexpr std::string_view kExpert = "expert";
-  if (name.substr(0, kExpert.size()) != kExpert) return false;
-  name.remove_prefix(kExpert.size());
-  size_t digits = 0;
-  while (digits < name.size() && std::isdigit(static_cast<unsigned char>(name[digits]))) ++digits;
-  return digits > 0 && digits < name.size() && name[digits] == '.';
+  return name.size() > kRoutedExperts.size() && name.starts_with(kRoutedExperts) &&
+         name[kRoutedExperts.size()] == '.';
 }
 
 int64_t BucketParams(int64_t dp) {
@@ -101,7 +95,7 @@ BucketTable GradientBuckets(const Trace& trace, int64_t dp) {
   };
   for (const Completion& c : CompletionOrder(trace)) {
     const Tensor& g = trace.tensor(c.gradient);
-    GradientBucket& b = open[IsExpertGradient(g) ? 1 : 0];
+    GradientBucket& b = open[IsRoutedExpert(g) ? 1 : 0];
     if (!b.gradients.empty() && g.dtype != b.dtype) close(b);
     b.dtype = g.dtype;
     b.offsets.push_back(b.bytes);

@@ -31,7 +31,7 @@
 //   the experts' parameters, allreduce = False, in buffers of their own,
 //   expert_parallel_buffers, of the same bucket_size, reduced over the
 //   expert-data-parallel group of parallel_state): the routed experts'
-//   gradients (IsExpertGradient) form buckets of their own by the rule
+//   gradients (IsRoutedExpert) form buckets of their own by the rule
 //   above, all-reduced over the expert-data-parallel group of
 //   ExpertDataParallel(dp, ep) ranks; every other gradient's buckets
 //   (attention, router, shared expert, embeddings) go over the dp group. The
@@ -68,15 +68,16 @@ int64_t BucketParams(int64_t dp);
 // and the layout refuse anything else). At least 1.
 int64_t ExpertDataParallel(int64_t dp, int64_t ep);
 
-// Whether weight gradient `t` is a routed expert's: its name, after the layer
-// prefix "L<layer>.", begins "expert<index>." (the MoE block's naming,
-// models/detail/moe.cc; traces/FORMAT.md). The shared expert and the router
-// are not routed experts.
-bool IsExpertGradient(const Tensor& t);
-// Whether weight `t` is a routed expert's, by the same name rule: the
-// parameters ZeRO-1 shards over the expert-data-parallel group
-// (models/detail/trace_builder.cc, the optimizer's expert groups).
-bool IsExpertWeight(const Tensor& t);
+// The routed experts' name in a layer (models/detail/moe.cc builds a rank's
+// experts as one grouped MLP, "experts.fc1" ... "experts.fc2.weight").
+inline constexpr std::string_view kRoutedExperts = "experts";
+// Whether weight `t`, or weight gradient `t`, is the routed experts': its
+// name, after the layer prefix "L<layer>.", begins "experts." (kRoutedExperts;
+// traces/FORMAT.md). The shared expert and the router are not routed experts.
+// These are the parameters ZeRO-1 shards over the expert-data-parallel group
+// (models/detail/trace_builder.cc, the optimizer's expert groups) and whose
+// gradients are bucketed over it.
+bool IsRoutedExpert(const Tensor& t);
 
 // Which group a bucket is all-reduced over (the "Groups" rule above).
 enum class BucketGroup { kDataParallel, kExpertDataParallel };

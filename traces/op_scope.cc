@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "traces/dp_buckets.h"
+
 namespace ssdtrain::traces {
 namespace {
 
@@ -11,12 +13,6 @@ std::pair<std::string_view, std::string_view> Components(std::string_view name) 
   if (dot == std::string_view::npos) return {name, {}};
   std::string_view rest = name.substr(dot + 1);
   return {name.substr(0, dot), rest.substr(0, rest.find('.'))};
-}
-
-bool IsExpert(std::string_view first) {
-  constexpr std::string_view kExpert = "expert";
-  return first.size() > kExpert.size() && first.substr(0, kExpert.size()) == kExpert &&
-         first.substr(kExpert.size()).find_first_not_of("0123456789") == std::string_view::npos;
 }
 
 }  // namespace
@@ -51,7 +47,7 @@ std::string_view OffloadModuleOf(const Op& op) {
   }
   if (first == "attn") return "core_attn";
   if (first == "proj") return "attn_proj";
-  if (IsExpert(first)) {
+  if (first == kRoutedExperts) {
     if (second == "fc1") return "expert_fc1";
     if (second == "swiglu" || second == "swiglu_clamped") return "moe_act";
   }

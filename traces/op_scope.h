@@ -31,8 +31,8 @@ bool InScope(const Op& op, std::string_view scope);
 //   qkv_linear  qkv, q_proj, q_down, q_up, kv_down, kv_up (the projections to q, k, v)
 //   core_attn   attn.* (the attention core: flash kernel, or scores, softmax, ·V)
 //   attn_proj   proj (the output projection)
-//   expert_fc1  expert<i>.fc1 (a routed expert's first gemm)
-//   moe_act     expert<i>.swiglu, expert<i>.swiglu_clamped (its activation)
+//   expert_fc1  experts.fc1 (the routed experts' first grouped gemm)
+//   moe_act     experts.swiglu, experts.swiglu_clamped (their activation)
 // What a module "saves" is what its backward ops read (sim/policy.h,
 // megatron-offload).
 inline constexpr std::string_view kOffloadModules[] = {

@@ -5,6 +5,7 @@
 #include "models/detail/linear.h"
 #include "models/moe_config.h"
 #include "traces/collective_kind.h"
+#include "traces/dp_buckets.h"
 
 namespace ssdtrain::models::detail {
 namespace {
@@ -35,19 +36,46 @@ std::vector<int64_t> Shape(const std::vector<int64_t>& rows, int64_t width) {
   return shape;
 }
 
+// A weight of `shape` per expert: grouped, one tensor [groups, shape...].
+std::vector<int64_t> WeightShape(const ExpertState& st, std::vector<int64_t> shape) {
+  if (st.groups > 1) shape.insert(shape.begin(), st.groups);
+  return shape;
+}
+
+// A projection over the rows, out [rows, n] = in [rows, k] · Wᵀ; grouped, one
+// GEMM of each expert's rows against its own weight.
+OpId RowGemm(TraceBuilder& b, const ExpertState& st, const std::string& name,
+             const std::vector<TensorId>& inputs, const std::vector<TensorId>& outputs, int64_t n,
+             int64_t k) {
+  return b.Gemm(name, inputs, outputs, {.m = st.group_rows, .n = n, .k = k, .batch = st.groups},
+                2 * Rows(st.rows) * n * k);
+}
+
+// A weight gradient [out, in] summed over the rows (per expert, over its own).
+OpId WeightGemm(TraceBuilder& b, const ExpertState& st, const std::string& name,
+                const std::vector<TensorId>& inputs, const std::vector<TensorId>& outputs,
+                int64_t out, int64_t in) {
+  return b.Gemm(name, inputs, outputs, {.m = out, .n = in, .k = st.group_rows, .batch = st.groups},
+                2 * out * in * Rows(st.rows));
+}
+
 // x [rows, h] → fc1 [rows, 2f] → SwiGLU [rows, f] → fc2 [rows, h]; with
 // `bias` each gemm adds its bias (gpt-oss), with `clamp` the SwiGLU is gpt-oss's
-// clamped one (one fused op reading fc1's output, as the plain one).
+// clamped one (one fused op reading fc1's output, as the plain one). With
+// `groups` > 1 the rows are that many experts' (the most rows one runs:
+// `group_rows`), each with its own weights, in grouped GEMMs.
 TensorId ExpertForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId x,
                        std::vector<int64_t> rows, int64_t ffn, ExpertState* st, bool bias = false,
-                       bool clamp = false) {
+                       bool clamp = false, int64_t groups = 1, int64_t group_rows = 0) {
   st->name = name;
   st->rows = std::move(rows);
   st->ffn = ffn;
   st->in = x;
   st->clamp = clamp;
   const int64_t m = Rows(st->rows);
-  st->fc1_weight = b.Weight(name + ".fc1.weight", {2 * ffn, d.h}, d.act);
+  st->groups = groups;
+  st->group_rows = groups > 1 ? group_rows : m;
+  st->fc1_weight = b.Weight(name + ".fc1.weight", WeightShape(*st, {2 * ffn, d.h}), d.act);
   const bool fp8 = Fp8On(d);
   st->fc1_saved = x;
   TensorId fc1_in = x;
@@ -57,15 +85,15 @@ TensorId ExpertForward(TraceBuilder& b, const Dims& d, const std::string& name, 
   }
   std::vector<TensorId> fc1_inputs = {fc1_in, fp8 ? st->fc1_fp8.row : st->fc1_weight};
   if (bias) {
-    st->fc1_bias = b.Weight(name + ".fc1.bias", {2 * ffn}, d.act);
+    st->fc1_bias = b.Weight(name + ".fc1.bias", WeightShape(*st, {2 * ffn}), d.act);
     fc1_inputs.push_back(st->fc1_bias);
   }
   st->fc1_out = b.Activation(name + ".fc1.out", Shape(st->rows, 2 * ffn), d.act);
-  b.Gemm(name + ".fc1", fc1_inputs, {st->fc1_out}, {.m = m, .n = 2 * ffn, .k = d.h});
+  RowGemm(b, *st, name + ".fc1", fc1_inputs, {st->fc1_out}, 2 * ffn, d.h);
   st->act = b.Activation(name + ".act.out", Shape(st->rows, ffn), d.act);
   b.Op(name + (clamp ? ".swiglu_clamped" : ".swiglu"), OpKind::kElementwise, {st->fc1_out},
        {st->act}, (clamp ? kClampedSwigluFlops : kSwigluFlops) * m * ffn);
-  st->fc2_weight = b.Weight(name + ".fc2.weight", {d.h, ffn}, d.act);
+  st->fc2_weight = b.Weight(name + ".fc2.weight", WeightShape(*st, {d.h, ffn}), d.act);
   st->fc2_saved = st->act;
   TensorId fc2_in = st->act;
   if (fp8) {
@@ -74,11 +102,11 @@ TensorId ExpertForward(TraceBuilder& b, const Dims& d, const std::string& name, 
   }
   std::vector<TensorId> fc2_inputs = {fc2_in, fp8 ? st->fc2_fp8.row : st->fc2_weight};
   if (bias) {
-    st->fc2_bias = b.Weight(name + ".fc2.bias", {d.h}, d.act);
+    st->fc2_bias = b.Weight(name + ".fc2.bias", WeightShape(*st, {d.h}), d.act);
     fc2_inputs.push_back(st->fc2_bias);
   }
   st->out = b.Activation(name + ".fc2.out", Shape(st->rows, d.h), d.act);
-  b.Gemm(name + ".fc2", fc2_inputs, {st->out}, {.m = m, .n = d.h, .k = ffn});
+  RowGemm(b, *st, name + ".fc2", fc2_inputs, {st->out}, d.h, ffn);
   return st->out;
 }
 
@@ -99,11 +127,11 @@ TensorId ExpertBackward(TraceBuilder& b, const Dims& d, const ExpertState& st, T
   Fp8Grad g2;
   if (fp8) g2 = QuantizeGrad(b, d, n + ".fc2.out.grad", {g_out}, d.h);
   const TensorId g_act = b.Gradient(n + ".act.out.grad", Shape(st.rows, st.ffn), d.act);
-  b.Gemm(n + ".fc2.dgrad", {fp8 ? g2.row : g_out, fp8 ? st.fc2_fp8.col : st.fc2_weight}, {g_act},
-         {.m = m, .n = st.ffn, .k = d.h});
+  RowGemm(b, st, n + ".fc2.dgrad", {fp8 ? g2.row : g_out, fp8 ? st.fc2_fp8.col : st.fc2_weight},
+          {g_act}, st.ffn, d.h);
   std::vector<TensorId> fc2_inputs = {st.fc2_saved, fp8 ? g2.col : g_out};
   const std::vector<TensorId> g_fc2 = WeightGrads(b, st.fc2_weight, st.fc2_bias, fc2_inputs);
-  b.Gemm(n + ".fc2.wgrad", fc2_inputs, g_fc2, {.m = d.h, .n = st.ffn, .k = m});
+  WeightGemm(b, st, n + ".fc2.wgrad", fc2_inputs, g_fc2, d.h, st.ffn);
   const TensorId g_fc1_out = b.Gradient(n + ".fc1.out.grad", Shape(st.rows, 2 * st.ffn), d.act);
   b.Op(n + (st.clamp ? ".swiglu_clamped.bwd" : ".swiglu.bwd"), OpKind::kElementwise,
        {st.fc1_out, g_act}, {g_fc1_out},
@@ -111,11 +139,11 @@ TensorId ExpertBackward(TraceBuilder& b, const Dims& d, const ExpertState& st, T
   Fp8Grad g1;
   if (fp8) g1 = QuantizeGrad(b, d, n + ".fc1.out.grad", {g_fc1_out}, 2 * st.ffn);
   const TensorId g_in = b.Gradient(n + ".in.grad", Shape(st.rows, d.h), d.act);
-  b.Gemm(n + ".fc1.dgrad", {fp8 ? g1.row : g_fc1_out, fp8 ? st.fc1_fp8.col : st.fc1_weight}, {g_in},
-         {.m = m, .n = d.h, .k = 2 * st.ffn});
+  RowGemm(b, st, n + ".fc1.dgrad", {fp8 ? g1.row : g_fc1_out, fp8 ? st.fc1_fp8.col : st.fc1_weight},
+          {g_in}, d.h, 2 * st.ffn);
   std::vector<TensorId> fc1_inputs = {st.fc1_saved, fp8 ? g1.col : g_fc1_out};
   const std::vector<TensorId> g_fc1 = WeightGrads(b, st.fc1_weight, st.fc1_bias, fc1_inputs);
-  b.Gemm(n + ".fc1.wgrad", fc1_inputs, g_fc1, {.m = 2 * st.ffn, .n = d.h, .k = m});
+  WeightGemm(b, st, n + ".fc1.wgrad", fc1_inputs, g_fc1, 2 * st.ffn, d.h);
   return g_in;
 }
 
@@ -203,23 +231,20 @@ std::string AllToAllName(const std::string& what) {
   return "moe." + what + "." + std::string(traces::kAllToAllSuffix);
 }
 
-// The experts' inputs: views of the permuted rows (ep 1), or of the rows the
-// dispatch all-to-all receives from the ep ranks. Returns {views...}.
-std::vector<TensorId> Dispatch(TraceBuilder& b, const Dims& d, const MoeSpec& spec,
-                               TensorId permuted) {
-  TensorId root = permuted;
-  std::vector<TensorId> outputs;
-  if (spec.ep > 1) {
-    root = b.Activation("moe.received", {Routed(spec), d.h}, d.act);
-    outputs.push_back(root);
-  }
-  std::vector<TensorId> views;
-  for (size_t e = 0; e < spec.tokens.size(); ++e) {
-    views.push_back(b.View("expert" + std::to_string(e) + ".in", root, {spec.tokens[e], d.h}));
-  }
-  outputs.insert(outputs.end(), views.begin(), views.end());
-  if (spec.ep > 1) b.Op(AllToAllName("dispatch"), OpKind::kCollective, {permuted}, outputs, 0);
-  return views;
+// The experts' input: the permuted rows (ep 1), or the rows the dispatch
+// all-to-all receives from the ep ranks, each expert's contiguous.
+TensorId Dispatch(TraceBuilder& b, const Dims& d, const MoeSpec& spec, TensorId permuted) {
+  if (spec.ep == 1) return permuted;
+  const TensorId received = b.Activation("moe.received", {Routed(spec), d.h}, d.act);
+  b.Op(AllToAllName("dispatch"), OpKind::kCollective, {permuted}, {received}, 0);
+  return received;
+}
+
+// The most rows one of this rank's experts runs.
+int64_t MostRows(const MoeSpec& spec) {
+  int64_t most = 0;
+  for (int64_t t : spec.tokens) most = std::max(most, t);
+  return most;
 }
 
 }  // namespace
@@ -249,31 +274,15 @@ TensorId MoeBranchForward(TraceBuilder& b, const Dims& d, const MoeSpec& spec, T
   const int64_t routed = spec.routed;
   const TensorId permuted = b.Activation("moe.permuted", {routed, d.h}, d.act);
   st->row_map = b.Activation("moe.row_map", {routed}, kIndexDType);
-  std::vector<TensorId> permute_outputs = {permuted, st->row_map};
-  // ep 1: the experts' input views are the permute's outputs too.
-  const size_t first_view = permute_outputs.size();
-  if (spec.ep == 1) {
-    for (size_t e = 0; e < spec.tokens.size(); ++e) {
-      permute_outputs.push_back(
-          b.View("expert" + std::to_string(e) + ".in", permuted, {spec.tokens[e], d.h}));
-    }
-  }
-  b.Op("moe.permute", OpKind::kElementwise, {st->x, st->indices}, permute_outputs, 0);
-  const std::vector<TensorId> dispatched =
-      spec.ep == 1
-          ? std::vector<TensorId>(permute_outputs.begin() + first_view, permute_outputs.end())
-          : Dispatch(b, d, spec, permuted);
-  st->experts.resize(spec.tokens.size());
-  std::vector<TensorId> outs;
-  for (size_t i = 0; i < spec.tokens.size(); ++i) {
-    outs.push_back(ExpertForward(b, d, "expert" + std::to_string(i), dispatched[i],
-                                 {spec.tokens[i]}, spec.ffn, &st->experts[i], spec.bias,
-                                 spec.clamp));
-  }
-  std::vector<TensorId> combine_inputs = outs;
+  b.Op("moe.permute", OpKind::kElementwise, {st->x, st->indices}, {permuted, st->row_map}, 0);
+  const TensorId dispatched = Dispatch(b, d, spec, permuted);
+  const TensorId out = ExpertForward(b, d, std::string(traces::kRoutedExperts), dispatched,
+                                     {Routed(spec)}, spec.ffn, &st->experts, spec.bias, spec.clamp,
+                                     static_cast<int64_t>(spec.tokens.size()), MostRows(spec));
+  std::vector<TensorId> combine_inputs = {out};
   if (spec.ep > 1) {
     st->returned = b.Activation("moe.returned", {routed, d.h}, d.act);
-    b.Op(AllToAllName("combine"), OpKind::kCollective, outs, {st->returned}, 0);
+    b.Op(AllToAllName("combine"), OpKind::kCollective, {out}, {st->returned}, 0);
     combine_inputs = {st->returned};
   }
   combine_inputs.push_back(st->weights);
@@ -299,36 +308,29 @@ TensorId MoeBranchBackward(TraceBuilder& b, const Dims& d, const MoeState& st, T
   const TensorId g_shared = st.shared ? SharedBackward(b, d, st, g_full) : kNoTensor;
   const bool ep = spec.ep > 1;
   std::vector<TensorId> combine_inputs = {st.row_map, st.weights};
-  std::vector<TensorId> g_expert_outs;
-  for (const ExpertState& e : st.experts) {
-    if (!ep) combine_inputs.push_back(e.out);
-    g_expert_outs.push_back(b.Gradient(e.name + ".fc2.out.grad", Shape(e.rows, d.h), d.act));
-  }
-  if (ep) combine_inputs.push_back(st.returned);
+  const ExpertState& experts = st.experts;
+  const TensorId g_expert_out =
+      b.Gradient(experts.name + ".fc2.out.grad", Shape(experts.rows, d.h), d.act);
+  combine_inputs.push_back(ep ? st.returned : experts.out);
   combine_inputs.push_back(g_full);
   const TensorId g_weights = b.Gradient("router.weights.grad", d.Full(spec.top_k), d.act);
   const int64_t routed = spec.routed;
   // ep > 1: the unpermute's gradient rows go back to the experts' ranks.
   const TensorId g_returned =
       ep ? b.Gradient("moe.returned.grad", {routed, d.h}, d.act) : kNoTensor;
-  std::vector<TensorId> combine_outputs = ep ? std::vector<TensorId>{g_returned} : g_expert_outs;
-  combine_outputs.push_back(g_weights);
-  b.Op("moe.unpermute.bwd", OpKind::kElementwise, combine_inputs, combine_outputs,
-       kCombineFlops * routed * d.h);
+  b.Op("moe.unpermute.bwd", OpKind::kElementwise, combine_inputs,
+       {ep ? g_returned : g_expert_out, g_weights}, kCombineFlops * routed * d.h);
   if (ep) {
-    b.Op(AllToAllName("combine.bwd"), OpKind::kCollective, {g_returned}, g_expert_outs, 0);
+    b.Op(AllToAllName("combine.bwd"), OpKind::kCollective, {g_returned}, {g_expert_out}, 0);
   }
-  std::vector<TensorId> g_ins;
-  for (size_t e = st.experts.size(); e-- > 0;) {
-    g_ins.push_back(ExpertBackward(b, d, st.experts[e], g_expert_outs[e]));
-  }
+  const TensorId g_in = ExpertBackward(b, d, experts, g_expert_out);
   std::vector<TensorId> dispatch_inputs = {st.row_map};
   if (ep) {
     const TensorId g_permuted = b.Gradient("moe.permuted.grad", {routed, d.h}, d.act);
-    b.Op(AllToAllName("dispatch.bwd"), OpKind::kCollective, g_ins, {g_permuted}, 0);
+    b.Op(AllToAllName("dispatch.bwd"), OpKind::kCollective, {g_in}, {g_permuted}, 0);
     dispatch_inputs.push_back(g_permuted);
   } else {
-    dispatch_inputs.insert(dispatch_inputs.end(), g_ins.begin(), g_ins.end());
+    dispatch_inputs.push_back(g_in);
   }
   const TensorId g_dispatch = b.Gradient("moe.in.grad_dispatch", d.Full(d.h), d.act);
   b.Op("moe.permute.bwd", OpKind::kElementwise, dispatch_inputs, {g_dispatch},

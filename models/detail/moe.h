@@ -2,14 +2,25 @@
 // config side). On the norm output x [s_local, b, h], with T = s·b tokens:
 //   [all-gather x over tp with SP] → router gemm [T, E] → softmax or sigmoid (fp32) + top-k
 //   → permute (x rows to their k experts, a [R, h] buffer and its int64 row map,
-//   R = Σ tokens_e) → per expert e: fc1 [tokens_e, 2f] → SwiGLU → fc2 [tokens_e, h]
-//   → unpermute (each row times its router weight, summed back to [s, b, h])
+//   R = Σ tokens_e) → the rank's experts as grouped GEMMs: fc1 [R, 2f] → SwiGLU
+//   → fc2 [R, h] → unpermute (each row times its router weight, summed back to [s, b, h])
 //   With ep > 1 the permuted rows go to their experts' ranks by an all-to-all
 //   (moe.dispatch), this rank runs its E/ep experts at the rows it receives, and
 //   a second all-to-all (moe.combine) returns the outputs before the unpermute;
 //   the backward runs both all-to-alls on the gradients.
 //   [+ shared expert on all T tokens, optionally through a sigmoid gate]
 //   → [all-reduce, or reduce-scatter with SP, over tp].
+// The routed experts run as Megatron-Core's grouped MLP (--moe-grouped-gemm,
+// GroupedMLP / TEGroupedMLP): one weight per projection holding every local
+// expert's ([E_local, 2f, h] and [E_local, h, f]), one grouped GEMM per
+// projection over the R permuted rows, each expert's rows a contiguous slice,
+// and the activation function over all R rows at once. So a layer has the
+// same ops at 8 experts as at 256 (their bytes and FLOPs are the sum over the
+// experts). The GEMM's shape is the grouped kernel's: batch E_local of the
+// most rows an expert runs; its FLOPs are the exact sum. Under an FP8 recipe
+// the grouped tensors carry one set of scales, where Transformer Engine keeps
+// one per expert split (a per-tensor recipe: 4 bytes per expert; blockwise
+// activations: the split's last partial block of 128 rows).
 // Experts are split over tp as the dense MLP is (f = width / tp per rank); the
 // router is replicated. The backward runs the same in reverse; the router's
 // gradient and the dispatch gradient are summed into the norm output's gradient.
@@ -43,11 +54,14 @@ struct MoeSpec {
 
 MoeSpec MoeSpecFor(const ModelConfig& c);
 
-// A SwiGLU FFN over `rows` rows (a routed or the shared expert).
+// A SwiGLU FFN over `rows` rows: the shared expert, or the rank's routed
+// experts grouped (`groups` of them, the most rows one runs `group_rows`).
 struct ExpertState {
   std::string name;
-  std::vector<int64_t> rows;  // the row shape: {tokens} or {s, b}
+  std::vector<int64_t> rows;  // the row shape: {R} or {s, b}
   int64_t ffn = 0;
+  int64_t groups = 1;      // experts in the grouped GEMMs; 1: a plain FFN
+  int64_t group_rows = 0;  // the GEMMs' m: the most rows one expert runs
   TensorId in = kNoTensor, fc1_weight = kNoTensor, fc1_out = kNoTensor;
   TensorId act = kNoTensor, fc2_weight = kNoTensor, out = kNoTensor;
   TensorId fc1_bias = kNoTensor, fc2_bias = kNoTensor;  // gpt-oss's, or none
@@ -65,7 +79,7 @@ struct MoeState {
   TensorId scores = kNoTensor, weights = kNoTensor, indices = kNoTensor;
   TensorId row_map = kNoTensor;
   TensorId returned = kNoTensor;  // ep > 1: the combine all-to-all's output [routed, h]
-  std::vector<ExpertState> experts;
+  ExpertState experts;            // the routed experts, grouped
   bool shared = false;
   ExpertState shared_expert;
   TensorId gate_weight = kNoTensor, gate = kNoTensor, shared_raw = kNoTensor;

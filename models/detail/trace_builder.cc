@@ -143,7 +143,11 @@ OpId TraceBuilder::Op(const std::string& name, OpKind kind, const std::vector<Te
 
 OpId TraceBuilder::Gemm(const std::string& name, const std::vector<TensorId>& inputs,
                         const std::vector<TensorId>& outputs, GemmDims dims) {
-  const int64_t flops = 2 * dims.m * dims.n * dims.k * dims.batch;
+  return Gemm(name, inputs, outputs, dims, 2 * dims.m * dims.n * dims.k * dims.batch);
+}
+
+OpId TraceBuilder::Gemm(const std::string& name, const std::vector<TensorId>& inputs,
+                        const std::vector<TensorId>& outputs, GemmDims dims, int64_t flops) {
   // FP8 operands (models/detail/fp8.h) make an FP8 GEMM.
   dims.fp8 = !inputs.empty() && tensor(inputs.front()).dtype == DType::kFp8;
   return Op(name, OpKind::kGemm, inputs, outputs, flops, dims);
@@ -183,7 +187,7 @@ void TraceBuilder::AddOptimizerOps() {
   const size_t n_layers = static_cast<size_t>(max_layer + 2);
   std::vector<std::vector<TensorId>> groups(2 * n_layers);
   for (TensorId w : weights_) {
-    const bool expert = expert_shards != shards && traces::IsExpertWeight(tensor(w));
+    const bool expert = expert_shards != shards && traces::IsRoutedExpert(tensor(w));
     groups[2 * static_cast<size_t>(tensor(w).layer + 1) + (expert ? 1 : 0)].push_back(w);
   }
   phase_ = Phase::kOptimizer;

@@ -47,7 +47,7 @@ struct OptimizerSpec {
   DType state_dtype = DType::kFp32;
   int64_t flops_per_param = kAdamFlopsPerParam;
   int64_t shards = 1;
-  // The routed experts' state (traces::IsExpertWeight): ZeRO-1 with ep shards
+  // The routed experts' state (traces::IsRoutedExpert): ZeRO-1 with ep shards
   // it over the expert-data-parallel group (traces::Layout::
   // ExpertOptimizerShards); equal to `shards` otherwise.
   int64_t expert_shards = 1;
@@ -119,6 +119,10 @@ class TraceBuilder {
   // first input is fp8.
   OpId Gemm(const std::string& name, const std::vector<TensorId>& inputs,
             const std::vector<TensorId>& outputs, GemmDims dims);
+  // A grouped gemm: `dims` is the kernel's shape (batch groups of the largest
+  // group's m or k), `flops` the groups' exact sum.
+  OpId Gemm(const std::string& name, const std::vector<TensorId>& inputs,
+            const std::vector<TensorId>& outputs, GemmDims dims, int64_t flops);
 
   // The gradient of `weight` that the next backward op writes. Gradients of a
   // weight used several times accumulate: the previous partial gradient, if any,

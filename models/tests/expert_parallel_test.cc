@@ -41,8 +41,8 @@ traces::Trace Build(const ModelConfig& c) {
   return *t;
 }
 
-bool IsRoutedExpert(const std::string& name) {
-  return name.find(".expert") != std::string::npos;  // not "shared_expert"
+bool InRoutedExperts(const std::string& name) {
+  return name.find(".experts.") != std::string::npos;  // not "shared_expert"
 }
 
 struct Static {
@@ -54,9 +54,9 @@ Static StaticBytes(const traces::Trace& t) {
   for (const traces::Tensor& x : t.tensors) {
     if (x.alias_of) continue;
     const bool grad = traces::IsWeightGradient(t, x);
-    if (x.kind == traces::TensorKind::kWeight && IsRoutedExpert(x.name))
+    if (x.kind == traces::TensorKind::kWeight && InRoutedExperts(x.name))
       s.expert_weights += x.bytes;
-    if (grad && IsRoutedExpert(x.name)) s.expert_grads += x.bytes;
+    if (grad && InRoutedExperts(x.name)) s.expert_grads += x.bytes;
     if (x.kind == traces::TensorKind::kWeight || x.kind == traces::TensorKind::kOptimizerState ||
         grad) {
       s.total += x.bytes;
@@ -106,7 +106,7 @@ TEST(ExpertParallel, ZeroOneShardsTheExpertsStateOverTheirDataParallelGroup) {
       if (x.alias_of || x.kind != traces::TensorKind::kWeight) continue;
       int64_t n = 1;
       for (int64_t d : x.shape) n *= d;
-      (traces::IsExpertWeight(x) ? experts : dense)[x.layer] += n;
+      (traces::IsRoutedExpert(x) ? experts : dense)[x.layer] += n;
     }
     EXPECT_EQ(experts.size(), static_cast<size_t>(kMoeLayers));
     const int64_t expert_dp = 4 / ep;
@@ -153,17 +153,19 @@ TEST(ExpertParallel, DispatchAndCombineAreAllToAllsAroundTheLocalExperts) {
     ++all_to_alls;
   }
   EXPECT_EQ(all_to_alls, 4);
-  // Four local experts, each at 2 ranks × 2048 / 8 = 512 tokens.
-  int experts = 0;
+  // Four local experts, each at 2 ranks × 2048 / 8 = 512 tokens: one grouped
+  // GEMM of 4 × 512 rows.
+  int grouped = 0;
   for (const traces::Op& op : t.ops) {
     if (op.layer != 1 || op.name.find(".fc1") == std::string::npos || !op.gemm ||
-        op.phase != traces::Phase::kForward || !IsRoutedExpert(op.name)) {
+        op.phase != traces::Phase::kForward || !InRoutedExperts(op.name)) {
       continue;
     }
     EXPECT_EQ(op.gemm->m, 512) << op.name;
-    ++experts;
+    EXPECT_EQ(op.gemm->batch, 4) << op.name;
+    ++grouped;
   }
-  EXPECT_EQ(experts, 4);
+  EXPECT_EQ(grouped, 1);
 }
 
 TEST(ExpertParallel, BalancedRoutingSavesTheSameBytesPerLayerAtAnyEp) {

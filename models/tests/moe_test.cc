@@ -146,8 +146,8 @@ traces::Trace Build(const ModelConfig& c) {
 // both save the norm's input and output (2·T·h·a); the dense MLP fc1 [T, 2f_d] and
 // the SwiGLU output [T, f_d]; the routed one the fp32 scores [T, E], the weights
 // [T, k] (a) and int64 indices [T, k], the permuted rows [R, h] and their int64 row
-// map [R], and per expert fc1 [t_e, 2f], SwiGLU [t_e, f] and fc2 [t_e, h] (the combine
-// reads it for the weights' gradient).
+// map [R], and the grouped experts' fc1 [R, 2f], SwiGLU [R, f] and fc2 [R, h] (the
+// combine reads it for the weights' gradient).
 int64_t RoutedLessDense(const ModelConfig& c, int64_t routed_rows) {
   const int64_t a = 2, h = c.hidden, t = c.seq_len * c.micro_batch, e = c.experts;
   const int64_t k = c.experts_per_token, f = c.expert_ffn_hidden, fd = c.ffn_hidden;
@@ -194,8 +194,18 @@ const traces::Op* FindOp(const traces::Trace& t, const std::string& name) {
   return nullptr;
 }
 
-// 64 tokens × top-3 = 192 rows over 5 experts: 39, 39, 38, 38, 38.
-TEST(MoeTrace, ExpertGemmsHaveTheRowsTheyReceive) {
+const traces::Tensor* FindTensor(const traces::Trace& t, const std::string& name) {
+  for (const traces::Tensor& x : t.tensors) {
+    if (x.name == name) return &x;
+  }
+  return nullptr;
+}
+
+// 64 tokens × top-3 = 192 rows over 5 experts: 39, 39, 38, 38, 38. The
+// experts run as grouped GEMMs (Megatron-Core's GroupedMLP): one per
+// projection, batch 5 of the most rows an expert gets (39), the FLOPs the
+// rows' exact sum; each projection's weight holds the 5 experts'.
+TEST(MoeTrace, GroupedExpertGemmsHaveTheRowsTheyReceive) {
   ModelConfig c = SmallMoe();
   c.experts = 5;
   c.experts_per_token = 3;
@@ -203,26 +213,39 @@ TEST(MoeTrace, ExpertGemmsHaveTheRowsTheyReceive) {
   const int64_t rows[] = {39, 39, 38, 38, 38};
   int64_t sum = 0;
   for (int e = 0; e < 5; ++e) {
-    SCOPED_TRACE(e);
-    EXPECT_EQ(ExpertTokens(c, e), rows[e]);
+    EXPECT_EQ(ExpertTokens(c, e), rows[e]) << e;
     sum += rows[e];
-    const std::string prefix = "L1.expert" + std::to_string(e);
-    const traces::Op* fc1 = FindOp(t, prefix + ".fc1");
-    ASSERT_NE(fc1, nullptr);
-    ASSERT_TRUE(fc1->gemm);
-    EXPECT_EQ(fc1->gemm->m, rows[e]);
-    EXPECT_EQ(fc1->gemm->n, 2 * 96);
-    EXPECT_EQ(fc1->gemm->k, 64);
-    const traces::Op* wgrad = FindOp(t, prefix + ".fc2.wgrad");
-    ASSERT_NE(wgrad, nullptr);
-    EXPECT_EQ(wgrad->gemm->k, rows[e]);
   }
   EXPECT_EQ(sum, 64 * 3);
+  const int64_t f = 96, h = 64;
+  const traces::Op* fc1 = FindOp(t, "L1.experts.fc1");
+  ASSERT_NE(fc1, nullptr);
+  ASSERT_TRUE(fc1->gemm);
+  EXPECT_EQ(*fc1->gemm, (traces::GemmDims{.m = 39, .n = 2 * f, .k = h, .batch = 5}));
+  EXPECT_EQ(fc1->flops, 2 * sum * 2 * f * h);
+  const traces::Op* dgrad = FindOp(t, "L1.experts.fc1.dgrad");
+  ASSERT_NE(dgrad, nullptr);
+  EXPECT_EQ(*dgrad->gemm, (traces::GemmDims{.m = 39, .n = h, .k = 2 * f, .batch = 5}));
+  EXPECT_EQ(dgrad->flops, 2 * sum * h * 2 * f);
+  const traces::Op* wgrad = FindOp(t, "L1.experts.fc2.wgrad");
+  ASSERT_NE(wgrad, nullptr);
+  EXPECT_EQ(*wgrad->gemm, (traces::GemmDims{.m = h, .n = f, .k = 39, .batch = 5}));
+  EXPECT_EQ(wgrad->flops, 2 * h * f * sum);
+  const traces::Tensor* w1 = FindTensor(t, "L1.experts.fc1.weight");
+  const traces::Tensor* w2 = FindTensor(t, "L1.experts.fc2.weight");
+  ASSERT_NE(w1, nullptr);
+  ASSERT_NE(w2, nullptr);
+  EXPECT_EQ(w1->shape, (std::vector<int64_t>{5, 2 * f, h}));
+  EXPECT_EQ(w2->shape, (std::vector<int64_t>{5, h, f}));
+  // One fc1 per MoE layer and direction, whatever the experts.
+  int fc1s = 0;
+  for (const traces::Op& op : t.ops) fc1s += op.name == "L1.experts.fc1" ? 1 : 0;
+  EXPECT_EQ(fc1s, 1);
   const traces::Op* router = FindOp(t, "L1.router");
   ASSERT_NE(router, nullptr);
   EXPECT_EQ(router->gemm->m, 64);
   EXPECT_EQ(router->gemm->n, 5);
-  EXPECT_EQ(FindOp(t, "L0.expert0.fc1"), nullptr);  // layer 0 is dense
+  EXPECT_EQ(FindOp(t, "L0.experts.fc1"), nullptr);  // layer 0 is dense
   EXPECT_NE(FindOp(t, "L0.fc1"), nullptr);
 }
 
@@ -239,7 +262,7 @@ TEST(MoeTrace, TensorAndPipelineParallelTracesValidate) {
       ASSERT_TRUE(t.ok()) << t.status().ToString();
       EXPECT_TRUE(traces::Validate(*t, c.name).ok());
       // Experts split over tp: fc1 projects to 2 · 96 / 2 per rank.
-      const std::string expert = "L" + std::to_string(2 * stage + 1) + ".expert0.fc1";
+      const std::string expert = "L" + std::to_string(2 * stage + 1) + ".experts.fc1";
       const traces::Op* fc1 = FindOp(*t, expert);
       ASSERT_NE(fc1, nullptr);
       EXPECT_EQ(fc1->gemm->n, 96);
