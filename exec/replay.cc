@@ -64,8 +64,10 @@ Status CheckStepBytes(int step, const CacheStats& delta, const OffloadStats& io_
 // This rank's neighbours and groups in the plan's layout.
 struct RankPlace {
   int previous_rank = -1, next_rank = -1;  // the pipeline's (-1: none)
-  int64_t tp_index = 0, ep_index = 0, shard_index = 0, cp_index = 0;
-  std::vector<int> tp_group, ep_group, shard_group, cp_group;
+  int64_t tp_index = 0, ep_index = 0, shard_index = 0, expert_shard_index = 0, cp_index = 0;
+  std::vector<int> tp_group, ep_group, shard_group, expert_shard_group, cp_group;
+  // ep > 1: the expert index of each member of shard_group (their seeds).
+  std::vector<int64_t> shard_experts;
   bool dense_buckets = false;  // whether its dense gradient group has other ranks
 };
 
@@ -117,6 +119,11 @@ Result<RankPlace> PlaceRank(const traces::Trace& trace, const traces::Plan& plan
   // ZeRO-2/3's gathers and reduce-scatters; at stages 0 and 1 the trace has none.
   if (layout.zero_stage >= 2) {
     place.shard_group = group(layout.ShardGroup(rank), &place.shard_index);
+    if (layout.ep > 1) {
+      place.expert_shard_group = group(layout.ExpertDpGroup(rank), &place.expert_shard_index);
+      for (int member : place.shard_group)
+        place.shard_experts.push_back(layout.ExpertIndexOf(member));
+    }
   }
   place.dense_buckets = layout.DenseGradientGroup(rank).size() > 1;
   return place;
@@ -288,7 +295,8 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
                         interleaved ? whole.chunk : std::vector<int64_t>{});
   replayer.set_tensor_parallel(place.tp_index, place.tp_group);
   replayer.set_expert_parallel(place.ep_index, place.ep_group);
-  replayer.set_shard_group(place.shard_index, place.shard_group);
+  replayer.set_shard_group(place.shard_index, place.shard_group, place.shard_experts);
+  replayer.set_expert_shard_group(place.expert_shard_index, place.expert_shard_group);
   replayer.set_context_parallel(place.cp_index, place.cp_group);
   // The buckets the simulator prices too (traces/dp_buckets.h), over the
   // layout's dense gradient group: none where it is this rank alone at ZeRO-2/3

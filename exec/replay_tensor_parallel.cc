@@ -64,7 +64,9 @@ Status Replayer::InitTensorParallel() {
       most = std::max(most, 3 * payload + kTrailerBytes);
       continue;
     }
-    const bool listed = traces::GroupOfCollective(op) == traces::CollectiveGroup::kShard;
+    const traces::CollectiveGroup over = traces::GroupOfCollective(op);
+    const bool listed =
+        over == traces::CollectiveGroup::kShard || over == traces::CollectiveGroup::kExpertShard;
     if (op.inputs.size() != op.outputs.size() || op.inputs.empty() ||
         (!listed && op.inputs.size() != 1)) {
       return Status::InvalidArgument(RankOpName(op) + ": a collective op reads " +
@@ -107,9 +109,11 @@ Status Replayer::InitTensorParallel() {
   return Status::Ok();
 }
 
-// The seeds differ by tensor-parallel index (TpSeedSalt) and expert index;
-// the shard group's and the cp group's members differ in neither (the layout
-// refuses ZeRO >= 1 with ep > 1, and cp with experts), so theirs are this rank's.
+// The seeds differ by tensor-parallel index (TpSeedSalt) and expert index
+// (EpSeedSalt). The shard group's members share this rank's tp index and, at
+// ep > 1, each has its own expert index (set_shard_group); the experts' shard
+// group's and the cp group's members differ in neither (the trace builder
+// refuses cp with experts), so theirs are this rank's.
 uint64_t Replayer::PeerSeed(const traces::Op& op, uint64_t mine, int64_t peer) const {
   switch (traces::GroupOfCollective(op)) {
     case traces::CollectiveGroup::kTensorParallel:
@@ -117,6 +121,9 @@ uint64_t Replayer::PeerSeed(const traces::Op& op, uint64_t mine, int64_t peer) c
     case traces::CollectiveGroup::kExpertParallel:
       return EpPeerSeed(mine, peer);
     case traces::CollectiveGroup::kShard:
+      if (!expert_parallel() || shard_experts_.empty()) break;
+      return EpPeerSeed(mine, shard_experts_[static_cast<size_t>(peer)]);
+    case traces::CollectiveGroup::kExpertShard:
     case traces::CollectiveGroup::kContext:
       break;
   }

@@ -28,7 +28,7 @@ std::vector<BucketReady> BucketsReady(const traces::BucketTable& table, const St
     }
     const bool experts = b.group == traces::BucketGroup::kExpertDataParallel;
     out.push_back(
-        BucketReady{ready, b.bytes, experts ? links.expert_gradients : links.dense_buckets});
+        BucketReady{ready, b.bytes, experts ? links.expert_buckets : links.dense_buckets});
   }
   return out;
 }

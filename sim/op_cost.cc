@@ -69,6 +69,12 @@ OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::strin
   shard.dp = std::max<int64_t>(1, zero_shards);
   shard.zero_stage = 3;
   shard_group_ = traces::PlaceGroup(shard.ShardGroup(0), DomainGpus(hw));
+  // The routed experts' shard group: the ranks of the shard group with this
+  // rank's expert index (every ep-th, strided by tp).
+  shard.ep = std::max<int64_t>(1, ep);
+  expert_shard_group_ = shard.dp % shard.ep == 0
+                            ? traces::PlaceGroup(shard.ExpertDpGroup(0), DomainGpus(hw))
+                            : shard_group_;
   // The cp ring: cp ranks strided by tp.
   traces::Layout context;
   context.tp = groups.tp;
@@ -97,6 +103,22 @@ OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::strin
   for (auto& [kind, v] : bytes_times_) std::sort(v.begin(), v.end());
 }
 
+const traces::GroupPlacement& OpCostModel::GroupOf(traces::CollectiveGroup over) const {
+  switch (over) {
+    case traces::CollectiveGroup::kExpertParallel:
+      return ep_group_;
+    case traces::CollectiveGroup::kShard:
+      return shard_group_;
+    case traces::CollectiveGroup::kExpertShard:
+      return expert_shard_group_;
+    case traces::CollectiveGroup::kContext:
+      return cp_group_;
+    case traces::CollectiveGroup::kTensorParallel:
+      break;
+  }
+  return tp_group_;
+}
+
 int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
   using traces::OpKind;
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
@@ -109,11 +131,7 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
     case OpKind::kCollective: {
       const CollectiveKind kind = ClassifyCollective(op);
       const traces::CollectiveGroup over = traces::GroupOfCollective(op);
-      const traces::GroupPlacement& group = over == traces::CollectiveGroup::kExpertParallel
-                                                ? ep_group_
-                                            : over == traces::CollectiveGroup::kShard ? shard_group_
-                                            : over == traces::CollectiveGroup::kContext ? cp_group_
-                                                                                        : tp_group_;
+      const traces::GroupPlacement& group = GroupOf(over);
       if (group.ranks <= 1) return 0;
       return GroupCollectiveNs(kind, CollectivePayloadBytes(op), group, hw_.interconnect) +
              overhead;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "sim/hardware.h"
+#include "traces/collective_kind.h"
 #include "traces/layout.h"
 #include "traces/trace.h"
 
@@ -64,7 +65,9 @@ class OpCostModel {
   const HardwareOptions& hw_;
   // Where the tp group (ranks 0 .. tp − 1) and the ep group (strided by tp)
   // sit under the rank order (traces/layout.h).
-  traces::GroupPlacement tp_group_, ep_group_, shard_group_, cp_group_;
+  // Where the ranks of each group of a collective sit (traces::GroupOfCollective).
+  const traces::GroupPlacement& GroupOf(traces::CollectiveGroup over) const;
+  traces::GroupPlacement tp_group_, ep_group_, shard_group_, expert_shard_group_, cp_group_;
   double peak_flops_;  // FLOP/s at the configured clock
   // FP8 GEMMs' FLOP/s at the configured clock (0: none; such a GEMM then
   // runs at peak_flops_, CheckPrecision having refused the pairing first).

@@ -400,7 +400,7 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
         GroupCollectiveNs(kind, grads, links.dense_buckets, hw.interconnect) +
         (expert_grads == 0
              ? 0
-             : GroupCollectiveNs(kind, expert_grads, links.expert_gradients, hw.interconnect));
+             : GroupCollectiveNs(kind, expert_grads, links.expert_buckets, hw.interconnect));
     const int64_t gather = StageParamAllGatherNs(*t, l.Ranks(), links, hw.interconnect);
     // Interleaved: (m·v + pp − 1) chunks of compute / v each (sim/pipeline.h).
     const int64_t v = l.virtual_stages;

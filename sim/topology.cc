@@ -76,6 +76,7 @@ LayoutLinks PlaceLayout(const traces::Layout& layout, const HardwareOptions& hw,
   links.ep = traces::PlaceGroup(layout.EpGroup(first), domain);
   links.gradients = traces::PlaceGroup(layout.DpCpGroup(first), domain);
   links.expert_gradients = traces::PlaceGroup(layout.ExpertDpGroup(first), domain);
+  links.expert_buckets = traces::PlaceGroup(layout.ExpertGradientGroup(first), domain);
   links.shard = traces::PlaceGroup(layout.ShardGroup(first), domain);
   links.dense_buckets = traces::PlaceGroup(layout.DenseGradientGroup(first), domain);
   links.next_stage_within_domain =

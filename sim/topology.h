@@ -52,7 +52,10 @@ struct LayoutLinks {
   traces::GroupPlacement ep;                // the MoE all-to-alls
   traces::GroupPlacement gradients;         // the dense gradients' dp × cp group
   traces::GroupPlacement expert_gradients;  // the experts' data-parallel group
-  traces::GroupPlacement shard;             // ZeRO's shard group (itself at stage 0)
+  // The experts' gradient buckets' group (traces::Layout::ExpertGradientGroup:
+  // expert_gradients at ZeRO 0 and 1, this rank alone at 2 and 3).
+  traces::GroupPlacement expert_buckets;
+  traces::GroupPlacement shard;  // ZeRO's shard group (itself at stage 0)
   // The dense gradient buckets' group (traces::Layout::DenseGradientGroup:
   // dp × cp at ZeRO 0 and 1, HSDP's replica group at 2 and 3).
   traces::GroupPlacement dense_buckets;

@@ -108,18 +108,26 @@ TEST_F(ExpertParallelCli, AnImpossibleEpIsRefusedNamingTheFlag) {
   EXPECT_NE(trace.output.find("with --ep 2: ep: ep x tp = 2 x 1 does not divide dp x tp = 1 x 1"),
             std::string::npos)
       << trace.output;
-  // ep with a ZeRO stage, and FP8 with ZeRO-3: one rule (traces::Unmodelled)
-  // for the planner's pins and the config's fields.
-  CliResult zero = RunSsdtrain(base + " --ep 2 --zero-stage 2");
-  EXPECT_EQ(zero.exit_code, 1);
-  EXPECT_NE(zero.output.find("--ep 2 with --zero-stage 2: ep 2 with ZeRO stage 2 is not modelled"),
+  // ep with HSDP, and FP8 with ZeRO-3: one rule (traces::Unmodelled) for the
+  // planner's pins and the config's fields.
+  CliResult hsdp =
+      RunSsdtrain("plan --model " + Model("tiny-moe") + " --hardware " + Hardware("cpu-local") +
+                  " --gpus 4 --dp 4 --ep 2 --zero-stage 3 --dp-shard 2 -o " + File("h.json"));
+  EXPECT_EQ(hsdp.exit_code, 1);
+  EXPECT_NE(hsdp.output.find("ep 2 with HSDP (dp_shard 2 of dp 4) is not modelled"),
             std::string::npos)
-      << zero.output;
+      << hsdp.output;
+  CliResult hsdp_trace =
+      RunSsdtrain("trace --model " + Model("tiny-moe") +
+                  " --dp 4 --ep 2 --zero-stage 3 --dp-shard 2 -o " + File("t.json"));
+  EXPECT_EQ(hsdp_trace.exit_code, 1);
+  EXPECT_NE(hsdp_trace.output.find("ep: ep 2 with HSDP (dp_shard 2 of dp 4) is not modelled"),
+            std::string::npos)
+      << hsdp_trace.output;
+  // ZeRO-3 with ep is built.
   CliResult zero_trace = RunSsdtrain("trace --model " + Model("tiny-moe") +
                                      " --dp 2 --ep 2 --zero-stage 3 -o " + File("t.json"));
-  EXPECT_EQ(zero_trace.exit_code, 1);
-  EXPECT_NE(zero_trace.output.find("ep: ep 2 with ZeRO stage 3 is not modelled"), std::string::npos)
-      << zero_trace.output;
+  EXPECT_EQ(zero_trace.exit_code, 0) << zero_trace.output;
 }
 
 TEST_F(ExpertParallelCli, ATraceBuiltAtAnEpIsPlannedAtIt) {

@@ -41,7 +41,7 @@ constexpr int kRanks = 2, kMicroBatches = 2;
 
 struct Layout {
   int tp = 1, pp = 1, dp = 2;
-  int zero_stage = -1;  // -1: searched
+  int zero_stage = 0;  // -1: searched
   int ranks() const { return tp * pp * dp; }
   std::string Flags() const {
     std::string flags = " --gpus " + std::to_string(ranks()) + " --tp " + std::to_string(tp) +
@@ -57,8 +57,8 @@ class ReplayExpertParallelCli : public testing::ReplayRanksTest {
  protected:
   ReplayExpertParallelCli() : ReplayRanksTest("ep-replay-cli") {}
 
-  // Plans tiny-moe (or `model`) at `l` (tp 1, pp 1, dp 2 unless given), ep
-  // 2, with `policy` (2 micro-batches under 1F1B), checks that plan prints
+  // Plans tiny-moe (or `model`) at `l` (tp 1, pp 1, dp 2, ZeRO 0 unless
+  // given), ep 2, with `policy` (2 micro-batches under 1F1B), checks that plan prints
   // the replay line, and replays it on that many ranks, one measured step,
   // verified.
   void PlanAndReplay(const std::string& policy, const Layout& l = {},
@@ -126,6 +126,18 @@ class ReplayExpertParallelCli : public testing::ReplayRanksTest {
     EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank directories or files left";
   }
 
+  // One rank's trace of tiny-moe at dp 4, ep 2 and ZeRO stage `zero`, built
+  // as the replay builds it.
+  void TraceAtDp4(int zero, traces::Trace* out) {
+    auto traced =
+        RunSsdtrain("trace --model " + Model("tiny-moe") + " --dp 4 --ep 2" + kShape +
+                    " --zero-stage " + std::to_string(zero) + " -o " + File("trace.json"));
+    ASSERT_EQ(traced.exit_code, 0) << traced.output;
+    auto trace = traces::ReadTrace(File("trace.json"));
+    ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+    *out = std::move(*trace);
+  }
+
   // At tp 1, pp 1 (two ranks): every rank in its place, its all-to-alls the
   // trace's with the trace's bytes, and the prediction priced the same ones.
   void ExpectEveryRankInPlace() {
@@ -181,9 +193,11 @@ TEST_F(ReplayExpertParallelCli, OffloadSsdReplaysVerifiedOnTwoExpertRanks) {
   }
 }
 
+// Every dimension searched, the ZeRO stage among them (at ep 2 on dp 2 the
+// experts' shard group is each rank alone).
 TEST_F(ReplayExpertParallelCli, ThePlannersChoiceReplaysVerifiedOnTwoExpertRanks) {
-  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("auto"));
-  ExpectEveryRankInPlace();
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("auto", Layout{.zero_stage = -1}));
+  ExpectEveryRankInItsPlace(Layout{});
 }
 
 // tiny-moe's routed experts on one rank: 4 of 8 in each of its 3 MoE layers,
@@ -232,13 +246,9 @@ TEST_F(ReplayExpertParallelCli, ExpertGroupsBetweenOneRankAndDpSumTheirOwnBucket
     ASSERT_NO_FATAL_FAILURE(ExpectRanksAndStages(l.ranks(), 1));
     for (int r = 0; r < l.ranks(); ++r) ExpectRankOfStage(report_.extra.at("ranks")[r], 0);
     EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank directories or files left";
-    auto traced =
-        RunSsdtrain("trace --model " + Model("tiny-moe") + " --dp 4 --ep 2" + kShape +
-                    " --zero-stage " + std::to_string(zero) + " -o " + File("trace.json"));
-    ASSERT_EQ(traced.exit_code, 0) << traced.output;
-    auto trace = traces::ReadTrace(File("trace.json"));
-    ASSERT_TRUE(trace.ok()) << trace.status().ToString();
-    const traces::BucketTable table = traces::GradientBuckets(*trace, 4);
+    traces::Trace trace;
+    ASSERT_NO_FATAL_FAILURE(TraceAtDp4(zero, &trace));
+    const traces::BucketTable table = traces::GradientBuckets(trace, 4);
     EXPECT_EQ(table.expert_dp, 2);
     std::vector<int64_t> all;
     int64_t expert = 0;
@@ -254,6 +264,45 @@ TEST_F(ReplayExpertParallelCli, ExpertGroupsBetweenOneRankAndDpSumTheirOwnBucket
       measured.push_back(b.at("bytes").get<int64_t>());
     }
     EXPECT_EQ(measured, all);
+  }
+}
+
+// ZeRO-2 and 3 with ep 2 at dp 4 (FSDP with expert parallelism): the dense
+// weights' gathers and gradients' reduce-scatters run over all four ranks,
+// the routed experts' over their expert-data-parallel pairs (ranks 0 and 2,
+// 1 and 3: equal expert index), each piece checked against its sender's
+// patterns; verified, peaks the prediction's to the byte, no bucket left to
+// all-reduce, nothing left on disk.
+TEST_F(ReplayExpertParallelCli, ZeroTwoAndThreeShardTheExpertsOverTheirPairsOnFourRanks) {
+  for (int zero : {2, 3}) {
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    const Layout l{.dp = 4, .zero_stage = zero};
+    ASSERT_NO_FATAL_FAILURE(PlanAndReplay("keep", l));
+    ASSERT_NO_FATAL_FAILURE(ExpectRanksAndStages(l.ranks(), 1));
+    const nlohmann::json& ranks = report_.extra.at("ranks");
+    for (int r = 0; r < l.ranks(); ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      ExpectRankOfStage(ranks[r], 0);
+      const nlohmann::json& by_kind = ranks[r].at("collectives").at("by_kind");
+      EXPECT_TRUE(by_kind.contains("all_to_all")) << by_kind.dump();
+      EXPECT_TRUE(by_kind.contains("reduce_scatter")) << by_kind.dump();
+      EXPECT_EQ(by_kind.contains("all_gather"), zero == 3) << by_kind.dump();
+    }
+    EXPECT_TRUE(!report_.extra.contains("gradient_buckets") ||
+                report_.extra.at("gradient_buckets").empty())
+        << report_.extra.dump();
+    EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank directories or files left";
+    traces::Trace trace;
+    ASSERT_NO_FATAL_FAILURE(TraceAtDp4(zero, &trace));
+    int experts = 0;
+    for (const traces::Op& op : trace.ops) {
+      if (op.kind != traces::OpKind::kCollective) continue;
+      if (traces::GroupOfCollective(op) == traces::CollectiveGroup::kExpertShard) {
+        EXPECT_EQ(traces::CollectiveRanks(op, trace.header), 2) << op.name;
+        ++experts;
+      }
+    }
+    EXPECT_EQ(experts, zero == 3 ? 9 : 3);  // 3 MoE layers: a scatter, 2 gathers at 3
   }
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "traces/dp_buckets.h"
+
 namespace ssdtrain::traces {
 
 std::string_view ToString(CollectiveKind kind) {
@@ -33,10 +35,26 @@ CollectiveKind ClassifyCollective(const Op& op) {
   return CollectiveKind::kAllReduce;
 }
 
+namespace {
+
+// Whether `name`'s last dot-separated component is `component`.
+bool LastComponentIs(std::string_view name, std::string_view component) {
+  return name.ends_with(component) &&
+         (name.size() == component.size() || name[name.size() - component.size() - 1] == '.');
+}
+
+}  // namespace
+
 CollectiveGroup GroupOfCollective(const Op& op) {
   if (op.name.ends_with(kAllToAllSuffix)) return CollectiveGroup::kExpertParallel;
-  if (op.name.ends_with(kZeroAllGatherSuffix) || op.name.ends_with(kZeroReduceScatterSuffix)) {
-    return CollectiveGroup::kShard;
+  for (std::string_view suffix : {kZeroAllGatherSuffix, kZeroReduceScatterSuffix}) {
+    if (!op.name.ends_with(suffix)) continue;
+    // "...experts.<suffix>" (a whole step prefixes "mb<k>."): the routed experts'.
+    std::string_view scope = op.name;
+    scope.remove_suffix(suffix.size());
+    const bool experts =
+        scope.ends_with('.') && LastComponentIs(scope.substr(0, scope.size() - 1), kRoutedExperts);
+    return experts ? CollectiveGroup::kExpertShard : CollectiveGroup::kShard;
   }
   if (op.name.ends_with(kCpRingSuffix)) return CollectiveGroup::kContext;
   return CollectiveGroup::kTensorParallel;
@@ -48,6 +66,8 @@ int64_t CollectiveRanks(const Op& op, const Header& header) {
       return std::max<int64_t>(1, header.ep);
     case CollectiveGroup::kShard:
       return std::max<int64_t>(1, header.zero_shards);
+    case CollectiveGroup::kExpertShard:
+      return std::max<int64_t>(1, header.zero_shards / std::max<int64_t>(1, header.ep));
     case CollectiveGroup::kContext:
       return std::max<int64_t>(1, header.cp);
     case CollectiveGroup::kTensorParallel:

@@ -49,7 +49,10 @@ CollectiveKind ClassifyCollective(const Op& op);
 // backward, the running dK/dV) to the next rank of the cp group and receives
 // the previous one's, on their own stream, overlapping the attention of the
 // step before, as Transformer Engine's P2P ring does.
-enum class CollectiveGroup { kTensorParallel, kExpertParallel, kShard, kContext };
+// The routed experts' ZeRO-2/3 ops (named ...experts.zero_all_gather and
+// ...experts.zero_reduce_scatter, kRoutedExperts) run over their own shard group,
+// the expert-data-parallel ranks (traces::Layout::ExpertDpGroup): kExpertShard.
+enum class CollectiveGroup { kTensorParallel, kExpertParallel, kShard, kExpertShard, kContext };
 inline constexpr std::string_view kZeroAllGatherSuffix = "zero_all_gather";
 inline constexpr std::string_view kZeroReduceScatterSuffix = "zero_reduce_scatter";
 inline constexpr std::string_view kCpRingSuffix = "cp_ring";
@@ -58,7 +61,8 @@ inline constexpr int kZeroReduceStream = 2;
 inline constexpr int kCpRingStream = 3;
 CollectiveGroup GroupOfCollective(const Op& op);
 // The ranks `op` runs over in a trace of `header`: ep for the all-to-all,
-// zero_shards for the shard group's, cp for the ring's, tp else.
+// zero_shards for the shard group's, zero_shards / ep for the experts' (no
+// HSDP with ep: zero_shards is cp · dp), cp for the ring's, tp else.
 int64_t CollectiveRanks(const Op& op, const Header& header);
 // The payload S of a kCollective op: the larger of bytes read and written
 // (the all-reduce's buffer, the all-gather's output, the reduce-scatter's

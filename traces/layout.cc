@@ -167,14 +167,7 @@ Status ValidateLayout(const Layout& l, const std::string& source, const std::str
 }
 
 std::optional<UnmodelledLayout> Unmodelled(const Layout& l, bool fp8) {
-  if (l.ep > 1 && l.zero_stage >= 2) {
-    return UnmodelledLayout{"ep", "ep " + Str(l.ep) + " with ZeRO stage " + Str(l.zero_stage) +
-                                      " is not modelled (the experts' gradients and weights "
-                                      "sharded over the expert-data-parallel group, cp x dp / "
-                                      "ep ranks, beside the rest over cp x dp); use ZeRO stage "
-                                      "0 or 1, or ep 1"};
-  }
-  if (l.ep > 1 && l.zero_stage == 1 && l.DpShard() != l.dp) {
+  if (l.ep > 1 && l.zero_stage >= 1 && l.DpShard() != l.dp) {
     return UnmodelledLayout{"ep", "ep " + Str(l.ep) + " with HSDP (dp_shard " + Str(l.DpShard()) +
                                       " of dp " + Str(l.dp) +
                                       ") is not modelled (where the experts' state would shard); "

@@ -111,6 +111,13 @@ struct Layout {
   std::vector<int64_t> EpGroup(int64_t rank) const;
   std::vector<int64_t> ExpertDpGroup(int64_t rank) const;
   int64_t ExpertDp() const { return cp * dp / ep; }
+  // The routed experts' gradient buckets' group: the experts' data-parallel
+  // group at ZeRO 0 and 1; at 2 and 3, whose traces reduce-scatter those
+  // gradients over it themselves, this rank alone (HSDP with ep is refused,
+  // Unmodelled, so there is no replica group to sum over).
+  std::vector<int64_t> ExpertGradientGroup(int64_t rank) const {
+    return zero_stage >= 2 ? std::vector<int64_t>{rank} : ExpertDpGroup(rank);
+  }
 
   // ZeRO and HSDP (see above): the ranks this rank's dense state is sharded
   // over (itself alone at stage 0) and the ranks holding the same shard.
@@ -148,11 +155,12 @@ Status ValidateLayout(const Layout& layout, const std::string& source,
                       const std::string& field_prefix = "");
 // A layout the trace builder does not model yet, and why, decided here for
 // the model config's validation and the planner's pins and search alike:
-// - ep > 1 with ZeRO-2 or 3, or with HSDP (field "ep"): the experts'
-//   gradients and weights sharded over the expert-data-parallel group
-//   (cp · dp / ep ranks) beside the rest over the shard group are not built.
-//   At ZeRO-1 the traces shard the experts' optimizer state over that group
-//   (ExpertOptimizerShards), as Megatron-Core's distributed optimizer does;
+// - ep > 1 with HSDP (field "ep"): where the experts' state would shard and
+//   replicate is not built. Without HSDP the experts' optimizer state (ZeRO
+//   1), gradients (2) and weights (3) shard over the expert-data-parallel
+//   group (cp · dp / ep ranks, ExpertOptimizerShards ...), the rest over the
+//   shard group, as Megatron-Core's distributed optimizer and torchtitan's
+//   FSDP with expert parallelism (the experts' dp_shard_mod_ep mesh) do;
 // - ZeRO-3 under FP8 (field "fp8"): the FP8 all-gather of the sharded
 //   weights (Megatron's --fp8-param-gather) is not built.
 // `why` names no field or flag: each caller says which of its own it was.

@@ -161,12 +161,19 @@ class Replayer {
     SetSeedSalt();
   }
   // ZeRO-2/3's shard group (traces::Layout::ShardGroup), over which the
-  // ...zero_all_gather and ...zero_reduce_scatter ops run, and context
-  // parallelism's cp group (Layout::CpGroup), around which the ...cp_ring
-  // steps send: this rank's index and the group's ranks in order. Their
-  // members differ only in dp and cp index, which the seeds do not depend on.
-  void set_shard_group(int64_t index, std::vector<int> group) {
+  // ...zero_all_gather and ...zero_reduce_scatter ops run, the routed
+  // experts' (ep > 1: Layout::ExpertDpGroup, their L<layer>.experts.zero_...
+  // ops), and context parallelism's cp group (Layout::CpGroup), around which
+  // the ...cp_ring steps send: this rank's index and the group's ranks in
+  // order. Their members differ in dp and cp index, which the seeds do not
+  // depend on, and, in the shard group at ep > 1, in expert index, which they
+  // do: `experts` is each member's (empty at ep 1).
+  void set_shard_group(int64_t index, std::vector<int> group, std::vector<int64_t> experts = {}) {
     shard_ = {std::move(group), index};
+    shard_experts_ = std::move(experts);
+  }
+  void set_expert_shard_group(int64_t index, std::vector<int> group) {
+    expert_shard_ = {std::move(group), index};
   }
   void set_context_parallel(int64_t cp_index, std::vector<int> group) {
     cp_ = {std::move(group), cp_index};
@@ -335,6 +342,8 @@ class Replayer {
         return ep_;
       case traces::CollectiveGroup::kShard:
         return shard_;
+      case traces::CollectiveGroup::kExpertShard:
+        return expert_shard_;
       case traces::CollectiveGroup::kContext:
         return cp_;
       case traces::CollectiveGroup::kTensorParallel:
@@ -460,7 +469,8 @@ class Replayer {
   std::unique_ptr<Event> compute_before_receive_, received_;
 
   // The tensor-parallel, expert-parallel, ZeRO shard and cp groups.
-  RankGroup tp_, ep_, shard_, cp_;
+  RankGroup tp_, ep_, shard_, expert_shard_, cp_;
+  std::vector<int64_t> shard_experts_;  // set_shard_group
   uint64_t seed_salt_ = 0;  // TpSeedSalt(tp_.index) with tp > 1, ^ EpSeedSalt with ep > 1
   std::unique_ptr<HostStaging> collective_host_;  // see InitTensorParallel
   uint8_t* scratch_ = nullptr;                    // the current collective's messages

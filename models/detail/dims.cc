@@ -23,6 +23,7 @@ ZeroSpec ZeroFor(const ModelConfig& c) {
   ZeroSpec spec;
   spec.stage = c.zero_stage;
   spec.shards = layout.GradientShards();
+  spec.expert_shards = layout.ep > 1 ? layout.ExpertGradientShards() : spec.shards;
   spec.prefetch = c.zero_prefetch;
   spec.defer_grad_sync = DefersGradSync(c);
   return spec;

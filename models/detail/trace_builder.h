@@ -69,7 +69,13 @@ struct OptimizerSpec {
 // each run of its ops (forward, backward), `prefetch` units ahead.
 struct ZeroSpec {
   int64_t stage = 0;
-  int64_t shards = 1;            // the shard group's ranks
+  int64_t shards = 1;  // the shard group's ranks
+  // The routed experts' (traces::IsRoutedExpert) shard group with ep > 1:
+  // the expert-data-parallel ranks (traces::Layout::ExpertGradientShards).
+  // Their weights and gradients are units of their own, gathered and
+  // reduce-scattered over it by ops in their scope (L<layer>.experts.zero_...,
+  // traces/collective_kind.h). Equal to `shards` otherwise.
+  int64_t expert_shards = 1;
   int64_t prefetch = 1;          // stage 3: units gathered ahead of the one computing
   bool defer_grad_sync = false;  // the reduce-scatters once, as the first optimizer ops
 };

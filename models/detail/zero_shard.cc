@@ -33,7 +33,13 @@
 // once. FSDP issues them during the last backward; here they follow it.
 //
 // The gathers run on kZeroGatherStream, the reduce-scatters on
-// kZeroReduceStream (traces/collective_kind.h), over the shard group.
+// kZeroReduceStream (traces/collective_kind.h), over the shard group. With
+// ep > 1 a block's routed experts (traces::IsRoutedExpert) are a unit of
+// their own, split over expert_shards ranks (the expert-data-parallel group)
+// by ops named L<layer>.experts.zero_all_gather and
+// L<layer>.experts.zero_reduce_scatter, which run over that group: FSDP with
+// expert parallelism wraps the experts apart (torchtitan's dp_shard_mod_ep
+// mesh), Megatron-FSDP keeps them in buffers of their own.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -43,30 +49,41 @@
 
 #include "models/detail/trace_builder.h"
 #include "traces/collective_kind.h"
+#include "traces/dp_buckets.h"
 
 namespace ssdtrain::models::detail {
 namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A block's units: 2·layer (its weights), 2·layer + 1 (its routed experts').
+bool IsExpertUnit(int64_t unit) { return unit >= 0 && unit % 2 == 1; }
+
 }  // namespace
 
 void TraceBuilder::ShardForZero() {
-  const int64_t shards = std::max<int64_t>(1, zero_.shards);
+  const int64_t dense_shards = std::max<int64_t>(1, zero_.shards);
+  const int64_t expert_shards = std::max<int64_t>(1, zero_.expert_shards);
+  const bool split_experts = expert_shards != dense_shards;
   auto& tensors = trace_.tensors;
   const size_t n_original = tensors.size();
   std::vector<traces::Op> ops = std::move(trace_.ops);
   trace_.ops.clear();
 
-  // The unit of each weight: its block's layer, or the weight itself outside
-  // the blocks (keys below kNoLayer).
+  // The unit of each weight: its block's (2·layer), its block's routed
+  // experts' where they shard apart (2·layer + 1), or the weight itself
+  // outside the blocks (keys below kNoLayer).
   std::vector<int64_t> unit(n_original, 0);
   std::vector<bool> is_weight(n_original, false);
   for (TensorId w : weights_) {
     is_weight[Index(w)] = true;
     const int layer = tensor(w).layer;
-    unit[Index(w)] = layer != traces::kNoLayer ? layer : traces::kNoLayer - 1 - w;
+    const bool experts = split_experts && traces::IsRoutedExpert(tensor(w));
+    unit[Index(w)] = layer != traces::kNoLayer ? 2 * int64_t{layer} + (experts ? 1 : 0)
+                                               : traces::kNoLayer - 1 - w;
   }
+  // How many ways a unit's weights and gradients are split.
+  auto shards_of = [&](int64_t u) { return IsExpertUnit(u) ? expert_shards : dense_shards; };
   const bool shard_weights = zero_.stage >= 3;
 
   // Stage 3: the gathers. Runs of (phase, layer); per run and unit, the
@@ -124,7 +141,7 @@ void TraceBuilder::ShardForZero() {
       int64_t elements = 1;
       for (int64_t d : t.shape) elements *= d;
       sharded_elements_[Index(w)] = elements;
-      const int64_t shard = CeilDiv(elements, shards);
+      const int64_t shard = CeilDiv(elements, shards_of(unit[Index(w)]));
       t.shape = {shard};
       t.bytes = shard * traces::DTypeSize(t.dtype);
     }
@@ -156,13 +173,16 @@ void TraceBuilder::ShardForZero() {
     op.id = static_cast<traces::OpId>(trace_.ops.size());
     trace_.ops.push_back(std::move(op));
   };
-  // "L<layer>.<suffix>" for a block; "<weight>.<suffix>" for a weight of its own.
-  auto collective = [&](std::string_view suffix, Phase phase, int stream,
+  // "L<layer>.<suffix>" for a block, "L<layer>.experts.<suffix>" for its
+  // routed experts; "<weight>.<suffix>" for a weight of its own.
+  auto collective = [&](int64_t u, std::string_view suffix, Phase phase, int stream,
                         std::vector<TensorId> inputs, std::vector<TensorId> outputs) {
     traces::Op op;
     const int layer = tensor(inputs[0]).layer;
     layer_ = layer;
-    op.name = layer != traces::kNoLayer ? Prefixed(std::string(suffix))
+    const std::string scope =
+        IsExpertUnit(u) ? std::string(traces::kRoutedExperts) + "." : std::string();
+    op.name = layer != traces::kNoLayer ? Prefixed(scope + std::string(suffix))
                                         : tensor(inputs[0]).name + "." + std::string(suffix);
     op.kind = OpKind::kCollective;
     op.phase = phase;
@@ -177,6 +197,7 @@ void TraceBuilder::ShardForZero() {
   };
   // The unit's reduce-scatter: its full gradients to their shards.
   auto reduce_scatter = [&](int64_t u, Phase phase) {
+    const int64_t shards = shards_of(u);
     std::vector<TensorId> full, parts;
     for (TensorId w : unit_weights[u]) {
       const std::string name = tensor(w).name;
@@ -191,15 +212,15 @@ void TraceBuilder::ShardForZero() {
       parts.push_back(part);
       last_grad_[Index(w)] = part;
     }
-    collective(traces::kZeroReduceScatterSuffix, phase, traces::kZeroReduceStream, std::move(full),
-               std::move(parts));
+    collective(u, traces::kZeroReduceScatterSuffix, phase, traces::kZeroReduceStream,
+               std::move(full), std::move(parts));
   };
   std::vector<int64_t> deferred;  // zero_.defer_grad_sync: units in order of completion
   for (size_t i = 0; i < ops.size(); ++i) {
     for (size_t k : gathers_before[i]) {
       const Gather& g = gathers[k];
-      collective(traces::kZeroAllGatherSuffix, g.phase, traces::kZeroGatherStream, g.weights,
-                 g.copies);
+      collective(g.unit, traces::kZeroAllGatherSuffix, g.phase, traces::kZeroGatherStream,
+                 g.weights, g.copies);
     }
     new_id[i] = static_cast<traces::OpId>(trace_.ops.size());
     const Phase phase = ops[i].phase;

@@ -157,8 +157,11 @@ TEST(Layout, ValidationNamesTheField) {
   EXPECT_FALSE(Unmodelled(Layout{.zero_stage = 2}, true));
   // ZeRO-1 with ep: the distributed optimizer, its experts' state over dp / ep.
   EXPECT_FALSE(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 1}, false));
-  EXPECT_EQ(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 2}, false)->field, "ep");
-  EXPECT_EQ(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 3}, false)->field, "ep");
+  // ZeRO-2/3 with ep: the experts' gradients and weights over dp / ep too.
+  EXPECT_FALSE(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 2}, false));
+  EXPECT_FALSE(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 3}, false));
+  EXPECT_EQ(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 3, .dp_shard = 2}, false)->field,
+            "ep");
   EXPECT_EQ(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 1, .dp_shard = 2}, false)->why,
             "ep 2 with HSDP (dp_shard 2 of dp 4) is not modelled (where the experts' state "
             "would shard); use dp_shard = dp, or ep 1");
