@@ -41,8 +41,10 @@ std::string RankOrder(const traces::Plan& plan) {
     return fmt::format(" (rank r runs stage r / (tp x dp), replica (r / tp) % dp, shard r % tp{})",
                        plan.ep > 1 ? ", expert rank (r / tp) % dp % ep" : "");
   }
-  return " (rank r runs stage r / (tp x cp x dp), replica (r / (tp x cp)) % dp, context rank "
-         "(r / tp) % cp, shard r % tp)";
+  return fmt::format(
+      " (rank r runs stage r / (tp x cp x dp), replica (r / (tp x cp)) % dp, context rank "
+      "(r / tp) % cp, shard r % tp{})",
+      plan.ep > 1 ? ", expert rank (r / tp) % (cp x dp) % ep" : "");
 }
 
 int RunPlan(PlanCmdOptions o) {

@@ -66,8 +66,9 @@ struct RankPlace {
   int previous_rank = -1, next_rank = -1;  // the pipeline's (-1: none)
   int64_t tp_index = 0, ep_index = 0, shard_index = 0, expert_shard_index = 0, cp_index = 0;
   std::vector<int> tp_group, ep_group, shard_group, expert_shard_group, cp_group;
-  // ep > 1: the expert index of each member of shard_group (their seeds).
-  std::vector<int64_t> shard_experts;
+  // ep > 1: the expert index of each member of shard_group and of cp_group
+  // (their seeds).
+  std::vector<int64_t> shard_experts, cp_experts;
   bool dense_buckets = false;  // whether its dense gradient group has other ranks
 };
 
@@ -116,6 +117,9 @@ Result<RankPlace> PlaceRank(const traces::Trace& trace, const traces::Plan& plan
   place.tp_group = group(layout.TpGroup(rank), &place.tp_index);
   place.ep_group = group(layout.EpGroup(rank), &place.ep_index);
   place.cp_group = group(layout.CpGroup(rank), &place.cp_index);
+  if (layout.ep > 1) {
+    for (int member : place.cp_group) place.cp_experts.push_back(layout.ExpertIndexOf(member));
+  }
   // ZeRO-2/3's gathers and reduce-scatters; at stages 0 and 1 the trace has none.
   if (layout.zero_stage >= 2) {
     place.shard_group = group(layout.ShardGroup(rank), &place.shard_index);
@@ -297,7 +301,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   replayer.set_expert_parallel(place.ep_index, place.ep_group);
   replayer.set_shard_group(place.shard_index, place.shard_group, place.shard_experts);
   replayer.set_expert_shard_group(place.expert_shard_index, place.expert_shard_group);
-  replayer.set_context_parallel(place.cp_index, place.cp_group);
+  replayer.set_context_parallel(place.cp_index, place.cp_group, place.cp_experts);
   // The buckets the simulator prices too (traces/dp_buckets.h), over the
   // layout's dense gradient group: none where it is this rank alone at ZeRO-2/3
   // (the trace reduce-scattered them), as the simulator has none.

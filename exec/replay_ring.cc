@@ -10,7 +10,8 @@
 // What arrives fills its outputs, back to back. The message carries the
 // trailer every collective piece does (CRC32C, the sender's seed), checked
 // on arrival; under --verify what arrives must be the previous rank's inputs'
-// patterns (the cp ranks' seeds are equal: PeerSeed) followed by the zeros,
+// patterns (as it seeds them: PeerSeed, which differs by expert index at
+// ep > 1) followed by the zeros,
 // and the outputs then get their own patterns, as any op's do. Every rank
 // sends before it receives: a ring of blocking receives after asynchronous
 // sends cannot wait on itself. On the message streams, as the other
@@ -57,14 +58,20 @@ Status Replayer::RingStepFor(const traces::Op& op, const std::vector<DeviceBuffe
     check = check && !life(s).persistent() && life(s).role != traces::StorageRole::kWeightGradient;
   }
   const uint64_t seed = SeedOf(trace_.StorageOf(op.inputs[0]));
-  if (check) {
+  // The inputs' patterns as member `member` of the cp group seeds them (this
+  // rank: -1), then zeros.
+  auto patterns = [&](int64_t member) {
     want.assign(static_cast<size_t>(payload), 0);
-    at = 0;
+    int64_t offset = 0;
     for (TensorId t : op.inputs) {
       const int64_t bytes = trace_.tensor(t).bytes;
-      FillPattern(want.data() + at, bytes, SeedOf(trace_.StorageOf(t)), 0);
-      at += bytes;
+      const uint64_t mine = SeedOf(trace_.StorageOf(t));
+      FillPattern(want.data() + offset, bytes, member < 0 ? mine : PeerSeed(op, mine, member), 0);
+      offset += bytes;
     }
+  };
+  if (check) {
+    patterns(-1);
     if (std::memcmp(want.data(), in, static_cast<size_t>(payload)) != 0) {
       return Status::Corruption("verify: " + RankOpName(op) +
                                 ": its inputs differ from their patterns before the send");
@@ -80,6 +87,7 @@ Status Replayer::RingStepFor(const traces::Op& op, const std::vector<DeviceBuffe
       return Status::Corruption(what + " has seed " + std::to_string(theirs) + ", expected " +
                                 std::to_string(PeerSeed(op, seed, previous)));
     }
+    patterns(previous);
     if (std::memcmp(want.data(), out, static_cast<size_t>(payload)) != 0) {
       return Status::Corruption(what + " is not its K/V's patterns");
     }

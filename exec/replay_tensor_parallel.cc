@@ -110,10 +110,10 @@ Status Replayer::InitTensorParallel() {
 }
 
 // The seeds differ by tensor-parallel index (TpSeedSalt) and expert index
-// (EpSeedSalt). The shard group's members share this rank's tp index and, at
-// ep > 1, each has its own expert index (set_shard_group); the experts' shard
-// group's and the cp group's members differ in neither (the trace builder
-// refuses cp with experts), so theirs are this rank's.
+// (EpSeedSalt). The shard group's and the cp group's members share this
+// rank's tp index and, at ep > 1, each has its own expert index
+// (set_shard_group, set_context_parallel); the experts' shard group's members
+// differ in neither, so theirs are this rank's.
 uint64_t Replayer::PeerSeed(const traces::Op& op, uint64_t mine, int64_t peer) const {
   switch (traces::GroupOfCollective(op)) {
     case traces::CollectiveGroup::kTensorParallel:
@@ -123,8 +123,10 @@ uint64_t Replayer::PeerSeed(const traces::Op& op, uint64_t mine, int64_t peer) c
     case traces::CollectiveGroup::kShard:
       if (!expert_parallel() || shard_experts_.empty()) break;
       return EpPeerSeed(mine, shard_experts_[static_cast<size_t>(peer)]);
-    case traces::CollectiveGroup::kExpertShard:
     case traces::CollectiveGroup::kContext:
+      if (!expert_parallel() || cp_experts_.empty()) break;
+      return EpPeerSeed(mine, cp_experts_[static_cast<size_t>(peer)]);
+    case traces::CollectiveGroup::kExpertShard:
       break;
   }
   return mine;

@@ -175,10 +175,6 @@ std::string ContextParallelRefusal(const ModelConfig& c) {
     return "context parallelism is not modelled with multi-head latent attention yet (its ring "
            "would carry the up-projected keys and values, of qk and v widths apart)";
   }
-  if (c.experts > 0) {
-    return "context parallelism is not modelled for mixture-of-experts models yet (their routed "
-           "tokens are counted per whole sequence)";
-  }
   return "";
 }
 

@@ -18,8 +18,9 @@ Status Bad(const std::string& source, const std::string& field, const std::strin
 
 std::string Str(int64_t v) { return std::to_string(v); }
 
+// A rank routes its own tokens: seq_len / cp of each sequence.
 int64_t RoutedAssignments(const ModelConfig& c) {
-  return c.seq_len * c.micro_batch * c.experts_per_token;
+  return c.seq_len / std::max<int64_t>(1, c.cp) * c.micro_batch * c.experts_per_token;
 }
 
 // Fields that only a MoE config may set, with the value that means "unset".
@@ -49,13 +50,17 @@ Status ValidateExpertParallel(const ModelConfig& c, const std::string& source) {
   if (c.experts % c.ep != 0) {
     return Bad(source, "ep", Str(c.ep) + " does not divide the " + Str(c.experts) + " experts");
   }
-  if ((c.dp * c.tp) % (c.ep * c.tp) != 0) {
+  // The expert grid regroups the cp · dp ranks of a stage and tp index (traces/layout.h).
+  const int64_t cp = std::max<int64_t>(1, c.cp);
+  if ((cp * c.dp * c.tp) % (c.ep * c.tp) != 0) {
+    const std::string ranks = cp > 1 ? "cp x dp" : "dp";
+    const std::string of = cp > 1 ? Str(cp) + " x " + Str(c.dp) : Str(c.dp);
     return Bad(source, "ep",
-               "ep x tp = " + Str(c.ep) + " x " + Str(c.tp) +
-                   " does not divide dp x tp = " + Str(c.dp) + " x " + Str(c.tp) +
+               "ep x tp = " + Str(c.ep) + " x " + Str(c.tp) + " does not divide " + ranks +
+                   " x tp = " + of + " x " + Str(c.tp) +
                    " (Megatron-Core's expert ranks; the experts are split over tp, so ep must "
-                   "divide dp " +
-                   Str(c.dp) + ")");
+                   "divide " +
+                   ranks + " " + (cp > 1 ? Str(cp * c.dp) : Str(c.dp)) + ")");
   }
   return Status::Ok();
 }
@@ -199,8 +204,9 @@ Status ValidateMoe(const ModelConfig& c, const std::string& source) {
   if (RoutedAssignments(c) < c.experts) {
     return Bad(source, "experts",
                Str(c.experts) + " experts receive no token from seq_len " + Str(c.seq_len) +
-                   " x micro_batch " + Str(c.micro_batch) + " x experts_per_token " +
-                   Str(c.experts_per_token) + " (expected at least one token per expert)");
+                   (c.cp > 1 ? " / cp " + Str(c.cp) : std::string()) + " x micro_batch " +
+                   Str(c.micro_batch) + " x experts_per_token " + Str(c.experts_per_token) +
+                   " (expected at least one token per expert)");
   }
   return Status::Ok();
 }

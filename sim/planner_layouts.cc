@@ -47,14 +47,15 @@ std::vector<int64_t> ZeroStages(const PlannerOptions& o, int64_t dp) {
   return {0};
 }
 
-// The expert-parallel degrees a layout of `dp` replicas is tried with: the
-// pin, else (a MoE model) every power of two dividing the experts and dp; 1
-// for a dense model.
-std::vector<int64_t> ExpertDegrees(const PlannerOptions& o, int64_t dp) {
-  if (o.ep) return dp % *o.ep == 0 ? std::vector<int64_t>{*o.ep} : std::vector<int64_t>{};
+// The expert-parallel degrees a layout of `ranks` = cp · dp ranks per stage
+// and tp index is tried with (the expert grid regroups them, traces/layout.h):
+// the pin, else (a MoE model) every power of two dividing the experts and
+// those ranks; 1 for a dense model.
+std::vector<int64_t> ExpertDegrees(const PlannerOptions& o, int64_t ranks) {
+  if (o.ep) return ranks % *o.ep == 0 ? std::vector<int64_t>{*o.ep} : std::vector<int64_t>{};
   std::vector<int64_t> eps;
   for (int64_t ep = 1; ep <= std::max<int64_t>(o.experts, 1); ep *= 2) {
-    if (dp % ep == 0 && (o.experts == 0 || o.experts % ep == 0)) eps.push_back(ep);
+    if (ranks % ep == 0 && (o.experts == 0 || o.experts % ep == 0)) eps.push_back(ep);
   }
   return eps;
 }
@@ -128,10 +129,14 @@ Status CheckExpertPins(const PlannerOptions& o) {
     return Status::InvalidArgument(ep + ": does not divide the model's " +
                                    std::to_string(o.experts) + " experts");
   }
-  if (o.dp && *o.dp % *o.ep != 0) {
-    return Status::InvalidArgument(ep + " x tp: does not divide " + Flag("--dp", *o.dp) +
+  const int64_t cp = o.cp.value_or(1);
+  if (o.dp && (cp * *o.dp) % *o.ep != 0) {
+    const std::string ranks =
+        cp > 1 ? Flag("--cp", cp) + " x " + Flag("--dp", *o.dp) : Flag("--dp", *o.dp);
+    return Status::InvalidArgument(ep + " x tp: does not divide " + ranks +
                                    " x tp (Megatron-Core's expert ranks; the experts are split "
-                                   "over tp, so ep must divide dp)");
+                                   "over tp, so ep must divide " +
+                                   (cp > 1 ? "cp x dp)" : "dp)"));
   }
   if (o.gpus % *o.ep != 0) {
     return Status::InvalidArgument(ep + ": does not divide " + Flag("--gpus", o.gpus));
@@ -331,10 +336,11 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
             if (o.num_micro_batches && o.global_batch != mb * dp * m) continue;
             m = o.global_batch / (mb * dp);
           }
-          for (int64_t ep : ExpertDegrees(o, dp)) {
+          for (int64_t ep : ExpertDegrees(o, cp * dp)) {
             for (int64_t zero : ZeroStages(o, dp * cp)) {
               if (!o.zero_stage && zero == 3 && pp > 1) continue;  // PlannerOptions::zero_stage
-              if (traces::Unmodelled(traces::Layout{.dp = dp,
+              if (traces::Unmodelled(traces::Layout{.cp = cp,
+                                                    .dp = dp,
                                                     .ep = ep,
                                                     .zero_stage = zero,
                                                     .dp_shard = o.dp_shard.value_or(0)},

@@ -166,8 +166,8 @@ class Replayer {
   // ops), and context parallelism's cp group (Layout::CpGroup), around which
   // the ...cp_ring steps send: this rank's index and the group's ranks in
   // order. Their members differ in dp and cp index, which the seeds do not
-  // depend on, and, in the shard group at ep > 1, in expert index, which they
-  // do: `experts` is each member's (empty at ep 1).
+  // depend on, and, in the shard group and the cp group at ep > 1, in expert
+  // index, which they do: `experts` is each member's (empty at ep 1).
   void set_shard_group(int64_t index, std::vector<int> group, std::vector<int64_t> experts = {}) {
     shard_ = {std::move(group), index};
     shard_experts_ = std::move(experts);
@@ -175,8 +175,10 @@ class Replayer {
   void set_expert_shard_group(int64_t index, std::vector<int> group) {
     expert_shard_ = {std::move(group), index};
   }
-  void set_context_parallel(int64_t cp_index, std::vector<int> group) {
+  void set_context_parallel(int64_t cp_index, std::vector<int> group,
+                            std::vector<int64_t> experts = {}) {
     cp_ = {std::move(group), cp_index};
+    cp_experts_ = std::move(experts);
   }
 
   // Data-parallel ranks: the stage's gradient buckets (traces/dp_buckets.h,
@@ -471,6 +473,7 @@ class Replayer {
   // The tensor-parallel, expert-parallel, ZeRO shard and cp groups.
   RankGroup tp_, ep_, shard_, expert_shard_, cp_;
   std::vector<int64_t> shard_experts_;  // set_shard_group
+  std::vector<int64_t> cp_experts_;     // set_context_parallel
   uint64_t seed_salt_ = 0;  // TpSeedSalt(tp_.index) with tp > 1, ^ EpSeedSalt with ep > 1
   std::unique_ptr<HostStaging> collective_host_;  // see InitTensorParallel
   uint8_t* scratch_ = nullptr;                    // the current collective's messages

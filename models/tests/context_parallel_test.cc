@@ -201,13 +201,56 @@ TEST(ContextParallel, WhatCannotRunContextParallelIsRefused) {
     c.cp = 2;
     refused(c, "not modelled for t5");
   }
+  // A MoE model's ep must divide cp · dp (the expert grid regroups both).
   Result<ModelConfig> moe =
-      LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/mixtral-8x7b.json");
+      LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/tiny-moe.json");
   ASSERT_TRUE(moe.ok()) << moe.status().ToString();
   ModelConfig m = *moe;
   m.attention = "flash";
   m.cp = 2;
-  refused(m, "not modelled for mixture-of-experts models");
+  m.ep = 4;
+  refused(m, "m.json: ep: ep x tp = 4 x 1 does not divide cp x dp x tp = 2 x 1 x 1");
+}
+
+// Mixture of experts under cp: each rank routes its own s/cp tokens, so the
+// routed rows, the experts' GEMMs and every saved tensor are cp 1's over cp;
+// ep may take the cp ranks (ep 2 at cp 2, dp 1: Megatron-Core's expert grid
+// over cp · dp), its all-to-alls carrying a rank's own rows.
+TEST(ContextParallel, MixtureOfExpertsRoutesEachRanksOwnTokens) {
+  Result<ModelConfig> loaded =
+      LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/tiny-moe.json");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ModelConfig one = *loaded;
+  one.attention = "flash";
+  ASSERT_TRUE(ValidateConfig(one, "tiny-moe").ok());
+  ModelConfig two = one;
+  two.cp = 2;
+  ASSERT_TRUE(ValidateConfig(two, "tiny-moe").ok()) << ValidateConfig(two, "tiny-moe").ToString();
+  const Totals whole = Of(Build(one)), half = Of(Build(two));
+  EXPECT_EQ(half.saved_activation_bytes * 2, whole.saved_activation_bytes);
+  EXPECT_EQ(half.forward_flops * 2, whole.forward_flops);
+  EXPECT_EQ(half.backward_flops * 2, whole.backward_flops);
+  // 128 tokens × 4 sequences × top-2 = 1024 rows over 8 experts on each rank.
+  ModelConfig ep = two;
+  ep.ep = 2;
+  ASSERT_TRUE(ValidateConfig(ep, "tiny-moe").ok()) << ValidateConfig(ep, "tiny-moe").ToString();
+  const traces::Trace t = Build(ep);
+  EXPECT_EQ(t.header.cp, 2);
+  EXPECT_EQ(t.header.ep, 2);
+  int all_to_alls = 0;
+  for (const traces::Op& op : t.ops) {
+    if (op.name == "L1.experts.fc1") {
+      // 4 local experts, each at 2 ranks × 1024 / 8 rows.
+      EXPECT_EQ(*op.gemm, (traces::GemmDims{.m = 256, .n = 512, .k = 256, .batch = 4}));
+    }
+    if (op.kind != traces::OpKind::kCollective ||
+        traces::ClassifyCollective(op) != traces::CollectiveKind::kAllToAll) {
+      continue;
+    }
+    ++all_to_alls;
+    EXPECT_EQ(traces::CollectivePayloadBytes(op), 1024 * 256 * 4) << op.name;
+  }
+  EXPECT_EQ(all_to_alls, 3 * 4);  // 3 MoE layers: dispatch, combine and their gradients
 }
 
 }  // namespace
