@@ -50,7 +50,9 @@ Status MpiSync::SplitStages(const traces::Layout& layout) {
   // its first rank); every rank takes part in the split, as MPI wants.
   if (expert_comm_ != MPI_COMM_NULL) MPI_Comm_free(&expert_comm_);
   if (layout.ep > 1) {
-    const std::vector<int64_t> experts = layout.ExpertDpGroup(rank_);
+    // Their buckets' group: the experts' data-parallel group, or at ZeRO 2
+    // and 3 the replica group (traces::Layout::ExpertGradientGroup).
+    const std::vector<int64_t> experts = layout.ExpertGradientGroup(rank_);
     const int split =
         MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(experts.front()), rank_, &expert_comm_);
     if (split != MPI_SUCCESS) {
@@ -90,6 +92,13 @@ Status MpiSync::AllReduceSum(void* host, int64_t count, traces::DType dtype) {
     if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Allreduce");
   }
   return Status::Ok();
+}
+
+int MpiSync::SumGroupSize(exec::SumGroup group) const {
+  MPI_Comm comm = group == exec::SumGroup::kExpertDataParallel ? expert_comm_ : async_comm_;
+  int n = 0;
+  if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, &n) != MPI_SUCCESS) return 0;
+  return n;
 }
 
 Status MpiSync::AllReduceSumAsync(void* host, int64_t count, traces::DType dtype,

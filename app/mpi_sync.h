@@ -21,7 +21,7 @@ class RankSync : public exec::StepSync {
   // The layout (traces/layout.h): this rank's gradient group (the layout's
   // DenseGradientGroup), over which AllReduceSum and AllReduceSumAsync (on a
   // duplicate of the group's communicator) sum from now on, and at ep > 1 its
-  // routed experts' data-parallel group (Layout::ExpertDpGroup), over which
+  // routed experts' gradient group (Layout::ExpertGradientGroup), over which
   // AllReduceSumAsync sums with SumGroup::kExpertDataParallel. Collective:
   // every rank calls it, with the same layout.
   virtual Status SplitStages(const traces::Layout& layout) = 0;

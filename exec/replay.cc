@@ -124,7 +124,7 @@ Result<RankPlace> PlaceRank(const traces::Trace& trace, const traces::Plan& plan
   if (layout.zero_stage >= 2) {
     place.shard_group = group(layout.ShardGroup(rank), &place.shard_index);
     if (layout.ep > 1) {
-      place.expert_shard_group = group(layout.ExpertDpGroup(rank), &place.expert_shard_index);
+      place.expert_shard_group = group(layout.ExpertShardGroup(rank), &place.expert_shard_index);
       for (int member : place.shard_group)
         place.shard_experts.push_back(layout.ExpertIndexOf(member));
     }

@@ -132,6 +132,7 @@ struct CollectiveTraffic {
 struct BucketRun {
   int64_t bytes = 0;                      // the bytes the all-reduce summed
   int64_t gradients = 0;                  // the weight gradients in it
+  int64_t ranks = 0;                      // the ranks it was summed over (exec::SumGroup's)
   traces::OpId after_op = traces::kNoOp;  // the whole step's op after which it went to host memory
   // That op in the single-micro-batch trace, and its micro-batch (the last).
   traces::OpId after_original_op = traces::kNoOp;

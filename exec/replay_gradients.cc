@@ -147,6 +147,7 @@ Status Replayer::PostBucket(size_t b) {
       bucket.group == traces::BucketGroup::kExpertDataParallel && buckets_.expert_dp != buckets_.dp
           ? exec::SumGroup::kExpertDataParallel
           : exec::SumGroup::kDenseGradients;
+  bucket_runs_[b].ranks = agreement_.sync()->SumGroupSize(group);
   Status st =
       agreement_.sync()->AllReduceSumAsync(BucketHost(b), bucket.elements(), bucket.dtype, group);
   return st.ok() ? st : st.WithPrefix("all-reduce of gradient bucket " + std::to_string(b));

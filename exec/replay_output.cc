@@ -58,6 +58,7 @@ nlohmann::json ToJson(const ReplayResult& r) {
     for (const BucketRun& b : r.gradient_buckets) {
       buckets.push_back({{"bytes", b.bytes},
                          {"gradients", b.gradients},
+                         {"ranks", b.ranks},
                          {"after_op", b.after_op},
                          {"after_original_op", b.after_original_op},
                          {"micro_batch", b.micro_batch},

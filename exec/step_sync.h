@@ -102,8 +102,9 @@ struct PipelineTag {
 
 // The ranks a gradient bucket is summed over (traces/dp_buckets.h, "Groups"):
 // the layout's DenseGradientGroup, or, at ep > 1, the routed experts'
-// data-parallel group (traces::Layout::ExpertDpGroup: the ranks of one stage,
-// tp index and expert index).
+// gradient group (traces::Layout::ExpertGradientGroup: their data-parallel
+// group, the ranks of one stage, tp index and expert index; at ZeRO 2 and 3
+// the replica group).
 enum class SumGroup { kDenseGradients, kExpertDataParallel };
 
 class StepSync {
@@ -125,6 +126,8 @@ class StepSync {
   // overlap may sum at once.
   virtual Status AllReduceSumAsync(void* host, int64_t count, traces::DType dtype,
                                    SumGroup group) = 0;
+  // How many ranks a sum over `group` adds up (this rank among them).
+  virtual int SumGroupSize(SumGroup group) const = 0;
   // Lets the posted sums progress without blocking (MPI moves a nonblocking
   // collective only inside MPI calls) and sets `*completed` to how many of
   // those posted since the last WaitAllReduces have completed, a prefix in

@@ -242,6 +242,8 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   if (c.dp_shard != 0) {  // the rest of the layout's rules are the planner's and the plan's
     traces::Layout shard;
     shard.dp = c.dp;
+    shard.cp = std::max<int64_t>(1, c.cp);
+    shard.ep = std::max<int64_t>(1, c.ep);
     shard.zero_stage = c.zero_stage;
     shard.dp_shard = c.dp_shard;
     SSDTRAIN_RETURN_IF_ERROR(traces::ValidateLayout(shard, source));

@@ -60,7 +60,8 @@ int64_t StageParamAllGatherNs(const traces::Trace& trace, const traces::Layout& 
   const int64_t experts = layout.ep > 1 ? ExpertParameterBytes(trace) : 0;
   return ParamAllGatherNs(zero, ParameterBytes(trace) - experts, ParamGatherGroup(zero, links),
                           ic) +
-         (experts == 0 ? 0 : ParamAllGatherNs(zero, experts, links.expert_gradients, ic));
+         (experts == 0 ? 0
+                       : ParamAllGatherNs(zero, experts, ExpertParamGatherGroup(zero, links), ic));
 }
 
 DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,

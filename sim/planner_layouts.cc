@@ -141,6 +141,12 @@ Status CheckExpertPins(const PlannerOptions& o) {
   if (o.gpus % *o.ep != 0) {
     return Status::InvalidArgument(ep + ": does not divide " + Flag("--gpus", o.gpus));
   }
+  if (o.dp_shard && (cp * *o.dp_shard) % *o.ep != 0 && (!o.dp || *o.dp_shard != *o.dp)) {
+    return Status::InvalidArgument(
+        ep + ": does not divide " + (cp > 1 ? Flag("--cp", cp) + " x " : std::string()) +
+        Flag("--dp-shard", *o.dp_shard) +
+        " (with HSDP the expert-parallel group is taken from one shard group's ranks)");
+  }
   return Status::Ok();
 }
 
@@ -348,6 +354,8 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
                 continue;  // unpinned: CheckUnmodelledPins refused such pins
               }
               if (o.dp_shard && (dp % *o.dp_shard != 0 || zero == 0)) continue;
+              // HSDP: an ep group inside each shard group (traces::ValidateLayout).
+              if (o.dp_shard && *o.dp_shard != dp && (cp * *o.dp_shard) % ep != 0) continue;
               Layout l{mb, tp, pp, dp, m, cp, zero};
               l.ep = ep;
               l.dp_shard = o.dp_shard.value_or(0);

@@ -77,6 +77,7 @@ LayoutLinks PlaceLayout(const traces::Layout& layout, const HardwareOptions& hw,
   links.gradients = traces::PlaceGroup(layout.DpCpGroup(first), domain);
   links.expert_gradients = traces::PlaceGroup(layout.ExpertDpGroup(first), domain);
   links.expert_buckets = traces::PlaceGroup(layout.ExpertGradientGroup(first), domain);
+  links.expert_shard = traces::PlaceGroup(layout.ExpertShardGroup(first), domain);
   links.shard = traces::PlaceGroup(layout.ShardGroup(first), domain);
   links.dense_buckets = traces::PlaceGroup(layout.DenseGradientGroup(first), domain);
   links.next_stage_within_domain =
@@ -86,6 +87,10 @@ LayoutLinks PlaceLayout(const traces::Layout& layout, const HardwareOptions& hw,
 
 traces::GroupPlacement ParamGatherGroup(int64_t zero_stage, const LayoutLinks& links) {
   return zero_stage >= 2 ? links.shard : links.gradients;
+}
+
+traces::GroupPlacement ExpertParamGatherGroup(int64_t zero_stage, const LayoutLinks& links) {
+  return zero_stage >= 2 ? links.expert_shard : links.expert_gradients;
 }
 
 traces::GroupPlacement OneDomain(int64_t ranks) {

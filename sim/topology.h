@@ -52,6 +52,7 @@ struct LayoutLinks {
   traces::GroupPlacement ep;                // the MoE all-to-alls
   traces::GroupPlacement gradients;         // the dense gradients' dp × cp group
   traces::GroupPlacement expert_gradients;  // the experts' data-parallel group
+  traces::GroupPlacement expert_shard;      // the experts' shard group (Layout::ExpertShardGroup)
   // The experts' gradient buckets' group (traces::Layout::ExpertGradientGroup:
   // expert_gradients at ZeRO 0 and 1, this rank alone at 2 and 3).
   traces::GroupPlacement expert_buckets;
@@ -63,8 +64,11 @@ struct LayoutLinks {
 };
 LayoutLinks PlaceLayout(const traces::Layout& layout, const HardwareOptions& hw, int64_t stage = 0);
 // ParamGatherGroup: the group ZeRO-1 and 2 all-gather the updated parameters
-// over after the optimizer (dp × cp at 1, the shard group at 2).
+// over after the optimizer (dp × cp at 1, the shard group at 2); the routed
+// experts' (ExpertParamGatherGroup): their data-parallel group at 1, their
+// shard group at 2.
 traces::GroupPlacement ParamGatherGroup(int64_t zero_stage, const LayoutLinks& links);
+traces::GroupPlacement ExpertParamGatherGroup(int64_t zero_stage, const LayoutLinks& links);
 
 // A group of `ranks` ranks all inside one domain: the flat ring (tests, and
 // callers that know no layout).

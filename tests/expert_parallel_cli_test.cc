@@ -108,20 +108,18 @@ TEST_F(ExpertParallelCli, AnImpossibleEpIsRefusedNamingTheFlag) {
   EXPECT_NE(trace.output.find("with --ep 2: ep: ep x tp = 2 x 1 does not divide dp x tp = 1 x 1"),
             std::string::npos)
       << trace.output;
-  // ep with HSDP, and FP8 with ZeRO-3: one rule (traces::Unmodelled) for the
-  // planner's pins and the config's fields.
+  // HSDP with an ep that its shard groups do not hold: refused naming the flags.
   CliResult hsdp =
       RunSsdtrain("plan --model " + Model("tiny-moe") + " --hardware " + Hardware("cpu-local") +
-                  " --gpus 4 --dp 4 --ep 2 --zero-stage 3 --dp-shard 2 -o " + File("h.json"));
+                  " --gpus 4 --dp 4 --ep 4 --zero-stage 3 --dp-shard 2 -o " + File("h.json"));
   EXPECT_EQ(hsdp.exit_code, 1);
-  EXPECT_NE(hsdp.output.find("ep 2 with HSDP (dp_shard 2 of dp 4) is not modelled"),
-            std::string::npos)
+  EXPECT_NE(hsdp.output.find("--ep 4: does not divide --dp-shard 2 (with HSDP"), std::string::npos)
       << hsdp.output;
   CliResult hsdp_trace =
       RunSsdtrain("trace --model " + Model("tiny-moe") +
-                  " --dp 4 --ep 2 --zero-stage 3 --dp-shard 2 -o " + File("t.json"));
+                  " --dp 4 --ep 4 --zero-stage 3 --dp-shard 2 -o " + File("t.json"));
   EXPECT_EQ(hsdp_trace.exit_code, 1);
-  EXPECT_NE(hsdp_trace.output.find("ep: ep 2 with HSDP (dp_shard 2 of dp 4) is not modelled"),
+  EXPECT_NE(hsdp_trace.output.find("ep: 4 does not divide cp x dp_shard = 1 x 2"),
             std::string::npos)
       << hsdp_trace.output;
   // ZeRO-3 with ep is built.

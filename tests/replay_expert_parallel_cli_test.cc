@@ -43,12 +43,14 @@ struct Layout {
   int tp = 1, pp = 1, dp = 2;
   int zero_stage = 0;  // -1: searched
   int cp = 1;          // > 1: with flash attention
+  int dp_shard = 0;    // > 0: HSDP
   int ranks() const { return tp * cp * pp * dp; }
   std::string Flags() const {
     std::string flags = " --gpus " + std::to_string(ranks()) + " --tp " + std::to_string(tp) +
                         " --pp " + std::to_string(pp) + " --dp " + std::to_string(dp) + " --ep 2";
     if (zero_stage >= 0) flags.append(" --zero-stage ").append(std::to_string(zero_stage));
     if (cp > 1) flags.append(" --cp ").append(std::to_string(cp)).append(" --attention flash");
+    if (dp_shard > 0) flags.append(" --dp-shard ").append(std::to_string(dp_shard));
     return flags;
   }
 };
@@ -332,6 +334,44 @@ TEST_F(ReplayExpertParallelCli, ContextParallelRanksRouteTheirOwnTokens) {
       EXPECT_EQ(by_kind.contains("all_gather"), l.zero_stage == 3) << by_kind.dump();
     }
     EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank directories or files left";
+  }
+}
+
+// HSDP with ep 2 at ZeRO-3: 2 x 2 on four ranks (the dense weights shard over
+// {0, 1} and {2, 3}, each shard group one ep pair, so the experts' own shard
+// group is each rank alone) and 2 x 4 on eight (shard groups 0-3 and 4-7;
+// the experts shard over {0, 2}, {1, 3}, ...). The replicas of a shard
+// position ({0, 2} / {0, 4}, equal expert index) sum the dense and the
+// experts' gradient buckets: every bucket is summed over 2 ranks, where the
+// experts' whole data-parallel group would be 4 at dp 8. Verified, peaks to
+// the byte, each rank's buckets the prediction's.
+TEST_F(ReplayExpertParallelCli, HsdpWithExpertsSumsEachShardPositionOverItsReplicas) {
+  for (const Layout& l : {Layout{.dp = 4, .zero_stage = 3, .dp_shard = 2},
+                          Layout{.dp = 8, .zero_stage = 3, .dp_shard = 4}}) {
+    SCOPED_TRACE("dp " + std::to_string(l.dp));
+    ASSERT_NO_FATAL_FAILURE(PlanAndReplay("keep", l));
+    ASSERT_NO_FATAL_FAILURE(ExpectRanksAndStages(l.ranks(), 1));
+    for (int r = 0; r < l.ranks(); ++r) ExpectRankOfStage(report_.extra.at("ranks")[r], 0);
+    EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank directories or files left";
+    std::vector<int64_t> measured;
+    for (const nlohmann::json& b : report_.extra.at("gradient_buckets")) {
+      measured.push_back(b.at("bytes").get<int64_t>());
+      EXPECT_EQ(b.at("ranks").get<int>(), 2) << b.dump();
+    }
+    EXPECT_FALSE(measured.empty());
+    EXPECT_EQ(measured, testing::PredictedBucketBytes(File("predicted-timeline.json")));
+    auto traced =
+        RunSsdtrain("trace --model " + Model("tiny-moe") + " --dp " + std::to_string(l.dp) +
+                    " --ep 2" + kShape + " --zero-stage 3 --dp-shard " +
+                    std::to_string(l.dp_shard) + " -o " + File("trace.json"));
+    ASSERT_EQ(traced.exit_code, 0) << traced.output;
+    auto read = traces::ReadTrace(File("trace.json"));
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    bool experts = false;
+    for (const traces::GradientBucket& b : traces::GradientBuckets(*read, l.dp).buckets) {
+      experts = experts || b.group == traces::BucketGroup::kExpertDataParallel;
+    }
+    EXPECT_TRUE(experts);
   }
 }
 

@@ -93,6 +93,14 @@ std::vector<int64_t> Layout::ExpertDpGroup(int64_t rank) const {
   return CombinedGroup(*this, rank, [&](int64_t k) { return k % ep == mine; });
 }
 
+std::vector<int64_t> Layout::ExpertShardGroup(int64_t rank) const {
+  if (zero_stage == 0) return {rank};
+  const int64_t mine = ExpertIndexOf(rank);
+  const int64_t replica = CoordsOf(rank).dp / DpShard();
+  return CombinedGroup(*this, rank,
+                       [&](int64_t k) { return k % ep == mine && k / cp / DpShard() == replica; });
+}
+
 std::vector<int64_t> Layout::ShardGroup(int64_t rank) const {
   if (zero_stage == 0) return {rank};
   const RankCoords at = CoordsOf(rank);
@@ -154,6 +162,15 @@ Status ValidateLayout(const Layout& l, const std::string& source, const std::str
                                  " needs a ZeRO stage of 1 or more (at zero_stage 0 nothing "
                                  "is sharded)");
     }
+    // An expert-parallel group inside each shard group, so that the replicas
+    // of a shard position hold the same experts (torchtitan's dp_shard_mod_ep).
+    const __int128 cp_shard = static_cast<__int128>(l.cp) * l.dp_shard;
+    if (l.ep > 1 && l.dp_shard != l.dp && cp_shard % l.ep != 0) {
+      return bad("ep", Str(l.ep) + " does not divide cp x dp_shard = " + Str(l.cp) + " x " +
+                           Str(l.dp_shard) +
+                           " (with HSDP the expert-parallel group is taken from one shard "
+                           "group's ranks)");
+    }
   }
   const __int128 cp_dp = static_cast<__int128>(l.cp) * l.dp;
   if (cp_dp % l.ep != 0) {
@@ -167,12 +184,6 @@ Status ValidateLayout(const Layout& l, const std::string& source, const std::str
 }
 
 std::optional<UnmodelledLayout> Unmodelled(const Layout& l, bool fp8) {
-  if (l.ep > 1 && l.zero_stage >= 1 && l.DpShard() != l.dp) {
-    return UnmodelledLayout{"ep", "ep " + Str(l.ep) + " with HSDP (dp_shard " + Str(l.DpShard()) +
-                                      " of dp " + Str(l.dp) +
-                                      ") is not modelled (where the experts' state would shard); "
-                                      "use dp_shard = dp, or ep 1"};
-  }
   if (fp8 && l.zero_stage == 3) {
     return UnmodelledLayout{"fp8",
                             "FP8 with ZeRO-3 is not modelled yet (the FP8 all-gather of the "

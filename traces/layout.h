@@ -42,7 +42,11 @@
 // means dp: one shard group over all of dp (no replication). The data-parallel
 // index splits as torchtitan's mesh [dp_replicate, dp_shard] does:
 //     dp_index = replica_index · dp_shard + shard_index.
-// The experts' state is sharded over the experts' data-parallel group.
+// The experts' state is sharded over the ranks of the experts'
+// data-parallel group in this rank's shard group (all of it without HSDP:
+// cp · dp_shard / ep ranks, torchtitan's dp_shard_mod_ep), which needs ep to
+// divide cp · dp_shard; with HSDP the replicas of a shard position hold the
+// same experts, so the replica group sums the experts' gradients too.
 //
 // Thread-safety: value type; const methods are pure.
 #pragma once
@@ -111,12 +115,15 @@ struct Layout {
   std::vector<int64_t> EpGroup(int64_t rank) const;
   std::vector<int64_t> ExpertDpGroup(int64_t rank) const;
   int64_t ExpertDp() const { return cp * dp / ep; }
+  // The ranks the experts' state is sharded over: the experts' data-parallel
+  // ranks of this rank's shard group (see above; this rank alone at stage 0).
+  std::vector<int64_t> ExpertShardGroup(int64_t rank) const;
   // The routed experts' gradient buckets' group: the experts' data-parallel
   // group at ZeRO 0 and 1; at 2 and 3, whose traces reduce-scatter those
-  // gradients over it themselves, this rank alone (HSDP with ep is refused,
-  // Unmodelled, so there is no replica group to sum over).
+  // gradients over the expert shard group themselves, the replica group (this
+  // rank alone without HSDP), as for the dense ones.
   std::vector<int64_t> ExpertGradientGroup(int64_t rank) const {
-    return zero_stage >= 2 ? std::vector<int64_t>{rank} : ExpertDpGroup(rank);
+    return zero_stage >= 2 ? ReplicaGroup(rank) : ExpertDpGroup(rank);
   }
 
   // ZeRO and HSDP (see above): the ranks this rank's dense state is sharded
@@ -135,11 +142,12 @@ struct Layout {
   int64_t OptimizerShards() const { return zero_stage >= 1 ? DpShard() * cp : 1; }
   int64_t GradientShards() const { return zero_stage >= 2 ? DpShard() * cp : 1; }
   int64_t WeightShards() const { return zero_stage >= 3 ? DpShard() * cp : 1; }
-  // The experts' state: over the experts' data-parallel ranks, at the same
-  // stages (1 at ep = cp · dp).
-  int64_t ExpertOptimizerShards() const { return zero_stage >= 1 ? ExpertDp() : 1; }
-  int64_t ExpertGradientShards() const { return zero_stage >= 2 ? ExpertDp() : 1; }
-  int64_t ExpertWeightShards() const { return zero_stage >= 3 ? ExpertDp() : 1; }
+  // The experts' state: over the expert shard group, at the same stages
+  // (cp · dp_shard / ep ranks; 1 at ep = cp · dp_shard).
+  int64_t ExpertShards() const { return cp * DpShard() / ep; }
+  int64_t ExpertOptimizerShards() const { return zero_stage >= 1 ? ExpertShards() : 1; }
+  int64_t ExpertGradientShards() const { return zero_stage >= 2 ? ExpertShards() : 1; }
+  int64_t ExpertWeightShards() const { return zero_stage >= 3 ? ExpertShards() : 1; }
 
   // "tp 2 cp 2 pp 2 dp 2 zero 3" style, every degree that is not 1 (and
   // "dp_shard N", "vp N", "ep N" where set); "tp 1" when all are 1.
@@ -147,7 +155,8 @@ struct Layout {
 };
 
 // Positive degrees; zero_stage 0..3; dp_shard 0 or a divisor of dp, and set
-// only with a ZeRO stage >= 1 (HSDP shards something); ep divides cp · dp.
+// only with a ZeRO stage >= 1 (HSDP shards something); ep divides cp · dp,
+// and with HSDP cp · dp_shard.
 // Messages name `source` and the field as the user wrote it:
 // "<source>: dp_shard: 3 does not divide dp 4". `field_prefix` is put before
 // each field name ("--" for command-line flags, "" for file fields).
@@ -155,17 +164,15 @@ Status ValidateLayout(const Layout& layout, const std::string& source,
                       const std::string& field_prefix = "");
 // A layout the trace builder does not model yet, and why, decided here for
 // the model config's validation and the planner's pins and search alike:
-// - ep > 1 with HSDP (field "ep"): where the experts' state would shard and
-//   replicate is not built. Without HSDP the experts' optimizer state (ZeRO
-//   1), gradients (2) and weights (3) shard over the expert-data-parallel
-//   group (cp · dp / ep ranks, ExpertOptimizerShards ...), the rest over the
-//   shard group, as Megatron-Core's distributed optimizer and torchtitan's
-//   FSDP with expert parallelism (the experts' dp_shard_mod_ep mesh) do;
 // - ZeRO-3 under FP8 (field "fp8"): the FP8 all-gather of the sharded
 //   weights (Megatron's --fp8-param-gather) is not built.
+// (Every ZeRO stage and HSDP compose with ep: the experts' optimizer state
+// (ZeRO 1), gradients (2) and weights (3) shard over the expert shard group,
+// the rest over the shard group, as Megatron-Core's distributed optimizer and
+// torchtitan's FSDP with expert parallelism, its dp_shard_mod_ep mesh, do.)
 // `why` names no field or flag: each caller says which of its own it was.
 struct UnmodelledLayout {
-  std::string field;  // the config field it is refused under: "ep" or "fp8"
+  std::string field;  // the config field it is refused under: "fp8"
   std::string why;
 };
 std::optional<UnmodelledLayout> Unmodelled(const Layout& layout, bool fp8);

@@ -63,6 +63,7 @@ class MpiSync final : public RankSync {
   Status AllReduceSum(void* host, int64_t count, traces::DType dtype) override;
   Status AllReduceSumAsync(void* host, int64_t count, traces::DType dtype,
                            exec::SumGroup group) override;
+  int SumGroupSize(exec::SumGroup group) const override;
   Status ProgressAllReduces(int64_t* completed) override;
   Status WaitAllReduces() override;
   // Lengths in 64 bits, then each rank's bytes to rank 0 point to point in

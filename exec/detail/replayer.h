@@ -162,12 +162,12 @@ class Replayer {
   }
   // ZeRO-2/3's shard group (traces::Layout::ShardGroup), over which the
   // ...zero_all_gather and ...zero_reduce_scatter ops run, the routed
-  // experts' (ep > 1: Layout::ExpertDpGroup, their L<layer>.experts.zero_...
-  // ops), and context parallelism's cp group (Layout::CpGroup), around which
-  // the ...cp_ring steps send: this rank's index and the group's ranks in
-  // order. Their members differ in dp and cp index, which the seeds do not
-  // depend on, and, in the shard group and the cp group at ep > 1, in expert
-  // index, which they do: `experts` is each member's (empty at ep 1).
+  // experts' (ep > 1: Layout::ExpertShardGroup, for their
+  // L<layer>.experts.zero_... ops), and context parallelism's cp group
+  // (Layout::CpGroup), around which the ...cp_ring steps send: this rank's
+  // index and the group's ranks in order. Their members differ in dp and cp index, which the seeds
+  // do not depend on, and, in the shard group and the cp group at ep > 1, in expert index, which
+  // they do: `experts` is each member's (empty at ep 1).
   void set_shard_group(int64_t index, std::vector<int> group, std::vector<int64_t> experts = {}) {
     shard_ = {std::move(group), index};
     shard_experts_ = std::move(experts);

@@ -89,6 +89,7 @@ class ThreadRanks {
       ++posted_;
       return AllReduceSum(host, count, dtype);
     }
+    int SumGroupSize(SumGroup) const override { return all_.dp_; }
     Status ProgressAllReduces(int64_t* completed) override {
       *completed = posted_;
       return Status::Ok();

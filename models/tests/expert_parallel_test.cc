@@ -195,6 +195,40 @@ TEST(ExpertParallel, ZeroTwoAndThreeShardTheExpertsOverTheirDataParallelGroup) {
   }
 }
 
+// HSDP with ep (torchtitan's dp_replicate x dp_shard with EP): dp 8 in shard
+// groups of 4, ep 2. The dense weights shard 4 ways; the routed experts over
+// the ranks of equal expert index in the shard group, 4 / 2 = 2 ways.
+TEST(ExpertParallel, HsdpShardsTheExpertsInsideTheirShardGroup) {
+  ModelConfig c = TinyMoe(2);
+  ConfigOverrides o;
+  o.dp = 8;
+  o.zero_stage = 3;
+  o.dp_shard = 4;
+  Result<ModelConfig> hsdp = ApplyOverrides(c, o, "tiny-moe.json");
+  ASSERT_TRUE(hsdp.ok()) << hsdp.status().ToString();
+  const traces::Trace t = Build(*hsdp);
+  EXPECT_EQ(t.header.zero_shards, 4);
+  const int64_t local = kExperts / 2;
+  const int64_t shard_bytes = 4 * ((local * 512 * 256 + 1) / 2 + (local * 256 * 256 + 1) / 2);
+  const Static st = StaticBytes(t);
+  EXPECT_EQ(st.expert_weights, kMoeLayers * shard_bytes);
+  EXPECT_EQ(st.expert_grads, kMoeLayers * shard_bytes);
+  int experts = 0, dense = 0;
+  for (const traces::Op& op : t.ops) {
+    if (op.kind != traces::OpKind::kCollective) continue;
+    const traces::CollectiveGroup g = traces::GroupOfCollective(op);
+    if (g == traces::CollectiveGroup::kExpertShard) {
+      EXPECT_EQ(traces::CollectiveRanks(op, t.header), 2) << op.name;
+      ++experts;
+    } else if (g == traces::CollectiveGroup::kShard) {
+      EXPECT_EQ(traces::CollectiveRanks(op, t.header), 4) << op.name;
+      ++dense;
+    }
+  }
+  EXPECT_EQ(experts, 3 * kMoeLayers);  // a reduce-scatter and two gathers per MoE layer
+  EXPECT_GT(dense, 0);
+}
+
 TEST(ExpertParallel, DispatchAndCombineAreAllToAllsAroundTheLocalExperts) {
   const traces::Trace t = Build(TinyMoe(2));
   EXPECT_EQ(t.header.ep, 2);
@@ -261,10 +295,10 @@ TEST(ExpertParallel, RefusesAnEpThatTheExpertsOrTheDataParallelRanksDoNotDivide)
   EXPECT_NE(Refusal(c, o).find("ep: ep x tp = 8 x 1 does not divide dp x tp = 4 x 1"),
             std::string::npos)
       << Refusal(c, o);
-  o.ep = 2;
+  o.ep = 4;
   o.zero_stage = 1;
   o.dp_shard = 2;
-  EXPECT_NE(Refusal(c, o).find("ep: ep 2 with HSDP (dp_shard 2 of dp 4) is not modelled"),
+  EXPECT_NE(Refusal(c, o).find("ep: 4 does not divide cp x dp_shard = 1 x 2 (with HSDP"),
             std::string::npos)
       << Refusal(c, o);
   o = ConfigOverrides{};

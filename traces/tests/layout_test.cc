@@ -78,6 +78,35 @@ TEST(Layout, ExpertGroupsWithoutCpAreConsecutiveReplicas) {
   EXPECT_EQ(l.ExpertDp(), 2);
 }
 
+// HSDP with experts: dp 8 in shard groups of 4 (ranks 0-3, 4-7; tp 1), ep 2.
+// The experts shard over the ranks of equal expert index in the shard group
+// ({0, 2}, {1, 3}, {4, 6}, {5, 7}: cp · dp_shard / ep = 2) and their
+// gradients are summed over the replica group, as the dense ones ({0, 4}, ...).
+TEST(Layout, HsdpShardsTheExpertsInsideEachShardGroup) {
+  Layout l;
+  l.dp = 8;
+  l.ep = 2;
+  l.zero_stage = 3;
+  l.dp_shard = 4;
+  ASSERT_TRUE(ValidateLayout(l, "x").ok());
+  EXPECT_EQ(AllGroups(l, [&](int64_t r) { return l.ExpertShardGroup(r); }),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(AllGroups(l, [&](int64_t r) { return l.ExpertGradientGroup(r); }),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(l.ExpertWeightShards(), 2);
+  EXPECT_EQ(l.WeightShards(), 4);
+  // Each replica group holds one expert index.
+  for (int64_t r = 0; r < 8; ++r) {
+    for (int64_t m : l.ExpertGradientGroup(r)) EXPECT_EQ(l.ExpertIndexOf(m), l.ExpertIndexOf(r));
+  }
+  // Without HSDP: the whole expert-data-parallel group, and no replica to sum over at ZeRO-3.
+  l.dp_shard = 0;
+  EXPECT_EQ(l.ExpertShardGroup(1), (std::vector<int64_t>{1, 3, 5, 7}));
+  EXPECT_EQ(l.ExpertGradientGroup(1), (std::vector<int64_t>{1}));
+  l.zero_stage = 1;
+  EXPECT_EQ(l.ExpertGradientGroup(1), (std::vector<int64_t>{1, 3, 5, 7}));
+}
+
 // HSDP over dp 4 with dp_shard 2 and cp 2 (tp 1): dp_index = replica · 2 +
 // shard, and rank = cp + 2·dp. The shard group of rank 0 is dp 0..1 × cp 0..1
 // = ranks {0, 1, 2, 3}; its replica group dp {0, 2} at cp 0 = {0, 4}.
@@ -131,6 +160,8 @@ TEST(Layout, ShardsByZeroStage) {
   l.dp_shard = 4;
   EXPECT_EQ(l.WeightShards(), 8);  // dp_shard 4 × cp 2
   l.ep = 4;
+  EXPECT_EQ(l.ExpertWeightShards(), 2);  // cp·dp_shard / ep = 8 / 4
+  l.dp_shard = 0;
   EXPECT_EQ(l.ExpertWeightShards(), 4);  // cp·dp / ep = 16 / 4
 }
 
@@ -160,11 +191,11 @@ TEST(Layout, ValidationNamesTheField) {
   // ZeRO-2/3 with ep: the experts' gradients and weights over dp / ep too.
   EXPECT_FALSE(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 2}, false));
   EXPECT_FALSE(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 3}, false));
-  EXPECT_EQ(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 3, .dp_shard = 2}, false)->field,
-            "ep");
-  EXPECT_EQ(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 1, .dp_shard = 2}, false)->why,
-            "ep 2 with HSDP (dp_shard 2 of dp 4) is not modelled (where the experts' state "
-            "would shard); use dp_shard = dp, or ep 1");
+  // HSDP with ep: an ep group inside each shard group.
+  EXPECT_FALSE(Unmodelled(Layout{.dp = 4, .ep = 2, .zero_stage = 3, .dp_shard = 2}, false));
+  EXPECT_EQ(ValidateLayout(Layout{.dp = 8, .ep = 4, .zero_stage = 3, .dp_shard = 2}, "f").message(),
+            "f: ep: 4 does not divide cp x dp_shard = 1 x 2 (with HSDP the expert-parallel group "
+            "is taken from one shard group's ranks)");
   EXPECT_EQ(Unmodelled(Layout{.zero_stage = 3}, true)->field, "fp8");
   EXPECT_FALSE(Unmodelled(Layout{.zero_stage = 3}, false));
   l = Layout{};
