@@ -54,7 +54,8 @@ struct LayoutLinks {
   traces::GroupPlacement expert_gradients;  // the experts' data-parallel group
   traces::GroupPlacement expert_shard;      // the experts' shard group (Layout::ExpertShardGroup)
   // The experts' gradient buckets' group (traces::Layout::ExpertGradientGroup:
-  // expert_gradients at ZeRO 0 and 1, this rank alone at 2 and 3).
+  // expert_gradients at ZeRO 0 and 1, the replica group at 2 and 3: this rank
+  // alone without HSDP).
   traces::GroupPlacement expert_buckets;
   traces::GroupPlacement shard;  // ZeRO's shard group (itself at stage 0)
   // The dense gradient buckets' group (traces::Layout::DenseGradientGroup:
