@@ -11,6 +11,8 @@ models::ConfigOverrides OverridesOf(const sim::TraceShape& s) {
   ov.micro_batch = s.micro_batch;
   ov.tp = s.tp;
   ov.pp = s.pp;
+  ov.pp_first_layers = s.pp_first_layers;  // the layout's split, not the config's
+  ov.pp_last_layers = s.pp_last_layers;
   ov.dp = s.dp;
   ov.zero_stage = s.zero_stage;
   if (s.dp_shard != 0) ov.dp_shard = s.dp_shard;

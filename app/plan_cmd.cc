@@ -101,6 +101,8 @@ int RunPlan(PlanCmdOptions o) {
   po.global_batch = o.global_batch;
   if (o.tp > 0) po.tp = o.tp;
   if (o.pp > 0) po.pp = o.pp;
+  if (o.pp_first_layers > 0) po.pp_first_layers = o.pp_first_layers;
+  if (o.pp_last_layers > 0) po.pp_last_layers = o.pp_last_layers;
   if (o.dp > 0) po.dp = o.dp;
   if (o.num_micro_batches > 0) po.num_micro_batches = o.num_micro_batches;
   if (o.zero_stage >= 0) po.zero_stage = o.zero_stage;
@@ -195,13 +197,13 @@ int RunPlan(PlanCmdOptions o) {
   if (Status w = outputs.Commit(); !w.ok()) return ReportError("plan", w);
   const traces::StepMetrics& m = r->prediction.metrics;
   std::cout << fmt::format(
-      "{} on {} x {}: policy {} micro-batch {} tp {}{} pp {} dp {}{}{}{} ({} micro-batches{}): "
+      "{} on {} x {}: policy {} micro-batch {} tp {}{} pp {}{} dp {}{}{}{} ({} micro-batches{}): "
       "step "
       "{:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} "
       "GiB), SSD writes {:.2f} GiB/step\n",
       in.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp,
-      plan.cp > 1 ? fmt::format(" cp {}", plan.cp) : "", plan.pp, plan.dp,
-      in.experts > 0 ? fmt::format(" ep {}", plan.ep) : "", ZeroText(plan),
+      plan.cp > 1 ? fmt::format(" cp {}", plan.cp) : "", plan.pp, SplitText(plan, in.layers),
+      plan.dp, in.experts > 0 ? fmt::format(" ep {}", plan.ep) : "", ZeroText(plan),
       plan.ddp == "local" ? " local DDP" : "", plan.num_micro_batches,
       ScheduleText(plan, in.layers), static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s,
       m.tflops_per_gpu, static_cast<double>(m.peak_gpu_bytes) / kGiB,
@@ -303,6 +305,15 @@ Verb AddPlanCommand(CLI::App& app) {
                   "4096 tokens, up to 32)")
       ->check(IntAtLeast(1));
   cmd->add_option("--pp", o->pp, "fix the pipeline depth (default: search)")->check(IntAtLeast(1));
+  cmd->add_option("--pp-first-layers", o->pp_first_layers,
+                  "with --pp: the blocks on the first stage, the stages between sharing the rest "
+                  "evenly (Megatron's --decoder-first-pipeline-num-layers; default: layers / pp, "
+                  "or where pp does not divide the layers, fewer on the first and last stages)")
+      ->check(IntAtLeast(1));
+  cmd->add_option("--pp-last-layers", o->pp_last_layers,
+                  "with --pp: the blocks on the last stage (Megatron's "
+                  "--decoder-last-pipeline-num-layers)")
+      ->check(IntAtLeast(1));
   cmd->add_option("--dp", o->dp, "fix the data-parallel degree (default: search)")
       ->check(IntAtLeast(1));
   cmd->add_option("--num-micro-batches", o->num_micro_batches,

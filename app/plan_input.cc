@@ -179,6 +179,11 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
     std::string command =
         fmt::format("{} trace --model {} --micro-batch {} --seq-len {} --tp {} --pp {}",
                     SelfCommand(), model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
+    if (plan.pp_first_layers != 0) {
+      command += fmt::format(" --pp-first-layers {}", plan.pp_first_layers);
+    }
+    if (plan.pp_last_layers != 0)
+      command += fmt::format(" --pp-last-layers {}", plan.pp_last_layers);
     if (!attention.empty()) command += " --attention " + attention;
     if (!fp8.empty()) command += " --fp8 " + fp8;
     if (base.sequence_parallel && plan.tp > 1) command += " --sequence-parallel";

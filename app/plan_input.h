@@ -28,7 +28,8 @@ struct PlanCmdOptions {
   int64_t global_batch = 0;
   // Pins: 0 (or empty) leaves that part of the layout to the search.
   int64_t tp = 0, pp = 0, dp = 0, num_micro_batches = 0;
-  int64_t cp = 0;                  // context parallelism; 0: searched
+  int64_t pp_first_layers = 0, pp_last_layers = 0;  // the pipeline split; 0: searched with pp
+  int64_t cp = 0;                                   // context parallelism; 0: searched
   int64_t zero_stage = -1;         // -1: weigh 0 to 3 (--model); with --trace, the trace's
   int64_t dp_shard = 0;            // HSDP's shard group (--dp-shard); 0: dp
   bool defer_grad_sync = false;    // --defer-grad-sync: ZeRO 2/3 reduce-scatter once a step

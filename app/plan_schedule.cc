@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "traces/layout.h"
 #include "traces/whole_step.h"
 
 namespace ssdtrain::app {
@@ -18,6 +19,20 @@ std::string ZeroText(const traces::Plan& plan, bool compact) {
       " ZeRO-{}{}{}", plan.zero_stage,
       plan.dp_shard != 0 ? fmt::format(" HSDP {}x{}", l.Replicas(), l.DpShard()) : "",
       plan.zero_defer_grad_sync ? ", gradients synced once a step" : "");
+}
+
+std::string SplitText(const traces::Plan& plan, int64_t layers) {
+  const traces::Layout l = traces::PlanLayout(plan);
+  if (!l.UnevenPipeline() || layers <= 0 || traces::PipelineSplitError(l, layers)) return "";
+  const int64_t first = traces::BlocksOfStage(l, layers, 0).count;
+  const int64_t last = traces::BlocksOfStage(l, layers, l.pp - 1).count;
+  if (l.pp == 2) return fmt::format(" (blocks {}|{})", first, last);
+  if (l.pp == 3) {
+    return fmt::format(" (blocks {}|{}|{})", first, traces::BlocksOfStage(l, layers, 1).count,
+                       last);
+  }
+  return fmt::format(" (blocks {}|{}x{}|{})", first, traces::BlocksOfStage(l, layers, 1).count,
+                     l.pp - 2, last);
 }
 
 std::string ScheduleText(const traces::Plan& plan, int64_t layers) {

@@ -16,6 +16,11 @@ namespace ssdtrain::app {
 // compare table.
 std::string ZeroText(const traces::Plan& plan, bool compact = false);
 
+// " (blocks 3|4x14|2)" for a plan with an uneven pipeline split of a model of
+// `layers` blocks (the first stage's, the middle ones' and the last's,
+// traces::BlocksOfStage); "" for the even split.
+std::string SplitText(const traces::Plan& plan, int64_t layers);
+
 // ", interleaved v=2 (5 layers per chunk)" for an interleaved plan of a model
 // of `layers` blocks; "" for the other schedules.
 std::string ScheduleText(const traces::Plan& plan, int64_t layers);

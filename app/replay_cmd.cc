@@ -75,6 +75,8 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
     layout.tp = plan->tp;
     if (plan->cp != 1) layout.cp = plan->cp;
     layout.pp = plan->pp;
+    layout.pp_first_layers = plan->pp_first_layers;  // the plan's split, not the config's
+    layout.pp_last_layers = plan->pp_last_layers;
     // The optimizer state is sharded as the plan's trace was (zero_stage 1: over dp).
     layout.dp = plan->dp;
     layout.zero_stage = plan->zero_stage;

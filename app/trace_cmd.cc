@@ -221,6 +221,16 @@ Verb AddTraceCommand(CLI::App& app) {
          "Pipeline-parallel degree (overrides the config)")
       ->check(IntAtLeast(1));
   cmd->add_option_function<int64_t>(
+         "--pp-first-layers", [o](int64_t v) { o->overrides.pp_first_layers = v; },
+         "The blocks on the first pipeline stage, the stages between sharing the rest evenly "
+         "(Megatron's --decoder-first-pipeline-num-layers; overrides the config)")
+      ->check(IntAtLeast(1));
+  cmd->add_option_function<int64_t>(
+         "--pp-last-layers", [o](int64_t v) { o->overrides.pp_last_layers = v; },
+         "The blocks on the last pipeline stage (Megatron's --decoder-last-pipeline-num-layers; "
+         "overrides the config)")
+      ->check(IntAtLeast(1));
+  cmd->add_option_function<int64_t>(
          "--cp", [o](int64_t v) { o->overrides.cp = v; },
          "Context-parallel degree: this rank holds seq_len / cp tokens, attention runs as a ring "
          "of K/V exchanges over the cp ranks (needs --attention flash; overrides the config)")

@@ -29,8 +29,11 @@ Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
   h.pp = config.pp;
   h.ep = config.ep;
   h.stage = stage;
-  h.stage_layers = config.layers / config.pp;
-  h.first_layer = stage * h.stage_layers;
+  const traces::StageBlocks blocks = traces::BlocksOfStage(LayoutOf(config), config.layers, stage);
+  h.stage_layers = blocks.count;
+  h.first_layer = blocks.first;
+  h.pp_first_layers = config.pp_first_layers;
+  h.pp_last_layers = config.pp_last_layers;
   h.dtype = config.dtype;
   h.attention = config.attention;
   h.fp8 = config.fp8;
@@ -47,6 +50,8 @@ Result<int64_t> ParameterCount(const ModelConfig& config) {
   whole.tp = 1;
   whole.cp = 1;
   whole.pp = 1;
+  whole.pp_first_layers = 0;
+  whole.pp_last_layers = 0;
   whole.ep = 1;          // every expert
   whole.zero_stage = 0;  // every parameter, unsharded
   whole.dp_shard = 0;

@@ -129,6 +129,8 @@ traces::Layout LayoutOf(const ModelConfig& c) {
   l.tp = c.tp;
   l.cp = c.cp;
   l.pp = c.pp;
+  l.pp_first_layers = c.pp_first_layers;
+  l.pp_last_layers = c.pp_last_layers;
   l.dp = c.dp;
   l.ep = c.ep;
   l.zero_stage = c.zero_stage;
@@ -298,10 +300,8 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
                Str(c.seq_len) + " is not divisible by tp " + Str(c.tp) +
                    " (sequence parallelism splits the sequence across tensor-parallel ranks)");
   }
-  if (c.layers % c.pp != 0) {
-    return Bad(source, "pp",
-               "layers " + Str(c.layers) + " are not divisible by pp " + Str(c.pp) +
-                   " (each stage holds layers / pp blocks)");
+  if (const auto split = traces::PipelineSplitError(LayoutOf(c), c.layers)) {
+    return Bad(source, split->field, split->why);
   }
   if (c.family == "t5") {
     if (c.encoder_layers <= 0 || c.encoder_layers >= c.layers) {
@@ -356,6 +356,8 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.seq_len) c.seq_len = *o.seq_len;
   if (o.tp) c.tp = *o.tp;
   if (o.pp) c.pp = *o.pp;
+  if (o.pp_first_layers) c.pp_first_layers = *o.pp_first_layers;
+  if (o.pp_last_layers) c.pp_last_layers = *o.pp_last_layers;
   if (o.cp) c.cp = *o.cp;
   if (o.dp) c.dp = *o.dp;
   if (o.zero_stage) c.zero_stage = *o.zero_stage;
@@ -375,6 +377,10 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.seq_len) add("--seq-len", std::to_string(*o.seq_len));
   if (o.tp) add("--tp", std::to_string(*o.tp));
   if (o.pp) add("--pp", std::to_string(*o.pp));
+  if (o.pp_first_layers.value_or(0) != 0) {
+    add("--pp-first-layers", std::to_string(*o.pp_first_layers));
+  }
+  if (o.pp_last_layers.value_or(0) != 0) add("--pp-last-layers", std::to_string(*o.pp_last_layers));
   if (o.cp) add("--cp", std::to_string(*o.cp));
   if (o.dp) add("--dp", std::to_string(*o.dp));
   if (o.zero_stage) add("--zero-stage", std::to_string(*o.zero_stage));

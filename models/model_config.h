@@ -69,7 +69,13 @@ struct ModelConfig {
   // attention runs as Transformer Engine's ring of fused attention over the cp
   // ranks (models/detail/ring_attention.h); needs attention flash.
   int64_t cp = 1;
-  int64_t pp = 1;                      // pipeline stages; must divide layers
+  int64_t pp = 1;  // pipeline stages; must divide layers unless the split below is set
+  // The pipeline split (traces/layout.h; Megatron-Core's
+  // --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers):
+  // the blocks on stage 0 and on the last stage, the stages between sharing
+  // the rest evenly; 0: as those. JSON: optional, written when set.
+  int64_t pp_first_layers = 0;
+  int64_t pp_last_layers = 0;
   std::string attention = "standard";  // standard or flash
   std::string dtype = "fp16";          // activations and weights: fp16, bf16, fp32
   // FP8 training (traces/fp8.h): the linear layers of the transformer blocks
@@ -173,6 +179,7 @@ struct ModelConfig {
 // Command-line overrides; unset fields keep the config's value.
 struct ConfigOverrides {
   std::optional<int64_t> micro_batch, seq_len, tp, pp, cp;
+  std::optional<int64_t> pp_first_layers, pp_last_layers;  // the pipeline split
   // The data-parallel degree and ZeRO stage: the optimizer state is sharded
   // over dp when zero_stage is 1 (the planner's searched dp, a plan's dp).
   std::optional<int64_t> dp, zero_stage, dp_shard;
@@ -206,7 +213,9 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
                                    const std::string& source);
 // Positive sizes; known family/attention/dtype; heads divide hidden (unless
 // head_dim is set); kv_heads divide heads; tp divides heads, kv_heads, ffn_hidden
-// (and seq_len with sequence parallelism); pp divides layers; t5 has
+// (and seq_len with sequence parallelism); the layers split over pp as the
+// layout says (traces::PipelineSplitError: pp divides them, or the first and
+// last stages' blocks are set and the rest divide evenly); t5 has
 // 0 < encoder_layers < layers; only llama, falcon and gemma have kv_heads other
 // than heads; only llama has qkv_bias, qk_norm, tied_output,
 // attention_bias or attention_sinks; a sliding window only on causal decoders;
@@ -240,7 +249,7 @@ int64_t OptimizerStateWordsPerParam(const ModelConfig& c);
 bool HasMasterWeights(const ModelConfig& c);
 // "fp32" for mixed precision and fp32 models, else the config's dtype.
 std::string OptimizerStateDType(const ModelConfig& c);
-// The config's layout (tp, cp, pp, dp, ep, zero_stage, dp_shard): the one place
+// The config's layout (tp, cp, pp and its split, dp, ep, zero_stage, dp_shard): the one place
 // its shard degrees and groups come from.
 traces::Layout LayoutOf(const ModelConfig& c);
 // The gradients are reduce-scattered once a step (zero_defer_grad_sync at

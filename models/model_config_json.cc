@@ -50,6 +50,8 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.sequence_parallel, r.BoolOr("sequence_parallel", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.cp, r.IntOr("cp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.pp, r.IntOr("pp", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.pp_first_layers, r.IntOr("pp_first_layers", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.pp_last_layers, r.IntOr("pp_last_layers", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.attention, r.StringOr("attention", "standard"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dtype, r.StringOr("dtype", "fp16"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.fp8, r.StringOr("fp8", ""));
@@ -140,6 +142,8 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.zero_prefetch != 1) j["zero_prefetch"] = c.zero_prefetch;
   if (c.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
   if (c.cp != 1) j["cp"] = c.cp;
+  if (c.pp_first_layers != 0) j["pp_first_layers"] = c.pp_first_layers;
+  if (c.pp_last_layers != 0) j["pp_last_layers"] = c.pp_last_layers;
   if (!c.fp8.empty()) j["fp8"] = c.fp8;
   return j;
 }

@@ -98,16 +98,19 @@ PlannerResult ResultOf(Best best, int64_t budget) {
 }
 
 std::string Progress(const Layout& l, const std::optional<Best>& best_fit) {
-  std::string line = "plan: simulated mb=" + std::to_string(l.micro_batch) +
-                     " tp=" + std::to_string(l.tp) +
-                     (l.cp > 1 ? " cp=" + std::to_string(l.cp) : std::string()) +
-                     " pp=" + std::to_string(l.pp) + " dp=" + std::to_string(l.dp) +
-                     (l.zero_stage != 0 ? " zero=" + std::to_string(l.zero_stage) : "") +
-                     (l.dp_shard != 0 ? " dp_shard=" + std::to_string(l.dp_shard) : "") +
-                     (l.ep > 1 ? " ep=" + std::to_string(l.ep) : std::string()) +
-                     (l.schedule == traces::Schedule::kInterleaved
-                          ? " interleaved v=" + std::to_string(l.virtual_stages)
-                          : std::string());
+  std::string line =
+      "plan: simulated mb=" + std::to_string(l.micro_batch) + " tp=" + std::to_string(l.tp) +
+      (l.cp > 1 ? " cp=" + std::to_string(l.cp) : std::string()) + " pp=" + std::to_string(l.pp) +
+      (l.pp_first_layers != 0 || l.pp_last_layers != 0
+           ? " split=" + std::to_string(l.pp_first_layers) + "/" + std::to_string(l.pp_last_layers)
+           : std::string()) +
+      " dp=" + std::to_string(l.dp) +
+      (l.zero_stage != 0 ? " zero=" + std::to_string(l.zero_stage) : "") +
+      (l.dp_shard != 0 ? " dp_shard=" + std::to_string(l.dp_shard) : "") +
+      (l.ep > 1 ? " ep=" + std::to_string(l.ep) : std::string()) +
+      (l.schedule == traces::Schedule::kInterleaved
+           ? " interleaved v=" + std::to_string(l.virtual_stages)
+           : std::string());
   if (best_fit) {
     line +=
         " (best so far " +

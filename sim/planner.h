@@ -73,6 +73,10 @@ struct TraceShape {
   int64_t ep = 1;          // expert parallelism: E/ep experts per MoE layer here
   int64_t dp_shard = 0;    // HSDP: the shard group's dp ranks; 0: dp
   int64_t cp = 1;          // context parallelism: seq_len / cp tokens here
+  // The pipeline split (traces/layout.h): the first and the last stage's
+  // blocks; 0: the even split.
+  int64_t pp_first_layers = 0;
+  int64_t pp_last_layers = 0;
   auto operator<=>(const TraceShape&) const = default;
   // Stage `stage`'s trace at `plan`'s layout: the one mapping of a plan to
   // the trace it was made for (plan, replay and the tests use it).
@@ -102,6 +106,12 @@ struct PlannerOptions {
   // powers of two up to one node; a pinned one may span nodes.
   std::optional<int64_t> tp;
   std::optional<int64_t> pp;
+  // The pipeline split (`--pp-first-layers`, `--pp-last-layers`;
+  // traces/layout.h): pinned only with pp. Unpinned, a pp that divides the
+  // layers splits them evenly, and one that does not gets
+  // traces::DefaultUnevenSplit (a pp it gives none is not tried).
+  std::optional<int64_t> pp_first_layers;
+  std::optional<int64_t> pp_last_layers;
   std::optional<int64_t> dp;
   std::optional<int64_t> num_micro_batches;  // else global_batch / (micro_batch · dp), or 2·pp
   // The ZeRO stage (`ssdtrain plan --zero-stage`; traces/layout.h): 0 to 3
@@ -153,7 +163,7 @@ struct PlannerOptions {
   int64_t seq_len = 0;
   bool sequence_parallel = false;
   std::string cp_refusal;
-  int64_t layers = 0;  // the model's blocks (pp must divide it)
+  int64_t layers = 0;  // the model's blocks (split over pp: traces::PipelineSplitError)
   int64_t heads = 0;   // tp must divide it
   // Why the model cannot run at a tensor-parallel degree, "" where it can
   // (models::TensorParallelRefusal: the heads, key/value heads and widths tp

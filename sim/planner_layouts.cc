@@ -15,8 +15,9 @@
 namespace ssdtrain::sim {
 
 TraceShape TraceShape::Of(const traces::Plan& plan, int64_t stage) {
-  return TraceShape{plan.micro_batch, plan.tp, plan.pp,       stage,  plan.dp,
-                    plan.zero_stage,  plan.ep, plan.dp_shard, plan.cp};
+  return TraceShape{plan.micro_batch,   plan.tp, plan.pp,       stage,   plan.dp,
+                    plan.zero_stage,    plan.ep, plan.dp_shard, plan.cp, plan.pp_first_layers,
+                    plan.pp_last_layers};
 }
 
 }  // namespace ssdtrain::sim
@@ -247,9 +248,35 @@ Status CheckPins(const PlannerOptions& o) {
     return Status::InvalidArgument(Flag("--tp", *o.tp) + ": does not divide the model's " +
                                    std::to_string(o.heads) + " attention heads");
   }
-  if (o.pp && o.layers % *o.pp != 0) {
-    return Status::InvalidArgument(Flag("--pp", *o.pp) + ": does not divide the model's " +
-                                   std::to_string(o.layers) + " layers");
+  if ((o.pp_first_layers || o.pp_last_layers) && !o.pp) {
+    return Status::InvalidArgument(
+        Flag(o.pp_first_layers ? "--pp-first-layers" : "--pp-last-layers",
+             o.pp_first_layers ? *o.pp_first_layers : *o.pp_last_layers) +
+        ": needs --pp (the split of the layers over a pinned pipeline)");
+  }
+  if ((o.pp_first_layers || o.pp_last_layers) && o.schedule && *o.schedule == "interleaved") {
+    return Status::InvalidArgument(
+        "--schedule interleaved: not modelled with an uneven pipeline split (--pp-first-layers, "
+        "--pp-last-layers); use --schedule 1f1b or gpipe");
+  }
+  if (o.pp && (o.pp_first_layers || o.pp_last_layers)) {
+    traces::Layout split;
+    split.pp = *o.pp;
+    split.pp_first_layers = o.pp_first_layers.value_or(0);
+    split.pp_last_layers = o.pp_last_layers.value_or(0);
+    if (o.virtual_stages) split.vp = *o.virtual_stages;
+    if (const auto why = traces::PipelineSplitError(split, o.layers)) {
+      const std::string field = why->field == "virtual_stages"    ? "--virtual-stages"
+                                : why->field == "pp"              ? "--pp"
+                                : why->field == "pp_first_layers" ? "--pp-first-layers"
+                                                                  : "--pp-last-layers";
+      return Status::InvalidArgument(field + ": " + why->why);
+    }
+  } else if (o.pp && !SplitFor(o, *o.pp)) {
+    return Status::InvalidArgument(
+        Flag("--pp", *o.pp) + ": does not divide the model's " + std::to_string(o.layers) +
+        " layers, and no split with fewer blocks on the first and last stages gives each stage "
+        "one (pin one with --pp-first-layers and --pp-last-layers)");
   }
   // The pinned degrees multiply to a divisor of the GPU count (all three: to it).
   int64_t product = 1;
@@ -297,6 +324,14 @@ std::vector<int64_t> VirtualStagesToTry(const PlannerOptions& o, int64_t pp, int
   return vs;
 }
 
+std::optional<std::pair<int64_t, int64_t>> SplitFor(const PlannerOptions& o, int64_t pp) {
+  if (o.pp_first_layers || o.pp_last_layers) {
+    return std::pair{o.pp_first_layers.value_or(0), o.pp_last_layers.value_or(0)};
+  }
+  if (pp >= 1 && o.layers % pp == 0) return std::pair<int64_t, int64_t>{0, 0};
+  return traces::DefaultUnevenSplit(o.layers, pp);
+}
+
 namespace {
 
 // `l` under each schedule the search tries.
@@ -307,6 +342,8 @@ void AddSchedules(const PlannerOptions& o, const Layout& l, std::vector<Layout>&
       layouts.back().schedule = s;
       continue;
     }
+    // Not with an uneven split (traces::PipelineSplitError).
+    if (l.pp_first_layers != 0 || l.pp_last_layers != 0) continue;
     // The most chunks: the least bubble and memory (the winner tries the rest).
     const std::vector<int64_t> vs = VirtualStagesToTry(o, l.pp, l.m);
     if (vs.empty()) continue;
@@ -326,7 +363,8 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
     if (o.tp_refusal && !o.tp_refusal(tp).empty()) continue;
     for (int64_t cp : ContextDegrees(o, tp)) {
       for (int64_t pp = o.pp.value_or(1); pp <= o.pp.value_or(o.layers); ++pp) {
-        if (o.layers % pp != 0 || o.gpus % (tp * cp * pp) != 0) continue;
+        const std::optional<std::pair<int64_t, int64_t>> split = SplitFor(o, pp);
+        if (!split || o.gpus % (tp * cp * pp) != 0) continue;
         const int64_t dp = o.gpus / (tp * cp * pp);
         if (o.dp && dp != *o.dp) continue;
         std::vector<int64_t> mbs;
@@ -359,6 +397,8 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
               Layout l{mb, tp, pp, dp, m, cp, zero};
               l.ep = ep;
               l.dp_shard = o.dp_shard.value_or(0);
+              l.pp_first_layers = split->first;
+              l.pp_last_layers = split->second;
               AddSchedules(o, l, layouts);
             }
           }

@@ -156,7 +156,14 @@ TEST_F(PlanCli, ImpossiblePinsAreRejectedNamingTheFlagAndWhy) {
                            Hardware("cpu-local") + " --policy keep -o " + File("plan.json") + " ";
   const std::pair<std::string, std::string> cases[] = {
       // 4 layers, 4 heads.
-      {"--gpus 3 --pp 3", "--pp 3: does not divide the model's 4 layers"},
+      // pp 3 splits them 1 | 2 | 1 (traces::DefaultUnevenSplit); a pinned
+      // split must add up.
+      {"--gpus 3 --pp 3 --pp-first-layers 3",
+       "--pp-first-layers: first 3, last 0 of 4 layers over pp 3 leaves 1 blocks for 2 stages "
+       "(each needs at least one)"},
+      {"--gpus 3 --pp-last-layers 1", "--pp-last-layers 1: needs --pp"},
+      {"--gpus 3 --pp 3 --pp-first-layers 1 --schedule interleaved",
+       "--schedule interleaved: not modelled with an uneven pipeline split"},
       {"--gpus 3 --tp 3", "--tp 3: 3 does not divide heads 4"},
       {"--gpus 8 --tp 2 --pp 2 --dp 4",
        "--tp 2 x --pp 2 x --dp 4 = 16 GPUs, but --gpus 8: tp x cp x pp x dp must equal the GPUs"},

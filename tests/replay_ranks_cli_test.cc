@@ -163,7 +163,8 @@ class ReplayStagesCli : public ReplayRanksCli {
         << planned.output;
     EXPECT_NE(planned.output.find("ssdtrain replay --model"), std::string::npos) << planned.output;
   }
-  void ExpectEveryStageHoldsItsPredictedPeak(int stages, int m, const std::string& policy);
+  // Returns what `plan` printed.
+  std::string ExpectEveryStageHoldsItsPredictedPeak(int stages, int m, const std::string& policy);
 };
 
 TEST_F(ReplayStagesCli, EachStageReceivesWhatTheOtherSentVerifiedAndLeavesNoFiles) {
@@ -256,29 +257,44 @@ TEST_F(ReplayStagesCli, TwoStagesOfTwoReplicasOnFourRanks) {
 // granularity, the GEMM workspace counted); the eviction points make them
 // independent of this machine's timing. Under 1F1B stage i holds min(pp − i, m)
 // micro-batches; middle stages run stage 1's plan (sim/stage_plans.h).
-void ReplayStagesCli::ExpectEveryStageHoldsItsPredictedPeak(int stages, int m,
-                                                            const std::string& policy) {
+std::string ReplayStagesCli::ExpectEveryStageHoldsItsPredictedPeak(int stages, int m,
+                                                                   const std::string& policy) {
   const Status written = testing::WriteReplayHardware(
       SourceDir() + "/configs/hardware/cpu-local.json", File("hw.json"));
-  ASSERT_TRUE(written.ok()) << written.ToString();
+  if (!written.ok()) {
+    ADD_FAILURE() << written.ToString();
+    return "";
+  }
   auto planned =
       RunSsdtrain("plan --model " + model_ + " --hardware " + File("hw.json") + " --gpus " +
                   std::to_string(stages) + " --pp " + std::to_string(stages) +
                   " --dp 1 --tp 1 --num-micro-batches " + std::to_string(m) +
                   " --schedule 1f1b --policy " + policy + " --micro-batch 2 --seq-len 256 -o " +
                   File("plan.json") + " --prediction " + File("predicted.json"));
-  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  if (planned.exit_code != 0) {
+    ADD_FAILURE() << planned.output;
+    return planned.output;
+  }
   auto r = MpiReplay(stages);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
   auto report = traces::ReadStepReport(File("run.json"));
-  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  if (!report.ok()) {
+    ADD_FAILURE() << report.status().ToString();
+    return planned.output;
+  }
   EXPECT_TRUE(report->verified.value_or(false));
   auto predicted = traces::ReadStepReport(File("predicted.json"));
-  ASSERT_TRUE(predicted.ok()) << predicted.status().ToString();
+  if (!predicted.ok()) {
+    ADD_FAILURE() << predicted.status().ToString();
+    return planned.output;
+  }
   const nlohmann::json& peaks = predicted->extra.at("details").at("stages");
   const nlohmann::json& ranks = report->extra.at("ranks");
-  ASSERT_EQ(peaks.size(), static_cast<size_t>(stages));
-  ASSERT_EQ(ranks.size(), static_cast<size_t>(stages));
+  EXPECT_EQ(peaks.size(), static_cast<size_t>(stages));
+  if (ranks.size() != static_cast<size_t>(stages) || peaks.size() != ranks.size()) {
+    ADD_FAILURE() << "ranks " << ranks.size() << ", predicted stages " << peaks.size();
+    return planned.output;
+  }
   for (int s = 0; s < stages; ++s) {
     SCOPED_TRACE("stage " + std::to_string(s));
     EXPECT_EQ(ranks[s].at("stage").get<int>(), s);
@@ -289,10 +305,38 @@ void ReplayStagesCli::ExpectEveryStageHoldsItsPredictedPeak(int stages, int m,
     EXPECT_GT(ranks[s].at("ssd_bytes_written").get<int64_t>(), 0);
   }
   EXPECT_TRUE(fs::is_empty(File("offload")));
+  return planned.output;
 }
 
 TEST_F(ReplayStagesCli, FourStagesEachHoldTheirPredictedPeakToTheByte) {
   ExpectEveryStageHoldsItsPredictedPeak(4, 4, "ssdtrain");
+}
+
+// An uneven pipeline split (traces/layout.h): tiny-gpt's 4 layers over pp 3,
+// which does not divide them, as 1 | 2 | 1 (the planner's split, Megatron's
+// --decoder-first/last-pipeline-num-layers 1). Each rank builds its own
+// stage's blocks from the plan, and holds that stage's predicted peaks to the
+// byte; the plan's "trace for this plan" line builds stage 0's trace.
+TEST_F(ReplayStagesCli, AnUnevenSplitOfThreeStagesHoldsEachStagesPredictedPeak) {
+  const std::string planned = ExpectEveryStageHoldsItsPredictedPeak(3, 3, "ssdtrain");
+  EXPECT_NE(planned.find(" pp 3 (blocks 1|2|1) dp 1"), std::string::npos) << planned;
+  const std::string::size_type at = planned.find(" trace --model ");
+  ASSERT_NE(at, std::string::npos) << planned;
+  const std::string line = planned.substr(at, planned.find('\n', at) - at);
+  EXPECT_NE(line.find("--pp 3 --pp-first-layers 1 --pp-last-layers 1"), std::string::npos) << line;
+  auto plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->pp_first_layers, 1);
+  EXPECT_EQ(plan->pp_last_layers, 1);
+  auto traced = RunSsdtrain("trace --model " + model_ +
+                            " --micro-batch 2 --seq-len 256 --tp 1 --pp 3 --pp-first-layers 1 "
+                            "--pp-last-layers 1 --stage 0 -o " +
+                            File("t0.json"));
+  ASSERT_EQ(traced.exit_code, 0) << traced.output;
+  auto t0 = traces::ReadTrace(File("t0.json"));
+  ASSERT_TRUE(t0.ok()) << t0.status().ToString();
+  EXPECT_EQ(t0->header.stage_layers, 1);
+  EXPECT_EQ(traces::Fingerprint(*t0), plan->trace_fingerprint);
 }
 
 // Stage 0 holds two of the eight micro-batches at once, each offloading all.

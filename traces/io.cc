@@ -104,6 +104,8 @@ json HeaderToJson(const Header& h) {
          {"units", {{"time", h.time_unit}, {"size", h.size_unit}}}};
   if (h.ep != 1) j["ep"] = h.ep;  // written only where experts are spread
   if (h.cp != 1) j["cp"] = h.cp;  // and where the sequence is
+  if (h.pp_first_layers != 0) j["pp_first_layers"] = h.pp_first_layers;  // an uneven split
+  if (h.pp_last_layers != 0) j["pp_last_layers"] = h.pp_last_layers;
   // Written only where not the default, so traces without it print as before.
   if (h.weight_grads != "persistent") j["weight_grads"] = h.weight_grads;
   if (h.zero_stage != 0) j["zero_stage"] = h.zero_stage;
@@ -189,6 +191,8 @@ Result<Header> ParseHeader(const json& j, const JsonPath& at) {
   SSDTRAIN_ASSIGN_OR_RETURN(h.stage, r.IntOr("stage", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(h.first_layer, r.IntOr("first_layer", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(h.stage_layers, r.IntOr("stage_layers", h.layers));
+  SSDTRAIN_ASSIGN_OR_RETURN(h.pp_first_layers, r.IntOr("pp_first_layers", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(h.pp_last_layers, r.IntOr("pp_last_layers", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(h.dtype, r.String("dtype"));
   SSDTRAIN_ASSIGN_OR_RETURN(h.attention, r.StringOr("attention", "standard"));
   SSDTRAIN_ASSIGN_OR_RETURN(h.fp8, r.StringOr("fp8", ""));

@@ -127,6 +127,10 @@ std::string Layout::Describe() const {
   if (tp != 1) add("tp", tp);
   if (cp != 1) add("cp", cp);
   if (pp != 1) add("pp", pp);
+  if (UnevenPipeline()) {
+    // The middle stages' count is not known here: the first's and last's.
+    s += " (first " + Str(pp_first_layers) + ", last " + Str(pp_last_layers) + ")";
+  }
   if (vp != 1) add("vp", vp);
   if (dp != 1) add("dp", dp);
   if (dp_shard != 0 && dp_shard != dp) add("dp_shard", dp_shard);
@@ -212,6 +216,90 @@ std::string SequenceSplitError(const Layout& l, int64_t seq_len, bool sequence_p
   if (l.cp > 1 && sequence_parallel && l.tp > 1) why += " of tp " + Str(l.tp) + " pieces each";
   if (l.cp == 1) why += "tp = " + Str(l.tp) + " pieces (sequence parallelism)";
   return why;
+}
+
+namespace {
+
+// The stages between the first and the last that take the rest evenly, and
+// the rest.
+struct MiddleSplit {
+  int64_t stages = 0;
+  int64_t blocks = 0;
+};
+MiddleSplit MiddleOf(const Layout& l, int64_t layers) {
+  const int64_t fixed = (l.pp_first_layers > 0 ? 1 : 0) + (l.pp_last_layers > 0 ? 1 : 0);
+  return {l.pp - fixed, layers - l.pp_first_layers - l.pp_last_layers};
+}
+
+}  // namespace
+
+StageBlocks BlocksOfStage(const Layout& l, int64_t layers, int64_t stage) {
+  assert(stage >= 0 && stage < l.pp);
+  if (!l.UnevenPipeline()) return {stage * (layers / l.pp), layers / l.pp};
+  const MiddleSplit mid = MiddleOf(l, layers);
+  const int64_t each = mid.stages > 0 ? mid.blocks / mid.stages : 0;
+  const int64_t first = l.pp_first_layers > 0 ? l.pp_first_layers : each;
+  if (stage == 0) return {0, first};
+  if (stage == l.pp - 1 && l.pp_last_layers > 0)
+    return {layers - l.pp_last_layers, l.pp_last_layers};
+  return {first + (stage - 1) * each, each};
+}
+
+std::optional<LayoutRefusal> PipelineSplitError(const Layout& l, int64_t layers) {
+  if (l.pp < 1) return LayoutRefusal{"pp", "expected a positive integer, got " + Str(l.pp)};
+  if (!l.UnevenPipeline()) {
+    if (layers % l.pp == 0) return std::nullopt;
+    return LayoutRefusal{"pp", "layers " + Str(layers) + " are not divisible by pp " + Str(l.pp) +
+                                   " (each stage holds layers / pp blocks unless the first and "
+                                   "last stages' blocks are set)"};
+  }
+  for (auto [field, value] : {std::pair{"pp_first_layers", l.pp_first_layers},
+                              std::pair{"pp_last_layers", l.pp_last_layers}}) {
+    if (value < 0) return LayoutRefusal{field, "expected a positive integer, got " + Str(value)};
+    if (value > 0 && l.pp < 2) {
+      return LayoutRefusal{field, Str(value) +
+                                      " needs pp >= 2 (the first and last stages' "
+                                      "blocks), pp is " +
+                                      Str(l.pp)};
+    }
+  }
+  if (l.vp > 1) {
+    return LayoutRefusal{"virtual_stages",
+                         Str(l.vp) +
+                             " model chunks per stage with an uneven pipeline split "
+                             "are not modelled (use the even split or vp 1)"};
+  }
+  const MiddleSplit mid = MiddleOf(l, layers);
+  const std::string split = "first " + Str(l.pp_first_layers) + ", last " + Str(l.pp_last_layers) +
+                            " of " + Str(layers) + " layers over pp " + Str(l.pp);
+  const char* field = l.pp_last_layers > 0 ? "pp_last_layers" : "pp_first_layers";
+  if (mid.stages == 0) {
+    if (mid.blocks == 0) return std::nullopt;
+    return LayoutRefusal{field, split + ": the two stages hold " +
+                                    Str(l.pp_first_layers + l.pp_last_layers) + " blocks, not " +
+                                    Str(layers)};
+  }
+  if (mid.blocks < mid.stages) {
+    return LayoutRefusal{field, split + " leaves " + Str(mid.blocks) + " blocks for " +
+                                    Str(mid.stages) + (mid.stages == 1 ? " stage" : " stages") +
+                                    " (each needs at least one)"};
+  }
+  if (mid.blocks % mid.stages != 0) {
+    return LayoutRefusal{field, split + " leaves " + Str(mid.blocks) + " blocks, which " +
+                                    Str(mid.stages) +
+                                    " stages do not share evenly (the stages between the first "
+                                    "and the last hold the same blocks)"};
+  }
+  return std::nullopt;
+}
+
+std::optional<std::pair<int64_t, int64_t>> DefaultUnevenSplit(int64_t layers, int64_t pp) {
+  if (pp < 2 || layers < pp || layers % pp == 0) return std::nullopt;
+  const int64_t each = (layers + pp - 1) / pp;
+  const int64_t rest = layers - (pp - 2) * each;
+  const int64_t first = (rest + 1) / 2, last = rest - first;
+  if (last < 1 || first > each) return std::nullopt;
+  return std::pair{first, last};
 }
 
 GroupPlacement PlaceGroup(const std::vector<int64_t>& group, int64_t domain_ranks) {

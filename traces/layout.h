@@ -48,12 +48,22 @@
 // divide cp · dp_shard; with HSDP the replicas of a shard position hold the
 // same experts, so the replica group sums the experts' gradients too.
 //
+// Pipeline split (Megatron-Core's --decoder-first-pipeline-num-layers and
+// --decoder-last-pipeline-num-layers): stage 0 holds pp_first_layers blocks
+// where set, the last stage pp_last_layers where set, and the stages between
+// split the rest evenly; neither set, every stage holds layers / pp. A model
+// whose layers no pp divides (DeepSeek-V3's 61) pipelines so, and the first
+// and last stages, which also hold the embedding and the output layer, loss
+// and MTP, may take fewer blocks. The stages between are alike, so one of
+// them stands for all (sim/stage_plans.h). Not with interleaving (vp > 1).
+//
 // Thread-safety: value type; const methods are pure.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "traces/status.h"
@@ -83,6 +93,10 @@ struct Layout {
   int64_t ep = 1;
   int64_t zero_stage = 0;  // 0, 1, 2 or 3
   int64_t dp_shard = 0;    // HSDP: data-parallel ranks of one shard group; 0: dp
+  // The pipeline split (see above): blocks on stage 0 and on the last stage;
+  // 0: as the stages between.
+  int64_t pp_first_layers = 0;
+  int64_t pp_last_layers = 0;
   bool operator==(const Layout&) const = default;
 
   int64_t world() const { return tp * cp * dp * pp; }
@@ -149,8 +163,12 @@ struct Layout {
   int64_t ExpertGradientShards() const { return zero_stage >= 2 ? ExpertShards() : 1; }
   int64_t ExpertWeightShards() const { return zero_stage >= 3 ? ExpertShards() : 1; }
 
+  bool UnevenPipeline() const { return pp_first_layers != 0 || pp_last_layers != 0; }
+
   // "tp 2 cp 2 pp 2 dp 2 zero 3" style, every degree that is not 1 (and
-  // "dp_shard N", "vp N", "ep N" where set); "tp 1" when all are 1.
+  // "dp_shard N", "vp N", "ep N" where set, "pp 16 (3|4|2)" with an uneven
+  // split: the first stage's, each middle one's and the last's blocks);
+  // "tp 1" when all are 1.
   std::string Describe() const;
 };
 
@@ -182,6 +200,35 @@ Status CheckWorld(const Layout& layout, int64_t gpus, const std::string& source)
 // (the load-balanced split), times tp with sequence parallelism. Empty when it
 // divides, else why not.
 std::string SequenceSplitError(const Layout& layout, int64_t seq_len, bool sequence_parallel);
+
+// The blocks [first, first + count) of a model's `layers` that pipeline stage
+// `stage` holds under `layout`'s split (above); the split must pass
+// PipelineSplitError.
+struct StageBlocks {
+  int64_t first = 0;
+  int64_t count = 0;
+  bool operator==(const StageBlocks&) const = default;
+};
+StageBlocks BlocksOfStage(const Layout& layout, int64_t layers, int64_t stage);
+// Why `layers` blocks do not split over layout.pp stages as `layout` says
+// (nullopt when they do): every stage at least one block, the stages between
+// the first and the last alike, the split set only with pp >= 2 and not with
+// vp > 1. `field` is the layout field it is refused under ("pp",
+// "pp_first_layers", "pp_last_layers" or "virtual_stages"); `why` names no
+// flag or file, each caller says which of its own it was.
+struct LayoutRefusal {
+  std::string field;
+  std::string why;
+};
+std::optional<LayoutRefusal> PipelineSplitError(const Layout& layout, int64_t layers);
+// The split a pipeline of `pp` stages gets over `layers` blocks that pp does
+// not divide: ceil(layers / pp) blocks on each stage between the first and
+// the last, the rest on those two, the first taking the larger half (the last
+// also runs the output layer, the loss and MTP). {first, last}; nullopt when
+// pp divides layers (the even split) or when that leaves the first or the
+// last stage no block or more than a middle one. The planner's choice for
+// such a pp, and `plan --pp`'s when no split is pinned.
+std::optional<std::pair<int64_t, int64_t>> DefaultUnevenSplit(int64_t layers, int64_t pp);
 
 // Where a group's ranks sit when consecutive ranks fill scale-up domains of
 // `domain_ranks` (a node's GPUs, an NVL72 rack): how many domains it spans and

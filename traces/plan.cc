@@ -151,6 +151,8 @@ json ToJson(const Plan& plan) {
   if (plan.ddp != "overlapped") j["ddp"] = plan.ddp;
   if (plan.ep != 1) j["ep"] = plan.ep;
   if (plan.cp != 1) j["cp"] = plan.cp;
+  if (plan.pp_first_layers != 0) j["pp_first_layers"] = plan.pp_first_layers;
+  if (plan.pp_last_layers != 0) j["pp_last_layers"] = plan.pp_last_layers;
   if (plan.virtual_stages != 1) j["virtual_stages"] = plan.virtual_stages;
   if (plan.storage != DriveLayout{}) {
     json storage = json::object();
@@ -183,6 +185,16 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
   SSDTRAIN_ASSIGN_OR_RETURN(plan.seq_len, r.IntOr("seq_len", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.tp, r.IntOr("tp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.pp, r.IntOr("pp", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.pp_first_layers, r.IntOr("pp_first_layers", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.pp_last_layers, r.IntOr("pp_last_layers", 0));
+  for (const char* field : {"pp_first_layers", "pp_last_layers"}) {
+    const int64_t v =
+        std::string(field) == "pp_first_layers" ? plan.pp_first_layers : plan.pp_last_layers;
+    if (v < 0 || (v > 0 && plan.pp < 2)) {
+      return r.At(field).Error("expected a positive block count on a pipeline of pp >= 2, got " +
+                               std::to_string(v) + " at pp " + std::to_string(plan.pp));
+    }
+  }
   SSDTRAIN_ASSIGN_OR_RETURN(plan.dp, r.IntOr("dp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.ep, r.IntOr("ep", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.cp, r.IntOr("cp", 1));
@@ -307,6 +319,8 @@ Layout PlanLayout(const Plan& plan) {
   l.tp = std::max<int64_t>(1, plan.tp);
   l.cp = std::max<int64_t>(1, plan.cp);
   l.pp = std::max<int64_t>(1, plan.pp);
+  l.pp_first_layers = plan.pp_first_layers;
+  l.pp_last_layers = plan.pp_last_layers;
   l.vp = std::max<int64_t>(1, plan.virtual_stages);
   l.dp = std::max<int64_t>(1, plan.dp);
   l.ep = std::max<int64_t>(1, plan.ep);
@@ -324,6 +338,8 @@ Plan PlanTemplate(const Trace& trace, std::string policy) {
   plan.seq_len = trace.header.seq_len;
   plan.tp = std::max<int64_t>(1, trace.header.tp);
   plan.pp = std::max<int64_t>(1, trace.header.pp);
+  plan.pp_first_layers = trace.header.pp_first_layers;
+  plan.pp_last_layers = trace.header.pp_last_layers;
   plan.ep = std::max<int64_t>(1, trace.header.ep);
   plan.cp = std::max<int64_t>(1, trace.header.cp);
   plan.zero_defer_grad_sync = trace.header.zero_defer_grad_sync;

@@ -81,6 +81,10 @@ struct Plan {
   // optional (default 1), written when not 1.
   int64_t cp = 1;
   int64_t pp = 1;
+  // The pipeline split (traces/layout.h): the first and the last stage's
+  // blocks, 0 where the stages split evenly. JSON: optional, written when set.
+  int64_t pp_first_layers = 0;
+  int64_t pp_last_layers = 0;
   int64_t dp = 1;
   // Expert-parallel degree (MoE models): each rank holds E/ep routed experts of
   // every MoE layer; ep divides dp (models/moe_config.h). JSON: optional

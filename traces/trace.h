@@ -135,6 +135,11 @@ struct Header {
   int64_t stage = 0;        // this trace's pipeline stage
   int64_t first_layer = 0;  // blocks [first_layer, first_layer + stage_layers) live here
   int64_t stage_layers = 0;
+  // The pipeline's split (traces/layout.h): the first and the last stage's
+  // blocks where the layout sets them, 0 where the stages split evenly (or as
+  // the stages between). JSON: optional, written when set.
+  int64_t pp_first_layers = 0;
+  int64_t pp_last_layers = 0;
   std::string dtype = "fp16";
   std::string attention = "standard";  // standard or flash
   // FP8 training (traces/fp8.h): the Transformer Engine recipe the linear

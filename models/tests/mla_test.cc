@@ -7,7 +7,10 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "models/build_trace.h"
 #include "models/hf_config.h"
@@ -236,6 +239,57 @@ TEST(Mla, TracesValidateUnderTensorSequenceAndPipelineParallelism) {
       EXPECT_EQ(has_mtp, stage == 1) << "tp " << tp << " stage " << stage;
     }
   }
+}
+
+// An uneven pipeline split (Megatron-Core's --decoder-first/last-pipeline-
+// num-layers, traces/layout.h), as DeepSeek-V3's 61 layers need: 5 blocks at
+// pp 3 as 1 | 3 | 1. Each stage builds exactly its blocks, MTP on the last,
+// and the stages' weights add up to the even split's: the same model.
+TEST(Mla, UnevenPipelineStagesHoldTheirBlocksAndMtpTheLast) {
+  ModelConfig c = SmallDeepseek();
+  c.layers = 5;
+  c.pp = 3;
+  c.pp_first_layers = 1;
+  c.pp_last_layers = 1;
+  const std::vector<std::pair<int64_t, int64_t>> blocks = {{0, 1}, {1, 3}, {4, 1}};
+  int64_t weights = 0;
+  for (int64_t stage = 0; stage < c.pp; ++stage) {
+    const Result<traces::Trace> t = BuildTrace(c, stage);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_TRUE(traces::Validate(*t, c.name).ok());
+    EXPECT_EQ(t->header.first_layer, blocks[stage].first);
+    EXPECT_EQ(t->header.stage_layers, blocks[stage].second);
+    EXPECT_EQ(t->header.pp_first_layers, 1);
+    std::set<int64_t> layers;
+    for (const traces::Op& op : t->ops) {
+      if (op.layer >= 0) layers.insert(op.layer);
+    }
+    std::set<int64_t> expected;
+    for (int64_t l = 0; l < blocks[stage].second; ++l) expected.insert(blocks[stage].first + l);
+    if (stage == c.pp - 1) expected.insert(c.layers);  // MTP's block
+    EXPECT_EQ(layers, expected) << "stage " << stage;
+    for (const traces::Tensor& x : t->tensors) {
+      if (x.kind == traces::TensorKind::kWeight && !x.alias_of) weights += x.bytes;
+    }
+  }
+  // The same blocks over pp 5, one each, hold the same weights in all.
+  ModelConfig even = c;
+  even.pp = 5;
+  even.pp_first_layers = even.pp_last_layers = 0;
+  int64_t even_weights = 0;
+  for (int64_t stage = 0; stage < even.pp; ++stage) {
+    const Result<traces::Trace> t = BuildTrace(even, stage);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    for (const traces::Tensor& x : t->tensors) {
+      if (x.kind == traces::TensorKind::kWeight && !x.alias_of) even_weights += x.bytes;
+    }
+  }
+  EXPECT_EQ(weights, even_weights);
+  // A split that does not add up is refused naming the field.
+  c.pp_last_layers = 4;
+  EXPECT_EQ(ValidateConfig(c, "ds.json").message(),
+            "ds.json: pp_last_layers: first 1, last 4 of 5 layers over pp 3 leaves 0 blocks for 1 "
+            "stage (each needs at least one)");
 }
 
 // The trace's tensor-parallel ranks hold 1/tp of the up projections and the

@@ -174,10 +174,10 @@ TEST(ModelConfig, SlidingWindowIsWrittenBackAndMasksOnlyPastIt) {
   EXPECT_EQ(AttentionWindow(*l, 0), c->sliding_window);
 }
 
-TEST(ModelConfig, LayersMustBeDivisibleByPp) {
+TEST(ModelConfig, LayersMustBeDivisibleByPpUnlessTheSplitIsSet) {
   EXPECT_EQ(WithField("pp", "3").message(),
             "configs/models/x.json: pp: layers 4 are not divisible by pp 3 (each stage holds "
-            "layers / pp blocks)");
+            "layers / pp blocks unless the first and last stages' blocks are set)");
 }
 
 TEST(ModelConfig, SequenceParallelNeedsSeqLenDivisibleByTp) {
@@ -255,7 +255,14 @@ TEST(ModelConfig, OverridesApplyAndAreValidated) {
   // The message names the file and the flags: the field at fault came from one.
   EXPECT_EQ(ApplyOverrides(*c, bad, "x.json").status().message(),
             "x.json with --pp 3: pp: layers 4 are not divisible by pp 3 (each stage holds layers "
-            "/ pp blocks)");
+            "/ pp blocks unless the first and last stages' blocks are set)");
+  // The split set, pp 3 holds them as 1 | 2 | 1 (traces::BlocksOfStage).
+  bad.pp_first_layers = 1;
+  bad.pp_last_layers = 1;
+  const Result<ModelConfig> split = ApplyOverrides(*c, bad, "x.json");
+  ASSERT_TRUE(split.ok()) << split.status().ToString();
+  EXPECT_EQ(split->pp_first_layers, 1);
+  EXPECT_EQ(ToJson(*split).at("pp_last_layers"), 1);
 }
 
 TEST(ModelConfig, OverridesSetTheShardingOfTheOptimizerState) {

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/hardware.h"
@@ -24,6 +26,8 @@ struct Layout {
   int64_t zero_stage = 0;  // traces/layout.h: 1 the optimizer state, 2 + gradients, 3 + weights
   int64_t ep = 1;          // expert parallelism (MoE models)
   int64_t dp_shard = 0;    // HSDP: the shard group's dp ranks; 0: dp
+  // The pipeline split (traces/layout.h): 0 the even split's.
+  int64_t pp_first_layers = 0, pp_last_layers = 0;
   traces::Schedule schedule = traces::Schedule::kOneFOneB;
   int64_t virtual_stages = 1;  // interleaved: model chunks per stage
   // Compute-only throughput from the cost model in the closed-form pipeline:
@@ -31,7 +35,8 @@ struct Layout {
   double bound_tokens_per_s = 0;
   // The trace of pipeline stage `stage` at this layout.
   TraceShape Shape(int64_t stage) const {
-    return {micro_batch, tp, pp, stage, dp, zero_stage, ep, dp_shard, cp};
+    return {micro_batch,   tp, pp, stage, dp, zero_stage, ep, dp_shard, cp, pp_first_layers,
+            pp_last_layers};
   }
   // Its ranks and groups (traces/layout.h).
   traces::Layout Ranks() const {
@@ -44,6 +49,8 @@ struct Layout {
     r.ep = ep;
     r.zero_stage = zero_stage;
     r.dp_shard = dp_shard;
+    r.pp_first_layers = pp_first_layers;
+    r.pp_last_layers = pp_last_layers;
     return r;
   }
 };
@@ -74,6 +81,10 @@ inline constexpr int64_t kMaxVirtualStages = 8;
 // kMaxVirtualStages that divides layers / pp; only those that can run at pp
 // and m (traces::InterleavedError).
 std::vector<int64_t> VirtualStagesToTry(const PlannerOptions& o, int64_t pp, int64_t m);
+// The split a layout of `pp` stages gets (PlannerOptions::pp_first_layers):
+// {first, last} blocks, {0, 0} for the even split; nullopt when `pp` cannot
+// pipeline the model.
+std::optional<std::pair<int64_t, int64_t>> SplitFor(const PlannerOptions& o, int64_t pp);
 
 // Every layout the options allow: tp over powers of two up to one node (or
 // pinned), cp as PlannerOptions::cp says, pp over the divisors of the

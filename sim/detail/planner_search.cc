@@ -46,6 +46,8 @@ Result<Candidate> Search::EvaluateUncounted(const Layout& l, const std::string& 
   base.tp = l.tp;
   base.cp = l.cp;
   base.pp = l.pp;
+  base.pp_first_layers = l.pp_first_layers;
+  base.pp_last_layers = l.pp_last_layers;
   base.dp = l.dp;
   base.zero_stage = l.zero_stage;
   base.dp_shard = l.dp_shard;

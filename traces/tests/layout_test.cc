@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 namespace ssdtrain::traces {
@@ -209,6 +211,91 @@ TEST(Layout, ValidationNamesTheField) {
   l.dp = 2;
   EXPECT_TRUE(CheckWorld(l, 8, "s").ok());
   EXPECT_EQ(CheckWorld(l, 16, "s").message(), "s: tp 2 x cp 2 x dp 2 x pp 1 = 8 ranks, not 16");
+}
+
+// The pipeline split, Megatron-Core's --decoder-first/last-pipeline-num-layers:
+// the stages between take the rest evenly; every block on exactly one stage.
+TEST(Layout, UnevenPipelineSplitGivesTheMiddleStagesTheRest) {
+  Layout l{.pp = 16, .pp_first_layers = 3, .pp_last_layers = 2};
+  ASSERT_FALSE(PipelineSplitError(l, 61));  // DeepSeek-V3: 3 + 14 x 4 + 2
+  EXPECT_EQ(BlocksOfStage(l, 61, 0), (StageBlocks{0, 3}));
+  EXPECT_EQ(BlocksOfStage(l, 61, 1), (StageBlocks{3, 4}));
+  EXPECT_EQ(BlocksOfStage(l, 61, 14), (StageBlocks{55, 4}));
+  EXPECT_EQ(BlocksOfStage(l, 61, 15), (StageBlocks{59, 2}));
+  int64_t next = 0;
+  for (int64_t s = 0; s < l.pp; ++s) {
+    const StageBlocks b = BlocksOfStage(l, 61, s);
+    EXPECT_EQ(b.first, next) << s;
+    EXPECT_GE(b.count, 1) << s;
+    next = b.first + b.count;
+  }
+  EXPECT_EQ(next, 61);
+  EXPECT_EQ(l.Describe(), "pp 16 (first 3, last 2)");
+  // Only the first set: the rest over the pp - 1 others, the last among them.
+  l = Layout{.pp = 4, .pp_first_layers = 1};
+  ASSERT_FALSE(PipelineSplitError(l, 31));
+  EXPECT_EQ(BlocksOfStage(l, 31, 0), (StageBlocks{0, 1}));
+  EXPECT_EQ(BlocksOfStage(l, 31, 3), (StageBlocks{21, 10}));
+  // Only the last set.
+  l = Layout{.pp = 3, .pp_last_layers = 1};
+  ASSERT_FALSE(PipelineSplitError(l, 9));
+  EXPECT_EQ(BlocksOfStage(l, 9, 0), (StageBlocks{0, 4}));
+  EXPECT_EQ(BlocksOfStage(l, 9, 1), (StageBlocks{4, 4}));
+  EXPECT_EQ(BlocksOfStage(l, 9, 2), (StageBlocks{8, 1}));
+  // The even split, unchanged.
+  l = Layout{.pp = 4};
+  EXPECT_EQ(BlocksOfStage(l, 32, 3), (StageBlocks{24, 8}));
+}
+
+TEST(Layout, UnevenPipelineSplitRefusalsNameTheField) {
+  EXPECT_EQ(PipelineSplitError(Layout{.pp = 16}, 61)->field, "pp");
+  EXPECT_EQ(PipelineSplitError(Layout{.pp = 16}, 61)->why,
+            "layers 61 are not divisible by pp 16 (each stage holds layers / pp blocks unless "
+            "the first and last stages' blocks are set)");
+  auto refusal =
+      PipelineSplitError(Layout{.pp = 16, .pp_first_layers = 2, .pp_last_layers = 2}, 61);
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->field, "pp_last_layers");
+  EXPECT_EQ(refusal->why,
+            "first 2, last 2 of 61 layers over pp 16 leaves 57 blocks, which 14 stages do not "
+            "share evenly (the stages between the first and the last hold the same blocks)");
+  refusal = PipelineSplitError(Layout{.pp = 1, .pp_first_layers = 2}, 61);
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->field, "pp_first_layers");
+  refusal = PipelineSplitError(Layout{.pp = 4, .vp = 2, .pp_first_layers = 3}, 61);
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->field, "virtual_stages");
+  refusal = PipelineSplitError(Layout{.pp = 2, .pp_first_layers = 30, .pp_last_layers = 30}, 61);
+  ASSERT_TRUE(refusal);
+  EXPECT_EQ(refusal->why,
+            "first 30, last 30 of 61 layers over pp 2: the two stages hold 60 "
+            "blocks, not 61");
+  refusal = PipelineSplitError(Layout{.pp = 8, .pp_first_layers = 30, .pp_last_layers = 30}, 61);
+  ASSERT_TRUE(refusal);
+  EXPECT_NE(refusal->why.find("leaves 1 blocks for 6 stages"), std::string::npos);
+}
+
+// The planner's split where pp does not divide the layers: ceil(layers / pp)
+// on each middle stage, the rest on the first and last, the first the larger.
+TEST(Layout, DefaultUnevenSplitPutsTheRestOnTheFirstAndLastStages) {
+  using Split = std::optional<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(DefaultUnevenSplit(61, 16), (Split{{3, 2}}));  // 3 + 14 x 4 + 2
+  EXPECT_EQ(DefaultUnevenSplit(61, 8), (Split{{7, 6}}));   // 7 + 6 x 8 + 6
+  EXPECT_EQ(DefaultUnevenSplit(61, 2), (Split{{31, 30}}));
+  EXPECT_EQ(DefaultUnevenSplit(126, 8), (Split{{15, 15}}));  // Llama-3.1-405B
+  EXPECT_EQ(DefaultUnevenSplit(64, 8), std::nullopt);        // the even split
+  EXPECT_EQ(DefaultUnevenSplit(61, 32), std::nullopt);  // 30 x 2 leaves one block for two stages
+  EXPECT_EQ(DefaultUnevenSplit(3, 4), std::nullopt);
+  for (int64_t layers = 2; layers <= 130; ++layers) {
+    for (int64_t pp = 2; pp <= layers; ++pp) {
+      const Split s = DefaultUnevenSplit(layers, pp);
+      if (!s) continue;
+      const Layout l{.pp = pp, .pp_first_layers = s->first, .pp_last_layers = s->second};
+      ASSERT_FALSE(PipelineSplitError(l, layers)) << layers << " over " << pp;
+      EXPECT_LE(BlocksOfStage(l, layers, 0).count,
+                pp > 2 ? BlocksOfStage(l, layers, 1).count : layers);
+    }
+  }
 }
 
 TEST(Layout, SequenceSplitsInto2CpChunksOfTpPieces) {
