@@ -38,6 +38,7 @@ void SetModelOptions(const models::ModelConfig& c, sim::PlannerOptions* po) {
   po->sequence_parallel = c.sequence_parallel && c.tp > 1;
   po->cp_refusal = models::ContextParallelRefusal(c);
   po->tp_refusal = [c](int64_t tp) { return models::TensorParallelRefusal(c, tp); };
+  po->pp_refusal = [c](const traces::Layout& l) { return models::PipelineStagesRefusal(c, l); };
   po->fp8 = c.fp8;
 }
 

@@ -114,6 +114,7 @@ int RunPlan(PlanCmdOptions o) {
   po.sequence_parallel = in.sequence_parallel;
   po.cp_refusal = in.cp_refusal;
   po.tp_refusal = in.tp_refusal;
+  po.pp_refusal = in.pp_refusal;
   po.fp8 = in.fp8;
   if (!o.schedule.empty()) {
     po.schedule = o.schedule;

@@ -167,6 +167,9 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   in.sequence_parallel = base.sequence_parallel && base.tp > 1;
   in.cp_refusal = models::ContextParallelRefusal(base);
   in.tp_refusal = [base](int64_t tp) { return models::TensorParallelRefusal(base, tp); };
+  in.pp_refusal = [base](const traces::Layout& l) {
+    return models::PipelineStagesRefusal(base, l);
+  };
   in.fp8 = base.fp8;
   in.config = ConfigLayout{model_path, base.micro_batch, base.tp, base.pp,
                            base.dp,    base.zero_stage,  base.ep};

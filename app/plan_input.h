@@ -65,6 +65,8 @@ struct PlanInput {
   // Why the model cannot run at a tp ("" where it can; sim::PlannerOptions::
   // tp_refusal); unset for a captured trace.
   std::function<std::string(int64_t)> tp_refusal;
+  // models::PipelineStagesRefusal for a model config; unset for a trace.
+  std::function<std::string(const traces::Layout&)> pp_refusal;
   std::string fp8;  // the FP8 recipe its traces train under (traces/fp8.h); "" none
   sim::TraceProvider provider;
   std::function<Result<traces::Trace>(const traces::Plan&)> stage0;

@@ -140,6 +140,48 @@ traces::Layout LayoutOf(const ModelConfig& c) {
 int64_t OptimizerStateShards(const ModelConfig& c) { return LayoutOf(c).OptimizerShards(); }
 bool DefersGradSync(const ModelConfig& c) { return c.zero_defer_grad_sync && c.zero_stage >= 2; }
 
+std::string PipelineStagesRefusal(const ModelConfig& c, const traces::Layout& l) {
+  if (l.pp < 4 || traces::PipelineSplitError(l, c.layers)) return "";
+  // Interleaved (vp > 1, the even split): stage s holds model chunks c·pp + s,
+  // each layers / (pp·vp) blocks (traces/whole_step.h).
+  const bool interleaved = l.vp > 1 && c.layers % (l.pp * l.vp) == 0;
+  auto ranges = [&](int64_t stage) {
+    std::vector<traces::StageBlocks> r;
+    if (!interleaved)
+      return std::vector<traces::StageBlocks>{traces::BlocksOfStage(l, c.layers, stage)};
+    const int64_t per_chunk = c.layers / (l.pp * l.vp);
+    for (int64_t chunk = 0; chunk < l.vp; ++chunk) {
+      r.push_back({(chunk * l.pp + stage) * per_chunk, per_chunk});
+    }
+    return r;
+  };
+  auto kinds = [&](int64_t stage) {
+    std::vector<std::array<bool, 3>> k;
+    for (const traces::StageBlocks& b : ranges(stage)) {
+      for (int64_t i = b.first; i < b.first + b.count; ++i) {
+        k.push_back({c.family == "t5" && i >= c.encoder_layers, IsMoeLayer(c, i), Windowed(c, i)});
+      }
+    }
+    return k;
+  };
+  auto blocks = [&](int64_t stage) {
+    std::string s = "stage " + Str(stage) + " (blocks ";
+    const std::vector<traces::StageBlocks> r = ranges(stage);
+    for (size_t i = 0; i < r.size(); ++i) {
+      s += (i == 0 ? "" : ", ") + Str(r[i].first) + "-" + Str(r[i].first + r[i].count - 1);
+    }
+    return s + ")";
+  };
+  const std::vector<std::array<bool, 3>> one = kinds(1);
+  for (int64_t s = 2; s + 1 < l.pp; ++s) {
+    if (kinds(s) == one) continue;
+    return blocks(s) + " holds other blocks than " + blocks(1) +
+           " (encoder or decoder, MoE or dense, windowed or full attention), which stands for "
+           "every stage between the first and the last";
+  }
+  return "";
+}
+
 std::string TensorParallelRefusal(const ModelConfig& c, int64_t tp) {
   if (tp < 1) return "expected a positive integer, got " + Str(tp);
   std::vector<std::pair<const char*, int64_t>> widths = {

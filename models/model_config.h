@@ -281,5 +281,15 @@ std::string ContextParallelRefusal(const ModelConfig& c);
 // tp ranks. "8 does not divide kv_heads 4". The config's validation and the
 // planner's search (sim::PlannerOptions::tp_refusal) both ask it.
 std::string TensorParallelRefusal(const ModelConfig& c, int64_t tp);
+// Why the stages between the first and the last of `layout`'s pipeline are not
+// alike for this model, or "" where they are (or there are fewer than two):
+// the simulator and the planner let stage 1 stand for all of them
+// (sim/stage_plans.h), which holds only where each holds the same kinds of
+// blocks in the same order: encoder or decoder (t5), MoE or dense
+// (first_dense_layers, moe_layer_step, dense_layers), windowed or full
+// attention; under interleaving (vp > 1) over each stage's model chunks. The
+// planner's search skips such a layout and refuses it pinned
+// (sim::PlannerOptions::pp_refusal).
+std::string PipelineStagesRefusal(const ModelConfig& c, const traces::Layout& layout);
 
 }  // namespace ssdtrain::models

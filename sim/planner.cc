@@ -126,11 +126,15 @@ std::string Progress(const Layout& l, const std::optional<Best>& best_fit) {
 Status TryOtherChunkCounts(Search& search, const PlannerOptions& o, Best& best) {
   if (o.virtual_stages || (o.schedule && *o.schedule != "interleaved")) return Status::Ok();
   const Layout at = best.layout;
+  // An uneven split does not interleave (traces::PipelineSplitError).
+  if (at.pp_first_layers != 0 || at.pp_last_layers != 0) return Status::Ok();
   for (int64_t v : detail::VirtualStagesToTry(o, at.pp, at.m)) {
     if (at.schedule == traces::Schedule::kInterleaved && v == at.virtual_stages) continue;
     Layout l = at;
     l.schedule = traces::Schedule::kInterleaved;
     l.virtual_stages = v;
+    // Its middle stages must be alike (PlannerOptions::pp_refusal).
+    if (o.pp_refusal && l.pp >= 4 && !o.pp_refusal(l.Ranks()).empty()) continue;
     SSDTRAIN_ASSIGN_OR_RETURN(Candidate c, search.Evaluate(l, best.policy, false));
     if (!c.fits ||
         c.prediction.metrics.tokens_per_s <= best.candidate.prediction.metrics.tokens_per_s) {

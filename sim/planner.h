@@ -169,6 +169,10 @@ struct PlannerOptions {
   // (models::TensorParallelRefusal: the heads, key/value heads and widths tp
   // splits); unset, `heads` alone decides (a captured trace's).
   std::function<std::string(int64_t tp)> tp_refusal;
+  // Why the stages between the first and the last of a pipeline (its pp and
+  // split, traces::Layout) are not alike, "" where they are
+  // (models::PipelineStagesRefusal): stage 1 stands for them all. Unset: alike.
+  std::function<std::string(const traces::Layout&)> pp_refusal;
   bool allow_host_offload = true;  // false: auto skips offload-host; optimal never uses host
   // What recompute-selective rebuilds (sim/policy.h, PolicyOptions).
   std::vector<std::string> recompute_modules = {"core_attn"};

@@ -272,7 +272,20 @@ Status CheckPins(const PlannerOptions& o) {
                                                                   : "--pp-last-layers";
       return Status::InvalidArgument(field + ": " + why->why);
     }
-  } else if (o.pp && !SplitFor(o, *o.pp)) {
+  }
+  if (o.pp && o.pp_refusal) {
+    if (const auto split = SplitFor(o, *o.pp)) {
+      traces::Layout l;
+      l.pp = *o.pp;
+      l.pp_first_layers = split->first;
+      l.pp_last_layers = split->second;
+      if (o.virtual_stages) l.vp = *o.virtual_stages;
+      if (const std::string why = o.pp_refusal(l); !why.empty()) {
+        return Status::InvalidArgument(Flag("--pp", *o.pp) + ": " + why);
+      }
+    }
+  }
+  if (o.pp && !(o.pp_first_layers || o.pp_last_layers) && !SplitFor(o, *o.pp)) {
     return Status::InvalidArgument(
         Flag("--pp", *o.pp) + ": does not divide the model's " + std::to_string(o.layers) +
         " layers, and no split with fewer blocks on the first and last stages gives each stage "
@@ -336,8 +349,14 @@ namespace {
 
 // `l` under each schedule the search tries.
 void AddSchedules(const PlannerOptions& o, const Layout& l, std::vector<Layout>& layouts) {
+  // Its middle stages differ (PlannerOptions::pp_refusal): stage 1 cannot
+  // stand for them.
+  auto refused = [&](const Layout& x) {
+    return o.pp_refusal && x.pp >= 4 && !o.pp_refusal(x.Ranks()).empty();
+  };
   for (traces::Schedule s : SchedulesToTry(o)) {
     if (s != traces::Schedule::kInterleaved) {
+      if (refused(l)) continue;
       layouts.push_back(l);
       layouts.back().schedule = s;
       continue;
@@ -347,9 +366,11 @@ void AddSchedules(const PlannerOptions& o, const Layout& l, std::vector<Layout>&
     // The most chunks: the least bubble and memory (the winner tries the rest).
     const std::vector<int64_t> vs = VirtualStagesToTry(o, l.pp, l.m);
     if (vs.empty()) continue;
-    layouts.push_back(l);
-    layouts.back().schedule = s;
-    layouts.back().virtual_stages = vs.back();
+    Layout x = l;
+    x.schedule = s;
+    x.virtual_stages = vs.back();
+    if (refused(x)) continue;
+    layouts.push_back(x);
   }
 }
 

@@ -290,3 +290,56 @@ TEST(ModelConfig, OverridesSetTheShardingOfTheOptimizerState) {
 
 }  // namespace
 }  // namespace ssdtrain::models
+
+namespace ssdtrain::models {
+namespace {
+
+// Stage 1 stands for every stage between the first and the last
+// (sim/stage_plans.h): only where they hold the same kinds of blocks.
+TEST(ModelConfig, MiddleStagesMustHoldTheSameKindsOfBlocks) {
+  ModelConfig t5;
+  t5.family = "t5";
+  t5.layers = 48;
+  t5.encoder_layers = 24;
+  // pp 4: stage 1 holds encoder blocks 12-23, stage 2 decoder blocks 24-35.
+  EXPECT_EQ(PipelineStagesRefusal(t5, traces::Layout{.pp = 4}),
+            "stage 2 (blocks 24-35) holds other blocks than stage 1 (blocks 12-23) (encoder or "
+            "decoder, MoE or dense, windowed or full attention), which stands for every stage "
+            "between the first and the last");
+  EXPECT_EQ(PipelineStagesRefusal(t5, traces::Layout{.pp = 3}), "");  // one middle stage
+  EXPECT_EQ(PipelineStagesRefusal(t5, traces::Layout{.pp = 2}), "");
+  // A MoE model whose dense first layers reach past stage 0.
+  ModelConfig moe;
+  moe.family = "llama";
+  moe.layers = 61;
+  moe.experts = 8;
+  moe.experts_per_token = 2;
+  moe.first_dense_layers = 3;
+  // DeepSeek-V3's split at pp 16, 3 | 4 x 14 | 2: the dense blocks on stage 0 alone.
+  EXPECT_EQ(PipelineStagesRefusal(
+                moe, traces::Layout{.pp = 16, .pp_first_layers = 3, .pp_last_layers = 2}),
+            "");
+  EXPECT_NE(PipelineStagesRefusal(
+                moe, traces::Layout{.pp = 16, .pp_first_layers = 1, .pp_last_layers = 4})
+                .find("stage 2 (blocks 5-8) holds other blocks than stage 1 (blocks 1-4)"),
+            std::string::npos);
+  // Alternating windows over middle stages of an odd block count.
+  ModelConfig windows;
+  windows.family = "llama";
+  windows.layers = 12;
+  windows.seq_len = 8192;
+  windows.sliding_window = 1024;
+  windows.sliding_window_period = 2;
+  EXPECT_NE(PipelineStagesRefusal(windows, traces::Layout{.pp = 4}), "");  // 3 blocks a stage
+  EXPECT_EQ(PipelineStagesRefusal(windows, traces::Layout{.pp = 6}), "");  // 2 blocks a stage
+  // Interleaved over each stage's chunks: pp 4 vp 3 of 1 block each, stage 1
+  // blocks 1, 5, 9 (full attention), stage 2 blocks 2, 6, 10 (windowed).
+  EXPECT_EQ(PipelineStagesRefusal(windows, traces::Layout{.pp = 4, .vp = 3}),
+            "stage 2 (blocks 2-2, 6-6, 10-10) holds other blocks than stage 1 (blocks 1-1, 5-5, "
+            "9-9) (encoder or decoder, MoE or dense, windowed or full attention), which stands "
+            "for every stage between the first and the last");
+  EXPECT_EQ(PipelineStagesRefusal(windows, traces::Layout{.pp = 3, .vp = 2}), "");
+}
+
+}  // namespace
+}  // namespace ssdtrain::models
