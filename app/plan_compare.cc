@@ -207,7 +207,9 @@ std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOption
             : 0.0;
     out += fmt::format(
         "{:<20} {:>11} {:>14} {:>9.1f} {:>9.0f} {:>7.3g} {:>17} {:>15} {:>15}  {}\n", r.policy,
-        fmt::format("{}/{}/{}{}{}{}", p.tp, p.pp, p.dp, p.cp > 1 ? fmt::format("c{}", p.cp) : "",
+        fmt::format("{}/{}{}/{}{}{}{}", p.tp, p.pp,
+                    p.pp_first_layers != 0 || p.pp_last_layers != 0 ? "u" : "", p.dp,
+                    p.cp > 1 ? fmt::format("c{}", p.cp) : "",
                     p.ep > 1 ? fmt::format("e{}", p.ep) : "", ZeroText(p, /*compact=*/true)),
         fmt::format("{} x {} x {}", p.micro_batch, p.num_micro_batches, p.dp),
         static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s, m.tflops_per_gpu,
@@ -218,7 +220,8 @@ std::string ComparisonTable(const PolicyComparison& c, const sim::HardwareOption
         FitsText(r));
   }
   out +=
-      "(context parallelism marked c<cp>, expert parallelism e<ep>, ZeRO stage n +Zn, HSDP shard "
+      "(an uneven pipeline split marked u after pp (its blocks on the plan's summary line), "
+      "context parallelism c<cp>, expert parallelism e<ep>, ZeRO stage n +Zn, HSDP shard "
       "groups of k +Znhk; saved: "
       "activation peak against keep's at the same layout; SSD "
       "need: the write rate that hides this plan's writes behind forward compute, in GB/s = 1e9 "

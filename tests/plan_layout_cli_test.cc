@@ -179,6 +179,28 @@ TEST_F(PlanCli, ImpossiblePinsAreRejectedNamingTheFlagAndWhy) {
   }
 }
 
+// A pp that does not divide the layers splits them unevenly (tiny-gpt's 4 over
+// pp 3: 1 | 2 | 1): the summary line gives the blocks, --compare's layout
+// column marks the split with u, the plan file records it.
+TEST_F(PlanCli, AnUnevenSplitIsPrintedAndRecorded) {
+  CliResult r =
+      RunSsdtrain("plan --model " + Model("tiny-gpt") + " --hardware " + Hardware("cpu-local") +
+                  " --gpus 3 --pp 3 --compare -o " + File("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" pp 3 (blocks 1|2|1) dp 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" 1/3u/1 "), std::string::npos) << r.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->pp_first_layers, 1);
+  EXPECT_EQ(plan->pp_last_layers, 1);
+  // Pinned, the split is the pin's, 1 | 1 | 2 (the last stage the larger).
+  r = RunSsdtrain("plan --model " + Model("tiny-gpt") + " --hardware " + Hardware("cpu-local") +
+                  " --gpus 3 --pp 3 --pp-first-layers 1 --pp-last-layers 2 --policy keep -o " +
+                  File("p2.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" pp 3 (blocks 1|1|2) dp 1"), std::string::npos) << r.output;
+}
+
 // `plan --trace` takes the trace's shape: tiny-gpt traced at tp 2 plans, with
 // no layout flags, at tp 2, pp 1 and the trace's micro-batch 4 on tp·pp = 2
 // GPUs; --gpus 4 adds data parallelism, dp = 4 / (2·1) = 2.
