@@ -52,9 +52,10 @@ int Run(const BenchIoFlags& f) {
   if (!r.ok()) return ReportError("bench-io", r.status());
   std::string dirs;
   for (const std::string& d : f.dirs) dirs += (dirs.empty() ? "" : ",") + d;
-  std::cout << fmt::format("bench-io: dir={} bs={} qd={}{} size={} backend={} direct={}\n", dirs,
-                           o.block_size, o.queue_depth, f.dirs.size() > 1 ? " per dir" : "", o.size,
-                           r->backend, r->direct_io ? 1 : 0);
+  std::cout << fmt::format(
+      "bench-io: dir={} bs={} qd={}{} size={} backend={} direct={} fixed_buffers={}\n", dirs,
+      o.block_size, o.queue_depth, f.dirs.size() > 1 ? " per dir" : "", o.size, r->backend,
+      r->direct_io ? 1 : 0, r->fixed_buffers ? 1 : 0);
   std::cout << fmt::format("write: {:.3f} GB/s ({} bytes in {:.3f} s)\n", r->write_GBps(), r->bytes,
                            static_cast<double>(r->write_ns) / 1e9);
   std::cout << fmt::format("read: {:.3f} GB/s ({} bytes in {:.3f} s)\n", r->read_GBps(), r->bytes,

@@ -34,9 +34,12 @@ struct BenchIoOptions {
 struct BenchIoResult {
   std::string backend;    // the backend that ran
   bool direct_io = true;  // false: buffered I/O (--buffered, or O_DIRECT refused and allowed)
-  int64_t bytes = 0;      // per direction
-  int64_t write_ns = 0;   // wall time of the write phase
-  int64_t read_ns = 0;    // wall time of the read phase
+  // true: the staging slots went to the kernel as registered (fixed) buffers,
+  // fio's --fixedbufs; false where the kernel or backend refused them.
+  bool fixed_buffers = false;
+  int64_t bytes = 0;     // per direction
+  int64_t write_ns = 0;  // wall time of the write phase
+  int64_t read_ns = 0;   // wall time of the read phase
   double write_GBps() const { return write_ns > 0 ? double(bytes) / double(write_ns) : 0; }
   double read_GBps() const { return read_ns > 0 ? double(bytes) / double(read_ns) : 0; }
 };

@@ -2,6 +2,7 @@
 // 6.6, ramfs) is an error naming it for `ssdtrain bench-io` and `ssdtrain
 // replay`, unless --allow-buffered-io is given; then every figure measured
 // there says it went through the page cache. No offload file is left either way.
+// bench-io also says whether its buffers went to the kernel registered.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -50,6 +51,30 @@ TEST(BufferedIoCli, BenchIoRefusesTheDirectoryUnlessBufferedIoIsAllowed) {
                                 "drive's"),
             std::string::npos)
       << allowed.output;
+  EXPECT_TRUE(ListTree(dir.path()).empty());
+}
+
+// bench-io's header says whether the kernel took the staging slots as fixed
+// buffers (fio's --fixedbufs): io_uring registers them unless refused (with a
+// warning saying so); the posix backend has none, whatever the engine asked.
+TEST(BufferedIoCli, BenchIoSaysWhetherTheKernelTookFixedBuffers) {
+  TempDir dir;
+  const std::string args =
+      "bench-io --dir " + dir.path() + " --size 1M --block-size 64k --queue-depth 4";
+  CliResult posix = RunSsdtrain(args + " --io-backend posix");
+  ASSERT_EQ(posix.exit_code, 0) << posix.output;
+  EXPECT_NE(posix.output.find("backend=posix direct=1 fixed_buffers=0"), std::string::npos)
+      << posix.output;
+  CliResult chosen = RunSsdtrain(args);
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
+  if (chosen.output.find("backend=io_uring") != std::string::npos) {
+    const bool refused = chosen.output.find("using unregistered buffers") != std::string::npos;
+    EXPECT_NE(chosen.output.find(refused ? "fixed_buffers=0" : "fixed_buffers=1"),
+              std::string::npos)
+        << chosen.output;
+  } else {
+    EXPECT_NE(chosen.output.find("fixed_buffers=0"), std::string::npos) << chosen.output;
+  }
   EXPECT_TRUE(ListTree(dir.path()).empty());
 }
 
