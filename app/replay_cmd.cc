@@ -17,6 +17,7 @@
 
 #include "app/cli_errors.h"
 #include "app/command.h"
+#include "app/model_provider.h"
 #include "app/mpi_sync.h"
 #include "app/outputs.h"
 #include "app/rank_dirs.h"
@@ -70,27 +71,10 @@ Result<traces::Trace> StageTrace(const ReplayFlags& f, const traces::Plan* plan,
   if (!f.trace.empty()) return ReadUserTrace("replay", f.trace);
   SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig config, models::LoadModelConfig(f.model));
   if (plan != nullptr) {
-    models::ConfigOverrides layout;
-    layout.micro_batch = plan->micro_batch;
-    layout.tp = plan->tp;
-    if (plan->cp != 1) layout.cp = plan->cp;
-    layout.pp = plan->pp;
-    layout.pp_first_layers = plan->pp_first_layers;  // the plan's split, not the config's
-    layout.pp_last_layers = plan->pp_last_layers;
-    // The optimizer state is sharded as the plan's trace was (zero_stage 1: over dp).
-    layout.dp = plan->dp;
-    layout.zero_stage = plan->zero_stage;
-    if (plan->dp_shard != 0) layout.dp_shard = plan->dp_shard;
-    if (plan->zero_defer_grad_sync) layout.zero_defer_grad_sync = true;
-    if (!plan->attention.empty()) layout.attention = plan->attention;
-    if (plan->sequence_parallel) layout.sequence_parallel = true;
-    // The plan's recipe, or none where the config names one the plan did not use.
-    if (!plan->fp8.empty() || !config.fp8.empty()) {
-      layout.fp8 = plan->fp8.empty() ? "off" : plan->fp8;
-    }
-    if (plan->ep != 1) layout.ep = plan->ep;
-    if (plan->seq_len > 0) layout.seq_len = plan->seq_len;
-    SSDTRAIN_ASSIGN_OR_RETURN(config, models::ApplyOverrides(config, layout, f.model));
+    // The plan's layout (its split, its ZeRO sharding), sequence and recipe,
+    // mapped as the planner built the trace it was made for.
+    SSDTRAIN_ASSIGN_OR_RETURN(
+        config, models::ApplyOverrides(config, PlanOverrides(*plan, config), f.model));
   }
   return models::BuildTrace(config, stage);
 }
