@@ -11,15 +11,22 @@ namespace ssdtrain::app {
 traces::StepReport RunReport(const exec::ReplayResult& run, const traces::Trace& trace,
                              const traces::Plan& plan) {
   // What the replay ran: the whole step of the trace's stage (its micro-batches
-  // in its schedule); across ranks (tp × pp × dp of them) every tensor-parallel
-  // shard of every stage of the pipeline on each data-parallel replica; one
-  // process runs one shard of one stage, so pp 1.
-  const int64_t pp = run.ranks > 1 ? trace.header.pp : 1;
-  const int64_t tp = std::max<int64_t>(trace.header.tp, 1);
-  const int64_t dp = run.ranks > 1 ? run.ranks / (pp * tp) : 1;
-  traces::ReportLayout layout{trace.header.micro_batch, trace.header.tp, pp, dp,
-                              run.micro_batches,        run.schedule};
-  layout.zero_stage = trace.header.zero_stage;
+  // in its schedule); across ranks (as many as the plan's layout has: the
+  // replay checked) the plan's layout, every rank of it; one process runs one
+  // shard of one stage, so pp 1 and dp 1.
+  traces::ReportLayout layout;
+  layout.micro_batch = trace.header.micro_batch;
+  if (run.ranks > 1) {
+    layout.parallel = traces::PlanLayout(plan);
+    layout.parallel.pp = std::max<int64_t>(trace.header.pp, 1);  // as the replay placed its ranks
+  } else {
+    layout.parallel.tp = std::max<int64_t>(trace.header.tp, 1);
+    layout.parallel.cp = std::max<int64_t>(trace.header.cp, 1);
+    layout.parallel.ep = std::max<int64_t>(trace.header.ep, 1);
+    layout.parallel.zero_stage = trace.header.zero_stage;
+  }
+  layout.num_micro_batches = run.micro_batches;
+  layout.schedule = run.schedule;
   layout.zero_shards = trace.header.zero_shards;
   traces::StepReport r = traces::NewStepReport("run", trace, plan, run.device, layout);
   r.metrics = run.metrics;

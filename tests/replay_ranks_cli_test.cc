@@ -178,8 +178,8 @@ TEST_F(ReplayStagesCli, EachStageReceivesWhatTheOtherSentVerifiedAndLeavesNoFile
   ASSERT_TRUE(report->verified.has_value());
   EXPECT_TRUE(*report->verified);
   ASSERT_TRUE(report->layout.has_value());
-  EXPECT_EQ(report->layout->pp, 2);
-  EXPECT_EQ(report->layout->dp, 1);
+  EXPECT_EQ(report->layout->parallel.pp, 2);
+  EXPECT_EQ(report->layout->parallel.dp, 1);
   const nlohmann::json& ranks = report->extra.at("ranks");
   ASSERT_EQ(ranks.size(), 2u);
   for (int r = 0; r < 2; ++r) {

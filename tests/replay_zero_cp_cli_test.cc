@@ -75,7 +75,8 @@ class ReplayZeroCpCli : public testing::ReplayRanksTest {
 
   // Plans the model at `l` with `policy`, checks that plan prints the
   // replay line, and replays it on that many ranks, one measured step,
-  // verified.
+  // verified; compare sets the run beside the plan's prediction (the same
+  // layout: before reports carried cp, a cp run's dp read as ranks / tp).
   void PlanAndReplay(const Layout& l, const std::string& policy,
                      const std::string& shape = kShape) {
     auto planned = RunSsdtrain(
@@ -92,6 +93,9 @@ class ReplayZeroCpCli : public testing::ReplayRanksTest {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("x " + n + " ranks"), std::string::npos) << r.output;
     ASSERT_NO_FATAL_FAILURE(ReadReports());
+    auto compared = RunSsdtrain("compare --prediction " + File("predicted.json") + " --measured " +
+                                File("run.json"));
+    EXPECT_EQ(compared.exit_code, 0) << compared.output;
     std::printf("tiny-gpt-flash %s, %s: step %.3f ms measured, %.3f ms predicted\n",
                 l.Flags().c_str(), policy.c_str(), report_.metrics.step_time_ns / 1e6,
                 predicted_.metrics.step_time_ns / 1e6);

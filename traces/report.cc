@@ -31,10 +31,12 @@ OpTiming TimingOf(const Trace& trace, OpId op, int64_t start_ns, int64_t end_ns)
 }
 
 ReportLayout LayoutOf(const Plan& plan) {
-  ReportLayout l{plan.micro_batch,       plan.tp,      plan.pp, plan.dp,
-                 plan.num_micro_batches, plan.schedule};
-  l.zero_stage = plan.zero_stage;
-  l.zero_shards = PlanLayout(plan).OptimizerShards();
+  ReportLayout l;
+  l.micro_batch = plan.micro_batch;
+  l.parallel = PlanLayout(plan);
+  l.num_micro_batches = plan.num_micro_batches;
+  l.schedule = plan.schedule;
+  l.zero_shards = l.parallel.OptimizerShards();
   return l;
 }
 
@@ -44,15 +46,24 @@ std::string LayoutMismatch(const ReportLayout& a, const ReportLayout& b) {
     if (x == y) return;
     out += (out.empty() ? "" : ", ") + std::string(name) + " " + x + " vs " + y;
   };
-  field("micro_batch", std::to_string(a.micro_batch), std::to_string(b.micro_batch));
-  field("tp", std::to_string(a.tp), std::to_string(b.tp));
-  field("pp", std::to_string(a.pp), std::to_string(b.pp));
-  field("dp", std::to_string(a.dp), std::to_string(b.dp));
-  field("num_micro_batches", std::to_string(a.num_micro_batches),
-        std::to_string(b.num_micro_batches));
+  auto number = [&](const char* name, int64_t x, int64_t y) {
+    field(name, std::to_string(x), std::to_string(y));
+  };
+  const Layout &x = a.parallel, &y = b.parallel;
+  number("micro_batch", a.micro_batch, b.micro_batch);
+  number("tp", x.tp, y.tp);
+  number("cp", x.cp, y.cp);
+  number("pp", x.pp, y.pp);
+  number("pp_first_layers", x.pp_first_layers, y.pp_first_layers);
+  number("pp_last_layers", x.pp_last_layers, y.pp_last_layers);
+  number("vp", x.vp, y.vp);
+  number("dp", x.dp, y.dp);
+  number("dp_shard", x.dp_shard, y.dp_shard);
+  number("ep", x.ep, y.ep);
+  number("num_micro_batches", a.num_micro_batches, b.num_micro_batches);
   field("schedule", a.schedule, b.schedule);
-  field("zero_stage", std::to_string(a.zero_stage), std::to_string(b.zero_stage));
-  field("zero_shards", std::to_string(a.zero_shards), std::to_string(b.zero_shards));
+  number("zero_stage", x.zero_stage, y.zero_stage);
+  number("zero_shards", a.zero_shards, b.zero_shards);
   return out;
 }
 
@@ -77,14 +88,22 @@ json ToJson(const StepReport& r) {
   j["steps"] = r.steps;
   j["verified"] = r.verified ? json(*r.verified) : json(nullptr);
   if (r.layout) {
-    j["layout"] = json{{"micro_batch", r.layout->micro_batch},
-                       {"tp", r.layout->tp},
-                       {"pp", r.layout->pp},
-                       {"dp", r.layout->dp},
-                       {"num_micro_batches", r.layout->num_micro_batches},
-                       {"schedule", r.layout->schedule}};
-    if (r.layout->zero_stage != 0) j["layout"]["zero_stage"] = r.layout->zero_stage;
-    if (r.layout->zero_shards != 1) j["layout"]["zero_shards"] = r.layout->zero_shards;
+    const Layout& l = r.layout->parallel;
+    json& o = j["layout"];
+    o = json{{"micro_batch", r.layout->micro_batch},
+             {"tp", l.tp},
+             {"pp", l.pp},
+             {"dp", l.dp},
+             {"num_micro_batches", r.layout->num_micro_batches},
+             {"schedule", r.layout->schedule}};
+    if (l.cp != 1) o["cp"] = l.cp;
+    if (l.ep != 1) o["ep"] = l.ep;
+    if (l.vp != 1) o["vp"] = l.vp;
+    if (l.dp_shard != 0) o["dp_shard"] = l.dp_shard;
+    if (l.pp_first_layers != 0) o["pp_first_layers"] = l.pp_first_layers;
+    if (l.pp_last_layers != 0) o["pp_last_layers"] = l.pp_last_layers;
+    if (l.zero_stage != 0) o["zero_stage"] = l.zero_stage;
+    if (r.layout->zero_shards != 1) o["zero_shards"] = r.layout->zero_shards;
   }
   j["extra"] = r.extra;
   return j;
@@ -147,13 +166,20 @@ Result<StepReport> StepReportFromJson(const json& j, const std::string& source) 
     SSDTRAIN_ASSIGN_OR_RETURN(const json* layout, r.Value("layout"));
     SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader lr, ObjectReader::Make(*layout, r.At("layout")));
     ReportLayout l;
+    Layout& p = l.parallel;
     SSDTRAIN_ASSIGN_OR_RETURN(l.micro_batch, lr.Int("micro_batch"));
-    SSDTRAIN_ASSIGN_OR_RETURN(l.tp, lr.Int("tp"));
-    SSDTRAIN_ASSIGN_OR_RETURN(l.pp, lr.Int("pp"));
-    SSDTRAIN_ASSIGN_OR_RETURN(l.dp, lr.Int("dp"));
+    SSDTRAIN_ASSIGN_OR_RETURN(p.tp, lr.Int("tp"));
+    SSDTRAIN_ASSIGN_OR_RETURN(p.pp, lr.Int("pp"));
+    SSDTRAIN_ASSIGN_OR_RETURN(p.dp, lr.Int("dp"));
+    SSDTRAIN_ASSIGN_OR_RETURN(p.cp, lr.IntOr("cp", 1));
+    SSDTRAIN_ASSIGN_OR_RETURN(p.ep, lr.IntOr("ep", 1));
+    SSDTRAIN_ASSIGN_OR_RETURN(p.vp, lr.IntOr("vp", 1));
+    SSDTRAIN_ASSIGN_OR_RETURN(p.dp_shard, lr.IntOr("dp_shard", 0));
+    SSDTRAIN_ASSIGN_OR_RETURN(p.pp_first_layers, lr.IntOr("pp_first_layers", 0));
+    SSDTRAIN_ASSIGN_OR_RETURN(p.pp_last_layers, lr.IntOr("pp_last_layers", 0));
     SSDTRAIN_ASSIGN_OR_RETURN(l.num_micro_batches, lr.Int("num_micro_batches"));
     SSDTRAIN_ASSIGN_OR_RETURN(l.schedule, lr.String("schedule"));
-    SSDTRAIN_ASSIGN_OR_RETURN(l.zero_stage, lr.IntOr("zero_stage", 0));
+    SSDTRAIN_ASSIGN_OR_RETURN(p.zero_stage, lr.IntOr("zero_stage", 0));
     SSDTRAIN_ASSIGN_OR_RETURN(l.zero_shards, lr.IntOr("zero_shards", 1));
     out.layout = l;
   }

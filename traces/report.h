@@ -42,20 +42,20 @@ OpTiming TimingOf(const Trace& trace, OpId op, int64_t start_ns, int64_t end_ns)
 // two reports side by side whose layouts differ.
 struct ReportLayout {
   int64_t micro_batch = 1;
-  int64_t tp = 1;
-  int64_t pp = 1;
-  int64_t dp = 1;
+  // tp, cp, pp (its split and virtual stages), dp, ep, the ZeRO stage and the
+  // HSDP shard group: the one layout concept (traces/layout.h). JSON: flat,
+  // tp, pp and dp always, the others where not their defaults.
+  Layout parallel;
   int64_t num_micro_batches = 1;
   std::string schedule = "1f1b";
-  // ZeRO (traces/layout.h): the stage and the shard group's ranks (the
-  // trace header's zero_stage and zero_shards). JSON: written when not 0 and 1.
-  int64_t zero_stage = 0;
+  // The optimizer state's shard group's ranks (the trace header's
+  // zero_shards; Layout::OptimizerShards of a plan). JSON: where not 1.
   int64_t zero_shards = 1;
   bool operator==(const ReportLayout&) const = default;
 };
 
-// The plan's layout (micro_batch, tp, pp, dp, num_micro_batches, schedule,
-// its ZeRO stage and shard group).
+// The plan's layout (micro_batch, PlanLayout, num_micro_batches, schedule,
+// its optimizer shard group).
 ReportLayout LayoutOf(const Plan& plan);
 // Every field in which `a` and `b` differ, as "pp 4 vs 1, num_micro_batches 8
 // vs 1"; empty when they agree.
@@ -73,8 +73,10 @@ struct StepReport {
   std::vector<OpTiming> ops;     // one step, in op order
   int64_t steps = 1;             // measured steps the medians come from
   std::optional<bool> verified;  // runs with --verify
-  // JSON "layout": {micro_batch, tp, pp, dp, num_micro_batches, schedule};
-  // absent in reports written before it existed.
+  // JSON "layout": {micro_batch, tp, pp, dp, num_micro_batches, schedule,
+  // and cp, ep, vp, dp_shard, pp_first_layers, pp_last_layers, zero_stage,
+  // zero_shards where not their defaults}; absent in reports written before
+  // it existed.
   std::optional<ReportLayout> layout;
   nlohmann::json extra = nlohmann::json::object();
 };

@@ -152,14 +152,43 @@ TEST(Plan, ReportLayoutsCarryTheZeroStageAndShardGroup) {
   p.zero_stage = 3;
   p.dp_shard = 4;
   const ReportLayout three = LayoutOf(p);
-  EXPECT_EQ(three.zero_stage, 3);
+  EXPECT_EQ(three.parallel.zero_stage, 3);
   EXPECT_EQ(three.zero_shards, 4);
   p.zero_stage = 1;
   p.dp_shard = 0;
   const ReportLayout one = LayoutOf(p);
   EXPECT_EQ(one.zero_shards, 8);
-  EXPECT_EQ(LayoutMismatch(three, one), "zero_stage 3 vs 1, zero_shards 4 vs 8");
+  EXPECT_EQ(LayoutMismatch(three, one), "dp_shard 4 vs 0, zero_stage 3 vs 1, zero_shards 4 vs 8");
   EXPECT_EQ(LayoutMismatch(one, one), "");
+}
+
+// ... and the rest of the plan's layout (traces/layout.h): cp, ep, virtual
+// stages and the pipeline split, written to a report's JSON where set and
+// read back equal; a report without them reads them as their defaults.
+TEST(Plan, ReportLayoutsCarryEveryDimensionOfTheLayout) {
+  const Trace t = testing::SmallTrace();
+  Plan p = SmallPlan(t);
+  const ReportLayout plain = LayoutOf(p);
+  p.cp = 2;
+  p.ep = 4;
+  p.pp = 4;
+  p.virtual_stages = 2;
+  p.pp_first_layers = 3;
+  p.pp_last_layers = 2;
+  const ReportLayout full = LayoutOf(p);
+  EXPECT_EQ(full.parallel, PlanLayout(p));
+  EXPECT_EQ(LayoutMismatch(full, plain),
+            "cp 2 vs 1, pp 4 vs 1, pp_first_layers 3 vs 0, pp_last_layers 2 vs 0, vp 2 vs 1, ep 4 "
+            "vs 1");
+  for (const ReportLayout& l : {plain, full}) {
+    StepReport r = NewStepReport("prediction", t, p, "hw", l);
+    const nlohmann::json j = ToJson(r);
+    EXPECT_EQ(j.at("layout").contains("cp"), l.parallel.cp != 1);
+    Result<StepReport> back = StepReportFromJson(j, "r.json");
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    ASSERT_TRUE(back->layout.has_value());
+    EXPECT_EQ(*back->layout, l);
+  }
 }
 
 TEST(Plan, LocalDdpIsWrittenAndReadBackAndAnUnknownOneRefused) {
