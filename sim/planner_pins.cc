@@ -95,7 +95,9 @@ Status CheckUnmodelledPins(const PlannerOptions& o) {
   l.dp_shard = o.dp_shard.value_or(0);
   const auto u = traces::Unmodelled(l, !o.fp8.empty());
   if (!u) return Status::Ok();
-  const std::string other = u->field == "ep" ? Flag("--ep", l.ep) : "--fp8 " + o.fp8;
+  const std::string other = u->field == "ep"         ? Flag("--ep", l.ep)
+                            : u->field == "dp_shard" ? Flag("--dp-shard", l.dp_shard)
+                                                     : "--fp8 " + o.fp8;
   return Status::InvalidArgument(other + " with " + Flag("--zero-stage", l.zero_stage) + ": " +
                                  u->why);
 }

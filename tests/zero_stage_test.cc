@@ -251,5 +251,27 @@ TEST_F(ZeroStage, HsdpPlansShardOverTheShardGroup) {
   EXPECT_GT(hsdp->prediction.metrics.peak_gpu_bytes, full->prediction.metrics.peak_gpu_bytes);
 }
 
+// HSDP at ZeRO-1 is not modelled (traces::Unmodelled): pinned, refused naming
+// both flags; with the stage left to the search, only ZeRO-2 and 3 are tried.
+TEST_F(ZeroStage, HsdpAtZeroOneIsRefusedAndNotSearched) {
+  sim::PlannerOptions po;
+  po.gpus = 8;
+  po.dp = 8;
+  po.dp_shard = 4;
+  po.policy = "keep";
+  po.zero_stage = 1;
+  Result<sim::PlannerResult> pinned = Search(po);
+  ASSERT_FALSE(pinned.ok());
+  EXPECT_NE(pinned.status().message().find("--dp-shard 4 with --zero-stage 1: HSDP at ZeRO-1 is "
+                                           "not modelled yet"),
+            std::string::npos)
+      << pinned.status().message();
+  po.zero_stage.reset();
+  Result<sim::PlannerResult> searched = Search(po);
+  ASSERT_TRUE(searched.ok()) << searched.status().ToString();
+  EXPECT_GE(searched->plan.zero_stage, 2);
+  EXPECT_EQ(searched->plan.dp_shard, 4);
+}
+
 }  // namespace
 }  // namespace ssdtrain::testing

@@ -193,6 +193,14 @@ std::optional<UnmodelledLayout> Unmodelled(const Layout& l, bool fp8) {
                             "FP8 with ZeRO-3 is not modelled yet (the FP8 all-gather of the "
                             "sharded weights, --fp8-param-gather); use ZeRO stage 0, 1 or 2"};
   }
+  if (l.zero_stage == 1 && l.dp_shard != 0 && l.dp_shard != l.dp) {
+    return UnmodelledLayout{
+        "dp_shard",
+        "HSDP at ZeRO-1 is not modelled yet (Megatron-Core's partial distributed optimizer, "
+        "--num-distributed-optimizer-instances: the gradients reduce-scattered in each shard "
+        "group and all-reduced across the replicas, the parameters gathered in the shard "
+        "group); shard at ZeRO-2 or 3 (FSDP's HSDP), or over all of dp"};
+  }
   return std::nullopt;
 }
 

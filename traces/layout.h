@@ -184,6 +184,10 @@ Status ValidateLayout(const Layout& layout, const std::string& source,
 // the model config's validation and the planner's pins and search alike:
 // - ZeRO-3 under FP8 (field "fp8"): the FP8 all-gather of the sharded
 //   weights (Megatron's --fp8-param-gather) is not built.
+// - HSDP at ZeRO-1 (field "dp_shard", dp_shard < dp): the optimizer state
+//   would shard over the shard group, but the step's gradient reduction and
+//   parameter gather are priced and replayed over all of dp × cp (Megatron's
+//   partial distributed optimizer is not built).
 // (Every ZeRO stage and HSDP compose with ep: the experts' optimizer state
 // (ZeRO 1), gradients (2) and weights (3) shard over the expert shard group,
 // the rest over the shard group, as Megatron-Core's distributed optimizer and

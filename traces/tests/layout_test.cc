@@ -200,6 +200,11 @@ TEST(Layout, ValidationNamesTheField) {
             "is taken from one shard group's ranks)");
   EXPECT_EQ(Unmodelled(Layout{.zero_stage = 3}, true)->field, "fp8");
   EXPECT_FALSE(Unmodelled(Layout{.zero_stage = 3}, false));
+  // HSDP at ZeRO-1 (a shard group smaller than dp): the partial distributed
+  // optimizer is not built; a shard group of all dp is plain ZeRO-1.
+  EXPECT_EQ(Unmodelled(Layout{.dp = 8, .zero_stage = 1, .dp_shard = 4}, false)->field, "dp_shard");
+  EXPECT_FALSE(Unmodelled(Layout{.dp = 8, .zero_stage = 1, .dp_shard = 8}, false));
+  EXPECT_FALSE(Unmodelled(Layout{.dp = 8, .zero_stage = 2, .dp_shard = 4}, false));
   l = Layout{};
   l.dp = 3;
   l.ep = 2;
