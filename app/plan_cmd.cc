@@ -127,6 +127,7 @@ int RunPlan(PlanCmdOptions o) {
   po.ddp = o.ddp;
   po.allow_host_offload = !o.no_host_offload;
   po.recompute_modules = o.recompute_modules;
+  po.recompute_every = o.recompute_every;
   po.offload_modules = o.offload_modules;
   po.layers = in.layers;
   po.heads = in.heads;
@@ -188,6 +189,8 @@ int RunPlan(PlanCmdOptions o) {
                           {"simulations", r->simulations},
                           {"hardware", hw->name}};
   plan.extra["rok"] = r->rok;
+  const bool every = plan.policy == "recompute-full" && o.recompute_every > 1;
+  if (every) plan.extra["recompute_every"] = o.recompute_every;
   plan.extra["prediction_report"] = traces::ToJson(report);
   outputs.Set("-o", traces::ToJson(plan));
   outputs.Set("--prediction", traces::ToJson(report));
@@ -202,10 +205,11 @@ int RunPlan(PlanCmdOptions o) {
       "step "
       "{:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} "
       "GiB), SSD writes {:.2f} GiB/step\n",
-      in.name, o.gpus, hw->name, plan.policy, plan.micro_batch, plan.tp,
-      plan.cp > 1 ? fmt::format(" cp {}", plan.cp) : "", plan.pp, SplitText(plan, in.layers),
-      plan.dp, in.experts > 0 ? fmt::format(" ep {}", plan.ep) : "", ZeroText(plan),
-      plan.ddp == "local" ? " local DDP" : "", plan.num_micro_batches,
+      in.name, o.gpus, hw->name,
+      every ? fmt::format("{} (one block in {})", plan.policy, o.recompute_every) : plan.policy,
+      plan.micro_batch, plan.tp, plan.cp > 1 ? fmt::format(" cp {}", plan.cp) : "", plan.pp,
+      SplitText(plan, in.layers), plan.dp, in.experts > 0 ? fmt::format(" ep {}", plan.ep) : "",
+      ZeroText(plan), plan.ddp == "local" ? " local DDP" : "", plan.num_micro_batches,
       ScheduleText(plan, in.layers), static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s,
       m.tflops_per_gpu, static_cast<double>(m.peak_gpu_bytes) / kGiB,
       static_cast<double>(m.peak_activation_bytes) / kGiB,
@@ -385,6 +389,11 @@ Verb AddPlanCommand(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(sim::kRecomputeModules),
                                                      std::end(sim::kRecomputeModules))));
+  cmd->add_option("--recompute-every", o->recompute_every,
+                  "recompute-full rebuilds every N-th block of each stage only (blocks N, 2N, "
+                  "...), as torchtitan's selective per-layer checkpointing "
+                  "(selective_ac_option = \"N\"); 1, the default: every block")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--offload-modules", o->offload_modules,
                   "what megatron-offload (--policy, or tried by auto) sends to pinned host "
                   "memory, as "

@@ -46,6 +46,8 @@ struct PlanCmdOptions {
   bool no_host_offload = false;
   // --recompute-modules: what recompute-selective rebuilds (sim/policy.h).
   std::vector<std::string> recompute_modules = {"core_attn"};
+  // --recompute-every: which blocks recompute-full rebuilds (sim/policy.h).
+  int64_t recompute_every = 1;
   // --offload-modules: what megatron-offload moves (sim/policy.h).
   std::vector<std::string> offload_modules = {"core_attn", "attn_proj", "expert_fc1"};
 };

@@ -176,6 +176,8 @@ struct PlannerOptions {
   bool allow_host_offload = true;  // false: auto skips offload-host; optimal never uses host
   // What recompute-selective rebuilds (sim/policy.h, PolicyOptions).
   std::vector<std::string> recompute_modules = {"core_attn"};
+  // Which blocks recompute-full rebuilds: every N-th (sim/policy.h, PolicyOptions).
+  int64_t recompute_every = 1;
   // What megatron-offload moves (sim/policy.h, PolicyOptions).
   std::vector<std::string> offload_modules = {"core_attn", "attn_proj", "expert_fc1"};
   std::function<void(const std::string&)> progress;  // one line per event; may be empty

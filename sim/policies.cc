@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <set>
 #include <string>
 
 #include "sim/op_cost.h"
@@ -163,11 +164,26 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
     }
     const bool core = Selected(options.recompute_modules, "core_attn");
     const bool mla_up = Selected(options.recompute_modules, "mla_up_proj");
+    if (options.recompute_every < 1) {
+      return Status::InvalidArgument("--recompute-every: expected a positive integer, got " +
+                                     std::to_string(options.recompute_every));
+    }
+    // The blocks recompute-full rebuilds: every recompute_every-th of the
+    // stage's, in forward order, counted from 1.
+    std::set<int> seen, rebuilt;
+    for (const traces::Op& op : trace.ops) {
+      if (op.phase != Phase::kForward || op.layer == traces::kNoLayer) continue;
+      if (!seen.insert(op.layer).second) continue;
+      if (static_cast<int64_t>(seen.size()) % options.recompute_every == 0) {
+        rebuilt.insert(op.layer);
+      }
+    }
     for (TensorId t : traces::OffloadCandidates(trace)) {
       const traces::Tensor& tensor = trace.tensor(t);
       if (tensor.producer == traces::kNoOp) continue;  // a view: nothing to re-run
       if (trace.op(tensor.producer).layer != tensor.layer) continue;
       if (ConsumedOutsideLayer(trace, tensor)) continue;  // the block's output: next input
+      if (full && rebuilt.count(tensor.layer) == 0) continue;
       if (!full && !(core && InAttentionCore(trace, tensor)) &&
           !(mla_up && InMlaUpProjection(trace, tensor))) {
         continue;

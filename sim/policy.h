@@ -3,7 +3,10 @@
 //
 //   keep                 nothing moves
 //   recompute-full       layerwise checkpointing: every saved activation of a
-//                        block except its input is rebuilt in backward
+//                        block except its input is rebuilt in backward; with
+//                        PolicyOptions::recompute_every N > 1, every N-th
+//                        block of the stage only (torchtitan's selective
+//                        per-layer checkpointing)
 //   recompute-selective  Megatron's selective recompute of the modules
 //                        PolicyOptions::recompute_modules names: core_attn
 //                        (the default: the attention core's scores, softmax
@@ -81,6 +84,12 @@ struct PolicyOptions {
   // What recompute-selective rebuilds, as Megatron-Core's --recompute-modules
   // names it: "core_attn" and "mla_up_proj" (kRecomputeModules).
   std::vector<std::string> recompute_modules = {"core_attn"};
+  // Which blocks recompute-full rebuilds: every N-th of the stage, counted
+  // from 1 in forward order (blocks N, 2N, ...), as torchtitan's
+  // activation_checkpoint.selective_ac_option = "N" wraps every N-th
+  // TransformerBlock (its checkpoint wrapper's _count % ac_freq == 0). 1:
+  // every block. At least 1.
+  int64_t recompute_every = 1;
   // What megatron-offload moves (traces::kOffloadModules); the default is
   // the pattern Megatron-Core's documentation recommends.
   std::vector<std::string> offload_modules = {"core_attn", "attn_proj", "expert_fc1"};

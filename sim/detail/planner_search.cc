@@ -19,6 +19,7 @@ Search::Search(const TraceProvider& provider, const HardwareOptions& hw,
       pool_(threads_) {
   policy_options_.allow_host_offload = options.allow_host_offload;
   policy_options_.recompute_modules = options.recompute_modules;
+  policy_options_.recompute_every = options.recompute_every;
   policy_options_.offload_modules = options.offload_modules;
 }
 
