@@ -141,6 +141,12 @@ int64_t OptimizerStateShards(const ModelConfig& c) { return LayoutOf(c).Optimize
 bool DefersGradSync(const ModelConfig& c) { return c.zero_defer_grad_sync && c.zero_stage >= 2; }
 
 std::string PipelineStagesRefusal(const ModelConfig& c, const traces::Layout& l) {
+  if (c.family == "t5" && l.pp > 1 && l.vp > 1) {
+    return "an encoder-decoder model does not interleave: the encoder's relative position "
+           "bias and its output are read by every later model chunk, not only the next (as "
+           "Megatron-LM refuses virtual pipeline stages for a model with both encoder and "
+           "decoder)";
+  }
   if (l.pp < 4 || traces::PipelineSplitError(l, c.layers)) return "";
   // Interleaved (vp > 1, the even split): stage s holds model chunks c·pp + s,
   // each layers / (pp·vp) blocks (traces/whole_step.h).

@@ -287,9 +287,10 @@ std::string TensorParallelRefusal(const ModelConfig& c, int64_t tp);
 // (sim/stage_plans.h), which holds only where each holds the same kinds of
 // blocks in the same order: encoder or decoder (t5), MoE or dense
 // (first_dense_layers, moe_layer_step, dense_layers), windowed or full
-// attention; under interleaving (vp > 1) over each stage's model chunks. The
-// planner's search skips such a layout and refuses it pinned
-// (sim::PlannerOptions::pp_refusal).
+// attention; under interleaving (vp > 1) over each stage's model chunks.
+// Interleaving an encoder-decoder model (t5) is refused at any pp > 1: its
+// encoder's outputs reach chunks past the next. The planner's search skips
+// such a layout and refuses it pinned (sim::PlannerOptions::pp_refusal).
 std::string PipelineStagesRefusal(const ModelConfig& c, const traces::Layout& layout);
 
 }  // namespace ssdtrain::models

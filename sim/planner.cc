@@ -134,7 +134,7 @@ Status TryOtherChunkCounts(Search& search, const PlannerOptions& o, Best& best) 
     l.schedule = traces::Schedule::kInterleaved;
     l.virtual_stages = v;
     // Its middle stages must be alike (PlannerOptions::pp_refusal).
-    if (o.pp_refusal && l.pp >= 4 && !o.pp_refusal(l.Ranks()).empty()) continue;
+    if (o.pp_refusal && l.pp > 1 && !o.pp_refusal(l.Ranks()).empty()) continue;
     SSDTRAIN_ASSIGN_OR_RETURN(Candidate c, search.Evaluate(l, best.policy, false));
     if (!c.fits ||
         c.prediction.metrics.tokens_per_s <= best.candidate.prediction.metrics.tokens_per_s) {

@@ -170,7 +170,8 @@ struct PlannerOptions {
   // splits); unset, `heads` alone decides (a captured trace's).
   std::function<std::string(int64_t tp)> tp_refusal;
   // Why the stages between the first and the last of a pipeline (its pp and
-  // split, traces::Layout) are not alike, "" where they are
+  // split, traces::Layout) are not alike, or why the model does not pipeline
+  // so (an encoder-decoder model interleaved), "" where it does
   // (models::PipelineStagesRefusal): stage 1 stands for them all. Unset: alike.
   std::function<std::string(const traces::Layout&)> pp_refusal;
   bool allow_host_offload = true;  // false: auto skips offload-host; optimal never uses host

@@ -111,7 +111,7 @@ void AddSchedules(const PlannerOptions& o, const Layout& l, std::vector<Layout>&
   // Its middle stages differ (PlannerOptions::pp_refusal): stage 1 cannot
   // stand for them.
   auto refused = [&](const Layout& x) {
-    return o.pp_refusal && x.pp >= 4 && !o.pp_refusal(x.Ranks()).empty();
+    return o.pp_refusal && x.pp > 1 && !o.pp_refusal(x.Ranks()).empty();
   };
   for (traces::Schedule s : SchedulesToTry(o)) {
     if (s != traces::Schedule::kInterleaved) {

@@ -201,6 +201,26 @@ TEST_F(PlanCli, AnUnevenSplitIsPrintedAndRecorded) {
   EXPECT_NE(r.output.find(" pp 3 (blocks 1|1|2) dp 1"), std::string::npos) << r.output;
 }
 
+// An encoder-decoder model does not interleave (models::PipelineStagesRefusal):
+// T5-11B on 64 A100s searches pipelined layouts without the interleaved
+// schedule (before, the search built such a stage's chunks and failed whole:
+// "tensor encoder.relative_bias.out of chunk 0's forward is read by
+// L2.attn.qk of chunk 2"), and a pinned interleaving is refused naming --pp.
+TEST_F(PlanCli, AnEncoderDecoderModelIsPlannedWithoutInterleaving) {
+  const std::string base = "plan --model " + Model("t5-11b") + " --hardware " +
+                           Hardware("a100-pcie-40gb-4x-980pro") + " --gpus 64 ";
+  CliResult r = RunSsdtrain(base + "--policy keep -o " + File("t5.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("t5.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_NE(plan->schedule, "interleaved");
+  r = RunSsdtrain(base + "--pp 2 --schedule interleaved --virtual-stages 2 -o " + File("t5i.json"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--pp 2: an encoder-decoder model does not interleave"),
+            std::string::npos)
+      << r.output;
+}
+
 // `plan --trace` takes the trace's shape: tiny-gpt traced at tp 2 plans, with
 // no layout flags, at tp 2, pp 1 and the trace's micro-batch 4 on tp·pp = 2
 // GPUs; --gpus 4 adds data parallelism, dp = 4 / (2·1) = 2.

@@ -308,6 +308,14 @@ TEST(ModelConfig, MiddleStagesMustHoldTheSameKindsOfBlocks) {
             "between the first and the last");
   EXPECT_EQ(PipelineStagesRefusal(t5, traces::Layout{.pp = 3}), "");  // one middle stage
   EXPECT_EQ(PipelineStagesRefusal(t5, traces::Layout{.pp = 2}), "");
+  // Interleaved at any pp: the encoder's relative position bias and output
+  // reach chunks past the next (a search that built such a trace failed).
+  for (int64_t pp : {2, 3, 4}) {
+    EXPECT_EQ(PipelineStagesRefusal(t5, traces::Layout{.pp = pp, .vp = 2})
+                  .rfind("an encoder-decoder model does not interleave", 0),
+              0u)
+        << pp;
+  }
   // A MoE model whose dense first layers reach past stage 0.
   ModelConfig moe;
   moe.family = "llama";
