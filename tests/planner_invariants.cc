@@ -141,8 +141,13 @@ SweepOutcome CheckPlannerInvariants(const SweepCase& c) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::string where = CaseName(c) + " --policy " + policy;
     if (!r.ok()) {
-      // An error names the reason (no layout divides the GPUs, say): not a crash.
+      // "no layout" (nothing divides the GPUs, the layers and the batch) is an
+      // answer about the model; any other error is the search failing on a
+      // layout it chose to try (a trace it could not build, say).
       out.lines.push_back(where + ": error: " + r.status().message());
+      if (!r.status().message().starts_with("no layout:")) {
+        out.violations.push_back(where + ": the search failed: " + r.status().message());
+      }
       continue;
     }
     if (seconds > c.max_seconds) {

@@ -9,7 +9,8 @@
 // - a search that returns no fitting plan says so (fits = false: `plan`
 //   exits 1 with the smallest need);
 // - auto is at least as fast as every fixed policy whose plan fits;
-// - no search errs or takes longer than `max_seconds`.
+// - no search errs (but for "no layout": nothing divides the GPUs, layers and
+//   batch) or takes longer than `max_seconds`.
 // Used by tests/planner_invariants_test.cc (a subset in the suite) and
 // tests/planner_sweep_main.cc (scripts/planner-sweep.sh: the whole sweep).
 #pragma once
