@@ -164,6 +164,16 @@ SweepOutcome CheckPlannerInvariants(const SweepCase& c) {
       }
       CheckStagePeaks(c, policy, *r, provider, *hw, out.violations);
     }
+    if (!r->fits && r->simulated_layouts == 0) {
+      // No layout's weights and optimizer state fit: nothing was simulated,
+      // so there is no plan's peak to print.
+      out.lines.push_back(fmt::format(
+          "{}: does not fit: no layout's weights, gradients and optimizer state fit, the "
+          "least {:.2f} GiB over the budget ({:.1f} s)",
+          where, static_cast<double>(r->over_budget_bytes) / (1 << 30), seconds));
+      searched.emplace(policy, Searched{std::move(*r), seconds});
+      continue;
+    }
     out.lines.push_back(fmt::format(
         "{}: {} {} mb {} m {} {}{}: {:.0f} tokens/s, worst stage peak {:.2f} "
         "GiB{} ({:.1f} s)",
