@@ -1,6 +1,7 @@
 #include "sim/detail/planner_layouts.h"
 
 #include <algorithm>
+#include <set>
 
 #include "sim/collective.h"
 #include "sim/data_parallel.h"
@@ -189,16 +190,37 @@ std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOpti
   return layouts;
 }
 
+int64_t StaticBytes(const traces::Trace& t) {
+  int64_t bytes = 0;
+  for (const traces::Tensor& x : t.tensors) {
+    if (x.alias_of) continue;
+    if (x.kind == traces::TensorKind::kWeight || x.kind == traces::TensorKind::kOptimizerState ||
+        traces::IsWeightGradient(t, x)) {
+      bytes += x.bytes;
+    }
+  }
+  return bytes;
+}
+
 Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cache,
                                     const HardwareOptions& hw, int64_t budget,
                                     traces::DdpImpl ddp) {
   std::vector<Layout> feasible;
   int64_t min_static = INT64_MAX;
+  // A stage's static bytes do not depend on its micro-batch (StaticBytes): a
+  // shape over the budget at one micro-batch is over it at every other, and
+  // those traces are not built (most of a large model's layouts are such).
+  std::set<TraceShape> over_budget;  // shapes at micro-batch 0
+  auto any_micro_batch = [](const Layout& l) {
+    TraceShape s = l.Shape(0);
+    s.micro_batch = 0;
+    return s;
+  };
   for (Layout& l : layouts) {
+    if (over_budget.count(any_micro_batch(l)) != 0) continue;
     SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache.Get(l.Shape(0)));
     OpCostModel cost(hw, t->header);
-    int64_t compute = 0, backward = 0, side = 0, ring = 0, static_bytes = 0, grads = 0,
-            expert_grads = 0;
+    int64_t compute = 0, backward = 0, side = 0, ring = 0, grads = 0, expert_grads = 0;
     for (const traces::Op& op : t->ops) {
       if (op.phase == traces::Phase::kOptimizer) continue;
       const int64_t ns = cost.OpTimeNs(op);
@@ -210,17 +232,16 @@ Result<BoundedLayouts> BoundLayouts(std::vector<Layout> layouts, TraceCache& cac
       if (op.phase == traces::Phase::kBackward) backward += ns;
     }
     for (const traces::Tensor& x : t->tensors) {
-      if (x.alias_of) continue;
-      if (x.kind == traces::TensorKind::kWeight || x.kind == traces::TensorKind::kOptimizerState ||
-          traces::IsWeightGradient(*t, x)) {
-        static_bytes += x.bytes;
-      }
-      if (traces::IsWeightGradient(*t, x)) {
+      if (!x.alias_of && traces::IsWeightGradient(*t, x)) {
         (traces::IsRoutedExpert(x) ? expert_grads : grads) += x.bytes;
       }
     }
+    const int64_t static_bytes = StaticBytes(*t);
     min_static = std::min(min_static, static_bytes);
-    if (static_bytes > budget) continue;
+    if (static_bytes > budget) {
+      over_budget.insert(any_micro_batch(l));
+      continue;
+    }
     // The gradient exchange starts with the last micro-batch's backward at the
     // earliest (Simulate buckets it under that backward): only what outlasts
     // that backward is certain to add to the step, all of it under local DDP

@@ -95,6 +95,11 @@ std::optional<std::pair<int64_t, int64_t>> SplitFor(const PlannerOptions& o, int
 // least bubble and memory; the search tries the others at its winner.
 std::vector<Layout> EnumerateLayouts(const PlannerOptions& o, const HardwareOptions& hw);
 
+// A stage trace's static bytes: its weights, optimizer state and weight
+// gradients (traces::IsWeightGradient), which its micro-batch does not change
+// (sim_planner tests hold that for every model config).
+int64_t StaticBytes(const traces::Trace& trace);
+
 struct BoundedLayouts {
   std::vector<Layout> feasible;  // static memory within the budget, fastest bound first
   int64_t min_static_bytes = 0;  // the least weights + gradients + optimizer state of any layout
