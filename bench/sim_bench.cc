@@ -143,11 +143,10 @@ BENCHMARK(BM_PlanGpt1tOn16384Gpus)->Unit(benchmark::kMillisecond);
 // pre-training's global batch, 2048 sequences of 8192 tokens (16 M tokens; the
 // Llama 3 paper, Table 4), every layout dimension the planner searches today
 // (tp, pp, v, dp, ZeRO 0-3, micro-batch, policy). Issue 44's target: under 2 s
-// on the 2-core VM, with cp searched too. With 16384 = 2^14 GPUs, pp must be a
-// power of two dividing 126 layers (1 or 2) and tp at most a node's 8, so
-// without sharding each GPU holds at least 405 B / 16 parameters' weights and
-// gradients (Meta's run used uneven pipeline stages): only ZeRO-2/3 layouts
-// fit. `fits` says whether one did.
+// on the 2-core VM, with cp searched too. With 16384 = 2^14 GPUs, pp is a
+// power of two; those dividing 126 layers are 1 and 2, the others (4 to 16)
+// split unevenly as traces::DefaultUnevenSplit does (since 8eb5cf5, as Meta's
+// run did), and tp is at most a node's 8. `fits` says whether a plan fits.
 void BM_PlanLlama405bOn16384Gpus(benchmark::State& state) {
   PlanSearch(state, LoadModel("llama-3.1-405b"), LoadHw("h100-sxm-8x-gen5-nvme"), 16384, 2048,
              /*require_fit=*/false);
