@@ -43,6 +43,7 @@ namespace {
 
 struct ReplayFlags {
   std::string trace, model, plan, policy, backend = "auto", io_backend = "auto", output, timeline;
+  std::string gds = "auto", cufile_library = exec::kCuFileLibrary;
   std::vector<std::string> dirs;  // the node's drives, one directory each (traces/drives.h)
   int steps = 3;
   double ssd_bandwidth_GBps = 0;
@@ -171,6 +172,7 @@ int Run(const ReplayFlags& f) {
   auto fail = [&](const Status& st) { return speaks ? ReportError("replay", st) : 1; };
   auto backend = ParseBackend(f.backend);
   auto io_backend = exec::ParseBackendKind(f.io_backend);
+  auto gds = exec::ParseGdsMode(f.gds);
   // Before any work: rank 0's outputs (it writes them) and every rank's --dir.
   Outputs outputs;
   outputs.Add("-o", f.output);
@@ -182,6 +184,7 @@ int Run(const ReplayFlags& f) {
   Result<Setup> setup = !backend.ok() ? Result<Setup>(backend.status())
                         : !io_backend.ok()
                             ? Result<Setup>(io_backend.status().WithPrefix("--io-backend"))
+                        : !gds.ok()    ? Result<Setup>(gds.status())
                         : !usable.ok() ? Result<Setup>(usable)
                                        : Prepare(f, ranks.get());
   if (ranks) {  // every rank ready, or all stop with the first failure
@@ -214,6 +217,8 @@ int Run(const ReplayFlags& f) {
   o.staging_bytes = static_cast<int64_t>(std::llround(f.staging_MiB * 1024 * 1024));
   o.io_backend = *io_backend;
   o.allow_buffered_io = f.allow_buffered_io;
+  o.gds = *gds;
+  o.cufile_library = f.cufile_library;
   o.sync = ranks.get();
   if (speaks) {
     o.progress = [](const std::string& line) { std::cerr << "replay: " << line << "\n"; };
@@ -227,12 +232,13 @@ int Run(const ReplayFlags& f) {
   auto result = exec::Replay(trace, plan, o, setup->plan_source);
   setup->dirs.RemoveMade();
   if (!result.ok()) return fail(result.status());
-  if (speaks && result->backend == "cuda") {
+  if (speaks && (result->backend == "cuda" || result->gds)) {
     std::cerr << "replay: storage path: " << result->storage_path << "\n";
   }
   traces::StepReport report = RunReport(*result, trace, plan);
   report.extra["offload_dirs"] = o.dirs;  // this rank's drives
   report.extra["storage_path"] = result->storage_path;
+  report.extra["gds"] = result->gds;
   if (ranks) {
     report.extra["allreduce_ns"] = result->allreduce_ns;
     const exec::PipelineTraffic& t = result->pipeline;
@@ -348,6 +354,14 @@ Verb AddReplayCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(IntAtLeast(0));
   cmd->add_option("--io-backend", flags->io_backend, "auto, io_uring or posix")
+      ->capture_default_str();
+  cmd->add_option("--gds", flags->gds,
+                  "GPUDirect Storage: auto (cuFile on a GPU where libcufile loads and its "
+                  "driver opens, else the pinned bounce buffers, said once), on (cuFile or an "
+                  "error) or off")
+      ->capture_default_str();
+  cmd->add_option("--cufile-library", flags->cufile_library,
+                  "the cuFile library --gds loads (a name the loader searches, or a path)")
       ->capture_default_str();
   cmd->add_flag(
       "--allow-buffered-io", flags->allow_buffered_io,

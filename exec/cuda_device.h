@@ -33,8 +33,9 @@
 // - CheckPattern uses a device word of its stream's own
 //   (exec/detail/device_words.h), so checks on different streams may run
 //   from different threads at once.
-//   GPUDirect Storage (cuFile) is not used: the SSD path bounces through host
-//   staging buffers.
+//   The SSD path bounces through host staging buffers unless the replay
+//   takes GPUDirect Storage (exec/cufile_backend.h), which moves a device
+//   buffer's bytes to and from the files itself.
 #pragma once
 
 #include <memory>

@@ -79,14 +79,40 @@ std::string CuFile::VersionText() const {
   return std::to_string(version_ / 1000) + "." + std::to_string(version_ % 1000 / 10);
 }
 
-StoragePath ChooseStoragePath(bool want_gds, const std::string& library) {
-  if (!want_gds) return {false, "the CPU backend's files (no GPU, no GPUDirect Storage)"};
+std::string_view ToString(GdsMode mode) {
+  switch (mode) {
+    case GdsMode::kOff:
+      return "off";
+    case GdsMode::kAuto:
+      return "auto";
+    case GdsMode::kOn:
+      return "on";
+  }
+  return "?";
+}
+
+Result<GdsMode> ParseGdsMode(std::string_view s) {
+  if (s == "off") return GdsMode::kOff;
+  if (s == "auto") return GdsMode::kAuto;
+  if (s == "on") return GdsMode::kOn;
+  return Status::InvalidArgument("--gds: '" + std::string(s) + "' is not one of off, auto, on");
+}
+
+Result<StoragePath> ChooseStoragePath(GdsMode mode, bool cuda_device, const std::string& library) {
+  constexpr const char* kBounce = "bounce buffers through pinned host memory";
+  if (mode == GdsMode::kOff) return StoragePath{nullptr, std::string(kBounce) + " (--gds off)"};
+  if (mode == GdsMode::kAuto && !cuda_device) {
+    return StoragePath{nullptr, "the CPU backend's files (no GPU, no GPUDirect Storage)"};
+  }
   Result<std::unique_ptr<CuFile>> f = CuFile::Open(library);
   if (!f.ok()) {
-    return {false, "bounce buffers through pinned host memory: " + f.status().message()};
+    if (mode == GdsMode::kOn) return f.status().WithPrefix("--gds on");
+    return StoragePath{nullptr, std::string(kBounce) + ": " + f.status().message()};
   }
-  return {true, "bounce buffers through pinned host memory: cuFile " + (*f)->VersionText() +
-                    " found and its driver opened, but the engine has no cuFile data path yet"};
+  const std::string version = (*f)->VersionText();
+  return StoragePath{std::shared_ptr<CuFile>(std::move(*f)),
+                     "GPUDirect Storage: cuFile " + version + " (" + library +
+                         "), device memory to the files and back without a host copy"};
 }
 
 }  // namespace ssdtrain::exec

@@ -8,10 +8,8 @@
 // as an int, read here as kvikio does, 1000 · major + 10 · minor (1130: 1.13;
 // not checked against a cufile.h on this machine, which has none).
 //
-// What stands: the loader (every entry point the engine's GDS path needs,
-// the version, the driver opened and closed), and the choice of path a CUDA
-// replay reports. What does not yet: I/O through cuFileRead/cuFileWrite
-// (the engine moves bytes through its pinned bounce buffers on every path).
+// Used by the cuFile backend (cufile_backend.h), which moves GPU memory to and
+// from the offload files, and chosen for a replay by ChooseStoragePath below.
 #pragma once
 
 #include <sys/types.h>
@@ -19,6 +17,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "traces/status.h"
 
@@ -31,6 +30,17 @@ struct CuFileError {
   int err;     // CUfileOpError: 0 CU_FILE_SUCCESS, 5000 + n the driver's errors
   int cu_err;  // CUresult
 };
+
+// CUfileDescr_t: a file for cuFileHandleRegister, by its fd (Linux).
+struct CuFileDescr {
+  int type;  // CUfileFileHandleType
+  union {
+    int fd;
+    void* handle;
+  } handle;
+  const void* fs_ops;  // NULL: the kernel's file system
+};
+inline constexpr int kCuFileHandleTypeOpaqueFd = 1;  // CU_FILE_HANDLE_TYPE_OPAQUE_FD
 
 // The entry points, as cufile.h declares them (opaque handles as void*).
 struct CuFileApi {
@@ -76,14 +86,25 @@ class CuFile {
   bool driver_open_ = false;
 };
 
-// The path a replay's offload I/O takes, said once: with GPUDirect Storage
-// wanted (a CUDA backend), the cuFile at `library` is loaded; the text says
-// which cuFile was found, or why none, and that the bytes go through the
-// pinned bounce buffers either way (the engine has no cuFile data path yet).
+// Whether a replay's offload I/O goes through GPUDirect Storage (replay --gds).
+enum class GdsMode {
+  kOff,   // bounce buffers through pinned host memory
+  kAuto,  // cuFile on the CUDA backend where it loads, else the bounce buffers
+  kOn,    // cuFile or an error (on the CPU backend: its arena handed to cuFile as is)
+};
+std::string_view ToString(GdsMode mode);  // off, auto, on
+Result<GdsMode> ParseGdsMode(std::string_view s);
+
+// The path a replay's offload I/O takes, said once: `cufile` loaded (its
+// bytes go from device memory to the files and back, no host copy) or null
+// (the pinned bounce buffers), and a line saying which and, when cuFile was
+// wanted and is not used, why.
 struct StoragePath {
-  bool cufile_loaded = false;
+  std::shared_ptr<CuFile> cufile;
   std::string text;  // for the run file and one line on stderr
 };
-StoragePath ChooseStoragePath(bool want_gds, const std::string& library = kCuFileLibrary);
+// kOn with a cuFile that does not load is an error naming the library and why.
+Result<StoragePath> ChooseStoragePath(GdsMode mode, bool cuda_device,
+                                      const std::string& library = kCuFileLibrary);
 
 }  // namespace ssdtrain::exec

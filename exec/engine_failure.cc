@@ -21,7 +21,7 @@ using detail::RoundUp;
 Status OffloadEngine::Impl::RemoveFilesLocked() {
   Status first;
   for (auto& [key, f] : files) {
-    if (f.fd >= 0) ::close(f.fd);
+    if (f.fd >= 0) backend->CloseFile(f.fd);
     const int err = UnlinkFile(dirs[static_cast<size_t>(f.dir)].fd, f.name, -1);
     if (err != 0 && first.ok()) {
       first = Status::IoError("cannot unlink " + f.path + ": " + ErrnoText(err) +

@@ -109,7 +109,7 @@ Status OffloadEngine::Impl::Remove(traces::TensorId tensor) {
     if (!fit->second.extents.empty()) continue;
     const File file = std::move(fit->second);
     files.erase(fit);
-    ::close(file.fd);
+    backend->CloseFile(file.fd);
     const int err = UnlinkFile(dirs[static_cast<size_t>(file.dir)].fd, file.name, tensor);
     if (err != 0 && first.ok()) {
       // The tensor is forgotten either way; the file goes with the run

@@ -53,6 +53,7 @@ IoRequest OffloadEngine::Impl::ToIoRequest(const Request& r, size_t slot) const 
   io.offset = r.offset + r.done;
   io.buf_index = r.buf_index;
   io.user_data = slot;
+  io.device_memory = r.job->device;
   return io;
 }
 
@@ -79,6 +80,14 @@ void OffloadEngine::Impl::Prepare(size_t s, Job* job, int64_t block) {
   r.len = RoundUp(r.payload, kDirectIoAlign);
   r.offset = job->OffsetOf(block, options.block_size);
   char* user = job->buf + start;
+  if (job->device) {
+    // GPU memory to or from the file as it is: cuFile takes the unaligned
+    // tail itself (its own bounce), and nothing here may touch the memory.
+    r.len = r.payload;
+    r.io_buf = user;
+    r.crc = job->crcs[static_cast<size_t>(block)];
+    return;
+  }
   const bool in_lease = pool->InLeaseRegion(user, r.len);
   const bool in_external = InExternal(user, r.len);
   const bool aligned_start = reinterpret_cast<uintptr_t>(user) % kDirectIoAlign == 0;

@@ -48,6 +48,8 @@ int FaultBackend::OpenFile(int dir_fd, const char* name, int flags, int mode) {
   return impl_->inner->OpenFile(dir_fd, name, flags, mode);
 }
 
+void FaultBackend::CloseFile(int fd) { impl_->inner->CloseFile(fd); }
+
 Status FaultBackend::Submit(std::span<const IoRequest> requests, size_t* queued) {
   *queued = 0;
   // Decided per request first; nothing is queued (synthetic or real) until the

@@ -61,6 +61,7 @@ class FaultBackend : public IoBackend {
   std::string Name() const override;
   Status RegisterBuffers(std::span<const iovec> buffers) override;
   int OpenFile(int dir_fd, const char* name, int flags, int mode) override;
+  void CloseFile(int fd) override;
   Status Submit(std::span<const IoRequest> requests, size_t* queued) override;
   Result<int> Reap(std::span<IoCompletion> out, int min_complete, int64_t timeout_ns) override;
   void Notify() override;

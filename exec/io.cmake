@@ -20,12 +20,13 @@ list(APPEND SSDTRAIN_EXEC_IO_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/detail/test_points.cc
   ${CMAKE_CURRENT_LIST_DIR}/bench_io.cc
   ${CMAKE_CURRENT_LIST_DIR}/cufile.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cufile_backend.cc
 )
 
 function(ssdtrain_exec_tests)
   # The cuFile loader against stand-in libraries (no cuFile on this machine).
   if(SSDTRAIN_BUILD_TESTS)
-    foreach(variant ok no_write old driver_error)
+    foreach(variant ok no_write old driver_error write_error)
       add_library(fake_cufile_${variant} SHARED
         ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/fake_cufile.cc)
       set_target_properties(fake_cufile_${variant} PROPERTIES
@@ -38,13 +39,16 @@ function(ssdtrain_exec_tests)
     target_compile_definitions(fake_cufile_old PRIVATE FAKE_CUFILE_VERSION=900)
     target_compile_definitions(fake_cufile_driver_error PRIVATE FAKE_CUFILE_VERSION=1130
       FAKE_CUFILE_DRIVER_ERROR)
+    target_compile_definitions(fake_cufile_write_error PRIVATE FAKE_CUFILE_VERSION=1130
+      FAKE_CUFILE_WRITE_ERROR)
     ssdtrain_test(exec_cufile_test
       SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/cufile_test.cc
+              ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_test_util.cc
       DEPS ssdtrain::exec)
     target_compile_definitions(exec_cufile_test PRIVATE
       SSDTRAIN_FAKE_CUFILE_DIR="${CMAKE_CURRENT_BINARY_DIR}/fake_cufile")
     add_dependencies(exec_cufile_test fake_cufile_ok fake_cufile_no_write fake_cufile_old
-      fake_cufile_driver_error)
+      fake_cufile_driver_error fake_cufile_write_error)
   endif()
   ssdtrain_test(exec_io_checksum_test
     SOURCES ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/tests/io_checksum_test.cc

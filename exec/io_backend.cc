@@ -1,6 +1,7 @@
 #include "exec/io_backend.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -21,6 +22,8 @@ int IoBackend::OpenFile(int dir_fd, const char* name, int flags, int mode) {
   const int fd = ::openat(dir_fd, name, flags, mode);
   return fd >= 0 ? fd : -errno;
 }
+
+void IoBackend::CloseFile(int fd) { ::close(fd); }
 
 std::string_view ToString(BackendKind kind) {
   switch (kind) {

@@ -10,7 +10,9 @@
 //
 // Implementations: io_uring (uring_backend.h, the default), a pread/pwrite thread
 // pool (posix_backend.h, taken where io_uring is refused, e.g. by a seccomp
-// profile), and a fault injector wrapping either (fault_backend.h).
+// profile), GPUDirect Storage through cuFile (cufile_backend.h: GPU memory to
+// and from the files, host memory as the posix pool), and a fault injector
+// wrapping any of them (fault_backend.h).
 #pragma once
 
 #include <sys/uio.h>
@@ -38,6 +40,9 @@ struct IoRequest {
   int64_t offset = 0;      // byte offset in the file
   int buf_index = -1;      // index of a registered (fixed) buffer containing buf, or -1
   uint64_t user_data = 0;  // returned unchanged in the completion
+  // `buf` is GPU memory, for GPUDirect Storage (cufile_backend.h); only a
+  // cuFile backend takes such a request (the engine sends none to another).
+  bool device_memory = false;
 };
 
 struct IoCompletion {
@@ -73,6 +78,10 @@ class IoBackend {
   // openat(2). Returns the fd or -errno. A seam so that the fault backend can
   // refuse O_DIRECT the way tmpfs or overlay file systems do.
   virtual int OpenFile(int dir_fd, const char* name, int flags, int mode);
+
+  // Closes an fd OpenFile returned, with nothing in flight on it. A seam so
+  // that the cuFile backend can deregister the file's handle first.
+  virtual void CloseFile(int fd);
 
   // Queues requests in order. `*queued` is set to how many of them, from the
   // front, are in flight: each of those gets exactly one completion from Reap,

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "exec/cufile_backend.h"
 #include "exec/detail/cleanup_registry.h"
 #include "exec/detail/engine_impl.h"
 #include "exec/detail/errno_text.h"
@@ -225,8 +226,13 @@ OffloadEngine::OffloadEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 OffloadEngine::~OffloadEngine() = default;
 
 Result<std::unique_ptr<OffloadEngine>> OffloadEngine::Create(OffloadOptions options) {
-  SSDTRAIN_ASSIGN_OR_RETURN(std::unique_ptr<IoBackend> backend,
-                            MakeIoBackend(options.backend, options.queue_depth, options.warn));
+  // A cuFile request blocks its thread for its whole transfer: one thread per
+  // request in flight.
+  SSDTRAIN_ASSIGN_OR_RETURN(
+      std::unique_ptr<IoBackend> backend,
+      options.cufile != nullptr
+          ? MakeCuFileBackend(options.cufile, std::max(options.queue_depth, 1), options.warn)
+          : MakeIoBackend(options.backend, options.queue_depth, options.warn));
   return Create(std::move(options), std::move(backend));
 }
 
@@ -248,6 +254,17 @@ Result<Ticket> OffloadEngine::WriteAsync(const TensorKey& key, const void* src, 
 
 Result<Ticket> OffloadEngine::ReadAsync(const TensorKey& key, void* dst, int64_t bytes) {
   return impl_->Enqueue(key, IoOp::kRead, static_cast<char*>(dst), bytes);
+}
+
+Result<Ticket> OffloadEngine::WriteDeviceAsync(const TensorKey& key, const void* device_src,
+                                               int64_t bytes) {
+  return impl_->Enqueue(key, IoOp::kWrite, const_cast<char*>(static_cast<const char*>(device_src)),
+                        bytes, /*device=*/true);
+}
+
+Result<Ticket> OffloadEngine::ReadDeviceAsync(const TensorKey& key, void* device_dst,
+                                              int64_t bytes) {
+  return impl_->Enqueue(key, IoOp::kRead, static_cast<char*>(device_dst), bytes, /*device=*/true);
 }
 
 Status OffloadEngine::Wait(Ticket ticket) { return impl_->Wait(ticket); }
@@ -296,6 +313,7 @@ bool OffloadEngine::direct_io() const {
 }
 
 bool OffloadEngine::buffers_registered() const { return impl_->registered; }
+bool OffloadEngine::device_io() const { return impl_->options.cufile != nullptr; }
 
 const std::vector<std::string>& OffloadEngine::run_dirs() const { return impl_->run_dir_paths; }
 

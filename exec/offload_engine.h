@@ -54,6 +54,7 @@
 #include <string_view>
 #include <vector>
 
+#include "exec/cufile.h"
 #include "exec/io_backend.h"
 #include "traces/plan.h"
 #include "traces/status.h"
@@ -106,6 +107,11 @@ struct OffloadOptions {
   // Any size: past 1 GiB (the kernel's limit per fixed buffer) it is registered
   // as several buffers, and a request straddling two of them goes unregistered.
   iovec external_staging{nullptr, 0};
+  // GPUDirect Storage (exec/cufile.h, loaded, its driver open): the engine's
+  // backend is the cuFile one (cufile_backend.h; `backend` is ignored), and
+  // WriteDeviceAsync/ReadDeviceAsync move GPU memory to and from the files.
+  // Null: host memory only.
+  std::shared_ptr<CuFile> cufile;
 };
 
 // Which tensor, and where it goes. `file` empty: "t<tensor>.bin" at offset 0.
@@ -197,6 +203,14 @@ class OffloadEngine {
   // `bytes` must equal the written size. `dst` must stay valid until Wait returns;
   // its contents are meaningful only when Wait returns OK.
   Result<Ticket> ReadAsync(const TensorKey& key, void* dst, int64_t bytes);
+  // The same from and into GPU memory through cuFile (OffloadOptions::cufile;
+  // FailedPrecondition without it). Each extent is one cuFileWrite or
+  // cuFileRead straight from or into the device address (cuFile takes an
+  // unaligned tail itself): no bounce copy, and no CRC32C, since the bytes
+  // never pass through host memory (a tensor written so is read back
+  // unchecked; the replay's --verify checks its pattern on the device).
+  Result<Ticket> WriteDeviceAsync(const TensorKey& key, const void* device_src, int64_t bytes);
+  Result<Ticket> ReadDeviceAsync(const TensorKey& key, void* device_dst, int64_t bytes);
   // Blocks until the ticket's I/O is over; returns its outcome and forgets it.
   Status Wait(Ticket ticket);
   // True when Wait(ticket) would not block. False for an unknown ticket.
@@ -232,6 +246,7 @@ class OffloadEngine {
   std::string BackendName() const;
   bool direct_io() const;           // false when any directory uses buffered I/O
   bool buffers_registered() const;  // false when fixed buffers were refused
+  bool device_io() const;           // WriteDeviceAsync/ReadDeviceAsync available (cuFile)
   const std::vector<std::string>& run_dirs() const;
   // The path of the file holding `tensor`; NotFound if it was never written.
   Result<std::string> FilePath(traces::TensorId tensor) const;

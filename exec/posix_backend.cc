@@ -5,106 +5,108 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <deque>
-#include <thread>
-#include <vector>
 
-#include "exec/detail/annotated_mutex.h"
+#include "exec/detail/thread_pool_backend.h"
 
 namespace ssdtrain::exec {
-namespace {
+namespace detail {
 
-using detail::CondVar;
-using detail::Mutex;
-using detail::MutexLock;
+ThreadPoolBackend::ThreadPoolBackend(int threads) {
+  workers_.reserve(static_cast<size_t>(threads));
+  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
 
-class PosixBackend : public IoBackend {
- public:
-  explicit PosixBackend(int threads) {
-    workers_.reserve(static_cast<size_t>(threads));
-    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
-  }
+ThreadPoolBackend::~ThreadPoolBackend() { StopWorkers(); }
 
-  ~PosixBackend() override {
-    {
-      MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    work_cv_.NotifyAll();
-    for (std::thread& t : workers_) t.join();
-  }
-
-  std::string Name() const override { return "posix"; }
-
-  Status RegisterBuffers(std::span<const iovec>) override { return Status::Ok(); }
-
-  Status Submit(std::span<const IoRequest> requests, size_t* queued) override {
-    {
-      MutexLock lock(&mu_);
-      for (const IoRequest& r : requests) work_.push_back(r);
-    }
-    *queued = requests.size();
-    work_cv_.NotifyAll();
-    return Status::Ok();
-  }
-
-  Result<int> Reap(std::span<IoCompletion> out, int min_complete, int64_t timeout_ns) override {
+void ThreadPoolBackend::StopWorkers() {
+  {
     MutexLock lock(&mu_);
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::nanoseconds(std::max<int64_t>(timeout_ns, 0));
-    while (!woken_ && static_cast<int>(done_.size()) < min_complete && done_.size() < out.size()) {
-      if (timeout_ns < 0) {
-        done_cv_.Wait(&mu_);
-      } else if (!done_cv_.WaitUntil(&mu_, deadline)) {
-        break;
-      }
-    }
-    woken_ = false;
-    int n = 0;
-    while (n < static_cast<int>(out.size()) && !done_.empty()) {
-      out[static_cast<size_t>(n++)] = done_.front();
-      done_.pop_front();
-    }
-    return n;
+    stopping_ = true;
   }
+  work_cv_.NotifyAll();
+  for (std::thread& t : workers_) {
+    if (t.joinable()) t.join();
+  }
+}
 
-  void Notify() override {
-    {
-      MutexLock lock(&mu_);
-      woken_ = true;
+Status ThreadPoolBackend::Submit(std::span<const IoRequest> requests, size_t* queued) {
+  {
+    MutexLock lock(&mu_);
+    for (const IoRequest& r : requests) work_.push_back(r);
+  }
+  *queued = requests.size();
+  work_cv_.NotifyAll();
+  return Status::Ok();
+}
+
+Result<int> ThreadPoolBackend::Reap(std::span<IoCompletion> out, int min_complete,
+                                    int64_t timeout_ns) {
+  MutexLock lock(&mu_);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::nanoseconds(std::max<int64_t>(timeout_ns, 0));
+  while (!woken_ && static_cast<int>(done_.size()) < min_complete && done_.size() < out.size()) {
+    if (timeout_ns < 0) {
+      done_cv_.Wait(&mu_);
+    } else if (!done_cv_.WaitUntil(&mu_, deadline)) {
+      break;
     }
+  }
+  woken_ = false;
+  int n = 0;
+  while (n < static_cast<int>(out.size()) && !done_.empty()) {
+    out[static_cast<size_t>(n++)] = done_.front();
+    done_.pop_front();
+  }
+  return n;
+}
+
+void ThreadPoolBackend::Notify() {
+  {
+    MutexLock lock(&mu_);
+    woken_ = true;
+  }
+  done_cv_.NotifyAll();
+}
+
+void ThreadPoolBackend::WorkerLoop() {
+  MutexLock lock(&mu_);
+  while (true) {
+    while (!stopping_ && work_.empty()) work_cv_.Wait(&mu_);
+    if (stopping_) return;
+    const IoRequest r = work_.front();
+    work_.pop_front();
+    lock.Unlock();
+    const int64_t result = Transfer(r);
+    lock.Lock();
+    done_.push_back(IoCompletion{r.user_data, result});
     done_cv_.NotifyAll();
   }
+}
 
- private:
-  void WorkerLoop() {
-    MutexLock lock(&mu_);
-    while (true) {
-      while (!stopping_ && work_.empty()) work_cv_.Wait(&mu_);
-      if (stopping_) return;
-      const IoRequest r = work_.front();
-      work_.pop_front();
-      lock.Unlock();
-      ssize_t rc;
-      do {
-        rc = r.op == IoOp::kRead ? ::pread(r.fd, r.buf, r.len, r.offset)
-                                 : ::pwrite(r.fd, r.buf, r.len, r.offset);
-      } while (rc < 0 && errno == EINTR);
-      const int64_t result = rc >= 0 ? static_cast<int64_t>(rc) : -static_cast<int64_t>(errno);
-      lock.Lock();
-      done_.push_back(IoCompletion{r.user_data, result});
-      done_cv_.NotifyAll();
-    }
+int64_t PreadPwrite(const IoRequest& r) {
+  ssize_t rc;
+  do {
+    rc = r.op == IoOp::kRead ? ::pread(r.fd, r.buf, r.len, r.offset)
+                             : ::pwrite(r.fd, r.buf, r.len, r.offset);
+  } while (rc < 0 && errno == EINTR);
+  return rc >= 0 ? static_cast<int64_t>(rc) : -static_cast<int64_t>(errno);
+}
+
+}  // namespace detail
+
+namespace {
+
+class PosixBackend : public detail::ThreadPoolBackend {
+ public:
+  using ThreadPoolBackend::ThreadPoolBackend;
+  ~PosixBackend() override { StopWorkers(); }  // no worker calls Transfer from here on
+  std::string Name() const override { return "posix"; }
+
+ protected:
+  int64_t Transfer(const IoRequest& r) override {
+    // GPU memory is not the kernel's to read: only cuFile takes it.
+    return r.device_memory ? -EINVAL : detail::PreadPwrite(r);
   }
-
-  Mutex mu_;
-  CondVar work_cv_;  // work queued, or stopping
-  CondVar done_cv_;  // a completion, or Notify
-  std::deque<IoRequest> work_ SSDTRAIN_GUARDED_BY(mu_);
-  std::deque<IoCompletion> done_ SSDTRAIN_GUARDED_BY(mu_);
-  bool woken_ SSDTRAIN_GUARDED_BY(mu_) = false;
-  bool stopping_ SSDTRAIN_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> workers_;
 };
 
 }  // namespace

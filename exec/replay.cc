@@ -243,6 +243,10 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   engine_options.external_staging = {staging->base(), static_cast<size_t>(staging->capacity())};
   engine_options.bandwidth_cap_bytes_per_s = options.ssd_bandwidth_GBps * 1e9;
   engine_options.allow_buffered_io = options.allow_buffered_io;
+  SSDTRAIN_ASSIGN_OR_RETURN(
+      StoragePath storage_path,
+      ChooseStoragePath(options.gds, device->kind() == "cuda", options.cufile_library));
+  engine_options.cufile = storage_path.cufile;
   std::unique_ptr<OffloadEngine> engine;
   {
     // Threads made while this lives (the engine's I/O thread here, the
@@ -275,7 +279,8 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   result.backend = std::string(device->kind());
   result.device = device->Describe();
   result.io_backend = engine->BackendName();
-  result.storage_path = ChooseStoragePath(device->kind() == "cuda").text;
+  result.storage_path = storage_path.text;
+  result.gds = engine->device_io();
   result.direct_io = engine->direct_io();
   result.steps = options.steps;
   result.micro_batches = plan.num_micro_batches;

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "exec/cache_stats.h"
+#include "exec/cufile.h"
 #include "exec/device.h"
 #include "exec/io_backend.h"
 #include "exec/step_sync.h"
@@ -60,6 +61,12 @@ struct ReplayOptions {
   int cuda_device_index = 0;                       // CUDA: which GPU (CUDA's order)
   int64_t staging_bytes = int64_t{256} << 20;      // pinned host staging for D2H/H2D
   BackendKind io_backend = BackendKind::kAuto;     // io_uring or posix
+  // GPUDirect Storage (exec/cufile.h): kAuto takes cuFile on the CUDA backend
+  // where `cufile_library` loads and its driver opens; with it the SSD path
+  // moves device memory to the files and back (no staging copy, no D2H/H2D
+  // copies, no CRC32C: --verify checks the patterns on the device).
+  GdsMode gds = GdsMode::kAuto;
+  std::string cufile_library = kCuFileLibrary;
   // Engine request size (the stripe), bytes; 0: the plan's stripe_bytes
   // (traces::StripeBytes(plan.storage)), as the simulator predicts by.
   int64_t block_size = 0;
@@ -165,10 +172,11 @@ struct ReplayResult {
   std::string backend;     // "cpu" or "cuda"
   std::string device;      // Device::Describe()
   std::string io_backend;  // the engine's backend name
-  // How the offload bytes travelled: the CPU backend's files, or on CUDA the
-  // bounce buffers, with the cuFile (GPUDirect Storage) found or why none
+  // How the offload bytes travelled: the CPU backend's files, the bounce
+  // buffers (with why not cuFile, where it was wanted), or GPUDirect Storage
   // (exec/cufile.h's ChooseStoragePath).
   std::string storage_path;
+  bool gds = false;                    // the SSD path went through cuFile
   bool direct_io = true;               // false: the SSD path went through the page cache
   int steps = 0;                       // measured steps (warm-up excluded)
   std::vector<int64_t> step_times_ns;  // every step, warm-up first

@@ -1,6 +1,7 @@
 // Replayer: the I/O threads: D2H copies into SSD writes (submitter), writes landing
 // (completer), reads into H2D copies (reader); the first failure stops them all.
 // See exec/detail/replayer.h.
+#include <deque>
 #include <string>
 
 #include "exec/detail/replayer.h"
@@ -69,7 +70,9 @@ void Replayer::SubmitLoop() {
     if (st.ok() && cache_.BeginWrite(job.storage)) {
       sl.write_begin_ns = NowNs();
       auto ticket =
-          engine_.WriteAsync(KeyOf(job.storage), sl.staging.data, life(job.storage).bytes);
+          Direct(job.storage)
+              ? engine_.WriteDeviceAsync(KeyOf(job.storage), sl.buffer.ptr, life(job.storage).bytes)
+              : engine_.WriteAsync(KeyOf(job.storage), sl.staging.data, life(job.storage).bytes);
       if (ticket.ok()) {
         started = true;
         job.ticket = ticket->id;
@@ -123,23 +126,46 @@ void Replayer::CompleteLoop() {
 }
 
 // Waits for reads, copies them to the device, and releases their staging.
+// GPUDirect reads are started here, every queued one before the oldest is
+// waited for, each once compute is done with its memory (h2d_ready).
 void Replayer::ReadLoop() {
+  std::deque<WriteJob> started;
   while (true) {
-    WriteJob job;
+    std::deque<WriteJob> fresh;
     {
       MutexLock lock(&mu_);
-      while (!stop_ && reads_.empty()) cv_.Wait(&mu_);
-      if (reads_.empty()) return;
-      job = reads_.front();
-      reads_.pop_front();
+      while (!stop_ && reads_.empty() && started.empty()) cv_.Wait(&mu_);
+      if (reads_.empty() && started.empty()) return;
+      fresh.swap(reads_);
     }
+    for (WriteJob& j : fresh) {
+      if (Direct(j.storage)) {
+        Slot& sl = slot(j.storage);
+        j.started = sl.h2d_ready->Synchronize();
+        if (j.started.ok()) {
+          auto ticket =
+              engine_.ReadDeviceAsync(KeyOf(j.storage), sl.buffer.ptr, life(j.storage).bytes);
+          if (ticket.ok()) {
+            j.ticket = ticket->id;
+          } else {
+            j.started = ticket.status();
+          }
+        }
+      }
+      started.push_back(std::move(j));
+    }
+    WriteJob job = std::move(started.front());
+    started.pop_front();
     Slot& sl = slot(job.storage);
     const bool host = Host(job.storage);
-    Status st = host ? Status::Ok() : engine_.Wait(Ticket{job.ticket});
+    const bool direct = Direct(job.storage);
+    Status st = host                ? Status::Ok()
+                : !job.started.ok() ? job.started
+                                    : engine_.Wait(Ticket{job.ticket});
     sl.read_end_ns = NowNs();
     if (st.ok()) st = device_.Wait(Stream::kHostToDevice, *sl.h2d_ready);
     if (st.ok()) st = device_.Record(*sl.h2d_start, Stream::kHostToDevice);
-    if (st.ok()) {
+    if (st.ok() && !direct) {
       st = device_.CopyToDeviceAsync(sl.buffer, 0, sl.staging.data, life(job.storage).bytes,
                                      Stream::kHostToDevice);
     }

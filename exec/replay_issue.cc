@@ -325,7 +325,7 @@ Status Replayer::QueueOffload(TensorId s, const traces::Op& op) {
   }
   if (Host(s)) {
     sl.staging = HostCopy(s);
-  } else {
+  } else if (!Direct(s)) {
     // Waiting here (staging full of writes the SSD has not taken yet) holds
     // back the next op's issue: its gap is the SSD's, counted as exposed I/O.
     SSDTRAIN_ASSIGN_OR_RETURN(sl.staging, staging_.Acquire(life(s).bytes, &staging_stalled_next_));
@@ -333,14 +333,18 @@ Status Replayer::QueueOffload(TensorId s, const traces::Op& op) {
   SSDTRAIN_RETURN_IF_ERROR(
       device_.Wait(Stream::kDeviceToHost, *op_end_[static_cast<size_t>(op.id)]));
   SSDTRAIN_RETURN_IF_ERROR(device_.Record(*sl.d2h_start, Stream::kDeviceToHost));
-  SSDTRAIN_RETURN_IF_ERROR(
-      device_.CopyToHostAsync(sl.staging.data, sl.buffer, 0, life(s).bytes, Stream::kDeviceToHost));
+  // GPUDirect: no copy; d2h_end then says when the producer has run, and the
+  // write goes from the device buffer itself.
+  if (!Direct(s)) {
+    SSDTRAIN_RETURN_IF_ERROR(device_.CopyToHostAsync(sl.staging.data, sl.buffer, 0, life(s).bytes,
+                                                     Stream::kDeviceToHost));
+  }
   SSDTRAIN_RETURN_IF_ERROR(device_.Record(*sl.d2h_end, Stream::kDeviceToHost));
   sl.copied_out = true;
   {
     MutexLock lock(&mu_);
     ++pending_writes_;
-    writes_.push_back({s});
+    writes_.push_back({s, 0, Status::Ok()});
   }
   cv_.NotifyAll();
   return Status::Ok();

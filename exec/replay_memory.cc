@@ -84,6 +84,9 @@ Status Replayer::IssueRead(TensorId s, const traces::Op& op, bool* stalled) {
   uint64_t ticket_id = 0;
   if (Host(s)) {
     sl.staging = HostCopy(s);  // the copy back reads it where it stayed
+  } else if (Direct(s)) {
+    // GPUDirect: the read goes into the device buffer itself, once h2d_ready
+    // says compute is done with the memory: the read thread starts it.
   } else {
     SSDTRAIN_ASSIGN_OR_RETURN(sl.staging, staging_.Acquire(life(s).bytes, stalled));
     auto ticket = engine_.ReadAsync(KeyOf(s), sl.staging.data, life(s).bytes);
@@ -96,7 +99,7 @@ Status Replayer::IssueRead(TensorId s, const traces::Op& op, bool* stalled) {
   sl.read_issued = true;
   {
     MutexLock lock(&mu_);
-    reads_.push_back({s, ticket_id});
+    reads_.push_back({s, ticket_id, Status::Ok()});
   }
   cv_.NotifyAll();
   return Status::Ok();

@@ -47,6 +47,14 @@ class DrivesCli : public testing::ReplayRanksTest {
     }
     return flags;
   }
+  // plan.json and predicted.json: `model` offloaded to one array of two drives.
+  void PlanOffloadOnTwoDrives(const std::string& model) {
+    auto planned = RunSsdtrain("plan --model " + model + " --hardware " + DrivesHardware({2}) +
+                               " --gpus 1 --policy offload-ssd --micro-batch 2 --seq-len 256 "
+                               "--num-micro-batches 2 -o " +
+                               File("plan.json") + " --prediction " + File("predicted.json"));
+    ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  }
   void ExpectEmpty(int n) {
     for (int d = 0; d < n; ++d) {
       EXPECT_TRUE(fs::is_empty(File("ssd" + std::to_string(d)))) << "ssd" << d;
@@ -56,11 +64,7 @@ class DrivesCli : public testing::ReplayRanksTest {
 
 TEST_F(DrivesCli, APlanForTwoDrivesReplaysStripedWithEachDrivesBytesPredicted) {
   const std::string model = Model("tiny-gpt");
-  auto planned = RunSsdtrain("plan --model " + model + " --hardware " + DrivesHardware({2}) +
-                             " --gpus 1 --policy offload-ssd --micro-batch 2 --seq-len 256 "
-                             "--num-micro-batches 2 -o " +
-                             File("plan.json") + " --prediction " + File("predicted.json"));
-  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  ASSERT_NO_FATAL_FAILURE(PlanOffloadOnTwoDrives(model));
   auto plan = traces::ReadPlan(File("plan.json"));
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->storage.arrays, (std::vector<int>{2}));
@@ -83,6 +87,46 @@ TEST_F(DrivesCli, APlanForTwoDrivesReplaysStripedWithEachDrivesBytesPredicted) {
   // The path the bytes took, said in the run file (exec/cufile.h).
   EXPECT_EQ(report_.extra.at("storage_path"),
             "the CPU backend's files (no GPU, no GPUDirect Storage)");
+  ExpectEmpty(2);
+}
+
+// GPUDirect Storage (exec/cufile_backend.h) through the stand-in libcufile
+// (exec/tests/fake_cufile.cc, whose cuFileRead/cuFileWrite move the CPU
+// arena's bytes with pread/pwrite): the replay writes and reads the device
+// buffers themselves, no staging copy, verified on the device, each drive's
+// bytes the prediction's; a cuFile that does not load under --gds on is an
+// error naming it, with nothing written.
+TEST_F(DrivesCli, AReplayThroughGpuDirectStorageMovesTheDeviceBuffersThemselves) {
+  const std::string model = Model("tiny-gpt");
+  ASSERT_NO_FATAL_FAILURE(PlanOffloadOnTwoDrives(model));
+  const std::string library = std::string(SSDTRAIN_FAKE_CUFILE_DIR) + "/libfake_cufile_ok.so";
+  auto run = RunSsdtrain("replay --model " + model + " --plan " + File("plan.json") +
+                         " --backend cpu --gds on --cufile-library " + library + DirFlags(2) +
+                         " --steps 2 --verify -o " + File("run.json"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string said = "GPUDirect Storage: cuFile 1.13 (" + library +
+                           "), device memory to the files and back without a host copy";
+  EXPECT_NE(run.output.find("replay: storage path: " + said), std::string::npos) << run.output;
+  ASSERT_NO_FATAL_FAILURE(ReadReports());
+  EXPECT_TRUE(report_.verified.value_or(false));
+  EXPECT_EQ(report_.extra.at("storage_path"), said);
+  EXPECT_EQ(report_.extra.at("gds"), true);
+  EXPECT_EQ(report_.extra.at("io_backend"), "cufile 1.13");
+  ASSERT_EQ(predicted_.metrics.ssd_bytes_written_per_drive.size(), 2u);
+  EXPECT_GT(predicted_.metrics.ssd_bytes_written, 0);
+  EXPECT_EQ(report_.metrics.ssd_bytes_written_per_drive,
+            predicted_.metrics.ssd_bytes_written_per_drive);
+  EXPECT_EQ(report_.metrics.ssd_bytes_read, predicted_.metrics.ssd_bytes_read);
+  ExpectEmpty(2);
+
+  auto absent = RunSsdtrain("replay --model " + model + " --plan " + File("plan.json") +
+                            " --backend cpu --gds on --cufile-library /nonexistent/libcufile.so.0" +
+                            DirFlags(2) + " --steps 1 -o " + File("run2.json"));
+  EXPECT_EQ(absent.exit_code, 1);
+  EXPECT_NE(absent.output.find("--gds on: /nonexistent/libcufile.so.0 was not found"),
+            std::string::npos)
+      << absent.output;
+  EXPECT_FALSE(fs::exists(File("run2.json")));
   ExpectEmpty(2);
 }
 

@@ -72,6 +72,7 @@ struct OffloadEngine::Impl {
     int64_t offset = 0;
     int64_t bytes = 0;
     std::vector<uint32_t> crcs;  // per extent of block_size
+    bool checked = true;         // crcs hold the payload's (false: written from GPU memory)
     bool written = false;        // the write completed
     int active_jobs = 0;
   };
@@ -88,6 +89,8 @@ struct OffloadEngine::Impl {
     IoOp op = IoOp::kRead;
     traces::TensorId tensor = 0;
     char* buf = nullptr;  // the caller's src/dst
+    bool device = false;  // buf is GPU memory (cuFile): no bounce, no CRC32C
+    bool verify = true;   // a read whose extents' CRC32Cs Wait checks
     int64_t bytes = 0;
     int64_t file_offset = 0;        // of the tensor in each of its files
     std::vector<Segment> segments;  // block b goes to segments[b % size()]
@@ -221,8 +224,9 @@ struct OffloadEngine::Impl {
   // A job's view of file `f`.
   Segment SegmentFor(const File& f) const;
 
-  Result<Ticket> Enqueue(const TensorKey& key, IoOp op, char* buf, int64_t bytes)
-      SSDTRAIN_EXCLUDES(mu);
+  // `device`: buf is GPU memory (WriteDeviceAsync/ReadDeviceAsync).
+  Result<Ticket> Enqueue(const TensorKey& key, IoOp op, char* buf, int64_t bytes,
+                         bool device = false) SSDTRAIN_EXCLUDES(mu);
 
   Status Wait(Ticket ticket) SSDTRAIN_EXCLUDES(mu);
 

@@ -228,7 +228,11 @@ class Replayer {
   struct WriteJob {
     TensorId storage;
     uint64_t ticket = 0;
+    Status started;  // GPUDirect reads: how starting it went (ReadLoop starts them)
   };
+  // The SSD path moves device memory itself (GPUDirect Storage, engine_.device_io()):
+  // no staging piece, no D2H or H2D copy.
+  bool Direct(TensorId s) const { return !Host(s) && engine_.device_io(); }
 
   Slot& slot(TensorId s) { return slots_[static_cast<size_t>(s)]; }
   const traces::StorageInfo& life(TensorId s) const { return plan_.of(s); }
