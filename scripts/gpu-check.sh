@@ -165,6 +165,22 @@ for policy in keep offload-ssd; do
   fi
 done
 
+echo "== the SSD path both ways: bounce buffers (--gds off), GPUDirect Storage (--gds on)"
+"$build/app/ssdtrain" replay --trace "$out/tiny-gpt.json" --policy offload-ssd --dir "$dir" \
+  --backend cuda --gds off --verify --steps 3 -o "$out/run-bounce.json"
+if "$build/app/ssdtrain" replay --trace "$out/tiny-gpt.json" --policy offload-ssd --dir "$dir" \
+  --backend cuda --gds on --verify --steps 3 -o "$out/run-gds.json" >"$out/gds.log" 2>&1; then
+  grep 'storage path' "$out/gds.log" || true
+  echo "GPUDirect Storage replay verified"
+elif grep -q -e 'was not found' -e 'cuFileDriverOpen failed' "$out/gds.log"; then
+  # No cuFile (or no nvidia-fs) on this machine: said, not a failure.
+  echo "no GPUDirect Storage here: $(grep -m1 -e 'was not found' -e 'cuFileDriverOpen' "$out/gds.log")"
+else
+  echo "gpu-check: FAILED: the GPUDirect Storage replay failed; its output:" >&2
+  cat "$out/gds.log" >&2
+  exit 1
+fi
+
 echo
 gpu=$("$nvidia_smi" --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 || true)
 echo "== gpu-check: tiny GPT on ${gpu:-the GPU}, $(date -u +%Y-%m-%d), $((SECONDS - start)) s"
