@@ -229,9 +229,12 @@ Result<PlannerResult::ScheduleComparison> AgainstOneFOneB(Search& search, const 
 
 // One pass of the search over `feasible` in bound order; a candidate in
 // `refuted` is judged by its exact prediction there.
+// `keep_bounds`: policies[0] is keep, simulated only as the layout's bound
+// (a one-policy search's): never a candidate, it only skips the layout.
 Result<Pass> SearchLayouts(Search& search, const PlannerOptions& options,
                            const std::vector<Layout>& feasible,
-                           const std::vector<std::string>& policies, const Refuted& refuted) {
+                           const std::vector<std::string>& policies, const Refuted& refuted,
+                           bool keep_bounds) {
   Pass pass;
   std::optional<Best>& best_fit = pass.best_fit;
   std::optional<Best>& best_any = pass.best_any;
@@ -276,6 +279,12 @@ Result<Pass> SearchLayouts(Search& search, const PlannerOptions& options,
           continue;
         }
         search.Count(c);
+        if (keep_bounds && k == 0) {
+          if (NoPolicyHereCanWin(policy, c.prediction.metrics.tokens_per_s, best_tokens(), false)) {
+            break;
+          }
+          continue;
+        }
         if (auto it = refuted.find({i, k}); it != refuted.end()) c = it->second;
         rok.push_back(RokPoint(policy, c));
         const double tokens = c.prediction.metrics.tokens_per_s;
@@ -305,7 +314,14 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
   if (options.layers < 1) return Status::InvalidArgument("model: layers must be >= 1");
   const int64_t budget =
       options.memory_budget_bytes > 0 ? options.memory_budget_bytes : GpuMemoryBytes(hw);
-  SSDTRAIN_ASSIGN_OR_RETURN(const std::vector<std::string> policies, PoliciesToTry(options));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::vector<std::string> policies, PoliciesToTry(options));
+  // Optimal alone: keep is simulated first at each layout all the same, as
+  // auto's search does, but only as the layout's bound (nothing there is
+  // faster than keeping everything): when it cannot beat the best plan so far,
+  // optimal is not simulated there. Keep's simulation is one a stage,
+  // optimal's dozens (for a fixed policy, one against one: no gain).
+  const bool keep_bounds = policies.size() == 1 && policies.front() == "optimal";
+  if (keep_bounds) policies.insert(policies.begin(), "keep");
   SSDTRAIN_RETURN_IF_ERROR(detail::CheckPins(options));
   std::vector<Layout> layouts = detail::EnumerateLayouts(options, hw);
   if (layouts.empty()) {
@@ -333,8 +349,8 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
   Pass pass;
   int64_t simulated_layouts = 0;
   while (true) {
-    SSDTRAIN_ASSIGN_OR_RETURN(pass,
-                              SearchLayouts(search, options, bounded.feasible, policies, refuted));
+    SSDTRAIN_ASSIGN_OR_RETURN(
+        pass, SearchLayouts(search, options, bounded.feasible, policies, refuted, keep_bounds));
     simulated_layouts += pass.simulated_layouts;
     if (!pass.best_fit) break;
     Best& won = *pass.best_fit;

@@ -24,7 +24,8 @@
 // ring link's time, like ZeRO's.
 // Within a layout, keep is simulated first: no policy is faster than keeping
 // everything, so when keep cannot beat the best plan that fits, the layout's
-// other policies are skipped.
+// other policies are skipped (a search for optimal alone simulates keep too,
+// as that bound only, never as its answer).
 //
 // Each simulated layout plans stage 0, the last stage and (pp > 2) stage 1
 // standing for the middle stages, each for its own micro-batches in flight
