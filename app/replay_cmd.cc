@@ -356,9 +356,9 @@ Verb AddReplayCommand(CLI::App& app) {
   cmd->add_option("--io-backend", flags->io_backend, "auto, io_uring or posix")
       ->capture_default_str();
   cmd->add_option("--gds", flags->gds,
-                  "GPUDirect Storage: auto (cuFile on a GPU where libcufile loads and its "
-                  "driver opens, else the pinned bounce buffers, said once), on (cuFile or an "
-                  "error) or off")
+                  "GPUDirect Storage: auto (the path the plan priced, its hardware's "
+                  "storage.gds: on a GPU, cuFile where libcufile loads and its driver opens, else "
+                  "the pinned bounce buffers, said once), on (cuFile or an error) or off")
       ->capture_default_str();
   cmd->add_option("--cufile-library", flags->cufile_library,
                   "the cuFile library --gds loads (a name the loader searches, or a path)")

@@ -98,16 +98,25 @@ Result<GdsMode> ParseGdsMode(std::string_view s) {
   return Status::InvalidArgument("--gds: '" + std::string(s) + "' is not one of off, auto, on");
 }
 
-Result<StoragePath> ChooseStoragePath(GdsMode mode, bool cuda_device, const std::string& library) {
+Result<StoragePath> ChooseStoragePath(GdsMode mode, bool cuda_device, bool plan_gds,
+                                      const std::string& library) {
   constexpr const char* kBounce = "bounce buffers through pinned host memory";
   if (mode == GdsMode::kOff) return StoragePath{nullptr, std::string(kBounce) + " (--gds off)"};
   if (mode == GdsMode::kAuto && !cuda_device) {
     return StoragePath{nullptr, "the CPU backend's files (no GPU, no GPUDirect Storage)"};
   }
+  if (mode == GdsMode::kAuto && !plan_gds) {
+    return StoragePath{nullptr, std::string(kBounce) +
+                                    ", the path the plan priced (its hardware's storage.gds is "
+                                    "false; --gds on takes GPUDirect Storage)"};
+  }
   Result<std::unique_ptr<CuFile>> f = CuFile::Open(library);
   if (!f.ok()) {
     if (mode == GdsMode::kOn) return f.status().WithPrefix("--gds on");
-    return StoragePath{nullptr, std::string(kBounce) + ": " + f.status().message()};
+    return StoragePath{nullptr, std::string(kBounce) +
+                                    ", not the GPUDirect Storage the plan "
+                                    "priced: " +
+                                    f.status().message()};
   }
   const std::string version = (*f)->VersionText();
   return StoragePath{std::shared_ptr<CuFile>(std::move(*f)),

@@ -89,7 +89,8 @@ class CuFile {
 // Whether a replay's offload I/O goes through GPUDirect Storage (replay --gds).
 enum class GdsMode {
   kOff,   // bounce buffers through pinned host memory
-  kAuto,  // cuFile on the CUDA backend where it loads, else the bounce buffers
+  kAuto,  // the plan's path (its storage.gds) on the CUDA backend: cuFile where
+          // the plan priced GPUDirect Storage and cuFile loads, else the bounce buffers
   kOn,    // cuFile or an error (on the CPU backend: its arena handed to cuFile as is)
 };
 std::string_view ToString(GdsMode mode);  // off, auto, on
@@ -103,8 +104,9 @@ struct StoragePath {
   std::shared_ptr<CuFile> cufile;
   std::string text;  // for the run file and one line on stderr
 };
+// `plan_gds`: the path the plan's prediction priced (traces::DriveLayout::gds).
 // kOn with a cuFile that does not load is an error naming the library and why.
-Result<StoragePath> ChooseStoragePath(GdsMode mode, bool cuda_device,
+Result<StoragePath> ChooseStoragePath(GdsMode mode, bool cuda_device, bool plan_gds,
                                       const std::string& library = kCuFileLibrary);
 
 }  // namespace ssdtrain::exec

@@ -243,9 +243,9 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   engine_options.external_staging = {staging->base(), static_cast<size_t>(staging->capacity())};
   engine_options.bandwidth_cap_bytes_per_s = options.ssd_bandwidth_GBps * 1e9;
   engine_options.allow_buffered_io = options.allow_buffered_io;
-  SSDTRAIN_ASSIGN_OR_RETURN(
-      StoragePath storage_path,
-      ChooseStoragePath(options.gds, device->kind() == "cuda", options.cufile_library));
+  SSDTRAIN_ASSIGN_OR_RETURN(StoragePath storage_path,
+                            ChooseStoragePath(options.gds, device->kind() == "cuda",
+                                              plan.storage.gds, options.cufile_library));
   engine_options.cufile = storage_path.cufile;
   std::unique_ptr<OffloadEngine> engine;
   {

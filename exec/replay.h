@@ -62,7 +62,8 @@ struct ReplayOptions {
   int64_t staging_bytes = int64_t{256} << 20;      // pinned host staging for D2H/H2D
   BackendKind io_backend = BackendKind::kAuto;     // io_uring or posix
   // GPUDirect Storage (exec/cufile.h): kAuto takes cuFile on the CUDA backend
-  // where `cufile_library` loads and its driver opens; with it the SSD path
+  // where the plan priced it (its storage.gds) and `cufile_library` loads and
+  // its driver opens; with it the SSD path
   // moves device memory to the files and back (no staging copy, no D2H/H2D
   // copies, no CRC32C: --verify checks the patterns on the device).
   GdsMode gds = GdsMode::kAuto;

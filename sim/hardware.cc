@@ -432,6 +432,7 @@ int SlowestArray(const HardwareOptions& hw) {
 traces::DriveLayout DriveLayoutOf(const HardwareOptions& hw) {
   traces::DriveLayout layout;
   layout.arrays = hw.storage.arrays_drives;
+  layout.gds = hw.storage.gds;
   const auto request = static_cast<int64_t>(std::ceil(hw.storage.drive.request_KiB * 1024.0));
   layout.stripe_bytes =
       std::max<int64_t>(traces::kStripeAlign, (request + traces::kStripeAlign - 1) /

@@ -33,10 +33,14 @@ inline constexpr int64_t kDefaultStripeBytes = int64_t{4} << 20;
 inline constexpr int64_t kStripeAlign = 4096;
 
 // A node's drives as a plan records them (JSON "storage": {"arrays": [...],
-// "stripe_bytes": N}; optional, written when set).
+// "stripe_bytes": N, "gds": true}; optional, written when set).
 struct DriveLayout {
   std::vector<int> arrays;   // drives per array; empty: one array of every drive given
   int64_t stripe_bytes = 0;  // 0: kDefaultStripeBytes
+  // The path the prediction priced (the hardware's storage.gds): GPUDirect
+  // Storage, device memory to the drives; false: bounce buffers through pinned
+  // host memory. A CUDA replay takes the same path by default (replay --gds).
+  bool gds = false;
   bool operator==(const DriveLayout&) const = default;
 };
 

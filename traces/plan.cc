@@ -158,6 +158,7 @@ json ToJson(const Plan& plan) {
     json storage = json::object();
     if (!plan.storage.arrays.empty()) storage["arrays"] = plan.storage.arrays;
     if (plan.storage.stripe_bytes != 0) storage["stripe_bytes"] = plan.storage.stripe_bytes;
+    if (plan.storage.gds) storage["gds"] = true;
     j["storage"] = std::move(storage);
   }
   if (plan.prediction) j["prediction"] = ToJson(*plan.prediction);
@@ -276,6 +277,7 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
       }
     }
     SSDTRAIN_ASSIGN_OR_RETURN(plan.storage.stripe_bytes, st.IntOr("stripe_bytes", 0));
+    SSDTRAIN_ASSIGN_OR_RETURN(plan.storage.gds, st.BoolOr("gds", false));
     SSDTRAIN_RETURN_IF_ERROR(ValidateDriveLayout(plan.storage, source + ": storage"));
     SSDTRAIN_RETURN_IF_ERROR(st.CheckNoUnknown());
   }

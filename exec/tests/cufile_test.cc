@@ -34,13 +34,18 @@ TEST(CuFile, AnAbsentLibraryIsUnavailableNamingIt) {
   EXPECT_NE(f.status().message().find("/nonexistent/libcufile.so.0 was not found ("),
             std::string::npos)
       << f.status().message();
-  auto path =
-      ChooseStoragePath(GdsMode::kAuto, /*cuda_device=*/true, "/nonexistent/libcufile.so.0");
+  auto path = ChooseStoragePath(GdsMode::kAuto, /*cuda_device=*/true, /*plan_gds=*/true,
+                                "/nonexistent/libcufile.so.0");
   ASSERT_TRUE(path.ok());
   EXPECT_EQ(path->cufile, nullptr);
-  EXPECT_EQ(path->text.rfind("bounce buffers through pinned host memory: ", 0), 0u) << path->text;
+  EXPECT_EQ(path->text.rfind("bounce buffers through pinned host memory, not the GPUDirect "
+                             "Storage the plan priced: ",
+                             0),
+            0u)
+      << path->text;
   // --gds on: an error, naming the library.
-  auto on = ChooseStoragePath(GdsMode::kOn, /*cuda_device=*/true, "/nonexistent/libcufile.so.0");
+  auto on = ChooseStoragePath(GdsMode::kOn, /*cuda_device=*/true, /*plan_gds=*/false,
+                              "/nonexistent/libcufile.so.0");
   ASSERT_FALSE(on.ok());
   EXPECT_EQ(on.status().message().rfind("--gds on: /nonexistent/libcufile.so.0 was not found", 0),
             0u)
@@ -68,7 +73,8 @@ TEST(CuFile, ADriverErrorIsSaidWithItsCodeAndTheBouncePathTaken) {
   EXPECT_NE(f.status().message().find("cuFileDriverOpen failed (cuFile error 5033)"),
             std::string::npos)
       << f.status().message();
-  auto path = ChooseStoragePath(GdsMode::kAuto, /*cuda_device=*/true, Fake("driver_error"));
+  auto path = ChooseStoragePath(GdsMode::kAuto, /*cuda_device=*/true, /*plan_gds=*/true,
+                                Fake("driver_error"));
   ASSERT_TRUE(path.ok());
   EXPECT_EQ(path->cufile, nullptr);
   EXPECT_NE(path->text.find("cuFile error 5033"), std::string::npos) << path->text;
@@ -94,16 +100,27 @@ TEST(CuFile, ACompleteLibraryLoadsWithItsVersionAndClosesItsDriver) {
   }
   EXPECT_EQ(*closes, 1);
   // Chosen for a CUDA replay, and said; the CPU backend's auto and any off take the files.
-  auto path = ChooseStoragePath(GdsMode::kAuto, /*cuda_device=*/true, Fake("ok"));
+  auto path =
+      ChooseStoragePath(GdsMode::kAuto, /*cuda_device=*/true, /*plan_gds=*/true, Fake("ok"));
   ASSERT_TRUE(path.ok());
   EXPECT_NE(path->cufile, nullptr);
   EXPECT_EQ(path->text, "GPUDirect Storage: cuFile 1.13 (" + Fake("ok") +
                             "), device memory to the files and back without a host copy");
-  path = ChooseStoragePath(GdsMode::kAuto, /*cuda_device=*/false, Fake("ok"));
+  path = ChooseStoragePath(GdsMode::kAuto, /*cuda_device=*/false, /*plan_gds=*/true, Fake("ok"));
   ASSERT_TRUE(path.ok());
   EXPECT_EQ(path->cufile, nullptr);
   EXPECT_EQ(path->text, "the CPU backend's files (no GPU, no GPUDirect Storage)");
-  path = ChooseStoragePath(GdsMode::kOff, /*cuda_device=*/true, Fake("ok"));
+  // A plan that priced the bounce buffers is replayed on them unless --gds on.
+  path = ChooseStoragePath(GdsMode::kAuto, /*cuda_device=*/true, /*plan_gds=*/false, Fake("ok"));
+  ASSERT_TRUE(path.ok());
+  EXPECT_EQ(path->cufile, nullptr);
+  EXPECT_EQ(path->text,
+            "bounce buffers through pinned host memory, the path the plan priced (its hardware's "
+            "storage.gds is false; --gds on takes GPUDirect Storage)");
+  path = ChooseStoragePath(GdsMode::kOn, /*cuda_device=*/true, /*plan_gds=*/false, Fake("ok"));
+  ASSERT_TRUE(path.ok());
+  EXPECT_NE(path->cufile, nullptr);
+  path = ChooseStoragePath(GdsMode::kOff, /*cuda_device=*/true, /*plan_gds=*/true, Fake("ok"));
   ASSERT_TRUE(path.ok());
   EXPECT_EQ(path->cufile, nullptr);
   EXPECT_EQ(path->text, "bounce buffers through pinned host memory (--gds off)");

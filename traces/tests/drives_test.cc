@@ -122,7 +122,8 @@ Plan MinimalPlan() {
 TEST(PlanStorage, RoundTripsAndIsOmittedWhenUnset) {
   Plan p = MinimalPlan();
   EXPECT_FALSE(ToJson(p).contains("storage"));
-  p.storage = DriveLayout{{4, 4}, 1 << 20};
+  p.storage = DriveLayout{{4, 4}, 1 << 20, /*gds=*/true};
+  EXPECT_EQ(ToJson(p)["storage"]["gds"], true);
   StepMetrics m;
   m.ssd_bytes_written = 30;
   m.ssd_bytes_written_per_drive = {10, 20};
@@ -130,6 +131,9 @@ TEST(PlanStorage, RoundTripsAndIsOmittedWhenUnset) {
   auto back = PlanFromJson(ToJson(p), "p.json");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->storage, p.storage);
+  // The bounce path, the default, is not written.
+  p.storage.gds = false;
+  EXPECT_FALSE(ToJson(p)["storage"].contains("gds"));
   ASSERT_TRUE(back->prediction.has_value());
   EXPECT_EQ(back->prediction->ssd_bytes_written_per_drive, (std::vector<int64_t>{10, 20}));
   StepMetrics none;
