@@ -239,6 +239,7 @@ int Run(const ReplayFlags& f) {
   report.extra["offload_dirs"] = o.dirs;  // this rank's drives
   report.extra["storage_path"] = result->storage_path;
   report.extra["gds"] = result->gds;
+  report.extra["staging_bytes"] = result->staging_bytes;
   if (ranks) {
     report.extra["allreduce_ns"] = result->allreduce_ns;
     const exec::PipelineTraffic& t = result->pipeline;
@@ -339,7 +340,9 @@ Verb AddReplayCommand(CLI::App& app) {
                   "Device memory in GiB (CPU arena; CUDA: 0 = the GPU's free memory)")
       ->capture_default_str()
       ->check(RealAtLeast(0));
-  cmd->add_option("--staging-memory", flags->staging_MiB, "Pinned host staging memory in MiB")
+  cmd->add_option("--staging-memory", flags->staging_MiB,
+                  "Pinned host staging memory in MiB (none is pinned where GPUDirect Storage moves "
+                  "the device buffers)")
       ->capture_default_str()
       ->check(RealAbove(0));
   cmd->add_option("--cpu-threads", flags->cpu_threads,

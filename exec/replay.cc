@@ -237,16 +237,19 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
       options.block_size > 0 ? options.block_size : traces::StripeBytes(plan.storage);
   // queue_depth requests in flight per drive, as the simulator's drives keep.
   engine_options.queue_depth = options.queue_depth * static_cast<int>(options.dirs.size());
-  engine_options.staging_bytes = 0;  // the replay brings its own pinned staging
-  SSDTRAIN_ASSIGN_OR_RETURN(auto staging,
-                            detail::HostStaging::Create(*device, options.staging_bytes));
-  engine_options.external_staging = {staging->base(), static_cast<size_t>(staging->capacity())};
-  engine_options.bandwidth_cap_bytes_per_s = options.ssd_bandwidth_GBps * 1e9;
-  engine_options.allow_buffered_io = options.allow_buffered_io;
   SSDTRAIN_ASSIGN_OR_RETURN(StoragePath storage_path,
                             ChooseStoragePath(options.gds, device->kind() == "cuda",
                                               plan.storage.gds, options.cufile_library));
   engine_options.cufile = storage_path.cufile;
+  // The replay brings its own pinned staging, none where cuFile moves the
+  // device buffers themselves (Replayer::Direct: no SSD byte bounces then).
+  engine_options.staging_bytes = 0;
+  SSDTRAIN_ASSIGN_OR_RETURN(
+      auto staging,
+      detail::HostStaging::Create(*device, storage_path.cufile ? 0 : options.staging_bytes));
+  engine_options.external_staging = {staging->base(), static_cast<size_t>(staging->capacity())};
+  engine_options.bandwidth_cap_bytes_per_s = options.ssd_bandwidth_GBps * 1e9;
+  engine_options.allow_buffered_io = options.allow_buffered_io;
   std::unique_ptr<OffloadEngine> engine;
   {
     // Threads made while this lives (the engine's I/O thread here, the
@@ -281,6 +284,7 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   result.io_backend = engine->BackendName();
   result.storage_path = storage_path.text;
   result.gds = engine->device_io();
+  result.staging_bytes = staging->capacity();
   result.direct_io = engine->direct_io();
   result.steps = options.steps;
   result.micro_batches = plan.num_micro_batches;

@@ -178,6 +178,7 @@ struct ReplayResult {
   // (exec/cufile.h's ChooseStoragePath).
   std::string storage_path;
   bool gds = false;                    // the SSD path went through cuFile
+  int64_t staging_bytes = 0;           // pinned host staging held (0 with cuFile)
   bool direct_io = true;               // false: the SSD path went through the page cache
   int steps = 0;                       // measured steps (warm-up excluded)
   std::vector<int64_t> step_times_ns;  // every step, warm-up first

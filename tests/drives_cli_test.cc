@@ -87,6 +87,8 @@ TEST_F(DrivesCli, APlanForTwoDrivesReplaysStripedWithEachDrivesBytesPredicted) {
   // The path the bytes took, said in the run file (exec/cufile.h).
   EXPECT_EQ(report_.extra.at("storage_path"),
             "the CPU backend's files (no GPU, no GPUDirect Storage)");
+  // The bytes bounce through the replay's pinned staging (--staging-memory's default).
+  EXPECT_EQ(report_.extra.at("staging_bytes"), int64_t{256} << 20);
   ExpectEmpty(2);
 }
 
@@ -112,6 +114,7 @@ TEST_F(DrivesCli, AReplayThroughGpuDirectStorageMovesTheDeviceBuffersThemselves)
   EXPECT_EQ(report_.extra.at("storage_path"), said);
   EXPECT_EQ(report_.extra.at("gds"), true);
   EXPECT_EQ(report_.extra.at("io_backend"), "cufile 1.13");
+  EXPECT_EQ(report_.extra.at("staging_bytes"), 0);  // nothing bounces: no staging pinned
   ASSERT_EQ(predicted_.metrics.ssd_bytes_written_per_drive.size(), 2u);
   EXPECT_GT(predicted_.metrics.ssd_bytes_written, 0);
   EXPECT_EQ(report_.metrics.ssd_bytes_written_per_drive,

@@ -12,6 +12,9 @@ namespace ssdtrain::exec::detail {
 
 Result<std::unique_ptr<HostStaging>> HostStaging::Create(Device& device, int64_t bytes) {
   bytes = RoundUp(bytes, 4096);  // whole pages: the engine registers the region
+  // None (GPUDirect Storage moves the device buffers themselves): nothing
+  // mapped or pinned; every Acquire is refused.
+  if (bytes == 0) return std::unique_ptr<HostStaging>(new HostStaging(device, nullptr, 0));
   void* p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
@@ -27,6 +30,7 @@ Result<std::unique_ptr<HostStaging>> HostStaging::Create(Device& device, int64_t
 }
 
 HostStaging::~HostStaging() {
+  if (base_ == nullptr) return;  // an empty region: nothing mapped
   // A destructor has no one to report to, and the mapping goes next either way
   // (CUDA drops a registration whose memory is unmapped).
   (void)device_.UnregisterHostMemory(base_);

@@ -24,7 +24,8 @@ struct StagingPiece {
 
 class HostStaging {
  public:
-  // Maps `bytes` and registers them with `device` (which must outlive this).
+  // Maps `bytes` and registers them with `device` (which must outlive this);
+  // 0 bytes: an empty region, nothing mapped, every Acquire refused.
   static Result<std::unique_ptr<HostStaging>> Create(Device& device, int64_t bytes);
   ~HostStaging();
   HostStaging(const HostStaging&) = delete;
