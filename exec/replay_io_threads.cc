@@ -1,6 +1,7 @@
 // Replayer: the I/O threads: D2H copies into SSD writes (submitter), writes landing
 // (completer), reads into H2D copies (reader); the first failure stops them all.
 // See exec/detail/replayer.h.
+#include <cctype>
 #include <deque>
 #include <string>
 
@@ -8,6 +9,21 @@
 #include "exec/detail/test_points.h"
 
 namespace ssdtrain::exec::detail {
+namespace {
+
+// `status` with "<verb> tensor <s>" said first, unless its message names that
+// tensor already (the engine's I/O errors do: "writing tensor 7 to ...").
+Status ForTensor(const Status& status, const std::string& verb, TensorId s) {
+  const std::string name = "tensor " + std::to_string(s);
+  const std::string& text = status.message();
+  for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1)) {
+    const size_t end = at + name.size();
+    if (end == text.size() || !std::isdigit(static_cast<unsigned char>(text[end]))) return status;
+  }
+  return status.WithPrefix(verb + " " + name);
+}
+
+}  // namespace
 
 Replayer::~Replayer() {
   // Nothing enqueued may outlive the buffers. A destructor cannot report; a
@@ -112,7 +128,7 @@ void Replayer::CompleteLoop() {
     sl.write_end_ns = NowNs();
     sl.wrote = true;
     staging_.Release(sl.staging);
-    if (!st.ok()) Fail(st.WithPrefix("writing tensor " + std::to_string(job.storage)));
+    if (!st.ok()) Fail(ForTensor(st, "writing", job.storage));
     // An eviction joins the cache's list with the decision (tensor_cache.h).
     if (st.ok() && cache_.OnWriteLanded(job.storage)) {
       detail::HitTestPoint(detail::TestPoint::kEvictionDecided, job.storage);
@@ -176,7 +192,7 @@ void Replayer::ReadLoop() {
       cache_.OnReadLanded(job.storage);
       sl.copied_in = true;
     } else {
-      st = st.WithPrefix("reading tensor " + std::to_string(job.storage));
+      st = ForTensor(st, "reading", job.storage);
       Fail(st);
     }
     {

@@ -231,6 +231,13 @@ TEST(Replay, WriteErrorStopsTheRunAndLeavesNoFiles) {
   auto r = Replay(trace, traces::OffloadAllPlan(trace), o, "offload-all");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kIoError) << r.status().ToString();
+  // The engine's message names the tensor and its file; the replay does not
+  // say "writing tensor T" a second time in front of it.
+  const std::string& text = r.status().message();
+  const size_t first = text.find("writing tensor ");
+  ASSERT_NE(first, std::string::npos) << text;
+  EXPECT_EQ(text.find("writing tensor ", first + 1), std::string::npos) << text;
+  EXPECT_NE(text.find(" to " + dir.path()), std::string::npos) << text;
   EXPECT_TRUE(ListTree(dir.path()).empty());
 }
 
