@@ -12,7 +12,8 @@
 namespace ssdtrain::sim {
 
 Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan plan,
-                                    const HardwareOptions& hw) {
+                                    const HardwareOptions& hw,
+                                    const traces::StoragePlan* storages) {
   bool offloads = false;
   for (traces::Placement& p : plan.placements) {
     p.evict_before = traces::kNoOp;
@@ -28,6 +29,7 @@ Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan pla
   so.in_flight = ChunksInFlight(trace.header.stage, std::max<int64_t>(1, plan.pp),
                                 plan.num_micro_batches, schedule, v);
   so.virtual_stages = v;
+  so.storages = storages;
   const bool several = so.in_flight > v;
   SSDTRAIN_ASSIGN_OR_RETURN(StageResult r, SimulateStage(trace, plan, hw, so));
   if (several && r.ssd_bytes_written + r.ssd_bytes_read > 0) {
@@ -35,7 +37,9 @@ Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan pla
     // micro-batches in flight, as Simulate runs such a stage.
     SSDTRAIN_ASSIGN_OR_RETURN(r, SimulateStage(trace, plan, hw, SharedSsdOptions(r, so)));
   }
-  SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan sp, traces::ResolvePlan(trace, plan, "plan"));
+  SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan sp,
+                            storages ? traces::ResolvePlan(trace, *storages, plan, "plan")
+                                     : traces::ResolvePlan(trace, plan, "plan"));
   const auto n = static_cast<traces::OpId>(trace.ops.size());
   traces::OpId pass_end = traces::kNoOp;  // the first backward op
   for (const traces::Op& op : trace.ops) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "sim/op_cost.h"
 #include "traces/storage_plan.h"
@@ -28,8 +29,8 @@ struct Candidate {
 class Search {
  public:
   Search(const traces::Trace& trace, const HardwareOptions& hw, int64_t budget,
-         const PolicyOptions& options)
-      : trace_(trace), hw_(hw), budget_(budget), options_(options) {}
+         const PolicyOptions& options, const traces::StoragePlan* storages)
+      : trace_(trace), hw_(hw), budget_(budget), options_(options), given_storages_(storages) {}
 
   // A plan the search met before (a quarter of its candidates: a move's prefix
   // can equal the incumbent or an earlier try) is not simulated again: the
@@ -49,7 +50,12 @@ class Search {
     SimulateOptions so;
     so.gpu = options_.gpu;
     so.record_timeline = false;
-    SSDTRAIN_ASSIGN_OR_RETURN(Prediction p, Simulate(trace_, plan, hw_, so));
+    if (given_storages_ == nullptr && !storages_) {
+      SSDTRAIN_ASSIGN_OR_RETURN(storages_, traces::ResolveStorages(trace_, "plan"));
+    }
+    const traces::StoragePlan* storages = given_storages_ ? given_storages_ : &*storages_;
+    SSDTRAIN_ASSIGN_OR_RETURN(Prediction p,
+                              Simulate({StageInput{&trace_, &plan, storages}}, hw_, so));
     seen_.emplace(std::move(text), p);
     return p;
   }
@@ -118,6 +124,8 @@ class Search {
   const PolicyOptions& options_;
   int simulations_ = 0;
   std::map<std::string, Prediction> seen_;
+  const traces::StoragePlan* given_storages_;    // the trace's, from the caller, or null:
+  std::optional<traces::StoragePlan> storages_;  // resolved at the first simulation
 };
 
 std::map<TensorId, TensorAction> Actions(const traces::Plan& plan) {
@@ -197,9 +205,10 @@ void ApplyTimeAwarePrefetch(const traces::Trace& trace, const HardwareOptions& h
 
 Result<OptimalResult> MakeOptimalPlan(const traces::Trace& trace, const HardwareOptions& hw,
                                       const traces::Plan& base, int64_t budget_bytes,
-                                      const PolicyOptions& options) {
+                                      const PolicyOptions& options,
+                                      const traces::StoragePlan* storages) {
   const int64_t budget = budget_bytes > 0 ? budget_bytes : GpuMemoryBytes(hw);
-  Search search(trace, hw, budget, options);
+  Search search(trace, hw, budget, options, storages);
   OptimalResult out;
   std::optional<Candidate> best;
   for (std::string_view policy : kFixedPolicies) {

@@ -28,6 +28,7 @@
 #include "sim/simulate.h"
 #include "traces/plan.h"
 #include "traces/status.h"
+#include "traces/storage_plan.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::sim {
@@ -45,9 +46,12 @@ struct OptimalResult {
 };
 
 // `budget_bytes` <= 0: the GPU's capacity (memory minus reserve).
+// `storages`: the trace's traces::ResolveStorages where the caller has it
+// (else resolved at the first simulation).
 Result<OptimalResult> MakeOptimalPlan(const traces::Trace& trace, const HardwareOptions& hw,
                                       const traces::Plan& base, int64_t budget_bytes,
-                                      const PolicyOptions& options = {});
+                                      const PolicyOptions& options = {},
+                                      const traces::StoragePlan* storages = nullptr);
 
 // Rewrites prefetch_before of every offloaded placement from the op start
 // times in `timing` (a simulation of this plan or a close one).

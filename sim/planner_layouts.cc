@@ -25,13 +25,29 @@ TraceShape TraceShape::Of(const traces::Plan& plan, int64_t stage) {
 
 namespace ssdtrain::sim::detail {
 
-Result<const traces::Trace*> TraceCache::Get(const TraceShape& shape) {
+Result<TraceCache::Entry*> TraceCache::Find(const TraceShape& shape) {
   auto it = cache_.find(shape);
   if (it == cache_.end()) {
     SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace t, provider_(shape));
-    it = cache_.emplace(shape, std::make_unique<traces::Trace>(std::move(t))).first;
+    it = cache_.emplace(shape, Entry{std::make_unique<traces::Trace>(std::move(t)), 0, {}}).first;
   }
-  return static_cast<const traces::Trace*>(it->second.get());
+  return &it->second;
+}
+
+Result<const traces::Trace*> TraceCache::Get(const TraceShape& shape) {
+  SSDTRAIN_ASSIGN_OR_RETURN(Entry * e, Find(shape));
+  return static_cast<const traces::Trace*>(e->trace.get());
+}
+
+Result<StageTrace> TraceCache::GetStage(const TraceShape& shape) {
+  SSDTRAIN_ASSIGN_OR_RETURN(Entry * e, Find(shape));
+  if (!e->storages) {
+    SSDTRAIN_ASSIGN_OR_RETURN(traces::StoragePlan storages,
+                              traces::ResolveStorages(*e->trace, "plan"));
+    e->fingerprint = traces::Fingerprint(*e->trace);
+    e->storages = std::make_unique<traces::StoragePlan>(std::move(storages));
+  }
+  return StageTrace{e->trace.get(), e->fingerprint, e->storages.get()};
 }
 
 namespace {

@@ -65,6 +65,7 @@
 
 #include "sim/hardware.h"
 #include "traces/plan.h"
+#include "traces/storage_plan.h"
 #include "traces/status.h"
 #include "traces/trace.h"
 
@@ -149,8 +150,10 @@ Result<traces::Plan> MakeSsdtrainPaperPlan(const traces::Trace& trace, const Har
 // result gives the same memory profile at every op, and a replay holds exactly that memory whatever
 // its SSD does: a slower drive makes the op at the point wait (exposed I/O) instead of holding
 // more. Existing points are replaced. Plans without offload come back unchanged.
+// `storages`: the trace's traces::ResolveStorages where the caller has it.
 Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan plan,
-                                    const HardwareOptions& hw);
+                                    const HardwareOptions& hw,
+                                    const traces::StoragePlan* storages = nullptr);
 
 // A plan template: layout from the trace header; dp and micro-batch count 1.
 traces::Plan BasePlan(const traces::Trace& trace);  // traces::PlanTemplate, unnamed

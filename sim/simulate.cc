@@ -203,7 +203,10 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   }
   so.virtual_stages = v;
   std::vector<StageSimOptions> input_options(stages.size(), so);
-  for (size_t i = 0; i < stages.size(); ++i) input_options[i].in_flight = most_in_flight[i];
+  for (size_t i = 0; i < stages.size(); ++i) {
+    input_options[i].in_flight = most_in_flight[i];
+    input_options[i].storages = stages[i].storages;
+  }
   std::vector<StageResult> results;
   for (size_t i = 0; i < stages.size(); ++i) {
     SSDTRAIN_ASSIGN_OR_RETURN(

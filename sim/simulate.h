@@ -72,6 +72,9 @@ namespace ssdtrain::sim {
 struct StageInput {
   const traces::Trace* trace = nullptr;  // not owned; outlives the call
   const traces::Plan* plan = nullptr;    // its placements apply to `trace`
+  // Optional: the trace's traces::ResolveStorages, for a search that
+  // simulates many plans of one trace (StageSimOptions::storages).
+  const traces::StoragePlan* storages = nullptr;
 };
 
 struct SimulateOptions {

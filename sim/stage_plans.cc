@@ -13,13 +13,15 @@ namespace ssdtrain::sim {
 namespace {
 
 // Keeping every activation fits this stage, holding its micro-batches in flight.
-Result<bool> KeepFits(const traces::Trace& trace, const HardwareOptions& hw,
-                      const traces::Plan& layout, int64_t budget, const PolicyOptions& options) {
+Result<bool> KeepFits(const StageTrace& st, const HardwareOptions& hw, const traces::Plan& layout,
+                      int64_t budget, const PolicyOptions& options) {
+  const traces::Trace& trace = *st.trace;
   SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan keep, MakeFixedPlan("keep", trace, hw, layout, options));
   SimulateOptions so;
   so.gpu = options.gpu;
   so.record_timeline = false;
-  SSDTRAIN_ASSIGN_OR_RETURN(Prediction p, Simulate(trace, keep, hw, so));
+  SSDTRAIN_ASSIGN_OR_RETURN(Prediction p,
+                            Simulate({StageInput{&trace, &keep, st.storages}}, hw, so));
   const auto stage = static_cast<size_t>(std::max<int64_t>(0, trace.header.stage));
   if (p.stage_peaks.empty()) return p.metrics.peak_gpu_bytes <= budget;
   return p.stage_peaks[std::min(stage, p.stage_peaks.size() - 1)].peak_gpu_bytes <= budget;
@@ -36,7 +38,7 @@ std::vector<int64_t> RepresentativeStages(int64_t pp) {
 
 std::vector<StageInput> StagePlans::Inputs() const {
   std::vector<StageInput> in;
-  for (const StagePlan& s : stages) in.push_back({s.trace, &s.plan});
+  for (const StagePlan& s : stages) in.push_back({s.trace, &s.plan, s.storages});
   return in;
 }
 
@@ -44,16 +46,17 @@ namespace {
 
 // One stage's plan under `policy`, eviction points placed; `simulations`
 // counts the stage simulations it ran.
-Result<traces::Plan> PlanStage(const traces::Trace& trace, const std::string& policy,
+Result<traces::Plan> PlanStage(const StageTrace& st, const std::string& policy,
                                const HardwareOptions& hw, const traces::Plan& base, int64_t budget,
                                const PolicyOptions& options, int64_t* simulations) {
+  const traces::Trace& trace = *st.trace;
   traces::Plan layout = base;
   layout.model = trace.header.model;
-  layout.trace_fingerprint = traces::Fingerprint(trace);
+  layout.trace_fingerprint = st.fingerprint ? *st.fingerprint : traces::Fingerprint(trace);
   traces::Plan plan;
   bool keep_fits = false;
   if (policy == "optimal") {
-    SSDTRAIN_ASSIGN_OR_RETURN(keep_fits, KeepFits(trace, hw, layout, budget, options));
+    SSDTRAIN_ASSIGN_OR_RETURN(keep_fits, KeepFits(st, hw, layout, budget, options));
     ++*simulations;
   }
   if (keep_fits) {
@@ -62,7 +65,7 @@ Result<traces::Plan> PlanStage(const traces::Trace& trace, const std::string& po
     plan.policy = "optimal";
   } else if (policy == "optimal") {
     SSDTRAIN_ASSIGN_OR_RETURN(OptimalResult opt,
-                              MakeOptimalPlan(trace, hw, layout, budget, options));
+                              MakeOptimalPlan(trace, hw, layout, budget, options, st.storages));
     *simulations += opt.simulations;
     plan = std::move(opt.plan);
   } else {
@@ -71,7 +74,7 @@ Result<traces::Plan> PlanStage(const traces::Trace& trace, const std::string& po
   plan.memory_budget_bytes = budget;
   // Each storage's first stripe on the next drive of the (slowest) array.
   traces::SpreadOverDrives(trace, &plan, ArrayFor(hw, SlowestArray(hw)).drives);
-  SSDTRAIN_ASSIGN_OR_RETURN(plan, PlaceEvictions(trace, std::move(plan), hw));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan, PlaceEvictions(trace, std::move(plan), hw, st.storages));
   ++*simulations;
   return plan;
 }
@@ -82,6 +85,15 @@ Result<StagePlans> PlanStages(const std::vector<const traces::Trace*>& traces,
                               const std::string& policy, const HardwareOptions& hw,
                               const traces::Plan& base, int64_t budget,
                               const PolicyOptions& options, detail::TaskPool* pool) {
+  std::vector<StageTrace> stage_traces;
+  for (const traces::Trace* t : traces)
+    stage_traces.push_back(StageTrace{t, std::nullopt, nullptr});
+  return PlanStages(stage_traces, policy, hw, base, budget, options, pool);
+}
+
+Result<StagePlans> PlanStages(const std::vector<StageTrace>& traces, const std::string& policy,
+                              const HardwareOptions& hw, const traces::Plan& base, int64_t budget,
+                              const PolicyOptions& options, detail::TaskPool* pool) {
   const std::vector<int64_t> stages = RepresentativeStages(base.pp);
   if (traces.size() != stages.size()) {
     return Status::Internal("PlanStages: " + std::to_string(traces.size()) + " traces for " +
@@ -91,7 +103,7 @@ Result<StagePlans> PlanStages(const std::vector<const traces::Trace*>& traces,
   std::vector<std::optional<Result<traces::Plan>>> plans(n);
   std::vector<int64_t> simulations(n, 0);
   auto plan_stage = [&](size_t i) {
-    plans[i].emplace(PlanStage(*traces[i], policy, hw, base, budget, options, &simulations[i]));
+    plans[i].emplace(PlanStage(traces[i], policy, hw, base, budget, options, &simulations[i]));
   };
   // The optimizer's stages are independent searches of thousands of
   // simulations: a task each on `pool`. A fixed policy's stage is two
@@ -105,7 +117,8 @@ Result<StagePlans> PlanStages(const std::vector<const traces::Trace*>& traces,
   for (size_t i = 0; i < n; ++i) {
     if (!plans[i]->ok()) return plans[i]->status();  // the first failing stage's
     out.simulations += simulations[i];
-    out.stages.push_back(StagePlan{stages[i], traces[i], std::move(**plans[i])});
+    out.stages.push_back(
+        StagePlan{stages[i], traces[i].trace, std::move(**plans[i]), traces[i].storages});
   }
   return out;
 }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "sim/simulate.h"
 #include "traces/plan.h"
 #include "traces/status.h"
+#include "traces/storage_plan.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::sim {
@@ -35,10 +37,21 @@ class TaskPool;  // sim/detail/task_pool.h
 // pp − 1 when pp > 1.
 std::vector<int64_t> RepresentativeStages(int64_t pp);
 
+// A stage's trace with what a search works out of it once (the planner's
+// trace cache does, sim/detail/planner_layouts.h): its fingerprint and its
+// storages (traces::ResolveStorages). Not owned; a null field is worked out
+// again at each use.
+struct StageTrace {
+  const traces::Trace* trace = nullptr;
+  std::optional<uint64_t> fingerprint;
+  const traces::StoragePlan* storages = nullptr;
+};
+
 struct StagePlan {
   int64_t stage = 0;
   const traces::Trace* trace = nullptr;  // not owned
   traces::Plan plan;
+  const traces::StoragePlan* storages = nullptr;  // the trace's (StageTrace), or null
 };
 
 struct StagePlans {
@@ -53,6 +66,9 @@ struct StagePlans {
 // "optimal", with a `pool`, the stages are searched as its tasks, at once (the
 // plans and the simulation count do not depend on it); the first failing
 // stage's error, in stage order, is returned.
+Result<StagePlans> PlanStages(const std::vector<StageTrace>& traces, const std::string& policy,
+                              const HardwareOptions& hw, const traces::Plan& base, int64_t budget,
+                              const PolicyOptions& options, detail::TaskPool* pool = nullptr);
 Result<StagePlans> PlanStages(const std::vector<const traces::Trace*>& traces,
                               const std::string& policy, const HardwareOptions& hw,
                               const traces::Plan& base, int64_t budget,

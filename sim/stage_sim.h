@@ -45,6 +45,7 @@
 #include "sim/hardware.h"
 #include "traces/plan.h"
 #include "traces/status.h"
+#include "traces/storage_plan.h"
 #include "traces/timeline.h"
 #include "traces/trace.h"
 
@@ -66,6 +67,10 @@ struct StageSimOptions {
   // Interleaved: chunks held at once, `virtual_stages` of them per micro-batch.
   int64_t in_flight = 1;
   int64_t virtual_stages = 1;
+  // The trace's traces::ResolveStorages (not owned; outlives the call): a
+  // search simulating many plans of one trace resolves them once; null:
+  // resolved here.
+  const traces::StoragePlan* storages = nullptr;
 };
 
 struct OpTiming {

@@ -12,7 +12,9 @@
 namespace ssdtrain::sim::detail {
 
 Status StageSimulator::BuildStorages() {
-  SSDTRAIN_ASSIGN_OR_RETURN(resolved_, traces::ResolvePlan(trace_, plan_, "plan"));
+  SSDTRAIN_ASSIGN_OR_RETURN(
+      resolved_, options_.storages ? traces::ResolvePlan(trace_, *options_.storages, plan_, "plan")
+                                   : traces::ResolvePlan(trace_, plan_, "plan"));
   const traces::StoragePlan& sp = resolved_;
   storages_.resize(sp.storages.size());
   for (size_t i = 0; i < sp.storages.size(); ++i) {

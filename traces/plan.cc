@@ -332,10 +332,14 @@ Layout PlanLayout(const Plan& plan) {
 }
 
 Plan PlanTemplate(const Trace& trace, std::string policy) {
+  return PlanTemplate(trace, std::move(policy), Fingerprint(trace));
+}
+
+Plan PlanTemplate(const Trace& trace, std::string policy, uint64_t fingerprint) {
   Plan plan;
   plan.policy = std::move(policy);
   plan.model = trace.header.model;
-  plan.trace_fingerprint = Fingerprint(trace);
+  plan.trace_fingerprint = fingerprint;
   plan.micro_batch = std::max<int64_t>(1, trace.header.micro_batch);
   plan.seq_len = trace.header.seq_len;
   plan.tp = std::max<int64_t>(1, trace.header.tp);

@@ -159,6 +159,8 @@ Status WritePlan(const Plan& plan, const std::string& path);
 // gradient sync; dp and micro-batch count 1), no budget. Every policy, the planner and the
 // executor's built-in plans start from this.
 Plan PlanTemplate(const Trace& trace, std::string policy = "keep");
+// The same with the trace's Fingerprint worked out already (a search's cache).
+Plan PlanTemplate(const Trace& trace, std::string policy, uint64_t fingerprint);
 
 // Checks a plan against its trace: model, deferred gradient sync, fingerprint, known tensor ids,
 // actions only on saved offloadable tensors, file names that stay inside the offload directory.

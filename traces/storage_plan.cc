@@ -99,9 +99,8 @@ int64_t ReplayWorkspaceBytes(const Trace& trace, int64_t output_region_bytes) {
   return bytes;
 }
 
-Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std::string& source) {
+Result<StoragePlan> ResolveStorages(const Trace& trace, const std::string& source) {
   const auto n_tensors = static_cast<int64_t>(trace.tensors.size());
-  const auto n_ops = static_cast<int64_t>(trace.ops.size());
   StoragePlan sp;
   sp.index_of.assign(trace.tensors.size(), -1);
   // Storages in root-id order. A root's id is below its aliases' only when the
@@ -130,6 +129,55 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
     if (t.saved_for_backward) sp.storages[static_cast<size_t>(index)].saved = true;
   }
 
+  // Lifetimes and per-op storage lists.
+  for (const Op& op : trace.ops) {
+    auto touch = [&](TensorId t, OpLists& list) -> Status {
+      if (t < 0 || t >= n_tensors) {
+        return Status::InvalidArgument(source + ": op " + std::to_string(op.id) + " names tensor " +
+                                       std::to_string(t) + ", which the trace does not have");
+      }
+      const int index = sp.index_of[static_cast<size_t>(t)];
+      list.AddUnique(index);
+      StorageInfo& s = sp.storages[static_cast<size_t>(index)];
+      s.last_use = std::max(s.last_use, op.id);
+      if (op.phase == Phase::kForward) {
+        s.last_forward_use = std::max(s.last_forward_use, op.id);
+      } else if (s.first_backward_use == kNoOp) {
+        s.first_backward_use = op.id;
+      }
+      return Status::Ok();
+    };
+    for (TensorId t : op.inputs) SSDTRAIN_RETURN_IF_ERROR(touch(t, sp.op_inputs));
+    sp.op_inputs.EndOp();
+    for (TensorId t : op.outputs) SSDTRAIN_RETURN_IF_ERROR(touch(t, sp.op_outputs));
+    sp.op_outputs.EndOp();
+  }
+  for (StorageInfo& s : sp.storages) {  // a weight gradient read by nothing: the step's result
+    if (s.role == StorageRole::kWeightGradient && !trace.ops.empty() &&
+        trace.tensor(s.root).consumers.empty()) {
+      s.last_use = trace.ops.back().id;
+    }
+  }
+  for (const StorageInfo& s : sp.storages) {
+    if (s.persistent()) sp.persistent_bytes += s.bytes;
+  }
+  sp.prefetch_at = OpLists::Grouped(trace.ops.size(), {});  // nothing moves: every storage kept
+  sp.evict_at = sp.prefetch_at;
+  return sp;
+}
+
+Result<StoragePlan> ResolvePlan(const Trace& trace, const StoragePlan& storages, const Plan& plan,
+                                const std::string& source) {
+  const auto n_tensors = static_cast<int64_t>(trace.tensors.size());
+  const auto n_ops = static_cast<int64_t>(trace.ops.size());
+  const bool unplaced = std::all_of(storages.storages.begin(), storages.storages.end(),
+                                    [](const StorageInfo& s) { return s.placed_by == -1; });
+  if (storages.index_of.size() != trace.tensors.size() ||
+      storages.op_inputs.size() != trace.ops.size() || !unplaced) {
+    return Status::Internal(
+        source + ": resolved against storages that are not its trace's own (ResolveStorages)");
+  }
+  StoragePlan sp = storages;
   // Placements: one action per storage.
   // Tensor id -> the placement that names it (duplicates are refused); -1: none.
   std::vector<int64_t> placed_at(trace.tensors.size(), -1);
@@ -264,7 +312,6 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
       s.host_offset = sp.host_region_bytes;
       sp.host_region_bytes += Pad(s.bytes);
     }
-    if (s.persistent()) sp.persistent_bytes += s.bytes;
   }
   for (auto& [where, list] : extents) {
     std::sort(list.begin(), list.end());
@@ -282,43 +329,15 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
     }
   }
 
-  // Lifetimes and per-op storage lists.
-  for (const Op& op : trace.ops) {
-    auto touch = [&](TensorId t, OpLists& list) -> Status {
-      if (t < 0 || t >= n_tensors) {
-        return Status::InvalidArgument(source + ": op " + std::to_string(op.id) + " names tensor " +
-                                       std::to_string(t) + ", which the trace does not have");
-      }
-      const int index = sp.index_of[static_cast<size_t>(t)];
-      list.AddUnique(index);
-      StorageInfo& s = sp.storages[static_cast<size_t>(index)];
-      s.last_use = std::max(s.last_use, op.id);
-      if (op.phase == Phase::kForward) {
-        s.last_forward_use = std::max(s.last_forward_use, op.id);
-      } else if (s.first_backward_use == kNoOp) {
-        s.first_backward_use = op.id;
-      }
-      return Status::Ok();
-    };
-    for (TensorId t : op.inputs) SSDTRAIN_RETURN_IF_ERROR(touch(t, sp.op_inputs));
-    sp.op_inputs.EndOp();
-    for (TensorId t : op.outputs) SSDTRAIN_RETURN_IF_ERROR(touch(t, sp.op_outputs));
-    sp.op_outputs.EndOp();
-  }
-  for (StorageInfo& s : sp.storages) {  // a weight gradient read by nothing: the step's result
-    if (s.role == StorageRole::kWeightGradient && !trace.ops.empty() &&
-        trace.tensor(s.root).consumers.empty()) {
-      s.last_use = trace.ops.back().id;
-    }
-  }
   std::vector<std::pair<size_t, int>> prefetches, evictions;  // (op, storage)
-  const std::map<int, OpId> pass_end = ForwardPassEnds(trace);
+  std::map<int, OpId> pass_end;  // built at the first eviction point (most plans have none)
   for (size_t i = 0; i < sp.storages.size(); ++i) {
     StorageInfo& s = sp.storages[i];
     if (s.offloaded() && s.prefetch_before != kNoOp) {
       prefetches.emplace_back(static_cast<size_t>(s.prefetch_before), static_cast<int>(i));
     }
     if (s.offloaded() && s.evict_before != kNoOp) {
+      if (pass_end.empty()) pass_end = ForwardPassEnds(trace);
       // A point in its own micro-batch's backward is the end of that forward pass.
       const int mb = trace.tensor(s.root).micro_batch;
       const Op& at = trace.op(s.evict_before);
@@ -348,6 +367,11 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std:
   sp.prefetch_at = OpLists::Grouped(trace.ops.size(), prefetches);
   sp.evict_at = OpLists::Grouped(trace.ops.size(), evictions);
   return sp;
+}
+
+Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std::string& source) {
+  SSDTRAIN_ASSIGN_OR_RETURN(const StoragePlan storages, ResolveStorages(trace, source));
+  return ResolvePlan(trace, storages, plan, source);
 }
 
 Status CheckDevices(const StoragePlan& storage_plan, int directories, const std::string& source) {

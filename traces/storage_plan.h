@@ -135,6 +135,16 @@ struct StoragePlan {
 // fingerprint (ValidatePlan does both).
 Result<StoragePlan> ResolvePlan(const Trace& trace, const Plan& plan, const std::string& source);
 
+// The same in two halves, for a search that resolves many plans against one
+// trace: ResolveStorages is what no plan changes (the storages, their roles,
+// sizes and lifetimes, the per-op lists; itself the plan that keeps every
+// storage), resolved once; ResolvePlan(trace, storages, plan) applies a plan's
+// placements to a copy of it, with the same checks and messages. `storages`
+// must be ResolveStorages(trace)'s (an Internal error where its sizes say not).
+Result<StoragePlan> ResolveStorages(const Trace& trace, const std::string& source);
+Result<StoragePlan> ResolvePlan(const Trace& trace, const StoragePlan& storages, const Plan& plan,
+                                const std::string& source);
+
 // A plan's SSD directory indexes against the directories a run has.
 Status CheckDevices(const StoragePlan& storage_plan, int directories, const std::string& source);
 

@@ -69,12 +69,20 @@ std::vector<StageTask> InterleavedOrder(int64_t p, int64_t stage, int64_t m, int
 }  // namespace
 
 int64_t ChunksInFlight(Schedule schedule, int64_t p, int64_t stage, int64_t m, int64_t v) {
-  int64_t held = 0, most = 0;
-  for (const StageTask& t : StageOrder(schedule, p, stage, m, v)) {
-    held += t.forward ? 1 : -1;
-    most = std::max(most, held);
+  // Every StageOrder runs its warm-up forwards, then a forward and a backward
+  // in turn, then the backwards left: it holds the most just after its first
+  // forward past the warm-up (GPipe's warm-up is every forward). In closed
+  // form, since a search asks this of every stage of every simulation.
+  const int64_t total = schedule == Schedule::kInterleaved ? m * v : m;
+  if (total <= 0) return 0;
+  int64_t warmup = total;
+  if (schedule == Schedule::kInterleaved) {
+    warmup = std::min(total, (p - stage - 1) * 2 + (v - 1) * p);
+  } else if (schedule == Schedule::kOneFOneB) {
+    warmup = std::min(total, p - stage - 1);
   }
-  return most;
+  warmup = std::max<int64_t>(0, warmup);
+  return warmup < total ? warmup + 1 : total;
 }
 
 int64_t HeldByOtherChunks(int64_t between_passes_bytes, int64_t chunks_in_flight, int64_t v) {

@@ -12,9 +12,11 @@
 
 #include "sim/hardware.h"
 #include "sim/planner.h"
+#include "sim/stage_plans.h"
 #include "traces/dp_buckets.h"
 #include "traces/layout.h"
 #include "traces/status.h"
+#include "traces/storage_plan.h"
 #include "traces/trace.h"
 #include "traces/whole_step.h"
 
@@ -60,10 +62,21 @@ class TraceCache {
  public:
   explicit TraceCache(const TraceProvider& provider) : provider_(provider) {}
   Result<const traces::Trace*> Get(const TraceShape& shape);
+  // The trace with its fingerprint and storages (traces::ResolveStorages),
+  // worked out at the shape's first call here (the bound's traces, of layouts
+  // never simulated, need neither). Like Get, not to be called from several
+  // threads for a shape not seen yet.
+  Result<StageTrace> GetStage(const TraceShape& shape);
 
  private:
+  struct Entry {
+    std::unique_ptr<traces::Trace> trace;
+    uint64_t fingerprint = 0;  // set by GetStage, with storages
+    std::unique_ptr<traces::StoragePlan> storages;
+  };
+  Result<Entry*> Find(const TraceShape& shape);
   const TraceProvider& provider_;
-  std::map<TraceShape, std::unique_ptr<traces::Trace>> cache_;
+  std::map<TraceShape, Entry> cache_;
 };
 
 // Pins that no layout can satisfy, named by flag with the reason.

@@ -23,10 +23,10 @@ Search::Search(const TraceProvider& provider, const HardwareOptions& hw,
   policy_options_.offload_modules = options.offload_modules;
 }
 
-Result<std::vector<const traces::Trace*>> Search::StageTraces(const Layout& l) {
-  std::vector<const traces::Trace*> out;
+Result<std::vector<StageTrace>> Search::StageTraces(const Layout& l) {
+  std::vector<StageTrace> out;
   for (int64_t s : RepresentativeStages(l.pp)) {
-    SSDTRAIN_ASSIGN_OR_RETURN(const traces::Trace* t, cache_.Get(l.Shape(s)));
+    SSDTRAIN_ASSIGN_OR_RETURN(StageTrace t, cache_.GetStage(l.Shape(s)));
     out.push_back(t);
   }
   return out;
@@ -41,8 +41,9 @@ Result<Candidate> Search::Evaluate(const Layout& l, const std::string& policy, b
 
 Result<Candidate> Search::EvaluateUncounted(const Layout& l, const std::string& policy,
                                             bool timeline, bool unrolled_peaks) {
-  SSDTRAIN_ASSIGN_OR_RETURN(std::vector<const traces::Trace*> traces, StageTraces(l));
-  traces::Plan base = BasePlan(*traces[0]);
+  SSDTRAIN_ASSIGN_OR_RETURN(std::vector<StageTrace> traces, StageTraces(l));
+  // The layout (each stage's plan takes its own trace's model and fingerprint).
+  traces::Plan base = traces::PlanTemplate(*traces[0].trace, "", *traces[0].fingerprint);
   base.micro_batch = l.micro_batch;
   base.tp = l.tp;
   base.cp = l.cp;

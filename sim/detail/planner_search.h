@@ -48,8 +48,9 @@ class Search {
   // (a window's candidates past the sequential search's stops are not).
   void Count(const Candidate& c) { simulations_ += c.simulations; }
 
-  // The layout's representative stages' traces (built into the cache).
-  Result<std::vector<const traces::Trace*>> StageTraces(const Layout& l);
+  // The layout's representative stages' traces, with their fingerprints and
+  // storages (built into the cache).
+  Result<std::vector<StageTrace>> StageTraces(const Layout& l);
 
   Result<Candidate> Evaluate(const Layout& l, const std::string& policy, bool timeline,
                              bool unrolled_peaks = false);

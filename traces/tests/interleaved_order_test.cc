@@ -8,6 +8,7 @@
 // then forward k + warm-up and backward k alternate, then the other backwards.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,29 @@ TEST(InterleavedOrder, StageZeroHoldsMoreThanOneFOneB) {
   // m = p: the warm-up (2·3 + 4 = 10) reaches all m·v = 8 chunk steps: every
   // chunk is forwarded before the first backward.
   EXPECT_EQ(ChunksInFlight(Schedule::kInterleaved, 4, 0, 4, 2), 8);
+}
+
+// ChunksInFlight's closed form against the order it stands for, walked: the
+// most chunks forwarded and not yet backwarded, for every schedule and shape.
+TEST(InterleavedOrder, ChunksInFlightIsTheMostTheOrderHolds) {
+  for (Schedule schedule : {Schedule::kGpipe, Schedule::kOneFOneB, Schedule::kInterleaved}) {
+    for (int64_t p = 1; p <= 8; ++p) {
+      for (int64_t m = 1; m <= 24; ++m) {
+        for (int64_t v = 1; v <= (schedule == Schedule::kInterleaved ? 4 : 1); ++v) {
+          for (int64_t stage = 0; stage < p; ++stage) {
+            int64_t held = 0, most = 0;
+            for (const StageTask& t : StageOrder(schedule, p, stage, m, v)) {
+              held += t.forward ? 1 : -1;
+              most = std::max(most, held);
+            }
+            EXPECT_EQ(ChunksInFlight(schedule, p, stage, m, v), most)
+                << ToString(schedule) << " p " << p << " stage " << stage << " m " << m << " v "
+                << v;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(InterleavedOrder, EveryChunkOfEveryMicroBatchRunsOnceEachWay) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <span>
+#include <string>
 #include <vector>
 
 #include "traces/tests/small_trace.h"
@@ -277,6 +278,73 @@ TEST(DeviceBytes, RoundsUpToTheGranularity) {
   EXPECT_EQ(DeviceBytes(256, 256), 256);
   EXPECT_EQ(DeviceBytes(257, 64), 320);
   EXPECT_EQ(DeviceBytes(257, 1), 257);
+}
+
+// Both halves of the storage plan said per storage and per op, to compare.
+std::vector<std::string> Described(const Trace& t, const StoragePlan& sp) {
+  std::vector<std::string> out;
+  for (const StorageInfo& s : sp.storages) {
+    out.push_back(std::to_string(s.root) + " " + std::to_string(s.bytes) + " " +
+                  std::to_string(static_cast<int>(s.role)) + " " + std::to_string(s.saved) + " " +
+                  std::to_string(static_cast<int>(s.action)) + " " + std::to_string(s.placed_by) +
+                  " " + std::to_string(s.prefetch_before) + " " + std::to_string(s.evict_before) +
+                  " " + s.file + " " + std::to_string(s.device) + " " + std::to_string(s.offset) +
+                  " " + std::to_string(s.host_offset) + " " + std::to_string(s.producer) + " " +
+                  std::to_string(s.last_use) + " " + std::to_string(s.last_forward_use) + " " +
+                  std::to_string(s.first_backward_use));
+  }
+  for (size_t op = 0; op < t.ops.size(); ++op) {
+    for (const OpLists* lists : {&sp.op_inputs, &sp.op_outputs, &sp.prefetch_at, &sp.evict_at}) {
+      std::string line = "op " + std::to_string(op) + ":";
+      for (int s : (*lists)[op]) line += " " + std::to_string(s);
+      out.push_back(line);
+    }
+  }
+  for (int i : sp.index_of) out.push_back("index " + std::to_string(i));
+  out.push_back(std::to_string(sp.persistent_bytes) + " " + std::to_string(sp.ssd_bytes) + " " +
+                std::to_string(sp.host_region_bytes) + " " + std::to_string(sp.max_device));
+  return out;
+}
+
+// A search resolves the trace's storages once and each plan against them
+// (ResolveStorages): the same plan as resolving it whole, for every kind of
+// placement, the same errors for a bad one; the storages alone keep
+// everything; a resolved plan is refused as the storages to start from.
+TEST(ResolvePlan, InTwoHalvesIsTheSamePlan) {
+  const Trace t = testing::SmallTrace();
+  auto storages = ResolveStorages(t, "p.json");
+  ASSERT_TRUE(storages.ok()) << storages.status().message();
+  auto keep = ResolvePlan(t, PlanWith(t, {}), "p.json");
+  ASSERT_TRUE(keep.ok()) << keep.status().message();
+  EXPECT_EQ(Described(t, *storages), Described(t, *keep));
+  const std::vector<std::vector<Placement>> plans = {
+      {},
+      {Ssd(5, "v.bin", 0, 3)},
+      {Act(2, TensorAction::kOffloadHost), Act(5, TensorAction::kOffloadHost)},
+      {Act(2, TensorAction::kRecompute), Ssd(5, "b.bin", 4096)},
+      {SsdEvict(2, 4, 3)},
+  };
+  for (const std::vector<Placement>& placements : plans) {
+    const Plan plan = PlanWith(t, placements);
+    auto whole = ResolvePlan(t, plan, "p.json");
+    auto halves = ResolvePlan(t, *storages, plan, "p.json");
+    ASSERT_TRUE(whole.ok()) << whole.status().message();
+    ASSERT_TRUE(halves.ok()) << halves.status().message();
+    EXPECT_EQ(Described(t, *halves), Described(t, *whole)) << placements.size();
+  }
+  const Plan bad = PlanWith(t, {Ssd(2, "a.bin", 0), Ssd(5, "a.bin", 0)});  // overlapping
+  auto whole = ResolvePlan(t, bad, "p.json");
+  auto halves = ResolvePlan(t, *storages, bad, "p.json");
+  ASSERT_FALSE(whole.ok());
+  ASSERT_FALSE(halves.ok());
+  EXPECT_EQ(halves.status().message(), whole.status().message());
+
+  auto placed = ResolvePlan(t, PlanWith(t, {Act(2, TensorAction::kRecompute)}), "p.json");
+  ASSERT_TRUE(placed.ok());
+  auto refused = ResolvePlan(t, *placed, PlanWith(t, {}), "p.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Status::Code::kInternal);
+  EXPECT_NE(refused.status().message().find("not its trace's own"), std::string::npos);
 }
 
 }  // namespace
