@@ -36,7 +36,7 @@ void StageSimulator::SetUpResources() {
 }
 
 void StageSimulator::AddSpan(traces::Lane lane, int64_t start, int64_t end, OpId op,
-                             TensorId tensor, const std::string& name) {
+                             TensorId tensor, std::string_view name, std::string_view prefix) {
   lane_intervals_[static_cast<int>(lane)].emplace_back(start, end);
   if (!options_.record_timeline) return;
   traces::Span span;
@@ -46,7 +46,7 @@ void StageSimulator::AddSpan(traces::Lane lane, int64_t start, int64_t end, OpId
   span.op = op;
   span.tensor = tensor;
   span.stage = static_cast<int>(trace_.header.stage);
-  span.name = name;
+  span.name = std::string(prefix) + std::string(name);
   if (op != traces::kNoOp) span.micro_batch = trace_.op(op).micro_batch;
   if (tensor >= 0) span.micro_batch = trace_.tensor(tensor).micro_batch;
   result_.timeline.spans.push_back(std::move(span));
@@ -250,8 +250,8 @@ void StageSimulator::EndItem(const WorkItem& item, int64_t start) {
   const traces::Op& op = trace_.op(item.op);
   const size_t index = static_cast<size_t>(item.op);
   const int64_t end = Now();
-  AddSpan(traces::Lane::kCompute, start, end, item.op, -1,
-          item.recompute ? "recompute:" + op.name : op.name);
+  AddSpan(traces::Lane::kCompute, start, end, item.op, -1, op.name,
+          item.recompute ? "recompute:" : "");
   result_.compute_busy_ns += end - start;
   if (item.recompute) {
     result_.recompute_ns += end - start;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -148,8 +149,10 @@ class StageSimulator {
   void ReleaseReadsAfterOp();
   void OnReadDone(size_t sid);
   void Sample();
+  // The lane's busy interval; with a timeline, its span, named `prefix` + `name`
+  // (built only then: a search simulates thousands of steps without one).
   void AddSpan(traces::Lane lane, int64_t start, int64_t end, OpId op, TensorId tensor,
-               const std::string& name);
+               std::string_view name, std::string_view prefix = {});
   int64_t Now() const { return engine_.Now().ns(); }
 
   const traces::Trace& trace_;
