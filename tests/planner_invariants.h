@@ -10,7 +10,9 @@
 //   exits 1 with the smallest need);
 // - auto is at least as fast as every fixed policy whose plan fits;
 // - no search errs (but for "no layout": nothing divides the GPUs, layers and
-//   batch) or takes longer than `max_seconds`.
+//   batch) or takes more than `max_seconds` of CPU time (all its threads: a
+//   figure other load on the machine barely moves, unlike the wall time, which
+//   each line prints too; idle, a search's wall time is at most its CPU time).
 // Used by tests/planner_invariants_test.cc (a subset in the suite) and
 // tests/planner_sweep_main.cc (scripts/planner-sweep.sh: the whole sweep).
 #pragma once

@@ -3,7 +3,7 @@
 // scripts/planner-sweep.sh runs it whole; it prints every violation and exits
 // 1 if there is one.
 //   planner_sweep [--models DIR] [--hardware DIR] [--gpus 8,64,512,4096]
-//                 [--policies a,b] [--max-seconds 10] [--defer-grad-sync]
+//                 [--policies a,b] [--max-seconds 10 (a search's CPU time)] [--defer-grad-sync]
 //                 [--fp8 RECIPE] [--verbose]
 #include <fmt/format.h>
 #include <unistd.h>
@@ -43,10 +43,11 @@ std::vector<std::string> JsonFiles(const std::string& dir, bool gpu_only) {
 }
 
 int Usage(const std::string& why) {
-  std::cerr
-      << "planner_sweep: " << why
-      << "\nusage: planner_sweep [--models DIR] [--hardware DIR] [--gpus 8,64,512,4096] "
-         "[--policies a,b] [--max-seconds S] [--defer-grad-sync] [--fp8 RECIPE] [--verbose]\n";
+  std::cerr << "planner_sweep: " << why
+            << "\nusage: planner_sweep [--models DIR] [--hardware DIR] [--gpus 8,64,512,4096] "
+               "[--policies a,b] [--max-seconds S (CPU time a search)] [--defer-grad-sync] [--fp8 "
+               "RECIPE] "
+               "[--verbose]\n";
   return 2;
 }
 
