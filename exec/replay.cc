@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "exec/cufile.h"
@@ -16,6 +15,7 @@
 #include "exec/detail/file_limit.h"
 #include "exec/detail/format_bytes.h"
 #include "exec/detail/host_staging.h"
+#include "exec/detail/rank_place.h"
 #include "exec/detail/replayer.h"
 #include "exec/detail/test_points.h"
 #include "exec/offload_engine.h"
@@ -61,78 +61,6 @@ Status CheckStepBytes(int step, const CacheStats& delta, const OffloadStats& io_
                           std::to_string(delta.bytes_read));
 }
 
-// This rank's neighbours and groups in the plan's layout.
-struct RankPlace {
-  int previous_rank = -1, next_rank = -1;  // the pipeline's (-1: none)
-  int64_t tp_index = 0, ep_index = 0, shard_index = 0, expert_shard_index = 0, cp_index = 0;
-  std::vector<int> tp_group, ep_group, shard_group, expert_shard_group, cp_group;
-  // ep > 1: the expert index of each member of shard_group and of cp_group
-  // (their seeds).
-  std::vector<int64_t> shard_experts, cp_experts;
-  bool dense_buckets = false;  // whether its dense gradient group has other ranks
-};
-
-Result<RankPlace> PlaceRank(const traces::Trace& trace, const traces::Plan& plan,
-                            const StepSync& sync, const std::string& plan_source) {
-  traces::Layout layout = traces::PlanLayout(plan);
-  layout.pp = trace.header.pp;
-  const int rank = sync.rank();
-  SSDTRAIN_RETURN_IF_ERROR(traces::ValidateLayout(layout, plan_source));
-  if (sync.size() != layout.world()) {
-    return Status::InvalidArgument(
-        plan_source + ": tp × cp × pp × dp = " + std::to_string(layout.tp) + " × " +
-        std::to_string(layout.cp) + " × " + std::to_string(layout.pp) + " × " +
-        std::to_string(layout.dp) + " = " + std::to_string(layout.world()) +
-        " ranks, but the run has " + std::to_string(sync.size()));
-  }
-  // The trace is one rank's shard of this layout.
-  for (auto [field, traced, planned] :
-       {std::tuple{"tp", trace.header.tp, layout.tp}, std::tuple{"ep", trace.header.ep, layout.ep},
-        std::tuple{"cp", trace.header.cp, layout.cp},
-        std::tuple{"zero_shards", trace.header.zero_shards, layout.OptimizerShards()}}) {
-    if (std::max<int64_t>(traced, 1) != planned) {
-      return Status::InvalidArgument(plan_source + ": " + field + " = " + std::to_string(planned) +
-                                     ", but the trace is traced at " + field + " = " +
-                                     std::to_string(traced));
-    }
-  }
-  if (layout.StageOf(rank) != trace.header.stage) {
-    return Status::InvalidArgument(
-        "rank " + std::to_string(rank) + " runs stage " + std::to_string(layout.StageOf(rank)) +
-        " (rank / (tp × cp × dp)), but its trace is stage " + std::to_string(trace.header.stage));
-  }
-  RankPlace place;
-  // Interleaved chunks wrap from the last stage to stage 0 (traces/chunks.h).
-  const bool interleaved = plan.schedule == "interleaved";
-  const int64_t stage = trace.header.stage;
-  if (stage > 0 || (interleaved && layout.pp > 1))
-    place.previous_rank = static_cast<int>(layout.PrevStageRank(rank));
-  if (stage + 1 < layout.pp || (interleaved && layout.pp > 1))
-    place.next_rank = static_cast<int>(layout.NextStageRank(rank));
-  // A group, and this rank's index in it.
-  auto group = [rank](const std::vector<int64_t>& g, int64_t* index) {
-    *index = std::find(g.begin(), g.end(), rank) - g.begin();
-    return std::vector<int>(g.begin(), g.end());
-  };
-  place.tp_group = group(layout.TpGroup(rank), &place.tp_index);
-  place.ep_group = group(layout.EpGroup(rank), &place.ep_index);
-  place.cp_group = group(layout.CpGroup(rank), &place.cp_index);
-  if (layout.ep > 1) {
-    for (int member : place.cp_group) place.cp_experts.push_back(layout.ExpertIndexOf(member));
-  }
-  // ZeRO-2/3's gathers and reduce-scatters; at stages 0 and 1 the trace has none.
-  if (layout.zero_stage >= 2) {
-    place.shard_group = group(layout.ShardGroup(rank), &place.shard_index);
-    if (layout.ep > 1) {
-      place.expert_shard_group = group(layout.ExpertShardGroup(rank), &place.expert_shard_index);
-      for (int member : place.shard_group)
-        place.shard_experts.push_back(layout.ExpertIndexOf(member));
-    }
-  }
-  place.dense_buckets = layout.DenseGradientGroup(rank).size() > 1;
-  return place;
-}
-
 Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
                                   const traces::Plan& step_plan, const ReplayOptions& options,
                                   const std::string& plan_source,
@@ -164,9 +92,9 @@ Result<ReplayResult> ReplayOnRank(const traces::Trace& one_micro_batch,
   if (options.steps < 1) return Status::InvalidArgument("--steps must be at least 1");
   const bool interleaved = plan.schedule == "interleaved";
   // The ranks' layout (traces/layout.h): Megatron-LM's order.
-  RankPlace place;
+  detail::RankPlace place;
   if (options.sync != nullptr) {
-    SSDTRAIN_ASSIGN_OR_RETURN(place, PlaceRank(trace, plan, *options.sync, plan_source));
+    SSDTRAIN_ASSIGN_OR_RETURN(place, detail::PlaceRank(trace, plan, *options.sync, plan_source));
   }
   if (options.max_ops_ahead < 1) return Status::InvalidArgument("max_ops_ahead must be at least 1");
   // What the plan means: the one resolution the simulator uses too.
