@@ -65,8 +65,8 @@
 
 #include "sim/hardware.h"
 #include "traces/plan.h"
-#include "traces/storage_plan.h"
 #include "traces/status.h"
+#include "traces/storage_plan.h"
 #include "traces/trace.h"
 
 namespace ssdtrain::sim {
