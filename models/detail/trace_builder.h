@@ -161,6 +161,7 @@ class TraceBuilder {
   // ZeRO-2/3 (zero_shard.cc): shards the weights (stage 3), inserts the
   // gathers and reduce-scatters, points last_grad_ at the gradient shards.
   void ShardForZero();
+  friend class ZeroSharder;  // ShardForZero's steps (zero_shard.cc)
   // A weight's parameters (its elements before any sharding).
   int64_t Elements(TensorId weight) const;
 

@@ -61,66 +61,73 @@ bool IsExpertUnit(int64_t unit) { return unit >= 0 && unit % 2 == 1; }
 
 }  // namespace
 
-void TraceBuilder::ShardForZero() {
-  const int64_t dense_shards = std::max<int64_t>(1, zero_.shards);
-  const int64_t expert_shards = std::max<int64_t>(1, zero_.expert_shards);
-  const bool split_experts = expert_shards != dense_shards;
-  auto& tensors = trace_.tensors;
-  const size_t n_original = tensors.size();
-  std::vector<traces::Op> ops = std::move(trace_.ops);
-  trace_.ops.clear();
+// ShardForZero's steps over one builder, in order: units, gathers (stage 3),
+// shards (stage 3), reduce-scatters, the new op list.
+class ZeroSharder {
+ public:
+  explicit ZeroSharder(TraceBuilder& b)
+      : b_(b),
+        dense_shards_(std::max<int64_t>(1, b.zero_.shards)),
+        expert_shards_(std::max<int64_t>(1, b.zero_.expert_shards)),
+        ops_(std::move(b.trace_.ops)) {
+    b_.trace_.ops.clear();
+  }
+
+  void Run() {
+    AssignUnits();
+    if (b_.zero_.stage >= 3) {
+      PlanGathers();
+      ShardWeights();
+    }
+    PlanReduceScatters();
+    EmitOps();
+    RelinkTensors();
+  }
+
+ private:
+  using Tensors = std::vector<traces::Tensor>;
+  Tensors& tensors() { return b_.trace_.tensors; }
+  static size_t Index(int64_t id) { return static_cast<size_t>(id); }
+  // How many ways a unit's weights and gradients are split.
+  int64_t ShardsOf(int64_t u) const { return IsExpertUnit(u) ? expert_shards_ : dense_shards_; }
 
   // The unit of each weight: its block's (2·layer), its block's routed
   // experts' where they shard apart (2·layer + 1), or the weight itself
   // outside the blocks (keys below kNoLayer).
-  std::vector<int64_t> unit(n_original, 0);
-  std::vector<bool> is_weight(n_original, false);
-  for (TensorId w : weights_) {
-    is_weight[Index(w)] = true;
-    const int layer = tensor(w).layer;
-    const bool experts = split_experts && traces::IsRoutedExpert(tensor(w));
-    unit[Index(w)] = layer != traces::kNoLayer ? 2 * int64_t{layer} + (experts ? 1 : 0)
-                                               : traces::kNoLayer - 1 - w;
+  void AssignUnits() {
+    const size_t n = tensors().size();
+    const bool split_experts = expert_shards_ != dense_shards_;
+    unit_.assign(n, 0);
+    is_weight_.assign(n, false);
+    for (TensorId w : b_.weights_) {
+      is_weight_[Index(w)] = true;
+      const int layer = b_.tensor(w).layer;
+      const bool experts = split_experts && traces::IsRoutedExpert(b_.tensor(w));
+      unit_[Index(w)] = layer != traces::kNoLayer ? 2 * int64_t{layer} + (experts ? 1 : 0)
+                                                  : traces::kNoLayer - 1 - w;
+    }
+    gathers_before_.assign(ops_.size() + 1, {});
   }
-  // How many ways a unit's weights and gradients are split.
-  auto shards_of = [&](int64_t u) { return IsExpertUnit(u) ? expert_shards : dense_shards; };
-  const bool shard_weights = zero_.stage >= 3;
 
-  // Stage 3: the gathers. Runs of (phase, layer); per run and unit, the
-  // weights read in order of first reading.
-  struct Gather {
-    int64_t unit = 0;
-    traces::Phase phase = traces::Phase::kForward;
-    size_t first_use = 0;  // index into ops
-    std::vector<TensorId> weights;
-    std::vector<TensorId> copies;
-  };
-  std::vector<Gather> gathers;
-  std::vector<std::vector<size_t>> gathers_before(ops.size() + 1);
-  if (shard_weights) {
+  // Stage 3: runs of (phase, layer); per run and unit, one gather of the
+  // weights it reads (in order of first reading) into full copies, which the
+  // run's ops read instead; then where each gather is issued (prefetch).
+  void PlanGathers() {
     std::map<std::pair<size_t, int64_t>, size_t> gather_of;  // (run, unit) -> gather
     size_t run = 0;
-    for (size_t i = 0; i < ops.size(); ++i) {
-      traces::Op& op = ops[i];
-      if (i > 0 && (op.phase != ops[i - 1].phase || op.layer != ops[i - 1].layer)) ++run;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      traces::Op& op = ops_[i];
+      if (i > 0 && (op.phase != ops_[i - 1].phase || op.layer != ops_[i - 1].layer)) ++run;
       for (TensorId& in : op.inputs) {
-        if (!is_weight[Index(in)]) continue;
-        auto [it, added] = gather_of.emplace(std::pair{run, unit[Index(in)]}, gathers.size());
-        if (added) gathers.push_back(Gather{unit[Index(in)], op.phase, i, {}, {}});
-        Gather& g = gathers[it->second];
+        if (!is_weight_[Index(in)]) continue;
+        auto [it, added] = gather_of.emplace(std::pair{run, unit_[Index(in)]}, gathers_.size());
+        if (added) gathers_.push_back(Gather{unit_[Index(in)], op.phase, i, {}, {}});
+        Gather& g = gathers_[it->second];
         size_t k = 0;
         while (k < g.weights.size() && g.weights[k] != in) ++k;
         if (k == g.weights.size()) {
-          const traces::Tensor w = tensor(in);  // a copy: AddTensor moves the table
-          const int saved_layer = layer_;
-          layer_ = traces::kNoLayer;  // the weight's name carries its layer already
-          const bool backward = op.phase != traces::Phase::kForward;
-          std::string name = w.name + (backward ? ".gathered_bwd" : ".gathered");
-          const TensorId copy = AddTensor(name, w.shape, w.dtype, TensorKind::kWorkspace);
-          layer_ = saved_layer;
-          tensors[Index(copy)].layer = w.layer;
           g.weights.push_back(in);
-          g.copies.push_back(copy);
+          g.copies.push_back(AddGatheredCopy(in, op.phase));
         }
         in = g.copies[k];
       }
@@ -128,20 +135,37 @@ void TraceBuilder::ShardForZero() {
     // The k-th gather of a phase goes before the first reader of the
     // (k − prefetch)-th of that phase.
     size_t phase_start = 0;
-    for (size_t k = 0; k < gathers.size(); ++k) {
-      if (gathers[k].phase != gathers[phase_start].phase) phase_start = k;
-      const size_t ahead = static_cast<size_t>(std::max<int64_t>(0, zero_.prefetch));
+    const size_t ahead = static_cast<size_t>(std::max<int64_t>(0, b_.zero_.prefetch));
+    for (size_t k = 0; k < gathers_.size(); ++k) {
+      if (gathers_[k].phase != gathers_[phase_start].phase) phase_start = k;
       const size_t at = k >= phase_start + ahead ? k - ahead : phase_start;
-      gathers_before[gathers[at].first_use].push_back(k);
+      gathers_before_[gathers_[at].first_use].push_back(k);
     }
-    // The shards: each weight's elements split over the ranks, rounded up.
-    sharded_elements_.assign(tensors.size(), 0);
-    for (TensorId w : weights_) {
-      traces::Tensor& t = tensors[Index(w)];
+  }
+
+  // A weight's full transient copy for one run ("<weight>.gathered", or
+  // ".gathered_bwd" in backward), in the weight's layer.
+  TensorId AddGatheredCopy(TensorId weight, Phase phase) {
+    const traces::Tensor w = b_.tensor(weight);  // a copy: AddTensor moves the table
+    const int saved_layer = b_.layer_;
+    b_.layer_ = traces::kNoLayer;  // the weight's name carries its layer already
+    const bool backward = phase != traces::Phase::kForward;
+    const TensorId copy = b_.AddTensor(w.name + (backward ? ".gathered_bwd" : ".gathered"), w.shape,
+                                       w.dtype, TensorKind::kWorkspace);
+    b_.layer_ = saved_layer;
+    tensors()[Index(copy)].layer = w.layer;
+    return copy;
+  }
+
+  // Stage 3, the shards: each weight's elements split over the ranks, rounded up.
+  void ShardWeights() {
+    b_.sharded_elements_.assign(tensors().size(), 0);
+    for (TensorId w : b_.weights_) {
+      traces::Tensor& t = tensors()[Index(w)];
       int64_t elements = 1;
       for (int64_t d : t.shape) elements *= d;
-      sharded_elements_[Index(w)] = elements;
-      const int64_t shard = CeilDiv(elements, shards_of(unit[Index(w)]));
+      b_.sharded_elements_[Index(w)] = elements;
+      const int64_t shard = CeilDiv(elements, ShardsOf(unit_[Index(w)]));
       t.shape = {shard};
       t.bytes = shard * traces::DTypeSize(t.dtype);
     }
@@ -149,107 +173,140 @@ void TraceBuilder::ShardForZero() {
 
   // The reduce-scatters: per unit, after the op that writes its last
   // completed gradient (each gradient's producer in a one-micro-batch trace).
-  std::map<int64_t, std::vector<TensorId>> unit_weights;  // weights with a gradient
-  for (TensorId w : weights_) {
-    if (last_grad_[Index(w)] != kNoTensor) unit_weights[unit[Index(w)]].push_back(w);
-  }
-  std::vector<std::vector<int64_t>> scatters_after(ops.size());
-  for (const auto& [u, ws] : unit_weights) {
-    traces::OpId last = traces::kNoOp;
-    for (TensorId w : ws) last = std::max(last, tensor(last_grad_[Index(w)]).producer);
-    if (last == traces::kNoOp) continue;  // gradients nothing writes: left as they are
-    scatters_after[static_cast<size_t>(last)].push_back(u);
+  void PlanReduceScatters() {
+    for (TensorId w : b_.weights_) {
+      if (b_.last_grad_[Index(w)] != kNoTensor) unit_weights_[unit_[Index(w)]].push_back(w);
+    }
+    scatters_after_.assign(ops_.size(), {});
+    for (const auto& [u, ws] : unit_weights_) {
+      traces::OpId last = traces::kNoOp;
+      for (TensorId w : ws) last = std::max(last, b_.tensor(b_.last_grad_[Index(w)]).producer);
+      if (last == traces::kNoOp) continue;  // gradients nothing writes: left as they are
+      scatters_after_[static_cast<size_t>(last)].push_back(u);
+    }
   }
 
-  // The new op list.
-  for (traces::Tensor& t : tensors) {
-    t.producer = traces::kNoOp;
-    t.consumers.clear();
+  // The new op list: each op after the gathers issued before it, followed by
+  // the reduce-scatters of the units it completes (or, deferred, after the
+  // backward, as the optimizer phase's first ops, so that a whole step runs
+  // them once, after its last micro-batch's backward, and the full gradients
+  // are weight gradients accumulated over the micro-batches).
+  void EmitOps() {
+    for (traces::Tensor& t : tensors()) {
+      t.producer = traces::kNoOp;
+      t.consumers.clear();
+    }
+    new_id_.assign(ops_.size(), traces::kNoOp);
+    const Phase saved_phase = b_.phase_;
+    const int saved_layer = b_.layer_;
+    std::vector<int64_t> deferred;  // zero_.defer_grad_sync: units in order of completion
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      for (size_t k : gathers_before_[i]) {
+        const Gather& g = gathers_[k];
+        EmitCollective(g.unit, traces::kZeroAllGatherSuffix, g.phase, traces::kZeroGatherStream,
+                       g.weights, g.copies);
+      }
+      new_id_[i] = static_cast<traces::OpId>(b_.trace_.ops.size());
+      const Phase phase = ops_[i].phase;
+      Emit(std::move(ops_[i]));
+      for (int64_t u : scatters_after_[i]) {
+        if (b_.zero_.defer_grad_sync) {
+          deferred.push_back(u);
+        } else {
+          ReduceScatter(u, phase);
+        }
+      }
+    }
+    for (int64_t u : deferred) ReduceScatter(u, Phase::kOptimizer);
+    b_.phase_ = saved_phase;
+    b_.layer_ = saved_layer;
   }
-  std::vector<traces::OpId> new_id(ops.size(), traces::kNoOp);
-  const Phase saved_phase = phase_;
-  const int saved_layer = layer_;
-  auto emit = [&](traces::Op op) {
-    op.id = static_cast<traces::OpId>(trace_.ops.size());
-    trace_.ops.push_back(std::move(op));
-  };
+
+  void Emit(traces::Op op) {
+    op.id = static_cast<traces::OpId>(b_.trace_.ops.size());
+    b_.trace_.ops.push_back(std::move(op));
+  }
+
   // "L<layer>.<suffix>" for a block, "L<layer>.experts.<suffix>" for its
   // routed experts; "<weight>.<suffix>" for a weight of its own.
-  auto collective = [&](int64_t u, std::string_view suffix, Phase phase, int stream,
-                        std::vector<TensorId> inputs, std::vector<TensorId> outputs) {
+  void EmitCollective(int64_t u, std::string_view suffix, Phase phase, int stream,
+                      std::vector<TensorId> inputs, std::vector<TensorId> outputs) {
     traces::Op op;
-    const int layer = tensor(inputs[0]).layer;
-    layer_ = layer;
+    const int layer = b_.tensor(inputs[0]).layer;
+    b_.layer_ = layer;
     const std::string scope =
         IsExpertUnit(u) ? std::string(traces::kRoutedExperts) + "." : std::string();
-    op.name = layer != traces::kNoLayer ? Prefixed(scope + std::string(suffix))
-                                        : tensor(inputs[0]).name + "." + std::string(suffix);
+    op.name = layer != traces::kNoLayer ? b_.Prefixed(scope + std::string(suffix))
+                                        : b_.tensor(inputs[0]).name + "." + std::string(suffix);
     op.kind = OpKind::kCollective;
     op.phase = phase;
     op.layer = layer;
-    op.stage = stage();
+    op.stage = b_.stage();
     op.stream = stream;
-    for (TensorId t : inputs) op.bytes_read += tensor(t).bytes;
-    for (TensorId t : outputs) op.bytes_written += tensor(t).bytes;
+    for (TensorId t : inputs) op.bytes_read += b_.tensor(t).bytes;
+    for (TensorId t : outputs) op.bytes_written += b_.tensor(t).bytes;
     op.inputs = std::move(inputs);
     op.outputs = std::move(outputs);
-    emit(std::move(op));
-  };
-  // The unit's reduce-scatter: its full gradients to their shards.
-  auto reduce_scatter = [&](int64_t u, Phase phase) {
-    const int64_t shards = shards_of(u);
+    Emit(std::move(op));
+  }
+
+  // The unit's reduce-scatter: its full gradients to their shards, which
+  // become the weights' current gradients.
+  void ReduceScatter(int64_t u, Phase phase) {
+    const int64_t shards = ShardsOf(u);
     std::vector<TensorId> full, parts;
-    for (TensorId w : unit_weights[u]) {
-      const std::string name = tensor(w).name;
-      const int layer = tensor(w).layer;
-      const TensorId g = last_grad_[Index(w)];
-      const int64_t elements = Elements(w);
-      layer_ = traces::kNoLayer;
-      const TensorId part = AddTensor(name + ".grad_shard", {CeilDiv(elements, shards)},
-                                      tensor(g).dtype, TensorKind::kGradient);
-      tensors[Index(part)].layer = layer;
+    for (TensorId w : unit_weights_[u]) {
+      const std::string name = b_.tensor(w).name;
+      const int layer = b_.tensor(w).layer;
+      const TensorId g = b_.last_grad_[Index(w)];
+      const int64_t elements = b_.Elements(w);
+      b_.layer_ = traces::kNoLayer;
+      const TensorId part = b_.AddTensor(name + ".grad_shard", {CeilDiv(elements, shards)},
+                                         b_.tensor(g).dtype, TensorKind::kGradient);
+      tensors()[Index(part)].layer = layer;
       full.push_back(g);
       parts.push_back(part);
-      last_grad_[Index(w)] = part;
+      b_.last_grad_[Index(w)] = part;
     }
-    collective(u, traces::kZeroReduceScatterSuffix, phase, traces::kZeroReduceStream,
-               std::move(full), std::move(parts));
-  };
-  std::vector<int64_t> deferred;  // zero_.defer_grad_sync: units in order of completion
-  for (size_t i = 0; i < ops.size(); ++i) {
-    for (size_t k : gathers_before[i]) {
-      const Gather& g = gathers[k];
-      collective(g.unit, traces::kZeroAllGatherSuffix, g.phase, traces::kZeroGatherStream,
-                 g.weights, g.copies);
+    EmitCollective(u, traces::kZeroReduceScatterSuffix, phase, traces::kZeroReduceStream,
+                   std::move(full), std::move(parts));
+  }
+
+  // Edges to the new op ids; producers (the first writer) and consumers from
+  // the new list.
+  void RelinkTensors() {
+    for (traces::Edge& e : b_.trace_.edges) {
+      e.from = new_id_[static_cast<size_t>(e.from)];
+      e.to = new_id_[static_cast<size_t>(e.to)];
     }
-    new_id[i] = static_cast<traces::OpId>(trace_.ops.size());
-    const Phase phase = ops[i].phase;
-    emit(std::move(ops[i]));
-    for (int64_t u : scatters_after[i]) {
-      if (zero_.defer_grad_sync) {
-        deferred.push_back(u);
-      } else {
-        reduce_scatter(u, phase);
+    for (const traces::Op& op : b_.trace_.ops) {
+      for (TensorId in : op.inputs) tensors()[Index(in)].consumers.push_back(op.id);
+      for (TensorId out : op.outputs) {
+        if (tensors()[Index(out)].producer == traces::kNoOp) tensors()[Index(out)].producer = op.id;
       }
     }
   }
-  // Deferred: after the backward, as the optimizer phase's first ops, so that
-  // a whole step runs them once, after its last micro-batch's backward, and
-  // the full gradients are weight gradients accumulated over the micro-batches.
-  for (int64_t u : deferred) reduce_scatter(u, Phase::kOptimizer);
-  phase_ = saved_phase;
-  layer_ = saved_layer;
-  for (traces::Edge& e : trace_.edges) {
-    e.from = new_id[static_cast<size_t>(e.from)];
-    e.to = new_id[static_cast<size_t>(e.to)];
-  }
-  // Producers (the first writer) and consumers, from the new list.
-  for (const traces::Op& op : trace_.ops) {
-    for (TensorId in : op.inputs) tensors[Index(in)].consumers.push_back(op.id);
-    for (TensorId out : op.outputs) {
-      if (tensors[Index(out)].producer == traces::kNoOp) tensors[Index(out)].producer = op.id;
-    }
-  }
-}
+
+  struct Gather {
+    int64_t unit = 0;
+    traces::Phase phase = traces::Phase::kForward;
+    size_t first_use = 0;  // index into ops_
+    std::vector<TensorId> weights;
+    std::vector<TensorId> copies;
+  };
+
+  TraceBuilder& b_;
+  const int64_t dense_shards_, expert_shards_;
+  std::vector<traces::Op> ops_;  // the trace's ops before sharding
+  std::vector<int64_t> unit_;    // per tensor id: a weight's unit
+  std::vector<bool> is_weight_;
+  std::vector<Gather> gathers_;
+  std::vector<std::vector<size_t>> gathers_before_;        // per op index: gathers issued before it
+  std::map<int64_t, std::vector<TensorId>> unit_weights_;  // weights with a gradient
+  std::vector<std::vector<int64_t>> scatters_after_;       // per op index: units it completes
+  std::vector<traces::OpId> new_id_;                       // per op index: its id in the new list
+};
+
+void TraceBuilder::ShardForZero() { ZeroSharder(*this).Run(); }
 
 }  // namespace ssdtrain::models::detail
