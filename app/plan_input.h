@@ -80,6 +80,9 @@ struct PlanInput {
   std::optional<ConfigLayout> config;
 };
 
+// Runs `ssdtrain plan` (app/plan_cmd.cc); its exit status.
+int RunPlan(PlanCmdOptions o);
+
 // Reads the trace and sets `o`'s shape and GPU count from it (TakeTraceShape).
 Result<PlanInput> TraceInput(PlanCmdOptions& o);
 
