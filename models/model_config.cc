@@ -140,7 +140,11 @@ traces::Layout LayoutOf(const ModelConfig& c) {
 int64_t OptimizerStateShards(const ModelConfig& c) { return LayoutOf(c).OptimizerShards(); }
 bool DefersGradSync(const ModelConfig& c) { return c.zero_defer_grad_sync && c.zero_stage >= 2; }
 
-Status ValidateConfig(const ModelConfig& c, const std::string& source) {
+namespace {
+
+// The named choices (family, attention, dtype, FP8 recipe, optimizer and its
+// precision, step and gradients) and the ZeRO settings.
+Status ValidateSettings(const ModelConfig& c, const std::string& source) {
   if (c.name.empty()) return Bad(source, "name", "expected a non-empty string");
   if (!OneOf(kFamilies, c.family)) {
     return Bad(source, "family",
@@ -193,28 +197,17 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
         source, "zero_prefetch",
         "expected a non-negative integer (the layers gathered ahead), got " + Str(c.zero_prefetch));
   }
+  return Status::Ok();
+}
+
+// The model's dimensions: positive where they must be, non-negative where 0
+// means the default, heads dividing hidden and kv_heads dividing heads.
+Status ValidateDims(const ModelConfig& c, const std::string& source) {
   const std::pair<const char*, int64_t> positive[] = {
       {"hidden", c.hidden}, {"heads", c.heads},     {"layers", c.layers},
-      {"vocab", c.vocab},   {"seq_len", c.seq_len}, {"micro_batch", c.micro_batch},
-      {"tp", c.tp},         {"pp", c.pp},           {"dp", c.dp},
-      {"cp", c.cp}};
+      {"vocab", c.vocab},   {"seq_len", c.seq_len}, {"micro_batch", c.micro_batch}};
   for (const auto& [field, value] : positive) {
     if (value <= 0) return Bad(source, field, "expected a positive integer, got " + Str(value));
-  }
-  if (c.dp_shard != 0) {  // the rest of the layout's rules are the planner's and the plan's
-    traces::Layout shard;
-    shard.dp = c.dp;
-    shard.cp = std::max<int64_t>(1, c.cp);
-    shard.ep = std::max<int64_t>(1, c.ep);
-    shard.zero_stage = c.zero_stage;
-    shard.dp_shard = c.dp_shard;
-    SSDTRAIN_RETURN_IF_ERROR(traces::ValidateLayout(shard, source));
-  }
-  if (DefersGradSync(c) && c.dp_shard != 0 && c.dp_shard < c.dp) {
-    return Bad(source, "zero_defer_grad_sync",
-               "not modelled with HSDP (dp_shard " + Str(c.dp_shard) + " < dp " + Str(c.dp) +
-                   "): the replicas' all-reduce of the shards would wait for the deferred "
-                   "reduce-scatters; drop one of the two");
   }
   const std::pair<const char*, int64_t> non_negative[] = {{"kv_heads", c.kv_heads},
                                                           {"head_dim", c.head_dim},
@@ -241,6 +234,32 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
                    ") is only modelled for the " + List(kGroupedQueryFamilies) + " families, not " +
                    c.family);
   }
+  return Status::Ok();
+}
+
+// The layout the config states: its degrees, HSDP, deferred gradient sync,
+// and the model splitting by tp, cp (with sequence parallelism) and pp.
+Status ValidateConfigLayout(const ModelConfig& c, const std::string& source) {
+  const std::pair<const char*, int64_t> positive[] = {
+      {"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}, {"cp", c.cp}};
+  for (const auto& [field, value] : positive) {
+    if (value <= 0) return Bad(source, field, "expected a positive integer, got " + Str(value));
+  }
+  if (c.dp_shard != 0) {  // the rest of the layout's rules are the planner's and the plan's
+    traces::Layout shard;
+    shard.dp = c.dp;
+    shard.cp = std::max<int64_t>(1, c.cp);
+    shard.ep = std::max<int64_t>(1, c.ep);
+    shard.zero_stage = c.zero_stage;
+    shard.dp_shard = c.dp_shard;
+    SSDTRAIN_RETURN_IF_ERROR(traces::ValidateLayout(shard, source));
+  }
+  if (DefersGradSync(c) && c.dp_shard != 0 && c.dp_shard < c.dp) {
+    return Bad(source, "zero_defer_grad_sync",
+               "not modelled with HSDP (dp_shard " + Str(c.dp_shard) + " < dp " + Str(c.dp) +
+                   "): the replicas' all-reduce of the shards would wait for the deferred "
+                   "reduce-scatters; drop one of the two");
+  }
   if (const std::string why = TensorParallelRefusal(c, c.tp); !why.empty()) {
     return Bad(source, "tp", why);
   }
@@ -263,6 +282,12 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
   if (const auto split = traces::PipelineSplitError(LayoutOf(c), c.layers)) {
     return Bad(source, split->field, split->why);
   }
+  return Status::Ok();
+}
+
+// What only some families model: t5's encoder and gated MLP, BERT's token
+// types, Llama's biases, norms, tied output and sinks; parallel blocks.
+Status ValidateFamilyFeatures(const ModelConfig& c, const std::string& source) {
   if (c.family == "t5") {
     if (c.encoder_layers <= 0 || c.encoder_layers >= c.layers) {
       return Bad(source, "encoder_layers",
@@ -299,6 +324,16 @@ Status ValidateConfig(const ModelConfig& c, const std::string& source) {
       return Bad(source, field, "is only modelled for the llama family, not " + c.family);
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateConfig(const ModelConfig& c, const std::string& source) {
+  SSDTRAIN_RETURN_IF_ERROR(ValidateSettings(c, source));
+  SSDTRAIN_RETURN_IF_ERROR(ValidateDims(c, source));
+  SSDTRAIN_RETURN_IF_ERROR(ValidateConfigLayout(c, source));
+  SSDTRAIN_RETURN_IF_ERROR(ValidateFamilyFeatures(c, source));
   SSDTRAIN_RETURN_IF_ERROR(ValidateSlidingWindow(c, source));
   SSDTRAIN_RETURN_IF_ERROR(ValidateMla(c, source));
   SSDTRAIN_RETURN_IF_ERROR(ValidateMoe(c, source));
