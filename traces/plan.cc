@@ -165,23 +165,12 @@ json ToJson(const Plan& plan) {
   return j;
 }
 
-Result<Plan> PlanFromJson(const json& j, const std::string& source) {
-  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Make(j, JsonPath(source, "")));
-  SSDTRAIN_ASSIGN_OR_RETURN(std::string format, r.String("format"));
-  if (format != kPlanFormatName) {
-    return r.At("format").Error("expected \"" + std::string(kPlanFormatName) + "\", got \"" +
-                                format + "\"");
-  }
-  SSDTRAIN_ASSIGN_OR_RETURN(int64_t version, r.Int("version"));
-  if (version != kPlanFormatVersion) {
-    return r.At("version").Error("unsupported version " + std::to_string(version) +
-                                 "; this build reads version " +
-                                 std::to_string(kPlanFormatVersion));
-  }
-  Plan plan;
-  SSDTRAIN_ASSIGN_OR_RETURN(plan.policy, r.String("policy"));
-  SSDTRAIN_ASSIGN_OR_RETURN(plan.model, r.String("model"));
-  SSDTRAIN_ASSIGN_OR_RETURN(plan.trace_fingerprint, ParseFingerprint(r, "trace_fingerprint"));
+namespace {
+
+// The layout: micro-batch, sequence, the parallel degrees, the pipeline's
+// uneven ends, the ZeRO stage with HSDP and deferred gradient sync.
+Status ReadPlanLayout(const ObjectReader& r, Plan* out) {
+  Plan& plan = *out;
   SSDTRAIN_ASSIGN_OR_RETURN(plan.micro_batch, r.IntOr("micro_batch", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.seq_len, r.IntOr("seq_len", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.tp, r.IntOr("tp", 1));
@@ -223,6 +212,12 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
     return r.At("zero_defer_grad_sync")
         .Error("applies to zero_stage 2 or 3, got zero_stage " + std::to_string(plan.zero_stage));
   }
+  return Status::Ok();
+}
+
+// How it trains: attention, sequence parallelism, the FP8 recipe, DDP.
+Status ReadPlanTraining(const ObjectReader& r, Plan* out) {
+  Plan& plan = *out;
   SSDTRAIN_ASSIGN_OR_RETURN(plan.attention, r.StringOr("attention", ""));
   if (!plan.attention.empty() && plan.attention != "standard" && plan.attention != "flash") {
     return r.At("attention")
@@ -241,6 +236,13 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
     return r.At("ddp").Error("unknown value \"" + plan.ddp +
                              "\"; expected overlapped or local (Megatron's --DDP-impl)");
   }
+  return Status::Ok();
+}
+
+// The schedule: micro-batches, 1F1B, GPipe or interleaved with its virtual
+// stages; the memory budget.
+Status ReadPlanSchedule(const ObjectReader& r, Plan* out) {
+  Plan& plan = *out;
   SSDTRAIN_ASSIGN_OR_RETURN(plan.num_micro_batches, r.IntOr("num_micro_batches", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.schedule, r.StringOr("schedule", "1f1b"));
   Result<Schedule> schedule = ParseSchedule(plan.schedule);
@@ -260,6 +262,48 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
         InterleavedError(plan.pp, plan.num_micro_batches, plan.virtual_stages, 0);
     if (!why.empty()) return r.At("virtual_stages").Error("interleaved " + why);
   }
+  return Status::Ok();
+}
+
+// The drives it was planned for ("storage"), checked.
+Status ReadPlanStorage(const ObjectReader& r, const std::string& source, Plan* plan) {
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader st, r.Object("storage"));
+  if (st.Has("arrays")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(std::vector<int64_t> arrays, st.IntArray("arrays"));
+    for (const int64_t drives : arrays) {
+      plan->storage.arrays.push_back(
+          static_cast<int>(std::clamp<int64_t>(drives, -1, kMaxArrayDrives + 1)));
+    }
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(plan->storage.stripe_bytes, st.IntOr("stripe_bytes", 0));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan->storage.gds, st.BoolOr("gds", false));
+  SSDTRAIN_RETURN_IF_ERROR(ValidateDriveLayout(plan->storage, source + ": storage"));
+  SSDTRAIN_RETURN_IF_ERROR(st.CheckNoUnknown());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Plan> PlanFromJson(const json& j, const std::string& source) {
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader r, ObjectReader::Make(j, JsonPath(source, "")));
+  SSDTRAIN_ASSIGN_OR_RETURN(std::string format, r.String("format"));
+  if (format != kPlanFormatName) {
+    return r.At("format").Error("expected \"" + std::string(kPlanFormatName) + "\", got \"" +
+                                format + "\"");
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(int64_t version, r.Int("version"));
+  if (version != kPlanFormatVersion) {
+    return r.At("version").Error("unsupported version " + std::to_string(version) +
+                                 "; this build reads version " +
+                                 std::to_string(kPlanFormatVersion));
+  }
+  Plan plan;
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.policy, r.String("policy"));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.model, r.String("model"));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.trace_fingerprint, ParseFingerprint(r, "trace_fingerprint"));
+  SSDTRAIN_RETURN_IF_ERROR(ReadPlanLayout(r, &plan));
+  SSDTRAIN_RETURN_IF_ERROR(ReadPlanTraining(r, &plan));
+  SSDTRAIN_RETURN_IF_ERROR(ReadPlanSchedule(r, &plan));
   for (auto [field, value] :
        {std::pair{"micro_batch", plan.micro_batch}, std::pair{"tp", plan.tp},
         std::pair{"pp", plan.pp}, std::pair{"dp", plan.dp}, std::pair{"ep", plan.ep},
@@ -267,20 +311,7 @@ Result<Plan> PlanFromJson(const json& j, const std::string& source) {
     if (value <= 0)
       return r.At(field).Error("expected a positive integer, got " + std::to_string(value));
   }
-  if (r.Has("storage")) {
-    SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader st, r.Object("storage"));
-    if (st.Has("arrays")) {
-      SSDTRAIN_ASSIGN_OR_RETURN(std::vector<int64_t> arrays, st.IntArray("arrays"));
-      for (const int64_t drives : arrays) {
-        plan.storage.arrays.push_back(
-            static_cast<int>(std::clamp<int64_t>(drives, -1, kMaxArrayDrives + 1)));
-      }
-    }
-    SSDTRAIN_ASSIGN_OR_RETURN(plan.storage.stripe_bytes, st.IntOr("stripe_bytes", 0));
-    SSDTRAIN_ASSIGN_OR_RETURN(plan.storage.gds, st.BoolOr("gds", false));
-    SSDTRAIN_RETURN_IF_ERROR(ValidateDriveLayout(plan.storage, source + ": storage"));
-    SSDTRAIN_RETURN_IF_ERROR(st.CheckNoUnknown());
-  }
+  if (r.Has("storage")) SSDTRAIN_RETURN_IF_ERROR(ReadPlanStorage(r, source, &plan));
   SSDTRAIN_ASSIGN_OR_RETURN(const json* rows, r.Value("placements"));
   if (!rows->is_array()) {
     return r.At("placements").Error("expected an array, got " + detail::TypeName(*rows));
