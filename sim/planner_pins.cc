@@ -130,22 +130,10 @@ std::string PinsText(const PlannerOptions& o) {
   return std::string(" (pinned:").append(pins).append(")");
 }
 
-// Pins that no layout can satisfy, named by flag with the reason.
-Status CheckPins(const PlannerOptions& o) {
-  auto positive = [](const char* name, const std::optional<int64_t>& v) -> Status {
-    if (v && *v < 1) return Status::InvalidArgument(Flag(name, *v) + ": must be >= 1");
-    return Status::Ok();
-  };
-  SSDTRAIN_RETURN_IF_ERROR(positive("--tp", o.tp));
-  SSDTRAIN_RETURN_IF_ERROR(positive("--pp", o.pp));
-  SSDTRAIN_RETURN_IF_ERROR(positive("--dp", o.dp));
-  SSDTRAIN_RETURN_IF_ERROR(positive("--micro-batch", o.micro_batch));
-  SSDTRAIN_RETURN_IF_ERROR(positive("--num-micro-batches", o.num_micro_batches));
-  SSDTRAIN_RETURN_IF_ERROR(positive("--ep", o.ep));
-  SSDTRAIN_RETURN_IF_ERROR(CheckExpertPins(o));
-  SSDTRAIN_RETURN_IF_ERROR(CheckUnmodelledPins(o));
-  SSDTRAIN_RETURN_IF_ERROR(positive("--dp-shard", o.dp_shard));
-  SSDTRAIN_RETURN_IF_ERROR(positive("--cp", o.cp));
+namespace {
+
+// --cp: a model that runs context-parallel, a sequence it splits evenly.
+Status CheckContextPins(const PlannerOptions& o) {
   if (o.cp && *o.cp > 1) {
     if (!o.cp_refusal.empty()) {
       return Status::InvalidArgument(Flag("--cp", *o.cp) + ": " + o.cp_refusal);
@@ -156,6 +144,11 @@ Status CheckPins(const PlannerOptions& o) {
     const std::string why = traces::SequenceSplitError(split, o.seq_len, o.sequence_parallel);
     if (!why.empty()) return Status::InvalidArgument(Flag("--cp", *o.cp) + ": " + why);
   }
+  return Status::Ok();
+}
+
+// --zero-stage and --dp-shard.
+Status CheckZeroPins(const PlannerOptions& o) {
   if (o.zero_stage && (*o.zero_stage < 0 || *o.zero_stage > 3)) {
     return Status::InvalidArgument(Flag("--zero-stage", *o.zero_stage) +
                                    ": expected 0, 1, 2 or 3 (1: the optimizer state sharded over "
@@ -169,13 +162,11 @@ Status CheckPins(const PlannerOptions& o) {
     return Status::InvalidArgument(Flag("--dp-shard", *o.dp_shard) + ": does not divide " +
                                    Flag("--dp", *o.dp));
   }
-  if (Result<traces::DdpImpl> d = traces::ParseDdpImpl(o.ddp, "--ddp"); !d.ok()) return d.status();
-  if (o.schedule) {
-    Result<PipelineSchedule> s = ParseSchedule(*o.schedule);
-    if (!s.ok()) return s.status().WithPrefix("--schedule");
-  }
-  SSDTRAIN_RETURN_IF_ERROR(CheckInterleavedPins(o));
-  const std::string gpus = Flag("--gpus", o.gpus);
+  return Status::Ok();
+}
+
+// --tp: a degree the model splits by, dividing its heads.
+Status CheckTensorPins(const PlannerOptions& o) {
   if (o.tp && o.tp_refusal) {
     if (const std::string why = o.tp_refusal(*o.tp); !why.empty()) {
       return Status::InvalidArgument(Flag("--tp", *o.tp) + ": " + why);
@@ -185,6 +176,12 @@ Status CheckPins(const PlannerOptions& o) {
     return Status::InvalidArgument(Flag("--tp", *o.tp) + ": does not divide the model's " +
                                    std::to_string(o.heads) + " attention heads");
   }
+  return Status::Ok();
+}
+
+// --pp with its uneven ends (--pp-first-layers, --pp-last-layers): a split
+// the model's layers allow, and that the model runs at.
+Status CheckPipelinePins(const PlannerOptions& o) {
   if ((o.pp_first_layers || o.pp_last_layers) && !o.pp) {
     return Status::InvalidArgument(
         Flag(o.pp_first_layers ? "--pp-first-layers" : "--pp-last-layers",
@@ -228,7 +225,12 @@ Status CheckPins(const PlannerOptions& o) {
         " layers, and no split with fewer blocks on the first and last stages gives each stage "
         "one (pin one with --pp-first-layers and --pp-last-layers)");
   }
-  // The pinned degrees multiply to a divisor of the GPU count (all three: to it).
+  return Status::Ok();
+}
+
+// The pinned degrees multiply to a divisor of the GPU count (all three: to it).
+Status CheckPinnedProduct(const PlannerOptions& o) {
+  const std::string gpus = Flag("--gpus", o.gpus);
   int64_t product = 1;
   std::string named;
   for (auto [name, v] : {std::pair{"--tp", o.tp}, {"--cp", o.cp}, {"--pp", o.pp}, {"--dp", o.dp}}) {
@@ -248,6 +250,11 @@ Status CheckPins(const PlannerOptions& o) {
     if (named.find(" x ") != std::string::npos) what += " = " + std::to_string(product);
     return Status::InvalidArgument(what + ": does not divide " + gpus);
   }
+  return Status::Ok();
+}
+
+// --global-batch against pinned --micro-batch, --num-micro-batches and --dp.
+Status CheckBatchPins(const PlannerOptions& o) {
   if (o.global_batch > 0 && o.micro_batch && o.num_micro_batches) {
     const int64_t per_replica = *o.micro_batch * *o.num_micro_batches;
     if (o.global_batch % per_replica != 0 || (o.dp && o.global_batch != per_replica * *o.dp)) {
@@ -260,6 +267,38 @@ Status CheckPins(const PlannerOptions& o) {
     }
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+// Pins that no layout can satisfy, named by flag with the reason.
+Status CheckPins(const PlannerOptions& o) {
+  auto positive = [](const char* name, const std::optional<int64_t>& v) -> Status {
+    if (v && *v < 1) return Status::InvalidArgument(Flag(name, *v) + ": must be >= 1");
+    return Status::Ok();
+  };
+  SSDTRAIN_RETURN_IF_ERROR(positive("--tp", o.tp));
+  SSDTRAIN_RETURN_IF_ERROR(positive("--pp", o.pp));
+  SSDTRAIN_RETURN_IF_ERROR(positive("--dp", o.dp));
+  SSDTRAIN_RETURN_IF_ERROR(positive("--micro-batch", o.micro_batch));
+  SSDTRAIN_RETURN_IF_ERROR(positive("--num-micro-batches", o.num_micro_batches));
+  SSDTRAIN_RETURN_IF_ERROR(positive("--ep", o.ep));
+  SSDTRAIN_RETURN_IF_ERROR(CheckExpertPins(o));
+  SSDTRAIN_RETURN_IF_ERROR(CheckUnmodelledPins(o));
+  SSDTRAIN_RETURN_IF_ERROR(positive("--dp-shard", o.dp_shard));
+  SSDTRAIN_RETURN_IF_ERROR(positive("--cp", o.cp));
+  SSDTRAIN_RETURN_IF_ERROR(CheckContextPins(o));
+  SSDTRAIN_RETURN_IF_ERROR(CheckZeroPins(o));
+  if (Result<traces::DdpImpl> d = traces::ParseDdpImpl(o.ddp, "--ddp"); !d.ok()) return d.status();
+  if (o.schedule) {
+    Result<PipelineSchedule> s = ParseSchedule(*o.schedule);
+    if (!s.ok()) return s.status().WithPrefix("--schedule");
+  }
+  SSDTRAIN_RETURN_IF_ERROR(CheckInterleavedPins(o));
+  SSDTRAIN_RETURN_IF_ERROR(CheckTensorPins(o));
+  SSDTRAIN_RETURN_IF_ERROR(CheckPipelinePins(o));
+  SSDTRAIN_RETURN_IF_ERROR(CheckPinnedProduct(o));
+  return CheckBatchPins(o);
 }
 
 }  // namespace ssdtrain::sim::detail
