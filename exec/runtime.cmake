@@ -7,6 +7,7 @@ list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/detail/host_staging.cc
   ${CMAKE_CURRENT_LIST_DIR}/device.cc
   ${CMAKE_CURRENT_LIST_DIR}/cpu_device.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cpu_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/tensor_cache.cc
   ${CMAKE_CURRENT_LIST_DIR}/rank_place.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay.cc
@@ -24,10 +25,11 @@ list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
 )
 # Sanitizer builds compile at -O1 (scripts/sanitize.sh), where Eigen's GEMM
 # kernels, which rely on inlining, crawl: `ssdtrain calibrate` timed GEMMs for
-# over 6 minutes under ASan. The CPU backend's file keeps its instrumentation
-# and gets -O2 (it comes after -O1 on the command line, so it wins).
+# over 6 minutes under ASan. The CPU backend's files keep their instrumentation
+# and get -O2 (it comes after -O1 on the command line, so it wins).
 if(NOT SSDTRAIN_SANITIZE STREQUAL "OFF")
-  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cpu_device.cc PROPERTIES COMPILE_OPTIONS -O2)
+  set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/cpu_device.cc
+    ${CMAKE_CURRENT_LIST_DIR}/cpu_ops.cc PROPERTIES COMPILE_OPTIONS -O2)
 endif()
 if(NOT SSDTRAIN_HAVE_CUDA)
   list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_unavailable.cc)
