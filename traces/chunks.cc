@@ -131,19 +131,86 @@ void Relink(Trace* u) {
   }
 }
 
+// One chunk: the trace itself, every op in chunk 0 (the optimizer's in none).
+ChunkedTrace Unchunked(const Trace& trace) {
+  ChunkedTrace same{trace, {}, {}, {}, std::vector<TensorId>(trace.tensors.size())};
+  for (const Op& op : trace.ops) {
+    same.chunk.push_back(op.phase == Phase::kOptimizer ? -1 : 0);
+    same.original_op.push_back(op.id);
+  }
+  same.op_of = same.original_op;
+  std::iota(same.received_as.begin(), same.received_as.end(), TensorId{0});
+  return same;
+}
+
+// Each boundary tensor's copy, as the next chunk (forward) or the previous one
+// (backward) receives it: `out->received_as` maps the tensor to its copy.
+void AddBoundaryCopies(const Trace& trace, const std::vector<std::vector<TensorId>>& forward,
+                       const std::vector<std::vector<TensorId>>& backward, size_t vv,
+                       ChunkedTrace* out) {
+  Trace& u = out->trace;
+  for (const bool ahead : {true, false}) {
+    for (size_t c = 1; c < vv; ++c) {
+      const TensorId from = ahead ? forward[c][0] : backward[c][0];
+      Tensor copy = trace.tensor(from);
+      copy.id = static_cast<TensorId>(u.tensors.size());
+      copy.name += ".chunk" + std::to_string(ahead ? c : c - 1);
+      copy.kind = ahead ? TensorKind::kActivation : TensorKind::kGradient;
+      copy.alias_of.reset();
+      out->received_as[static_cast<size_t>(from)] = copy.id;
+      u.tensors.push_back(std::move(copy));
+    }
+  }
+}
+
+// The ops in the order the chunked trace runs them. ZeRO-3's gathers run ahead
+// of their layer (models/detail/zero_shard.cc, zero_prefetch): one that would
+// run in an earlier chunk's stretch of its phase waits for the first op of its
+// own chunk there (no prefetch across a chunk boundary: another chunk step may
+// come between).
+std::vector<OpId> ChunkOrder(const Trace& trace, const std::vector<int64_t>& chunk) {
+  std::vector<OpId> order;
+  order.reserve(trace.ops.size());
+  std::map<std::pair<int, int64_t>, std::vector<OpId>> held;  // (phase, chunk) -> gathers
+  int64_t current[2] = {-1, -1};  // the chunk of the phase's last compute op
+  for (const Op& op : trace.ops) {
+    const int64_t c = chunk[static_cast<size_t>(op.id)];
+    const int ph = op.phase == Phase::kForward ? 0 : 1;
+    if (c >= 0 && op.stream != 0 && c != current[ph]) {
+      held[{ph, c}].push_back(op.id);
+      continue;
+    }
+    if (c >= 0 && op.stream == 0 && c != current[ph]) {
+      current[ph] = c;
+      if (auto it = held.find({ph, c}); it != held.end()) {
+        order.insert(order.end(), it->second.begin(), it->second.end());
+        held.erase(it);
+      }
+    }
+    order.push_back(op.id);
+  }
+  for (const auto& [key, ops] : held) order.insert(order.end(), ops.begin(), ops.end());
+  return order;
+}
+
+// A boundary tensor and its copy are saved for backward where a backward op
+// still reads them.
+void MarkBoundariesSaved(size_t original_tensors, ChunkedTrace* out) {
+  Trace& u = out->trace;
+  for (size_t t = 0; t < u.tensors.size(); ++t) {
+    const bool boundary = t >= original_tensors || out->received_as[t] != static_cast<TensorId>(t);
+    if (!boundary) continue;
+    Tensor& x = u.tensors[t];
+    x.saved_for_backward = x.saved_for_backward &&
+                           std::any_of(x.consumers.begin(), x.consumers.end(),
+                                       [&](OpId o) { return u.op(o).phase == Phase::kBackward; });
+  }
+}
+
 }  // namespace
 
 Result<ChunkedTrace> SplitIntoChunks(const Trace& trace, int64_t v) {
-  if (v == 1) {  // one chunk: the trace itself
-    ChunkedTrace same{trace, {}, {}, {}, std::vector<TensorId>(trace.tensors.size())};
-    for (const Op& op : trace.ops) {
-      same.chunk.push_back(op.phase == Phase::kOptimizer ? -1 : 0);
-      same.original_op.push_back(op.id);
-    }
-    same.op_of = same.original_op;
-    std::iota(same.received_as.begin(), same.received_as.end(), TensorId{0});
-    return same;
-  }
+  if (v == 1) return Unchunked(trace);  // one chunk: the trace itself
   const std::vector<int64_t> chunk = ChunkOfOps(trace, v);
   const std::string where =
       "the trace of " + trace.header.model + " stage " + std::to_string(trace.header.stage);
@@ -164,18 +231,7 @@ Result<ChunkedTrace> SplitIntoChunks(const Trace& trace, int64_t v) {
   u.tensors = trace.tensors;
   out.received_as.resize(trace.tensors.size());
   std::iota(out.received_as.begin(), out.received_as.end(), TensorId{0});
-  for (const bool ahead : {true, false}) {
-    for (size_t c = 1; c < vv; ++c) {
-      const TensorId from = ahead ? forward[c][0] : backward[c][0];
-      Tensor copy = trace.tensor(from);
-      copy.id = static_cast<TensorId>(u.tensors.size());
-      copy.name += ".chunk" + std::to_string(ahead ? c : c - 1);
-      copy.kind = ahead ? TensorKind::kActivation : TensorKind::kGradient;
-      copy.alias_of.reset();
-      out.received_as[static_cast<size_t>(from)] = copy.id;
-      u.tensors.push_back(std::move(copy));
-    }
-  }
+  AddBoundaryCopies(trace, forward, backward, vv, &out);
 
   out.op_of.assign(trace.ops.size(), kNoOp);
   auto add = [&](Op op, int64_t c, OpId original) {
@@ -184,33 +240,9 @@ Result<ChunkedTrace> SplitIntoChunks(const Trace& trace, int64_t v) {
     out.original_op.push_back(original);
     u.ops.push_back(std::move(op));
   };
-  // ZeRO-3's gathers run ahead of their layer (models/detail/zero_shard.cc,
-  // zero_prefetch): one that would run in an earlier chunk's stretch of its
-  // phase waits for the first op of its own chunk there (no prefetch across
-  // a chunk boundary: another chunk step may come between).
-  std::vector<OpId> order;
-  order.reserve(trace.ops.size());
-  {
-    std::map<std::pair<int, int64_t>, std::vector<OpId>> held;  // (phase, chunk) -> gathers
-    int64_t current[2] = {-1, -1};  // the chunk of the phase's last compute op
-    for (const Op& op : trace.ops) {
-      const int64_t c = chunk[static_cast<size_t>(op.id)];
-      const int ph = op.phase == Phase::kForward ? 0 : 1;
-      if (c >= 0 && op.stream != 0 && c != current[ph]) {
-        held[{ph, c}].push_back(op.id);
-        continue;
-      }
-      if (c >= 0 && op.stream == 0 && c != current[ph]) {
-        current[ph] = c;
-        if (auto it = held.find({ph, c}); it != held.end()) {
-          order.insert(order.end(), it->second.begin(), it->second.end());
-          held.erase(it);
-        }
-      }
-      order.push_back(op.id);
-    }
-    for (const auto& [key, ops] : held) order.insert(order.end(), ops.begin(), ops.end());
-  }
+  // Each op in chunk order, with a send and a receive where its phase moves
+  // on to the next chunk; a boundary tensor's reader takes the copy.
+  const std::vector<OpId> order = ChunkOrder(trace, chunk);
   int64_t last[2] = {-1, -1};  // the chunk of the phase's last op (forward, backward)
   for (const OpId id : order) {
     const Op& op = trace.op(id);
@@ -244,17 +276,7 @@ Result<ChunkedTrace> SplitIntoChunks(const Trace& trace, int64_t v) {
         {out.op_of[static_cast<size_t>(e.from)], out.op_of[static_cast<size_t>(e.to)], e.kind});
   }
   Relink(&u);
-  // A boundary tensor and its copy are saved for backward where a backward op
-  // still reads them.
-  for (size_t t = 0; t < u.tensors.size(); ++t) {
-    const bool boundary =
-        t >= trace.tensors.size() || out.received_as[t] != static_cast<TensorId>(t);
-    if (!boundary) continue;
-    Tensor& x = u.tensors[t];
-    x.saved_for_backward = x.saved_for_backward &&
-                           std::any_of(x.consumers.begin(), x.consumers.end(),
-                                       [&](OpId o) { return u.op(o).phase == Phase::kBackward; });
-  }
+  MarkBoundariesSaved(trace.tensors.size(), &out);
   return out;
 }
 
