@@ -1,7 +1,9 @@
 #include "sim/op_cost.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <map>
 
 #include "sim/collective.h"
 #include "sim/topology.h"
@@ -48,6 +50,57 @@ double GemmShapeEfficiency(const traces::GemmDims& dims, int sm_count) {
                   TileShare(dims, sm_count, kGemmTileCols, kGemmTileRows));
 }
 
+namespace {
+
+// Where the groups an op's collectives run over sit, by the trace's own
+// degrees (a stage's trace knows its tp, ep, ZeRO shards and cp, not its
+// ranks: rank 0's groups).
+struct OpGroups {
+  traces::GroupPlacement tp, ep, shard, expert_shard, cp;
+};
+
+OpGroups ComputeOpGroups(int64_t tp, int64_t ep, int64_t zero_shards, int64_t cp, int64_t domain) {
+  OpGroups out;
+  traces::Layout groups;
+  groups.tp = std::max<int64_t>(1, tp);
+  groups.ep = groups.dp = std::max<int64_t>(1, ep);
+  out.tp = traces::PlaceGroup(groups.TpGroup(0), domain);
+  out.ep = traces::PlaceGroup(groups.EpGroup(0), domain);
+  // The shard group: dp ranks strided by tp (its cp ranks among them).
+  traces::Layout shard;
+  shard.tp = groups.tp;
+  shard.dp = std::max<int64_t>(1, zero_shards);
+  shard.zero_stage = 3;
+  out.shard = traces::PlaceGroup(shard.ShardGroup(0), domain);
+  // The routed experts' shard group: the ranks of the shard group with this
+  // rank's expert index (every ep-th, strided by tp).
+  shard.ep = std::max<int64_t>(1, ep);
+  out.expert_shard =
+      shard.dp % shard.ep == 0 ? traces::PlaceGroup(shard.ExpertDpGroup(0), domain) : out.shard;
+  // The cp ring: cp ranks strided by tp.
+  traces::Layout context;
+  context.tp = groups.tp;
+  context.cp = std::max<int64_t>(1, cp);
+  out.cp = traces::PlaceGroup(context.CpGroup(0), domain);
+  return out;
+}
+
+// Group placements kept per thread before the memo starts over.
+constexpr size_t kMaxMemoizedGroups = 4096;
+
+// Memoized per thread (a model is built for every simulation; a shard group
+// of thousands of ranks takes as many to enumerate and sort).
+const OpGroups& PlaceOpGroups(int64_t tp, int64_t ep, int64_t zero_shards, int64_t cp,
+                              int64_t domain) {
+  const std::array<int64_t, 5> key{tp, ep, zero_shards, cp, domain};
+  thread_local std::map<std::array<int64_t, 5>, OpGroups> memo;
+  if (const auto it = memo.find(key); it != memo.end()) return it->second;
+  if (memo.size() >= kMaxMemoizedGroups) memo.clear();
+  return memo.emplace(key, ComputeOpGroups(tp, ep, zero_shards, cp, domain)).first->second;
+}
+
+}  // namespace
+
 OpCostModel::OpCostModel(const HardwareOptions& hw, const traces::Header& header,
                          bool use_trace_measurements)
     : OpCostModel(hw, std::max<int64_t>(1, header.tp), header.dtype, use_trace_measurements,
@@ -58,28 +111,12 @@ OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::strin
                          bool use_trace_measurements, int64_t ep, int64_t zero_shards, int64_t cp,
                          const std::string& fp8)
     : hw_(hw), use_trace_measurements_(use_trace_measurements) {
-  traces::Layout groups;
-  groups.tp = std::max<int64_t>(1, tp);
-  groups.ep = groups.dp = std::max<int64_t>(1, ep);
-  tp_group_ = traces::PlaceGroup(groups.TpGroup(0), DomainGpus(hw));
-  ep_group_ = traces::PlaceGroup(groups.EpGroup(0), DomainGpus(hw));
-  // The shard group: dp ranks strided by tp (its cp ranks among them).
-  traces::Layout shard;
-  shard.tp = groups.tp;
-  shard.dp = std::max<int64_t>(1, zero_shards);
-  shard.zero_stage = 3;
-  shard_group_ = traces::PlaceGroup(shard.ShardGroup(0), DomainGpus(hw));
-  // The routed experts' shard group: the ranks of the shard group with this
-  // rank's expert index (every ep-th, strided by tp).
-  shard.ep = std::max<int64_t>(1, ep);
-  expert_shard_group_ = shard.dp % shard.ep == 0
-                            ? traces::PlaceGroup(shard.ExpertDpGroup(0), DomainGpus(hw))
-                            : shard_group_;
-  // The cp ring: cp ranks strided by tp.
-  traces::Layout context;
-  context.tp = groups.tp;
-  context.cp = std::max<int64_t>(1, cp);
-  cp_group_ = traces::PlaceGroup(context.CpGroup(0), DomainGpus(hw));
+  const OpGroups& g = PlaceOpGroups(tp, ep, zero_shards, cp, DomainGpus(hw));
+  tp_group_ = g.tp;
+  ep_group_ = g.ep;
+  shard_group_ = g.shard;
+  expert_shard_group_ = g.expert_shard;
+  cp_group_ = g.cp;
   double tflops = hw.gpu.peak_tflops_fp16;
   if (dtype == "bf16") tflops = hw.gpu.peak_tflops_bf16;
   if (dtype == "fp32") tflops = hw.gpu.peak_tflops_fp32;
