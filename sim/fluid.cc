@@ -75,8 +75,11 @@ void FluidNetwork::AdmitWaiting() {
   // also blocks later flows that need that resource, and only that one (its
   // other resources stay open to flows that do not need the full one, as the
   // offload engine's per-direction queues are: exec/engine_io_loop.cc).
-  std::vector<bool> blocked(resources_.size(), false);
-  std::vector<FlowId> still_waiting;
+  if (waiting_.empty()) return;
+  std::vector<char>& blocked = scratch_blocked_;
+  blocked.assign(resources_.size(), 0);
+  std::vector<FlowId>& still_waiting = scratch_still_waiting_;
+  still_waiting.clear();
   for (FlowId id : waiting_) {
     Flow& flow = flows_[static_cast<size_t>(id)];
     bool admit = CanAdmit(flow);
@@ -85,7 +88,7 @@ void FluidNetwork::AdmitWaiting() {
       for (const Demand& d : flow.demands) {
         const Resource& r = resources_[static_cast<size_t>(d.resource)];
         if (r.max_active > 0 && r.admitted >= r.max_active) {
-          blocked[static_cast<size_t>(d.resource)] = true;
+          blocked[static_cast<size_t>(d.resource)] = 1;
         }
       }
       still_waiting.push_back(id);
@@ -96,7 +99,7 @@ void FluidNetwork::AdmitWaiting() {
     const Status s = engine_.Schedule(flow.latency, [this, id] { BeginMoving(id); });
     if (!s.ok()) RecordError(s.WithPrefix("FluidNetwork: flow " + std::to_string(id)));
   }
-  waiting_ = std::move(still_waiting);
+  waiting_.swap(still_waiting);
 }
 
 void FluidNetwork::BeginMoving(FlowId id) {

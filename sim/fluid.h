@@ -118,10 +118,13 @@ class FluidNetwork {
   Time last_update_;
   uint64_t generation_ = 0;
   Status status_;
-  // Reused by Advance and Reschedule (the simulator's hot loop): no allocation per event.
+  // Reused by Advance, Reschedule and AdmitWaiting (the simulator's hot loop): no
+  // allocation per event.
   std::vector<int> scratch_counts_;
   std::vector<char> scratch_waits_;
   std::vector<std::pair<ResourceId, int>> scratch_heads_;
+  std::vector<char> scratch_blocked_;          // AdmitWaiting's, per resource
+  std::vector<FlowId> scratch_still_waiting_;  // AdmitWaiting's
 };
 
 }  // namespace ssdtrain::sim

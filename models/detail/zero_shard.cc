@@ -197,6 +197,8 @@ class ZeroSharder {
       t.consumers.clear();
     }
     new_id_.assign(ops_.size(), traces::kNoOp);
+    // Every op, gather and reduce-scatter: no regrowth of the list (the ops were moved out).
+    b_.trace_.ops.reserve(ops_.size() + gathers_.size() + unit_weights_.size());
     const Phase saved_phase = b_.phase_;
     const int saved_layer = b_.layer_;
     std::vector<int64_t> deferred;  // zero_.defer_grad_sync: units in order of completion
