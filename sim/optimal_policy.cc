@@ -186,20 +186,27 @@ void ApplyTimeAwarePrefetch(const traces::Trace& trace, const HardwareOptions& h
   });
   // Margin for rate sharing with writes still in flight.
   constexpr double kSafety = 1.10;
+  // The backward ops' starts as a running maximum: the first op (in op order)
+  // that starts after a time is the first whose running maximum does, so a
+  // binary search finds it.
+  std::vector<int64_t> latest_start;
+  latest_start.reserve(backward.size());
+  for (const auto& [t, op] : backward) {
+    latest_start.push_back(latest_start.empty() ? t : std::max(latest_start.back(), t));
+  }
   double channel_free = 1e300;
   for (const Read& r : reads) {
     const double finish = std::min(static_cast<double>(r.need_ns), channel_free);
     const double start = finish - r.duration_ns * kSafety;
     channel_free = start;
-    // The latest backward op starting at or before `start`; the first one if none.
-    OpId chosen = backward.front().second;
-    for (const auto& [t, op] : backward) {
-      if (static_cast<double>(t) <= start)
-        chosen = op;
-      else
-        break;
-    }
-    plan->placements[r.placement].prefetch_before = chosen;
+    // The op before the first backward op (in op order) that starts after
+    // `start`: the latest one of the run starting at or before it; the first
+    // one if none.
+    const auto after =
+        std::upper_bound(latest_start.begin(), latest_start.end(), start,
+                         [](double s, int64_t t) { return s < static_cast<double>(t); });
+    const size_t i = static_cast<size_t>(after - latest_start.begin());
+    plan->placements[r.placement].prefetch_before = backward[i == 0 ? 0 : i - 1].second;
   }
 }
 
