@@ -164,6 +164,78 @@ Result<Setup> Prepare(const ReplayFlags& f, const RankSync* ranks) {
   return s;
 }
 
+// The replay's options from the flags, the set-up and the parsed choices.
+exec::ReplayOptions OptionsFor(const ReplayFlags& f, const Setup& setup,
+                               exec::BackendChoice backend, exec::BackendKind io_backend,
+                               exec::GdsMode gds, RankSync* ranks, bool speaks) {
+  exec::ReplayOptions o;
+  o.dirs = setup.dirs.dirs;
+  o.backend = backend;
+  o.steps = f.steps;
+  o.ssd_bandwidth_GBps = f.ssd_bandwidth_GBps;
+  o.verify = f.verify;
+  o.device_memory_bytes = GiB(f.device_memory_GiB);
+  o.cpu_compute_threads = f.cpu_threads;
+  o.cpu_pin_threads = !f.no_cpu_pin;
+  o.cuda_device_index = f.cuda_device;
+  o.staging_bytes = static_cast<int64_t>(std::llround(f.staging_MiB * 1024 * 1024));
+  o.io_backend = io_backend;
+  o.allow_buffered_io = f.allow_buffered_io;
+  o.gds = gds;
+  o.cufile_library = f.cufile_library;
+  o.sync = ranks;
+  if (speaks) {
+    o.progress = [](const std::string& line) { std::cerr << "replay: " << line << "\n"; };
+  }
+  return o;
+}
+
+// This rank's run report: its metrics, drives and storage path, and with
+// ranks its all-reduce, pipeline traffic and collectives (gathered after).
+traces::StepReport RankReport(const exec::ReplayResult& result, const traces::Trace& trace,
+                              const traces::Plan& plan, const std::vector<std::string>& dirs,
+                              bool with_ranks) {
+  traces::StepReport report = RunReport(result, trace, plan);
+  report.extra["offload_dirs"] = dirs;  // this rank's drives
+  report.extra["storage_path"] = result.storage_path;
+  report.extra["gds"] = result.gds;
+  report.extra["staging_bytes"] = result.staging_bytes;
+  if (with_ranks) {
+    report.extra["allreduce_ns"] = result.allreduce_ns;
+    const exec::PipelineTraffic& t = result.pipeline;
+    report.extra["pipeline"] = {{"messages_sent", t.messages_sent},
+                                {"bytes_sent", t.bytes_sent},
+                                {"messages_received", t.messages_received},
+                                {"bytes_received", t.bytes_received}};
+    report.extra["collectives"] = CollectivesJson(result.collectives);
+  }
+  return report;
+}
+
+// The run's line on stdout.
+std::string SummaryLine(const exec::ReplayResult& result, const traces::StepReport& report,
+                        const traces::Trace& trace, const RankSync* ranks) {
+  const traces::StepMetrics& m = report.metrics;
+  return fmt::format(
+      "{} on {}{}: step {:.3f} ms (median of {}), peak device {:.1f} MiB, peak activations "
+      "{:.1f} MiB, SSD wrote {:.1f} MiB read {:.1f} MiB{}{}, exposed I/O {:.3f} ms{}{}{}\n",
+      trace.header.model, result.backend, ranks ? fmt::format(" x {} ranks", ranks->size()) : "",
+      m.step_time_ns / 1e6, result.steps, m.peak_gpu_bytes / 1048576.0,
+      m.peak_activation_bytes / 1048576.0, m.ssd_bytes_written / 1048576.0,
+      m.ssd_bytes_read / 1048576.0,
+      result.cache.bytes_to_host == 0 ? ""
+                                      : fmt::format(", host copies {:.1f} MiB out {:.1f} MiB back",
+                                                    result.cache.bytes_to_host / 1048576.0,
+                                                    result.cache.bytes_from_host / 1048576.0),
+      result.direct_io ? "" : " (buffered I/O: through the page cache, not the drive)",
+      m.exposed_io_ns / 1e6,
+      ranks ? fmt::format(", gradient all-reduce {:.3f} ms", result.allreduce_ns / 1e6) : "",
+      CollectivesLine(result.collectives),
+      report.verified ? fmt::format(", verified {} tensors{}", result.tensors_checked,
+                                    *report.verified ? "" : " (a rank did not verify)")
+                      : "");
+}
+
 int Run(const ReplayFlags& f) {
   auto started = StartRanksIfLaunched();
   if (!started.ok()) return ReportError("replay", started.status());
@@ -204,25 +276,7 @@ int Run(const ReplayFlags& f) {
   }
   const traces::Trace& trace = setup->trace;
   const traces::Plan& plan = setup->plan;
-  exec::ReplayOptions o;
-  o.dirs = setup->dirs.dirs;
-  o.backend = *backend;
-  o.steps = f.steps;
-  o.ssd_bandwidth_GBps = f.ssd_bandwidth_GBps;
-  o.verify = f.verify;
-  o.device_memory_bytes = GiB(f.device_memory_GiB);
-  o.cpu_compute_threads = f.cpu_threads;
-  o.cpu_pin_threads = !f.no_cpu_pin;
-  o.cuda_device_index = f.cuda_device;
-  o.staging_bytes = static_cast<int64_t>(std::llround(f.staging_MiB * 1024 * 1024));
-  o.io_backend = *io_backend;
-  o.allow_buffered_io = f.allow_buffered_io;
-  o.gds = *gds;
-  o.cufile_library = f.cufile_library;
-  o.sync = ranks.get();
-  if (speaks) {
-    o.progress = [](const std::string& line) { std::cerr << "replay: " << line << "\n"; };
-  }
+  exec::ReplayOptions o = OptionsFor(f, *setup, *backend, *io_backend, *gds, ranks.get(), speaks);
   if (speaks && o.dirs.size() > 1) {
     std::cerr << fmt::format("replay: each tensor striped over {} directories in {} stripes{}\n",
                              o.dirs.size(),
@@ -235,19 +289,8 @@ int Run(const ReplayFlags& f) {
   if (speaks && (result->backend == "cuda" || result->gds)) {
     std::cerr << "replay: storage path: " << result->storage_path << "\n";
   }
-  traces::StepReport report = RunReport(*result, trace, plan);
-  report.extra["offload_dirs"] = o.dirs;  // this rank's drives
-  report.extra["storage_path"] = result->storage_path;
-  report.extra["gds"] = result->gds;
-  report.extra["staging_bytes"] = result->staging_bytes;
+  traces::StepReport report = RankReport(*result, trace, plan, o.dirs, ranks != nullptr);
   if (ranks) {
-    report.extra["allreduce_ns"] = result->allreduce_ns;
-    const exec::PipelineTraffic& t = result->pipeline;
-    report.extra["pipeline"] = {{"messages_sent", t.messages_sent},
-                                {"bytes_sent", t.bytes_sent},
-                                {"messages_received", t.messages_received},
-                                {"bytes_received", t.bytes_received}};
-    report.extra["collectives"] = CollectivesJson(result->collectives);
     auto whole = WholeStepReport(std::move(report), plan, *ranks);
     if (!whole.ok()) return fail(whole.status());
     report = std::move(*whole);
@@ -260,25 +303,7 @@ int Run(const ReplayFlags& f) {
                                                             result->backend + ")"));
   }
   if (Status written = outputs.Commit(); !written.ok()) return ReportError("replay", written);
-  const auto& m = report.metrics;
-  std::cout << fmt::format(
-      "{} on {}{}: step {:.3f} ms (median of {}), peak device {:.1f} MiB, peak activations "
-      "{:.1f} MiB, SSD wrote {:.1f} MiB read {:.1f} MiB{}{}, exposed I/O {:.3f} ms{}{}{}\n",
-      trace.header.model, result->backend, ranks ? fmt::format(" x {} ranks", ranks->size()) : "",
-      m.step_time_ns / 1e6, result->steps, m.peak_gpu_bytes / 1048576.0,
-      m.peak_activation_bytes / 1048576.0, m.ssd_bytes_written / 1048576.0,
-      m.ssd_bytes_read / 1048576.0,
-      result->cache.bytes_to_host == 0 ? ""
-                                       : fmt::format(", host copies {:.1f} MiB out {:.1f} MiB back",
-                                                     result->cache.bytes_to_host / 1048576.0,
-                                                     result->cache.bytes_from_host / 1048576.0),
-      result->direct_io ? "" : " (buffered I/O: through the page cache, not the drive)",
-      m.exposed_io_ns / 1e6,
-      ranks ? fmt::format(", gradient all-reduce {:.3f} ms", result->allreduce_ns / 1e6) : "",
-      CollectivesLine(result->collectives),
-      report.verified ? fmt::format(", verified {} tensors{}", result->tensors_checked,
-                                    *report.verified ? "" : " (a rank did not verify)")
-                      : "");
+  std::cout << SummaryLine(*result, report, trace, ranks.get());
   return 0;
 }
 
