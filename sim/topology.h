@@ -23,7 +23,7 @@
 // A point-to-point message (a pipeline send) is S / p2p bandwidth + latency of
 // the tier its two ranks share.
 //
-// Thread-safety: pure functions.
+// Thread-safety: pure functions (PlaceLayout memoizes its answers per thread).
 #pragma once
 
 #include <cstdint>
