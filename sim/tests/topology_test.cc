@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "cmake/build_paths.h"
 #include "sim/hardware.h"
@@ -141,6 +142,68 @@ nlohmann::json WithInterconnect(nlohmann::json interconnect) {
 
 // The per-dimension fields of older files are read, converted, and a note
 // says what they became.
+// PlaceLayout memoizes per thread: every layout field, the domain and the
+// stage are its key. Layouts that differ in one field each, asked in turn
+// and again, each get their own groups' placements (computed here afresh from
+// the layout's groups), on two domain sizes.
+bool SamePlacement(const traces::GroupPlacement& a, const traces::GroupPlacement& b) {
+  return a.ranks == b.ranks && a.domains == b.domains && a.max_per_domain == b.max_per_domain;
+}
+
+TEST(Topology, MemoizedPlacementsAreEachLayoutsOwn) {
+  traces::Layout base;
+  base.tp = 2;
+  base.cp = 2;
+  base.pp = 2;
+  base.dp = 8;
+  base.ep = 4;
+  base.zero_stage = 3;
+  std::vector<traces::Layout> layouts{base};
+  auto vary = [&](auto change) {
+    traces::Layout l = base;
+    change(l);
+    layouts.push_back(l);
+  };
+  vary([](traces::Layout& l) { l.tp = 4; });
+  vary([](traces::Layout& l) { l.cp = 1; });
+  vary([](traces::Layout& l) { l.pp = 4; });
+  vary([](traces::Layout& l) { l.dp = 16; });
+  vary([](traces::Layout& l) { l.ep = 2; });
+  vary([](traces::Layout& l) { l.zero_stage = 1; });
+  vary([](traces::Layout& l) { l.dp_shard = 4; });
+  for (int round = 0; round < 2; ++round) {
+    for (const int64_t domain : {8, 72}) {
+      HardwareOptions hw = Dgx(5);
+      hw.interconnect.domain_gpus = domain;
+      for (const traces::Layout& l : layouts) {
+        for (int64_t stage = 0; stage < l.pp; ++stage) {
+          const LayoutLinks got = PlaceLayout(l, hw, stage);
+          const int64_t first = l.RankOf({0, 0, 0, stage});
+          const std::string at =
+              "tp " + std::to_string(l.tp) + " cp " + std::to_string(l.cp) + " pp " +
+              std::to_string(l.pp) + " dp " + std::to_string(l.dp) + " ep " + std::to_string(l.ep) +
+              " zero " + std::to_string(l.zero_stage) + " dp_shard " + std::to_string(l.dp_shard) +
+              " stage " + std::to_string(stage) + " domain " + std::to_string(domain);
+          EXPECT_TRUE(SamePlacement(got.tp, traces::PlaceGroup(l.TpGroup(first), domain))) << at;
+          EXPECT_TRUE(SamePlacement(got.gradients, traces::PlaceGroup(l.DpCpGroup(first), domain)))
+              << at;
+          EXPECT_TRUE(SamePlacement(got.shard, traces::PlaceGroup(l.ShardGroup(first), domain)))
+              << at;
+          EXPECT_TRUE(SamePlacement(got.expert_shard,
+                                    traces::PlaceGroup(l.ExpertShardGroup(first), domain)))
+              << at;
+          EXPECT_TRUE(SamePlacement(got.dense_buckets,
+                                    traces::PlaceGroup(l.DenseGradientGroup(first), domain)))
+              << at;
+          EXPECT_EQ(got.next_stage_within_domain,
+                    l.pp <= 1 || first / domain == l.NextStageRank(first) / domain)
+              << at;
+        }
+      }
+    }
+  }
+}
+
 TEST(Topology, TheOldPerDimensionFieldsAreReadWithANote) {
   auto hw = HardwareFromJson(
       WithInterconnect({{"tp_GBps", 370}, {"pp_GBps", 40}, {"dp_GBps", 50}, {"latency_us", 5}}),
