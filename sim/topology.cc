@@ -102,6 +102,9 @@ LayoutLinks ComputeLayoutLinks(const traces::Layout& layout, int64_t domain, int
 // placements of its layout's groups, and a group of 16384 ranks takes that
 // many ranks to enumerate and sort (46% of a 16384-GPU search's time before).
 LayoutLinks PlaceLayout(const traces::Layout& layout, const HardwareOptions& hw, int64_t stage) {
+  // The key is every field of the layout: a field added to traces::Layout must join it.
+  static_assert(sizeof(traces::Layout) == 10 * sizeof(int64_t),
+                "traces::Layout changed: add the new field to PlaceLayout's memo key");
   const int64_t domain = DomainGpus(hw);
   const std::array<int64_t, 12> key{layout.tp,
                                     layout.cp,
