@@ -199,14 +199,38 @@ Status Replayer::Run(const traces::Op& op, const std::vector<DeviceBuffer>& ins,
 
 Status Replayer::IssueOp(const traces::Op& op) {
   SSDTRAIN_RETURN_IF_ERROR(error());
-  // Bounded run-ahead: the cache decides at issue time, so issue close to
-  // when the op runs (see ReplayOptions::max_ops_ahead).
-  if (issues_.size() >= static_cast<size_t>(options_.max_ops_ahead)) {
-    SSDTRAIN_RETURN_IF_ERROR(issues_[issues_.size() - options_.max_ops_ahead].end->Synchronize());
-  }
+  SSDTRAIN_RETURN_IF_ERROR(WaitForRunAhead());
   DrainEvictions();
   bool io_dependent = staging_stalled_next_;
   staging_stalled_next_ = false;
+  SSDTRAIN_RETURN_IF_ERROR(EvictAndPrefetchAt(op, &io_dependent));
+  std::vector<TensorId> touched, produced;
+  SSDTRAIN_RETURN_IF_ERROR(MakeInputsResident(op, &touched, &io_dependent));
+  SSDTRAIN_RETURN_IF_ERROR(MakeOutputsResident(op, &touched, &produced, &io_dependent));
+  SSDTRAIN_RETURN_IF_ERROR(RunIssued(op, io_dependent));
+  for (TensorId s : produced) {
+    if (cache_.OnProduced(s) && life(s).bytes > 0) {
+      SSDTRAIN_RETURN_IF_ERROR(QueueOffload(s, op));
+    }
+  }
+  if (options_.wait_for_writes) {
+    MutexLock lock(&mu_);
+    while (pending_writes_ != 0 && error_.ok()) cv_.Wait(&mu_);
+    if (!error_.ok()) return error_;
+  }
+  ReleaseAfter(op, std::move(touched));
+  if (options_.wait_for_writes) DrainEvictions();
+  return Status::Ok();
+}
+
+Status Replayer::WaitForRunAhead() {
+  // Bounded run-ahead: the cache decides at issue time, so issue close to
+  // when the op runs (see ReplayOptions::max_ops_ahead).
+  if (issues_.size() < static_cast<size_t>(options_.max_ops_ahead)) return Status::Ok();
+  return issues_[issues_.size() - options_.max_ops_ahead].end->Synchronize();
+}
+
+Status Replayer::EvictAndPrefetchAt(const traces::Op& op, bool* io_dependent) {
   // Planned eviction points (traces/storage_plan.h, "Memory"): the storage
   // goes now, and if its write has not landed this op waits for it (exposed
   // I/O, as in the simulator) rather than the step holding more memory.
@@ -217,7 +241,7 @@ Status Replayer::IssueOp(const traces::Op& op) {
     }
     MutexLock lock(&mu_);
     if (!cache_.WritePending(s)) continue;  // claimed by backward: it stays
-    io_dependent = true;
+    *io_dependent = true;
     while (cache_.WritePending(s) && error_.ok()) cv_.Wait(&mu_);
     if (!error_.ok()) return error_;
     lock.Unlock();
@@ -225,15 +249,19 @@ Status Replayer::IssueOp(const traces::Op& op) {
   }
   for (TensorId s : cache_.PrefetchesAt(op.id)) {
     if (cache_.ClaimForBackward(s) == BackwardSource::kRead) {
-      SSDTRAIN_RETURN_IF_ERROR(IssueRead(s, op, &io_dependent));
+      SSDTRAIN_RETURN_IF_ERROR(IssueRead(s, op, io_dependent));
     }
   }
-  std::vector<TensorId> touched;
+  return Status::Ok();
+}
+
+Status Replayer::MakeInputsResident(const traces::Op& op, std::vector<TensorId>* touched,
+                                    bool* io_dependent) {
   for (TensorId t : op.inputs) {
     const TensorId s = trace_.StorageOf(t);
-    touched.push_back(s);
+    touched->push_back(s);
     if (op.phase != traces::Phase::kForward) {
-      SSDTRAIN_RETURN_IF_ERROR(Need(s, op, &io_dependent));
+      SSDTRAIN_RETURN_IF_ERROR(Need(s, op, io_dependent));
       if (options_.verify && !slot(s).checked && !life(s).persistent() && slot(s).buffer.valid()) {
         slot(s).checked = true;
         ++checked_;
@@ -249,17 +277,25 @@ Status Replayer::IssueOp(const traces::Op& op) {
                               ") reads tensor " + std::to_string(t) + ", which is not resident");
     }
   }
-  std::vector<TensorId> produced;
+  return Status::Ok();
+}
+
+Status Replayer::MakeOutputsResident(const traces::Op& op, std::vector<TensorId>* touched,
+                                     std::vector<TensorId>* produced, bool* io_dependent) {
   for (TensorId t : op.outputs) {
     const TensorId s = trace_.StorageOf(t);
-    touched.push_back(s);
+    touched->push_back(s);
     if (s == t && !slot(s).resident && !life(s).persistent()) {
-      SSDTRAIN_RETURN_IF_ERROR(Materialize(s, op, &io_dependent));
-      produced.push_back(s);
+      SSDTRAIN_RETURN_IF_ERROR(Materialize(s, op, io_dependent));
+      produced->push_back(s);
     } else if (!slot(s).resident && !life(s).persistent()) {
-      SSDTRAIN_RETURN_IF_ERROR(Need(s, op, &io_dependent));
+      SSDTRAIN_RETURN_IF_ERROR(Need(s, op, io_dependent));
     }
   }
+  return Status::Ok();
+}
+
+Status Replayer::RunIssued(const traces::Op& op, bool io_dependent) {
   std::vector<DeviceBuffer> ins, outs;
   for (TensorId t : op.inputs) ins.push_back(View(t));
   for (TensorId t : op.outputs) outs.push_back(View(t));
@@ -284,16 +320,10 @@ Status Replayer::IssueOp(const traces::Op& op) {
                                  /*kernel=*/!transfer));
   }
   if (transfer && op.kind == traces::OpKind::kSend) SSDTRAIN_RETURN_IF_ERROR(SendFor(op, ins[0]));
-  for (TensorId s : produced) {
-    if (cache_.OnProduced(s) && life(s).bytes > 0) {
-      SSDTRAIN_RETURN_IF_ERROR(QueueOffload(s, op));
-    }
-  }
-  if (options_.wait_for_writes) {
-    MutexLock lock(&mu_);
-    while (pending_writes_ != 0 && error_.ok()) cv_.Wait(&mu_);
-    if (!error_.ok()) return error_;
-  }
+  return Status::Ok();
+}
+
+void Replayer::ReleaseAfter(const traces::Op& op, std::vector<TensorId> touched) {
   std::sort(touched.begin(), touched.end());
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
   for (TensorId s : touched) {
@@ -312,8 +342,6 @@ Status Replayer::IssueOp(const traces::Op& op) {
       }
     }
   }
-  if (options_.wait_for_writes) DrainEvictions();
-  return Status::Ok();
 }
 
 Status Replayer::QueueOffload(TensorId s, const traces::Op& op) {

@@ -238,7 +238,19 @@ class Replayer {
              const std::vector<DeviceBuffer>& outs, const std::vector<TensorId>& fill,
              bool recompute, bool io_dependent, bool kernel = true,
              const std::function<Status()>& between = {});
+  // One op of the step, as named steps: the run-ahead bound, the planned
+  // evictions and prefetches at it, its inputs and outputs made resident
+  // (fetched, recomputed, allocated), its kernel, transfer or collective, its
+  // new storages' offloads queued, and what it used last released.
   Status IssueOp(const traces::Op& op);
+  Status WaitForRunAhead();
+  Status EvictAndPrefetchAt(const traces::Op& op, bool* io_dependent);
+  Status MakeInputsResident(const traces::Op& op, std::vector<TensorId>* touched,
+                            bool* io_dependent);
+  Status MakeOutputsResident(const traces::Op& op, std::vector<TensorId>* touched,
+                             std::vector<TensorId>* produced, bool* io_dependent);
+  Status RunIssued(const traces::Op& op, bool io_dependent);
+  void ReleaseAfter(const traces::Op& op, std::vector<TensorId> touched);
   Status QueueOffload(TensorId s, const traces::Op& op);
   Status FinishStep();
 
