@@ -92,6 +92,19 @@ class Demo {
   // report folder made (its parent folder exists: checked).
   Status CheckOutputs();
   Status RunAll();
+  // RunAll's steps: the trace and the hardware (cached or measured); the
+  // plans; the rounds of replays as rows; whether keep held steady over them
+  // (its drift); a second calibration, and predictions again, where keep
+  // measured far off while steady.
+  struct Plans {
+    traces::Plan keep, recompute, adaptive, best;
+    int64_t budget = 0;  // the planner's: keep's peak less a share of its activations
+  };
+  Status TraceAndCalibrate();
+  Result<Plans> MakePlans();
+  Result<std::vector<Row>> MeasureRows(const std::vector<const traces::Plan*>& plans);
+  Result<bool> KeepSteady(const traces::Plan& keep, const std::vector<Row>& rows);
+  Status Recalibrate(const std::vector<const traces::Plan*>& plans, std::vector<Row>& rows);
   // The path of a file in the report folder, remembered (RemoveReport).
   std::string File(const std::string& name) const;
 

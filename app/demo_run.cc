@@ -123,33 +123,52 @@ Status Demo::RunAll() {
   if (ec)
     return Status::IoError(report_.string() + ": cannot create the report folder (" + ec.message() +
                            ")");
+  SSDTRAIN_RETURN_IF_ERROR(TraceAndCalibrate());
+  SSDTRAIN_ASSIGN_OR_RETURN(Plans plans, MakePlans());
+  const std::vector<const traces::Plan*> order = {&plans.keep, &plans.recompute, &plans.adaptive,
+                                                  &plans.best};
+  SSDTRAIN_ASSIGN_OR_RETURN(std::vector<Row> rows, MeasureRows(order));
+  SSDTRAIN_ASSIGN_OR_RETURN(const bool keep_steady, KeepSteady(plans.keep, rows));
+  // Keep's prediction is the calibrated op times summed, so keep far off its
+  // prediction while keep itself held steady means the calibration caught the
+  // machine at another speed (a cache from another day; a build that had just
+  // finished). Measure it once more, now, and predict again; the plans stay.
+  if (!o_.keep_calibration && std::abs(KeepError(rows)) > kRecalibrateAt && keep_steady) {
+    SSDTRAIN_RETURN_IF_ERROR(Recalibrate(order, rows));
+  }
+  PrintTable(rows, plans.budget);
+  if (!o_.summary.empty()) SSDTRAIN_RETURN_IF_ERROR(WriteSummary(rows, plans.budget));
+  if (o_.plots) Plots(rows);
+  std::cout << "\nreport folder: " << report_.string() << "\n";
+  return Status::Ok();
+}
 
+Status Demo::TraceAndCalibrate() {
   SSDTRAIN_ASSIGN_OR_RETURN(models::ModelConfig config, models::LoadModelConfig(o_.model));
   SSDTRAIN_ASSIGN_OR_RETURN(trace_, models::BuildTrace(config, 0));
   SSDTRAIN_RETURN_IF_ERROR(traces::WriteTrace(trace_, File("trace.json")));
   Progress(fmt::format("traced {}: {} ops, {} tensors", trace_.header.model, trace_.ops.size(),
                        trace_.tensors.size()));
-
   SSDTRAIN_ASSIGN_OR_RETURN(hw_, Calibration(/*measure=*/o_.recalibrate));
   ApplySsdCap();
-  SSDTRAIN_RETURN_IF_ERROR(traces::WriteJsonFile(sim::ToJson(hw_), File("hardware.json")));
+  return traces::WriteJsonFile(sim::ToJson(hw_), File("hardware.json"));
+}
 
-  // Plans: keep and full recompute, then the planner under a budget keep does not fit.
+Result<Demo::Plans> Demo::MakePlans() {
+  // Keep and full recompute, then the planner under a budget keep does not fit.
   const traces::Plan base = sim::BasePlan(trace_);
-  SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan keep, sim::MakeFixedPlan("keep", trace_, hw_, base));
-  SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan recompute,
-                            sim::MakeFixedPlan("recompute-full", trace_, hw_, base));
-  SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan adaptive,
-                            sim::MakeFixedPlan("ssdtrain", trace_, hw_, base));
-  SSDTRAIN_ASSIGN_OR_RETURN(sim::Prediction keep_pred, sim::Simulate(trace_, keep, hw_));
-  const int64_t budget =
-      keep_pred.metrics.peak_gpu_bytes -
-      static_cast<int64_t>(kBudgetActivationCut *
-                           static_cast<double>(keep_pred.metrics.peak_activation_bytes));
+  Plans out;
+  SSDTRAIN_ASSIGN_OR_RETURN(out.keep, sim::MakeFixedPlan("keep", trace_, hw_, base));
+  SSDTRAIN_ASSIGN_OR_RETURN(out.recompute, sim::MakeFixedPlan("recompute-full", trace_, hw_, base));
+  SSDTRAIN_ASSIGN_OR_RETURN(out.adaptive, sim::MakeFixedPlan("ssdtrain", trace_, hw_, base));
+  SSDTRAIN_ASSIGN_OR_RETURN(sim::Prediction keep_pred, sim::Simulate(trace_, out.keep, hw_));
+  out.budget = keep_pred.metrics.peak_gpu_bytes -
+               static_cast<int64_t>(kBudgetActivationCut *
+                                    static_cast<double>(keep_pred.metrics.peak_activation_bytes));
   Progress(fmt::format("planning under a {:.1f} MiB budget (keep-everything peaks at {:.1f} MiB)",
-                       budget / 1048576.0, keep_pred.metrics.peak_gpu_bytes / 1048576.0));
+                       out.budget / 1048576.0, keep_pred.metrics.peak_gpu_bytes / 1048576.0));
   SSDTRAIN_ASSIGN_OR_RETURN(sim::OptimalResult best,
-                            sim::MakeOptimalPlan(trace_, hw_, base, budget));
+                            sim::MakeOptimalPlan(trace_, hw_, base, out.budget));
   Progress(fmt::format("planner: {} simulations, started from {}", best.simulations,
                        best.best_fixed_policy));
   if (!best.fits) {
@@ -158,20 +177,23 @@ Status Demo::RunAll() {
     best.plan.memory_budget_bytes = best.prediction.metrics.peak_gpu_bytes;
     Progress(fmt::format(
         "planner: no plan fits {:.2f} MiB; its best needs {:.2f} MiB, which becomes its budget",
-        budget / 1048576.0, best.plan.memory_budget_bytes / 1048576.0));
+        out.budget / 1048576.0, best.plan.memory_budget_bytes / 1048576.0));
   }
-
   // Eviction points where the prediction has each write landed: the replay
   // then holds the predicted memory whatever the SSD does (sim/policy.h).
-  SSDTRAIN_ASSIGN_OR_RETURN(adaptive, sim::PlaceEvictions(trace_, std::move(adaptive), hw_));
-  SSDTRAIN_ASSIGN_OR_RETURN(best.plan, sim::PlaceEvictions(trace_, std::move(best.plan), hw_));
+  SSDTRAIN_ASSIGN_OR_RETURN(out.adaptive,
+                            sim::PlaceEvictions(trace_, std::move(out.adaptive), hw_));
+  SSDTRAIN_ASSIGN_OR_RETURN(out.best, sim::PlaceEvictions(trace_, std::move(best.plan), hw_));
+  return out;
+}
 
+Result<std::vector<Row>> Demo::MeasureRows(const std::vector<const traces::Plan*>& plans) {
   std::vector<Row> rows;
-  const std::vector<const traces::Plan*> plans = {&keep, &recompute, &adaptive, &best.plan};
   for (const traces::Plan* plan : plans) {
     SSDTRAIN_ASSIGN_OR_RETURN(Row row, StartRow(*plan));
     rows.push_back(std::move(row));
   }
+  // Round by round, every plan once a round: a slow minute touches them all.
   std::vector<std::vector<exec::ReplayResult>> runs(plans.size());
   for (int round = 0; round < o_.rounds; ++round) {
     for (size_t i = 0; i < plans.size(); ++i) {
@@ -183,14 +205,17 @@ Status Demo::RunAll() {
   for (size_t i = 0; i < plans.size(); ++i) {
     SSDTRAIN_RETURN_IF_ERROR(FinishRow(*plans[i], MedianRun(runs[i]), &rows[i]));
   }
-  runs.clear();
+  return rows;
+}
+
+Result<bool> Demo::KeepSteady(const traces::Plan& keep, const std::vector<Row>& rows) {
   // How far the machine's own speed moved while the table was measured:
   // keep's rounds, or with one round keep once more, last. Errors of that
   // size are noise, not the simulator.
-  bool keep_steady = false;
   if (o_.keep_calibration) {
-    // Neither the drift replay nor a second calibration (--keep-calibration).
-  } else if (o_.rounds > 1) {
+    return false;  // neither the drift replay nor a second calibration (--keep-calibration)
+  }
+  if (o_.rounds > 1) {
     std::vector<int64_t> r = rows.front().round_ns;
     const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
     keep_drift_ = Drift(*lo, *hi);
@@ -203,36 +228,28 @@ Status Demo::RunAll() {
       }));
     }
     const auto [lo2, hi2] = std::minmax_element(r.begin(), r.end());
-    keep_steady = Drift(*lo2, *hi2) < kRecalibrateAt;
-  } else {
-    SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayResult keep_again, TimedReplay(keep, 1));
-    keep_again_ns_ = keep_again.metrics.step_time_ns;
-    keep_drift_ = Drift(rows.front().measured.metrics.step_time_ns, keep_again_ns_);
-    keep_steady = keep_drift_ < kRecalibrateAt;
+    return Drift(*lo2, *hi2) < kRecalibrateAt;
   }
-  // Keep's prediction is the calibrated op times summed, so keep far off its
-  // prediction while keep itself held steady means the calibration caught the
-  // machine at another speed (a cache from another day; a build that had just
-  // finished). Measure it once more, now, and predict again; the plans stay.
-  if (!o_.keep_calibration && std::abs(KeepError(rows)) > kRecalibrateAt && keep_steady) {
-    Progress(fmt::format(
-        "keep measured {:+.1f}% off its prediction from {}: calibrating again and predicting "
-        "again",
-        100 * KeepError(rows), calibration_source_));
-    recalibrated_from_ = calibration_source_;
-    device_.reset();  // calibration makes its own (on CUDA, both would not fit)
-    SSDTRAIN_ASSIGN_OR_RETURN(hw_, Calibration(/*measure=*/true));
-    ApplySsdCap();
-    SSDTRAIN_RETURN_IF_ERROR(traces::WriteJsonFile(sim::ToJson(hw_), File("hardware.json")));
-    for (size_t i = 0; i < rows.size(); ++i) {
-      SSDTRAIN_RETURN_IF_ERROR(Predict(*plans[i], &rows[i]));
-      SSDTRAIN_RETURN_IF_ERROR(WriteComparison(rows[i]));
-    }
+  SSDTRAIN_ASSIGN_OR_RETURN(exec::ReplayResult keep_again, TimedReplay(keep, 1));
+  keep_again_ns_ = keep_again.metrics.step_time_ns;
+  keep_drift_ = Drift(rows.front().measured.metrics.step_time_ns, keep_again_ns_);
+  return keep_drift_ < kRecalibrateAt;
+}
+
+Status Demo::Recalibrate(const std::vector<const traces::Plan*>& plans, std::vector<Row>& rows) {
+  Progress(
+      fmt::format("keep measured {:+.1f}% off its prediction from {}: calibrating again and "
+                  "predicting again",
+                  100 * KeepError(rows), calibration_source_));
+  recalibrated_from_ = calibration_source_;
+  device_.reset();  // calibration makes its own (on CUDA, both would not fit)
+  SSDTRAIN_ASSIGN_OR_RETURN(hw_, Calibration(/*measure=*/true));
+  ApplySsdCap();
+  SSDTRAIN_RETURN_IF_ERROR(traces::WriteJsonFile(sim::ToJson(hw_), File("hardware.json")));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    SSDTRAIN_RETURN_IF_ERROR(Predict(*plans[i], &rows[i]));
+    SSDTRAIN_RETURN_IF_ERROR(WriteComparison(rows[i]));
   }
-  PrintTable(rows, budget);
-  if (!o_.summary.empty()) SSDTRAIN_RETURN_IF_ERROR(WriteSummary(rows, budget));
-  if (o_.plots) Plots(rows);
-  std::cout << "\nreport folder: " << report_.string() << "\n";
   return Status::Ok();
 }
 
