@@ -193,55 +193,13 @@ void OffloadEngine::Impl::IoLoop() {
   while (true) {
     batch.clear();
     int64_t wait_ns = -1;
-    {
-      detail::MutexLock lock(&mu);
-      MaybePurgeLocked();
-      if (stopping && in_flight == 0) {
-        for (Job* job : queue) {
-          if (job->in_flight == 0) {
-            job->status = Status::FailedPrecondition("the offload engine was destroyed");
-            job->finished = true;
-          }
-        }
-        queue.clear();
-        cv.NotifyAll();
-        return;
-      }
-      // Take blocks while slots are free.
-      while (failed.ok() && !stopping && !queue.empty() && !free_slots.empty()) {
-        const auto q = NextJob();
-        Job* job = *q;
-        const int64_t block = job->next_block++;
-        if (job->next_block == job->blocks) queue.erase(q);
-        const size_t s = free_slots.back();
-        free_slots.pop_back();
-        job->in_flight++;
-        in_flight++;
-        stats.requests++;
-        lock.Unlock();
-        Prepare(s, job, block);
-        JoinLink(s, job->op);
-        SetBusy(job->op, +1);
-        batch.push_back(ToIoRequest(requests[s], s));
-        lock.Lock();
-      }
-    }
+    if (!TakeBlocks(&batch, &free_slots)) return;
     SubmitBatch(batch, "submitting I/O", &free_slots);
     batch.clear();
     ResubmitDue(&batch, &free_slots, &wait_ns);
     SubmitBatch(batch, "resubmitting I/O", &free_slots);
     ReleaseHeld(&free_slots, &wait_ns);
-    {
-      // Releasing held requests (or failing a batch) may have freed slots
-      // after this pass took its blocks, or ended the last request of a
-      // stopping engine: go round again instead of waiting for a completion
-      // that may never come (nothing else may be in flight).
-      detail::MutexLock lock(&mu);
-      if ((failed.ok() && !stopping && !queue.empty() && !free_slots.empty()) ||
-          (stopping && in_flight == 0)) {
-        wait_ns = 0;
-      }
-    }
+    if (GoRoundAgain(free_slots)) wait_ns = 0;
     Result<int> n = backend->Reap(done, 1, wait_ns);
     if (!n.ok()) {
       // Waiting failed, but the requests in flight are still the kernel's:
@@ -255,38 +213,82 @@ void OffloadEngine::Impl::IoLoop() {
       continue;
     }
     batch.clear();
-    for (int i = 0; i < *n; ++i) {
-      const size_t s = static_cast<size_t>(done[static_cast<size_t>(i)].user_data);
-      Status error;
-      bool failed_already;
-      {
-        detail::MutexLock lock(&mu);
-        failed_already = !failed.ok();
-      }
-      if (Complete(s, done[static_cast<size_t>(i)].result, &error) && !failed_already) {
-        if (requests[s].resubmit_ns > 0) {
-          backoff.push_back(s);  // -EAGAIN again: resubmitted after its backoff
-          continue;
-        }
-        batch.push_back(ToIoRequest(requests[s], s));
-        detail::MutexLock lock(&mu);
-        stats.requests++;
-        continue;
-      }
-      if (error.ok() && failed_already && requests[s].done < requests[s].len) {
-        error = Status::IoError("cancelled after an earlier failure");
-      }
-      if (error.ok() && !failed_already && requests[s].on_link) {
-        AdvanceLink(NowNs());
-        if (requests[s].on_link) {
-          held.push_back(s);  // the capped link has not moved these bytes yet
-          continue;
-        }
-      }
-      FinishRequest(s, error, &free_slots);
-    }
+    for (int i = 0; i < *n; ++i) OnCompletion(done[static_cast<size_t>(i)], &batch, &free_slots);
     SubmitBatch(batch, "resubmitting I/O", &free_slots);
   }
+}
+
+bool OffloadEngine::Impl::TakeBlocks(std::vector<IoRequest>* batch,
+                                     std::vector<size_t>* free_slots) {
+  detail::MutexLock lock(&mu);
+  MaybePurgeLocked();
+  if (stopping && in_flight == 0) {
+    for (Job* job : queue) {
+      if (job->in_flight == 0) {
+        job->status = Status::FailedPrecondition("the offload engine was destroyed");
+        job->finished = true;
+      }
+    }
+    queue.clear();
+    cv.NotifyAll();
+    return false;
+  }
+  while (failed.ok() && !stopping && !queue.empty() && !free_slots->empty()) {
+    const auto q = NextJob();
+    Job* job = *q;
+    const int64_t block = job->next_block++;
+    if (job->next_block == job->blocks) queue.erase(q);
+    const size_t s = free_slots->back();
+    free_slots->pop_back();
+    job->in_flight++;
+    in_flight++;
+    stats.requests++;
+    lock.Unlock();
+    Prepare(s, job, block);
+    JoinLink(s, job->op);
+    SetBusy(job->op, +1);
+    batch->push_back(ToIoRequest(requests[s], s));
+    lock.Lock();
+  }
+  return true;
+}
+
+bool OffloadEngine::Impl::GoRoundAgain(const std::vector<size_t>& free_slots) {
+  detail::MutexLock lock(&mu);
+  return (failed.ok() && !stopping && !queue.empty() && !free_slots.empty()) ||
+         (stopping && in_flight == 0);
+}
+
+void OffloadEngine::Impl::OnCompletion(const IoCompletion& c, std::vector<IoRequest>* batch,
+                                       std::vector<size_t>* free_slots) {
+  const size_t s = static_cast<size_t>(c.user_data);
+  Status error;
+  bool failed_already;
+  {
+    detail::MutexLock lock(&mu);
+    failed_already = !failed.ok();
+  }
+  if (Complete(s, c.result, &error) && !failed_already) {
+    if (requests[s].resubmit_ns > 0) {
+      backoff.push_back(s);  // -EAGAIN again: resubmitted after its backoff
+      return;
+    }
+    batch->push_back(ToIoRequest(requests[s], s));
+    detail::MutexLock lock(&mu);
+    stats.requests++;
+    return;
+  }
+  if (error.ok() && failed_already && requests[s].done < requests[s].len) {
+    error = Status::IoError("cancelled after an earlier failure");
+  }
+  if (error.ok() && !failed_already && requests[s].on_link) {
+    AdvanceLink(NowNs());
+    if (requests[s].on_link) {
+      held.push_back(s);  // the capped link has not moved these bytes yet
+      return;
+    }
+  }
+  FinishRequest(s, error, free_slots);
 }
 
 void OffloadEngine::Impl::ResubmitDue(std::vector<IoRequest>* batch,

@@ -265,7 +265,23 @@ struct OffloadEngine::Impl {
   void SubmitBatch(const std::vector<IoRequest>& batch, const char* what,
                    std::vector<size_t>* free_slots) SSDTRAIN_EXCLUDES(mu);
 
+  // The I/O thread: takes queued blocks into free slots, submits them and the
+  // resubmissions due, reaps completions, until the engine stops.
   void IoLoop() SSDTRAIN_EXCLUDES(mu);
+  // Takes blocks while slots are free (none after a failure or a stop);
+  // false when the engine is stopping with nothing in flight: the queued jobs
+  // are failed and the loop ends.
+  bool TakeBlocks(std::vector<IoRequest>* batch, std::vector<size_t>* free_slots)
+      SSDTRAIN_EXCLUDES(mu);
+  // Releasing held requests (or failing a batch) may have freed slots after
+  // this pass took its blocks, or ended the last request of a stopping
+  // engine: true to go round again instead of waiting for a completion that
+  // may never come (nothing else may be in flight).
+  bool GoRoundAgain(const std::vector<size_t>& free_slots) SSDTRAIN_EXCLUDES(mu);
+  // One completion: resubmitted (into `batch`, or after its EAGAIN backoff),
+  // held until the capped link has moved its bytes, or finished.
+  void OnCompletion(const IoCompletion& c, std::vector<IoRequest>* batch,
+                    std::vector<size_t>* free_slots) SSDTRAIN_EXCLUDES(mu);
 
   // The queued job whose next block goes to a free slot: the oldest of each
   // direction, and of the two the direction with fewer requests in flight (the
