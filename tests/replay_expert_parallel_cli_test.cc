@@ -16,154 +16,25 @@
 // (SSDTRAIN_HAVE_MPI).
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <vector>
 
-#include "tests/cli_util.h"
-#include "tests/replay_ranks.h"
-#include "traces/collective_kind.h"
+#include "tests/replay_expert_parallel.h"
 #include "traces/dp_buckets.h"
 #include "traces/io.h"
 #include "traces/plan.h"
-#include "traces/report.h"
 
 namespace ssdtrain {
 namespace {
 
 namespace fs = std::filesystem;
 using testing::RunSsdtrain;
-
-constexpr int kRanks = 2, kMicroBatches = 2;
-
-struct Layout {
-  int tp = 1, pp = 1, dp = 2;
-  int zero_stage = 0;  // -1: searched
-  int cp = 1;          // > 1: with flash attention
-  int dp_shard = 0;    // > 0: HSDP
-  int ranks() const { return tp * cp * pp * dp; }
-  std::string Flags() const {
-    std::string flags = " --gpus " + std::to_string(ranks()) + " --tp " + std::to_string(tp) +
-                        " --pp " + std::to_string(pp) + " --dp " + std::to_string(dp) + " --ep 2";
-    if (zero_stage >= 0) flags.append(" --zero-stage ").append(std::to_string(zero_stage));
-    if (cp > 1) flags.append(" --cp ").append(std::to_string(cp)).append(" --attention flash");
-    if (dp_shard > 0) flags.append(" --dp-shard ").append(std::to_string(dp_shard));
-    return flags;
-  }
-};
-// tiny-moe at sequence 64 (micro-batch 4): 256 tokens × top-2 = 512 routed rows.
-const std::string kShape = " --seq-len 64 --micro-batch 4";
-
-class ReplayExpertParallelCli : public testing::ReplayRanksTest {
- protected:
-  ReplayExpertParallelCli() : ReplayRanksTest("ep-replay-cli") {}
-
-  // Plans tiny-moe (or `model`) at `l` (tp 1, pp 1, dp 2, ZeRO 0 unless
-  // given), ep 2, with `policy` (2 micro-batches under 1F1B), checks that plan prints
-  // the replay line, and replays it on that many ranks, one measured step,
-  // verified.
-  void PlanAndReplay(const std::string& policy, const Layout& l = {},
-                     const std::string& model_path = "") {
-    const std::string model = model_path.empty() ? Model("tiny-moe") : model_path;
-    auto planned = RunSsdtrain(
-        "plan --model " + model + " --hardware " + File("hw.json") + l.Flags() + kShape +
-        " --num-micro-batches " + std::to_string(kMicroBatches) + " --schedule 1f1b --policy " +
-        policy + " -o " + File("plan.json") + " --prediction " + File("predicted.json") +
-        " --timeline " + File("predicted-timeline.json"));
-    ASSERT_EQ(planned.exit_code, 0) << planned.output;
-    const std::string n = std::to_string(l.ranks());
-    EXPECT_NE(planned.output.find("replay this plan: mpirun -np " + n + " "), std::string::npos)
-        << planned.output;
-    auto r =
-        testing::MpiReplay(l.ranks(), model, File("plan.json"), File("offload"), File("run.json"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("x " + n + " ranks"), std::string::npos) << r.output;
-    ASSERT_NO_FATAL_FAILURE(ReadReports());
-    std::printf("%s tp %d pp %d dp %d ep 2, %s: step %.3f ms measured, %.3f ms predicted\n",
-                model_path.empty() ? "tiny-moe" : "model", l.tp, l.pp, l.dp, policy.c_str(),
-                report_.metrics.step_time_ns / 1e6, predicted_.metrics.step_time_ns / 1e6);
-  }
-
-  // The all-to-alls of one rank's trace at tp 1, pp 1 (built as the replay
-  // builds it), per micro-batch: how many, and the bytes a rank sends,
-  // (n − 1)/n of each payload S (sim/collective.h's figure).
-  void TracedAllToAlls(int64_t* count, int64_t* sent) {
-    auto traced = RunSsdtrain("trace --model " + Model("tiny-moe") + " --dp 2 --ep 2" + kShape +
-                              " -o " + File("trace.json"));
-    ASSERT_EQ(traced.exit_code, 0) << traced.output;
-    auto trace = traces::ReadTrace(File("trace.json"));
-    ASSERT_TRUE(trace.ok()) << trace.status().ToString();
-    *count = 0;
-    *sent = 0;
-    for (const traces::Op& op : trace->ops) {
-      if (op.kind != traces::OpKind::kCollective) continue;
-      ASSERT_EQ(traces::ClassifyCollective(op), traces::CollectiveKind::kAllToAll) << op.name;
-      ++*count;
-      *sent += traces::CollectivePayloadBytes(op) * (kRanks - 1) / kRanks;
-    }
-  }
-
-  // Every rank sits where the layout puts it (its ep index its replica % 2),
-  // verified, with its stage's predicted peaks to the byte; it ran
-  // all-to-alls and received what its ep partner (the other replica of its
-  // stage and shard) sent; nothing is left on disk.
-  void ExpectEveryRankInItsPlace(const Layout& l) {
-    ASSERT_NO_FATAL_FAILURE(ExpectRanksAndStages(l.ranks(), l.pp));
-    const nlohmann::json& ranks = report_.extra.at("ranks");
-    for (int r = 0; r < l.ranks(); ++r) {
-      SCOPED_TRACE("rank " + std::to_string(r));
-      const nlohmann::json& rank = ranks[r];
-      const int stage = r / (l.tp * l.dp), replica = r / l.tp % l.dp;
-      ExpectRankOfStage(rank, stage);
-      EXPECT_EQ(rank.at("dp_index").get<int>(), replica);
-      EXPECT_EQ(rank.at("ep_index").get<int>(), replica % 2);
-      const int partner = stage * l.tp * l.dp + (replica ^ 1) * l.tp + r % l.tp;
-      const nlohmann::json& mine = rank.at("collectives");
-      const nlohmann::json& theirs = ranks[partner].at("collectives");
-      EXPECT_GT(mine.at("by_kind").at("all_to_all").at("count").get<int64_t>(), 0);
-      EXPECT_EQ(mine.at("bytes_sent"), theirs.at("bytes_received"));
-      EXPECT_EQ(mine.at("pieces_sent"), theirs.at("pieces_received"));
-    }
-    EXPECT_TRUE(fs::is_empty(File("offload"))) << "rank directories or files left";
-  }
-
-  // One rank's trace of tiny-moe at dp 4, ep 2 and ZeRO stage `zero`, built
-  // as the replay builds it.
-  void TraceAtDp4(int zero, traces::Trace* out) {
-    auto traced =
-        RunSsdtrain("trace --model " + Model("tiny-moe") + " --dp 4 --ep 2" + kShape +
-                    " --zero-stage " + std::to_string(zero) + " -o " + File("trace.json"));
-    ASSERT_EQ(traced.exit_code, 0) << traced.output;
-    auto trace = traces::ReadTrace(File("trace.json"));
-    ASSERT_TRUE(trace.ok()) << trace.status().ToString();
-    *out = std::move(*trace);
-  }
-
-  // At tp 1, pp 1 (two ranks): every rank in its place, its all-to-alls the
-  // trace's with the trace's bytes, and the prediction priced the same ones.
-  void ExpectEveryRankInPlace() {
-    ASSERT_NO_FATAL_FAILURE(ExpectEveryRankInItsPlace(Layout{}));
-    int64_t per_micro_batch = 0, sent = 0;
-    ASSERT_NO_FATAL_FAILURE(TracedAllToAlls(&per_micro_batch, &sent));
-    ASSERT_GT(per_micro_batch, 0);
-    for (int r = 0; r < kRanks; ++r) {
-      SCOPED_TRACE("rank " + std::to_string(r));
-      const nlohmann::json& mine = report_.extra.at("ranks")[r].at("collectives");
-      EXPECT_EQ(mine.at("bytes_sent").get<int64_t>(), kMicroBatches * sent);
-      EXPECT_EQ(mine.at("pieces_sent").get<int64_t>(), kMicroBatches * per_micro_batch);
-      const nlohmann::json& by_kind = mine.at("by_kind");
-      ASSERT_EQ(by_kind.size(), 1u) << by_kind.dump();
-      EXPECT_EQ(by_kind.at("all_to_all").at("count").get<int64_t>(),
-                kMicroBatches * per_micro_batch);
-    }
-    const nlohmann::json& priced = predicted_.extra.at("details").at("collectives");
-    EXPECT_EQ(priced.at("all_to_all").at("count").get<int64_t>(), kMicroBatches * per_micro_batch)
-        << priced.dump();
-  }
-};
+using testing::ep_replay::kMicroBatches;
+using testing::ep_replay::kRanks;
+using testing::ep_replay::kShape;
+using testing::ep_replay::Layout;
+using testing::ep_replay::ReplayExpertParallelCli;
 
 TEST_F(ReplayExpertParallelCli, KeepReplaysVerifiedOnTwoExpertRanks) {
   ASSERT_NO_FATAL_FAILURE(PlanAndReplay("keep"));
@@ -396,83 +267,6 @@ TEST_F(ReplayExpertParallelCli, ExpertRanksInEachOfTwoStagesOnFourRanks) {
     EXPECT_GT(ranks[r].at("pipeline").at("bytes_sent").get<int64_t>(), 0);
     EXPECT_EQ(ranks[r].at("pipeline").at("bytes_received"),
               ranks[r ^ 2].at("pipeline").at("bytes_sent"));
-  }
-}
-
-// DeepSeek-V3's genuine file reduced to a few layers (models/tests/hf/): multi-head
-// latent attention, a dense first layer, MoE layers of 8 sigmoid-routed experts with
-// a shared expert, and one multi-token-prediction depth on the last stage, at ep 2
-// on two ranks. Under keep and recompute-selective of mla_up_proj (query, key and
-// value dropped and rebuilt from the latents) every rank replays verified with its
-// predicted peaks to the byte and nothing left on disk. (Its tensors are under the
-// fixed policies' 1 MiB offload floor; hf_replay_cli_test.cc replays the same file
-// through the SSD path.)
-class ReplayMlaCli : public ReplayExpertParallelCli {
- protected:
-  std::string ReducedDeepseek() {
-    std::ifstream in(testing::SourceDir() + "/models/tests/hf/deepseek-v3/config.json");
-    nlohmann::json j = nlohmann::json::parse(in);
-    // Query, key and value of 256 tokens x 8 heads over 64 KiB each (the
-    // smallest saved tensor a plan moves, models/detail/trace_builder.h).
-    const nlohmann::json sizes = {
-        {"hidden_size", 128},       {"num_hidden_layers", 3},      {"num_attention_heads", 8},
-        {"num_key_value_heads", 8}, {"q_lora_rank", 64},           {"kv_lora_rank", 32},
-        {"qk_nope_head_dim", 32},   {"qk_rope_head_dim", 16},      {"v_head_dim", 32},
-        {"intermediate_size", 256}, {"moe_intermediate_size", 64}, {"n_routed_experts", 8},
-        {"num_experts_per_tok", 2}, {"first_k_dense_replace", 1},  {"vocab_size", 512}};
-    for (const auto& [key, value] : sizes.items()) {
-      EXPECT_TRUE(j.contains(key)) << key;
-      j[key] = value;
-    }
-    EXPECT_EQ(j.at("num_nextn_predict_layers"), 1);
-    fs::create_directories(dir_ / "deepseek-v3-reduced");
-    std::ofstream(dir_ / "deepseek-v3-reduced" / "config.json") << j.dump(2);
-    return (dir_ / "deepseek-v3-reduced").string();
-  }
-};
-
-TEST_F(ReplayMlaCli, KeepReplaysVerifiedOnTwoExpertRanks) {
-  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("keep", Layout{}, ReducedDeepseek()));
-  ExpectEveryRankInItsPlace(Layout{});
-}
-
-TEST_F(ReplayMlaCli, UpProjectionRecomputeReplaysVerifiedOnTwoExpertRanks) {
-  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("recompute-selective --recompute-modules mla_up_proj",
-                                        Layout{}, ReducedDeepseek()));
-  ExpectEveryRankInItsPlace(Layout{});
-  auto plan = traces::ReadPlan(File("plan.json"));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  int recomputed = 0;
-  for (const traces::Placement& p : plan->placements) {
-    recomputed += p.action == traces::TensorAction::kRecompute ? 1 : 0;
-  }
-  // query, key and value in each of the 3 blocks and the MTP depth's.
-  EXPECT_EQ(recomputed, 3 * 4);
-}
-
-// The same recompute beside tensor-parallel shards with sequence parallelism
-// (plan --sequence-parallel over the Hugging Face file, which has none): the
-// rotary key all-gathered over the shards and rebuilt into query, key and
-// value on each, the down projections replicated; four ranks, verified, with
-// the plan's peaks to the byte.
-TEST_F(ReplayMlaCli, UpProjectionRecomputeReplaysBesideSequenceParallelShards) {
-  const Layout l{2, 1, 2};
-  ASSERT_NO_FATAL_FAILURE(
-      PlanAndReplay("recompute-selective --recompute-modules mla_up_proj --sequence-parallel", l,
-                    ReducedDeepseek()));
-  ExpectEveryRankInItsPlace(l);
-  auto plan = traces::ReadPlan(File("plan.json"));
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_TRUE(plan->sequence_parallel);
-  int recomputed = 0;
-  for (const traces::Placement& p : plan->placements) {
-    recomputed += p.action == traces::TensorAction::kRecompute ? 1 : 0;
-  }
-  EXPECT_EQ(recomputed, 3 * 4);
-  for (const nlohmann::json& rank : report_.extra.at("ranks")) {
-    const nlohmann::json& by_kind = rank.at("collectives").at("by_kind");
-    EXPECT_TRUE(by_kind.contains("all_gather")) << by_kind.dump();
-    EXPECT_TRUE(by_kind.contains("reduce_scatter")) << by_kind.dump();
   }
 }
 
