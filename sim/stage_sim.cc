@@ -69,77 +69,17 @@ void StageSimulator::TryIssue() {
         recompute_stack_.pop_back();
         continue;
       }
-    }
-    // Planned eviction points: the storages go before this op is issued, which
-    // waits for a write that has not landed yet (the replay does the same).
-    if (!item.recompute) {
-      bool evicting = false;
-      for (size_t sid : resolved_.evict_at[op_index]) {
-        Storage& s = storages_[sid];
-        s.evict_due = true;
-        MaybeRelease(s);
-        evicting = evicting || (s.resident && !s.pinned &&
-                                (s.write == WriteState::kQueued || s.write == WriteState::kStaged));
-      }
-      if (evicting) {
-        if (wait_start_ < 0) wait_start_ = Now();
-        return;  // the landing calls TryIssue again
-      }
+    } else {
+      if (WaitsForEvictions(op_index)) return;  // the landing calls TryIssue again
       if (trace_.op(item.op).phase != Phase::kForward && !between_recorded_) RecordBetween();
+      // Issue the prefetches this op triggers (regular ops only), if the
+      // run-ahead has not issued them already (StartItem).
+      FirePrefetches(op_index);
     }
-    // Issue the prefetches this op triggers (regular ops only), if the run-ahead
-    // has not issued them already (StartItem).
-    if (!item.recompute) FirePrefetches(op_index);
-    bool waiting = false;
-    bool collective = false;  // waiting for a side-stream collective's output
-    bool pushed = false;
-    for (size_t sid : resolved_.op_inputs[op_index]) {
-      Storage& s = storages_[sid];
-      if (s.resident) {
-        if (s.side_pending) {
-          collective = true;
-        } else if (s.read == ReadState::kMoving) {
-          waiting = true;
-        } else if (trace_.op(item.op).phase != Phase::kForward &&
-                   (s.action == TensorAction::kOffloadSsd ||
-                    s.action == TensorAction::kOffloadHost) &&
-                   s.read == ReadState::kNone) {
-          Forward(s);
-        }
-        continue;
-      }
-      if ((s.action == TensorAction::kOffloadSsd || s.action == TensorAction::kOffloadHost) &&
-          s.write != WriteState::kNone && s.write != WriteState::kDropped) {
-        StartRead(sid);  // on demand
-        waiting = true;
-        continue;
-      }
-      if (s.producer == traces::kNoOp) {
-        error_ = Status::Internal("op " + std::to_string(item.op) + " needs tensor " +
-                                  std::to_string(s.root) + ", which is gone and has no producer");
-        return;
-      }
-      if (recompute_stack_.size() > trace_.ops.size()) {
-        error_ =
-            Status::Internal("recompute chain does not terminate at op " + std::to_string(item.op));
-        return;
-      }
-      s.held = true;
-      recompute_stack_.push_back(WorkItem{s.producer, true, sid});
-      pushed = true;
-      break;
-    }
-    if (pushed) continue;
-    // Backpressure: outputs that would take the device past the plan's budget
-    // wait for writes in flight to land and evict (the replay does the same).
-    if (!waiting && budget_bytes_ > 0) {
-      int64_t need = 0;
-      for (size_t sid : resolved_.op_outputs[op_index]) {
-        const Storage& s = storages_[sid];
-        if (!s.persistent && !s.resident) need += s.memory;
-      }
-      if (device_bytes_ + need > budget_bytes_ && WritesWillFreeMemory()) waiting = true;
-    }
+    const InputsState inputs = CheckInputs(item);
+    if (inputs == InputsState::kFailed) return;
+    if (inputs == InputsState::kRecomputePushed) continue;
+    const bool waiting = inputs == InputsState::kReading || OverBudgetWaits(op_index);
     if (waiting) {
       if (wait_start_ < 0) wait_start_ = Now();
       return;
@@ -148,7 +88,7 @@ void StageSimulator::TryIssue() {
       result_.exposed_io_ns += Now() - wait_start_;
       wait_start_ = -1;
     }
-    if (collective) {
+    if (inputs == InputsState::kCollective) {
       if (collective_wait_start_ < 0) collective_wait_start_ = Now();
       return;  // its end calls TryIssue again
     }
@@ -163,6 +103,72 @@ void StageSimulator::TryIssue() {
     }
     StartItem(item);
   }
+}
+
+bool StageSimulator::WaitsForEvictions(size_t op_index) {
+  bool evicting = false;
+  for (size_t sid : resolved_.evict_at[op_index]) {
+    Storage& s = storages_[sid];
+    s.evict_due = true;
+    MaybeRelease(s);
+    evicting = evicting || (s.resident && !s.pinned &&
+                            (s.write == WriteState::kQueued || s.write == WriteState::kStaged));
+  }
+  if (evicting && wait_start_ < 0) wait_start_ = Now();
+  return evicting;
+}
+
+StageSimulator::InputsState StageSimulator::CheckInputs(const WorkItem& item) {
+  const size_t op_index = static_cast<size_t>(item.op);
+  bool reading = false;
+  bool collective = false;
+  for (size_t sid : resolved_.op_inputs[op_index]) {
+    Storage& s = storages_[sid];
+    if (s.resident) {
+      if (s.side_pending) {
+        collective = true;
+      } else if (s.read == ReadState::kMoving) {
+        reading = true;
+      } else if (trace_.op(item.op).phase != Phase::kForward &&
+                 (s.action == TensorAction::kOffloadSsd ||
+                  s.action == TensorAction::kOffloadHost) &&
+                 s.read == ReadState::kNone) {
+        Forward(s);
+      }
+      continue;
+    }
+    if ((s.action == TensorAction::kOffloadSsd || s.action == TensorAction::kOffloadHost) &&
+        s.write != WriteState::kNone && s.write != WriteState::kDropped) {
+      StartRead(sid);  // on demand
+      reading = true;
+      continue;
+    }
+    if (s.producer == traces::kNoOp) {
+      error_ = Status::Internal("op " + std::to_string(item.op) + " needs tensor " +
+                                std::to_string(s.root) + ", which is gone and has no producer");
+      return InputsState::kFailed;
+    }
+    if (recompute_stack_.size() > trace_.ops.size()) {
+      error_ =
+          Status::Internal("recompute chain does not terminate at op " + std::to_string(item.op));
+      return InputsState::kFailed;
+    }
+    s.held = true;
+    recompute_stack_.push_back(WorkItem{s.producer, true, sid});
+    return InputsState::kRecomputePushed;
+  }
+  if (reading) return InputsState::kReading;
+  return collective ? InputsState::kCollective : InputsState::kReady;
+}
+
+bool StageSimulator::OverBudgetWaits(size_t op_index) {
+  if (budget_bytes_ <= 0) return false;
+  int64_t need = 0;
+  for (size_t sid : resolved_.op_outputs[op_index]) {
+    const Storage& s = storages_[sid];
+    if (!s.persistent && !s.resident) need += s.memory;
+  }
+  return device_bytes_ + need > budget_bytes_ && WritesWillFreeMemory();
 }
 
 void StageSimulator::RecordBetween() {

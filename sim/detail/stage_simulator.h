@@ -109,7 +109,20 @@ class StageSimulator {
  private:
   Status BuildStorages();
   void SetUpResources();
+  // Issues the next work item (a recompute on the stack first, else the
+  // next op) while the compute stream is free and nothing it needs is moving.
   void TryIssue();
+  // The storages evicted before op `op_index` (its planned eviction points):
+  // true while a write of one has not landed (the op waits; the replay too).
+  bool WaitsForEvictions(size_t op_index);
+  // The item's inputs: all resident and ready; one being read (fetched on
+  // demand here) or a side-stream collective's output not yet ready; one gone,
+  // whose producer was pushed for recompute; or the simulation failed.
+  enum class InputsState { kReady, kReading, kCollective, kRecomputePushed, kFailed };
+  InputsState CheckInputs(const WorkItem& item);
+  // Backpressure: the op's outputs would take the device past the plan's
+  // budget while writes in flight will land and evict (the replay waits too).
+  bool OverBudgetWaits(size_t op_index);
   void StartItem(const WorkItem& item);
   // Issues the prefetches of every op up to `upto` not yet issued; those of
   // ops after `running` (the op now running, if any) wait for it to end.
