@@ -52,19 +52,11 @@ class ReplayExpertParallelCli : public ReplayRanksTest {
   void PlanAndReplay(const std::string& policy, const Layout& l = {},
                      const std::string& model_path = "") {
     const std::string model = model_path.empty() ? Model("tiny-moe") : model_path;
-    auto planned = RunSsdtrain(
-        "plan --model " + model + " --hardware " + File("hw.json") + l.Flags() + kShape +
-        " --num-micro-batches " + std::to_string(kMicroBatches) + " --schedule 1f1b --policy " +
-        policy + " -o " + File("plan.json") + " --prediction " + File("predicted.json") +
-        " --timeline " + File("predicted-timeline.json"));
-    ASSERT_EQ(planned.exit_code, 0) << planned.output;
-    const std::string n = std::to_string(l.ranks());
-    EXPECT_NE(planned.output.find("replay this plan: mpirun -np " + n + " "), std::string::npos)
-        << planned.output;
-    auto r = MpiReplay(l.ranks(), model, File("plan.json"), File("offload"), File("run.json"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("x " + n + " ranks"), std::string::npos) << r.output;
-    ASSERT_NO_FATAL_FAILURE(ReadReports());
+    ASSERT_NO_FATAL_FAILURE(PlanThenReplay(model,
+                                           l.Flags() + kShape + " --num-micro-batches " +
+                                               std::to_string(kMicroBatches) +
+                                               " --schedule 1f1b --policy " + policy,
+                                           l.ranks()));
     std::printf("%s tp %d pp %d dp %d ep 2, %s: step %.3f ms measured, %.3f ms predicted\n",
                 model_path.empty() ? "tiny-moe" : "model", l.tp, l.pp, l.dp, policy.c_str(),
                 report_.metrics.step_time_ns / 1e6, predicted_.metrics.step_time_ns / 1e6);

@@ -83,6 +83,11 @@ class ReplayRanksTest : public CliTest {
     EXPECT_EQ(rank.at("peak_device_bytes"), predicted.at("peak_gpu_bytes"));
     EXPECT_EQ(rank.at("peak_activation_bytes"), predicted.at("peak_activation_bytes"));
   }
+  // `plan --model model --hardware hw.json flags` with the plan, its
+  // prediction and its timeline written here; checks that it prints the
+  // replay line for `ranks` ranks, replays the plan on them (MpiReplay) and
+  // reads both reports.
+  void PlanThenReplay(const std::string& model, const std::string& flags, int ranks);
   traces::StepReport report_, predicted_;
 };
 
@@ -98,6 +103,22 @@ inline CliResult MpiReplay(int ranks, const std::string& model, const std::strin
                std::to_string(kReplayHangGuardSeconds) + " mpirun --oversubscribe -np " +
                std::to_string(ranks) + " " + SsdtrainBinary() + " replay --model " + model +
                " --plan " + plan + " --dir " + dir + " --steps 1 --verify -o " + out);
+}
+
+inline void ReplayRanksTest::PlanThenReplay(const std::string& model, const std::string& flags,
+                                            int ranks) {
+  const CliResult planned =
+      RunSsdtrain("plan --model " + model + " --hardware " + File("hw.json") + flags + " -o " +
+                  File("plan.json") + " --prediction " + File("predicted.json") + " --timeline " +
+                  File("predicted-timeline.json"));
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  const std::string n = std::to_string(ranks);
+  EXPECT_NE(planned.output.find("replay this plan: mpirun -np " + n + " "), std::string::npos)
+      << planned.output;
+  const CliResult r = MpiReplay(ranks, model, File("plan.json"), File("offload"), File("run.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("x " + n + " ranks"), std::string::npos) << r.output;
+  ASSERT_NO_FATAL_FAILURE(ReadReports());
 }
 
 }  // namespace ssdtrain::testing

@@ -79,20 +79,11 @@ class ReplayZeroCpCli : public testing::ReplayRanksTest {
   // layout: before reports carried cp, a cp run's dp read as ranks / tp).
   void PlanAndReplay(const Layout& l, const std::string& policy,
                      const std::string& shape = kShape) {
-    auto planned = RunSsdtrain(
-        "plan --model " + model_ + " --hardware " + File("hw.json") + l.Flags() + shape +
-        " --num-micro-batches " + std::to_string(kMicroBatches) + " --schedule 1f1b --policy " +
-        policy + " -o " + File("plan.json") + " --prediction " + File("predicted.json") +
-        " --timeline " + File("predicted-timeline.json"));
-    ASSERT_EQ(planned.exit_code, 0) << planned.output;
-    const std::string n = std::to_string(l.ranks());
-    EXPECT_NE(planned.output.find("replay this plan: mpirun -np " + n + " "), std::string::npos)
-        << planned.output;
-    auto r =
-        testing::MpiReplay(l.ranks(), model_, File("plan.json"), File("offload"), File("run.json"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("x " + n + " ranks"), std::string::npos) << r.output;
-    ASSERT_NO_FATAL_FAILURE(ReadReports());
+    ASSERT_NO_FATAL_FAILURE(PlanThenReplay(model_,
+                                           l.Flags() + shape + " --num-micro-batches " +
+                                               std::to_string(kMicroBatches) +
+                                               " --schedule 1f1b --policy " + policy,
+                                           l.ranks()));
     auto compared = RunSsdtrain("compare --prediction " + File("predicted.json") + " --measured " +
                                 File("run.json"));
     EXPECT_EQ(compared.exit_code, 0) << compared.output;
