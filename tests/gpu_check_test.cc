@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "cmake/build_paths.h"
 #include "exec/cuda_device.h"
@@ -174,6 +175,71 @@ TEST_F(GpuCheck, GpuPresentButCudaCannotStartFailsNamingTheDriverVersion) {
   EXPECT_NE(smi.output.find("NVIDIA driver version: 550.54.15 (from " + Path("bin/nvidia-smi")),
             std::string::npos)
       << smi.output;
+}
+
+// scripts/gemm_precision_summary.py on Google Benchmark's JSON as the GEMM
+// bench writes it: one row per shape with each mode's TFLOP/s from the GPU's
+// time and FP8's speed-up; a GEMM that did not run fails it, named.
+TEST_F(GpuCheck, GemmSummaryPrintsEachShapeAndFailsOnAGemmThatDidNotRun) {
+  const double flops = 2.0 * 8192 * 4096 * 4096;  // 274.9 GFLOP
+  nlohmann::json out = {{"context", nlohmann::json::object()},
+                        {"benchmarks", nlohmann::json::array()}};
+  const std::string shape = "/8192x4096x4096/nemo-gpt3-5b/tp1/cp1/mb4/manual_time";
+  // 500 µs: 549.8 TFLOP/s (56% of 989); 300 µs: 916.3 (46% of 1979); 250 µs: 1099.5.
+  for (const auto& [mode, us, peak] :
+       {std::tuple{"bf16", 500.0, 989.0}, std::tuple{"fp8", 300.0, 1979.0},
+        std::tuple{"fp8-fastacc", 250.0, 1979.0}}) {
+    out["benchmarks"].push_back({{"name", std::string("BM_Gemm/") + mode + shape},
+                                 {"real_time", us},
+                                 {"time_unit", "us"},
+                                 {"flops", flops},
+                                 {"peak_TFLOPs", peak}});
+  }
+  ASSERT_TRUE(traces::WriteJsonFile(out, Path("gemm.json")).ok());
+  const std::string summary =
+      "python3 " + SourceDir() + "/scripts/gemm_precision_summary.py " + Path("gemm.json");
+  const CliResult r = Shell(summary);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("  8192   4096   4096     550 ( 56%)     916 ( 46%)    1100 ( 56%)      "
+                          "1.67  nemo-gpt3-5b/tp1/cp1/mb4"),
+            std::string::npos)
+      << r.output;
+
+  out["benchmarks"].push_back({{"name", "BM_Gemm/fp8/16x16x16/x/manual_time"},
+                               {"error_occurred", true},
+                               {"error_message", "cuBLASLt has no algorithm for this shape"}});
+  ASSERT_TRUE(traces::WriteJsonFile(out, Path("gemm.json")).ok());
+  const CliResult failed = Shell(summary);
+  EXPECT_EQ(failed.exit_code, 1) << failed.output;
+  EXPECT_NE(failed.output.find("error: BM_Gemm/fp8/16x16x16/x/manual_time: cuBLASLt has no "
+                               "algorithm for this shape"),
+            std::string::npos)
+      << failed.output;
+}
+
+// The GEMM bench's shapes are the published FP8 runs' traced GEMMs (built
+// where the CUDA toolkit is): GPT-3 5B at micro-batch 4 × 2048 tokens has its
+// QKV projection, 8192 × 12288 × 4096, in all three modes.
+TEST_F(GpuCheck, GemmBenchTimesThePublishedRunsTracedShapes) {
+  const std::string bench = std::string(ConfiguredBinaryDir()) + "/bench/gemm_precision_bench";
+  if (!fs::exists(bench)) GTEST_SKIP() << "built only with the CUDA toolkit";
+  const CliResult r = Shell(bench + " --benchmark_list_tests");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string mode : {"bf16", "fp8", "fp8-fastacc"}) {
+    EXPECT_NE(r.output.find("BM_Gemm/" + mode + "/8192x12288x4096/nemo-gpt3-5b/tp1/cp1/mb4/"),
+              std::string::npos)
+        << r.output;
+  }
+  // Llama-2 70B at tp 4: 4096 tokens, its fc1 (gate and up) 2 × 28672 / 4 wide.
+  // Llama-3 70B at tp 4, cp 2 has 4096 tokens a rank too: the same shapes,
+  // each timed once.
+  EXPECT_NE(r.output.find("/4096x14336x8192/llama-2-70b/tp4/cp1/mb1/"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("/llama-3-70b/"), std::string::npos) << r.output;
+  const CliResult bad =
+      Shell("SSDTRAIN_GEMM_RUNS=" + Path("none.json") + " " + bench + " --benchmark_list_tests");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find(Path("none.json") + ": cannot open"), std::string::npos) << bad.output;
 }
 
 }  // namespace
