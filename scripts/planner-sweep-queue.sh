@@ -168,7 +168,8 @@ worker() {
           cat "$log"
         } >> "$out/$p.txt"
       } 9>> "$stage/append.lock"
-      echo "planner-sweep-queue: worker $id: $m on $p: $(tail -1 "$log") ($((SECONDS - started)) s)" >&2
+      echo "planner-sweep-queue: worker $id: $m on $p: $(tail -1 "$log") ($((SECONDS - started)) s;" \
+        "$(cat "$out"/*.txt | grep -c '^## ') of $total chunks done)" >&2
     done
   done
 }
