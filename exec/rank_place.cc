@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "traces/collective_kind.h"
 #include "traces/layout.h"
 
 namespace ssdtrain::exec::detail {
@@ -45,27 +46,65 @@ Result<RankPlace> PlaceRank(const traces::Trace& trace, const traces::Plan& plan
   if (stage + 1 < layout.pp || (interleaved && layout.pp > 1))
     place.next_rank = static_cast<int>(layout.NextStageRank(rank));
   // A group, and this rank's index in it.
-  auto group = [rank](const std::vector<int64_t>& g, int64_t* index) {
-    *index = std::find(g.begin(), g.end(), rank) - g.begin();
-    return std::vector<int>(g.begin(), g.end());
+  auto group = [rank](const std::vector<int64_t>& g) {
+    return RankGroup{std::vector<int>(g.begin(), g.end()),
+                     std::find(g.begin(), g.end(), rank) - g.begin()};
   };
-  place.tp_group = group(layout.TpGroup(rank), &place.tp_index);
-  place.ep_group = group(layout.EpGroup(rank), &place.ep_index);
-  place.cp_group = group(layout.CpGroup(rank), &place.cp_index);
+  RankGroups& groups = place.groups;
+  groups.tp = group(layout.TpGroup(rank));
+  groups.ep = group(layout.EpGroup(rank));
+  groups.cp = group(layout.CpGroup(rank));
   if (layout.ep > 1) {
-    for (int member : place.cp_group) place.cp_experts.push_back(layout.ExpertIndexOf(member));
+    for (int member : groups.cp.ranks) groups.cp_experts.push_back(layout.ExpertIndexOf(member));
   }
   // ZeRO-2/3's gathers and reduce-scatters; at stages 0 and 1 the trace has none.
   if (layout.zero_stage >= 2) {
-    place.shard_group = group(layout.ShardGroup(rank), &place.shard_index);
+    groups.shard = group(layout.ShardGroup(rank));
     if (layout.ep > 1) {
-      place.expert_shard_group = group(layout.ExpertShardGroup(rank), &place.expert_shard_index);
-      for (int member : place.shard_group)
-        place.shard_experts.push_back(layout.ExpertIndexOf(member));
+      groups.expert_shard = group(layout.ExpertShardGroup(rank));
+      for (int member : groups.shard.ranks)
+        groups.shard_experts.push_back(layout.ExpertIndexOf(member));
     }
   }
   place.dense_buckets = layout.DenseGradientGroup(rank).size() > 1;
   return place;
+}
+
+const RankGroup& RankGroups::Of(const traces::Op& op) const {
+  switch (traces::GroupOfCollective(op)) {
+    case traces::CollectiveGroup::kExpertParallel:
+      return ep;
+    case traces::CollectiveGroup::kShard:
+      return shard;
+    case traces::CollectiveGroup::kExpertShard:
+      return expert_shard;
+    case traces::CollectiveGroup::kContext:
+      return cp;
+    case traces::CollectiveGroup::kTensorParallel:
+      break;
+  }
+  return tp;
+}
+
+// The shard group's and the cp group's members share this rank's tp index
+// and, at ep > 1, each has its own expert index; the experts' shard group's
+// members differ in neither, so theirs are this rank's.
+uint64_t RankGroups::PeerSeed(const traces::Op& op, uint64_t mine, int64_t peer) const {
+  switch (traces::GroupOfCollective(op)) {
+    case traces::CollectiveGroup::kTensorParallel:
+      return mine ^ TpSeedSalt(tp.index) ^ TpSeedSalt(peer);
+    case traces::CollectiveGroup::kExpertParallel:
+      return EpPeerSeed(mine, peer);
+    case traces::CollectiveGroup::kShard:
+      if (!ep.several() || shard_experts.empty()) break;
+      return EpPeerSeed(mine, shard_experts[static_cast<size_t>(peer)]);
+    case traces::CollectiveGroup::kContext:
+      if (!ep.several() || cp_experts.empty()) break;
+      return EpPeerSeed(mine, cp_experts[static_cast<size_t>(peer)]);
+    case traces::CollectiveGroup::kExpertShard:
+      break;
+  }
+  return mine;
 }
 
 }  // namespace ssdtrain::exec::detail

@@ -109,8 +109,8 @@ ReplayResult DescribeRun(const detail::Prepared& prepared, const detail::DeviceS
   result.schedule = plan.schedule;
   result.ranks = options.sync != nullptr ? options.sync->size() : 1;
   result.stage = prepared.whole.trace.header.stage;
-  result.tp_index = prepared.place.tp_index;
-  result.ep_index = prepared.place.ep_index;
+  result.tp_index = prepared.place.groups.tp.index;
+  result.ep_index = prepared.place.groups.ep.index;
   result.planned_peak_activation_bytes = on.planned.activation_bytes;
   result.planned_peak_device_bytes = on.planned.device_bytes;
   result.plan_offloaded_bytes = storage_plan.ssd_bytes;
@@ -135,11 +135,7 @@ Status PlaceReplayer(const detail::Prepared& prepared, const ReplayOptions& opti
   replayer.set_pipeline(
       place.previous_rank, place.next_rank,
       plan.schedule == "interleaved" ? prepared.whole.chunk : std::vector<int64_t>{});
-  replayer.set_tensor_parallel(place.tp_index, place.tp_group);
-  replayer.set_expert_parallel(place.ep_index, place.ep_group);
-  replayer.set_shard_group(place.shard_index, place.shard_group, place.shard_experts);
-  replayer.set_expert_shard_group(place.expert_shard_index, place.expert_shard_group);
-  replayer.set_context_parallel(place.cp_index, place.cp_group, place.cp_experts);
+  replayer.set_groups(place.groups);
   if (options.sync == nullptr || (!place.dense_buckets && plan.zero_stage >= 2)) {
     return Status::Ok();
   }

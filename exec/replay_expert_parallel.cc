@@ -23,7 +23,7 @@
 // refused before the replay starts.
 //
 // Under --verify every rank's inputs hold its own patterns (the seeds differ
-// by ep index: EpSeedSalt), checked before sending; each piece received must
+// by ep index: RankGroups::EpSeedSalt), checked before sending; each piece received must
 // carry its sender's seed and be its sender's patterns at those bytes. The
 // outputs then get their own patterns, as any op's do.
 #include <algorithm>
@@ -51,7 +51,7 @@ std::vector<size_t> Replayer::AllToAllMembers(const std::vector<TensorId>& tenso
 }
 
 Result<int64_t> Replayer::AllToAllHostBytes(const traces::Op& op) const {
-  const auto n = static_cast<int64_t>(ep_.ranks.size());
+  const auto n = static_cast<int64_t>(groups_.ep.ranks.size());
   int64_t in = 0, out = 0;
   for (const auto* list : {&op.inputs, &op.outputs}) {
     for (size_t i : AllToAllMembers(*list)) {
@@ -86,7 +86,8 @@ std::vector<uint8_t> Replayer::ExpectedSent(const std::vector<TensorId>& tensors
     const int64_t bytes = trace_.tensor(tensors[i]).bytes;
     const int64_t from = std::max(lo, at), to = std::min(hi, at + bytes);
     if (from < to) {
-      FillPattern(want.data() + (from - lo), to - from, EpPeerSeed(SeedOf(s), peer), from - at);
+      FillPattern(want.data() + (from - lo), to - from, groups_.EpPeerSeed(SeedOf(s), peer),
+                  from - at);
     }
     at += bytes;
   }
@@ -95,8 +96,8 @@ std::vector<uint8_t> Replayer::ExpectedSent(const std::vector<TensorId>& tensors
 
 Status Replayer::AllToAllFor(const traces::Op& op, const std::vector<DeviceBuffer>& inputs,
                              const std::vector<DeviceBuffer>& outputs) {
-  const auto n = static_cast<int64_t>(ep_.ranks.size());
-  const int64_t me = ep_.index;
+  const auto n = static_cast<int64_t>(groups_.ep.ranks.size());
+  const int64_t me = groups_.ep.index;
   const std::vector<size_t> ins = AllToAllMembers(op.inputs);
   const std::vector<size_t> outs = AllToAllMembers(op.outputs);
   int64_t total = 0;
@@ -138,10 +139,10 @@ Status Replayer::AllToAllFor(const traces::Op& op, const std::vector<DeviceBuffe
     SSDTRAIN_RETURN_IF_ERROR(ReceivePiece(op, 0, r, out + r * piece, piece, &theirs));
     if (!check) continue;
     const std::string what = "verify: " + RankOpName(op) + ": the piece of rank " +
-                             std::to_string(ep_.ranks[static_cast<size_t>(r)]);
-    if (theirs != EpPeerSeed(seed, r)) {
+                             std::to_string(groups_.ep.ranks[static_cast<size_t>(r)]);
+    if (theirs != groups_.EpPeerSeed(seed, r)) {
       return Status::Corruption(what + " has seed " + std::to_string(theirs) + ", expected " +
-                                std::to_string(EpPeerSeed(seed, r)));
+                                std::to_string(groups_.EpPeerSeed(seed, r)));
     }
     const std::vector<uint8_t> want = ExpectedSent(op.inputs, ins, r, me * piece, (me + 1) * piece);
     const auto bad = std::mismatch(want.begin(), want.end(), out + r * piece);

@@ -141,7 +141,7 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
     outs.push_back(*b);
   }
   Status st = Status::Ok();
-  if (Exchanges(producer)) {  // the group recomputes it too, in the same order
+  if (groups_.Exchanges(producer)) {  // the group recomputes it too, in the same order
     st = Run(producer, ins, outs, {s}, /*recompute=*/true, *io_dependent, /*kernel=*/false,
              [&] { return CollectiveFor(producer, ins, outs); });
   } else {
@@ -312,7 +312,7 @@ Status Replayer::RunIssued(const traces::Op& op, bool io_dependent) {
   if (transfer && op.kind == traces::OpKind::kRecv) {
     SSDTRAIN_RETURN_IF_ERROR(ReceiveFor(op, outs[0]));
   }
-  if (Exchanges(op)) {  // between the ranks of its tp or ep group
+  if (groups_.Exchanges(op)) {  // between the ranks of its tp or ep group
     SSDTRAIN_RETURN_IF_ERROR(Run(op, ins, outs, fill, /*recompute=*/false, io_dependent,
                                  /*kernel=*/false, [&] { return CollectiveFor(op, ins, outs); }));
   } else {

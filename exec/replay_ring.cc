@@ -10,7 +10,7 @@
 // What arrives fills its outputs, back to back. The message carries the
 // trailer every collective piece does (CRC32C, the sender's seed), checked
 // on arrival; under --verify what arrives must be the previous rank's inputs'
-// patterns (as it seeds them: PeerSeed, which differs by expert index at
+// patterns (as it seeds them: RankGroups::PeerSeed, which differs by expert index at
 // ep > 1) followed by the zeros,
 // and the outputs then get their own patterns, as any op's do. Every rank
 // sends before it receives: a ring of blocking receives after asynchronous
@@ -28,8 +28,8 @@ namespace ssdtrain::exec::detail {
 
 Status Replayer::RingStepFor(const traces::Op& op, const std::vector<DeviceBuffer>& inputs,
                              const std::vector<DeviceBuffer>& outputs) {
-  const auto n = static_cast<int64_t>(GroupOf(op).size());
-  const int64_t me = IndexIn(op);
+  const auto n = static_cast<int64_t>(groups_.Of(op).ranks.size());
+  const int64_t me = groups_.Of(op).index;
   const int64_t next = (me + 1) % n, previous = (me + n - 1) % n;
   const int64_t payload = traces::CollectivePayloadBytes(op);
   uint8_t* in = static_cast<uint8_t*>(collective_host_->base());
@@ -66,7 +66,8 @@ Status Replayer::RingStepFor(const traces::Op& op, const std::vector<DeviceBuffe
     for (TensorId t : op.inputs) {
       const int64_t bytes = trace_.tensor(t).bytes;
       const uint64_t mine = SeedOf(trace_.StorageOf(t));
-      FillPattern(want.data() + offset, bytes, member < 0 ? mine : PeerSeed(op, mine, member), 0);
+      FillPattern(want.data() + offset, bytes,
+                  member < 0 ? mine : groups_.PeerSeed(op, mine, member), 0);
       offset += bytes;
     }
   };
@@ -82,10 +83,10 @@ Status Replayer::RingStepFor(const traces::Op& op, const std::vector<DeviceBuffe
   SSDTRAIN_RETURN_IF_ERROR(ReceivePiece(op, 0, previous, out, payload, &theirs));
   if (check) {
     const std::string what = "verify: " + RankOpName(op) + ": the ring's message from rank " +
-                             std::to_string(GroupOf(op)[static_cast<size_t>(previous)]);
-    if (theirs != PeerSeed(op, seed, previous)) {
+                             std::to_string(groups_.Of(op).ranks[static_cast<size_t>(previous)]);
+    if (theirs != groups_.PeerSeed(op, seed, previous)) {
       return Status::Corruption(what + " has seed " + std::to_string(theirs) + ", expected " +
-                                std::to_string(PeerSeed(op, seed, previous)));
+                                std::to_string(groups_.PeerSeed(op, seed, previous)));
     }
     patterns(previous);
     if (std::memcmp(want.data(), out, static_cast<size_t>(payload)) != 0) {

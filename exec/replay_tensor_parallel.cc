@@ -3,7 +3,7 @@
 // (traces/collective_kind.h: all-reduce, or all-gather and reduce-scatter
 // under sequence parallelism; ZeRO's gathers and reduce-scatters, a list of
 // (input, output) pairs, one after another) runs for real between the ranks
-// of its group (Replayer::GroupOf), with the trace's bytes: its input is
+// of its group (RankGroups::Of), with the trace's bytes: its input is
 // copied to pinned host memory once the ops before it have run, exchanged
 // with the group's other ranks as point-to-point messages (each piece
 // followed by a trailer: CRC32C of the payload, the sender's verification
@@ -50,8 +50,8 @@ constexpr int64_t kTrailerBytes = sizeof(MessageTrailer);
 Status Replayer::InitTensorParallel() {
   int64_t most = 0;
   for (const traces::Op& op : trace_.ops) {
-    if (!Exchanges(op)) continue;
-    const auto n = static_cast<int64_t>(GroupOf(op).size());
+    if (!groups_.Exchanges(op)) continue;
+    const auto n = static_cast<int64_t>(groups_.Of(op).ranks.size());
     const traces::CollectiveKind kind = Kind(op);
     if (kind == traces::CollectiveKind::kAllToAll) {
       SSDTRAIN_ASSIGN_OR_RETURN(const int64_t bytes, AllToAllHostBytes(op));
@@ -109,29 +109,6 @@ Status Replayer::InitTensorParallel() {
   return Status::Ok();
 }
 
-// The seeds differ by tensor-parallel index (TpSeedSalt) and expert index
-// (EpSeedSalt). The shard group's and the cp group's members share this
-// rank's tp index and, at ep > 1, each has its own expert index
-// (set_shard_group, set_context_parallel); the experts' shard group's members
-// differ in neither, so theirs are this rank's.
-uint64_t Replayer::PeerSeed(const traces::Op& op, uint64_t mine, int64_t peer) const {
-  switch (traces::GroupOfCollective(op)) {
-    case traces::CollectiveGroup::kTensorParallel:
-      return mine ^ TpSeedSalt(tp_.index) ^ TpSeedSalt(peer);
-    case traces::CollectiveGroup::kExpertParallel:
-      return EpPeerSeed(mine, peer);
-    case traces::CollectiveGroup::kShard:
-      if (!expert_parallel() || shard_experts_.empty()) break;
-      return EpPeerSeed(mine, shard_experts_[static_cast<size_t>(peer)]);
-    case traces::CollectiveGroup::kContext:
-      if (!expert_parallel() || cp_experts_.empty()) break;
-      return EpPeerSeed(mine, cp_experts_[static_cast<size_t>(peer)]);
-    case traces::CollectiveGroup::kExpertShard:
-      break;
-  }
-  return mine;
-}
-
 Status Replayer::SendPiece(const traces::Op& op, int phase, int64_t to, const uint8_t* data,
                            int64_t bytes, uint64_t seed) {
   uint8_t* message = scratch_;
@@ -145,7 +122,7 @@ Status Replayer::SendPiece(const traces::Op& op, int phase, int64_t to, const ui
   t.seed = seed;
   std::memcpy(message + bytes, &t, sizeof(t));
   if (flip == kFlipAfterChecksum) message[0] ^= 0xff;
-  const int rank = GroupOf(op)[static_cast<size_t>(to)];
+  const int rank = groups_.Of(op).ranks[static_cast<size_t>(to)];
   Status st =
       agreement_.sync()->SendAsync(rank, PieceTag(op, phase), message, bytes + kTrailerBytes);
   if (!st.ok()) {
@@ -160,7 +137,7 @@ Status Replayer::SendPiece(const traces::Op& op, int phase, int64_t to, const ui
 
 Status Replayer::ReceivePiece(const traces::Op& op, int phase, int64_t from, uint8_t* into,
                               int64_t bytes, uint64_t* seed) {
-  const int rank = GroupOf(op)[static_cast<size_t>(from)];
+  const int rank = groups_.Of(op).ranks[static_cast<size_t>(from)];
   uint8_t* message = scratch_;
   PipelineTag got;
   int64_t received = 0;
@@ -199,7 +176,7 @@ Status Replayer::CheckContribution(const traces::Op& op, int64_t from, const uin
                                    int64_t bytes, uint64_t seed, uint64_t expected_seed,
                                    int64_t offset) {
   const std::string what = "verify: " + RankOpName(op) + ": the contribution of rank " +
-                           std::to_string(GroupOf(op)[static_cast<size_t>(from)]);
+                           std::to_string(groups_.Of(op).ranks[static_cast<size_t>(from)]);
   if (seed != expected_seed) {
     return Status::Corruption(what + " has seed " + std::to_string(seed) + ", expected " +
                               std::to_string(expected_seed));
@@ -217,9 +194,9 @@ std::vector<uint8_t> Replayer::ExpectedSum(const traces::Op& op, uint64_t my_see
                                            int64_t bytes) const {
   std::vector<uint8_t> sum(static_cast<size_t>(bytes)), next(static_cast<size_t>(bytes));
   const int64_t count = bytes / traces::DTypeSize(dtype);
-  for (size_t r = 0; r < GroupOf(op).size(); ++r) {
+  for (size_t r = 0; r < groups_.Of(op).ranks.size(); ++r) {
     uint8_t* into = r == 0 ? sum.data() : next.data();
-    FillPattern(into, bytes, PeerSeed(op, my_seed, static_cast<int64_t>(r)), offset);
+    FillPattern(into, bytes, groups_.PeerSeed(op, my_seed, static_cast<int64_t>(r)), offset);
     if (r > 0) SumInto(dtype, next.data(), sum.data(), count);
   }
   return sum;
@@ -231,8 +208,8 @@ std::vector<uint8_t> Replayer::ExpectedSum(const traces::Op& op, uint64_t my_see
 Status Replayer::ReduceScatterPhase(const traces::Op& op, int phase, const uint8_t* in,
                                     uint8_t* out, const std::vector<int64_t>& chunks,
                                     traces::DType dtype, uint64_t seed, bool check) {
-  const auto n = static_cast<int64_t>(GroupOf(op).size());
-  const int64_t me = IndexIn(op);
+  const auto n = static_cast<int64_t>(groups_.Of(op).ranks.size());
+  const int64_t me = groups_.Of(op).index;
   for (int64_t j = 0; j < n; ++j) {
     if (j == me) continue;
     const int64_t lo = chunks[static_cast<size_t>(j)], hi = chunks[static_cast<size_t>(j) + 1];
@@ -248,7 +225,7 @@ Status Replayer::ReduceScatterPhase(const traces::Op& op, int phase, const uint8
       SSDTRAIN_RETURN_IF_ERROR(ReceivePiece(op, phase, r, piece, bytes, &theirs));
       if (check) {
         SSDTRAIN_RETURN_IF_ERROR(
-            CheckContribution(op, r, piece, bytes, theirs, PeerSeed(op, seed, r), lo));
+            CheckContribution(op, r, piece, bytes, theirs, groups_.PeerSeed(op, seed, r), lo));
       }
       contribution = piece;
     }
@@ -267,8 +244,8 @@ Status Replayer::ReduceScatterPhase(const traces::Op& op, int phase, const uint8
 Status Replayer::AllGatherPhase(const traces::Op& op, int phase, const uint8_t* mine, uint8_t* out,
                                 const std::vector<int64_t>& chunks, uint64_t seed,
                                 const PieceCheck& expected) {
-  const auto n = static_cast<int64_t>(GroupOf(op).size());
-  const int64_t me = IndexIn(op);
+  const auto n = static_cast<int64_t>(groups_.Of(op).ranks.size());
+  const int64_t me = groups_.Of(op).index;
   const int64_t my_lo = chunks[static_cast<size_t>(me)];
   const int64_t my_bytes = chunks[static_cast<size_t>(me) + 1] - my_lo;
   for (int64_t j = 0; j < n; ++j) {
@@ -284,7 +261,7 @@ Status Replayer::AllGatherPhase(const traces::Op& op, int phase, const uint8_t* 
     const std::vector<uint8_t> want = expected(j);
     if (std::memcmp(want.data(), out + lo, static_cast<size_t>(hi - lo)) != 0) {
       return Status::Corruption("verify: " + RankOpName(op) + ": the piece of rank " +
-                                std::to_string(GroupOf(op)[static_cast<size_t>(j)]) +
+                                std::to_string(groups_.Of(op).ranks[static_cast<size_t>(j)]) +
                                 " is not the group's sum of their patterns");
     }
   }
@@ -314,8 +291,8 @@ Status Replayer::CollectivePair(const traces::Op& op, size_t pair, const DeviceB
   const traces::CollectiveKind kind = Kind(op);
   const traces::Tensor& in_t = trace_.tensor(op.inputs[pair]);
   const traces::Tensor& out_t = trace_.tensor(op.outputs[pair]);
-  const auto n = static_cast<int64_t>(GroupOf(op).size());
-  const int64_t me = IndexIn(op);
+  const auto n = static_cast<int64_t>(groups_.Of(op).ranks.size());
+  const int64_t me = groups_.Of(op).index;
   const TensorId in_storage = trace_.StorageOf(op.inputs[pair]);
   const uint64_t seed = SeedOf(in_storage);
   // Under --verify a persistent input (a weight's gradient, set_to_none ones
@@ -352,7 +329,7 @@ Status Replayer::CollectivePair(const traces::Op& op, size_t pair, const DeviceB
     case traces::CollectiveKind::kAllGather: {
       auto expected = [&](int64_t j) {
         std::vector<uint8_t> p(static_cast<size_t>(in_t.bytes));
-        FillPattern(p.data(), in_t.bytes, PeerSeed(op, seed, j), 0);
+        FillPattern(p.data(), in_t.bytes, groups_.PeerSeed(op, seed, j), 0);
         return p;
       };
       SSDTRAIN_RETURN_IF_ERROR(AllGatherPhase(op, phase, in, out, chunks, seed,

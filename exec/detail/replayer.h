@@ -26,6 +26,7 @@
 #include "exec/detail/annotated_mutex.h"
 #include "exec/detail/host_staging.h"
 #include "exec/detail/rank_agreement.h"
+#include "exec/detail/rank_place.h"
 #include "exec/device.h"
 #include "exec/offload_engine.h"
 #include "exec/replay.h"
@@ -108,39 +109,12 @@ class Replayer {
     chunk_ = std::move(chunk);
   }
 
-  // Tensor-parallel ranks: this rank's index in its group and the group's
-  // ranks in order (fewer than two: collective ops run as memory passes),
-  // before Init. The verification seeds differ by index (TpSeedSalt).
-  void set_tensor_parallel(int64_t tp_index, std::vector<int> group) {
-    tp_ = {std::move(group), tp_index};
-    SetSeedSalt();
-  }
-  // Expert-parallel ranks: the same for the ep group (traces::Layout::EpGroup), over
-  // which the all-to-all ops run (replay_expert_parallel.cc); the seeds differ
-  // by ep index too (EpSeedSalt).
-  void set_expert_parallel(int64_t ep_index, std::vector<int> group) {
-    ep_ = {std::move(group), ep_index};
-    SetSeedSalt();
-  }
-  // ZeRO-2/3's shard group (traces::Layout::ShardGroup), over which the
-  // ...zero_all_gather and ...zero_reduce_scatter ops run, the routed
-  // experts' (ep > 1: Layout::ExpertShardGroup, for their
-  // L<layer>.experts.zero_... ops), and context parallelism's cp group
-  // (Layout::CpGroup), around which the ...cp_ring steps send: this rank's
-  // index and the group's ranks in order. Their members differ in dp and cp index, which the seeds
-  // do not depend on, and, in the shard group and the cp group at ep > 1, in expert index, which
-  // they do: `experts` is each member's (empty at ep 1).
-  void set_shard_group(int64_t index, std::vector<int> group, std::vector<int64_t> experts = {}) {
-    shard_ = {std::move(group), index};
-    shard_experts_ = std::move(experts);
-  }
-  void set_expert_shard_group(int64_t index, std::vector<int> group) {
-    expert_shard_ = {std::move(group), index};
-  }
-  void set_context_parallel(int64_t cp_index, std::vector<int> group,
-                            std::vector<int64_t> experts = {}) {
-    cp_ = {std::move(group), cp_index};
-    cp_experts_ = std::move(experts);
+  // This rank's collective groups (tp, ep, ZeRO's shard groups, cp), before
+  // Init: a collective op runs between the ranks of its group (a group of one:
+  // a memory pass); the verification seeds differ by tp and ep index.
+  void set_groups(RankGroups groups) {
+    groups_ = std::move(groups);
+    seed_salt_ = groups_.SeedSalt();
   }
 
   // Data-parallel ranks: the stage's gradient buckets (traces/dp_buckets.h,
@@ -302,57 +276,14 @@ class Replayer {
 
   // Tensor-parallel ranks (replay_tensor_parallel.cc): each collective op's
   // input, output and messages in one pinned host region, reused op by op.
-  bool tensor_parallel() const { return tp_.ranks.size() > 1; }
-  bool expert_parallel() const { return ep_.ranks.size() > 1; }
   static traces::CollectiveKind Kind(const traces::Op& op) {
     return traces::ClassifyCollective(op);
-  }
-  // A group of ranks a collective runs between: its ranks in order and this
-  // rank's index among them.
-  struct RankGroup {
-    std::vector<int> ranks;
-    int64_t index = 0;
-  };
-  // The group a collective op runs between (traces::GroupOfCollective: the ep
-  // group for the all-to-all, the shard group for ZeRO's, the cp group for the
-  // ring's, the tp group else).
-  const RankGroup& RankGroupOf(const traces::Op& op) const {
-    switch (traces::GroupOfCollective(op)) {
-      case traces::CollectiveGroup::kExpertParallel:
-        return ep_;
-      case traces::CollectiveGroup::kShard:
-        return shard_;
-      case traces::CollectiveGroup::kExpertShard:
-        return expert_shard_;
-      case traces::CollectiveGroup::kContext:
-        return cp_;
-      case traces::CollectiveGroup::kTensorParallel:
-        break;
-    }
-    return tp_;
-  }
-  const std::vector<int>& GroupOf(const traces::Op& op) const { return RankGroupOf(op).ranks; }
-  int64_t IndexIn(const traces::Op& op) const { return RankGroupOf(op).index; }
-  bool Exchanges(const traces::Op& op) const {
-    return op.kind == traces::OpKind::kCollective && GroupOf(op).size() > 1;
-  }
-  static uint64_t TpSeedSalt(int64_t tp_index) { return static_cast<uint64_t>(tp_index) << 56; }
-  static uint64_t EpSeedSalt(int64_t ep_index) { return static_cast<uint64_t>(ep_index) << 48; }
-  void SetSeedSalt() {
-    seed_salt_ = (tensor_parallel() ? TpSeedSalt(tp_.index) : 0) ^
-                 (expert_parallel() ? EpSeedSalt(ep_.index) : 0);
   }
   // The tag of phase `phase` of `op` (0, or the all-reduce's gather 1; ZeRO's
   // list of pairs: 2k and 2k + 1 for pair k).
   static PipelineTag PieceTag(const traces::Op& op, int phase) {
     return {op.micro_batch, op.phase == traces::Phase::kBackward,
             (static_cast<int64_t>(op.id) << 24) + phase, true};
-  }
-  // The verification seed that member `peer` of `op`'s group gives the
-  // storage this rank seeds `mine` (EpPeerSeed: in the expert-parallel group).
-  uint64_t PeerSeed(const traces::Op& op, uint64_t mine, int64_t peer) const;
-  uint64_t EpPeerSeed(uint64_t mine, int64_t peer) const {
-    return mine ^ EpSeedSalt(ep_.index) ^ EpSeedSalt(peer);
   }
   using PieceCheck = std::function<std::vector<uint8_t>(int64_t)>;
   Status InitTensorParallel();
@@ -448,11 +379,8 @@ class Replayer {
   // compute from there on (re-recorded for each message).
   std::unique_ptr<Event> compute_before_receive_, received_;
 
-  // The tensor-parallel, expert-parallel, ZeRO shard and cp groups.
-  RankGroup tp_, ep_, shard_, expert_shard_, cp_;
-  std::vector<int64_t> shard_experts_;  // set_shard_group
-  std::vector<int64_t> cp_experts_;     // set_context_parallel
-  uint64_t seed_salt_ = 0;  // TpSeedSalt(tp_.index) with tp > 1, ^ EpSeedSalt with ep > 1
+  RankGroups groups_;
+  uint64_t seed_salt_ = 0;                        // groups_.SeedSalt()
   std::unique_ptr<HostStaging> collective_host_;  // see InitTensorParallel
   uint8_t* scratch_ = nullptr;                    // the current collective's messages
   CollectiveTraffic collectives_;                 // this step's
