@@ -9,10 +9,14 @@
 #   scripts/planner-sweep-queue.sh OUT --gpus 16384 [--workers 2] [--nice 15]
 #                                  [--max-seconds 600] [--hf a,b,...]
 #                                  [--only-models a,b] [--only-presets a,b]
-#                                  [--binary PATH (a planner_sweep built before)]
-#   scripts/planner-sweep-queue.sh OUT --summary      what OUT holds: chunks
-#                                  done of all, cases passed, every violation
+#                                  [--binary PATH --commit REV (a planner_sweep
+#                                  built before, at commit REV)]
+#   scripts/planner-sweep-queue.sh OUT --summary [--only-...]   what OUT holds
+#                                  of the selection: chunks done, cases, violations
 # Exits 1 when a chunk has a violation (planner_sweep's verdict), 2 on bad use.
+# Each chunk's header names the commit its binary was built at: HEAD's (with
+# -dirty for uncommitted changes) for the one this script builds, --commit's
+# for a --binary.
 # One queue at a time on one OUT: two would run the same chunks twice.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,7 +24,7 @@ build=${SSDTRAIN_BUILD_DIR:-$root/build}
 
 usage() {
   echo "planner-sweep-queue: $1" >&2
-  sed -n '9,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '9,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -28,6 +32,7 @@ usage() {
 out=$1
 shift
 gpus="" workers=2 niceness=15 max_seconds=600 summary=0 only_models="" only_presets="" binary=""
+commit=""
 hf=deepseek-v3,kimi-k2,qwen3-30b-a3b,gpt-oss-20b,gpt-oss-120b,mistral-7b-v0.1,qwen2.5-0.5b
 while (($# > 0)); do
   case $1 in
@@ -39,6 +44,7 @@ while (($# > 0)); do
     --only-models) only_models=${2:-}; shift 2 || usage "--only-models needs a list" ;;
     --only-presets) only_presets=${2:-}; shift 2 || usage "--only-presets needs a list" ;;
     --binary) binary=${2:-}; shift 2 || usage "--binary needs a path" ;;
+    --commit) commit=${2:-}; shift 2 || usage "--commit needs a revision" ;;
     --summary) summary=1; shift ;;
     *) usage "unknown argument $1" ;;
   esac
@@ -58,37 +64,51 @@ for f in "$root"/configs/hardware/*.json; do
   p=$(basename "$f" .json)
   [[ $p == cpu* ]] || presets+=("$p")  # the CPU backend's config is no GPU
 done
-# --only-models / --only-presets keep the named ones (each must exist).
-if [[ -n $only_models ]]; then
-  IFS=, read -r -a wanted <<< "$only_models"
+# --only-models / --only-presets keep the named ones (each must exist):
+# select ARRAY LIST OPTION WHAT.
+select_only() {
+  local -n all=$1
+  local n wanted
+  [[ -n $2 ]] || return 0
+  IFS=, read -r -a wanted <<< "$2"
   for n in "${wanted[@]}"; do
-    [[ " ${models[*]} " == *" $n "* ]] || usage "--only-models: no model config named $n"
+    [[ " ${all[*]} " == *" $n "* ]] || usage "$3: no $4 named $n"
   done
-  models=("${wanted[@]}")
-fi
-if [[ -n $only_presets ]]; then
-  IFS=, read -r -a wanted <<< "$only_presets"
-  for n in "${wanted[@]}"; do
-    [[ " ${presets[*]} " == *" $n "* ]] || usage "--only-presets: no GPU preset named $n"
-  done
-  presets=("${wanted[@]}")
-fi
+  all=("${wanted[@]}")
+}
+select_only models "$only_models" --only-models "model config"
+select_only presets "$only_presets" --only-presets "GPU preset"
 total=$((${#models[@]} * ${#presets[@]}))
 
-# A chunk is done when its preset's file holds its header line.
-chunk_done() { [[ -f $out/$1.txt ]] && grep -qF "## $2 on " "$out/$1.txt"; }
+# A chunk is done when its preset's file holds its header line (at --gpus,
+# or at any count for --summary).
+chunk_done() {
+  [[ -f $out/$1.txt ]] && grep -q "^## ${2//./\\.} on ${gpus:-[0-9]*} x ${1//./\\.}: " "$out/$1.txt"
+}
+# The selection's chunks done.
+chunks_done() {
+  local p m n=0
+  for p in "${presets[@]}"; do
+    for m in "${models[@]}"; do
+      if chunk_done "$p" "$m"; then n=$((n + 1)); fi
+    done
+  done
+  echo "$n"
+}
 
 if ((summary)); then
   [[ -d $out ]] || usage "no directory $out"
-  done_chunks=0
-  for p in "${presets[@]}"; do
-    for m in "${models[@]}"; do
-      if chunk_done "$p" "$m"; then done_chunks=$((done_chunks + 1)); fi
-    done
-  done
   shopt -s nullglob
-  files=("$out"/*.txt)
-  cat "${files[@]}" /dev/null | awk -v done_chunks="$done_chunks" -v total="$total" '
+  files=()
+  for p in "${presets[@]}"; do [[ -f $out/$p.txt ]] && files+=("$out/$p.txt"); done
+  # Only the selection's blocks: a header "## <model> on <gpus> x <preset>: ..."
+  # opens a block, counted when its model and preset are selected.
+  cat "${files[@]}" /dev/null | awk -v done_chunks="$(chunks_done)" -v total="$total" \
+    -v models="${models[*]}" -v presets="${presets[*]}" '
+    BEGIN { split(models, a, " "); for (i in a) M[a[i]] = 1
+            split(presets, b, " "); for (i in b) P[b[i]] = 1 }
+    /^## / { preset = $6; sub(/:$/, "", preset); in_sel = ($2 in M) && (preset in P); next }
+    !in_sel { next }
     /^planner_sweep: [0-9]+ passed, [0-9]+ failed/ { passed += $2; failed += $4 }
     /^VIOLATION:/ { v[++nv] = $0; if (/peaks at|holds [0-9]+ bytes at its peak/) mem++;
                     if (/auto .* is slower than/) slow++; if (/took .* of CPU time/) time++ }
@@ -107,14 +127,19 @@ fi
 [[ $workers =~ ^[1-9][0-9]*$ ]] || usage "--workers needs a count of at least 1"
 mkdir -p "$out"
 if [[ -z $binary ]]; then
+  [[ -z $commit ]] || usage "--commit goes with --binary (this script's build is HEAD's)"
   SSDTRAIN_TARGET=planner_sweep "$root/scripts/build.sh"
   binary=$build/tests/planner_sweep
+  commit=$(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo unknown)
+  if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2> /dev/null) ]]; then
+    commit+="-dirty"
+  fi
+else
+  # The headers say which code ran: the binary's commit, not the checkout's.
+  [[ -n $commit ]] || usage "--binary needs --commit REV, the commit it was built at"
 fi
 [[ -x $binary ]] || usage "--binary: $binary is no program"
-commit=$(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo unknown)
-if [[ -n $(git -C "$root" status --porcelain --untracked-files=no 2> /dev/null) ]]; then
-  commit+="-dirty"
-fi
+[[ $commit =~ ^[A-Za-z0-9._-]+$ ]] || usage "--commit: expected a revision, got '$commit'"
 
 # planner_sweep takes directories: one per model and one per preset, of links.
 stage=$(mktemp -d "${TMPDIR:-/tmp}/ssdtrain-sweep.XXXXXX")
@@ -169,7 +194,7 @@ worker() {
         } >> "$out/$p.txt"
       } 9>> "$stage/append.lock"
       echo "planner-sweep-queue: worker $id: $m on $p: $(tail -1 "$log") ($((SECONDS - started)) s;" \
-        "$(cat "$out"/*.txt | grep -c '^## ') of $total chunks done)" >&2
+        "$(chunks_done) of $total chunks done)" >&2
     done
   done
 }
