@@ -13,7 +13,10 @@
 // unless it is still resident (forwarding: see exec/tensor_cache.h).
 // Recompute storages are freed after their last forward consumer and
 // re-produced by running their producer op again (recursively, for inputs that
-// are gone too) before their first backward consumer. Kept storages stay.
+// are gone too) before their first backward consumer; one run rebuilds every
+// output of the op that is recomputed and still needed, and under ZeRO-3 it
+// reads the weights the backward gathered (traces/storage_plan.h, "Recompute").
+// Kept storages stay.
 // Every storage is freed after its last consumer. Step 0 is a warm-up; the
 // reported step time is the median of the others.
 //

@@ -121,17 +121,39 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
   for (TensorId t : producer.inputs) {
     const TensorId s2 = trace_.StorageOf(t);
     if (slot(s2).resident || life(s2).persistent()) continue;
+    if (Regathered(s2, at) != kNoStorage) continue;  // read from backward's gather
     const bool temporary = life(s2).last_use < at.id;
     SSDTRAIN_RETURN_IF_ERROR(Need(s2, at, io_dependent));
     if (temporary) rebuilt_for_this.push_back(s2);
   }
   SSDTRAIN_RETURN_IF_ERROR(Materialize(s, at, io_dependent));
-  // Other outputs of the producer go to scratch buffers freed right after.
-  std::vector<DeviceBuffer> ins, outs, scratch;
-  for (TensorId t : producer.inputs) ins.push_back(View(t));
+  // The producer's other outputs the plan recomputes that are gone and still
+  // needed are rebuilt by this run too (traces::RebuiltAlongside); its other
+  // outputs go to scratch buffers freed right after.
+  // (All of them allocated before the scratch buffers, as the simulator does.)
+  std::vector<TensorId> rebuilt = {s};
   for (TensorId t : producer.outputs) {
     const TensorId st = trace_.StorageOf(t);
-    if (st == s) {
+    if (std::find(rebuilt.begin(), rebuilt.end(), st) != rebuilt.end()) continue;
+    if (!life(st).persistent() && traces::RebuiltAlongside(life(st), slot(st).resident, at.id)) {
+      SSDTRAIN_RETURN_IF_ERROR(Materialize(st, at, io_dependent));
+      rebuilt.push_back(st);
+    }
+  }
+  std::vector<DeviceBuffer> ins, outs, scratch;
+  for (TensorId t : producer.inputs) {
+    const TensorId s2 = trace_.StorageOf(t);
+    const TensorId regathered = slot(s2).resident ? kNoStorage : Regathered(s2, at);
+    if (regathered == kNoStorage) {
+      ins.push_back(View(t));
+    } else {
+      const DeviceBuffer& b = slot(regathered).buffer;
+      ins.push_back(DeviceBuffer{b.ptr, std::min(b.bytes, trace_.tensor(t).bytes)});
+    }
+  }
+  for (TensorId t : producer.outputs) {
+    const TensorId st = trace_.StorageOf(t);
+    if (std::find(rebuilt.begin(), rebuilt.end(), st) != rebuilt.end()) {
       outs.push_back(View(t));
       continue;
     }
@@ -142,14 +164,21 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
   }
   Status st = Status::Ok();
   if (groups_.Exchanges(producer)) {  // the group recomputes it too, in the same order
-    st = Run(producer, ins, outs, {s}, /*recompute=*/true, *io_dependent, /*kernel=*/false,
+    st = Run(producer, ins, outs, rebuilt, /*recompute=*/true, *io_dependent, /*kernel=*/false,
              [&] { return CollectiveFor(producer, ins, outs); });
   } else {
-    st = Run(producer, ins, outs, {s}, /*recompute=*/true, *io_dependent);
+    st = Run(producer, ins, outs, rebuilt, /*recompute=*/true, *io_dependent);
   }
   for (DeviceBuffer b : scratch) device_.Free(b);
   for (TensorId s2 : rebuilt_for_this) Release(s2);
   return st;
+}
+
+TensorId Replayer::Regathered(TensorId s, const traces::Op& at) const {
+  const int j = traces::RegatheredAt(plan_, plan_.IndexOf(s), at.id);
+  if (j < 0) return kNoStorage;
+  const TensorId root = plan_.storages[static_cast<size_t>(j)].root;
+  return slots_[static_cast<size_t>(root)].resident ? root : kNoStorage;
 }
 
 DeviceBuffer Replayer::View(TensorId t) {

@@ -143,6 +143,14 @@ StageSimulator::InputsState StageSimulator::CheckInputs(const WorkItem& item) {
       reading = true;
       continue;
     }
+    if (item.recompute) {  // a gathered weight: the backward's regather serves the re-run
+      const int j = traces::RegatheredAt(resolved_, static_cast<int>(sid),
+                                         static_cast<traces::OpId>(next_op_));
+      if (j >= 0 && storages_[static_cast<size_t>(j)].resident) {
+        if (storages_[static_cast<size_t>(j)].side_pending) collective = true;
+        continue;
+      }
+    }
     if (s.producer == traces::kNoOp) {
       error_ = Status::Internal("op " + std::to_string(item.op) + " needs tensor " +
                                 std::to_string(s.root) + ", which is gone and has no producer");
@@ -216,11 +224,26 @@ void StageSimulator::StartItem(const WorkItem& item) {
     Storage& target = storages_[item.target];
     target.recomputed = true;
     Allocate(target);
-    // Every other output, resident or not, gets a scratch buffer (per tensor,
-    // at least one byte) for the length of the op.
+    // The other outputs the plan recomputes that are gone and still needed
+    // are rebuilt by this run too (traces::RebuiltAlongside, for the op
+    // waiting for its inputs); every other output gets a scratch buffer (per
+    // tensor, at least one byte) for the length of the op.
     scratch_bytes_ = 0;
+    rebuilt_alongside_.assign(1, item.target);
     for (traces::TensorId t : op.outputs) {
-      if (static_cast<size_t>(resolved_.IndexOf(t)) == item.target) continue;
+      const auto sid = static_cast<size_t>(resolved_.IndexOf(t));
+      if (std::find(rebuilt_alongside_.begin(), rebuilt_alongside_.end(), sid) !=
+          rebuilt_alongside_.end()) {
+        continue;
+      }
+      Storage& other = storages_[sid];
+      if (!other.persistent && traces::RebuiltAlongside(resolved_.storages[sid], other.resident,
+                                                        static_cast<traces::OpId>(next_op_))) {
+        other.recomputed = true;
+        Allocate(other);
+        rebuilt_alongside_.push_back(sid);
+        continue;
+      }
       scratch_bytes_ +=
           traces::DeviceBytes(std::max<int64_t>(1, trace_.tensor(t).bytes), alignment_);
     }

@@ -61,16 +61,17 @@ TEST(PublishedRuns, TimesFollowFromThePapersFlopFormula) {
   }
 }
 
-// The figures docs/PERFORMANCE.md reports, rounded up to the next percent: a
-// change that moves a prediction away from the published times fails here.
-// The median was 4.9% (the SC21 issue's target, 5%) until the interconnect was
-// priced by topology (issue 44): the data-parallel all-reduce of the tp 1, 2 and
-// 4 runs (8, 4 and 2 ranks of their dp group in each node) now runs on every
-// NIC of a node (NCCL's ring across nodes, as nccl-tests measures on A100
-// nodes), not on one 25 GB/s NIC per rank: those three rows predict 0.2-0.6
-// points faster, and the median is 5.2%.
-constexpr double kMedianBound = 0.055;
-constexpr double kWorstBound = 0.09;  // 8.6%: the 76.1B run, interleaved v=3
+// The figures docs/PERFORMANCE.md reports, rounded up to the next half
+// percent: a change that moves a prediction away from the published times
+// fails here. The median was 5.2% (worst 8.6%) while a full recompute ran each
+// two-output op of a block twice (once per output: the bias-dropout-adds, and
+// with them the projection and fc2 GEMMs whose outputs they read, the
+// attention dropout): since a recompute rebuilds all of an op's outputs in one
+// run (traces::RebuiltAlongside), a block is recomputed once, as Megatron's
+// checkpointed layer is, and every run predicts 2-4 points faster: median
+// 8.2%, worst 11.0% (the 76.1B run), every run faster than published.
+constexpr double kMedianBound = 0.085;
+constexpr double kWorstBound = 0.115;  // 11.0%: the 76.1B run, interleaved v=3
 
 class PublishedRunsCli : public testing::CliTest {
  protected:

@@ -1,13 +1,14 @@
 // ZeRO-2 and 3 replayed in one process (a shard group of one rank: the
 // gathers and reduce-scatters run as the executor's ops, in order) on the CPU
 // backend: the executor's activation and device peaks equal the simulator's
-// to the byte, keep and recompute alike (a recomputed forward op gathers its
-// weights again), with every tensor verified. The micro-GPT at ZeRO-3 over 8
+// to the byte, keep and recompute alike (a recomputed forward op reads the
+// weights the backward gathered again), with every tensor verified. The micro-GPT at ZeRO-3 over 8
 // ranks is also checked for its shards' sizes.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "exec/replay.h"
@@ -43,6 +44,17 @@ class ZeroReplay : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
+  // One verified step on the CPU backend in a 64 MiB device.
+  exec::ReplayOptions Verified() const {
+    exec::ReplayOptions ro;
+    ro.dirs = {dir_.string()};
+    ro.backend = exec::BackendChoice::kCpu;
+    ro.steps = 1;
+    ro.verify = true;
+    ro.device_memory_bytes = int64_t{64} << 20;
+    return ro;
+  }
+
   // Simulates and replays `policy`'s plan of `trace` with `m` micro-batches;
   // the peaks must agree to the byte.
   void Agree(const traces::Trace& trace, const std::string& policy, int64_t m) {
@@ -55,13 +67,8 @@ class ZeroReplay : public ::testing::Test {
     ASSERT_TRUE(plan.ok()) << plan.status().message();
     auto predicted = sim::Simulate(trace, *plan, hw);
     ASSERT_TRUE(predicted.ok()) << predicted.status().message();
-    exec::ReplayOptions ro;
-    ro.dirs = {dir_.string()};
-    ro.backend = exec::BackendChoice::kCpu;
-    ro.steps = 1;
-    ro.verify = true;
+    exec::ReplayOptions ro = Verified();
     ro.wait_for_writes = true;
-    ro.device_memory_bytes = int64_t{64} << 20;
     auto run = exec::Replay(trace, *plan, ro, policy);
     ASSERT_TRUE(run.ok()) << run.status().message();
     EXPECT_TRUE(run->verified);
@@ -84,6 +91,58 @@ TEST_F(ZeroReplay, Zero3PeaksAreThePredictionsToTheByte) {
       Agree(t, policy, m);
     }
   }
+}
+
+// Under ZeRO-3 a recompute reads the weights the backward gathered again, as
+// FSDP's pre-backward all-gather serves the checkpointed region's re-run: no
+// forward gather runs again, in the simulation or in the replay, and each
+// recomputed op runs once a micro-batch, for all the outputs it rebuilds (the
+// flash attention's context and lse in one run). A Llama block: its backward
+// gathers every weight its forward read (no biases, which a backward reads
+// not and so does not gather: a GPT block's recompute gathers those again).
+TEST_F(ZeroReplay, Zero3RecomputeReadsTheBackwardsGatherAndRunsEachOpOnce) {
+  nlohmann::json j = testing::MicroGptConfig();
+  j["name"] = "micro-llama";
+  j["family"] = "llama";
+  j["attention"] = "flash";
+  j["zero_stage"] = 3;
+  j["hidden"] = 256;  // every saved tensor a recompute candidate (traces::OffloadCandidates)
+  j["heads"] = 4;
+  j["seq_len"] = 128;
+  auto config = models::ModelConfigFromJson(j, "micro-llama");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto built = models::BuildTrace(*config, 0);
+  ASSERT_TRUE(built.ok()) << built.status().message();
+  const traces::Trace& t = *built;
+  const sim::HardwareOptions hw = testing::FastIoCpu();
+  auto plan = sim::MakeFixedPlan("recompute-full", t, hw, sim::BasePlan(t));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  sim::SimulateOptions so;
+  so.record_timeline = true;
+  auto predicted = sim::Simulate(t, *plan, hw, so);
+  ASSERT_TRUE(predicted.ok()) << predicted.status().message();
+  auto run = exec::Replay(t, *plan, Verified(), "recompute-full");
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_TRUE(run->verified);
+  // The recompute runs, by op, in each timeline (the simulator's spans are
+  // named "recompute:<op>", the replay's "recompute <op>").
+  auto recomputed = [](const traces::Timeline& timeline, const std::string& prefix) {
+    std::map<std::string, int> runs;
+    for (const traces::Span& span : timeline.spans) {
+      if (span.name.starts_with(prefix)) ++runs[span.name.substr(prefix.size())];
+    }
+    return runs;
+  };
+  const std::map<std::string, int> simulated = recomputed(predicted->timeline, "recompute:");
+  const std::map<std::string, int> replayed = recomputed(run->timeline, "recompute ");
+  ASSERT_FALSE(simulated.empty());
+  EXPECT_EQ(simulated, replayed);
+  for (const auto& [op, runs] : simulated) {
+    EXPECT_FALSE(op.ends_with(traces::kZeroAllGatherSuffix)) << op;
+    EXPECT_EQ(runs, 1) << op;
+  }
+  EXPECT_EQ(simulated.count("L1.attn.flash"), 1u);
+  EXPECT_EQ(run->metrics.peak_gpu_bytes, predicted->metrics.peak_gpu_bytes);
 }
 
 TEST_F(ZeroReplay, Zero2PeaksAreThePredictionsToTheByte) {

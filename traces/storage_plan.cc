@@ -5,6 +5,8 @@
 #include <map>
 #include <tuple>
 
+#include "traces/collective_kind.h"
+
 namespace ssdtrain::traces {
 namespace {
 
@@ -99,6 +101,39 @@ int64_t ReplayWorkspaceBytes(const Trace& trace, int64_t output_region_bytes) {
   return bytes;
 }
 
+namespace {
+
+bool ZeroGather(const Op& op) {
+  return op.kind == OpKind::kCollective && op.inputs.size() == op.outputs.size() &&
+         op.name.size() >= kZeroAllGatherSuffix.size() &&
+         op.name.compare(op.name.size() - kZeroAllGatherSuffix.size(), kZeroAllGatherSuffix.size(),
+                         kZeroAllGatherSuffix) == 0;
+}
+
+// StorageInfo::regathered: each forward ZeRO gather's (shard, gathered) pair
+// against its micro-batch's backward gather of the same shard.
+void PairRegathers(const Trace& trace, StoragePlan& sp) {
+  std::map<std::pair<TensorId, int64_t>, int> backward;  // (shard, micro-batch) -> gathered
+  for (const Op& op : trace.ops) {
+    if (op.phase != Phase::kBackward || !ZeroGather(op)) continue;
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      backward.emplace(std::pair{op.inputs[i], op.micro_batch}, sp.IndexOf(op.outputs[i]));
+    }
+  }
+  if (backward.empty()) return;
+  for (const Op& op : trace.ops) {
+    if (op.phase != Phase::kForward || !ZeroGather(op)) continue;
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      auto it = backward.find({op.inputs[i], op.micro_batch});
+      if (it != backward.end()) {
+        sp.storages[static_cast<size_t>(sp.IndexOf(op.outputs[i]))].regathered = it->second;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 Result<StoragePlan> ResolveStorages(const Trace& trace, const std::string& source) {
   const auto n_tensors = static_cast<int64_t>(trace.tensors.size());
   StoragePlan sp;
@@ -161,6 +196,7 @@ Result<StoragePlan> ResolveStorages(const Trace& trace, const std::string& sourc
   for (const StorageInfo& s : sp.storages) {
     if (s.persistent()) sp.persistent_bytes += s.bytes;
   }
+  PairRegathers(trace, sp);
   sp.prefetch_at = OpLists::Grouped(trace.ops.size(), {});  // nothing moves: every storage kept
   sp.evict_at = sp.prefetch_at;
   return sp;

@@ -44,6 +44,16 @@
 //   micro-batch waits for its backward (backpressure across micro-batches).
 //   A prefetched storage counts from the moment its read is issued. The
 //   device's allocation granularity rounds every storage (DeviceBytes).
+// - Recompute: a recomputed storage is dropped after its last forward use and
+//   rebuilt when a later op needs it, by re-running its producer (and, first,
+//   the producers of the producer's inputs that are gone). That run rebuilds
+//   every output the plan recomputes that is gone and still needed
+//   (RebuiltAlongside), as a framework re-runs a checkpointed op once for all
+//   its outputs; its other outputs get scratch buffers for the op's length.
+//   Under ZeRO-3 a gathered weight that is gone is read from the backward's
+//   gather of the same shard where that has run and lives on (RegatheredAt),
+//   as FSDP's pre-backward all-gather serves the checkpointed region's re-run;
+//   only else is the forward's gather run again.
 //
 // Thread-safety: a StoragePlan is immutable after ResolvePlan; share it freely.
 #pragma once
@@ -101,6 +111,11 @@ struct StorageInfo {
   OpId last_use = kNoOp;  // last op touching it, producer included
   OpId last_forward_use = kNoOp;
   OpId first_backward_use = kNoOp;
+  // ZeRO-3: for the output of a forward-phase weight all-gather
+  // (...zero_all_gather), the index of the storage its micro-batch's
+  // backward-phase gather of the same shard produces; -1 otherwise
+  // (RegatheredAt).
+  int regathered = -1;
 
   bool persistent() const { return role == StorageRole::kPersistent; }
   bool activation() const { return role == StorageRole::kActivation; }
@@ -127,6 +142,17 @@ struct StoragePlan {
   int IndexOf(TensorId t) const { return index_of[static_cast<size_t>(t)]; }
 };
 
+// Where a recompute run for op `at` reads storage `index` (a forward ZeRO-3
+// gather's output, gone) from instead of gathering it again: the index of its
+// backward regather (StorageInfo::regathered) when that gather was issued
+// before `at` and its output lives until `at` or later; -1 otherwise.
+inline int RegatheredAt(const StoragePlan& sp, int index, OpId at) {
+  const int j = sp.storages[static_cast<size_t>(index)].regathered;
+  if (j < 0) return -1;
+  const StorageInfo& g = sp.storages[static_cast<size_t>(j)];
+  return g.producer != kNoOp && g.producer < at && g.last_use >= at ? j : -1;
+}
+
 // Resolves `plan` against `trace`. Also its validity rule: unknown tensors or
 // ops, actions on tensors that are not saved / not offloadable / have no
 // producer, file names outside the offload directory, conflicting placements on
@@ -151,6 +177,13 @@ Status CheckDevices(const StoragePlan& storage_plan, int directories, const std:
 // Device memory: how a device with `alignment`-byte allocation granularity
 // counts a storage of `bytes` (0 stays 0).
 int64_t DeviceBytes(int64_t bytes, int64_t alignment);
+
+// Whether a recompute run of its producer, while op `at` waits for its
+// inputs, rebuilds storage `s` too (besides the storage the run is for): the
+// plan recomputes it, it is not `resident`, and `at` or a later op reads it.
+inline bool RebuiltAlongside(const StorageInfo& s, bool resident, OpId at) {
+  return !resident && s.action == TensorAction::kRecompute && s.last_use >= at;
+}
 
 // The executor runs every GEMM at its real shape on one device workspace
 // instead of on the tensors: [A: m·k][B: k·n][C: m·n · chunk] elements of at

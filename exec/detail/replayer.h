@@ -205,6 +205,10 @@ class Replayer {
   // The issue path (replay_issue.cc).
   Status Need(TensorId s, const traces::Op& op, bool* io_dependent);
   Status Recompute(TensorId s, const traces::Op& at, bool* io_dependent);
+  static constexpr TensorId kNoStorage = -1;
+  // Where a recompute for `at` reads gone storage `s` from instead (ZeRO-3:
+  // the backward's regather, traces::RegatheredAt, when resident); kNoTensor: nowhere.
+  TensorId Regathered(TensorId s, const traces::Op& at) const;
   DeviceBuffer View(TensorId t);
   // `kernel` false: only the op's two events (a send or recv between ranks),
   // with `between` (when set) run between them instead (a collective).

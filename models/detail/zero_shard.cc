@@ -16,7 +16,10 @@
 // and the run reads those. The k-th gather of a phase is issued before the
 // first reader of the (k − prefetch)-th (the first of the phase at least):
 // FSDP's prefetch, which holds prefetch + 1 units' full weights at a time. A
-// recompute of a forward op in backward gathers again (the copy was freed).
+// recompute of a forward op in backward reads the copies its unit's backward
+// gather made, where that gather has run (traces::RegatheredAt, as FSDP's
+// pre-backward all-gather serves a checkpointed block); a weight the backward
+// reads not (a bias) it gathers again (the forward's copy was freed).
 //
 // Stages 2 and 3, the gradients (FSDP, Megatron-FSDP's optim_grads): once
 // backward has written a unit's last gradient, one op,

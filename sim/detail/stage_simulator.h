@@ -81,8 +81,10 @@ struct Storage {
 struct WorkItem {
   OpId op = 0;
   bool recompute = false;
-  // Recompute: the storage it rebuilds. The op's other outputs go to scratch
-  // buffers freed when it ends, as the replay does (exec/replay_issue.cc, Replayer::Recompute).
+  // Recompute: the storage it rebuilds. The op's other outputs the plan
+  // recomputes that are gone and still needed are rebuilt with it
+  // (traces::RebuiltAlongside); the rest go to scratch buffers freed when it
+  // ends, as the replay does (exec/replay_issue.cc, Replayer::Recompute).
   size_t target = 0;
 };
 
@@ -182,6 +184,7 @@ class StageSimulator {
   int64_t workspace_bytes_ = 0;  // the executor's GEMM workspace, when counted
   int64_t budget_bytes_ = 0;     // the plan's budget less what other micro-batches hold; 0: none
   int64_t scratch_bytes_ = 0;    // a running recompute's scratch outputs
+  std::vector<size_t> rebuilt_alongside_;  // the storages the running recompute rebuilds
   // SSD bytes moved since the last op started, whose CPU cost the next op pays
   // (gpu.io_overhead_us_per_MiB).
   int64_t io_bytes_unpaid_ = 0;

@@ -102,9 +102,9 @@ TEST(ContextParallelSim, PeaksAreTheStaticWalksToTheByte) {
 }
 
 // A full recompute re-runs the layer's ring: each step's running output is one
-// tensor, so the chain is rebuilt at most twice (once for the context, once
-// for the lse backward reads, as any two-output op is), not once per path
-// through it (2^cp times when the steps wrote two tensors each).
+// tensor, so the chain is rebuilt once (the context and the lse backward reads
+// in one run, as any op's outputs are: traces::RebuiltAlongside), not once per
+// path through it (2^cp times when the steps wrote two tensors each).
 TEST(ContextParallelSim, AFullRecomputeRebuildsTheRingLinearly) {
   const HardwareOptions hw = testing::TestHardware(2, 2, 20);
   const traces::Trace t = Llama(16);
@@ -113,7 +113,7 @@ TEST(ContextParallelSim, AFullRecomputeRebuildsTheRingLinearly) {
   Result<StageResult> r = SimulateStage(t, *plan, hw);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_GT(r->recompute_ns, 0);
-  EXPECT_LE(r->recompute_ns, 2 * r->forward_compute_ns);
+  EXPECT_LE(r->recompute_ns, r->forward_compute_ns);
 }
 
 TEST(ContextParallelSim, TheRingRunsBesideTheAttentionSteps) {
