@@ -135,7 +135,7 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
   for (TensorId t : producer.outputs) {
     const TensorId st = trace_.StorageOf(t);
     if (std::find(rebuilt.begin(), rebuilt.end(), st) != rebuilt.end()) continue;
-    if (!life(st).persistent() && traces::RebuiltAlongside(life(st), slot(st).resident, at.id)) {
+    if (traces::RebuiltAlongside(life(st), slot(st).resident, at.id)) {
       SSDTRAIN_RETURN_IF_ERROR(Materialize(st, at, io_dependent));
       rebuilt.push_back(st);
     }

@@ -237,8 +237,8 @@ void StageSimulator::StartItem(const WorkItem& item) {
         continue;
       }
       Storage& other = storages_[sid];
-      if (!other.persistent && traces::RebuiltAlongside(resolved_.storages[sid], other.resident,
-                                                        static_cast<traces::OpId>(next_op_))) {
+      if (traces::RebuiltAlongside(resolved_.storages[sid], other.resident,
+                                   static_cast<traces::OpId>(next_op_))) {
         other.recomputed = true;
         Allocate(other);
         rebuilt_alongside_.push_back(sid);

@@ -103,11 +103,10 @@ int64_t ReplayWorkspaceBytes(const Trace& trace, int64_t output_region_bytes) {
 
 namespace {
 
+// A ZeRO-3 weight all-gather: (shard, gathered) pairs, input i to output i.
 bool ZeroGather(const Op& op) {
   return op.kind == OpKind::kCollective && op.inputs.size() == op.outputs.size() &&
-         op.name.size() >= kZeroAllGatherSuffix.size() &&
-         op.name.compare(op.name.size() - kZeroAllGatherSuffix.size(), kZeroAllGatherSuffix.size(),
-                         kZeroAllGatherSuffix) == 0;
+         op.name.ends_with(kZeroAllGatherSuffix);
 }
 
 // StorageInfo::regathered: each forward ZeRO gather's (shard, gathered) pair
