@@ -306,6 +306,11 @@ Status Replayer::MakeInputsResident(const traces::Op& op, std::vector<TensorId>*
                               ") reads tensor " + std::to_string(t) + ", which is not resident");
     }
   }
+  // Storages held until this op (Placement::hold_until) go after it.
+  for (int i : plan_.op_inputs[static_cast<size_t>(op.id)]) {
+    const traces::StorageInfo& info = plan_.storages[static_cast<size_t>(i)];
+    if (info.hold_until == op.id) touched->push_back(info.root);
+  }
   return Status::Ok();
 }
 

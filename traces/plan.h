@@ -49,6 +49,13 @@ struct Placement {
   // before its first backward use and its prefetch point. The planner sets it
   // where its simulation has the write landed (sim::PlaceEvictions).
   OpId evict_before = kNoOp;
+  // keep only: the storage stays resident until op `hold_until` has run, as
+  // if that op read it, however early its last use (kNoOp: until its last
+  // use). A checkpointed region's cache: PyTorch's selective checkpointing
+  // stores the outputs of the ops its policy saves, read or not by autograd,
+  // and its re-run of the region in backward reads them instead of running
+  // those ops again (sim's recompute-sac). Must come after the producer.
+  OpId hold_until = kNoOp;
 };
 
 // Figures a simulation predicts or a replay measures; both files carry this.

@@ -43,6 +43,8 @@ Result<Placement> ParsePlacement(const json& j, const JsonPath& at) {
   p.prefetch_before = prefetch.value_or(kNoOp);
   SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> evict, r.OptionalInt("evict_before"));
   p.evict_before = evict.value_or(kNoOp);
+  SSDTRAIN_ASSIGN_OR_RETURN(std::optional<int64_t> hold, r.OptionalInt("hold_until"));
+  p.hold_until = hold.value_or(kNoOp);
   SSDTRAIN_ASSIGN_OR_RETURN(p.file, r.StringOr("file", ""));
   SSDTRAIN_ASSIGN_OR_RETURN(int64_t device, r.IntOr("device", 0));
   p.device = static_cast<int>(device);
@@ -59,6 +61,7 @@ json ToJson(const Plan& plan) {
     json row{{"tensor", p.tensor}, {"action", ToString(p.action)}};
     row["prefetch_before"] = p.prefetch_before == kNoOp ? json(nullptr) : json(p.prefetch_before);
     if (p.evict_before != kNoOp) row["evict_before"] = p.evict_before;
+    if (p.hold_until != kNoOp) row["hold_until"] = p.hold_until;
     if (p.action == TensorAction::kOffloadSsd) {
       row["file"] = p.file;
       row["device"] = p.device;

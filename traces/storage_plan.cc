@@ -131,6 +131,32 @@ void PairRegathers(const Trace& trace, StoragePlan& sp) {
   }
 }
 
+// Placement::hold_until: the held storages join their hold op's inputs (the
+// simulator and the static peaks free a storage after its last reader) and
+// live until it.
+void ApplyHolds(const Trace& trace, StoragePlan& sp) {
+  std::vector<std::pair<size_t, int>> holds;  // (op, storage)
+  for (size_t i = 0; i < sp.storages.size(); ++i) {
+    StorageInfo& s = sp.storages[i];
+    if (s.hold_until == kNoOp) continue;
+    holds.emplace_back(static_cast<size_t>(s.hold_until), static_cast<int>(i));
+    s.last_use = std::max(s.last_use, s.hold_until);
+    if (trace.op(s.hold_until).phase == Phase::kBackward &&
+        (s.first_backward_use == kNoOp || s.hold_until < s.first_backward_use)) {
+      s.first_backward_use = s.hold_until;
+    }
+  }
+  if (holds.empty()) return;
+  const OpLists held = OpLists::Grouped(trace.ops.size(), holds);
+  OpLists inputs;
+  for (size_t op = 0; op < trace.ops.size(); ++op) {
+    for (int i : sp.op_inputs[op]) inputs.Add(i);
+    for (int i : held[op]) inputs.AddUnique(i);
+    inputs.EndOp();
+  }
+  sp.op_inputs = std::move(inputs);
+}
+
 }  // namespace
 
 Result<StoragePlan> ResolveStorages(const Trace& trace, const std::string& source) {
@@ -267,6 +293,24 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const StoragePlan& storages,
                                        "its last forward use and backward");
       }
     }
+    if (p.hold_until != kNoOp) {
+      if (p.action != TensorAction::kKeep) {
+        return Status::InvalidArgument(at() + ".hold_until: only a kept tensor is held (" +
+                                       Name(t) + " is " + std::string(ToString(p.action)) + ")");
+      }
+      if (p.hold_until < 0 || p.hold_until >= n_ops) {
+        return Status::InvalidArgument(at() + ".hold_until: op " + std::to_string(p.hold_until) +
+                                       " does not exist");
+      }
+      if (t.producer == kNoOp || p.hold_until <= t.producer ||
+          trace.op(p.hold_until).phase == Phase::kOptimizer) {
+        return Status::InvalidArgument(
+            at() + ".hold_until: op " + std::to_string(p.hold_until) + " must come after " +
+            Name(t) + "'s producer" +
+            (t.producer == kNoOp ? " (it has none)" : " (op " + std::to_string(t.producer) + ")") +
+            ", outside the optimizer phase");
+      }
+    }
     if (p.action == TensorAction::kOffloadSsd) {
       if (!StaysInside(p.file)) {
         return Status::InvalidArgument(at() + ".file: \"" + p.file +
@@ -285,7 +329,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const StoragePlan& storages,
     const int index = sp.index_of[static_cast<size_t>(p.tensor)];
     StorageInfo& s = sp.storages[static_cast<size_t>(index)];
     if (s.persistent()) {
-      if (p.action != TensorAction::kKeep) {
+      if (p.action != TensorAction::kKeep || p.hold_until != kNoOp) {
         return Status::InvalidArgument(at() + ".action: " + Name(t) + " is resident all step (" +
                                        "a weight, weight gradient, optimizer state or step input)" +
                                        "; it can only be kept");
@@ -312,6 +356,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const StoragePlan& storages,
           (s.prefetch_before == kNoOp || p.prefetch_before < s.prefetch_before)) {
         s.prefetch_before = p.prefetch_before;
       }
+      s.hold_until = std::max(s.hold_until, p.hold_until);
       if (p.evict_before != s.evict_before) {
         return Status::InvalidArgument(
             at() + ".evict_before: " + Name(t) + " shares its storage with tensor " +
@@ -328,6 +373,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const StoragePlan& storages,
     s.action = p.action;
     if (offload) s.prefetch_before = p.prefetch_before;
     if (offload) s.evict_before = p.evict_before;
+    s.hold_until = p.hold_until;
     if (p.action == TensorAction::kOffloadSsd) {
       s.file = p.file;
       s.device = p.device;
@@ -364,6 +410,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const StoragePlan& storages,
     }
   }
 
+  ApplyHolds(trace, sp);
   std::vector<std::pair<size_t, int>> prefetches, evictions;  // (op, storage)
   std::map<int, OpId> pass_end;  // built at the first eviction point (most plans have none)
   for (size_t i = 0; i < sp.storages.size(); ++i) {

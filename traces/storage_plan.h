@@ -54,6 +54,9 @@
 //   gather of the same shard where that has run and lives on (RegatheredAt),
 //   as FSDP's pre-backward all-gather serves the checkpointed region's re-run;
 //   only else is the forward's gather run again.
+// - Hold: a kept storage with Placement::hold_until lives until that op has
+//   run (it is listed among the op's inputs, op_inputs), a checkpointed
+//   region's cache that the recompute run at that op reads.
 //
 // Thread-safety: a StoragePlan is immutable after ResolvePlan; share it freely.
 #pragma once
@@ -100,6 +103,7 @@ struct StorageInfo {
   TensorId placed_by = -1;  // the tensor id of the (first) placement; -1: none
   OpId prefetch_before = kNoOp;
   OpId evict_before = kNoOp;  // the planned eviction point (Placement::evict_before)
+  OpId hold_until = kNoOp;    // Placement::hold_until: one of op_inputs of that op
   // offload-ssd
   std::string file;
   int device = 0;
@@ -127,7 +131,8 @@ struct StorageInfo {
 struct StoragePlan {
   std::vector<StorageInfo> storages;  // one per storage, in root-id order
   std::vector<int> index_of;          // tensor id -> index into storages
-  // Per op id: the unique storages it reads and writes, and the storages whose
+  // Per op id: the unique storages it reads (and those held until it:
+  // Placement::hold_until) and writes, and the storages whose
   // read the plan issues when the op is issued.
   // evict_at: the storages whose planned eviction point the op is.
   OpLists op_inputs, op_outputs, prefetch_at, evict_at;

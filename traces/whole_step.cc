@@ -132,6 +132,7 @@ Plan PlanOnChunks(const Plan& plan, const ChunkedTrace& c) {
     if (p.prefetch_before != kNoOp)
       p.prefetch_before = c.op_of[static_cast<size_t>(p.prefetch_before)];
     if (p.evict_before != kNoOp) p.evict_before = c.op_of[static_cast<size_t>(p.evict_before)];
+    if (p.hold_until != kNoOp) p.hold_until = c.op_of[static_cast<size_t>(p.hold_until)];
   }
   return out;
 }
@@ -305,6 +306,9 @@ Result<WholeStep> UnrollStep(const Trace& one, const Plan& step_plan,
         pl.evict_before = trace.op(orig.evict_before).phase == Phase::kBackward
                               ? pass_end[k][static_cast<size_t>(ChunkOf(chunked, orig.tensor))]
                               : op_id[k][static_cast<size_t>(orig.evict_before)];
+      }
+      if (orig.hold_until != kNoOp) {  // after the producer: never in the optimizer
+        pl.hold_until = op_id[k][static_cast<size_t>(orig.hold_until)];
       }
       if (!pl.file.empty()) pl.file = FileOf(static_cast<int64_t>(k), pl.file);
       p.placements.push_back(std::move(pl));
