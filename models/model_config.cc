@@ -23,6 +23,7 @@ constexpr std::array<std::string_view, 2> kOptimizers = {"adam", "sgd"};
 constexpr std::array<std::string_view, 2> kPrecisions = {"mixed", "pure"};
 constexpr std::array<std::string_view, 2> kWeightGrads = {"persistent", "set_to_none"};
 constexpr std::array<std::string_view, 2> kOptimizerSteps = {"megatron", "fused"};
+constexpr std::array<std::string_view, 2> kProjections = {"fused", "separate"};
 // Adam keeps two moments per parameter; momentum SGD one buffer (Megatron-LM's
 // --optimizer sgd runs torch.optim.SGD with --sgd-momentum, 0.9 by default).
 constexpr int64_t kAdamMoments = 2;
@@ -181,6 +182,12 @@ Status ValidateSettings(const ModelConfig& c, const std::string& source) {
                    " (megatron: Megatron-LM's mixed-precision optimizer pass by pass; fused: one "
                    "pass)");
   }
+  if (!OneOf(kProjections, c.projections)) {
+    return Bad(source, "projections",
+               "unknown value \"" + c.projections + "\", expected " + List(kProjections) +
+                   " (fused: Megatron-Core's linear_qkv and linear_fc1; separate: torchtitan's wq, "
+                   "wk, wv, w1 and w3)");
+  }
   if (!OneOf(kWeightGrads, c.weight_grads)) {
     return Bad(source, "weight_grads",
                "unknown value \"" + c.weight_grads + "\", expected " + List(kWeightGrads) +
@@ -322,6 +329,16 @@ Status ValidateFamilyFeatures(const ModelConfig& c, const std::string& source) {
   for (const auto& [field, set] : llama_only) {
     if (set && c.family != "llama") {
       return Bad(source, field, "is only modelled for the llama family, not " + c.family);
+    }
+  }
+  if (c.projections == "separate") {
+    if (c.family != "llama") {
+      return Bad(source, "projections",
+                 "separate is only modelled for the llama family, not " + c.family);
+    }
+    if (c.kv_lora_rank > 0) {
+      return Bad(source, "projections",
+                 "separate is not modelled with multi-head latent attention (kv_lora_rank set)");
     }
   }
   return Status::Ok();

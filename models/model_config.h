@@ -174,6 +174,14 @@ struct ModelConfig {
   // gradient is allocated by the backward op that first writes it, kept across
   // the later micro-batches' backwards and freed after the optimizer step.
   std::string weight_grads = "persistent";
+  // How the blocks' input projections are laid out (llama family, tp 1):
+  // "fused" (Megatron-Core's linear_qkv and linear_fc1: q, k and v one GEMM,
+  // the SwiGLU's gate and up one GEMM, one fused activation op) or
+  // "separate" (torchtitan's and Hugging Face's Llama: wq, wk and wv, w1 and
+  // w3 their own linear layers, silu and the product their own ops;
+  // models/README.md, "Projections"). Where a per-op checkpointing policy
+  // counts GEMMs (recompute-sac) the two differ.
+  std::string projections = "fused";
 };
 
 // Command-line overrides; unset fields keep the config's value.
@@ -202,7 +210,7 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = null
 // The config as JSON, every field written (ModelConfigFromJson reads it back equal);
 // qkv_bias, qk_norm, attention_bias, attention_sinks, parallel_block, gated_mlp,
 // untied_output and fp16_lm_cross_entropy only where true, weight_grads only where set_to_none,
-// optimizer_step only where fused,
+// optimizer_step only where fused, projections only where separate,
 // tied_output only where true, token_types and the sliding_window fields only
 // where set, and the
 // MoE fields only for a MoE config, the MLA fields only for an MLA config and

@@ -58,12 +58,23 @@ TensorId SelfAttentionBranch(TraceBuilder& b, const Dims& d, const BlockStyle& s
   if (st->mla) return MlaAttentionForward(b, d, style.mla, ln, &st->latent);
   const int64_t q_width = d.heads * d.d;
   const int64_t kv_width = d.kv_heads * d.d;
-  const TensorId qkv = b.Activation("qkv.out", d.Full(q_width + 2 * kv_width), d.act);
-  TensorId q = b.View("q", qkv, d.Full(q_width));
-  TensorId k = b.View("k", qkv, d.Full(kv_width));
-  const TensorId v = b.View("v", qkv, d.Full(kv_width));
-  st->q = ColumnForward(b, d, "qkv", ln, d.h, q_width + 2 * kv_width, {qkv, q, k, v},
-                        style.attn_bias || style.qkv_bias);
+  const bool qkv_bias = style.attn_bias || style.qkv_bias;
+  TensorId q = kNoTensor, k = kNoTensor, v = kNoTensor;
+  st->separate = style.separate_projections;
+  if (st->separate) {  // torchtitan: wq, wk, wv, each its own linear layer
+    q = b.Activation("wq.out", d.Full(q_width), d.act);
+    st->q = ColumnForward(b, d, "wq", ln, d.h, q_width, {q}, qkv_bias);
+    k = b.Activation("wk.out", d.Full(kv_width), d.act);
+    st->k = ColumnForward(b, d, "wk", ln, d.h, kv_width, {k}, qkv_bias);
+    v = b.Activation("wv.out", d.Full(kv_width), d.act);
+    st->v = ColumnForward(b, d, "wv", ln, d.h, kv_width, {v}, qkv_bias);
+  } else {
+    const TensorId qkv = b.Activation("qkv.out", d.Full(q_width + 2 * kv_width), d.act);
+    q = b.View("q", qkv, d.Full(q_width));
+    k = b.View("k", qkv, d.Full(kv_width));
+    v = b.View("v", qkv, d.Full(kv_width));
+    st->q = ColumnForward(b, d, "qkv", ln, d.h, q_width + 2 * kv_width, {qkv, q, k, v}, qkv_bias);
+  }
   st->qk_norm = style.qk_norm;
   if (style.qk_norm) {
     q = HeadNormForward(b, d, "q_norm", q, &st->q_norm);
@@ -114,11 +125,52 @@ TensorId CrossAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle&
   return ResidualForward(b, d, style, style.attn_bias, "cross_out", y, x, &st->residual);
 }
 
+// torchtitan's FeedForward, w2(silu(w1(x)) * w3(x)): the gate and up
+// projections their own linear layers, silu (or gelu) and the product their
+// own ops, as eager PyTorch runs them; returns w2's output.
+TensorId SeparateGatedMlp(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId ln,
+                          MlpSublayer* st) {
+  const int64_t n = d.s * d.b * d.ffn;
+  const bool silu = style.mlp == MlpKind::kSwiglu;
+  const TensorId gate = b.Activation("w1.out", d.Full(d.ffn), d.act);
+  st->fc1 = ColumnForward(b, d, "w1", ln, d.h, d.ffn, {gate}, style.mlp_bias);
+  st->act_saved = gate;
+  st->gate_act = b.Activation(silu ? "silu.out" : "gelu.out", d.Full(d.ffn), d.act);
+  b.Op(silu ? "silu" : "gelu", OpKind::kElementwise, {gate}, {st->gate_act},
+       (silu ? kSiluFlops : kGeluFlops) * n);
+  st->up_out = b.Activation("w3.out", d.Full(d.ffn), d.act);
+  st->up = ColumnForward(b, d, "w3", ln, d.h, d.ffn, {st->up_out}, style.mlp_bias);
+  const TensorId a = b.Activation("act.out", d.Full(d.ffn), d.act);
+  b.Op("gate_mul", OpKind::kElementwise, {st->gate_act, st->up_out}, {a}, kMulFlops * n);
+  TensorId y = kNoTensor;
+  st->fc2 = RowForward(b, d, "w2", a, d.ffn, d.h, &y);
+  return y;
+}
+
+// SeparateGatedMlp's backward, from w2's output gradient to the norm output's.
+TensorId SeparateGatedMlpBackward(TraceBuilder& b, const Dims& d, const MlpSublayer& st,
+                                  TensorId g_y) {
+  const int64_t n = d.s * d.b * d.ffn;
+  const bool silu = st.kind == MlpKind::kSwiglu;
+  const TensorId g_a = RowBackward(b, d, st.fc2, g_y);
+  const TensorId g_act = b.Gradient(silu ? "silu.out.grad" : "gelu.out.grad", d.Full(d.ffn), d.act);
+  const TensorId g_up = b.Gradient("w3.out.grad", d.Full(d.ffn), d.act);
+  b.Op("gate_mul.bwd", OpKind::kElementwise, {st.gate_act, st.up_out, g_a}, {g_act, g_up},
+       kBackwardFactor * kMulFlops * n);
+  const TensorId g_gate = b.Gradient("w1.out.grad", d.Full(d.ffn), d.act);
+  b.Op(silu ? "silu.bwd" : "gelu.bwd", OpKind::kElementwise, {st.act_saved, g_act}, {g_gate},
+       kBackwardFactor * (silu ? kSiluFlops : kGeluFlops) * n);
+  const TensorId g_ln_up = ColumnBackward(b, d, st.up, {g_up});
+  return AccumulateGrad(b, "ln2.out.grad_sum", g_ln_up, ColumnBackward(b, d, st.fc1, {g_gate}));
+}
+
 // fc1 through fc2, on the norm output `ln`; returns fc2's output.
 TensorId MlpBranch(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId ln,
                    MlpSublayer* st) {
   st->kind = style.mlp;
   const bool gated = style.mlp == MlpKind::kSwiglu || style.mlp == MlpKind::kGeglu;
+  st->separate = gated && style.separate_projections;
+  if (st->separate) return SeparateGatedMlp(b, d, style, ln, st);
   const int64_t fc1_width = gated ? 2 * d.ffn : d.ffn;
   const TensorId f1 = b.Activation("fc1.out", d.Full(fc1_width), d.act);
   st->fc1 = ColumnForward(b, d, "fc1", ln, d.h, fc1_width, {f1}, style.mlp_bias);
@@ -211,6 +263,12 @@ TensorId AttentionBranchBackward(TraceBuilder& b, const Dims& d, const Attention
     *g_encoder_out = AccumulateGrad(b, "encoder_out.grad_sum", *g_encoder_out, g_enc);
     return ColumnBackward(b, d, st.q, {g.q});
   }
+  if (st.separate) {  // autograd sums the three layers' input gradients
+    const TensorId g_ln = ColumnBackward(b, d, st.v, {g.v});
+    const TensorId g_kv =
+        AccumulateGrad(b, "ln1.out.grad_sum_k", g_ln, ColumnBackward(b, d, st.k, {g.k}));
+    return AccumulateGrad(b, "ln1.out.grad_sum_q", g_kv, ColumnBackward(b, d, st.q, {g.q}));
+  }
   return ColumnBackward(b, d, st.q, {SplitBackward(b, d, "qkv.out.grad", {g.q, g.k, g.v})});
 }
 
@@ -225,6 +283,7 @@ TensorId AttentionSublayerBackward(TraceBuilder& b, const Dims& d, const Attenti
 
 // From fc2's output gradient to the gradient of the norm output.
 TensorId MlpBranchBackward(TraceBuilder& b, const Dims& d, const MlpSublayer& st, TensorId g_y) {
+  if (st.separate) return SeparateGatedMlpBackward(b, d, st, g_y);
   const TensorId g_a = RowBackward(b, d, st.fc2, g_y);
   const TensorId g_f1 = b.Gradient("fc1.out.grad", d.Full(st.fc1.out), d.act);
   const int64_t n = d.s * d.b * d.ffn;

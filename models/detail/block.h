@@ -35,8 +35,10 @@ struct AttentionSublayer {
   NormState norm;
   bool mla = false;  // multi-head latent attention (`latent`) in place of q ... proj
   MlaState latent;
-  LinearState q;   // self-attention: the fused QKV layer; cross-attention: Q only
-  LinearState kv;  // cross-attention only: K and V from the encoder output
+  LinearState q;  // self-attention: the fused QKV layer (wq when separate); cross-attention: Q only
+  LinearState kv;         // cross-attention only: K and V from the encoder output
+  bool separate = false;  // q, k and v from their own layers: q, k and v here
+  LinearState k, v;
   bool qk_norm = false;
   NormState q_norm, k_norm;  // Qwen3: per-head RMSNorm of q and k, before rotary
   bool rotary = false;
@@ -50,9 +52,14 @@ struct AttentionSublayer {
 
 struct MlpSublayer {
   NormState norm;
-  LinearState fc1;
+  LinearState fc1;  // fc1 (the gate w1 when separate)
   MlpKind kind = MlpKind::kGelu;
   TensorId act_saved = kNoTensor;  // what the activation's backward reads
+  // Separate projections (gated MLPs): the up layer w3, its output, and the
+  // gate's activation output, which the product's backward reads.
+  bool separate = false;
+  LinearState up;
+  TensorId up_out = kNoTensor, gate_act = kNoTensor;
   LinearState fc2;
   bool moe = false;  // a routed MLP (moe) replaces fc1 … fc2
   MoeState routed;

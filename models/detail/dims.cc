@@ -70,6 +70,7 @@ BlockStyle StyleFor(const ModelConfig& c) {
     s.attn_bias = c.attention_bias;
     s.sinks = c.attention_sinks;
     s.qk_norm = c.qk_norm;
+    s.separate_projections = c.projections == "separate";
   } else if (family == "phi") {
     // Phi-2: GPT's LayerNorm, GELU and biases with rotary positions; dropout only
     // on the two branch outputs (resid_pdrop), none on attention probabilities.

@@ -50,6 +50,9 @@ struct BlockStyle {
   bool sinks = false;
   // Multi-head latent attention (models/mla_config.h) in place of the QKV layer.
   MlaSpec mla;
+  // q, k and v (and a gated MLP's gate and up) as linear layers of their own,
+  // the gated activation as its two ops (ModelConfig::projections separate).
+  bool separate_projections = false;
 };
 
 // Sizes seen by one tensor-parallel rank. Element counts unless named otherwise.
