@@ -37,12 +37,13 @@ Verb AddPlanCommand(CLI::App& app) {
   cmd->add_option("--gpus", o->gpus, "GPUs in total (default: 1; with --trace, its tp x pp)")
       ->check(IntAtLeast(1));
   cmd->add_option("--policy", o->policy,
-                  "keep, recompute-full, recompute-selective, offload-host, offload-ssd, "
-                  "ssdtrain, ssdtrain-paper, megatron-offload, optimal or auto (default: auto, "
-                  "the fastest that fits of every policy but ssdtrain-paper)")
-      ->check(CLI::IsMember({"keep", "recompute-full", "recompute-selective", "offload-host",
-                             "offload-ssd", "ssdtrain", "ssdtrain-paper", "megatron-offload",
-                             "optimal", "auto"}));
+                  "keep, recompute-full, recompute-selective, recompute-sac, offload-host, "
+                  "offload-ssd, ssdtrain, ssdtrain-paper, megatron-offload, optimal or auto "
+                  "(default: auto, the fastest that fits of every policy but ssdtrain-paper and "
+                  "recompute-sac)")
+      ->check(CLI::IsMember({"keep", "recompute-full", "recompute-selective", "recompute-sac",
+                             "offload-host", "offload-ssd", "ssdtrain", "ssdtrain-paper",
+                             "megatron-offload", "optimal", "auto"}));
   cmd->add_option("--memory-budget", o->memory_budget_GiB,
                   "GPU memory budget in GiB (default: the GPU's usable memory, the hardware "
                   "config's gpu.memory_GiB less gpu.reserved_GiB; above it is refused)");

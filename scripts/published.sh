@@ -135,8 +135,22 @@ titan = json.load(open(os.path.join(root, "configs/published/torchtitan-64xa100.
 # sel-layer: torchtitan's selective_ac_option "2", every other block checkpointed
 # whole (its wrapper's _count % 2 == 0: blocks 2, 4, ...): recompute-full on
 # one block in 2.
+# sel-op: torchtitan's selective_ac_option "op" (every other linear GEMM's
+# output, the attention's and the reduce-scatters' saved, the rest of each
+# block recomputed): recompute-sac.
 policy_of = {"none": ["keep"], "full": ["recompute-full"],
-             "sel-layer": ["recompute-full", "--recompute-every", "2"]}
+             "sel-layer": ["recompute-full", "--recompute-every", "2"],
+             "op": ["recompute-sac"], "sel-op": ["recompute-sac"]}
+# torchtitan's Llama block (torchtitan/models/llama/model.py): wq, wk, wv and
+# w1, w3 are linear layers of their own and silu and the gated product ops of
+# their own (the model config's projections "separate"), at tp 1 as these runs are.
+def torchtitan_config(name):
+    config = json.load(open(os.path.join(root, "configs/models", name + ".json")))
+    config.update(projections="separate", tp=1, name=name)
+    os.makedirs(os.path.join(work, "torchtitan"), exist_ok=True)
+    path = os.path.join(work, "torchtitan", name + ".json")
+    json.dump(config, open(path, "w"))
+    return path
 titan_rows = []
 for run in titan["runs"]:
     gpus = titan["gpus"]
@@ -148,7 +162,7 @@ for run in titan["runs"]:
         row["status"] = "recompute not modelled (torchtitan's selective " + run["recompute"][4:] + ")"
         titan_rows.append(row)
         continue
-    model_path = os.path.join(root, "configs/models", run["model"] + ".json")
+    model_path = torchtitan_config(run["model"])
     plan, prediction = os.path.join(work, "plan.json"), os.path.join(work, "prediction.json")
     command = [binary, "plan", "--model", model_path, "--hardware", hardware, "--gpus", str(gpus),
                "--tp", "1", "--pp", "1", "--dp", str(gpus), "--zero-stage", "3",

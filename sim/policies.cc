@@ -157,6 +157,7 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
   traces::Plan plan = traces::KeepAllPlan(trace, base);
   if (policy == "keep") return plan;
   plan.policy = std::string(policy);
+  if (policy == "recompute-sac") return MakeSacPlan(trace, plan);
   if (policy == "recompute-full" || policy == "recompute-selective") {
     const bool full = policy == "recompute-full";
     if (const std::string why = RecomputeModulesError(options.recompute_modules); !why.empty()) {
@@ -244,8 +245,8 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
     return plan;
   }
   return Status::InvalidArgument(
-      "policy: expected keep, recompute-full, recompute-selective, offload-host, offload-ssd, "
-      "ssdtrain, ssdtrain-paper, megatron-offload, optimal or auto, got \"" +
+      "policy: expected keep, recompute-full, recompute-selective, recompute-sac, offload-host, "
+      "offload-ssd, ssdtrain, ssdtrain-paper, megatron-offload, optimal or auto, got \"" +
       std::string(policy) + "\"");
 }
 

@@ -13,6 +13,17 @@
 //                        and attention dropout) and mla_up_proj (multi-head
 //                        latent attention's query, key and value,
 //                        traces::kMlaUpScope)
+//   recompute-sac        torchtitan's per-op selective activation
+//                        checkpointing (selective_ac_option "op"): in each
+//                        block, the outputs of every other linear GEMM (the
+//                        1st, 3rd, ... in forward order), of the fused
+//                        attention and of the tp reduce-scatters kept, the
+//                        other ops recomputed, and the kept ops' outputs that
+//                        autograd does not save held for the recompute that
+//                        reads them (Placement::hold_until; sim/sac_policy.cc).
+//                        Meant for blocks with separate projections (models:
+//                        projections "separate"). Not in kFixedPolicies: auto
+//                        and --compare do not try it.
 //   offload-host         every candidate to pinned host memory, up to the
 //                        pinned budget (the rest kept)
 //   offload-ssd          every candidate to SSD
@@ -115,6 +126,9 @@ std::string RecomputeModulesError(const std::vector<std::string>& modules);
 Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace& trace,
                                    const HardwareOptions& hw, const traces::Plan& base,
                                    const PolicyOptions& options = {});
+
+// recompute-sac's plan on `base`'s layout (sim/sac_policy.cc).
+Result<traces::Plan> MakeSacPlan(const traces::Trace& trace, traces::Plan base);
 
 // The adaptive rule's answer: the first layer that is kept (layers below it are
 // offloaded). Exposed for tests.

@@ -18,6 +18,7 @@
 #include "sim/simulate.h"
 #include "tests/fast_io_cpu.h"
 #include "tests/micro_gpt.h"
+#include "tests/recompute_runs.h"
 #include "traces/collective_kind.h"
 
 namespace ssdtrain {
@@ -124,17 +125,9 @@ TEST_F(ZeroReplay, Zero3RecomputeReadsTheBackwardsGatherAndRunsEachOpOnce) {
   auto run = exec::Replay(t, *plan, Verified(), "recompute-full");
   ASSERT_TRUE(run.ok()) << run.status().message();
   EXPECT_TRUE(run->verified);
-  // The recompute runs, by op, in each timeline (the simulator's spans are
-  // named "recompute:<op>", the replay's "recompute <op>").
-  auto recomputed = [](const traces::Timeline& timeline, const std::string& prefix) {
-    std::map<std::string, int> runs;
-    for (const traces::Span& span : timeline.spans) {
-      if (span.name.starts_with(prefix)) ++runs[span.name.substr(prefix.size())];
-    }
-    return runs;
-  };
-  const std::map<std::string, int> simulated = recomputed(predicted->timeline, "recompute:");
-  const std::map<std::string, int> replayed = recomputed(run->timeline, "recompute ");
+  // The recompute runs, by op, in each timeline.
+  const std::map<std::string, int> simulated = testing::SimulatedRecomputes(predicted->timeline);
+  const std::map<std::string, int> replayed = testing::ReplayedRecomputes(run->timeline);
   ASSERT_FALSE(simulated.empty());
   EXPECT_EQ(simulated, replayed);
   for (const auto& [op, runs] : simulated) {
