@@ -5,7 +5,7 @@
 #include <map>
 #include <tuple>
 
-#include "traces/collective_kind.h"
+#include "traces/detail/storage_links.h"
 
 namespace ssdtrain::traces {
 namespace {
@@ -101,64 +101,6 @@ int64_t ReplayWorkspaceBytes(const Trace& trace, int64_t output_region_bytes) {
   return bytes;
 }
 
-namespace {
-
-// A ZeRO-3 weight all-gather: (shard, gathered) pairs, input i to output i.
-bool ZeroGather(const Op& op) {
-  return op.kind == OpKind::kCollective && op.inputs.size() == op.outputs.size() &&
-         op.name.ends_with(kZeroAllGatherSuffix);
-}
-
-// StorageInfo::regathered: each forward ZeRO gather's (shard, gathered) pair
-// against its micro-batch's backward gather of the same shard.
-void PairRegathers(const Trace& trace, StoragePlan& sp) {
-  std::map<std::pair<TensorId, int64_t>, int> backward;  // (shard, micro-batch) -> gathered
-  for (const Op& op : trace.ops) {
-    if (op.phase != Phase::kBackward || !ZeroGather(op)) continue;
-    for (size_t i = 0; i < op.inputs.size(); ++i) {
-      backward.emplace(std::pair{op.inputs[i], op.micro_batch}, sp.IndexOf(op.outputs[i]));
-    }
-  }
-  if (backward.empty()) return;
-  for (const Op& op : trace.ops) {
-    if (op.phase != Phase::kForward || !ZeroGather(op)) continue;
-    for (size_t i = 0; i < op.inputs.size(); ++i) {
-      auto it = backward.find({op.inputs[i], op.micro_batch});
-      if (it != backward.end()) {
-        sp.storages[static_cast<size_t>(sp.IndexOf(op.outputs[i]))].regathered = it->second;
-      }
-    }
-  }
-}
-
-// Placement::hold_until: the held storages join their hold op's inputs (the
-// simulator and the static peaks free a storage after its last reader) and
-// live until it.
-void ApplyHolds(const Trace& trace, StoragePlan& sp) {
-  std::vector<std::pair<size_t, int>> holds;  // (op, storage)
-  for (size_t i = 0; i < sp.storages.size(); ++i) {
-    StorageInfo& s = sp.storages[i];
-    if (s.hold_until == kNoOp) continue;
-    holds.emplace_back(static_cast<size_t>(s.hold_until), static_cast<int>(i));
-    s.last_use = std::max(s.last_use, s.hold_until);
-    if (trace.op(s.hold_until).phase == Phase::kBackward &&
-        (s.first_backward_use == kNoOp || s.hold_until < s.first_backward_use)) {
-      s.first_backward_use = s.hold_until;
-    }
-  }
-  if (holds.empty()) return;
-  const OpLists held = OpLists::Grouped(trace.ops.size(), holds);
-  OpLists inputs;
-  for (size_t op = 0; op < trace.ops.size(); ++op) {
-    for (int i : sp.op_inputs[op]) inputs.Add(i);
-    for (int i : held[op]) inputs.AddUnique(i);
-    inputs.EndOp();
-  }
-  sp.op_inputs = std::move(inputs);
-}
-
-}  // namespace
-
 Result<StoragePlan> ResolveStorages(const Trace& trace, const std::string& source) {
   const auto n_tensors = static_cast<int64_t>(trace.tensors.size());
   StoragePlan sp;
@@ -221,7 +163,7 @@ Result<StoragePlan> ResolveStorages(const Trace& trace, const std::string& sourc
   for (const StorageInfo& s : sp.storages) {
     if (s.persistent()) sp.persistent_bytes += s.bytes;
   }
-  PairRegathers(trace, sp);
+  detail::PairRegathers(trace, sp);
   sp.prefetch_at = OpLists::Grouped(trace.ops.size(), {});  // nothing moves: every storage kept
   sp.evict_at = sp.prefetch_at;
   return sp;
@@ -410,7 +352,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const StoragePlan& storages,
     }
   }
 
-  ApplyHolds(trace, sp);
+  detail::ApplyHolds(trace, sp);
   std::vector<std::pair<size_t, int>> prefetches, evictions;  // (op, storage)
   std::map<int, OpId> pass_end;  // built at the first eviction point (most plans have none)
   for (size_t i = 0; i < sp.storages.size(); ++i) {
