@@ -50,6 +50,7 @@ void SetModelOptions(const models::ModelConfig& c, sim::PlannerOptions* po) {
   po->tp_refusal = [c](int64_t tp) { return models::TensorParallelRefusal(c, tp); };
   po->pp_refusal = [c](const traces::Layout& l) { return models::PipelineStagesRefusal(c, l); };
   po->fp8 = c.fp8;
+  po->separate_projections = c.projections == "separate";
 }
 
 }  // namespace ssdtrain::app

@@ -92,6 +92,7 @@ sim::PlannerOptions SearchOptions(const PlanCmdOptions& o, const PlanInput& in) 
   po.tp_refusal = in.tp_refusal;
   po.pp_refusal = in.pp_refusal;
   po.fp8 = in.fp8;
+  po.separate_projections = in.separate_projections;
   if (!o.schedule.empty()) {
     po.schedule = o.schedule;
   } else if (!o.trace.empty()) {

@@ -80,8 +80,9 @@ std::string FitsText(const ComparedPolicy& r) {
 
 }  // namespace
 
-std::vector<std::string> ComparedPolicies(bool allow_host_offload) {
+std::vector<std::string> ComparedPolicies(bool allow_host_offload, bool separate_projections) {
   std::vector<std::string> out{"keep", "recompute-full", "recompute-selective"};
+  if (separate_projections) out.emplace_back("recompute-sac");
   if (allow_host_offload) {
     out.emplace_back("offload-host");
     out.emplace_back("megatron-offload");
@@ -134,7 +135,8 @@ Result<PolicyComparison> ComparePolicies(const sim::TraceProvider& provider,
   options.global_batch = c.global_batch;
   options.progress = nullptr;
   options.record_timeline = false;  // CompareAndChoose records the chosen plan's
-  const std::vector<std::string> policies = ComparedPolicies(options.allow_host_offload);
+  const std::vector<std::string> policies =
+      ComparedPolicies(options.allow_host_offload, options.separate_projections);
   // Keep's activation peak per layout, so that rows at one layout share one search.
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                       std::string, int64_t>,

@@ -29,8 +29,8 @@ inline constexpr int64_t kCompareSequencesPerGpu = 8;
 int64_t CompareSequencesPerGpu(const sim::PlannerOptions& options);
 
 // The policies --compare runs, in its table's order (offload-host left out
-// without host offload).
-std::vector<std::string> ComparedPolicies(bool allow_host_offload);
+// without host offload; recompute-sac only on blocks with separate projections).
+std::vector<std::string> ComparedPolicies(bool allow_host_offload, bool separate_projections);
 
 struct ComparedPolicy {
   std::string policy;

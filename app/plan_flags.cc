@@ -39,8 +39,8 @@ Verb AddPlanCommand(CLI::App& app) {
   cmd->add_option("--policy", o->policy,
                   "keep, recompute-full, recompute-selective, recompute-sac, offload-host, "
                   "offload-ssd, ssdtrain, ssdtrain-paper, megatron-offload, optimal or auto "
-                  "(default: auto, the fastest that fits of every policy but ssdtrain-paper and "
-                  "recompute-sac)")
+                  "(default: auto, the fastest that fits of every policy but ssdtrain-paper, and "
+                  "recompute-sac only where the model config has separate projections)")
       ->check(CLI::IsMember({"keep", "recompute-full", "recompute-selective", "recompute-sac",
                              "offload-host", "offload-ssd", "ssdtrain", "ssdtrain-paper",
                              "megatron-offload", "optimal", "auto"}));

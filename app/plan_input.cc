@@ -171,6 +171,7 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
     return models::PipelineStagesRefusal(base, l);
   };
   in.fp8 = base.fp8;
+  in.separate_projections = base.projections == "separate";
   in.config = ConfigLayout{model_path, base.micro_batch, base.tp, base.pp,
                            base.dp,    base.zero_stage,  base.ep};
   in.provider = ModelTraceProvider(base, model_path);

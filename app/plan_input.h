@@ -70,6 +70,8 @@ struct PlanInput {
   // models::PipelineStagesRefusal for a model config; unset for a trace.
   std::function<std::string(const traces::Layout&)> pp_refusal;
   std::string fp8;  // the FP8 recipe its traces train under (traces/fp8.h); "" none
+  // Its blocks have separate projections (sim::PlannerOptions::separate_projections).
+  bool separate_projections = false;
   sim::TraceProvider provider;
   std::function<Result<traces::Trace>(const traces::Plan&)> stage0;
   // The command that builds the plan's (stage 0) trace; empty for a captured trace.

@@ -128,6 +128,11 @@ struct PlannerOptions {
   // ZeRO-3 is not tried with it, nor ZeRO >= 2 with ep > 1 (traces::Unmodelled,
   // which the config's validation follows too); pinned, such pairs are refused.
   std::string fp8;
+  // The blocks are built with separate projections (models: projections
+  // "separate", torchtitan's Llama): auto and `plan --compare` also try
+  // recompute-sac, torchtitan's per-op checkpointing, which on Megatron's
+  // fused block is no framework's policy.
+  bool separate_projections = false;
   // HSDP (`--dp-shard`): the shard group's dp ranks, a divisor of dp; unset,
   // the whole of dp (one shard group).
   std::optional<int64_t> dp_shard;

@@ -23,7 +23,8 @@
 //                        reads them (Placement::hold_until; sim/sac_policy.cc).
 //                        Meant for blocks with separate projections (models:
 //                        projections "separate"). Not in kFixedPolicies: auto
-//                        and --compare do not try it.
+//                        and --compare try it on such blocks only
+//                        (PlannerOptions::separate_projections).
 //   offload-host         every candidate to pinned host memory, up to the
 //                        pinned budget (the rest kept)
 //   offload-ssd          every candidate to SSD

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 
@@ -274,6 +275,43 @@ TEST_F(PlanCompareCli, ConfigValuesTheSearchOverridesAreReported) {
   r = RunSsdtrain(base + " --policy keep --micro-batch 2 -o " + File("plan.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("note: the search chose"), std::string::npos) << r.output;
+}
+
+// A Llama with torchtitan's separate projections: --compare shows
+// recompute-sac, torchtitan's per-op checkpointing, beside the others (on
+// tiny-gpt's fused blocks it is no row: the first test's list), and its row
+// is `plan --policy recompute-sac` at that global batch.
+TEST_F(PlanCompareCli, SeparateProjectionsAddTorchtitansPerOpCheckpointing) {
+  nlohmann::json config = *traces::ReadJsonFile(Model("tiny-gpt"));
+  config["name"] = "tiny-titan";
+  config["family"] = "llama";
+  config["attention"] = "flash";
+  config["projections"] = "separate";
+  {
+    std::ofstream out(File("tiny-titan.json"));
+    out << config.dump(2);
+  }
+  const std::string flags = "--model " + File("tiny-titan.json") + " --hardware " +
+                            Hardware("cpu-local") + " --memory-budget 0.1";
+  CliResult r = RunSsdtrain("plan " + flags + " --compare --json " + File("cmp.json") + " -o " +
+                            File("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex("\nrecompute-sac +1/1/1 "))) << r.output;
+  const nlohmann::json cmp = Json("cmp.json");
+  ASSERT_EQ(cmp.at("policies").size(), kComparedPolicies.size() + 1);
+  EXPECT_EQ(cmp.at("policies").at(3).at("policy"), "recompute-sac");
+  const nlohmann::json& row = cmp.at("policies").at(3);
+  CliResult one = RunSsdtrain("plan " + flags + " --global-batch 8 --policy recompute-sac -o " +
+                              File("sac.json"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("sac.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->policy, "recompute-sac");
+  EXPECT_EQ(plan->prediction->step_time_ns, row.at("step_time_ns"));
+  EXPECT_EQ(plan->prediction->peak_gpu_bytes, row.at("peak_gpu_bytes"));
+  bool held = false;
+  for (const traces::Placement& p : plan->placements) held |= p.hold_until != traces::kNoOp;
+  EXPECT_TRUE(held) << "wq's output is held for the rotary's recompute";
 }
 
 }  // namespace
