@@ -34,6 +34,7 @@ int RunSimulate(const SimulateCmdOptions& o) {
   sim::SimulateOptions so;
   so.record_timeline = !o.timeline.empty();
   so.unrolled_interleaved_peaks = true;
+  so.caching_allocator = true;  // one micro-batch on one stage: what PyTorch would reserve
   Result<sim::Prediction> p = sim::Simulate(*trace, *plan, *hw, so);
   if (!p.ok()) return ReportError("simulate", p.status());
   outputs.Set("-o", traces::ToJson(sim::PredictionReport(*p, *trace, *plan, *hw)));

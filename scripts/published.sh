@@ -15,8 +15,15 @@
 # over all 64 ranks, tp 1, pp 1, its local and global batch and sequence) on the
 # same preset, predicted against published on tokens/s per GPU; torchtitan's
 # per-layer selective checkpointing as recompute-full --recompute-every 2. A run
-# whose recompute ssdtrain has no policy for (torchtitan's per-op selective) is
-# listed and left out of the statistics.
+# whose recompute ssdtrain has no policy for is listed and left out of the
+# statistics.
+#
+# torchtitan's runs are planned on its Llama block (a copy of the model config
+# with projections "separate"), its per-op selective checkpointing as
+# recompute-sac. Then torchtitan's published memory (Llama 3.1 8B, FSDP, on 96 GB
+# H100s; configs/published/torchtitan-h100-memory.json): the predicted allocated
+# peak and the caching allocator's reserved one against the published max
+# reserved.
 #
 # Then NeMo 24.07's FP8 pre-training runs on DGX H100
 # (configs/published/nemo-24.07-dgx-h100.json): each planned at its layout (tp,
@@ -151,6 +158,19 @@ def torchtitan_config(name):
     path = os.path.join(work, "torchtitan", name + ".json")
     json.dump(config, open(path, "w"))
     return path
+# One torchtitan run planned at its layout (FSDP2 as ZeRO-3 over every rank, tp 1,
+# pp 1) on `hardware_path`: its prediction report, or None and why not.
+def plan_torchtitan(run, gpus, policy, hardware_path):
+    plan, prediction = os.path.join(work, "plan.json"), os.path.join(work, "prediction.json")
+    command = [binary, "plan", "--model", torchtitan_config(run["model"]), "--hardware",
+               hardware_path, "--gpus", str(gpus), "--tp", "1", "--pp", "1", "--dp", str(gpus),
+               "--zero-stage", "3", "--micro-batch", str(run["local_batch"]),
+               "--global-batch", str(run["global_batch"]), "--seq-len", str(run["seq_len"]),
+               "--policy"] + policy + ["-o", plan, "--prediction", prediction]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        return None, "plan failed: " + done.stderr.strip().splitlines()[-1]
+    return json.load(open(prediction)), None
 titan_rows = []
 for run in titan["runs"]:
     gpus = titan["gpus"]
@@ -162,20 +182,12 @@ for run in titan["runs"]:
         row["status"] = "recompute not modelled (torchtitan's selective " + run["recompute"][4:] + ")"
         titan_rows.append(row)
         continue
-    model_path = torchtitan_config(run["model"])
-    plan, prediction = os.path.join(work, "plan.json"), os.path.join(work, "prediction.json")
-    command = [binary, "plan", "--model", model_path, "--hardware", hardware, "--gpus", str(gpus),
-               "--tp", "1", "--pp", "1", "--dp", str(gpus), "--zero-stage", "3",
-               "--micro-batch", str(run["local_batch"]), "--global-batch", str(run["global_batch"]),
-               "--seq-len", str(run["seq_len"]), "--policy"] + policy + ["-o", plan,
-               "--prediction", prediction]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        row["status"] = "plan failed: " + done.stderr.strip().splitlines()[-1]
+    report, why = plan_torchtitan(run, gpus, policy, hardware)
+    if report is None:
+        row["status"] = why
         failed.append(row["model"])
         titan_rows.append(row)
         continue
-    report = json.load(open(prediction))
     predicted = report["tokens_per_s"] / gpus
     row.update(status="ok", policy=" ".join(policy), predicted_tokens_per_s_per_gpu=predicted,
                predicted_step_s=report["step_time_ns"] / 1e9,
@@ -271,9 +283,56 @@ if nemo_errors:
     print(f"median |error| {100 * nemo_stats['median_abs_error']:.1f}%, worst "
           f"{100 * nemo_stats['worst_abs_error']:.1f}% over {len(nemo_errors)} run(s)" +
           (f"; {nemo_stats['not_planned']} run(s) not planned, left out" if nemo_stats["not_planned"] else ""))
+# Memory where it was published: torchtitan's Llama 3.1 8B FSDP runs on 96 GB
+# H100s (configs/published/torchtitan-h100-memory.json), whose figure is the
+# caching allocator's max reserved. Each run planned at its layout on torchtitan's
+# block with recompute-sac, on the DGX H100 preset with its GPU's memory set to
+# the Grand Teton H100's 96 GB (a copy in the work folder: only memory is
+# compared, and the preset's compute is a 700 W SXM's, not theirs). Predicted:
+# the simulator's allocated peak, and what PyTorch's caching allocator would
+# reserve for the step's allocations (sim/caching_allocator.h, three steps).
+mem = json.load(open(os.path.join(root, "configs/published/torchtitan-h100-memory.json")))
+h100_96 = json.load(open(os.path.join(root, "configs/hardware/dgx-h100.json")))
+h100_96["name"] = "dgx-h100-96gb"
+h100_96["gpu"]["memory_GiB"] = 96
+h100_96_path = os.path.join(work, "dgx-h100-96gb.json")
+json.dump(h100_96, open(h100_96_path, "w"))
+mem_rows = []
+for run in mem["runs"]:
+    gpus = run["gpus"]
+    row = {"model": run["model"], "gpus": gpus, "seq_len": run["seq_len"],
+           "local_batch": run["local_batch"], "recompute": run["recompute"],
+           "published_GiB": run["memory_GiB"]}
+    report, why = plan_torchtitan(run, gpus, policy_of[run["recompute"]], h100_96_path)
+    if report is None:
+        row["status"] = why
+        failed.append(row["model"])
+        mem_rows.append(row)
+        continue
+    details = report["extra"]["details"]
+    row.update(status="ok", allocated_GiB=report["peak_gpu_bytes"] / 2**30,
+               reserved_GiB=details["peak_reserved_bytes"] / 2**30)
+    row["error"] = (row["reserved_GiB"] - run["memory_GiB"]) / run["memory_GiB"]
+    mem_rows.append(row)
+print()
+print("torchtitan, Llama 3.1 8B with FSDP on 96 GB H100s: peak memory against `ssdtrain plan` on "
+      "configs/hardware/dgx-h100.json with 96 GB")
+print("(each run at its layout: ZeRO-3 over every rank, tp 1, pp 1, bf16, recompute-sac; published: "
+      "max reserved; predicted: allocated, and reserved by the caching allocator's model)")
+print(f"{'model':>12} {'GPUs':>5} {'seq':>5} {'mb':>3} {'recompute':>10} {'allocated':>10} "
+      f"{'reserved':>9} {'published':>10} {'error':>7}")
+for r in mem_rows:
+    head = (f"{r['model']:>12} {r['gpus']:>5} {r['seq_len']:>5} {r['local_batch']:>3} "
+            f"{r['recompute']:>10}")
+    if r["status"] != "ok":
+        print(f"{head} {'':>10} {'':>9} {r['published_GiB']:>10.1f}  {r['status']}")
+        continue
+    print(f"{head} {r['allocated_GiB']:>10.1f} {r['reserved_GiB']:>9.1f} {r['published_GiB']:>10.1f} "
+          f"{100 * r['error']:>+6.1f}%")
 if json_out:
     json.dump({"hardware": os.path.relpath(hardware, root), "rows": rows, "statistics": stats,
                "torchtitan": {"rows": titan_rows, "statistics": titan_stats},
+               "torchtitan_memory": {"rows": mem_rows},
                "nemo": {"hardware": os.path.relpath(nemo_hardware, root), "rows": nemo_rows,
                         "statistics": nemo_stats}},
               open(json_out, "w"), indent=2)

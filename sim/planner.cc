@@ -41,6 +41,7 @@ Result<std::vector<std::string>> PoliciesToTry(const PlannerOptions& options) {
   for (std::string_view p : kFixedPolicies) {
     if (p != "offload-host" || options.allow_host_offload) policies.emplace_back(p);
   }
+  if (options.separate_projections) policies.emplace_back("recompute-sac");
   // Megatron-Core's fine-grained offload of the --offload-modules: the peer a
   // user weighs SSD offload against, so auto weighs it too.
   if (options.allow_host_offload) policies.emplace_back("megatron-offload");
@@ -380,6 +381,7 @@ Result<PlannerResult> SearchPlan(const TraceProvider& provider, const HardwareOp
                                                                 options.record_timeline, true));
   }
   SSDTRAIN_RETURN_IF_ERROR(search.Exact(chosen.candidate));
+  SSDTRAIN_RETURN_IF_ERROR(search.Reserved(chosen.candidate, chosen.layout));
   std::optional<PlannerResult::ScheduleComparison> comparison;
   if (chosen.layout.schedule == traces::Schedule::kInterleaved) {
     SSDTRAIN_ASSIGN_OR_RETURN(comparison, AgainstOneFOneB(search, chosen));

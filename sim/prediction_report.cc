@@ -29,6 +29,8 @@ nlohmann::json PredictionToJson(const Prediction& p) {
                   {"forwarded_storages", p.forwarded_storages},
                   {"dropped_writes", p.dropped_writes},
                   {"recompute_ns_per_micro_batch", p.recompute_ns},
+                  {"peak_reserved_bytes", p.peak_reserved_bytes},
+                  {"reserved_fits", p.reserved_fits},
                   {"peak_host_bytes", p.peak_host_bytes},
                   {"host_region_bytes", p.host_region_bytes}};
   nlohmann::json stages = nlohmann::json::array();

@@ -184,6 +184,7 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
 
   const int64_t p = layout.pp, m = layout.num_micro_batches;
   const bool whole_step = p > 1 || m > 1;
+  so.record_allocations = options.caching_allocator && !whole_step;
   // stages[0] is stage 0, stages.back() the last stage, stages[1] (of three)
   // every stage in between; with fewer inputs the missing ones behave like stage 0.
   auto index_for = [&](int64_t s) -> size_t {
@@ -367,6 +368,12 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   out.forwarded_storages = stage0.forwarded_storages;
   out.dropped_writes = stage0.dropped_writes;
   out.recompute_ns = stage0.recompute_ns;
+  if (so.record_allocations) {
+    const AllocatorPeaks peaks = StepsOnCachingAllocator(
+        stage0.allocations, stage0.persistent_allocations, GpuMemoryBytes(hw));
+    out.peak_reserved_bytes = peaks.reserved_bytes;
+    out.reserved_fits = peaks.fits;
+  }
   out.peak_host_bytes = stage0.peak_host_bytes;
   for (const StageResult& r : results) {
     out.host_region_bytes = std::max(out.host_region_bytes, r.host_region_bytes * m);

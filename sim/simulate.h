@@ -87,6 +87,11 @@ struct SimulateOptions {
   // a stage's ops × m per stage, so the planner's search ranks by the closed
   // form and judges its winner by this (sim/planner.h).
   bool unrolled_interleaved_peaks = false;
+  // One micro-batch of one stage (pp 1, one micro-batch a step): also what
+  // PyTorch's caching allocator would reserve for the step's allocations
+  // (sim/caching_allocator.h; Prediction::peak_reserved_bytes). Off in a
+  // search; the planner sets it for the plan it returns.
+  bool caching_allocator = false;
 };
 
 struct Prediction {
@@ -111,6 +116,12 @@ struct Prediction {
   int64_t forwarded_storages = 0;
   int64_t dropped_writes = 0;
   int64_t recompute_ns = 0;  // per micro-batch, stage 0
+  // SimulateOptions::caching_allocator: torch.cuda.max_memory_reserved after
+  // three steps on PyTorch's caching allocator (StepsOnCachingAllocator, the
+  // device's usable memory its capacity) and whether they fit; 0 where not
+  // modelled (a whole step of several micro-batches or stages).
+  int64_t peak_reserved_bytes = 0;
+  bool reserved_fits = true;
   // Stage 0's tensor-parallel collectives in a step, by kind
   // (traces::ToString(CollectiveKind)): how many, and their time (each
   // micro-batch's ops as the first one's, op by op; recomputes left out).

@@ -334,6 +334,7 @@ Result<StageResult> StageSimulator::Run() {
   for (Storage& s : storages_) {
     if (s.persistent) Allocate(s);
   }
+  result_.persistent_allocations = static_cast<int64_t>(result_.allocations.size());
   device_bytes_ += workspace_bytes_;  // reserved after the weights, as the replay does
   Sample();
   TryIssue();

@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/caching_allocator.h"
 #include "sim/hardware.h"
 #include "traces/plan.h"
 #include "traces/status.h"
@@ -71,6 +72,9 @@ struct StageSimOptions {
   // search simulating many plans of one trace resolves them once; null:
   // resolved here.
   const traces::StoragePlan* storages = nullptr;
+  // Record each storage's allocation and free, in order, for the caching
+  // allocator's model (StageResult::allocations).
+  bool record_allocations = false;
 };
 
 struct OpTiming {
@@ -112,6 +116,11 @@ struct StageResult {
   int64_t peak_gpu_bytes_backward_gradients_held = 0;
   int64_t peak_activation_bytes = 0;
   int64_t static_bytes = 0;  // resident all step (weights, grads, optimizer state)
+  // StageSimOptions::record_allocations: every allocation (its storage's raw
+  // bytes) and free, by storage index, in the order the simulation makes
+  // them; the first persistent_allocations are the persistent storages'.
+  std::vector<AllocatorEvent> allocations;
+  int64_t persistent_allocations = 0;
   // What the micro-batch holds while it waits between its forward and its
   // backward pass: the non-persistent storages resident when its first backward
   // op is issued, after that op's eviction points and before its reads and

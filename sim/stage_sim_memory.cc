@@ -81,6 +81,9 @@ void StageSimulator::Allocate(Storage& s) {
   if (s.weight_gradient && !s.allocated_once) gradients_unallocated_ -= s.memory;
   s.allocated_once = true;
   if (s.activation) activation_bytes_ += s.memory;
+  if (options_.record_allocations && s.bytes > 0) {
+    result_.allocations.push_back(AllocatorEvent{&s - storages_.data(), s.bytes});
+  }
   Sample();
 }
 
@@ -90,6 +93,9 @@ void StageSimulator::Free(Storage& s) {
   if (s.pending == 0) s.read = ReadState::kNone;  // a later recompute may read it again
   device_bytes_ -= s.memory;
   if (s.activation) activation_bytes_ -= s.memory;
+  if (options_.record_allocations && s.bytes > 0) {
+    result_.allocations.push_back(AllocatorEvent{&s - storages_.data(), 0});
+  }
   Sample();
 }
 

@@ -85,6 +85,19 @@ Status Search::Exact(Candidate& c) {
   return Status::Ok();
 }
 
+Status Search::Reserved(Candidate& c, const Layout& l) {
+  if (l.pp != 1 || l.m != 1) return Status::Ok();
+  SimulateOptions so;
+  so.record_timeline = false;
+  so.caching_allocator = true;
+  SSDTRAIN_ASSIGN_OR_RETURN(const Prediction p, Simulate(c.plans.Inputs(), hw_, so));
+  c.prediction.peak_reserved_bytes = p.peak_reserved_bytes;
+  c.prediction.reserved_fits = p.reserved_fits;
+  ++c.simulations;
+  ++simulations_;
+  return Status::Ok();
+}
+
 void Search::Judge(Candidate& c) const {
   c.over_budget_bytes = OverBudgetBytes(c.prediction, budget_);
   c.shortfall = HostAndDiskShortfall(c.prediction, hw_);

@@ -64,6 +64,10 @@ class Search {
   // the planner prints), and its fit judged by them. Counted; nothing to do
   // when already exact. The step's times do not change, only the peaks.
   Status Exact(Candidate& c);
+  // A candidate of one micro-batch on one stage: its prediction's
+  // peak_reserved_bytes (SimulateOptions::caching_allocator), one simulation
+  // more; nothing for a whole step.
+  Status Reserved(Candidate& c, const Layout& l);
 
  private:
   TraceCache cache_;
