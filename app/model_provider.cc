@@ -25,6 +25,7 @@ models::ConfigOverrides PlanOverrides(const traces::Plan& plan, const models::Mo
   models::ConfigOverrides ov = OverridesOf(sim::TraceShape::Of(plan, 0));
   if (plan.zero_defer_grad_sync) ov.zero_defer_grad_sync = true;
   if (!plan.attention.empty()) ov.attention = plan.attention;
+  if (!plan.projections.empty()) ov.projections = plan.projections;
   if (plan.sequence_parallel) ov.sequence_parallel = true;
   if (!plan.fp8.empty() || !config.fp8.empty()) ov.fp8 = plan.fp8.empty() ? "off" : plan.fp8;
   if (plan.seq_len > 0) ov.seq_len = plan.seq_len;

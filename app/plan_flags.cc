@@ -95,6 +95,12 @@ Verb AddPlanCommand(CLI::App& app) {
                   "nothing s x s saved, a sliding window's keys skipped); overrides the model "
                   "config (Hugging Face configs read as standard), and the plan records it")
       ->check(CLI::IsMember({"standard", "flash"}));
+  cmd->add_option("--projections", o->projections,
+                  "fused (Megatron-Core's linear_qkv and linear_fc1) or separate (torchtitan's and "
+                  "Hugging Face's wq, wk, wv, w1 and w3 layers; llama family, tp 1 (the config's "
+                  "tp taken as 1), where auto and --compare also try recompute-sac); overrides "
+                  "the model config, and the plan records it")
+      ->check(CLI::IsMember({"fused", "separate"}));
   cmd->add_option("--fp8", o->fp8,
                   "FP8 training as Transformer Engine's recipe does it: delayed, current, "
                   "blockwise or mxfp8 (Blackwell), or off; overrides the model config, and the "

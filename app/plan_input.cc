@@ -64,6 +64,13 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
                     "the flag out",
                     o.attention, path, h.attention, o.attention));
   }
+  if (!o.projections.empty() && o.projections != h.projections) {
+    return Status::InvalidArgument(
+        fmt::format("--projections {} contradicts the trace {} (built with {} projections: "
+                    "header.projections); rebuild it with ssdtrain trace --projections {}, or "
+                    "leave the flag out",
+                    o.projections, path, h.projections, o.projections));
+  }
   if (o.defer_grad_sync && !h.zero_defer_grad_sync) {
     return Status::InvalidArgument(
         fmt::format("--defer-grad-sync contradicts the trace {} (built without it: "
@@ -131,6 +138,7 @@ Result<PlanInput> TraceInput(PlanCmdOptions& o) {
   in.experts = h.ep > 1 ? h.ep : 0;
   in.seq_len = h.seq_len;
   in.fp8 = h.fp8;
+  in.separate_projections = h.projections == "separate";
   in.sequence_parallel = h.sequence_parallel;
   in.cp_refusal = "a captured trace is planned at its own cp";  // TakeTraceShape pins it
   in.stage = h.stage;
@@ -146,12 +154,16 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
   if (!config.ok()) return config.status();
   if (o.seq_len > 0 || o.defer_grad_sync || !o.attention.empty() || !o.fp8.empty() ||
-      o.sequence_parallel) {
+      o.sequence_parallel || !o.projections.empty()) {
     models::ConfigOverrides ov;
     if (o.sequence_parallel) ov.sequence_parallel = true;
     if (o.seq_len > 0) ov.seq_len = o.seq_len;
     if (o.defer_grad_sync) ov.zero_defer_grad_sync = true;
     if (!o.attention.empty()) ov.attention = o.attention;
+    if (!o.projections.empty()) ov.projections = o.projections;
+    // Separate projections are modelled at tp 1: a config's own tp (a default
+    // the search overrides anyway) is taken as 1; a pinned --tp above is refused.
+    if (o.projections == "separate") ov.tp = o.tp > 0 ? o.tp : 1;
     if (!o.fp8.empty()) ov.fp8 = o.fp8;
     config = models::ApplyOverrides(*config, ov, o.model);
     if (!config.ok()) return config.status();
@@ -178,8 +190,8 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   in.stage0 = [provider = in.provider](const traces::Plan& plan) -> Result<traces::Trace> {
     return provider(ShapeOf(plan, 0));
   };
-  in.trace_command = [base, model_path, attention = o.attention,
-                      fp8 = o.fp8](const traces::Plan& plan) {
+  in.trace_command = [base, model_path, attention = o.attention, fp8 = o.fp8,
+                      projections = o.projections](const traces::Plan& plan) {
     std::string command =
         fmt::format("{} trace --model {} --micro-batch {} --seq-len {} --tp {} --pp {}",
                     SelfCommand(), model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
@@ -189,6 +201,7 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
     if (plan.pp_last_layers != 0)
       command += fmt::format(" --pp-last-layers {}", plan.pp_last_layers);
     if (!attention.empty()) command += " --attention " + attention;
+    if (!projections.empty()) command += " --projections " + projections;
     if (!fp8.empty()) command += " --fp8 " + fp8;
     if (base.sequence_parallel && plan.tp > 1) command += " --sequence-parallel";
     if (plan.cp != 1) command += fmt::format(" --cp {}", plan.cp);

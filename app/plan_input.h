@@ -35,6 +35,7 @@ struct PlanCmdOptions {
   bool defer_grad_sync = false;    // --defer-grad-sync: ZeRO 2/3 reduce-scatter once a step
   bool sequence_parallel = false;  // --sequence-parallel: on where tp > 1, over the config
   std::string attention;           // --attention standard|flash; "": the model config's
+  std::string projections;         // --projections fused|separate; "": the model config's
   std::string fp8;                 // --fp8 RECIPE|off; "": the model config's
   int64_t ep = 0;                  // expert parallelism (MoE models); 0: searched
   std::string schedule;

@@ -265,6 +265,11 @@ Verb AddTraceCommand(CLI::App& app) {
          "standard or flash")
       ->check(CLI::IsMember({"standard", "flash"}));
   cmd->add_option_function<std::string>(
+         "--projections", [o](const std::string& v) { o->overrides.projections = v; },
+         "fused (Megatron-Core's linear_qkv and linear_fc1) or separate (torchtitan's wq, wk, "
+         "wv, w1 and w3; llama family, tp 1); overrides the config")
+      ->check(CLI::IsMember({"fused", "separate"}));
+  cmd->add_option_function<std::string>(
          "--dtype", [o](const std::string& v) { o->overrides.dtype = v; }, "fp16, bf16 or fp32")
       ->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
   cmd->add_option_function<std::string>(

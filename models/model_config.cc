@@ -380,6 +380,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.attention) c.attention = *o.attention;
   if (o.dtype) c.dtype = *o.dtype;
   if (o.fp8) c.fp8 = traces::Fp8Name(*o.fp8);
+  if (o.projections) c.projections = *o.projections;
   // Messages name the overrides too: the field at fault may come from a flag.
   std::string flags;
   auto add = [&flags](const std::string& flag, const std::string& value) {
@@ -403,6 +404,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.attention) add("--attention", *o.attention);
   if (o.dtype) add("--dtype", *o.dtype);
   if (o.fp8) add("--fp8", *o.fp8);
+  if (o.projections) add("--projections", *o.projections);
   SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source + flags));
   return c;
 }

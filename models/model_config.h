@@ -195,6 +195,7 @@ struct ConfigOverrides {
   std::optional<bool> zero_defer_grad_sync;
   std::optional<bool> sequence_parallel;
   std::optional<std::string> attention, dtype, fp8;
+  std::optional<std::string> projections;  // --projections fused|separate
 };
 
 // Parses one config object (types, required and unknown fields) and validates it.

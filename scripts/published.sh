@@ -18,8 +18,8 @@
 # whose recompute ssdtrain has no policy for is listed and left out of the
 # statistics.
 #
-# torchtitan's runs are planned on its Llama block (a copy of the model config
-# with projections "separate"), its per-op selective checkpointing as
+# torchtitan's runs are planned on its Llama block (plan --projections
+# separate), its per-op selective checkpointing as
 # recompute-sac. Then torchtitan's published memory (Llama 3.1 8B, FSDP, on 96 GB
 # H100s; configs/published/torchtitan-h100-memory.json): the predicted allocated
 # peak and the caching allocator's reserved one against the published max
@@ -148,21 +148,15 @@ titan = json.load(open(os.path.join(root, "configs/published/torchtitan-64xa100.
 policy_of = {"none": ["keep"], "full": ["recompute-full"],
              "sel-layer": ["recompute-full", "--recompute-every", "2"],
              "op": ["recompute-sac"], "sel-op": ["recompute-sac"]}
-# torchtitan's Llama block (torchtitan/models/llama/model.py): wq, wk, wv and
-# w1, w3 are linear layers of their own and silu and the gated product ops of
-# their own (the model config's projections "separate"), at tp 1 as these runs are.
-def torchtitan_config(name):
-    config = json.load(open(os.path.join(root, "configs/models", name + ".json")))
-    config.update(projections="separate", tp=1, name=name)
-    os.makedirs(os.path.join(work, "torchtitan"), exist_ok=True)
-    path = os.path.join(work, "torchtitan", name + ".json")
-    json.dump(config, open(path, "w"))
-    return path
 # One torchtitan run planned at its layout (FSDP2 as ZeRO-3 over every rank, tp 1,
-# pp 1) on `hardware_path`: its prediction report, or None and why not.
+# pp 1) on `hardware_path`, on torchtitan's Llama block (torchtitan/models/llama/
+# model.py: wq, wk, wv and w1, w3 linear layers of their own, silu and the gated
+# product ops of their own: --projections separate): its prediction report, or
+# None and why not.
 def plan_torchtitan(run, gpus, policy, hardware_path):
     plan, prediction = os.path.join(work, "plan.json"), os.path.join(work, "prediction.json")
-    command = [binary, "plan", "--model", torchtitan_config(run["model"]), "--hardware",
+    command = [binary, "plan", "--model", os.path.join(root, "configs/models", run["model"] + ".json"),
+               "--projections", "separate", "--hardware",
                hardware_path, "--gpus", str(gpus), "--tp", "1", "--pp", "1", "--dp", str(gpus),
                "--zero-stage", "3", "--micro-batch", str(run["local_batch"]),
                "--global-batch", str(run["global_batch"]), "--seq-len", str(run["seq_len"]),

@@ -314,5 +314,42 @@ TEST_F(PlanCompareCli, SeparateProjectionsAddTorchtitansPerOpCheckpointing) {
   EXPECT_TRUE(held) << "wq's output is held for the rotary's recompute";
 }
 
+// --projections separate over a config without the field: the plan records
+// it, its trace command and its replay from the same config build the
+// separate block (the replay's fingerprint check would refuse a fused one),
+// and a trace built with it contradicts --projections fused.
+TEST_F(PlanCompareCli, TheProjectionsFlagIsRecordedAndReplayed) {
+  nlohmann::json config = *traces::ReadJsonFile(Model("tiny-gpt"));
+  config["name"] = "tiny-titan";
+  config["family"] = "llama";
+  config["attention"] = "flash";
+  {
+    std::ofstream out(File("tiny-titan.json"));
+    out << config.dump(2);
+  }
+  const std::string model = "--model " + File("tiny-titan.json");
+  CliResult r = RunSsdtrain(
+      "plan " + model + " --hardware " + Hardware("cpu-local") +
+      " --memory-budget 0.1 --projections separate --policy recompute-sac -o " + File("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--tp 1 --pp 1 --projections separate"), std::string::npos) << r.output;
+  Result<traces::Plan> plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->projections, "separate");
+  fs::create_directories(File("offload"));
+  CliResult replay = RunSsdtrain("replay " + model + " --plan " + File("plan.json") + " --dir " +
+                                 File("offload") + " --steps 1 -o " + File("run.json"));
+  EXPECT_EQ(replay.exit_code, 0) << replay.output;
+  CliResult trace =
+      RunSsdtrain("trace " + model + " --projections separate -o " + File("trace.json"));
+  ASSERT_EQ(trace.exit_code, 0) << trace.output;
+  CliResult refused =
+      RunSsdtrain("plan --trace " + File("trace.json") + " --hardware " + Hardware("cpu-local") +
+                  " --projections fused -o " + File("p2.json"));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("--projections fused contradicts the trace"), std::string::npos)
+      << refused.output;
+}
+
 }  // namespace
 }  // namespace ssdtrain

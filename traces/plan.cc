@@ -115,6 +115,7 @@ Plan PlanTemplate(const Trace& trace, std::string policy, uint64_t fingerprint) 
   plan.cp = std::max<int64_t>(1, trace.header.cp);
   plan.zero_defer_grad_sync = trace.header.zero_defer_grad_sync;
   plan.attention = trace.header.attention;
+  if (trace.header.projections != "fused") plan.projections = trace.header.projections;
   plan.fp8 = trace.header.fp8;
   plan.sequence_parallel = trace.header.sequence_parallel;
   return plan;
@@ -137,6 +138,13 @@ Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& sou
   if (!plan.attention.empty() && plan.attention != trace.header.attention) {
     return Status::FailedPrecondition(source + ": attention: the plan runs " + plan.attention +
                                       " attention, the trace " + trace.header.attention);
+  }
+  if (plan.projections.empty() ? trace.header.projections != "fused"
+                               : plan.projections != trace.header.projections) {
+    return Status::FailedPrecondition(
+        source + ": projections: the plan's blocks are " +
+        (plan.projections.empty() ? std::string("fused") : plan.projections) + ", the trace's " +
+        trace.header.projections);
   }
   if (plan.sequence_parallel && !trace.header.sequence_parallel) {
     return Status::FailedPrecondition(source +

@@ -115,6 +115,10 @@ struct Plan {
   // model config builds its trace so). "": a plan written before the field,
   // whose replay keeps the config's. JSON: optional, written when set.
   std::string attention;
+  // The trace's projections when "separate" (its header's; `plan
+  // --projections`): a replay from a model config builds its blocks so. "":
+  // the model config's. JSON: optional, written when set.
+  std::string projections;
   // Sequence parallelism (the trace's header sequence_parallel; tp > 1 only):
   // a replay from a model config builds its trace with it. JSON: optional,
   // written when true.

@@ -88,6 +88,7 @@ json ToJson(const Plan& plan) {
   if (plan.dp_shard != 0) j["dp_shard"] = plan.dp_shard;
   if (plan.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
   if (!plan.attention.empty()) j["attention"] = plan.attention;
+  if (!plan.projections.empty()) j["projections"] = plan.projections;
   if (!plan.fp8.empty()) j["fp8"] = plan.fp8;
   if (plan.sequence_parallel) j["sequence_parallel"] = true;
   if (plan.ddp != "overlapped") j["ddp"] = plan.ddp;
@@ -165,6 +166,12 @@ Status ReadPlanTraining(const ObjectReader& r, Plan* out) {
     return r.At("attention")
         .Error("unknown value \"" + plan.attention + "\"; expected standard or flash");
   }
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.projections, r.StringOr("projections", ""));
+  if (!plan.projections.empty() && plan.projections != "fused" && plan.projections != "separate") {
+    return r.At("projections")
+        .Error("unknown value \"" + plan.projections + "\"; expected fused or separate");
+  }
+  if (plan.projections == "fused") plan.projections.clear();
   SSDTRAIN_ASSIGN_OR_RETURN(plan.sequence_parallel, r.BoolOr("sequence_parallel", false));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.fp8, r.StringOr("fp8", ""));
   if (const std::optional<Fp8Recipe> recipe = ParseFp8Recipe(plan.fp8); !recipe) {

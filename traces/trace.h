@@ -142,6 +142,9 @@ struct Header {
   int64_t pp_last_layers = 0;
   std::string dtype = "fp16";
   std::string attention = "standard";  // standard or flash
+  // The blocks' projections (models: ModelConfig::projections), "fused" or
+  // "separate" (torchtitan's wq, wk, wv, w1, w3). JSON: written when separate.
+  std::string projections = "fused";
   // FP8 training (traces/fp8.h): the Transformer Engine recipe the linear
   // layers run under, "delayed", "current", "blockwise" or "mxfp8"; "" none.
   // Its GEMMs read fp8 tensors (their inputs quantized by ops named

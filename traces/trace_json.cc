@@ -45,6 +45,7 @@ json HeaderToJson(const Header& h) {
   if (h.zero_shards != 1) j["zero_shards"] = h.zero_shards;
   if (h.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
   if (!h.fp8.empty()) j["fp8"] = h.fp8;
+  if (h.projections != "fused") j["projections"] = h.projections;
   return j;
 }
 
@@ -134,6 +135,11 @@ Result<Header> ParseHeader(const json& j, const JsonPath& at) {
                              std::string(kFp8RecipeNames));
   } else {
     h.fp8 = std::string(ToString(*recipe));  // "off" reads as ""
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(h.projections, r.StringOr("projections", "fused"));
+  if (h.projections != "fused" && h.projections != "separate") {
+    return r.At("projections")
+        .Error("unknown value \"" + h.projections + "\"; expected \"fused\" or \"separate\"");
   }
   SSDTRAIN_ASSIGN_OR_RETURN(h.weight_grads, r.StringOr("weight_grads", "persistent"));
   if (h.weight_grads != "persistent" && h.weight_grads != "set_to_none") {
