@@ -13,6 +13,7 @@ list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/replay.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_setup.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_issue.cc
+  ${CMAKE_CURRENT_LIST_DIR}/replay_recompute.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_memory.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_io_threads.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_timeline.cc

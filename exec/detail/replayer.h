@@ -3,6 +3,7 @@
 // steps; the Replayer runs one step at a time. Its parts live in files named
 // for them:
 //   replay_issue.cc       the issue path (this thread: ops in trace order)
+//   replay_recompute.cc   a backward op's storages read back, regathered or recomputed
 //   replay_memory.cc      device memory as held: budget, backpressure, reads
 //   replay_io_threads.cc  the submitter, completer and reader threads
 //   replay_timeline.cc    the measured step: timeline, exposed I/O, lane busy
