@@ -70,6 +70,10 @@ std::string PipelineStagesRefusal(const ModelConfig& c, const traces::Layout& l)
 
 std::string TensorParallelRefusal(const ModelConfig& c, int64_t tp) {
   if (tp < 1) return "expected a positive integer, got " + Str(tp);
+  if (tp > 1 && c.cross_entropy == "torch") {
+    return "cross_entropy torch is modelled at tp 1 only (its input is the whole vocabulary's "
+           "logits; torchtitan's tensor parallel runs loss_parallel, vocab_parallel here)";
+  }
   if (tp > 1 && c.projections == "separate") {
     return "projections separate is modelled at tp 1 only (torchtitan's tensor parallel "
            "gathers the norm output once for wq, wk and wv; not modelled)";

@@ -24,6 +24,7 @@ constexpr std::array<std::string_view, 2> kPrecisions = {"mixed", "pure"};
 constexpr std::array<std::string_view, 2> kWeightGrads = {"persistent", "set_to_none"};
 constexpr std::array<std::string_view, 2> kOptimizerSteps = {"megatron", "fused"};
 constexpr std::array<std::string_view, 2> kProjections = {"fused", "separate"};
+constexpr std::array<std::string_view, 2> kCrossEntropies = {"vocab_parallel", "torch"};
 // Adam keeps two moments per parameter; momentum SGD one buffer (Megatron-LM's
 // --optimizer sgd runs torch.optim.SGD with --sgd-momentum, 0.9 by default).
 constexpr int64_t kAdamMoments = 2;
@@ -187,6 +188,12 @@ Status ValidateSettings(const ModelConfig& c, const std::string& source) {
                "unknown value \"" + c.projections + "\", expected " + List(kProjections) +
                    " (fused: Megatron-Core's linear_qkv and linear_fc1; separate: torchtitan's wq, "
                    "wk, wv, w1 and w3)");
+  }
+  if (!OneOf(kCrossEntropies, c.cross_entropy)) {
+    return Bad(source, "cross_entropy",
+               "unknown value \"" + c.cross_entropy + "\", expected " + List(kCrossEntropies) +
+                   " (vocab_parallel: Megatron's in-place cross-entropy; torch: "
+                   "torch.nn.functional.cross_entropy, log_softmax and nll_loss)");
   }
   if (!OneOf(kWeightGrads, c.weight_grads)) {
     return Bad(source, "weight_grads",

@@ -182,6 +182,13 @@ struct ModelConfig {
   // models/README.md, "Projections"). Where a per-op checkpointing policy
   // counts GEMMs (recompute-sac) the two differ.
   std::string projections = "fused";
+  // How the loss runs (models/README.md, "Loss"): "vocab_parallel" (Megatron's
+  // _VocabParallelCrossEntropy: its softmax in place over its input, the
+  // gradient in place over that softmax) or "torch" (torch.nn.functional.
+  // cross_entropy as torchtitan and Hugging Face call it: log_softmax saves its
+  // own output, and backward writes nll_loss's gradient and log_softmax's, two
+  // more logits-sized tensors; tp 1 only).
+  std::string cross_entropy = "vocab_parallel";
 };
 
 // Command-line overrides; unset fields keep the config's value.
@@ -212,6 +219,7 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = null
 // qkv_bias, qk_norm, attention_bias, attention_sinks, parallel_block, gated_mlp,
 // untied_output and fp16_lm_cross_entropy only where true, weight_grads only where set_to_none,
 // optimizer_step only where fused, projections only where separate,
+// cross_entropy only where torch,
 // tied_output only where true, token_types and the sliding_window fields only
 // where set, and the
 // MoE fields only for a MoE config, the MLA fields only for an MLA config and

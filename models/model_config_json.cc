@@ -60,6 +60,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.precision, r.StringOr("precision", "mixed"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.optimizer_step, r.StringOr("optimizer_step", "megatron"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.projections, r.StringOr("projections", "fused"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.cross_entropy, r.StringOr("cross_entropy", "vocab_parallel"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.zero_stage, r.IntOr("zero_stage", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dp, r.IntOr("dp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dp_shard, r.IntOr("dp_shard", 0));
@@ -140,6 +141,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.weight_grads != "persistent") j["weight_grads"] = c.weight_grads;
   if (c.optimizer_step != "megatron") j["optimizer_step"] = c.optimizer_step;
   if (c.projections != "fused") j["projections"] = c.projections;
+  if (c.cross_entropy != "vocab_parallel") j["cross_entropy"] = c.cross_entropy;
   if (c.dp_shard != 0) j["dp_shard"] = c.dp_shard;
   if (c.zero_prefetch != 1) j["zero_prefetch"] = c.zero_prefetch;
   if (c.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;

@@ -77,6 +77,8 @@ struct Dims {
   int64_t window = 0;
   // The loss runs on an fp32 copy of 16-bit logits (ModelConfig::fp16_lm_cross_entropy off).
   bool fp32_loss = false;
+  // The loss as torch.nn.functional.cross_entropy runs it (ModelConfig::cross_entropy torch).
+  bool torch_cross_entropy = false;
   traces::DType act = traces::DType::kFp16;  // activations, weights and gradients
   // FP8 training (traces/fp8.h; models/detail/fp8.h): the blocks' linear layers.
   traces::Fp8Recipe fp8 = traces::Fp8Recipe::kOff;

@@ -3,6 +3,49 @@
 #include "models/detail/costs.h"
 
 namespace ssdtrain::models::detail {
+namespace {
+
+// torch.nn.functional.cross_entropy(input, labels) over the [s, b, V] input:
+// log_softmax (aten/src/ATen/native/cuda/SoftMax.cu's row kernel for rows too
+// long for shared memory: a pass for the row maximum, one for the sum of
+// exponentials, one that reads the row again and writes the result) into a
+// tensor of its own, which autograd saves for both log_softmax's and
+// nll_loss's backward; nll_loss reads one log-probability a row.
+template <typename Name>
+void TorchCrossEntropyForward(TraceBuilder& b, const Name& N, HeadState* st) {
+  const TensorId input = st->loss_input;
+  const std::vector<int64_t> shape = b.shape(input);
+  const traces::Tensor& in = b.tensor(input);
+  const int64_t n = Elements(shape);
+  const int64_t rows = n / shape.back();
+  st->log_probs = b.Activation(N("loss.log_probs"), shape, in.dtype);
+  const OpId log_softmax =
+      b.Op(N("loss.log_softmax"), OpKind::kLoss, {input}, {st->log_probs}, 3 * kLossPassFlops * n);
+  b.op(log_softmax).bytes_read = 3 * in.bytes;
+  const TensorId loss = b.Activation(N("loss"), {1}, DType::kFp32);
+  const OpId nll = b.Op(N("loss"), OpKind::kLoss, {st->log_probs, st->labels}, {loss}, rows);
+  b.op(nll).bytes_read = rows * traces::DTypeSize(in.dtype) + b.tensor(st->labels).bytes;
+}
+
+// Its backward: nll_loss_backward fills a zero tensor of the input's size and
+// writes -1/rows at each row's label; log_softmax's backward reads that
+// gradient twice (its row sum, then the result) and the saved output once, into
+// another tensor of the size. Returns the input's gradient.
+template <typename Name>
+TensorId TorchCrossEntropyBackward(TraceBuilder& b, const Name& N, const HeadState& st) {
+  const std::vector<int64_t> shape = b.shape(st.log_probs);
+  const traces::Tensor& lp = b.tensor(st.log_probs);
+  const int64_t n = Elements(shape);
+  const TensorId g_nll = b.Gradient(N("loss.log_probs.grad"), shape, lp.dtype);
+  b.Op(N("loss.bwd"), OpKind::kLoss, {st.labels}, {g_nll}, n);
+  const TensorId g_in = b.Gradient(N("logits.grad"), shape, lp.dtype);
+  const OpId back = b.Op(N("loss.log_softmax.bwd"), OpKind::kLoss, {g_nll, st.log_probs}, {g_in},
+                         kBackwardFactor * kLossPassFlops * n);
+  b.op(back).bytes_read = 2 * b.tensor(g_nll).bytes + lp.bytes;
+  return g_in;
+}
+
+}  // namespace
 
 void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transform, TensorId x,
                  TensorId word, HeadState* st, bool output_bias, bool final_softcap,
@@ -47,6 +90,10 @@ void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transfo
     st->loss_input = b.Activation(N("logits.float"), b.shape(logits), DType::kFp32);
     b.Op(N("logits.float"), OpKind::kElementwise, {logits}, {st->loss_input}, 0);
   }
+  if (d.torch_cross_entropy) {
+    TorchCrossEntropyForward(b, N, st);
+    return;
+  }
   // Megatron-LM's _VocabParallelCrossEntropy.forward (megatron/mpu/cross_entropy.py at
   // 6985e589), pass by pass over the rank's [s, b, V/t] input: the row maximum, subtract it
   // in place, exp in place, the row sum, divide by it in place; the result is the softmax it
@@ -73,11 +120,15 @@ void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transfo
 TensorId HeadBackward(TraceBuilder& b, const Dims& d, const HeadState& st) {
   auto N = [&st](const char* name) { return st.prefix + name; };
   const int64_t n = Elements(b.shape(st.logits));
-  // softmax − one-hot, scaled by the loss gradient, over the softmax's storage.
-  TensorId g_logits =
-      b.View(N("logits.grad"), st.softmax, b.shape(st.softmax), TensorKind::kGradient);
-  b.Op(N("loss.bwd"), OpKind::kLoss, {st.softmax, st.labels}, {g_logits},
-       kBackwardFactor * kLossFlops * n);
+  TensorId g_logits = kNoTensor;
+  if (st.log_probs != kNoTensor) {
+    g_logits = TorchCrossEntropyBackward(b, N, st);
+  } else {
+    // softmax − one-hot, scaled by the loss gradient, over the softmax's storage.
+    g_logits = b.View(N("logits.grad"), st.softmax, b.shape(st.softmax), TensorKind::kGradient);
+    b.Op(N("loss.bwd"), OpKind::kLoss, {st.softmax, st.labels}, {g_logits},
+         kBackwardFactor * kLossFlops * n);
+  }
   if (st.loss_input != st.logits && st.loss_input != st.capped) {
     const TensorId g16 = b.Gradient(N("logits.grad.half"), b.shape(st.logits), d.act);
     b.Op(N("logits.float.bwd"), OpKind::kElementwise, {g_logits}, {g16}, 0);

@@ -4,7 +4,11 @@
 // logits.float() unless --fp16-lm-cross-entropy (Dims::fp32_loss), computing the
 // softmax in place over its input and saving it; backward turns that softmax
 // into the logits' gradient in place, and the fp32 gradient is cast back to the
-// logits' dtype. Logits and loss stay on the GPU (never offloadable).
+// logits' dtype. Or, with Dims::torch_cross_entropy, as torch.nn.functional.
+// cross_entropy runs it (torchtitan, Hugging Face): log_softmax into a tensor of
+// its own that it saves, nll_loss; backward writes nll_loss's gradient and then
+// log_softmax's, each a new logits-sized tensor. Logits and loss stay on the GPU
+// (never offloadable).
 #pragma once
 
 #include "models/detail/dims.h"
@@ -27,6 +31,8 @@ struct HeadState {
   // The cross-entropy's input (logits, or their fp32 copy: Dims::fp32_loss)
   // and the softmax it saves for backward, a view of that input (in place).
   TensorId loss_input = kNoTensor, softmax = kNoTensor;
+  // torch's cross-entropy: log_softmax's output, saved (softmax stays kNoTensor).
+  TensorId log_probs = kNoTensor;
 };
 
 // x: the last block's output [s_local, b, h]. `word`: the tied word table, or
