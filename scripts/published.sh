@@ -60,7 +60,7 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 - "$root" "$SSDTRAIN_BIN" "$hardware" "$work" "$json_out" <<'PY'
-import json, os, statistics, subprocess, sys
+import json, os, re, statistics, subprocess, sys
 
 root, binary, hardware, work, json_out = sys.argv[1:6]
 table_path = os.path.join(root, "configs/published/megatron-sc21-table1.json")
@@ -151,11 +151,16 @@ policy_of = {"none": ["keep"], "full": ["recompute-full"],
 # One torchtitan run planned at its layout (FSDP2 as ZeRO-3 over every rank, tp 1,
 # pp 1) on `hardware_path`, on torchtitan's Llama block (torchtitan/models/llama/
 # model.py: wq, wk, wv and w1, w3 linear layers of their own, silu and the gated
-# product ops of their own: --projections separate): its prediction report, or
-# None and why not.
+# product ops of their own: --projections separate) and its loss (train.py's
+# loss_fn, torch.nn.functional.cross_entropy on pred.float(): cross_entropy
+# "torch", at tp 1 as it runs): its prediction report, or None and why not.
 def plan_torchtitan(run, gpus, policy, hardware_path):
     plan, prediction = os.path.join(work, "plan.json"), os.path.join(work, "prediction.json")
-    command = [binary, "plan", "--model", os.path.join(root, "configs/models", run["model"] + ".json"),
+    config = json.load(open(os.path.join(root, "configs/models", run["model"] + ".json")))
+    config.update(cross_entropy="torch", tp=1, sequence_parallel=False)
+    model_path = os.path.join(work, run["model"] + ".json")
+    json.dump(config, open(model_path, "w"))
+    command = [binary, "plan", "--model", model_path,
                "--projections", "separate", "--hardware",
                hardware_path, "--gpus", str(gpus), "--tp", "1", "--pp", "1", "--dp", str(gpus),
                "--zero-stage", "3", "--micro-batch", str(run["local_batch"]),
@@ -211,6 +216,25 @@ if titan_errors:
     print(f"median |error| {100 * titan_stats['median_abs_error']:.1f}%, worst "
           f"{100 * titan_stats['worst_abs_error']:.1f}% over {len(titan_errors)} run(s); "
           f"{titan_stats['excluded']} run(s) with a recompute ssdtrain has no policy for left out")
+# What torchtitan reports as out of memory at its layout (a fact about memory
+# too): each planned the same way, which should find no plan within the
+# A100's budget; the need it names is printed.
+titan_oom_rows = []
+for run in titan.get("out_of_memory", []):
+    row = {"model": run["model"], "seq_len": run["seq_len"], "local_batch": run["local_batch"],
+           "recompute": run["recompute"]}
+    report, why = plan_torchtitan(run, titan["gpus"], policy_of[run["recompute"]], hardware)
+    if report is not None:
+        row.update(status="fits", peak_GiB=report["peak_gpu_bytes"] / 2**30)
+    else:
+        need = re.search(r"needs ([0-9.]+) GiB per GPU", why)
+        row.update(status="does not fit", needs_GiB=float(need.group(1)) if need else None, why=why)
+    titan_oom_rows.append(row)
+    said = (f"predicted to need {row['needs_GiB']:.1f} GiB (budget 76): does not fit, as published"
+            if row["status"] == "does not fit" and row["needs_GiB"] is not None
+            else f"predicted {row['status']}" + (f" at {row['peak_GiB']:.1f} GiB" if "peak_GiB" in row else ""))
+    print(f"published out of memory: {row['model']} seq {row['seq_len']} local batch {row['local_batch']} "
+          f"{row['recompute']}: {said}")
 # NeMo 24.07: FP8 (delayed) on DGX H100, no recompute, sequence parallelism where
 # tp > 1, the distributed optimizer (ZeRO-1), interleaved where vp > 1, cp where given.
 nemo = json.load(open(os.path.join(root, "configs/published/nemo-24.07-dgx-h100.json")))
@@ -325,7 +349,8 @@ for r in mem_rows:
           f"{100 * r['error']:>+6.1f}%")
 if json_out:
     json.dump({"hardware": os.path.relpath(hardware, root), "rows": rows, "statistics": stats,
-               "torchtitan": {"rows": titan_rows, "statistics": titan_stats},
+               "torchtitan": {"rows": titan_rows, "statistics": titan_stats,
+                              "out_of_memory": titan_oom_rows},
                "torchtitan_memory": {"rows": mem_rows},
                "nemo": {"hardware": os.path.relpath(nemo_hardware, root), "rows": nemo_rows,
                         "statistics": nemo_stats}},

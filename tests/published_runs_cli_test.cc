@@ -72,6 +72,16 @@ TEST(PublishedRuns, TimesFollowFromThePapersFlopFormula) {
 // 8.2%, worst 11.0% (the 76.1B run), every run faster than published.
 constexpr double kMedianBound = 0.085;
 constexpr double kWorstBound = 0.115;  // 11.0%: the 76.1B run, interleaved v=3
+// The same for today's tables, where they stand (docs/PERFORMANCE.md), far from
+// the issue's 5% / 10%: torchtitan's 11.6% / 19.9% (Llama-2-70B sel-op at local
+// batch 1), NeMo's 18.5% / 30.5% (GPT-3 5B), every run predicted fast.
+constexpr double kTitanMedianBound = 0.12;
+constexpr double kTitanWorstBound = 0.205;
+constexpr double kNemoMedianBound = 0.19;
+constexpr double kNemoWorstBound = 0.31;
+// torchtitan's published memory (max reserved) against the caching allocator's
+// model: -4.5% and -1.1%; the issue's target, 5%, holds each run.
+constexpr double kMemoryBound = 0.05;
 
 class PublishedRunsCli : public testing::CliTest {
  protected:
@@ -126,8 +136,8 @@ TEST_F(PublishedRunsCli, EveryRunIsPlannedAtItsLayoutAndFitsItsGpu) {
   // torchtitan's FSDP runs: every run planned, its Llama block as torchtitan
   // builds it (projections separate), at ZeRO-3 over all 64 ranks within the
   // A100's 76 GiB: none as keep, full as recompute-full, sel-layer as
-  // recompute-full on one block in 2, sel-op as recompute-sac. No error
-  // bound yet (issue 40): docs/PERFORMANCE.md has the figures.
+  // recompute-full on one block in 2, sel-op as recompute-sac; the errors
+  // where docs/PERFORMANCE.md has them.
   const nlohmann::json titan_table =
       *traces::ReadJsonFile(SourceDir() + "/configs/published/torchtitan-64xa100.json");
   const nlohmann::json& titan = report->at("torchtitan");
@@ -145,12 +155,21 @@ TEST_F(PublishedRunsCli, EveryRunIsPlannedAtItsLayoutAndFitsItsGpu) {
   }
   EXPECT_EQ(titan.at("statistics").at("runs").get<int>(), 8);
   EXPECT_EQ(titan.at("statistics").at("excluded").get<int>(), 0);
+  EXPECT_LE(titan.at("statistics").at("median_abs_error").get<double>(), kTitanMedianBound);
+  EXPECT_LE(titan.at("statistics").at("worst_abs_error").get<double>(), kTitanWorstBound);
+  // What torchtitan reports out of memory (Llama-2-70B sel-op at local batch 2
+  // on 80 GB) finds no plan within the A100's 76 GiB at that layout.
+  ASSERT_EQ(titan.at("out_of_memory").size(), titan_table.at("out_of_memory").size());
+  for (const nlohmann::json& row : titan.at("out_of_memory")) {
+    EXPECT_EQ(row.at("status"), "does not fit") << row.dump();
+    EXPECT_GT(row.value("needs_GiB", 0.0), 76.0) << row.dump();
+  }
 
   // torchtitan's published memory (max reserved, 96 GB H100s): every run
   // planned at its layout, the caching allocator's reserved peak at least the
-  // allocated one (its rounding and cached blocks) and within the GPU. No
-  // error bound yet (issue 40): docs/PERFORMANCE.md has the figures and what
-  // the remaining difference may come from.
+  // allocated one (its rounding and cached blocks), within the GPU and within
+  // 5% of the published figure (torchtitan's block and loss as it runs them:
+  // projections separate, cross_entropy torch).
   const nlohmann::json memory_table =
       *traces::ReadJsonFile(SourceDir() + "/configs/published/torchtitan-h100-memory.json");
   const nlohmann::json& memory = report->at("torchtitan_memory");
@@ -159,12 +178,12 @@ TEST_F(PublishedRunsCli, EveryRunIsPlannedAtItsLayoutAndFitsItsGpu) {
     ASSERT_EQ(row.at("status"), "ok") << row.dump();
     EXPECT_GT(row.at("reserved_GiB").get<double>(), row.at("allocated_GiB").get<double>());
     EXPECT_LE(row.at("reserved_GiB").get<double>(), 96.0);
+    EXPECT_LE(std::abs(row.at("error").get<double>()), kMemoryBound) << row.dump();
   }
 
   // NeMo 24.07's FP8 runs on DGX H100: every run listed at its layout, planned
-  // with --fp8 delayed where it fits the H100's 76 GiB (GPT-3 20B does not, at
-  // its published layout: its row says so). No error bound yet (issue 40):
-  // docs/PERFORMANCE.md has the figures.
+  // with --fp8 delayed where it fits the H100's 76 GiB (a run that does not
+  // says so on its row); the errors where docs/PERFORMANCE.md has them.
   const nlohmann::json nemo_table =
       *traces::ReadJsonFile(SourceDir() + "/configs/published/nemo-24.07-dgx-h100.json");
   const nlohmann::json& nemo = report->at("nemo");
@@ -183,6 +202,8 @@ TEST_F(PublishedRunsCli, EveryRunIsPlannedAtItsLayoutAndFitsItsGpu) {
   }
   EXPECT_GE(nemo_planned, 8);
   EXPECT_EQ(nemo.at("statistics").at("runs").get<int>(), nemo_planned);
+  EXPECT_LE(nemo.at("statistics").at("median_abs_error").get<double>(), kNemoMedianBound);
+  EXPECT_LE(nemo.at("statistics").at("worst_abs_error").get<double>(), kNemoWorstBound);
 }
 
 }  // namespace
