@@ -20,13 +20,6 @@ using traces::Placement;
 using traces::TensorAction;
 using traces::TensorId;
 
-bool ConsumedOutsideLayer(const traces::Trace& trace, const traces::Tensor& t) {
-  for (traces::OpId c : t.consumers) {
-    if (trace.op(c).layer != t.layer) return true;
-  }
-  return false;
-}
-
 bool ProducedBy(const traces::Trace& trace, TensorId t, OpKind kind) {
   const traces::OpId p = trace.tensor(trace.StorageOf(t)).producer;
   return p != traces::kNoOp && trace.op(p).kind == kind;
@@ -183,7 +176,7 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
       const traces::Tensor& tensor = trace.tensor(t);
       if (tensor.producer == traces::kNoOp) continue;  // a view: nothing to re-run
       if (trace.op(tensor.producer).layer != tensor.layer) continue;
-      if (ConsumedOutsideLayer(trace, tensor)) continue;  // the block's output: next input
+      if (traces::ReadOutsideLayer(trace, tensor, tensor.layer)) continue;  // the block's output
       if (full && rebuilt.count(tensor.layer) == 0) continue;
       if (!full && !(core && InAttentionCore(trace, tensor)) &&
           !(mla_up && InMlaUpProjection(trace, tensor))) {

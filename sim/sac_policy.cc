@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "sim/policy.h"
+#include "traces/op_scope.h"
 #include "traces/storage_plan.h"
 #include "traces/uniform_plans.h"
 
@@ -78,9 +79,7 @@ Result<traces::Plan> MakeSacPlan(const traces::Trace& trace, traces::Plan plan) 
     if (tensor.producer == traces::kNoOp) continue;  // a view: nothing to re-run
     const Op& producer = trace.op(tensor.producer);
     if (producer.layer != tensor.layer || saved_op[static_cast<size_t>(producer.id)]) continue;
-    bool outside = false;  // the block's output: the next block's input
-    for (OpId c : tensor.consumers) outside = outside || trace.op(c).layer != tensor.layer;
-    if (outside) continue;
+    if (traces::ReadOutsideLayer(trace, tensor, tensor.layer)) continue;  // the block's output
     plan.placements.push_back(Placement{t, TensorAction::kRecompute, traces::kNoOp, "", 0, 0});
     recomputed[static_cast<size_t>(sp.IndexOf(t))] = true;
   }
@@ -103,9 +102,8 @@ Result<traces::Plan> MakeSacPlan(const traces::Trace& trace, traces::Plan plan) 
       OpId until = backward_start.count({op.layer, op.micro_batch})
                        ? backward_start.at({op.layer, op.micro_batch})
                        : traces::kNoOp;
-      bool outside = false;  // read beyond the block: it stays until then anyway
-      for (OpId c : tensor.consumers) outside = outside || trace.op(c).layer != op.layer;
-      if (outside) continue;
+      // Read beyond the block: it stays until then anyway.
+      if (traces::ReadOutsideLayer(trace, tensor, op.layer)) continue;
       // Downstream through what is gone by backward: each recomputed storage
       // reached is rebuilt by a run that re-runs a consumer of `out` first.
       std::vector<OpId> stack(tensor.consumers.begin(), tensor.consumers.end());

@@ -54,4 +54,11 @@ std::string_view OffloadModuleOf(const Op& op) {
   return "";
 }
 
+bool ReadOutsideLayer(const Trace& trace, const Tensor& t, int layer) {
+  for (OpId c : t.consumers) {
+    if (trace.op(c).layer != layer) return true;
+  }
+  return false;
+}
+
 }  // namespace ssdtrain::traces

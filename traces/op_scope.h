@@ -40,4 +40,9 @@ inline constexpr std::string_view kOffloadModules[] = {
 // The module `op` belongs to, or "" for an op of none.
 std::string_view OffloadModuleOf(const Op& op);
 
+// Whether an op outside block `layer` reads `t`: a block's output (the next
+// block's input, or the head's), which checkpointing the block never drops. The
+// recompute policies (sim/policies.cc, sim/sac_policy.cc) decide it here.
+bool ReadOutsideLayer(const Trace& trace, const Tensor& t, int layer);
+
 }  // namespace ssdtrain::traces
