@@ -192,6 +192,11 @@ Status Replayer::EvictAndPrefetchAt(const traces::Op& op, bool* io_dependent) {
 
 Status Replayer::MakeInputsResident(const traces::Op& op, std::vector<TensorId>* touched,
                                     bool* io_dependent) {
+  // A checkpointed region's re-run (traces/storage_plan.h, "Recompute"): what
+  // the plan rebuilds at this op, in its producers' order, first.
+  for (int i : plan_.rebuild_at[static_cast<size_t>(op.id)]) {
+    SSDTRAIN_RETURN_IF_ERROR(Need(plan_.storages[static_cast<size_t>(i)].root, op, io_dependent));
+  }
   for (TensorId t : op.inputs) {
     const TensorId s = trace_.StorageOf(t);
     touched->push_back(s);

@@ -84,6 +84,30 @@ std::string NotAmong(std::string_view what, const std::vector<std::string>& name
 
 }  // namespace
 
+std::map<int64_t, traces::OpId> SetRerunPoints(
+    const traces::Trace& trace, traces::Plan* plan,
+    const std::function<int64_t(const traces::Tensor&)>& region_of) {
+  std::map<TensorId, int64_t> region;  // storage root -> region
+  for (const Placement& p : plan->placements) {
+    if (p.action != TensorAction::kRecompute) continue;
+    region.emplace(trace.StorageOf(p.tensor), region_of(trace.tensor(p.tensor)));
+  }
+  std::map<int64_t, traces::OpId> point;  // region -> its first backward read
+  for (const traces::Op& op : trace.ops) {
+    if (op.phase != Phase::kBackward) continue;
+    for (TensorId t : op.inputs) {
+      const auto it = region.find(trace.StorageOf(t));
+      if (it != region.end()) point.emplace(it->second, op.id);
+    }
+  }
+  for (Placement& p : plan->placements) {
+    if (p.action != TensorAction::kRecompute) continue;
+    const auto it = point.find(region.at(trace.StorageOf(p.tensor)));
+    if (it != point.end()) p.prefetch_before = it->second;
+  }
+  return point;
+}
+
 std::string RecomputeModulesError(const std::vector<std::string>& modules) {
   return NotAmong("recompute module", modules, kRecomputeModules);
 }
@@ -184,6 +208,12 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
       }
       plan.placements.push_back(Placement{t, TensorAction::kRecompute, traces::kNoOp, "", 0, 0});
     }
+    // The checkpointed regions: a block (recompute-full), or each selected
+    // module of a block (Megatron-Core checkpoints core_attn and mla_up_proj
+    // apart).
+    SetRerunPoints(trace, &plan, [&](const traces::Tensor& t) -> int64_t {
+      return full ? t.layer : 2 * int64_t{t.layer} + (InAttentionCore(trace, t) ? 0 : 1);
+    });
     return plan;
   }
   const std::vector<TensorId> candidates =

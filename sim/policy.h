@@ -3,7 +3,9 @@
 //
 //   keep                 nothing moves
 //   recompute-full       layerwise checkpointing: every saved activation of a
-//                        block except its input is rebuilt in backward; with
+//                        block except its input is rebuilt in backward, all
+//                        of the block's at once where backward first reads
+//                        one (SetRerunPoints, below); with
 //                        PolicyOptions::recompute_every N > 1, every N-th
 //                        block of the stage only (torchtitan's selective
 //                        per-layer checkpointing)
@@ -12,7 +14,8 @@
 //                        (the default: the attention core's scores, softmax
 //                        and attention dropout) and mla_up_proj (multi-head
 //                        latent attention's query, key and value,
-//                        traces::kMlaUpScope)
+//                        traces::kMlaUpScope), each module of a block re-run
+//                        whole as its own region
 //   recompute-sac        torchtitan's per-op selective activation
 //                        checkpointing (selective_ac_option "op"): in each
 //                        block, the outputs of every other linear GEMM (the
@@ -71,6 +74,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -127,6 +132,16 @@ std::string RecomputeModulesError(const std::vector<std::string>& modules);
 Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace& trace,
                                    const HardwareOptions& hw, const traces::Plan& base,
                                    const PolicyOptions& options = {});
+
+// Each recompute placement's rebuild point (Placement::prefetch_before;
+// traces/storage_plan.h, "Recompute"): a checkpointed region is re-run whole
+// when backward first needs any of its recomputed storages, as Megatron's
+// CheckpointFunction and torch.utils.checkpoint do (the whole region's
+// recomputed tensors resident from there, not each from its own first use).
+// `region_of` names each placed tensor's region; returns each region's point.
+std::map<int64_t, traces::OpId> SetRerunPoints(
+    const traces::Trace& trace, traces::Plan* plan,
+    const std::function<int64_t(const traces::Tensor&)>& region_of);
 
 // recompute-sac's plan on `base`'s layout (sim/sac_policy.cc).
 Result<traces::Plan> MakeSacPlan(const traces::Trace& trace, traces::Plan base);

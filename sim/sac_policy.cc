@@ -13,12 +13,12 @@
 // the saved ops (its cache, read by autograd or not) and re-runs the other
 // ops in backward, taking the saved ops' outputs from the cache. Here:
 // recompute every saved-for-backward activation of the block that a
-// recomputed op produces; keep those a saved op produces; hold a saved op's
-// outputs that autograd does not save (Placement::hold_until) until the
-// backward op whose recompute reads them, or, where no recompute reads them,
-// until the block's backward starts (where PyTorch's re-run consumes its
-// cache). On a block built with separate projections (models: projections
-// "separate", torchtitan's wq, wk, wv and w1, w3) the saved GEMMs are wq, wv,
+// recomputed op produces, all of the block's at once when backward first
+// needs one (the re-run, SetRerunPoints); keep those a saved op produces; hold
+// a saved op's outputs that autograd does not save (Placement::hold_until)
+// until that re-run where it reads them, or else until the block's backward
+// starts (where PyTorch's re-run consumes its cache). On a block built with separate projections
+// (models: projections "separate", torchtitan's wq, wk, wv and w1, w3) the saved GEMMs are wq, wv,
 // w1 and w2 and the recomputed ones wk, wo and w3.
 #include <algorithm>
 #include <map>
@@ -83,6 +83,9 @@ Result<traces::Plan> MakeSacPlan(const traces::Trace& trace, traces::Plan plan) 
     plan.placements.push_back(Placement{t, TensorAction::kRecompute, traces::kNoOp, "", 0, 0});
     recomputed[static_cast<size_t>(sp.IndexOf(t))] = true;
   }
+  // A block's re-run: all of it when backward first needs one of them.
+  const std::map<int64_t, OpId> rerun =
+      SetRerunPoints(trace, &plan, [](const traces::Tensor& t) -> int64_t { return t.layer; });
   // A storage gone by backward (not saved, or recomputed), which a recompute
   // re-runs its producer for when something downstream needs it.
   auto gone = [&](int index) {
@@ -118,8 +121,9 @@ Result<traces::Plan> MakeSacPlan(const traces::Trace& trace, traces::Plan plan) 
           const int j = sp.IndexOf(o);
           if (sp.storages[static_cast<size_t>(j)].root != o || !gone(j)) continue;
           const traces::StorageInfo& g = sp.storages[static_cast<size_t>(j)];
-          if (recomputed[static_cast<size_t>(j)] && g.first_backward_use != traces::kNoOp) {
-            until = std::max(until, g.first_backward_use);
+          if (recomputed[static_cast<size_t>(j)] && g.first_backward_use != traces::kNoOp &&
+              rerun.count(op.layer)) {
+            until = std::max(until, rerun.at(op.layer));  // the re-run reads it
           }
           for (OpId next : trace.tensor(o).consumers) stack.push_back(next);
         }

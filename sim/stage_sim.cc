@@ -122,6 +122,13 @@ StageSimulator::InputsState StageSimulator::CheckInputs(const WorkItem& item) {
   const size_t op_index = static_cast<size_t>(item.op);
   bool reading = false;
   bool collective = false;
+  if (!item.recompute) {
+    // A checkpointed region's re-run (traces/storage_plan.h, "Recompute"):
+    // what the plan rebuilds at this op, in its producers' order, first.
+    for (size_t sid : resolved_.rebuild_at[op_index]) {
+      if (!storages_[sid].resident) return PushRecompute(item, sid);
+    }
+  }
   for (size_t sid : resolved_.op_inputs[op_index]) {
     Storage& s = storages_[sid];
     if (s.resident) {
@@ -156,17 +163,22 @@ StageSimulator::InputsState StageSimulator::CheckInputs(const WorkItem& item) {
                                 std::to_string(s.root) + ", which is gone and has no producer");
       return InputsState::kFailed;
     }
-    if (recompute_stack_.size() > trace_.ops.size()) {
-      error_ =
-          Status::Internal("recompute chain does not terminate at op " + std::to_string(item.op));
-      return InputsState::kFailed;
-    }
-    s.held = true;
-    recompute_stack_.push_back(WorkItem{s.producer, true, sid});
-    return InputsState::kRecomputePushed;
+    return PushRecompute(item, sid);
   }
   if (reading) return InputsState::kReading;
   return collective ? InputsState::kCollective : InputsState::kReady;
+}
+
+StageSimulator::InputsState StageSimulator::PushRecompute(const WorkItem& item, size_t sid) {
+  if (recompute_stack_.size() > trace_.ops.size()) {
+    error_ =
+        Status::Internal("recompute chain does not terminate at op " + std::to_string(item.op));
+    return InputsState::kFailed;
+  }
+  Storage& s = storages_[sid];
+  s.held = true;
+  recompute_stack_.push_back(WorkItem{s.producer, true, sid});
+  return InputsState::kRecomputePushed;
 }
 
 bool StageSimulator::OverBudgetWaits(size_t op_index) {
@@ -220,6 +232,11 @@ void StageSimulator::StartItem(const WorkItem& item) {
                    static_cast<size_t>(item.op));
   }
   for (size_t sid : resolved_.op_inputs[static_cast<size_t>(item.op)]) storages_[sid].held = false;
+  if (!item.recompute) {
+    for (size_t sid : resolved_.rebuild_at[static_cast<size_t>(item.op)]) {
+      storages_[sid].held = false;
+    }
+  }
   if (item.recompute) {
     Storage& target = storages_[item.target];
     target.recomputed = true;

@@ -15,6 +15,7 @@ void StageSimulator::StartSideItem(const WorkItem& item) {
   const traces::Op& op = trace_.op(item.op);
   const size_t index = static_cast<size_t>(item.op);
   for (size_t sid : resolved_.op_inputs[index]) storages_[sid].held = false;
+  for (size_t sid : resolved_.rebuild_at[index]) storages_[sid].held = false;
   for (size_t sid : resolved_.op_outputs[index]) {
     Storage& s = storages_[sid];
     if (!s.persistent && !s.resident) Allocate(s);

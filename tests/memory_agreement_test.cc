@@ -20,6 +20,7 @@
 #include "sim/simulate.h"
 #include "tests/fast_io_cpu.h"
 #include "tests/micro_gpt.h"
+#include "tests/micro_trace.h"
 #include "traces/storage_plan.h"
 
 namespace ssdtrain {
@@ -28,13 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // A two-block fp32 GPT small enough to replay in a fraction of a second.
-traces::Trace MicroGpt() {
-  auto config = models::ModelConfigFromJson(testing::MicroGptConfig(), "micro-gpt");
-  EXPECT_TRUE(config.ok()) << config.status().message();
-  auto trace = models::BuildTrace(*config, 0);
-  EXPECT_TRUE(trace.ok()) << trace.status().message();
-  return *trace;
-}
+traces::Trace MicroGpt() { return testing::BuildMicroTrace(testing::MicroGptConfig()); }
 
 using testing::FastIoCpu;
 

@@ -6,7 +6,6 @@
 // byte. Also the separate block itself (the same GEMM FLOPs as the fused one)
 // and the hold's validity rule (traces/storage_plan.cc).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -20,7 +19,9 @@
 #include "sim/simulate.h"
 #include "tests/fast_io_cpu.h"
 #include "tests/micro_gpt.h"
+#include "tests/micro_trace.h"
 #include "tests/recompute_runs.h"
+#include "tests/verified_replay.h"
 #include "traces/storage_plan.h"
 
 namespace ssdtrain {
@@ -41,14 +42,7 @@ nlohmann::json MicroLlama(const std::string& projections, int64_t zero_stage) {
   return j;
 }
 
-traces::Trace Build(const nlohmann::json& j) {
-  auto config = models::ModelConfigFromJson(j, "micro-llama");
-  EXPECT_TRUE(config.ok()) << config.status().message();
-  if (!config.ok()) return {};
-  auto trace = models::BuildTrace(*config, 0);
-  EXPECT_TRUE(trace.ok()) << trace.status().message();
-  return trace.ok() ? *trace : traces::Trace{};
-}
+traces::Trace Build(const nlohmann::json& j) { return testing::BuildMicroTrace(j); }
 
 const traces::Op* OpNamed(const traces::Trace& t, const std::string& name) {
   for (const traces::Op& op : t.ops) {
@@ -116,8 +110,11 @@ TEST(SacPolicy, SavesEveryOtherGemmOfATorchtitanBlock) {
   EXPECT_EQ(recomputed,
             (std::set<std::string>{"L1.ln1.out", "L1.q_rot", "L1.k_rot", "L1.attn_out.out",
                                    "L1.ln2.out", "L1.silu.out", "L1.w3.out", "L1.act.out"}));
-  // wq's output until the attention's backward, whose recompute of the rotary
-  // reads it; w2's until the block's backward starts (nothing re-reads it).
+  // The block is re-run whole where backward first reads a recomputed tensor
+  // (w2's weight gradient reads the gated product), every recomputed tensor
+  // rebuilt there (prefetch_before), as torch.utils.checkpoint re-runs the
+  // block at its first unpack. wq's output is held until that re-run, whose
+  // rotary reads it; w2's until the block's backward starts (nothing re-reads it).
   const traces::Op* first_backward = nullptr;
   for (const traces::Op& op : t.ops) {
     if (op.layer == 1 && op.phase == traces::Phase::kBackward) {
@@ -126,19 +123,16 @@ TEST(SacPolicy, SavesEveryOtherGemmOfATorchtitanBlock) {
     }
   }
   ASSERT_NE(first_backward, nullptr);
-  EXPECT_EQ(held, (std::map<std::string, std::string>{{"L1.wq.out", "L1.attn.flash.bwd"},
+  EXPECT_EQ(held, (std::map<std::string, std::string>{{"L1.wq.out", "L1.w2.wgrad"},
                                                       {"L1.w2.out", first_backward->name}}));
+  for (const traces::Placement& p : plan->placements) {
+    if (t.tensor(p.tensor).layer != 1 || p.action != traces::TensorAction::kRecompute) continue;
+    ASSERT_NE(p.prefetch_before, traces::kNoOp) << t.tensor(p.tensor).name;
+    EXPECT_EQ(t.op(p.prefetch_before).name, "L1.w2.wgrad") << t.tensor(p.tensor).name;
+  }
 }
 
-class SacReplay : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("ssdtrain-sac-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
+using SacReplay = testing::VerifiedReplayTest;
 
 // The simulator and the executor run the plan alike: the same recompute runs,
 // each op once a micro-batch, wq, wv, w1, w2 and the attention never again;
@@ -155,13 +149,7 @@ TEST_F(SacReplay, SimulationAndReplayRunTheSameRecomputeToTheByte) {
     so.record_timeline = true;
     auto predicted = sim::Simulate(t, *plan, hw, so);
     ASSERT_TRUE(predicted.ok()) << predicted.status().message();
-    exec::ReplayOptions ro;
-    ro.dirs = {dir_.string()};
-    ro.backend = exec::BackendChoice::kCpu;
-    ro.steps = 1;
-    ro.verify = true;
-    ro.device_memory_bytes = int64_t{64} << 20;
-    auto run = exec::Replay(t, *plan, ro, "recompute-sac");
+    auto run = exec::Replay(t, *plan, Verified(), "recompute-sac");
     ASSERT_TRUE(run.ok()) << run.status().message();
     EXPECT_TRUE(run->verified);
     const std::map<std::string, int> simulated = testing::SimulatedRecomputes(predicted->timeline);

@@ -5,7 +5,6 @@
 // weights the backward gathered again), with every tensor verified. The micro-GPT at ZeRO-3 over 8
 // ranks is also checked for its shards' sizes.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -19,6 +18,7 @@
 #include "tests/fast_io_cpu.h"
 #include "tests/micro_gpt.h"
 #include "tests/recompute_runs.h"
+#include "tests/verified_replay.h"
 #include "traces/collective_kind.h"
 
 namespace ssdtrain {
@@ -37,25 +37,8 @@ traces::Trace MicroGpt(int64_t zero_stage, int64_t dp) {
   return trace.ok() ? *trace : traces::Trace{};
 }
 
-class ZeroReplay : public ::testing::Test {
+class ZeroReplay : public testing::VerifiedReplayTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("ssdtrain-zero-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // One verified step on the CPU backend in a 64 MiB device.
-  exec::ReplayOptions Verified() const {
-    exec::ReplayOptions ro;
-    ro.dirs = {dir_.string()};
-    ro.backend = exec::BackendChoice::kCpu;
-    ro.steps = 1;
-    ro.verify = true;
-    ro.device_memory_bytes = int64_t{64} << 20;
-    return ro;
-  }
-
   // Simulates and replays `policy`'s plan of `trace` with `m` micro-batches;
   // the peaks must agree to the byte.
   void Agree(const traces::Trace& trace, const std::string& policy, int64_t m) {
@@ -77,8 +60,6 @@ class ZeroReplay : public ::testing::Test {
     EXPECT_EQ(run->metrics.peak_gpu_bytes, predicted->metrics.peak_gpu_bytes);
     EXPECT_TRUE(fs::is_empty(dir_)) << "offload files left behind";
   }
-
-  fs::path dir_;
 };
 
 TEST_F(ZeroReplay, Zero3PeaksAreThePredictionsToTheByte) {

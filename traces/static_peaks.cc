@@ -35,6 +35,7 @@ class StaticWalk {
   void Run(const Op& op) {
     const auto id = static_cast<size_t>(op.id);
     for (int i : sp_.prefetch_at[id]) Add(i);
+    for (int i : sp_.rebuild_at[id]) Add(i);  // a checkpointed region's re-run
     touched_.assign(sp_.op_inputs[id].begin(), sp_.op_inputs[id].end());
     for (int i : sp_.op_outputs[id]) {
       if (std::find(touched_.begin(), touched_.end(), i) == touched_.end()) touched_.push_back(i);

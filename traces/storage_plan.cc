@@ -166,6 +166,7 @@ Result<StoragePlan> ResolveStorages(const Trace& trace, const std::string& sourc
   detail::PairRegathers(trace, sp);
   sp.prefetch_at = OpLists::Grouped(trace.ops.size(), {});  // nothing moves: every storage kept
   sp.evict_at = sp.prefetch_at;
+  sp.rebuild_at = sp.prefetch_at;
   return sp;
 }
 
@@ -217,6 +218,13 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const StoragePlan& storages,
     if (p.prefetch_before != kNoOp && (p.prefetch_before < 0 || p.prefetch_before >= n_ops)) {
       return Status::InvalidArgument(at() + ".prefetch_before: op " +
                                      std::to_string(p.prefetch_before) + " does not exist");
+    }
+    if (p.action == TensorAction::kRecompute && p.prefetch_before != kNoOp &&
+        trace.op(p.prefetch_before).phase != Phase::kBackward) {
+      return Status::InvalidArgument(at() + ".prefetch_before: op " +
+                                     std::to_string(p.prefetch_before) +
+                                     " is not a backward op; a recomputed tensor's prefetch_before "
+                                     "is where backward rebuilds it");
     }
     if (p.evict_before != kNoOp) {
       if (!offload) {
@@ -299,6 +307,10 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const StoragePlan& storages,
         s.prefetch_before = p.prefetch_before;
       }
       s.hold_until = std::max(s.hold_until, p.hold_until);
+      if (p.action == TensorAction::kRecompute && p.prefetch_before != kNoOp &&
+          (s.rebuild_before == kNoOp || p.prefetch_before < s.rebuild_before)) {
+        s.rebuild_before = p.prefetch_before;
+      }
       if (p.evict_before != s.evict_before) {
         return Status::InvalidArgument(
             at() + ".evict_before: " + Name(t) + " shares its storage with tensor " +
@@ -316,6 +328,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const StoragePlan& storages,
     if (offload) s.prefetch_before = p.prefetch_before;
     if (offload) s.evict_before = p.evict_before;
     s.hold_until = p.hold_until;
+    if (p.action == TensorAction::kRecompute) s.rebuild_before = p.prefetch_before;
     if (p.action == TensorAction::kOffloadSsd) {
       s.file = p.file;
       s.device = p.device;
@@ -353,6 +366,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const StoragePlan& storages,
   }
 
   detail::ApplyHolds(trace, sp);
+  SSDTRAIN_RETURN_IF_ERROR(detail::ResolveRebuildPoints(trace, placed_at, source, sp));
   std::vector<std::pair<size_t, int>> prefetches, evictions;  // (op, storage)
   std::map<int, OpId> pass_end;  // built at the first eviction point (most plans have none)
   for (size_t i = 0; i < sp.storages.size(); ++i) {

@@ -53,7 +53,14 @@
 //   Under ZeRO-3 a gathered weight that is gone is read from the backward's
 //   gather of the same shard where that has run and lives on (RegatheredAt),
 //   as FSDP's pre-backward all-gather serves the checkpointed region's re-run;
-//   only else is the forward's gather run again.
+//   only else is the forward's gather run again. A recompute placement's
+//   prefetch_before is its rebuild point (StorageInfo::rebuild_before): the
+//   storage is rebuilt when that backward op is issued, before the op waits
+//   for its own inputs, as a framework's checkpoint re-runs a whole region's
+//   forward at the start of its backward (Megatron's CheckpointFunction,
+//   torch.utils.checkpoint at its first unpack); each op's are rebuilt in
+//   their producers' order (rebuild_at). It must be a backward op after the
+//   storage's last forward use and at or before its first backward use.
 // - Hold: a kept storage with Placement::hold_until lives until that op has
 //   run (it is listed among the op's inputs, op_inputs), a checkpointed
 //   region's cache that the recompute run at that op reads.
@@ -102,8 +109,9 @@ struct StorageInfo {
   TensorAction action = TensorAction::kKeep;
   TensorId placed_by = -1;  // the tensor id of the (first) placement; -1: none
   OpId prefetch_before = kNoOp;
-  OpId evict_before = kNoOp;  // the planned eviction point (Placement::evict_before)
-  OpId hold_until = kNoOp;    // Placement::hold_until: one of op_inputs of that op
+  OpId evict_before = kNoOp;    // the planned eviction point (Placement::evict_before)
+  OpId hold_until = kNoOp;      // Placement::hold_until: one of op_inputs of that op
+  OpId rebuild_before = kNoOp;  // recompute: rebuilt when this op is issued (rebuild_at)
   // offload-ssd
   std::string file;
   int device = 0;
@@ -135,7 +143,9 @@ struct StoragePlan {
   // Placement::hold_until) and writes, and the storages whose
   // read the plan issues when the op is issued.
   // evict_at: the storages whose planned eviction point the op is.
-  OpLists op_inputs, op_outputs, prefetch_at, evict_at;
+  // rebuild_at: the recomputed storages rebuilt when the op is issued, in
+  // their producers' order (StorageInfo::rebuild_before).
+  OpLists op_inputs, op_outputs, prefetch_at, evict_at, rebuild_at;
   int64_t persistent_bytes = 0;   // raw bytes resident all step
   int64_t ssd_bytes = 0;          // unique offload-ssd bytes (written once per step)
   int64_t host_region_bytes = 0;  // the offload-host region, padded extents

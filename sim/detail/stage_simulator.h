@@ -122,6 +122,9 @@ class StageSimulator {
   // whose producer was pushed for recompute; or the simulation failed.
   enum class InputsState { kReady, kReading, kCollective, kRecomputePushed, kFailed };
   InputsState CheckInputs(const WorkItem& item);
+  // Pushes the re-run of storage `sid`'s producer for `item` (held until
+  // `item` starts).
+  InputsState PushRecompute(const WorkItem& item, size_t sid);
   // Backpressure: the op's outputs would take the device past the plan's
   // budget while writes in flight will land and evict (the replay waits too).
   bool OverBudgetWaits(size_t op_index);

@@ -1,0 +1,180 @@
+// A checkpointed region's re-run (traces/storage_plan.h, "Recompute"): a
+// recompute placement's prefetch_before is where backward rebuilds it, and
+// recompute-full sets it for a whole block at the block's first backward read
+// of a recomputed tensor (sim::SetRerunPoints), as Megatron's
+// CheckpointFunction re-runs the layer's forward before its backward. The
+// rule's checks, the order of the rebuilds, the simulator and the executor
+// (CPU backend, verified) running it alike to the byte, and what it costs
+// against rebuilding each tensor at its own first use.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "exec/replay.h"
+#include "models/build_trace.h"
+#include "models/model_config.h"
+#include "sim/policy.h"
+#include "sim/simulate.h"
+#include "tests/fast_io_cpu.h"
+#include "tests/micro_gpt.h"
+#include "tests/micro_trace.h"
+#include "tests/recompute_runs.h"
+#include "tests/verified_replay.h"
+#include "traces/storage_plan.h"
+
+namespace ssdtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+traces::Trace MicroGpt() { return testing::BuildMicroTrace(testing::MicroGptConfig()); }
+
+traces::Plan RecomputeFull(const traces::Trace& t) {
+  auto plan = sim::MakeFixedPlan("recompute-full", t, testing::FastIoCpu(), sim::BasePlan(t));
+  EXPECT_TRUE(plan.ok()) << plan.status().message();
+  return plan.ok() ? *plan : traces::Plan{};
+}
+
+// The same plan with every tensor rebuilt at its own first backward use.
+traces::Plan Lazy(traces::Plan plan) {
+  for (traces::Placement& p : plan.placements) p.prefetch_before = traces::kNoOp;
+  return plan;
+}
+
+// Each block's recompute placements share one point: the block's first
+// backward op that reads one of them; rebuild_at lists them there in their
+// producers' order.
+TEST(RerunPoints, RecomputeFullRebuildsEachBlockAtItsFirstBackwardRead) {
+  const traces::Trace t = MicroGpt();
+  const traces::Plan plan = RecomputeFull(t);
+  std::map<int, traces::OpId> point;  // layer -> rebuild op
+  std::map<int, std::vector<traces::TensorId>> placed;
+  for (const traces::Placement& p : plan.placements) {
+    if (p.action != traces::TensorAction::kRecompute) continue;
+    const int layer = t.tensor(p.tensor).layer;
+    ASSERT_NE(p.prefetch_before, traces::kNoOp) << t.tensor(p.tensor).name;
+    const auto [it, first] = point.emplace(layer, p.prefetch_before);
+    EXPECT_EQ(it->second, p.prefetch_before) << t.tensor(p.tensor).name;
+    placed[layer].push_back(t.StorageOf(p.tensor));
+  }
+  ASSERT_EQ(point.size(), 2u);  // both blocks
+  for (const auto& [layer, at] : point) {
+    // No backward op before it reads a recomputed tensor of the block.
+    for (const traces::Op& op : t.ops) {
+      if (op.id >= at || op.phase != traces::Phase::kBackward) continue;
+      for (traces::TensorId in : op.inputs) {
+        const auto& mine = placed[layer];
+        EXPECT_EQ(std::count(mine.begin(), mine.end(), t.StorageOf(in)), 0)
+            << op.name << " reads " << t.tensor(in).name << " before the re-run";
+      }
+    }
+    EXPECT_EQ(t.op(at).layer, layer);
+  }
+  auto sp = traces::ResolvePlan(t, plan, "plan");
+  ASSERT_TRUE(sp.ok()) << sp.status().message();
+  for (const auto& [layer, at] : point) {
+    std::vector<traces::OpId> producers;
+    for (int i : sp->rebuild_at[static_cast<size_t>(at)]) {
+      producers.push_back(sp->storages[static_cast<size_t>(i)].producer);
+    }
+    EXPECT_EQ(producers.size(), placed[layer].size());
+    EXPECT_TRUE(std::is_sorted(producers.begin(), producers.end()));
+  }
+}
+
+// The rule's checks name the placement: a forward op, or an op after the
+// tensor's first backward use, is refused.
+TEST(RerunPoints, APointOutsideTheBackwardBeforeTheFirstUseIsRefused) {
+  const traces::Trace t = MicroGpt();
+  traces::Plan plan = RecomputeFull(t);
+  ASSERT_FALSE(plan.placements.empty());
+  size_t k = 0;
+  while (plan.placements[k].action != traces::TensorAction::kRecompute) ++k;
+  auto sp = traces::ResolvePlan(t, Lazy(plan), "plan");
+  ASSERT_TRUE(sp.ok());
+  const traces::StorageInfo& s = sp->of(plan.placements[k].tensor);
+  const std::string at = "plan: placements[" + std::to_string(k) + "].prefetch_before: op ";
+
+  traces::Plan forward = plan;
+  forward.placements[k].prefetch_before = s.producer;
+  auto refused = traces::ResolvePlan(t, forward, "plan");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            at + std::to_string(s.producer) +
+                " is not a backward op; a recomputed tensor's prefetch_before is where backward "
+                "rebuilds it");
+
+  traces::Plan late = plan;
+  late.placements[k].prefetch_before = s.first_backward_use + 1;
+  refused = traces::ResolvePlan(t, late, "plan");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            at + std::to_string(s.first_backward_use + 1) + " must come after tensor " +
+                std::to_string(plan.placements[k].tensor) + "'s last forward use (op " +
+                std::to_string(s.last_forward_use) +
+                ") and at or before its first backward use (op " +
+                std::to_string(s.first_backward_use) + ")");
+}
+
+using RerunReplay = testing::VerifiedReplayTest;
+
+// The simulator and the executor run the re-run alike: each block's recompute
+// ops once, all before the op that starts the re-run, the peaks equal to the
+// byte; against rebuilding each tensor at its first use the same recompute
+// ops and more memory (the MLP's and the attention's recomputed tensors at
+// once), which the static peaks count too.
+TEST_F(RerunReplay, SimulationAndReplayRunTheRegionToTheByte) {
+  const traces::Trace t = MicroGpt();
+  const traces::Plan plan = RecomputeFull(t);
+  const sim::HardwareOptions hw = testing::FastIoCpu();
+  sim::SimulateOptions so;
+  so.record_timeline = true;
+  auto predicted = sim::Simulate(t, plan, hw, so);
+  ASSERT_TRUE(predicted.ok()) << predicted.status().message();
+  auto run = exec::Replay(t, plan, Verified(), "recompute-full");
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_TRUE(run->verified);
+  const std::map<std::string, int> simulated = testing::SimulatedRecomputes(predicted->timeline);
+  EXPECT_EQ(simulated, testing::ReplayedRecomputes(run->timeline));
+  EXPECT_GE(simulated.size(), 2u);
+  for (const auto& [op, runs] : simulated) EXPECT_EQ(runs, 1) << op;
+  EXPECT_EQ(run->metrics.peak_activation_bytes, predicted->metrics.peak_activation_bytes);
+  EXPECT_EQ(run->metrics.peak_gpu_bytes, predicted->metrics.peak_gpu_bytes);
+
+  // Every recompute of block 1 ends before its re-run op starts.
+  traces::OpId at = traces::kNoOp;
+  for (const traces::Placement& p : plan.placements) {
+    if (p.action == traces::TensorAction::kRecompute && t.tensor(p.tensor).layer == 1) {
+      at = p.prefetch_before;
+    }
+  }
+  ASSERT_NE(at, traces::kNoOp);
+  int64_t at_start = -1, last_recompute_end = -1;
+  for (const traces::Span& span : predicted->timeline.spans) {
+    if (span.name == t.op(at).name) at_start = span.start_ns;
+    if (span.name.starts_with("recompute:L1.")) {
+      last_recompute_end = std::max(last_recompute_end, span.end_ns);
+    }
+  }
+  ASSERT_GE(at_start, 0);
+  ASSERT_GE(last_recompute_end, 0);
+  EXPECT_LE(last_recompute_end, at_start);
+
+  auto lazy = sim::Simulate(t, Lazy(plan), hw, so);
+  ASSERT_TRUE(lazy.ok()) << lazy.status().message();
+  EXPECT_EQ(testing::SimulatedRecomputes(lazy->timeline), simulated);
+  EXPECT_GT(predicted->metrics.peak_activation_bytes, lazy->metrics.peak_activation_bytes);
+  auto region_sp = traces::ResolvePlan(t, plan, "plan");
+  auto lazy_sp = traces::ResolvePlan(t, Lazy(plan), "plan");
+  ASSERT_TRUE(region_sp.ok() && lazy_sp.ok());
+  EXPECT_GT(traces::ComputeStaticPeaks(t, *region_sp).activation_bytes,
+            traces::ComputeStaticPeaks(t, *lazy_sp).activation_bytes);
+  EXPECT_TRUE(fs::is_empty(dir_)) << "offload files left behind";
+}
+
+}  // namespace
+}  // namespace ssdtrain
