@@ -1,17 +1,21 @@
 // The planner's invariants (tests/planner_invariants.h) in the suite: every
 // GPU hardware preset under every policy, auto included, on models from 1.3B
 // to 175B at 8 to 4096 GPUs, each scale on one preset. scripts/planner-sweep.sh
-// runs every model config at every GPU count.
+// runs every model config at every GPU count. And torchtitan's Llama block and
+// loss at 16384 GPUs.
 #include "tests/planner_invariants.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "cmake/build_paths.h"
+#include "traces/io.h"
 
 namespace ssdtrain::testing {
 namespace {
@@ -112,6 +116,40 @@ TEST_P(PlannerInvariants, EveryReturnedPlanFitsEveryStageAndAutoIsFastest) {
 // --fp8 covers the larger models.
 TEST(PlannerInvariantsFp8, Llama3_8bOn64H100s) {
   ExpectInvariants("llama-3-8b", "dgx-h100", 64, "delayed");
+}
+
+// torchtitan's Llama at the scale it is planned for: Llama-3-8B with
+// torchtitan's block and loss (projections "separate", cross_entropy "torch",
+// tp 1) on 16384 DGX H100 GPUs, every policy and recompute-sac (its per-op
+// checkpointing with holds, and every recompute policy's re-run points), auto
+// against them all.
+TEST(PlannerInvariantsTorchtitan, Llama3_8bBlockAndLossOn16384H100s) {
+  nlohmann::json config =
+      *traces::ReadJsonFile(std::string(ConfiguredSourceDir()) + "/configs/models/llama-3-8b.json");
+  config["name"] = "llama-3-8b-torchtitan";
+  config["projections"] = "separate";
+  config["cross_entropy"] = "torch";
+  config["tp"] = 1;
+  config["sequence_parallel"] = false;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ssdtrain-titan-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "llama-3-8b-torchtitan.json").string();
+  std::ofstream(path) << config.dump(1);
+  std::vector<std::string> policies = AllPlannerPolicies();
+  policies.insert(policies.end() - 1, "recompute-sac");  // before auto
+  const SweepCase c{path,
+                    std::string(ConfiguredSourceDir()) + "/configs/hardware/dgx-h100.json",
+                    16384,
+                    policies,
+                    kHangGuardSeconds,
+                    /*defer_grad_sync=*/false,
+                    /*fp8=*/""};
+  const SweepOutcome o = CheckPlannerInvariants(c);
+  std::filesystem::remove_all(dir);
+  for (const std::string& v : o.violations) ADD_FAILURE() << v;
+  for (const std::string& l : o.lines) std::cout << l << "\n";
+  EXPECT_EQ(o.lines.size(), policies.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(GpuPresets, PlannerInvariants, ::testing::ValuesIn(GpuPresets()),
