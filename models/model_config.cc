@@ -126,6 +126,10 @@ bool HasMasterWeights(const ModelConfig& c) { return c.precision == "mixed" && c
 std::string OptimizerStateDType(const ModelConfig& c) {
   return c.precision == "mixed" ? "fp32" : c.dtype;
 }
+std::string GradDType(const ModelConfig& c) {
+  if (!c.grad_dtype.empty()) return c.grad_dtype;
+  return c.dtype == "bf16" && HasMasterWeights(c) ? "fp32" : c.dtype;
+}
 traces::Layout LayoutOf(const ModelConfig& c) {
   traces::Layout l;
   l.tp = c.tp;
@@ -194,6 +198,11 @@ Status ValidateSettings(const ModelConfig& c, const std::string& source) {
                "unknown value \"" + c.cross_entropy + "\", expected " + List(kCrossEntropies) +
                    " (vocab_parallel: Megatron's in-place cross-entropy; torch: "
                    "torch.nn.functional.cross_entropy, log_softmax and nll_loss)");
+  }
+  if (!c.grad_dtype.empty() && !OneOf(kDTypes, c.grad_dtype)) {
+    return Bad(source, "grad_dtype",
+               "unknown dtype \"" + c.grad_dtype + "\", expected " + List(kDTypes) +
+                   " (or leave it out: fp32 for bf16 with fp32 master weights, else the dtype)");
   }
   if (!OneOf(kWeightGrads, c.weight_grads)) {
     return Bad(source, "weight_grads",

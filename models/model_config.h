@@ -174,6 +174,18 @@ struct ModelConfig {
   // gradient is allocated by the backward op that first writes it, kept across
   // the later micro-batches' backwards and freed after the optimizer step.
   std::string weight_grads = "persistent";
+  // The dtype the weight gradients are accumulated, held and exchanged
+  // between data-parallel ranks in (GradDType resolves it; models/README.md,
+  // "Gradient dtype"): "fp16", "bf16" or "fp32"; "" (default) as the
+  // frameworks do: fp32 for bf16 with fp32 master weights (Megatron-LM forces
+  // --accumulate-allreduce-grads-in-fp32 for bf16; NeMo's distributed Adam
+  // syncs gradients in its fp32 state dtype; torchtitan's FSDP2 reduces in
+  // float32), else the dtype (Megatron's fp16 default). At ZeRO 0 and 1 the
+  // backward writes them in this dtype (Megatron's fp32 main_grad buffer, the
+  // weight-gradient GEMMs accumulating into it); at 2 and 3 it writes them in
+  // the dtype and each unit's are cast to this dtype for its reduce-scatter
+  // (FSDP2's reduce_dtype), whose shards are in it.
+  std::string grad_dtype;
   // How the blocks' input projections are laid out (llama family, tp 1):
   // "fused" (Megatron-Core's linear_qkv and linear_fc1: q, k and v one GEMM,
   // the SwiGLU's gate and up one GEMM, one fused activation op) or
@@ -219,7 +231,7 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = null
 // qkv_bias, qk_norm, attention_bias, attention_sinks, parallel_block, gated_mlp,
 // untied_output and fp16_lm_cross_entropy only where true, weight_grads only where set_to_none,
 // optimizer_step only where fused, projections only where separate,
-// cross_entropy only where torch,
+// cross_entropy only where torch, grad_dtype only where set,
 // tied_output only where true, token_types and the sliding_window fields only
 // where set, and the
 // MoE fields only for a MoE config, the MLA fields only for an MLA config and
@@ -237,7 +249,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // than heads; only llama has qkv_bias, qk_norm, tied_output,
 // attention_bias or attention_sinks; a sliding window only on causal decoders;
 // optimizer adam or sgd, precision mixed or pure, optimizer_step megatron or
-// fused, weight_grads persistent or
+// fused, grad_dtype "" or a dtype, weight_grads persistent or
 // set_to_none, dp >= 1, the layout's zero_stage and dp_shard
 // (traces::ValidateLayout), zero_prefetch >= 0, zero_defer_grad_sync not
 // with HSDP at stage 2 or 3; cp > 1 only with flash
@@ -266,6 +278,9 @@ int64_t OptimizerStateWordsPerParam(const ModelConfig& c);
 bool HasMasterWeights(const ModelConfig& c);
 // "fp32" for mixed precision and fp32 models, else the config's dtype.
 std::string OptimizerStateDType(const ModelConfig& c);
+// The weight gradients' dtype (ModelConfig::grad_dtype, "" resolved): the one
+// place the rule is decided.
+std::string GradDType(const ModelConfig& c);
 // The config's layout (tp, cp, pp and its split, dp, ep, zero_stage, dp_shard): the one place
 // its shard degrees and groups come from.
 traces::Layout LayoutOf(const ModelConfig& c);

@@ -70,6 +70,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_RETURN_IF_ERROR(ReadMoeFields(r, &c));
   SSDTRAIN_ASSIGN_OR_RETURN(c.fp16_lm_cross_entropy, r.BoolOr("fp16_lm_cross_entropy", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.weight_grads, r.StringOr("weight_grads", "persistent"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.grad_dtype, r.StringOr("grad_dtype", ""));
   SSDTRAIN_RETURN_IF_ERROR(r.CheckNoUnknown());
   SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source));
   return c;
@@ -139,6 +140,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   MoeFieldsToJson(c, j);
   if (c.fp16_lm_cross_entropy) j["fp16_lm_cross_entropy"] = true;
   if (c.weight_grads != "persistent") j["weight_grads"] = c.weight_grads;
+  if (!c.grad_dtype.empty()) j["grad_dtype"] = c.grad_dtype;
   if (c.optimizer_step != "megatron") j["optimizer_step"] = c.optimizer_step;
   if (c.projections != "fused") j["projections"] = c.projections;
   if (c.cross_entropy != "vocab_parallel") j["cross_entropy"] = c.cross_entropy;

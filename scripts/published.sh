@@ -246,9 +246,11 @@ for run in nemo["runs"]:
     row = {"model": run["model"], "gpus": gpus, "tp": tp, "pp": pp, "vp": vp, "cp": cp, "dp": dp,
            "micro_batch": run["micro_batch"], "global_batch": run["global_batch"],
            "seq_len": run["seq_len"], "published_tokens_per_s_per_gpu": run["tokens_per_s_per_gpu"]}
-    # The model as NeMo ran it: bf16 weights, flash attention, sequence parallelism.
+    # The model as NeMo ran it: bf16 weights, flash attention, sequence
+    # parallelism, the gradients in bf16 (grad_sync_dtype).
     config = json.load(open(os.path.join(root, "configs/models", run["model"] + ".json")))
-    config.update(dtype="bf16", attention="flash", sequence_parallel=True)
+    config.update(dtype="bf16", attention="flash", sequence_parallel=True,
+                  grad_dtype=nemo["grad_dtype"])
     model_path = os.path.join(work, run["model"] + ".json")
     json.dump(config, open(model_path, "w"))
     schedule = (["--schedule", "interleaved", "--virtual-stages", str(vp)] if vp > 1

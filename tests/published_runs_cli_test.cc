@@ -73,14 +73,16 @@ TEST(PublishedRuns, TimesFollowFromThePapersFlopFormula) {
 constexpr double kMedianBound = 0.085;
 constexpr double kWorstBound = 0.115;  // 11.0%: the 76.1B run, interleaved v=3
 // The same for today's tables, where they stand (docs/PERFORMANCE.md), far from
-// the 5% / 10%: torchtitan's 11.6% / 19.9% (Llama-2-70B sel-op at local
-// batch 1), NeMo's 18.5% / 30.5% (GPT-3 5B), every run predicted fast.
-constexpr double kTitanMedianBound = 0.12;
-constexpr double kTitanWorstBound = 0.205;
+// the 5% / 10%: torchtitan's 10.2% / 17.0% (Llama-2-70B sel-op at local
+// batch 1; 11.6% / 19.9% before its gradients were reduce-scattered in fp32, as
+// FSDP2's reduce_dtype does), NeMo's 18.5% / 30.5% (GPT-3 5B), every run
+// predicted fast.
+constexpr double kTitanMedianBound = 0.105;
+constexpr double kTitanWorstBound = 0.17;
 constexpr double kNemoMedianBound = 0.19;
 constexpr double kNemoWorstBound = 0.31;
 // torchtitan's published memory (max reserved) against the caching allocator's
-// model: -4.5% and -1.1%; the target, 5%, holds each run.
+// model: -2.3% and -3.5%; the target, 5%, holds each run.
 constexpr double kMemoryBound = 0.05;
 
 class PublishedRunsCli : public testing::CliTest {
@@ -183,7 +185,9 @@ TEST_F(PublishedRunsCli, EveryRunIsPlannedAtItsLayoutAndFitsItsGpu) {
 
   // NeMo 24.07's FP8 runs on DGX H100: every run listed at its layout, planned
   // with --fp8 delayed where it fits the H100's 76 GiB (a run that does not
-  // says so on its row); the errors where docs/PERFORMANCE.md has them.
+  // says so on its row); the errors where docs/PERFORMANCE.md has them. All
+  // nine fit with bf16 gradients, as NeMo's examples set grad_sync_dtype (with
+  // fp32 ones five do not: GPT-3 20B would need 94.6 GiB).
   const nlohmann::json nemo_table =
       *traces::ReadJsonFile(SourceDir() + "/configs/published/nemo-24.07-dgx-h100.json");
   const nlohmann::json& nemo = report->at("nemo");
@@ -200,7 +204,7 @@ TEST_F(PublishedRunsCli, EveryRunIsPlannedAtItsLayoutAndFitsItsGpu) {
     EXPECT_LE(row.at("peak_GiB").get<double>(), 76.0);
     EXPECT_GT(row.at("predicted_tokens_per_s_per_gpu").get<double>(), 0.0);
   }
-  EXPECT_GE(nemo_planned, 8);
+  EXPECT_EQ(nemo_planned, 9);
   EXPECT_EQ(nemo.at("statistics").at("runs").get<int>(), nemo_planned);
   EXPECT_LE(nemo.at("statistics").at("median_abs_error").get<double>(), kNemoMedianBound);
   EXPECT_LE(nemo.at("statistics").at("worst_abs_error").get<double>(), kNemoWorstBound);

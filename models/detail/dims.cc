@@ -15,6 +15,7 @@ OptimizerSpec OptimizerFor(const ModelConfig& c) {
   spec.expert_shards = layout.ep > 1 ? layout.ExpertOptimizerShards() : spec.shards;
   spec.master_passes = HasMasterWeights(c) && c.optimizer_step == "megatron";
   spec.loss_scaling = spec.master_passes && c.dtype == "fp16";  // bf16 runs without a scaler
+  spec.grad_dtype = *traces::ParseDType(GradDType(c));
   return spec;
 }
 

@@ -169,7 +169,8 @@ TensorId TraceBuilder::WeightGrad(TensorId weight, std::vector<TensorId>& inputs
     grad_name.push_back('+');
     grad_name.append(std::to_string(++grad_count_[Index(weight)]));
   }
-  const TensorId g = Gradient(grad_name, w.shape, w.dtype);
+  const TensorId g =
+      Gradient(grad_name, w.shape, zero_.stage >= 2 ? w.dtype : optimizer_.grad_dtype);
   layer_ = saved_layer;
   last_grad_[Index(weight)] = g;
   return g;
@@ -253,11 +254,13 @@ void TraceBuilder::AddFp8WeightQuantize(const OptimizerGroup& g) {
 
 // Megatron-LM's Float16OptimizerWithFloat16Params.step (megatron/optimizer/
 // optimizer.py at 6985e589), pass by pass, each over the `updated` parameters
-// in place: bytes per parameter, with 16-bit weights and gradients (2 bytes)
-// and fp32 master weights, moments and main gradients (4 bytes). The fp32
-// main gradients are not traced as tensors: the passes after the first read
-// and write them through the 16-bit gradients' ids, and bytes_read and
-// bytes_written say what they move.
+// in place: bytes per parameter, with 16-bit weights (2 bytes) and fp32
+// master weights, moments and main gradients (4 bytes). Where the gradients
+// are 16-bit (fp16's default), the first pass copies them to fp32 main
+// gradients, which are not traced as tensors: the passes after it read and
+// write them through the 16-bit gradients' ids, and bytes_read and
+// bytes_written say what they move. Where the gradients are fp32 already
+// (OptimizerSpec::grad_dtype: bf16's main_grad) there is no copy.
 void TraceBuilder::AddMasterWeightPasses(const OptimizerGroup& g, TensorId state) {
   constexpr int64_t kFp32 = 4;
   constexpr int64_t kUnscaleFlopsPerParam = 1;  // one multiply by 1/scale (and a finite check)
@@ -276,8 +279,10 @@ void TraceBuilder::AddMasterWeightPasses(const OptimizerGroup& g, TensorId state
   update.insert(update.end(), g.grads.begin(), g.grads.end());
   update.push_back(state);
   if (!g.grads.empty()) {
-    // _copy_model_grads_to_main_grads: main_param.grad = model_param.grad.float().
-    pass("grad_to_fp32", g.grads, 0, half, kFp32);
+    // _copy_model_grads_to_main_grads: main_param.grad = model_param.grad.float()
+    // (a view of fp32 main gradients, no pass: Megatron's bf16 main_grad).
+    const int64_t grad_bytes = traces::DTypeSize(tensor(g.grads.front()).dtype);
+    if (grad_bytes != kFp32) pass("grad_to_fp32", g.grads, 0, grad_bytes, kFp32);
     // _unscale_main_grads_and_check_for_nan: torch._amp_foreach_non_finite_check_and_unscale_.
     if (optimizer_.loss_scaling)
       pass("unscale_check", g.grads, kUnscaleFlopsPerParam * n, kFp32, kFp32);

@@ -58,6 +58,11 @@ struct OptimizerSpec {
   // copy them to the 16-bit weights. Off: one fused pass.
   bool master_passes = false;
   bool loss_scaling = false;
+  // The main gradients' dtype (models::GradDType): at ZeRO 0 and 1 the
+  // weight gradients backward writes; at 2 and 3 the reduce-scatters' and
+  // the shards' (zero_shard.cc casts to it). fp32 main gradients need no
+  // copy to fp32 in the master passes.
+  DType grad_dtype = DType::kFp16;
 };
 
 // ZeRO-2/3's own ops (models/detail/zero_shard.cc; traces/layout.h has the
@@ -130,7 +135,9 @@ class TraceBuilder {
   OpId Gemm(const std::string& name, const std::vector<TensorId>& inputs,
             const std::vector<TensorId>& outputs, GemmDims dims, int64_t flops);
 
-  // The gradient of `weight` that the next backward op writes. Gradients of a
+  // The gradient of `weight` that the next backward op writes: in the
+  // optimizer's grad_dtype below ZeRO-2 (Megatron's main_grad), else in the
+  // weight's dtype (FSDP casts at the reduce-scatter). Gradients of a
   // weight used several times accumulate: the previous partial gradient, if any,
   // is appended to `inputs` and the new tensor replaces it as the weight's gradient.
   TensorId WeightGrad(TensorId weight, std::vector<TensorId>& inputs);

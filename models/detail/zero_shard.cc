@@ -26,7 +26,11 @@
 // L<layer>.zero_reduce_scatter, reads the unit's full gradients (now
 // transient: nothing else reads them) and writes each one's shard, which the
 // optimizer reads: the weight gradient, resident as the header's weight_grads
-// says. In a whole step each micro-batch reduce-scatters its own and the later
+// says. The shards are in the main gradients' dtype (OptimizerSpec::
+// grad_dtype, fp32 for bf16: FSDP2's reduce_dtype); backward writes the full
+// gradients in the weights' dtype, and where the two differ one op,
+// L<layer>.zero_grad_cast, casts the unit's into transient full copies that
+// the reduce-scatter reads. In a whole step each micro-batch reduce-scatters its own and the later
 // ones accumulate into the shard (FSDP without no_sync). With
 // defer_grad_sync (FSDP2's set_requires_gradient_sync(False) on all but the
 // last micro-batch) the reduce-scatters come after the backward instead, as
@@ -44,6 +48,7 @@
 // expert parallelism wraps the experts apart (torchtitan's dp_shard_mod_ep
 // mesh), Megatron-FSDP keeps them in buffers of their own.
 #include <algorithm>
+#include <cassert>
 #include <map>
 #include <string>
 #include <string_view>
@@ -58,6 +63,9 @@ namespace ssdtrain::models::detail {
 namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The cast of a unit's gradients to the reduce dtype (ReduceScatter below).
+constexpr std::string_view kGradCastSuffix = "zero_grad_cast";
 
 // A block's units: 2·layer (its weights), 2·layer + 1 (its routed experts').
 bool IsExpertUnit(int64_t unit) { return unit >= 0 && unit % 2 == 1; }
@@ -200,16 +208,16 @@ class ZeroSharder {
       t.consumers.clear();
     }
     new_id_.assign(ops_.size(), traces::kNoOp);
-    // Every op, gather and reduce-scatter: no regrowth of the list (the ops were moved out).
-    b_.trace_.ops.reserve(ops_.size() + gathers_.size() + unit_weights_.size());
+    // Every op, gather, cast and reduce-scatter: no regrowth of the list (the ops were moved out).
+    b_.trace_.ops.reserve(ops_.size() + gathers_.size() + 2 * unit_weights_.size());
     const Phase saved_phase = b_.phase_;
     const int saved_layer = b_.layer_;
     std::vector<int64_t> deferred;  // zero_.defer_grad_sync: units in order of completion
     for (size_t i = 0; i < ops_.size(); ++i) {
       for (size_t k : gathers_before_[i]) {
         const Gather& g = gathers_[k];
-        EmitCollective(g.unit, traces::kZeroAllGatherSuffix, g.phase, traces::kZeroGatherStream,
-                       g.weights, g.copies);
+        EmitUnitOp(g.unit, traces::kZeroAllGatherSuffix, OpKind::kCollective, g.phase,
+                   traces::kZeroGatherStream, g.weights, g.copies);
       }
       new_id_[i] = static_cast<traces::OpId>(b_.trace_.ops.size());
       const Phase phase = ops_[i].phase;
@@ -232,22 +240,38 @@ class ZeroSharder {
     b_.trace_.ops.push_back(std::move(op));
   }
 
-  // "L<layer>.<suffix>" for a block, "L<layer>.experts.<suffix>" for its
-  // routed experts; "<weight>.<suffix>" for a weight of its own.
-  void EmitCollective(int64_t u, std::string_view suffix, Phase phase, int stream,
-                      std::vector<TensorId> inputs, std::vector<TensorId> outputs) {
+  // An op of unit `u` whose first input is `first`: "L<layer>.<suffix>" for a
+  // block, "L<layer>.experts.<suffix>" for its routed experts;
+  // "<weight>.<suffix>" for a weight of its own. Sets the builder's layer to
+  // the unit's.
+  std::string UnitOpName(int64_t u, TensorId first, std::string_view suffix) {
+    const int layer = b_.tensor(first).layer;
+    b_.layer_ = layer;
+    std::string name;
+    if (layer == traces::kNoLayer) {
+      name = b_.tensor(first).name;
+      name.push_back('.');
+    } else if (IsExpertUnit(u)) {
+      name = traces::kRoutedExperts;
+      name.push_back('.');
+    }
+    name.append(suffix);
+    return layer == traces::kNoLayer ? name : b_.Prefixed(name);
+  }
+
+  // One of unit u's own ops, named by UnitOpName: a collective on a side
+  // stream, or an elementwise op on the compute stream (stream 0).
+  void EmitUnitOp(int64_t u, std::string_view suffix, OpKind kind, Phase phase, int stream,
+                  std::vector<TensorId> inputs, std::vector<TensorId> outputs, int64_t flops = 0) {
     traces::Op op;
     const int layer = b_.tensor(inputs[0]).layer;
-    b_.layer_ = layer;
-    const std::string scope =
-        IsExpertUnit(u) ? std::string(traces::kRoutedExperts) + "." : std::string();
-    op.name = layer != traces::kNoLayer ? b_.Prefixed(scope + std::string(suffix))
-                                        : b_.tensor(inputs[0]).name + "." + std::string(suffix);
-    op.kind = OpKind::kCollective;
+    op.name = UnitOpName(u, inputs[0], suffix);
+    op.kind = kind;
     op.phase = phase;
     op.layer = layer;
     op.stage = b_.stage();
     op.stream = stream;
+    op.flops = flops;
     for (TensorId t : inputs) op.bytes_read += b_.tensor(t).bytes;
     for (TensorId t : outputs) op.bytes_written += b_.tensor(t).bytes;
     op.inputs = std::move(inputs);
@@ -256,10 +280,17 @@ class ZeroSharder {
   }
 
   // The unit's reduce-scatter: its full gradients to their shards, which
-  // become the weights' current gradients.
+  // become the weights' current gradients, in the main gradients' dtype. Where
+  // backward wrote them in another, one op on the compute stream first casts
+  // them into full copies of that dtype ("<weight>.grad_reduce", transient),
+  // which the reduce-scatter reads: FSDP2's foreach_reduce with a reduce_dtype
+  // (torchtitan's float32) copies the unsharded gradients into its
+  // reduce-scatter input of that dtype on the current stream.
   void ReduceScatter(int64_t u, Phase phase) {
     const int64_t shards = ShardsOf(u);
-    std::vector<TensorId> full, parts;
+    const DType reduce_dtype = b_.optimizer_.grad_dtype;
+    std::vector<TensorId> full, parts, casts;
+    int64_t cast_elements = 0;
     for (TensorId w : unit_weights_[u]) {
       const std::string name = b_.tensor(w).name;
       const int layer = b_.tensor(w).layer;
@@ -267,14 +298,29 @@ class ZeroSharder {
       const int64_t elements = b_.Elements(w);
       b_.layer_ = traces::kNoLayer;
       const TensorId part = b_.AddTensor(name + ".grad_shard", {CeilDiv(elements, shards)},
-                                         b_.tensor(g).dtype, TensorKind::kGradient);
+                                         reduce_dtype, TensorKind::kGradient);
       tensors()[Index(part)].layer = layer;
       full.push_back(g);
       parts.push_back(part);
+      if (b_.tensor(g).dtype != reduce_dtype) {
+        const TensorId cast = b_.AddTensor(name + ".grad_reduce", b_.tensor(g).shape, reduce_dtype,
+                                           TensorKind::kWorkspace);
+        tensors()[Index(cast)].layer = layer;
+        casts.push_back(cast);
+        cast_elements += elements;
+      }
       b_.last_grad_[Index(w)] = part;
     }
-    EmitCollective(u, traces::kZeroReduceScatterSuffix, phase, traces::kZeroReduceStream,
-                   std::move(full), std::move(parts));
+    if (!casts.empty()) {
+      // "L<layer>.zero_grad_cast" (or "<weight>.zero_grad_cast",
+      // "L<layer>.experts.zero_grad_cast"): one conversion per element.
+      assert(casts.size() == full.size());
+      EmitUnitOp(u, kGradCastSuffix, OpKind::kElementwise, phase, /*stream=*/0, full, casts,
+                 cast_elements);
+      full = std::move(casts);
+    }
+    EmitUnitOp(u, traces::kZeroReduceScatterSuffix, OpKind::kCollective, phase,
+               traces::kZeroReduceStream, std::move(full), std::move(parts));
   }
 
   // Edges to the new op ids; producers (the first writer) and consumers from

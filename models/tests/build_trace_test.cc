@@ -346,7 +346,9 @@ TEST(BuildTrace, OptimizerStateFollowsOptimizerPrecisionAndZeroStage) {
 // every optimizer op. Megatron's fp16 optimizer (optimizer_step "megatron",
 // the default): gradients to fp32 2 + 4, unscale and check 4 + 4, norm 4,
 // Adam on the fp32 master 16 + 12, master to fp16 4 + 2: 52·P; bf16 has no
-// loss scaler: 44·P. One fused pass ("fused"): weights, gradients and state
+// loss scaler and its gradients are fp32 already (grad_dtype's default, no
+// copy): 38·P; with bf16 gradients (grad_dtype "bf16") the copy is back:
+// 44·P. One fused pass ("fused"): weights, gradients and state
 // read, 2 + 2 + 12, weights and state written, 2 + 12: 30·P. No master
 // weights (pure fp16) is one pass whatever optimizer_step says: 2 + 2 + 4
 // read, 2 + 4 written, 14·P.
@@ -373,7 +375,10 @@ TEST(BuildTrace, OptimizerStepMovesMegatronsBytesPerParameter) {
   // One group for the embedding and head, one per block: 4 groups.
   EXPECT_EQ(bytes_per_param(c), std::make_pair(int64_t{52}, int64_t{5 * 4}));
   c.dtype = "bf16";
+  EXPECT_EQ(bytes_per_param(c), std::make_pair(int64_t{38}, int64_t{4 * 3}));
+  c.grad_dtype = "bf16";
   EXPECT_EQ(bytes_per_param(c), std::make_pair(int64_t{44}, int64_t{4 * 4}));
+  c.grad_dtype.clear();
   c.dtype = "fp16";
   c.optimizer_step = "fused";
   EXPECT_EQ(bytes_per_param(c), std::make_pair(int64_t{30}, int64_t{4}));

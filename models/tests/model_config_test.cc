@@ -214,6 +214,40 @@ TEST(ModelConfig, BadOptimizerPrecisionOrZeroStageNameFileAndField) {
             "configs/models/x.json: dp: expected a positive integer, got 0");
 }
 
+// The gradients' dtype (models/README.md, "Gradient dtype"): left out, fp32
+// for bf16 with fp32 master weights (Megatron-LM's forced
+// accumulate_allreduce_grads_in_fp32, FSDP2's reduce_dtype in torchtitan),
+// else the dtype; set, as given (NeMo's grad_sync_dtype bf16). Written back
+// only where set; anything but a dtype is refused naming the field.
+TEST(ModelConfig, GradDTypeDefaultsToFp32ForBf16WithMasterWeightsOnly) {
+  auto resolved = [](const std::string& dtype, const std::string& precision,
+                     const std::string& grad_dtype) {
+    nlohmann::json j = nlohmann::json::parse(kValid);
+    j["dtype"] = dtype;
+    j["precision"] = precision;
+    if (!grad_dtype.empty()) j["grad_dtype"] = grad_dtype;
+    const Result<ModelConfig> c = ModelConfigFromJson(j, "x.json");
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (!c.ok()) return std::string();
+    const Result<ModelConfig> again = ModelConfigFromJson(ToJson(*c), "x.json");
+    EXPECT_TRUE(again.ok());
+    EXPECT_EQ(again->grad_dtype, grad_dtype);
+    EXPECT_EQ(ToJson(*c).contains("grad_dtype"), !grad_dtype.empty());
+    return GradDType(*c);
+  };
+  EXPECT_EQ(resolved("bf16", "mixed", ""), "fp32");
+  EXPECT_EQ(resolved("fp16", "mixed", ""), "fp16");
+  EXPECT_EQ(resolved("fp32", "mixed", ""), "fp32");
+  EXPECT_EQ(resolved("bf16", "pure", ""), "bf16");
+  EXPECT_EQ(resolved("bf16", "mixed", "bf16"), "bf16");
+  EXPECT_EQ(resolved("fp16", "mixed", "fp32"), "fp32");
+  EXPECT_EQ(WithField("grad_dtype", "\"fp8\"").message(),
+            "configs/models/x.json: grad_dtype: unknown dtype \"fp8\", expected fp16, bf16 or "
+            "fp32 (or leave it out: fp32 for bf16 with fp32 master weights, else the dtype)");
+  EXPECT_EQ(WithField("grad_dtype", "32").message(),
+            "configs/models/x.json: grad_dtype: expected a string, got integer");
+}
+
 TEST(ModelConfig, UnknownFieldIsRejectedByName) {
   EXPECT_EQ(WithField("hiden", "1024").message(), "configs/models/x.json: hiden: unknown field");
 }

@@ -19,11 +19,12 @@
 namespace ssdtrain::models {
 namespace {
 
-// Llama-3-8B's shapes at 4 layers, tp 1, s 256: bf16 weights and gradients,
-// Adam with fp32 master weights (12 bytes of state per parameter), untied
-// output layer, no biases.
+// Llama-3-8B's shapes at 4 layers, tp 1, s 256: bf16 weights, fp32 gradients
+// (grad_dtype's default for bf16; `grad_dtype` "bf16" for 16-bit ones), Adam
+// with fp32 master weights (12 bytes of state per parameter), untied output
+// layer, no biases.
 ModelConfig Llama(int64_t zero_stage, int64_t dp, int64_t dp_shard = 0, int64_t prefetch = 1,
-                  bool defer = false) {
+                  bool defer = false, const std::string& grad_dtype = "") {
   Result<ModelConfig> c =
       LoadModelConfig(std::string(ConfiguredSourceDir()) + "/configs/models/llama-3-8b.json");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
@@ -38,6 +39,7 @@ ModelConfig Llama(int64_t zero_stage, int64_t dp, int64_t dp_shard = 0, int64_t 
   m.dp_shard = dp_shard;
   m.zero_prefetch = prefetch;
   m.zero_defer_grad_sync = defer;
+  m.grad_dtype = grad_dtype;
   EXPECT_TRUE(ValidateConfig(m, "llama").ok()) << ValidateConfig(m, "llama").ToString();
   return m;
 }
@@ -73,17 +75,19 @@ Resident ResidentBytes(const traces::Trace& t) {
   return r;
 }
 
-// The closed form: each weight's n elements at 2 bytes, split over d (rounded
-// up per tensor) where the stage shards weights (3) and gradients (2, 3); the
-// state 3 fp32 words per parameter of each layer's group, split over d at 1-3.
-Resident Expected(const traces::Trace& unsharded, int64_t stage, int64_t d) {
+// The closed form: each weight's n elements at 2 bytes and its gradient's at
+// `grad_bytes`, split over d (rounded up per tensor) where the stage shards
+// weights (3) and gradients (2, 3); the state 3 fp32 words per parameter of
+// each layer's group, split over d at 1-3.
+Resident Expected(const traces::Trace& unsharded, int64_t stage, int64_t d,
+                  int64_t grad_bytes = 4) {
   Resident r;
   std::map<int, int64_t> group_params;
   for (const traces::Tensor& x : unsharded.tensors) {
     if (x.kind != traces::TensorKind::kWeight || x.alias_of) continue;
     const int64_t n = Elements(x);
     r.weights += 2 * (stage >= 3 ? CeilDiv(n, d) : n);
-    r.gradients += 2 * (stage >= 2 ? CeilDiv(n, d) : n);
+    r.gradients += grad_bytes * (stage >= 2 ? CeilDiv(n, d) : n);
     group_params[x.layer] += n;
   }
   for (const auto& [layer, p] : group_params) r.state += 4 * CeilDiv(3 * p, stage >= 1 ? d : 1);
@@ -97,19 +101,26 @@ TEST(ZeroShard, ResidentBytesPerParameterFollowTheStageInClosedForm) {
     if (x.kind == traces::TensorKind::kWeight) params += Elements(x);
   }
   const double d = 8;
-  // Bytes per parameter: 2 + 2 + 12, the sharded parts over d (TODAYS_LAYOUTS.md 1.1).
-  const double per_param[] = {16, 4 + 12 / d, 2 + 14 / d, 16 / d};
-  for (int64_t stage = 0; stage <= 3; ++stage) {
-    SCOPED_TRACE("zero_stage " + std::to_string(stage));
-    const traces::Trace t = Build(Llama(stage, 8));
-    const Resident got = ResidentBytes(t), want = Expected(base, stage, 8);
-    EXPECT_EQ(got.weights, want.weights);
-    EXPECT_EQ(got.gradients, want.gradients);
-    EXPECT_EQ(got.state, want.state);
-    const double total = static_cast<double>(got.weights + got.gradients + got.state);
-    EXPECT_NEAR(total / static_cast<double>(params), per_param[stage], 1e-3);
-    EXPECT_EQ(t.header.zero_stage, stage);
-    EXPECT_EQ(t.header.zero_shards, stage >= 1 ? 8 : 1);
+  // Bytes per parameter, the sharded parts over d (TODAYS_LAYOUTS.md 1.1,
+  // Megatron's dist_optimizer.md table): bf16 weights, fp32 gradients and
+  // 12 of state, 2 + 4 + 12; with bf16 gradients 2 + 2 + 12.
+  const double fp32_grads[] = {18, 6 + 12 / d, 2 + 16 / d, 18 / d};
+  const double bf16_grads[] = {16, 4 + 12 / d, 2 + 14 / d, 16 / d};
+  for (const std::string grad_dtype : {"", "bf16"}) {
+    const int64_t grad_bytes = grad_dtype.empty() ? 4 : 2;
+    for (int64_t stage = 0; stage <= 3; ++stage) {
+      SCOPED_TRACE("zero_stage " + std::to_string(stage) + " grad_dtype \"" + grad_dtype + "\"");
+      const traces::Trace t = Build(Llama(stage, 8, 0, 1, false, grad_dtype));
+      const Resident got = ResidentBytes(t), want = Expected(base, stage, 8, grad_bytes);
+      EXPECT_EQ(got.weights, want.weights);
+      EXPECT_EQ(got.gradients, want.gradients);
+      EXPECT_EQ(got.state, want.state);
+      const double total = static_cast<double>(got.weights + got.gradients + got.state);
+      EXPECT_NEAR(total / static_cast<double>(params),
+                  (grad_bytes == 4 ? fp32_grads : bf16_grads)[stage], 1e-3);
+      EXPECT_EQ(t.header.zero_stage, stage);
+      EXPECT_EQ(t.header.zero_shards, stage >= 1 ? 8 : 1);
+    }
   }
 }
 
@@ -177,7 +188,31 @@ TEST(ZeroShard, Zero3CollectivesPerStepInClosedForm) {
   EXPECT_EQ(c.scatters, 4 + 3);
   EXPECT_EQ(c.gather_forward_bytes, all);
   EXPECT_EQ(c.gather_backward_bytes, read_in_backward);
-  EXPECT_EQ(c.scatter_bytes, all);  // every gradient, full, once per micro-batch
+  // Every gradient, full, once per micro-batch, in fp32: twice the weights' bytes.
+  EXPECT_EQ(c.scatter_bytes, 2 * all);
+  // Each reduce-scatter reads what the op just before it, on the compute
+  // stream, cast from the unit's bf16 gradients to fp32 (FSDP2's copy-in).
+  int casts = 0;
+  for (const traces::Op& op : t.ops) {
+    if (!op.name.ends_with(traces::kZeroReduceScatterSuffix)) continue;
+    ASSERT_GT(op.id, 0);
+    const traces::Op& cast = t.op(op.id - 1);
+    ++casts;
+    EXPECT_TRUE(cast.name.ends_with("zero_grad_cast")) << cast.name;
+    EXPECT_EQ(cast.kind, traces::OpKind::kElementwise) << cast.name;
+    EXPECT_EQ(cast.stream, 0) << cast.name;
+    EXPECT_EQ(cast.phase, op.phase) << cast.name;
+    EXPECT_EQ(cast.layer, op.layer) << cast.name;
+    EXPECT_EQ(cast.outputs, op.inputs) << cast.name;
+    EXPECT_EQ(cast.bytes_written, 2 * cast.bytes_read) << cast.name;
+    for (traces::TensorId in : cast.inputs) EXPECT_EQ(t.tensor(in).dtype, traces::DType::kBf16);
+    for (traces::TensorId out : op.outputs) EXPECT_EQ(t.tensor(out).dtype, traces::DType::kFp32);
+  }
+  EXPECT_EQ(casts, 4 + 3);
+  // With bf16 gradients (NeMo's grad_sync_dtype bf16) no cast, half the bytes.
+  const traces::Trace bf16 = Build(Llama(3, 8, 0, 1, false, "bf16"));
+  EXPECT_EQ(Count(bf16).scatter_bytes, all);
+  for (const traces::Op& op : bf16.ops) EXPECT_FALSE(op.name.ends_with("zero_grad_cast"));
   // Each block's forward gather carries its parameters, 2 bytes each.
   for (const traces::Op& op : t.ops) {
     if (op.layer < 0 || !op.name.ends_with(traces::kZeroAllGatherSuffix)) continue;
@@ -194,7 +229,7 @@ TEST(ZeroShard, Zero3CollectivesPerStepInClosedForm) {
   const Collectives two = Count(Build(Llama(2, 8)));
   EXPECT_EQ(two.gathers_forward + two.gathers_backward, 0);
   EXPECT_EQ(two.scatters, 4 + 3);
-  EXPECT_EQ(two.scatter_bytes, all);
+  EXPECT_EQ(two.scatter_bytes, 2 * all);
 }
 
 // The first reader of a gather's copies, by op index.
@@ -245,11 +280,11 @@ TEST(ZeroShard, GatheredCopiesAreTransientAndFullGradientsToo) {
   }
 }
 
-// Deferred gradient sync: the full gradients are weight gradients, resident
-// beside their shards (2 bytes a parameter more: ZeRO-2 4 + 14/d, ZeRO-3
-// 2 + 16/d); the reduce-scatters are the optimizer phase's first ops, the
-// same ones in the order the backward completes their units; at stages 0
-// and 1 the flag changes nothing.
+// Deferred gradient sync: the full (bf16) gradients are weight gradients,
+// resident beside their fp32 shards (2 bytes a parameter more: ZeRO-2
+// 4 + 16/d, ZeRO-3 2 + 18/d); the casts and reduce-scatters are the optimizer
+// phase's first ops, the same ones in the order the backward completes their
+// units; at stages 0 and 1 the flag changes nothing.
 TEST(ZeroShard, DeferredSyncHoldsFullGradientsAndScattersAfterTheBackward) {
   const traces::Trace base = Build(Llama(0, 8));
   int64_t params = 0, full_gradient_bytes = 0;
@@ -270,7 +305,7 @@ TEST(ZeroShard, DeferredSyncHoldsFullGradientsAndScattersAfterTheBackward) {
     EXPECT_EQ(got.gradients, want.gradients + full_gradient_bytes);
     EXPECT_EQ(got.state, want.state);
     const double total = static_cast<double>(got.weights + got.gradients + got.state);
-    EXPECT_NEAR(total / static_cast<double>(params), stage == 2 ? 4 + 14 / d : 2 + 16 / d, 1e-3);
+    EXPECT_NEAR(total / static_cast<double>(params), stage == 2 ? 4 + 16 / d : 2 + 18 / d, 1e-3);
     // The same collectives, the reduce-scatters moved.
     const Collectives c = Count(t), c_every = Count(every);
     EXPECT_EQ(c.scatters, 4 + 3);
@@ -279,11 +314,15 @@ TEST(ZeroShard, DeferredSyncHoldsFullGradientsAndScattersAfterTheBackward) {
               c_every.gathers_forward + c_every.gathers_backward);
     std::vector<std::string> order, order_every;
     for (const traces::Op& op : every.ops) {
-      if (op.name.ends_with(traces::kZeroReduceScatterSuffix)) order_every.push_back(op.name);
+      if (op.name.ends_with(traces::kZeroReduceScatterSuffix) ||
+          op.name.ends_with("zero_grad_cast")) {
+        order_every.push_back(op.name);
+      }
     }
     bool optimizer_seen = false, compute_after_scatter = false;
     for (const traces::Op& op : t.ops) {
-      const bool scatter = op.name.ends_with(traces::kZeroReduceScatterSuffix);
+      const bool scatter = op.name.ends_with(traces::kZeroReduceScatterSuffix) ||
+                           op.name.ends_with("zero_grad_cast");
       if (scatter) {
         order.push_back(op.name);
         EXPECT_TRUE(optimizer_seen || op.phase == traces::Phase::kOptimizer) << op.name;
@@ -295,10 +334,14 @@ TEST(ZeroShard, DeferredSyncHoldsFullGradientsAndScattersAfterTheBackward) {
       }
     }
     EXPECT_EQ(order, order_every);
-    // Every full gradient is read by its reduce-scatter alone, and resident.
+    // Every full gradient is read by its cast alone, and resident; the
+    // reduce-scatter reads the cast's transient fp32 copies.
     int64_t full = 0;
     for (const traces::Op& op : t.ops) {
-      if (!op.name.ends_with(traces::kZeroReduceScatterSuffix)) continue;
+      if (!op.name.ends_with("zero_grad_cast")) continue;
+      for (traces::TensorId out : op.outputs) {
+        EXPECT_FALSE(traces::IsPersistent(t, t.tensor(out))) << t.tensor(out).name;
+      }
       for (traces::TensorId in : op.inputs) {
         const traces::Tensor& x = t.tensor(in);
         EXPECT_TRUE(traces::IsPersistent(t, x)) << x.name;
