@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "traces/detail/storage_links.h"
+#include "traces/detail/storage_points.h"
 
 namespace ssdtrain::traces {
 namespace {
@@ -26,16 +27,6 @@ int64_t Pad(int64_t bytes) {
 }
 
 std::string Name(const Tensor& t) { return "tensor " + std::to_string(t.id) + " (" + t.name + ")"; }
-
-// Each micro-batch's first backward op: where an eviction point in that
-// micro-batch's backward takes effect (storage_plan.h, "Memory").
-std::map<int, OpId> ForwardPassEnds(const Trace& trace) {
-  std::map<int, OpId> out;
-  for (const Op& op : trace.ops) {
-    if (op.phase == Phase::kBackward) out.emplace(op.micro_batch, op.id);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -367,43 +358,7 @@ Result<StoragePlan> ResolvePlan(const Trace& trace, const StoragePlan& storages,
 
   detail::ApplyHolds(trace, sp);
   SSDTRAIN_RETURN_IF_ERROR(detail::ResolveRebuildPoints(trace, placed_at, source, sp));
-  std::vector<std::pair<size_t, int>> prefetches, evictions;  // (op, storage)
-  std::map<int, OpId> pass_end;  // built at the first eviction point (most plans have none)
-  for (size_t i = 0; i < sp.storages.size(); ++i) {
-    StorageInfo& s = sp.storages[i];
-    if (s.offloaded() && s.prefetch_before != kNoOp) {
-      prefetches.emplace_back(static_cast<size_t>(s.prefetch_before), static_cast<int>(i));
-    }
-    if (s.offloaded() && s.evict_before != kNoOp) {
-      if (pass_end.empty()) pass_end = ForwardPassEnds(trace);
-      // A point in its own micro-batch's backward is the end of that forward pass.
-      const int mb = trace.tensor(s.root).micro_batch;
-      const Op& at = trace.op(s.evict_before);
-      if (at.phase == Phase::kBackward && at.micro_batch == mb) {
-        s.evict_before = pass_end.at(mb);
-      }
-      // After the last forward use, before backward needs it back (or at the pass end).
-      const OpId backward = s.prefetch_before != kNoOp && (s.first_backward_use == kNoOp ||
-                                                           s.prefetch_before < s.first_backward_use)
-                                ? s.prefetch_before
-                                : s.first_backward_use;
-      const bool at_pass_end = pass_end.count(mb) && s.evict_before == pass_end.at(mb);
-      if (s.evict_before <= s.last_forward_use ||
-          (backward != kNoOp && s.evict_before >= backward && !at_pass_end)) {
-        return Status::InvalidArgument(
-            source + ": placements[" + std::to_string(placed_at[static_cast<size_t>(s.placed_by)]) +
-            "].evict_before: op " + std::to_string(s.evict_before) + " must come after tensor " +
-            std::to_string(s.placed_by) + "'s last forward use (op " +
-            std::to_string(s.last_forward_use) + ")" +
-            (backward != kNoOp ? " and before op " + std::to_string(backward) +
-                                     " (its prefetch point or first backward use)"
-                               : ""));
-      }
-      evictions.emplace_back(static_cast<size_t>(s.evict_before), static_cast<int>(i));
-    }
-  }
-  sp.prefetch_at = OpLists::Grouped(trace.ops.size(), prefetches);
-  sp.evict_at = OpLists::Grouped(trace.ops.size(), evictions);
+  SSDTRAIN_RETURN_IF_ERROR(detail::ResolveMovePoints(trace, placed_at, source, sp));
   return sp;
 }
 

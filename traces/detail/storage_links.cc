@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -60,34 +59,6 @@ void ApplyHolds(const Trace& trace, StoragePlan& sp) {
     inputs.EndOp();
   }
   sp.op_inputs = std::move(inputs);
-}
-
-Status ResolveRebuildPoints(const Trace& trace, const std::vector<int64_t>& placed_at,
-                            const std::string& source, StoragePlan& sp) {
-  std::vector<std::tuple<OpId, OpId, int>> points;  // (op, producer, storage)
-  for (size_t i = 0; i < sp.storages.size(); ++i) {
-    const StorageInfo& s = sp.storages[i];
-    if (s.action != TensorAction::kRecompute || s.rebuild_before == kNoOp) continue;
-    if (s.rebuild_before <= s.last_forward_use ||
-        (s.first_backward_use != kNoOp && s.rebuild_before > s.first_backward_use)) {
-      return Status::InvalidArgument(
-          source + ": placements[" + std::to_string(placed_at[static_cast<size_t>(s.placed_by)]) +
-          "].prefetch_before: op " + std::to_string(s.rebuild_before) + " must come after tensor " +
-          std::to_string(s.placed_by) + "'s last forward use (op " +
-          std::to_string(s.last_forward_use) + ")" +
-          (s.first_backward_use != kNoOp ? " and at or before its first backward use (op " +
-                                               std::to_string(s.first_backward_use) + ")"
-                                         : ""));
-    }
-    points.emplace_back(s.rebuild_before, s.producer, static_cast<int>(i));
-  }
-  std::sort(points.begin(), points.end());
-  std::vector<std::pair<size_t, int>> pairs;
-  pairs.reserve(points.size());
-  for (const auto& [op, producer, index] : points)
-    pairs.emplace_back(static_cast<size_t>(op), index);
-  sp.rebuild_at = OpLists::Grouped(trace.ops.size(), pairs);
-  return Status::Ok();
 }
 
 }  // namespace ssdtrain::traces::detail

@@ -1,0 +1,94 @@
+#include "traces/detail/storage_points.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace ssdtrain::traces::detail {
+namespace {
+
+// Each micro-batch's first backward op: where an eviction point in that
+// micro-batch's backward takes effect (storage_plan.h, "Memory").
+std::map<int, OpId> ForwardPassEnds(const Trace& trace) {
+  std::map<int, OpId> out;
+  for (const Op& op : trace.ops) {
+    if (op.phase == Phase::kBackward) out.emplace(op.micro_batch, op.id);
+  }
+  return out;
+}
+
+}  // namespace
+
+Status ResolveRebuildPoints(const Trace& trace, const std::vector<int64_t>& placed_at,
+                            const std::string& source, StoragePlan& sp) {
+  std::vector<std::tuple<OpId, OpId, int>> points;  // (op, producer, storage)
+  for (size_t i = 0; i < sp.storages.size(); ++i) {
+    const StorageInfo& s = sp.storages[i];
+    if (s.action != TensorAction::kRecompute || s.rebuild_before == kNoOp) continue;
+    if (s.rebuild_before <= s.last_forward_use ||
+        (s.first_backward_use != kNoOp && s.rebuild_before > s.first_backward_use)) {
+      return Status::InvalidArgument(
+          source + ": placements[" + std::to_string(placed_at[static_cast<size_t>(s.placed_by)]) +
+          "].prefetch_before: op " + std::to_string(s.rebuild_before) + " must come after tensor " +
+          std::to_string(s.placed_by) + "'s last forward use (op " +
+          std::to_string(s.last_forward_use) + ")" +
+          (s.first_backward_use != kNoOp ? " and at or before its first backward use (op " +
+                                               std::to_string(s.first_backward_use) + ")"
+                                         : ""));
+    }
+    points.emplace_back(s.rebuild_before, s.producer, static_cast<int>(i));
+  }
+  std::sort(points.begin(), points.end());
+  std::vector<std::pair<size_t, int>> pairs;
+  pairs.reserve(points.size());
+  for (const auto& [op, producer, index] : points)
+    pairs.emplace_back(static_cast<size_t>(op), index);
+  sp.rebuild_at = OpLists::Grouped(trace.ops.size(), pairs);
+  return Status::Ok();
+}
+
+Status ResolveMovePoints(const Trace& trace, const std::vector<int64_t>& placed_at,
+                         const std::string& source, StoragePlan& sp) {
+  std::vector<std::pair<size_t, int>> prefetches, evictions;  // (op, storage)
+  std::map<int, OpId> pass_end;  // built at the first eviction point (most plans have none)
+  for (size_t i = 0; i < sp.storages.size(); ++i) {
+    StorageInfo& s = sp.storages[i];
+    if (s.offloaded() && s.prefetch_before != kNoOp) {
+      prefetches.emplace_back(static_cast<size_t>(s.prefetch_before), static_cast<int>(i));
+    }
+    if (s.offloaded() && s.evict_before != kNoOp) {
+      if (pass_end.empty()) pass_end = ForwardPassEnds(trace);
+      // A point in its own micro-batch's backward is the end of that forward pass.
+      const int mb = trace.tensor(s.root).micro_batch;
+      const Op& at = trace.op(s.evict_before);
+      if (at.phase == Phase::kBackward && at.micro_batch == mb) {
+        s.evict_before = pass_end.at(mb);
+      }
+      // After the last forward use, before backward needs it back (or at the pass end).
+      const OpId backward = s.prefetch_before != kNoOp && (s.first_backward_use == kNoOp ||
+                                                           s.prefetch_before < s.first_backward_use)
+                                ? s.prefetch_before
+                                : s.first_backward_use;
+      const bool at_pass_end = pass_end.count(mb) && s.evict_before == pass_end.at(mb);
+      if (s.evict_before <= s.last_forward_use ||
+          (backward != kNoOp && s.evict_before >= backward && !at_pass_end)) {
+        return Status::InvalidArgument(
+            source + ": placements[" + std::to_string(placed_at[static_cast<size_t>(s.placed_by)]) +
+            "].evict_before: op " + std::to_string(s.evict_before) + " must come after tensor " +
+            std::to_string(s.placed_by) + "'s last forward use (op " +
+            std::to_string(s.last_forward_use) + ")" +
+            (backward != kNoOp ? " and before op " + std::to_string(backward) +
+                                     " (its prefetch point or first backward use)"
+                               : ""));
+      }
+      evictions.emplace_back(static_cast<size_t>(s.evict_before), static_cast<int>(i));
+    }
+  }
+  sp.prefetch_at = OpLists::Grouped(trace.ops.size(), prefetches);
+  sp.evict_at = OpLists::Grouped(trace.ops.size(), evictions);
+  return Status::Ok();
+}
+
+}  // namespace ssdtrain::traces::detail
