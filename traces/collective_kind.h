@@ -56,6 +56,11 @@ enum class CollectiveGroup { kTensorParallel, kExpertParallel, kShard, kExpertSh
 inline constexpr std::string_view kZeroAllGatherSuffix = "zero_all_gather";
 inline constexpr std::string_view kZeroReduceScatterSuffix = "zero_reduce_scatter";
 inline constexpr std::string_view kCpRingSuffix = "cp_ring";
+// Not a collective: ZeRO-3's copy of a gather's outputs into the full weights
+// a run reads, on the compute stream (models/detail/zero_shard.cc, FSDP2's
+// copy-out); its i-th input is the gather's i-th output, its i-th output the
+// copy (traces::detail::PairRegathers pairs those).
+inline constexpr std::string_view kZeroCopyOutSuffix = "zero_copy_out";
 inline constexpr int kZeroGatherStream = 1;
 inline constexpr int kZeroReduceStream = 2;
 inline constexpr int kCpRingStream = 3;

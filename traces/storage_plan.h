@@ -124,9 +124,10 @@ struct StorageInfo {
   OpId last_forward_use = kNoOp;
   OpId first_backward_use = kNoOp;
   // ZeRO-3: for the output of a forward-phase weight all-gather
-  // (...zero_all_gather), the index of the storage its micro-batch's
-  // backward-phase gather of the same shard produces; -1 otherwise
-  // (RegatheredAt).
+  // (...zero_all_gather), or of the copy-out that copies it into the weight
+  // the ops read (...zero_copy_out), the index of the storage its
+  // micro-batch's backward-phase gather (copy-out) of the same shard
+  // produces; -1 otherwise (RegatheredAt).
   int regathered = -1;
 
   bool persistent() const { return role == StorageRole::kPersistent; }

@@ -11,15 +11,19 @@
 // split over `shards` ranks and rounded up (the flat shard FSDP pads to equal
 // sizes), resident all step. A run is a maximal stretch of ops of one phase
 // and one layer; the unit's weights that a run reads are all-gathered by one
-// op, L<layer>.zero_all_gather, into full transient copies (workspaces named
-// "<weight>.gathered", freed after their last reader, that run's last op),
-// and the run reads those. The k-th gather of a phase is issued before the
-// first reader of the (k − prefetch)-th (the first of the phase at least):
-// FSDP's prefetch, which holds prefetch + 1 units' full weights at a time. A
-// recompute of a forward op in backward reads the copies its unit's backward
-// gather made, where that gather has run (traces::RegatheredAt, as FSDP's
-// pre-backward all-gather serves a checkpointed block); a weight the backward
-// reads not (a bias) it gathers again (the forward's copy was freed).
+// op, L<layer>.zero_all_gather, into full transient buffers
+// ("<weight>.gather_out"), which one op on the compute stream just before the
+// run's first op, L<layer>.zero_copy_out, copies into the full copies the
+// run reads (workspaces named "<weight>.gathered", freed after their last
+// reader, that run's last op): FSDP2's foreach_all_gather_copy_out, which
+// waits for the gather and splits its flat output into the unsharded
+// parameters on the current stream (Megatron-FSDP gathers into the
+// parameters' own buffers, no copy: not told apart). The k-th gather of a phase is issued before
+// the first reader of the (k − prefetch)-th (the first of the phase at least): FSDP's prefetch,
+// which holds prefetch + 1 units' full weights at a time. A recompute of a forward op in backward
+// reads the copies its unit's backward gather made, where that gather has run
+// (traces::RegatheredAt, as FSDP's pre-backward all-gather serves a checkpointed block); a weight
+// the backward reads not (a bias) it gathers again (the forward's copy was freed).
 //
 // Stages 2 and 3, the gradients (FSDP, Megatron-FSDP's optim_grads): once
 // backward has written a unit's last gradient, one op,
@@ -66,6 +70,9 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The cast of a unit's gradients to the reduce dtype (ReduceScatter below).
 constexpr std::string_view kGradCastSuffix = "zero_grad_cast";
+// A gathered weight's names (AddGatheredCopy below).
+constexpr std::string_view kGatherOutput = ".gather_out";
+constexpr std::string_view kGatheredCopy = ".gathered";
 
 // A block's units: 2·layer (its weights), 2·layer + 1 (its routed experts').
 bool IsExpertUnit(int64_t unit) { return unit >= 0 && unit % 2 == 1; }
@@ -118,6 +125,7 @@ class ZeroSharder {
                                                   : traces::kNoLayer - 1 - w;
     }
     gathers_before_.assign(ops_.size() + 1, {});
+    copy_outs_before_.assign(ops_.size() + 1, {});
   }
 
   // Stage 3: runs of (phase, layer); per run and unit, one gather of the
@@ -132,13 +140,14 @@ class ZeroSharder {
       for (TensorId& in : op.inputs) {
         if (!is_weight_[Index(in)]) continue;
         auto [it, added] = gather_of.emplace(std::pair{run, unit_[Index(in)]}, gathers_.size());
-        if (added) gathers_.push_back(Gather{unit_[Index(in)], op.phase, i, {}, {}});
+        if (added) gathers_.push_back(Gather{unit_[Index(in)], op.phase, i, {}, {}, {}});
         Gather& g = gathers_[it->second];
         size_t k = 0;
         while (k < g.weights.size() && g.weights[k] != in) ++k;
         if (k == g.weights.size()) {
           g.weights.push_back(in);
-          g.copies.push_back(AddGatheredCopy(in, op.phase));
+          g.outputs.push_back(AddGatheredCopy(in, op.phase, kGatherOutput));
+          g.copies.push_back(AddGatheredCopy(in, op.phase, kGatheredCopy));
         }
         in = g.copies[k];
       }
@@ -151,18 +160,23 @@ class ZeroSharder {
       if (gathers_[k].phase != gathers_[phase_start].phase) phase_start = k;
       const size_t at = k >= phase_start + ahead ? k - ahead : phase_start;
       gathers_before_[gathers_[at].first_use].push_back(k);
+      copy_outs_before_[gathers_[k].first_use].push_back(k);
     }
   }
 
-  // A weight's full transient copy for one run ("<weight>.gathered", or
-  // ".gathered_bwd" in backward), in the weight's layer.
-  TensorId AddGatheredCopy(TensorId weight, Phase phase) {
+  // A weight's full transient copy for one run, in the weight's layer: what
+  // the gather writes ("<weight>.gather_out", or ".gather_out_bwd" in
+  // backward) or what the copy-out makes of it and the run's ops read
+  // ("<weight>.gathered", ".gathered_bwd").
+  TensorId AddGatheredCopy(TensorId weight, Phase phase, std::string_view suffix) {
     const traces::Tensor w = b_.tensor(weight);  // a copy: AddTensor moves the table
     const int saved_layer = b_.layer_;
     b_.layer_ = traces::kNoLayer;  // the weight's name carries its layer already
     const bool backward = phase != traces::Phase::kForward;
-    const TensorId copy = b_.AddTensor(w.name + (backward ? ".gathered_bwd" : ".gathered"), w.shape,
-                                       w.dtype, TensorKind::kWorkspace);
+    std::string name = w.name;
+    name.append(suffix);
+    if (backward) name.append("_bwd");
+    const TensorId copy = b_.AddTensor(name, w.shape, w.dtype, TensorKind::kWorkspace);
     b_.layer_ = saved_layer;
     tensors()[Index(copy)].layer = w.layer;
     return copy;
@@ -208,8 +222,9 @@ class ZeroSharder {
       t.consumers.clear();
     }
     new_id_.assign(ops_.size(), traces::kNoOp);
-    // Every op, gather, cast and reduce-scatter: no regrowth of the list (the ops were moved out).
-    b_.trace_.ops.reserve(ops_.size() + gathers_.size() + 2 * unit_weights_.size());
+    // Every op, gather, copy-out, cast and reduce-scatter: no regrowth of the list (the ops were
+    // moved out).
+    b_.trace_.ops.reserve(ops_.size() + 2 * gathers_.size() + 2 * unit_weights_.size());
     const Phase saved_phase = b_.phase_;
     const int saved_layer = b_.layer_;
     std::vector<int64_t> deferred;  // zero_.defer_grad_sync: units in order of completion
@@ -217,7 +232,12 @@ class ZeroSharder {
       for (size_t k : gathers_before_[i]) {
         const Gather& g = gathers_[k];
         EmitUnitOp(g.unit, traces::kZeroAllGatherSuffix, OpKind::kCollective, g.phase,
-                   traces::kZeroGatherStream, g.weights, g.copies);
+                   traces::kZeroGatherStream, g.weights, g.outputs);
+      }
+      for (size_t k : copy_outs_before_[i]) {
+        const Gather& g = gathers_[k];
+        EmitUnitOp(g.unit, traces::kZeroCopyOutSuffix, OpKind::kElementwise, g.phase,
+                   /*stream=*/0, g.outputs, g.copies);
       }
       new_id_[i] = static_cast<traces::OpId>(b_.trace_.ops.size());
       const Phase phase = ops_[i].phase;
@@ -343,7 +363,8 @@ class ZeroSharder {
     traces::Phase phase = traces::Phase::kForward;
     size_t first_use = 0;  // index into ops_
     std::vector<TensorId> weights;
-    std::vector<TensorId> copies;
+    std::vector<TensorId> outputs;  // what the gather writes
+    std::vector<TensorId> copies;   // what its copy-out makes of them, which the run reads
   };
 
   TraceBuilder& b_;
@@ -353,6 +374,7 @@ class ZeroSharder {
   std::vector<bool> is_weight_;
   std::vector<Gather> gathers_;
   std::vector<std::vector<size_t>> gathers_before_;        // per op index: gathers issued before it
+  std::vector<std::vector<size_t>> copy_outs_before_;      // per op index: copy-outs just before it
   std::map<int64_t, std::vector<TensorId>> unit_weights_;  // weights with a gradient
   std::vector<std::vector<int64_t>> scatters_after_;       // per op index: units it completes
   std::vector<traces::OpId> new_id_;                       // per op index: its id in the new list

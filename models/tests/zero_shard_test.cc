@@ -2,9 +2,10 @@
 // parameter of weights, gradients and optimizer state resident all step
 // under ZeRO 0-3 and HSDP, in closed form from the unsharded trace's
 // parameters; each collective's count and bytes per step under ZeRO-3; the
-// gathers' prefetch; the refusals.
+// gathers' prefetch and copy-outs; the gradients' casts; the refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -266,10 +267,50 @@ TEST(ZeroShard, GathersRunPrefetchUnitsAhead) {
   }
 }
 
+// FSDP2's copy-out: each gather's outputs are read by one op alone, on the
+// compute stream, in the gather's phase and layer, which copies them into the
+// weights the run reads (as many bytes each way) just before the run's first
+// op: nothing but other gathers and copy-outs lies between.
+TEST(ZeroShard, EachGatherIsCopiedOutJustBeforeItsRun) {
+  const traces::Trace t = Build(Llama(3, 8));
+  int gathers = 0;
+  for (const traces::Op& gather : t.ops) {
+    if (!gather.name.ends_with(traces::kZeroAllGatherSuffix)) continue;
+    ++gathers;
+    const std::vector<traces::OpId>& readers = t.tensor(gather.outputs[0]).consumers;
+    ASSERT_EQ(readers.size(), 1u) << gather.name;
+    const traces::Op& copy = t.op(readers[0]);
+    EXPECT_TRUE(copy.name.ends_with(traces::kZeroCopyOutSuffix)) << copy.name;
+    EXPECT_EQ(copy.kind, traces::OpKind::kElementwise) << copy.name;
+    EXPECT_EQ(copy.stream, 0) << copy.name;
+    EXPECT_EQ(copy.phase, gather.phase) << copy.name;
+    EXPECT_EQ(copy.layer, gather.layer) << copy.name;
+    EXPECT_EQ(copy.inputs, gather.outputs) << copy.name;
+    EXPECT_EQ(copy.bytes_read, gather.bytes_written) << copy.name;
+    EXPECT_EQ(copy.bytes_written, gather.bytes_written) << copy.name;
+    traces::OpId first = static_cast<traces::OpId>(t.ops.size());
+    for (traces::TensorId w : copy.outputs) {
+      EXPECT_TRUE(t.tensor(w).name.ends_with(".gathered") ||
+                  t.tensor(w).name.ends_with(".gathered_bwd"))
+          << t.tensor(w).name;
+      ASSERT_FALSE(t.tensor(w).consumers.empty()) << t.tensor(w).name;
+      first = std::min(first, t.tensor(w).consumers.front());
+    }
+    for (traces::OpId between = copy.id + 1; between < first; ++between) {
+      const std::string& name = t.op(between).name;
+      EXPECT_TRUE(name.ends_with(traces::kZeroCopyOutSuffix) ||
+                  name.ends_with(traces::kZeroAllGatherSuffix))
+          << name << " between " << copy.name << " and its run";
+    }
+  }
+  EXPECT_EQ(gathers, 7 + 6);
+}
+
 TEST(ZeroShard, GatheredCopiesAreTransientAndFullGradientsToo) {
   const traces::Trace t = Build(Llama(3, 8));
   for (const traces::Tensor& x : t.tensors) {
-    if (x.name.ends_with(".gathered") || x.name.ends_with(".gathered_bwd")) {
+    if (x.name.ends_with(".gathered") || x.name.ends_with(".gathered_bwd") ||
+        x.name.ends_with(".gather_out") || x.name.ends_with(".gather_out_bwd")) {
       EXPECT_EQ(x.kind, traces::TensorKind::kWorkspace) << x.name;
       EXPECT_FALSE(traces::IsPersistent(t, x)) << x.name;
       ASSERT_FALSE(x.consumers.empty()) << x.name;

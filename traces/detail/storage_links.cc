@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -16,25 +17,43 @@ bool ZeroGather(const Op& op) {
          op.name.ends_with(kZeroAllGatherSuffix);
 }
 
+// A ZeRO-3 copy-out: (gathered buffer, weight copy) pairs, input i to output i.
+bool ZeroCopyOut(const Op& op) {
+  return op.kind != OpKind::kCollective && op.inputs.size() == op.outputs.size() &&
+         op.name.ends_with(kZeroCopyOutSuffix);
+}
+
 }  // namespace
 
 void PairRegathers(const Trace& trace, StoragePlan& sp) {
-  std::map<std::pair<TensorId, int64_t>, int> backward;  // (shard, micro-batch) -> gathered
+  // Each gathered tensor's shard: a gather's output i is its input i's; a
+  // copy-out's output i is the shard its input i (a gather's output) holds.
+  // (shard, micro-batch, copied) -> the backward's gathered storage.
+  std::map<TensorId, TensorId> shard_of;
+  std::map<std::tuple<TensorId, int64_t, bool>, int> backward;
+  std::vector<std::tuple<TensorId, int64_t, bool, int>> forward;  // key, then storage
   for (const Op& op : trace.ops) {
-    if (op.phase != Phase::kBackward || !ZeroGather(op)) continue;
+    const bool gather = ZeroGather(op), copy = ZeroCopyOut(op);
+    if (!gather && !copy) continue;
     for (size_t i = 0; i < op.inputs.size(); ++i) {
-      backward.emplace(std::pair{op.inputs[i], op.micro_batch}, sp.IndexOf(op.outputs[i]));
-    }
-  }
-  if (backward.empty()) return;
-  for (const Op& op : trace.ops) {
-    if (op.phase != Phase::kForward || !ZeroGather(op)) continue;
-    for (size_t i = 0; i < op.inputs.size(); ++i) {
-      auto it = backward.find({op.inputs[i], op.micro_batch});
-      if (it != backward.end()) {
-        sp.storages[static_cast<size_t>(sp.IndexOf(op.outputs[i]))].regathered = it->second;
+      TensorId shard = op.inputs[i];
+      if (copy) {
+        auto it = shard_of.find(op.inputs[i]);
+        if (it == shard_of.end()) continue;
+        shard = it->second;
+      }
+      shard_of.emplace(op.outputs[i], shard);
+      const int index = sp.IndexOf(op.outputs[i]);
+      if (op.phase == Phase::kBackward) {
+        backward.emplace(std::tuple{shard, op.micro_batch, copy}, index);
+      } else if (op.phase == Phase::kForward) {
+        forward.emplace_back(shard, op.micro_batch, copy, index);
       }
     }
+  }
+  for (const auto& [shard, mb, copy, index] : forward) {
+    auto it = backward.find({shard, mb, copy});
+    if (it != backward.end()) sp.storages[static_cast<size_t>(index)].regathered = it->second;
   }
 }
 

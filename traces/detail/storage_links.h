@@ -17,7 +17,9 @@
 namespace ssdtrain::traces::detail {
 
 // StorageInfo::regathered: each forward ZeRO gather's (shard, gathered) pair
-// against its micro-batch's backward gather of the same shard.
+// against its micro-batch's backward gather of the same shard, and each
+// forward copy-out's copy (traces/collective_kind.h, kZeroCopyOutSuffix)
+// against the backward copy-out's copy of the same shard.
 void PairRegathers(const Trace& trace, StoragePlan& sp);
 
 // Placement::hold_until: the held storages join their hold op's inputs (the
