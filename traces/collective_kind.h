@@ -61,6 +61,9 @@ inline constexpr std::string_view kCpRingSuffix = "cp_ring";
 // copy-out); its i-th input is the gather's i-th output, its i-th output the
 // copy (traces::detail::PairRegathers pairs those).
 inline constexpr std::string_view kZeroCopyOutSuffix = "zero_copy_out";
+// Not a collective either: the cast of a unit's gradients to the reduce dtype
+// before its zero_reduce_scatter, on the compute stream (FSDP2's copy-in).
+inline constexpr std::string_view kZeroGradCastSuffix = "zero_grad_cast";
 inline constexpr int kZeroGatherStream = 1;
 inline constexpr int kZeroReduceStream = 2;
 inline constexpr int kCpRingStream = 3;

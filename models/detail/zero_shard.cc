@@ -68,8 +68,6 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The cast of a unit's gradients to the reduce dtype (ReduceScatter below).
-constexpr std::string_view kGradCastSuffix = "zero_grad_cast";
 // A gathered weight's names (AddGatheredCopy below).
 constexpr std::string_view kGatherOutput = ".gather_out";
 constexpr std::string_view kGatheredCopy = ".gathered";
@@ -335,8 +333,8 @@ class ZeroSharder {
       // "L<layer>.zero_grad_cast" (or "<weight>.zero_grad_cast",
       // "L<layer>.experts.zero_grad_cast"): one conversion per element.
       assert(casts.size() == full.size());
-      EmitUnitOp(u, kGradCastSuffix, OpKind::kElementwise, phase, /*stream=*/0, full, casts,
-                 cast_elements);
+      EmitUnitOp(u, traces::kZeroGradCastSuffix, OpKind::kElementwise, phase, /*stream=*/0, full,
+                 casts, cast_elements);
       full = std::move(casts);
     }
     EmitUnitOp(u, traces::kZeroReduceScatterSuffix, OpKind::kCollective, phase,

@@ -199,7 +199,7 @@ TEST(ZeroShard, Zero3CollectivesPerStepInClosedForm) {
     ASSERT_GT(op.id, 0);
     const traces::Op& cast = t.op(op.id - 1);
     ++casts;
-    EXPECT_TRUE(cast.name.ends_with("zero_grad_cast")) << cast.name;
+    EXPECT_TRUE(cast.name.ends_with(traces::kZeroGradCastSuffix)) << cast.name;
     EXPECT_EQ(cast.kind, traces::OpKind::kElementwise) << cast.name;
     EXPECT_EQ(cast.stream, 0) << cast.name;
     EXPECT_EQ(cast.phase, op.phase) << cast.name;
@@ -213,7 +213,8 @@ TEST(ZeroShard, Zero3CollectivesPerStepInClosedForm) {
   // With bf16 gradients (NeMo's grad_sync_dtype bf16) no cast, half the bytes.
   const traces::Trace bf16 = Build(Llama(3, 8, 0, 1, false, "bf16"));
   EXPECT_EQ(Count(bf16).scatter_bytes, all);
-  for (const traces::Op& op : bf16.ops) EXPECT_FALSE(op.name.ends_with("zero_grad_cast"));
+  for (const traces::Op& op : bf16.ops)
+    EXPECT_FALSE(op.name.ends_with(traces::kZeroGradCastSuffix));
   // Each block's forward gather carries its parameters, 2 bytes each.
   for (const traces::Op& op : t.ops) {
     if (op.layer < 0 || !op.name.ends_with(traces::kZeroAllGatherSuffix)) continue;
@@ -356,14 +357,14 @@ TEST(ZeroShard, DeferredSyncHoldsFullGradientsAndScattersAfterTheBackward) {
     std::vector<std::string> order, order_every;
     for (const traces::Op& op : every.ops) {
       if (op.name.ends_with(traces::kZeroReduceScatterSuffix) ||
-          op.name.ends_with("zero_grad_cast")) {
+          op.name.ends_with(traces::kZeroGradCastSuffix)) {
         order_every.push_back(op.name);
       }
     }
     bool optimizer_seen = false, compute_after_scatter = false;
     for (const traces::Op& op : t.ops) {
       const bool scatter = op.name.ends_with(traces::kZeroReduceScatterSuffix) ||
-                           op.name.ends_with("zero_grad_cast");
+                           op.name.ends_with(traces::kZeroGradCastSuffix);
       if (scatter) {
         order.push_back(op.name);
         EXPECT_TRUE(optimizer_seen || op.phase == traces::Phase::kOptimizer) << op.name;
@@ -379,7 +380,7 @@ TEST(ZeroShard, DeferredSyncHoldsFullGradientsAndScattersAfterTheBackward) {
     // reduce-scatter reads the cast's transient fp32 copies.
     int64_t full = 0;
     for (const traces::Op& op : t.ops) {
-      if (!op.name.ends_with("zero_grad_cast")) continue;
+      if (!op.name.ends_with(traces::kZeroGradCastSuffix)) continue;
       for (traces::TensorId out : op.outputs) {
         EXPECT_FALSE(traces::IsPersistent(t, t.tensor(out))) << t.tensor(out).name;
       }
