@@ -120,9 +120,12 @@ int64_t PaddedVocab(const ModelConfig& c) {
 
 int64_t OptimizerStateWordsPerParam(const ModelConfig& c) {
   const int64_t moments = c.optimizer == "sgd" ? kSgdMoments : kAdamMoments;
-  return moments + (HasMasterWeights(c) ? 1 : 0);
+  return moments + (HasMasterWeights(c) && !MasterWeightsAreShards(c) ? 1 : 0);
 }
 bool HasMasterWeights(const ModelConfig& c) { return c.precision == "mixed" && c.dtype != "fp32"; }
+bool MasterWeightsAreShards(const ModelConfig& c) {
+  return c.zero_stage >= 3 && HasMasterWeights(c);
+}
 std::string OptimizerStateDType(const ModelConfig& c) {
   return c.precision == "mixed" ? "fp32" : c.dtype;
 }

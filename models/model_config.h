@@ -271,11 +271,17 @@ int64_t PaddedVocab(const ModelConfig& c);
 
 // Optimizer state per parameter on one rank before ZeRO sharding, in elements of
 // OptimizerStateDType: moments (adam 2, sgd 1) plus, for mixed precision with a
-// 16-bit dtype, the fp32 master copy. adam mixed fp16: 3 fp32 words (12 bytes);
-// adam pure fp16: 2 fp16 (4 bytes); sgd mixed: 2 fp32 (8 bytes); sgd pure: 1 fp16.
+// 16-bit dtype, the fp32 master copy (not at ZeRO-3: MasterWeightsAreShards). adam mixed fp16: 3
+// fp32 words (12 bytes); adam pure fp16: 2 fp16 (4 bytes); sgd mixed: 2 fp32 (8 bytes); sgd pure: 1
+// fp16.
 int64_t OptimizerStateWordsPerParam(const ModelConfig& c);
 // fp32 master weights: mixed precision with a 16-bit dtype.
 bool HasMasterWeights(const ModelConfig& c);
+// Where they live at ZeRO-3: the weights' shards themselves, held in fp32
+// (PyTorch FSDP2 with a MixedPrecisionPolicy, torchtitan's: the sharded
+// parameters are the fp32 ones the optimizer updates, cast to the dtype for
+// each all-gather), not a word of the optimizer state. Else in the state.
+bool MasterWeightsAreShards(const ModelConfig& c);
 // "fp32" for mixed precision and fp32 models, else the config's dtype.
 std::string OptimizerStateDType(const ModelConfig& c);
 // The weight gradients' dtype (ModelConfig::grad_dtype, "" resolved): the one

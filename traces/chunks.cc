@@ -5,6 +5,8 @@
 #include <numeric>
 #include <string>
 
+#include "traces/collective_kind.h"
+
 namespace ssdtrain::traces {
 
 std::vector<int64_t> ChunkOfOps(const Trace& trace, int64_t v) {
@@ -24,7 +26,8 @@ std::vector<int64_t> ChunkOfOps(const Trace& trace, int64_t v) {
   }
   // An op on a side stream (ZeRO's, models/detail/zero_shard.cc) belongs with
   // what it serves, not where it is issued: a gather with the first reader of
-  // its copies, a reduce-scatter with the writer of its gradients.
+  // its copies, a reduce-scatter with the writer of its gradients; a gather's
+  // cast, issued with it, with its layer.
   auto chunk_of = [&](OpId o) { return chunk[static_cast<size_t>(o)]; };
   for (const Op& op : trace.ops) {
     if (op.stream == 0 || op.phase == Phase::kOptimizer) continue;
@@ -167,7 +170,8 @@ void AddBoundaryCopies(const Trace& trace, const std::vector<std::vector<TensorI
 // of their layer (models/detail/zero_shard.cc, zero_prefetch): one that would
 // run in an earlier chunk's stretch of its phase waits for the first op of its
 // own chunk there (no prefetch across a chunk boundary: another chunk step may
-// come between).
+// come between), and so does the cast issued just before it (on the compute
+// stream, named ...zero_gather_cast).
 std::vector<OpId> ChunkOrder(const Trace& trace, const std::vector<int64_t>& chunk) {
   std::vector<OpId> order;
   order.reserve(trace.ops.size());
@@ -176,7 +180,8 @@ std::vector<OpId> ChunkOrder(const Trace& trace, const std::vector<int64_t>& chu
   for (const Op& op : trace.ops) {
     const int64_t c = chunk[static_cast<size_t>(op.id)];
     const int ph = op.phase == Phase::kForward ? 0 : 1;
-    if (c >= 0 && op.stream != 0 && c != current[ph]) {
+    const bool with_a_gather = op.stream != 0 || op.name.ends_with(kZeroGatherCastSuffix);
+    if (c >= 0 && with_a_gather && c != current[ph]) {
       held[{ph, c}].push_back(op.id);
       continue;
     }

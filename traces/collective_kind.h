@@ -64,6 +64,11 @@ inline constexpr std::string_view kZeroCopyOutSuffix = "zero_copy_out";
 // Not a collective either: the cast of a unit's gradients to the reduce dtype
 // before its zero_reduce_scatter, on the compute stream (FSDP2's copy-in).
 inline constexpr std::string_view kZeroGradCastSuffix = "zero_grad_cast";
+// Nor this: the cast of a unit's fp32 weight shards to the weights' dtype
+// before its zero_all_gather, on the compute stream (FSDP2's all-gather
+// copy-in); its i-th input is the shard, its i-th output what the gather's
+// i-th input is (traces::detail::PairRegathers follows it to the shard).
+inline constexpr std::string_view kZeroGatherCastSuffix = "zero_gather_cast";
 inline constexpr int kZeroGatherStream = 1;
 inline constexpr int kZeroReduceStream = 2;
 inline constexpr int kCpRingStream = 3;

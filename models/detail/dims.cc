@@ -27,6 +27,7 @@ ZeroSpec ZeroFor(const ModelConfig& c) {
   spec.expert_shards = layout.ep > 1 ? layout.ExpertGradientShards() : spec.shards;
   spec.prefetch = c.zero_prefetch;
   spec.defer_grad_sync = DefersGradSync(c);
+  spec.fp32_shards = MasterWeightsAreShards(c);
   return spec;
 }
 

@@ -266,9 +266,13 @@ void TraceBuilder::AddMasterWeightPasses(const OptimizerGroup& g, TensorId state
   constexpr int64_t kUnscaleFlopsPerParam = 1;  // one multiply by 1/scale (and a finite check)
   constexpr int64_t kNormFlopsPerParam = 2;     // square and add
   const int64_t half = traces::DTypeSize(tensor(g.weights.front()).dtype);  // 16-bit weights
+  // ZeRO-3's fp32 shards are the master weights (models::MasterWeightsAreShards):
+  // no 16-bit copy to write back, the gathers cast them.
+  const bool weights_are_master = half == kFp32;
   const int64_t n = g.updated;
-  // The moments and the master copy: state_words_per_param words (adam 3, sgd 2).
-  const int64_t words = optimizer_.state_words_per_param;
+  // The moments and the master copy: state_words_per_param words (adam 3, sgd
+  // 2), or the moments and the fp32 shard.
+  const int64_t words = optimizer_.state_words_per_param + (weights_are_master ? 1 : 0);
   auto pass = [&](const std::string& name, const std::vector<TensorId>& inputs, int64_t flops,
                   int64_t read_per_param, int64_t written_per_param) {
     const OpId id = Op(name, OpKind::kOptimizer, inputs, {}, flops);
@@ -296,7 +300,7 @@ void TraceBuilder::AddMasterWeightPasses(const OptimizerGroup& g, TensorId state
   pass(optimizer_.name, update, optimizer_.flops_per_param * n, kFp32 * (words + 1), kFp32 * words);
   // _copy_main_params_to_model_params: multi_tensor_scale of the master weights into the 16-bit
   // ones.
-  pass("master_to_model", g.weights, 0, kFp32, half);
+  if (!weights_are_master) pass("master_to_model", g.weights, 0, kFp32, half);
 }
 
 int64_t TraceBuilder::Elements(TensorId weight) const {

@@ -83,6 +83,10 @@ struct ZeroSpec {
   int64_t expert_shards = 1;
   int64_t prefetch = 1;          // stage 3: units gathered ahead of the one computing
   bool defer_grad_sync = false;  // the reduce-scatters once, as the first optimizer ops
+  // Stage 3 with fp32 master weights (models::MasterWeightsAreShards): the
+  // shards are held in fp32, and each gather casts them to the weights'
+  // dtype first (zero_shard.cc).
+  bool fp32_shards = false;
 };
 
 class TraceBuilder {

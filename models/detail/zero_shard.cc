@@ -94,6 +94,7 @@ class ZeroSharder {
     if (b_.zero_.stage >= 3) {
       PlanGathers();
       ShardWeights();
+      PlanGatherInputs();
     }
     PlanReduceScatters();
     EmitOps();
@@ -138,7 +139,7 @@ class ZeroSharder {
       for (TensorId& in : op.inputs) {
         if (!is_weight_[Index(in)]) continue;
         auto [it, added] = gather_of.emplace(std::pair{run, unit_[Index(in)]}, gathers_.size());
-        if (added) gathers_.push_back(Gather{unit_[Index(in)], op.phase, i, {}, {}, {}});
+        if (added) gathers_.push_back(Gather{unit_[Index(in)], op.phase, i, {}, {}, 0, {}, {}});
         Gather& g = gathers_[it->second];
         size_t k = 0;
         while (k < g.weights.size() && g.weights[k] != in) ++k;
@@ -180,7 +181,8 @@ class ZeroSharder {
     return copy;
   }
 
-  // Stage 3, the shards: each weight's elements split over the ranks, rounded up.
+  // Stage 3, the shards: each weight's elements split over the ranks, rounded
+  // up; in fp32 where they are the master weights (ZeroSpec::fp32_shards).
   void ShardWeights() {
     b_.sharded_elements_.assign(tensors().size(), 0);
     for (TensorId w : b_.weights_) {
@@ -190,7 +192,35 @@ class ZeroSharder {
       b_.sharded_elements_[Index(w)] = elements;
       const int64_t shard = CeilDiv(elements, ShardsOf(unit_[Index(w)]));
       t.shape = {shard};
+      if (b_.zero_.fp32_shards) t.dtype = DType::kFp32;
       t.bytes = shard * traces::DTypeSize(t.dtype);
+    }
+  }
+
+  // Stage 3, what each gather sends: the shards themselves, or with fp32
+  // shards their casts to the gathered copies' dtype ("<weight>.gather_in",
+  // ".gather_in_bwd"; transient), which one op on the compute stream,
+  // L<layer>.zero_gather_cast, writes just before the gather: FSDP2's
+  // all-gather copy-in casts each sharded parameter to the param dtype.
+  void PlanGatherInputs() {
+    for (Gather& g : gathers_) {
+      if (!b_.zero_.fp32_shards) {
+        g.inputs = g.weights;
+        continue;
+      }
+      for (size_t k = 0; k < g.weights.size(); ++k) {
+        const traces::Tensor w = b_.tensor(g.weights[k]);  // a copy: AddTensor moves the table
+        std::string name = w.name;
+        name.append(g.phase == Phase::kForward ? ".gather_in" : ".gather_in_bwd");
+        const int saved_layer = b_.layer_;
+        b_.layer_ = traces::kNoLayer;  // the weight's name carries its layer already
+        const TensorId in =
+            b_.AddTensor(name, w.shape, b_.tensor(g.copies[k]).dtype, TensorKind::kWorkspace);
+        b_.layer_ = saved_layer;
+        tensors()[Index(in)].layer = w.layer;
+        g.inputs.push_back(in);
+        g.cast_elements += w.shape[0];
+      }
     }
   }
 
@@ -220,17 +250,21 @@ class ZeroSharder {
       t.consumers.clear();
     }
     new_id_.assign(ops_.size(), traces::kNoOp);
-    // Every op, gather, copy-out, cast and reduce-scatter: no regrowth of the list (the ops were
-    // moved out).
-    b_.trace_.ops.reserve(ops_.size() + 2 * gathers_.size() + 2 * unit_weights_.size());
+    // Every op, gather and its cast and copy-out, cast and reduce-scatter: no regrowth of the list
+    // (the ops were moved out).
+    b_.trace_.ops.reserve(ops_.size() + 3 * gathers_.size() + 2 * unit_weights_.size());
     const Phase saved_phase = b_.phase_;
     const int saved_layer = b_.layer_;
     std::vector<int64_t> deferred;  // zero_.defer_grad_sync: units in order of completion
     for (size_t i = 0; i < ops_.size(); ++i) {
       for (size_t k : gathers_before_[i]) {
         const Gather& g = gathers_[k];
+        if (g.inputs != g.weights) {
+          EmitUnitOp(g.unit, traces::kZeroGatherCastSuffix, OpKind::kElementwise, g.phase,
+                     /*stream=*/0, g.weights, g.inputs, g.cast_elements);
+        }
         EmitUnitOp(g.unit, traces::kZeroAllGatherSuffix, OpKind::kCollective, g.phase,
-                   traces::kZeroGatherStream, g.weights, g.outputs);
+                   traces::kZeroGatherStream, g.inputs, g.outputs);
       }
       for (size_t k : copy_outs_before_[i]) {
         const Gather& g = gathers_[k];
@@ -361,6 +395,8 @@ class ZeroSharder {
     traces::Phase phase = traces::Phase::kForward;
     size_t first_use = 0;  // index into ops_
     std::vector<TensorId> weights;
+    std::vector<TensorId> inputs;   // what the gather reads: the shards, or their casts
+    int64_t cast_elements = 0;      // the casts' elements, where there are casts
     std::vector<TensorId> outputs;  // what the gather writes
     std::vector<TensorId> copies;   // what its copy-out makes of them, which the run reads
   };

@@ -79,7 +79,9 @@ Resident ResidentBytes(const traces::Trace& t) {
 // The closed form: each weight's n elements at 2 bytes and its gradient's at
 // `grad_bytes`, split over d (rounded up per tensor) where the stage shards
 // weights (3) and gradients (2, 3); the state 3 fp32 words per parameter of
-// each layer's group, split over d at 1-3.
+// each layer's group, split over d at 1-3. At 3 the shards are the fp32 master
+// weights (FSDP2's sharded parameters): 4 bytes each, and the state the two
+// moments.
 Resident Expected(const traces::Trace& unsharded, int64_t stage, int64_t d,
                   int64_t grad_bytes = 4) {
   Resident r;
@@ -87,11 +89,14 @@ Resident Expected(const traces::Trace& unsharded, int64_t stage, int64_t d,
   for (const traces::Tensor& x : unsharded.tensors) {
     if (x.kind != traces::TensorKind::kWeight || x.alias_of) continue;
     const int64_t n = Elements(x);
-    r.weights += 2 * (stage >= 3 ? CeilDiv(n, d) : n);
+    r.weights += stage >= 3 ? 4 * CeilDiv(n, d) : 2 * n;
     r.gradients += grad_bytes * (stage >= 2 ? CeilDiv(n, d) : n);
     group_params[x.layer] += n;
   }
-  for (const auto& [layer, p] : group_params) r.state += 4 * CeilDiv(3 * p, stage >= 1 ? d : 1);
+  const int64_t words = stage >= 3 ? 2 : 3;
+  for (const auto& [layer, p] : group_params) {
+    r.state += 4 * CeilDiv(words * p, stage >= 1 ? d : 1);
+  }
   return r;
 }
 
@@ -104,9 +109,10 @@ TEST(ZeroShard, ResidentBytesPerParameterFollowTheStageInClosedForm) {
   const double d = 8;
   // Bytes per parameter, the sharded parts over d (TODAYS_LAYOUTS.md 1.1,
   // Megatron's dist_optimizer.md table): bf16 weights, fp32 gradients and
-  // 12 of state, 2 + 4 + 12; with bf16 gradients 2 + 2 + 12.
-  const double fp32_grads[] = {18, 6 + 12 / d, 2 + 16 / d, 18 / d};
-  const double bf16_grads[] = {16, 4 + 12 / d, 2 + 14 / d, 16 / d};
+  // 12 of state, 2 + 4 + 12; with bf16 gradients 2 + 2 + 12; at ZeRO-3 the
+  // fp32 shards and two moments, (4 + 4 + 8) / d, FSDP2's (4 + 2 + 8) / d.
+  const double fp32_grads[] = {18, 6 + 12 / d, 2 + 16 / d, 16 / d};
+  const double bf16_grads[] = {16, 4 + 12 / d, 2 + 14 / d, 14 / d};
   for (const std::string grad_dtype : {"", "bf16"}) {
     const int64_t grad_bytes = grad_dtype.empty() ? 4 : 2;
     for (int64_t stage = 0; stage <= 3; ++stage) {
@@ -307,6 +313,54 @@ TEST(ZeroShard, EachGatherIsCopiedOutJustBeforeItsRun) {
   EXPECT_EQ(gathers, 7 + 6);
 }
 
+// The shards are the fp32 master weights (FSDP2's sharded parameters): each
+// gather sends their casts to bf16, which the op just before it writes on the
+// compute stream (FSDP2's all-gather copy-in); the optimizer has no master
+// word and no copy back to 16 bits. Without master weights (precision pure)
+// the shards stay bf16 and are sent as they are.
+TEST(ZeroShard, GathersSendTheFp32ShardsCastToBf16) {
+  const traces::Trace t = Build(Llama(3, 8));
+  int casts = 0;
+  for (const traces::Op& gather : t.ops) {
+    if (!gather.name.ends_with(traces::kZeroAllGatherSuffix)) continue;
+    ASSERT_GT(gather.id, 0);
+    const traces::Op& cast = t.op(gather.id - 1);
+    ++casts;
+    EXPECT_TRUE(cast.name.ends_with(traces::kZeroGatherCastSuffix)) << cast.name;
+    EXPECT_EQ(cast.stream, 0) << cast.name;
+    EXPECT_EQ(cast.phase, gather.phase) << cast.name;
+    EXPECT_EQ(cast.outputs, gather.inputs) << cast.name;
+    EXPECT_EQ(cast.bytes_read, 2 * cast.bytes_written) << cast.name;
+    for (traces::TensorId w : cast.inputs) {
+      EXPECT_EQ(t.tensor(w).kind, traces::TensorKind::kWeight) << t.tensor(w).name;
+      EXPECT_EQ(t.tensor(w).dtype, traces::DType::kFp32) << t.tensor(w).name;
+    }
+    for (traces::TensorId x : gather.inputs) {
+      EXPECT_EQ(t.tensor(x).dtype, traces::DType::kBf16) << t.tensor(x).name;
+      EXPECT_FALSE(traces::IsPersistent(t, t.tensor(x))) << t.tensor(x).name;
+    }
+  }
+  EXPECT_EQ(casts, 7 + 6);
+  auto copies_back = [](const traces::Trace& x) {
+    int n = 0;
+    for (const traces::Op& op : x.ops) n += op.name.ends_with("master_to_model") ? 1 : 0;
+    return n;
+  };
+  EXPECT_EQ(copies_back(t), 0);
+  EXPECT_GT(copies_back(Build(Llama(2, 8))), 0);  // the master in the state below ZeRO-3
+  ModelConfig pure = Llama(3, 8);
+  pure.precision = "pure";
+  const traces::Trace p = Build(pure);
+  for (const traces::Op& op : p.ops) {
+    EXPECT_FALSE(op.name.ends_with(traces::kZeroGatherCastSuffix)) << op.name;
+    if (!op.name.ends_with(traces::kZeroAllGatherSuffix)) continue;
+    for (traces::TensorId w : op.inputs) {
+      EXPECT_EQ(p.tensor(w).kind, traces::TensorKind::kWeight) << p.tensor(w).name;
+      EXPECT_EQ(p.tensor(w).dtype, traces::DType::kBf16) << p.tensor(w).name;
+    }
+  }
+}
+
 TEST(ZeroShard, GatheredCopiesAreTransientAndFullGradientsToo) {
   const traces::Trace t = Build(Llama(3, 8));
   for (const traces::Tensor& x : t.tensors) {
@@ -324,7 +378,7 @@ TEST(ZeroShard, GatheredCopiesAreTransientAndFullGradientsToo) {
 
 // Deferred gradient sync: the full (bf16) gradients are weight gradients,
 // resident beside their fp32 shards (2 bytes a parameter more: ZeRO-2
-// 4 + 16/d, ZeRO-3 2 + 18/d); the casts and reduce-scatters are the optimizer
+// 4 + 16/d, ZeRO-3 2 + 16/d); the casts and reduce-scatters are the optimizer
 // phase's first ops, the same ones in the order the backward completes their
 // units; at stages 0 and 1 the flag changes nothing.
 TEST(ZeroShard, DeferredSyncHoldsFullGradientsAndScattersAfterTheBackward) {
@@ -347,7 +401,7 @@ TEST(ZeroShard, DeferredSyncHoldsFullGradientsAndScattersAfterTheBackward) {
     EXPECT_EQ(got.gradients, want.gradients + full_gradient_bytes);
     EXPECT_EQ(got.state, want.state);
     const double total = static_cast<double>(got.weights + got.gradients + got.state);
-    EXPECT_NEAR(total / static_cast<double>(params), stage == 2 ? 4 + 16 / d : 2 + 18 / d, 1e-3);
+    EXPECT_NEAR(total / static_cast<double>(params), stage == 2 ? 4 + 16 / d : 2 + 16 / d, 1e-3);
     // The same collectives, the reduce-scatters moved.
     const Collectives c = Count(t), c_every = Count(every);
     EXPECT_EQ(c.scatters, 4 + 3);

@@ -23,24 +23,36 @@ bool ZeroCopyOut(const Op& op) {
          op.name.ends_with(kZeroCopyOutSuffix);
 }
 
+// A ZeRO-3 gather's cast: (fp32 shard, what the gather sends) pairs.
+bool ZeroGatherCast(const Op& op) {
+  return op.kind != OpKind::kCollective && op.inputs.size() == op.outputs.size() &&
+         op.name.ends_with(kZeroGatherCastSuffix);
+}
+
 }  // namespace
 
 void PairRegathers(const Trace& trace, StoragePlan& sp) {
-  // Each gathered tensor's shard: a gather's output i is its input i's; a
-  // copy-out's output i is the shard its input i (a gather's output) holds.
+  // Each gathered tensor's shard: a gather's output i is its input i's (or,
+  // where a cast made that input, the shard it was cast from); a copy-out's
+  // output i is the shard its input i (a gather's output) holds.
   // (shard, micro-batch, copied) -> the backward's gathered storage.
   std::map<TensorId, TensorId> shard_of;
   std::map<std::tuple<TensorId, int64_t, bool>, int> backward;
   std::vector<std::tuple<TensorId, int64_t, bool, int>> forward;  // key, then storage
   for (const Op& op : trace.ops) {
+    if (ZeroGatherCast(op)) {  // what a gather sends stands for the shard it is cast from
+      for (size_t i = 0; i < op.inputs.size(); ++i) shard_of.emplace(op.outputs[i], op.inputs[i]);
+      continue;
+    }
     const bool gather = ZeroGather(op), copy = ZeroCopyOut(op);
     if (!gather && !copy) continue;
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       TensorId shard = op.inputs[i];
-      if (copy) {
-        auto it = shard_of.find(op.inputs[i]);
-        if (it == shard_of.end()) continue;
+      auto it = shard_of.find(op.inputs[i]);
+      if (it != shard_of.end()) {
         shard = it->second;
+      } else if (copy) {
+        continue;
       }
       shard_of.emplace(op.outputs[i], shard);
       const int index = sp.IndexOf(op.outputs[i]);
