@@ -268,7 +268,7 @@ void TraceBuilder::AddMasterWeightPasses(const OptimizerGroup& g, TensorId state
   const int64_t half = traces::DTypeSize(tensor(g.weights.front()).dtype);  // 16-bit weights
   // ZeRO-3's fp32 shards are the master weights (models::MasterWeightsAreShards):
   // no 16-bit copy to write back, the gathers cast them.
-  const bool weights_are_master = half == kFp32;
+  const bool weights_are_master = zero_.fp32_shards;
   const int64_t n = g.updated;
   // The moments and the master copy: state_words_per_param words (adam 3, sgd
   // 2), or the moments and the fp32 shard.

@@ -294,14 +294,15 @@ class ZeroSharder {
 
   // An op of unit `u` whose first input is `first`: "L<layer>.<suffix>" for a
   // block, "L<layer>.experts.<suffix>" for its routed experts;
-  // "<weight>.<suffix>" for a weight of its own. Sets the builder's layer to
+  // "<weight>.<suffix>" for a weight of its own (the unit's weight, whatever
+  // the op reads: its shard, gradient or a copy). Sets the builder's layer to
   // the unit's.
   std::string UnitOpName(int64_t u, TensorId first, std::string_view suffix) {
     const int layer = b_.tensor(first).layer;
     b_.layer_ = layer;
     std::string name;
     if (layer == traces::kNoLayer) {
-      name = b_.tensor(first).name;
+      name = b_.tensor(static_cast<TensorId>(traces::kNoLayer - 1 - u)).name;  // AssignUnits
       name.push_back('.');
     } else if (IsExpertUnit(u)) {
       name = traces::kRoutedExperts;
