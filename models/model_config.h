@@ -201,6 +201,21 @@ struct ModelConfig {
   // own output, and backward writes nll_loss's gradient and log_softmax's, two
   // more logits-sized tensors; tp 1 only).
   std::string cross_entropy = "vocab_parallel";
+  // How the rotary embedding runs (llama family; models/README.md, "Block
+  // kernels"): "fused" (one kernel over q and k, each element read and written
+  // once in the activation dtype: Megatron-Core's and Transformer Engine's
+  // fused RoPE) or "complex" (torchtitan's apply_rotary_emb in eager PyTorch:
+  // q and k cast to fp32, multiplied by the frequencies as complex numbers,
+  // cast back; three kernels each way, 20 bytes an element of a 16-bit q or k
+  // where the fused kernel moves 4).
+  std::string rotary = "fused";
+  // How grouped-query attention reaches the attention kernel (llama family):
+  // "native" (the kernel reads kv_heads heads of k and v: flash-attn,
+  // Transformer Engine) or "repeat" (torchtitan's repeat_kv before SDPA: k and
+  // v copied to every query head, the copies what attention reads and saves,
+  // their gradients summed back in backward; nothing to copy where kv_heads
+  // equals heads).
+  std::string gqa = "native";
 };
 
 // Command-line overrides; unset fields keep the config's value.
@@ -231,7 +246,8 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = null
 // qkv_bias, qk_norm, attention_bias, attention_sinks, parallel_block, gated_mlp,
 // untied_output and fp16_lm_cross_entropy only where true, weight_grads only where set_to_none,
 // optimizer_step only where fused, projections only where separate,
-// cross_entropy only where torch, grad_dtype only where set,
+// cross_entropy only where torch, rotary only where complex, gqa only where
+// repeat, grad_dtype only where set,
 // tied_output only where true, token_types and the sliding_window fields only
 // where set, and the
 // MoE fields only for a MoE config, the MLA fields only for an MLA config and

@@ -28,6 +28,8 @@ constexpr std::array<std::string_view, 2> kWeightGrads = {"persistent", "set_to_
 constexpr std::array<std::string_view, 2> kOptimizerSteps = {"megatron", "fused"};
 constexpr std::array<std::string_view, 2> kProjections = {"fused", "separate"};
 constexpr std::array<std::string_view, 2> kCrossEntropies = {"vocab_parallel", "torch"};
+constexpr std::array<std::string_view, 2> kRotaries = {"fused", "complex"};
+constexpr std::array<std::string_view, 2> kGqas = {"native", "repeat"};
 
 template <size_t N>
 bool OneOf(const std::array<std::string_view, N>& names, const std::string& v) {
@@ -52,6 +54,15 @@ Status Bad(const std::string& source, const std::string& field, const std::strin
 }
 
 std::string Str(int64_t v) { return std::to_string(v); }
+
+// `value` of `field` one of `names`, else refused with them and what each means.
+template <size_t N>
+Status RequireOneOf(const std::string& source, const std::string& field, const std::string& value,
+                    const std::array<std::string_view, N>& names, const std::string& meanings) {
+  if (OneOf(names, value)) return Status::Ok();
+  return Bad(source, field,
+             "unknown value \"" + value + "\", expected " + List(names) + " (" + meanings + ")");
+}
 
 // The window's fields (cp with a window: ContextParallelRefusal).
 Status ValidateSlidingWindow(const ModelConfig& c, const std::string& source) {
@@ -118,34 +129,31 @@ Status ValidateSettings(const ModelConfig& c, const std::string& source) {
                "unknown precision \"" + c.precision + "\", expected " + List(kPrecisions) +
                    " (mixed: fp32 master weights; pure: none)");
   }
-  if (!OneOf(kOptimizerSteps, c.optimizer_step)) {
-    return Bad(source, "optimizer_step",
-               "unknown value \"" + c.optimizer_step + "\", expected " + List(kOptimizerSteps) +
-                   " (megatron: Megatron-LM's mixed-precision optimizer pass by pass; fused: one "
-                   "pass)");
-  }
-  if (!OneOf(kProjections, c.projections)) {
-    return Bad(source, "projections",
-               "unknown value \"" + c.projections + "\", expected " + List(kProjections) +
-                   " (fused: Megatron-Core's linear_qkv and linear_fc1; separate: torchtitan's wq, "
-                   "wk, wv, w1 and w3)");
-  }
-  if (!OneOf(kCrossEntropies, c.cross_entropy)) {
-    return Bad(source, "cross_entropy",
-               "unknown value \"" + c.cross_entropy + "\", expected " + List(kCrossEntropies) +
-                   " (vocab_parallel: Megatron's in-place cross-entropy; torch: "
-                   "torch.nn.functional.cross_entropy, log_softmax and nll_loss)");
-  }
+  SSDTRAIN_RETURN_IF_ERROR(RequireOneOf(
+      source, "optimizer_step", c.optimizer_step, kOptimizerSteps,
+      "megatron: Megatron-LM's mixed-precision optimizer pass by pass; fused: one pass"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireOneOf(source, "projections", c.projections, kProjections,
+                                        "fused: Megatron-Core's linear_qkv and linear_fc1; "
+                                        "separate: torchtitan's wq, wk, wv, w1 and w3"));
+  SSDTRAIN_RETURN_IF_ERROR(
+      RequireOneOf(source, "cross_entropy", c.cross_entropy, kCrossEntropies,
+                   "vocab_parallel: Megatron's in-place cross-entropy; torch: "
+                   "torch.nn.functional.cross_entropy, log_softmax and nll_loss"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireOneOf(source, "rotary", c.rotary, kRotaries,
+                                        "fused: one kernel over q and k; complex: torchtitan's "
+                                        "apply_rotary_emb, fp32 complex numbers in eager PyTorch"));
+  SSDTRAIN_RETURN_IF_ERROR(
+      RequireOneOf(source, "gqa", c.gqa, kGqas,
+                   "native: the attention kernel reads the key/value heads; repeat: torchtitan's "
+                   "repeat_kv copies them to every query head first"));
   if (!c.grad_dtype.empty() && !OneOf(kDTypes, c.grad_dtype)) {
     return Bad(source, "grad_dtype",
                "unknown dtype \"" + c.grad_dtype + "\", expected " + List(kDTypes) +
                    " (or leave it out: fp32 for bf16 with fp32 master weights, else the dtype)");
   }
-  if (!OneOf(kWeightGrads, c.weight_grads)) {
-    return Bad(source, "weight_grads",
-               "unknown value \"" + c.weight_grads + "\", expected " + List(kWeightGrads) +
-                   " (persistent: one grad buffer all step; set_to_none: allocated in backward)");
-  }
+  SSDTRAIN_RETURN_IF_ERROR(
+      RequireOneOf(source, "weight_grads", c.weight_grads, kWeightGrads,
+                   "persistent: one grad buffer all step; set_to_none: allocated in backward"));
   if (c.zero_stage < 0 || c.zero_stage > 3) {
     return Bad(source, "zero_stage",
                "expected 0, 1, 2 or 3 (1: the optimizer state sharded over dp; 2: the gradients "
@@ -284,6 +292,22 @@ Status ValidateFamilyFeatures(const ModelConfig& c, const std::string& source) {
       return Bad(source, field, "is only modelled for the llama family, not " + c.family);
     }
   }
+  // torchtitan's eager block kernels: the llama block's own rotary and attention.
+  const auto eager_kernel = [&](const char* field, const std::string& value, bool set) -> Status {
+    if (!set) return Status::Ok();
+    if (c.family != "llama") {
+      return Bad(source, field, value + " is only modelled for the llama family, not " + c.family);
+    }
+    if (c.kv_lora_rank > 0) {
+      return Bad(source, field,
+                 value +
+                     " is not modelled with multi-head latent attention (kv_lora_rank set: "
+                     "its rotary and heads are the latent attention's own)");
+    }
+    return Status::Ok();
+  };
+  SSDTRAIN_RETURN_IF_ERROR(eager_kernel("rotary", c.rotary, c.rotary != "fused"));
+  SSDTRAIN_RETURN_IF_ERROR(eager_kernel("gqa", c.gqa, c.gqa != "native"));
   if (c.projections == "separate") {
     if (c.family != "llama") {
       return Bad(source, "projections",

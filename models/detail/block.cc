@@ -51,6 +51,54 @@ TensorId ResidualBackward(TraceBuilder& b, const Dims& d, const ResidualState& s
   return g_y;
 }
 
+// torchtitan's apply_rotary_emb (torchtitan/models/llama/model.py) in eager
+// PyTorch on one of q and k (`x`, "q" or "k"): x.float(), its product with the
+// frequencies as complex64 numbers, type_as back to the activation dtype, each
+// its own kernel (per tensor, as eager PyTorch runs them: no op here has two
+// outputs that a re-run would have to rebuild together). In fp32 the casts
+// return the tensor itself (no op).
+void ComplexRotaryForward(TraceBuilder& b, const Dims& d, const std::string& x, TensorId in,
+                          TensorId out) {
+  const bool casts = d.act != DType::kFp32;
+  const std::string name = "rotary." + x;
+  TensorId v = in;
+  if (casts) {
+    v = b.Activation(x + "_rot.float", b.shape(in), DType::kFp32);
+    b.Op(name + ".float", OpKind::kElementwise, {in}, {v}, 0);
+  }
+  const TensorId prod = casts ? b.Activation(x + "_rot.complex", b.shape(in), DType::kFp32) : out;
+  b.Op(name + ".complex_mul", OpKind::kElementwise, {v}, {prod},
+       kRotaryFlops * Elements(b.shape(in)));
+  if (casts) b.Op(name + ".type_as", OpKind::kElementwise, {prod}, {out}, 0);
+}
+
+// ComplexRotaryForward's backward as autograd runs it: type_as's (the
+// gradient to fp32), the product's (times the conjugate frequencies) and
+// float()'s (back to the activation dtype).
+void ComplexRotaryBackward(TraceBuilder& b, const Dims& d, const std::string& x, TensorId g_out,
+                           TensorId g_in) {
+  const bool casts = d.act != DType::kFp32;
+  const std::string name = "rotary." + x;
+  TensorId g = g_out;
+  if (casts) {
+    g = b.Gradient(x + "_rot.complex.grad", b.shape(g_out), DType::kFp32);
+    b.Op(name + ".type_as.bwd", OpKind::kElementwise, {g_out}, {g}, 0);
+  }
+  const TensorId g_prod =
+      casts ? b.Gradient(x + "_rot.float.grad", b.shape(g_in), DType::kFp32) : g_in;
+  b.Op(name + ".complex_mul.bwd", OpKind::kElementwise, {g}, {g_prod},
+       kRotaryFlops * Elements(b.shape(g_in)));
+  if (casts) b.Op(name + ".float.bwd", OpKind::kElementwise, {g_prod}, {g_in}, 0);
+}
+
+// The dims attention runs with: as many key/value heads as query heads where
+// k and v were repeated to every query head (torchtitan's repeat_kv).
+Dims AttentionDims(const Dims& d, const AttentionSublayer& st) {
+  Dims da = d;
+  if (st.kv_repeated) da.kv_heads = d.heads;
+  return da;
+}
+
 // QKV through the projection, on the norm output `ln`; returns the projection output.
 TensorId SelfAttentionBranch(TraceBuilder& b, const Dims& d, const BlockStyle& style, TensorId ln,
                              TensorId rel_bias, AttentionSublayer* st) {
@@ -86,12 +134,29 @@ TensorId SelfAttentionBranch(TraceBuilder& b, const Dims& d, const BlockStyle& s
     st->k_pre = k;
     q = b.Activation("q_rot", d.Full(q_width), d.act);
     k = b.Activation("k_rot", d.Full(kv_width), d.act);
-    b.Op("rotary", OpKind::kElementwise, {st->q_pre, st->k_pre}, {q, k},
-         kRotaryFlops * d.s * d.b * (q_width + kv_width));
+    st->complex_rotary = style.complex_rotary;
+    if (style.complex_rotary) {
+      ComplexRotaryForward(b, d, "q", st->q_pre, q);
+      ComplexRotaryForward(b, d, "k", st->k_pre, k);
+    } else {
+      b.Op("rotary", OpKind::kElementwise, {st->q_pre, st->k_pre}, {q, k},
+           kRotaryFlops * d.s * d.b * (q_width + kv_width));
+    }
+  }
+  // repeat_kv: unsqueeze, expand and reshape, whose reshape of the expanded
+  // view copies k and v to every query head (none to copy at kv_heads = heads).
+  st->kv_repeated = style.repeat_kv && d.kv_heads < d.heads;
+  if (st->kv_repeated) {
+    st->k_kv = k;
+    st->v_kv = v;
+    k = b.Activation("k_rep", d.Full(d.heads * d.d), d.act);
+    v = b.Activation("v_rep", d.Full(d.heads * d.dv), d.act);
+    b.Op("attn.repeat_kv", OpKind::kElementwise, {st->k_kv, st->v_kv}, {k, v}, 0);
   }
   const TensorId sinks = style.sinks ? b.Weight("attn.sinks", {d.heads}, d.act) : kNoTensor;
-  const TensorId ctx = AttentionForward(b, d, style.dropout && style.attention_dropout, "attn", q,
-                                        k, v, rel_bias, &st->core, style.attn_softcap, sinks);
+  const TensorId ctx =
+      AttentionForward(b, AttentionDims(d, *st), style.dropout && style.attention_dropout, "attn",
+                       q, k, v, rel_bias, &st->core, style.attn_softcap, sinks);
   TensorId y = kNoTensor;
   st->proj = RowForward(b, d, "proj", ctx, q_width, d.h, &y, /*input_saved_elsewhere=*/true);
   return y;
@@ -244,12 +309,25 @@ TensorId AttentionBranchBackward(TraceBuilder& b, const Dims& d, const Attention
                                  TensorId* g_encoder_out) {
   if (st.mla) return MlaAttentionBackward(b, d, st.latent, g_y);
   const TensorId g_ctx = RowBackward(b, d, st.proj, g_y);
-  AttentionGrads g = AttentionBackward(b, d, st.core, g_ctx, g_rel_bias);
+  AttentionGrads g = AttentionBackward(b, AttentionDims(d, st), st.core, g_ctx, g_rel_bias);
+  if (st.kv_repeated) {  // expand's backward: each kv head's copies summed
+    const TensorId g_k = b.Gradient("attn.k_kv.grad", b.shape(st.k_kv), d.act);
+    const TensorId g_v = b.Gradient("attn.v_kv.grad", b.shape(st.v_kv), d.act);
+    b.Op("attn.repeat_kv.bwd", OpKind::kElementwise, {g.k, g.v}, {g_k, g_v},
+         kAddFlops * (Elements(b.shape(g.k)) + Elements(b.shape(g.v))));
+    g.k = g_k;
+    g.v = g_v;
+  }
   if (st.rotary) {
     const TensorId g_q = b.Gradient("q.grad", b.shape(st.q_pre), d.act);
     const TensorId g_k = b.Gradient("k.grad", b.shape(st.k_pre), d.act);
-    b.Op("rotary.bwd", OpKind::kElementwise, {g.q, g.k}, {g_q, g_k},
-         kRotaryFlops * (Elements(b.shape(g_q)) + Elements(b.shape(g_k))));
+    if (st.complex_rotary) {
+      ComplexRotaryBackward(b, d, "k", g.k, g_k);
+      ComplexRotaryBackward(b, d, "q", g.q, g_q);
+    } else {
+      b.Op("rotary.bwd", OpKind::kElementwise, {g.q, g.k}, {g_q, g_k},
+           kRotaryFlops * (Elements(b.shape(g_q)) + Elements(b.shape(g_k))));
+    }
     g.q = g_q;
     g.k = g_k;
   }

@@ -42,7 +42,13 @@ struct AttentionSublayer {
   bool qk_norm = false;
   NormState q_norm, k_norm;  // Qwen3: per-head RMSNorm of q and k, before rotary
   bool rotary = false;
+  bool complex_rotary = false;  // torchtitan's three ops each way (BlockStyle::complex_rotary)
   TensorId q_pre = kNoTensor, k_pre = kNoTensor;  // rotary inputs (views of the QKV output)
+  // torchtitan's repeat_kv (BlockStyle::repeat_kv, fewer kv heads than query
+  // heads): attention runs on copies of k and v at every query head, `core`
+  // with as many key/value heads as query heads; k_kv and v_kv the originals.
+  bool kv_repeated = false;
+  TensorId k_kv = kNoTensor, v_kv = kNoTensor;
   AttentionState core;
   LinearState proj;
   bool post_norm = false;  // Gemma 2: a norm of the projection output before the residual

@@ -74,6 +74,8 @@ BlockStyle StyleFor(const ModelConfig& c) {
     s.sinks = c.attention_sinks;
     s.qk_norm = c.qk_norm;
     s.separate_projections = c.projections == "separate";
+    s.complex_rotary = c.rotary == "complex";
+    s.repeat_kv = c.gqa == "repeat";
   } else if (family == "phi") {
     // Phi-2: GPT's LayerNorm, GELU and biases with rotary positions; dropout only
     // on the two branch outputs (resid_pdrop), none on attention probabilities.

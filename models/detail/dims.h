@@ -53,6 +53,11 @@ struct BlockStyle {
   // q, k and v (and a gated MLP's gate and up) as linear layers of their own,
   // the gated activation as its two ops (ModelConfig::projections separate).
   bool separate_projections = false;
+  // torchtitan's eager kernels (ModelConfig::rotary complex, gqa repeat): the
+  // rotary embedding through fp32 complex numbers, three ops each way; k and v
+  // copied to every query head before attention.
+  bool complex_rotary = false;
+  bool repeat_kv = false;
 };
 
 // Sizes seen by one tensor-parallel rank. Element counts unless named otherwise.
