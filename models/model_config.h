@@ -216,6 +216,11 @@ struct ModelConfig {
   // their gradients summed back in backward; nothing to copy where kv_heads
   // equals heads).
   std::string gqa = "native";
+  // How the RMSNorms run (llama family): "fused" (one op each way) or "eager"
+  // (torchtitan's RMSNorm module, norm_type "rmsnorm": x.float(), its square,
+  // mean, rsqrt, the product, type_as and the weight's product, each a kernel,
+  // autograd saving the fp32 copy of x; models/README.md, "Block kernels").
+  std::string norm = "fused";
 };
 
 // Command-line overrides; unset fields keep the config's value.
@@ -247,7 +252,7 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = null
 // untied_output and fp16_lm_cross_entropy only where true, weight_grads only where set_to_none,
 // optimizer_step only where fused, projections only where separate,
 // cross_entropy only where torch, rotary only where complex, gqa only where
-// repeat, grad_dtype only where set,
+// repeat, norm only where eager, grad_dtype only where set,
 // tied_output only where true, token_types and the sliding_window fields only
 // where set, and the
 // MoE fields only for a MoE config, the MLA fields only for an MLA config and

@@ -63,6 +63,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.cross_entropy, r.StringOr("cross_entropy", "vocab_parallel"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.rotary, r.StringOr("rotary", "fused"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.gqa, r.StringOr("gqa", "native"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.norm, r.StringOr("norm", "fused"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.zero_stage, r.IntOr("zero_stage", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dp, r.IntOr("dp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dp_shard, r.IntOr("dp_shard", 0));
@@ -148,6 +149,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.cross_entropy != "vocab_parallel") j["cross_entropy"] = c.cross_entropy;
   if (c.rotary != "fused") j["rotary"] = c.rotary;
   if (c.gqa != "native") j["gqa"] = c.gqa;
+  if (c.norm != "fused") j["norm"] = c.norm;
   if (c.dp_shard != 0) j["dp_shard"] = c.dp_shard;
   if (c.zero_prefetch != 1) j["zero_prefetch"] = c.zero_prefetch;
   if (c.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;

@@ -30,6 +30,7 @@ constexpr std::array<std::string_view, 2> kProjections = {"fused", "separate"};
 constexpr std::array<std::string_view, 2> kCrossEntropies = {"vocab_parallel", "torch"};
 constexpr std::array<std::string_view, 2> kRotaries = {"fused", "complex"};
 constexpr std::array<std::string_view, 2> kGqas = {"native", "repeat"};
+constexpr std::array<std::string_view, 2> kNorms = {"fused", "eager"};
 
 template <size_t N>
 bool OneOf(const std::array<std::string_view, N>& names, const std::string& v) {
@@ -146,6 +147,9 @@ Status ValidateSettings(const ModelConfig& c, const std::string& source) {
       RequireOneOf(source, "gqa", c.gqa, kGqas,
                    "native: the attention kernel reads the key/value heads; repeat: torchtitan's "
                    "repeat_kv copies them to every query head first"));
+  SSDTRAIN_RETURN_IF_ERROR(RequireOneOf(source, "norm", c.norm, kNorms,
+                                        "fused: one op each way; eager: torchtitan's RMSNorm "
+                                        "module, each of its steps a kernel"));
   if (!c.grad_dtype.empty() && !OneOf(kDTypes, c.grad_dtype)) {
     return Bad(source, "grad_dtype",
                "unknown dtype \"" + c.grad_dtype + "\", expected " + List(kDTypes) +
@@ -308,6 +312,11 @@ Status ValidateFamilyFeatures(const ModelConfig& c, const std::string& source) {
   };
   SSDTRAIN_RETURN_IF_ERROR(eager_kernel("rotary", c.rotary, c.rotary != "fused"));
   SSDTRAIN_RETURN_IF_ERROR(eager_kernel("gqa", c.gqa, c.gqa != "native"));
+  SSDTRAIN_RETURN_IF_ERROR(eager_kernel("norm", c.norm, c.norm != "fused"));
+  if (c.norm == "eager" && c.qk_norm) {
+    return Bad(source, "norm",
+               "eager is not modelled with qk_norm (the per-head norms of q and k run fused)");
+  }
   if (c.projections == "separate") {
     if (c.family != "llama") {
       return Bad(source, "projections",

@@ -154,14 +154,15 @@ policy_of = {"none": ["keep"], "full": ["recompute-full"],
 # product ops of their own: --projections separate; apply_rotary_emb through fp32
 # complex numbers in eager PyTorch: rotary "complex"; repeat_kv's copies of k and
 # v to every query head before SDPA: gqa "repeat"; the same in model.py at
-# 1ea476e9 and at 9dec370) and its loss (train.py's loss_fn,
+# 1ea476e9 and at 9dec370; its RMSNorm as the run's norm_type sets it, the
+# eager module or the Triton kernel: the run's "norm") and its loss (train.py's loss_fn,
 # torch.nn.functional.cross_entropy on pred.float(): cross_entropy "torch", at
 # tp 1 as it runs): its prediction report, or None and why not.
 def plan_torchtitan(run, gpus, policy, hardware_path):
     plan, prediction = os.path.join(work, "plan.json"), os.path.join(work, "prediction.json")
     config = json.load(open(os.path.join(root, "configs/models", run["model"] + ".json")))
     config.update(cross_entropy="torch", tp=1, sequence_parallel=False, rotary="complex",
-                  gqa="repeat")
+                  gqa="repeat", norm=run["norm"])
     model_path = os.path.join(work, run["model"] + ".json")
     json.dump(config, open(model_path, "w"))
     command = [binary, "plan", "--model", model_path,

@@ -84,7 +84,7 @@ std::string NotAmong(std::string_view what, const std::vector<std::string>& name
 
 }  // namespace
 
-std::map<int64_t, traces::OpId> SetRerunPoints(
+Result<std::map<int64_t, traces::OpId>> SetRerunPoints(
     const traces::Trace& trace, traces::Plan* plan,
     const std::function<int64_t(const traces::Tensor&)>& region_of) {
   std::map<TensorId, int64_t> region;  // storage root -> region
@@ -92,6 +92,7 @@ std::map<int64_t, traces::OpId> SetRerunPoints(
     if (p.action != TensorAction::kRecompute) continue;
     region.emplace(trace.StorageOf(p.tensor), region_of(trace.tensor(p.tensor)));
   }
+  SSDTRAIN_ASSIGN_OR_RETURN(const traces::StoragePlan sp, traces::ResolveStorages(trace, "trace"));
   std::map<int64_t, traces::OpId> point;  // region -> its first backward read
   for (const traces::Op& op : trace.ops) {
     if (op.phase != Phase::kBackward) continue;
@@ -104,6 +105,40 @@ std::map<int64_t, traces::OpId> SetRerunPoints(
     if (p.action != TensorAction::kRecompute) continue;
     const auto it = point.find(region.at(trace.StorageOf(p.tensor)));
     if (it != point.end()) p.prefetch_before = it->second;
+  }
+  // What each region's re-run reads: from its recomputed storages up through
+  // their producers' inputs, within the region through what nothing saves;
+  // such an input of another region (or of none) is held until the point.
+  std::map<TensorId, traces::OpId> held;  // storage root -> the last point that reads it
+  for (const auto& [r, at] : point) {
+    std::vector<TensorId> stack;
+    std::set<TensorId> seen;
+    for (const auto& [root, of] : region) {
+      if (of == r) stack.push_back(root);
+    }
+    while (!stack.empty()) {
+      const TensorId root = stack.back();
+      stack.pop_back();
+      if (!seen.insert(root).second) continue;
+      const traces::OpId producer = trace.tensor(root).producer;
+      if (producer == traces::kNoOp) continue;
+      for (TensorId in : trace.op(producer).inputs) {
+        const TensorId s = trace.StorageOf(in);
+        const traces::StorageInfo& info = sp.storages[static_cast<size_t>(sp.IndexOf(s))];
+        if (info.persistent() || info.saved || region.count(s) > 0) continue;
+        if (region_of(trace.tensor(s)) == r) {
+          stack.push_back(s);  // a temporary of the region: its re-run rebuilds it
+        } else if (trace.tensor(s).producer != traces::kNoOp) {
+          traces::OpId& until = held[s];
+          until = std::max(until, at);
+        }
+      }
+    }
+  }
+  for (const auto& [s, until] : held) {
+    Placement hold{s, TensorAction::kKeep, traces::kNoOp, "", 0, 0};
+    hold.hold_until = until;
+    plan->placements.push_back(hold);
   }
   return point;
 }
@@ -211,9 +246,10 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
     // The checkpointed regions: a block (recompute-full), or each selected
     // module of a block (Megatron-Core checkpoints core_attn and mla_up_proj
     // apart).
-    SetRerunPoints(trace, &plan, [&](const traces::Tensor& t) -> int64_t {
-      return full ? t.layer : 2 * int64_t{t.layer} + (InAttentionCore(trace, t) ? 0 : 1);
-    });
+    SSDTRAIN_RETURN_IF_ERROR(
+        SetRerunPoints(trace, &plan, [&](const traces::Tensor& t) -> int64_t {
+          return full ? t.layer : 2 * int64_t{t.layer} + (InAttentionCore(trace, t) ? 0 : 1);
+        }).status());
     return plan;
   }
   const std::vector<TensorId> candidates =

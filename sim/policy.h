@@ -138,8 +138,14 @@ Result<traces::Plan> MakeFixedPlan(std::string_view policy, const traces::Trace&
 // when backward first needs any of its recomputed storages, as Megatron's
 // CheckpointFunction and torch.utils.checkpoint do (the whole region's
 // recomputed tensors resident from there, not each from its own first use).
-// `region_of` names each placed tensor's region; returns each region's point.
-std::map<int64_t, traces::OpId> SetRerunPoints(
+// The region's inputs that backward does not read (nothing saves them; an
+// eager RMSNorm's input, which it reads only as its fp32 copy) are kept for
+// the re-run, as both save a region's inputs: held (Placement::hold_until)
+// until the last point of a region that reads them; else a re-run would
+// rebuild them by re-running the region before, and that one the region
+// before it. `region_of` names each tensor's region (a placed tensor's, and
+// what a re-run reads); returns each region's point.
+Result<std::map<int64_t, traces::OpId>> SetRerunPoints(
     const traces::Trace& trace, traces::Plan* plan,
     const std::function<int64_t(const traces::Tensor&)>& region_of);
 

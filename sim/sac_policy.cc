@@ -84,8 +84,9 @@ Result<traces::Plan> MakeSacPlan(const traces::Trace& trace, traces::Plan plan) 
     recomputed[static_cast<size_t>(sp.IndexOf(t))] = true;
   }
   // A block's re-run: all of it when backward first needs one of them.
-  const std::map<int64_t, OpId> rerun =
-      SetRerunPoints(trace, &plan, [](const traces::Tensor& t) -> int64_t { return t.layer; });
+  SSDTRAIN_ASSIGN_OR_RETURN(
+      const auto rerun,
+      SetRerunPoints(trace, &plan, [](const traces::Tensor& t) -> int64_t { return t.layer; }));
   // A storage gone by backward (not saved, or recomputed), which a recompute
   // re-runs its producer for when something downstream needs it.
   auto gone = [&](int index) {

@@ -1,11 +1,13 @@
-// torchtitan's eager block kernels (models: rotary "complex", gqa "repeat";
-// models/README.md, "Block kernels"): apply_rotary_emb through fp32 complex
-// numbers, three ops each way per tensor, and repeat_kv's copies of k and v
-// to every query head before attention. What each op moves, to the byte;
-// the refusals; and the simulator and the executor (CPU backend, verified)
-// running keep, recompute-full and recompute-sac plans of such a block alike:
-// the same recompute runs, each op at most once a micro-batch, the peaks
-// equal to the byte.
+// torchtitan's eager block kernels (models: rotary "complex", gqa "repeat",
+// norm "eager"; models/README.md, "Block kernels"): apply_rotary_emb through
+// fp32 complex numbers, three ops each way per tensor; repeat_kv's copies of
+// k and v to every query head before attention; its RMSNorm module, each
+// step a kernel. What each op moves, to the byte; the refusals; a
+// checkpointed block keeping its input, which nothing else saves, for its
+// re-run (sim::SetRerunPoints); and the simulator and the executor (CPU
+// backend, verified) running keep, recompute-full and recompute-sac plans of
+// such a block alike: the same recompute runs, each op once a micro-batch,
+// the peaks equal to the byte.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -42,6 +44,7 @@ nlohmann::json EagerLlama(const std::string& dtype, int64_t kv_heads, int64_t ze
   j["projections"] = "separate";
   j["rotary"] = "complex";
   j["gqa"] = "repeat";
+  j["norm"] = "eager";
   j["zero_stage"] = zero_stage;
   return j;
 }
@@ -130,6 +133,72 @@ TEST(EagerBlock, RepeatKvCopiesKeysAndValuesToEveryQueryHead) {
   EXPECT_FALSE(HasOp(mha, "L1.attn.repeat_kv.bwd"));
 }
 
+// torchtitan's RMSNorm, per element of a bf16 input: forward x.float() (2 read,
+// 4 written), the square (4, 4), the mean (4 read), the product (4, 4),
+// type_as (4, 2) and the weight's product (2, 2): 36 bytes where the fused op
+// moves 4; backward 92 more, the residual's gradient added after; in fp32
+// without the casts. It saves the fp32 copy, the rsqrt and the cast rows, not
+// its input.
+TEST(EagerBlock, EagerRmsNormRunsEachStepAsAKernel) {
+  const traces::Trace t = testing::BuildMicroTrace(EagerLlama("bf16", 2));
+  const int64_t n = 128 * 2 * 256, rows = 128 * 2;
+  const auto moved = [&](const std::string& step) { return MovedBy(OpNamed(t, "L1.ln1." + step)); };
+  EXPECT_EQ(moved("float"), (Moved{2 * n, 4 * n}));
+  EXPECT_EQ(moved("pow"), (Moved{4 * n, 4 * n}));
+  EXPECT_EQ(moved("mean"), (Moved{4 * n, 4 * rows}));
+  EXPECT_EQ(moved("rsqrt"), (Moved{4 * rows, 4 * rows}));
+  EXPECT_EQ(moved("mul"), (Moved{4 * n + 4 * rows, 4 * n}));
+  EXPECT_EQ(moved("type_as"), (Moved{4 * n, 2 * n}));
+  EXPECT_EQ(moved("scale"), (Moved{2 * n + 2 * 256, 2 * n}));
+  int64_t backward = 0;
+  for (const traces::Op& op : t.ops) {
+    // (L1.ln1.out.grad_sum_q and _k sum the projections' input gradients.)
+    if (op.phase == traces::Phase::kBackward && op.name.starts_with("L1.ln1.") &&
+        !op.name.starts_with("L1.ln1.out.") && op.name != "L1.ln1.in.grad_add") {
+      backward += op.bytes_read + op.bytes_written;
+    }
+  }
+  // The per-row values (rsqrt, its gradient) and the weight add a few bytes.
+  EXPECT_GE(backward, 92 * n);
+  EXPECT_LT(backward, 92 * n + 64 * rows + 16 * 256);
+  EXPECT_EQ(MovedBy(OpNamed(t, "L1.ln1.in.grad_add")), (Moved{4 * n, 2 * n}));
+  const traces::Op& last = OpNamed(t, "L1.ln1.float.bwd");
+  EXPECT_EQ(MovedBy(last), (Moved{4 * n, 2 * n}));
+  // Backward reads the fp32 copy, not the input.
+  const traces::TensorId input = OpNamed(t, "L1.ln1.float").inputs[0];
+  for (traces::OpId c : t.tensor(input).consumers) {
+    EXPECT_NE(t.op(c).phase, traces::Phase::kBackward) << t.op(c).name;
+  }
+  const traces::Trace fp32 = testing::BuildMicroTrace(EagerLlama("fp32", 2));
+  EXPECT_FALSE(HasOp(fp32, "L1.ln1.float"));
+  EXPECT_FALSE(HasOp(fp32, "L1.ln1.type_as.bwd"));
+  EXPECT_EQ(MovedBy(OpNamed(fp32, "L1.ln1.pow")), (Moved{4 * n, 4 * n}));
+  nlohmann::json fused = EagerLlama("bf16", 2);
+  fused.erase("norm");
+  EXPECT_FALSE(HasOp(testing::BuildMicroTrace(fused), "L1.ln1.float"));
+}
+
+// recompute-full on the eager block: the block's input, which backward never
+// reads (the norm saves its fp32 copy), is kept until the block's re-run
+// point, as a checkpoint saves its inputs; without that the re-run would
+// rebuild it by re-running the block before, and that one the one before.
+TEST(EagerBlock, ACheckpointedBlockHoldsItsInputForItsReRun) {
+  const traces::Trace t = testing::BuildMicroTrace(EagerLlama("bf16", 2));
+  auto plan = sim::MakeFixedPlan("recompute-full", t, testing::FastIoCpu(), sim::BasePlan(t));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const traces::TensorId input = t.StorageOf(OpNamed(t, "L1.ln1.float").inputs[0]);
+  EXPECT_EQ(t.tensor(input).name, "L0.mlp_out.out");
+  traces::OpId held = traces::kNoOp, point = traces::kNoOp;
+  for (const traces::Placement& p : plan->placements) {
+    if (p.tensor == input) held = p.hold_until;
+    if (p.action == traces::TensorAction::kRecompute && t.tensor(p.tensor).layer == 1) {
+      point = p.prefetch_before;
+    }
+  }
+  ASSERT_NE(point, traces::kNoOp);
+  EXPECT_EQ(held, point);
+}
+
 TEST(EagerBlock, RefusedOutsideTheLlamaBlockAndForUnknownValues) {
   const auto message = [](const nlohmann::json& j) {
     auto c = models::ModelConfigFromJson(j, "m.json");
@@ -141,6 +210,14 @@ TEST(EagerBlock, RefusedOutsideTheLlamaBlockAndForUnknownValues) {
   gpt.erase("rotary");
   gpt["gqa"] = "repeat";
   EXPECT_EQ(message(gpt), "m.json: gqa: repeat is only modelled for the llama family, not gpt");
+  gpt.erase("gqa");
+  gpt["norm"] = "eager";
+  EXPECT_EQ(message(gpt), "m.json: norm: eager is only modelled for the llama family, not gpt");
+  nlohmann::json qk = EagerLlama("bf16", 2);
+  qk["qk_norm"] = true;
+  EXPECT_EQ(message(qk),
+            "m.json: norm: eager is not modelled with qk_norm (the per-head norms of q and k run "
+            "fused)");
   nlohmann::json unknown = EagerLlama("bf16", 2);
   unknown["rotary"] = "halves";
   EXPECT_NE(message(unknown).find("m.json: rotary: unknown value \"halves\", expected fused or "
@@ -170,14 +247,17 @@ TEST(EagerBlock, FieldsRoundTrip) {
   const nlohmann::json j = models::ToJson(*c);
   EXPECT_EQ(j.at("rotary"), "complex");
   EXPECT_EQ(j.at("gqa"), "repeat");
+  EXPECT_EQ(j.at("norm"), "eager");
   auto back = models::ModelConfigFromJson(j, "eager-llama");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->rotary, "complex");
   EXPECT_EQ(back->gqa, "repeat");
+  EXPECT_EQ(back->norm, "eager");
   auto plain = models::ModelConfigFromJson(testing::MicroGptConfig(), "micro-gpt");
   ASSERT_TRUE(plain.ok()) << plain.status().message();
   EXPECT_FALSE(models::ToJson(*plain).contains("rotary"));
   EXPECT_FALSE(models::ToJson(*plain).contains("gqa"));
+  EXPECT_FALSE(models::ToJson(*plain).contains("norm"));
 }
 
 using EagerReplay = testing::VerifiedReplayTest;
@@ -209,6 +289,10 @@ TEST_F(EagerReplay, SimulationAndReplayRunEachPolicyAlikeToTheByte) {
         if (std::string(policy) != "keep") {
           EXPECT_EQ(simulated.count("L1.rotary.k.complex_mul"), 1u);
           EXPECT_EQ(simulated.count("L1.attn.repeat_kv"), 1u);
+          EXPECT_EQ(simulated.count("L1.ln1.mul"), 1u);
+          EXPECT_EQ(simulated.count("L1.ln1.float"), std::string(dtype) == "bf16" ? 1u : 0u);
+          // The block's input is held, not rebuilt by re-running block 0.
+          EXPECT_EQ(simulated.count("L0.mlp_out.residual_add"), 0u);
         }
         EXPECT_EQ(run->metrics.peak_activation_bytes, predicted->metrics.peak_activation_bytes);
         EXPECT_EQ(run->metrics.peak_gpu_bytes, predicted->metrics.peak_gpu_bytes);

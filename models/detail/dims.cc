@@ -52,6 +52,7 @@ Dims MakeDims(const ModelConfig& c) {
   d.fp8 = traces::ParseFp8Recipe(c.fp8).value_or(traces::Fp8Recipe::kOff);
   d.fp32_loss = !c.fp16_lm_cross_entropy && d.act != traces::DType::kFp32;
   d.torch_cross_entropy = c.cross_entropy == "torch";
+  d.eager_rmsnorm = c.norm == "eager";
   return d;
 }
 

@@ -84,6 +84,8 @@ struct Dims {
   bool fp32_loss = false;
   // The loss as torch.nn.functional.cross_entropy runs it (ModelConfig::cross_entropy torch).
   bool torch_cross_entropy = false;
+  // RMSNorms as torchtitan's eager module runs them (ModelConfig::norm eager).
+  bool eager_rmsnorm = false;
   traces::DType act = traces::DType::kFp16;  // activations, weights and gradients
   // FP8 training (traces/fp8.h; models/detail/fp8.h): the blocks' linear layers.
   traces::Fp8Recipe fp8 = traces::Fp8Recipe::kOff;

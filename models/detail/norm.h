@@ -16,6 +16,11 @@ struct NormState {
   std::string name;
   TensorId input = kNoTensor;
   TensorId weight = kNoTensor;  // LayerNorm: [2, width] (scale and shift); RMSNorm: [width]
+  // An RMSNorm run eagerly (Dims::eager_rmsnorm): what its backward reads, the
+  // fp32 copy of the input (the input itself in fp32), the rsqrt per row and
+  // the normalized rows cast back (the weight's product's input).
+  bool eager = false;
+  TensorId x_float = kNoTensor, rstd = kNoTensor, normed = kNoTensor;
 };
 
 TensorId NormForward(TraceBuilder& b, const Dims& d, NormKind kind, const std::string& name,
