@@ -1,6 +1,7 @@
 #include "models/detail/block.h"
 
 #include "models/detail/costs.h"
+#include "models/detail/rotary.h"
 
 namespace ssdtrain::models::detail {
 namespace {
@@ -51,46 +52,6 @@ TensorId ResidualBackward(TraceBuilder& b, const Dims& d, const ResidualState& s
   return g_y;
 }
 
-// torchtitan's apply_rotary_emb (torchtitan/models/llama/model.py) in eager
-// PyTorch on one of q and k (`x`, "q" or "k"): x.float(), its product with the
-// frequencies as complex64 numbers, type_as back to the activation dtype, each
-// its own kernel (per tensor, as eager PyTorch runs them: no op here has two
-// outputs that a re-run would have to rebuild together). In fp32 the casts
-// return the tensor itself (no op).
-void ComplexRotaryForward(TraceBuilder& b, const Dims& d, const std::string& x, TensorId in,
-                          TensorId out) {
-  const bool casts = d.act != DType::kFp32;
-  const std::string name = "rotary." + x;
-  TensorId v = in;
-  if (casts) {
-    v = b.Activation(x + "_rot.float", b.shape(in), DType::kFp32);
-    b.Op(name + ".float", OpKind::kElementwise, {in}, {v}, 0);
-  }
-  const TensorId prod = casts ? b.Activation(x + "_rot.complex", b.shape(in), DType::kFp32) : out;
-  b.Op(name + ".complex_mul", OpKind::kElementwise, {v}, {prod},
-       kRotaryFlops * Elements(b.shape(in)));
-  if (casts) b.Op(name + ".type_as", OpKind::kElementwise, {prod}, {out}, 0);
-}
-
-// ComplexRotaryForward's backward as autograd runs it: type_as's (the
-// gradient to fp32), the product's (times the conjugate frequencies) and
-// float()'s (back to the activation dtype).
-void ComplexRotaryBackward(TraceBuilder& b, const Dims& d, const std::string& x, TensorId g_out,
-                           TensorId g_in) {
-  const bool casts = d.act != DType::kFp32;
-  const std::string name = "rotary." + x;
-  TensorId g = g_out;
-  if (casts) {
-    g = b.Gradient(x + "_rot.complex.grad", b.shape(g_out), DType::kFp32);
-    b.Op(name + ".type_as.bwd", OpKind::kElementwise, {g_out}, {g}, 0);
-  }
-  const TensorId g_prod =
-      casts ? b.Gradient(x + "_rot.float.grad", b.shape(g_in), DType::kFp32) : g_in;
-  b.Op(name + ".complex_mul.bwd", OpKind::kElementwise, {g}, {g_prod},
-       kRotaryFlops * Elements(b.shape(g_in)));
-  if (casts) b.Op(name + ".float.bwd", OpKind::kElementwise, {g_prod}, {g_in}, 0);
-}
-
 // The dims attention runs with: as many key/value heads as query heads where
 // k and v were repeated to every query head (torchtitan's repeat_kv).
 Dims AttentionDims(const Dims& d, const AttentionSublayer& st) {
@@ -135,13 +96,7 @@ TensorId SelfAttentionBranch(TraceBuilder& b, const Dims& d, const BlockStyle& s
     q = b.Activation("q_rot", d.Full(q_width), d.act);
     k = b.Activation("k_rot", d.Full(kv_width), d.act);
     st->complex_rotary = style.complex_rotary;
-    if (style.complex_rotary) {
-      ComplexRotaryForward(b, d, "q", st->q_pre, q);
-      ComplexRotaryForward(b, d, "k", st->k_pre, k);
-    } else {
-      b.Op("rotary", OpKind::kElementwise, {st->q_pre, st->k_pre}, {q, k},
-           kRotaryFlops * d.s * d.b * (q_width + kv_width));
-    }
+    RotaryForward(b, d, style.complex_rotary, st->q_pre, st->k_pre, q, k);
   }
   // repeat_kv: unsqueeze, expand and reshape, whose reshape of the expanded
   // view copies k and v to every query head (none to copy at kv_heads = heads).
@@ -321,13 +276,7 @@ TensorId AttentionBranchBackward(TraceBuilder& b, const Dims& d, const Attention
   if (st.rotary) {
     const TensorId g_q = b.Gradient("q.grad", b.shape(st.q_pre), d.act);
     const TensorId g_k = b.Gradient("k.grad", b.shape(st.k_pre), d.act);
-    if (st.complex_rotary) {
-      ComplexRotaryBackward(b, d, "k", g.k, g_k);
-      ComplexRotaryBackward(b, d, "q", g.q, g_q);
-    } else {
-      b.Op("rotary.bwd", OpKind::kElementwise, {g.q, g.k}, {g_q, g_k},
-           kRotaryFlops * (Elements(b.shape(g_q)) + Elements(b.shape(g_k))));
-    }
+    RotaryBackward(b, d, st.complex_rotary, g.q, g.k, g_q, g_k);
     g.q = g_q;
     g.k = g_k;
   }
