@@ -269,6 +269,14 @@ Status Replayer::RunIssued(const traces::Op& op, bool io_dependent) {
 }
 
 void Replayer::ReleaseAfter(const traces::Op& op, std::vector<TensorId> touched) {
+  // What a re-run at this op kept and no op of it read (traces/storage_plan.h,
+  // "Recompute").
+  for (TensorId s : rerun_kept_) {
+    if (slot(s).rerun_left == 0) continue;
+    slot(s).rerun_left = 0;
+    Release(s);
+  }
+  rerun_kept_.clear();
   std::sort(touched.begin(), touched.end());
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
   for (TensorId s : touched) {

@@ -38,7 +38,7 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
   }
   // Inputs rebuilt only for this producer go as soon as it is issued
   // (traces/storage_plan.h: freed after their last use; the simulator does
-  // the same).
+  // the same), but for those a later op of the re-run reads (rerun_left).
   std::vector<TensorId> rebuilt_for_this;
   for (TensorId t : producer.inputs) {
     const TensorId s2 = trace_.StorageOf(t);
@@ -50,17 +50,26 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
   }
   SSDTRAIN_RETURN_IF_ERROR(Materialize(s, at, io_dependent));
   // The producer's other outputs the plan recomputes that are gone and still
-  // needed are rebuilt by this run too (traces::RebuiltAlongside); its other
-  // outputs go to scratch buffers freed right after.
-  // (All of them allocated before the scratch buffers, as the simulator does.)
+  // needed, and those a later op of the re-run reads, are rebuilt by this run
+  // too (traces::RebuiltAlongside); its other outputs go to scratch buffers
+  // freed right after. (All of them allocated before the scratch buffers, as
+  // the simulator does.) A temporary the re-run reads is kept for its readers.
+  const auto reads = [&](TensorId st) {
+    return traces::RerunReads(plan_, at.id, plan_.IndexOf(st));
+  };
   std::vector<TensorId> rebuilt = {s};
   for (TensorId t : producer.outputs) {
     const TensorId st = trace_.StorageOf(t);
     if (std::find(rebuilt.begin(), rebuilt.end(), st) != rebuilt.end()) continue;
-    if (traces::RebuiltAlongside(life(st), slot(st).resident, at.id)) {
+    if (traces::RebuiltAlongside(life(st), slot(st).resident, at.id, reads(st))) {
       SSDTRAIN_RETURN_IF_ERROR(Materialize(st, at, io_dependent));
       rebuilt.push_back(st);
     }
+  }
+  for (TensorId st : rebuilt) {
+    if (life(st).last_use >= at.id) continue;  // needed past the re-run: its own lifetime
+    slot(st).rerun_left = reads(st);
+    if (slot(st).rerun_left > 0) rerun_kept_.push_back(st);
   }
   std::vector<DeviceBuffer> ins, outs, scratch;
   for (TensorId t : producer.inputs) {
@@ -92,7 +101,17 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
     st = Run(producer, ins, outs, rebuilt, /*recompute=*/true, *io_dependent);
   }
   for (DeviceBuffer b : scratch) device_.Free(b);
-  for (TensorId s2 : rebuilt_for_this) Release(s2);
+  std::vector<TensorId> read;  // each input storage once: the run reads each once
+  for (TensorId t : producer.inputs) {
+    const TensorId s2 = trace_.StorageOf(t);
+    if (std::find(read.begin(), read.end(), s2) == read.end()) read.push_back(s2);
+  }
+  for (TensorId s2 : read) {
+    if (slot(s2).rerun_left > 0 && --slot(s2).rerun_left == 0) Release(s2);
+  }
+  for (TensorId s2 : rebuilt_for_this) {
+    if (slot(s2).rerun_left == 0) Release(s2);
+  }
   return st;
 }
 

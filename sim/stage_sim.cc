@@ -241,10 +241,16 @@ void StageSimulator::StartItem(const WorkItem& item) {
     Storage& target = storages_[item.target];
     target.recomputed = true;
     Allocate(target);
-    // The other outputs the plan recomputes that are gone and still needed
-    // are rebuilt by this run too (traces::RebuiltAlongside, for the op
-    // waiting for its inputs); every other output gets a scratch buffer (per
-    // tensor, at least one byte) for the length of the op.
+    // The other outputs the plan recomputes that are gone and still needed,
+    // and those a later op of the re-run reads, are rebuilt by this run too
+    // (traces::RebuiltAlongside, for the op waiting for its inputs); every
+    // other output gets a scratch buffer (per tensor, at least one byte) for
+    // the length of the op. A temporary the re-run reads is kept for its
+    // readers (Storage::rerun_left).
+    const auto at = static_cast<traces::OpId>(next_op_);
+    const auto reads = [&](size_t sid) {
+      return traces::RerunReads(resolved_, at, static_cast<int>(sid));
+    };
     scratch_bytes_ = 0;
     rebuilt_alongside_.assign(1, item.target);
     for (traces::TensorId t : op.outputs) {
@@ -254,8 +260,7 @@ void StageSimulator::StartItem(const WorkItem& item) {
         continue;
       }
       Storage& other = storages_[sid];
-      if (traces::RebuiltAlongside(resolved_.storages[sid], other.resident,
-                                   static_cast<traces::OpId>(next_op_))) {
+      if (traces::RebuiltAlongside(resolved_.storages[sid], other.resident, at, reads(sid))) {
         other.recomputed = true;
         Allocate(other);
         rebuilt_alongside_.push_back(sid);
@@ -263,6 +268,11 @@ void StageSimulator::StartItem(const WorkItem& item) {
       }
       scratch_bytes_ +=
           traces::DeviceBytes(std::max<int64_t>(1, trace_.tensor(t).bytes), alignment_);
+    }
+    for (size_t sid : rebuilt_alongside_) {
+      if (resolved_.storages[sid].last_use >= at) continue;  // needed past the re-run
+      storages_[sid].rerun_left = reads(sid);
+      if (storages_[sid].rerun_left > 0) rerun_kept_.push_back(sid);
     }
     if (scratch_bytes_ > 0) {
       device_bytes_ += scratch_bytes_;
@@ -304,7 +314,19 @@ void StageSimulator::EndItem(const WorkItem& item, int64_t start) {
     device_bytes_ -= scratch_bytes_;
     scratch_bytes_ = 0;
     Sample();
+    // A re-run op has read each of its inputs the re-run keeps once.
+    for (size_t sid : resolved_.op_inputs[index]) {
+      if (storages_[sid].rerun_left > 0) --storages_[sid].rerun_left;
+    }
   } else {
+    // What a re-run at this op kept and no op of it read goes now
+    // (traces/storage_plan.h, "Recompute").
+    for (size_t sid : rerun_kept_) {
+      if (storages_[sid].rerun_left == 0) continue;
+      storages_[sid].rerun_left = 0;
+      MaybeRelease(storages_[sid]);
+    }
+    rerun_kept_.clear();
     OpTiming& timing = result_.ops[index];
     timing.start_ns = start;
     timing.end_ns = end;

@@ -100,7 +100,7 @@ void StageSimulator::Free(Storage& s) {
 }
 
 void StageSimulator::MaybeRelease(Storage& s) {
-  if (!s.resident || s.persistent || s.held) return;
+  if (!s.resident || s.persistent || s.held || s.rerun_left > 0) return;
   if (s.pending == 0) {
     if (s.write == WriteState::kQueued && net_.Cancel(s.write_flow)) {
       s.write = WriteState::kDropped;

@@ -4,8 +4,9 @@
 // of a recomputed tensor (sim::SetRerunPoints), as Megatron's
 // CheckpointFunction re-runs the layer's forward before its backward. The
 // rule's checks, the order of the rebuilds, the simulator and the executor
-// (CPU backend, verified) running it alike to the byte, and what it costs
-// against rebuilding each tensor at its own first use.
+// (CPU backend, verified) running it alike to the byte, each op once (also
+// one whose outputs the re-run reads apart), and what it costs against
+// rebuilding each tensor at its own first use.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -173,6 +174,59 @@ TEST_F(RerunReplay, SimulationAndReplayRunTheRegionToTheByte) {
   ASSERT_TRUE(region_sp.ok() && lazy_sp.ok());
   EXPECT_GT(traces::ComputeStaticPeaks(t, *region_sp).activation_bytes,
             traces::ComputeStaticPeaks(t, *lazy_sp).activation_bytes);
+  EXPECT_TRUE(fs::is_empty(dir_)) << "offload files left behind";
+}
+
+// An op with two outputs the re-run reads at different points runs once:
+// FP8's quantize (the FP8 copy the forward GEMM reads, the transposed one
+// saved for the weight gradient) and a parallel block's attention
+// dropout-add (its output the MLP's residual reads, its mask saved). The
+// run keeps the output a later op of the re-run reads (StoragePlan::
+// rerun_keep) where it once went to scratch and the producer ran again; the
+// simulator and the executor alike, to the byte.
+TEST_F(RerunReplay, AnOpWhoseOutputsTheReRunReadsApartRunsOnce) {
+  nlohmann::json fp8 = testing::MicroGptConfig();
+  fp8["name"] = "micro-fp8";
+  fp8["family"] = "llama";
+  fp8["hidden"] = 256;
+  fp8["heads"] = 4;
+  fp8["seq_len"] = 128;
+  fp8["attention"] = "flash";
+  fp8["dtype"] = "bf16";
+  fp8["fp8"] = "delayed";
+  nlohmann::json parallel = testing::MicroGptConfig();
+  parallel["name"] = "micro-parallel";
+  parallel["family"] = "phi";
+  parallel["parallel_block"] = true;
+  parallel["hidden"] = 256;  // its dropout masks large enough to be recomputed
+  parallel["heads"] = 4;
+  parallel["seq_len"] = 256;
+  for (const nlohmann::json& config : {fp8, parallel}) {
+    SCOPED_TRACE(config.at("name").get<std::string>());
+    const traces::Trace t = testing::BuildMicroTrace(config);
+    const traces::Plan plan = RecomputeFull(t);
+    auto sp = traces::ResolvePlan(t, plan, "plan");
+    ASSERT_TRUE(sp.ok()) << sp.status().message();
+    size_t keeps = 0;
+    for (size_t op = 0; op < t.ops.size(); ++op) keeps += sp->rerun_keep[op].size();
+    EXPECT_GT(keeps, 0u);
+    const sim::HardwareOptions hw = testing::FastIoCpu();
+    sim::SimulateOptions so;
+    so.record_timeline = true;
+    auto predicted = sim::Simulate(t, plan, hw, so);
+    ASSERT_TRUE(predicted.ok()) << predicted.status().message();
+    auto run = exec::Replay(t, plan, Verified(), "recompute-full");
+    ASSERT_TRUE(run.ok()) << run.status().message();
+    EXPECT_TRUE(run->verified);
+    const std::map<std::string, int> simulated = testing::SimulatedRecomputes(predicted->timeline);
+    EXPECT_EQ(simulated, testing::ReplayedRecomputes(run->timeline));
+    for (const auto& [op, runs] : simulated) EXPECT_EQ(runs, 1) << op;
+    const char* twice =
+        config.at("name") == "micro-fp8" ? "L1.qkv.in.quantize" : "L1.attn_out.dropout_add";
+    EXPECT_EQ(simulated.count(twice), 1u) << twice;
+    EXPECT_EQ(run->metrics.peak_activation_bytes, predicted->metrics.peak_activation_bytes);
+    EXPECT_EQ(run->metrics.peak_gpu_bytes, predicted->metrics.peak_gpu_bytes);
+  }
   EXPECT_TRUE(fs::is_empty(dir_)) << "offload files left behind";
 }
 

@@ -158,6 +158,7 @@ Result<StoragePlan> ResolveStorages(const Trace& trace, const std::string& sourc
   sp.prefetch_at = OpLists::Grouped(trace.ops.size(), {});  // nothing moves: every storage kept
   sp.evict_at = sp.prefetch_at;
   sp.rebuild_at = sp.prefetch_at;
+  sp.rerun_keep = sp.prefetch_at;
   return sp;
 }
 

@@ -49,7 +49,11 @@
 //   the producers of the producer's inputs that are gone). That run rebuilds
 //   every output the plan recomputes that is gone and still needed
 //   (RebuiltAlongside), as a framework re-runs a checkpointed op once for all
-//   its outputs; its other outputs get scratch buffers for the op's length.
+//   its outputs; its other outputs get scratch buffers for the op's length. At a
+//   rebuild point the run also keeps each output gone that a later op of the
+//   same re-run reads (rerun_keep), as a framework's re-run runs each op of the
+//   region once: a temporary so kept is freed once the last of those ops has
+//   run, or when the op at the rebuild point has.
 //   Under ZeRO-3 a gathered weight that is gone is read from the backward's
 //   gather of the same shard where that has run and lives on (RegatheredAt),
 //   as FSDP's pre-backward all-gather serves the checkpointed region's re-run;
@@ -68,7 +72,9 @@
 // Thread-safety: a StoragePlan is immutable after ResolvePlan; share it freely.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -146,7 +152,11 @@ struct StoragePlan {
   // evict_at: the storages whose planned eviction point the op is.
   // rebuild_at: the recomputed storages rebuilt when the op is issued, in
   // their producers' order (StorageInfo::rebuild_before).
-  OpLists op_inputs, op_outputs, prefetch_at, evict_at, rebuild_at;
+  // rerun_keep: for an op with storages to rebuild, what the re-run there
+  // reads of what it rebuilds: each storage once per re-run op that reads it
+  // (the ops it runs: the rebuilt storages' producers, and the producers of
+  // their inputs gone by then, temporaries and storages rebuilt there too).
+  OpLists op_inputs, op_outputs, prefetch_at, evict_at, rebuild_at, rerun_keep;
   int64_t persistent_bytes = 0;   // raw bytes resident all step
   int64_t ssd_bytes = 0;          // unique offload-ssd bytes (written once per step)
   int64_t host_region_bytes = 0;  // the offload-host region, padded extents
@@ -195,10 +205,17 @@ Status CheckDevices(const StoragePlan& storage_plan, int directories, const std:
 int64_t DeviceBytes(int64_t bytes, int64_t alignment);
 
 // Whether a recompute run of its producer, while op `at` waits for its
-// inputs, rebuilds storage `s` too (besides the storage the run is for): the
-// plan recomputes it, it is not `resident`, and `at` or a later op reads it.
-inline bool RebuiltAlongside(const StorageInfo& s, bool resident, OpId at) {
-  return !resident && s.action == TensorAction::kRecompute && s.last_use >= at;
+// inputs, rebuilds storage `s` too (besides the storage the run is for): it is
+// not `resident`, and the plan recomputes it and `at` or a later op reads it,
+// or `rerun_reads` ops of the re-run at `at` read it (RerunReads).
+inline bool RebuiltAlongside(const StorageInfo& s, bool resident, OpId at, int rerun_reads) {
+  if (resident) return false;
+  return (s.action == TensorAction::kRecompute && s.last_use >= at) || rerun_reads > 0;
+}
+// How many ops of the re-run at op `at` read storage `index` (rerun_keep).
+inline int RerunReads(const StoragePlan& sp, OpId at, int index) {
+  const std::span<const int> keep = sp.rerun_keep[static_cast<size_t>(at)];
+  return static_cast<int>(std::count(keep.begin(), keep.end(), index));
 }
 
 // The executor runs every GEMM at its real shape on one device workspace

@@ -138,6 +138,8 @@ class Replayer {
     bool resident = false;
     bool checked = false;
     bool temporary = false;  // resurrected for a recompute only
+    // A temporary a re-run keeps: its ops still to read it (rerun_keep).
+    int rerun_left = 0;
     // Offload path (events reused across steps).
     std::unique_ptr<Event> d2h_start, d2h_end, h2d_ready, h2d_start, h2d_end;
     StagingPiece staging;
@@ -340,6 +342,9 @@ class Replayer {
   const traces::StoragePlan& plan_;
   uint8_t* const host_memory_;
   std::vector<Slot> slots_;
+  // The temporaries the running re-run keeps (Slot::rerun_left), released
+  // after the op at its rebuild point at the latest.
+  std::vector<TensorId> rerun_kept_;
   std::vector<std::unique_ptr<Event>> op_start_, op_end_;
   std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> recompute_events_;
   size_t recompute_events_used_ = 0;

@@ -46,6 +46,45 @@ Status ResolveRebuildPoints(const Trace& trace, const std::vector<int64_t>& plac
   for (const auto& [op, producer, index] : points)
     pairs.emplace_back(static_cast<size_t>(op), index);
   sp.rebuild_at = OpLists::Grouped(trace.ops.size(), pairs);
+  // What each re-run reads of what it rebuilds (sp.rerun_keep).
+  std::vector<std::pair<size_t, int>> keeps;  // (rebuild op, storage)
+  for (size_t at = 0; at < trace.ops.size(); ++at) {
+    if (sp.rebuild_at[at].empty()) continue;
+    const auto op_at = static_cast<OpId>(at);
+    // Gone when the re-run at `op_at` starts: rebuilt there, or a temporary
+    // whose uses have ended and that no hold keeps.
+    const auto gone = [&](int i) {
+      const StorageInfo& g = sp.storages[static_cast<size_t>(i)];
+      if (g.persistent() || g.hold_until >= op_at) return false;
+      if (RegatheredAt(sp, i, op_at) >= 0) return false;  // the backward's gather serves it
+      if (g.action == TensorAction::kRecompute) return g.rebuild_before == op_at;
+      return g.action == TensorAction::kKeep && !g.saved && g.last_use < op_at;
+    };
+    std::vector<OpId> ops;  // what the re-run runs
+    std::vector<int> stack(sp.rebuild_at[at].begin(), sp.rebuild_at[at].end());
+    std::vector<bool> seen(sp.storages.size(), false);
+    while (!stack.empty()) {
+      const int i = stack.back();
+      stack.pop_back();
+      if (seen[static_cast<size_t>(i)]) continue;
+      seen[static_cast<size_t>(i)] = true;
+      const OpId producer = sp.storages[static_cast<size_t>(i)].producer;
+      if (producer == kNoOp) continue;
+      ops.push_back(producer);
+      for (int j : sp.op_inputs[static_cast<size_t>(producer)]) {
+        if (gone(j)) stack.push_back(j);
+      }
+    }
+    std::sort(ops.begin(), ops.end());
+    ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
+    for (OpId op : ops) {
+      for (int j : sp.op_inputs[static_cast<size_t>(op)]) {
+        const OpId p = sp.storages[static_cast<size_t>(j)].producer;
+        if (gone(j) && std::binary_search(ops.begin(), ops.end(), p)) keeps.emplace_back(at, j);
+      }
+    }
+  }
+  sp.rerun_keep = OpLists::Grouped(trace.ops.size(), keeps);
   return Status::Ok();
 }
 
