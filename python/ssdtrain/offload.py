@@ -85,6 +85,7 @@ import weakref
 import torch
 
 from . import _engine, ranks
+from .forwards import _Forward, _PlanPoints
 from .plan import PlanError, StepPlan
 from .saved import SaveOrder
 from .transfers import _ON_DISK, OffloadError, Transfers, _Handle, _Storage
@@ -106,25 +107,7 @@ DEFAULT_QUEUE_DEPTH = 16
 DEFAULT_PREFETCH = 2
 
 
-class _Forward:
-    """One forward of the model (a micro-batch) and what its plan still owes it:
-    forwards may run several before their backwards (gradient accumulation), so
-    each backward applies its own forward's points."""
-
-    __slots__ = ("number", "by_index", "saved", "unpacked", "late_done", "in_backward")
-
-    def __init__(self, number):
-        self.number = number  # the forwards of this offload block before it
-        self.by_index = {}  # save number -> _Storage, until freed
-        self.saved = 0  # storages numbered
-        self.unpacked = set()  # save numbers unpacked in its backward
-        self.late_done = 0  # the plan's late evictions applied (StepPlan.late_evictions)
-        self.in_backward = False  # its backward has started (and its count was checked)
-
-
-
-
-class Offload(Transfers):
+class Offload(Transfers, _PlanPoints):
     """The object ``offload(...)`` returns; use it as a context manager."""
 
     def __init__(self, model, dir, policy=None, plan=None, trace=None,
@@ -359,29 +342,6 @@ class Offload(Transfers):
                 self._land_read(s)
             return self._view(s, h)
 
-    def _apply_plan_at_unpack(self, s):
-        """At the first unpack of s's forward, its count is checked; at the first
-        unpack of s, the plan's points it stands for are applied: the eviction
-        points at or before its first backward use (those after forward's last
-        save), then the prefetch points mapped to it."""
-        fwd, index = s.forward, s.entry.index
-        if not fwd.in_backward:
-            fwd.in_backward = True
-            try:
-                self.plan.check_count(fwd.saved, fwd.number)
-            except PlanError as e:
-                self._failed = e
-                raise
-        if index in fwd.unpacked:
-            return
-        fwd.unpacked.add(index)
-        self._evict_late(fwd, self.plan.storages[index].first_backward_use)
-        for k in self.plan.triggers.get(index, ()):
-            p = fwd.by_index.get(k)
-            if p is not None and p.state == "written":
-                self._start_read(p)
-                self._counts["prefetched_storages"] += 1
-
     def _drop(self, s):
         with self._lock:
             s.refs -= 1
@@ -390,22 +350,6 @@ class Offload(Transfers):
                     self._forget(s)
                 except OffloadError as e:  # raised again by the next hook
                     self._failed = self._failed or e
-
-    # ---- the plan's eviction points ----------------------------------------
-
-    def _evict(self, fwd, save_numbers):
-        """The plan's eviction point of these storages of forward `fwd`: each
-        still in memory is released, its write waited for first."""
-        for k in save_numbers:
-            s = fwd.by_index.get(k)
-            if s is not None and s.state == "writing":
-                self._land_write(s)
-                self._counts["evicted_at_plan_points"] += 1
-
-    def _evict_late(self, fwd, reached):
-        """The eviction points after forward `fwd`'s last save, up to op `reached`."""
-        due, fwd.late_done = self.plan.late_evictions_due(fwd.late_done, reached)
-        self._evict(fwd, due)
 
     # ---- statistics -------------------------------------------------------
 
