@@ -109,6 +109,11 @@ Verb AddPlanCommand(CLI::App& app) {
   cmd->add_flag("--sequence-parallel", o->sequence_parallel,
                 "Megatron's sequence parallelism wherever tp > 1 (overrides a model config "
                 "without it, such as a Hugging Face one); the plan records it");
+  cmd->add_flag("--tp-comm-overlap", o->tp_comm_overlap,
+                "Transformer Engine's userbuffers overlap of the sequence-parallel collectives "
+                "with the GEMMs beside them (Megatron-Core's --tp-comm-overlap, NeMo's "
+                "ub_tp_comm_overlap; needs --sequence-parallel or a config with it); overrides "
+                "the model config, and the plan records it");
   cmd->add_flag("--defer-grad-sync", o->defer_grad_sync,
                 "at ZeRO 2 and 3, reduce-scatter the gradients once a step, after the last "
                 "micro-batch's backward, keeping the full gradients accumulated until then "

@@ -51,6 +51,13 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
                     "--sequence-parallel, or leave the flag out",
                     path));
   }
+  if (o.tp_comm_overlap && !h.tp_comm_overlap) {
+    return Status::InvalidArgument(
+        fmt::format("--tp-comm-overlap contradicts the trace {} (built without it: "
+                    "header.tp_comm_overlap); rebuild it with ssdtrain trace "
+                    "--sequence-parallel --tp-comm-overlap, or leave the flag out",
+                    path));
+  }
   if (!o.fp8.empty() && traces::Fp8Name(o.fp8) != h.fp8) {
     return Status::InvalidArgument(
         fmt::format("--fp8 {} contradicts the trace {} (built {}: header.fp8); rebuild it with "
@@ -154,9 +161,10 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
   if (!config.ok()) return config.status();
   if (o.seq_len > 0 || o.defer_grad_sync || !o.attention.empty() || !o.fp8.empty() ||
-      o.sequence_parallel || !o.projections.empty()) {
+      o.sequence_parallel || o.tp_comm_overlap || !o.projections.empty()) {
     models::ConfigOverrides ov;
     if (o.sequence_parallel) ov.sequence_parallel = true;
+    if (o.tp_comm_overlap) ov.tp_comm_overlap = true;
     if (o.seq_len > 0) ov.seq_len = o.seq_len;
     if (o.defer_grad_sync) ov.zero_defer_grad_sync = true;
     if (!o.attention.empty()) ov.attention = o.attention;

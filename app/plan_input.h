@@ -34,6 +34,7 @@ struct PlanCmdOptions {
   int64_t dp_shard = 0;            // HSDP's shard group (--dp-shard); 0: dp
   bool defer_grad_sync = false;    // --defer-grad-sync: ZeRO 2/3 reduce-scatter once a step
   bool sequence_parallel = false;  // --sequence-parallel: on where tp > 1, over the config
+  bool tp_comm_overlap = false;    // --tp-comm-overlap: TE's userbuffers, over the config
   std::string attention;           // --attention standard|flash; "": the model config's
   std::string projections;         // --projections fused|separate; "": the model config's
   std::string fp8;                 // --fp8 RECIPE|off; "": the model config's

@@ -216,6 +216,10 @@ Verb AddTraceCommand(CLI::App& app) {
   cmd->add_flag_function(
       "--sequence-parallel", [o](int64_t) { o->overrides.sequence_parallel = true; },
       "Use sequence parallelism with tensor parallelism");
+  cmd->add_flag_function(
+      "--tp-comm-overlap", [o](int64_t) { o->overrides.tp_comm_overlap = true; },
+      "Overlap the sequence-parallel collectives with the GEMMs beside them, as Transformer "
+      "Engine's userbuffers do (needs --sequence-parallel or a config with it)");
   cmd->add_option_function<int64_t>(
          "--pp", [o](int64_t v) { o->overrides.pp = v; },
          "Pipeline-parallel degree (overrides the config)")

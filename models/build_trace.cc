@@ -25,6 +25,7 @@ Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
   h.micro_batch = config.micro_batch;
   h.tp = config.tp;
   h.sequence_parallel = config.sequence_parallel && config.tp > 1;
+  h.tp_comm_overlap = h.sequence_parallel && config.tp_comm_overlap;
   h.cp = config.cp;
   h.pp = config.pp;
   h.ep = config.ep;
@@ -57,6 +58,7 @@ Result<int64_t> ParameterCount(const ModelConfig& config) {
   whole.zero_stage = 0;  // every parameter, unsharded
   whole.dp_shard = 0;
   whole.sequence_parallel = false;
+  whole.tp_comm_overlap = false;
   SSDTRAIN_ASSIGN_OR_RETURN(traces::Trace trace, BuildTrace(whole, 0));
   int64_t params = 0;
   for (const traces::Tensor& t : trace.tensors) {

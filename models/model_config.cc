@@ -92,6 +92,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.ep) c.ep = *o.ep;
   if (o.zero_defer_grad_sync) c.zero_defer_grad_sync = *o.zero_defer_grad_sync;
   if (o.sequence_parallel) c.sequence_parallel = *o.sequence_parallel;
+  if (o.tp_comm_overlap) c.tp_comm_overlap = *o.tp_comm_overlap;
   if (o.attention) c.attention = *o.attention;
   if (o.dtype) c.dtype = *o.dtype;
   if (o.fp8) c.fp8 = traces::Fp8Name(*o.fp8);
@@ -116,6 +117,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.ep) add("--ep", std::to_string(*o.ep));
   if (o.zero_defer_grad_sync && *o.zero_defer_grad_sync) add("--defer-grad-sync", "");
   if (o.sequence_parallel && *o.sequence_parallel) add("--sequence-parallel", "");
+  if (o.tp_comm_overlap && *o.tp_comm_overlap) add("--tp-comm-overlap", "");
   if (o.attention) add("--attention", *o.attention);
   if (o.dtype) add("--dtype", *o.dtype);
   if (o.fp8) add("--fp8", *o.fp8);

@@ -64,6 +64,11 @@ struct ModelConfig {
   int64_t micro_batch = 1;         // b (samples per micro-batch)
   int64_t tp = 1;                  // tensor-parallel degree t
   bool sequence_parallel = false;  // Megatron sequence parallelism (no effect when tp = 1)
+  // Transformer Engine's userbuffers overlap of the sequence-parallel
+  // collectives with the GEMMs beside them (Megatron-Core's
+  // --tp-comm-overlap, NeMo's ub_tp_comm_overlap; models/README.md, "TP
+  // communication overlap"): needs sequence_parallel; no effect when tp = 1.
+  bool tp_comm_overlap = false;
   // Context-parallel degree (traces/layout.h): each rank holds seq_len / cp
   // tokens of every sequence (the load-balanced split into 2·cp chunks) and
   // attention runs as Transformer Engine's ring of fused attention over the cp
@@ -233,6 +238,7 @@ struct ConfigOverrides {
   std::optional<int64_t> ep;  // expert parallelism (MoE models)
   std::optional<bool> zero_defer_grad_sync;
   std::optional<bool> sequence_parallel;
+  std::optional<bool> tp_comm_overlap;  // --tp-comm-overlap
   std::optional<std::string> attention, dtype, fp8;
   std::optional<std::string> projections;  // --projections fused|separate
 };
@@ -252,7 +258,8 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = null
 // untied_output and fp16_lm_cross_entropy only where true, weight_grads only where set_to_none,
 // optimizer_step only where fused, projections only where separate,
 // cross_entropy only where torch, rotary only where complex, gqa only where
-// repeat, norm only where eager, grad_dtype only where set,
+// repeat, norm only where eager, grad_dtype only where set, tp_comm_overlap
+// only where true,
 // tied_output only where true, token_types and the sliding_window fields only
 // where set, and the
 // MoE fields only for a MoE config, the MLA fields only for an MLA config and
@@ -265,7 +272,8 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
 // head_dim is set); kv_heads divide heads; tp divides heads, kv_heads, ffn_hidden
 // (and seq_len with sequence parallelism); the layers split over pp as the
 // layout says (traces::PipelineSplitError: pp divides them, or the first and
-// last stages' blocks are set and the rest divide evenly); t5 has
+// last stages' blocks are set and the rest divide evenly); tp_comm_overlap
+// only with sequence_parallel; t5 has
 // 0 < encoder_layers < layers; only llama, falcon and gemma have kv_heads other
 // than heads; only llama has qkv_bias, qk_norm, tied_output,
 // attention_bias or attention_sinks; a sliding window only on causal decoders;

@@ -246,6 +246,11 @@ Status ValidateConfigLayout(const ModelConfig& c, const std::string& source) {
         traces::SequenceSplitError(split, c.seq_len, c.sequence_parallel && c.tp > 1);
     if (!why.empty()) return Bad(source, "seq_len", why);
   }
+  if (c.tp_comm_overlap && !c.sequence_parallel) {
+    return Bad(source, "tp_comm_overlap",
+               "true needs sequence_parallel: Transformer Engine's userbuffers overlap the "
+               "sequence-parallel all-gathers and reduce-scatters with the GEMMs beside them");
+  }
   if (c.sequence_parallel && c.tp > 1 && c.seq_len % c.tp != 0) {
     return Bad(source, "seq_len",
                Str(c.seq_len) + " is not divisible by tp " + Str(c.tp) +

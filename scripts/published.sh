@@ -250,12 +250,16 @@ for run in nemo["runs"]:
     dp = gpus // (tp * pp * cp)
     row = {"model": run["model"], "gpus": gpus, "tp": tp, "pp": pp, "vp": vp, "cp": cp, "dp": dp,
            "micro_batch": run["micro_batch"], "global_batch": run["global_batch"],
-           "seq_len": run["seq_len"], "published_tokens_per_s_per_gpu": run["tokens_per_s_per_gpu"]}
+           "seq_len": run["seq_len"], "tp_comm_overlap": run["tp_comm_overlap"],
+           "published_tokens_per_s_per_gpu": run["tokens_per_s_per_gpu"]}
     # The model as NeMo ran it: bf16 weights, flash attention, sequence
-    # parallelism, the gradients in bf16 (grad_sync_dtype).
+    # parallelism, the gradients in bf16 (grad_sync_dtype), the run's
+    # userbuffers overlap (ub_tp_comm_overlap).
     config = json.load(open(os.path.join(root, "configs/models", run["model"] + ".json")))
     config.update(dtype="bf16", attention="flash", sequence_parallel=True,
                   grad_dtype=nemo["grad_dtype"])
+    if run["tp_comm_overlap"]:
+        config["tp_comm_overlap"] = True
     model_path = os.path.join(work, run["model"] + ".json")
     json.dump(config, open(model_path, "w"))
     schedule = (["--schedule", "interleaved", "--virtual-stages", str(vp)] if vp > 1
@@ -288,12 +292,13 @@ print()
 print(f"NeMo 24.07, FP8 ({nemo['fp8']} scaling) on DGX H100, against `ssdtrain plan` on "
       f"{os.path.relpath(nemo_hardware, root)}")
 print("(each run pinned to its layout: no recompute, ZeRO-1, sequence parallelism, flash attention; "
-      "tokens/s per GPU)")
+      "ub: the run's userbuffers overlap of the tp collectives; tokens/s per GPU)")
 print(f"{'model':>15} {'GPUs':>5} {'tp':>3} {'pp':>3} {'vp':>3} {'cp':>3} {'dp':>4} {'mb':>3} {'batch':>5} "
-      f"{'seq':>5} {'predicted':>10} {'published':>10} {'error':>7} {'peak GiB':>9}")
+      f"{'seq':>5} {'ub':>3} {'predicted':>10} {'published':>10} {'error':>7} {'peak GiB':>9}")
 for r in nemo_rows:
     head = (f"{r['model']:>15} {r['gpus']:>5} {r['tp']:>3} {r['pp']:>3} {r['vp']:>3} {r['cp']:>3} "
-            f"{r['dp']:>4} {r['micro_batch']:>3} {r['global_batch']:>5} {r['seq_len']:>5}")
+            f"{r['dp']:>4} {r['micro_batch']:>3} {r['global_batch']:>5} {r['seq_len']:>5} "
+            f"{'yes' if r['tp_comm_overlap'] else 'no':>3}")
     if r["status"] != "ok":
         print(f"{head} {'':>10} {r['published_tokens_per_s_per_gpu']:>10.0f}  {r['status']}")
         continue

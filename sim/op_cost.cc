@@ -170,8 +170,10 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
       const traces::CollectiveGroup over = traces::GroupOfCollective(op);
       const traces::GroupPlacement& group = GroupOf(over);
       if (group.ranks <= 1) return 0;
-      return GroupCollectiveNs(kind, CollectivePayloadBytes(op), group, hw_.interconnect) +
-             overhead;
+      const int64_t comm =
+          GroupCollectiveNs(kind, CollectivePayloadBytes(op), group, hw_.interconnect);
+      if (op.tp_overlap) return ExposedNs(*op.tp_overlap, comm, group.ranks) + overhead;
+      return comm + overhead;
     }
     case OpKind::kGemm:
     case OpKind::kAttention: {
@@ -199,6 +201,58 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
       return CeilSecondsToNs(std::max(compute, bytes / (mem_bw * eff))) + overhead;
     }
   }
+}
+
+int64_t OpCostModel::GemmNs(const traces::GemmDims& dims) const {
+  traces::Op gemm;
+  gemm.kind = traces::OpKind::kGemm;
+  gemm.gemm = dims;
+  gemm.flops = 2 * dims.m * dims.n * dims.k * dims.batch;
+  // Operands in FP8 or the trace's 16 bits, the output 16-bit.
+  const int64_t in_bytes = dims.fp8 ? 1 : 2;
+  gemm.bytes_read = (dims.m * dims.k + dims.k * dims.n) * dims.batch * in_bytes;
+  gemm.bytes_written = dims.m * dims.n * dims.batch * 2;
+  const int64_t overhead = CeilSecondsToNs(hw_.gpu.op_overhead_us * 1e-6);
+  return OpTimeNs(gemm) - overhead;
+}
+
+int64_t OpCostModel::ExposedNs(const traces::TpOverlap& overlap, int64_t comm_ns,
+                               int64_t ranks) const {
+  const double comm = static_cast<double>(comm_ns);
+  const double gemm = static_cast<double>(GemmNs(overlap.gemm));
+  double exposed = comm;
+  switch (overlap.method) {
+    case traces::TpOverlapMethod::kRingExchange: {
+      // ranks GEMM chunks, each on the shard at hand while the next arrives
+      // over one of the ring's ranks - 1 steps (on the copy engines: TE's
+      // use_ce, no SMs taken).
+      const double steps = static_cast<double>(ranks - 1);
+      const double step = comm / steps;
+      const double chunk = gemm / static_cast<double>(ranks);
+      exposed = steps * std::max(0.0, step - chunk);
+      break;
+    }
+    case traces::TpOverlapMethod::kPipeline: {
+      // kTpOverlapSplits GEMM chunks on the SMs the reduce-scatter leaves
+      // (set_sm_margin), each chunk's reduce-scatter beside the next chunk:
+      // the last one's is exposed, and any that outlast a chunk.
+      const int64_t sms = hw_.gpu.sm_count;
+      const double slow = sms > kTpOverlapCommSms ? static_cast<double>(sms) /
+                                                        static_cast<double>(sms - kTpOverlapCommSms)
+                                                  : 1.0;
+      const double n = static_cast<double>(kTpOverlapSplits);
+      const double chunk = gemm * slow / n;
+      const double rs = comm / n;
+      const double total = chunk + (n - 1) * std::max(chunk, rs) + rs;
+      exposed = total - gemm;
+      break;
+    }
+    case traces::TpOverlapMethod::kBulk:
+      // The whole collective beside the whole GEMM.
+      exposed = std::max(0.0, comm - gemm);
+      break;
+  }
+  return CeilSecondsToNs(std::max(0.0, exposed) * 1e-9);
 }
 
 int64_t OpCostModel::OpTimeNs(const traces::Op& op) const {

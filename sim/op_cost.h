@@ -17,6 +17,16 @@
 //                all-reduce 2·(t−1)/t · S / scale_up.GBps, all-gather and
 //                reduce-scatter (t−1)/t · S / scale_up.GBps, plus one latency per
 //                ring step; S the payload; 0 when t = 1)
+//   a collective with Op::tp_overlap (TE's userbuffers; C its time above,
+//   G the GEMM's it overlaps, t the tp ranks):
+//     ring_exchange  (t − 1) · max(0, C/(t − 1) − G/t): the GEMM in t chunks,
+//                    each on the shard at hand while the next one arrives
+//     pipeline       g + (n − 1) · max(g, C/n) + C/n − G, g = G·s/n: the GEMM
+//                    in n = kTpOverlapSplits chunks on the SMs the
+//                    reduce-scatter leaves (s = sm_count / (sm_count −
+//                    kTpOverlapCommSms); 1 where sm_count is 0), each chunk's
+//                    reduce-scatter beside the next chunk
+//     bulk           max(0, C − G): beside the whole GEMM
 //   send, recv:  0 here (the pipeline schedule models activation sends)
 // plus op_overhead_us for every op that does work. Durations round up to whole ns.
 //
@@ -35,6 +45,12 @@
 #include "traces/trace.h"
 
 namespace ssdtrain::sim {
+
+// Transformer Engine's defaults for its pipelined reduce-scatter overlap
+// (pytorch/module/base.py, initialize_ub: num_splits 4, num_sm 16,
+// set_sm_margin for every method but ring_exchange).
+inline constexpr int64_t kTpOverlapSplits = 4;
+inline constexpr int64_t kTpOverlapCommSms = 16;
 
 class OpCostModel {
  public:
@@ -57,6 +73,11 @@ class OpCostModel {
   int64_t OpTimeNs(const traces::Op& op) const;
   // The roofline estimate alone (no measurements).
   int64_t RooflineNs(const traces::Op& op) const;
+  // A GEMM of `dims` alone, no per-op overhead (measured by dims, else the roofline).
+  int64_t GemmNs(const traces::GemmDims& dims) const;
+  // What a collective of `comm_ns` over `ranks` leaves exposed beside the
+  // GEMM it overlaps (traces::TpOverlap; the file comment has the rules).
+  int64_t ExposedNs(const traces::TpOverlap& overlap, int64_t comm_ns, int64_t ranks) const;
 
  private:
   // The measured duration of `op`, or -1 when none matches.

@@ -257,6 +257,25 @@ TEST_F(ReplayExpertParallelCli, ExpertRanksBesideTensorParallelShardsOnFourRanks
   }
 }
 
+// plan --tp-comm-overlap records Transformer Engine's userbuffers overlap, and
+// the replay rebuilds the marked trace from the model config (its fingerprint
+// the plan's) and runs the marked all-gathers and reduce-scatters as any
+// others: verified on four ranks, the peaks the plan's.
+TEST_F(ReplayExpertParallelCli, ATpCommOverlapPlanReplaysVerifiedBesideSequenceParallelShards) {
+  const Layout l{2, 1, 2};
+  ASSERT_NO_FATAL_FAILURE(PlanAndReplay("keep --sequence-parallel --tp-comm-overlap", l));
+  ExpectEveryRankInItsPlace(l);
+  auto plan = traces::ReadPlan(File("plan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_TRUE(plan->sequence_parallel);
+  EXPECT_TRUE(plan->tp_comm_overlap);
+  for (const nlohmann::json& rank : report_.extra.at("ranks")) {
+    const nlohmann::json& by_kind = rank.at("collectives").at("by_kind");
+    EXPECT_TRUE(by_kind.contains("all_gather")) << by_kind.dump();
+    EXPECT_TRUE(by_kind.contains("reduce_scatter")) << by_kind.dump();
+  }
+}
+
 TEST_F(ReplayExpertParallelCli, ExpertRanksInEachOfTwoStagesOnFourRanks) {
   // Stage r / 2, replica r % 2: each stage's two replicas are its ep group.
   const Layout l{1, 2, 2};

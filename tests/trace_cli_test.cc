@@ -91,6 +91,39 @@ TEST_F(TraceCli, FlagsOverrideTheConfig) {
   EXPECT_EQ(t->header.dtype, "bf16");
 }
 
+// --tp-comm-overlap marks the sequence-parallel collectives (traces::TpOverlap),
+// needs sequence parallelism, and a plan of a trace built without it refuses the flag.
+TEST_F(TraceCli, TpCommOverlapMarksTheCollectivesAndIsRefusedWhereItCannotHold) {
+  const std::string model = SourceDir() + "/configs/models/gpt-1.3b.json";
+  testing::CliResult r = RunSsdtrain("trace --model " + model +
+                                     " --seq-len 512 --tp 2 --sequence-parallel "
+                                     "--tp-comm-overlap -o " +
+                                     File("ub.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Result<traces::Trace> t = traces::ReadTrace(File("ub.json"));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_TRUE(t->header.tp_comm_overlap);
+  int marked = 0;
+  for (const traces::Op& op : t->ops) marked += op.tp_overlap ? 1 : 0;
+  EXPECT_EQ(marked, 10 * t->header.layers);  // models/README.md: ten a block
+
+  r = RunSsdtrain("trace --model " + model + " --tp 2 --tp-comm-overlap -o " + File("no.json"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--tp-comm-overlap: tp_comm_overlap: true needs sequence_parallel"),
+            std::string::npos)
+      << r.output;
+
+  r = RunSsdtrain("trace --model " + model + " --seq-len 512 --tp 2 --sequence-parallel -o " +
+                  File("sp.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = RunSsdtrain("plan --trace " + File("sp.json") + " --hardware " + SourceDir() +
+                  "/configs/hardware/dgx-h100.json --policy keep --tp-comm-overlap -o " +
+                  File("plan.json"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--tp-comm-overlap contradicts the trace"), std::string::npos)
+      << r.output;
+}
+
 // Bad input: one line naming the file and field, exit 1, no output file.
 TEST_F(TraceCli, InconsistentFlagFailsCleanly) {
   testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() +

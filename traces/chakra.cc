@@ -251,6 +251,13 @@ std::string NodeBytes(const Trace& trace, const NodeSpec& n) {
       w.Message(kNodeAttr, IntListAttr("ssdtrain.gemm", {g.m, g.n, g.k, g.batch, g.fp8 ? 1 : 0}));
     }
     if (op.measured_ns) w.Message(kNodeAttr, IntAttr("ssdtrain.measured_ns", *op.measured_ns));
+    if (op.tp_overlap) {
+      const GemmDims& g = op.tp_overlap->gemm;
+      w.Message(kNodeAttr,
+                StringAttr("ssdtrain.tp_overlap.method", ToString(op.tp_overlap->method)));
+      w.Message(kNodeAttr,
+                IntListAttr("ssdtrain.tp_overlap.gemm", {g.m, g.n, g.k, g.batch, g.fp8 ? 1 : 0}));
+    }
     if (!n.sync_deps.empty()) w.Message(kNodeAttr, IntListAttr("ssdtrain.sync_deps", n.sync_deps));
   } else {
     w.Message(kNodeAttr, BoolAttr("is_cpu_op", false));

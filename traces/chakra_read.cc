@@ -220,12 +220,21 @@ Result<nlohmann::json> OpFromNode(const std::vector<ProtoField>& fields, const A
   SSDTRAIN_ASSIGN_OR_RETURN(op["flops"], a.Int("num_ops"));
   SSDTRAIN_ASSIGN_OR_RETURN(op["inputs"], a.IntList("ssdtrain.inputs"));
   SSDTRAIN_ASSIGN_OR_RETURN(op["outputs"], a.IntList("ssdtrain.outputs"));
+  // [m, n, k, batch, fp8] at `attr` as the trace's gemm object.
+  auto gemm_of = [&a](const char* attr) -> Result<nlohmann::json> {
+    SSDTRAIN_ASSIGN_OR_RETURN(std::vector<int64_t> g, a.IntList(attr));
+    if (g.size() != 5) return a.Error(attr, "expected [m, n, k, batch, fp8]");
+    nlohmann::json j{{"m", g[0]}, {"n", g[1]}, {"k", g[2]}, {"batch", g[3]}};
+    if (g[4] != 0) j["fp8"] = true;
+    return j;
+  };
   op["gemm"] = nullptr;
   if (a.Find("ssdtrain.gemm") != nullptr) {
-    SSDTRAIN_ASSIGN_OR_RETURN(std::vector<int64_t> g, a.IntList("ssdtrain.gemm"));
-    if (g.size() != 5) return a.Error("ssdtrain.gemm", "expected [m, n, k, batch, fp8]");
-    op["gemm"] = nlohmann::json{{"m", g[0]}, {"n", g[1]}, {"k", g[2]}, {"batch", g[3]}};
-    if (g[4] != 0) op["gemm"]["fp8"] = true;
+    SSDTRAIN_ASSIGN_OR_RETURN(op["gemm"], gemm_of("ssdtrain.gemm"));
+  }
+  if (a.Find("ssdtrain.tp_overlap.method") != nullptr) {
+    SSDTRAIN_ASSIGN_OR_RETURN(op["tp_overlap"]["method"], a.String("ssdtrain.tp_overlap.method"));
+    SSDTRAIN_ASSIGN_OR_RETURN(op["tp_overlap"]["gemm"], gemm_of("ssdtrain.tp_overlap.gemm"));
   }
   if (a.Find("ssdtrain.measured_ns") != nullptr) {
     SSDTRAIN_ASSIGN_OR_RETURN(op["measured_ns"], a.Int("ssdtrain.measured_ns"));

@@ -118,6 +118,7 @@ Plan PlanTemplate(const Trace& trace, std::string policy, uint64_t fingerprint) 
   if (trace.header.projections != "fused") plan.projections = trace.header.projections;
   plan.fp8 = trace.header.fp8;
   plan.sequence_parallel = trace.header.sequence_parallel;
+  plan.tp_comm_overlap = trace.header.tp_comm_overlap;
   return plan;
 }
 
@@ -150,6 +151,15 @@ Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& sou
     return Status::FailedPrecondition(source +
                                       ": sequence_parallel: the plan runs sequence parallelism, "
                                       "the trace was built without it");
+  }
+  if (plan.tp_comm_overlap != trace.header.tp_comm_overlap) {
+    auto says = [](bool on) {
+      return on ? std::string("overlaps") : std::string("does not overlap");
+    };
+    return Status::FailedPrecondition(
+        source + ": tp_comm_overlap: the plan " + says(plan.tp_comm_overlap) +
+        " the tensor-parallel collectives with their GEMMs, the trace " +
+        says(trace.header.tp_comm_overlap) + " them");
   }
   if (plan.fp8 != trace.header.fp8) {
     auto says = [](const std::string& fp8) {

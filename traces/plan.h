@@ -123,6 +123,10 @@ struct Plan {
   // a replay from a model config builds its trace with it. JSON: optional,
   // written when true.
   bool sequence_parallel = false;
+  // TE's userbuffers overlap of the tensor-parallel collectives (the trace's
+  // header tp_comm_overlap; `plan --tp-comm-overlap`): a replay from a model
+  // config builds its trace with it. JSON: optional, written when true.
+  bool tp_comm_overlap = false;
   // FP8 training's recipe (traces/fp8.h; the trace's header fp8): "" none.
   // A replay from a model config builds its trace with it. JSON: optional,
   // written when set.

@@ -40,6 +40,10 @@ constexpr NameTable<OpKind, 12> kOpKindNames{{{OpKind::kGemm, "gemm"},
 constexpr NameTable<Phase, 3> kPhaseNames{{{Phase::kForward, "forward"},
                                            {Phase::kBackward, "backward"},
                                            {Phase::kOptimizer, "optimizer"}}};
+constexpr NameTable<TpOverlapMethod, 3> kTpOverlapMethodNames{
+    {{TpOverlapMethod::kRingExchange, "ring_exchange"},
+     {TpOverlapMethod::kPipeline, "pipeline"},
+     {TpOverlapMethod::kBulk, "bulk"}}};
 constexpr NameTable<EdgeKind, 2> kEdgeKindNames{
     {{EdgeKind::kOrder, "order"}, {EdgeKind::kSync, "sync"}}};
 
@@ -82,6 +86,10 @@ std::optional<OpKind> ParseOpKind(std::string_view s) { return detail::ParseName
 std::optional<Phase> ParsePhase(std::string_view s) { return detail::ParseName(kPhaseNames, s); }
 std::optional<EdgeKind> ParseEdgeKind(std::string_view s) {
   return detail::ParseName(kEdgeKindNames, s);
+}
+std::string_view ToString(TpOverlapMethod v) { return NameOf(kTpOverlapMethodNames, v); }
+std::optional<TpOverlapMethod> ParseTpOverlapMethod(std::string_view s) {
+  return detail::ParseName(kTpOverlapMethodNames, s);
 }
 
 int64_t DTypeSize(DType v) {
@@ -144,6 +152,10 @@ uint64_t Fingerprint(const Trace& trace) {
     h.Add(static_cast<int64_t>(op.phase));
     h.Add(static_cast<int64_t>(op.inputs.size()));
     h.Add(static_cast<int64_t>(op.outputs.size()));
+    if (op.tp_overlap) {  // traces without the overlap keep their fingerprints
+      h.Add(std::string_view("tp_overlap"));
+      h.Add(static_cast<int64_t>(op.tp_overlap->method));
+    }
   }
   return h.value();
 }

@@ -83,6 +83,24 @@ struct GemmDims {
   bool operator==(const GemmDims&) const = default;
 };
 
+// How a tensor-parallel collective hides behind the GEMM beside it when
+// Transformer Engine's userbuffers overlap is on (Megatron-Core's
+// --tp-comm-overlap, NeMo's ub_tp_comm_overlap; TE's
+// pytorch/module/base.py, initialize_ub): the sequence-parallel all-gather
+// before a column-parallel GEMM (and before a row-parallel layer's data
+// gradient) as a ring exchange, the reduce-scatter after a row-parallel GEMM
+// as a pipeline of chunks, and a column-parallel layer's backward collectives
+// in bulk beside its data and weight gradients. sim/op_cost.h prices each.
+enum class TpOverlapMethod { kRingExchange, kPipeline, kBulk };
+std::string_view ToString(TpOverlapMethod v);
+std::optional<TpOverlapMethod> ParseTpOverlapMethod(std::string_view s);
+
+struct TpOverlap {
+  TpOverlapMethod method = TpOverlapMethod::kBulk;
+  GemmDims gemm;  // the GEMM it overlaps (its dims, so the cost needs no op id)
+  bool operator==(const TpOverlap&) const = default;
+};
+
 struct Op {
   OpId id = 0;
   std::string name;
@@ -98,7 +116,8 @@ struct Op {
   int64_t bytes_read = 0;
   int64_t bytes_written = 0;
   std::optional<GemmDims> gemm;
-  std::optional<int64_t> measured_ns;  // a measured duration, when one is known
+  std::optional<int64_t> measured_ns;   // a measured duration, when one is known
+  std::optional<TpOverlap> tp_overlap;  // a collective hidden behind a GEMM
 };
 
 // An ordering or cross-stream sync dependency. Data dependencies are not listed:
@@ -122,6 +141,10 @@ struct Header {
   int64_t micro_batch = 0;
   int64_t tp = 1;
   bool sequence_parallel = false;
+  // Transformer Engine's userbuffers overlap of the sequence-parallel
+  // collectives (models: ModelConfig::tp_comm_overlap; its ops carry
+  // Op::tp_overlap). JSON: optional, written when true.
+  bool tp_comm_overlap = false;
   // Context-parallel degree (traces/layout.h): the sequence is cut over cp
   // ranks, this trace holding seq_len / cp of its tokens (seq_len is the
   // whole sequence's), attention running as a ring over the cp ranks with its

@@ -46,6 +46,7 @@ json HeaderToJson(const Header& h) {
   if (h.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
   if (!h.fp8.empty()) j["fp8"] = h.fp8;
   if (h.projections != "fused") j["projections"] = h.projections;
+  if (h.tp_comm_overlap) j["tp_comm_overlap"] = true;
   return j;
 }
 
@@ -86,7 +87,27 @@ json OpToJson(const Op& op) {
     if (op.gemm->fp8) j["gemm"]["fp8"] = true;
   }
   if (op.measured_ns) j["measured_ns"] = *op.measured_ns;
+  if (op.tp_overlap) {
+    const GemmDims& g = op.tp_overlap->gemm;
+    json gemm{{"m", g.m}, {"n", g.n}, {"k", g.k}, {"batch", g.batch}};
+    if (g.fp8) gemm["fp8"] = true;
+    j["tp_overlap"] = json{{"method", ToString(op.tp_overlap->method)}, {"gemm", gemm}};
+  }
   return j;
+}
+
+// `{m, n, k, batch, fp8}` at `field` of `r`.
+Result<GemmDims> ParseGemmDims(const ObjectReader& r, const std::string& field) {
+  SSDTRAIN_ASSIGN_OR_RETURN(const json* g, r.Value(field));
+  SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader gr, ObjectReader::Make(*g, r.At(field)));
+  GemmDims d;
+  SSDTRAIN_ASSIGN_OR_RETURN(d.m, gr.Int("m"));
+  SSDTRAIN_ASSIGN_OR_RETURN(d.n, gr.Int("n"));
+  SSDTRAIN_ASSIGN_OR_RETURN(d.k, gr.Int("k"));
+  SSDTRAIN_ASSIGN_OR_RETURN(d.batch, gr.IntOr("batch", 1));
+  SSDTRAIN_ASSIGN_OR_RETURN(d.fp8, gr.BoolOr("fp8", false));
+  SSDTRAIN_RETURN_IF_ERROR(gr.CheckNoUnknown());
+  return d;
 }
 
 template <typename E>
@@ -119,6 +140,7 @@ Result<Header> ParseHeader(const json& j, const JsonPath& at) {
   SSDTRAIN_ASSIGN_OR_RETURN(h.micro_batch, r.Int("micro_batch"));
   SSDTRAIN_ASSIGN_OR_RETURN(h.tp, r.IntOr("tp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(h.sequence_parallel, r.BoolOr("sequence_parallel", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(h.tp_comm_overlap, r.BoolOr("tp_comm_overlap", false));
   SSDTRAIN_ASSIGN_OR_RETURN(h.pp, r.IntOr("pp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(h.ep, r.IntOr("ep", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(h.cp, r.IntOr("cp", 1));
@@ -211,20 +233,22 @@ Result<Op> ParseOp(const json& j, const JsonPath& at) {
   SSDTRAIN_ASSIGN_OR_RETURN(op.bytes_read, r.Int("bytes_read"));
   SSDTRAIN_ASSIGN_OR_RETURN(op.bytes_written, r.Int("bytes_written"));
   if (r.Has("gemm")) {
-    SSDTRAIN_ASSIGN_OR_RETURN(const json* g, r.Value("gemm"));
-    SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader gr, ObjectReader::Make(*g, r.At("gemm")));
-    GemmDims d;
-    SSDTRAIN_ASSIGN_OR_RETURN(d.m, gr.Int("m"));
-    SSDTRAIN_ASSIGN_OR_RETURN(d.n, gr.Int("n"));
-    SSDTRAIN_ASSIGN_OR_RETURN(d.k, gr.Int("k"));
-    SSDTRAIN_ASSIGN_OR_RETURN(d.batch, gr.IntOr("batch", 1));
-    SSDTRAIN_ASSIGN_OR_RETURN(d.fp8, gr.BoolOr("fp8", false));
-    SSDTRAIN_RETURN_IF_ERROR(gr.CheckNoUnknown());
-    op.gemm = d;
+    SSDTRAIN_ASSIGN_OR_RETURN(op.gemm, ParseGemmDims(r, "gemm"));
   } else {
     r.Skip("gemm");
   }
   SSDTRAIN_ASSIGN_OR_RETURN(op.measured_ns, r.OptionalInt("measured_ns"));
+  if (r.Has("tp_overlap")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(const json* o, r.Value("tp_overlap"));
+    SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader orr, ObjectReader::Make(*o, r.At("tp_overlap")));
+    TpOverlap overlap;
+    SSDTRAIN_ASSIGN_OR_RETURN(overlap.method,
+                              ParseEnum<TpOverlapMethod>(orr, "method", ParseTpOverlapMethod,
+                                                         "ring_exchange, pipeline, bulk"));
+    SSDTRAIN_ASSIGN_OR_RETURN(overlap.gemm, ParseGemmDims(orr, "gemm"));
+    SSDTRAIN_RETURN_IF_ERROR(orr.CheckNoUnknown());
+    op.tp_overlap = overlap;
+  }
   SSDTRAIN_RETURN_IF_ERROR(r.CheckNoUnknown());
   return op;
 }

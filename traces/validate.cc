@@ -140,6 +140,25 @@ Status CheckOps(const Trace& trace, const std::string& source) {
       return Bad(source, at + ".measured_ns",
                  "negative duration " + std::to_string(*op.measured_ns));
     }
+    if (op.tp_overlap) {
+      if (op.kind != OpKind::kCollective) {
+        return Bad(
+            source, at + ".tp_overlap",
+            "only a collective overlaps a GEMM; this op is a " + std::string(ToString(op.kind)));
+      }
+      const GemmDims& g = op.tp_overlap->gemm;
+      for (auto [field, value] : {std::pair{"m", g.m}, std::pair{"n", g.n}, std::pair{"k", g.k},
+                                  std::pair{"batch", g.batch}}) {
+        if (value <= 0) {
+          return Bad(source, at + ".tp_overlap.gemm." + field,
+                     "expected a positive size, got " + std::to_string(value));
+        }
+      }
+      if (g.fp8 && h_fp8_off) {
+        return Bad(source, at + ".tp_overlap.gemm.fp8",
+                   "an FP8 GEMM in a trace whose header names no fp8 recipe");
+      }
+    }
     if (op.gemm) {
       for (auto [field, value] : {std::pair{"m", op.gemm->m}, std::pair{"n", op.gemm->n},
                                   std::pair{"k", op.gemm->k}, std::pair{"batch", op.gemm->batch}}) {

@@ -62,13 +62,16 @@ struct BlockStyle {
 
 // Sizes seen by one tensor-parallel rank. Element counts unless named otherwise.
 struct Dims {
-  int64_t seq = 0;       // the whole sequence (the model's: position tables)
-  int64_t cp = 1;        // context-parallel degree
-  int64_t s = 0;         // sequence length on this rank: seq / cp
-  int64_t b = 0;         // micro-batch
-  int64_t h = 0;         // hidden
-  int64_t t = 1;         // tensor-parallel degree
-  bool sp = false;       // sequence parallelism in effect (requested and t > 1)
+  int64_t seq = 0;  // the whole sequence (the model's: position tables)
+  int64_t cp = 1;   // context-parallel degree
+  int64_t s = 0;    // sequence length on this rank: seq / cp
+  int64_t b = 0;    // micro-batch
+  int64_t h = 0;    // hidden
+  int64_t t = 1;    // tensor-parallel degree
+  bool sp = false;  // sequence parallelism in effect (requested and t > 1)
+  // TE's userbuffers overlap of the sp collectives (ModelConfig::tp_comm_overlap, in effect with
+  // sp)
+  bool tp_overlap = false;
   int64_t s_local = 0;   // rows of the residual stream on this rank: s / t with sp, else s
   int64_t heads = 0;     // query heads on this rank (a / t)
   int64_t kv_heads = 0;  // key/value heads on this rank

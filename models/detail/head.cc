@@ -71,9 +71,11 @@ void HeadForward(TraceBuilder& b, const Dims& d, NormKind norm, bool mlm_transfo
   st->logits = b.Activation(N("logits"), d.Full(d.vocab), d.act);
   if (word == kNoTensor) word = b.Weight(N("output.weight"), {d.vocab, d.h}, d.act);
   // The output layer stays 16-bit under FP8 (Megatron's output_layer is not a
-  // Transformer Engine module; only the blocks run under fp8_autocast).
+  // Transformer Engine module; only the blocks run under fp8_autocast), and
+  // its collectives are not overlapped by TE's userbuffers.
   Dims head = d;
   head.fp8 = traces::Fp8Recipe::kOff;
+  head.tp_overlap = false;
   st->logits_layer = ColumnForward(b, head, N("lm_head"), z, d.h, d.vocab, {st->logits},
                                    output_bias, word, /*replicated_input=*/mlm_transform);
   st->labels = b.Input(N("labels"), {d.b, d.s}, DType::kInt64);
@@ -141,7 +143,9 @@ TensorId HeadBackward(TraceBuilder& b, const Dims& d, const HeadState& st) {
          kBackwardFactor * kSoftcapFlops * n);
     g_logits = g_raw;
   }
-  TensorId g = ColumnBackward(b, d, st.logits_layer, {g_logits});
+  Dims head = d;  // as the forward's: no userbuffers overlap
+  head.tp_overlap = false;
+  TensorId g = ColumnBackward(b, head, st.logits_layer, {g_logits});
   if (st.mlm_transform) {
     g = NormBackward(b, d, st.mlm_norm, g, kNoTensor);
     const TensorId g_gelu_in = b.Gradient(N("mlm.dense.out.grad"), d.Full(d.h), d.act);

@@ -20,6 +20,17 @@ TensorId Make(TraceBuilder& b, const std::string& name, std::vector<int64_t> sha
 // Sums from t ranks: (t - 1) / t of the elements are added on each rank.
 int64_t ReduceFlops(const Dims& d, int64_t elements) { return elements * (d.t - 1) / d.t; }
 
+// With Transformer Engine's userbuffers overlap (Dims::tp_overlap), marks the
+// sequence-parallel collective that wrote `collective_out` as hidden behind
+// `gemm` by `method` (TE's defaults per GEMM: pytorch/module/base.py,
+// initialize_ub; the simulator prices it, sim/op_cost.h).
+void Overlap(TraceBuilder& b, const Dims& d, TensorId collective_out, OpId gemm,
+             traces::TpOverlapMethod method) {
+  if (!d.tp_overlap) return;
+  const OpId collective = b.tensor(collective_out).producer;
+  b.op(collective).tp_overlap = traces::TpOverlap{method, *b.op(gemm).gemm};
+}
+
 }  // namespace
 
 TensorId AllGatherSeq(TraceBuilder& b, const Dims& d, const std::string& name, TensorId shard,
@@ -62,6 +73,7 @@ LinearState ColumnForward(TraceBuilder& b, const Dims& d, const std::string& nam
   st.gathered = d.sp && !replicated_input;
   TensorId gemm_in = x;
   TensorId gemm_weight = st.weight;
+  TensorId gathered = kNoTensor;  // the all-gather's output
   if (Fp8On(d)) {
     st.fp8 = Fp8Weights(b, st.weight);
     gemm_weight = st.fp8.row;
@@ -71,10 +83,11 @@ LinearState ColumnForward(TraceBuilder& b, const Dims& d, const std::string& nam
     // all-gathered in FP8; the FP8 shard is saved and gathered again in
     // backward.
     st.saved_input = QuantizeInput(b, d, name + ".in", x, nullptr);
-    gemm_in = AllGatherSeq(b, d, name + ".in_gathered", st.saved_input, TensorKind::kActivation);
+    gemm_in = gathered =
+        AllGatherSeq(b, d, name + ".in_gathered", st.saved_input, TensorKind::kActivation);
   } else {
     if (st.gathered)
-      gemm_in = AllGatherSeq(b, d, name + ".in_gathered", x, TensorKind::kActivation);
+      gemm_in = gathered = AllGatherSeq(b, d, name + ".in_gathered", x, TensorKind::kActivation);
     // Blockwise and MXFP8 with sequence parallelism: the 16-bit shard stays
     // saved and backward quantizes its gathered copy column-wise.
     if (Fp8On(d)) {
@@ -83,7 +96,9 @@ LinearState ColumnForward(TraceBuilder& b, const Dims& d, const std::string& nam
   }
   std::vector<TensorId> inputs = {gemm_in, gemm_weight};
   if (with_bias) inputs.push_back(st.bias);
-  b.Gemm(name, inputs, outputs, {.m = d.s * d.b, .n = out, .k = in, .batch = 1});
+  const OpId gemm = b.Gemm(name, inputs, outputs, {.m = d.s * d.b, .n = out, .k = in, .batch = 1});
+  // TE's qkv_fprop and fc1_fprop: the GEMM runs chunk by chunk as the shards arrive.
+  if (gathered != kNoTensor) Overlap(b, d, gathered, gemm, traces::TpOverlapMethod::kRingExchange);
   return st;
 }
 
@@ -102,8 +117,10 @@ TensorId ColumnBackward(TraceBuilder& b, const Dims& d, const LinearState& st,
   const TensorId g_in = b.Gradient(st.name + ".in.grad", d.Full(st.in), d.act);
   std::vector<TensorId> dgrad_inputs = fp8 ? std::vector<TensorId>{g8.row} : g_outputs;
   dgrad_inputs.push_back(fp8 ? st.fp8.col : st.weight);
-  b.Gemm(st.name + ".dgrad", dgrad_inputs, {g_in},
-         {.m = d.s * d.b, .n = st.in, .k = st.out, .batch = 1});
+  const OpId dgrad = b.Gemm(st.name + ".dgrad", dgrad_inputs, {g_in},
+                            {.m = d.s * d.b, .n = st.in, .k = st.out, .batch = 1});
+  // TE's qkv_dgrad and fc1_dgrad: the input's all-gather beside the data gradient.
+  if (st.gathered) Overlap(b, d, wgrad_in, dgrad, traces::TpOverlapMethod::kBulk);
   TensorId g_x = g_in;
   if (st.gathered) {
     g_x = ReduceScatterSeq(b, d, st.name + ".in.grad_shard", g_in, TensorKind::kGradient);
@@ -119,8 +136,10 @@ TensorId ColumnBackward(TraceBuilder& b, const Dims& d, const LinearState& st,
   }
   std::vector<TensorId> wgrad_outputs = {b.WeightGrad(st.weight, wgrad_inputs)};
   if (st.bias != kNoTensor) wgrad_outputs.push_back(b.WeightGrad(st.bias, wgrad_inputs));
-  b.Gemm(st.name + ".wgrad", wgrad_inputs, wgrad_outputs,
-         {.m = st.out, .n = st.in, .k = d.s * d.b, .batch = 1});
+  const OpId wgrad = b.Gemm(st.name + ".wgrad", wgrad_inputs, wgrad_outputs,
+                            {.m = st.out, .n = st.in, .k = d.s * d.b, .batch = 1});
+  // TE's qkv_wgrad and fc1_wgrad: the data gradient's reduce-scatter beside the weight gradient.
+  if (st.gathered) Overlap(b, d, g_x, wgrad, traces::TpOverlapMethod::kBulk);
   return g_x;
 }
 
@@ -142,10 +161,13 @@ LinearState RowForward(TraceBuilder& b, const Dims& d, const std::string& name, 
     gemm_in = QuantizeInput(b, d, name + ".in", x, st.requantize ? nullptr : &st.saved_input);
   }
   const TensorId partial = b.Activation(name + ".out", d.Full(out), d.act);
-  b.Gemm(name, {gemm_in, gemm_weight}, {partial}, {.m = d.s * d.b, .n = out, .k = in, .batch = 1});
+  const OpId gemm = b.Gemm(name, {gemm_in, gemm_weight}, {partial},
+                           {.m = d.s * d.b, .n = out, .k = in, .batch = 1});
   *output = partial;
   if (d.sp) {
     *output = ReduceScatterSeq(b, d, name + ".out_shard", partial, TensorKind::kActivation);
+    // TE's proj_fprop and fc2_fprop: each chunk's reduce-scatter beside the next chunk's GEMM.
+    Overlap(b, d, *output, gemm, traces::TpOverlapMethod::kPipeline);
   } else if (d.t > 1) {
     *output = AllReduce(b, d, name + ".out_reduced", partial);
   }
@@ -160,8 +182,11 @@ TensorId RowBackward(TraceBuilder& b, const Dims& d, const LinearState& st, Tens
   Fp8Grad g8;
   if (fp8) g8 = QuantizeGrad(b, d, st.name + ".out.grad", {g_full}, st.out);
   const TensorId g_in = b.Gradient(st.name + ".in.grad", d.Full(st.in), d.act);
-  b.Gemm(st.name + ".dgrad", {fp8 ? g8.row : g_full, fp8 ? st.fp8.col : st.weight}, {g_in},
-         {.m = d.s * d.b, .n = st.in, .k = st.out, .batch = 1});
+  const OpId dgrad =
+      b.Gemm(st.name + ".dgrad", {fp8 ? g8.row : g_full, fp8 ? st.fp8.col : st.weight}, {g_in},
+             {.m = d.s * d.b, .n = st.in, .k = st.out, .batch = 1});
+  // TE's proj_dgrad and fc2_dgrad: the output gradient's shards arrive chunk by chunk.
+  if (d.sp) Overlap(b, d, g_full, dgrad, traces::TpOverlapMethod::kRingExchange);
   const TensorId wgrad_in =
       st.requantize ? ColumnwiseOf(b, d, st.name + ".in", st.saved_input) : st.saved_input;
   std::vector<TensorId> wgrad_inputs = {wgrad_in, fp8 ? g8.col : g_full};

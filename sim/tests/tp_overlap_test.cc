@@ -1,0 +1,240 @@
+// Transformer Engine's userbuffers overlap of the sequence-parallel
+// collectives (ModelConfig::tp_comm_overlap, traces::TpOverlap): which
+// collectives the builder marks and beside which GEMM, what each method
+// leaves exposed (sim/op_cost.h), that the mark survives JSON and Chakra, and
+// that a simulated step saves exactly what the marked collectives hide.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "cmake/build_paths.h"
+#include "models/build_trace.h"
+#include "models/model_config.h"
+#include "sim/hardware.h"
+#include "sim/op_cost.h"
+#include "sim/simulate.h"
+#include "traces/chakra.h"
+#include "traces/duration.h"
+#include "traces/io.h"
+#include "traces/plan.h"
+#include "traces/validate.h"
+
+namespace ssdtrain::sim {
+namespace {
+
+using traces::Op;
+using traces::OpKind;
+using traces::TpOverlapMethod;
+
+HardwareOptions H100() {
+  Result<HardwareOptions> hw =
+      LoadHardware(std::string(ConfiguredSourceDir()) + "/configs/hardware/dgx-h100.json");
+  EXPECT_TRUE(hw.ok()) << hw.status().ToString();
+  return hw.ok() ? *hw : HardwareOptions{};
+}
+
+// A GPT block at tp 2 with sequence parallelism, bf16 (or FP8 delayed).
+models::ModelConfig Gpt(bool overlap, const std::string& fp8 = "") {
+  models::ModelConfig c;
+  c.name = "gpt-tp-overlap";
+  c.family = "gpt";
+  c.hidden = 4096;
+  c.heads = 32;
+  c.layers = 2;
+  c.vocab = 50304;
+  c.seq_len = 2048;
+  c.micro_batch = 2;
+  c.tp = 2;
+  c.sequence_parallel = true;
+  c.tp_comm_overlap = overlap;
+  c.attention = "flash";
+  c.dtype = "bf16";
+  c.fp8 = fp8;
+  return c;
+}
+
+traces::Trace Build(const models::ModelConfig& c) {
+  Result<traces::Trace> t = models::BuildTrace(c);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? *t : traces::Trace{};
+}
+
+const Op& Named(const traces::Trace& t, const std::string& name) {
+  const auto it =
+      std::find_if(t.ops.begin(), t.ops.end(), [&](const Op& op) { return op.name == name; });
+  EXPECT_NE(it, t.ops.end()) << name;
+  return it != t.ops.end() ? *it : t.ops.front();
+}
+
+// Each marked collective of block 0: its method, and the GEMM beside it (TE's
+// defaults: pytorch/module/base.py, initialize_ub).
+const std::map<std::string, std::pair<TpOverlapMethod, std::string>> kBlockMarks = {
+    {"L0.qkv.in_gathered.all_gather", {TpOverlapMethod::kRingExchange, "L0.qkv"}},
+    {"L0.fc1.in_gathered.all_gather", {TpOverlapMethod::kRingExchange, "L0.fc1"}},
+    {"L0.proj.out_shard.reduce_scatter", {TpOverlapMethod::kPipeline, "L0.proj"}},
+    {"L0.fc2.out_shard.reduce_scatter", {TpOverlapMethod::kPipeline, "L0.fc2"}},
+    {"L0.proj.out.grad_full.all_gather", {TpOverlapMethod::kRingExchange, "L0.proj.dgrad"}},
+    {"L0.fc2.out.grad_full.all_gather", {TpOverlapMethod::kRingExchange, "L0.fc2.dgrad"}},
+    {"L0.qkv.in_regathered.all_gather", {TpOverlapMethod::kBulk, "L0.qkv.dgrad"}},
+    {"L0.fc1.in_regathered.all_gather", {TpOverlapMethod::kBulk, "L0.fc1.dgrad"}},
+    {"L0.qkv.in.grad_shard.reduce_scatter", {TpOverlapMethod::kBulk, "L0.qkv.wgrad"}},
+    {"L0.fc1.in.grad_shard.reduce_scatter", {TpOverlapMethod::kBulk, "L0.fc1.wgrad"}},
+};
+
+TEST(TpOverlapTrace, TheBuilderMarksEachSequenceParallelCollectiveOfABlockBesideItsGemm) {
+  for (const std::string fp8 : {"", "delayed"}) {
+    SCOPED_TRACE("fp8 " + fp8);
+    const traces::Trace t = Build(Gpt(true, fp8));
+    for (const auto& [name, mark] : kBlockMarks) {
+      SCOPED_TRACE(name);
+      const Op& c = Named(t, name);
+      ASSERT_TRUE(c.tp_overlap.has_value());
+      EXPECT_EQ(c.tp_overlap->method, mark.first);
+      const Op& gemm = Named(t, mark.second);
+      ASSERT_TRUE(gemm.gemm.has_value());
+      EXPECT_EQ(c.tp_overlap->gemm, *gemm.gemm);  // FP8 where the GEMM is
+      EXPECT_EQ(c.tp_overlap->gemm.fp8, !fp8.empty());
+    }
+    // Ten a block, two blocks; nothing else (the embedding's reduce-scatter,
+    // the output layer's gather) is marked.
+    const auto marked = std::count_if(t.ops.begin(), t.ops.end(),
+                                      [](const Op& op) { return op.tp_overlap.has_value(); });
+    EXPECT_EQ(marked, 2 * static_cast<int64_t>(kBlockMarks.size()));
+  }
+}
+
+TEST(TpOverlapTrace, NothingIsMarkedWithoutTheOverlapOrWithoutTensorParallelism) {
+  const auto marked = [](const traces::Trace& t) {
+    return std::count_if(t.ops.begin(), t.ops.end(),
+                         [](const Op& op) { return op.tp_overlap.has_value(); });
+  };
+  EXPECT_EQ(marked(Build(Gpt(false))), 0);
+  models::ModelConfig tp1 = Gpt(true);
+  tp1.tp = 1;  // sequence parallelism, and so the overlap, have no effect
+  EXPECT_EQ(marked(Build(tp1)), 0);
+}
+
+TEST(TpOverlapTrace, TheOverlapWithoutSequenceParallelismIsRefusedByField) {
+  models::ModelConfig c = Gpt(true);
+  c.sequence_parallel = false;
+  const Result<traces::Trace> t = models::BuildTrace(c);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("tp_comm_overlap"), std::string::npos);
+  EXPECT_NE(t.status().message().find("needs sequence_parallel"), std::string::npos);
+  // The config's JSON carries the field (written only where true).
+  EXPECT_EQ(models::ToJson(Gpt(true)).at("tp_comm_overlap"), true);
+  EXPECT_FALSE(models::ToJson(Gpt(false)).contains("tp_comm_overlap"));
+}
+
+TEST(TpOverlapTrace, TheMarkSurvivesJsonAndChakraAndIsCheckedOnRead) {
+  const traces::Trace t = Build(Gpt(true, "delayed"));
+  const Result<traces::Trace> json = traces::TraceFromJson(traces::ToJson(t), "mem.json");
+  ASSERT_TRUE(json.ok()) << json.status().ToString();
+  const Result<traces::Trace> chakra = traces::TraceFromChakra(traces::ToChakra(t), "mem.et");
+  ASSERT_TRUE(chakra.ok()) << chakra.status().ToString();
+  for (const traces::Trace* back : {&*json, &*chakra}) {
+    ASSERT_EQ(back->ops.size(), t.ops.size());
+    for (size_t i = 0; i < t.ops.size(); ++i) {
+      EXPECT_EQ(back->ops[i].tp_overlap, t.ops[i].tp_overlap) << t.ops[i].name;
+    }
+  }
+  EXPECT_NE(traces::Fingerprint(t), traces::Fingerprint(Build(Gpt(false, "delayed"))));
+  // On a GEMM, or with an unknown method, the trace names the field.
+  nlohmann::json j = traces::ToJson(t);
+  const size_t qkv = static_cast<size_t>(Named(t, "L0.qkv").id);
+  const size_t gather = static_cast<size_t>(Named(t, "L0.qkv.in_gathered.all_gather").id);
+  j["ops"][qkv]["tp_overlap"] = j["ops"][gather]["tp_overlap"];
+  const Result<traces::Trace> on_gemm = traces::TraceFromJson(j, "bad.json");
+  ASSERT_FALSE(on_gemm.ok());
+  EXPECT_NE(on_gemm.status().message().find("tp_overlap"), std::string::npos);
+  EXPECT_NE(on_gemm.status().message().find("only a collective overlaps a GEMM"),
+            std::string::npos);
+  j = traces::ToJson(t);
+  j["ops"][gather]["tp_overlap"]["method"] = "sideways";
+  const Result<traces::Trace> unknown = traces::TraceFromJson(j, "bad.json");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("ring_exchange, pipeline, bulk"), std::string::npos);
+}
+
+// What each method leaves of a collective of C ns beside a GEMM of G ns
+// (sim/op_cost.h), against the collective alone, on the DGX H100 preset.
+TEST(TpOverlapCost, EachMethodLeavesWhatItsChunksExpose) {
+  const HardwareOptions hw = H100();
+  const OpCostModel cost(hw, 2, "bf16");
+  const int64_t overhead = traces::CeilSecondsToNs(hw.gpu.op_overhead_us * 1e-6);
+  const traces::Trace t = Build(Gpt(true));
+  for (const auto& [name, mark] : kBlockMarks) {
+    SCOPED_TRACE(name);
+    const Op& marked = Named(t, name);
+    Op alone = marked;
+    alone.tp_overlap.reset();
+    const double c = static_cast<double>(cost.RooflineNs(alone) - overhead);
+    const double g = static_cast<double>(cost.GemmNs(marked.tp_overlap->gemm));
+    ASSERT_GT(c, 0);
+    ASSERT_GT(g, 0);
+    double exposed = 0;
+    switch (mark.first) {
+      case TpOverlapMethod::kRingExchange:  // one step of the 2-rank ring beside half the GEMM
+        exposed = std::max(0.0, c - g / 2);
+        break;
+      case TpOverlapMethod::kPipeline: {  // four chunks on 116 of 132 SMs
+        const double chunk = g * 132.0 / 116.0 / 4;
+        exposed = chunk + 3 * std::max(chunk, c / 4) + c / 4 - g;
+        break;
+      }
+      case TpOverlapMethod::kBulk:
+        exposed = std::max(0.0, c - g);
+        break;
+    }
+    EXPECT_NEAR(static_cast<double>(cost.RooflineNs(marked) - overhead), exposed, 1.0);
+    EXPECT_LE(cost.RooflineNs(marked) - overhead, mark.first == TpOverlapMethod::kPipeline
+                                                      ? static_cast<int64_t>(c + 0.14 * g) + 1
+                                                      : static_cast<int64_t>(c));
+  }
+}
+
+TEST(TpOverlapCost, AGemmLongerThanTheRingHidesItAndAShortOneHidesPart) {
+  const HardwareOptions hw = H100();
+  const OpCostModel cost(hw, 4, "bf16");
+  traces::TpOverlap ring{TpOverlapMethod::kRingExchange, {8192, 8192, 8192, 1}};
+  const int64_t g = cost.GemmNs(ring.gemm);
+  // Three steps of the 4-rank ring, each beside a quarter of the GEMM.
+  EXPECT_EQ(cost.ExposedNs(ring, 3 * (g / 4), 4), 0);
+  EXPECT_NEAR(static_cast<double>(cost.ExposedNs(ring, 3 * (g / 4) + 3000, 4)), 3000.0, 2.0);
+  traces::TpOverlap bulk{TpOverlapMethod::kBulk, ring.gemm};
+  EXPECT_EQ(cost.ExposedNs(bulk, g, 4), 0);
+  EXPECT_EQ(cost.ExposedNs(bulk, g + 5000, 4), 5000);
+  // The pipeline always pays the SMs it takes and its last chunk.
+  traces::TpOverlap pipe{TpOverlapMethod::kPipeline, ring.gemm};
+  const double margin = static_cast<double>(g) * (132.0 / 116.0 - 1);
+  EXPECT_NEAR(static_cast<double>(cost.ExposedNs(pipe, 4000, 4)), margin + 1000, 2.0);
+}
+
+// The step with the overlap is shorter than without by what the marked
+// collectives hide: one micro-batch, pp 1, keep (every op on the compute
+// stream once).
+TEST(TpOverlapCost, AStepSavesWhatTheMarkedCollectivesHide) {
+  const HardwareOptions hw = H100();
+  const traces::Trace with = Build(Gpt(true, "delayed"));
+  const traces::Trace without = Build(Gpt(false, "delayed"));
+  const Result<Prediction> p_with = Simulate(with, traces::PlanTemplate(with), hw);
+  const Result<Prediction> p_without = Simulate(without, traces::PlanTemplate(without), hw);
+  ASSERT_TRUE(p_with.ok()) << p_with.status().ToString();
+  ASSERT_TRUE(p_without.ok()) << p_without.status().ToString();
+  const OpCostModel cost(hw, with.header);
+  int64_t hidden = 0;
+  for (const Op& op : with.ops) {
+    if (!op.tp_overlap) continue;
+    Op alone = op;
+    alone.tp_overlap.reset();
+    hidden += cost.OpTimeNs(alone) - cost.OpTimeNs(op);
+  }
+  EXPECT_GT(hidden, 0);
+  EXPECT_EQ(p_without->metrics.step_time_ns - p_with->metrics.step_time_ns, hidden);
+  EXPECT_EQ(p_with->metrics.peak_gpu_bytes, p_without->metrics.peak_gpu_bytes);
+}
+
+}  // namespace
+}  // namespace ssdtrain::sim
