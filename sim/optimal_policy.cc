@@ -103,10 +103,15 @@ class Search {
           plan.placements.push_back(p);
         }
       }
-      plan.placements.erase(
-          std::remove_if(plan.placements.begin(), plan.placements.end(),
-                         [](const Placement& p) { return p.action == TensorAction::kKeep; }),
-          plan.placements.end());
+      // Plain keeps say nothing; a held one (hold_until: a re-run's input
+      // nothing else keeps, sim::SetRerunPoints) stays, or each re-run
+      // rebuilds it again.
+      plan.placements.erase(std::remove_if(plan.placements.begin(), plan.placements.end(),
+                                           [](const Placement& p) {
+                                             return p.action == TensorAction::kKeep &&
+                                                    p.hold_until == traces::kNoOp;
+                                           }),
+                            plan.placements.end());
       std::sort(plan.placements.begin(), plan.placements.end(),
                 [](const Placement& a, const Placement& b) { return a.tensor < b.tensor; });
       SSDTRAIN_ASSIGN_OR_RETURN(bool improved, Try(std::move(plan), best));

@@ -308,6 +308,7 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
     }
     peak.offloadable_bytes = offloadable[index_for(s)];
     peak.forward_compute_ns = r.forward_compute_ns;
+    peak.max_op_reruns = r.max_op_reruns;
     peak.required_write_GBps =
         traces::RequiredWriteGBps(peak.offloadable_bytes, r.forward_compute_ns);
     out.stage_peaks.push_back(peak);

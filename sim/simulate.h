@@ -147,6 +147,8 @@ struct Prediction {
     int64_t offloadable_bytes = 0;
     int64_t forward_compute_ns = 0;
     double required_write_GBps = 0;
+    // The most recompute runs of one op in a micro-batch (StageResult::max_op_reruns).
+    int64_t max_op_reruns = 0;
   };
   // What the stage's drives write (sim::ArrayFor: the array a GPU uses).
   double array_write_GBps = 0;

@@ -311,6 +311,7 @@ void StageSimulator::EndItem(const WorkItem& item, int64_t start) {
   result_.compute_busy_ns += end - start;
   if (item.recompute) {
     result_.recompute_ns += end - start;
+    result_.max_op_reruns = std::max(result_.max_op_reruns, ++reruns_[index]);
     device_bytes_ -= scratch_bytes_;
     scratch_bytes_ = 0;
     Sample();
@@ -370,6 +371,7 @@ Result<StageResult> StageSimulator::Run() {
   SSDTRAIN_RETURN_IF_ERROR(BuildStorages());
   SetUpResources();
   result_.ops.assign(trace_.ops.size(), OpTiming{});
+  reruns_.assign(trace_.ops.size(), 0);
   for (Storage& s : storages_) {
     if (s.persistent) Allocate(s);
   }

@@ -98,6 +98,10 @@ struct StageResult {
   int64_t forward_compute_ns = 0;       // sum of forward op durations
   int64_t compute_busy_ns = 0;          // sum of all op durations, recompute included
   int64_t recompute_ns = 0;
+  // The most recompute runs of one op in the micro-batch: 1 wherever a plan
+  // recomputes (a re-run keeps what its later ops read, traces/storage_plan.h,
+  // "Recompute"); planner_sweep holds it.
+  int64_t max_op_reruns = 0;
   // What the offload engine's SSD traffic took from the ops' cores
   // (gpu.io_overhead_us_per_MiB): time before ops start, not in compute_busy_ns.
   int64_t io_overhead_ns = 0;

@@ -91,6 +91,12 @@ void CheckStagePeaks(const SweepCase& c, const std::string& policy, const sim::P
       out.push_back(where + ": no predicted peak for the stage");
       continue;
     }
+    if (predicted->max_op_reruns > 1) {
+      out.push_back(
+          fmt::format("{}: a recompute runs one op {} times in a micro-batch (once: "
+                      "traces/storage_plan.h, \"Recompute\")",
+                      where, predicted->max_op_reruns));
+    }
     bool recompute = false;
     for (const traces::Placement& pl : plan->placements) {
       recompute = recompute || pl.action == traces::TensorAction::kRecompute;

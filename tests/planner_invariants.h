@@ -6,6 +6,8 @@
 //   (traces::WholeStepStaticPeaks of that stage's plan; never above the
 //   prediction, equal without recompute, whose scratch buffers only the
 //   simulation counts);
+// - each op a stage's plan recomputes runs once in a micro-batch
+//   (sim::Prediction::StagePeak::max_op_reruns);
 // - a search that returns no fitting plan says so (fits = false: `plan`
 //   exits 1 with the smallest need);
 // - auto is at least as fast as every fixed policy whose plan fits;

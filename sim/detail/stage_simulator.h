@@ -192,6 +192,7 @@ class StageSimulator {
   // The temporaries the running re-run keeps (Storage::rerun_left), freed
   // after the op at its rebuild point at the latest.
   std::vector<size_t> rerun_kept_;
+  std::vector<int64_t> reruns_;  // recompute runs of each op (StageResult::max_op_reruns)
   // SSD bytes moved since the last op started, whose CPU cost the next op pays
   // (gpu.io_overhead_us_per_MiB).
   int64_t io_bytes_unpaid_ = 0;
