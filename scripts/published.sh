@@ -28,7 +28,9 @@
 # Then NeMo 24.07's FP8 pre-training runs on DGX H100
 # (configs/published/nemo-24.07-dgx-h100.json): each planned at its layout (tp,
 # pp, vp, cp, dp, micro-batch, global batch, sequence) with --fp8 delayed, no
-# recompute and ZeRO-1 on the DGX H100 preset, predicted against published on
+# recompute and ZeRO-1 on the DGX H100 preset, its tensor-parallel collectives
+# overlapped where its training config sets ub_tp_comm_overlap (the JSON's
+# tp_comm_overlap), predicted against published on
 # tokens/s per GPU. A run that does not fit there is listed with the reason and
 # left out of its statistics (the script does not fail for it).
 #
