@@ -49,6 +49,9 @@ Status CheckPlanFlags(const PlanCmdOptions& o, const PlanInput& in,
   if (Status s = sim::CheckPrecision(hw, in.fp8); !s.ok()) {
     return s.WithPrefix(o.hardware + " with fp8 " + in.fp8);
   }
+  if (Status s = sim::CheckAttentionKernel(hw, in.attention_kernel); !s.ok()) {
+    return s.WithPrefix(o.hardware);
+  }
   if (o.memory_budget_GiB < 0) {
     return Status::InvalidArgument("--memory-budget: must be >= 0 GiB");
   }

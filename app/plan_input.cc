@@ -145,6 +145,7 @@ Result<PlanInput> TraceInput(PlanCmdOptions& o) {
   in.experts = h.ep > 1 ? h.ep : 0;
   in.seq_len = h.seq_len;
   in.fp8 = h.fp8;
+  in.attention_kernel = h.attention_kernel;
   in.separate_projections = h.projections == "separate";
   in.sequence_parallel = h.sequence_parallel;
   in.cp_refusal = "a captured trace is planned at its own cp";  // TakeTraceShape pins it
@@ -191,6 +192,7 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
     return models::PipelineStagesRefusal(base, l);
   };
   in.fp8 = base.fp8;
+  in.attention_kernel = base.attention_kernel;
   in.separate_projections = base.projections == "separate";
   in.config = ConfigLayout{model_path, base.micro_batch, base.tp, base.pp,
                            base.dp,    base.zero_stage,  base.ep};

@@ -71,7 +71,8 @@ struct PlanInput {
   std::function<std::string(int64_t)> tp_refusal;
   // models::PipelineStagesRefusal for a model config; unset for a trace.
   std::function<std::string(const traces::Layout&)> pp_refusal;
-  std::string fp8;  // the FP8 recipe its traces train under (traces/fp8.h); "" none
+  std::string fp8;               // the FP8 recipe its traces train under (traces/fp8.h); "" none
+  std::string attention_kernel;  // the fused attention kernel its traces name; "" none
   // Its blocks have separate projections (sim::PlannerOptions::separate_projections).
   bool separate_projections = false;
   sim::TraceProvider provider;

@@ -45,10 +45,11 @@ void PrintSummary(const traces::Trace& trace, std::ostream& out) {
   const traces::Header& h = trace.header;
   const traces::TraceSummary s = traces::Summarize(trace);
   out << fmt::format(
-      "{} ({}): h={} a={} layers={} s={} b={} tp={}{} pp={} stage={} dtype={}{} attention={}\n",
+      "{} ({}): h={} a={} layers={} s={} b={} tp={}{} pp={} stage={} dtype={}{} attention={}{}\n",
       h.model, h.family, h.hidden, h.heads, h.layers, h.seq_len, h.micro_batch, h.tp,
       h.sequence_parallel ? "+sp" : "", h.pp, h.stage, h.dtype,
-      h.fp8.empty() ? "" : " fp8=" + h.fp8, h.attention);
+      h.fp8.empty() ? "" : " fp8=" + h.fp8, h.attention,
+      h.attention_kernel.empty() ? "" : " (" + h.attention_kernel + ")");
   out << fmt::format("{} ops, {} tensors, weights {}\n\n", trace.ops.size(), s.tensors,
                      HumanBytes(s.weight_bytes));
   out << fmt::format("{:>6} {:>6} {:>12} {:>12} {:>14} {:>14} {:>10}\n", "layer", "ops", "saved",

@@ -37,6 +37,7 @@ Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
   h.pp_last_layers = config.pp_last_layers;
   h.dtype = config.dtype;
   h.attention = config.attention;
+  h.attention_kernel = config.attention_kernel;
   h.projections = config.projections;
   h.fp8 = config.fp8;
   h.weight_grads = config.weight_grads;

@@ -82,7 +82,13 @@ struct ModelConfig {
   int64_t pp_first_layers = 0;
   int64_t pp_last_layers = 0;
   std::string attention = "standard";  // standard or flash
-  std::string dtype = "fp16";          // activations and weights: fp16, bf16, fp32
+  // The fused kernel flash attention runs as: a name the hardware's
+  // gpu.attention_kernels give curves for (the DGX H100 preset: flash2,
+  // cudnn, flash3), priced by sequence length and causal mask
+  // (sim/op_cost.h); "" (default) the hardware's one attention curve, by
+  // FLOPs. Changes no op or tensor; needs attention flash.
+  std::string attention_kernel;
+  std::string dtype = "fp16";  // activations and weights: fp16, bf16, fp32
   // FP8 training (traces/fp8.h): the linear layers of the transformer blocks
   // run their GEMMs in FP8 under Transformer Engine's recipe "delayed",
   // "current", "blockwise" or "mxfp8" (Blackwell only), saving their inputs

@@ -54,6 +54,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.pp_first_layers, r.IntOr("pp_first_layers", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.pp_last_layers, r.IntOr("pp_last_layers", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(c.attention, r.StringOr("attention", "standard"));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.attention_kernel, r.StringOr("attention_kernel", ""));
   SSDTRAIN_ASSIGN_OR_RETURN(c.dtype, r.StringOr("dtype", "fp16"));
   SSDTRAIN_ASSIGN_OR_RETURN(c.fp8, r.StringOr("fp8", ""));
   c.fp8 = traces::Fp8Name(c.fp8);
@@ -126,6 +127,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
                    {"precision", c.precision},
                    {"zero_stage", c.zero_stage},
                    {"dp", c.dp}};
+  if (!c.attention_kernel.empty()) j["attention_kernel"] = c.attention_kernel;
   if (c.qkv_bias) j["qkv_bias"] = true;
   if (c.attention_bias) j["attention_bias"] = true;
   if (c.attention_sinks) j["attention_sinks"] = true;

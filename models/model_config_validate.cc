@@ -109,6 +109,11 @@ Status ValidateSettings(const ModelConfig& c, const std::string& source) {
     return Bad(source, "attention",
                "unknown attention \"" + c.attention + "\", expected " + List(kAttentions));
   }
+  if (!c.attention_kernel.empty() && c.attention != "flash") {
+    return Bad(source, "attention_kernel",
+               "names the kernel flash attention runs as (\"" + c.attention_kernel +
+                   "\"), but attention is " + c.attention + "; set attention to flash");
+  }
   if (!OneOf(kDTypes, c.dtype)) {
     return Bad(source, "dtype", "unknown dtype \"" + c.dtype + "\", expected " + List(kDTypes));
   }

@@ -30,7 +30,9 @@
 # pp, vp, cp, dp, micro-batch, global batch, sequence) with --fp8 delayed, no
 # recompute and ZeRO-1 on the DGX H100 preset, its tensor-parallel collectives
 # overlapped where its training config sets ub_tp_comm_overlap (the JSON's
-# tp_comm_overlap), predicted against published on
+# tp_comm_overlap), its attention on the fused kernel the run ran (the JSON's
+# attention_kernel: flash2, or cudnn where the launcher sets NVTE_FUSED_ATTN=1),
+# predicted against published on
 # tokens/s per GPU. A run that does not fit there is listed with the reason and
 # left out of its statistics (the script does not fail for it).
 #
@@ -253,6 +255,7 @@ for run in nemo["runs"]:
     row = {"model": run["model"], "gpus": gpus, "tp": tp, "pp": pp, "vp": vp, "cp": cp, "dp": dp,
            "micro_batch": run["micro_batch"], "global_batch": run["global_batch"],
            "seq_len": run["seq_len"], "tp_comm_overlap": run["tp_comm_overlap"],
+           "attention_kernel": run["attention_kernel"],
            "published_tokens_per_s_per_gpu": run["tokens_per_s_per_gpu"]}
     # The model as NeMo ran it: bf16 weights, flash attention, sequence
     # parallelism, the gradients in bf16 (grad_sync_dtype), the run's
@@ -262,6 +265,8 @@ for run in nemo["runs"]:
                   grad_dtype=nemo["grad_dtype"])
     if run["tp_comm_overlap"]:
         config["tp_comm_overlap"] = True
+    # The fused attention kernel the run ran (the preset's attention_kernels).
+    config["attention_kernel"] = run["attention_kernel"]
     model_path = os.path.join(work, run["model"] + ".json")
     json.dump(config, open(model_path, "w"))
     schedule = (["--schedule", "interleaved", "--virtual-stages", str(vp)] if vp > 1
@@ -293,14 +298,15 @@ for run in nemo["runs"]:
 print()
 print(f"NeMo 24.07, FP8 ({nemo['fp8']} scaling) on DGX H100, against `ssdtrain plan` on "
       f"{os.path.relpath(nemo_hardware, root)}")
-print("(each run pinned to its layout: no recompute, ZeRO-1, sequence parallelism, flash attention; "
-      "ub: the run's userbuffers overlap of the tp collectives; tokens/s per GPU)")
+print("(each run pinned to its layout: no recompute, ZeRO-1, sequence parallelism; "
+      "ub: the run's userbuffers overlap of the tp collectives; attn: its fused attention kernel; "
+      "tokens/s per GPU)")
 print(f"{'model':>15} {'GPUs':>5} {'tp':>3} {'pp':>3} {'vp':>3} {'cp':>3} {'dp':>4} {'mb':>3} {'batch':>5} "
-      f"{'seq':>5} {'ub':>3} {'predicted':>10} {'published':>10} {'error':>7} {'peak GiB':>9}")
+      f"{'seq':>5} {'ub':>3} {'attn':>6} {'predicted':>10} {'published':>10} {'error':>7} {'peak GiB':>9}")
 for r in nemo_rows:
     head = (f"{r['model']:>15} {r['gpus']:>5} {r['tp']:>3} {r['pp']:>3} {r['vp']:>3} {r['cp']:>3} "
             f"{r['dp']:>4} {r['micro_batch']:>3} {r['global_batch']:>5} {r['seq_len']:>5} "
-            f"{'yes' if r['tp_comm_overlap'] else 'no':>3}")
+            f"{'yes' if r['tp_comm_overlap'] else 'no':>3} {r['attention_kernel']:>6}")
     if r["status"] != "ok":
         print(f"{head} {'':>10} {r['published_tokens_per_s_per_gpu']:>10.0f}  {r['status']}")
         continue

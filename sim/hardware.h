@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -27,6 +28,21 @@ namespace ssdtrain::sim {
 struct EfficiencyPoint {
   double size = 0;
   double efficiency = 1;  // (0, 1]
+};
+
+// A fused attention kernel's measured rate (gpu.attention_kernels), each
+// curve by sequence length (EfficiencyPoint::size: the kernel's query and key
+// length) in FlashAttention's convention: FLOPs over the (query, key) pairs
+// the kernel computes, half of them under a causal mask, against the 16-bit
+// peak. An empty backward curve is the forward one's; a causal mask without a
+// causal curve is priced as the kernel without it over every pair the trace
+// counts (an upper bound: a causal kernel skips the blocks above the
+// diagonal). sim/op_cost.h, RooflineNs.
+struct AttentionKernelCurves {
+  std::vector<EfficiencyPoint> forward;  // required
+  std::vector<EfficiencyPoint> forward_causal;
+  std::vector<EfficiencyPoint> backward;
+  std::vector<EfficiencyPoint> backward_causal;
 };
 
 struct GpuOptions {
@@ -82,6 +98,10 @@ struct GpuOptions {
   std::vector<EfficiencyPoint> gemm_fp8_efficiency;
   std::vector<EfficiencyPoint> attention_efficiency;
   std::vector<EfficiencyPoint> memory_efficiency;
+  // Fused attention kernels by name (a trace's Header::attention_kernel picks
+  // one); a trace that names none is priced on `attention_efficiency`, by
+  // FLOPs, every counted pair computed.
+  std::map<std::string, AttentionKernelCurves> attention_kernels;
 };
 
 struct HostLinkOptions {
@@ -185,6 +205,9 @@ double Fp8PeakTflops(const GpuOptions& gpu, traces::Fp8Recipe recipe);
 // FailedPrecondition naming the preset's field where it has no FP8 peak
 // (A100), or no MXFP8 peak for the mxfp8 recipe (only Blackwell has one).
 Status CheckPrecision(const HardwareOptions& hw, const std::string& fp8);
+// OK when `kernel` is "" or one of hw's gpu.attention_kernels; otherwise an
+// error naming the kernels the hardware has curves for.
+Status CheckAttentionKernel(const HardwareOptions& hw, const std::string& kernel);
 nlohmann::json ToJson(const HardwareOptions& hw);
 
 // Derived figures, in simulator units.

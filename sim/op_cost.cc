@@ -105,12 +105,16 @@ OpCostModel::OpCostModel(const HardwareOptions& hw, const traces::Header& header
                          bool use_trace_measurements)
     : OpCostModel(hw, std::max<int64_t>(1, header.tp), header.dtype, use_trace_measurements,
                   std::max<int64_t>(1, header.ep), std::max<int64_t>(1, header.zero_shards),
-                  std::max<int64_t>(1, header.cp), header.fp8) {}
+                  std::max<int64_t>(1, header.cp), header.fp8, header.attention_kernel) {}
 
 OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
                          bool use_trace_measurements, int64_t ep, int64_t zero_shards, int64_t cp,
-                         const std::string& fp8)
+                         const std::string& fp8, const std::string& attention_kernel)
     : hw_(hw), use_trace_measurements_(use_trace_measurements) {
+  if (const auto it = hw.gpu.attention_kernels.find(attention_kernel);
+      !attention_kernel.empty() && it != hw.gpu.attention_kernels.end()) {
+    attention_kernel_ = &it->second;
+  }
   const OpGroups& g = PlaceOpGroups(tp, ep, zero_shards, cp, DomainGpus(hw));
   tp_group_ = g.tp;
   ep_group_ = g.ep;
@@ -175,8 +179,13 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
       if (op.tp_overlap) return ExposedNs(*op.tp_overlap, comm, group.ranks) + overhead;
       return comm + overhead;
     }
-    case OpKind::kGemm:
-    case OpKind::kAttention: {
+    case OpKind::kAttention:
+      if (attention_kernel_ != nullptr && op.attention) {
+        const double memory = bytes / (mem_bw * Efficiency(hw_.gpu.memory_efficiency, bytes));
+        return CeilSecondsToNs(std::max(AttentionKernelSeconds(op), memory)) + overhead;
+      }
+      [[fallthrough]];
+    case OpKind::kGemm: {
       const bool fp8 = op.kind == OpKind::kGemm && op.gemm && op.gemm->fp8 && peak_fp8_flops_ > 0;
       const auto& curve = op.kind != OpKind::kGemm ? hw_.gpu.attention_efficiency
                           : fp8 && !hw_.gpu.gemm_fp8_efficiency.empty()
@@ -201,6 +210,32 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
       return CeilSecondsToNs(std::max(compute, bytes / (mem_bw * eff))) + overhead;
     }
   }
+}
+
+double OpCostModel::AttentionKernelSeconds(const traces::Op& op) const {
+  const AttentionKernelCurves& k = *attention_kernel_;
+  // The backward kernel on its own curves where the hardware gives them, else
+  // the forward's stand for both.
+  const bool backward = op.phase == traces::Phase::kBackward && !k.backward.empty();
+  const std::vector<EfficiencyPoint>& full = backward ? k.backward : k.forward;
+  const std::vector<EfficiencyPoint>& causal = backward ? k.backward_causal : k.forward_causal;
+  double flops = static_cast<double>(op.flops);  // every (query, key) pair
+  const std::vector<EfficiencyPoint>* curve = &full;
+  switch (op.attention->mask) {
+    case traces::AttentionMask::kFull:
+      break;
+    case traces::AttentionMask::kHalf:
+      flops /= 2;
+      break;
+    case traces::AttentionMask::kCausal:
+      // Without a causal curve: every pair at the unmasked rate, an upper bound.
+      if (!causal.empty()) {
+        flops /= 2;
+        curve = &causal;
+      }
+      break;
+  }
+  return flops / (peak_flops_ * Efficiency(*curve, static_cast<double>(op.attention->seq_len)));
 }
 
 int64_t OpCostModel::GemmNs(const traces::GemmDims& dims) const {

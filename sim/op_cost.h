@@ -7,6 +7,15 @@
 //                         bytes / (memory_bw · eff_memory(bytes)))
 //                     q = GemmShapeEfficiency(dims, sm_count) for a gemm with
 //                     dims on a GPU with sm_count > 0, else 1
+//   a fused attention kernel's call (Op::attention) where the trace names a
+//   kernel the hardware has curves for (Header::attention_kernel,
+//   gpu.attention_kernels): max(c · flops / (peak[dtype] · clock_scale ·
+//                     eff_kernel(seq_len)), bytes / (memory_bw · eff_memory))
+//                     c the share of the counted pairs it computes: 1 without
+//                     a mask, ½ for a cp ring's half step, ½ under a causal
+//                     mask on the kernel's causal curve (without one: 1 on the
+//                     unmasked curve, an upper bound); eff_kernel the
+//                     backward curves for a backward op where given
 //   memory-bound kinds: bytes / (memory_bw · eff(bytes))
 //   collective:  over the tensor-parallel group (the all-to-all over the
 //                expert-parallel group, ZeRO's over the shard group, a cp
@@ -61,10 +70,14 @@ class OpCostModel {
   // CollectiveGroup::kShard), `cp` the context-parallel ring's.
   // `fp8` the trace's FP8 recipe (traces/fp8.h; "" none): its FP8 GEMMs run
   // at the FP8 peak (mxfp8: the MXFP8 peak) on the gemm_fp8 curve.
+  // `attention_kernel` the fused attention kernel (hw.gpu.attention_kernels;
+  // "" or one the hardware lacks: the attention curve, CheckAttentionKernel
+  // refusing the latter first).
   OpCostModel(const HardwareOptions& hw, int64_t tp, const std::string& dtype,
               bool use_trace_measurements = true, int64_t ep = 1, int64_t zero_shards = 1,
-              int64_t cp = 1, const std::string& fp8 = "");
-  // The groups and dtype of `header` (tp, ep, zero_shards, cp).
+              int64_t cp = 1, const std::string& fp8 = "",
+              const std::string& attention_kernel = "");
+  // The groups, dtype, FP8 recipe and attention kernel of `header`.
   OpCostModel(const HardwareOptions& hw, const traces::Header& header,
               bool use_trace_measurements = true);
 
@@ -82,6 +95,9 @@ class OpCostModel {
  private:
   // The measured duration of `op`, or -1 when none matches.
   int64_t MeasuredNs(const traces::Op& op) const;
+  // A fused attention kernel's call (op.attention) on attention_kernel_'s
+  // curves: the pairs it computes at its rate for its length and mask.
+  double AttentionKernelSeconds(const traces::Op& op) const;
   using GemmKey = std::tuple<int64_t, int64_t, int64_t, int64_t>;
   const HardwareOptions& hw_;
   // Where the tp group (ranks 0 .. tp − 1) and the ep group (strided by tp)
@@ -94,7 +110,8 @@ class OpCostModel {
   // runs at peak_flops_, CheckPrecision having refused the pairing first).
   double peak_fp8_flops_ = 0;
   bool use_trace_measurements_;
-  std::map<GemmKey, int64_t> gemm_times_, gemm_fp8_times_;  // measured, by dims
+  const AttentionKernelCurves* attention_kernel_ = nullptr;  // none: the attention curve
+  std::map<GemmKey, int64_t> gemm_times_, gemm_fp8_times_;   // measured, by dims
   std::map<traces::OpKind, std::vector<std::pair<int64_t, int64_t>>> bytes_times_;  // sorted
 };
 

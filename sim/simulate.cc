@@ -156,6 +156,7 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   const traces::Plan& layout = *stages[0].plan;
   const traces::Trace& first = *stages[0].trace;
   SSDTRAIN_RETURN_IF_ERROR(CheckPrecision(hw, first.header.fp8));
+  SSDTRAIN_RETURN_IF_ERROR(CheckAttentionKernel(hw, first.header.attention_kernel));
   if (layout.pp < 1 || layout.dp < 1 || layout.num_micro_batches < 1) {
     return Status::InvalidArgument("plan: pp, dp and num_micro_batches must be >= 1");
   }

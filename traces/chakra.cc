@@ -258,6 +258,10 @@ std::string NodeBytes(const Trace& trace, const NodeSpec& n) {
       w.Message(kNodeAttr,
                 IntListAttr("ssdtrain.tp_overlap.gemm", {g.m, g.n, g.k, g.batch, g.fp8 ? 1 : 0}));
     }
+    if (op.attention) {
+      w.Message(kNodeAttr, IntAttr("ssdtrain.attention.seq_len", op.attention->seq_len));
+      w.Message(kNodeAttr, StringAttr("ssdtrain.attention.mask", ToString(op.attention->mask)));
+    }
     if (!n.sync_deps.empty()) w.Message(kNodeAttr, IntListAttr("ssdtrain.sync_deps", n.sync_deps));
   } else {
     w.Message(kNodeAttr, BoolAttr("is_cpu_op", false));

@@ -236,6 +236,10 @@ Result<nlohmann::json> OpFromNode(const std::vector<ProtoField>& fields, const A
     SSDTRAIN_ASSIGN_OR_RETURN(op["tp_overlap"]["method"], a.String("ssdtrain.tp_overlap.method"));
     SSDTRAIN_ASSIGN_OR_RETURN(op["tp_overlap"]["gemm"], gemm_of("ssdtrain.tp_overlap.gemm"));
   }
+  if (a.Find("ssdtrain.attention.seq_len") != nullptr) {
+    SSDTRAIN_ASSIGN_OR_RETURN(op["attention"]["seq_len"], a.Int("ssdtrain.attention.seq_len"));
+    SSDTRAIN_ASSIGN_OR_RETURN(op["attention"]["mask"], a.String("ssdtrain.attention.mask"));
+  }
   if (a.Find("ssdtrain.measured_ns") != nullptr) {
     SSDTRAIN_ASSIGN_OR_RETURN(op["measured_ns"], a.Int("ssdtrain.measured_ns"));
   }

@@ -44,6 +44,9 @@ constexpr NameTable<TpOverlapMethod, 3> kTpOverlapMethodNames{
     {{TpOverlapMethod::kRingExchange, "ring_exchange"},
      {TpOverlapMethod::kPipeline, "pipeline"},
      {TpOverlapMethod::kBulk, "bulk"}}};
+constexpr NameTable<AttentionMask, 3> kAttentionMaskNames{{{AttentionMask::kFull, "full"},
+                                                           {AttentionMask::kCausal, "causal"},
+                                                           {AttentionMask::kHalf, "half"}}};
 constexpr NameTable<EdgeKind, 2> kEdgeKindNames{
     {{EdgeKind::kOrder, "order"}, {EdgeKind::kSync, "sync"}}};
 
@@ -88,6 +91,10 @@ std::optional<EdgeKind> ParseEdgeKind(std::string_view s) {
   return detail::ParseName(kEdgeKindNames, s);
 }
 std::string_view ToString(TpOverlapMethod v) { return NameOf(kTpOverlapMethodNames, v); }
+std::string_view ToString(AttentionMask v) { return NameOf(kAttentionMaskNames, v); }
+std::optional<AttentionMask> ParseAttentionMask(std::string_view s) {
+  return detail::ParseName(kAttentionMaskNames, s);
+}
 std::optional<TpOverlapMethod> ParseTpOverlapMethod(std::string_view s) {
   return detail::ParseName(kTpOverlapMethodNames, s);
 }
@@ -156,6 +163,8 @@ uint64_t Fingerprint(const Trace& trace) {
       h.Add(std::string_view("tp_overlap"));
       h.Add(static_cast<int64_t>(op.tp_overlap->method));
     }
+    // Op::attention and Header::attention_kernel price ops and change none:
+    // a plan made before either stays valid for the trace built with them.
   }
   return h.value();
 }

@@ -101,6 +101,29 @@ struct TpOverlap {
   bool operator==(const TpOverlap&) const = default;
 };
 
+// Which of the (query, key) pairs a fused attention op's FLOPs count its
+// kernel computes. The trace counts every query against every key (Megatron's
+// convention, no causal halving); kFull computes them all; kCausal computes a
+// causal mask's, the kernel skipping the blocks above the diagonal (half);
+// kHalf computes half without a mask: context parallelism's ring steps off
+// the diagonal under a causal mask (Transformer Engine's load-balanced ring:
+// all the rank's queries against half the arriving keys, or half its queries
+// against all of them; models/detail/ring_attention.h).
+enum class AttentionMask { kFull, kCausal, kHalf };
+std::string_view ToString(AttentionMask v);
+std::optional<AttentionMask> ParseAttentionMask(std::string_view s);
+
+// A fused attention kernel's call, on the kAttention ops the model builder
+// writes: the sequence length its queries run at and its mask.
+// sim/op_cost.h prices it on the hardware's curves for the trace's kernel
+// (Header::attention_kernel); ops without one (traces read from PyTorch) are
+// priced by FLOPs alone.
+struct AttentionCall {
+  int64_t seq_len = 0;
+  AttentionMask mask = AttentionMask::kFull;
+  bool operator==(const AttentionCall&) const = default;
+};
+
 struct Op {
   OpId id = 0;
   std::string name;
@@ -116,8 +139,9 @@ struct Op {
   int64_t bytes_read = 0;
   int64_t bytes_written = 0;
   std::optional<GemmDims> gemm;
-  std::optional<int64_t> measured_ns;   // a measured duration, when one is known
-  std::optional<TpOverlap> tp_overlap;  // a collective hidden behind a GEMM
+  std::optional<int64_t> measured_ns;      // a measured duration, when one is known
+  std::optional<TpOverlap> tp_overlap;     // a collective hidden behind a GEMM
+  std::optional<AttentionCall> attention;  // a fused attention kernel's length and mask
 };
 
 // An ordering or cross-stream sync dependency. Data dependencies are not listed:
@@ -165,6 +189,12 @@ struct Header {
   int64_t pp_last_layers = 0;
   std::string dtype = "fp16";
   std::string attention = "standard";  // standard or flash
+  // The fused attention kernel flash attention runs as, by the name the
+  // hardware's gpu.attention_kernels give its curves (flash2, cudnn, flash3
+  // in the DGX H100 preset); "" the hardware's default attention curve.
+  // Prices the ops (sim/op_cost.h), changes none: not in the fingerprint.
+  // JSON: optional, written when set.
+  std::string attention_kernel;
   // The blocks' projections (models: ModelConfig::projections), "fused" or
   // "separate" (torchtitan's wq, wk, wv, w1, w3). JSON: written when separate.
   std::string projections = "fused";

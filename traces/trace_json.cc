@@ -47,6 +47,7 @@ json HeaderToJson(const Header& h) {
   if (!h.fp8.empty()) j["fp8"] = h.fp8;
   if (h.projections != "fused") j["projections"] = h.projections;
   if (h.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (!h.attention_kernel.empty()) j["attention_kernel"] = h.attention_kernel;
   return j;
 }
 
@@ -92,6 +93,10 @@ json OpToJson(const Op& op) {
     json gemm{{"m", g.m}, {"n", g.n}, {"k", g.k}, {"batch", g.batch}};
     if (g.fp8) gemm["fp8"] = true;
     j["tp_overlap"] = json{{"method", ToString(op.tp_overlap->method)}, {"gemm", gemm}};
+  }
+  if (op.attention) {
+    j["attention"] =
+        json{{"seq_len", op.attention->seq_len}, {"mask", ToString(op.attention->mask)}};
   }
   return j;
 }
@@ -151,6 +156,7 @@ Result<Header> ParseHeader(const json& j, const JsonPath& at) {
   SSDTRAIN_ASSIGN_OR_RETURN(h.pp_last_layers, r.IntOr("pp_last_layers", 0));
   SSDTRAIN_ASSIGN_OR_RETURN(h.dtype, r.String("dtype"));
   SSDTRAIN_ASSIGN_OR_RETURN(h.attention, r.StringOr("attention", "standard"));
+  SSDTRAIN_ASSIGN_OR_RETURN(h.attention_kernel, r.StringOr("attention_kernel", ""));
   SSDTRAIN_ASSIGN_OR_RETURN(h.fp8, r.StringOr("fp8", ""));
   if (const std::optional<Fp8Recipe> recipe = ParseFp8Recipe(h.fp8); !recipe) {
     return r.At("fp8").Error("unknown recipe \"" + h.fp8 + "\"; expected " +
@@ -248,6 +254,16 @@ Result<Op> ParseOp(const json& j, const JsonPath& at) {
     SSDTRAIN_ASSIGN_OR_RETURN(overlap.gemm, ParseGemmDims(orr, "gemm"));
     SSDTRAIN_RETURN_IF_ERROR(orr.CheckNoUnknown());
     op.tp_overlap = overlap;
+  }
+  if (r.Has("attention")) {
+    SSDTRAIN_ASSIGN_OR_RETURN(const json* o, r.Value("attention"));
+    SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader orr, ObjectReader::Make(*o, r.At("attention")));
+    AttentionCall call;
+    SSDTRAIN_ASSIGN_OR_RETURN(call.seq_len, orr.Int("seq_len"));
+    SSDTRAIN_ASSIGN_OR_RETURN(
+        call.mask, ParseEnum<AttentionMask>(orr, "mask", ParseAttentionMask, "full, causal, half"));
+    SSDTRAIN_RETURN_IF_ERROR(orr.CheckNoUnknown());
+    op.attention = call;
   }
   SSDTRAIN_RETURN_IF_ERROR(r.CheckNoUnknown());
   return op;

@@ -159,6 +159,17 @@ Status CheckOps(const Trace& trace, const std::string& source) {
                    "an FP8 GEMM in a trace whose header names no fp8 recipe");
       }
     }
+    if (op.attention) {
+      if (op.kind != OpKind::kAttention) {
+        return Bad(source, at + ".attention",
+                   "only a fused attention op has a kernel call; this op is a " +
+                       std::string(ToString(op.kind)));
+      }
+      if (op.attention->seq_len <= 0) {
+        return Bad(source, at + ".attention.seq_len",
+                   "expected a positive length, got " + std::to_string(op.attention->seq_len));
+      }
+    }
     if (op.gemm) {
       for (auto [field, value] : {std::pair{"m", op.gemm->m}, std::pair{"n", op.gemm->n},
                                   std::pair{"k", op.gemm->k}, std::pair{"batch", op.gemm->batch}}) {
@@ -279,6 +290,11 @@ Status Validate(const Trace& trace, const std::string& source) {
       return Bad(source, std::string("header.") + field,
                  "expected a positive integer, got " + std::to_string(value));
     }
+  }
+  if (!h.attention_kernel.empty() && h.attention != "flash") {
+    return Bad(
+        source, "header.attention_kernel",
+        "names the kernel flash attention runs as, but the trace's attention is " + h.attention);
   }
   if (h.zero_stage < 0 || h.zero_stage > 3) {
     return Bad(source, "header.zero_stage",

@@ -42,6 +42,10 @@ static_assert(2 * (3 + 2) * kFlashBackwardDen == 2 * 2 * kFlashBackwardNum,
 
 }  // namespace
 
+void MarkAttentionCall(TraceBuilder& b, OpId op, int64_t seq_len, traces::AttentionMask mask) {
+  b.op(op).attention = traces::AttentionCall{seq_len, mask};
+}
+
 TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const std::string& name,
                           TensorId q, TensorId k, TensorId v, TensorId bias, AttentionState* st,
                           bool softcap, TensorId sinks) {
@@ -52,6 +56,7 @@ TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const st
   st->v = v;
   st->bias = bias;
   st->sinks = sinks;
+  st->causal = d.causal;
   const int64_t batch = d.b * d.kv_heads;
   const int64_t rows = Group(d) * d.s;
   std::vector<TensorId> qk_inputs = {q, k};
@@ -63,8 +68,10 @@ TensorId AttentionForward(TraceBuilder& b, const Dims& d, bool dropout, const st
     std::vector<TensorId> inputs = {q, k, v};
     if (bias != kNoTensor) inputs.push_back(bias);
     if (sinks != kNoTensor) inputs.push_back(sinks);
-    b.Op(name + ".flash", OpKind::kAttention, inputs, {ctx, st->lse},
-         WindowedFlops(d, FlashForwardFlops(d)));
+    const OpId op = b.Op(name + ".flash", OpKind::kAttention, inputs, {ctx, st->lse},
+                         WindowedFlops(d, FlashForwardFlops(d)));
+    MarkAttentionCall(b, op, d.s,
+                      d.causal ? traces::AttentionMask::kCausal : traces::AttentionMask::kFull);
     return ctx;
   }
   const std::vector<int64_t> scores_shape = {d.b, d.heads, d.s, d.s};
@@ -120,8 +127,10 @@ AttentionGrads AttentionBackward(TraceBuilder& b, const Dims& d, const Attention
       inputs.push_back(st.sinks);
       outputs.push_back(b.WeightGrad(st.sinks, inputs));
     }
-    b.Op(name + ".flash.bwd", OpKind::kAttention, inputs, outputs,
-         WindowedFlops(d, FlashBackwardFlops(d)));
+    const OpId op = b.Op(name + ".flash.bwd", OpKind::kAttention, inputs, outputs,
+                         WindowedFlops(d, FlashBackwardFlops(d)));
+    MarkAttentionCall(b, op, d.s,
+                      st.causal ? traces::AttentionMask::kCausal : traces::AttentionMask::kFull);
     return g;
   }
   const int64_t batch = d.b * d.kv_heads;

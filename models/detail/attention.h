@@ -23,7 +23,12 @@ struct AttentionState {
   TensorId dropped = kNoTensor;  // standard: what the attention·V gemm read
   TensorId ctx = kNoTensor;      // flash: the output, saved by the kernel's backward
   TensorId lse = kNoTensor;      // flash: fp32 log-sum-exp per query row
+  bool causal = false;           // the forward's mask (Dims::causal), which backward's kernel keeps
 };
+
+// A fused attention kernel's call at sequence length `seq_len`: a causal mask
+// where `causal`, else every pair (traces::AttentionCall).
+void MarkAttentionCall(TraceBuilder& b, OpId op, int64_t seq_len, traces::AttentionMask mask);
 
 struct AttentionGrads {
   TensorId q = kNoTensor, k = kNoTensor, v = kNoTensor;

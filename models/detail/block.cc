@@ -138,7 +138,9 @@ TensorId CrossAttentionForward(TraceBuilder& b, const Dims& d, const BlockStyle&
   const TensorId v = b.View("cross_v", kv, d.Full(kv_width));
   st->kv =
       ColumnForward(b, d, "cross_kv", encoder_out, d.h, 2 * kv_width, {kv, k, v}, style.attn_bias);
-  const TensorId ctx = AttentionForward(b, d, style.dropout && style.attention_dropout,
+  Dims cross = d;  // the decoder's queries against every encoder output
+  cross.causal = false;
+  const TensorId ctx = AttentionForward(b, cross, style.dropout && style.attention_dropout,
                                         "cross_attn", q, k, v, kNoTensor, &st->core);
   TensorId y = kNoTensor;
   st->proj = RowForward(b, d, "cross_proj", ctx, q_width, d.h, &y, /*input_saved_elsewhere=*/true);

@@ -49,6 +49,8 @@ Dims MakeDims(const ModelConfig& c) {
   d.ffn = FfnHidden(c) / c.tp;
   d.vocab = PaddedVocab(c) / c.tp;
   d.flash = c.attention == "flash";
+  // T5's decoder blocks set it themselves (encoder_decoder.cc).
+  d.causal = c.family != "bert" && c.family != "t5";
   d.act = *traces::ParseDType(c.dtype);
   d.fp8 = traces::ParseFp8Recipe(c.fp8).value_or(traces::Fp8Recipe::kOff);
   d.fp32_loss = !c.fp16_lm_cross_entropy && d.act != traces::DType::kFp32;

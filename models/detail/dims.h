@@ -80,6 +80,11 @@ struct Dims {
   int64_t ffn = 0;       // MLP width on this rank
   int64_t vocab = 0;     // padded vocabulary rows on this rank
   bool flash = false;
+  // Self-attention's causal mask: each query attends to the keys up to its own
+  // (decoders; not BERT, T5's encoder or any cross-attention). The trace counts
+  // all s² pairs either way; a fused kernel's call records the mask
+  // (traces::AttentionCall), which the simulator prices.
+  bool causal = false;
   // Keys each query attends to where fewer than the sequence (a sliding window,
   // models::AttentionWindow of the block's layer), else 0. Set per block.
   int64_t window = 0;

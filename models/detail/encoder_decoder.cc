@@ -71,6 +71,8 @@ void EncoderForward(TraceBuilder& b, Stage& s) {
 
 void DecoderForward(TraceBuilder& b, Stage& s) {
   const Dims& d = s.d;
+  Dims causal = d;  // the decoder's self-attention masks the tokens after each query
+  causal.causal = true;
   if (!s.has_encoder) {
     s.encoder_out = Recv(b, "encoder_out", d.Stream(), d.act, TensorKind::kActivation);
   }
@@ -82,7 +84,7 @@ void DecoderForward(TraceBuilder& b, Stage& s) {
   const TensorId bias = RelativeBiasForward(b, d, "decoder", &s.dec_table);
   for (int l = std::max(s.lo, s.enc_end); l < s.hi; ++l) {
     b.SetLayer(l);
-    y = BlockForward(b, d, s.style, y, bias, s.encoder_out, &s.block(l));
+    y = BlockForward(b, causal, s.style, y, bias, s.encoder_out, &s.block(l));
   }
   b.SetLayer(traces::kNoLayer);
   if (s.last) {

@@ -27,6 +27,16 @@ std::vector<int64_t> KvParts(const Dims& d, int64_t parts) {
   return {parts, d.s, d.b, d.kv_heads * d.d};
 }
 
+// Step i's kernel call: under a causal mask, step 0 (the rank's own chunks)
+// is causal and every later one computes half its pairs (TE's load-balanced
+// ring: the queries against the first half of the arriving keys, or the
+// second half of the queries against all of them); without one, all.
+void MarkStep(TraceBuilder& b, OpId op, const Dims& d, bool causal, int64_t i) {
+  traces::AttentionMask mask = traces::AttentionMask::kFull;
+  if (causal) mask = i == 0 ? traces::AttentionMask::kCausal : traces::AttentionMask::kHalf;
+  MarkAttentionCall(b, op, d.s, mask);
+}
+
 }  // namespace
 
 TensorId RingAttentionForward(TraceBuilder& b, const Dims& d, const std::string& name, TensorId q,
@@ -35,6 +45,7 @@ TensorId RingAttentionForward(TraceBuilder& b, const Dims& d, const std::string&
   st->q = q;
   st->k = k;
   st->v = v;
+  st->causal = d.causal;
   const int64_t cp = d.cp;
   std::vector<TensorId> kv(static_cast<size_t>(cp), kNoTensor);  // received K/V, step >= 1
   TensorId running = kNoTensor;
@@ -57,13 +68,18 @@ TensorId RingAttentionForward(TraceBuilder& b, const Dims& d, const std::string&
       running =
           b.Activation(name + ".ctx_lse.partial" + Str(i),
                        {d.b, d.heads, d.s, d.d + kLseBytes / traces::DTypeSize(d.act)}, d.act);
-      b.Op(name + ".flash.step" + Str(i), OpKind::kAttention, inputs, {running}, StepFlops(d));
+      MarkStep(
+          b,
+          b.Op(name + ".flash.step" + Str(i), OpKind::kAttention, inputs, {running}, StepFlops(d)),
+          d, st->causal, i);
       continue;
     }
     st->ctx = b.Activation(name + ".ctx", d.Full(d.heads * d.d), d.act);
     st->lse = b.Activation(name + ".lse", {d.b, d.heads, d.s}, DType::kFp32);
-    b.Op(name + ".flash.step" + Str(i), OpKind::kAttention, inputs, {st->ctx, st->lse},
-         StepFlops(d));
+    MarkStep(b,
+             b.Op(name + ".flash.step" + Str(i), OpKind::kAttention, inputs, {st->ctx, st->lse},
+                  StepFlops(d)),
+             d, st->causal, i);
   }
   return st->ctx;
 }
@@ -100,7 +116,9 @@ AttentionGrads RingAttentionBackward(TraceBuilder& b, const Dims& d, const Atten
     const bool last = i + 1 == cp;
     dq = b.Gradient(name + (last ? ".q.grad" : ".q.grad_partial" + Str(i)), b.shape(st.q), d.act);
     dkv = b.Gradient(name + ".kv.grad_partial" + Str(i), KvParts(d, 2), d.act);
-    b.Op(name + ".flash.bwd.step" + Str(i), OpKind::kAttention, inputs, {dq, dkv}, flops);
+    MarkStep(b,
+             b.Op(name + ".flash.bwd.step" + Str(i), OpKind::kAttention, inputs, {dq, dkv}, flops),
+             d, st.causal, i);
   }
   g.q = dq;
   // The accumulated dK/dV of the rank's own chunk comes home.

@@ -9,12 +9,12 @@
 #include <map>
 #include <string>
 
-#include "cmake/build_paths.h"
 #include "models/build_trace.h"
 #include "models/model_config.h"
 #include "sim/hardware.h"
 #include "sim/op_cost.h"
 #include "sim/simulate.h"
+#include "sim/tests/model_traces.h"
 #include "traces/chakra.h"
 #include "traces/duration.h"
 #include "traces/io.h"
@@ -28,12 +28,7 @@ using traces::Op;
 using traces::OpKind;
 using traces::TpOverlapMethod;
 
-HardwareOptions H100() {
-  Result<HardwareOptions> hw =
-      LoadHardware(std::string(ConfiguredSourceDir()) + "/configs/hardware/dgx-h100.json");
-  EXPECT_TRUE(hw.ok()) << hw.status().ToString();
-  return hw.ok() ? *hw : HardwareOptions{};
-}
+HardwareOptions H100() { return testing::LoadPreset("dgx-h100"); }
 
 // A GPT block at tp 2 with sequence parallelism, bf16 (or FP8 delayed).
 models::ModelConfig Gpt(bool overlap, const std::string& fp8 = "") {
@@ -55,17 +50,10 @@ models::ModelConfig Gpt(bool overlap, const std::string& fp8 = "") {
   return c;
 }
 
-traces::Trace Build(const models::ModelConfig& c) {
-  Result<traces::Trace> t = models::BuildTrace(c);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  return t.ok() ? *t : traces::Trace{};
-}
+traces::Trace Build(const models::ModelConfig& c) { return testing::BuildModel(c); }
 
 const Op& Named(const traces::Trace& t, const std::string& name) {
-  const auto it =
-      std::find_if(t.ops.begin(), t.ops.end(), [&](const Op& op) { return op.name == name; });
-  EXPECT_NE(it, t.ops.end()) << name;
-  return it != t.ops.end() ? *it : t.ops.front();
+  return testing::OpNamed(t, name);
 }
 
 // Each marked collective of block 0: its method, and the GEMM beside it (TE's
