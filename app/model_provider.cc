@@ -28,6 +28,7 @@ models::ConfigOverrides PlanOverrides(const traces::Plan& plan, const models::Mo
   if (!plan.projections.empty()) ov.projections = plan.projections;
   if (plan.sequence_parallel) ov.sequence_parallel = true;
   if (plan.tp_comm_overlap) ov.tp_comm_overlap = true;
+  if (!plan.attention_kernel.empty()) ov.attention_kernel = plan.attention_kernel;
   if (!plan.fp8.empty() || !config.fp8.empty()) ov.fp8 = plan.fp8.empty() ? "off" : plan.fp8;
   if (plan.seq_len > 0) ov.seq_len = plan.seq_len;
   return ov;

@@ -106,6 +106,11 @@ Verb AddPlanCommand(CLI::App& app) {
                   "blockwise or mxfp8 (Blackwell), or off; overrides the model config, and the "
                   "plan records it")
       ->check(Fp8Recipe());
+  cmd->add_option("--attention-kernel", o->attention_kernel,
+                  "the fused kernel flash attention runs as, by the name the hardware's "
+                  "gpu.attention_kernels give its curves (the DGX H100 preset: flash2, cudnn, "
+                  "flash3): the attention priced by sequence length and causal mask; overrides "
+                  "the model config, and the plan records it");
   cmd->add_flag("--sequence-parallel", o->sequence_parallel,
                 "Megatron's sequence parallelism wherever tp > 1 (overrides a model config "
                 "without it, such as a Hugging Face one); the plan records it");

@@ -64,6 +64,14 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
                     "ssdtrain trace --fp8 {}, or leave the flag out",
                     o.fp8, path, h.fp8.empty() ? "without FP8" : "with fp8 " + h.fp8, o.fp8));
   }
+  if (!o.attention_kernel.empty() && o.attention_kernel != h.attention_kernel) {
+    return Status::InvalidArgument(fmt::format(
+        "--attention-kernel {} contradicts the trace {} ({}: header.attention_kernel); rebuild "
+        "it with ssdtrain trace --attention flash --attention-kernel {}, or leave the flag out",
+        o.attention_kernel, path,
+        h.attention_kernel.empty() ? "built without one" : "built for " + h.attention_kernel,
+        o.attention_kernel));
+  }
   if (!o.attention.empty() && o.attention != h.attention) {
     return Status::InvalidArgument(
         fmt::format("--attention {} contradicts the trace {} (built with {} attention: "
@@ -162,13 +170,15 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
   if (!config.ok()) return config.status();
   if (o.seq_len > 0 || o.defer_grad_sync || !o.attention.empty() || !o.fp8.empty() ||
-      o.sequence_parallel || o.tp_comm_overlap || !o.projections.empty()) {
+      o.sequence_parallel || o.tp_comm_overlap || !o.projections.empty() ||
+      !o.attention_kernel.empty()) {
     models::ConfigOverrides ov;
     if (o.sequence_parallel) ov.sequence_parallel = true;
     if (o.tp_comm_overlap) ov.tp_comm_overlap = true;
     if (o.seq_len > 0) ov.seq_len = o.seq_len;
     if (o.defer_grad_sync) ov.zero_defer_grad_sync = true;
     if (!o.attention.empty()) ov.attention = o.attention;
+    if (!o.attention_kernel.empty()) ov.attention_kernel = o.attention_kernel;
     if (!o.projections.empty()) ov.projections = o.projections;
     // Separate projections are modelled at tp 1: a config's own tp (a default
     // the search overrides anyway) is taken as 1; a pinned --tp above is refused.
@@ -201,7 +211,8 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
     return provider(ShapeOf(plan, 0));
   };
   in.trace_command = [base, model_path, attention = o.attention, fp8 = o.fp8,
-                      projections = o.projections](const traces::Plan& plan) {
+                      projections = o.projections,
+                      kernel = o.attention_kernel](const traces::Plan& plan) {
     std::string command =
         fmt::format("{} trace --model {} --micro-batch {} --seq-len {} --tp {} --pp {}",
                     SelfCommand(), model_path, plan.micro_batch, base.seq_len, plan.tp, plan.pp);
@@ -211,6 +222,7 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
     if (plan.pp_last_layers != 0)
       command += fmt::format(" --pp-last-layers {}", plan.pp_last_layers);
     if (!attention.empty()) command += " --attention " + attention;
+    if (!kernel.empty()) command += " --attention-kernel " + kernel;
     if (!projections.empty()) command += " --projections " + projections;
     if (!fp8.empty()) command += " --fp8 " + fp8;
     if (base.sequence_parallel && plan.tp > 1) command += " --sequence-parallel";

@@ -36,6 +36,7 @@ struct PlanCmdOptions {
   bool sequence_parallel = false;  // --sequence-parallel: on where tp > 1, over the config
   bool tp_comm_overlap = false;    // --tp-comm-overlap: TE's userbuffers, over the config
   std::string attention;           // --attention standard|flash; "": the model config's
+  std::string attention_kernel;    // --attention-kernel NAME; "": the model config's
   std::string projections;         // --projections fused|separate; "": the model config's
   std::string fp8;                 // --fp8 RECIPE|off; "": the model config's
   int64_t ep = 0;                  // expert parallelism (MoE models); 0: searched

@@ -270,6 +270,12 @@ Verb AddTraceCommand(CLI::App& app) {
          "standard or flash")
       ->check(CLI::IsMember({"standard", "flash"}));
   cmd->add_option_function<std::string>(
+      "--attention-kernel", [o](const std::string& v) { o->overrides.attention_kernel = v; },
+      "the fused kernel flash attention runs as, by the name the hardware's "
+      "gpu.attention_kernels give its curves (the DGX H100 preset: flash2, cudnn, flash3); "
+      "prices the attention by sequence length and causal mask, changes no op (overrides the "
+      "config)");
+  cmd->add_option_function<std::string>(
          "--projections", [o](const std::string& v) { o->overrides.projections = v; },
          "fused (Megatron-Core's linear_qkv and linear_fc1) or separate (torchtitan's wq, wk, "
          "wv, w1 and w3; llama family, tp 1); overrides the config")

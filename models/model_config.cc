@@ -94,6 +94,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.sequence_parallel) c.sequence_parallel = *o.sequence_parallel;
   if (o.tp_comm_overlap) c.tp_comm_overlap = *o.tp_comm_overlap;
   if (o.attention) c.attention = *o.attention;
+  if (o.attention_kernel) c.attention_kernel = *o.attention_kernel;
   if (o.dtype) c.dtype = *o.dtype;
   if (o.fp8) c.fp8 = traces::Fp8Name(*o.fp8);
   if (o.projections) c.projections = *o.projections;
@@ -119,6 +120,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.sequence_parallel && *o.sequence_parallel) add("--sequence-parallel", "");
   if (o.tp_comm_overlap && *o.tp_comm_overlap) add("--tp-comm-overlap", "");
   if (o.attention) add("--attention", *o.attention);
+  if (o.attention_kernel) add("--attention-kernel", *o.attention_kernel);
   if (o.dtype) add("--dtype", *o.dtype);
   if (o.fp8) add("--fp8", *o.fp8);
   if (o.projections) add("--projections", *o.projections);

@@ -246,7 +246,8 @@ struct ConfigOverrides {
   std::optional<bool> sequence_parallel;
   std::optional<bool> tp_comm_overlap;  // --tp-comm-overlap
   std::optional<std::string> attention, dtype, fp8;
-  std::optional<std::string> projections;  // --projections fused|separate
+  std::optional<std::string> projections;       // --projections fused|separate
+  std::optional<std::string> attention_kernel;  // --attention-kernel NAME ("": none)
 };
 
 // Parses one config object (types, required and unknown fields) and validates it.

@@ -124,6 +124,62 @@ TEST_F(TraceCli, TpCommOverlapMarksTheCollectivesAndIsRefusedWhereItCannotHold) 
       << r.output;
 }
 
+// --attention-kernel names the fused kernel the attention is priced on: the
+// trace and the plan record it, the hardware must have its curves, it needs
+// flash attention, and a plan of a trace built without it refuses the flag.
+TEST_F(TraceCli, AttentionKernelIsRecordedPricedAndRefusedWhereItCannotHold) {
+  const std::string model = SourceDir() + "/configs/models/gpt-1.3b.json";
+  const std::string h100 = SourceDir() + "/configs/hardware/dgx-h100.json";
+  testing::CliResult r = RunSsdtrain("trace --model " + model +
+                                     " --seq-len 2048 --attention flash --attention-kernel flash2 "
+                                     "-o " +
+                                     File("k.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Result<traces::Trace> t = traces::ReadTrace(File("k.json"));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->header.attention_kernel, "flash2");
+  r = RunSsdtrain("trace --model " + model + " --seq-len 2048 --attention flash -o " +
+                  File("plain.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  // The same ops on flash-attn 2's curves (a causal forward at 2k: 30% of
+  // peak on the half it computes) take longer than on the one figure (0.75 on
+  // every pair); the plan records the kernel.
+  auto step_ms = [&](const std::string& trace, const std::string& name) {
+    const testing::CliResult p =
+        RunSsdtrain("plan --trace " + File(trace) + " --hardware " + h100 + " --policy keep -o " +
+                    File(name) + " --prediction " + File(name + ".p"));
+    EXPECT_EQ(p.exit_code, 0) << p.output;
+    const Result<nlohmann::json> j = traces::ReadJsonFile(File(name + ".p"));
+    return j.ok() ? j->at("step_time_ns").get<double>() / 1e6 : 0.0;
+  };
+  EXPECT_GT(step_ms("k.json", "kplan.json"), step_ms("plain.json", "plan.json"));
+  const Result<nlohmann::json> plan = traces::ReadJsonFile(File("kplan.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->at("attention_kernel"), "flash2");
+
+  r = RunSsdtrain("plan --trace " + File("k.json") + " --hardware " + SourceDir() +
+                  "/configs/hardware/dgx-a100-80gb.json --policy keep -o " + File("a.json"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("no curves for the attention kernel \"flash2\""), std::string::npos)
+      << r.output;
+  r = RunSsdtrain("plan --model " + model + " --hardware " + h100 +
+                  " --attention flash --attention-kernel flash4 --gpus 8 -o " + File("b.json"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("it has cudnn, flash2, flash3"), std::string::npos) << r.output;
+  r = RunSsdtrain("trace --model " + model + " --attention standard --attention-kernel flash2 -o " +
+                  File("s.json"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("attention_kernel: names the kernel flash attention runs as"),
+            std::string::npos)
+      << r.output;
+  r = RunSsdtrain("plan --trace " + File("plain.json") + " --hardware " + h100 +
+                  " --policy keep --attention-kernel flash2 -o " + File("c.json"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--attention-kernel flash2 contradicts the trace"), std::string::npos)
+      << r.output;
+}
+
 // Bad input: one line naming the file and field, exit 1, no output file.
 TEST_F(TraceCli, InconsistentFlagFailsCleanly) {
   testing::CliResult r = RunSsdtrain("trace --model " + SourceDir() +

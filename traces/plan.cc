@@ -119,6 +119,7 @@ Plan PlanTemplate(const Trace& trace, std::string policy, uint64_t fingerprint) 
   plan.fp8 = trace.header.fp8;
   plan.sequence_parallel = trace.header.sequence_parallel;
   plan.tp_comm_overlap = trace.header.tp_comm_overlap;
+  plan.attention_kernel = trace.header.attention_kernel;
   return plan;
 }
 

@@ -127,6 +127,11 @@ struct Plan {
   // header tp_comm_overlap; `plan --tp-comm-overlap`): a replay from a model
   // config builds its trace with it. JSON: optional, written when true.
   bool tp_comm_overlap = false;
+  // The fused attention kernel its attention was priced on (the trace's header
+  // attention_kernel; `plan --attention-kernel`): a replay or simulation from a
+  // model config builds its trace with it. Changes no op, so a plan and a
+  // trace that differ in it still match. JSON: optional, written when set.
+  std::string attention_kernel;
   // FP8 training's recipe (traces/fp8.h; the trace's header fp8): "" none.
   // A replay from a model config builds its trace with it. JSON: optional,
   // written when set.
