@@ -125,6 +125,7 @@ OpCostModel::OpCostModel(const HardwareOptions& hw, int64_t tp, const std::strin
   if (dtype == "bf16") tflops = hw.gpu.peak_tflops_bf16;
   if (dtype == "fp32") tflops = hw.gpu.peak_tflops_fp32;
   peak_flops_ = tflops * kTera * hw.gpu.clock_scale;
+  act_bytes_ = dtype == "fp32" ? 4 : 2;
   peak_fp8_flops_ =
       Fp8PeakTflops(hw.gpu, traces::ParseFp8Recipe(fp8).value_or(traces::Fp8Recipe::kOff)) * kTera *
       hw.gpu.clock_scale;
@@ -243,10 +244,11 @@ int64_t OpCostModel::GemmNs(const traces::GemmDims& dims) const {
   gemm.kind = traces::OpKind::kGemm;
   gemm.gemm = dims;
   gemm.flops = 2 * dims.m * dims.n * dims.k * dims.batch;
-  // Operands in FP8 or the trace's 16 bits, the output 16-bit.
-  const int64_t in_bytes = dims.fp8 ? 1 : 2;
+  // Operands in FP8 or the trace's dtype, the output in the trace's dtype
+  // (an FP8 GEMM's is 16-bit: FP8 needs a 16-bit trace).
+  const int64_t in_bytes = dims.fp8 ? 1 : act_bytes_;
   gemm.bytes_read = (dims.m * dims.k + dims.k * dims.n) * dims.batch * in_bytes;
-  gemm.bytes_written = dims.m * dims.n * dims.batch * 2;
+  gemm.bytes_written = dims.m * dims.n * dims.batch * act_bytes_;
   const int64_t overhead = CeilSecondsToNs(hw_.gpu.op_overhead_us * 1e-6);
   return OpTimeNs(gemm) - overhead;
 }

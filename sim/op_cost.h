@@ -105,7 +105,8 @@ class OpCostModel {
   // Where the ranks of each group of a collective sit (traces::GroupOfCollective).
   const traces::GroupPlacement& GroupOf(traces::CollectiveGroup over) const;
   traces::GroupPlacement tp_group_, ep_group_, shard_group_, expert_shard_group_, cp_group_;
-  double peak_flops_;  // FLOP/s at the configured clock
+  double peak_flops_;      // FLOP/s at the configured clock
+  int64_t act_bytes_ = 2;  // bytes of an element of the trace's dtype (GemmNs's operands)
   // FP8 GEMMs' FLOP/s at the configured clock (0: none; such a GEMM then
   // runs at peak_flops_, CheckPrecision having refused the pairing first).
   double peak_fp8_flops_ = 0;

@@ -200,6 +200,16 @@ TEST(TpOverlapCost, AGemmLongerThanTheRingHidesItAndAShortOneHidesPart) {
   EXPECT_NEAR(static_cast<double>(cost.ExposedNs(pipe, 4000, 4)), margin + 1000, 2.0);
 }
 
+// A GEMM priced from its dims alone reads and writes the trace's own width:
+// a memory-bound one takes twice as long in fp32 as in fp16.
+TEST(TpOverlapCost, AGemmByItsDimsMovesTheTracesElementWidth) {
+  const HardwareOptions hw = H100();
+  const traces::GemmDims skinny{4096, 4096, 8, 1};
+  const double fp16 = static_cast<double>(OpCostModel(hw, 2, "fp16").GemmNs(skinny));
+  const double fp32 = static_cast<double>(OpCostModel(hw, 2, "fp32").GemmNs(skinny));
+  EXPECT_NEAR(fp32 / fp16, 2.0, 0.01);
+}
+
 // The step with the overlap is shorter than without by what the marked
 // collectives hide: one micro-batch, pp 1, keep (every op on the compute
 // stream once).
