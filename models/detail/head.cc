@@ -143,9 +143,7 @@ TensorId HeadBackward(TraceBuilder& b, const Dims& d, const HeadState& st) {
          kBackwardFactor * kSoftcapFlops * n);
     g_logits = g_raw;
   }
-  Dims head = d;  // as the forward's: no userbuffers overlap
-  head.tp_overlap = false;
-  TensorId g = ColumnBackward(b, head, st.logits_layer, {g_logits});
+  TensorId g = ColumnBackward(b, d, st.logits_layer, {g_logits});
   if (st.mlm_transform) {
     g = NormBackward(b, d, st.mlm_norm, g, kNoTensor);
     const TensorId g_gelu_in = b.Gradient(N("mlm.dense.out.grad"), d.Full(d.h), d.act);

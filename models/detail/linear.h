@@ -35,6 +35,9 @@ struct LinearState {
   int64_t in = 0;                    // gemm k in forward
   int64_t out = 0;                   // gemm n in forward
   bool gathered = false;             // column-parallel with SP: input all-gathered first
+  // Its sequence-parallel collectives hide behind its GEMMs (TE's userbuffers:
+  // Dims::tp_overlap of its forward, which its backward keeps).
+  bool tp_overlap = false;
   // FP8 (models/detail/fp8.h): the weight's copies the GEMMs read; and
   // whether saved_input is the 16-bit original, quantized again in backward.
   Fp8Weight fp8;
