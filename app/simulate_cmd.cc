@@ -31,6 +31,15 @@ int RunSimulate(const SimulateCmdOptions& o) {
   Result<sim::HardwareOptions> hw = sim::LoadHardware(o.hardware);
   if (!hw.ok()) return ReportError("simulate", hw.status());
   for (const std::string& note : hw->notes) std::cerr << "simulate: note: " << note << "\n";
+  // The kernel prices ops and changes none, so the plan still matches; say
+  // whose kernel the numbers are on where the two differ.
+  if (plan->attention_kernel != trace->header.attention_kernel) {
+    auto named = [](const std::string& k) { return k.empty() ? std::string("none") : k; };
+    std::cerr << "simulate: note: the plan " << o.plan << " was priced on attention kernel "
+              << named(plan->attention_kernel) << ", the trace " << o.trace << " names "
+              << named(trace->header.attention_kernel)
+              << " (header.attention_kernel): simulating on the trace's\n";
+  }
   sim::SimulateOptions so;
   so.record_timeline = !o.timeline.empty();
   so.unrolled_interleaved_peaks = true;

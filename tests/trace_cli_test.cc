@@ -157,6 +157,12 @@ TEST_F(TraceCli, AttentionKernelIsRecordedPricedAndRefusedWhereItCannotHold) {
   const Result<nlohmann::json> plan = traces::ReadJsonFile(File("kplan.json"));
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->at("attention_kernel"), "flash2");
+  // A trace without it still matches that plan (it changes no op); simulate says whose kernel.
+  r = RunSsdtrain("simulate --trace " + File("plain.json") + " --plan " + File("kplan.json") +
+                  " --hardware " + h100 + " -o " + File("sim.json"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("was priced on attention kernel flash2, the trace"), std::string::npos)
+      << r.output;
 
   r = RunSsdtrain("plan --trace " + File("k.json") + " --hardware " + SourceDir() +
                   "/configs/hardware/dgx-a100-80gb.json --policy keep -o " + File("a.json"));
