@@ -269,19 +269,23 @@ Status Replayer::RunIssued(const traces::Op& op, bool io_dependent) {
 }
 
 void Replayer::ReleaseAfter(const traces::Op& op, std::vector<TensorId> touched) {
-  // What a re-run at this op kept and no op of it read (traces/storage_plan.h,
-  // "Recompute").
-  for (TensorId s : rerun_kept_) {
-    if (slot(s).rerun_left == 0) continue;
-    slot(s).rerun_left = 0;
-    Release(s);
-  }
-  rerun_kept_.clear();
+  // What a re-run kept for re-runs up to this op and none of them read
+  // (traces/storage_plan.h, "Recompute"); a storage still in use goes at its
+  // last use.
+  std::erase_if(rerun_kept_, [&](TensorId s) {
+    Slot& sl = slot(s);
+    if (sl.rerun_left > 0 && life(s).rerun_until > op.id) return false;
+    if (sl.rerun_left > 0) {
+      sl.rerun_left = 0;
+      if (life(s).last_use <= op.id) Release(s);
+    }
+    return true;
+  });
   std::sort(touched.begin(), touched.end());
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
   for (TensorId s : touched) {
     const traces::StorageInfo& l = life(s);
-    if (l.persistent()) continue;
+    if (l.persistent() || slot(s).rerun_left > 0) continue;  // kept for a later re-run
     if (l.last_use == op.id) {
       if (!cache_.WritePending(s)) Release(s);
       // else: the write's landing evicts it (the cache says so then).

@@ -53,7 +53,8 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
   // needed, and those a later op of the re-run reads, are rebuilt by this run
   // too (traces::RebuiltAlongside); its other outputs go to scratch buffers
   // freed right after. (All of them allocated before the scratch buffers, as
-  // the simulator does.) A temporary the re-run reads is kept for its readers.
+  // the simulator does.) What a re-run op reads is kept for its readers, of
+  // this re-run or a later one (Slot::rerun_left).
   const auto reads = [&](TensorId st) {
     return traces::RerunReads(plan_, at.id, plan_.IndexOf(st));
   };
@@ -67,7 +68,6 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
     }
   }
   for (TensorId st : rebuilt) {
-    if (life(st).last_use >= at.id) continue;  // needed past the re-run: its own lifetime
     slot(st).rerun_left = reads(st);
     if (slot(st).rerun_left > 0) rerun_kept_.push_back(st);
   }
@@ -106,8 +106,10 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
     const TensorId s2 = trace_.StorageOf(t);
     if (std::find(read.begin(), read.end(), s2) == read.end()) read.push_back(s2);
   }
-  for (TensorId s2 : read) {
-    if (slot(s2).rerun_left > 0 && --slot(s2).rerun_left == 0) Release(s2);
+  for (TensorId s2 : read) {  // kept for re-runs only: goes after the last
+    if (slot(s2).rerun_left > 0 && --slot(s2).rerun_left == 0 && life(s2).last_use < at.id) {
+      Release(s2);
+    }
   }
   for (TensorId s2 : rebuilt_for_this) {
     if (slot(s2).rerun_left == 0) Release(s2);

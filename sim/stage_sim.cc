@@ -242,11 +242,11 @@ void StageSimulator::StartItem(const WorkItem& item) {
     target.recomputed = true;
     Allocate(target);
     // The other outputs the plan recomputes that are gone and still needed,
-    // and those a later op of the re-run reads, are rebuilt by this run too
+    // and those a later re-run op reads, are rebuilt by this run too
     // (traces::RebuiltAlongside, for the op waiting for its inputs); every
     // other output gets a scratch buffer (per tensor, at least one byte) for
-    // the length of the op. A temporary the re-run reads is kept for its
-    // readers (Storage::rerun_left).
+    // the length of the op. What a re-run op reads is kept for its readers
+    // (Storage::rerun_left).
     const auto at = static_cast<traces::OpId>(next_op_);
     const auto reads = [&](size_t sid) {
       return traces::RerunReads(resolved_, at, static_cast<int>(sid));
@@ -270,7 +270,6 @@ void StageSimulator::StartItem(const WorkItem& item) {
           traces::DeviceBytes(std::max<int64_t>(1, trace_.tensor(t).bytes), alignment_);
     }
     for (size_t sid : rebuilt_alongside_) {
-      if (resolved_.storages[sid].last_use >= at) continue;  // needed past the re-run
       storages_[sid].rerun_left = reads(sid);
       if (storages_[sid].rerun_left > 0) rerun_kept_.push_back(sid);
     }
@@ -320,14 +319,17 @@ void StageSimulator::EndItem(const WorkItem& item, int64_t start) {
       if (storages_[sid].rerun_left > 0) --storages_[sid].rerun_left;
     }
   } else {
-    // What a re-run at this op kept and no op of it read goes now
-    // (traces/storage_plan.h, "Recompute").
-    for (size_t sid : rerun_kept_) {
-      if (storages_[sid].rerun_left == 0) continue;
-      storages_[sid].rerun_left = 0;
-      MaybeRelease(storages_[sid]);
-    }
-    rerun_kept_.clear();
+    // What a re-run kept for re-runs up to this op and none of them read goes
+    // now (traces/storage_plan.h, "Recompute").
+    std::erase_if(rerun_kept_, [&](size_t sid) {
+      Storage& s = storages_[sid];
+      if (s.rerun_left > 0 && resolved_.storages[sid].rerun_until > item.op) return false;
+      if (s.rerun_left > 0) {
+        s.rerun_left = 0;
+        MaybeRelease(s);
+      }
+      return true;
+    });
     OpTiming& timing = result_.ops[index];
     timing.start_ns = start;
     timing.end_ns = end;

@@ -49,11 +49,13 @@
 //   the producers of the producer's inputs that are gone). That run rebuilds
 //   every output the plan recomputes that is gone and still needed
 //   (RebuiltAlongside), as a framework re-runs a checkpointed op once for all
-//   its outputs; its other outputs get scratch buffers for the op's length. At a
-//   rebuild point the run also keeps each output gone that a later op of the
-//   same re-run reads (rerun_keep), as a framework's re-run runs each op of the
-//   region once: a temporary so kept is freed once the last of those ops has
-//   run, or when the op at the rebuild point has.
+//   its outputs; its other outputs get scratch buffers for the op's length. A
+//   step re-runs each op at most once: the run also keeps each output gone
+//   that a later re-run op reads, of the same re-run or of one at a later op
+//   (rerun_keep, ResolveReruns' walk), as a framework's re-run runs each op of
+//   the region once. A storage so kept is freed once the last of those ops has
+//   run (and its own uses are over), or when the last op whose re-run reads it
+//   (StorageInfo::rerun_until) has.
 //   Under ZeRO-3 a gathered weight that is gone is read from the backward's
 //   gather of the same shard where that has run and lives on (RegatheredAt),
 //   as FSDP's pre-backward all-gather serves the checkpointed region's re-run;
@@ -118,6 +120,9 @@ struct StorageInfo {
   OpId evict_before = kNoOp;    // the planned eviction point (Placement::evict_before)
   OpId hold_until = kNoOp;      // Placement::hold_until: one of op_inputs of that op
   OpId rebuild_before = kNoOp;  // recompute: rebuilt when this op is issued (rebuild_at)
+  // Rebuilt by a re-run and read by a later one: the last op whose re-run
+  // reads it (rerun_keep); kNoOp otherwise.
+  OpId rerun_until = kNoOp;
   // offload-ssd
   std::string file;
   int device = 0;
@@ -152,10 +157,11 @@ struct StoragePlan {
   // evict_at: the storages whose planned eviction point the op is.
   // rebuild_at: the recomputed storages rebuilt when the op is issued, in
   // their producers' order (StorageInfo::rebuild_before).
-  // rerun_keep: for an op with storages to rebuild, what the re-run there
-  // reads of what it rebuilds: each storage once per re-run op that reads it
-  // (the ops it runs: the rebuilt storages' producers, and the producers of
-  // their inputs gone by then, temporaries and storages rebuilt there too).
+  // rerun_keep: for an op whose inputs or storages to rebuild are gone when
+  // it is issued, what its re-run rebuilds that a re-run reads, there or at a
+  // later op: each storage once per re-run op that reads it (the ops a re-run
+  // runs: the producers of what is gone, and of their inputs gone by then,
+  // temporaries and storages rebuilt there too).
   OpLists op_inputs, op_outputs, prefetch_at, evict_at, rebuild_at, rerun_keep;
   int64_t persistent_bytes = 0;   // raw bytes resident all step
   int64_t ssd_bytes = 0;          // unique offload-ssd bytes (written once per step)

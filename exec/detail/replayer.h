@@ -138,7 +138,7 @@ class Replayer {
     bool resident = false;
     bool checked = false;
     bool temporary = false;  // resurrected for a recompute only
-    // A temporary a re-run keeps: its ops still to read it (rerun_keep).
+    // Kept by a re-run: the re-run ops still to read it (rerun_keep).
     int rerun_left = 0;
     // Offload path (events reused across steps).
     std::unique_ptr<Event> d2h_start, d2h_end, h2d_ready, h2d_start, h2d_end;
@@ -342,8 +342,8 @@ class Replayer {
   const traces::StoragePlan& plan_;
   uint8_t* const host_memory_;
   std::vector<Slot> slots_;
-  // The temporaries the running re-run keeps (Slot::rerun_left), released
-  // after the op at its rebuild point at the latest.
+  // What re-runs keep for re-run ops still to read it (Slot::rerun_left),
+  // released after its StorageInfo::rerun_until at the latest.
   std::vector<TensorId> rerun_kept_;
   std::vector<std::unique_ptr<Event>> op_start_, op_end_;
   std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> recompute_events_;

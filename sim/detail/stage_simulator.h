@@ -64,7 +64,7 @@ struct Storage {
   bool pinned = false;        // forwarded: stays on the device until its last use
   bool recomputed = false;    // re-materialized by recompute at least once
   bool held = false;          // rebuilt for a recompute that has not started yet
-  int rerun_left = 0;         // a temporary a re-run keeps: its ops still to read it
+  int rerun_left = 0;         // kept by a re-run: the re-run ops still to read it
   bool evict_due = false;     // its planned eviction point has been reached
   bool side_pending = false;  // written by a side-stream collective still running
   WriteState write = WriteState::kNone;
@@ -189,8 +189,8 @@ class StageSimulator {
   int64_t budget_bytes_ = 0;     // the plan's budget less what other micro-batches hold; 0: none
   int64_t scratch_bytes_ = 0;    // a running recompute's scratch outputs
   std::vector<size_t> rebuilt_alongside_;  // the storages the running recompute rebuilds
-  // The temporaries the running re-run keeps (Storage::rerun_left), freed
-  // after the op at its rebuild point at the latest.
+  // What re-runs keep for re-run ops still to read it (Storage::rerun_left),
+  // freed after its StorageInfo::rerun_until at the latest.
   std::vector<size_t> rerun_kept_;
   std::vector<int64_t> reruns_;  // recompute runs of each op (StageResult::max_op_reruns)
   // SSD bytes moved since the last op started, whose CPU cost the next op pays

@@ -46,46 +46,69 @@ Status ResolveRebuildPoints(const Trace& trace, const std::vector<int64_t>& plac
   for (const auto& [op, producer, index] : points)
     pairs.emplace_back(static_cast<size_t>(op), index);
   sp.rebuild_at = OpLists::Grouped(trace.ops.size(), pairs);
-  // What each re-run reads of what it rebuilds (sp.rerun_keep).
-  std::vector<std::pair<size_t, int>> keeps;  // (rebuild op, storage)
-  for (size_t at = 0; at < trace.ops.size(); ++at) {
-    if (sp.rebuild_at[at].empty()) continue;
-    const auto op_at = static_cast<OpId>(at);
-    // Gone when the re-run at `op_at` starts: rebuilt there, or a temporary
-    // whose uses have ended and that no hold keeps.
-    const auto gone = [&](int i) {
-      const StorageInfo& g = sp.storages[static_cast<size_t>(i)];
-      if (g.persistent() || g.hold_until >= op_at) return false;
-      if (RegatheredAt(sp, i, op_at) >= 0) return false;  // the backward's gather serves it
-      if (g.action == TensorAction::kRecompute) return g.rebuild_before == op_at;
-      return g.action == TensorAction::kKeep && !g.saved && g.last_use < op_at;
-    };
-    std::vector<OpId> ops;  // what the re-run runs
-    std::vector<int> stack(sp.rebuild_at[at].begin(), sp.rebuild_at[at].end());
-    std::vector<bool> seen(sp.storages.size(), false);
+  ResolveReruns(trace, sp);
+  return Status::Ok();
+}
+
+void ResolveReruns(const Trace& trace, StoragePlan& sp) {
+  const size_t n = sp.storages.size();
+  std::vector<OpId> rebuilt_at(n, kNoOp);  // the op whose re-run rebuilt it
+  std::vector<bool> ran(trace.ops.size(), false);
+  for (StorageInfo& s : sp.storages) s.rerun_until = kNoOp;
+  // Gone when op `at` is issued, had no re-run rebuilt it: a recomputed
+  // storage after its last forward use, any other after its last use; not
+  // what stays all step, is read back, is held, or the backward's gather
+  // serves.
+  const auto gone = [&](int i, OpId at) {
+    const StorageInfo& g = sp.storages[static_cast<size_t>(i)];
+    if (g.persistent() || g.offloaded() || g.hold_until >= at || at <= g.producer) return false;
+    if (RegatheredAt(sp, i, at) >= 0) return false;
+    if (g.action == TensorAction::kRecompute) return at > g.last_forward_use;
+    return g.last_use < at;
+  };
+  const auto needed = [&](int i, OpId at) {
+    return rebuilt_at[static_cast<size_t>(i)] == kNoOp && gone(i, at);
+  };
+  std::vector<std::pair<size_t, int>> keeps;  // (the op whose re-run rebuilt it, storage)
+  std::vector<int> stack;
+  std::vector<OpId> ops;  // what the re-run at one op runs
+  for (size_t a = 0; a < trace.ops.size(); ++a) {
+    const auto at = static_cast<OpId>(a);
+    stack.clear();
+    for (int i : sp.rebuild_at[a]) {
+      if (needed(i, at)) stack.push_back(i);
+    }
+    for (int i : sp.op_inputs[a]) {
+      if (needed(i, at)) stack.push_back(i);
+    }
+    if (stack.empty()) continue;
+    ops.clear();
     while (!stack.empty()) {
-      const int i = stack.back();
+      const OpId producer = sp.storages[static_cast<size_t>(stack.back())].producer;
       stack.pop_back();
-      if (seen[static_cast<size_t>(i)]) continue;
-      seen[static_cast<size_t>(i)] = true;
-      const OpId producer = sp.storages[static_cast<size_t>(i)].producer;
-      if (producer == kNoOp) continue;
+      if (producer == kNoOp || ran[static_cast<size_t>(producer)]) continue;
+      ran[static_cast<size_t>(producer)] = true;
       ops.push_back(producer);
       for (int j : sp.op_inputs[static_cast<size_t>(producer)]) {
-        if (gone(j)) stack.push_back(j);
+        if (needed(j, at)) stack.push_back(j);
       }
     }
-    std::sort(ops.begin(), ops.end());
-    ops.erase(std::unique(ops.begin(), ops.end()), ops.end());
-    for (OpId op : ops) {
-      for (int j : sp.op_inputs[static_cast<size_t>(op)]) {
-        const OpId p = sp.storages[static_cast<size_t>(j)].producer;
-        if (gone(j) && std::binary_search(ops.begin(), ops.end(), p)) keeps.emplace_back(at, j);
+    for (OpId p : ops) {
+      for (int j : sp.op_outputs[static_cast<size_t>(p)]) {
+        if (needed(j, at)) rebuilt_at[static_cast<size_t>(j)] = at;
+      }
+    }
+    for (OpId p : ops) {
+      for (int j : sp.op_inputs[static_cast<size_t>(p)]) {
+        const OpId from = rebuilt_at[static_cast<size_t>(j)];
+        if (from == kNoOp) continue;
+        keeps.emplace_back(static_cast<size_t>(from), j);
+        OpId& until = sp.storages[static_cast<size_t>(j)].rerun_until;
+        until = std::max(until, at);
       }
     }
   }
   sp.rerun_keep = OpLists::Grouped(trace.ops.size(), keeps);
-  return Status::Ok();
 }
 
 Status ResolveMovePoints(const Trace& trace, const std::vector<int64_t>& placed_at,

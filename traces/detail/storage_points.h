@@ -27,9 +27,19 @@ namespace ssdtrain::traces::detail {
 // the storage's last forward use and at or before its first backward use, or
 // the placement that set it is named ("<source>: placements[i].prefetch_before:
 // ..."; `placed_at`: each tensor's placement index, -1 for none); then
-// sp.rebuild_at, each op's storages in their producers' order.
+// sp.rebuild_at, each op's storages in their producers' order; then the
+// re-runs (ResolveReruns).
 Status ResolveRebuildPoints(const Trace& trace, const std::vector<int64_t>& placed_at,
                             const std::string& source, StoragePlan& sp);
+
+// The re-runs the plan makes, walked in issue order without timing
+// (storage_plan.h, "Recompute"): at each op, what is gone of its inputs and of
+// the storages it rebuilds, and, first, of their producers' inputs. A walk
+// runs each op at most once: an output a re-run op rebuilds stays available
+// to every later re-run. Sets sp.rerun_keep (each rebuilt storage once per
+// re-run op reading it, at the op whose re-run rebuilt it) and
+// StorageInfo::rerun_until. Needs sp.rebuild_at.
+void ResolveReruns(const Trace& trace, StoragePlan& sp);
 
 // StorageInfo::prefetch_before and evict_before of the offloaded storages:
 // an eviction point in the storage's own micro-batch's backward becomes that
