@@ -14,9 +14,10 @@
 # (configs/published/torchtitan-64xa100.json): each planned at its layout (ZeRO-3
 # over all 64 ranks, tp 1, pp 1, its local and global batch and sequence) on the
 # same preset, predicted against published on tokens/s per GPU; torchtitan's
-# per-layer selective checkpointing as recompute-full --recompute-every 2. A run
-# whose recompute ssdtrain has no policy for is listed and left out of the
-# statistics.
+# per-layer selective checkpointing as recompute-full --recompute-every 2, its
+# SDPA's flash backend as the table's attention_kernel (flash2) where the preset
+# has curves for it. A run whose recompute ssdtrain has no policy for is listed
+# and left out of the statistics.
 #
 # torchtitan's runs are planned on its Llama block (plan --projections
 # separate), its per-op selective checkpointing as
@@ -162,11 +163,19 @@ policy_of = {"none": ["keep"], "full": ["recompute-full"],
 # eager module or the Triton kernel: the run's "norm") and its loss (train.py's loss_fn,
 # torch.nn.functional.cross_entropy on pred.float(): cross_entropy "torch", at
 # tp 1 as it runs): its prediction report, or None and why not.
+# The runs' attention kernel (SDPA's flash backend) where the hardware has
+# curves for it; None: the hardware's one attention figure.
+def titan_kernel(hardware_path):
+    kernel = titan.get("attention_kernel")
+    kernels = json.load(open(hardware_path)).get("gpu", {}).get("attention_kernels", {})
+    return kernel if kernel in kernels else None
 def plan_torchtitan(run, gpus, policy, hardware_path):
     plan, prediction = os.path.join(work, "plan.json"), os.path.join(work, "prediction.json")
     config = json.load(open(os.path.join(root, "configs/models", run["model"] + ".json")))
     config.update(cross_entropy="torch", tp=1, sequence_parallel=False, rotary="complex",
                   gqa="repeat", norm=run["norm"])
+    if titan_kernel(hardware_path):
+        config["attention_kernel"] = titan_kernel(hardware_path)
     model_path = os.path.join(work, run["model"] + ".json")
     json.dump(config, open(model_path, "w"))
     command = [binary, "plan", "--model", model_path,
@@ -184,7 +193,8 @@ for run in titan["runs"]:
     gpus = titan["gpus"]
     row = {"model": run["model"], "gpus": gpus, "seq_len": run["seq_len"],
            "local_batch": run["local_batch"], "global_batch": run["global_batch"],
-           "recompute": run["recompute"], "published_tokens_per_s_per_gpu": run["tokens_per_s_per_gpu"]}
+           "recompute": run["recompute"], "published_tokens_per_s_per_gpu": run["tokens_per_s_per_gpu"],
+           "attention_kernel": titan_kernel(hardware) or "attention"}
     policy = policy_of.get(run["recompute"])
     if policy is None:
         row["status"] = "recompute not modelled (torchtitan's selective " + run["recompute"][4:] + ")"
@@ -205,7 +215,7 @@ for run in titan["runs"]:
 print()
 print(f"torchtitan, Llama on 64 A100 80 GB with FSDP, against `ssdtrain plan` on {os.path.relpath(hardware, root)}")
 print("(each run pinned to its layout: ZeRO-3 over 64 ranks, tp 1, pp 1, bf16, one micro-batch; "
-      "tokens/s per GPU)")
+      f"attention: {titan_kernel(hardware) or 'the preset attention figure'}; tokens/s per GPU)")
 print(f"{'model':>12} {'seq':>5} {'mb':>3} {'batch':>5} {'recompute':>10} {'predicted':>10} "
       f"{'published':>10} {'error':>7} {'peak GiB':>9}")
 for r in titan_rows:

@@ -165,7 +165,8 @@ TEST_F(TraceCli, AttentionKernelIsRecordedPricedAndRefusedWhereItCannotHold) {
       << r.output;
 
   r = RunSsdtrain("plan --trace " + File("k.json") + " --hardware " + SourceDir() +
-                  "/configs/hardware/dgx-a100-80gb.json --policy keep -o " + File("a.json"));
+                  "/configs/hardware/a100-pcie-40gb-4x-980pro.json --policy keep -o " +
+                  File("a.json"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("no curves for the attention kernel \"flash2\""), std::string::npos)
       << r.output;
