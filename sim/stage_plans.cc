@@ -12,19 +12,35 @@
 namespace ssdtrain::sim {
 namespace {
 
-// Keeping every activation fits this stage, holding its micro-batches in flight.
-Result<bool> KeepFits(const StageTrace& st, const HardwareOptions& hw, const traces::Plan& layout,
-                      int64_t budget, const PolicyOptions& options) {
+// `plan` on this stage, holding its micro-batches in flight: whether it fits
+// `budget`, and its step.
+struct Judged {
+  bool fits = false;
+  int64_t step_ns = 0;
+};
+Result<Judged> Judge(const StageTrace& st, const HardwareOptions& hw, const traces::Plan& plan,
+                     int64_t budget, const PolicyOptions& options) {
   const traces::Trace& trace = *st.trace;
-  SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan keep, MakeFixedPlan("keep", trace, hw, layout, options));
   SimulateOptions so;
   so.gpu = options.gpu;
   so.record_timeline = false;
   SSDTRAIN_ASSIGN_OR_RETURN(Prediction p,
-                            Simulate({StageInput{&trace, &keep, st.storages}}, hw, so));
+                            Simulate({StageInput{&trace, &plan, st.storages}}, hw, so));
   const auto stage = static_cast<size_t>(std::max<int64_t>(0, trace.header.stage));
-  if (p.stage_peaks.empty()) return p.metrics.peak_gpu_bytes <= budget;
-  return p.stage_peaks[std::min(stage, p.stage_peaks.size() - 1)].peak_gpu_bytes <= budget;
+  const int64_t peak =
+      p.stage_peaks.empty()
+          ? p.metrics.peak_gpu_bytes
+          : p.stage_peaks[std::min(stage, p.stage_peaks.size() - 1)].peak_gpu_bytes;
+  return Judged{peak <= budget, p.metrics.step_time_ns};
+}
+
+// Keeping every activation fits this stage, holding its micro-batches in flight.
+Result<bool> KeepFits(const StageTrace& st, const HardwareOptions& hw, const traces::Plan& layout,
+                      int64_t budget, const PolicyOptions& options) {
+  SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan keep,
+                            MakeFixedPlan("keep", *st.trace, hw, layout, options));
+  SSDTRAIN_ASSIGN_OR_RETURN(Judged j, Judge(st, hw, keep, budget, options));
+  return j.fits;
 }
 
 }  // namespace
@@ -53,7 +69,14 @@ Result<traces::Plan> PlanStage(const StageTrace& st, const std::string& policy,
   traces::Plan layout = base;
   layout.model = trace.header.model;
   layout.trace_fingerprint = st.fingerprint ? *st.fingerprint : traces::Fingerprint(trace);
-  traces::Plan plan;
+  // The budget, each storage's first stripe on the next drive of the
+  // (slowest) array, the eviction points.
+  auto finish = [&](traces::Plan plan) -> Result<traces::Plan> {
+    plan.memory_budget_bytes = budget;
+    traces::SpreadOverDrives(trace, &plan, ArrayFor(hw, SlowestArray(hw)).drives);
+    ++*simulations;
+    return PlaceEvictions(trace, std::move(plan), hw, st.storages);
+  };
   bool keep_fits = false;
   if (policy == "optimal") {
     SSDTRAIN_ASSIGN_OR_RETURN(keep_fits, KeepFits(st, hw, layout, budget, options));
@@ -61,22 +84,33 @@ Result<traces::Plan> PlanStage(const StageTrace& st, const std::string& policy,
   }
   if (keep_fits) {
     // Nothing is faster than keeping everything: the search would end there.
-    SSDTRAIN_ASSIGN_OR_RETURN(plan, MakeFixedPlan("keep", trace, hw, layout, options));
+    SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan plan, MakeFixedPlan("keep", trace, hw, layout, options));
     plan.policy = "optimal";
-  } else if (policy == "optimal") {
-    SSDTRAIN_ASSIGN_OR_RETURN(OptimalResult opt,
-                              MakeOptimalPlan(trace, hw, layout, budget, options, st.storages));
-    *simulations += opt.simulations;
-    plan = std::move(opt.plan);
-  } else {
-    SSDTRAIN_ASSIGN_OR_RETURN(plan, MakeFixedPlan(policy, trace, hw, layout, options));
+    return finish(std::move(plan));
   }
-  plan.memory_budget_bytes = budget;
-  // Each storage's first stripe on the next drive of the (slowest) array.
-  traces::SpreadOverDrives(trace, &plan, ArrayFor(hw, SlowestArray(hw)).drives);
-  SSDTRAIN_ASSIGN_OR_RETURN(plan, PlaceEvictions(trace, std::move(plan), hw, st.storages));
-  ++*simulations;
-  return plan;
+  if (policy != "optimal") {
+    SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan plan, MakeFixedPlan(policy, trace, hw, layout, options));
+    return finish(std::move(plan));
+  }
+  SSDTRAIN_ASSIGN_OR_RETURN(OptimalResult opt,
+                            MakeOptimalPlan(trace, hw, layout, budget, options, st.storages));
+  *simulations += opt.simulations;
+  SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan plan, finish(std::move(opt.plan)));
+  // The search judges its candidates before their stripes and eviction
+  // points are placed, and an offload it took for a lower peak at the same
+  // step may cost time once they are: the fixed policy it started from,
+  // judged the same way, where that is faster (and fits where the search's
+  // plan does).
+  if (opt.best_fixed_policy.empty()) return plan;
+  SSDTRAIN_ASSIGN_OR_RETURN(traces::Plan fixed,
+                            MakeFixedPlan(opt.best_fixed_policy, trace, hw, layout, options));
+  fixed.policy = "optimal";
+  SSDTRAIN_ASSIGN_OR_RETURN(fixed, finish(std::move(fixed)));
+  SSDTRAIN_ASSIGN_OR_RETURN(const Judged searched, Judge(st, hw, plan, budget, options));
+  SSDTRAIN_ASSIGN_OR_RETURN(const Judged started, Judge(st, hw, fixed, budget, options));
+  *simulations += 2;
+  const bool better = started.fits && (!searched.fits || started.step_ns < searched.step_ns);
+  return better ? fixed : plan;
 }
 
 }  // namespace
