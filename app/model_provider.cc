@@ -26,6 +26,10 @@ models::ConfigOverrides PlanOverrides(const traces::Plan& plan, const models::Mo
   if (plan.zero_defer_grad_sync) ov.zero_defer_grad_sync = true;
   if (!plan.attention.empty()) ov.attention = plan.attention;
   if (!plan.projections.empty()) ov.projections = plan.projections;
+  if (!plan.block_kernels.rotary.empty()) ov.rotary = plan.block_kernels.rotary;
+  if (!plan.block_kernels.gqa.empty()) ov.gqa = plan.block_kernels.gqa;
+  if (!plan.block_kernels.norm.empty()) ov.norm = plan.block_kernels.norm;
+  if (!plan.grad_dtype.empty()) ov.grad_dtype = plan.grad_dtype;
   if (plan.sequence_parallel) ov.sequence_parallel = true;
   if (plan.tp_comm_overlap) ov.tp_comm_overlap = true;
   if (!plan.attention_kernel.empty()) ov.attention_kernel = plan.attention_kernel;

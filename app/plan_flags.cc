@@ -101,6 +101,27 @@ Verb AddPlanCommand(CLI::App& app) {
                   "tp taken as 1), where auto and --compare also try recompute-sac); overrides "
                   "the model config, and the plan records it")
       ->check(CLI::IsMember({"fused", "separate"}));
+  cmd->add_option("--rotary", o->block_kernels.rotary,
+                  "how the llama family's blocks run the rotary embedding: fused (one kernel, "
+                  "Megatron-Core's and TE's) or complex (torchtitan's apply_rotary_emb in eager "
+                  "PyTorch, through fp32 complex numbers); overrides the model config, and the "
+                  "plan records it")
+      ->check(CLI::IsMember({"fused", "complex"}));
+  cmd->add_option("--gqa", o->block_kernels.gqa,
+                  "grouped-query attention as the kernel runs it natively, or repeat (torchtitan's "
+                  "repeat_kv: k and v copied to every query head); overrides the model config, "
+                  "and the plan records it")
+      ->check(CLI::IsMember({"native", "repeat"}));
+  cmd->add_option("--norm", o->block_kernels.norm,
+                  "the llama family's RMSNorms: fused (one kernel each way) or eager "
+                  "(torchtitan's RMSNorm module, each step a kernel); overrides the model "
+                  "config, and the plan records it")
+      ->check(CLI::IsMember({"fused", "eager"}));
+  cmd->add_option("--grad-dtype", o->grad_dtype,
+                  "the weight gradients' dtype (default: fp32 with fp32 master weights, as "
+                  "Megatron's main_grad and FSDP2's reduce_dtype; models/README.md, \"Gradient "
+                  "dtype\"); overrides the model config, and the plan records it")
+      ->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
   cmd->add_option("--fp8", o->fp8,
                   "FP8 training as Transformer Engine's recipe does it: delayed, current, "
                   "blockwise or mxfp8 (Blackwell), or off; overrides the model config, and the "
@@ -109,7 +130,8 @@ Verb AddPlanCommand(CLI::App& app) {
   cmd->add_option("--attention-kernel", o->attention_kernel,
                   "the fused kernel flash attention runs as, by the name the hardware's "
                   "gpu.attention_kernels give its curves (the DGX H100 preset: flash2, cudnn, "
-                  "flash3): the attention priced by sequence length and causal mask; overrides "
+                  "flash3; the DGX A100's: flash2): the attention priced by sequence length and "
+                  "causal mask; overrides "
                   "the model config, and the plan records it");
   cmd->add_flag("--sequence-parallel", o->sequence_parallel,
                 "Megatron's sequence parallelism wherever tp > 1 (overrides a model config "

@@ -86,6 +86,26 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
                     "leave the flag out",
                     o.projections, path, h.projections, o.projections));
   }
+  for (const traces::BlockKernel& k : traces::kBlockKernels) {
+    const std::string& flag = o.block_kernels.*k.member;
+    if (flag.empty()) continue;
+    const std::optional<std::string> set = traces::ParseBlockKernel(k, flag);
+    if (set && *set == h.block_kernels.*k.member) continue;
+    return Status::InvalidArgument(fmt::format(
+        "--{} {} contradicts the trace {} (built with {} {}: header.{}); rebuild it with "
+        "ssdtrain trace --{} {}, or leave the flag out",
+        k.field, flag, path, k.field, traces::KernelValue(h.block_kernels, k), k.field, k.field,
+        flag));
+  }
+  if (!o.grad_dtype.empty() && o.grad_dtype != h.grad_dtype) {
+    return Status::InvalidArgument(fmt::format(
+        "--grad-dtype {} contradicts the trace {} (built with {}: header.grad_dtype); rebuild "
+        "it with ssdtrain trace --grad-dtype {}, or leave the flag out",
+        o.grad_dtype, path,
+        h.grad_dtype.empty() ? std::string("the config's default gradient dtype")
+                             : "grad_dtype " + h.grad_dtype,
+        o.grad_dtype));
+  }
   if (o.defer_grad_sync && !h.zero_defer_grad_sync) {
     return Status::InvalidArgument(
         fmt::format("--defer-grad-sync contradicts the trace {} (built without it: "
@@ -171,7 +191,8 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   if (!config.ok()) return config.status();
   if (o.seq_len > 0 || o.defer_grad_sync || !o.attention.empty() || !o.fp8.empty() ||
       o.sequence_parallel || o.tp_comm_overlap || !o.projections.empty() ||
-      !o.attention_kernel.empty()) {
+      !o.attention_kernel.empty() || o.block_kernels != traces::BlockKernels{} ||
+      !o.grad_dtype.empty()) {
     models::ConfigOverrides ov;
     if (o.sequence_parallel) ov.sequence_parallel = true;
     if (o.tp_comm_overlap) ov.tp_comm_overlap = true;
@@ -180,6 +201,10 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
     if (!o.attention.empty()) ov.attention = o.attention;
     if (!o.attention_kernel.empty()) ov.attention_kernel = o.attention_kernel;
     if (!o.projections.empty()) ov.projections = o.projections;
+    if (!o.block_kernels.rotary.empty()) ov.rotary = o.block_kernels.rotary;
+    if (!o.block_kernels.gqa.empty()) ov.gqa = o.block_kernels.gqa;
+    if (!o.block_kernels.norm.empty()) ov.norm = o.block_kernels.norm;
+    if (!o.grad_dtype.empty()) ov.grad_dtype = o.grad_dtype;
     // Separate projections are modelled at tp 1: a config's own tp (a default
     // the search overrides anyway) is taken as 1; a pinned --tp above is refused.
     if (o.projections == "separate") ov.tp = o.tp > 0 ? o.tp : 1;
@@ -211,7 +236,8 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
     return provider(ShapeOf(plan, 0));
   };
   in.trace_command = [base, model_path, attention = o.attention, fp8 = o.fp8,
-                      projections = o.projections,
+                      projections = o.projections, kernels = o.block_kernels,
+                      grad_dtype = o.grad_dtype,
                       kernel = o.attention_kernel](const traces::Plan& plan) {
     std::string command =
         fmt::format("{} trace --model {} --micro-batch {} --seq-len {} --tp {} --pp {}",
@@ -224,6 +250,12 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
     if (!attention.empty()) command += " --attention " + attention;
     if (!kernel.empty()) command += " --attention-kernel " + kernel;
     if (!projections.empty()) command += " --projections " + projections;
+    for (const traces::BlockKernel& k : traces::kBlockKernels) {
+      if (!(kernels.*k.member).empty()) {
+        command += fmt::format(" --{} {}", k.field, kernels.*k.member);
+      }
+    }
+    if (!grad_dtype.empty()) command += " --grad-dtype " + grad_dtype;
     if (!fp8.empty()) command += " --fp8 " + fp8;
     if (base.sequence_parallel && plan.tp > 1) command += " --sequence-parallel";
     if (plan.cp != 1) command += fmt::format(" --cp {}", plan.cp);

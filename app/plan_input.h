@@ -38,8 +38,11 @@ struct PlanCmdOptions {
   std::string attention;           // --attention standard|flash; "": the model config's
   std::string attention_kernel;    // --attention-kernel NAME; "": the model config's
   std::string projections;         // --projections fused|separate; "": the model config's
-  std::string fp8;                 // --fp8 RECIPE|off; "": the model config's
-  int64_t ep = 0;                  // expert parallelism (MoE models); 0: searched
+  // --rotary, --gqa, --norm (traces::kBlockKernels); each "": the model config's.
+  traces::BlockKernels block_kernels;
+  std::string grad_dtype;  // --grad-dtype fp16|bf16|fp32; "": the model config's
+  std::string fp8;         // --fp8 RECIPE|off; "": the model config's
+  int64_t ep = 0;          // expert parallelism (MoE models); 0: searched
   std::string schedule;
   int64_t virtual_stages = 0;      // 0: searched (with --schedule interleaved)
   std::string ddp = "overlapped";  // --ddp: when the dp gradients go (traces::DdpImpl)

@@ -272,7 +272,8 @@ Verb AddTraceCommand(CLI::App& app) {
   cmd->add_option_function<std::string>(
       "--attention-kernel", [o](const std::string& v) { o->overrides.attention_kernel = v; },
       "the fused kernel flash attention runs as, by the name the hardware's "
-      "gpu.attention_kernels give its curves (the DGX H100 preset: flash2, cudnn, flash3); "
+      "gpu.attention_kernels give its curves (the DGX H100 preset: flash2, cudnn, flash3; the "
+      "DGX A100's: flash2); "
       "prices the attention by sequence length and causal mask, changes no op (overrides the "
       "config)");
   cmd->add_option_function<std::string>(
@@ -280,6 +281,23 @@ Verb AddTraceCommand(CLI::App& app) {
          "fused (Megatron-Core's linear_qkv and linear_fc1) or separate (torchtitan's wq, wk, "
          "wv, w1 and w3; llama family, tp 1); overrides the config")
       ->check(CLI::IsMember({"fused", "separate"}));
+  cmd->add_option_function<std::string>(
+         "--rotary", [o](const std::string& v) { o->overrides.rotary = v; },
+         "fused or complex (torchtitan's eager apply_rotary_emb; llama family); overrides the "
+         "config")
+      ->check(CLI::IsMember({"fused", "complex"}));
+  cmd->add_option_function<std::string>(
+         "--gqa", [o](const std::string& v) { o->overrides.gqa = v; },
+         "native or repeat (torchtitan's repeat_kv copies; llama family); overrides the config")
+      ->check(CLI::IsMember({"native", "repeat"}));
+  cmd->add_option_function<std::string>(
+         "--norm", [o](const std::string& v) { o->overrides.norm = v; },
+         "fused or eager (torchtitan's RMSNorm module; llama family); overrides the config")
+      ->check(CLI::IsMember({"fused", "eager"}));
+  cmd->add_option_function<std::string>(
+         "--grad-dtype", [o](const std::string& v) { o->overrides.grad_dtype = v; },
+         "the weight gradients' dtype: fp16, bf16 or fp32 (overrides the config)")
+      ->check(CLI::IsMember({"fp16", "bf16", "fp32"}));
   cmd->add_option_function<std::string>(
          "--dtype", [o](const std::string& v) { o->overrides.dtype = v; }, "fp16, bf16 or fp32")
       ->check(CLI::IsMember({"fp16", "bf16", "fp32"}));

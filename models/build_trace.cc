@@ -39,6 +39,10 @@ Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
   h.attention = config.attention;
   h.attention_kernel = config.attention_kernel;
   h.projections = config.projections;
+  h.block_kernels = traces::BlockKernels{config.rotary == "fused" ? "" : config.rotary,
+                                         config.gqa == "native" ? "" : config.gqa,
+                                         config.norm == "fused" ? "" : config.norm};
+  h.grad_dtype = config.grad_dtype;
   h.fp8 = config.fp8;
   h.weight_grads = config.weight_grads;
   h.zero_stage = config.zero_stage;

@@ -98,6 +98,10 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.dtype) c.dtype = *o.dtype;
   if (o.fp8) c.fp8 = traces::Fp8Name(*o.fp8);
   if (o.projections) c.projections = *o.projections;
+  if (o.rotary) c.rotary = *o.rotary;
+  if (o.gqa) c.gqa = *o.gqa;
+  if (o.norm) c.norm = *o.norm;
+  if (o.grad_dtype) c.grad_dtype = *o.grad_dtype;
   // Messages name the overrides too: the field at fault may come from a flag.
   std::string flags;
   auto add = [&flags](const std::string& flag, const std::string& value) {
@@ -124,6 +128,10 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.dtype) add("--dtype", *o.dtype);
   if (o.fp8) add("--fp8", *o.fp8);
   if (o.projections) add("--projections", *o.projections);
+  if (o.rotary) add("--rotary", *o.rotary);
+  if (o.gqa) add("--gqa", *o.gqa);
+  if (o.norm) add("--norm", *o.norm);
+  if (o.grad_dtype) add("--grad-dtype", *o.grad_dtype);
   SSDTRAIN_RETURN_IF_ERROR(ValidateConfig(c, source + flags));
   return c;
 }

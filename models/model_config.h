@@ -248,6 +248,9 @@ struct ConfigOverrides {
   std::optional<std::string> attention, dtype, fp8;
   std::optional<std::string> projections;       // --projections fused|separate
   std::optional<std::string> attention_kernel;  // --attention-kernel NAME ("": none)
+  // --rotary fused|complex, --gqa native|repeat, --norm fused|eager (llama
+  // family), --grad-dtype fp16|bf16|fp32.
+  std::optional<std::string> rotary, gqa, norm, grad_dtype;
 };
 
 // Parses one config object (types, required and unknown fields) and validates it.

@@ -10,6 +10,7 @@
 #include "models/model_config.h"
 #include "tests/cli_util.h"
 #include "traces/io.h"
+#include "traces/plan.h"
 #include "traces/validate.h"
 
 namespace ssdtrain {
@@ -185,6 +186,65 @@ TEST_F(TraceCli, AttentionKernelIsRecordedPricedAndRefusedWhereItCannotHold) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--attention-kernel flash2 contradicts the trace"), std::string::npos)
       << r.output;
+}
+
+// torchtitan's block kernels and the gradients' dtype as flags
+// (traces::kBlockKernels; models/README.md, "Block kernels", "Gradient
+// dtype"): a trace built with them is the trace of a config that sets them,
+// its header names them, a plan records them and a replay from the model
+// config rebuilds its trace with them (the plan's fingerprint matches); a
+// flag that contradicts a trace is refused, naming the header field.
+TEST_F(TraceCli, BlockKernelFlagsBuildRecordAndReplayAsTheConfigFields) {
+  nlohmann::json config = {{"name", "tiny-llama"}, {"family", "llama"}, {"hidden", 256},
+                           {"heads", 4},           {"kv_heads", 2},     {"layers", 2},
+                           {"vocab", 1024},        {"seq_len", 128},    {"micro_batch", 2},
+                           {"attention", "flash"}, {"dtype", "bf16"}};
+  const std::string model = Write("tiny-llama.json", config.dump());
+  const std::string flags = " --rotary complex --gqa repeat --norm eager --grad-dtype fp32";
+  testing::CliResult r = RunSsdtrain("trace --model " + model + flags + " -o " + File("f.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  config.update(
+      {{"rotary", "complex"}, {"gqa", "repeat"}, {"norm", "eager"}, {"grad_dtype", "fp32"}});
+  fs::create_directories(File("set"));
+  const std::string set = Write("set/tiny-llama.json", config.dump());
+  r = RunSsdtrain("trace --model " + set + " -o " + File("c.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Result<traces::Trace> flagged = traces::ReadTrace(File("f.json"));
+  Result<traces::Trace> configured = traces::ReadTrace(File("c.json"));
+  ASSERT_TRUE(flagged.ok() && configured.ok());
+  EXPECT_EQ(traces::Fingerprint(*flagged), traces::Fingerprint(*configured));
+  EXPECT_EQ(flagged->header.block_kernels, (traces::BlockKernels{"complex", "repeat", "eager"}));
+  EXPECT_EQ(flagged->header.grad_dtype, "fp32");
+  EXPECT_EQ(flagged->header.block_kernels, configured->header.block_kernels);
+
+  r = RunSsdtrain("plan --model " + model + flags + " --hardware " + SourceDir() +
+                  "/configs/hardware/cpu-local.json --gpus 1 --policy recompute-full -o " +
+                  File("p.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--rotary complex --gqa repeat --norm eager --grad-dtype fp32"),
+            std::string::npos)
+      << r.output;  // the trace command it prints
+  Result<traces::Plan> plan = traces::ReadPlan(File("p.json"));
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->block_kernels, flagged->header.block_kernels);
+  EXPECT_EQ(plan->grad_dtype, "fp32");
+  fs::create_directories(File("off"));
+  r = RunSsdtrain("replay --model " + model + " --plan " + File("p.json") +
+                  " --backend cpu --steps 1 --dir " + File("off") + " -o " + File("run.json"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+
+  r = RunSsdtrain("trace --model " + model + " -o " + File("plain.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = RunSsdtrain("plan --trace " + File("plain.json") + " --hardware " + SourceDir() +
+                  "/configs/hardware/cpu-local.json --norm eager -o " + File("x.json"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--norm eager contradicts the trace " + File("plain.json") +
+                          " (built with norm fused: header.norm)"),
+            std::string::npos)
+      << r.output;
+  r = RunSsdtrain("trace --model " + model + " --norm layer -o " + File("y.json"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--norm"), std::string::npos) << r.output;
 }
 
 // Bad input: one line naming the file and field, exit 1, no output file.

@@ -116,6 +116,8 @@ Plan PlanTemplate(const Trace& trace, std::string policy, uint64_t fingerprint) 
   plan.zero_defer_grad_sync = trace.header.zero_defer_grad_sync;
   plan.attention = trace.header.attention;
   if (trace.header.projections != "fused") plan.projections = trace.header.projections;
+  plan.block_kernels = trace.header.block_kernels;
+  plan.grad_dtype = trace.header.grad_dtype;
   plan.fp8 = trace.header.fp8;
   plan.sequence_parallel = trace.header.sequence_parallel;
   plan.tp_comm_overlap = trace.header.tp_comm_overlap;
@@ -147,6 +149,22 @@ Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& sou
         source + ": projections: the plan's blocks are " +
         (plan.projections.empty() ? std::string("fused") : plan.projections) + ", the trace's " +
         trace.header.projections);
+  }
+  for (const BlockKernel& k : kBlockKernels) {
+    if (plan.block_kernels.*k.member != trace.header.block_kernels.*k.member) {
+      return Status::FailedPrecondition(
+          source + ": " + std::string(k.field) + ": the plan's blocks run it " +
+          std::string(KernelValue(plan.block_kernels, k)) + ", the trace's " +
+          std::string(KernelValue(trace.header.block_kernels, k)));
+    }
+  }
+  if (plan.grad_dtype != trace.header.grad_dtype) {
+    auto says = [](const std::string& d) {
+      return d.empty() ? std::string("the config's default") : d;
+    };
+    return Status::FailedPrecondition(source + ": grad_dtype: the plan's weight gradients are " +
+                                      says(plan.grad_dtype) + ", the trace's " +
+                                      says(trace.header.grad_dtype));
   }
   if (plan.sequence_parallel && !trace.header.sequence_parallel) {
     return Status::FailedPrecondition(source +

@@ -119,6 +119,15 @@ struct Plan {
   // --projections`): a replay from a model config builds its blocks so. "":
   // the model config's. JSON: optional, written when set.
   std::string projections;
+  // The trace's block kernels where not the defaults (its header's; `plan
+  // --rotary`, `--gqa`, `--norm`): a replay from a model config builds its
+  // blocks so. Each "": the model config's. JSON: each optional, written when
+  // set.
+  BlockKernels block_kernels;
+  // The weight gradients' dtype where the trace's header names one (`plan
+  // --grad-dtype`): a replay from a model config builds its trace so. "": the
+  // model config's. JSON: optional, written when set.
+  std::string grad_dtype;
   // Sequence parallelism (the trace's header sequence_parallel; tp > 1 only):
   // a replay from a model config builds its trace with it. JSON: optional,
   // written when true.

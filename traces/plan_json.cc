@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "traces/detail/block_kernels_json.h"
 #include "traces/detail/json_fields.h"
 #include "traces/dp_buckets.h"
 #include "traces/drives.h"
@@ -89,6 +90,8 @@ json ToJson(const Plan& plan) {
   if (plan.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
   if (!plan.attention.empty()) j["attention"] = plan.attention;
   if (!plan.projections.empty()) j["projections"] = plan.projections;
+  detail::WriteBlockKernels(plan.block_kernels, &j);
+  if (!plan.grad_dtype.empty()) j["grad_dtype"] = plan.grad_dtype;
   if (!plan.fp8.empty()) j["fp8"] = plan.fp8;
   if (plan.sequence_parallel) j["sequence_parallel"] = true;
   if (plan.tp_comm_overlap) j["tp_comm_overlap"] = true;
@@ -174,6 +177,13 @@ Status ReadPlanTraining(const ObjectReader& r, Plan* out) {
         .Error("unknown value \"" + plan.projections + "\"; expected fused or separate");
   }
   if (plan.projections == "fused") plan.projections.clear();
+  SSDTRAIN_RETURN_IF_ERROR(detail::ReadBlockKernels(r, &plan.block_kernels));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.grad_dtype, r.StringOr("grad_dtype", ""));
+  if (!plan.grad_dtype.empty() && plan.grad_dtype != "fp16" && plan.grad_dtype != "bf16" &&
+      plan.grad_dtype != "fp32") {
+    return r.At("grad_dtype")
+        .Error("unknown dtype \"" + plan.grad_dtype + "\"; expected fp16, bf16 or fp32");
+  }
   SSDTRAIN_ASSIGN_OR_RETURN(plan.sequence_parallel, r.BoolOr("sequence_parallel", false));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.tp_comm_overlap, r.BoolOr("tp_comm_overlap", false));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.attention_kernel, r.StringOr("attention_kernel", ""));

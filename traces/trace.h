@@ -8,6 +8,7 @@
 // compute stream: every op comes after the producers of its inputs.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -152,6 +153,41 @@ struct Edge {
   EdgeKind kind = EdgeKind::kOrder;
 };
 
+// How a llama-family block runs its rotary embedding, grouped-query attention
+// and RMSNorms (models/README.md, "Block kernels"; models: ModelConfig::rotary,
+// gqa, norm), as a trace's header and a plan name them: each field "" for its
+// default (rotary "fused", gqa "native", norm "fused") or its other value
+// (kBlockKernels: "complex", "repeat", "eager").
+struct BlockKernels {
+  std::string rotary;
+  std::string gqa;
+  std::string norm;
+  bool operator==(const BlockKernels&) const = default;
+};
+// Each block kernel's field name, default and other value.
+struct BlockKernel {
+  std::string_view field;
+  std::string_view default_value;
+  std::string_view other_value;
+  std::string BlockKernels::*member;
+};
+inline constexpr std::array<BlockKernel, 3> kBlockKernels = {{
+    {"rotary", "fused", "complex", &BlockKernels::rotary},
+    {"gqa", "native", "repeat", &BlockKernels::gqa},
+    {"norm", "fused", "eager", &BlockKernels::norm},
+}};
+// The value of `k` in `b`, its default where unset.
+inline std::string_view KernelValue(const BlockKernels& b, const BlockKernel& k) {
+  return (b.*k.member).empty() ? k.default_value : std::string_view(b.*k.member);
+}
+// What `value` sets `k` to in a BlockKernels ("" for the default); nullopt
+// unless it is the default or the other value.
+inline std::optional<std::string> ParseBlockKernel(const BlockKernel& k, std::string_view value) {
+  if (value.empty() || value == k.default_value) return std::string();
+  if (value == k.other_value) return std::string(value);
+  return std::nullopt;
+}
+
 struct Header {
   std::string model;   // the config's name, e.g. "gpt-1.3b"
   std::string family;  // gpt, bert, t5, llama
@@ -198,6 +234,14 @@ struct Header {
   // The blocks' projections (models: ModelConfig::projections), "fused" or
   // "separate" (torchtitan's wq, wk, wv, w1, w3). JSON: written when separate.
   std::string projections = "fused";
+  // How the llama family's blocks run their rotary embedding, grouped-query
+  // attention and RMSNorms (BlockKernels; models: ModelConfig::rotary, gqa,
+  // norm). JSON: each written where not the default.
+  BlockKernels block_kernels;
+  // The weight gradients' dtype where the model config sets one (models:
+  // ModelConfig::grad_dtype, "Gradient dtype"); "": the config's default for
+  // its dtype. JSON: optional, written when set.
+  std::string grad_dtype;
   // FP8 training (traces/fp8.h): the Transformer Engine recipe the linear
   // layers run under, "delayed", "current", "blockwise" or "mxfp8"; "" none.
   // Its GEMMs read fp8 tensors (their inputs quantized by ops named

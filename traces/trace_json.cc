@@ -1,6 +1,7 @@
 // Traces as JSON (traces/io.h): the format's tables (header, tensors, ops,
 // edges) written and read field by field, every field checked on the way in
 // with its path (traces/FORMAT.md).
+#include "traces/detail/block_kernels_json.h"
 #include "traces/detail/json_fields.h"
 #include "traces/fp8.h"
 #include "traces/io.h"
@@ -11,6 +12,8 @@ namespace {
 
 using detail::JsonPath;
 using detail::ObjectReader;
+using detail::ReadBlockKernels;
+using detail::WriteBlockKernels;
 using nlohmann::json;
 
 json OptionalId(int64_t id) { return id < 0 ? json(nullptr) : json(id); }
@@ -46,6 +49,8 @@ json HeaderToJson(const Header& h) {
   if (h.zero_defer_grad_sync) j["zero_defer_grad_sync"] = true;
   if (!h.fp8.empty()) j["fp8"] = h.fp8;
   if (h.projections != "fused") j["projections"] = h.projections;
+  WriteBlockKernels(h.block_kernels, &j);
+  if (!h.grad_dtype.empty()) j["grad_dtype"] = h.grad_dtype;
   if (h.tp_comm_overlap) j["tp_comm_overlap"] = true;
   if (!h.attention_kernel.empty()) j["attention_kernel"] = h.attention_kernel;
   return j;
@@ -168,6 +173,13 @@ Result<Header> ParseHeader(const json& j, const JsonPath& at) {
   if (h.projections != "fused" && h.projections != "separate") {
     return r.At("projections")
         .Error("unknown value \"" + h.projections + "\"; expected \"fused\" or \"separate\"");
+  }
+  SSDTRAIN_RETURN_IF_ERROR(ReadBlockKernels(r, &h.block_kernels));
+  SSDTRAIN_ASSIGN_OR_RETURN(h.grad_dtype, r.StringOr("grad_dtype", ""));
+  if (!h.grad_dtype.empty() && h.grad_dtype != "fp16" && h.grad_dtype != "bf16" &&
+      h.grad_dtype != "fp32") {
+    return r.At("grad_dtype")
+        .Error("unknown dtype \"" + h.grad_dtype + "\"; expected fp16, bf16 or fp32");
   }
   SSDTRAIN_ASSIGN_OR_RETURN(h.weight_grads, r.StringOr("weight_grads", "persistent"));
   if (h.weight_grads != "persistent" && h.weight_grads != "set_to_none") {

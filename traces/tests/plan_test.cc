@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "traces/io.h"
 #include "traces/report.h"
 #include "traces/tests/small_trace.h"
 #include "traces/timeline.h"
@@ -141,6 +142,62 @@ TEST(Plan, SequenceParallelismAndFp8AreWrittenReadBackAndMatchedToTheTrace) {
   bad["fp8"] = "e4m3";
   EXPECT_EQ(PlanFromJson(bad, "p.json").status().message(),
             "p.json: fp8: unknown recipe \"e4m3\"; expected delayed, current, blockwise or mxfp8");
+}
+
+// The block kernels and the gradients' dtype: the header and the plan each
+// write them only where set, read them back, refuse an unknown value naming
+// the field, and a plan that differs from its trace in one is refused.
+TEST(Plan, BlockKernelsAndGradDtypeAreWrittenReadBackAndMatchedToTheTrace) {
+  Trace t = testing::SmallTrace();
+  const Plan plain = PlanTemplate(t, "keep");
+  for (const char* field : {"rotary", "gqa", "norm", "grad_dtype"}) {
+    EXPECT_FALSE(ToJson(plain).contains(field)) << field;
+    EXPECT_FALSE(ToJson(t).at("header").contains(field)) << field;
+  }
+  t.header.block_kernels = BlockKernels{"complex", "", "eager"};
+  t.header.grad_dtype = "fp32";
+  const nlohmann::json header = ToJson(t).at("header");
+  EXPECT_EQ(header.at("rotary"), "complex");
+  EXPECT_FALSE(header.contains("gqa"));
+  EXPECT_EQ(header.at("norm"), "eager");
+  EXPECT_EQ(header.at("grad_dtype"), "fp32");
+  Result<Trace> read = TraceFromJson(ToJson(t), "t.json");
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->header.block_kernels, t.header.block_kernels);
+  EXPECT_EQ(read->header.grad_dtype, "fp32");
+  nlohmann::json bad_trace = ToJson(t);
+  bad_trace["header"]["gqa"] = "grouped";
+  EXPECT_EQ(TraceFromJson(bad_trace, "t.json").status().message(),
+            "t.json: header.gqa: unknown value \"grouped\"; expected \"native\" or \"repeat\"");
+
+  const Plan p = PlanTemplate(t, "keep");
+  EXPECT_EQ(p.block_kernels, t.header.block_kernels);
+  const nlohmann::json j = ToJson(p);
+  EXPECT_EQ(j.at("rotary"), "complex");
+  EXPECT_EQ(j.at("grad_dtype"), "fp32");
+  Result<Plan> back = PlanFromJson(j, "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->block_kernels, t.header.block_kernels);
+  EXPECT_TRUE(ValidatePlan(*back, t, "p.json").ok());
+  nlohmann::json bad = j;
+  bad["norm"] = "layer";
+  EXPECT_EQ(PlanFromJson(bad, "p.json").status().message(),
+            "p.json: norm: unknown value \"layer\"; expected \"fused\" or \"eager\"");
+  bad = j;
+  bad["grad_dtype"] = "fp8";
+  EXPECT_EQ(PlanFromJson(bad, "p.json").status().message(),
+            "p.json: grad_dtype: unknown dtype \"fp8\"; expected fp16, bf16 or fp32");
+  nlohmann::json spelled = j;  // a default spelled out reads as unset
+  spelled["gqa"] = "native";
+  ASSERT_TRUE(PlanFromJson(spelled, "p.json").ok());
+  EXPECT_EQ(PlanFromJson(spelled, "p.json")->block_kernels.gqa, "");
+  EXPECT_EQ(ValidatePlan(plain, t, "p.json").message(),
+            "p.json: rotary: the plan's blocks run it fused, the trace's complex");
+  Plan dtype = p;
+  dtype.grad_dtype = "";
+  EXPECT_EQ(ValidatePlan(dtype, t, "p.json").message(),
+            "p.json: grad_dtype: the plan's weight gradients are the config's default, the "
+            "trace's fp32");
 }
 
 // A report's layout carries the plan's ZeRO stage and shard group, so that
