@@ -1,6 +1,7 @@
 // PlaceEvictions (sim/policy.h): eviction points where the simulation has each
 // offloaded storage's write landed.
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "sim/pipeline.h"
@@ -48,6 +49,13 @@ Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan pla
       break;
     }
   }
+  // Each micro-batch's first backward op: a point on a later backward op of
+  // the storage's own micro-batch means that op (traces/storage_plan.h,
+  // "Memory"), so it would hold the backward back until the write lands.
+  std::map<int, traces::OpId> own_pass_end;
+  for (const traces::Op& op : trace.ops) {
+    if (op.phase == traces::Phase::kBackward) own_pass_end.emplace(op.micro_batch, op.id);
+  }
   std::vector<traces::Placement> placed;
   for (traces::Placement& p : plan.placements) {
     const traces::StorageInfo& s = sp.of(p.tensor);
@@ -55,6 +63,8 @@ Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan pla
       const auto landed = r.write_landed_ns.find(s.root);
       traces::OpId end = s.first_backward_use == traces::kNoOp ? n : s.first_backward_use;
       if (s.prefetch_before != traces::kNoOp) end = std::min(end, s.prefetch_before);
+      const auto own = own_pass_end.find(trace.tensor(s.root).micro_batch);
+      if (own != own_pass_end.end()) end = std::min(end, own->second + 1);
       for (traces::OpId k = s.last_forward_use + 1; landed != r.write_landed_ns.end() && k < end;
            ++k) {
         if (trace.op(k).phase == traces::Phase::kOptimizer) break;
@@ -70,7 +80,9 @@ Result<traces::Plan> PlaceEvictions(const traces::Trace& trace, traces::Plan pla
         p.evict_before = pass_end;
       }
       // Alone, its write would land after backward needs it back (the
-      // simulation forwards it): it is kept, and the wasted write goes.
+      // simulation forwards it), or after its forward pass ends (a point
+      // would hold the backward back until it lands): it is kept, and the
+      // write goes.
       if (p.evict_before == traces::kNoOp) continue;
     }
     placed.push_back(std::move(p));

@@ -175,7 +175,9 @@ Result<traces::Plan> MakeSsdtrainPaperPlan(const traces::Trace& trace, const Har
 // SharedSsdOptions), then pins each
 // storage's eviction at the first op that starts after its predicted landing
 // (within its window: after its last forward use, before its prefetch point
-// and first backward use). A storage whose write does not land in that window
+// and first backward use, and at the latest its micro-batch's first backward
+// op: a point on a later backward op of its own micro-batch means that op,
+// which would wait for the write). A storage whose write does not land in that window
 // goes at the end of its forward pass (its point is the first backward op,
 // traces/storage_plan.h) when the stage holds several micro-batches at once
 // (plan.pp, num_micro_batches, schedule and the trace's stage): the next pass
