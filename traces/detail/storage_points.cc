@@ -55,6 +55,14 @@ void ResolveReruns(const Trace& trace, StoragePlan& sp) {
   std::vector<OpId> rebuilt_at(n, kNoOp);  // the op whose re-run rebuilt it
   std::vector<bool> ran(trace.ops.size(), false);
   for (StorageInfo& s : sp.storages) s.rerun_until = kNoOp;
+  // Without a recomputed storage nothing an op reads is gone when it runs
+  // (a temporary's uses end before it goes; the rest stay, or are read back):
+  // no re-run.
+  if (std::none_of(sp.storages.begin(), sp.storages.end(),
+                   [](const StorageInfo& s) { return s.action == TensorAction::kRecompute; })) {
+    sp.rerun_keep = OpLists::Grouped(trace.ops.size(), {});
+    return;
+  }
   // Gone when op `at` is issued, had no re-run rebuilt it: a recomputed
   // storage after its last forward use, any other after its last use; not
   // what stays all step, is read back, is held, or the backward's gather
