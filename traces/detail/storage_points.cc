@@ -51,9 +51,6 @@ Status ResolveRebuildPoints(const Trace& trace, const std::vector<int64_t>& plac
 }
 
 void ResolveReruns(const Trace& trace, StoragePlan& sp) {
-  const size_t n = sp.storages.size();
-  std::vector<OpId> rebuilt_at(n, kNoOp);  // the op whose re-run rebuilt it
-  std::vector<bool> ran(trace.ops.size(), false);
   for (StorageInfo& s : sp.storages) s.rerun_until = kNoOp;
   // Without a recomputed storage nothing an op reads is gone when it runs
   // (a temporary's uses end before it goes; the rest stay, or are read back):
@@ -63,6 +60,8 @@ void ResolveReruns(const Trace& trace, StoragePlan& sp) {
     sp.rerun_keep = OpLists::Grouped(trace.ops.size(), {});
     return;
   }
+  std::vector<OpId> rebuilt_at(sp.storages.size(), kNoOp);  // the op whose re-run rebuilt it
+  std::vector<bool> ran(trace.ops.size(), false);
   // Gone when op `at` is issued, had no re-run rebuilt it: a recomputed
   // storage after its last forward use, any other after its last use; not
   // what stays all step, is read back, is held, or the backward's gather
