@@ -274,7 +274,7 @@ void Replayer::ReleaseAfter(const traces::Op& op, std::vector<TensorId> touched)
   // last use.
   std::erase_if(rerun_kept_, [&](TensorId s) {
     Slot& sl = slot(s);
-    if (sl.rerun_left > 0 && life(s).rerun_until > op.id) return false;
+    if (!traces::RerunKeepOver(life(s), sl.rerun_left, op.id)) return false;
     if (sl.rerun_left > 0) {
       sl.rerun_left = 0;
       if (life(s).last_use <= op.id) Release(s);

@@ -323,7 +323,7 @@ void StageSimulator::EndItem(const WorkItem& item, int64_t start) {
     // now (traces/storage_plan.h, "Recompute").
     std::erase_if(rerun_kept_, [&](size_t sid) {
       Storage& s = storages_[sid];
-      if (s.rerun_left > 0 && resolved_.storages[sid].rerun_until > item.op) return false;
+      if (!traces::RerunKeepOver(resolved_.storages[sid], s.rerun_left, item.op)) return false;
       if (s.rerun_left > 0) {
         s.rerun_left = 0;
         MaybeRelease(s);

@@ -218,6 +218,13 @@ inline bool RebuiltAlongside(const StorageInfo& s, bool resident, OpId at, int r
   if (resident) return false;
   return (s.action == TensorAction::kRecompute && s.last_use >= at) || rerun_reads > 0;
 }
+// Whether a storage a re-run keeps, with `rerun_left` re-run reads still to
+// come, is kept no longer once op `done` has run: its re-run reads are over, or
+// the last op whose re-run reads it (StorageInfo::rerun_until) has run. The
+// simulator and the executor release it then, unless its own uses go on.
+inline bool RerunKeepOver(const StorageInfo& s, int rerun_left, OpId done) {
+  return rerun_left == 0 || s.rerun_until <= done;
+}
 // How many ops of the re-run at op `at` read storage `index` (rerun_keep).
 inline int RerunReads(const StoragePlan& sp, OpId at, int index) {
   const std::span<const int> keep = sp.rerun_keep[static_cast<size_t>(at)];
