@@ -32,6 +32,9 @@ models::ConfigOverrides PlanOverrides(const traces::Plan& plan, const models::Mo
   if (!plan.grad_dtype.empty()) ov.grad_dtype = plan.grad_dtype;
   if (plan.sequence_parallel) ov.sequence_parallel = true;
   if (plan.tp_comm_overlap) ov.tp_comm_overlap = true;
+  // A plan records the asynchronous tp backward where tp > 1; one without it
+  // ran the collectives in order (at tp 1 there are none).
+  if (plan.tp > 1) ov.tp_backward_overlap = plan.tp_backward_overlap;
   if (!plan.attention_kernel.empty()) ov.attention_kernel = plan.attention_kernel;
   if (!plan.fp8.empty() || !config.fp8.empty()) ov.fp8 = plan.fp8.empty() ? "off" : plan.fp8;
   if (plan.seq_len > 0) ov.seq_len = plan.seq_len;

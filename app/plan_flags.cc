@@ -141,6 +141,11 @@ Verb AddPlanCommand(CLI::App& app) {
                 "with the GEMMs beside them (Megatron-Core's --tp-comm-overlap, NeMo's "
                 "ub_tp_comm_overlap; needs --sequence-parallel or a config with it); overrides "
                 "the model config, and the plan records it");
+  cmd->add_flag("--no-tp-backward-overlap", o->no_tp_backward_overlap,
+                "run each column-parallel layer's backward collectives after its GEMMs, in "
+                "order, as Megatron-LM did before 2021-08-30 (the SC21 runs); default: beside "
+                "them through NCCL, as Megatron-LM since (cf7efd4f), Megatron-Core and "
+                "Transformer Engine do; overrides the model config, and the plan records it");
   cmd->add_flag("--defer-grad-sync", o->defer_grad_sync,
                 "at ZeRO 2 and 3, reduce-scatter the gradients once a step, after the last "
                 "micro-batch's backward, keeping the full gradients accumulated until then "

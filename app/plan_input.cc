@@ -58,6 +58,13 @@ Status TakeTraceShape(const traces::Header& h, const std::string& path, PlanCmdO
                     "--sequence-parallel --tp-comm-overlap, or leave the flag out",
                     path));
   }
+  if (o.no_tp_backward_overlap && h.tp_backward_overlap) {
+    return Status::InvalidArgument(
+        fmt::format("--no-tp-backward-overlap contradicts the trace {} (built with the "
+                    "asynchronous tp backward: header.tp_backward_overlap); rebuild it with "
+                    "ssdtrain trace --no-tp-backward-overlap, or leave the flag out",
+                    path));
+  }
   if (!o.fp8.empty() && traces::Fp8Name(o.fp8) != h.fp8) {
     return Status::InvalidArgument(
         fmt::format("--fp8 {} contradicts the trace {} (built {}: header.fp8); rebuild it with "
@@ -190,12 +197,13 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
   Result<models::ModelConfig> config = models::LoadModelConfig(o.model);
   if (!config.ok()) return config.status();
   if (o.seq_len > 0 || o.defer_grad_sync || !o.attention.empty() || !o.fp8.empty() ||
-      o.sequence_parallel || o.tp_comm_overlap || !o.projections.empty() ||
-      !o.attention_kernel.empty() || o.block_kernels != traces::BlockKernels{} ||
-      !o.grad_dtype.empty()) {
+      o.sequence_parallel || o.tp_comm_overlap || o.no_tp_backward_overlap ||
+      !o.projections.empty() || !o.attention_kernel.empty() ||
+      o.block_kernels != traces::BlockKernels{} || !o.grad_dtype.empty()) {
     models::ConfigOverrides ov;
     if (o.sequence_parallel) ov.sequence_parallel = true;
     if (o.tp_comm_overlap) ov.tp_comm_overlap = true;
+    if (o.no_tp_backward_overlap) ov.tp_backward_overlap = false;
     if (o.seq_len > 0) ov.seq_len = o.seq_len;
     if (o.defer_grad_sync) ov.zero_defer_grad_sync = true;
     if (!o.attention.empty()) ov.attention = o.attention;
@@ -258,6 +266,8 @@ Result<PlanInput> ModelInput(const PlanCmdOptions& o) {
     if (!grad_dtype.empty()) command += " --grad-dtype " + grad_dtype;
     if (!fp8.empty()) command += " --fp8 " + fp8;
     if (base.sequence_parallel && plan.tp > 1) command += " --sequence-parallel";
+    if (plan.tp_comm_overlap) command += " --tp-comm-overlap";
+    if (plan.tp > 1 && !plan.tp_backward_overlap) command += " --no-tp-backward-overlap";
     if (plan.cp != 1) command += fmt::format(" --cp {}", plan.cp);
     if (plan.zero_stage != 0) {
       command += fmt::format(" --dp {} --zero-stage {}", plan.dp, plan.zero_stage);

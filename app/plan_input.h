@@ -30,14 +30,15 @@ struct PlanCmdOptions {
   int64_t tp = 0, pp = 0, dp = 0, num_micro_batches = 0;
   int64_t pp_first_layers = 0, pp_last_layers = 0;  // the pipeline split; 0: searched with pp
   int64_t cp = 0;                                   // context parallelism; 0: searched
-  int64_t zero_stage = -1;         // -1: weigh 0 to 3 (--model); with --trace, the trace's
-  int64_t dp_shard = 0;            // HSDP's shard group (--dp-shard); 0: dp
-  bool defer_grad_sync = false;    // --defer-grad-sync: ZeRO 2/3 reduce-scatter once a step
-  bool sequence_parallel = false;  // --sequence-parallel: on where tp > 1, over the config
-  bool tp_comm_overlap = false;    // --tp-comm-overlap: TE's userbuffers, over the config
-  std::string attention;           // --attention standard|flash; "": the model config's
-  std::string attention_kernel;    // --attention-kernel NAME; "": the model config's
-  std::string projections;         // --projections fused|separate; "": the model config's
+  int64_t zero_stage = -1;              // -1: weigh 0 to 3 (--model); with --trace, the trace's
+  int64_t dp_shard = 0;                 // HSDP's shard group (--dp-shard); 0: dp
+  bool defer_grad_sync = false;         // --defer-grad-sync: ZeRO 2/3 reduce-scatter once a step
+  bool sequence_parallel = false;       // --sequence-parallel: on where tp > 1, over the config
+  bool tp_comm_overlap = false;         // --tp-comm-overlap: TE's userbuffers, over the config
+  bool no_tp_backward_overlap = false;  // --no-tp-backward-overlap: tp backward in order
+  std::string attention;                // --attention standard|flash; "": the model config's
+  std::string attention_kernel;         // --attention-kernel NAME; "": the model config's
+  std::string projections;              // --projections fused|separate; "": the model config's
   // --rotary, --gqa, --norm (traces::kBlockKernels); each "": the model config's.
   traces::BlockKernels block_kernels;
   std::string grad_dtype;  // --grad-dtype fp16|bf16|fp32; "": the model config's

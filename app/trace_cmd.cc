@@ -221,6 +221,11 @@ Verb AddTraceCommand(CLI::App& app) {
       "--tp-comm-overlap", [o](int64_t) { o->overrides.tp_comm_overlap = true; },
       "Overlap the sequence-parallel collectives with the GEMMs beside them, as Transformer "
       "Engine's userbuffers do (needs --sequence-parallel or a config with it)");
+  cmd->add_flag_function(
+      "--no-tp-backward-overlap", [o](int64_t) { o->overrides.tp_backward_overlap = false; },
+      "Run each column-parallel layer's backward collectives after its GEMMs, in order, as "
+      "Megatron-LM did before 2021-08-30 (default: beside them, as Megatron-LM since, "
+      "Megatron-Core and Transformer Engine do)");
   cmd->add_option_function<int64_t>(
          "--pp", [o](int64_t v) { o->overrides.pp = v; },
          "Pipeline-parallel degree (overrides the config)")

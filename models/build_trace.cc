@@ -26,6 +26,7 @@ Result<traces::Trace> BuildTrace(const ModelConfig& config, int64_t stage) {
   h.tp = config.tp;
   h.sequence_parallel = config.sequence_parallel && config.tp > 1;
   h.tp_comm_overlap = h.sequence_parallel && config.tp_comm_overlap;
+  h.tp_backward_overlap = config.tp > 1 && config.tp_backward_overlap;
   h.cp = config.cp;
   h.pp = config.pp;
   h.ep = config.ep;

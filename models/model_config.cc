@@ -93,6 +93,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.zero_defer_grad_sync) c.zero_defer_grad_sync = *o.zero_defer_grad_sync;
   if (o.sequence_parallel) c.sequence_parallel = *o.sequence_parallel;
   if (o.tp_comm_overlap) c.tp_comm_overlap = *o.tp_comm_overlap;
+  if (o.tp_backward_overlap) c.tp_backward_overlap = *o.tp_backward_overlap;
   if (o.attention) c.attention = *o.attention;
   if (o.attention_kernel) c.attention_kernel = *o.attention_kernel;
   if (o.dtype) c.dtype = *o.dtype;
@@ -123,6 +124,7 @@ Result<ModelConfig> ApplyOverrides(ModelConfig c, const ConfigOverrides& o,
   if (o.zero_defer_grad_sync && *o.zero_defer_grad_sync) add("--defer-grad-sync", "");
   if (o.sequence_parallel && *o.sequence_parallel) add("--sequence-parallel", "");
   if (o.tp_comm_overlap && *o.tp_comm_overlap) add("--tp-comm-overlap", "");
+  if (o.tp_backward_overlap && !*o.tp_backward_overlap) add("--no-tp-backward-overlap", "");
   if (o.attention) add("--attention", *o.attention);
   if (o.attention_kernel) add("--attention-kernel", *o.attention_kernel);
   if (o.dtype) add("--dtype", *o.dtype);

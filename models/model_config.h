@@ -69,6 +69,15 @@ struct ModelConfig {
   // --tp-comm-overlap, NeMo's ub_tp_comm_overlap; models/README.md, "TP
   // communication overlap"): needs sequence_parallel; no effect when tp = 1.
   bool tp_comm_overlap = false;
+  // Megatron's asynchronous tensor-parallel backward (models/README.md, "TP
+  // communication overlap"): a column-parallel layer's input all-gather runs
+  // beside its data gradient and the data gradient's all-reduce or
+  // reduce-scatter beside its weight gradient, through NCCL, as Megatron-LM
+  // has since 2021-08-30 (cf7efd4f, --async-tensor-model-parallel-allreduce),
+  // Megatron-Core and Transformer Engine's linear layers do. false: after
+  // them, in order, as Megatron-LM ran before (the SC21 runs). No effect when
+  // tp = 1. JSON: optional, written when false.
+  bool tp_backward_overlap = true;
   // Context-parallel degree (traces/layout.h): each rank holds seq_len / cp
   // tokens of every sequence (the load-balanced split into 2·cp chunks) and
   // attention runs as Transformer Engine's ring of fused attention over the cp
@@ -244,7 +253,8 @@ struct ConfigOverrides {
   std::optional<int64_t> ep;  // expert parallelism (MoE models)
   std::optional<bool> zero_defer_grad_sync;
   std::optional<bool> sequence_parallel;
-  std::optional<bool> tp_comm_overlap;  // --tp-comm-overlap
+  std::optional<bool> tp_comm_overlap;      // --tp-comm-overlap
+  std::optional<bool> tp_backward_overlap;  // false: --no-tp-backward-overlap
   std::optional<std::string> attention, dtype, fp8;
   std::optional<std::string> projections;       // --projections fused|separate
   std::optional<std::string> attention_kernel;  // --attention-kernel NAME ("": none)
@@ -269,7 +279,7 @@ Result<ModelConfig> LoadModelConfig(const std::string& path, HfReport* hf = null
 // optimizer_step only where fused, projections only where separate,
 // cross_entropy only where torch, rotary only where complex, gqa only where
 // repeat, norm only where eager, grad_dtype only where set, tp_comm_overlap
-// only where true,
+// only where true, tp_backward_overlap only where false,
 // tied_output only where true, token_types and the sliding_window fields only
 // where set, and the
 // MoE fields only for a MoE config, the MLA fields only for an MLA config and

@@ -49,6 +49,7 @@ Result<ModelConfig> ModelConfigFromJson(const nlohmann::json& j, const std::stri
   SSDTRAIN_ASSIGN_OR_RETURN(c.tp, r.IntOr("tp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.sequence_parallel, r.BoolOr("sequence_parallel", false));
   SSDTRAIN_ASSIGN_OR_RETURN(c.tp_comm_overlap, r.BoolOr("tp_comm_overlap", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(c.tp_backward_overlap, r.BoolOr("tp_backward_overlap", true));
   SSDTRAIN_ASSIGN_OR_RETURN(c.cp, r.IntOr("cp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.pp, r.IntOr("pp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(c.pp_first_layers, r.IntOr("pp_first_layers", 0));
@@ -138,6 +139,7 @@ nlohmann::json ToJson(const ModelConfig& c) {
   if (c.untied_output) j["untied_output"] = true;
   if (c.tied_output) j["tied_output"] = true;
   if (c.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (!c.tp_backward_overlap) j["tp_backward_overlap"] = false;
   if (c.sliding_window != 0) j["sliding_window"] = c.sliding_window;
   if (c.sliding_window_period != 1) j["sliding_window_period"] = c.sliding_window_period;
   if (c.sliding_window_first_layer != 0) {

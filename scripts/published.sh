@@ -10,6 +10,15 @@
 # vocabulary 51200) on the hardware
 # preset; a run that does not fit the preset's GPU fails the script.
 #
+# Then Korthikanti et al., MLSys 2023 (arXiv 2205.05198), Table 5: four GPT
+# models on the same Selene nodes with Megatron-LM of 2022, full recompute
+# against selective recompute with sequence parallelism, and the 530B model at
+# 8-way data parallelism from its section 6.3
+# (configs/published/megatron-mlsys23-table5.json), each planned at its layout
+# with --ddp local. The SC21 runs (Megatron-LM of 2021) run the column-parallel
+# backward all-reduces after their GEMMs (--no-tp-backward-overlap, the
+# table's tp_backward_overlap false); these runs beside them (the default).
+#
 # Then today's layouts: torchtitan's Llama runs on 64 A100 80 GB with FSDP
 # (configs/published/torchtitan-64xa100.json): each planned at its layout (ZeRO-3
 # over all 64 ranks, tp 1, pp 1, its local and global batch and sequence) on the
@@ -74,6 +83,34 @@ help_text = subprocess.run([binary, "plan", "--help"], capture_output=True, text
 interleaved_known = "interleaved" in help_text
 
 rows, failed = [], []
+
+
+def planned(command, row, into):
+    """Runs `ssdtrain plan`; its prediction, or None with the row marked failed."""
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        row["status"] = "plan failed: " + done.stderr.strip().splitlines()[-1]
+        failed.append(row["model"])
+        into.append(row)
+        return None
+    return json.load(open(command[command.index("--prediction") + 1]))
+
+
+def print_times(rows, label, value):
+    """A table of seconds per iteration, `label` its one column of its own (value(row))."""
+    print(f"{'model':>22} {'GPUs':>5} {'tp':>3} {'pp':>3} {'dp':>4} {'mb':>3} {'batch':>5} "
+          f"{'schedule':>12} {label:>12} {'predicted':>10} {'published':>10} {'error':>7} {'peak GiB':>9}")
+    for r in rows:
+        head = (f"{r['model']:>22} {r['gpus']:>5} {r['tp']:>3} {r['pp']:>3} {r['dp']:>4} "
+                f"{r['micro_batch']:>3} {r['global_batch']:>5}")
+        if r["status"] != "ok":
+            print(f"{head} {'':>12} {value(r):>12} {'':>10} {r['published_s']:>10.2f}  {r['status']}")
+            continue
+        schedule = r["schedule"] + (f" v={r['virtual_stages']}" if r["schedule"] == "interleaved" else "")
+        print(f"{head} {schedule:>12} {value(r):>12} {r['predicted_s']:>10.2f} {r['published_s']:>10.2f} "
+              f"{100 * r['error']:>+6.1f}% {r['peak_GiB']:>9.1f}")
+
+
 for run in table["runs"]:
     model_path = os.path.join(root, "configs/models", run["model"] + ".json")
     layers = json.load(open(model_path))["layers"]
@@ -96,13 +133,13 @@ for run in table["runs"]:
                "--dp", str(dp), "--micro-batch", str(run["micro_batch"]),
                "--global-batch", str(run["global_batch"]), "--policy", "recompute-full",
                "--zero-stage", "0", "--ddp", run["ddp"]] + schedule + ["-o", plan, "--prediction", prediction]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        row["status"] = "plan failed: " + done.stderr.strip().splitlines()[-1]
-        failed.append(row["model"])
-        rows.append(row)
+    # Megatron-LM of 2021: the column-parallel layers' backward all-reduces
+    # after their GEMMs (the asynchronous one came with cf7efd4f, 2021-08-30).
+    if not table.get("tp_backward_overlap", True):
+        command.append("--no-tp-backward-overlap")
+    report = planned(command, row, rows)
+    if report is None:
         continue
-    report = json.load(open(prediction))
     details = report["extra"]["details"]
     layout = report["layout"]
     row.update(status="ok", schedule=layout["schedule"],
@@ -113,6 +150,7 @@ for run in table["runs"]:
                pipeline_s=details["pipeline_ns"] / 1e9,
                allreduce_exposed_s=details["allreduce_ns"] / 1e9,
                planned_ddp=details["ddp"],
+               planned_tp_backward_overlap=json.load(open(plan)).get("tp_backward_overlap", False),
                optimizer_s=details["optimizer_ns"] / 1e9)
     row["error"] = (row["predicted_s"] - row["published_s"]) / row["published_s"]
     rows.append(row)
@@ -120,17 +158,7 @@ for run in table["runs"]:
 print(f"Narayanan et al. SC21 Table 1 against `ssdtrain plan` on {os.path.relpath(hardware, root)}")
 print("(each run pinned to its published layout: recompute-full, ZeRO off, fp16, sequence 2048, "
       "vocabulary 51200; times in s per iteration)")
-print(f"{'model':>22} {'GPUs':>5} {'tp':>3} {'pp':>3} {'dp':>4} {'mb':>3} {'batch':>5} "
-      f"{'schedule':>12} {'ddp':>10} {'predicted':>10} {'published':>10} {'error':>7} {'peak GiB':>9}")
-for r in rows:
-    head = (f"{r['model']:>22} {r['gpus']:>5} {r['tp']:>3} {r['pp']:>3} {r['dp']:>4} "
-            f"{r['micro_batch']:>3} {r['global_batch']:>5}")
-    if r["status"] != "ok":
-        print(f"{head} {'':>12} {r['ddp']:>10} {'':>10} {r['published_s']:>10.2f}  {r['status']}")
-        continue
-    schedule = r["schedule"] + (f" v={r['virtual_stages']}" if r["schedule"] == "interleaved" else "")
-    print(f"{head} {schedule:>12} {r['ddp']:>10} {r['predicted_s']:>10.2f} {r['published_s']:>10.2f} "
-          f"{100 * r['error']:>+6.1f}% {r['peak_GiB']:>9.1f}")
+print_times(rows, "ddp", lambda r: r["ddp"])
 errors = [abs(r["error"]) for r in rows if r["status"] == "ok"]
 excluded = [r for r in rows if r["status"].startswith("needs")]
 stats = {"runs": len(errors), "excluded": len(excluded),
@@ -141,6 +169,55 @@ if errors:
           f"over {len(errors)} run(s)" +
           (f"; {len(excluded)} interleaved run(s) excluded: this ssdtrain has no --schedule interleaved"
            if excluded else ""))
+
+# Korthikanti et al. (MLSys 2023) Table 5: the same Selene nodes, Megatron-LM
+# of 2022 (its column-parallel backward all-reduces beside the weight
+# gradients: ssdtrain's default), full recompute against selective recompute
+# with sequence parallelism; no data parallelism but for one run of its text.
+mlsys = json.load(open(os.path.join(root, "configs/published/megatron-mlsys23-table5.json")))
+mlsys_rows = []
+for run in mlsys["runs"]:
+    model_path = os.path.join(root, "configs/models", run["model"] + ".json")
+    dp = run["gpus"] // (run["tp"] * run["pp"])
+    row = {"model": run["model"], "gpus": run["gpus"], "tp": run["tp"], "pp": run["pp"], "dp": dp,
+           "micro_batch": run["micro_batch"], "global_batch": run["global_batch"],
+           "virtual_stages": run["virtual_stages"], "recompute": run["recompute"],
+           "sequence_parallel": run["sequence_parallel"], "source": run["source"],
+           "published_s": run["seconds_per_iteration"]}
+    v = run["virtual_stages"]
+    schedule = (["--schedule", "interleaved", "--virtual-stages", str(v)] if v > 1
+                else ["--schedule", "1f1b"])
+    policy = ["recompute-full"] if run["recompute"] == "full" else ["recompute-selective"]
+    if run["sequence_parallel"]:
+        policy.append("--sequence-parallel")
+    plan, prediction = os.path.join(work, "plan.json"), os.path.join(work, "prediction.json")
+    command = [binary, "plan", "--model", model_path, "--hardware", hardware,
+               "--gpus", str(run["gpus"]), "--tp", str(run["tp"]), "--pp", str(run["pp"]),
+               "--dp", str(dp), "--micro-batch", str(run["micro_batch"]),
+               "--global-batch", str(run["global_batch"]), "--zero-stage", "0", "--ddp", "local",
+               "--policy"] + policy + schedule + ["-o", plan, "--prediction", prediction]
+    report = planned(command, row, mlsys_rows)
+    if report is None:
+        continue
+    row.update(status="ok", schedule=report["layout"]["schedule"],
+               predicted_s=report["step_time_ns"] / 1e9,
+               peak_GiB=report["peak_gpu_bytes"] / 2**30,
+               planned_tp_backward_overlap=json.load(open(plan)).get("tp_backward_overlap", False))
+    row["error"] = (row["predicted_s"] - row["published_s"]) / row["published_s"]
+    mlsys_rows.append(row)
+print()
+print(f"Korthikanti et al. (MLSys 2023) Table 5 against `ssdtrain plan` on {os.path.relpath(hardware, root)}")
+print("(each run pinned to its published layout: ZeRO off, fp16, sequence 2048, vocabulary 51200, "
+      "the column-parallel backward all-reduces beside the weight gradients; times in s per iteration)")
+print_times(mlsys_rows, "recompute",
+            lambda r: r["recompute"] + ("+sp" if r["sequence_parallel"] else ""))
+mlsys_errors = [abs(r["error"]) for r in mlsys_rows if r["status"] == "ok"]
+mlsys_stats = {"runs": len(mlsys_errors),
+               "median_abs_error": statistics.median(mlsys_errors) if mlsys_errors else None,
+               "worst_abs_error": max(mlsys_errors) if mlsys_errors else None}
+if mlsys_errors:
+    print(f"median |error| {100 * mlsys_stats['median_abs_error']:.1f}%, "
+          f"worst {100 * mlsys_stats['worst_abs_error']:.1f}% over {len(mlsys_errors)} run(s)")
 
 # torchtitan: FSDP2 (ZeRO-3 over every rank), tp 1, pp 1, one micro-batch per step.
 titan = json.load(open(os.path.join(root, "configs/published/torchtitan-64xa100.json")))
@@ -379,6 +456,7 @@ for r in mem_rows:
           f"{100 * r['error']:>+6.1f}%")
 if json_out:
     json.dump({"hardware": os.path.relpath(hardware, root), "rows": rows, "statistics": stats,
+               "mlsys23": {"rows": mlsys_rows, "statistics": mlsys_stats},
                "torchtitan": {"rows": titan_rows, "statistics": titan_stats,
                               "out_of_memory": titan_oom_rows},
                "torchtitan_memory": {"rows": mem_rows},

@@ -285,6 +285,7 @@ int64_t OpCostModel::ExposedNs(const traces::TpOverlap& overlap, int64_t comm_ns
       break;
     }
     case traces::TpOverlapMethod::kBulk:
+    case traces::TpOverlapMethod::kAsync:
       // The whole collective beside the whole GEMM.
       exposed = std::max(0.0, comm - gemm);
       break;

@@ -36,6 +36,9 @@
 //                    kTpOverlapCommSms); 1 where sm_count is 0), each chunk's
 //                    reduce-scatter beside the next chunk
 //     bulk           max(0, C − G): beside the whole GEMM
+//     async          max(0, C − G): NCCL's collective beside the whole GEMM
+//                    (Megatron's asynchronous tp backward, no userbuffers);
+//                    the SMs its channels take from the GEMM are left out
 //   send, recv:  0 here (the pipeline schedule models activation sends)
 // plus op_overhead_us for every op that does work. Durations round up to whole ns.
 //

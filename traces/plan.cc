@@ -121,6 +121,7 @@ Plan PlanTemplate(const Trace& trace, std::string policy, uint64_t fingerprint) 
   plan.fp8 = trace.header.fp8;
   plan.sequence_parallel = trace.header.sequence_parallel;
   plan.tp_comm_overlap = trace.header.tp_comm_overlap;
+  plan.tp_backward_overlap = trace.header.tp_backward_overlap;
   plan.attention_kernel = trace.header.attention_kernel;
   return plan;
 }
@@ -180,6 +181,17 @@ Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& sou
         " the tensor-parallel collectives with their GEMMs, the trace " +
         says(trace.header.tp_comm_overlap) + " them");
   }
+  if (plan.tp_backward_overlap != trace.header.tp_backward_overlap) {
+    auto where = [](bool on) {
+      return on ? std::string("beside their GEMMs") : std::string("after their GEMMs");
+    };
+    return Status::FailedPrecondition(
+        source +
+        ": tp_backward_overlap: the plan runs the column-parallel layers' backward "
+        "collectives " +
+        where(plan.tp_backward_overlap) + ", the trace " + where(trace.header.tp_backward_overlap) +
+        " (ssdtrain trace --no-tp-backward-overlap builds a trace that runs them after)");
+  }
   if (plan.fp8 != trace.header.fp8) {
     auto says = [](const std::string& fp8) {
       return fp8.empty() ? std::string("without FP8") : "in FP8 (" + fp8 + ")";
@@ -192,8 +204,8 @@ Status ValidatePlan(const Plan& plan, const Trace& trace, const std::string& sou
     return Status::FailedPrecondition(
         source + ": trace_fingerprint: " + FingerprintHex(plan.trace_fingerprint) +
         " does not match the trace's " + FingerprintHex(fp) +
-        " (the plan was made for another trace: other micro-batch, sequence length or "
-        "parallelism)");
+        " (the plan was made for another trace: other micro-batch, sequence length, "
+        "parallelism, or how its collectives overlap)");
   }
   return ResolvePlan(trace, plan, source).status();
 }

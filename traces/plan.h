@@ -136,6 +136,11 @@ struct Plan {
   // header tp_comm_overlap; `plan --tp-comm-overlap`): a replay from a model
   // config builds its trace with it. JSON: optional, written when true.
   bool tp_comm_overlap = false;
+  // Megatron's asynchronous tensor-parallel backward (the trace's header
+  // tp_backward_overlap; `plan --no-tp-backward-overlap` turns it off): a
+  // replay from a model config builds its trace with it. JSON: optional,
+  // written when true (a plan without it ran the collectives in order).
+  bool tp_backward_overlap = false;
   // The fused attention kernel its attention was priced on (the trace's header
   // attention_kernel; `plan --attention-kernel`): a replay or simulation from a
   // model config builds its trace with it. Changes no op, so a plan and a

@@ -95,6 +95,7 @@ json ToJson(const Plan& plan) {
   if (!plan.fp8.empty()) j["fp8"] = plan.fp8;
   if (plan.sequence_parallel) j["sequence_parallel"] = true;
   if (plan.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (plan.tp_backward_overlap) j["tp_backward_overlap"] = true;
   if (!plan.attention_kernel.empty()) j["attention_kernel"] = plan.attention_kernel;
   if (plan.ddp != "overlapped") j["ddp"] = plan.ddp;
   if (plan.ep != 1) j["ep"] = plan.ep;
@@ -186,6 +187,7 @@ Status ReadPlanTraining(const ObjectReader& r, Plan* out) {
   }
   SSDTRAIN_ASSIGN_OR_RETURN(plan.sequence_parallel, r.BoolOr("sequence_parallel", false));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.tp_comm_overlap, r.BoolOr("tp_comm_overlap", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(plan.tp_backward_overlap, r.BoolOr("tp_backward_overlap", false));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.attention_kernel, r.StringOr("attention_kernel", ""));
   SSDTRAIN_ASSIGN_OR_RETURN(plan.fp8, r.StringOr("fp8", ""));
   if (const std::optional<Fp8Recipe> recipe = ParseFp8Recipe(plan.fp8); !recipe) {

@@ -1,7 +1,6 @@
 #include "traces/timeline.h"
 
 #include <algorithm>
-
 #include <array>
 #include <map>
 

@@ -40,10 +40,11 @@ constexpr NameTable<OpKind, 12> kOpKindNames{{{OpKind::kGemm, "gemm"},
 constexpr NameTable<Phase, 3> kPhaseNames{{{Phase::kForward, "forward"},
                                            {Phase::kBackward, "backward"},
                                            {Phase::kOptimizer, "optimizer"}}};
-constexpr NameTable<TpOverlapMethod, 3> kTpOverlapMethodNames{
+constexpr NameTable<TpOverlapMethod, 4> kTpOverlapMethodNames{
     {{TpOverlapMethod::kRingExchange, "ring_exchange"},
      {TpOverlapMethod::kPipeline, "pipeline"},
-     {TpOverlapMethod::kBulk, "bulk"}}};
+     {TpOverlapMethod::kBulk, "bulk"},
+     {TpOverlapMethod::kAsync, "async"}}};
 constexpr NameTable<AttentionMask, 3> kAttentionMaskNames{{{AttentionMask::kFull, "full"},
                                                            {AttentionMask::kCausal, "causal"},
                                                            {AttentionMask::kHalf, "half"}}};

@@ -91,8 +91,11 @@ struct GemmDims {
 // before a column-parallel GEMM (and before a row-parallel layer's data
 // gradient) as a ring exchange, the reduce-scatter after a row-parallel GEMM
 // as a pipeline of chunks, and a column-parallel layer's backward collectives
-// in bulk beside its data and weight gradients. sim/op_cost.h prices each.
-enum class TpOverlapMethod { kRingExchange, kPipeline, kBulk };
+// in bulk beside its data and weight gradients. Without userbuffers, `async`:
+// those same backward collectives launched through NCCL beside the GEMM
+// (Megatron's asynchronous tp backward; header tp_backward_overlap).
+// sim/op_cost.h prices each.
+enum class TpOverlapMethod { kRingExchange, kPipeline, kBulk, kAsync };
 std::string_view ToString(TpOverlapMethod v);
 std::optional<TpOverlapMethod> ParseTpOverlapMethod(std::string_view s);
 
@@ -205,6 +208,11 @@ struct Header {
   // collectives (models: ModelConfig::tp_comm_overlap; its ops carry
   // Op::tp_overlap). JSON: optional, written when true.
   bool tp_comm_overlap = false;
+  // Megatron's asynchronous tensor-parallel backward (models:
+  // ModelConfig::tp_backward_overlap; tp > 1 only): each column-parallel
+  // layer's backward collectives carry Op::tp_overlap `async`. JSON: optional,
+  // written when true; a trace without it ran them in order.
+  bool tp_backward_overlap = false;
   // Context-parallel degree (traces/layout.h): the sequence is cut over cp
   // ranks, this trace holding seq_len / cp of its tokens (seq_len is the
   // whole sequence's), attention running as a ring over the cp ranks with its

@@ -52,6 +52,7 @@ json HeaderToJson(const Header& h) {
   WriteBlockKernels(h.block_kernels, &j);
   if (!h.grad_dtype.empty()) j["grad_dtype"] = h.grad_dtype;
   if (h.tp_comm_overlap) j["tp_comm_overlap"] = true;
+  if (h.tp_backward_overlap) j["tp_backward_overlap"] = true;
   if (!h.attention_kernel.empty()) j["attention_kernel"] = h.attention_kernel;
   return j;
 }
@@ -151,6 +152,7 @@ Result<Header> ParseHeader(const json& j, const JsonPath& at) {
   SSDTRAIN_ASSIGN_OR_RETURN(h.tp, r.IntOr("tp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(h.sequence_parallel, r.BoolOr("sequence_parallel", false));
   SSDTRAIN_ASSIGN_OR_RETURN(h.tp_comm_overlap, r.BoolOr("tp_comm_overlap", false));
+  SSDTRAIN_ASSIGN_OR_RETURN(h.tp_backward_overlap, r.BoolOr("tp_backward_overlap", false));
   SSDTRAIN_ASSIGN_OR_RETURN(h.pp, r.IntOr("pp", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(h.ep, r.IntOr("ep", 1));
   SSDTRAIN_ASSIGN_OR_RETURN(h.cp, r.IntOr("cp", 1));
@@ -262,7 +264,7 @@ Result<Op> ParseOp(const json& j, const JsonPath& at) {
     TpOverlap overlap;
     SSDTRAIN_ASSIGN_OR_RETURN(overlap.method,
                               ParseEnum<TpOverlapMethod>(orr, "method", ParseTpOverlapMethod,
-                                                         "ring_exchange, pipeline, bulk"));
+                                                         "ring_exchange, pipeline, bulk, async"));
     SSDTRAIN_ASSIGN_OR_RETURN(overlap.gemm, ParseGemmDims(orr, "gemm"));
     SSDTRAIN_RETURN_IF_ERROR(orr.CheckNoUnknown());
     op.tp_overlap = overlap;

@@ -41,6 +41,7 @@ Dims MakeDims(const ModelConfig& c) {
   d.t = c.tp;
   d.sp = c.sequence_parallel && c.tp > 1;
   d.tp_overlap = d.sp && c.tp_comm_overlap;
+  d.tp_async = c.tp > 1 && c.tp_backward_overlap;
   d.s_local = d.sp ? d.s / c.tp : d.s;
   d.heads = c.heads / c.tp;
   d.kv_heads = KvHeads(c) / c.tp;

@@ -72,6 +72,9 @@ struct Dims {
   // TE's userbuffers overlap of the sp collectives (ModelConfig::tp_comm_overlap, in effect with
   // sp)
   bool tp_overlap = false;
+  // Megatron's asynchronous tp backward through NCCL (ModelConfig::tp_backward_overlap, in
+  // effect with t > 1): a column-parallel layer's backward collectives beside its GEMMs.
+  bool tp_async = false;
   int64_t s_local = 0;   // rows of the residual stream on this rank: s / t with sp, else s
   int64_t heads = 0;     // query heads on this rank (a / t)
   int64_t kv_heads = 0;  // key/value heads on this rank

@@ -20,13 +20,23 @@ TensorId Make(TraceBuilder& b, const std::string& name, std::vector<int64_t> sha
 // Sums from t ranks: (t - 1) / t of the elements are added on each rank.
 int64_t ReduceFlops(const Dims& d, int64_t elements) { return elements * (d.t - 1) / d.t; }
 
-// With Transformer Engine's userbuffers overlap (`on`: LinearState::tp_overlap),
-// marks the sequence-parallel collective that wrote `collective_out` as hidden
-// behind `gemm` by `method` (TE's defaults per GEMM: pytorch/module/base.py,
-// initialize_ub; the simulator prices it, sim/op_cost.h).
-void Overlap(TraceBuilder& b, bool on, TensorId collective_out, OpId gemm,
+// With Transformer Engine's userbuffers overlap (`st.tp_overlap`), marks the
+// sequence-parallel collective that wrote `collective_out` as hidden behind
+// `gemm` by `method` (TE's defaults per GEMM: pytorch/module/base.py,
+// initialize_ub; the simulator prices it, sim/op_cost.h). Without it, a
+// column-parallel layer's backward collectives (the `bulk` ones of TE's
+// userbuffers) still run beside their GEMMs where `st.tp_async`: launched
+// with async_op=True through NCCL before the GEMM and waited for after it
+// (Megatron-LM's ColumnParallelLinear backward since cf7efd4f, 2021-08-30;
+// Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication; Transformer
+// Engine's Linear and LayerNormLinear backward, "Overlap input AG with dgrad",
+// "Overlap dgrad-RS/AR with wgrad").
+void Overlap(TraceBuilder& b, const LinearState& st, TensorId collective_out, OpId gemm,
              traces::TpOverlapMethod method) {
-  if (!on) return;
+  if (!st.tp_overlap) {
+    if (!st.tp_async || method != traces::TpOverlapMethod::kBulk) return;
+    method = traces::TpOverlapMethod::kAsync;
+  }
   const OpId collective = b.tensor(collective_out).producer;
   b.op(collective).tp_overlap = traces::TpOverlap{method, *b.op(gemm).gemm};
 }
@@ -72,6 +82,7 @@ LinearState ColumnForward(TraceBuilder& b, const Dims& d, const std::string& nam
   if (with_bias) st.bias = b.Weight(name + ".bias", {out}, d.act);
   st.gathered = d.sp && !replicated_input;
   st.tp_overlap = d.tp_overlap;
+  st.tp_async = d.tp_async;
   TensorId gemm_in = x;
   TensorId gemm_weight = st.weight;
   TensorId gathered = kNoTensor;  // the all-gather's output
@@ -99,8 +110,7 @@ LinearState ColumnForward(TraceBuilder& b, const Dims& d, const std::string& nam
   if (with_bias) inputs.push_back(st.bias);
   const OpId gemm = b.Gemm(name, inputs, outputs, {.m = d.s * d.b, .n = out, .k = in, .batch = 1});
   // TE's qkv_fprop and fc1_fprop: the GEMM runs chunk by chunk as the shards arrive.
-  if (gathered != kNoTensor)
-    Overlap(b, st.tp_overlap, gathered, gemm, traces::TpOverlapMethod::kRingExchange);
+  if (gathered != kNoTensor) Overlap(b, st, gathered, gemm, traces::TpOverlapMethod::kRingExchange);
   return st;
 }
 
@@ -122,13 +132,14 @@ TensorId ColumnBackward(TraceBuilder& b, const Dims& d, const LinearState& st,
   const OpId dgrad = b.Gemm(st.name + ".dgrad", dgrad_inputs, {g_in},
                             {.m = d.s * d.b, .n = st.in, .k = st.out, .batch = 1});
   // TE's qkv_dgrad and fc1_dgrad: the input's all-gather beside the data gradient.
-  if (st.gathered) Overlap(b, st.tp_overlap, wgrad_in, dgrad, traces::TpOverlapMethod::kBulk);
+  if (st.gathered) Overlap(b, st, wgrad_in, dgrad, traces::TpOverlapMethod::kBulk);
   TensorId g_x = g_in;
   if (st.gathered) {
     g_x = ReduceScatterSeq(b, d, st.name + ".in.grad_shard", g_in, TensorKind::kGradient);
   } else if (d.t > 1) {
     g_x = AllReduce(b, d, st.name + ".in.grad_reduced", g_in);
   }
+  const bool collective = g_x != g_in;  // the data gradient's, beside the weight gradient
   if (fp8 && st.gathered) wgrad_in = ColumnwiseOf(b, d, st.name + ".in_regathered", wgrad_in);
   std::vector<TensorId> wgrad_inputs = {wgrad_in};
   if (fp8) {
@@ -141,7 +152,7 @@ TensorId ColumnBackward(TraceBuilder& b, const Dims& d, const LinearState& st,
   const OpId wgrad = b.Gemm(st.name + ".wgrad", wgrad_inputs, wgrad_outputs,
                             {.m = st.out, .n = st.in, .k = d.s * d.b, .batch = 1});
   // TE's qkv_wgrad and fc1_wgrad: the data gradient's reduce-scatter beside the weight gradient.
-  if (st.gathered) Overlap(b, st.tp_overlap, g_x, wgrad, traces::TpOverlapMethod::kBulk);
+  if (collective) Overlap(b, st, g_x, wgrad, traces::TpOverlapMethod::kBulk);
   return g_x;
 }
 
@@ -154,6 +165,7 @@ LinearState RowForward(TraceBuilder& b, const Dims& d, const std::string& name, 
   st.out = out;
   st.weight = b.Weight(name + ".weight", {out, in}, d.act);
   st.tp_overlap = d.tp_overlap;
+  st.tp_async = d.tp_async;
   TensorId gemm_in = x, gemm_weight = st.weight;
   if (Fp8On(d)) {
     st.fp8 = Fp8Weights(b, st.weight);
@@ -170,7 +182,7 @@ LinearState RowForward(TraceBuilder& b, const Dims& d, const std::string& name, 
   if (d.sp) {
     *output = ReduceScatterSeq(b, d, name + ".out_shard", partial, TensorKind::kActivation);
     // TE's proj_fprop and fc2_fprop: each chunk's reduce-scatter beside the next chunk's GEMM.
-    Overlap(b, st.tp_overlap, *output, gemm, traces::TpOverlapMethod::kPipeline);
+    Overlap(b, st, *output, gemm, traces::TpOverlapMethod::kPipeline);
   } else if (d.t > 1) {
     *output = AllReduce(b, d, name + ".out_reduced", partial);
   }
@@ -189,7 +201,7 @@ TensorId RowBackward(TraceBuilder& b, const Dims& d, const LinearState& st, Tens
       b.Gemm(st.name + ".dgrad", {fp8 ? g8.row : g_full, fp8 ? st.fp8.col : st.weight}, {g_in},
              {.m = d.s * d.b, .n = st.in, .k = st.out, .batch = 1});
   // TE's proj_dgrad and fc2_dgrad: the output gradient's shards arrive chunk by chunk.
-  if (d.sp) Overlap(b, st.tp_overlap, g_full, dgrad, traces::TpOverlapMethod::kRingExchange);
+  if (d.sp) Overlap(b, st, g_full, dgrad, traces::TpOverlapMethod::kRingExchange);
   const TensorId wgrad_in =
       st.requantize ? ColumnwiseOf(b, d, st.name + ".in", st.saved_input) : st.saved_input;
   std::vector<TensorId> wgrad_inputs = {wgrad_in, fp8 ? g8.col : g_full};

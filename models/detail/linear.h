@@ -38,6 +38,9 @@ struct LinearState {
   // Its sequence-parallel collectives hide behind its GEMMs (TE's userbuffers:
   // Dims::tp_overlap of its forward, which its backward keeps).
   bool tp_overlap = false;
+  // Its backward collectives run beside its GEMMs through NCCL (Megatron's
+  // asynchronous tp backward: Dims::tp_async of its forward).
+  bool tp_async = false;
   // FP8 (models/detail/fp8.h): the weight's copies the GEMMs read; and
   // whether saved_input is the 16-bit original, quantized again in backward.
   Fp8Weight fp8;

@@ -1,8 +1,10 @@
 // Transformer Engine's userbuffers overlap of the sequence-parallel
-// collectives (ModelConfig::tp_comm_overlap, traces::TpOverlap): which
-// collectives the builder marks and beside which GEMM, what each method
-// leaves exposed (sim/op_cost.h), that the mark survives JSON and Chakra, and
-// that a simulated step saves exactly what the marked collectives hide.
+// collectives (ModelConfig::tp_comm_overlap, traces::TpOverlap), and
+// Megatron's asynchronous tp backward through NCCL without it
+// (ModelConfig::tp_backward_overlap): which collectives the builder marks and
+// beside which GEMM, what each method leaves exposed (sim/op_cost.h), that the
+// mark survives JSON and Chakra, and that a simulated step saves exactly what
+// the marked collectives hide.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,8 +32,9 @@ using traces::TpOverlapMethod;
 
 HardwareOptions H100() { return testing::LoadPreset("dgx-h100"); }
 
-// A GPT block at tp 2 with sequence parallelism, bf16 (or FP8 delayed).
-models::ModelConfig Gpt(bool overlap, const std::string& fp8 = "") {
+// A GPT block at tp 2 with sequence parallelism, bf16 (or FP8 delayed);
+// `async`: Megatron's asynchronous tp backward (the default).
+models::ModelConfig Gpt(bool overlap, const std::string& fp8 = "", bool async = true) {
   models::ModelConfig c;
   c.name = "gpt-tp-overlap";
   c.family = "gpt";
@@ -44,6 +47,7 @@ models::ModelConfig Gpt(bool overlap, const std::string& fp8 = "") {
   c.tp = 2;
   c.sequence_parallel = true;
   c.tp_comm_overlap = overlap;
+  c.tp_backward_overlap = async;
   c.attention = "flash";
   c.dtype = "bf16";
   c.fp8 = fp8;
@@ -85,12 +89,69 @@ TEST(TpOverlapTrace, TheBuilderMarksEachSequenceParallelCollectiveOfABlockBeside
       EXPECT_EQ(c.tp_overlap->gemm, *gemm.gemm);  // FP8 where the GEMM is
       EXPECT_EQ(c.tp_overlap->gemm.fp8, !fp8.empty());
     }
-    // Ten a block, two blocks; nothing else (the embedding's reduce-scatter,
-    // the output layer's gather) is marked.
+    // Ten a block, two blocks, and the output layer's backward pair through
+    // NCCL (Megatron's output layer is no TE module); nothing else (the
+    // embedding's reduce-scatter, the output layer's forward gather).
     const auto marked = std::count_if(t.ops.begin(), t.ops.end(),
                                       [](const Op& op) { return op.tp_overlap.has_value(); });
-    EXPECT_EQ(marked, 2 * static_cast<int64_t>(kBlockMarks.size()));
+    EXPECT_EQ(marked, 2 * static_cast<int64_t>(kBlockMarks.size()) + 2);
+    EXPECT_EQ(Named(t, "lm_head.in_regathered.all_gather").tp_overlap->method,
+              TpOverlapMethod::kAsync);
+    EXPECT_EQ(Named(t, "lm_head.in.grad_shard.reduce_scatter").tp_overlap->method,
+              TpOverlapMethod::kAsync);
   }
+}
+
+// Without userbuffers, Megatron's asynchronous tp backward (Megatron-LM's
+// ColumnParallelLinear since cf7efd4f, Megatron-Core, TE's Linear): each
+// column-parallel layer's input all-gather beside its data gradient and the
+// data gradient's reduce-scatter (all-reduce without sequence parallelism)
+// beside its weight gradient, through NCCL; nothing in forward, and nothing
+// at all where the config turns it off.
+TEST(TpOverlapTrace, TheAsynchronousTpBackwardMarksTheColumnLayersBackwardCollectives) {
+  const auto marks = [](const traces::Trace& t) {
+    std::map<std::string, std::string> out;  // collective -> GEMM beside it
+    for (const Op& op : t.ops) {
+      if (!op.tp_overlap) continue;
+      EXPECT_EQ(op.tp_overlap->method, TpOverlapMethod::kAsync) << op.name;
+      for (const Op& g : t.ops) {
+        if (g.gemm && *g.gemm == op.tp_overlap->gemm && g.id > op.id) {
+          out[op.name] = g.name;
+          break;
+        }
+      }
+    }
+    return out;
+  };
+  const traces::Trace sp = Build(Gpt(false));
+  EXPECT_TRUE(sp.header.tp_backward_overlap);
+  const std::map<std::string, std::string> sp_marks = marks(sp);
+  for (const std::string layer : {"L0.qkv", "L0.fc1", "L1.qkv", "L1.fc1", "lm_head"}) {
+    SCOPED_TRACE(layer);
+    EXPECT_EQ(sp_marks.at(layer + ".in_regathered.all_gather"), layer + ".dgrad");
+    EXPECT_EQ(sp_marks.at(layer + ".in.grad_shard.reduce_scatter"), layer + ".wgrad");
+  }
+  EXPECT_EQ(sp_marks.size(), 10u);
+  // Without sequence parallelism: the data gradient's all-reduce beside the weight gradient.
+  models::ModelConfig plain = Gpt(false);
+  plain.sequence_parallel = false;
+  const std::map<std::string, std::string> plain_marks = marks(Build(plain));
+  for (const std::string layer : {"L0.qkv", "L0.fc1", "L1.qkv", "L1.fc1", "lm_head"}) {
+    EXPECT_EQ(plain_marks.at(layer + ".in.grad_reduced.all_reduce"), layer + ".wgrad") << layer;
+  }
+  EXPECT_EQ(plain_marks.size(), 5u);
+  // Off (Megatron-LM before 2021-08-30): nothing marked, the header says so,
+  // and the config's JSON carries the field (written only where false).
+  const traces::Trace off = Build(Gpt(false, "", false));
+  EXPECT_FALSE(off.header.tp_backward_overlap);
+  EXPECT_TRUE(marks(off).empty());
+  EXPECT_EQ(models::ToJson(Gpt(false, "", false)).at("tp_backward_overlap"), false);
+  EXPECT_FALSE(models::ToJson(Gpt(false)).contains("tp_backward_overlap"));
+  // The header field survives JSON; a trace without it ran them in order.
+  const Result<traces::Trace> back = traces::TraceFromJson(traces::ToJson(sp), "sp.json");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->header.tp_backward_overlap);
+  EXPECT_FALSE(traces::ToJson(off).at("header").contains("tp_backward_overlap"));
 }
 
 TEST(TpOverlapTrace, NothingIsMarkedWithoutTheOverlapOrWithoutTensorParallelism) {
@@ -98,10 +159,11 @@ TEST(TpOverlapTrace, NothingIsMarkedWithoutTheOverlapOrWithoutTensorParallelism)
     return std::count_if(t.ops.begin(), t.ops.end(),
                          [](const Op& op) { return op.tp_overlap.has_value(); });
   };
-  EXPECT_EQ(marked(Build(Gpt(false))), 0);
+  EXPECT_EQ(marked(Build(Gpt(false, "", false))), 0);
   models::ModelConfig tp1 = Gpt(true);
-  tp1.tp = 1;  // sequence parallelism, and so the overlap, have no effect
+  tp1.tp = 1;  // sequence parallelism, and so either overlap, have no effect
   EXPECT_EQ(marked(Build(tp1)), 0);
+  EXPECT_FALSE(Build(tp1).header.tp_backward_overlap);
 }
 
 TEST(TpOverlapTrace, TheOverlapWithoutSequenceParallelismIsRefusedByField) {
@@ -143,7 +205,7 @@ TEST(TpOverlapTrace, TheMarkSurvivesJsonAndChakraAndIsCheckedOnRead) {
   j["ops"][gather]["tp_overlap"]["method"] = "sideways";
   const Result<traces::Trace> unknown = traces::TraceFromJson(j, "bad.json");
   ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("ring_exchange, pipeline, bulk"), std::string::npos);
+  EXPECT_NE(unknown.status().message().find("ring_exchange, pipeline, bulk, async"), std::string::npos);
 }
 
 // What each method leaves of a collective of C ns beside a GEMM of G ns
@@ -173,6 +235,7 @@ TEST(TpOverlapCost, EachMethodLeavesWhatItsChunksExpose) {
         break;
       }
       case TpOverlapMethod::kBulk:
+      case TpOverlapMethod::kAsync:
         exposed = std::max(0.0, c - g);
         break;
     }
@@ -194,6 +257,10 @@ TEST(TpOverlapCost, AGemmLongerThanTheRingHidesItAndAShortOneHidesPart) {
   traces::TpOverlap bulk{TpOverlapMethod::kBulk, ring.gemm};
   EXPECT_EQ(cost.ExposedNs(bulk, g, 4), 0);
   EXPECT_EQ(cost.ExposedNs(bulk, g + 5000, 4), 5000);
+  // NCCL's collective beside the whole GEMM leaves what outlasts it.
+  traces::TpOverlap async{TpOverlapMethod::kAsync, ring.gemm};
+  EXPECT_EQ(cost.ExposedNs(async, g, 4), 0);
+  EXPECT_EQ(cost.ExposedNs(async, g + 5000, 4), 5000);
   // The pipeline always pays the SMs it takes and its last chunk.
   traces::TpOverlap pipe{TpOverlapMethod::kPipeline, ring.gemm};
   const double margin = static_cast<double>(g) * (132.0 / 116.0 - 1);
@@ -215,23 +282,26 @@ TEST(TpOverlapCost, AGemmByItsDimsMovesTheTracesElementWidth) {
 // stream once).
 TEST(TpOverlapCost, AStepSavesWhatTheMarkedCollectivesHide) {
   const HardwareOptions hw = H100();
-  const traces::Trace with = Build(Gpt(true, "delayed"));
-  const traces::Trace without = Build(Gpt(false, "delayed"));
-  const Result<Prediction> p_with = Simulate(with, traces::PlanTemplate(with), hw);
-  const Result<Prediction> p_without = Simulate(without, traces::PlanTemplate(without), hw);
-  ASSERT_TRUE(p_with.ok()) << p_with.status().ToString();
-  ASSERT_TRUE(p_without.ok()) << p_without.status().ToString();
-  const OpCostModel cost(hw, with.header);
-  int64_t hidden = 0;
-  for (const Op& op : with.ops) {
-    if (!op.tp_overlap) continue;
-    Op alone = op;
-    alone.tp_overlap.reset();
-    hidden += cost.OpTimeNs(alone) - cost.OpTimeNs(op);
+  for (const bool ub : {true, false}) {
+    SCOPED_TRACE(ub ? "userbuffers" : "the asynchronous tp backward");
+    const traces::Trace with = Build(Gpt(ub, "delayed"));
+    const traces::Trace without = Build(Gpt(false, "delayed", false));
+    const Result<Prediction> p_with = Simulate(with, traces::PlanTemplate(with), hw);
+    const Result<Prediction> p_without = Simulate(without, traces::PlanTemplate(without), hw);
+    ASSERT_TRUE(p_with.ok()) << p_with.status().ToString();
+    ASSERT_TRUE(p_without.ok()) << p_without.status().ToString();
+    const OpCostModel cost(hw, with.header);
+    int64_t hidden = 0;
+    for (const Op& op : with.ops) {
+      if (!op.tp_overlap) continue;
+      Op alone = op;
+      alone.tp_overlap.reset();
+      hidden += cost.OpTimeNs(alone) - cost.OpTimeNs(op);
+    }
+    EXPECT_GT(hidden, 0);
+    EXPECT_EQ(p_without->metrics.step_time_ns - p_with->metrics.step_time_ns, hidden);
+    EXPECT_EQ(p_with->metrics.peak_gpu_bytes, p_without->metrics.peak_gpu_bytes);
   }
-  EXPECT_GT(hidden, 0);
-  EXPECT_EQ(p_without->metrics.step_time_ns - p_with->metrics.step_time_ns, hidden);
-  EXPECT_EQ(p_with->metrics.peak_gpu_bytes, p_without->metrics.peak_gpu_bytes);
 }
 
 }  // namespace
