@@ -101,20 +101,48 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
     st = Run(producer, ins, outs, rebuilt, /*recompute=*/true, *io_dependent);
   }
   for (DeviceBuffer b : scratch) device_.Free(b);
-  std::vector<TensorId> read;  // each input storage once: the run reads each once
-  for (TensorId t : producer.inputs) {
-    const TensorId s2 = trace_.StorageOf(t);
-    if (std::find(read.begin(), read.end(), s2) == read.end()) read.push_back(s2);
-  }
-  for (TensorId s2 : read) {  // kept for re-runs only: goes after the last
-    if (slot(s2).rerun_left > 0 && --slot(s2).rerun_left == 0 && life(s2).last_use < at.id) {
-      Release(s2);
+  ReadByRerun(producer, at);
+  // Then the ops that wrote it in place after its producer (a row-parallel
+  // all-reduce), as the forward ran them (traces::StorageInfo::writers).
+  for (traces::OpId w : life(s).writers) {
+    if (!st.ok()) break;
+    const traces::Op& writer = trace_.op(w);
+    for (TensorId t : writer.inputs) {
+      const TensorId s2 = trace_.StorageOf(t);
+      if (!slot(s2).resident && !life(s2).persistent()) {
+        SSDTRAIN_RETURN_IF_ERROR(Need(s2, at, io_dependent));
+      }
     }
+    std::vector<DeviceBuffer> win, wout;
+    for (TensorId t : writer.inputs) win.push_back(View(t));
+    for (TensorId t : writer.outputs) wout.push_back(View(t));
+    if (groups_.Exchanges(writer)) {
+      st = Run(writer, win, wout, {s}, /*recompute=*/true, *io_dependent, /*kernel=*/false,
+               [&] { return CollectiveFor(writer, win, wout); });
+    } else {
+      st = Run(writer, win, wout, {s}, /*recompute=*/true, *io_dependent);
+    }
+    ReadByRerun(writer, at);
   }
   for (TensorId s2 : rebuilt_for_this) {
     if (slot(s2).rerun_left == 0) Release(s2);
   }
   return st;
+}
+
+// A re-run op has read each of its input storages once: one kept for re-runs
+// only goes after the last of them.
+void Replayer::ReadByRerun(const traces::Op& op, const traces::Op& at) {
+  std::vector<TensorId> read;  // each input storage once: the run reads each once
+  for (TensorId t : op.inputs) {
+    const TensorId s2 = trace_.StorageOf(t);
+    if (std::find(read.begin(), read.end(), s2) == read.end()) read.push_back(s2);
+  }
+  for (TensorId s2 : read) {
+    if (slot(s2).rerun_left > 0 && --slot(s2).rerun_left == 0 && life(s2).last_use < at.id) {
+      Release(s2);
+    }
+  }
 }
 
 TensorId Replayer::Regathered(TensorId s, const traces::Op& at) const {

@@ -63,13 +63,18 @@ void StageSimulator::TryIssue() {
       return;
     }
     const size_t op_index = static_cast<size_t>(item.op);
-    if (item.recompute) {
-      // Skip a recompute whose target another recompute already rebuilt.
+    if (item.recompute && !item.in_place) {
+      // Skip a recompute whose target another recompute already rebuilt,
+      // and the in-place writers pushed to run after it.
       if (storages_[item.target].resident) {
         recompute_stack_.pop_back();
+        while (!recompute_stack_.empty() && recompute_stack_.back().in_place &&
+               recompute_stack_.back().target == item.target) {
+          recompute_stack_.pop_back();
+        }
         continue;
       }
-    } else {
+    } else if (!item.recompute) {
       if (WaitsForEvictions(op_index)) return;  // the landing calls TryIssue again
       if (trace_.op(item.op).phase != Phase::kForward && !between_recorded_) RecordBetween();
       // Issue the prefetches this op triggers (regular ops only), if the
@@ -177,6 +182,11 @@ StageSimulator::InputsState StageSimulator::PushRecompute(const WorkItem& item, 
   }
   Storage& s = storages_[sid];
   s.held = true;
+  // The producer runs first (the top), then the ops that wrote it in place.
+  const std::vector<traces::OpId>& writers = resolved_.storages[sid].writers;
+  for (auto w = writers.rbegin(); w != writers.rend(); ++w) {
+    recompute_stack_.push_back(WorkItem{*w, true, sid, /*in_place=*/true});
+  }
   recompute_stack_.push_back(WorkItem{s.producer, true, sid});
   return InputsState::kRecomputePushed;
 }
@@ -237,7 +247,9 @@ void StageSimulator::StartItem(const WorkItem& item) {
       storages_[sid].held = false;
     }
   }
-  if (item.recompute) {
+  if (item.recompute && item.in_place) {
+    // Writes the target its producer's re-run has just rebuilt: nothing to allocate.
+  } else if (item.recompute) {
     Storage& target = storages_[item.target];
     target.recomputed = true;
     Allocate(target);

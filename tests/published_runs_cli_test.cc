@@ -69,9 +69,13 @@ TEST(PublishedRuns, TimesFollowFromThePapersFlopFormula) {
 // attention dropout): since a recompute rebuilds all of an op's outputs in one
 // run (traces::RebuiltAlongside), a block is recomputed once, as Megatron's
 // checkpointed layer is, and every run predicts 2-4 points faster: median
-// 8.2%, worst 11.0% (the 76.1B run), every run faster than published.
-constexpr double kMedianBound = 0.085;
-constexpr double kWorstBound = 0.115;  // 11.0%: the 76.1B run, interleaved v=3
+// 8.2%, worst 11.0% (the 76.1B run), every run faster than published. Since
+// a re-run rebuilds a row-parallel GEMM's output with its in-place all-reduce
+// (traces::StorageInfo::writers), as Megatron's checkpointed layer runs it,
+// the tp > 1 runs predict 2-8 points slower: median 3.8%, worst 10.7% (the
+// 1.7B run at tp 1, which has no all-reduce in its blocks).
+constexpr double kMedianBound = 0.04;
+constexpr double kWorstBound = 0.11;  // 10.7%: the 1.7B run
 // The same for today's tables, where they stand (docs/PERFORMANCE.md):
 // torchtitan's 10.1% / 12.0% (Llama-2-13B sel-op), every run predicted fast,
 // since its attention runs on FlashAttention-2's A100 curves with its causal
@@ -91,11 +95,12 @@ constexpr double kWorstBound = 0.115;  // 11.0%: the 76.1B run, interleaved v=3
 // run beside their GEMMs as Transformer Engine's Linear runs them without
 // userbuffers, hiding what the model had exposed (13.2% / 17.6% before).
 // Korthikanti et al. (MLSys 2023) Table 5, Megatron-LM of 2022 on the same
-// Selene nodes: 3.1% / 6.0% (the 22B model at full recompute); predicted
+// Selene nodes: 2.4% / 5.8% (the 1T model at full recompute); predicted
 // slow by 0.5-8.4% before the column-parallel backward all-reduces ran beside
-// the weight gradients, as that Megatron-LM runs them (the SC21 runs' did not).
-constexpr double kMlsysMedianBound = 0.035;
-constexpr double kMlsysWorstBound = 0.065;
+// the weight gradients, as that Megatron-LM runs them (the SC21 runs' did
+// not), 3.1% / 6.0% before a full recompute ran its all-reduces again.
+constexpr double kMlsysMedianBound = 0.03;
+constexpr double kMlsysWorstBound = 0.06;
 constexpr double kTitanMedianBound = 0.105;
 constexpr double kTitanWorstBound = 0.125;
 constexpr double kNemoMedianBound = 0.145;

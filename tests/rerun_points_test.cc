@@ -231,6 +231,67 @@ TEST_F(RerunReplay, AnOpWhoseOutputsTheReRunReadsApartRunsOnce) {
   EXPECT_TRUE(fs::is_empty(dir_)) << "offload files left behind";
 }
 
+// A row-parallel layer without sequence parallelism all-reduces its GEMM's
+// output in place (its output a view of the GEMM's: traces::StorageInfo::
+// writers). A re-run that rebuilds that output runs the all-reduce after the
+// GEMM, once, as Megatron's checkpointed layer runs its forward again;
+// before, it ran the GEMM alone (the all-reduce's time left out of a full
+// recompute at tp > 1). The simulator and the executor alike, to the byte.
+TEST_F(RerunReplay, AnInPlaceAllReduceRunsAgainAfterItsGemm) {
+  nlohmann::json config = testing::MicroGptConfig();
+  config["name"] = "micro-tp2";
+  config["tp"] = 2;
+  config["hidden"] = 256;  // its block's activations large enough to be recomputed
+  config["heads"] = 4;
+  config["seq_len"] = 128;
+  const traces::Trace t = testing::BuildMicroTrace(config);
+  const traces::Plan plan = RecomputeFull(t);
+  auto sp = traces::ResolvePlan(t, plan, "plan");
+  ASSERT_TRUE(sp.ok()) << sp.status().message();
+  int writers = 0;
+  for (const char* layer : {"L0", "L1"}) {
+    for (const char* linear : {"proj", "fc2"}) {
+      const std::string name = std::string(layer) + "." + linear;
+      const auto gemm = std::find_if(t.ops.begin(), t.ops.end(),
+                                     [&](const traces::Op& op) { return op.name == name; });
+      ASSERT_NE(gemm, t.ops.end()) << name;
+      const traces::StorageInfo& out = sp->of(gemm->outputs.at(0));
+      ASSERT_EQ(out.writers.size(), 1u) << name;
+      EXPECT_EQ(t.op(out.writers[0]).name, name + ".out_reduced.all_reduce");
+      ++writers;
+    }
+  }
+  EXPECT_EQ(writers, 4);
+  const sim::HardwareOptions hw = testing::FastIoCpu();
+  sim::SimulateOptions so;
+  so.record_timeline = true;
+  auto predicted = sim::Simulate(t, plan, hw, so);
+  ASSERT_TRUE(predicted.ok()) << predicted.status().message();
+  const std::map<std::string, int> simulated = testing::SimulatedRecomputes(predicted->timeline);
+  for (const auto& [op, runs] : simulated) EXPECT_EQ(runs, 1) << op;
+  for (const char* layer : {"L0", "L1"}) {
+    for (const char* linear : {"proj", "fc2"}) {
+      const std::string name = std::string(layer) + "." + linear;
+      EXPECT_EQ(simulated.count(name + ".out_reduced.all_reduce"), 1u) << name;
+    }
+  }
+  // Each all-reduce's re-run starts once its GEMM's has ended.
+  std::map<std::string, int64_t> end_of, start_of;
+  for (const traces::Span& span : predicted->timeline.spans) {
+    if (!span.name.starts_with("recompute:")) continue;
+    end_of[span.name.substr(10)] = span.end_ns;
+    start_of[span.name.substr(10)] = span.start_ns;
+  }
+  EXPECT_GE(start_of.at("L1.fc2.out_reduced.all_reduce"), end_of.at("L1.fc2"));
+  auto run = exec::Replay(t, plan, Verified(), "recompute-full");
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_TRUE(run->verified);
+  EXPECT_EQ(simulated, testing::ReplayedRecomputes(run->timeline));
+  EXPECT_EQ(run->metrics.peak_activation_bytes, predicted->metrics.peak_activation_bytes);
+  EXPECT_EQ(run->metrics.peak_gpu_bytes, predicted->metrics.peak_gpu_bytes);
+  EXPECT_TRUE(fs::is_empty(dir_)) << "offload files left behind";
+}
+
 // Saved activations rebuilt where backward first needs them, nothing held
 // (optimal's lazy recomputes), under ZeRO-3: a re-run reaches back into the
 // blocks before, whose forward weight gathers (cast, all-gather, copy-out:

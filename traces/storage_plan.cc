@@ -119,7 +119,18 @@ Result<StoragePlan> ResolveStorages(const Trace& trace, const std::string& sourc
   for (const Tensor& t : trace.tensors) {
     const int index = sp.index_of[static_cast<size_t>(trace.StorageOf(t.id))];
     sp.index_of[static_cast<size_t>(t.id)] = index;
-    if (t.saved_for_backward) sp.storages[static_cast<size_t>(index)].saved = true;
+    StorageInfo& s = sp.storages[static_cast<size_t>(index)];
+    if (t.saved_for_backward) s.saved = true;
+    // A member another forward op made: that op writes the storage in place.
+    if (t.id != s.root && t.producer != kNoOp && t.producer != s.producer && t.producer >= 0 &&
+        t.producer < static_cast<OpId>(trace.ops.size()) &&
+        trace.op(t.producer).phase == Phase::kForward) {
+      s.writers.push_back(t.producer);
+    }
+  }
+  for (StorageInfo& s : sp.storages) {
+    std::sort(s.writers.begin(), s.writers.end());
+    s.writers.erase(std::unique(s.writers.begin(), s.writers.end()), s.writers.end());
   }
 
   // Lifetimes and per-op storage lists.

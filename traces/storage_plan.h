@@ -46,7 +46,10 @@
 //   device's allocation granularity rounds every storage (DeviceBytes).
 // - Recompute: a recomputed storage is dropped after its last forward use and
 //   rebuilt when a later op needs it, by re-running its producer (and, first,
-//   the producers of the producer's inputs that are gone). That run rebuilds
+//   the producers of the producer's inputs that are gone), then the forward
+//   ops that wrote it in place after its producer (StorageInfo::writers: the
+//   all-reduce of a row-parallel layer without sequence parallelism, as
+//   Megatron's checkpointed layer runs it again). That run rebuilds
 //   every output the plan recomputes that is gone and still needed
 //   (RebuiltAlongside), as a framework re-runs a checkpointed op once for all
 //   its outputs; its other outputs get scratch buffers for the op's length. A
@@ -131,6 +134,11 @@ struct StorageInfo {
   int64_t host_offset = -1;
   // Lifetime in issue order (kNoOp where none).
   OpId producer = kNoOp;
+  // Forward ops after the producer that write it in place (a member of the
+  // storage is their output: a row-parallel layer's all-reduce on its GEMM's
+  // output), in issue order. A re-run that rebuilds it runs them too, after
+  // the producer (see "Recompute" above).
+  std::vector<OpId> writers;
   OpId last_use = kNoOp;  // last op touching it, producer included
   OpId last_forward_use = kNoOp;
   OpId first_backward_use = kNoOp;

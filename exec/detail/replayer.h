@@ -215,6 +215,9 @@ class Replayer {
   DeviceBuffer View(TensorId t);
   // `kernel` false: only the op's two events (a send or recv between ranks),
   // with `between` (when set) run between them instead (a collective).
+  // After a re-run of `op` for backward op `at`: each input storage kept for
+  // re-runs only has been read once more, and goes after its last.
+  void ReadByRerun(const traces::Op& op, const traces::Op& at);
   Status Run(const traces::Op& op, const std::vector<DeviceBuffer>& ins,
              const std::vector<DeviceBuffer>& outs, const std::vector<TensorId>& fill,
              bool recompute, bool io_dependent, bool kernel = true,

@@ -87,6 +87,9 @@ struct WorkItem {
   // (traces::RebuiltAlongside); the rest go to scratch buffers freed when it
   // ends, as the replay does (exec/replay_issue.cc, Replayer::Recompute).
   size_t target = 0;
+  // Recompute: an op that wrote the target in place after its producer
+  // (traces::StorageInfo::writers), run after the producer's re-run.
+  bool in_place = false;
 };
 
 class StageSimulator {

@@ -91,14 +91,21 @@ void ResolveReruns(const Trace& trace, StoragePlan& sp) {
     if (stack.empty()) continue;
     ops.clear();
     while (!stack.empty()) {
-      const OpId producer = sp.storages[static_cast<size_t>(stack.back())].producer;
+      const StorageInfo& s = sp.storages[static_cast<size_t>(stack.back())];
       stack.pop_back();
-      if (producer == kNoOp || ran[static_cast<size_t>(producer)]) continue;
-      ran[static_cast<size_t>(producer)] = true;
-      ops.push_back(producer);
-      for (int j : sp.op_inputs[static_cast<size_t>(producer)]) {
-        if (needed(j, at)) stack.push_back(j);
-      }
+      if (s.producer == kNoOp) continue;
+      // Its producer, then the ops that wrote it in place after it.
+      const auto run = [&](OpId op) {
+        if (ran[static_cast<size_t>(op)]) return;
+        ran[static_cast<size_t>(op)] = true;
+        ops.push_back(op);
+        for (int j : sp.op_inputs[static_cast<size_t>(op)]) {
+          if (needed(j, at)) stack.push_back(j);
+        }
+      };
+      if (ran[static_cast<size_t>(s.producer)]) continue;
+      run(s.producer);
+      for (OpId w : s.writers) run(w);
     }
     for (OpId p : ops) {
       for (int j : sp.op_outputs[static_cast<size_t>(p)]) {
