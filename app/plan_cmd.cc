@@ -185,15 +185,17 @@ void PrintPlanned(const PlanCmdOptions& o, const PlanInput& in, const sim::Hardw
   const bool every = plan.policy == "recompute-full" && o.recompute_every > 1;
   const traces::StepMetrics& m = r.prediction.metrics;
   std::cout << fmt::format(
-      "{} on {} x {}: policy {} micro-batch {} tp {}{} pp {}{} dp {}{}{}{} ({} micro-batches{}): "
+      "{} on {} x {}: policy {} micro-batch {} tp {}{}{} pp {}{} dp {}{}{}{} ({} micro-batches{}): "
       "step "
       "{:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s per GPU, peak {:.2f} GiB (activations {:.2f} "
       "GiB), SSD writes {:.2f} GiB/step\n",
       in.name, o.gpus, hw.name,
       every ? fmt::format("{} (one block in {})", plan.policy, o.recompute_every) : plan.policy,
-      plan.micro_batch, plan.tp, plan.cp > 1 ? fmt::format(" cp {}", plan.cp) : "", plan.pp,
-      SplitText(plan, in.layers), plan.dp, in.experts > 0 ? fmt::format(" ep {}", plan.ep) : "",
-      ZeroText(plan), plan.ddp == "local" ? " local DDP" : "", plan.num_micro_batches,
+      plan.micro_batch, plan.tp,
+      plan.tp > 1 && !plan.tp_backward_overlap ? " (tp backward collectives in order)" : "",
+      plan.cp > 1 ? fmt::format(" cp {}", plan.cp) : "", plan.pp, SplitText(plan, in.layers),
+      plan.dp, in.experts > 0 ? fmt::format(" ep {}", plan.ep) : "", ZeroText(plan),
+      plan.ddp == "local" ? " local DDP" : "", plan.num_micro_batches,
       ScheduleText(plan, in.layers), static_cast<double>(m.step_time_ns) / 1e6, m.tokens_per_s,
       m.tflops_per_gpu, static_cast<double>(m.peak_gpu_bytes) / kGiB,
       static_cast<double>(m.peak_activation_bytes) / kGiB,

@@ -169,6 +169,8 @@ TEST_F(TraceCli, NoTpBackwardOverlapIsRecordedPricedAndRefusedWhereItCannotHold)
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = plan("--model " + model + shape + " --no-tp-backward-overlap", "off.json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tp 2 (tp backward collectives in order) pp 1"), std::string::npos)
+      << r.output;
   // The command it prints for its trace builds it as the plan says.
   EXPECT_NE(r.output.find("--tp 2 --pp 1 --no-tp-backward-overlap"), std::string::npos) << r.output;
   const Result<traces::Plan> on = traces::ReadPlan(File("on.json"));
