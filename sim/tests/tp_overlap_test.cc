@@ -205,7 +205,8 @@ TEST(TpOverlapTrace, TheMarkSurvivesJsonAndChakraAndIsCheckedOnRead) {
   j["ops"][gather]["tp_overlap"]["method"] = "sideways";
   const Result<traces::Trace> unknown = traces::TraceFromJson(j, "bad.json");
   ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("ring_exchange, pipeline, bulk, async"), std::string::npos);
+  EXPECT_NE(unknown.status().message().find("ring_exchange, pipeline, bulk, async"),
+            std::string::npos);
 }
 
 // What each method leaves of a collective of C ns beside a GEMM of G ns
