@@ -31,7 +31,13 @@ Status Replayer::Need(TensorId s, const traces::Op& op, bool* io_dependent) {
 
 // Re-runs the producer of `s` (and, recursively, of its inputs that are gone).
 Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent) {
-  const traces::Op& producer = trace_.op(life(s).producer);
+  // The re-run's ops (traces::StorageInfo::RerunOps): the producer, then the
+  // ops that wrote `s` in place after it.
+  const std::vector<traces::OpId> rerun = life(s).RerunOps();
+  if (rerun.empty()) {
+    return Status::Internal("recompute of " + trace_.tensor(s).name + ": it has no producer");
+  }
+  const traces::Op& producer = trace_.op(rerun.front());
   if (Transfers(producer)) {  // received: its host copy stays until the step ends
     SSDTRAIN_RETURN_IF_ERROR(Materialize(s, at, io_dependent));
     return RestoreReceived(s, producer);
@@ -103,9 +109,9 @@ Status Replayer::Recompute(TensorId s, const traces::Op& at, bool* io_dependent)
   for (DeviceBuffer b : scratch) device_.Free(b);
   ReadByRerun(producer, at);
   // Then the ops that wrote it in place after its producer (a row-parallel
-  // all-reduce), as the forward ran them (traces::StorageInfo::writers).
-  for (traces::OpId w : life(s).writers) {
-    if (!st.ok()) break;
+  // all-reduce), as the forward ran them.
+  for (size_t k = 1; k < rerun.size() && st.ok(); ++k) {
+    const traces::OpId w = rerun[k];
     const traces::Op& writer = trace_.op(w);
     for (TensorId t : writer.inputs) {
       const TensorId s2 = trace_.StorageOf(t);

@@ -182,12 +182,12 @@ StageSimulator::InputsState StageSimulator::PushRecompute(const WorkItem& item, 
   }
   Storage& s = storages_[sid];
   s.held = true;
-  // The producer runs first (the top), then the ops that wrote it in place.
-  const std::vector<traces::OpId>& writers = resolved_.storages[sid].writers;
-  for (auto w = writers.rbegin(); w != writers.rend(); ++w) {
-    recompute_stack_.push_back(WorkItem{*w, true, sid, /*in_place=*/true});
+  // The re-run's ops in its order from the top: the producer first, then the
+  // ops that wrote it in place.
+  const std::vector<traces::OpId> ops = resolved_.storages[sid].RerunOps();
+  for (size_t k = ops.size(); k-- > 0;) {
+    recompute_stack_.push_back(WorkItem{ops[k], true, sid, /*in_place=*/k > 0});
   }
-  recompute_stack_.push_back(WorkItem{s.producer, true, sid});
   return InputsState::kRecomputePushed;
 }
 

@@ -154,6 +154,15 @@ struct StorageInfo {
   bool offloaded() const {
     return action == TensorAction::kOffloadSsd || action == TensorAction::kOffloadHost;
   }
+  // What a re-run that rebuilds it runs, in order: the producer, then the
+  // writers (see "Recompute" above); empty where it has no producer. The one
+  // order the re-run walk (ResolveReruns), the simulator and the executor run.
+  std::vector<OpId> RerunOps() const {
+    if (producer == kNoOp) return {};
+    std::vector<OpId> ops = {producer};
+    ops.insert(ops.end(), writers.begin(), writers.end());
+    return ops;
+  }
 };
 
 struct StoragePlan {

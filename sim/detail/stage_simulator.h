@@ -88,7 +88,7 @@ struct WorkItem {
   // ends, as the replay does (exec/replay_issue.cc, Replayer::Recompute).
   size_t target = 0;
   // Recompute: an op that wrote the target in place after its producer
-  // (traces::StorageInfo::writers), run after the producer's re-run.
+  // (traces::StorageInfo::RerunOps: after the producer), run after its re-run.
   bool in_place = false;
 };
 

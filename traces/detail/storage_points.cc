@@ -104,8 +104,7 @@ void ResolveReruns(const Trace& trace, StoragePlan& sp) {
         }
       };
       if (ran[static_cast<size_t>(s.producer)]) continue;
-      run(s.producer);
-      for (OpId w : s.writers) run(w);
+      for (OpId op : s.RerunOps()) run(op);
     }
     for (OpId p : ops) {
       for (int j : sp.op_outputs[static_cast<size_t>(p)]) {
