@@ -131,6 +131,9 @@ struct PipelineTraffic {
 struct CollectiveTraffic {
   int64_t pieces_sent = 0, bytes_sent = 0;
   int64_t pieces_received = 0, bytes_received = 0;
+  // Async collectives (traces::AsyncOverlapGemm) exchanged while the ops up
+  // to the GEMM beside them ran (exec/README.md, "Asynchronous tp collectives").
+  int64_t beside_gemm = 0;
   struct Time {
     int64_t count = 0;
     int64_t ns = 0;

@@ -34,6 +34,7 @@ Status Replayer::Init() {
   SSDTRAIN_RETURN_IF_ERROR(InitGradients());
   SSDTRAIN_RETURN_IF_ERROR(InitPipeline());
   SSDTRAIN_RETURN_IF_ERROR(InitTensorParallel());
+  InitBeside();
   submitter_ = std::thread([this] { SubmitLoop(); });
   completer_ = std::thread([this] { CompleteLoop(); });
   reader_ = std::thread([this] { ReadLoop(); });
@@ -63,15 +64,16 @@ Result<Replayer::StepRecord> Replayer::RunStepOps(int step) {
   // Data-parallel ranks sum each gradient bucket as soon as the last
   // micro-batch's backward has produced it, and have them all back before
   // the first optimizer op (or at the end of a step without one).
-  for (const traces::Op& op : trace_.ops) {
-    Status st = Status::Ok();
-    if (op.phase == traces::Phase::kOptimizer) st = FinishGradients();
-    if (st.ok()) st = IssueOp(op);
-    if (st.ok()) st = CopyBucketsOut(op);
-    if (st.ok()) st = PostBuckets(/*wait=*/false);
+  // An async collective is taken with the ops up to the GEMM beside it
+  // (replay_beside.cc).
+  for (size_t i = 0; i < trace_.ops.size(); ++i) {
+    const traces::Op& op = trace_.ops[i];
+    const size_t gemm = beside_[i];
+    const Status st = gemm > 0 ? IssueBeside(op, gemm) : StepOp(op);
     // An I/O thread's failure is the cause; what the issue thread saw
     // (an aborted staging wait) is its consequence.
     if (!st.ok()) return error().ok() ? st : error();
+    if (gemm > 0) i = gemm;
   }
   SSDTRAIN_RETURN_IF_ERROR(FinishGradients());
   SSDTRAIN_RETURN_IF_ERROR(FinishStep());
@@ -132,18 +134,33 @@ Status Replayer::Run(const traces::Op& op, const std::vector<DeviceBuffer>& ins,
   return Status::Ok();
 }
 
+Status Replayer::StepOp(const traces::Op& op) {
+  if (op.phase == traces::Phase::kOptimizer) SSDTRAIN_RETURN_IF_ERROR(FinishGradients());
+  SSDTRAIN_RETURN_IF_ERROR(IssueOp(op));
+  SSDTRAIN_RETURN_IF_ERROR(CopyBucketsOut(op));
+  return PostBuckets(/*wait=*/false);
+}
+
 Status Replayer::IssueOp(const traces::Op& op) {
+  Prepared p;
+  SSDTRAIN_RETURN_IF_ERROR(PrepareOp(op, &p));
+  SSDTRAIN_RETURN_IF_ERROR(RunIssued(op, p.io_dependent));
+  return FinishOp(op, std::move(p));
+}
+
+Status Replayer::PrepareOp(const traces::Op& op, Prepared* p) {
   SSDTRAIN_RETURN_IF_ERROR(error());
   SSDTRAIN_RETURN_IF_ERROR(WaitForRunAhead());
   DrainEvictions();
-  bool io_dependent = staging_stalled_next_;
+  p->io_dependent = staging_stalled_next_;
   staging_stalled_next_ = false;
-  SSDTRAIN_RETURN_IF_ERROR(EvictAndPrefetchAt(op, &io_dependent));
-  std::vector<TensorId> touched, produced;
-  SSDTRAIN_RETURN_IF_ERROR(MakeInputsResident(op, &touched, &io_dependent));
-  SSDTRAIN_RETURN_IF_ERROR(MakeOutputsResident(op, &touched, &produced, &io_dependent));
-  SSDTRAIN_RETURN_IF_ERROR(RunIssued(op, io_dependent));
-  for (TensorId s : produced) {
+  SSDTRAIN_RETURN_IF_ERROR(EvictAndPrefetchAt(op, &p->io_dependent));
+  SSDTRAIN_RETURN_IF_ERROR(MakeInputsResident(op, &p->touched, &p->io_dependent));
+  return MakeOutputsResident(op, &p->touched, &p->produced, &p->io_dependent);
+}
+
+Status Replayer::FinishOp(const traces::Op& op, Prepared p) {
+  for (TensorId s : p.produced) {
     if (cache_.OnProduced(s) && life(s).bytes > 0) {
       SSDTRAIN_RETURN_IF_ERROR(QueueOffload(s, op));
     }
@@ -153,7 +170,7 @@ Status Replayer::IssueOp(const traces::Op& op) {
     while (pending_writes_ != 0 && error_.ok()) cv_.Wait(&mu_);
     if (!error_.ok()) return error_;
   }
-  ReleaseAfter(op, std::move(touched));
+  ReleaseAfter(op, std::move(p.touched));
   if (options_.wait_for_writes) DrainEvictions();
   return Status::Ok();
 }
@@ -217,10 +234,11 @@ Status Replayer::MakeInputsResident(const traces::Op& op, std::vector<TensorId>*
                               ") reads tensor " + std::to_string(t) + ", which is not resident");
     }
   }
-  // Storages held until this op (Placement::hold_until) go after it.
+  // Storages held until this op (Placement::hold_until; an async
+  // collective's inputs at the GEMM beside it, traces::AsyncOverlapGemm) go
+  // after it.
   for (int i : plan_.op_inputs[static_cast<size_t>(op.id)]) {
-    const traces::StorageInfo& info = plan_.storages[static_cast<size_t>(i)];
-    if (info.hold_until == op.id) touched->push_back(info.root);
+    touched->push_back(plan_.storages[static_cast<size_t>(i)].root);
   }
   return Status::Ok();
 }

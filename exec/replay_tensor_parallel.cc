@@ -276,6 +276,12 @@ Status Replayer::CollectiveFor(const traces::Op& op, const std::vector<DeviceBuf
   // After every op before it (its inputs' producers among them); its time
   // starts there.
   SSDTRAIN_RETURN_IF_ERROR(device_.Synchronize(Stream::kCompute));
+  return ExchangePairs(op, inputs, outputs);
+}
+
+Status Replayer::ExchangePairs(const traces::Op& op, const std::vector<DeviceBuffer>& inputs,
+                               const std::vector<DeviceBuffer>& outputs) {
+  const traces::CollectiveKind kind = Kind(op);
   const int64_t started = NowNs();
   for (size_t k = 0; k < inputs.size(); ++k) {
     SSDTRAIN_RETURN_IF_ERROR(CollectivePair(op, k, inputs[k], outputs[k]));

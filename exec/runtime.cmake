@@ -12,6 +12,7 @@ list(APPEND SSDTRAIN_EXEC_RUNTIME_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/rank_place.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_setup.cc
+  ${CMAKE_CURRENT_LIST_DIR}/replay_beside.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_issue.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_recompute.cc
   ${CMAKE_CURRENT_LIST_DIR}/replay_memory.cc

@@ -6,7 +6,9 @@
 // patterns), leaves no files, and every rank's memory peaks are its stage's
 // prediction to the byte; the step time is printed beside the prediction,
 // not gated (four ranks share this machine's cores), and `compare` sets each
-// kind of collective's measured time beside its predicted one. Built only with MPI
+// kind of collective's measured time beside its predicted one; the
+// column-parallel layers' backward collectives are exchanged while the GEMM
+// beside them runs (exec/README.md, "Asynchronous tp collectives"). Built only with MPI
 // (SSDTRAIN_HAVE_MPI).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -113,9 +115,10 @@ class ReplayTensorParallelCli : public testing::ReplayRanksTest {
     auto trace = traces::ReadTrace(File("trace.json"));
     ASSERT_TRUE(trace.ok()) << trace.status().ToString();
     std::map<std::string, int64_t> count;
-    int64_t sent = 0;
+    int64_t sent = 0, beside = 0;
     for (const traces::Op& op : trace->ops) {
       if (op.kind != traces::OpKind::kCollective) continue;
+      if (traces::AsyncOverlapGemm(*trace, op.id) != traces::kNoOp) beside += micro_batches;
       const traces::CollectiveKind kind = traces::ClassifyCollective(op);
       count[std::string(traces::ToString(kind))] += micro_batches;
       const int64_t s = traces::CollectivePayloadBytes(op);
@@ -129,6 +132,10 @@ class ReplayTensorParallelCli : public testing::ReplayRanksTest {
     }
     EXPECT_EQ(ran, count);
     EXPECT_EQ(c.at("bytes_sent").get<int64_t>(), sent);
+    // Each column-parallel layer's backward collectives (the asynchronous tp
+    // backward, on by default) exchanged while the GEMM beside them ran.
+    EXPECT_GT(beside, 0);
+    EXPECT_EQ(c.at("beside_gemm").get<int64_t>(), beside);
     // The prediction prices the same collectives (stage 0's, by kind).
     std::map<std::string, int64_t> priced;
     for (const auto& [kind, figures] : predicted_.extra.at("details").at("collectives").items()) {

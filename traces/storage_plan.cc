@@ -133,7 +133,16 @@ Result<StoragePlan> ResolveStorages(const Trace& trace, const std::string& sourc
     s.writers.erase(std::unique(s.writers.begin(), s.writers.end()), s.writers.end());
   }
 
-  // Lifetimes and per-op storage lists.
+  // Lifetimes and per-op storage lists. An async collective's inputs are read
+  // until the GEMM beside it has run (AsyncOverlapGemm).
+  std::vector<std::vector<TensorId>> held_by_gemm(trace.ops.size());
+  for (size_t i = 0; i < trace.ops.size(); ++i) {
+    const OpId gemm = AsyncOverlapGemm(trace, static_cast<OpId>(i));
+    if (gemm == kNoOp) continue;
+    const Op& op = trace.ops[i];
+    auto& held = held_by_gemm[static_cast<size_t>(gemm)];
+    held.insert(held.end(), op.inputs.begin(), op.inputs.end());
+  }
   for (const Op& op : trace.ops) {
     auto touch = [&](TensorId t, OpLists& list) -> Status {
       if (t < 0 || t >= n_tensors) {
@@ -152,6 +161,9 @@ Result<StoragePlan> ResolveStorages(const Trace& trace, const std::string& sourc
       return Status::Ok();
     };
     for (TensorId t : op.inputs) SSDTRAIN_RETURN_IF_ERROR(touch(t, sp.op_inputs));
+    for (TensorId t : held_by_gemm[static_cast<size_t>(&op - trace.ops.data())]) {
+      SSDTRAIN_RETURN_IF_ERROR(touch(t, sp.op_inputs));
+    }
     sp.op_inputs.EndOp();
     for (TensorId t : op.outputs) SSDTRAIN_RETURN_IF_ERROR(touch(t, sp.op_outputs));
     sp.op_outputs.EndOp();

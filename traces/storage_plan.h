@@ -18,6 +18,9 @@
 //   writes it (its producer; in a whole step the first micro-batch's, the later
 //   ones accumulate into it), freed after its last use, the optimizer's op that
 //   reads it last (one read by nothing lives to the step's last op).
+//   The inputs of an `async` collective count as inputs of the GEMM it runs
+//   beside too (AsyncOverlapGemm, traces/trace.h; listed in that op's
+//   op_inputs): they stay until it has run.
 // - Placement: at most one action per storage. Placements on several members
 //   of one storage must agree on the action and, for offload-ssd, on the file,
 //   device and offset; their prefetch points may differ and the earliest wins

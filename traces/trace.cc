@@ -170,6 +170,20 @@ uint64_t Fingerprint(const Trace& trace) {
   return h.value();
 }
 
+OpId AsyncOverlapGemm(const Trace& trace, OpId collective) {
+  if (collective < 0 || collective >= static_cast<OpId>(trace.ops.size())) return kNoOp;
+  const Op& c = trace.op(collective);
+  if (!c.tp_overlap || c.tp_overlap->method != TpOverlapMethod::kAsync) return kNoOp;
+  for (size_t i = static_cast<size_t>(collective) + 1; i < trace.ops.size(); ++i) {
+    const Op& op = trace.ops[i];
+    if (op.phase != c.phase || op.kind == OpKind::kCollective) return kNoOp;
+    if (op.kind == OpKind::kGemm && op.gemm && *op.gemm == c.tp_overlap->gemm) {
+      return static_cast<OpId>(i);
+    }
+  }
+  return kNoOp;
+}
+
 std::string FingerprintHex(uint64_t fingerprint) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string out = "0x";

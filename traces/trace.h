@@ -289,6 +289,15 @@ struct Trace {
   TensorId StorageOf(TensorId id) const;
 };
 
+// The GEMM an `async` collective (Op::tp_overlap, TpOverlapMethod::kAsync) runs
+// beside: the first later op of its phase that is a GEMM of the dims it names,
+// before any other collective; kNoOp for any other op, or where none is found.
+// The collective's inputs stay until that GEMM has run (their storages' last
+// use, traces/storage_plan.h, "Memory"), as Megatron's backward holds them
+// until it waits for the collective after the GEMM; and so a replay can run
+// the GEMM while the collective's messages are exchanged (exec/README.md).
+OpId AsyncOverlapGemm(const Trace& trace, OpId collective);
+
 // A stable 64-bit fingerprint of the trace's structure (header dims, tensor ids,
 // bytes, producers, op ids and kinds). A plan records it so that the executor can
 // refuse a plan made for another trace.

@@ -227,6 +227,27 @@ class Replayer {
   // (fetched, recomputed, allocated), its kernel, transfer or collective, its
   // new storages' offloads queued, and what it used last released.
   Status IssueOp(const traces::Op& op);
+  // IssueOp's steps before its kernel, transfer or collective (PrepareOp) and
+  // after it (FinishOp), and what the first hands the second.
+  struct Prepared {
+    bool io_dependent = false;
+    std::vector<TensorId> touched, produced;
+  };
+  Status PrepareOp(const traces::Op& op, Prepared* p);
+  Status FinishOp(const traces::Op& op, Prepared p);
+  // One op of the step as RunStepOps takes it: the gradients waited for
+  // before the first optimizer op, the op (IssueOp), its gradient buckets.
+  Status StepOp(const traces::Op& op);
+  // Asynchronous tp collectives (replay_beside.cc): for each op, the index of
+  // the GEMM an `async` collective runs beside (traces::AsyncOverlapGemm)
+  // where the ops up to it exchange nothing and leave the collective's tensors
+  // alone; 0 otherwise.
+  std::vector<size_t> beside_;
+  void InitBeside();
+  // Such a collective: its compute waited for, the ops after it up to the GEMM
+  // beside it issued (StepOp; the GEMM up to its kernel), its messages
+  // exchanged while they run, then the GEMM's and its own ends.
+  Status IssueBeside(const traces::Op& collective, size_t gemm);
   Status WaitForRunAhead();
   Status EvictAndPrefetchAt(const traces::Op& op, bool* io_dependent);
   Status MakeInputsResident(const traces::Op& op, std::vector<TensorId>* touched,
@@ -298,6 +319,10 @@ class Replayer {
   using PieceCheck = std::function<std::vector<uint8_t>(int64_t)>;
   Status InitTensorParallel();
   Status CollectiveFor(const traces::Op& op, const std::vector<DeviceBuffer>& inputs,
+                       const std::vector<DeviceBuffer>& outputs);
+  // A gather, scatter or all-reduce's exchange once its inputs are ready (the
+  // compute stream synchronized), timed by kind.
+  Status ExchangePairs(const traces::Op& op, const std::vector<DeviceBuffer>& inputs,
                        const std::vector<DeviceBuffer>& outputs);
   // One (input, output) pair of a gather, scatter or all-reduce (ZeRO's list
   // several: `pair` of them, its pieces sent in pair order).
