@@ -21,6 +21,7 @@
 #include "exec/io_backend.h"
 #include "exec/replay.h"
 #include "exec/tests/replay_test_util.h"
+#include "traces/trace.h"
 #include "traces/uniform_plans.h"
 
 namespace ssdtrain {
@@ -42,6 +43,13 @@ int CorruptCollectivePieces(TestPoint point, int64_t) {
 }
 int WrongCollectivePieces(TestPoint point, int64_t) {
   return point == TestPoint::kCollectiveSend ? exec::detail::kFlipBeforeChecksum : 0;
+}
+// The op whose pieces CorruptOnePiece corrupts (a hook is a plain function).
+int64_t corrupted_op = -1;
+int CorruptOnePiece(TestPoint point, int64_t op) {
+  return point == TestPoint::kCollectiveSend && op == corrupted_op
+             ? exec::detail::kFlipAfterChecksum
+             : 0;
 }
 
 // How the ranks replay tiny GPT (micro-batch 1, sequence 128, every saved
@@ -151,6 +159,20 @@ Status TensorParallelPayloadCorrupt(app::RankSync& ranks, const std::string& dir
 // Rank 0's pieces checksum, but its contribution is not its pattern.
 Status TensorParallelContributionWrong(app::RankSync& ranks, const std::string& dir) {
   return ReplayTensorParallelGroup(ranks, dir, WrongCollectivePieces);
+}
+
+// Rank 0's pieces of the first asynchronous collective (a column-parallel
+// layer's backward all-reduce, exchanged while the weight gradient beside it
+// runs: exec/replay_beside.cc) arrive at rank 1 with a flipped byte.
+Status TensorParallelAsyncPayloadCorrupt(app::RankSync& ranks, const std::string& dir) {
+  const traces::Trace trace = exec::testing::TinyGptTrace(1, 128, 1, 0, ranks.size());
+  for (const traces::Op& op : trace.ops) {
+    if (traces::AsyncOverlapGemm(trace, op.id) == traces::kNoOp) continue;
+    corrupted_op = op.id;
+    break;
+  }
+  if (corrupted_op < 0) return Status::Internal("tiny GPT at tp 2 has no async collective");
+  return ReplayTensorParallelGroup(ranks, dir, CorruptOnePiece);
 }
 
 // Both ranks replay tiny GPT at tp 2 verified, with nothing injected.
@@ -310,6 +332,7 @@ const std::map<std::string, Scenario>& Scenarios() {
       {"tp-replays", TensorParallelReplays},
       {"tp-write-fails", TensorParallelWriteFails},
       {"tp-payload-corrupt", TensorParallelPayloadCorrupt},
+      {"tp-async-payload-corrupt", TensorParallelAsyncPayloadCorrupt},
       {"tp-contribution-wrong", TensorParallelContributionWrong},
       {"ep-replays", ExpertParallelReplays},
       {"ep-write-fails", ExpertParallelWriteFails},

@@ -155,6 +155,15 @@ TEST_F(MpiRanks, ACorruptAllReducePayloadEndsBothWithTheReceiversMessage) {
   ExpectBothEndWithRankOnesFailure(r, "all_reduce piece from rank 0 arrived with CRC32C");
 }
 
+TEST_F(MpiRanks, ACorruptPieceOfAnAsyncCollectiveEndsBothWhileItsGemmRuns) {
+  // The first column-parallel backward all-reduce, exchanged beside the
+  // weight gradient (exec/replay_beside.cc): rank 1 finds rank 0's piece
+  // wrong on arrival, and both end with its message, nothing left.
+  auto r = Run("tp-async-payload-corrupt");
+  ExpectBothEndWithRankOnesFailure(r, "all_reduce piece from rank 0 arrived with CRC32C");
+  EXPECT_NE(Said(r, 1).find(".in.grad_reduced.all_reduce"), std::string::npos) << r.output;
+}
+
 TEST_F(MpiRanks, AWrongContributionThatChecksumsFailsVerification) {
   // Rank 0 flips a byte before the checksum: the piece arrives as sent, but
   // rank 1's verification finds it is not rank 0's pattern.
