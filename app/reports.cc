@@ -58,9 +58,13 @@ nlohmann::json CollectivesJson(const exec::CollectiveTraffic& c) {
     if (t.count > 0)
       by_kind[std::string(traces::ToString(kind))] = {{"count", t.count}, {"ns", t.ns}};
   }
-  return {{"pieces_sent", c.pieces_sent},         {"bytes_sent", c.bytes_sent},
-          {"pieces_received", c.pieces_received}, {"bytes_received", c.bytes_received},
-          {"beside_gemm", c.beside_gemm},         {"by_kind", by_kind}};
+  return {{"pieces_sent", c.pieces_sent},
+          {"bytes_sent", c.bytes_sent},
+          {"pieces_received", c.pieces_received},
+          {"bytes_received", c.bytes_received},
+          {"beside_gemm", c.beside_gemm},
+          {"prefetched", c.prefetched},
+          {"by_kind", by_kind}};
 }
 
 std::string CollectivesLine(const exec::CollectiveTraffic& c) {
@@ -73,9 +77,9 @@ std::string CollectivesLine(const exec::CollectiveTraffic& c) {
     kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", t.count, traces::ToString(kind));
   }
   if (kinds.empty()) return "";
-  return fmt::format(
-      ", collectives {:.3f} ms ({}{})", ns / 1e6, kinds,
-      c.beside_gemm > 0 ? fmt::format(", {} beside their GEMMs", c.beside_gemm) : "");
+  if (c.beside_gemm > 0) kinds += fmt::format(", {} beside their GEMMs", c.beside_gemm);
+  if (c.prefetched > 0) kinds += fmt::format(", {} gathers ahead", c.prefetched);
+  return fmt::format(", collectives {:.3f} ms ({})", ns / 1e6, kinds);
 }
 
 }  // namespace ssdtrain::app

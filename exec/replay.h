@@ -134,6 +134,9 @@ struct CollectiveTraffic {
   // Async collectives (traces::AsyncOverlapGemm) exchanged while the ops up
   // to the GEMM beside them ran (exec/README.md, "Asynchronous tp collectives").
   int64_t beside_gemm = 0;
+  // ZeRO weight gathers exchanged while the ops before their first reader
+  // ran (FSDP's prefetch; the same section).
+  int64_t prefetched = 0;
   struct Time {
     int64_t count = 0;
     int64_t ns = 0;

@@ -64,16 +64,16 @@ Result<Replayer::StepRecord> Replayer::RunStepOps(int step) {
   // Data-parallel ranks sum each gradient bucket as soon as the last
   // micro-batch's backward has produced it, and have them all back before
   // the first optimizer op (or at the end of a step without one).
-  // An async collective is taken with the ops up to the GEMM beside it
+  // A collective exchanged beside later ops is taken with them
   // (replay_beside.cc).
   for (size_t i = 0; i < trace_.ops.size(); ++i) {
     const traces::Op& op = trace_.ops[i];
-    const size_t gemm = beside_[i];
-    const Status st = gemm > 0 ? IssueBeside(op, gemm) : StepOp(op);
+    const Beside b = beside_[i];
+    const Status st = b.last > 0 ? IssueBeside(op, b) : StepOp(op);
     // An I/O thread's failure is the cause; what the issue thread saw
     // (an aborted staging wait) is its consequence.
     if (!st.ok()) return error().ok() ? st : error();
-    if (gemm > 0) i = gemm;
+    if (b.last > 0) i = b.last;
   }
   SSDTRAIN_RETURN_IF_ERROR(FinishGradients());
   SSDTRAIN_RETURN_IF_ERROR(FinishStep());

@@ -57,6 +57,7 @@ const std::string kSmallShape = " --seq-len 64 --micro-batch 1";
 // ops and the bytes of their full tensors (a ring step's: its payload).
 struct Traced {
   int64_t gathers = 0, scatters = 0, ring_steps = 0;
+  int64_t gathers_ahead = 0;  // gathers not followed by another exchanging op
   int64_t gathered_bytes = 0, scattered_bytes = 0, ring_bytes = 0;
 };
 
@@ -111,6 +112,14 @@ class ReplayZeroCpCli : public testing::ReplayRanksTest {
       } else if (group == traces::CollectiveGroup::kShard) {
         const bool gather = traces::ClassifyCollective(op) == traces::CollectiveKind::kAllGather;
         ++(gather ? t.gathers : t.scatters);
+        // A gather goes ahead of the ops after it (exec/replay_beside.cc)
+        // unless the next op exchanges too (the first layers' gathers, back
+        // to back).
+        const auto next = static_cast<size_t>(op.id) + 1;
+        if (gather && next < trace->ops.size() &&
+            trace->ops[next].kind != traces::OpKind::kCollective) {
+          ++t.gathers_ahead;
+        }
         (gather ? t.gathered_bytes : t.scattered_bytes) += traces::CollectivePayloadBytes(op);
       }
     }
@@ -173,7 +182,11 @@ TEST_F(ReplayZeroCpCli, ZeroThreeOverFourRanksGathersAndScattersBetweenThem) {
     EXPECT_EQ(Count(r, "all_gather"), kMicroBatches * t.gathers);
     EXPECT_EQ(Count(r, "reduce_scatter"), kMicroBatches * t.scatters);
     EXPECT_EQ(Count(r, "all_reduce"), 0);
+    // FSDP's prefetch: each gather exchanged while the ops before its reader ran.
+    EXPECT_EQ(report_.extra.at("ranks")[r].at("collectives").at("prefetched").get<int64_t>(),
+              kMicroBatches * t.gathers_ahead);
   }
+  EXPECT_GT(t.gathers_ahead, 0);
   EXPECT_EQ(SentByAll(), kMicroBatches * (l.ranks() - 1) * (t.gathered_bytes + t.scattered_bytes));
   ExpectTheSimulatorsBuckets();
   EXPECT_FALSE(report_.extra.contains("gradient_buckets") &&

@@ -238,16 +238,21 @@ class Replayer {
   // One op of the step as RunStepOps takes it: the gradients waited for
   // before the first optimizer op, the op (IssueOp), its gradient buckets.
   Status StepOp(const traces::Op& op);
-  // Asynchronous tp collectives (replay_beside.cc): for each op, the index of
-  // the GEMM an `async` collective runs beside (traces::AsyncOverlapGemm)
-  // where the ops up to it exchange nothing and leave the collective's tensors
-  // alone; 0 otherwise.
-  std::vector<size_t> beside_;
+  // Collectives exchanged while later ops run (replay_beside.cc): an `async`
+  // tp collective beside the GEMM it overlaps (traces::AsyncOverlapGemm), a
+  // ZeRO weight gather ahead of the ops before its first reader. For each
+  // op, the last op issued before its exchange (0: none, it runs in order),
+  // and whether that is the GEMM, whose end waits for the exchange.
+  struct Beside {
+    size_t last = 0;
+    bool gemm = false;
+  };
+  std::vector<Beside> beside_;
   void InitBeside();
-  // Such a collective: its compute waited for, the ops after it up to the GEMM
-  // beside it issued (StepOp; the GEMM up to its kernel), its messages
-  // exchanged while they run, then the GEMM's and its own ends.
-  Status IssueBeside(const traces::Op& collective, size_t gemm);
+  // Such a collective: (beside a GEMM) its compute waited for, the ops after
+  // it up to `b.last` issued (StepOp; the GEMM up to its kernel), its
+  // messages exchanged while they run, then its end (and the GEMM's).
+  Status IssueBeside(const traces::Op& collective, const Beside& b);
   Status WaitForRunAhead();
   Status EvictAndPrefetchAt(const traces::Op& op, bool* io_dependent);
   Status MakeInputsResident(const traces::Op& op, std::vector<TensorId>* touched,
