@@ -27,7 +27,9 @@
 // ZeRO's reduce-scatters (their full gradients freed when the scatter ends,
 // which the simulator times) and the cp ring's steps run in order.
 // The collective's start and end events are recorded on the send and receive
-// streams around the exchange, so its span is the exchange, not the ops'.
+// streams around the exchange, so its span is the exchange, not the ops'; the
+// measured timeline puts it on the network lane, out of the compute lane's
+// busy time (exec/replay_timeline.cc).
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -123,7 +125,7 @@ Status Replayer::IssueBeside(const traces::Op& c, const Beside& b) {
     }
   }
   SSDTRAIN_RETURN_IF_ERROR(device_.Record(*end, Stream::kReceive));
-  issues_.push_back({c.id, start, end, pc.io_dependent, /*recompute=*/false});
+  issues_.push_back({c.id, start, end, pc.io_dependent, /*recompute=*/false, /*beside=*/true});
   SSDTRAIN_RETURN_IF_ERROR(FinishOp(c, std::move(pc)));
   SSDTRAIN_RETURN_IF_ERROR(CopyBucketsOut(c));
   SSDTRAIN_RETURN_IF_ERROR(PostBuckets(/*wait=*/false));

@@ -22,6 +22,12 @@ Status Replayer::CollectTimeline(int64_t t0, StepRecord& record) {
     end -= t0;
     starts[i] = start;
     const traces::Op& op = trace_.op(is.op);
+    if (is.beside) {  // the exchange, beside the compute stream's ops
+      tl.spans.push_back(
+          {traces::Lane::kNetwork, start, end, op.id, -1, op.micro_batch, op.stage, op.name});
+      record.ops.push_back({op.id, start, end, is.io_dependent});
+      continue;
+    }
     if (is.io_dependent && prev_end >= 0 && start > prev_end) {
       record.exposed_io_ns += start - prev_end;
     }

@@ -159,6 +159,9 @@ class Replayer {
     Event* end;
     bool io_dependent;
     bool recompute;
+    // A collective exchanged beside later ops (replay_beside.cc): its span is
+    // the exchange, on the network lane, apart from the compute stream's.
+    bool beside = false;
   };
   struct Sample {
     size_t issue;

@@ -1,6 +1,7 @@
 // Tensor-parallel ranks in one process (exec/tests/thread_ranks.h): two
 // threads replay tiny GPT's two shards at tp 2, their collectives exchanging
-// real pieces (exec/replay_tensor_parallel.cc); the MPI side runs under
+// real pieces (exec/replay_tensor_parallel.cc), the asynchronous ones beside
+// their GEMMs (exec/replay_beside.cc); the MPI side runs under
 // mpirun in tests/mpi_ranks_test.cc and tests/replay_tp_cli_test.cc.
 #include <gtest/gtest.h>
 
@@ -65,6 +66,19 @@ void ExpectBothShardsExchangedTheTracesCollectives(const traces::Trace& trace,
     }
     EXPECT_EQ(res.collectives.bytes_sent, BytesSentPerStep(trace));
     EXPECT_EQ(res.collectives.bytes_received, runs.result[1 - r]->collectives.bytes_sent);
+    // The async ones (the column-parallel backward's) were exchanged beside
+    // their GEMMs, and the last step's timeline shows each exchange on the
+    // network lane, none on the compute lane (exec/replay_beside.cc).
+    int64_t async = 0, on_network = 0, on_compute = 0;
+    for (const traces::Op& op : trace.ops) async += AsyncOverlapGemm(trace, op.id) != traces::kNoOp;
+    for (const traces::Span& s : res.timeline.spans) {
+      if (s.op == traces::kNoOp || AsyncOverlapGemm(trace, s.op) == traces::kNoOp) continue;
+      ++(s.lane == traces::Lane::kNetwork ? on_network : on_compute);
+    }
+    EXPECT_GT(async, 0);
+    EXPECT_EQ(res.collectives.beside_gemm, async);
+    EXPECT_EQ(on_network, async);
+    EXPECT_EQ(on_compute, 0);
     // No peak equality here: this plan has no eviction points, so each
     // storage leaves the device when its write lands, which is timing's (two
     // shards under load differed by one 32 KiB storage). Peaks to the byte
