@@ -3,6 +3,7 @@
 // steps; the Replayer runs one step at a time. Its parts live in files named
 // for them:
 //   replay_issue.cc       the issue path (this thread: ops in trace order)
+//   replay_beside.cc      collectives exchanged while later ops run
 //   replay_recompute.cc   a backward op's storages read back, regathered or recomputed
 //   replay_memory.cc      device memory as held: budget, backpressure, reads
 //   replay_io_threads.cc  the submitter, completer and reader threads
@@ -28,6 +29,7 @@
 #include "exec/detail/host_staging.h"
 #include "exec/detail/rank_agreement.h"
 #include "exec/detail/rank_place.h"
+#include "exec/detail/replay_step_state.h"
 #include "exec/device.h"
 #include "exec/offload_engine.h"
 #include "exec/replay.h"
@@ -133,40 +135,11 @@ class Replayer {
   Result<StepRecord> RunStep(int step);
 
  private:
-  struct Slot {
-    DeviceBuffer buffer;
-    bool resident = false;
-    bool checked = false;
-    bool temporary = false;  // resurrected for a recompute only
-    // Kept by a re-run: the re-run ops still to read it (rerun_keep).
-    int rerun_left = 0;
-    // Offload path (events reused across steps).
-    std::unique_ptr<Event> d2h_start, d2h_end, h2d_ready, h2d_start, h2d_end;
-    StagingPiece staging;
-    bool copied_out = false, wrote = false, read_issued = false, read_done = false;
-    bool read_consumed = false, copied_in = false;
-    Status read_status;  // with read_done: set by the reader thread under Replayer::mu_
-    int64_t write_begin_ns = 0, write_end_ns = 0, read_begin_ns = 0, read_end_ns = 0;
-    void ResetStep() {
-      checked = false;
-      copied_out = wrote = read_issued = read_done = read_consumed = copied_in = false;
-      read_status = Status::Ok();
-    }
-  };
-  struct Issue {  // one op on the compute stream
-    OpId op;
-    Event* start;
-    Event* end;
-    bool io_dependent;
-    bool recompute;
-    // A collective exchanged beside later ops (replay_beside.cc): its span is
-    // the exchange, on the network lane, apart from the compute stream's.
-    bool beside = false;
-  };
-  struct Sample {
-    size_t issue;
-    int64_t device_bytes, activation_bytes;
-  };
+  // A storage's state in the step, an issued op, a memory sample
+  // (exec/detail/replay_step_state.h).
+  using Slot = StorageSlot;
+  using Issue = IssuedOp;
+  using Sample = MemorySample;
   struct WriteJob {
     TensorId storage;
     uint64_t ticket = 0;
