@@ -68,6 +68,12 @@ struct GpuOptions {
   // full-wave figure; 0 (default): by FLOPs alone (CPU backends, and presets
   // whose curve already folds small shapes in).
   int sm_count = 0;
+  // SMs a NCCL collective's kernel holds while it runs (one CTA per channel,
+  // none shared with compute kernels: NCCL's maintainer, NVIDIA/nccl issue
+  // 689). > 0 (with sm_count): a GEMM or attention kernel beside a collective
+  // on a side stream runs on the SMs left (sim/op_cost.h, OpTimeBesideNs);
+  // 0 (default): not modelled.
+  int collective_sms = 0;
   // Compute time each MiB the offload engine moves between the device and the
   // SSD (written, or read back) takes from the ops beside it, when the engine's
   // copies and I/O submission run on the cores the ops run on: the CPU

@@ -162,7 +162,32 @@ const traces::GroupPlacement& OpCostModel::GroupOf(traces::CollectiveGroup over)
 }
 
 int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
+  return RooflineOnNs(op, hw_.gpu.sm_count);
+}
+
+int64_t OpCostModel::OpTimeBesideNs(const traces::Op& op, int collectives) const {
+  const int sms = hw_.gpu.sm_count - collectives * hw_.gpu.collective_sms;
+  const bool compute = op.kind == traces::OpKind::kGemm || op.kind == traces::OpKind::kAttention;
+  if (collectives <= 0 || hw_.gpu.collective_sms <= 0 || hw_.gpu.sm_count <= 0 || !compute ||
+      sms <= 0) {
+    return OpTimeNs(op);
+  }
+  const int64_t overhead = CeilSecondsToNs(hw_.gpu.op_overhead_us * 1e-6);
+  const int64_t measured = MeasuredNs(op);
+  if (measured < 0) return RooflineOnNs(op, sms);
+  const auto full = static_cast<double>(RooflineOnNs(op, hw_.gpu.sm_count) - overhead);
+  const auto fewer = static_cast<double>(RooflineOnNs(op, sms) - overhead);
+  return (full > 0 ? static_cast<int64_t>(std::ceil(static_cast<double>(measured) * fewer / full))
+                   : measured) +
+         overhead;
+}
+
+int64_t OpCostModel::RooflineOnNs(const traces::Op& op, int sms) const {
   using traces::OpKind;
+  // The share of the GPU's SMs the op runs on (1 without an SM count).
+  const double share = hw_.gpu.sm_count > 0 && sms > 0
+                           ? static_cast<double>(sms) / static_cast<double>(hw_.gpu.sm_count)
+                           : 1.0;
   const double bytes = static_cast<double>(op.bytes_read + op.bytes_written);
   const double mem_bw = hw_.gpu.memory_GBps * kGiga;
   const int64_t overhead = CeilSecondsToNs(hw_.gpu.op_overhead_us * 1e-6);
@@ -183,7 +208,7 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
     case OpKind::kAttention:
       if (attention_kernel_ != nullptr && op.attention) {
         const double memory = bytes / (mem_bw * Efficiency(hw_.gpu.memory_efficiency, bytes));
-        return CeilSecondsToNs(std::max(AttentionKernelSeconds(op), memory)) + overhead;
+        return CeilSecondsToNs(std::max(AttentionKernelSeconds(op) / share, memory)) + overhead;
       }
       [[fallthrough]];
     case OpKind::kGemm: {
@@ -195,10 +220,9 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
       const double peak = fp8 ? peak_fp8_flops_ : peak_flops_;
       const double flops = static_cast<double>(op.flops);
       // The curve is the full-wave figure; a gemm's shape takes its share.
-      const double shape = op.kind == OpKind::kGemm && op.gemm
-                               ? GemmShapeEfficiency(*op.gemm, hw_.gpu.sm_count)
-                               : 1.0;
-      const double compute = flops / (peak * Efficiency(curve, flops) * shape);
+      const double shape =
+          op.kind == OpKind::kGemm && op.gemm ? GemmShapeEfficiency(*op.gemm, sms) : 1.0;
+      const double compute = flops / (peak * share * Efficiency(curve, flops) * shape);
       // A GEMM of low arithmetic intensity (attention's batched QK^T and AV
       // with a head-sized k or n) is bound by the bandwidth kernels reach,
       // not the datasheet's: the memory curve, as for elementwise kinds.
@@ -239,7 +263,7 @@ double OpCostModel::AttentionKernelSeconds(const traces::Op& op) const {
   return flops / (peak_flops_ * Efficiency(*curve, static_cast<double>(op.attention->seq_len)));
 }
 
-int64_t OpCostModel::GemmNs(const traces::GemmDims& dims) const {
+traces::Op OpCostModel::GemmOp(const traces::GemmDims& dims) const {
   traces::Op gemm;
   gemm.kind = traces::OpKind::kGemm;
   gemm.gemm = dims;
@@ -249,8 +273,12 @@ int64_t OpCostModel::GemmNs(const traces::GemmDims& dims) const {
   const int64_t in_bytes = dims.fp8 ? 1 : act_bytes_;
   gemm.bytes_read = (dims.m * dims.k + dims.k * dims.n) * dims.batch * in_bytes;
   gemm.bytes_written = dims.m * dims.n * dims.batch * act_bytes_;
+  return gemm;
+}
+
+int64_t OpCostModel::GemmNs(const traces::GemmDims& dims) const {
   const int64_t overhead = CeilSecondsToNs(hw_.gpu.op_overhead_us * 1e-6);
-  return OpTimeNs(gemm) - overhead;
+  return OpTimeNs(GemmOp(dims)) - overhead;
 }
 
 int64_t OpCostModel::ExposedNs(const traces::TpOverlap& overlap, int64_t comm_ns,
@@ -285,10 +313,21 @@ int64_t OpCostModel::ExposedNs(const traces::TpOverlap& overlap, int64_t comm_ns
       break;
     }
     case traces::TpOverlapMethod::kBulk:
-    case traces::TpOverlapMethod::kAsync:
       // The whole collective beside the whole GEMM.
       exposed = std::max(0.0, comm - gemm);
       break;
+    case traces::TpOverlapMethod::kAsync: {
+      // NCCL's collective beside the whole GEMM, which runs on the SMs its
+      // channels leave while it runs (gemm_beside), at full speed after: the
+      // GEMM outlasts it by gemm − comm · gemm / gemm_beside, and is exposed
+      // comm · (1 − gemm / gemm_beside); else the collective is, comm − gemm.
+      const int64_t overhead = CeilSecondsToNs(hw_.gpu.op_overhead_us * 1e-6);
+      const double gemm_beside =
+          static_cast<double>(OpTimeBesideNs(GemmOp(overlap.gemm), 1) - overhead);
+      const double slowed = gemm_beside > 0 ? comm * (1.0 - gemm / gemm_beside) : 0.0;
+      exposed = std::max(comm - gemm, slowed);
+      break;
+    }
   }
   return CeilSecondsToNs(std::max(0.0, exposed) * 1e-9);
 }

@@ -36,9 +36,10 @@
 //                    kTpOverlapCommSms); 1 where sm_count is 0), each chunk's
 //                    reduce-scatter beside the next chunk
 //     bulk           max(0, C − G): beside the whole GEMM
-//     async          max(0, C − G): NCCL's collective beside the whole GEMM
-//                    (Megatron's asynchronous tp backward, no userbuffers);
-//                    the SMs its channels take from the GEMM are left out
+//     async          max(C − G, C · (1 − G / G')): NCCL's collective beside
+//                    the whole GEMM (Megatron's asynchronous tp backward, no
+//                    userbuffers), the GEMM at G' on the SMs its channels
+//                    leave while it runs (OpTimeBesideNs), at G after
 //   send, recv:  0 here (the pipeline schedule models activation sends)
 // plus op_overhead_us for every op that does work. Durations round up to whole ns.
 //
@@ -89,6 +90,12 @@ class OpCostModel {
   int64_t OpTimeNs(const traces::Op& op) const;
   // The roofline estimate alone (no measurements).
   int64_t RooflineNs(const traces::Op& op) const;
+  // The op's time while `collectives` NCCL collectives run beside it on side
+  // streams: a GEMM or an attention kernel runs on the SMs they leave,
+  // sm_count − collectives · collective_sms (a GEMM's tiles in waves of
+  // those); other kinds, and any op where either count is 0, as OpTimeNs.
+  // A measured time is scaled by the roofline's ratio.
+  int64_t OpTimeBesideNs(const traces::Op& op, int collectives) const;
   // A GEMM of `dims` alone, no per-op overhead (measured by dims, else the roofline).
   int64_t GemmNs(const traces::GemmDims& dims) const;
   // What a collective of `comm_ns` over `ranks` leaves exposed beside the
@@ -96,6 +103,10 @@ class OpCostModel {
   int64_t ExposedNs(const traces::TpOverlap& overlap, int64_t comm_ns, int64_t ranks) const;
 
  private:
+  // RooflineNs on `sms` of the GPU's sm_count SMs (0 where it has none).
+  int64_t RooflineOnNs(const traces::Op& op, int sms) const;
+  // An op of the GEMM `dims`, its operands in FP8 or the trace's dtype.
+  traces::Op GemmOp(const traces::GemmDims& dims) const;
   // The measured duration of `op`, or -1 when none matches.
   int64_t MeasuredNs(const traces::Op& op) const;
   // A fused attention kernel's call (op.attention) on attention_kernel_'s

@@ -29,6 +29,7 @@ nlohmann::json PredictionToJson(const Prediction& p) {
                   {"forwarded_storages", p.forwarded_storages},
                   {"dropped_writes", p.dropped_writes},
                   {"recompute_ns_per_micro_batch", p.recompute_ns},
+                  {"collective_sm_ns_per_micro_batch", p.collective_sm_ns},
                   {"peak_reserved_bytes", p.peak_reserved_bytes},
                   {"reserved_fits", p.reserved_fits},
                   {"peak_host_bytes", p.peak_host_bytes},

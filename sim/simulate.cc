@@ -370,6 +370,7 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   out.forwarded_storages = stage0.forwarded_storages;
   out.dropped_writes = stage0.dropped_writes;
   out.recompute_ns = stage0.recompute_ns;
+  out.collective_sm_ns = stage0.collective_sm_ns;
   if (so.record_allocations) {
     const AllocatorPeaks peaks = StepsOnCachingAllocator(
         stage0.allocations, stage0.persistent_allocations, GpuMemoryBytes(hw));

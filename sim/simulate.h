@@ -116,6 +116,9 @@ struct Prediction {
   int64_t forwarded_storages = 0;
   int64_t dropped_writes = 0;
   int64_t recompute_ns = 0;  // per micro-batch, stage 0
+  // Per micro-batch, stage 0: what its compute lost to the SMs of the NCCL
+  // collectives beside it on side streams (StageResult::collective_sm_ns).
+  int64_t collective_sm_ns = 0;
   // SimulateOptions::caching_allocator: torch.cuda.max_memory_reserved after
   // three steps on PyTorch's caching allocator (StepsOnCachingAllocator, the
   // device's usable memory its capacity) and whether they fit; 0 where not

@@ -239,7 +239,7 @@ void StageSimulator::StartItem(const WorkItem& item) {
   }
   io_bytes_unpaid_ = 0;
   const int64_t op_start = start + tax;
-  const Status status = engine_.Schedule(Time::Ns(tax + cost_.OpTimeNs(op)),
+  const Status status = engine_.Schedule(Time::Ns(tax + OpDurationNs(op, op_start)),
                                          [this, item, op_start] { EndItem(item, op_start); });
   if (!status.ok()) error_ = status;
 }

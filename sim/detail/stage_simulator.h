@@ -133,6 +133,10 @@ class StageSimulator {
   // budget while writes in flight will land and evict (the replay waits too).
   bool OverBudgetWaits(size_t op_index);
   void StartItem(const WorkItem& item);
+  // How long `op` runs from `start`: OpTimeNs at full speed, slower while the
+  // side-stream collectives of side_running_ run beside it (their intervals
+  // are known: none is issued while a compute op runs).
+  int64_t OpDurationNs(const traces::Op& op, int64_t start);
   // Issues the prefetches of every op up to `upto` not yet issued; those of
   // ops after `running` (the op now running, if any) wait for it to end.
   void FirePrefetches(size_t upto, std::optional<size_t> running = std::nullopt);
@@ -221,6 +225,9 @@ class StageSimulator {
   int64_t side_free_ns_ = 0;   // when ZeRO's side streams' link is free
   int64_t passes_end_ns_ = 0;  // end of the last forward or backward op
   int64_t cp_free_ns_ = 0;     // when the cp ring's link is free
+  // The side-stream collectives issued, (start, end), those not yet over:
+  // a compute op beside them runs on the SMs they leave (OpDurationNs).
+  std::vector<std::pair<int64_t, int64_t>> side_running_;
   int64_t device_bytes_ = 0, activation_bytes_ = 0, host_bytes_ = 0;
   // Set_to_none weight gradients not yet allocated (peak_gpu_bytes_gradients_held).
   int64_t gradients_unallocated_ = 0;
