@@ -1,7 +1,6 @@
 // End to end: `ssdtrain trace` on the shipped configs, round trips through
 // JSON and CBOR, and the CLI's handling of bad input.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -20,21 +19,13 @@ namespace fs = std::filesystem;
 using testing::RunSsdtrain;
 using testing::SourceDir;
 
-class TraceCli : public ::testing::Test {
+class TraceCli : public testing::CliTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ssdtrain-cli-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string File(const std::string& name) const { return (dir_ / name).string(); }
+  TraceCli() : CliTest("cli") {}
   std::string Write(const std::string& name, const std::string& text) const {
     std::ofstream(File(name)) << text;
     return File(name);
   }
-  fs::path dir_;
 };
 
 // Every shipped config traces (all stages), and its trace survives
