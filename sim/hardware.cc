@@ -67,11 +67,6 @@ Status ReadGpu(const ObjectReader& r, GpuOptions* g) {
       r.NumberOr("io_overhead_us_per_MiB", g->io_overhead_us_per_MiB, Sign::kNonNegative));
   SSDTRAIN_RETURN_IF_ERROR(ReadInt(r, "issue_ahead_ops", 1, &g->issue_ahead_ops));
   SSDTRAIN_RETURN_IF_ERROR(ReadInt(r, "sm_count", 0, &g->sm_count));
-  SSDTRAIN_RETURN_IF_ERROR(ReadInt(r, "collective_sms", 0, &g->collective_sms));
-  if (g->collective_sms > 0 && 2 * g->collective_sms >= g->sm_count) {
-    return r.At("collective_sms")
-        .Error("must be below half of sm_count (two collectives may run beside compute)");
-  }
   SSDTRAIN_ASSIGN_OR_RETURN(
       g->allocation_alignment_bytes,
       r.IntInOr("allocation_alignment_bytes", g->allocation_alignment_bytes, 1, kInt64Max));
@@ -350,7 +345,6 @@ nlohmann::json ToJson(const HardwareOptions& hw) {
       {"interconnect", detail::InterconnectJson(hw)},
       {"measured_op_times", measured},
   };
-  if (hw.gpu.collective_sms > 0) out["gpu"]["collective_sms"] = hw.gpu.collective_sms;
   if (!hw.gpu.attention_kernels.empty()) {
     out["gpu"]["attention_kernels"] = detail::AttentionKernelsJson(hw.gpu);
   }

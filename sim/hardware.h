@@ -68,12 +68,6 @@ struct GpuOptions {
   // full-wave figure; 0 (default): by FLOPs alone (CPU backends, and presets
   // whose curve already folds small shapes in).
   int sm_count = 0;
-  // SMs a NCCL collective's kernel holds while it runs (one CTA per channel,
-  // none shared with compute kernels: NCCL's maintainer, NVIDIA/nccl issue
-  // 689). > 0 (with sm_count): a GEMM or attention kernel beside a collective
-  // on a side stream runs on the SMs left (sim/op_cost.h, OpTimeBesideNs);
-  // 0 (default): not modelled.
-  int collective_sms = 0;
   // Compute time each MiB the offload engine moves between the device and the
   // SSD (written, or read back) takes from the ops beside it, when the engine's
   // copies and I/O submission run on the cores the ops run on: the CPU
@@ -153,6 +147,12 @@ struct LinkTier {
   double GBps = 0;        // the bus bandwidth a collective's ring reaches, 1e9 B/s
   double p2p_GBps = 0;    // one point-to-point message (a pipeline send); 0: GBps
   double latency_us = 0;  // per ring step, and per message
+  // The SMs a NCCL collective over this tier holds while it runs: one CTA
+  // per channel, none shared with a compute kernel (NCCL's maintainer,
+  // NVIDIA/nccl issue 689), so a GEMM or attention kernel beside it runs on
+  // the SMs left (sim/op_cost.h, OpTimeBesideNs). Below half of
+  // gpu.sm_count; 0 (default): not modelled.
+  int collective_sms = 0;
   double P2pGBps() const { return p2p_GBps > 0 ? p2p_GBps : GBps; }
 };
 

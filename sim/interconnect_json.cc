@@ -10,11 +10,21 @@ namespace {
 using Sign = traces::detail::ObjectReader::Sign;
 using traces::detail::ObjectReader;
 
-// One tier: {GBps, p2p_GBps (optional), latency_us (optional)}.
-Status ReadTier(const ObjectReader& tier, LinkTier* out) {
+// One tier: {GBps, p2p_GBps (optional), latency_us (optional),
+// collective_sms (optional; below half of the GPU's `sm_count`)}.
+Status ReadTier(const ObjectReader& tier, int sm_count, LinkTier* out) {
   SSDTRAIN_ASSIGN_OR_RETURN(out->GBps, tier.Number("GBps", Sign::kPositive));
   SSDTRAIN_ASSIGN_OR_RETURN(out->p2p_GBps, tier.NumberOr("p2p_GBps", 0, Sign::kPositive));
   SSDTRAIN_ASSIGN_OR_RETURN(out->latency_us, tier.NumberOr("latency_us", 0, Sign::kNonNegative));
+  SSDTRAIN_ASSIGN_OR_RETURN(const int64_t sms,
+                            tier.IntInOr("collective_sms", 0, 0, std::numeric_limits<int>::max()));
+  if (sms > 0 && 2 * sms >= sm_count) {
+    return tier.At("collective_sms")
+        .Error(sm_count > 0 ? "must be below half of gpu.sm_count (" + std::to_string(sm_count) +
+                                  "): two collectives may run beside compute"
+                            : "needs gpu.sm_count (the SMs it holds are taken from those)");
+  }
+  out->collective_sms = static_cast<int>(sms);
   return tier.CheckNoUnknown();
 }
 
@@ -32,9 +42,9 @@ Status ReadInterconnect(const ObjectReader& ic, HardwareOptions* hw) {
     SSDTRAIN_ASSIGN_OR_RETURN(const int64_t domain, up.IntInOr("domain_gpus", hw->gpus_per_node, 1,
                                                                std::numeric_limits<int>::max()));
     out.domain_gpus = static_cast<int>(domain);
-    SSDTRAIN_RETURN_IF_ERROR(ReadTier(up, &out.scale_up));
+    SSDTRAIN_RETURN_IF_ERROR(ReadTier(up, hw->gpu.sm_count, &out.scale_up));
     SSDTRAIN_ASSIGN_OR_RETURN(ObjectReader network, ic.Object("scale_out"));
-    SSDTRAIN_RETURN_IF_ERROR(ReadTier(network, &out.scale_out));
+    SSDTRAIN_RETURN_IF_ERROR(ReadTier(network, hw->gpu.sm_count, &out.scale_out));
     return ic.CheckNoUnknown();
   }
   if (ic.Has("scale_up") || ic.Has("scale_out")) {
@@ -73,6 +83,7 @@ namespace {
 nlohmann::json TierJson(const LinkTier& t) {
   nlohmann::json j{{"GBps", t.GBps}, {"latency_us", t.latency_us}};
   if (t.p2p_GBps > 0) j["p2p_GBps"] = t.p2p_GBps;
+  if (t.collective_sms > 0) j["collective_sms"] = t.collective_sms;
   return j;
 }
 

@@ -165,13 +165,10 @@ int64_t OpCostModel::RooflineNs(const traces::Op& op) const {
   return RooflineOnNs(op, hw_.gpu.sm_count);
 }
 
-int64_t OpCostModel::OpTimeBesideNs(const traces::Op& op, int collectives) const {
-  const int sms = hw_.gpu.sm_count - collectives * hw_.gpu.collective_sms;
+int64_t OpCostModel::OpTimeBesideNs(const traces::Op& op, int sms_held) const {
+  const int sms = hw_.gpu.sm_count - sms_held;
   const bool compute = op.kind == traces::OpKind::kGemm || op.kind == traces::OpKind::kAttention;
-  if (collectives <= 0 || hw_.gpu.collective_sms <= 0 || hw_.gpu.sm_count <= 0 || !compute ||
-      sms <= 0) {
-    return OpTimeNs(op);
-  }
+  if (sms_held <= 0 || hw_.gpu.sm_count <= 0 || !compute || sms <= 0) return OpTimeNs(op);
   const int64_t overhead = CeilSecondsToNs(hw_.gpu.op_overhead_us * 1e-6);
   const int64_t measured = MeasuredNs(op);
   if (measured < 0) return RooflineOnNs(op, sms);
@@ -180,6 +177,15 @@ int64_t OpCostModel::OpTimeBesideNs(const traces::Op& op, int collectives) const
   return (full > 0 ? static_cast<int64_t>(std::ceil(static_cast<double>(measured) * fewer / full))
                    : measured) +
          overhead;
+}
+
+int OpCostModel::CollectiveSms(const traces::Op& op) const {
+  if (op.kind != traces::OpKind::kCollective) return 0;
+  const traces::CollectiveGroup over = traces::GroupOfCollective(op);
+  if (over == traces::CollectiveGroup::kContext) return 0;
+  const traces::GroupPlacement& group = GroupOf(over);
+  if (group.ranks <= 1) return 0;
+  return GroupTier(group, hw_.interconnect).collective_sms;
 }
 
 int64_t OpCostModel::RooflineOnNs(const traces::Op& op, int sms) const {
@@ -202,7 +208,9 @@ int64_t OpCostModel::RooflineOnNs(const traces::Op& op, int sms) const {
       if (group.ranks <= 1) return 0;
       const int64_t comm =
           GroupCollectiveNs(kind, CollectivePayloadBytes(op), group, hw_.interconnect);
-      if (op.tp_overlap) return ExposedNs(*op.tp_overlap, comm, group.ranks) + overhead;
+      if (op.tp_overlap) {
+        return ExposedNs(*op.tp_overlap, comm, group.ranks, CollectiveSms(op)) + overhead;
+      }
       return comm + overhead;
     }
     case OpKind::kAttention:
@@ -281,8 +289,8 @@ int64_t OpCostModel::GemmNs(const traces::GemmDims& dims) const {
   return OpTimeNs(GemmOp(dims)) - overhead;
 }
 
-int64_t OpCostModel::ExposedNs(const traces::TpOverlap& overlap, int64_t comm_ns,
-                               int64_t ranks) const {
+int64_t OpCostModel::ExposedNs(const traces::TpOverlap& overlap, int64_t comm_ns, int64_t ranks,
+                               int sms_held) const {
   const double comm = static_cast<double>(comm_ns);
   const double gemm = static_cast<double>(GemmNs(overlap.gemm));
   double exposed = comm;
@@ -323,7 +331,7 @@ int64_t OpCostModel::ExposedNs(const traces::TpOverlap& overlap, int64_t comm_ns
       // comm · (1 − gemm / gemm_beside); else the collective is, comm − gemm.
       const int64_t overhead = CeilSecondsToNs(hw_.gpu.op_overhead_us * 1e-6);
       const double gemm_beside =
-          static_cast<double>(OpTimeBesideNs(GemmOp(overlap.gemm), 1) - overhead);
+          static_cast<double>(OpTimeBesideNs(GemmOp(overlap.gemm), sms_held) - overhead);
       const double slowed = gemm_beside > 0 ? comm * (1.0 - gemm / gemm_beside) : 0.0;
       exposed = std::max(comm - gemm, slowed);
       break;

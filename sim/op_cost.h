@@ -90,17 +90,24 @@ class OpCostModel {
   int64_t OpTimeNs(const traces::Op& op) const;
   // The roofline estimate alone (no measurements).
   int64_t RooflineNs(const traces::Op& op) const;
-  // The op's time while `collectives` NCCL collectives run beside it on side
-  // streams: a GEMM or an attention kernel runs on the SMs they leave,
-  // sm_count − collectives · collective_sms (a GEMM's tiles in waves of
-  // those); other kinds, and any op where either count is 0, as OpTimeNs.
-  // A measured time is scaled by the roofline's ratio.
-  int64_t OpTimeBesideNs(const traces::Op& op, int collectives) const;
+  // The op's time while NCCL collectives beside it hold `sms_held` of the
+  // GPU's SMs (each its CollectiveSms): a GEMM or an attention kernel runs on
+  // the sm_count − sms_held left (a GEMM's tiles in waves of those); other
+  // kinds, and any op where either count is 0, as OpTimeNs. A measured time
+  // is scaled by the roofline's ratio.
+  int64_t OpTimeBesideNs(const traces::Op& op, int sms_held) const;
+  // The SMs collective `op` holds while it runs: the collective_sms of the
+  // tier its group's ranks sit on (sim/topology.h); 0 for a cp ring step
+  // (NCCL's send/recv kernel, a single block: NVIDIA/nccl issue 1433), an op
+  // of another kind, or a group of one rank.
+  int CollectiveSms(const traces::Op& op) const;
   // A GEMM of `dims` alone, no per-op overhead (measured by dims, else the roofline).
   int64_t GemmNs(const traces::GemmDims& dims) const;
-  // What a collective of `comm_ns` over `ranks` leaves exposed beside the
-  // GEMM it overlaps (traces::TpOverlap; the file comment has the rules).
-  int64_t ExposedNs(const traces::TpOverlap& overlap, int64_t comm_ns, int64_t ranks) const;
+  // What a collective of `comm_ns` over `ranks`, holding `sms_held` SMs while
+  // it runs (CollectiveSms; `async` only), leaves exposed beside the GEMM it
+  // overlaps (traces::TpOverlap; the file comment has the rules).
+  int64_t ExposedNs(const traces::TpOverlap& overlap, int64_t comm_ns, int64_t ranks,
+                    int sms_held = 0) const;
 
  private:
   // RooflineNs on `sms` of the GPU's sm_count SMs (0 where it has none).

@@ -111,7 +111,7 @@ struct StageResult {
   int64_t exposed_collective_ns = 0;
   int64_t side_collective_ns = 0;
   // What compute ops lost to the SMs those collectives held beside them
-  // (gpu.collective_sms; sim/op_cost.h, OpTimeBesideNs): in compute_busy_ns.
+  // (the tiers' collective_sms; sim/op_cost.h, OpTimeBesideNs): in compute_busy_ns.
   int64_t collective_sm_ns = 0;
   int64_t peak_gpu_bytes = 0;
   // The peak had every set_to_none weight gradient been resident from the start:

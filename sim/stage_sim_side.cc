@@ -4,7 +4,7 @@
 // issued in trace order, run one at a time on their link beside compute
 // (ZeRO's on the shard group's, the ring's on the cp group's), their readers
 // waiting for them; and the compute ops beside them, which run on the SMs the
-// collectives leave (gpu.collective_sms).
+// collectives leave (the tier's collective_sms, OpCostModel::CollectiveSms).
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -37,12 +37,10 @@ void StageSimulator::StartSideItem(const WorkItem& item) {
                          : side_free_ns_;
   const int64_t start = std::max(Now(), free_ns);
   free_ns = start + cost_.OpTimeNs(op);
-  // A NCCL collective's kernel holds SMs while it runs; the ring's send/recv
-  // pair does not take compute's (its kernel a single block: NVIDIA/nccl
-  // issue 1433, where NCCL's maintainer names memory bandwidth, not SMs, as
-  // what it competes for).
-  if (free_ns > start && traces::GroupOfCollective(op) != traces::CollectiveGroup::kContext) {
-    side_running_.emplace_back(start, free_ns);
+  // A NCCL collective's kernel holds SMs while it runs (the ring's send/recv
+  // steps none: OpCostModel::CollectiveSms).
+  if (const int sms = cost_.CollectiveSms(op); free_ns > start && sms > 0) {
+    side_running_.push_back(SideRun{start, free_ns, sms});
   }
   const Status status = engine_.Schedule(Time::Ns(free_ns - Now()),
                                          [this, item, start] { EndSideItem(item, start); });
@@ -69,36 +67,41 @@ void StageSimulator::EndSideItem(const WorkItem& item, int64_t start) {
 
 int64_t StageSimulator::OpDurationNs(const traces::Op& op, int64_t start) {
   const int64_t full = cost_.OpTimeNs(op);
-  std::erase_if(side_running_, [&](const auto& r) { return r.second <= start; });
-  if (side_running_.empty() || hw_.gpu.collective_sms <= 0) return full;
-  // The op's progress, a share of its work, at 1 / duration(k) a ns while k
-  // collectives run: piecewise between the collectives' starts and ends.
+  std::erase_if(side_running_, [&](const SideRun& r) { return r.end <= start; });
+  if (side_running_.empty()) return full;
+  // The op's progress, a share of its work, at 1 / duration a ns, its
+  // duration on the SMs the collectives running then leave: piecewise
+  // between the collectives' starts and ends.
   std::vector<int64_t> cuts;
-  for (const auto& [from, to] : side_running_) {
-    if (from > start) cuts.push_back(from);
-    cuts.push_back(to);
+  for (const SideRun& r : side_running_) {
+    if (r.start > start) cuts.push_back(r.start);
+    cuts.push_back(r.end);
   }
   std::sort(cuts.begin(), cuts.end());
+  std::vector<std::pair<int, int64_t>> beside{{0, full}};  // (SMs held, duration)
+  const auto duration = [&](int held) {
+    for (const auto& [sms, ns] : beside) {
+      if (sms == held) return ns;
+    }
+    beside.emplace_back(held, cost_.OpTimeBesideNs(op, held));
+    return beside.back().second;
+  };
   double left = 1.0;  // the op's work still to do
   int64_t at = start;
-  std::vector<int64_t> beside(1, full);  // duration with k collectives beside it
+  int64_t end = -1;
   for (const int64_t cut : cuts) {
-    int k = 0;
-    for (const auto& [from, to] : side_running_) k += from <= at && at < to ? 1 : 0;
-    while (static_cast<int>(beside.size()) <= k) {
-      beside.push_back(cost_.OpTimeBesideNs(op, static_cast<int>(beside.size())));
-    }
+    int held = 0;
+    for (const SideRun& r : side_running_) held += r.start <= at && at < r.end ? r.sms : 0;
+    const double rate = 1.0 / static_cast<double>(std::max<int64_t>(1, duration(held)));
     const auto span = static_cast<double>(cut - at);
-    const double rate = 1.0 / static_cast<double>(std::max<int64_t>(1, beside[k]));
     if (span * rate >= left) {
-      const auto end = at + static_cast<int64_t>(std::ceil(left / rate));
-      result_.collective_sm_ns += std::max<int64_t>(0, end - start - full);
-      return end - start;
+      end = at + static_cast<int64_t>(std::ceil(left / rate));
+      break;
     }
     left -= span * rate;
     at = cut;
   }
-  const auto end = at + static_cast<int64_t>(std::ceil(left * static_cast<double>(full)));
+  if (end < 0) end = at + static_cast<int64_t>(std::ceil(left * static_cast<double>(full)));
   result_.collective_sm_ns += std::max<int64_t>(0, end - start - full);
   return end - start;
 }

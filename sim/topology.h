@@ -41,6 +41,11 @@ int64_t DomainGpus(const HardwareOptions& hw);
 // `kind` over a group placed as `p` (see above); 0 for a group of one rank.
 int64_t GroupCollectiveNs(CollectiveKind kind, int64_t payload_bytes,
                           const traces::GroupPlacement& p, const InterconnectOptions& ic);
+// The tier a group's collectives run on: scale_up for a group inside one
+// domain, else scale_out (whose ring crosses the network).
+inline const LinkTier& GroupTier(const traces::GroupPlacement& p, const InterconnectOptions& ic) {
+  return p.within_one_domain() ? ic.scale_up : ic.scale_out;
+}
 // One message of `bytes` between two ranks, inside one domain or not.
 int64_t MessageNs(int64_t bytes, bool within_domain, const InterconnectOptions& ic);
 

@@ -225,9 +225,13 @@ class StageSimulator {
   int64_t side_free_ns_ = 0;   // when ZeRO's side streams' link is free
   int64_t passes_end_ns_ = 0;  // end of the last forward or backward op
   int64_t cp_free_ns_ = 0;     // when the cp ring's link is free
-  // The side-stream collectives issued, (start, end), those not yet over:
-  // a compute op beside them runs on the SMs they leave (OpDurationNs).
-  std::vector<std::pair<int64_t, int64_t>> side_running_;
+  // The side-stream collectives issued and not yet over: a compute op beside
+  // them runs on the SMs they leave (OpDurationNs).
+  struct SideRun {
+    int64_t start = 0, end = 0;
+    int sms = 0;  // OpCostModel::CollectiveSms
+  };
+  std::vector<SideRun> side_running_;
   int64_t device_bytes_ = 0, activation_bytes_ = 0, host_bytes_ = 0;
   // Set_to_none weight gradients not yet allocated (peak_gpu_bytes_gradients_held).
   int64_t gradients_unallocated_ = 0;

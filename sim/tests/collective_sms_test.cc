@@ -1,9 +1,10 @@
-// The SMs a NCCL collective's kernel holds while it runs (gpu.collective_sms;
-// sim/op_cost.h, OpTimeBesideNs): a GEMM beside it runs its tiles in waves of
-// the SMs left, an attention kernel at their share, a memory-bound op as
-// before; the stage simulator runs compute ops beside ZeRO's gathers and
-// reduce-scatters at that rate while they run, and at full speed after, and
-// beside the cp ring's send/recv steps at full speed.
+// The SMs a NCCL collective's kernel holds while it runs (the collective_sms
+// of the tier its group sits on; sim/op_cost.h, OpTimeBesideNs and
+// CollectiveSms): a GEMM beside it runs its tiles in waves of the SMs left,
+// an attention kernel at their share, a memory-bound op as before; the stage
+// simulator runs compute ops beside ZeRO's gathers and reduce-scatters at
+// that rate while they run, and at full speed after, and beside the cp
+// ring's send/recv steps at full speed.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -15,13 +16,15 @@
 #include "sim/stage_sim.h"
 #include "sim/tests/model_traces.h"
 #include "sim/tests/test_traces.h"
+#include "traces/collective_kind.h"
 #include "traces/duration.h"
 
 namespace ssdtrain::sim {
 namespace {
 
-// An A100-like GPU: 108 SMs, 16 held by a collective, efficiency 1, no
-// per-op overhead.
+// An A100-like GPU: 108 SMs, 16 held by a collective over the network (24
+// inside a domain), efficiency 1, no per-op overhead; every GPU a domain of
+// its own (TestHardware).
 HardwareOptions A100Like(int collective_sms = 16) {
   HardwareOptions hw = testing::TestHardware(2, 2, 20);
   hw.gpu.peak_tflops_fp16 = 312;
@@ -29,7 +32,8 @@ HardwareOptions A100Like(int collective_sms = 16) {
   hw.gpu.memory_GBps = 2039;
   hw.gpu.op_overhead_us = 0;
   hw.gpu.sm_count = 108;
-  hw.gpu.collective_sms = collective_sms;
+  hw.interconnect.scale_out.collective_sms = collective_sms;
+  hw.interconnect.scale_up.collective_sms = collective_sms > 0 ? 24 : 0;
   hw.gpu.gemm_efficiency.clear();
   hw.gpu.attention_efficiency.clear();
   hw.gpu.memory_efficiency.clear();
@@ -56,16 +60,16 @@ TEST(CollectiveSms, AGemmOfOneFullWaveTakesTwoBesideACollective) {
   // on 108 SMs, two on the 92 a collective leaves.
   const HardwareOptions hw = A100Like();  // the model keeps a reference
   const OpCostModel cost(hw, 1, "bf16");
-  EXPECT_NEAR(Ratio(cost, Gemm(2304, 1536, 16384), 1), 2.0, 1e-6);
+  EXPECT_NEAR(Ratio(cost, Gemm(2304, 1536, 16384), 16), 2.0, 1e-6);
 }
 
 TEST(CollectiveSms, AGemmOfManyWavesRunsItsTilesInWavesOfTheSmsLeft) {
-  // 8192²: 2048 tiles, 19 waves of 108, 23 of 92, 27 of 76 (two collectives).
+  // 8192²: 2048 tiles, 19 waves of 108, 23 of 92, 27 of 76.
   const HardwareOptions hw = A100Like();  // the model keeps a reference
   const OpCostModel cost(hw, 1, "bf16");
   const traces::Op gemm = Gemm(8192, 8192, 8192);
-  EXPECT_NEAR(Ratio(cost, gemm, 1), 23.0 / 19.0, 1e-6);
-  EXPECT_NEAR(Ratio(cost, gemm, 2), 27.0 / 19.0, 1e-6);
+  EXPECT_NEAR(Ratio(cost, gemm, 16), 23.0 / 19.0, 1e-6);
+  EXPECT_NEAR(Ratio(cost, gemm, 32), 27.0 / 19.0, 1e-6);
 }
 
 TEST(CollectiveSms, AttentionRunsAtTheSmsShareAndMemoryBoundOpsAsBefore) {
@@ -75,17 +79,15 @@ TEST(CollectiveSms, AttentionRunsAtTheSmsShareAndMemoryBoundOpsAsBefore) {
   attention.kind = traces::OpKind::kAttention;
   attention.flops = int64_t{1} << 40;
   attention.bytes_read = int64_t{1} << 20;
-  EXPECT_NEAR(Ratio(cost, attention, 1), 108.0 / 92.0, 1e-6);
+  EXPECT_NEAR(Ratio(cost, attention, 16), 108.0 / 92.0, 1e-6);
   traces::Op add;
   add.kind = traces::OpKind::kElementwise;
   add.bytes_read = int64_t{1} << 30;
   add.bytes_written = int64_t{1} << 29;
-  EXPECT_EQ(cost.OpTimeBesideNs(add, 1), cost.OpTimeNs(add));
-  // Not modelled: the same time.
-  const HardwareOptions none = A100Like(0);
-  const OpCostModel plain(none, 1, "bf16");
-  EXPECT_EQ(plain.OpTimeBesideNs(Gemm(2304, 1536, 16384), 1),
-            plain.OpTimeNs(Gemm(2304, 1536, 16384)));
+  EXPECT_EQ(cost.OpTimeBesideNs(add, 16), cost.OpTimeNs(add));
+  // No SMs held: the same time.
+  EXPECT_EQ(cost.OpTimeBesideNs(Gemm(2304, 1536, 16384), 0),
+            cost.OpTimeNs(Gemm(2304, 1536, 16384)));
 }
 
 TEST(CollectiveSms, AMeasuredTimeIsScaledByTheRooflinesRatio) {
@@ -94,18 +96,25 @@ TEST(CollectiveSms, AMeasuredTimeIsScaledByTheRooflinesRatio) {
   traces::Op gemm = Gemm(2304, 1536, 16384);
   gemm.measured_ns = 1000000;
   EXPECT_EQ(cost.OpTimeNs(gemm), 1000000);
-  EXPECT_EQ(cost.OpTimeBesideNs(gemm, 1), 2000000);
+  EXPECT_EQ(cost.OpTimeBesideNs(gemm, 16), 2000000);
 }
 
 TEST(CollectiveSms, APresetHoldingHalfItsSmsOrMoreIsRefused) {
   const HardwareOptions a100 = testing::LoadPreset("dgx-a100-80gb");
-  EXPECT_EQ(a100.gpu.collective_sms, 16);
+  EXPECT_EQ(a100.interconnect.scale_up.collective_sms, 24);
+  EXPECT_EQ(a100.interconnect.scale_out.collective_sms, 16);
   nlohmann::json j = ToJson(a100);
-  EXPECT_EQ(j["gpu"]["collective_sms"], 16);
-  j["gpu"]["collective_sms"] = 54;
+  EXPECT_EQ(j["interconnect"]["scale_out"]["collective_sms"], 16);
+  Result<HardwareOptions> again = HardwareFromJson(j, "x.json");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->interconnect.scale_up.collective_sms, 24);
+  j["interconnect"]["scale_out"]["collective_sms"] = 54;
   Result<HardwareOptions> bad = HardwareFromJson(j, "x.json");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("x.json: gpu.collective_sms"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("x.json: interconnect.scale_out.collective_sms"),
+            std::string::npos)
+      << bad.status().message();
+  EXPECT_NE(bad.status().message().find("below half of gpu.sm_count (108)"), std::string::npos)
       << bad.status().message();
 }
 
@@ -140,9 +149,9 @@ TEST(CollectiveSms, ComputeBesideZerosCollectivesRunsSlowerByWhatTheyHold) {
   // for every gather, and the SMs held cost it nothing).
   constexpr double kLinkGBps = 400;
   HardwareOptions with = A100Like();
-  with.interconnect.scale_out = LinkTier{kLinkGBps, 0, 0};
+  with.interconnect.scale_out.GBps = kLinkGBps;
   HardwareOptions without = with;
-  without.gpu.collective_sms = 0;
+  without.interconnect.scale_out.collective_sms = 0;
   const traces::Trace t = Llama(3, 1);
   Result<StageResult> slow = SimulateStage(t, BasePlan(t), with);
   Result<StageResult> fast = SimulateStage(t, BasePlan(t), without);
@@ -165,13 +174,48 @@ TEST(CollectiveSms, ComputeBesideZerosCollectivesRunsSlowerByWhatTheyHold) {
 
 TEST(CollectiveSms, TheCpRingsSendsAndReceivesHoldNoComputeSms) {
   HardwareOptions hw = A100Like();
-  hw.interconnect.scale_out = LinkTier{100, 0, 0};
+  hw.interconnect.scale_out.GBps = 100;
   const traces::Trace t = Llama(0, 2);
   Result<StageResult> r = SimulateStage(t, BasePlan(t), hw);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_GT(r->side_collective_ns, 0);
   EXPECT_EQ(r->collective_sm_ns, 0);
   EXPECT_EQ(r->compute_busy_ns, ComputeNs(t, hw));
+}
+
+// Where a group sits decides what its collectives hold: a ZeRO gather over 8
+// ranks in one domain of 8 the scale-up tier's, over 8 domains of 1 the
+// network's; the cp ring's steps and a one-rank group none.
+TEST(CollectiveSms, ACollectiveHoldsItsTiersSms) {
+  HardwareOptions hw = A100Like();
+  auto gather_of = [](const traces::Trace& t) {
+    for (const traces::Op& op : t.ops) {
+      if (op.kind == traces::OpKind::kCollective && op.stream != 0 &&
+          op.stream != traces::kCpRingStream) {
+        return op;
+      }
+    }
+    ADD_FAILURE() << "no ZeRO collective";
+    return traces::Op{};
+  };
+  const traces::Trace zero = Llama(3, 1);
+  const OpCostModel across(hw, zero.header);
+  EXPECT_EQ(across.CollectiveSms(gather_of(zero)), 16);
+  hw.gpus_per_node = 8;
+  hw.interconnect.domain_gpus = 8;
+  const OpCostModel inside(hw, zero.header);
+  EXPECT_EQ(inside.CollectiveSms(gather_of(zero)), 24);
+  const traces::Trace ring = Llama(0, 2);
+  const OpCostModel cp(hw, ring.header);
+  int ring_steps = 0;
+  for (const traces::Op& op : ring.ops) {
+    if (op.stream != traces::kCpRingStream) continue;
+    ++ring_steps;
+    EXPECT_EQ(cp.CollectiveSms(op), 0) << op.name;
+  }
+  EXPECT_GT(ring_steps, 0);
+  traces::Op gemm = Gemm(64, 64, 64);
+  EXPECT_EQ(cp.CollectiveSms(gemm), 0);
 }
 
 }  // namespace

@@ -284,27 +284,25 @@ TEST(TpOverlapCost, AGemmLongerThanTheRingHidesItAndAShortOneHidesPart) {
   traces::TpOverlap bulk{TpOverlapMethod::kBulk, ring.gemm};
   EXPECT_EQ(cost.ExposedNs(bulk, g, 4), 0);
   EXPECT_EQ(cost.ExposedNs(bulk, g + 5000, 4), 5000);
-  // NCCL's collective beside the whole GEMM: while it runs, the GEMM runs on
-  // the 116 SMs its 16 leave, its 2048 tiles in 18 waves where 132 SMs run
-  // them in 16; the GEMM outlasts a collective as long as it was by the
-  // collective's length × (1 − 16/18), and one that outlasts that slowed
-  // GEMM is exposed by what it outlasts. Without collective_sms, what outlasts
-  // the GEMM alone.
-  ASSERT_EQ(hw.gpu.collective_sms, 16);
+  // NCCL's collective beside the whole GEMM, holding the 24 SMs of a
+  // collective inside the DGX H100's NVLink domain: while it runs, the GEMM
+  // runs on the 108 left, its 2048 tiles in 19 waves where 132 SMs run them
+  // in 16; the GEMM outlasts a collective as long as it was by the
+  // collective's length × (1 − 16/19), and one that outlasts that slowed
+  // GEMM is exposed by what it outlasts. Holding none, what outlasts the
+  // GEMM alone.
+  ASSERT_EQ(hw.interconnect.scale_up.collective_sms, 24);
   traces::TpOverlap async{TpOverlapMethod::kAsync, ring.gemm};
-  const double slowed = 1.0 - 16.0 / 18.0;
-  EXPECT_NEAR(static_cast<double>(cost.ExposedNs(async, g, 4)), static_cast<double>(g) * slowed,
+  const double slowed = 1.0 - 16.0 / 19.0;
+  EXPECT_NEAR(static_cast<double>(cost.ExposedNs(async, g, 4, 24)), static_cast<double>(g) * slowed,
               2.0);
-  EXPECT_NEAR(static_cast<double>(cost.ExposedNs(async, g + 5000, 4)),
+  EXPECT_NEAR(static_cast<double>(cost.ExposedNs(async, g + 5000, 4, 24)),
               static_cast<double>(g + 5000) * slowed, 2.0);
-  const int64_t g_beside = g * 18 / 16;
-  EXPECT_NEAR(static_cast<double>(cost.ExposedNs(async, g_beside + 5000, 4)), g_beside + 5000 - g,
-              2.0);
-  HardwareOptions no_sms = hw;
-  no_sms.gpu.collective_sms = 0;
-  const OpCostModel plain(no_sms, 4, "bf16");
-  EXPECT_EQ(plain.ExposedNs(async, g, 4), 0);
-  EXPECT_EQ(plain.ExposedNs(async, g + 5000, 4), 5000);
+  const int64_t g_beside = g * 19 / 16;
+  EXPECT_NEAR(static_cast<double>(cost.ExposedNs(async, g_beside + 5000, 4, 24)),
+              g_beside + 5000 - g, 2.0);
+  EXPECT_EQ(cost.ExposedNs(async, g, 4, 0), 0);
+  EXPECT_EQ(cost.ExposedNs(async, g + 5000, 4, 0), 5000);
   // The pipeline always pays the SMs it takes and its last chunk.
   traces::TpOverlap pipe{TpOverlapMethod::kPipeline, ring.gemm};
   const double margin = static_cast<double>(g) * (132.0 / 116.0 - 1);
