@@ -4,6 +4,7 @@
 #include <map>
 #include <utility>
 
+#include "sim/op_cost.h"
 #include "sim/topology.h"
 #include "traces/dp_buckets.h"
 
@@ -31,6 +32,47 @@ std::vector<BucketReady> BucketsReady(const traces::BucketTable& table, const St
         BucketReady{ready, b.bytes, experts ? links.expert_buckets : links.dense_buckets});
   }
   return out;
+}
+
+// What the SMs of the buckets' collectives (their tier's collective_sms, as
+// OpCostModel::CollectiveSms takes a tier) cost the compute of the stage's
+// last backward beside them, first order: each of its compute ops, placed
+// from `begin` as the simulated micro-batch ran it, slowed while a bucket's
+// span runs by OpTimeBesideNs / OpTimeNs. Per op: (when it ended, what it lost).
+std::vector<std::pair<int64_t, int64_t>> LostToBuckets(const StageRun& run, int64_t begin,
+                                                       const std::vector<BucketReady>& ready,
+                                                       const std::vector<BucketSpan>& spans,
+                                                       const HardwareOptions& hw) {
+  std::vector<std::pair<int64_t, int64_t>> lost;
+  bool any = false;
+  for (size_t j = 0; j < spans.size() && j < ready.size(); ++j) {
+    any = any || (spans[j].end_ns > spans[j].start_ns &&
+                  GroupTier(ready[j].group, hw.interconnect).collective_sms > 0);
+  }
+  if (!any) return lost;
+  const traces::Trace& trace = *run.trace;
+  const StageResult& r = *run.result;
+  const OpCostModel cost(hw, trace.header);
+  for (const traces::Op& op : trace.ops) {
+    const auto i = static_cast<size_t>(op.id);
+    if (op.stream != 0 || op.phase != traces::Phase::kBackward || i >= r.ops.size() ||
+        r.ops[i].start_ns < r.backward_start_ns) {
+      continue;
+    }
+    const int64_t from = begin + r.ops[i].start_ns - r.backward_start_ns;
+    const int64_t to = begin + r.ops[i].end_ns - r.backward_start_ns;
+    const auto plain = static_cast<double>(cost.OpTimeNs(op));
+    double ns = 0;
+    for (size_t j = 0; j < spans.size() && j < ready.size(); ++j) {
+      const int64_t overlap = std::min(to, spans[j].end_ns) - std::max(from, spans[j].start_ns);
+      const int sms = GroupTier(ready[j].group, hw.interconnect).collective_sms;
+      if (overlap <= 0 || sms <= 0 || plain <= 0) continue;
+      ns += static_cast<double>(overlap) *
+            (static_cast<double>(cost.OpTimeBesideNs(op, sms)) / plain - 1.0);
+    }
+    if (ns >= 1) lost.emplace_back(to, static_cast<int64_t>(ns));
+  }
+  return lost;
 }
 
 }  // namespace
@@ -106,6 +148,27 @@ DataParallelStep SimulateDataParallel(const std::vector<StageRun>& stages,
     // are summed too, Megatron's dp-cp group).
     spans = dp * layout.cp > 1 ? BucketCollectives(ready, kind, hw.interconnect)
                                : std::vector<BucketSpan>{};
+    // The backward beside them runs on the SMs they leave: it ends later by
+    // what that costs, and each bucket is ready later by what the ops before
+    // its readiness lost (first order: the spans they are priced against are
+    // the unslowed ones).
+    int64_t stage_end = end;
+    if (!after_backward && !spans.empty()) {
+      const auto lost = LostToBuckets(run, begin, ready, spans, hw);
+      int64_t total = 0;
+      for (const auto& [at, ns] : lost) total += ns;
+      if (total > 0) {
+        for (BucketReady& x : ready) {
+          int64_t before = 0;
+          for (const auto& [at, ns] : lost) before += at <= x.ready_ns ? ns : 0;
+          x.ready_ns += before;
+        }
+        spans = BucketCollectives(ready, kind, hw.interconnect);
+        stage_end = end + total;
+        out.bucket_sm_ns = std::max(out.bucket_sm_ns, total);
+      }
+    }
+    out.gradients_done_ns = std::max(out.gradients_done_ns, stage_end);
     int64_t busy = 0;
     for (const BucketSpan& b : spans) {
       busy += b.end_ns - b.start_ns;

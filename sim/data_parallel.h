@@ -48,6 +48,10 @@ struct DataParallelStep {
   // When the last stage's last bucket has ended, never before the pipeline.
   int64_t gradients_done_ns = 0;
   int64_t busy_ns = 0;  // the busiest stage's buckets, end minus start summed
+  // What the buckets' collectives' SMs (their tier's collective_sms) cost the
+  // last backward beside them, the stage that lost most: it ends that much
+  // later (in gradients_done_ns).
+  int64_t bucket_sm_ns = 0;
   // ZeRO-1 and 2: the longest stage's parameter all-gather after the optimizer; else 0.
   int64_t param_all_gather_ns = 0;
   std::vector<int64_t> stage_all_gather_ns;  // per stage

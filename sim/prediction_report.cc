@@ -20,6 +20,7 @@ nlohmann::json PredictionToJson(const Prediction& p) {
   j["details"] = {{"pipeline_ns", p.pipeline_ns},
                   {"allreduce_ns", p.allreduce_ns},
                   {"allreduce_busy_ns", p.allreduce_busy_ns},
+                  {"bucket_sm_ns", p.bucket_sm_ns},
                   {"optimizer_ns", p.optimizer_ns},
                   {"param_all_gather_ns", p.param_all_gather_ns},
                   {"ddp", p.ddp},

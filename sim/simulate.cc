@@ -275,6 +275,7 @@ Result<Prediction> Simulate(const std::vector<StageInput>& stages, const Hardwar
   const DataParallelStep exchange = SimulateDataParallel(runs, pipe, ranks, ddp, hw);
   out.ddp = std::string(traces::ToString(ddp));
   out.allreduce_busy_ns = exchange.busy_ns;
+  out.bucket_sm_ns = exchange.bucket_sm_ns;
   out.allreduce_ns = exchange.gradients_done_ns - pipe.makespan_ns;  // not hidden behind backward
   out.param_all_gather_ns = exchange.param_all_gather_ns;
   traces::StepMetrics& mt = out.metrics;

@@ -105,8 +105,11 @@ struct Prediction {
   int64_t pipeline_ns = 0;
   // The data-parallel gradient exchange (all-reduce, or ZeRO-1's reduce-scatter)
   // not hidden behind backward, and all of it (the busiest stage's buckets).
+  // The first includes what the buckets' SMs cost the last backward beside
+  // them (bucket_sm_ns, sim/data_parallel.h), which ends that much later.
   int64_t allreduce_ns = 0;
   int64_t allreduce_busy_ns = 0;
+  int64_t bucket_sm_ns = 0;
   std::string ddp = "overlapped";  // the plan's (traces::DdpImpl): when the buckets may start
   int64_t optimizer_ns = 0;
   int64_t param_all_gather_ns = 0;  // ZeRO-1, 2: after the optimizer, the longest stage's

@@ -4,7 +4,8 @@
 // an attention kernel at their share, a memory-bound op as before; the stage
 // simulator runs compute ops beside ZeRO's gathers and reduce-scatters at
 // that rate while they run, and at full speed after, and beside the cp
-// ring's send/recv steps at full speed.
+// ring's send/recv steps at full speed; the last backward beside the
+// data-parallel gradient buckets ends later by what they cost it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -13,6 +14,7 @@
 #include "models/build_trace.h"
 #include "sim/op_cost.h"
 #include "sim/policy.h"
+#include "sim/simulate.h"
 #include "sim/stage_sim.h"
 #include "sim/tests/model_traces.h"
 #include "sim/tests/test_traces.h"
@@ -120,7 +122,7 @@ TEST(CollectiveSms, APresetHoldingHalfItsSmsOrMoreIsRefused) {
 
 // Llama-3-8B's shapes at 4 layers, sequence 512, ZeRO-3 over 8 ranks, or at
 // 2 layers, sequence 8192, cp 2 (the ring).
-traces::Trace Llama(int64_t zero_stage, int64_t cp) {
+traces::Trace Llama(int64_t zero_stage, int64_t cp, int64_t dp = 0) {
   Result<models::ModelConfig> c = models::LoadModelConfig(std::string(ConfiguredSourceDir()) +
                                                           "/configs/models/llama-3-8b.json");
   EXPECT_TRUE(c.ok()) << c.status().ToString();
@@ -132,7 +134,7 @@ traces::Trace Llama(int64_t zero_stage, int64_t cp) {
   m.sequence_parallel = false;
   m.cp = cp;
   m.attention = "flash";
-  m.dp = zero_stage > 0 ? 8 : 1;
+  m.dp = dp > 0 ? dp : zero_stage > 0 ? 8 : 1;
   m.zero_stage = zero_stage;
   return testing::BuildModel(m);
 }
@@ -216,6 +218,43 @@ TEST(CollectiveSms, ACollectiveHoldsItsTiersSms) {
   EXPECT_GT(ring_steps, 0);
   traces::Op gemm = Gemm(64, 64, 64);
   EXPECT_EQ(cp.CollectiveSms(gemm), 0);
+}
+
+// Data parallelism's gradient buckets, exchanged during the last backward
+// (ddp overlapped), hold the network tier's SMs too: that backward ends later
+// by what they cost it (Prediction::bucket_sm_ns), the step by no more; with
+// the buckets after the backward (ddp local) nothing runs beside it.
+TEST(CollectiveSms, TheBackwardBesideTheGradientBucketsRunsOnTheSmsTheyLeave) {
+  // 5000 GB/s: the buckets keep up with the backward, so the step ends with
+  // its last bucket, ready as the backward ends (over a slower link they
+  // queue, and the queue ends after the backward whatever the SMs cost it).
+  HardwareOptions with = A100Like();
+  with.interconnect.scale_out.GBps = 5000;
+  HardwareOptions without = with;
+  without.interconnect.scale_out.collective_sms = 0;
+  const traces::Trace t = Llama(0, 1, 8);
+  traces::Plan plan = BasePlan(t);
+  plan.dp = 8;
+  for (const std::string ddp : {"overlapped", "local"}) {
+    SCOPED_TRACE(ddp);
+    plan.ddp = ddp;
+    Result<Prediction> slow = Simulate(t, plan, with);
+    Result<Prediction> fast = Simulate(t, plan, without);
+    ASSERT_TRUE(slow.ok()) << slow.status().ToString();
+    ASSERT_TRUE(fast.ok()) << fast.status().ToString();
+    EXPECT_GT(fast->allreduce_busy_ns, 0);
+    EXPECT_EQ(fast->bucket_sm_ns, 0);
+    if (ddp == "local") {
+      EXPECT_EQ(slow->bucket_sm_ns, 0);
+      EXPECT_EQ(slow->metrics.step_time_ns, fast->metrics.step_time_ns);
+      continue;
+    }
+    EXPECT_GT(slow->bucket_sm_ns, 0);
+    EXPECT_LE(slow->bucket_sm_ns, slow->allreduce_busy_ns);  // at most twice as slow beside them
+    EXPECT_GT(slow->metrics.step_time_ns, fast->metrics.step_time_ns);
+    EXPECT_LE(slow->metrics.step_time_ns - fast->metrics.step_time_ns, slow->bucket_sm_ns);
+    EXPECT_EQ(slow->metrics.peak_gpu_bytes, fast->metrics.peak_gpu_bytes);
+  }
 }
 
 }  // namespace
