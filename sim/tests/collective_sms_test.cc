@@ -118,6 +118,15 @@ TEST(CollectiveSms, APresetHoldingHalfItsSmsOrMoreIsRefused) {
       << bad.status().message();
   EXPECT_NE(bad.status().message().find("below half of gpu.sm_count (108)"), std::string::npos)
       << bad.status().message();
+  // Without an SM count there is nothing to take them from.
+  j["interconnect"]["scale_out"]["collective_sms"] = 16;
+  j["gpu"].erase("sm_count");
+  Result<HardwareOptions> no_count = HardwareFromJson(j, "x.json");
+  ASSERT_FALSE(no_count.ok());
+  EXPECT_NE(no_count.status().message().find("interconnect.scale_up.collective_sms: needs "
+                                             "gpu.sm_count"),
+            std::string::npos)
+      << no_count.status().message();
 }
 
 // Llama-3-8B's shapes at 4 layers, sequence 512, ZeRO-3 over 8 ranks, or at

@@ -213,6 +213,9 @@ TEST(Topology, TheOldPerDimensionFieldsAreReadWithANote) {
   EXPECT_EQ(hw->interconnect.scale_up.GBps, 370);
   EXPECT_EQ(hw->interconnect.scale_out.GBps, 50);
   EXPECT_EQ(hw->interconnect.scale_out.P2pGBps(), 40);
+  // The old form names no SMs a collective holds: not modelled.
+  EXPECT_EQ(hw->interconnect.scale_up.collective_sms, 0);
+  EXPECT_EQ(hw->interconnect.scale_out.collective_sms, 0);
   ASSERT_EQ(hw->notes.size(), 1u);
   EXPECT_NE(hw->notes[0].find("old.json: interconnect: tp_GBps, pp_GBps and dp_GBps price links "
                               "per parallel dimension"),
