@@ -34,25 +34,31 @@ std::vector<BucketReady> BucketsReady(const traces::BucketTable& table, const St
   return out;
 }
 
-// What the SMs of the buckets' collectives (their tier's collective_sms, as
-// OpCostModel::CollectiveSms takes a tier) cost the compute of the stage's
-// last backward beside them, first order: each of its compute ops, placed
-// from `begin` as the simulated micro-batch ran it, slowed while a bucket's
-// span runs by OpTimeBesideNs / OpTimeNs. Per op: (when it ended, what it lost).
+// What the SMs of the buckets' collectives (GroupCollectiveSms of each
+// bucket's group) cost the compute of the stage's last backward beside them,
+// first order: each of its compute ops, placed from `begin` as the simulated
+// micro-batch ran it, slowed while a bucket's span runs by OpTimeBesideNs /
+// OpTimeNs. Per op: (when it ended, what it lost). The compute stream's ops
+// run in trace order and the link's spans one after another, so one pass
+// over both.
 std::vector<std::pair<int64_t, int64_t>> LostToBuckets(const StageRun& run, int64_t begin,
                                                        const std::vector<BucketReady>& ready,
                                                        const std::vector<BucketSpan>& spans,
                                                        const HardwareOptions& hw) {
   std::vector<std::pair<int64_t, int64_t>> lost;
+  std::vector<int> sms(spans.size(), 0);
   bool any = false;
   for (size_t j = 0; j < spans.size() && j < ready.size(); ++j) {
-    any = any || (spans[j].end_ns > spans[j].start_ns &&
-                  GroupTier(ready[j].group, hw.interconnect).collective_sms > 0);
+    if (spans[j].end_ns > spans[j].start_ns) {
+      sms[j] = GroupCollectiveSms(ready[j].group, hw.interconnect);
+    }
+    any = any || sms[j] > 0;
   }
   if (!any) return lost;
   const traces::Trace& trace = *run.trace;
   const StageResult& r = *run.result;
   const OpCostModel cost(hw, trace.header);
+  size_t first = 0;  // the first span not over before the op starts
   for (const traces::Op& op : trace.ops) {
     const auto i = static_cast<size_t>(op.id);
     if (op.stream != 0 || op.phase != traces::Phase::kBackward || i >= r.ops.size() ||
@@ -61,14 +67,17 @@ std::vector<std::pair<int64_t, int64_t>> LostToBuckets(const StageRun& run, int6
     }
     const int64_t from = begin + r.ops[i].start_ns - r.backward_start_ns;
     const int64_t to = begin + r.ops[i].end_ns - r.backward_start_ns;
-    const auto plain = static_cast<double>(cost.OpTimeNs(op));
-    double ns = 0;
-    for (size_t j = 0; j < spans.size() && j < ready.size(); ++j) {
+    while (first < spans.size() && spans[first].end_ns <= from) ++first;
+    double ns = 0, plain = -1;  // its time at full speed, once it overlaps a span
+    for (size_t j = first; j < spans.size(); ++j) {
+      if (sms[j] <= 0) continue;           // an empty span, at its bucket's readiness
+      if (spans[j].start_ns >= to) break;  // the link's spans run in order
       const int64_t overlap = std::min(to, spans[j].end_ns) - std::max(from, spans[j].start_ns);
-      const int sms = GroupTier(ready[j].group, hw.interconnect).collective_sms;
-      if (overlap <= 0 || sms <= 0 || plain <= 0) continue;
+      if (overlap <= 0) continue;
+      if (plain < 0) plain = static_cast<double>(cost.OpTimeNs(op));
+      if (plain <= 0) break;
       ns += static_cast<double>(overlap) *
-            (static_cast<double>(cost.OpTimeBesideNs(op, sms)) / plain - 1.0);
+            (static_cast<double>(cost.OpTimeBesideNs(op, sms[j])) / plain - 1.0);
     }
     if (ns >= 1) lost.emplace_back(to, static_cast<int64_t>(ns));
   }

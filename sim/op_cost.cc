@@ -183,9 +183,7 @@ int OpCostModel::CollectiveSms(const traces::Op& op) const {
   if (op.kind != traces::OpKind::kCollective) return 0;
   const traces::CollectiveGroup over = traces::GroupOfCollective(op);
   if (over == traces::CollectiveGroup::kContext) return 0;
-  const traces::GroupPlacement& group = GroupOf(over);
-  if (group.ranks <= 1) return 0;
-  return GroupTier(group, hw_.interconnect).collective_sms;
+  return GroupCollectiveSms(GroupOf(over), hw_.interconnect);
 }
 
 int64_t OpCostModel::RooflineOnNs(const traces::Op& op, int sms) const {

@@ -46,6 +46,11 @@ int64_t GroupCollectiveNs(CollectiveKind kind, int64_t payload_bytes,
 inline const LinkTier& GroupTier(const traces::GroupPlacement& p, const InterconnectOptions& ic) {
   return p.within_one_domain() ? ic.scale_up : ic.scale_out;
 }
+// The SMs a NCCL collective over the group holds while it runs: its tier's
+// collective_sms; 0 for a group of one rank, which exchanges nothing.
+inline int GroupCollectiveSms(const traces::GroupPlacement& p, const InterconnectOptions& ic) {
+  return p.ranks > 1 ? GroupTier(p, ic).collective_sms : 0;
+}
 // One message of `bytes` between two ranks, inside one domain or not.
 int64_t MessageNs(int64_t bytes, bool within_domain, const InterconnectOptions& ic);
 
