@@ -72,13 +72,15 @@ int64_t StageSimulator::OpDurationNs(const traces::Op& op, int64_t start) {
   // The op's progress, a share of its work, at 1 / duration a ns, its
   // duration on the SMs the collectives running then leave: piecewise
   // between the collectives' starts and ends.
-  std::vector<int64_t> cuts;
+  std::vector<int64_t>& cuts = side_cuts_;
+  cuts.clear();
   for (const SideRun& r : side_running_) {
     if (r.start > start) cuts.push_back(r.start);
     cuts.push_back(r.end);
   }
   std::sort(cuts.begin(), cuts.end());
-  std::vector<std::pair<int, int64_t>> beside{{0, full}};  // (SMs held, duration)
+  std::vector<std::pair<int, int64_t>>& beside = beside_ns_;  // (SMs held, duration)
+  beside.assign(1, {0, full});
   const auto duration = [&](int held) {
     for (const auto& [sms, ns] : beside) {
       if (sms == held) return ns;

@@ -232,6 +232,10 @@ class StageSimulator {
     int sms = 0;  // OpCostModel::CollectiveSms
   };
   std::vector<SideRun> side_running_;
+  // OpDurationNs's scratch, kept so the event loop allocates nothing per op:
+  // the times the SMs held change, and the op's duration by SMs held.
+  std::vector<int64_t> side_cuts_;
+  std::vector<std::pair<int, int64_t>> beside_ns_;
   int64_t device_bytes_ = 0, activation_bytes_ = 0, host_bytes_ = 0;
   // Set_to_none weight gradients not yet allocated (peak_gpu_bytes_gradients_held).
   int64_t gradients_unallocated_ = 0;
